@@ -1,0 +1,22 @@
+# The two set-up commands of the README:
+#   make demo   simulate the shipped default instance under every policy, print the comparison table
+#   make test   lint, type-check and run the full test suite
+# Both create or reuse .venv and install what they need.
+.PHONY: demo test test-fast venv
+PY := .venv/bin/python
+export MPLCONFIGDIR ?= $(CURDIR)/.venv/.mpl
+export IPYTHONDIR ?= $(CURDIR)/.venv/.ipython
+
+venv:
+	@bash scripts/setup-venv.sh
+
+demo: venv
+	$(PY) -m dltsched.engine.cli simulate --instance instances/examples/default.json --policy all
+
+test: venv
+	$(PY) -m ruff check engine formulations predictors instances tests
+	$(PY) -m mypy engine formulations
+	$(PY) -m pytest -q -m "not slow and not gpu"
+
+test-fast: venv
+	$(PY) -m pytest -q -x -m "not slow and not gpu and not data"

@@ -1,0 +1,41 @@
+"""Typed errors users can act on. Every message names the offending field and what is allowed."""
+
+from __future__ import annotations
+
+
+class DltschedError(Exception):
+    """Base class of every error raised on purpose by dltsched."""
+
+
+class ValidationError(DltschedError, ValueError):
+    """Input that does not describe a valid instance, job, cluster, state or plan.
+
+    ``path`` is the field path (``jobs[3].num_gpus``); ``str(err)`` is one line:
+    ``"jobs[3].num_gpus: 0 not understood; must be >= 1"``.
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}" if path else problem)
+
+    def under(self, prefix: str) -> ValidationError:
+        """The same error with ``prefix`` prepended to its path."""
+        path = f"{prefix}.{self.path}" if self.path and not self.path.startswith("[") else f"{prefix}{self.path}"
+        return ValidationError(path, self.problem)
+
+
+class InvalidPlanError(DltschedError, ValueError):
+    """A plan that breaks capacity, memory, gang or placement rules of the cluster state."""
+
+
+class InfeasibleRoundError(DltschedError):
+    """A round with jobs that can never be placed; ``jobs`` names them."""
+
+    def __init__(self, message: str, jobs: tuple[str, ...] = ()) -> None:
+        self.jobs = jobs
+        super().__init__(message)
+
+
+class DataNotFoundError(DltschedError, FileNotFoundError):
+    """The shared data folder (or a file in it) is missing; says how to point at it."""

@@ -1,0 +1,79 @@
+"""Predictor protocols the engine and formulations use, and the bundle policies receive.
+
+Implementations live in ``dltsched.predictors`` (DeletePop-style step time, IceFrog-style
+freezing, E-GGAT co-location); ``dltsched.engine.analytic`` holds the catalog-based fallback.
+Policies only ever see predictions through these protocols, never the simulator's ground truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from dltsched.engine.domain import Job
+
+
+@runtime_checkable
+class StepTimePredictor(Protocol):
+    """Isolated (not co-located) time of one training iteration, and GPU memory per GPU."""
+
+    def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
+                    freeze_level: int = 0, num_nodes: int = 1) -> float:
+        """Seconds per iteration of ``job`` on ``num_gpus`` (default ``job.num_gpus``) GPUs of
+        ``gpu_type`` spread over ``num_nodes`` nodes, with the first ``freeze_level`` blocks frozen."""
+        ...
+
+    def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        """Peak GPU memory of one of the job's workers, in MiB."""
+        ...
+
+
+@runtime_checkable
+class FreezingPredictor(Protocol):
+    """Layer freezing: which levels exist and what accuracy they cost."""
+
+    def num_freeze_levels(self, job: Job) -> int:
+        """Number of freeze levels; level 0 (nothing frozen) .. ``n - 1``."""
+        ...
+
+    def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
+        """Extra iterations needed to reach the same accuracy, as a fraction (0 = none), when
+        freezing at ``freeze_level`` from training progress ``start_progress`` (0..1) on."""
+        ...
+
+
+@runtime_checkable
+class ColocationPredictor(Protocol):
+    """Speed of jobs that share one GPU, relative to each running alone on it."""
+
+    def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        """Normalized speed of each job (co-located throughput / isolated throughput)."""
+        ...
+
+    def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        """GPU memory used by the group on one GPU, in MiB."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Predictors:
+    """The predictors a policy or a round builder uses."""
+
+    step_time: StepTimePredictor
+    colocation: ColocationPredictor
+    freezing: FreezingPredictor
+
+    def effective_progress_rate(self, job: Job, gpu_type: str, freeze_level: int = 0,
+                                start_progress: float = 0.0, num_nodes: int = 1) -> float:
+        """Useful iterations per second: layer-aware throughput x (1 - frozen penalty)."""
+        step = self.step_time.step_time_s(job, gpu_type, freeze_level=freeze_level, num_nodes=num_nodes)
+        penalty = self.freezing.frozen_penalty(job, freeze_level, start_progress) if freeze_level else 0.0
+        return (1.0 - penalty) / step
+
+
+def default_predictors() -> Predictors:
+    """The best predictors available without torch: the packaged ones when present, else analytic."""
+    from dltsched.engine.registry import predictors
+
+    return predictors("default")

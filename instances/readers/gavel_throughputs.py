@@ -1,0 +1,100 @@
+"""Reader for Gavel's measured throughputs (``gavel/*throughputs.json``).
+
+Gavel keys job types as ``"ResNet-18 (batch size 16)"`` with a scale factor (#GPUs); values are
+training steps per second, isolated (``"null"``) and pairwise co-located (scale 1 only, K80/P100 in
+this copy). ``[0, 0]`` marks a pair that was not measured or not feasible and is dropped here.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from dltsched.instances.catalog import model_catalog
+from dltsched.instances.datadir import data_file
+
+_JOB_TYPE = re.compile(r"^(?P<name>.+?)(?: \(batch size (?P<bs>\d+)\))?$")
+
+#: Gavel job-type name -> (model id, default batch size when the name has none, dataset)
+GAVEL_MODELS: dict[str, tuple[str, int, str | None]] = {
+    "ResNet-18": ("resnet18", 128, "cifar10"),
+    "ResNet-50": ("resnet50", 64, "imagenet"),
+    "Transformer": ("transformer", 64, "multi30k"),
+    "LM": ("lstm_lm", 20, "wikitext2"),
+    "Recommendation": ("neumf", 1024, "ml-20m"),
+    "A3C": ("a3c", 4, "pong"),
+    "CycleGAN": ("cyclegan", 1, "monet2photo"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GavelJobType:
+    """One Gavel job type: model id, batch size, dataset, and Gavel's own label."""
+
+    model: str
+    batch_size: int
+    dataset: str | None
+    label: str
+
+
+def parse_job_type(label: str) -> GavelJobType:
+    """``"ResNet-18 (batch size 16)"`` -> resnet18 / 16 / cifar10."""
+    m = _JOB_TYPE.match(label.strip())
+    if not m or m.group("name") not in GAVEL_MODELS:
+        raise ValueError(f"Gavel job type '{label}' not understood; known: {', '.join(GAVEL_MODELS)}")
+    model, default_bs, dataset = GAVEL_MODELS[m.group("name")]
+    bs = int(m.group("bs")) if m.group("bs") else default_bs
+    model_catalog().resolve(model)
+    return GavelJobType(model, bs, dataset, label.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class GavelThroughputs:
+    """Isolated and pairwise throughputs (steps/s) keyed by GPU id and job types."""
+
+    #: (gpu, job type, scale factor, consolidated) -> steps/s
+    isolated: dict[tuple[str, GavelJobType, int, bool], float]
+    #: (gpu, job type a, job type b) -> (steps/s of a, steps/s of b) when co-located on one GPU
+    pairs: dict[tuple[str, GavelJobType, GavelJobType], tuple[float, float]]
+
+
+def _key(text: str) -> tuple[str, int]:
+    label, scale = ast.literal_eval(text)
+    return str(label), int(scale)
+
+
+@cache
+def _read(path: str) -> GavelThroughputs:
+    raw = json.loads(Path(path).read_text())
+    isolated: dict[tuple[str, GavelJobType, int, bool], float] = {}
+    pairs: dict[tuple[str, GavelJobType, GavelJobType], tuple[float, float]] = {}
+    for gpu_key, table in raw.items():
+        consolidated = not gpu_key.endswith("_unconsolidated")
+        gpu = gpu_key.removesuffix("_unconsolidated")
+        for job_key, entry in table.items():
+            label, scale = _key(job_key)
+            jt = parse_job_type(label)
+            if entry.get("null"):
+                isolated[(gpu, jt, scale, consolidated)] = float(entry["null"])
+            if not consolidated or scale != 1:
+                continue
+            for other_key, value in entry.items():
+                if other_key == "null":
+                    continue
+                other_label, other_scale = _key(other_key)
+                if other_scale != 1 or not value or float(value[0]) <= 0 or float(value[1]) <= 0:
+                    continue
+                pairs[(gpu, jt, parse_job_type(other_label))] = (float(value[0]), float(value[1]))
+    return GavelThroughputs(isolated, pairs)
+
+
+def read_gavel_throughputs(path: str | os.PathLike[str] | None = None, *,
+                           data_dir: str | os.PathLike[str] | None = None) -> GavelThroughputs:
+    """Read ``simulation_throughputs.json`` (default) or another Gavel throughput file."""
+    p = Path(path) if path is not None else data_file("gavel", "simulation_throughputs.json", data_dir=data_dir)
+    return _read(str(p.resolve()))
