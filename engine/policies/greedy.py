@@ -1,0 +1,85 @@
+"""First-come-first-served and shortest-job-first, exclusive GPUs, non-preemptive.
+
+* **FIFO**: jobs start in arrival order on exclusive GPUs; a job that does not fit blocks the ones behind
+  it (strict head-of-line order, as in the YARN-CS/FIFO baselines of Tiresias, NSDI'19, and Gandiva).
+  ``backfill=True`` lets later jobs that fit start meanwhile.
+* **SJF**: the queued job with the shortest *predicted* remaining run time starts first (jobs that do not
+  fit are skipped: backfilling), the classic SJF baseline of Tiresias (Gu et al., NSDI'19) with durations
+  from the step-time predictor, not from an oracle.
+
+Each job goes to the GPU type with the shortest predicted step time among those with enough free GPUs
+and memory, on as few nodes as possible (best fit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from dltsched.engine.domain import Assignment, ClusterState, JobState, Plan
+from dltsched.engine.policies.placement import Estimates, GpuPool
+from dltsched.engine.predict import Predictors, default_predictors
+
+
+def place_exclusive(state: ClusterState, order: Iterable[JobState], est: Estimates, *,
+                    blocking: bool) -> Plan:
+    """Keep running jobs where they are; start queued jobs in ``order`` on free exclusive GPUs."""
+    pool = GpuPool.empty(state.cluster)
+    placed: list[Assignment] = []
+    for s in state.jobs:
+        if s.assignment is not None:
+            pool.occupy(s.job.id, s.assignment.gpus)
+            placed.append(s.assignment)
+    for s in order:
+        gpus = None
+        for gpu_type in est.candidate_types(s.job, state.cluster):
+            gpus = pool.take_free(s.job, gpu_type)
+            if gpus is not None:
+                break
+        if gpus is None:
+            if blocking:
+                break
+            continue
+        pool.occupy(s.job.id, gpus)
+        placed.append(Assignment(s.job.id, gpus))
+    return Plan(tuple(placed))
+
+
+@dataclass
+class FifoPolicy:
+    """First come, first served on exclusive GPUs (see module docstring)."""
+
+    predictors: Predictors = field(default_factory=default_predictors)
+    backfill: bool = False
+    name: str = "fifo"
+    round_interval_s: float | None = None
+
+    def __post_init__(self) -> None:
+        self._est = Estimates(self.predictors)
+
+    def schedule(self, state: ClusterState) -> Plan:
+        queued = sorted(state.queued(), key=lambda s: (s.job.arrival_time_s, s.job.id))
+        return place_exclusive(state, queued, self._est, blocking=not self.backfill)
+
+
+@dataclass
+class SjfPolicy:
+    """Shortest predicted job first, with backfilling (see module docstring)."""
+
+    predictors: Predictors = field(default_factory=default_predictors)
+    name: str = "sjf"
+    round_interval_s: float | None = None
+
+    def __post_init__(self) -> None:
+        self._est = Estimates(self.predictors)
+
+    def predicted_duration_s(self, s: JobState, state: ClusterState) -> float:
+        types = self._est.candidate_types(s.job, state.cluster)
+        if not types:
+            return float("inf")
+        return s.remaining_iterations * self._est.step_time_s(s.job, types[0])
+
+    def schedule(self, state: ClusterState) -> Plan:
+        key: Callable[[JobState], tuple[float, float, str]] = lambda s: (  # noqa: E731
+            self.predicted_duration_s(s, state), s.job.arrival_time_s, s.job.id)
+        return place_exclusive(state, sorted(state.queued(), key=key), self._est, blocking=False)

@@ -1,0 +1,88 @@
+"""Placement helpers shared by the greedy policies: free-GPU pools, type choice, consolidated placement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dltsched.engine.domain import Assignment, Cluster, ClusterState, Job
+from dltsched.engine.predict import Predictors
+
+
+@dataclass(slots=True)
+class GpuPool:
+    """Which GPUs hold how many jobs during one round of a greedy policy."""
+
+    cluster: Cluster
+    jobs_on: list[list[str]]
+    free_by_node: list[list[int]] = field(default_factory=list)
+
+    @staticmethod
+    def empty(cluster: Cluster) -> GpuPool:
+        pool = GpuPool(cluster, [[] for _ in range(cluster.num_gpus)])
+        pool.free_by_node = [list(cluster.node_gpus(i)) for i in range(len(cluster.nodes))]
+        return pool
+
+    def free_count(self, gpu_type: str) -> int:
+        return sum(len(free) for i, free in enumerate(self.free_by_node) if self.cluster.nodes[i].gpu_type == gpu_type)
+
+    def occupy(self, job_id: str, gpus: tuple[int, ...]) -> None:
+        for g in gpus:
+            if not self.jobs_on[g]:
+                self.free_by_node[self.cluster.gpu_node[g]].remove(g)
+            self.jobs_on[g].append(job_id)
+
+    def are_free(self, gpus: tuple[int, ...]) -> bool:
+        return all(not self.jobs_on[g] for g in gpus)
+
+    def take_free(self, job: Job, gpu_type: str) -> tuple[int, ...] | None:
+        """Free GPUs of ``gpu_type`` for ``job``: the fullest single node that fits (best fit), else the
+        fewest nodes, largest free sets first. ``None`` if not enough are free."""
+        n = job.num_gpus
+        nodes = [i for i, node in enumerate(self.cluster.nodes) if node.gpu_type == gpu_type and self.free_by_node[i]]
+        fitting = [i for i in nodes if len(self.free_by_node[i]) >= n]
+        if fitting:
+            best = min(fitting, key=lambda i: (len(self.free_by_node[i]), i))
+            return tuple(self.free_by_node[best][:n])
+        if sum(len(self.free_by_node[i]) for i in nodes) < n:
+            return None
+        chosen: list[int] = []
+        for i in sorted(nodes, key=lambda i: (-len(self.free_by_node[i]), i)):
+            chosen.extend(self.free_by_node[i][: n - len(chosen)])
+            if len(chosen) == n:
+                break
+        return tuple(chosen)
+
+
+@dataclass(slots=True)
+class Estimates:
+    """Memoized predictions a greedy policy needs (per job and GPU type)."""
+
+    predictors: Predictors
+    _step: dict[tuple[str, str], float] = field(default_factory=dict)
+    _mem: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def step_time_s(self, job: Job, gpu_type: str) -> float:
+        key = (job.id, gpu_type)
+        if key not in self._step:
+            self._step[key] = self.predictors.step_time.step_time_s(job, gpu_type)
+        return self._step[key]
+
+    def memory_mib(self, job: Job, gpu_type: str) -> float:
+        key = (job.id, gpu_type)
+        if key not in self._mem:
+            self._mem[key] = self.predictors.step_time.memory_mib(job, gpu_type) * job.gpu_fraction
+        return self._mem[key]
+
+    def fits_alone(self, job: Job, gpu_type: str, cluster: Cluster) -> bool:
+        return self.memory_mib(job, gpu_type) <= cluster.gpu_types[gpu_type].memory_mib
+
+    def candidate_types(self, job: Job, cluster: Cluster) -> list[str]:
+        """GPU types the job may use and fits on, fastest (by prediction) first."""
+        by_type = cluster.gpus_by_type()
+        types = [t for t in (job.gpu_types or tuple(by_type))
+                 if by_type.get(t, 0) >= job.num_gpus and self.fits_alone(job, t, cluster)]
+        return sorted(types, key=lambda t: (self.step_time_s(job, t), t))
+
+
+def running_assignments(state: ClusterState) -> dict[str, Assignment]:
+    return {s.job.id: s.assignment for s in state.jobs if s.assignment is not None}

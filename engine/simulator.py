@@ -1,0 +1,349 @@
+"""Discrete-event cluster simulator. It owns the clock; policies only see snapshots and predictions.
+
+At every event (arrivals, completions, and a policy's optional round interval) the simulator hands a
+frozen :class:`~dltsched.engine.domain.ClusterState` to the policy, validates the returned
+:class:`~dltsched.engine.domain.Plan` (capacity, gang, GPU types, memory) and applies it: new jobs start,
+moved jobs migrate, jobs left out are preempted. Jobs then advance at **ground-truth** rates
+(:mod:`dltsched.engine.truth`): isolated step time x co-located speed (a gang job runs at its slowest
+worker) x (1 - frozen penalty). A job that (re)starts pays a checkpoint-restore delay before it progresses.
+
+Memory: a plan that overfills a GPU by the ground-truth memory model is rejected (``memory="reject"``,
+the default), or the job that does not fit crashes out of memory at start and returns to the queue
+(``memory="oom"``), as a real cluster would behave when a policy under-predicts memory.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from dltsched.engine.domain import Assignment, ClusterState, Instance, Job, JobState, Plan
+from dltsched.engine.errors import InvalidPlanError, ValidationError
+from dltsched.engine.metrics import JobRecord, SimulationResult, summarize
+from dltsched.engine.truth import GroundTruth, MeasuredTruth
+
+_EPS_ITER = 1e-6
+
+
+class Policy(Protocol):
+    """A scheduling policy: pure function of a snapshot. ``round_interval_s`` asks for periodic rounds."""
+
+    name: str
+    round_interval_s: float | None
+
+    def schedule(self, state: ClusterState) -> Plan: ...
+
+
+def restore_time_s(job: Job) -> float:
+    """Checkpoint-restore delay when a job (re)starts: 10 s start-up + weights and optimizer state
+    read back at 500 MB/s (none for a job's very first start)."""
+    from dltsched.instances.catalog import model_spec
+
+    state_bytes = model_spec(job.model).params_m * 1e6 * (8.0 + job.bytes_per_param)
+    return 10.0 + state_bytes / 500e6
+
+
+@dataclass(slots=True)
+class _Active:
+    job: Job
+    remaining: float
+    attained_s: float = 0.0
+    assignment: Assignment | None = None
+    rate: float = 0.0  # useful iterations per second at the current placement
+    ready_at: float = 0.0  # progress starts after the restore delay
+    preemptions: int = 0
+    first_start: float | None = None
+    queued_since: float = 0.0
+    penalty: float = 0.0
+    snapshot: JobState | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationConfig:
+    """Simulator options; ``seed`` feeds every random choice (policies get it too)."""
+
+    seed: int = 0
+    memory: Literal["reject", "oom"] = "reject"
+    max_time_s: float = math.inf
+    utilization_samples: int = 400
+
+
+@dataclass(slots=True)
+class Simulator:
+    """Runs one policy over one instance. ``run()`` returns a :class:`SimulationResult`."""
+
+    instance: Instance
+    policy: Policy
+    truth: GroundTruth = field(default_factory=MeasuredTruth)
+    config: SimulationConfig = SimulationConfig()
+    on_round: Callable[[float, int], None] | None = None
+
+    def run(self) -> SimulationResult:
+        return _Run(self).run()
+
+
+class _Run:
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.inst = sim.instance
+        self.cluster = sim.instance.cluster
+        self.truth = sim.truth
+        self.policy = sim.policy
+        self.cfg = sim.config
+        self.arrivals = sorted(self.inst.jobs, key=lambda j: (j.arrival_time_s, j.id))
+        self.next_arrival = 0
+        self.active: dict[str, _Active] = {}
+        self.finished: list[JobRecord] = []
+        self.time = 0.0
+        self.gpu_jobs: list[list[str]] = [[] for _ in range(self.cluster.num_gpus)]
+        self.busy_gpu_s = 0.0
+        self.util_trace: list[tuple[float, float]] = []
+        self.decision_times: list[float] = []
+        self.oom_events = 0
+        self.last_round = -math.inf
+        self.ideal_s: dict[str, float] = {}
+        self._check_jobs_fit()
+
+    def _check_jobs_fit(self) -> None:
+        """Every job must fit, alone, on some GPU type it may use (ground-truth memory)."""
+        by_type = self.cluster.gpus_by_type()
+        memo: dict[tuple[str, int, bool, str | None, str], bool] = {}
+        bad: list[str] = []
+        for job in self.inst.jobs:
+            ok = False
+            for t in job.gpu_types or tuple(by_type):
+                key = (job.model, job.batch_size, job.amp, job.dataset, t)
+                if key not in memo:
+                    cap = self.cluster.gpu_types[t].memory_mib
+                    memo[key] = self.truth.memory_mib(job, t, 0) * job.gpu_fraction <= cap
+                if by_type.get(t, 0) >= job.num_gpus and memo[key]:
+                    ok = True
+                    break
+            if not ok:
+                bad.append(job.id)
+        if bad:
+            raise ValidationError(
+                "jobs", f"{len(bad)} job(s) fit in the memory of no GPU type they may use: {bad[:5]}"
+                f"{' ...' if len(bad) > 5 else ''}; lower their batch size or add larger GPUs")
+
+    # -- main loop ----------------------------------------------------------------------------------
+
+    def run(self) -> SimulationResult:
+        started = time.perf_counter()
+        if self.arrivals:
+            self.time = self.arrivals[0].arrival_time_s
+        interval = getattr(self.policy, "round_interval_s", None)
+        while self.next_arrival < len(self.arrivals) or self.active:
+            changed = self._admit_arrivals()
+            changed |= self._complete()
+            due = interval is not None and self.time >= self.last_round + interval - 1e-9
+            if changed or due:
+                self._round()
+            if self.next_arrival >= len(self.arrivals) and not self.active:
+                break
+            t_next = self._next_event_time(interval)
+            if t_next > self.cfg.max_time_s or not math.isfinite(t_next):
+                if math.isfinite(t_next):
+                    break
+                stuck = sorted(self.active)[:5]
+                raise InvalidPlanError(
+                    f"policy '{self.policy.name}' left {len(self.active)} job(s) waiting with nothing running "
+                    f"(e.g. {stuck}); every plan must eventually run each job"
+                )
+            self._advance(t_next)
+        wall = time.perf_counter() - started
+        return summarize(
+            policy=self.policy.name, instance=self.inst, records=self.finished, busy_gpu_s=self.busy_gpu_s,
+            util_trace=self.util_trace, decision_times_s=self.decision_times, wall_time_s=wall,
+            oom_events=self.oom_events, unfinished=len(self.active) + len(self.arrivals) - self.next_arrival,
+            ideal_s=self.ideal_s,
+        )
+
+    def _ideal_s(self, job: Job) -> float:
+        """Run time alone on the job's GPUs of the fastest allowed type (Themis' fair baseline)."""
+        by_type = self.cluster.gpus_by_type()
+        types = [t for t in (job.gpu_types or by_type) if by_type.get(t, 0) >= job.num_gpus]
+        per_node = max((n.num_gpus for n in self.cluster.nodes), default=1)
+        nodes = max(1, math.ceil(job.num_gpus / per_node))
+        return min(self.truth.step_time_s(job, t, job.num_gpus, nodes) for t in types) * job.total_iterations
+
+    def _admit_arrivals(self) -> bool:
+        changed = False
+        while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].arrival_time_s <= self.time:
+            job = self.arrivals[self.next_arrival]
+            self.active[job.id] = _Active(job, float(job.total_iterations), queued_since=job.arrival_time_s)
+            self.next_arrival += 1
+            changed = True
+        return changed
+
+    def _complete(self) -> bool:
+        done = [a for a in self.active.values() if a.remaining <= _EPS_ITER * max(1.0, a.job.total_iterations)]
+        for a in done:
+            self._release(a)
+            del self.active[a.job.id]
+            assert a.first_start is not None
+            self.ideal_s[a.job.id] = self._ideal_s(a.job)
+            self.finished.append(JobRecord(a.job.id, a.job.arrival_time_s, a.first_start, self.time,
+                                           a.job.num_gpus, a.preemptions, a.attained_s, a.job.weight))
+        return bool(done)
+
+    def _next_event_time(self, interval: float | None) -> float:
+        t = math.inf
+        if self.next_arrival < len(self.arrivals):
+            t = self.arrivals[self.next_arrival].arrival_time_s
+        for a in self.active.values():
+            if a.assignment is not None and a.rate > 0:
+                t = min(t, max(a.ready_at, self.time) + a.remaining / a.rate)
+        if interval is not None and self.active:
+            t = min(t, self.last_round + interval)
+        return max(t, self.time)
+
+    def _advance(self, t_next: float) -> None:
+        dt = t_next - self.time
+        if dt > 0:
+            busy = sum(1 for jobs in self.gpu_jobs if jobs)
+            self.busy_gpu_s += busy * dt
+            self.util_trace.append((self.time, busy / self.cluster.num_gpus))
+            for a in self.active.values():
+                if a.assignment is None:
+                    continue
+                a.attained_s += dt * len(a.assignment.gpus)
+                progress_dt = t_next - max(a.ready_at, self.time)
+                if progress_dt > 0:
+                    a.remaining = max(0.0, a.remaining - a.rate * progress_dt)
+                a.snapshot = None
+        self.time = t_next
+
+    # -- rounds -------------------------------------------------------------------------------------
+
+    def _state(self) -> ClusterState:
+        states = []
+        for a in self.active.values():
+            if a.snapshot is None:
+                a.snapshot = JobState(a.job, a.remaining, a.attained_s, a.assignment, a.preemptions,
+                                      a.first_start, a.queued_since)
+            states.append(a.snapshot)
+        return ClusterState(self.time, self.cluster, tuple(states))
+
+    def _round(self) -> None:
+        state = self._state()
+        t0 = time.perf_counter()
+        plan = self.policy.schedule(state)
+        self.decision_times.append(time.perf_counter() - t0)
+        self.last_round = self.time
+        self._apply(plan)
+        if self.sim.on_round is not None:
+            self.sim.on_round(self.time, len(self.finished))
+
+    def _validate(self, plan: Plan) -> dict[str, Assignment]:
+        wanted = plan.by_job()
+        n = self.cluster.num_gpus
+        for job_id, asg in wanted.items():
+            act = self.active.get(job_id)
+            if act is None:
+                raise InvalidPlanError(f"plan places job '{job_id}', which is not active (finished or not arrived)")
+            job = act.job
+            if len(asg.gpus) != job.num_gpus:
+                raise InvalidPlanError(
+                    f"job '{job_id}': gang of {job.num_gpus} GPU(s) placed on {len(asg.gpus)}; all or none")
+            if any(not 0 <= g < n for g in asg.gpus):
+                raise InvalidPlanError(f"job '{job_id}': GPU index out of range 0..{n - 1} in {asg.gpus}")
+            types = {self.cluster.gpu_type_of(g) for g in asg.gpus}
+            if len(types) != 1:
+                raise InvalidPlanError(f"job '{job_id}': placed on mixed GPU types {sorted(types)}; one type per job")
+            if job.gpu_types and not types <= set(job.gpu_types):
+                raise InvalidPlanError(f"job '{job_id}': GPU type {types.pop()} not in its allowed {job.gpu_types}")
+        return wanted
+
+    def _apply(self, plan: Plan) -> None:
+        wanted = self._validate(plan)
+        per_gpu: dict[int, list[str]] = {}
+        for job_id, asg in wanted.items():
+            for g in asg.gpus:
+                per_gpu.setdefault(g, []).append(job_id)
+        rejected = self._check_memory(per_gpu, wanted)
+        for job_id in rejected:
+            wanted.pop(job_id)
+        # preempt or move jobs whose placement changes
+        for a in self.active.values():
+            new = wanted.get(a.job.id)
+            old = a.assignment
+            if old is not None and (new is None or new.gpus != old.gpus):
+                self._release(a)
+                a.preemptions += 1
+                a.queued_since = self.time
+            if new is not None and (old is None or new.gpus != old.gpus):
+                a.ready_at = self.time + (restore_time_s(a.job) if a.first_start is not None else 0.0)
+                if a.first_start is None:
+                    a.first_start = self.time
+            if new is not None and (old is None or new.freeze_level != old.freeze_level):
+                a.penalty = self.truth.frozen_penalty(a.job, new.freeze_level, 1.0 - a.remaining / a.job.total_iterations)
+            a.assignment = new
+            a.snapshot = None
+        for job_id in wanted:
+            for g in wanted[job_id].gpus:
+                if job_id not in self.gpu_jobs[g]:
+                    self.gpu_jobs[g].append(job_id)
+        self._update_rates(wanted)
+
+    def _check_memory(self, per_gpu: dict[int, list[str]], wanted: dict[str, Assignment]) -> list[str]:
+        rejected: list[str] = []
+        for g, job_ids in sorted(per_gpu.items()):
+            gtype = self.cluster.gpu_type_of(g)
+            cap = self.cluster.gpu_types[gtype].memory_mib
+            used = 0.0
+            for job_id in job_ids:
+                if job_id in rejected:
+                    continue
+                job = self.active[job_id].job
+                need = self.truth.memory_mib(job, gtype, wanted[job_id].freeze_level) * job.gpu_fraction
+                if used + need <= cap:
+                    used += need
+                    continue
+                if self.cfg.memory == "reject":
+                    raise InvalidPlanError(
+                        f"GPU {g} ({gtype}, {cap:.0f} MiB): jobs {job_ids} need more memory than it has "
+                        f"(job '{job_id}' needs {need:.0f} MiB with {used:.0f} MiB already used)")
+                rejected.append(job_id)
+                self.oom_events += 1
+        return rejected
+
+    def _release(self, a: _Active) -> None:
+        if a.assignment is None:
+            return
+        for g in a.assignment.gpus:
+            if a.job.id in self.gpu_jobs[g]:
+                self.gpu_jobs[g].remove(a.job.id)
+        a.assignment = None
+        a.rate = 0.0
+
+    def _update_rates(self, wanted: dict[str, Assignment]) -> None:
+        cluster = self.cluster
+        speed_cache: dict[tuple[str, ...], tuple[float, ...]] = {}
+        for a in self.active.values():
+            asg = a.assignment
+            if asg is None:
+                continue
+            gtype = cluster.gpu_type_of(asg.gpus[0])
+            nodes = len({cluster.gpu_node[g] for g in asg.gpus})
+            step = self.truth.step_time_s(a.job, gtype, len(asg.gpus), nodes, asg.freeze_level)
+            speed = 1.0
+            for g in asg.gpus:
+                group = tuple(self.gpu_jobs[g])
+                if len(group) > 1:
+                    if group not in speed_cache:
+                        jobs = [self.active[j].job for j in group]
+                        speed_cache[group] = self.truth.colocated_speeds(jobs, gtype)
+                    speed = min(speed, speed_cache[group][group.index(a.job.id)])
+            a.rate = speed * (1.0 - a.penalty) / step
+
+
+def simulate(instance: Instance, policy: Policy, *, truth: GroundTruth | None = None,
+             config: SimulationConfig | None = None) -> SimulationResult:
+    """Simulate ``policy`` on ``instance`` with ground truth ``truth`` (default: measured)."""
+    sim = Simulator(instance, policy, truth or MeasuredTruth(), config or SimulationConfig())
+    return sim.run()
+
