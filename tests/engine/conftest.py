@@ -1,0 +1,38 @@
+"""Small random instances for engine tests (Gavel's models and batch sizes; mixed GPU types)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from dltsched.engine.domain import Cluster, Instance, Job, Node
+from dltsched.engine.registry import predictors as predictor_bundle
+
+GAVEL_JOBS = (("resnet18", 128), ("resnet50", 64), ("transformer", 128), ("lstm_lm", 20),
+              ("neumf", 1024), ("a3c", 4), ("cyclegan", 1), ("resnet18", 32))
+
+
+def small_instance(seed: int, num_jobs: int = 12, gpus_per_node: int = 2) -> Instance:
+    """A seeded instance: 3 nodes (v100, p100, k80), Poisson arrivals, mixed sizes and models."""
+    rng = random.Random(seed)
+    cluster = Cluster((Node("v0", "v100", gpus_per_node), Node("v1", "v100", gpus_per_node),
+                       Node("p0", "p100", gpus_per_node), Node("k0", "k80", gpus_per_node)))
+    jobs = []
+    t = 0.0
+    for i in range(num_jobs):
+        t += rng.expovariate(1 / 60.0)
+        model, batch = rng.choice(GAVEL_JOBS)
+        jobs.append(Job(f"j{i}", model, batch, rng.choice([50, 500, 3000]), num_gpus=rng.choice([1, 1, 1, 2, 4]),
+                        arrival_time_s=round(t, 3), freeze_allowed=rng.random() < 0.3))
+    return Instance(f"small-{seed}", cluster, tuple(jobs))
+
+
+@pytest.fixture(scope="session", name="small_instance")
+def small_instance_fixture():
+    return small_instance
+
+
+@pytest.fixture(scope="session")
+def analytic():
+    return predictor_bundle("analytic")
