@@ -25,6 +25,9 @@ _COMMANDS: dict[str, str] = {
     "predict": "dltsched.predictors.cli:predict",
     "profile": "dltsched.predictors.cli:profile",
     "bench": "dltsched.engine.cli_bench:bench",
+    "serve": "dltsched.engine.service:serve",
+    "batch": "dltsched.engine.batch:batch",
+    "plot": "dltsched.engine.plots:plot",
 }
 
 
