@@ -38,6 +38,17 @@ class JobRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class PlacementInterval:
+    """A job held ``gpus`` at ``freeze_level`` from ``start_s`` to ``end_s`` (for Gantt charts)."""
+
+    job_id: str
+    gpus: tuple[int, ...]
+    start_s: float
+    end_s: float
+    freeze_level: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class SimulationResult:
     """Summary of one simulation; ``to_dict()`` gives the JSON the CLI prints."""
 
@@ -45,6 +56,7 @@ class SimulationResult:
     instance: str
     num_jobs: int
     num_jobs_finished: int
+    num_jobs_unfinished: int
     avg_jct_s: float
     median_jct_s: float
     p95_jct_s: float
@@ -65,18 +77,22 @@ class SimulationResult:
     wall_time_s: float
     records: tuple[JobRecord, ...] = ()
     utilization: tuple[tuple[float, float], ...] = ()
+    placements: tuple[PlacementInterval, ...] = ()
 
     def to_dict(self, *, records: bool = False, utilization: bool = False) -> dict[str, object]:
+        """JSON-ready dict; ``records`` adds per-job records and placement intervals."""
         out = asdict(self)
         if records:
             out["records"] = [asdict(r) | {"jct_s": r.jct_s} for r in self.records]
+            out["placements"] = [asdict(p) | {"gpus": list(p.gpus)} for p in self.placements]
         else:
             out.pop("records")
+            out.pop("placements")
         if utilization:
             out["utilization"] = [list(p) for p in self.utilization]
         else:
             out.pop("utilization")
-        return out
+        return {k: (None if isinstance(v, float) and v != v else v) for k, v in out.items()}
 
 
 def _pct(values: np.ndarray, q: float) -> float:
@@ -92,7 +108,8 @@ def _downsample(trace: Sequence[tuple[float, float]], n: int) -> tuple[tuple[flo
 
 def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy_gpu_s: float,
               util_trace: list[tuple[float, float]], decision_times_s: list[float], wall_time_s: float,
-              oom_events: int, unfinished: int, ideal_s: dict[str, float] | None = None) -> SimulationResult:
+              oom_events: int, unfinished: int, ideal_s: dict[str, float] | None = None,
+              placements: list[PlacementInterval] | None = None) -> SimulationResult:
     """Aggregate per-job records into a :class:`SimulationResult`."""
     jct = np.array([r.jct_s for r in records], dtype=float)
     weights = np.array([r.weight for r in records], dtype=float)
@@ -108,6 +125,7 @@ def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy
     dec = np.array(decision_times_s, dtype=float)
     return SimulationResult(
         policy=policy, instance=instance.name, num_jobs=len(instance.jobs), num_jobs_finished=len(records),
+        num_jobs_unfinished=unfinished,
         avg_jct_s=float(jct.mean()) if jct.size else 0.0, median_jct_s=_pct(jct, 50), p95_jct_s=_pct(jct, 95),
         p99_jct_s=_pct(jct, 99),
         weighted_avg_jct_s=float((jct * weights).sum() / weights.sum()) if jct.size else 0.0,
@@ -119,4 +137,5 @@ def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy
         num_rounds=len(decision_times_s), decision_time_mean_s=float(dec.mean()) if dec.size else 0.0,
         decision_time_p99_s=_pct(dec, 99), decision_time_total_s=float(dec.sum()), wall_time_s=wall_time_s,
         records=tuple(records), utilization=_downsample(util_trace, 400),
+        placements=tuple(placements or ()),
     )

@@ -22,7 +22,7 @@ from typing import Literal, Protocol
 
 from dltsched.engine.domain import Assignment, ClusterState, Instance, Job, JobState, Plan
 from dltsched.engine.errors import InvalidPlanError, ValidationError
-from dltsched.engine.metrics import JobRecord, SimulationResult, summarize
+from dltsched.engine.metrics import JobRecord, PlacementInterval, SimulationResult, summarize
 from dltsched.engine.truth import GroundTruth, MeasuredTruth
 
 _EPS_ITER = 1e-6
@@ -59,6 +59,7 @@ class _Active:
     queued_since: float = 0.0
     penalty: float = 0.0
     snapshot: JobState | None = None
+    placed_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +106,7 @@ class _Run:
         self.oom_events = 0
         self.last_round = -math.inf
         self.ideal_s: dict[str, float] = {}
+        self.intervals: list[PlacementInterval] = []
         self._check_jobs_fit()
 
     def _check_jobs_fit(self) -> None:
@@ -159,7 +161,7 @@ class _Run:
             policy=self.policy.name, instance=self.inst, records=self.finished, busy_gpu_s=self.busy_gpu_s,
             util_trace=self.util_trace, decision_times_s=self.decision_times, wall_time_s=wall,
             oom_events=self.oom_events, unfinished=len(self.active) + len(self.arrivals) - self.next_arrival,
-            ideal_s=self.ideal_s,
+            ideal_s=self.ideal_s, placements=self.intervals,
         )
 
     def _ideal_s(self, job: Job) -> float:
@@ -279,6 +281,11 @@ class _Run:
                 a.ready_at = self.time + (restore_time_s(a.job) if a.first_start is not None else 0.0)
                 if a.first_start is None:
                     a.first_start = self.time
+            if new is not None and old is not None and new.gpus == old.gpus and new.freeze_level != old.freeze_level:
+                self.intervals.append(PlacementInterval(a.job.id, old.gpus, a.placed_at, self.time, old.freeze_level))
+                a.placed_at = self.time
+            if new is not None and (old is None or new.gpus != old.gpus):
+                a.placed_at = self.time
             if new is not None and (old is None or new.freeze_level != old.freeze_level):
                 a.penalty = self.truth.frozen_penalty(a.job, new.freeze_level, 1.0 - a.remaining / a.job.total_iterations)
             a.assignment = new
@@ -314,6 +321,8 @@ class _Run:
     def _release(self, a: _Active) -> None:
         if a.assignment is None:
             return
+        self.intervals.append(PlacementInterval(a.job.id, a.assignment.gpus, a.placed_at, self.time,
+                                                a.assignment.freeze_level))
         for g in a.assignment.gpus:
             if a.job.id in self.gpu_jobs[g]:
                 self.gpu_jobs[g].remove(a.job.id)
