@@ -369,12 +369,21 @@ class JobState:
 class ClusterState:
     """What a policy sees at one decision point: time, cluster, and every active job.
 
-    Ground-truth speeds are not part of it; policies estimate with predictors.
+    Ground-truth speeds are not part of it; policies estimate with predictors. ``down_gpus`` are on
+    failed nodes and must not be used.
     """
 
     time_s: float
     cluster: Cluster
     jobs: tuple[JobState, ...]
+    down_gpus: frozenset[int] = frozenset()
+
+    def available_by_type(self) -> dict[str, int]:
+        """Number of GPUs of each type that are up (not on a failed node)."""
+        out = self.cluster.gpus_by_type()
+        for g in self.down_gpus:
+            out[self.cluster.gpu_type_of(g)] -= 1
+        return out
 
     def running(self) -> tuple[JobState, ...]:
         return tuple(s for s in self.jobs if s.assignment is not None)

@@ -68,6 +68,8 @@ class SimulationResult:
     gpu_util: float
     num_preemptions: int
     oom_events: int
+    node_failures: int
+    fault_interruptions: int
     ftf_mean: float
     ftf_max: float
     num_rounds: int
@@ -109,7 +111,8 @@ def _downsample(trace: Sequence[tuple[float, float]], n: int) -> tuple[tuple[flo
 def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy_gpu_s: float,
               util_trace: list[tuple[float, float]], decision_times_s: list[float], wall_time_s: float,
               oom_events: int, unfinished: int, ideal_s: dict[str, float] | None = None,
-              placements: list[PlacementInterval] | None = None) -> SimulationResult:
+              placements: list[PlacementInterval] | None = None, node_failures: int = 0,
+              fault_interruptions: int = 0) -> SimulationResult:
     """Aggregate per-job records into a :class:`SimulationResult`."""
     jct = np.array([r.jct_s for r in records], dtype=float)
     weights = np.array([r.weight for r in records], dtype=float)
@@ -132,6 +135,7 @@ def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy
         makespan_s=makespan, avg_queueing_s=float(queue.mean()) if queue.size else 0.0,
         p99_queueing_s=_pct(queue, 99), gpu_util=gpu_util,
         num_preemptions=sum(r.preemptions for r in records), oom_events=oom_events,
+        node_failures=node_failures, fault_interruptions=fault_interruptions,
         ftf_mean=float(rho.mean()) if rho.size else float("nan"),
         ftf_max=float(rho.max()) if rho.size else float("nan"),
         num_rounds=len(decision_times_s), decision_time_mean_s=float(dec.mean()) if dec.size else 0.0,

@@ -22,6 +22,7 @@ from typing import Literal, Protocol
 
 from dltsched.engine.domain import Assignment, ClusterState, Instance, Job, JobState, Plan
 from dltsched.engine.errors import InvalidPlanError, ValidationError
+from dltsched.engine.faults import FaultConfig, FaultSchedule
 from dltsched.engine.metrics import JobRecord, PlacementInterval, SimulationResult, summarize
 from dltsched.engine.truth import GroundTruth, MeasuredTruth
 
@@ -60,6 +61,8 @@ class _Active:
     penalty: float = 0.0
     snapshot: JobState | None = None
     placed_at: float = 0.0
+    ckpt_remaining: float = 0.0  # remaining iterations at the last checkpoint
+    failures: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,10 @@ class SimulationConfig:
     memory: Literal["reject", "oom"] = "reject"
     max_time_s: float = math.inf
     utilization_samples: int = 400
+    faults: FaultConfig | None = None
+    #: write the simulation state here every ``checkpoint_every_rounds`` rounds (atomic replace)
+    checkpoint_path: str | None = None
+    checkpoint_every_rounds: int = 200
 
 
 @dataclass(slots=True)
@@ -82,8 +89,14 @@ class Simulator:
     config: SimulationConfig = SimulationConfig()
     on_round: Callable[[float, int], None] | None = None
 
-    def run(self) -> SimulationResult:
-        return _Run(self).run()
+    def run(self, *, resume: bool = False) -> SimulationResult:
+        """Simulate to the end; with ``resume``, continue from ``config.checkpoint_path`` if it exists."""
+        run = _Run(self)
+        if resume and self.config.checkpoint_path:
+            from dltsched.engine.checkpoint import load_checkpoint
+
+            load_checkpoint(run, self.config.checkpoint_path)
+        return run.run()
 
 
 class _Run:
@@ -107,6 +120,13 @@ class _Run:
         self.last_round = -math.inf
         self.ideal_s: dict[str, float] = {}
         self.intervals: list[PlacementInterval] = []
+        self.rounds = 0
+        self.node_failures = 0
+        self.fault_interruptions = 0
+        self.started = False
+        first = self.arrivals[0].arrival_time_s if self.arrivals else 0.0
+        self.faults = (FaultSchedule(self.cfg.faults, self.cfg.seed, len(self.cluster.nodes), start_s=first)
+                       if self.cfg.faults is not None else None)
         self._check_jobs_fit()
 
     def _check_jobs_fit(self) -> None:
@@ -135,15 +155,18 @@ class _Run:
 
     def run(self) -> SimulationResult:
         started = time.perf_counter()
-        if self.arrivals:
+        if self.arrivals and not self.started:
             self.time = self.arrivals[0].arrival_time_s
+        self.started = True
         interval = getattr(self.policy, "round_interval_s", None)
         while self.next_arrival < len(self.arrivals) or self.active:
             changed = self._admit_arrivals()
             changed |= self._complete()
+            changed |= self._fault_events()
             due = interval is not None and self.time >= self.last_round + interval - 1e-9
             if changed or due:
                 self._round()
+                self._check_progress()
             if self.next_arrival >= len(self.arrivals) and not self.active:
                 break
             t_next = self._next_event_time(interval)
@@ -161,8 +184,42 @@ class _Run:
             policy=self.policy.name, instance=self.inst, records=self.finished, busy_gpu_s=self.busy_gpu_s,
             util_trace=self.util_trace, decision_times_s=self.decision_times, wall_time_s=wall,
             oom_events=self.oom_events, unfinished=len(self.active) + len(self.arrivals) - self.next_arrival,
-            ideal_s=self.ideal_s, placements=self.intervals,
+            ideal_s=self.ideal_s, placements=self.intervals, node_failures=self.node_failures,
+            fault_interruptions=self.fault_interruptions,
         )
+
+    def _check_progress(self) -> None:
+        """A policy that runs nothing while every GPU is free and nothing else will happen is stuck."""
+        if not self.active or self.next_arrival < len(self.arrivals):
+            return
+        if any(a.assignment is not None for a in self.active.values()):
+            return
+        if self.faults is not None and self.faults.down:
+            return
+        stuck = sorted(self.active)[:5]
+        raise InvalidPlanError(
+            f"policy '{self.policy.name}' runs none of the {len(self.active)} waiting job(s) (e.g. {stuck}) "
+            "on an idle cluster; every plan must eventually run each job")
+
+    def _fault_events(self) -> bool:
+        """Apply node failures and repairs due now; jobs on failed nodes roll back to their checkpoint."""
+        if self.faults is None:
+            return False
+        failed, repaired = self.faults.step(self.time)
+        for n in failed:
+            self.node_failures += 1
+            gpus = set(self.cluster.node_gpus(n))
+            for a in list(self.active.values()):
+                if a.assignment is not None and gpus & set(a.assignment.gpus):
+                    self._release(a)
+                    a.remaining = a.ckpt_remaining
+                    a.failures += 1
+                    a.queued_since = self.time
+                    a.snapshot = None
+                    self.fault_interruptions += 1
+        if failed:
+            self._update_rates()
+        return bool(failed or repaired)
 
     def _ideal_s(self, job: Job) -> float:
         """Run time alone on the job's GPUs of the fastest allowed type (Themis' fair baseline)."""
@@ -176,7 +233,8 @@ class _Run:
         changed = False
         while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].arrival_time_s <= self.time:
             job = self.arrivals[self.next_arrival]
-            self.active[job.id] = _Active(job, float(job.total_iterations), queued_since=job.arrival_time_s)
+            total = float(job.total_iterations)
+            self.active[job.id] = _Active(job, total, queued_since=job.arrival_time_s, ckpt_remaining=total)
             self.next_arrival += 1
             changed = True
         return changed
@@ -201,6 +259,8 @@ class _Run:
                 t = min(t, max(a.ready_at, self.time) + a.remaining / a.rate)
         if interval is not None and self.active:
             t = min(t, self.last_round + interval)
+        if self.faults is not None and (self.active or self.next_arrival < len(self.arrivals)):
+            t = min(t, self.faults.upcoming())
         return max(t, self.time)
 
     def _advance(self, t_next: float) -> None:
@@ -213,11 +273,24 @@ class _Run:
                 if a.assignment is None:
                     continue
                 a.attained_s += dt * len(a.assignment.gpus)
-                progress_dt = t_next - max(a.ready_at, self.time)
+                t_from = max(a.ready_at, self.time)
+                progress_dt = t_next - t_from
                 if progress_dt > 0:
+                    if self.faults is not None:
+                        self._periodic_checkpoint(a, t_from, t_next)
                     a.remaining = max(0.0, a.remaining - a.rate * progress_dt)
                 a.snapshot = None
         self.time = t_next
+
+    def _periodic_checkpoint(self, a: _Active, t_from: float, t_to: float) -> None:
+        """Record the job's remaining work at the last checkpoint instant in (t_from, t_to]."""
+        assert self.faults is not None
+        every = self.faults.config.checkpoint_interval_s
+        origin = max(a.ready_at, a.placed_at)
+        k = math.floor((t_to - origin) / every)
+        instant = origin + k * every
+        if k >= 1 and instant > t_from:
+            a.ckpt_remaining = max(0.0, a.remaining - a.rate * (instant - t_from))
 
     # -- rounds -------------------------------------------------------------------------------------
 
@@ -228,7 +301,10 @@ class _Run:
                 a.snapshot = JobState(a.job, a.remaining, a.attained_s, a.assignment, a.preemptions,
                                       a.first_start, a.queued_since)
             states.append(a.snapshot)
-        return ClusterState(self.time, self.cluster, tuple(states))
+        down: frozenset[int] = frozenset()
+        if self.faults is not None and self.faults.down:
+            down = frozenset(g for n in self.faults.down for g in self.cluster.node_gpus(n))
+        return ClusterState(self.time, self.cluster, tuple(states), down)
 
     def _round(self) -> None:
         state = self._state()
@@ -236,11 +312,16 @@ class _Run:
         plan = self.policy.schedule(state)
         self.decision_times.append(time.perf_counter() - t0)
         self.last_round = self.time
-        self._apply(plan)
+        self._apply(plan, state.down_gpus)
+        self.rounds += 1
+        if self.cfg.checkpoint_path and self.rounds % self.cfg.checkpoint_every_rounds == 0:
+            from dltsched.engine.checkpoint import save_checkpoint
+
+            save_checkpoint(self, self.cfg.checkpoint_path)
         if self.sim.on_round is not None:
             self.sim.on_round(self.time, len(self.finished))
 
-    def _validate(self, plan: Plan) -> dict[str, Assignment]:
+    def _validate(self, plan: Plan, down: frozenset[int]) -> dict[str, Assignment]:
         wanted = plan.by_job()
         n = self.cluster.num_gpus
         for job_id, asg in wanted.items():
@@ -253,6 +334,9 @@ class _Run:
                     f"job '{job_id}': gang of {job.num_gpus} GPU(s) placed on {len(asg.gpus)}; all or none")
             if any(not 0 <= g < n for g in asg.gpus):
                 raise InvalidPlanError(f"job '{job_id}': GPU index out of range 0..{n - 1} in {asg.gpus}")
+            if down and down.intersection(asg.gpus):
+                raise InvalidPlanError(f"job '{job_id}': placed on GPU(s) {sorted(down.intersection(asg.gpus))} "
+                                       "of a failed node")
             types = {self.cluster.gpu_type_of(g) for g in asg.gpus}
             if len(types) != 1:
                 raise InvalidPlanError(f"job '{job_id}': placed on mixed GPU types {sorted(types)}; one type per job")
@@ -260,8 +344,8 @@ class _Run:
                 raise InvalidPlanError(f"job '{job_id}': GPU type {types.pop()} not in its allowed {job.gpu_types}")
         return wanted
 
-    def _apply(self, plan: Plan) -> None:
-        wanted = self._validate(plan)
+    def _apply(self, plan: Plan, down: frozenset[int] = frozenset()) -> None:
+        wanted = self._validate(plan, down)
         per_gpu: dict[int, list[str]] = {}
         for job_id, asg in wanted.items():
             for g in asg.gpus:
@@ -277,6 +361,7 @@ class _Run:
                 self._release(a)
                 a.preemptions += 1
                 a.queued_since = self.time
+                a.ckpt_remaining = a.remaining  # preemption checkpoints the job
             if new is not None and (old is None or new.gpus != old.gpus):
                 a.ready_at = self.time + (restore_time_s(a.job) if a.first_start is not None else 0.0)
                 if a.first_start is None:
@@ -294,7 +379,7 @@ class _Run:
             for g in wanted[job_id].gpus:
                 if job_id not in self.gpu_jobs[g]:
                     self.gpu_jobs[g].append(job_id)
-        self._update_rates(wanted)
+        self._update_rates()
 
     def _check_memory(self, per_gpu: dict[int, list[str]], wanted: dict[str, Assignment]) -> list[str]:
         rejected: list[str] = []
@@ -329,7 +414,7 @@ class _Run:
         a.assignment = None
         a.rate = 0.0
 
-    def _update_rates(self, wanted: dict[str, Assignment]) -> None:
+    def _update_rates(self) -> None:
         cluster = self.cluster
         speed_cache: dict[tuple[str, ...], tuple[float, ...]] = {}
         for a in self.active.values():

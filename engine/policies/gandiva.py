@@ -65,7 +65,7 @@ class GandivaPolicy:
 
     def schedule(self, state: ClusterState) -> Plan:
         jobs = {s.job.id: s.job for s in state.jobs}
-        pool = GpuPool.empty(state.cluster)
+        pool = GpuPool.empty(state)
         placed: dict[str, Assignment] = {}
         for s in state.running():
             assert s.assignment is not None

@@ -24,7 +24,7 @@ from dltsched.engine.predict import Predictors, default_predictors
 def place_exclusive(state: ClusterState, order: Iterable[JobState], est: Estimates, *,
                     blocking: bool) -> Plan:
     """Keep running jobs where they are; start queued jobs in ``order`` on free exclusive GPUs."""
-    pool = GpuPool.empty(state.cluster)
+    pool = GpuPool.empty(state)
     placed: list[Assignment] = []
     for s in state.jobs:
         if s.assignment is not None:

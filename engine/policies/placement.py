@@ -17,9 +17,12 @@ class GpuPool:
     free_by_node: list[list[int]] = field(default_factory=list)
 
     @staticmethod
-    def empty(cluster: Cluster) -> GpuPool:
+    def empty(state: ClusterState) -> GpuPool:
+        """All GPUs that are up, none holding a job."""
+        cluster = state.cluster
         pool = GpuPool(cluster, [[] for _ in range(cluster.num_gpus)])
-        pool.free_by_node = [list(cluster.node_gpus(i)) for i in range(len(cluster.nodes))]
+        down = state.down_gpus
+        pool.free_by_node = [[g for g in cluster.node_gpus(i) if g not in down] for i in range(len(cluster.nodes))]
         return pool
 
     def free_count(self, gpu_type: str) -> int:

@@ -41,7 +41,7 @@ class TiresiasPolicy:
 
     def schedule(self, state: ClusterState) -> Plan:
         order = sorted(state.jobs, key=lambda s: (self.queue_of(s, state.time_s), s.job.arrival_time_s, s.job.id))
-        free = dict(state.cluster.gpus_by_type())
+        free = state.available_by_type()
         admitted: list[tuple[JobState, str]] = []
         for s in order:
             types = self._est.candidate_types(s.job, state.cluster)
@@ -53,7 +53,7 @@ class TiresiasPolicy:
                     free[t] -= s.job.num_gpus
                     admitted.append((s, t))
                     break
-        pool = GpuPool.empty(state.cluster)
+        pool = GpuPool.empty(state)
         placed: list[Assignment] = []
         for s, t in admitted:  # running jobs keep their GPUs when they stay on the same type
             a = s.assignment

@@ -14,7 +14,6 @@ from dltsched.engine.registry import BASELINE_POLICIES, make_policy
 from dltsched.engine.simulator import SimulationConfig, Simulator, simulate
 from dltsched.engine.truth import MeasuredTruth
 
-
 TRUTH = MeasuredTruth(use_measurements=False)
 
 

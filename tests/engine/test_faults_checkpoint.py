@@ -1,0 +1,101 @@
+"""Node failures lose only un-checkpointed progress and never lose or duplicate a job; a crashed run
+resumes from its checkpoint to the same final result."""
+
+from __future__ import annotations
+
+import pytest
+
+from dltsched.engine.faults import FaultConfig, FaultSchedule
+from dltsched.engine.registry import BASELINE_POLICIES, make_policy
+from dltsched.engine.simulator import SimulationConfig, Simulator
+from dltsched.engine.truth import MeasuredTruth
+
+TRUTH = MeasuredTruth(use_measurements=False)
+FAULTS = FaultConfig(mtbf_s=4 * 3600.0, mttr_s=900.0, checkpoint_interval_s=600.0)
+
+
+def test_fault_schedule_is_seeded_and_alternates():
+    a = FaultSchedule(FAULTS, seed=1, num_nodes=3)
+    b = FaultSchedule(FAULTS, seed=1, num_nodes=3)
+    events = []
+    for _ in range(10):
+        t = a.upcoming()
+        assert t == b.upcoming()
+        failed, repaired = a.step(t)
+        assert (failed, repaired) == b.step(t)
+        assert not set(failed) & set(repaired)
+        events.append((t, failed, repaired))
+    assert [e[0] for e in events] == sorted(e[0] for e in events), "time moved backward"
+    assert FaultSchedule(FAULTS, seed=2, num_nodes=3).upcoming() != events[0][0]
+
+
+@pytest.mark.parametrize("policy", BASELINE_POLICIES)
+def test_failures_requeue_jobs_without_losing_any(policy, analytic, small_instance):
+    inst = small_instance(11, num_jobs=25)
+    cfg = SimulationConfig(seed=5, faults=FAULTS)
+    res = Simulator(inst, make_policy(policy, predictors=analytic), TRUTH, cfg).run()
+    assert sorted(r.job_id for r in res.records) == sorted(j.id for j in inst.jobs)
+    assert res.node_failures > 0
+    assert res.fault_interruptions <= res.node_failures * inst.cluster.num_gpus
+
+
+def test_failed_node_is_never_used_while_down(analytic, small_instance):
+    inst = small_instance(3, num_jobs=30)
+    seen = []
+
+    class Watch:
+        name = "fifo"
+        round_interval_s = None
+
+        def __init__(self):
+            self.inner = make_policy("fifo", predictors=analytic)
+
+        def schedule(self, state):
+            plan = self.inner.schedule(state)
+            for a in plan.assignments:
+                assert not state.down_gpus.intersection(a.gpus)
+            seen.append(len(state.down_gpus))
+            return plan
+
+    Simulator(inst, Watch(), TRUTH, SimulationConfig(seed=2, faults=FAULTS)).run()
+    assert max(seen) > 0, "no round saw a failed node; the test needs a harsher fault process"
+
+
+class Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("policy", ["tiresias", "gandiva"])
+def test_resume_after_crash_gives_the_same_result(policy, analytic, small_instance, tmp_path):
+    inst = small_instance(21, num_jobs=30)
+    ckpt = tmp_path / "sim.ckpt.json"
+    cfg = SimulationConfig(seed=4, faults=FAULTS, checkpoint_path=str(ckpt), checkpoint_every_rounds=5)
+    full = Simulator(inst, make_policy(policy, predictors=analytic), TRUTH,
+                     SimulationConfig(seed=4, faults=FAULTS)).run()
+
+    rounds = {"n": 0}
+
+    def crash_midway(_t, _finished):
+        rounds["n"] += 1
+        if rounds["n"] == 23:
+            raise Crash
+
+    with pytest.raises(Crash):
+        Simulator(inst, make_policy(policy, predictors=analytic), TRUTH, cfg, on_round=crash_midway).run()
+    assert ckpt.exists()
+    resumed = Simulator(inst, make_policy(policy, predictors=analytic), TRUTH, cfg).run(resume=True)
+    assert resumed.records == full.records
+    assert resumed.makespan_s == full.makespan_s
+    assert resumed.node_failures == full.node_failures
+
+
+def test_resume_refuses_another_seed(analytic, small_instance, tmp_path):
+    from dltsched.engine.errors import ValidationError
+
+    inst = small_instance(1, num_jobs=10)
+    ckpt = tmp_path / "c.json"
+    cfg = SimulationConfig(seed=1, checkpoint_path=str(ckpt), checkpoint_every_rounds=1)
+    Simulator(inst, make_policy("fifo", predictors=analytic), TRUTH, cfg).run()
+    other = SimulationConfig(seed=2, checkpoint_path=str(ckpt))
+    with pytest.raises(ValidationError, match="seed"):
+        Simulator(inst, make_policy("fifo", predictors=analytic), TRUTH, other).run(resume=True)
