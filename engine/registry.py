@@ -19,10 +19,16 @@ _POLICIES: dict[str, str] = {
     "sjf": "dltsched.engine.policies.greedy:SjfPolicy",
     "tiresias": "dltsched.engine.policies.tiresias:TiresiasPolicy",
     "gandiva": "dltsched.engine.policies.gandiva:GandivaPolicy",
+    "icefrog": "dltsched.engine.policies.icefrog:IceFrogPolicy",
+    "lucid": "dltsched.engine.policies.lucid:LucidPolicy",
+    "gavel": "dltsched.engine.policies.gavel_lp:GavelPolicy",
 }
 
 #: policies that the main comparison (``--policy all``) runs, in table order
 BASELINE_POLICIES: tuple[str, ...] = ("fifo", "sjf", "tiresias", "gandiva")
+
+#: the strongest published alternatives the optimizing policy is compared with
+PAPER_POLICIES: tuple[str, ...] = ("icefrog", "lucid", "gavel")
 
 _PREDICTORS: dict[str, str] = {
     "analytic": "dltsched.engine.registry:_analytic_predictors",

@@ -24,7 +24,8 @@ def small_instance(seed: int, num_jobs: int = 12, gpus_per_node: int = 2) -> Ins
         t += rng.expovariate(1 / 60.0)
         model, batch = rng.choice(GAVEL_JOBS)
         jobs.append(Job(f"j{i}", model, batch, rng.choice([50, 500, 3000]), num_gpus=rng.choice([1, 1, 1, 2, 4]),
-                        arrival_time_s=round(t, 3), freeze_allowed=rng.random() < 0.3))
+                        arrival_time_s=round(t, 3), freeze_allowed=(free := rng.random() < 0.3),
+                        accuracy_budget=0.1 if free else 0.0))
     return Instance(f"small-{seed}", cluster, tuple(jobs))
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from dltsched.engine.domain import Assignment, ClusterState, Plan
 from dltsched.engine.errors import InvalidPlanError
-from dltsched.engine.registry import BASELINE_POLICIES, make_policy
+from dltsched.engine.registry import BASELINE_POLICIES, PAPER_POLICIES, make_policy
 from dltsched.engine.simulator import SimulationConfig, Simulator, simulate
 from dltsched.engine.truth import MeasuredTruth
 
@@ -55,7 +55,7 @@ class Recorder:
         return plan
 
 
-@pytest.mark.parametrize("policy", BASELINE_POLICIES)
+@pytest.mark.parametrize("policy", BASELINE_POLICIES + PAPER_POLICIES)
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000))
 def test_invariants_every_job_finishes_once(policy, seed, analytic, small_instance):
@@ -71,7 +71,7 @@ def test_invariants_every_job_finishes_once(policy, seed, analytic, small_instan
     assert 0.0 < result.gpu_util <= 1.0
 
 
-@pytest.mark.parametrize("policy", BASELINE_POLICIES)
+@pytest.mark.parametrize("policy", BASELINE_POLICIES + PAPER_POLICIES)
 def test_same_seed_same_result(policy, analytic, small_instance):
     inst = small_instance(7, num_jobs=20)
     a = simulate(inst, make_policy(policy, predictors=analytic), truth=TRUTH, config=SimulationConfig(seed=3))

@@ -1,0 +1,221 @@
+"""The embedding API: solve one scheduling round, or simulate an instance, in a few lines.
+
+Stable entry points for schedulers written in Python:
+
+- :class:`SolveConfig` — how a round is solved (backend, objective, co-location, freezing, time limit).
+- :func:`solve_round` — ``ClusterState`` in, :class:`~dltsched.engine.domain.Plan` out; always feasible.
+- :class:`OptimizerPolicy` — ``solve_round`` as a simulator policy (warm-started from the last plan).
+- :func:`simulate_instance` — one policy over one instance (file or object) with ground truth.
+- :func:`plan_to_dict` — a plan as JSON: placements, co-location groups, freeze levels, status, timing.
+
+A Gavel-style policy (it owns its job table and asks for an allocation each round) calls it like this::
+
+    from dltsched.engine.api import SolveConfig, solve_round
+    from dltsched.engine.domain import Cluster, ClusterState, Job, JobState
+
+    class DltschedGavelPolicy:
+        def __init__(self, cluster: Cluster) -> None:
+            self.cluster, self.config = cluster, SolveConfig(backend="cpsat", time_limit_s=2.0)
+            self.last = None
+
+        def allocate(self, jobs: dict[str, Job], remaining: dict[str, float], now_s: float) -> dict:
+            state = ClusterState(now_s, self.cluster,
+                                 tuple(JobState(j, remaining[i]) for i, j in jobs.items()))
+            self.last = solve_round(state, self.config, warm_start=self.last)
+            return {a.job_id: a.gpus for a in self.last.assignments}
+
+(``tests/ecosystem/test_eco_api.py`` runs this adapter.)
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dltsched.engine.domain import ClusterState, Instance, Plan
+from dltsched.engine.errors import ValidationError
+from dltsched.engine.registry import make_policy, policy_names
+
+if TYPE_CHECKING:
+    from dltsched.engine.metrics import SimulationResult
+    from dltsched.engine.predict import Predictors
+    from dltsched.engine.simulator import Policy
+    from dltsched.engine.truth import GroundTruth
+
+log = logging.getLogger(__name__)
+
+#: exact backends of ``dltsched.formulations``; ``greedy:<policy>`` runs a baseline policy instead
+SOLVER_BACKENDS = ("cpsat", "milp", "greedy")
+OBJECTIVES = ("effective_progress", "weighted_completion", "makespan")
+
+
+@dataclass(frozen=True, slots=True)
+class SolveConfig:
+    """How :func:`solve_round` decides one round.
+
+    ``backend``: ``cpsat`` | ``milp`` (Pyomo -> HiGHS) | ``greedy`` (the formulation's heuristic) |
+    ``greedy:<policy>`` (a registered baseline such as ``greedy:sjf``). ``freeze_levels`` is a count
+    of levels or the allowed levels. ``fallback_policy`` decides the round when the solver is missing
+    or fails; the plan is then marked ``status="fallback"``.
+    """
+
+    backend: str = "cpsat"
+    objective: str = "effective_progress"
+    max_jobs_per_gpu: int = 2
+    freeze_levels: tuple[int, ...] | int = 4
+    time_limit_s: float = 10.0
+    predictors: str = "default"
+    migration_penalty: float = 0.1
+    fallback_policy: str = "sjf"
+
+    def __post_init__(self) -> None:
+        base, _, policy = self.backend.partition(":")
+        if base not in SOLVER_BACKENDS or (policy and base != "greedy"):
+            raise ValidationError("backend", f"'{self.backend}' not understood; one of cpsat, milp, greedy, "
+                                  "greedy:<policy>")
+        for name in (policy, self.fallback_policy):
+            if name and name.lower() not in policy_names():
+                raise ValidationError("backend" if name == policy else "fallback_policy",
+                                      f"policy '{name}' not understood; known: {', '.join(policy_names())}")
+        if self.objective not in OBJECTIVES:
+            raise ValidationError("objective", f"'{self.objective}' not understood; one of {', '.join(OBJECTIVES)}")
+        if self.max_jobs_per_gpu not in (1, 2, 3):
+            raise ValidationError("max_jobs_per_gpu", f"{self.max_jobs_per_gpu!r} not understood; must be 1, 2 or 3")
+        if not isinstance(self.time_limit_s, int | float) or not math.isfinite(self.time_limit_s) \
+                or self.time_limit_s <= 0:
+            raise ValidationError("time_limit_s", f"{self.time_limit_s!r} not understood; must be > 0")
+        if isinstance(self.freeze_levels, list):
+            object.__setattr__(self, "freeze_levels", tuple(self.freeze_levels))
+
+    @property
+    def baseline_policy(self) -> str | None:
+        """The policy name of a ``greedy:<policy>`` backend, else ``None``."""
+        base, _, policy = self.backend.partition(":")
+        return policy.lower() or None
+
+    def round_options(self) -> Any:
+        """The ``dltsched.formulations.RoundOptions`` of this config (needs the formulations package)."""
+        from dltsched.formulations import RoundOptions
+
+        return RoundOptions(objective=self.objective, max_jobs_per_gpu=self.max_jobs_per_gpu,
+                            freeze_levels=self.freeze_levels, time_limit_s=self.time_limit_s,
+                            migration_penalty=self.migration_penalty)
+
+
+@functools.lru_cache(maxsize=8)
+def load_predictors(name: str) -> Predictors:
+    """The predictor bundle registered as ``name``, loaded once per process (bundles are read-only)."""
+    from dltsched.engine.registry import predictors
+
+    return predictors(name)  # type: ignore[no-any-return]
+
+
+def solve_round(state: ClusterState, config: SolveConfig | None = None, *, warm_start: Plan | None = None,
+                predictors: Predictors | None = None) -> Plan:
+    """Decide one round for ``state``: which jobs run where, shared with whom, at which freeze level.
+
+    Uses ``dltsched.formulations`` with ``config.backend``; when that package is missing or the solver
+    fails, the ``config.fallback_policy`` plan is returned with ``status="fallback"`` and the reason in
+    ``message``. ``warm_start`` (e.g. the previous round's plan) hints the solver. ``predictors``
+    overrides ``config.predictors``. Never returns an infeasible plan for a valid state.
+    """
+    config = config or SolveConfig()
+    preds = predictors or load_predictors(config.predictors)
+    if config.baseline_policy is not None:
+        return baseline_plan(state, config.baseline_policy, preds, status="heuristic")
+    try:
+        from dltsched.formulations import build_round
+        from dltsched.formulations import solve_round as solve_problem
+    except ImportError as err:
+        return baseline_plan(state, config.fallback_policy, preds, status="fallback",
+                             message=f"dltsched.formulations not available ({err})")
+    options = config.round_options()
+    try:
+        problem = build_round(state, preds, options)
+        result = solve_problem(problem, config.backend, time_limit_s=config.time_limit_s, warm_start=warm_start)
+    except ValidationError:
+        raise
+    except Exception as err:  # a solver crash must not take the scheduler down
+        log.warning("backend %s failed (%s: %s); using %s", config.backend, type(err).__name__, err,
+                    config.fallback_policy)
+        return baseline_plan(state, config.fallback_policy, preds, status="fallback",
+                             message=f"{config.backend} failed: {type(err).__name__}: {err}")
+    return result.plan  # type: ignore[no-any-return]
+
+
+def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *, status: str, message: str = "") -> Plan:
+    """The plan of baseline ``policy`` for ``state``, timed and marked with ``status``."""
+    start = time.perf_counter()
+    plan: Plan = make_policy(policy, predictors=preds).schedule(state)
+    return replace(plan, status=status, solve_time_s=time.perf_counter() - start, backend=f"greedy:{policy}",
+                   fallback=status == "fallback", message=message)
+
+
+@dataclass
+class OptimizerPolicy:
+    """:func:`solve_round` as a simulator policy; each round is warm-started from the previous plan."""
+
+    config: SolveConfig = field(default_factory=SolveConfig)
+    round_interval_s: float | None = 300.0
+    name: str = "dltsched"
+    last_plan: Plan | None = None
+
+    def schedule(self, state: ClusterState) -> Plan:
+        self.last_plan = solve_round(state, self.config, warm_start=self.last_plan)
+        return self.last_plan
+
+
+def make_named_policy(name: str, preds: Predictors, config: SolveConfig | None = None) -> Policy:
+    """A registered policy, or ``dltsched[:<backend>]`` for :class:`OptimizerPolicy` (``dltsched:milp``)."""
+    base, _, backend = name.partition(":")
+    if base == "dltsched":
+        cfg = config or SolveConfig()
+        return OptimizerPolicy(replace(cfg, backend=backend) if backend else cfg, name=name)
+    return make_policy(name, predictors=preds)  # type: ignore[no-any-return]
+
+
+def simulate_instance(instance: Instance | str | Path, policy: str | Policy = "sjf", *, seed: int = 0,
+                      predictors: str = "default", truth: GroundTruth | None = None,
+                      memory: str = "reject", config: SolveConfig | None = None) -> SimulationResult:
+    """Simulate ``policy`` (a name, ``dltsched[:backend]``, or a Policy object) on ``instance``
+    (an :class:`Instance` or an instance JSON path) with ground truth ``truth`` (default: measured)."""
+    from dltsched.engine.simulator import SimulationConfig, simulate
+
+    inst = load_instance_file(instance) if isinstance(instance, str | Path) else instance
+    preds = load_predictors(predictors)
+    pol = make_named_policy(policy, preds, config) if isinstance(policy, str) else policy
+    if memory not in ("reject", "oom"):
+        raise ValidationError("memory", f"'{memory}' not understood; one of reject, oom")
+    return simulate(inst, pol, truth=truth, config=SimulationConfig(seed=seed, memory=memory))  # type: ignore[arg-type]
+
+
+def load_instance_file(path: str | Path) -> Instance:
+    """An instance JSON file via ``dltsched.instances.schema`` (raises a clear error when missing)."""
+    try:
+        from dltsched.instances.schema import load_instance
+    except ImportError as err:
+        raise ValidationError("instance", f"cannot read instance files here ({err}); "
+                              "install the dltsched.instances schema module") from None
+    return load_instance(Path(path))  # type: ignore[no-any-return]
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """JSON-ready plan: placements, co-location groups (GPU -> jobs, shared GPUs only), status, timing."""
+    return {
+        "status": plan.status, "backend": plan.backend, "fallback": plan.fallback, "message": plan.message,
+        "objective": _finite(plan.objective), "bound": _finite(plan.bound), "gap": _finite(plan.gap),
+        "solve_time_s": plan.solve_time_s, "build_time_s": plan.build_time_s,
+        "assignments": [{"job_id": a.job_id, "gpus": list(a.gpus), "freeze_level": a.freeze_level}
+                        for a in plan.assignments],
+        "colocation_groups": [{"gpu": g, "job_ids": list(js)} for g, js in plan.colocation_groups().items()
+                              if len(js) > 1],
+    }
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None

@@ -1,0 +1,141 @@
+"""Gavel-style policy: an LP over co-location throughputs, rounded to a placement every round.
+
+Follows Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep Learning Workloads"
+(Gavel), OSDI'20, with its space-sharing extension: variables are the fraction of time each job spends in
+each configuration (alone on a GPU type, or sharing one GPU of a type with a partner job); the objective is
+Gavel's maximum total normalized throughput (each job's throughput over its best isolated throughput);
+constraints: each job's fractions sum to at most 1, and each type's GPUs are not over-allocated. The LP
+(OR-Tools GLOP) is re-solved every round; its fractions become priorities, and the configurations are
+placed greedily in priority order (running jobs keep their GPUs when their configuration is kept).
+Pair candidates are limited to each single-GPU job's ``pair_candidates`` best partners by predicted
+combined speed, keeping the LP small.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ortools.linear_solver import pywraplp
+
+from dltsched.engine.domain import Assignment, ClusterState, JobState, Plan
+from dltsched.engine.policies.placement import Estimates, GpuPool
+from dltsched.engine.predict import Predictors, default_predictors
+
+
+@dataclass
+class GavelPolicy:
+    """Max total normalized throughput LP with space sharing (see module docstring)."""
+
+    predictors: Predictors = field(default_factory=default_predictors)
+    pair_candidates: int = 2
+    memory_margin: float = 0.9
+    colocation: bool = True
+    name: str = "gavel"
+    round_interval_s: float | None = 360.0
+    max_jobs_per_gpu: int = 2
+
+    def __post_init__(self) -> None:
+        self._est = Estimates(self.predictors)
+
+    def _pairs(self, jobs: list[JobState], state: ClusterState) -> list[tuple[int, int, str, float, float]]:
+        """(i, k, type, speed_i, speed_k) for promising co-location pairs."""
+        if not self.colocation:
+            return []
+        singles = [i for i, s in enumerate(jobs) if s.job.num_gpus == 1]
+        out: dict[tuple[int, int, str], tuple[float, float]] = {}
+        for i in singles:
+            types = self._est.candidate_types(jobs[i].job, state.cluster)
+            if not types:
+                continue
+            t = types[0]
+            cap = state.cluster.gpu_types[t].memory_mib * self.memory_margin
+            scored = []
+            for k in singles:
+                if k == i or (jobs[k].job.gpu_types and t not in jobs[k].job.gpu_types):
+                    continue
+                if self._est.memory_mib(jobs[i].job, t) + self._est.memory_mib(jobs[k].job, t) > cap:
+                    continue
+                si, sk = self.predictors.colocation.colocated_speeds([jobs[i].job, jobs[k].job], t)
+                if si + sk > 1.0:
+                    scored.append((-(si + sk), k, si, sk))
+            for _neg, k, si, sk in sorted(scored)[: self.pair_candidates]:
+                key = (min(i, k), max(i, k), t)
+                out[key] = (si, sk) if i < k else (sk, si)
+        return [(i, k, t, si, sk) for (i, k, t), (si, sk) in sorted(out.items())]
+
+    def allocation(self, state: ClusterState) -> tuple[list[JobState], dict[tuple[int, str], float],
+                                                       list[tuple[int, int, str, float]]]:
+        """Solve the LP; returns jobs, single fractions by (job, type), and (i, k, type, fraction) pairs."""
+        jobs = sorted(state.jobs, key=lambda s: (s.job.arrival_time_s, s.job.id))
+        solver = pywraplp.Solver.CreateSolver("GLOP")
+        avail = state.available_by_type()
+        single: dict[tuple[int, str], pywraplp.Variable] = {}
+        objective = solver.Objective()
+        per_job: list[list[pywraplp.Variable]] = [[] for _ in jobs]
+        per_type: dict[str, list[tuple[pywraplp.Variable, int]]] = {t: [] for t in avail}
+        best_thr: list[float] = []
+        for i, s in enumerate(jobs):
+            types = self._est.candidate_types(s.job, state.cluster)
+            best_thr.append(1.0 / self._est.step_time_s(s.job, types[0]) if types else 1.0)
+            for t in types:
+                v = solver.NumVar(0.0, 1.0, f"x{i}_{t}")
+                single[(i, t)] = v
+                per_job[i].append(v)
+                per_type[t].append((v, s.job.num_gpus))
+                objective.SetCoefficient(v, (1.0 / self._est.step_time_s(s.job, t)) / best_thr[i])
+        pair_vars = []
+        for i, k, t, si, sk in self._pairs(jobs, state):
+            v = solver.NumVar(0.0, 1.0, f"y{i}_{k}_{t}")
+            per_job[i].append(v)
+            per_job[k].append(v)
+            per_type[t].append((v, 1))
+            gain = si / self._est.step_time_s(jobs[i].job, t) / best_thr[i]
+            gain += sk / self._est.step_time_s(jobs[k].job, t) / best_thr[k]
+            objective.SetCoefficient(v, gain)
+            pair_vars.append((i, k, t, v))
+        for vs in per_job:
+            if vs:
+                c = solver.Constraint(0.0, 1.0)
+                for v in vs:
+                    c.SetCoefficient(v, 1.0)
+        for t, terms in per_type.items():
+            c = solver.Constraint(0.0, float(avail.get(t, 0)))
+            for v, n in terms:
+                c.SetCoefficient(v, float(n))
+        objective.SetMaximization()
+        solver.Solve()
+        return (jobs, {key: v.solution_value() for key, v in single.items()},
+                [(i, k, t, v.solution_value()) for i, k, t, v in pair_vars])
+
+    def schedule(self, state: ClusterState) -> Plan:
+        if not state.jobs:
+            return Plan()
+        jobs, single, pairs = self.allocation(state)
+        options: list[tuple[float, int, tuple[int, ...], str]] = []
+        for (i, t), x in single.items():
+            sticky = 0.01 if jobs[i].assignment is not None and state.cluster.gpu_type_of(jobs[i].assignment.gpus[0]) == t else 0.0
+            if x > 1e-6:
+                options.append((-(x + sticky), i, (i,), t))
+        for i, k, t, y in pairs:
+            if y > 1e-6:
+                options.append((-y, min(i, k), (i, k), t))
+        options.sort()
+        pool = GpuPool.empty(state)
+        placed: dict[int, Assignment] = {}
+        for _neg, _i, members, t in options:  # running jobs first keep their GPUs when the type is kept
+            if len(members) == 1 and members[0] not in placed:
+                a = jobs[members[0]].assignment
+                if a is not None and state.cluster.gpu_type_of(a.gpus[0]) == t and pool.are_free(a.gpus):
+                    pool.occupy(a.job_id, a.gpus)
+                    placed[members[0]] = a
+        for _neg, _i, members, t in options:
+            if any(m in placed for m in members):
+                continue
+            lead = jobs[members[0]].job
+            gpus = pool.take_free(lead, t)
+            if gpus is None:
+                continue
+            for m in members:
+                pool.occupy(jobs[m].job.id, gpus)
+                placed[m] = Assignment(jobs[m].job.id, gpus)
+        return Plan(tuple(placed.values()))
