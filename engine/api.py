@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: exact backends of ``dltsched.formulations``; ``greedy:<policy>`` runs a baseline policy instead
-SOLVER_BACKENDS = ("cpsat", "milp", "greedy")
+SOLVER_BACKENDS = ("cpsat", "milp", "greedy", "auto")
 OBJECTIVES = ("effective_progress", "weighted_completion", "makespan")
 
 
@@ -59,7 +59,8 @@ class SolveConfig:
     """How :func:`solve_round` decides one round.
 
     ``backend``: ``cpsat`` | ``milp`` (Pyomo -> HiGHS) | ``greedy`` (the formulation's heuristic) |
-    ``greedy:<policy>`` (a registered baseline such as ``greedy:sjf``). ``freeze_levels`` is a count
+    ``greedy:<policy>`` (a registered baseline such as ``greedy:sjf``) | ``auto`` (``cpsat`` for rounds of at
+    most ``exact_max_jobs`` active jobs, else ``greedy``: bounded latency). ``freeze_levels`` is a count
     of levels or the allowed levels. ``fallback_policy`` decides the round when the solver is missing
     or fails; the plan is then marked ``status="fallback"``.
     """
@@ -72,12 +73,13 @@ class SolveConfig:
     predictors: str = "default"
     migration_penalty: float = 0.1
     fallback_policy: str = "sjf"
+    exact_max_jobs: int = 100
 
     def __post_init__(self) -> None:
         base, _, policy = self.backend.partition(":")
         if base not in SOLVER_BACKENDS or (policy and base != "greedy"):
             raise ValidationError("backend", f"'{self.backend}' not understood; one of cpsat, milp, greedy, "
-                                  "greedy:<policy>")
+                                  "greedy:<policy>, auto")
         for name in (policy, self.fallback_policy):
             if name and name.lower() not in policy_names():
                 raise ValidationError("backend" if name == policy else "fallback_policy",
@@ -91,6 +93,12 @@ class SolveConfig:
             raise ValidationError("time_limit_s", f"{self.time_limit_s!r} not understood; must be > 0")
         if isinstance(self.freeze_levels, list):
             object.__setattr__(self, "freeze_levels", tuple(self.freeze_levels))
+
+    def backend_for(self, num_jobs: int) -> str:
+        """The formulation backend that decides a round of ``num_jobs`` active jobs."""
+        if self.backend != "auto":
+            return self.backend
+        return "cpsat" if num_jobs <= self.exact_max_jobs else "greedy"
 
     @property
     def baseline_policy(self) -> str | None:
@@ -135,16 +143,17 @@ def solve_round(state: ClusterState, config: SolveConfig | None = None, *, warm_
         return baseline_plan(state, config.fallback_policy, preds, status="fallback",
                              message=f"dltsched.formulations not available ({err})")
     options = config.round_options()
+    backend = config.backend_for(len(state.jobs))
     try:
         problem = build_round(state, preds, options)
-        result = solve_problem(problem, config.backend, time_limit_s=config.time_limit_s, warm_start=warm_start)
+        result = solve_problem(problem, backend, time_limit_s=config.time_limit_s, warm_start=warm_start)
     except ValidationError:
         raise
     except Exception as err:  # a solver crash must not take the scheduler down
-        log.warning("backend %s failed (%s: %s); using %s", config.backend, type(err).__name__, err,
+        log.warning("backend %s failed (%s: %s); using %s", backend, type(err).__name__, err,
                     config.fallback_policy)
         return baseline_plan(state, config.fallback_policy, preds, status="fallback",
-                             message=f"{config.backend} failed: {type(err).__name__}: {err}")
+                             message=f"{backend} failed: {type(err).__name__}: {err}")
     return result.plan  # type: ignore[no-any-return]
 
 
@@ -208,7 +217,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     """JSON-ready plan: placements, co-location groups (GPU -> jobs, shared GPUs only), status, timing."""
     return {
         "status": plan.status, "backend": plan.backend, "fallback": plan.fallback, "message": plan.message,
-        "objective": _finite(plan.objective), "bound": _finite(plan.bound), "gap": _finite(plan.gap),
+        "objective": finite_or_none(plan.objective), "bound": finite_or_none(plan.bound), "gap": finite_or_none(plan.gap),
         "solve_time_s": plan.solve_time_s, "build_time_s": plan.build_time_s,
         "assignments": [{"job_id": a.job_id, "gpus": list(a.gpus), "freeze_level": a.freeze_level}
                         for a in plan.assignments],
@@ -217,5 +226,6 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     }
 
 
-def _finite(value: float | None) -> float | None:
+def finite_or_none(value: float | None) -> float | None:
+    """``value`` when it is a finite number, else ``None`` (JSON has no NaN)."""
     return value if value is not None and math.isfinite(value) else None

@@ -78,7 +78,10 @@ def print_table(results: list[SimulationResult], title: str) -> None:
         table.add_column(header, justify="left" if _field == "policy" else "right")
     for r in results:
         table.add_row(*(_cell(getattr(r, f), fmt) for f, _h, fmt in TABLE_COLUMNS))
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    console.print(table)
 
 
 @click.command("simulate")

@@ -22,6 +22,7 @@ _POLICIES: dict[str, str] = {
     "icefrog": "dltsched.engine.policies.icefrog:IceFrogPolicy",
     "lucid": "dltsched.engine.policies.lucid:LucidPolicy",
     "gavel": "dltsched.engine.policies.gavel_lp:GavelPolicy",
+    "optimizing": "dltsched.engine.policies.optimizing:OptimizingPolicy",
 }
 
 #: policies that the main comparison (``--policy all``) runs, in table order

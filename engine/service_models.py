@@ -1,0 +1,208 @@
+"""Request and response models of the HTTP service (``POST /v1/schedule``) and their domain mapping.
+
+Models forbid unknown fields, so a misspelt field is a 422 naming it rather than silently ignored.
+Domain validation (model names, GPU types, placements) reports field paths such as ``jobs[3].model``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dltsched.engine.api import SolveConfig, finite_or_none
+from dltsched.engine.domain import Assignment, Cluster, ClusterState, Job, JobState, Node, Plan
+from dltsched.engine.errors import ValidationError
+
+_ID = Field(min_length=1, max_length=128)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NodeIn(_Strict):
+    """A server with ``num_gpus`` GPUs of one type (catalog id or alias: ``v100``, ``a100-80gb``...)."""
+
+    id: str = _ID
+    gpu_type: str = Field(min_length=1, max_length=64)
+    num_gpus: int = Field(ge=1, le=1024)
+    network_gbps: float = Field(default=100.0, gt=0, le=1e5)
+
+
+class ClusterIn(_Strict):
+    nodes: list[NodeIn] = Field(min_length=1)
+    down_gpus: list[int] = Field(default_factory=list, description="GPUs on failed nodes (global indices).")
+
+
+class JobIn(_Strict):
+    """An active job: queued (``current_gpus`` empty) or running on ``current_gpus``."""
+
+    id: str = _ID
+    model: str = Field(min_length=1, max_length=128, description="Model-zoo id or alias, e.g. resnet50.")
+    batch_size: int = Field(ge=1, le=1_000_000)
+    num_gpus: int = Field(default=1, ge=1, le=8192)
+    remaining_iterations: float = Field(gt=0, le=1e12)
+    total_iterations: float | None = Field(default=None, gt=0, le=1e12,
+                                           description="Defaults to remaining_iterations.")
+    attained_service_s: float = Field(default=0.0, ge=0, le=1e12, description="GPU-seconds received so far.")
+    current_gpus: list[int] = Field(default_factory=list, description="Global GPU indices it runs on now.")
+    current_freeze_level: int = Field(default=0, ge=0, le=1000)
+    arrival_time_s: float = Field(default=0.0, ge=0, le=1e12)
+    queued_since_s: float = Field(default=0.0, ge=0, le=1e12)
+    num_preemptions: int = Field(default=0, ge=0)
+    weight: float = Field(default=1.0, gt=0, le=1e6)
+    amp: bool = False
+    optimizer: str = Field(default="sgd", max_length=32)
+    freeze_allowed: bool = False
+    accuracy_budget: float = Field(default=0.0, ge=0, lt=1)
+    gpu_types: list[str] = Field(default_factory=list, max_length=32)
+
+
+class ConfigIn(_Strict):
+    """Per-request solve options; ``time_limit_s`` is capped by the server's limit."""
+
+    backend: str | None = Field(default=None, description="auto | cpsat | milp | greedy | greedy:<policy>; "
+                                "default: the server's")
+    objective: Literal["effective_progress", "weighted_completion", "makespan"] = "effective_progress"
+    max_jobs_per_gpu: int = Field(default=2, ge=1, le=3)
+    freeze_levels: int | list[int] = Field(default=4, description="A count of levels or the allowed levels.")
+    time_limit_s: float | None = Field(default=None, gt=0, le=3600)
+
+
+class ScheduleRequest(_Strict):
+    time_s: float = Field(default=0.0, ge=0, le=1e12)
+    cluster: ClusterIn
+    jobs: list[JobIn] = Field(default_factory=list)
+    config: ConfigIn = Field(default_factory=ConfigIn)
+
+
+class AssignmentOut(BaseModel):
+    job_id: str
+    gpus: list[int]
+    gpu_type: str
+    nodes: list[str]
+    freeze_level: int
+
+
+class ColocationGroupOut(BaseModel):
+    gpu: int
+    job_ids: list[str]
+
+
+class ScheduleResponse(BaseModel):
+    status: str = Field(description="optimal | feasible | timeout | heuristic | fallback | infeasible")
+    backend: str
+    fallback: bool
+    message: str
+    objective: float | None
+    bound: float | None
+    gap: float | None
+    solve_time_s: float
+    build_time_s: float
+    wall_time_s: float
+    assignments: list[AssignmentOut]
+    colocation_groups: list[ColocationGroupOut]
+    queued: list[str] = Field(description="Active jobs the plan leaves waiting.")
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details (``application/problem+json``)."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    errors: list[FieldError] = Field(default_factory=list)
+
+
+def to_cluster(data: ClusterIn) -> Cluster:
+    nodes = []
+    for i, n in enumerate(data.nodes):
+        try:
+            nodes.append(Node(n.id, n.gpu_type, n.num_gpus, n.network_gbps))
+        except ValidationError as err:
+            raise err.under(f"cluster.nodes[{i}]") from None
+    return Cluster(tuple(nodes))
+
+
+def to_job_state(i: int, data: JobIn, cluster: Cluster) -> JobState:
+    """The domain job of ``jobs[i]`` (raises ValidationError with a ``jobs[i]...`` path)."""
+    total = data.total_iterations if data.total_iterations is not None else data.remaining_iterations
+    if data.remaining_iterations > total:
+        raise ValidationError(f"jobs[{i}].remaining_iterations", f"{data.remaining_iterations} exceeds "
+                              f"total_iterations={total}; send remaining <= total")
+    try:
+        job = Job(data.id, data.model, data.batch_size, total, num_gpus=data.num_gpus,
+                  arrival_time_s=data.arrival_time_s, amp=data.amp, optimizer=data.optimizer, weight=data.weight,
+                  freeze_allowed=data.freeze_allowed, accuracy_budget=data.accuracy_budget,
+                  gpu_types=tuple(data.gpu_types))
+        assignment = _assignment(data, cluster)
+    except ValidationError as err:
+        raise err.under(f"jobs[{i}]") from None
+    return JobState(job, data.remaining_iterations, data.attained_service_s, assignment, data.num_preemptions,
+                    queued_since_s=data.queued_since_s)
+
+
+def _assignment(data: JobIn, cluster: Cluster) -> Assignment | None:
+    if not data.current_gpus:
+        return None
+    gpus = tuple(data.current_gpus)
+    if any(not 0 <= g < cluster.num_gpus for g in gpus):
+        raise ValidationError("current_gpus", f"{list(gpus)} outside the cluster's GPUs 0..{cluster.num_gpus - 1}")
+    if len(set(gpus)) != len(gpus):
+        raise ValidationError("current_gpus", f"{list(gpus)} names a GPU twice")
+    if len(gpus) != data.num_gpus:
+        raise ValidationError("current_gpus", f"{len(gpus)} GPU(s) given for num_gpus={data.num_gpus}")
+    if len({cluster.gpu_type_of(g) for g in gpus}) > 1:
+        raise ValidationError("current_gpus", f"{list(gpus)} mixes GPU types; a gang runs on one type")
+    return Assignment(data.id, gpus, data.current_freeze_level)
+
+
+def to_state(req: ScheduleRequest) -> ClusterState:
+    """The :class:`ClusterState` of a request (duplicate ids and bad placements name their field)."""
+    cluster = to_cluster(req.cluster)
+    for g in req.cluster.down_gpus:
+        if not 0 <= g < cluster.num_gpus:
+            raise ValidationError("cluster.down_gpus", f"GPU {g} outside 0..{cluster.num_gpus - 1}")
+    seen: dict[str, int] = {}
+    states = []
+    for i, job in enumerate(req.jobs):
+        if job.id in seen:
+            raise ValidationError(f"jobs[{i}].id", f"duplicate job id '{job.id}' (also jobs[{seen[job.id]}])")
+        seen[job.id] = i
+        states.append(to_job_state(i, job, cluster))
+    return ClusterState(req.time_s, cluster, tuple(states), frozenset(req.cluster.down_gpus))
+
+
+def to_config(data: ConfigIn, default: SolveConfig, max_time_limit_s: float) -> SolveConfig:
+    """The request's :class:`SolveConfig`; server defaults fill the gaps, the time limit is capped."""
+    limit = min(data.time_limit_s or default.time_limit_s, max_time_limit_s)
+    levels = tuple(data.freeze_levels) if isinstance(data.freeze_levels, list) else data.freeze_levels
+    try:
+        return SolveConfig(backend=data.backend or default.backend, objective=data.objective, max_jobs_per_gpu=data.max_jobs_per_gpu,
+                           freeze_levels=levels, time_limit_s=limit, predictors=default.predictors,
+                           fallback_policy=default.fallback_policy, exact_max_jobs=default.exact_max_jobs)
+    except ValidationError as err:
+        raise err.under("config") from None
+
+
+def to_response(plan: Plan, state: ClusterState, wall_time_s: float) -> ScheduleResponse:
+    cluster = state.cluster
+    placed = {a.job_id for a in plan.assignments}
+    return ScheduleResponse(
+        status=plan.status, backend=plan.backend, fallback=plan.fallback, message=plan.message,
+        objective=finite_or_none(plan.objective), bound=finite_or_none(plan.bound), gap=finite_or_none(plan.gap),
+        solve_time_s=plan.solve_time_s, build_time_s=plan.build_time_s, wall_time_s=wall_time_s,
+        assignments=[AssignmentOut(job_id=a.job_id, gpus=list(a.gpus), gpu_type=cluster.gpu_type_of(a.gpus[0]),
+                                   nodes=sorted({cluster.nodes[cluster.gpu_node[g]].id for g in a.gpus}),
+                                   freeze_level=a.freeze_level) for a in plan.assignments],
+        colocation_groups=[ColocationGroupOut(gpu=g, job_ids=list(js))
+                           for g, js in plan.colocation_groups().items() if len(js) > 1],
+        queued=[s.job.id for s in state.jobs if s.job.id not in placed],
+    )
