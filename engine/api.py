@@ -6,6 +6,7 @@ Stable entry points for schedulers written in Python:
 - :func:`solve_round` — ``ClusterState`` in, :class:`~dltsched.engine.domain.Plan` out; always feasible.
 - :class:`OptimizerPolicy` — ``solve_round`` as a simulator policy (warm-started from the last plan).
 - :func:`simulate_instance` — one policy over one instance (file or object) with ground truth.
+- :func:`initial_state` — the first round of an instance (every job queued).
 - :func:`plan_to_dict` — a plan as JSON: placements, co-location groups, freeze levels, status, timing.
 
 A Gavel-style policy (it owns its job table and asks for an allocation each round) calls it like this::
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dltsched.engine.domain import ClusterState, Instance, Plan
+from dltsched.engine.domain import ClusterState, Instance, JobState, Plan
 from dltsched.engine.errors import ValidationError
 from dltsched.engine.registry import make_policy, policy_names
 
@@ -201,6 +202,15 @@ def simulate_instance(instance: Instance | str | Path, policy: str | Policy = "s
     if memory not in ("reject", "oom"):
         raise ValidationError("memory", f"'{memory}' not understood; one of reject, oom")
     return simulate(inst, pol, truth=truth, config=SimulationConfig(seed=seed, memory=memory))  # type: ignore[arg-type]
+
+
+def initial_state(instance: Instance, time_s: float | None = None) -> ClusterState:
+    """The first round of ``instance``: every job queued with all its iterations left, at ``time_s``
+    (default: the last arrival, so every job has arrived)."""
+    when = max(j.arrival_time_s for j in instance.jobs) if time_s is None else time_s
+    jobs = tuple(JobState(j, j.total_iterations, queued_since_s=j.arrival_time_s) for j in instance.jobs
+                 if j.arrival_time_s <= when)
+    return ClusterState(when, instance.cluster, jobs)
 
 
 def load_instance_file(path: str | Path) -> Instance:

@@ -11,7 +11,10 @@
   factor drawn from a log-normal (sigma 0.15) keyed by a hash of the names, standing in for what no
   roofline captures. It is not the predictor policies use.
 * **Co-location.** Gavel's measured pairs (K80, P100) for the two jobs' models at the nearest measured
-  batch sizes. Without a measurement: ``speed_i = 1 / (1 + overhead + sum_{j != i} d_j)``, with ``d_j`` the
+  batch sizes; else Lucid's measured pairs (``lucid/colocate_info.csv``, 11 models, batch 32-128, with and
+  without AMP; its GPU is unrecorded, so they apply to every GPU type; speeds above 1, measurement noise,
+  are capped at 1). Lucid's data is non-commercial: it is read locally at run time, never shipped.
+  Without a measurement: ``speed_i = 1 / (1 + overhead + sum_{j != i} d_j)``, with ``d_j`` the
   other jobs' GPU demand from the fallback model (compute-time share of the step), ``overhead`` = 0.05
   for time-slicing. Groups of three compose pairwise slowdowns: ``1/speed_i - 1 = sum_j (1/s_ij - 1)``.
 * **Memory and frozen penalty.** The analytic memory model and the analytic penalty (``0.5 f^2 (1-p)``).
@@ -22,11 +25,13 @@ With ``data_dir=None`` and no data folder found, everything uses the fallback mo
 from __future__ import annotations
 
 import bisect
+import csv
 import hashlib
 import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from dltsched.engine.analytic import AnalyticColocation, AnalyticFreezing, AnalyticStepTime
@@ -72,6 +77,9 @@ class MeasuredTruth:
     #: (gpu, model a, batch a, model b, batch b) -> (speed a, speed b), normalized
     _pairs: dict[tuple[str, str, int, str, int], tuple[float, float]] = field(default_factory=dict)
     _pair_batches: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    #: (model a, batch a, amp a, model b, batch b, amp b) -> speed of a, from Lucid (any GPU type)
+    _lucid: dict[tuple[str, int, bool, str, int, bool], float] = field(default_factory=dict)
+    _lucid_batches: dict[str, list[int]] = field(default_factory=dict)
     _cache: dict[tuple[object, ...], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -102,6 +110,27 @@ class MeasuredTruth:
                 batches = self._pair_batches.setdefault((gpu, m), [])
                 if bs not in batches:
                     bisect.insort(batches, bs)
+        self._load_lucid(base)
+
+    def _load_lucid(self, base: Path) -> None:
+        from dltsched.instances.catalog import model_catalog
+
+        path = base / "lucid" / "colocate_info.csv"
+        if not path.exists():
+            return
+        resolve = model_catalog().resolve
+        with path.open(newline="") as fh:
+            for row in csv.DictReader(fh):
+                a, b = resolve(row["model1"]), resolve(row["model2"])
+                ba, bb = int(row["batchsize1"]), int(row["batchsize2"])
+                amp_a, amp_b = row["amp1"] == "1", row["amp2"] == "1"
+                sa, sb = min(1.0, float(row["speed1"])), min(1.0, float(row["speed2"]))
+                self._lucid[(a, ba, amp_a, b, bb, amp_b)] = sa
+                self._lucid[(b, bb, amp_b, a, ba, amp_a)] = sb
+                for m, bs in ((a, ba), (b, bb)):
+                    batches = self._lucid_batches.setdefault(m, [])
+                    if bs not in batches:
+                        bisect.insort(batches, bs)
 
     # -- isolated step time -------------------------------------------------------------------------
 
@@ -176,10 +205,20 @@ class MeasuredTruth:
                 hit = self._pairs.get((gpu_type, a.model, ba, b.model, bb))
                 if hit is not None:
                     return hit[0]
+        if self._lucid:
+            la, lb = self._nearest(self._lucid_batches.get(a.model), a.batch_size), \
+                self._nearest(self._lucid_batches.get(b.model), b.batch_size)
+            if la is not None and lb is not None:
+                speed = self._lucid.get((a.model, la, a.amp, b.model, lb, b.amp))
+                if speed is not None:
+                    return speed
         return 1.0 / (1.0 + self.timeslice_overhead + self._demand(b, gpu_type))
 
     def _nearest_batch(self, gpu: str, model: str, batch: int) -> int | None:
-        batches = self._pair_batches.get((gpu, model))
+        return self._nearest(self._pair_batches.get((gpu, model)), batch)
+
+    @staticmethod
+    def _nearest(batches: list[int] | None, batch: int) -> int | None:
         if not batches:
             return None
         return min(batches, key=lambda b: (abs(math.log(b / batch)), b))

@@ -158,3 +158,20 @@ def test_measured_truth_uses_gavel_throughput(data_dir):
             assert truth.step_time_s(job, gpu, 1) == pytest.approx(1.0 / steps_per_s, rel=1e-9)
             checked += 1
     assert checked > 50
+
+
+@pytest.mark.data
+def test_measured_truth_uses_lucid_pairs_where_gavel_has_none(data_dir):
+    """MobileNetV3 with ResNet-18 at batch 32 (FP32) was measured by Lucid: speed 0.983 for MobileNetV3."""
+    import csv
+
+    from dltsched.engine.domain import Job
+
+    truth = MeasuredTruth(data_dir=str(data_dir))
+    with (data_dir / "lucid" / "colocate_info.csv").open() as fh:
+        row = next(r for r in csv.DictReader(fh) if r["model1"] == "MobileNetV3" and r["model2"] == "ResNet18"
+                   and r["amp1"] == "0" and r["amp2"] == "0")
+    a = Job("a", "mobilenet_v3", int(row["batchsize1"]), 1)
+    b = Job("b", "resnet18", int(row["batchsize2"]), 1)
+    speed_a, _ = truth.colocated_speeds([a, b], "v100")
+    assert speed_a == pytest.approx(min(1.0, float(row["speed1"])))
