@@ -85,7 +85,7 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the CLI and turns dltsched errors into one line and exit code 2."""
     try:
-        cli.main(args=argv, prog_name="dltsched", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="dltsched", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code or 0)
     except click.ClickException as exc:
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     except (DltschedError, ValueError, FileNotFoundError, json.JSONDecodeError) as exc:
         click.echo(f"error: {exc}", err=True)
         return 2
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

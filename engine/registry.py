@@ -36,7 +36,10 @@ _PREDICTORS: dict[str, str] = {
     "default": "dltsched.engine.registry:_default_predictors",
 }
 
-_BACKENDS: dict[str, str] = {}
+_BACKENDS: dict[str, str] = {
+    "cpsat": "dltsched.formulations.cpsat.model:solve",
+    "milp": "dltsched.formulations.milp.model:solve",
+}
 
 
 def _load(path: str) -> Any:

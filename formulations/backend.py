@@ -1,0 +1,82 @@
+"""What a backend is: a function from a candidate set to chosen candidates and solve figures."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from dltsched.engine.domain import Plan
+from dltsched.formulations.candidates import CandidateSet, gpu_nodes
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOutcome:
+    """Chosen candidates (``None``: no solution), termination, and the bound in maximisation form
+    (an upper bound on ``sum gain [- makespan]``, before the constant migration term)."""
+
+    selected: tuple[int, ...] | None
+    termination: str
+    bound: float | None
+    build_time_s: float
+    solve_time_s: float
+    message: str = ""
+
+
+class Backend(Protocol):
+    def __call__(self, cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int],
+                 solver: str | None = None) -> BackendOutcome: ...
+
+
+def capacity_rows(cset: CandidateSet) -> tuple[dict[int, list[tuple[int, int]]], dict[str, list[tuple[int, int]]]]:
+    """(node -> [(candidate, GPUs used on it)], type -> [(candidate, GPUs)]): the capacity constraints."""
+    per_node: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    per_type: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for c, cand in enumerate(cset.candidates):
+        per_type[cand.gpu_type].append((c, cand.num_gpus))
+        if cand.kind == "node":
+            per_node[cand.where].append((c, cand.num_gpus))
+        elif cand.kind == "stay":
+            for n, k in cset.slots[cand.where].node_gpus:
+                per_node[n].append((c, k))
+    return per_node, per_type
+
+
+def stays_by_slot(cset: CandidateSet) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = defaultdict(list)
+    for c, cand in enumerate(cset.candidates):
+        if cand.kind == "stay":
+            out[cand.where].append(c)
+    return out
+
+
+def hint_from_plan(cset: CandidateSet, plan: Plan) -> list[int]:
+    """Candidates matching a previous plan's placements (freeze levels may differ); others ignored."""
+    problem = cset.problem
+    index = problem.job_index()
+    node_of = gpu_nodes(problem)
+    lookup = {(c.jobs, c.gpu_type, c.kind, c.where): i for i, c in enumerate(cset.candidates)}
+    slot_of = {s.gpus: p for p, s in enumerate(cset.slots)}
+    units: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for a in plan.assignments:
+        if a.job_id in index and all(0 <= g < problem.num_gpus for g in a.gpus):
+            units[tuple(sorted(a.gpus))].append(index[a.job_id])
+    out = []
+    for gpus, members in units.items():
+        jobs = tuple(sorted(members))
+        gpu_type = problem.nodes[node_of[gpus[0]]].gpu_type
+        nodes = {node_of[g] for g in gpus}
+        keys = []
+        if gpus in slot_of:
+            keys.append((jobs, gpu_type, "stay", slot_of[gpus]))
+        if len(gpus) == 1:
+            keys.append((jobs, gpu_type, "type", -1))
+        elif len(nodes) == 1:
+            keys.append((jobs, gpu_type, "node", nodes.pop()))
+        else:
+            keys.append((jobs, gpu_type, "cross", -1))
+        found = next((lookup[k] for k in keys if k in lookup), None)
+        if found is not None:
+            out.append(found)
+    return out

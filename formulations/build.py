@@ -1,0 +1,213 @@
+"""Build a :class:`RoundProblem` from a cluster-state snapshot and the predictors.
+
+Coefficients: per (job, GPU type, freeze level) step time, memory and frozen penalty; per allowed
+co-location group its speeds and extra memory. Groups are pre-enumerated so that the model stays
+O(jobs): jobs of equal GPU count are ordered by isolated speed and each job is paired with
+neighbours and with jobs from the opposite end of that order (complementary demand), keeping the
+``max_partners`` partners of the highest summed speed; a pair slower in sum than one job alone is
+never allowed. Jobs already sharing GPUs keep their group allowed so that they can stay.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from itertools import combinations
+
+from dltsched.engine.domain import ClusterState, Job, JobState
+from dltsched.engine.predict import Predictors
+from dltsched.formulations.problem import (
+    ColocGroup,
+    GpuNode,
+    JobOption,
+    RoundJob,
+    RoundOptions,
+    RoundProblem,
+    Unplaceable,
+)
+
+
+def build_round(state: ClusterState, predictors: Predictors, options: RoundOptions) -> RoundProblem:
+    """The round of ``state``: see the module docstring for how groups are chosen."""
+    cluster = state.cluster
+    nodes = tuple(
+        GpuNode(node.id, node.gpu_type, node.num_gpus, cluster.node_first_gpu[i],
+                cluster.gpu_types[node.gpu_type].memory_mib)
+        for i, node in enumerate(cluster.nodes))
+    jobs: list[RoundJob] = []
+    unplaceable: list[Unplaceable] = []
+    for js in state.jobs:
+        job, reason = _round_job(js, state.time_s, nodes, predictors, options)
+        if job is None:
+            unplaceable.append(Unplaceable(js.job.id, reason))
+        else:
+            jobs.append(job)
+    states = {s.job.id: s.job for s in state.jobs}
+    groups: tuple[ColocGroup, ...] = ()
+    if options.max_jobs_per_gpu > 1:
+        groups = _groups(jobs, [states[j.id] for j in jobs], nodes, predictors, options)
+    return RoundProblem(options, nodes, tuple(jobs), groups, state.time_s, tuple(unplaceable))
+
+
+def _gang_size(job: Job) -> int:
+    """GPUs a job needs; a fractional request is a one-GPU job that may co-locate."""
+    return 1 if job.gpu_fraction < 1.0 else job.num_gpus
+
+
+def freeze_levels(job: Job, predictors: Predictors, options: RoundOptions) -> tuple[int, ...]:
+    """Freeze levels the round offers ``job`` (before the accuracy-budget filter)."""
+    if not job.freeze_allowed:
+        return (0,)
+    num = predictors.freezing.num_freeze_levels(job)
+    wanted = options.freeze_levels
+    if isinstance(wanted, int):
+        return tuple(sorted({i * num // wanted for i in range(min(wanted, num))}))
+    return tuple(level for level in wanted if level < num)
+
+
+def _round_job(js: JobState, time_s: float, nodes: tuple[GpuNode, ...], predictors: Predictors,
+               options: RoundOptions) -> tuple[RoundJob | None, str]:
+    job = js.job
+    size = _gang_size(job)
+    types = job.gpu_types or tuple(dict.fromkeys(n.gpu_type for n in nodes))
+    opts: list[JobOption] = []
+    reasons: list[str] = []
+    for gpu_type in types:
+        of_type = [n for n in nodes if n.gpu_type == gpu_type]
+        if not of_type:
+            reasons.append(f"no {gpu_type} GPUs in the cluster")
+            continue
+        largest = max(n.num_gpus for n in of_type)
+        total = sum(n.num_gpus for n in of_type)
+        single = size <= largest
+        if not single and not (options.allow_cross_node and size <= total):
+            reasons.append(f"needs {size} GPUs, {gpu_type} nodes have at most {largest} ({total} in all)")
+            continue
+        memory_limit = of_type[0].memory_mib
+        fitting = 0
+        for level in freeze_levels(job, predictors, options):
+            penalty = predictors.freezing.frozen_penalty(job, level, js.progress) if level else 0.0
+            if penalty > job.accuracy_budget + 1e-12:
+                continue
+            memory = predictors.step_time.memory_mib(job, gpu_type, freeze_level=level)
+            if memory > memory_limit:
+                continue
+            fitting += 1
+            step = predictors.step_time.step_time_s(job, gpu_type, size, freeze_level=level)
+            cross = None
+            if not single:
+                cross = predictors.step_time.step_time_s(job, gpu_type, size, freeze_level=level,
+                                                         num_nodes=math.ceil(size / largest))
+            opts.append(JobOption(gpu_type, level, step if single else cross or step, memory, penalty,
+                                  cross))
+        if not fitting:
+            reasons.append(f"memory above {memory_limit:.0f} MiB of {gpu_type} at every allowed freeze level")
+    if not opts:
+        return None, "; ".join(reasons) or "no allowed GPU type"
+    reference = max(o.rate(o.cross_step_time_s is not None) for o in opts if o.freeze_level == 0) \
+        if any(o.freeze_level == 0 for o in opts) else max(o.rate(o.cross_step_time_s is not None) for o in opts)
+    current = js.assignment
+    return RoundJob(
+        id=job.id, num_gpus=size, weight=job.weight, remaining_iterations=js.remaining_iterations,
+        reference_rate=reference, options=tuple(opts),
+        age_s=max(0.0, time_s - js.queued_since_s) if current is None else 0.0,
+        current_gpus=tuple(sorted(current.gpus)) if current else (),
+        current_freeze=current.freeze_level if current else 0,
+    ), ""
+
+
+def _common_types(a: RoundJob, b: RoundJob) -> list[str]:
+    types_b = {o.gpu_type for o in b.options}
+    return list(dict.fromkeys(o.gpu_type for o in a.options if o.gpu_type in types_b))
+
+
+def _group_on(members: tuple[int, ...], gpu_type: str, jobs: list[RoundJob], specs: list[Job],
+              predictors: Predictors, allowed: bool) -> ColocGroup:
+    group = [specs[m] for m in members]
+    speeds = tuple(float(s) for s in predictors.colocation.colocated_speeds(group, gpu_type))
+    own = sum(predictors.step_time.memory_mib(specs[m], gpu_type) for m in members)
+    overhead = max(0.0, predictors.colocation.group_memory_mib(group, gpu_type) - own)
+    return ColocGroup(members, gpu_type, speeds, overhead, allowed)
+
+
+def _fits(group: ColocGroup, jobs: list[RoundJob], memory_mib: float) -> bool:
+    least = sum(min(o.memory_mib for o in jobs[m].options if o.gpu_type == group.gpu_type) for m in group.jobs)
+    return least + group.overhead_mib <= memory_mib
+
+
+def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], predictors: Predictors,
+            options: RoundOptions) -> tuple[ColocGroup, ...]:
+    memory = {n.gpu_type: n.memory_mib for n in nodes}
+    found: dict[tuple[tuple[int, ...], str], ColocGroup] = {}
+    partners: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    for a, b in _pair_candidates(jobs, options.max_partners):
+        best = 0.0
+        for gpu_type in _common_types(jobs[a], jobs[b]):
+            group = _group_on((a, b), gpu_type, jobs, specs, predictors, True)
+            if sum(group.speeds) > 1.0 and _fits(group, jobs, memory[gpu_type]):
+                found[((a, b), gpu_type)] = group
+                best = max(best, sum(group.speeds))
+        if best:
+            partners[a].append((best, b))
+            partners[b].append((best, a))
+    keep = {j: {b for _, b in sorted(p, key=lambda t: (-t[0], t[1]))[: options.max_partners]}
+            for j, p in partners.items()}
+    allowed = {key: g for key, g in found.items() if key[0][1] in keep[key[0][0]] or key[0][0] in keep[key[0][1]]}
+    if options.max_jobs_per_gpu == 3:
+        _add_triples(allowed, keep, jobs, specs, memory, predictors)
+    _add_current_groups(allowed, jobs, specs, predictors, options.max_jobs_per_gpu)
+    return tuple(allowed[k] for k in sorted(allowed))
+
+
+def _pair_candidates(jobs: list[RoundJob], partners: int) -> set[tuple[int, int]]:
+    """Pairs of equal-size jobs: neighbours in speed order and their mirror images."""
+    by_size: dict[int, list[int]] = defaultdict(list)
+    for j, job in enumerate(jobs):
+        by_size[job.num_gpus].append(j)
+    pairs: set[tuple[int, int]] = set()
+    window = partners + 1
+    for members in by_size.values():
+        order = sorted(members, key=lambda j: (jobs[j].reference_rate, jobs[j].id))
+        n = len(order)
+        for p, a in enumerate(order):
+            for q in {*range(p + 1, min(n, p + window + 1)), *range(max(0, n - 1 - p - window), min(n, n - p + window))}:
+                if q != p:
+                    b = order[q]
+                    pairs.add((min(a, b), max(a, b)))
+    return pairs
+
+
+def _add_triples(allowed: dict[tuple[tuple[int, ...], str], ColocGroup], keep: dict[int, set[int]],
+                 jobs: list[RoundJob], specs: list[Job], memory: dict[str, float], predictors: Predictors) -> None:
+    pairs = {key for key in allowed}
+    for (a, b), gpu_type in sorted(pairs):
+        for c in sorted(keep.get(a, set()) & keep.get(b, set())):
+            members = tuple(sorted((a, b, c)))
+            if c in (a, b) or (members, gpu_type) in allowed:
+                continue
+            if not all((sub, gpu_type) in pairs for sub in combinations(members, 2)):
+                continue
+            group = _group_on(members, gpu_type, jobs, specs, predictors, True)
+            if sum(group.speeds) > max(sum(allowed[(s, gpu_type)].speeds) for s in combinations(members, 2)) \
+                    and _fits(group, jobs, memory[gpu_type]):
+                allowed[(members, gpu_type)] = group
+
+
+def _add_current_groups(allowed: dict[tuple[tuple[int, ...], str], ColocGroup], jobs: list[RoundJob],
+                        specs: list[Job], predictors: Predictors, max_jobs: int) -> None:
+    """Groups running now (jobs on identical GPU sets) stay allowed, with their sub-groups."""
+    by_gpus: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for j, job in enumerate(jobs):
+        if job.current_gpus:
+            by_gpus[job.current_gpus].append(j)
+    for members_list in by_gpus.values():
+        members = tuple(sorted(members_list))
+        if not 2 <= len(members) <= max_jobs:
+            continue
+        types = [t for t in _common_types(jobs[members[0]], jobs[members[-1]])
+                 if all(any(o.gpu_type == t for o in jobs[m].options) for m in members)]
+        for gpu_type in types:
+            allowed[(members, gpu_type)] = _group_on(members, gpu_type, jobs, specs, predictors, True)
+            for sub in combinations(members, 2) if len(members) == 3 else ():
+                if (sub, gpu_type) not in allowed:
+                    allowed[(sub, gpu_type)] = _group_on(sub, gpu_type, jobs, specs, predictors, False)

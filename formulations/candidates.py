@@ -1,0 +1,271 @@
+"""Pre-enumerated candidate placements: the decisions both backends choose from.
+
+A candidate places one *unit* (a job alone or an allowed co-location group; all members share
+the same ``num_gpus`` GPUs) on one GPU type at one location:
+
+- ``type``: a one-GPU unit on any free GPU of the type (nodes do not matter for one GPU);
+- ``node``: a multi-GPU unit inside node ``where`` (gang in one node whenever one fits);
+- ``cross``: a multi-GPU unit larger than every node of the type, spread over nodes;
+- ``stay``: a unit on the current GPUs of running slot ``where`` (its members from the slot
+  do not migrate).
+
+A multi-GPU unit is offered at most ``max_nodes_per_unit`` nodes per type: its members' current
+nodes, the node with the most GPUs free of running jobs, and nodes that can host it without
+preemption, spread over units deterministically (a restriction of the candidate set; rounds with
+few nodes see every node). Memory is a per-GPU filter, not a shared resource, so each (unit, type, location) keeps only its
+best memory-feasible freeze levels. Objectives are handled in maximisation form: a candidate's
+``gain`` is its score plus the migration penalty its staying members save; see
+:func:`objective_of`. Capacity is then exact with per-node counts for multi-GPU units and per-type
+counts for everything (one-GPU units fit in any free GPU).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import product
+
+from dltsched.formulations.interference import simulate_stages
+from dltsched.formulations.problem import JobOption, RoundProblem
+
+KINDS = ("type", "node", "cross", "stay")
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """GPUs that running jobs ``members`` share now; ``node_gpus`` counts them per node."""
+
+    gpus: tuple[int, ...]
+    members: tuple[int, ...]
+    gpu_type: str
+    node_gpus: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One unit at one location (see module docstring); ``completion_s`` per member, predicted."""
+
+    jobs: tuple[int, ...]
+    freeze: tuple[int, ...]
+    gpu_type: str
+    kind: str
+    where: int
+    num_gpus: int
+    gain: float
+    completion_s: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateSet:
+    """All candidates of a round plus the data the backends need to state constraints."""
+
+    problem: RoundProblem
+    candidates: tuple[Candidate, ...]
+    slots: tuple[Slot, ...]
+    slot_conflicts: tuple[tuple[int, int], ...]
+    by_job: tuple[tuple[int, ...], ...]
+    unplaced_completion_s: tuple[float, ...]
+
+    @property
+    def num_running(self) -> int:
+        return sum(1 for job in self.problem.jobs if job.running)
+
+
+def unplaced_completion_s(problem: RoundProblem) -> tuple[float, ...]:
+    """A job left out waits one round, then runs alone at its reference rate."""
+    return tuple(problem.options.round_s + j.remaining_iterations / j.reference_rate for j in problem.jobs)
+
+
+def starvation_bonus(problem: RoundProblem, job: int) -> float:
+    return problem.options.starvation_weight * problem.jobs[job].age_s / 3600.0
+
+
+def build_candidates(problem: RoundProblem) -> CandidateSet:
+    """Enumerate every candidate of ``problem`` (deterministic order)."""
+    slots = find_slots(problem)
+    units: list[tuple[tuple[int, ...], str | None]] = [((j,), None) for j in range(len(problem.jobs))]
+    units += [(g.jobs, g.gpu_type) for g in problem.groups if g.allowed]
+    waiting = unplaced_completion_s(problem)
+    free_now = _free_now(problem)
+    out: list[Candidate] = []
+    for u, (jobs, group_type) in enumerate(units):
+        types = [group_type] if group_type else list(dict.fromkeys(o.gpu_type for o in problem.jobs[jobs[0]].options))
+        for gpu_type in types:
+            nodes = _offered_nodes(problem, jobs, gpu_type, free_now, u)
+            out.extend(_unit_candidates(problem, jobs, gpu_type, slots, waiting, nodes))
+    by_job: list[list[int]] = [[] for _ in problem.jobs]
+    for c, cand in enumerate(out):
+        for j in cand.jobs:
+            by_job[j].append(c)
+    conflicts = tuple((p, q) for p in range(len(slots)) for q in range(p + 1, len(slots))
+                      if set(slots[p].gpus) & set(slots[q].gpus))
+    return CandidateSet(problem, tuple(out), slots, conflicts, tuple(tuple(b) for b in by_job), waiting)
+
+
+def find_slots(problem: RoundProblem) -> tuple[Slot, ...]:
+    """Current GPU sets of running jobs that a plan may keep (one type, gang rule respected)."""
+    node_of = gpu_nodes(problem)
+    members: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for j, job in enumerate(problem.jobs):
+        if job.current_gpus:
+            members[job.current_gpus].append(j)
+    slots = []
+    for gpus, jobs in sorted(members.items()):
+        types = {problem.nodes[node_of[g]].gpu_type for g in gpus}
+        counts: dict[int, int] = defaultdict(int)
+        for g in gpus:
+            counts[node_of[g]] += 1
+        gpu_type = types.pop()
+        if types or (len(counts) > 1 and problem.max_node_gpus(gpu_type) >= len(gpus)):
+            continue
+        slots.append(Slot(gpus, tuple(jobs), gpu_type, tuple(sorted(counts.items()))))
+    return tuple(slots)
+
+
+def gpu_nodes(problem: RoundProblem) -> list[int]:
+    """Node index of every GPU."""
+    out: list[int] = []
+    for n, node in enumerate(problem.nodes):
+        out.extend([n] * node.num_gpus)
+    return out
+
+
+def _free_now(problem: RoundProblem) -> list[int]:
+    """GPUs of each node that no running job holds now."""
+    node_of = gpu_nodes(problem)
+    held = {g for job in problem.jobs for g in job.current_gpus}
+    free = [node.num_gpus for node in problem.nodes]
+    for g in held:
+        free[node_of[g]] -= 1
+    return free
+
+
+def _offered_nodes(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, free_now: Sequence[int],
+                   unit: int) -> list[int]:
+    """Nodes a multi-GPU unit may use on ``gpu_type`` (see module docstring)."""
+    size = problem.jobs[jobs[0]].num_gpus
+    fits = [n for n, node in enumerate(problem.nodes) if node.gpu_type == gpu_type and node.num_gpus >= size]
+    limit = problem.options.max_nodes_per_unit
+    if size == 1 or len(fits) <= limit:
+        return fits
+    node_of = gpu_nodes(problem)
+    chosen = dict.fromkeys(node_of[g] for j in jobs for g in problem.jobs[j].current_gpus if node_of[g] in fits)
+    chosen[max(fits, key=lambda n: (free_now[n], -n))] = None
+    roomy = [n for n in fits if free_now[n] >= size] or fits
+    start = (unit * limit) % len(roomy)
+    for n in roomy[start:] + roomy[:start]:
+        if len(chosen) >= limit:
+            break
+        chosen[n] = None
+    return sorted(chosen)
+
+
+def _unit_candidates(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, slots: Sequence[Slot],
+                     waiting: Sequence[float], nodes: Sequence[int]) -> list[Candidate]:
+    size = problem.jobs[jobs[0]].num_gpus
+    largest = problem.max_node_gpus(gpu_type)
+    cross = size > largest
+    best = _best_freeze(problem, jobs, gpu_type, cross, waiting)
+    if best is None:
+        return []
+    freeze, score, completion = best
+    running = {j for j in jobs if problem.jobs[j].running}
+    penalty = problem.options.migration_penalty
+
+    def make(kind: str, where: int, stayers: int) -> Candidate:
+        return Candidate(jobs, freeze, gpu_type, kind, where, size, score + penalty * stayers, completion)
+
+    out = []
+    if size == 1:
+        out.append(make("type", -1, 0))
+    elif cross:
+        out.append(make("cross", -1, 0))
+    else:
+        out += [make("node", n, 0) for n in nodes]
+    for p, slot in enumerate(slots):
+        stayers = running & set(slot.members)
+        if stayers and slot.gpu_type == gpu_type and len(slot.gpus) == size:
+            out.append(make("stay", p, len(stayers)))
+    return out
+
+
+def _best_freeze(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, cross: bool,
+                 waiting: Sequence[float]) -> tuple[tuple[int, ...], float, tuple[float, ...]] | None:
+    """Best memory-feasible freeze levels of a unit: (levels, score, completion per member)."""
+    group = problem.group(jobs, gpu_type) if len(jobs) > 1 else None
+    memory_mib = next(n.memory_mib for n in problem.nodes if n.gpu_type == gpu_type)
+    overhead = group.overhead_mib if group else 0.0
+    choices = [[o for o in problem.jobs[j].options if o.gpu_type == gpu_type] for j in jobs]
+    best: tuple[tuple[float, float], tuple[int, ...], float, tuple[float, ...]] | None = None
+    for combo in product(*choices):
+        if sum(o.memory_mib for o in combo) + overhead > memory_mib:
+            continue
+        score, completion = unit_score(problem, jobs, combo, cross, waiting)
+        key = (-max(completion), score) if problem.options.objective == "makespan" else (score, 0.0)
+        if best is None or key > best[0]:
+            best = (key, tuple(o.freeze_level for o in combo), score, completion)
+    return None if best is None else best[1:]
+
+
+def unit_score(problem: RoundProblem, jobs: tuple[int, ...], combo: Sequence[JobOption], cross: bool,
+               waiting: Sequence[float]) -> tuple[float, tuple[float, ...]]:
+    """Score (maximisation form, without migration) and completion times of a placed unit."""
+    objective = problem.options.objective
+    gpu_type = combo[0].gpu_type
+    speeds = problem.group(jobs, gpu_type).speeds if len(jobs) > 1 else (1.0,)  # type: ignore[union-attr]
+    rates = [o.rate(cross) for o in combo]
+    bonus = sum(starvation_bonus(problem, j) for j in jobs)
+    if objective == "effective_progress":
+        progress = sum(problem.jobs[j].weight * s * r / problem.jobs[j].reference_rate
+                       for j, s, r in zip(jobs, speeds, rates, strict=True))
+        return progress + bonus, ()
+    completion = stage_completion_s(problem, jobs, gpu_type, rates)
+    if objective == "weighted_completion":
+        saved = sum(problem.jobs[j].weight * (waiting[j] - c) for j, c in zip(jobs, completion, strict=True))
+        return saved + bonus, completion
+    return bonus, completion
+
+
+def stage_completion_s(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str,
+                       rates: Sequence[float]) -> tuple[float, ...]:
+    """Multi-stage completion time of each member when the unit starts now."""
+
+    def speeds(active: tuple[int, ...]) -> Sequence[float]:
+        group = problem.group(tuple(jobs[a] for a in active), gpu_type)
+        if group is None:
+            raise ValueError(f"round has no co-location speeds for jobs {[jobs[a] for a in active]} on {gpu_type}")
+        order = {j: i for i, j in enumerate(group.jobs)}
+        return [group.speeds[order[jobs[a]]] for a in active]
+
+    remaining = [problem.jobs[j].remaining_iterations for j in jobs]
+    return simulate_stages(remaining, rates, speeds).completion_s
+
+
+def objective_of(cset: CandidateSet, selected: Sequence[int]) -> float:
+    """The round's objective (in its own sense) of a set of chosen candidates."""
+    problem = cset.problem
+    chosen = [cset.candidates[c] for c in selected]
+    value = sum(c.gain for c in chosen) - problem.options.migration_penalty * cset.num_running
+    objective = problem.options.objective
+    if objective == "effective_progress":
+        return value
+    if objective == "weighted_completion":
+        return sum(j.weight * w for j, w in zip(problem.jobs, cset.unplaced_completion_s, strict=True)) - value
+    finish = list(cset.unplaced_completion_s)
+    for cand in chosen:
+        for j, c in zip(cand.jobs, cand.completion_s, strict=True):
+            finish[j] = c
+    return max(finish, default=0.0) - value
+
+
+def to_reported(cset: CandidateSet, max_form: float) -> float:
+    """A maximisation-form value (``sum gain - penalties [- makespan]``) in the objective's sense."""
+    problem = cset.problem
+    value = max_form - problem.options.migration_penalty * cset.num_running
+    objective = problem.options.objective
+    if objective == "effective_progress":
+        return value
+    if objective == "weighted_completion":
+        return sum(j.weight * w for j, w in zip(problem.jobs, cset.unplaced_completion_s, strict=True)) - value
+    return -value

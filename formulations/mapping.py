@@ -1,0 +1,55 @@
+"""Turn chosen candidates (counts per GPU class) into concrete GPU indices, deterministically.
+
+Kept slots keep their GPUs; multi-GPU units take free GPUs of their node, then cross-node units
+and one-GPU units take the remaining free GPUs of their type, lowest index first. A unit holding
+a running job that the model moves avoids landing on exactly that job's current GPUs when it can.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from dltsched.engine.domain import Assignment, Plan
+from dltsched.formulations.candidates import Candidate, CandidateSet, gpu_nodes
+
+_ORDER = {"stay": 0, "node": 1, "cross": 2, "type": 3}
+
+
+def to_plan(cset: CandidateSet, selected: Sequence[int], **fields: object) -> Plan:
+    """The plan of ``selected`` candidates; ``fields`` fill the plan's status, objective, ..."""
+    problem = cset.problem
+    node_of = gpu_nodes(problem)
+    chosen = sorted((cset.candidates[c] for c in selected), key=lambda c: (_ORDER[c.kind], -c.num_gpus, c.jobs))
+    taken = {g for c in chosen if c.kind == "stay" for g in cset.slots[c.where].gpus}
+    free = [g for g in range(problem.num_gpus) if g not in taken]
+    assignments: list[Assignment] = []
+    for cand in chosen:
+        if cand.kind == "stay":
+            gpus = cset.slots[cand.where].gpus
+        else:
+            pool = [g for g in free if _in_place(cand, problem.nodes[node_of[g]].gpu_type, node_of[g])]
+            gpus = _pick(pool, cand.num_gpus, _avoid(cset, cand))
+            taken.update(gpus)
+            free = [g for g in free if g not in taken]
+        assignments += [Assignment(problem.jobs[j].id, tuple(gpus), f) for j, f in zip(cand.jobs, cand.freeze, strict=True)]
+    order = problem.job_index()
+    plan = Plan(tuple(sorted(assignments, key=lambda a: order[a.job_id])))
+    return replace(plan, **fields)  # type: ignore[arg-type]
+
+
+def _in_place(cand: Candidate, gpu_type: str, node: int) -> bool:
+    return gpu_type == cand.gpu_type and (cand.kind != "node" or node == cand.where)
+
+
+def _avoid(cset: CandidateSet, cand: Candidate) -> set[tuple[int, ...]]:
+    return {cset.problem.jobs[j].current_gpus for j in cand.jobs if cset.problem.jobs[j].running}
+
+
+def _pick(pool: list[int], count: int, avoid: set[tuple[int, ...]]) -> tuple[int, ...]:
+    if len(pool) < count:
+        raise RuntimeError(f"capacity bookkeeping broken: {count} GPUs wanted, {len(pool)} free")
+    gpus = tuple(pool[:count])
+    if gpus in avoid and len(pool) > count:
+        gpus = (*pool[: count - 1], pool[count])
+    return gpus

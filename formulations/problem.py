@@ -1,0 +1,271 @@
+"""Backend-neutral description of one scheduling round: options, GPU classes, jobs, coefficients.
+
+A :class:`RoundProblem` holds numbers only (no solver types), so a round can be saved as JSON,
+shared and re-solved by any backend. Jobs are referred to by their position in ``jobs``.
+GPUs keep the cluster's global indices; a node is a GPU class (one type, interchangeable GPUs).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dltsched.engine.errors import ValidationError
+
+if TYPE_CHECKING:
+    from dltsched.engine.domain import ClusterState
+    from dltsched.engine.predict import Predictors
+
+OBJECTIVES = ("effective_progress", "weighted_completion", "makespan")
+#: objectives that are minimised; ``effective_progress`` is maximised
+MINIMIZE = frozenset({"weighted_completion", "makespan"})
+FORMAT = "dltsched-round/1"
+
+
+@dataclass(frozen=True, slots=True)
+class RoundOptions:
+    """How a round is modelled and solved.
+
+    ``freeze_levels`` is either the allowed levels or a count ``n`` (levels spread evenly over the
+    model's blocks). ``migration_penalty`` (charged per running job that moves or is preempted) and
+    ``starvation_weight`` (bonus per placed queued job and hour waited) are in objective units.
+    ``round_s`` is the round length: a job left out is predicted to wait one round and then run alone.
+    ``max_partners`` bounds the co-location partners enumerated per job (keeps groups O(jobs));
+    ``max_nodes_per_unit`` bounds the nodes offered to a multi-GPU unit per type (see candidates).
+    """
+
+    objective: str = "effective_progress"
+    max_jobs_per_gpu: int = 2
+    freeze_levels: tuple[int, ...] | int = 4
+    time_limit_s: float = 10.0
+    migration_penalty: float = 0.1
+    starvation_weight: float = 0.0
+    round_s: float = 300.0
+    max_partners: int = 4
+    relative_gap: float = 1e-4
+    allow_cross_node: bool = True
+    num_workers: int = 2
+    max_nodes_per_unit: int = 4
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValidationError("options.objective", f"'{self.objective}' not understood; one of {', '.join(OBJECTIVES)}")
+        if self.max_jobs_per_gpu not in (1, 2, 3):
+            raise ValidationError("options.max_jobs_per_gpu", f"{self.max_jobs_per_gpu!r} not understood; must be 1, 2 or 3")
+        levels = self.freeze_levels
+        if isinstance(levels, list | tuple):
+            levels = tuple(int(v) for v in levels)
+            if not levels or min(levels) < 0:
+                raise ValidationError("options.freeze_levels", f"{levels} not understood; non-empty levels >= 0")
+            object.__setattr__(self, "freeze_levels", tuple(sorted(set(levels) | {0})))
+        elif not isinstance(levels, int) or levels < 1:
+            raise ValidationError("options.freeze_levels", f"{levels!r} not understood; a count >= 1 or a tuple of levels")
+        for name in ("time_limit_s", "round_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ValidationError(f"options.{name}", f"{value!r} not understood; must be > 0")
+        for name in ("migration_penalty", "starvation_weight", "relative_gap"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValidationError(f"options.{name}", f"{value!r} not understood; must be >= 0")
+        for name in ("max_partners", "num_workers", "max_nodes_per_unit"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValidationError(f"options.{name}", f"{getattr(self, name)!r} not understood; must be >= 1")
+
+    @property
+    def minimize(self) -> bool:
+        return self.objective in MINIMIZE
+
+
+@dataclass(frozen=True, slots=True)
+class GpuNode:
+    """One GPU class: the ``num_gpus`` GPUs ``first_gpu ..`` of one node, all of ``gpu_type``."""
+
+    id: str
+    gpu_type: str
+    num_gpus: int
+    first_gpu: int
+    memory_mib: float
+
+    @property
+    def gpus(self) -> range:
+        return range(self.first_gpu, self.first_gpu + self.num_gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class JobOption:
+    """Coefficients of one job on one GPU type at one freeze level.
+
+    ``cross_step_time_s`` is the step time spread over nodes (only set when the job is larger than
+    every node of the type); ``frozen_penalty`` is the fraction of iterations lost to freezing.
+    """
+
+    gpu_type: str
+    freeze_level: int
+    step_time_s: float
+    memory_mib: float
+    frozen_penalty: float = 0.0
+    cross_step_time_s: float | None = None
+
+    def rate(self, cross: bool = False) -> float:
+        """Effective progress in useful iterations per second."""
+        step = self.cross_step_time_s if cross else self.step_time_s
+        if step is None:
+            raise ValidationError("options.cross_step_time_s", f"no cross-node step time on {self.gpu_type}")
+        return (1.0 - self.frozen_penalty) / step
+
+
+@dataclass(frozen=True, slots=True)
+class RoundJob:
+    """An active job as the round sees it.
+
+    ``reference_rate`` (iterations/s) normalises progress: the best isolated rate at level 0.
+    ``current_gpus`` is where it runs now (empty: queued); ``age_s`` how long it has waited.
+    """
+
+    id: str
+    num_gpus: int
+    weight: float
+    remaining_iterations: float
+    reference_rate: float
+    options: tuple[JobOption, ...]
+    age_s: float = 0.0
+    current_gpus: tuple[int, ...] = ()
+    current_freeze: int = 0
+
+    @property
+    def running(self) -> bool:
+        return bool(self.current_gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class ColocGroup:
+    """Predicted behaviour of jobs sharing one GPU of ``gpu_type``: ``speeds[i]`` for ``jobs[i]``
+    (relative to running alone) and the memory the group needs beyond its members' own memory.
+    Only ``allowed`` groups may be placed; the others are sub-groups kept for multi-stage times."""
+
+    jobs: tuple[int, ...]
+    gpu_type: str
+    speeds: tuple[float, ...]
+    overhead_mib: float = 0.0
+    allowed: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaceable:
+    """A job that no plan can place, and why."""
+
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoundProblem:
+    """One round: options, GPU classes, jobs with per-option coefficients and co-location groups."""
+
+    options: RoundOptions
+    nodes: tuple[GpuNode, ...]
+    jobs: tuple[RoundJob, ...]
+    groups: tuple[ColocGroup, ...] = ()
+    time_s: float = 0.0
+    unplaceable: tuple[Unplaceable, ...] = ()
+    _option_index: dict[tuple[int, str, int], JobOption] = field(init=False, repr=False, compare=False)
+    _group_index: dict[tuple[tuple[int, ...], str], ColocGroup] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise ValidationError("nodes", "empty; a round needs at least one node")
+        types = {n.gpu_type for n in self.nodes}
+        num_gpus = sum(n.num_gpus for n in self.nodes)
+        index: dict[tuple[int, str, int], JobOption] = {}
+        ids: set[str] = set()
+        for j, job in enumerate(self.jobs):
+            if job.id in ids:
+                raise ValidationError(f"jobs[{j}].id", f"duplicate job id '{job.id}'")
+            ids.add(job.id)
+            if any(not 0 <= g < num_gpus for g in job.current_gpus):
+                raise ValidationError(f"jobs[{j}].current_gpus", f"{job.current_gpus} outside 0..{num_gpus - 1}")
+            for k, opt in enumerate(job.options):
+                if opt.gpu_type not in types:
+                    raise ValidationError(f"jobs[{j}].options[{k}].gpu_type", f"'{opt.gpu_type}' is not in the cluster")
+                index[(j, opt.gpu_type, opt.freeze_level)] = opt
+        groups: dict[tuple[tuple[int, ...], str], ColocGroup] = {}
+        for i, group in enumerate(self.groups):
+            if len(group.speeds) != len(group.jobs) or any(not 0 <= j < len(self.jobs) for j in group.jobs):
+                raise ValidationError(f"groups[{i}]", "jobs and speeds must have one entry per known job")
+            if list(group.jobs) != sorted(set(group.jobs)) or len(group.jobs) < 2:
+                raise ValidationError(f"groups[{i}].jobs", f"{group.jobs} must be >= 2 sorted distinct job indices")
+            groups[(group.jobs, group.gpu_type)] = group
+        object.__setattr__(self, "_option_index", index)
+        object.__setattr__(self, "_group_index", groups)
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(n.num_gpus for n in self.nodes)
+
+    def option(self, job: int, gpu_type: str, freeze_level: int) -> JobOption | None:
+        return self._option_index.get((job, gpu_type, freeze_level))
+
+    def group(self, jobs: tuple[int, ...], gpu_type: str) -> ColocGroup | None:
+        return self._group_index.get((tuple(sorted(jobs)), gpu_type))
+
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(n.gpu_type for n in self.nodes))
+
+    def max_node_gpus(self, gpu_type: str) -> int:
+        return max((n.num_gpus for n in self.nodes if n.gpu_type == gpu_type), default=0)
+
+    def job_index(self) -> dict[str, int]:
+        return {job.id: j for j, job in enumerate(self.jobs)}
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"format": FORMAT}
+        data.update({name: _plain(getattr(self, name))
+                     for name in ("time_s", "options", "nodes", "jobs", "groups", "unplaceable")})
+        return data
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> RoundProblem:
+        if data.get("format") != FORMAT:
+            raise ValidationError("format", f"{data.get('format')!r} not understood; expected '{FORMAT}'")
+        try:
+            jobs = tuple(
+                RoundJob(**{**j, "options": tuple(JobOption(**o) for o in j["options"]),
+                            "current_gpus": tuple(j["current_gpus"])})
+                for j in data["jobs"])
+            return RoundProblem(
+                options=RoundOptions(**data["options"]),
+                nodes=tuple(GpuNode(**n) for n in data["nodes"]),
+                jobs=jobs,
+                groups=tuple(ColocGroup(**{**g, "jobs": tuple(g["jobs"]), "speeds": tuple(g["speeds"])})
+                             for g in data["groups"]),
+                time_s=float(data["time_s"]),
+                unplaceable=tuple(Unplaceable(**u) for u in data["unplaceable"]),
+            )
+        except (KeyError, TypeError) as err:
+            raise ValidationError("round", f"malformed round JSON ({err}); write it with RoundProblem.save") from None
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    @staticmethod
+    def load(path: str | Path) -> RoundProblem:
+        return RoundProblem.from_dict(json.loads(Path(path).read_text()))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: _plain(v) for k, v in asdict(value).items()}
+    return value
+
+
+def build_round(state: ClusterState, predictors: Predictors, options: RoundOptions | None = None) -> RoundProblem:
+    """The :class:`RoundProblem` of ``state`` with coefficients from ``predictors``."""
+    from dltsched.formulations.build import build_round as build
+
+    return build(state, predictors, options or RoundOptions())

@@ -1,0 +1,49 @@
+"""One result type for every backend: the plan plus how the solve ended.
+
+``termination`` says why the solver stopped (``optimal``, ``gap_limit``, ``time_limit``,
+``infeasible``, ``error``, ``not_run``); ``solution_status`` says what came back (``optimal``,
+``feasible``, ``fallback``, ``none``), kept apart as in Pyomo. ``plan.status`` combines them for
+users: ``optimal`` | ``feasible`` (stopped at the gap limit) | ``timeout`` (time limit, incumbent
+returned) | ``fallback`` (greedy plan, nothing usable from the solver) | ``infeasible`` (some jobs
+can never be placed: ``infeasible_jobs`` names them; the plan places the others).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dltsched.engine.domain import Plan
+from dltsched.formulations.problem import Unplaceable
+
+TERMINATIONS = ("optimal", "gap_limit", "time_limit", "infeasible", "error", "not_run")
+SOLUTION_STATUSES = ("optimal", "feasible", "fallback", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    """A solved round; ``plan`` carries status, objective, bound, gap, times, backend, fallback."""
+
+    plan: Plan
+    termination: str
+    solution_status: str
+    infeasible_jobs: tuple[Unplaceable, ...] = ()
+    num_candidates: int = 0
+
+    def __post_init__(self) -> None:
+        if self.termination not in TERMINATIONS:
+            raise ValueError(f"termination: '{self.termination}' not understood; one of {', '.join(TERMINATIONS)}")
+        if self.solution_status not in SOLUTION_STATUSES:
+            raise ValueError(f"solution_status: '{self.solution_status}' not understood")
+
+    def to_dict(self) -> dict[str, Any]:
+        plan = self.plan
+        return {
+            "status": plan.status, "objective": plan.objective, "bound": plan.bound, "gap": plan.gap,
+            "solve_time_s": plan.solve_time_s, "build_time_s": plan.build_time_s, "backend": plan.backend,
+            "fallback": plan.fallback, "termination": self.termination, "solution_status": self.solution_status,
+            "message": plan.message, "num_candidates": self.num_candidates,
+            "infeasible_jobs": [{"job_id": u.job_id, "reason": u.reason} for u in self.infeasible_jobs],
+            "assignments": [{"job_id": a.job_id, "gpus": list(a.gpus), "freeze_level": a.freeze_level}
+                            for a in plan.assignments],
+        }

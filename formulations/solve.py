@@ -1,0 +1,94 @@
+"""``solve_round``: candidates -> backend -> concrete plan, with a greedy fallback."""
+
+from __future__ import annotations
+
+import importlib
+import time
+
+from dltsched.engine.domain import Plan
+from dltsched.formulations.backend import Backend, BackendOutcome, hint_from_plan
+from dltsched.formulations.candidates import CandidateSet, build_candidates, objective_of, to_reported
+from dltsched.formulations.greedy import greedy_selection
+from dltsched.formulations.mapping import to_plan
+from dltsched.formulations.problem import RoundProblem
+from dltsched.formulations.result import RoundResult
+
+#: backend name -> "module:function" (imported on first use, so ortools/pyomo load lazily)
+BACKENDS: dict[str, str] = {
+    "cpsat": "dltsched.formulations.cpsat.model:solve",
+    "milp": "dltsched.formulations.milp.model:solve",
+    "greedy": "dltsched.formulations.solve:solve_greedy",
+}
+
+
+def solve_round(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: float | None = None,
+                warm_start: Plan | None = None, solver: str | None = None) -> RoundResult:
+    """Solve one round with ``backend`` (``cpsat``, ``milp`` or ``greedy``).
+
+    ``time_limit_s`` defaults to ``problem.options.time_limit_s``; ``warm_start`` (e.g. the last
+    round's plan) is passed to the solver as a hint; ``solver`` names the Pyomo solver for ``milp``
+    (default HiGHS). If the solver returns nothing feasible in time, the greedy plan is returned
+    with ``status="fallback"`` and ``fallback=True``.
+    """
+    start = time.perf_counter()
+    cset = build_candidates(problem)
+    prepare_s = time.perf_counter() - start
+    limit = problem.options.time_limit_s if time_limit_s is None else time_limit_s
+    if limit <= 0:
+        raise ValueError(f"time_limit_s: {limit} not understood; must be > 0")
+    hint = hint_from_plan(cset, warm_start) if warm_start is not None else []
+    outcome = load_backend(backend)(cset, time_limit_s=limit, hint=hint, solver=solver)
+    return finish(cset, outcome, backend, prepare_s)
+
+
+def load_backend(name: str) -> Backend:
+    if name not in BACKENDS:
+        raise ValueError(f"backend: '{name}' not understood; one of {', '.join(BACKENDS)}")
+    module, _, attr = BACKENDS[name].partition(":")
+    return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+
+
+def solve_greedy(cset: CandidateSet, *, time_limit_s: float, hint: object = (), solver: str | None = None) -> BackendOutcome:
+    """The greedy heuristic as a backend (no bound)."""
+    start = time.perf_counter()
+    selected = tuple(greedy_selection(cset))
+    return BackendOutcome(selected, "not_run", None, 0.0, time.perf_counter() - start, "greedy heuristic")
+
+
+def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s: float) -> RoundResult:
+    """Map the outcome to a plan with status, objective, bound and gap (fallback when empty)."""
+    problem = cset.problem
+    build_s = prepare_s + outcome.build_time_s
+    fallback = outcome.selected is None
+    selected = greedy_selection(cset) if fallback else list(outcome.selected or ())
+    objective = objective_of(cset, selected)
+    bound = None if fallback or outcome.bound is None else to_reported(cset, outcome.bound)
+    gap = None if bound is None else relative_gap(objective, bound, problem.options.minimize)
+    status, solution = _status(outcome.termination, fallback, backend)
+    if status == "optimal" and gap is not None:
+        gap = 0.0 if gap < 1e-6 else gap
+    message = outcome.message
+    if problem.unplaceable:
+        status = "infeasible"
+        names = "; ".join(f"job '{u.job_id}': {u.reason}" for u in problem.unplaceable)
+        message = f"round infeasible, these jobs can never be placed: {names}"
+    plan = to_plan(cset, selected, status=status, objective=objective, bound=bound, gap=gap,
+                   solve_time_s=outcome.solve_time_s, build_time_s=build_s, backend=backend,
+                   fallback=fallback, message=message)
+    return RoundResult(plan, outcome.termination, solution, problem.unplaceable, len(cset.candidates))
+
+
+def relative_gap(objective: float, bound: float, minimize: bool) -> float:
+    """``|bound - objective| / max(|objective|, |bound|)`` clamped to 0..1 (0 when both are 0)."""
+    diff = (objective - bound) if minimize else (bound - objective)
+    scale = max(abs(objective), abs(bound))
+    return 0.0 if scale < 1e-12 else min(1.0, max(0.0, diff / scale))
+
+
+def _status(termination: str, fallback: bool, backend: str) -> tuple[str, str]:
+    if fallback:
+        return "fallback", "fallback"
+    if backend == "greedy":
+        return "heuristic", "feasible"
+    return {"optimal": ("optimal", "optimal"), "gap_limit": ("feasible", "feasible")}.get(
+        termination, ("timeout", "feasible"))

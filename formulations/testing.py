@@ -1,0 +1,89 @@
+"""Test helpers: table predictors with hand-picked numbers, snapshot/round builders, a checked-result assert.
+
+Used by the formulations tests and by anyone who wants a round whose optimum can be worked out by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from dltsched.engine.domain import Assignment, Cluster, ClusterState, Job, JobState, Node
+from dltsched.engine.predict import Predictors
+from dltsched.formulations import RoundOptions, RoundProblem, build_round, check_plan
+from dltsched.formulations.result import RoundResult
+
+V100_MIB = 16 * 1024.0
+
+
+@dataclass
+class Tables:
+    """Per job id: step time (s) and memory (MiB) per freeze level; penalties; pair speeds."""
+
+    step_s: dict[str, Sequence[float]] = field(default_factory=dict)
+    memory: dict[str, Sequence[float]] = field(default_factory=dict)
+    penalty: dict[str, Sequence[float]] = field(default_factory=dict)
+    speeds: dict[tuple[str, ...], Sequence[float]] = field(default_factory=dict)
+    default_speed: float = 0.6
+    cross_factor: float = 1.5
+
+    def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
+                    freeze_level: int = 0, num_nodes: int = 1) -> float:
+        return self.step_s[job.id][freeze_level] * (self.cross_factor if num_nodes > 1 else 1.0)
+
+    def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        return self.memory_mib_of(job.id)[freeze_level]
+
+    def memory_mib_of(self, job_id: str) -> Sequence[float]:
+        return self.memory.get(job_id, [1000.0] * len(self.step_s[job_id]))
+
+    def num_freeze_levels(self, job: Job) -> int:
+        return len(self.step_s[job.id])
+
+    def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
+        return self.penalty.get(job.id, [0.0] * len(self.step_s[job.id]))[freeze_level]
+
+    def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        key = tuple(sorted(j.id for j in jobs))
+        table = self.speeds.get(key)
+        if table is None:
+            return tuple(self.default_speed for _ in jobs)
+        return tuple(table[key.index(j.id)] for j in jobs)
+
+    def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        return sum(self.memory_mib_of(j.id)[0] for j in jobs)
+
+    def bundle(self) -> Predictors:
+        return Predictors(self, self, self)
+
+
+def make_state(nodes: Sequence[tuple[str, int]], jobs: Sequence[Job], running: dict[str, tuple[int, ...]] | None = None,
+               remaining: dict[str, float] | None = None, time_s: float = 0.0) -> ClusterState:
+    """A snapshot: ``nodes`` as (gpu type, count); ``running`` maps job id -> its GPUs now."""
+    cluster = Cluster(tuple(Node(f"n{i}", t, k) for i, (t, k) in enumerate(nodes)))
+    running = running or {}
+    remaining = remaining or {}
+    states = tuple(
+        JobState(job, remaining.get(job.id, job.total_iterations),
+                 assignment=Assignment(job.id, running[job.id]) if job.id in running else None)
+        for job in jobs)
+    return ClusterState(time_s, cluster, states)
+
+
+def job(job_id: str, num_gpus: int = 1, weight: float = 1.0, iterations: float = 100.0, **kw: object) -> Job:
+    return Job(job_id, "resnet50", 32, iterations, num_gpus=num_gpus, weight=weight, **kw)  # type: ignore[arg-type]
+
+
+def make_round(tables: Tables, nodes: Sequence[tuple[str, int]], jobs: Sequence[Job], **kw: object) -> RoundProblem:
+    options = kw.pop("options", RoundOptions(relative_gap=0.0))
+    state = make_state(nodes, jobs, **kw)  # type: ignore[arg-type]
+    return build_round(state, tables.bundle(), options)  # type: ignore[arg-type]
+
+
+def checked(problem: RoundProblem, result: RoundResult) -> float:
+    """Assert the plan passes the checker and its objective matches (1e-6 relative); return it."""
+    report = check_plan(problem, result.plan)
+    assert report.feasible, report.violations
+    assert result.plan.objective is not None and report.objective is not None
+    assert abs(result.plan.objective - report.objective) <= 1e-6 * max(1.0, abs(report.objective))
+    return report.objective

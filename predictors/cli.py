@@ -1,0 +1,220 @@
+"""``dltsched predict ...``, ``dltsched profile`` and ``dltsched bench predict``.
+
+The co-location subcommands live in ``predictors/colocation/cli.py`` and are imported on use.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from dltsched.engine.cli import LazyGroup, emit
+from dltsched.engine.errors import ValidationError
+
+_COLOCATION = {
+    "colocation": "dltsched.predictors.colocation.cli:colocation",
+    "eval-colocation": "dltsched.predictors.colocation.cli:eval_colocation",
+    "train-colocation": "dltsched.predictors.colocation.cli:train_colocation",
+}
+
+
+def _colocation_commands() -> dict[str, str]:
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("dltsched.predictors.colocation.cli") is not None
+    except ImportError:
+        found = False
+    return _COLOCATION if found else {}
+
+
+@click.group(cls=LazyGroup, lazy=_colocation_commands())
+def predict() -> None:
+    """Step-time, freezing and co-location predictions, calibration and evaluation."""
+
+
+def _job(model: str, batch_size: int, num_gpus: int, amp: bool, dataset: str | None, optimizer: str):  # noqa: ANN202
+    from dltsched.engine.domain import Job
+
+    return Job(id="cli", model=model, batch_size=batch_size, total_iterations=1.0, num_gpus=num_gpus, amp=amp,
+               dataset=dataset, optimizer=optimizer)
+
+
+@predict.command("step-time")
+@click.option("--model", required=True, help="Zoo model id or alias (resnet50, ResNet-50, ...).")
+@click.option("--gpu", required=True, help="GPU type id or alias (v100, a100, ...).")
+@click.option("--batch-size", type=int, required=True, help="Batch size per GPU.")
+@click.option("--num-gpus", type=int, default=1, show_default=True)
+@click.option("--num-nodes", type=int, default=1, show_default=True)
+@click.option("--amp", is_flag=True, help="Mixed precision (FP16 tensor cores).")
+@click.option("--freeze", "freeze_level", type=int, default=0, show_default=True, help="Frozen leading blocks.")
+@click.option("--dataset", default=None, help="Dataset (default: the model's default).")
+@click.option("--optimizer", default="sgd", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def step_time(model: str, gpu: str, batch_size: int, num_gpus: int, num_nodes: int, amp: bool, freeze_level: int,
+              dataset: str | None, optimizer: str, as_json: bool) -> None:
+    """Predicted time of one training iteration and GPU memory of one worker."""
+    from dltsched.predictors.steptime import DeletePopStepTime
+
+    job = _job(model, batch_size, num_gpus, amp, dataset, optimizer)
+    out = DeletePopStepTime().breakdown(job, gpu, freeze_level=freeze_level, num_nodes=num_nodes,
+                                        check_memory=True).as_dict()
+    emit(out, as_json, lambda: [click.echo(f"{k:>12}: {v:.6g}") for k, v in out.items()])
+
+
+def _measurements(source: str, data_dir: str | None):  # noqa: ANN202
+    from dltsched.predictors.steptime import measurements as ms
+
+    if source == "gavel":
+        return ms.gavel_measurements(data_dir)
+    if source == "zeus":
+        return ms.zeus_measurements(data_dir)
+    return ms.gavel_measurements(data_dir) + ms.zeus_measurements(data_dir)
+
+
+@predict.command("eval-steptime")
+@click.argument("csv_file", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("--format", "source", type=click.Choice(["gavel", "zeus", "all"]), default=None,
+              help="Evaluate on a data-folder source instead of a CSV file.")
+@click.option("--leave-one-gpu-out", is_flag=True, help="Refit without each GPU before testing on it.")
+@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--json", "as_json", is_flag=True)
+def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: bool, data_dir: str | None,
+                  as_json: bool) -> None:
+    """MAPE and p90 APE of step-time predictions against measurements (CSV or --format)."""
+    from dltsched.predictors.steptime import DeletePopStepTime
+    from dltsched.predictors.steptime import calibrate as cal
+    from dltsched.predictors.steptime import measurements as ms
+
+    if (csv_file is None) == (source is None):
+        raise ValidationError("eval-steptime", "give either a CSV file or --format gavel|zeus|all")
+    test = ms.read_csv(csv_file) if csv_file else _measurements(source or "all", data_dir)
+    if leave_one_gpu_out:
+        train = _measurements("all", data_dir)
+        out = cal.leave_one_gpu_out(train, test, ms.deepbench_gemm_efficiency(data_dir))
+    else:
+        ev = cal.evaluate(DeletePopStepTime(), test)
+        out = {**ev.summary(), "rows": list(ev.rows)}
+    emit(out, as_json, lambda: click.echo(f"n={out['n']} mape={out['mape']:.1f}% p90_ape={out['p90_ape']:.1f}%"))
+
+
+@predict.command("calibrate-steptime")
+@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--hold-out-gpu", default=None, help="Fit without this GPU's measurements.")
+@click.option("--output", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the factors (default: the package's factors.json).")
+@click.option("--json", "as_json", is_flag=True)
+def calibrate_steptime(data_dir: str | None, hold_out_gpu: str | None, output: str | None, as_json: bool) -> None:
+    """Fit the achievable-efficiency factors on Gavel + Zeus (+ DeepBench GEMM) and write them."""
+    import json
+
+    from dltsched.predictors.steptime import calibrate as cal
+    from dltsched.predictors.steptime import measurements as ms
+    from dltsched.predictors.steptime.model import _gpu, factors_path, load_factors
+
+    rows = _measurements("all", data_dir)
+    if hold_out_gpu:
+        held = _gpu(hold_out_gpu).id
+        rows = [m for m in rows if _gpu(m.gpu).id != held]
+    factors = cal.fit(rows, ms.deepbench_gemm_efficiency(data_dir))
+    path = Path(output) if output else factors_path()
+    path.write_text(json.dumps(factors, indent=1) + "\n")
+    load_factors.cache_clear()
+    out = {"output": str(path), "num_measurements": factors["num_measurements"], "fitted_on": factors["fitted_on"]}
+    emit(out, as_json)
+
+
+@predict.command("convert-steptime")
+@click.argument("source", type=click.Choice(["gavel", "zeus"]))
+@click.argument("output", type=click.Path(dir_okay=False))
+@click.option("--data-dir", default=None)
+@click.option("--max-scale", type=int, default=8, show_default=True, help="Gavel: largest #GPUs kept.")
+@click.option("--json", "as_json", is_flag=True)
+def convert_steptime(source: str, output: str, data_dir: str | None, max_scale: int, as_json: bool) -> None:
+    """Write Gavel or Zeus measurements as an eval-steptime CSV."""
+    from dltsched.predictors.steptime import measurements as ms
+
+    rows = ms.gavel_measurements(data_dir, max_scale=max_scale) if source == "gavel" else ms.zeus_measurements(
+        data_dir)
+    out = {"output": output, "rows": ms.write_csv(rows, output)}
+    emit(out, as_json)
+
+
+@predict.command("freeze-table")
+@click.option("--model", required=True)
+@click.option("--gpu", required=True)
+@click.option("--batch-size", type=int, required=True)
+@click.option("--dataset", default=None)
+@click.option("--start-progress", type=float, default=0.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def freeze_table(model: str, gpu: str, batch_size: int, dataset: str | None, start_progress: float,
+                 as_json: bool) -> None:
+    """Per freeze level: step time, memory, frozen penalty and effective progress."""
+    from dataclasses import asdict
+
+    from dltsched.predictors.freezing import IceFrogFreezing
+
+    rows = [asdict(r) for r in IceFrogFreezing().freeze_table(_job(model, batch_size, 1, False, dataset, "sgd"),
+                                                               gpu, start_progress)]
+    emit(rows, as_json, lambda: [click.echo("  ".join(f"{k}={v:.4g}" for k, v in r.items())) for r in rows])
+
+
+@predict.command("build-graphs")
+@click.option("--model", "models", multiple=True, help="Only these models (default: all).")
+@click.option("--workers", type=int, default=2, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def build_graphs(models: tuple[str, ...], workers: int, as_json: bool) -> None:
+    """Re-extract the zoo's operator graphs with torch.export (meta device) and rewrite the JSON files."""
+    from dltsched.instances.catalog import model_catalog
+    from dltsched.predictors.zoo.extract import build_all_graphs
+
+    ids = tuple(model_catalog().resolve(m) for m in models)
+    emit({"written": build_all_graphs(ids, workers)}, as_json)
+
+
+def time_predictions(pairs: int = 10_000) -> dict[str, float]:
+    """Time ``pairs`` (job, GPU) step-time predictions from the cached graphs."""
+    from dltsched.engine.domain import Job
+    from dltsched.predictors.steptime import DeletePopStepTime
+    from dltsched.predictors.zoo import zoo_models
+
+    predictor = DeletePopStepTime()
+    gpus = ("k80", "p100", "v100", "t4", "a100-40gb", "h100")
+    jobs = [Job(id=m, model=m, batch_size=8 + 8 * i, total_iterations=1.0) for i, m in enumerate(zoo_models())]
+    work = [(jobs[i % len(jobs)], gpus[i % len(gpus)]) for i in range(pairs)]
+    for job, gpu in work[: len(jobs) * len(gpus)]:
+        predictor.step_time_s(job, gpu)  # warm the graph caches
+    start = time.perf_counter()
+    for job, gpu in work:
+        predictor.step_time_s(job, gpu)
+    elapsed = time.perf_counter() - start
+    return {"pairs": pairs, "seconds": elapsed, "pairs_per_s": pairs / elapsed}
+
+
+@click.command("predict")
+@click.option("--pairs", type=int, default=10_000, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bench_predict(pairs: int, as_json: bool) -> None:
+    """Time step-time predictions of (job, GPU) pairs from the cached graphs."""
+    out = time_predictions(pairs)
+    emit(out, as_json, lambda: click.echo(f"{out['pairs']} predictions in {out['seconds']:.3f} s "
+                                          f"({out['pairs_per_s']:.0f} pairs/s)"))
+
+
+@click.command("profile")
+@click.option("--model", "models", multiple=True, default=("resnet18",), show_default=True)
+@click.option("--batch-size", type=int, default=32, show_default=True)
+@click.option("--steps", type=int, default=20, show_default=True)
+@click.option("--smoke", is_flag=True, help="Tiny CPU run (2 steps, batch 2) to check the harness.")
+@click.option("--output", type=click.Path(dir_okay=False), default=None, help="CSV in eval-steptime format.")
+@click.option("--json", "as_json", is_flag=True)
+def profile(models: tuple[str, ...], batch_size: int, steps: int, smoke: bool, output: str | None,
+            as_json: bool) -> None:
+    """Run real training steps of zoo models (CUDA GPU alone; CPU with --smoke) and record step times."""
+    from dltsched.predictors.profiling.harness import profile_models
+
+    rows = profile_models(models, batch_size=2 if smoke else batch_size, steps=2 if smoke else steps,
+                          require_gpu=not smoke, output=output)
+    emit(rows, as_json)

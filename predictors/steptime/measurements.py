@@ -1,0 +1,144 @@
+"""Whole-iteration and kernel measurements used to calibrate and evaluate the step-time predictor.
+
+- Gavel: isolated steps/s (consolidated placement) -> step time = 1 / throughput; all scales.
+- Zeus: time per epoch at the highest power limit measured -> per-iteration time =
+  ``time_per_epoch / ceil(dataset_size / batch_size)`` with :data:`ZEUS_DATASET_SIZES`.
+- DeepBench: FP32 GEMM TFLOPS of 8 GPUs -> achievable-GEMM efficiency per GPU (median over
+  GEMMs of at least 1e9 multiply-adds, divided by the spec FP32 peak).
+The CSV format written and read here is ``model,gpu,batch_size,num_gpus,step_time_s[,amp,dataset,optimizer]``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import statistics
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from dltsched.engine.errors import ValidationError
+from dltsched.instances.datadir import data_file
+
+#: Zeus workload -> (model id, dataset id, training-set size used for iterations per epoch)
+ZEUS_WORKLOADS: dict[tuple[str, str], tuple[str, str, int]] = {
+    ("cifar100", "shufflenetv2"): ("shufflenet_v2", "cifar100", 50_000),
+    ("imagenet", "resnet50"): ("resnet50", "imagenet", 1_281_167),
+    ("librispeech", "deepspeech2"): ("deepspeech2", "librispeech", 281_241),
+    ("movielens-1m", "ncf"): ("neumf", "movielens", 994_169),
+    ("squad", "bert_base_uncased"): ("bert_base", "squad", 88_524),
+    ("sentiment140", "bert_base_uncased"): ("bert_base", "sentiment140", 1_600_000),
+}
+ZEUS_GPUS = {"a40": "a40", "p100": "p100", "rtx6000": "rtx6000", "v100": "v100"}
+#: DeepBench file label -> catalog GPU id
+DEEPBENCH_GPUS = {"V100": "v100", "T4": "t4", "P100": "p100", "TitanXp": "titanxp", "1080Ti": "gtx1080ti",
+                  "M40": "m40"}
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One measured iteration time (``batch_size`` per GPU)."""
+
+    model: str
+    gpu: str
+    batch_size: int
+    num_gpus: int
+    step_time_s: float
+    amp: bool = False
+    dataset: str | None = None
+    optimizer: str = "sgd"
+    source: str = ""
+
+
+def gavel_measurements(data_dir: str | os.PathLike[str] | None = None, *, max_scale: int = 1) -> list[Measurement]:
+    """Gavel's isolated throughputs (consolidated placements, scale <= ``max_scale``)."""
+    from dltsched.instances.readers.gavel_throughputs import read_gavel_throughputs
+
+    out = []
+    for (gpu, jt, scale, consolidated), steps_per_s in read_gavel_throughputs(data_dir=data_dir).isolated.items():
+        if consolidated and scale <= max_scale and steps_per_s > 0:
+            out.append(Measurement(jt.model, gpu, jt.batch_size, scale, 1.0 / steps_per_s, False, jt.dataset,
+                                   "sgd", "gavel"))
+    return sorted(out, key=lambda m: (m.gpu, m.model, m.batch_size, m.num_gpus))
+
+
+def zeus_measurements(data_dir: str | os.PathLike[str] | None = None) -> list[Measurement]:
+    """Zeus per-iteration times at each config's highest power limit (optimizer kept)."""
+    out = []
+    for label, gpu in ZEUS_GPUS.items():
+        best: dict[tuple[str, str, int, str], tuple[float, float]] = {}
+        with data_file("zeus", f"summary_power_{label}.csv", data_dir=data_dir).open() as fh:
+            for row in csv.DictReader(fh):
+                key = (row["dataset"], row["network"], int(row["batch_size"]), row["optimizer"].lower())
+                power, t = float(row["power_limit"]), float(row["time_per_epoch"])
+                if key not in best or power > best[key][0]:
+                    best[key] = (power, t)
+        for (ds, net, bs, opt), (_p, epoch_s) in best.items():
+            model, dataset, size = ZEUS_WORKLOADS[(ds, net)]
+            out.append(Measurement(model, gpu, bs, 1, epoch_s / math.ceil(size / bs), False, dataset,
+                                   opt if opt in _OPTIMIZERS else "adam", "zeus"))
+    return sorted(out, key=lambda m: (m.gpu, m.model, m.dataset or "", m.batch_size))
+
+
+_OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "adagrad", "adadelta", "rmsprop", "lamb")
+
+
+def deepbench_gemm_efficiency(data_dir: str | os.PathLike[str] | None = None) -> dict[str, float]:
+    """Achieved / peak FP32 GEMM throughput per catalog GPU id (see module docstring)."""
+    from dltsched.instances.catalog import gpu_spec
+
+    out = {}
+    base = data_file("deepbench", "csv", data_dir=data_dir)
+    for label, gpu in DEEPBENCH_GPUS.items():
+        path = next((p for p in sorted(base.glob(f"NV_{label}__*FP32.csv"))), None)
+        if path is None:
+            continue
+        tflops = []
+        with path.open() as fh:
+            in_gemm = False
+            for row in csv.reader(fh):
+                if row and row[0].startswith("Dense Matrix"):
+                    in_gemm = True
+                    continue
+                if row and row[0] and not row[0].startswith("Dense"):
+                    in_gemm = in_gemm and not row[0][0].isalpha()
+                if in_gemm and len(row) > 9 and row[2].strip().isdigit():
+                    m, n, k = (int(float(row[i])) for i in (2, 3, 4))
+                    if m * n * k >= 1e9 and row[9]:
+                        tflops.append(float(row[9]))
+        if tflops:
+            out[gpu] = statistics.median(tflops) / gpu_spec(gpu).fp32_tflops
+    return out
+
+
+def write_csv(rows: Iterable[Measurement], path: str | os.PathLike[str]) -> int:
+    """Write measurements in the evaluator's CSV format; returns the number of rows."""
+    rows = list(rows)
+    fields = ("model", "gpu", "batch_size", "num_gpus", "step_time_s", "amp", "dataset", "optimizer")
+    with Path(path).open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({**asdict(r), "dataset": r.dataset or "", "amp": int(r.amp)})
+    return len(rows)
+
+
+def read_csv(path: str | os.PathLike[str]) -> list[Measurement]:
+    """Read ``model,gpu,batch_size,num_gpus,step_time_s`` (+ optional ``amp,dataset,optimizer``) rows."""
+    out = []
+    with Path(path).open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = {"model", "gpu", "batch_size", "num_gpus", "step_time_s"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValidationError(str(path), f"missing columns {sorted(missing)}; need "
+                                             "model,gpu,batch_size,num_gpus,step_time_s (optional amp)")
+        for i, row in enumerate(reader):
+            try:
+                out.append(Measurement(row["model"], row["gpu"], int(row["batch_size"]), int(row["num_gpus"]),
+                                       float(row["step_time_s"]), row.get("amp", "0").strip().lower() in
+                                       ("1", "true", "yes"), row.get("dataset") or None,
+                                       row.get("optimizer") or "sgd", Path(path).name))
+            except ValueError as err:
+                raise ValidationError(f"{Path(path).name}[{i}]", f"{err}; check the number columns") from None
+    return out

@@ -1,0 +1,167 @@
+"""Sequence, recommendation and point-cloud zoo models.
+
+- transformer: the base WMT translation Transformer (6+6 layers, d=512) on Multi30k (32 tokens,
+  vocab 10k, as in Gavel's job) or WMT16 (64 tokens, shared vocab 32k);
+- lstm_lm: PyTorch's word language model (2-layer LSTM 650, tied weights, bptt 35) on WikiText-2;
+- deepspeech2: 2 conv layers + 5 bidirectional LSTM 512 + CTC over 161-bin spectrograms (8 s);
+- neumf: NeuMF (GMF + MLP 256-128-64) on MovieLens-1M or MovieLens-20M;
+- pointnet: PointNet classification over 2,048 points (ShapeNet, 16 classes).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from dltsched.predictors.zoo.nets_base import Built, register, sequential_blocks
+
+#: dataset -> (sequence length, vocabulary)
+_WMT = {"multi30k": (32, 10_000), "wmt16": (64, 32_000)}
+
+
+class Translation(nn.Module):
+    def __init__(self, vocab: int, d: int = 512, layers: int = 6) -> None:
+        super().__init__()
+        self.src_embed = nn.Embedding(vocab, d)
+        self.tgt_embed = nn.Embedding(vocab, d)
+        self.encoder = nn.ModuleList(nn.TransformerEncoderLayer(d, 8, 2048, batch_first=True) for _ in range(layers))
+        self.decoder = nn.ModuleList(nn.TransformerDecoderLayer(d, 8, 2048, batch_first=True) for _ in range(layers))
+        self.generator = nn.Linear(d, vocab)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        memory = self.src_embed(src)
+        for layer in self.encoder:
+            memory = layer(memory)
+        out = self.tgt_embed(tgt)
+        for layer in self.decoder:
+            out = layer(out, memory)
+        logits = self.generator(out)
+        return F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
+
+
+@register("transformer", "multi30k", "wmt16")
+def transformer(dataset: str) -> Built:
+    seq, vocab = _WMT[dataset]
+
+    def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
+        return torch.randint(0, vocab, (batch, seq)), torch.randint(0, vocab, (batch, seq))
+
+    blocks = ("src_embed", *(f"encoder.{i}" for i in range(6)), "tgt_embed", *(f"decoder.{i}" for i in range(6)),
+              "generator")
+    return Built(Translation(vocab), make_inputs, blocks)
+
+
+class WordLM(nn.Module):
+    def __init__(self, vocab: int = 33_278, d: int = 650) -> None:
+        super().__init__()
+        self.encoder = nn.Embedding(vocab, d)
+        self.rnn1 = nn.LSTM(d, d)
+        self.rnn2 = nn.LSTM(d, d)
+        self.decoder = nn.Linear(d, vocab)
+        self.decoder.weight = self.encoder.weight
+
+    def forward(self, tokens: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        x = F.dropout(self.encoder(tokens), 0.5, self.training)
+        x, _ = self.rnn1(x)
+        x, _ = self.rnn2(x)
+        return F.cross_entropy(self.decoder(x).flatten(0, 1), target.flatten())
+
+
+@register("lstm_lm", "wikitext2")
+def lstm_lm(dataset: str) -> Built:
+    def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
+        return torch.randint(0, 33_278, (35, batch)), torch.randint(0, 33_278, (35, batch))
+
+    return Built(WordLM(), make_inputs, ("encoder", "rnn1", "rnn2", "decoder"))
+
+
+class DeepSpeech2(nn.Module):
+    def __init__(self, freq: int = 161, hidden: int = 512, layers: int = 5, chars: int = 29) -> None:
+        super().__init__()
+        self.conv1 = nn.Sequential(nn.Conv2d(1, 32, (41, 11), (2, 2), (20, 5)), nn.BatchNorm2d(32), nn.Hardtanh(0, 20))
+        self.conv2 = nn.Sequential(nn.Conv2d(32, 32, (21, 11), (2, 1), (10, 5)), nn.BatchNorm2d(32),
+                                   nn.Hardtanh(0, 20))
+        feat = 32 * ((freq + 1) // 2 + 1) // 2
+        self.rnns = nn.ModuleList(nn.LSTM(feat if not i else 2 * hidden, hidden, bidirectional=True)
+                                  for i in range(layers))
+        self.fc = nn.Sequential(nn.LayerNorm(2 * hidden), nn.Linear(2 * hidden, chars))
+
+    def forward(self, spec: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        x = self.conv2(self.conv1(spec))  # (B, C, F, T)
+        x = x.flatten(1, 2).permute(2, 0, 1)  # (T, B, C*F)
+        for rnn in self.rnns:
+            x, _ = rnn(x)
+        logp = self.fc(x).log_softmax(-1)
+        return F.nll_loss(logp.flatten(0, 1), target.flatten())
+
+
+@register("deepspeech2", "librispeech")
+def deepspeech2(dataset: str) -> Built:
+    frames = 800
+
+    def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
+        return torch.randn(batch, 1, 161, frames), torch.randint(0, 29, (frames // 2, batch))
+
+    blocks = ("conv1", "conv2", *(f"rnns.{i}" for i in range(5)), "fc")
+    return Built(DeepSpeech2(), make_inputs, blocks)
+
+
+#: dataset -> (users, items)
+_MOVIELENS = {"movielens": (6_040, 3_706), "ml-20m": (138_493, 26_744)}
+
+
+class NeuMF(nn.Module):
+    def __init__(self, users: int, items: int, factors: int = 64) -> None:
+        super().__init__()
+        self.embed = nn.ModuleDict({"gmf_u": nn.Embedding(users, factors), "gmf_i": nn.Embedding(items, factors),
+                                    "mlp_u": nn.Embedding(users, 128), "mlp_i": nn.Embedding(items, 128)})
+        self.mlp1 = nn.Sequential(nn.Linear(256, 128), nn.ReLU())
+        self.mlp2 = nn.Sequential(nn.Linear(128, 64), nn.ReLU())
+        self.out = nn.Linear(64 + factors, 1)
+
+    def forward(self, user: torch.Tensor, item: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+        e = self.embed
+        gmf = e["gmf_u"](user) * e["gmf_i"](item)
+        mlp = self.mlp2(self.mlp1(torch.cat((e["mlp_u"](user), e["mlp_i"](item)), -1)))
+        logit = self.out(torch.cat((gmf, mlp), -1)).squeeze(-1)
+        return F.binary_cross_entropy_with_logits(logit, label)
+
+
+@register("neumf", "movielens", "ml-20m")
+def neumf(dataset: str) -> Built:
+    users, items = _MOVIELENS[dataset]
+
+    def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
+        return torch.randint(0, users, (batch,)), torch.randint(0, items, (batch,)), torch.rand(batch)
+
+    return Built(NeuMF(users, items), make_inputs, ("embed", "mlp1", "mlp2", "out"))
+
+
+class PointNet(nn.Module):
+    def __init__(self, classes: int = 16) -> None:
+        super().__init__()
+
+        def pconv(cin: int, cout: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv1d(cin, cout, 1), nn.BatchNorm1d(cout), nn.ReLU())
+
+        def fc(cin: int, cout: int) -> nn.Sequential:
+            return nn.Sequential(nn.Linear(cin, cout), nn.BatchNorm1d(cout), nn.ReLU())
+
+        self.layers = nn.ModuleList([pconv(3, 64), pconv(64, 64), pconv(64, 64), pconv(64, 128), pconv(128, 1024),
+                                     nn.Sequential(nn.AdaptiveMaxPool1d(1), nn.Flatten(), fc(1024, 512)),
+                                     nn.Sequential(fc(512, 256), nn.Dropout(0.3)), nn.Linear(256, classes)])
+
+    def forward(self, points: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+        x = points
+        for layer in self.layers:
+            x = layer(x)
+        return F.cross_entropy(x, label)
+
+
+@register("pointnet", "shapenet")
+def pointnet(dataset: str) -> Built:
+    def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
+        return torch.randn(batch, 3, 2048), torch.randint(0, 16, (batch,))
+
+    return Built(PointNet(), make_inputs, sequential_blocks(8))

@@ -1,0 +1,129 @@
+"""Constraint behaviour on every backend: tiny rounds with the optimum worked out in comments."""
+
+from __future__ import annotations
+
+import pytest
+
+from dltsched.engine.domain import Plan
+from dltsched.formulations import RoundOptions, check_plan, solve_round
+from dltsched.formulations.backend import BackendOutcome
+from dltsched.formulations.candidates import build_candidates
+from dltsched.formulations.solve import finish
+from dltsched.formulations.testing import Tables, checked, job, make_round
+
+
+def test_k1_places_the_heavier_job(backend: str) -> None:
+    # one GPU, one job per GPU; normalised progress of a job alone is 1 -> objective = its weight.
+    tables = Tables(step_s={"a": [1.0], "b": [1.0]})
+    problem = make_round(tables, [("v100", 1)], [job("a", weight=2.0), job("b")],
+                         options=RoundOptions(max_jobs_per_gpu=1, relative_gap=0.0))
+    result = solve_round(problem, backend)
+    assert checked(problem, result) == pytest.approx(2.0)
+    assert [a.job_id for a in result.plan.assignments] == ["a"]
+    assert result.plan.status == "optimal" and result.plan.gap == 0.0
+
+
+def test_colocation_pays_when_speeds_sum_high(backend: str) -> None:
+    # a (weight 2) alone = 2.0; with b at speeds 0.8 / 0.6: 2 * 0.8 + 0.6 = 2.2 -> share the GPU.
+    tables = Tables(step_s={"a": [1.0], "b": [1.0]}, speeds={("a", "b"): [0.8, 0.6]})
+    problem = make_round(tables, [("v100", 1)], [job("a", weight=2.0), job("b")])
+    result = solve_round(problem, backend)
+    assert checked(problem, result) == pytest.approx(2.2)
+    assert result.plan.colocation_groups() == {0: ("a", "b")}
+
+
+def test_freezing_makes_a_pair_fit(backend: str) -> None:
+    # level 0: 9000 MiB each (18000 > 16384); level 1: 7000 MiB, step 0.8 s, penalty 0.3 -> rate 0.875.
+    # pair at speed 0.8 with one job frozen: 0.8 * 1 + 0.8 * 0.875 = 1.5 (both frozen: 1.4; alone: 1.0).
+    spec = {"step_s": [1.0, 0.8], "memory": [9000.0, 7000.0], "penalty": [0.0, 0.3]}
+    tables = Tables(step_s={k: spec["step_s"] for k in "ab"}, memory={k: spec["memory"] for k in "ab"},
+                    penalty={k: spec["penalty"] for k in "ab"}, speeds={("a", "b"): [0.8, 0.8]})
+    jobs = [job(k, freeze_allowed=True, accuracy_budget=0.5) for k in "ab"]
+    problem = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(freeze_levels=2, relative_gap=0.0))
+    result = solve_round(problem, backend)
+    assert checked(problem, result) == pytest.approx(1.5)
+    assert sorted(a.freeze_level for a in result.plan.assignments) == [0, 1]
+
+
+def test_gang_stays_in_one_node_or_pays_cross_node(backend: str) -> None:
+    # nodes of 2 + 2 GPUs: the 2-GPU job fits one node; the 3-GPU job must span both (normalised to 1).
+    tables = Tables(step_s={"g2": [1.0], "g3": [1.0]})
+    problem = make_round(tables, [("v100", 2), ("v100", 2)], [job("g2", 2), job("g3", 3)],
+                         options=RoundOptions(max_jobs_per_gpu=1, relative_gap=0.0))
+    result = solve_round(problem, backend)
+    assert checked(problem, result) == pytest.approx(1.0)
+    placed = result.plan.by_job()
+    assert len(placed) == 1
+    split = Plan(tuple(a for a in result.plan.assignments))
+    assert check_plan(problem, split).feasible
+
+
+@pytest.mark.parametrize(("penalty", "kept"), [(0.1, "a"), (0.01, "b")])
+def test_running_job_moves_only_when_it_pays(backend: str, penalty: float, kept: str) -> None:
+    # a runs on the only GPU; b (weight 1.05) would give 1.05 - penalty (a preempted) against 1.0.
+    tables = Tables(step_s={"a": [1.0], "b": [1.0]})
+    options = RoundOptions(max_jobs_per_gpu=1, migration_penalty=penalty, relative_gap=0.0)
+    problem = make_round(tables, [("v100", 1)], [job("a"), job("b", weight=1.05)], running={"a": (0,)},
+                         options=options)
+    result = solve_round(problem, backend)
+    assert checked(problem, result) == pytest.approx(max(1.0, 1.05 - penalty))
+    assert [a.job_id for a in result.plan.assignments] == [kept]
+
+
+@pytest.mark.parametrize(("objective", "expected"), [("weighted_completion", 600.0), ("makespan", 800.0 / 3)])
+def test_multi_stage_objectives(backend: str, objective: str, expected: float) -> None:
+    # a: 100 it, b: 200 it, 1 it/s alone, weight a = 2, round 300 s. Sharing at 0.6 each: a ends at
+    # 166.7 s; b did 100 it, runs alone to 266.7 s -> 2 * 166.7 + 266.7 = 600, makespan 266.7.
+    # alone: a first -> 2 * 100 + (300 + 200) = 700, makespan 500; b first -> 1000, makespan 400.
+    tables = Tables(step_s={"a": [1.0], "b": [1.0]}, speeds={("a", "b"): [0.6, 0.6]})
+    jobs = [job("a", weight=2.0, iterations=100), job("b", iterations=200)]
+    problem = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective=objective, relative_gap=0.0))
+    result = solve_round(problem, backend)
+    assert checked(problem, result) == pytest.approx(expected)
+    assert result.plan.bound == pytest.approx(expected, rel=1e-5)
+
+
+def test_infeasible_jobs_are_named_not_crashed(backend: str) -> None:
+    tables = Tables(step_s={"ok": [1.0], "huge": [1.0], "fat": [1.0]}, memory={"fat": [20000.0]})
+    options = RoundOptions(allow_cross_node=False, relative_gap=0.0)
+    problem = make_round(tables, [("v100", 2), ("v100", 2)], [job("ok"), job("huge", 3), job("fat")], options=options)
+    result = solve_round(problem, backend)
+    assert result.plan.status == "infeasible"
+    assert {u.job_id for u in result.infeasible_jobs} == {"huge", "fat"}
+    assert "huge" in result.plan.message and "MiB" in result.plan.message
+    assert checked(problem, result) == pytest.approx(1.0)
+
+
+def test_warm_start_reaches_the_same_optimum(backend: str) -> None:
+    tables = Tables(step_s={k: [1.0] for k in "abcd"}, speeds={("a", "b"): [0.8, 0.7]})
+    problem = make_round(tables, [("v100", 2)], [job(k) for k in "abcd"])
+    first = solve_round(problem, backend)
+    again = solve_round(problem, backend, warm_start=first.plan, time_limit_s=5)
+    assert checked(problem, again) == pytest.approx(checked(problem, first))
+
+
+def test_no_solution_in_time_falls_back_to_greedy() -> None:
+    # greedy by gain per GPU: a pair at the default speeds 0.6 + 0.6 = 1.2 first, then one job alone: 2.2
+    tables = Tables(step_s={k: [1.0] for k in "abc"})
+    problem = make_round(tables, [("v100", 2)], [job(k) for k in "abc"])
+    outcome = BackendOutcome(None, "time_limit", None, 0.0, 1.0, "nothing in time")
+    result = finish(build_candidates(problem), outcome, "cpsat", 0.0)
+    assert result.plan.fallback and result.plan.status == "fallback" and result.solution_status == "fallback"
+    assert checked(problem, result) == pytest.approx(2.2)
+    assert len(result.plan.assignments) == 3
+
+
+def test_ortools_and_highspy_load_in_one_process() -> None:
+    import highspy
+    from ortools.sat.python import cp_model
+
+    from dltsched.formulations.milp.model import solve as milp_solve
+
+    model = cp_model.CpModel()
+    x = model.new_bool_var("x")
+    model.maximize(x)
+    assert cp_model.CpSolver().solve(model) == cp_model.OPTIMAL
+    assert highspy.Highs().version()
+    tables = Tables(step_s={"a": [1.0]})
+    problem = make_round(tables, [("v100", 1)], [job("a")])
+    assert milp_solve(build_candidates(problem), time_limit_s=5, hint=[]).selected is not None

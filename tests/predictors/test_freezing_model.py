@@ -1,0 +1,46 @@
+"""IceFrog freezing: monotone gains per level, interior optimum for CNNs, penalty model."""
+
+from __future__ import annotations
+
+import pytest
+
+from dltsched.engine.domain import Job
+from dltsched.instances.catalog import model_catalog
+from dltsched.predictors.freezing import IceFrogFreezing
+from dltsched.predictors.zoo import zoo_models
+
+
+@pytest.fixture(scope="module")
+def freezing():
+    return IceFrogFreezing()
+
+
+@pytest.mark.parametrize("model", zoo_models())
+def test_gain_and_memory_drop_rise_with_freeze_level(freezing, model):
+    spec = model_catalog().get(model)
+    job = Job(id="j", model=model, batch_size=min(spec.default_batch_size, 32), total_iterations=1.0)
+    table = freezing.freeze_table(job, "a100-80gb")
+    assert len(table) == freezing.num_freeze_levels(job) == spec.layers
+    times = [r.step_time_s for r in table]
+    mems = [r.memory_mib for r in table]
+    assert all(b <= a for a, b in zip(times, times[1:], strict=False))
+    assert all(b <= a for a, b in zip(mems, mems[1:], strict=False))
+    assert times[-1] < times[0] and mems[-1] < mems[0]
+    penalties = [r.penalty for r in table]
+    assert penalties[0] == 0 and penalties == sorted(penalties)
+
+
+@pytest.mark.parametrize("model", [m for m in zoo_models() if model_catalog().get(m).family == "cnn"])
+def test_cnn_effective_progress_has_interior_optimum(freezing, model):
+    job = Job(id="j", model=model, batch_size=64, total_iterations=1.0)
+    progress = [r.effective_progress for r in freezing.freeze_table(job, "v100")]
+    best = max(range(len(progress)), key=progress.__getitem__)
+    assert 0 < best < len(progress) - 1
+
+
+def test_penalty_shrinks_when_freezing_starts_later(freezing):
+    job = Job(id="j", model="resnet50", batch_size=64, total_iterations=1.0)
+    early, late = freezing.frozen_penalty(job, 9, 0.0), freezing.frozen_penalty(job, 9, 0.8)
+    assert 0 < late < early
+    with pytest.raises(ValueError, match="start_progress"):
+        freezing.frozen_penalty(job, 9, 1.5)

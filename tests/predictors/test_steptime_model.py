@@ -1,0 +1,87 @@
+"""DeletePop step-time predictor: monotonicity, freezing, data parallelism, errors, no torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from dltsched.engine.domain import Job
+from dltsched.engine.errors import ValidationError
+from dltsched.engine.predict import FreezingPredictor, StepTimePredictor
+from dltsched.predictors import default_predictors
+from dltsched.predictors.steptime import DeletePopStepTime, MemoryFitError
+
+
+def _job(model="resnet50", batch=64, **kw):
+    return Job(id="j", model=model, batch_size=batch, total_iterations=100.0, **kw)
+
+
+def test_implements_protocols():
+    p = default_predictors()
+    assert isinstance(p.step_time, StepTimePredictor) and isinstance(p.freezing, FreezingPredictor)
+
+
+def test_breakdown_sums_and_grows_with_batch():
+    p = DeletePopStepTime()
+    small, large = p.breakdown(_job(batch=16), "v100"), p.breakdown(_job(batch=64), "v100")
+    assert small.step_time_s == pytest.approx(small.compute_s + small.memory_s + small.comm_s + small.overhead_s)
+    assert large.step_time_s > small.step_time_s and large.memory_mib > small.memory_mib
+
+
+def test_faster_gpu_is_faster_and_amp_helps_on_tensor_cores():
+    p = DeletePopStepTime()
+    assert p.step_time_s(_job(), "h100") < p.step_time_s(_job(), "k80")
+    assert p.step_time_s(_job(amp=True), "a100") < p.step_time_s(_job(), "a100")
+
+
+def test_data_parallel_adds_communication_and_cross_node_costs_more():
+    p = DeletePopStepTime()
+    one = p.breakdown(_job(num_gpus=1), "v100")
+    four = p.breakdown(_job(num_gpus=4), "v100")
+    far = p.breakdown(_job(num_gpus=4), "v100", num_nodes=2)
+    assert one.comm_s == 0 and four.comm_s > 0 and far.comm_s >= four.comm_s
+
+
+def test_freeze_level_speeds_up_and_saves_memory():
+    p = DeletePopStepTime()
+    levels = range(0, 18, 3)
+    times = [p.step_time_s(_job(), "v100", freeze_level=k) for k in levels]
+    mems = [p.memory_mib(_job(), "v100", freeze_level=k) for k in levels]
+    assert times == sorted(times, reverse=True) and mems == sorted(mems, reverse=True)
+
+
+def test_clear_errors():
+    p = DeletePopStepTime()
+    with pytest.raises(ValidationError, match="gpu_type: unknown GPU type 'v1000'"):
+        p.step_time_s(_job(), "v1000")
+    with pytest.raises(ValidationError, match="freeze_level"):
+        p.step_time_s(_job(), "v100", freeze_level=18)
+    with pytest.raises(ValidationError, match="batch_size"):
+        _job(batch=0)
+    with pytest.raises(MemoryFitError, match="needs .* MiB > 12288 MiB on k80"):
+        p.breakdown(_job(batch=1024), "k80", check_memory=True)
+
+
+def test_prediction_needs_no_torch():
+    code = ("import sys; from dltsched.predictors import default_predictors; from dltsched.engine.domain import Job;"
+            "p = default_predictors(); p.step_time.step_time_s(Job(id='a', model='gpt2', batch_size=4, "
+            "total_iterations=1.0), 'a100'); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_ten_thousand_predictions_run():
+    from dltsched.predictors.cli import time_predictions
+
+    out = time_predictions(2_000)
+    assert out["pairs"] == 2_000 and out["pairs_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_benchmark_ten_thousand_predictions(benchmark):
+    from dltsched.predictors.cli import time_predictions
+
+    out = benchmark.pedantic(time_predictions, args=(10_000,), rounds=1, iterations=1)
+    assert out["pairs"] == 10_000

@@ -1,0 +1,71 @@
+"""Shipped operator graphs: contract attributes, consistency with the catalog, no torch needed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import networkx as nx
+import pytest
+
+from dltsched.engine.errors import ValidationError
+from dltsched.instances.catalog import model_catalog
+from dltsched.predictors.zoo import load_graph, zoo_models
+from dltsched.predictors.zoo.opcost import OP_CLASSES
+
+REQUIRED = ("resnet18", "resnet50", "resnet101", "vgg16", "vgg19", "mobilenet_v2", "mobilenet_v3",
+            "efficientnet_b0", "shufflenet_v2", "bert_base", "gpt2", "vit_b16", "transformer", "lstm_lm", "neumf",
+            "cyclegan", "dcgan", "a3c", "a2c", "dqn", "ppo", "td3", "pointnet", "deepspeech2", "yolov3")
+NODE_KEYS = ("op", "op_class", "layer", "fwd_flops", "bwd_flops", "bytes_read", "bytes_written", "activation_bytes",
+             "param_bytes")
+
+
+def test_every_required_model_has_a_graph():
+    assert set(REQUIRED) <= set(zoo_models())
+
+
+@pytest.mark.parametrize("model", REQUIRED)
+def test_graph_contract(model):
+    spec = model_catalog().get(model)
+    for dataset in spec.datasets:
+        g = load_graph(model, dataset)
+        assert nx.is_directed_acyclic_graph(g)
+        assert g.graph["model"] == model and g.graph["dataset"] == dataset
+        assert g.graph["num_layers"] == spec.layers
+        layers = set()
+        for _n, d in g.nodes(data=True):
+            assert all(k in d for k in NODE_KEYS)
+            assert d["op_class"] in OP_CLASSES
+            assert d["fwd_flops"] >= 0 and d["bwd_flops"] >= 0 and d["activation_bytes"] >= 0
+            layers.add(d["layer"])
+        assert layers == set(range(spec.layers)), "every block owns at least one op"
+        assert all(d["tensor_bytes"] >= 0 for _u, _v, d in g.edges(data=True))
+        params = sum(d["param_bytes"] for _n, d in g.nodes(data=True))
+        assert params >= 0.99 * g.graph["param_bytes_total"]  # shared weights may be counted twice
+
+
+def test_resnet_flops_match_published_counts():
+    # ResNet-50 on ImageNet: 4.1 GMACs forward = 8.2 GFLOPs; ResNet-18 on CIFAR: 0.56 GMACs
+    for model, dataset, gflops in (("resnet50", "imagenet", 8.2), ("resnet18", "cifar10", 1.11)):
+        g = load_graph(model, dataset)
+        conv = sum(d["fwd_flops"] for _n, d in g.nodes(data=True) if d["op_class"] in ("conv", "matmul"))
+        assert conv / 1e9 == pytest.approx(gflops, rel=0.03)
+
+
+def test_aliases_and_default_dataset():
+    g = load_graph("ResNet-50")
+    assert g.graph["model"] == "resnet50" and g.graph["dataset"] == "imagenet"
+
+
+def test_unknown_names_are_clear_errors():
+    with pytest.raises(ValidationError, match="model: unknown model 'resnet5000'"):
+        load_graph("resnet5000")
+    with pytest.raises(ValidationError, match="dataset: 'mnist' not known for model 'resnet18'"):
+        load_graph("resnet18", "mnist")
+
+
+def test_loading_graphs_does_not_import_torch():
+    code = ("import sys; from dltsched.predictors.zoo import load_graph; load_graph('gpt2'); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
