@@ -97,7 +97,7 @@ def make_items(files: Iterable[Path], policies: Iterable[str], seeds: Iterable[i
     if mode not in MODES:
         raise ValidationError("--mode", f"'{mode}' not understood; one of {', '.join(MODES)}")
     policies, seeds = tuple(policies), tuple(seeds)
-    items = []
+    items: list[BatchItem] = []
     for f in files:
         digest = file_sha256(f)
         items.extend(BatchItem(str(f), digest, mode, p, s, time_limit_s, predictors) for p in policies for s in seeds)
@@ -173,7 +173,7 @@ class ResultTable:
         return {r["key"] for r in self.rows if not r["error"]}
 
     def append(self, row: dict[str, Any]) -> None:
-        clean = {c: "" if row.get(c) is None else row.get(c) for c in COLUMNS}
+        clean = {c: "" if row.get(c) is None else str(row[c]) for c in COLUMNS}
         retried = any(r["key"] == clean["key"] for r in self.rows)
         self.rows = [r for r in self.rows if r["key"] != clean["key"]] + [clean]
         if retried:
@@ -210,6 +210,8 @@ def run_local(items: list[BatchItem], max_workers: int | None) -> Iterator[dict[
 
 def run_ray(items: list[BatchItem], address: str | None) -> Iterator[dict[str, Any]]:
     """Rows as items finish, from Ray tasks (``address=None``: start or join a local Ray)."""
+    if not items:
+        return
     try:
         import ray
     except ImportError:

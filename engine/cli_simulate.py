@@ -12,7 +12,13 @@ from dltsched.engine.cli import emit
 from dltsched.engine.domain import Instance
 from dltsched.engine.errors import ValidationError
 from dltsched.engine.metrics import SimulationResult
-from dltsched.engine.registry import BASELINE_POLICIES, make_policy, policy_names, predictors
+from dltsched.engine.registry import (
+    BASELINE_POLICIES,
+    PAPER_POLICIES,
+    make_policy,
+    policy_names,
+    predictors,
+)
 from dltsched.engine.simulator import SimulationConfig
 from dltsched.engine.simulator import simulate as run_simulation
 from dltsched.engine.truth import MeasuredTruth
@@ -91,7 +97,8 @@ def print_table(results: list[SimulationResult], title: str) -> None:
 @click.option("--cluster", help="Cluster for --workload, e.g. 'v100:8x8,p100:4x8'.")
 @click.option("--jobs", type=click.IntRange(min=1), help="Use the first N jobs of --workload.")
 @click.option("--policy", "policies", multiple=True, default=("all",), show_default=True,
-              help=f"Policy name, repeatable; 'all' = {', '.join(BASELINE_POLICIES)}.")
+              help=f"Policy name, repeatable; 'baselines' = {', '.join(BASELINE_POLICIES)}; 'papers' = "
+                   f"{', '.join(PAPER_POLICIES)}; 'all' = both and 'optimizing'.")
 @click.option("--predictors", "predictor_set", default="default", show_default=True,
               help="Predictor bundle the policies use (default | analytic).")
 @click.option("--memory", type=click.Choice(["reject", "oom"]), default="reject", show_default=True,
@@ -105,15 +112,17 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
              records: bool, output: str | None, as_json: bool) -> None:
     """Simulate policies on an instance and compare their metrics."""
     names: list[str] = []
+    groups = {"baselines": list(BASELINE_POLICIES), "papers": list(PAPER_POLICIES),
+              "all": [*BASELINE_POLICIES, *PAPER_POLICIES, "optimizing"]}
     for p in policies:
-        names.extend(BASELINE_POLICIES if p == "all" else [p])
+        names.extend(groups.get(p, [p]))
     for n in names:
         if n.lower() not in policy_names():
             make_policy(n)  # raises with the close matches
     inst = load_instance_or_workload(instance_path, workload, data_dir=data_dir, cluster=cluster, jobs=jobs, seed=seed)
     results = run_policies(inst, names, seed=seed, predictor_set=predictor_set, memory=memory, data_dir=data_dir)
     payload: Any = [r.to_dict(records=records, utilization=records) for r in results]
-    if len(payload) == 1 and len(policies) == 1 and policies[0] != "all":
+    if len(payload) == 1 and len(policies) == 1 and policies[0] not in groups:
         payload = payload[0]
     if output:
         Path(output).write_text(json.dumps(payload, indent=2))

@@ -20,6 +20,7 @@ _POLICIES: dict[str, str] = {
     "tiresias": "dltsched.engine.policies.tiresias:TiresiasPolicy",
     "gandiva": "dltsched.engine.policies.gandiva:GandivaPolicy",
     "icefrog": "dltsched.engine.policies.icefrog:IceFrogPolicy",
+    "isacpp": "dltsched.engine.policies.isacpp:IsacppPolicy",
     "lucid": "dltsched.engine.policies.lucid:LucidPolicy",
     "gavel": "dltsched.engine.policies.gavel_lp:GavelPolicy",
     "optimizing": "dltsched.engine.policies.optimizing:OptimizingPolicy",
@@ -29,7 +30,7 @@ _POLICIES: dict[str, str] = {
 BASELINE_POLICIES: tuple[str, ...] = ("fifo", "sjf", "tiresias", "gandiva")
 
 #: the strongest published alternatives the optimizing policy is compared with
-PAPER_POLICIES: tuple[str, ...] = ("icefrog", "lucid", "gavel")
+PAPER_POLICIES: tuple[str, ...] = ("isacpp", "icefrog", "lucid", "gavel")
 
 _PREDICTORS: dict[str, str] = {
     "analytic": "dltsched.engine.registry:_analytic_predictors",

@@ -206,3 +206,28 @@ def to_response(plan: Plan, state: ClusterState, wall_time_s: float) -> Schedule
                            for g, js in plan.colocation_groups().items() if len(js) > 1],
         queued=[s.job.id for s in state.jobs if s.job.id not in placed],
     )
+
+
+def state_to_request(state: ClusterState, config: dict[str, object] | None = None) -> dict[str, object]:
+    """The ``POST /v1/schedule`` JSON body for ``state`` (what a Python client sends)."""
+    cluster = state.cluster
+    jobs = []
+    for s in state.jobs:
+        job = s.job
+        item: dict[str, object] = {
+            "id": job.id, "model": job.model, "batch_size": job.batch_size, "num_gpus": job.num_gpus,
+            "remaining_iterations": s.remaining_iterations, "total_iterations": job.total_iterations,
+            "attained_service_s": s.attained_service_s, "arrival_time_s": job.arrival_time_s,
+            "queued_since_s": s.queued_since_s, "weight": job.weight, "amp": job.amp, "optimizer": job.optimizer,
+            "freeze_allowed": job.freeze_allowed, "accuracy_budget": job.accuracy_budget,
+            "gpu_types": list(job.gpu_types), "num_preemptions": s.num_preemptions}
+        if s.assignment is not None:
+            item |= {"current_gpus": list(s.assignment.gpus), "current_freeze_level": s.assignment.freeze_level}
+        jobs.append(item)
+    nodes = [{"id": n.id, "gpu_type": n.gpu_type, "num_gpus": n.num_gpus, "network_gbps": n.network_gbps}
+             for n in cluster.nodes]
+    body: dict[str, object] = {"time_s": state.time_s, "cluster": {"nodes": nodes, "down_gpus": sorted(state.down_gpus)},
+                               "jobs": jobs}
+    if config:
+        body["config"] = config
+    return body
