@@ -8,6 +8,7 @@ fails the entry that needs it. Other packages add entries with :func:`register_p
 from __future__ import annotations
 
 import difflib
+import logging
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -107,7 +108,7 @@ def _analytic_predictors() -> Any:
 def _default_predictors() -> Any:
     """The packaged predictors when they load (``dltsched.predictors.default_predictors``), else analytic."""
     try:
-        factory = _load("dltsched.predictors:default_predictors")
-    except (ImportError, AttributeError):
+        return _load("dltsched.predictors:default_predictors")()
+    except (ImportError, AttributeError, OSError, ValueError) as err:
+        logging.getLogger(__name__).warning("packaged predictors unavailable (%s); using the analytic ones", err)
         return _analytic_predictors()
-    return factory()

@@ -1,0 +1,180 @@
+"""Baselines the graph model must beat, all as :class:`~.metrics.GroupPredictor` s.
+
+0. :class:`ConstantBaseline` (training means) and :class:`PerModelMeanBaseline` (mean speed of each
+   model in training; memory = sum of the isolated memories, the "summing isolated memory" rule);
+1. :class:`AnalyticContention`: shares of compute and memory bandwidth from a step-time predictor
+   (time slicing: ``speed_i = 1 / (1 + sum_{j != i} busy_j)``, busy = the larger of compute and
+   memory-traffic time over the isolated step time);
+2. :class:`GbtBaseline`: gradient-boosted trees on aggregate job features.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dltsched.engine.domain import Job
+from dltsched.engine.predict import StepTimePredictor
+from dltsched.instances.catalog import gpu_spec, model_spec
+from dltsched.predictors.colocation.features import (
+    Group,
+    group_of,
+    group_row,
+    pair_rows,
+    profile_of,
+    summed_isolated_memory_mib,
+)
+from dltsched.predictors.colocation.metrics import GroupPrediction
+from dltsched.predictors.colocation.samples import LUCID_GPU, LUCID_PROXY_GPU, ColocDataset, JobSpec
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+@dataclass(slots=True)
+class ConstantBaseline:
+    """Predicts the training means of speed, memory and utilisation for every group."""
+
+    speed: float = 1.0
+    memory_mib: float | None = None
+    gpu_util: float | None = None
+
+    def fit(self, train: ColocDataset) -> ConstantBaseline:
+        self.speed = _mean([v for s in train.samples for v in s.speeds]) or 1.0
+        self.memory_mib = _mean([s.memory_mib for s in train.samples if s.memory_mib is not None])
+        self.gpu_util = _mean([s.gpu_util for s in train.samples if s.gpu_util is not None])
+        return self
+
+    def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
+        return [GroupPrediction((self.speed,) * len(g.jobs), self.memory_mib, self.gpu_util) for g in groups]
+
+
+@dataclass(slots=True)
+class PerModelMeanBaseline:
+    """Mean speed of each model in training (global mean for unseen models); memory = sum of isolated."""
+
+    by_model: dict[str, float] = field(default_factory=dict)
+    constant: ConstantBaseline = field(default_factory=ConstantBaseline)
+
+    def fit(self, train: ColocDataset) -> PerModelMeanBaseline:
+        self.constant.fit(train)
+        speeds: dict[str, list[float]] = {}
+        for s in train.samples:
+            for job, v in zip(s.jobs, s.speeds, strict=True):
+                speeds.setdefault(job.model, []).append(v)
+        self.by_model = {m: sum(v) / len(v) for m, v in speeds.items()}
+        return self
+
+    def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
+        out = []
+        for g in groups:
+            speeds = tuple(self.by_model.get(j.model, self.constant.speed) for j in g.jobs)
+            memory = summed_isolated_memory_mib(g, data.isolated) or self.constant.memory_mib
+            out.append(GroupPrediction(speeds, memory, self.constant.gpu_util))
+        return out
+
+
+def default_step_time() -> StepTimePredictor:
+    """The teammate's DeletePop step-time predictor when present, else the analytic roofline."""
+    try:
+        from dltsched.predictors.steptime import DeletePopStepTime  # type: ignore[attr-defined]
+
+        return DeletePopStepTime()  # type: ignore[no-any-return]
+    except (ImportError, AttributeError):
+        from dltsched.engine.analytic import AnalyticStepTime
+
+        return AnalyticStepTime()
+
+
+def as_job(job: JobSpec, index: int = 0) -> Job:
+    return Job(f"j{index}", job.model, job.batch_size, 1.0, amp=job.amp, dataset=job.dataset)
+
+
+@dataclass(slots=True)
+class AnalyticContention:
+    """Time-slicing contention from a step-time predictor (measured isolated step time when known)."""
+
+    step_time: Any = field(default_factory=default_step_time)
+    compute_efficiency: float = 0.35
+    memory_efficiency: float = 0.6
+
+    def fit(self, train: ColocDataset) -> AnalyticContention:
+        return self
+
+    def busy_fraction(self, job: JobSpec, gpu: str, measured_step_s: float | None) -> float:
+        """Fraction of its isolated step that the job keeps the GPU's compute or memory busy."""
+        spec = gpu_spec(LUCID_PROXY_GPU if gpu == LUCID_GPU else gpu)
+        data = model_spec(job.model).dataset(job.dataset)
+        peak = (spec.fp16_tensor_tflops if job.amp else spec.fp32_tflops) * 1e12
+        compute_s = 3.0 * data.fwd_gflops * 1e9 * job.batch_size / (self.compute_efficiency * peak)
+        act_bytes = data.activation_mib * 1024.0 * 1024.0 * job.batch_size * (0.5 if job.amp else 1.0)
+        memory_s = 4.0 * act_bytes / (self.memory_efficiency * spec.memory_bandwidth_gbs * 1e9)
+        step_s = measured_step_s or self.step_time.step_time_s(as_job(job), spec.id, 1)
+        return min(1.0, max(compute_s, memory_s) / step_s)
+
+    def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
+        out = []
+        for g in groups:
+            gpu = LUCID_PROXY_GPU if g.gpu == LUCID_GPU else g.gpu
+            busy = []
+            for j in g.jobs:
+                prof = profile_of(data.isolated, g.gpu, j)
+                busy.append(self.busy_fraction(j, g.gpu, prof.step_time_s if prof else None))
+            total = sum(busy)
+            speeds = tuple(1.0 / (1.0 + total - b) for b in busy)
+            memory = sum(self.step_time.memory_mib(as_job(j, i), gpu) for i, j in enumerate(g.jobs))
+            out.append(GroupPrediction(speeds, memory, 100.0 * min(1.0, total)))
+        return out
+
+
+@dataclass(slots=True)
+class GbtBaseline:
+    """Gradient-boosted trees on aggregate job features (log speed; memory over summed isolated; util)."""
+
+    max_iter: int = 200
+    learning_rate: float = 0.05
+    seed: int = 0
+    _models: dict[str, Any] = field(default_factory=dict)
+
+    def _new(self) -> Any:
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        return HistGradientBoostingRegressor(max_iter=self.max_iter, learning_rate=self.learning_rate,
+                                             random_state=self.seed)
+
+    def fit(self, train: ColocDataset) -> GbtBaseline:
+        x, y = [], []
+        for s in train.samples:
+            x.extend(pair_rows(group_of(s), train.isolated))
+            y.extend(math.log(v) for v in s.speeds)
+        self._models = {"speed": self._new().fit(x, y)}
+        for label in ("memory_mib", "gpu_util"):
+            rows = [(group_row(group_of(s), train.isolated), self._target(label, s, train))
+                    for s in train.samples if getattr(s, label) is not None]
+            if rows:
+                self._models[label] = self._new().fit([r[0] for r in rows], [r[1] for r in rows])
+        return self
+
+    @staticmethod
+    def _target(label: str, sample: Any, train: ColocDataset) -> float:
+        if label == "gpu_util":
+            return float(sample.gpu_util)
+        base = summed_isolated_memory_mib(group_of(sample), train.isolated)
+        return math.log(sample.memory_mib / base) if base else math.log(sample.memory_mib)
+
+    def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
+        out = []
+        for g in groups:
+            speeds = tuple(math.exp(v) for v in self._models["speed"].predict(pair_rows(g, data.isolated)))
+            row = [group_row(g, data.isolated)]
+            memory = util = None
+            if "memory_mib" in self._models:
+                base = summed_isolated_memory_mib(g, data.isolated) or 1.0
+                memory = base * math.exp(float(self._models["memory_mib"].predict(row)[0]))
+            if "gpu_util" in self._models:
+                util = float(self._models["gpu_util"].predict(row)[0])
+            out.append(GroupPrediction(speeds, memory, util))
+        return out

@@ -1,0 +1,116 @@
+"""Torch-free features of GPUs, job types and groups, shared by the baselines and the graph model.
+
+GPU features come from the GPU catalog (Lucid's unrecorded GPU maps to its proxy plus a flag).
+Job features come from the model catalog and, where present, the job's isolated profile on that
+GPU (log step time, memory, utilisation); a missing profile value is NaN plus a "missing" flag.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dltsched.engine.errors import ValidationError
+from dltsched.instances.catalog import gpu_spec, model_spec
+from dltsched.predictors.colocation.samples import (
+    LUCID_GPU,
+    LUCID_PROXY_GPU,
+    ColocSample,
+    IsolatedProfile,
+    JobSpec,
+)
+
+GPU_FEATURES = ("log_fp32_tflops", "log_fp16_tflops", "log_bandwidth_gbs", "log_memory_gib", "sm_count_100",
+                "gpu_unrecorded")
+JOB_FEATURES = ("log_batch", "amp", "log_params_m", "log_gflops_step", "log_act_mib_step", "layers_10",
+                "log_iso_step_s", "iso_memory_gib", "iso_util", "iso_missing")
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Jobs sharing one GPU, without labels."""
+
+    gpu: str
+    jobs: tuple[JobSpec, ...]
+
+
+def group_of(sample: ColocSample) -> Group:
+    return Group(sample.gpu, sample.jobs)
+
+
+def resolve_gpu(gpu: str) -> str:
+    """Canonical GPU id (``"lucid"`` stays); unknown names raise with close matches."""
+    if gpu == LUCID_GPU:
+        return gpu
+    try:
+        return gpu_spec(gpu).id
+    except ValueError as err:
+        raise ValidationError("gpu", str(err)) from None
+
+
+def gpu_features(gpu: str) -> tuple[float, ...]:
+    spec = gpu_spec(LUCID_PROXY_GPU if gpu == LUCID_GPU else gpu)
+    return (math.log(spec.fp32_tflops), math.log(spec.fp16_tensor_tflops), math.log(spec.memory_bandwidth_gbs),
+            math.log(spec.memory_gib), spec.sm_count / 100.0, 1.0 if gpu == LUCID_GPU else 0.0)
+
+
+def job_features(job: JobSpec, profile: IsolatedProfile | None) -> tuple[float, ...]:
+    spec = model_spec(job.model)
+    data = spec.dataset(job.dataset)
+    half = 0.5 if job.amp else 1.0
+    p = profile or IsolatedProfile()
+    return (
+        math.log(job.batch_size), float(job.amp), math.log(spec.params_m), math.log(data.fwd_gflops * job.batch_size),
+        math.log(data.activation_mib * job.batch_size * half), spec.layers / 10.0,
+        math.log(p.step_time_s) if p.step_time_s else 0.0,
+        p.memory_mib / 1024.0 if p.memory_mib else 0.0,
+        p.gpu_util / 100.0 if p.gpu_util is not None else 0.0,
+        0.0 if p.step_time_s else 1.0,
+    )
+
+
+def profile_of(isolated: Mapping[tuple[str, JobSpec], IsolatedProfile], gpu: str, job: JobSpec) -> IsolatedProfile | None:
+    return isolated.get((gpu, job))
+
+
+def pair_rows(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> list[list[float]]:
+    """One row per job: GPU features, own features, the sum of the other jobs' features, group size."""
+    own = [job_features(j, profile_of(isolated, group.gpu, j)) for j in group.jobs]
+    gpu = gpu_features(group.gpu)
+    rows = []
+    for i, feats in enumerate(own):
+        others = [sum(o[k] for n, o in enumerate(own) if n != i) for k in range(len(feats))]
+        rows.append([*gpu, *feats, *others, float(len(group.jobs))])
+    return rows
+
+
+def group_row(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> list[float]:
+    """One row per group: GPU features, summed and max job features, group size."""
+    own = [job_features(j, profile_of(isolated, group.gpu, j)) for j in group.jobs]
+    sums = [sum(o[k] for o in own) for k in range(len(JOB_FEATURES))]
+    maxes = [max(o[k] for o in own) for k in range(len(JOB_FEATURES))]
+    return [*gpu_features(group.gpu), *sums, *maxes, float(len(group.jobs))]
+
+
+def summed_isolated_memory_mib(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> float | None:
+    """Sum of the jobs' isolated memory, or ``None`` when any is unmeasured."""
+    mems = [profile_of(isolated, group.gpu, j) for j in group.jobs]
+    if any(m is None or m.memory_mib is None for m in mems):
+        return None
+    return float(sum(m.memory_mib for m in mems))  # type: ignore[union-attr,misc]
+
+
+def summed_isolated_util(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> float | None:
+    """Sum of the jobs' isolated GPU utilisation capped at 100, or ``None`` when any is unmeasured."""
+    utils = [profile_of(isolated, group.gpu, j) for j in group.jobs]
+    if any(u is None or u.gpu_util is None for u in utils):
+        return None
+    return min(100.0, float(sum(u.gpu_util for u in utils)))  # type: ignore[union-attr,misc]
+
+
+def check_group(group: Group, max_jobs: int) -> None:
+    """Clear errors for groups a predictor cannot handle."""
+    if not 2 <= len(group.jobs) <= max_jobs:
+        raise ValidationError("jobs", f"{len(group.jobs)} job(s) not understood; this predictor handles 2..{max_jobs}")
+

@@ -1,0 +1,197 @@
+"""The co-location sample type and readers for measured co-location data (Gavel, Lucid).
+
+One :class:`ColocSample` is one GPU shared by 2..K jobs with its labels: each job's normalized
+speed (co-located throughput / isolated throughput), and, where measured, the group's memory
+(MiB) and GPU utilisation (%). A :class:`ColocDataset` adds the isolated profile of every job type
+(step time, memory, utilisation alone on the GPU): predictors may use it as input, the way a
+profiler measures a job alone before it is ever packed (Lucid, Gavel).
+
+Lucid's GPU model is not recorded in its repository. Its samples use the pseudo GPU id
+``"lucid"``; GPU features map it to :data:`LUCID_PROXY_GPU` (a documented assumption) plus an
+"unrecorded GPU" flag, so a model trained on Lucid never claims to know a real GPU from it.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dltsched.engine.errors import ValidationError
+from dltsched.instances.catalog import model_catalog, normalize_name
+from dltsched.instances.datadir import data_file
+
+#: pseudo GPU id of Lucid's measurements (GPU model not recorded)
+LUCID_GPU = "lucid"
+#: catalog GPU whose spec stands in for Lucid's unrecorded GPU (assumption; flagged in features)
+LUCID_PROXY_GPU = "v100-32gb"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class JobSpec:
+    """A job type as co-location sees it: model id, batch size, mixed precision, dataset."""
+
+    model: str
+    batch_size: int
+    amp: bool = False
+    dataset: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValidationError("batch_size", f"{self.batch_size!r} not understood; must be an integer >= 1")
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}:{self.batch_size}{':amp' if self.amp else ''}"
+
+
+@dataclass(frozen=True, slots=True)
+class IsolatedProfile:
+    """A job type measured alone on one GPU; ``None`` where not measured."""
+
+    step_time_s: float | None = None
+    memory_mib: float | None = None
+    gpu_util: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ColocSample:
+    """One measured co-location: ``jobs`` share one GPU of type ``gpu``."""
+
+    gpu: str
+    jobs: tuple[JobSpec, ...]
+    speeds: tuple[float, ...]
+    memory_mib: float | None = None
+    gpu_util: float | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.jobs) < 2:
+            raise ValidationError("jobs", f"{len(self.jobs)} job(s); a co-location sample needs >= 2")
+        if len(self.speeds) != len(self.jobs):
+            raise ValidationError("speeds", f"{len(self.speeds)} speeds for {len(self.jobs)} jobs; one per job")
+
+    @property
+    def models(self) -> frozenset[str]:
+        return frozenset(j.model for j in self.jobs)
+
+
+@dataclass(frozen=True, slots=True)
+class ColocDataset:
+    """Samples plus the isolated profile of every (GPU, job type) they use."""
+
+    samples: tuple[ColocSample, ...]
+    isolated: Mapping[tuple[str, JobSpec], IsolatedProfile] = field(default_factory=dict)
+    name: str = ""
+
+    def subset(self, samples: Iterable[ColocSample]) -> ColocDataset:
+        return ColocDataset(tuple(samples), self.isolated, self.name)
+
+    def gpus(self) -> tuple[str, ...]:
+        return tuple(sorted({s.gpu for s in self.samples}))
+
+    def models(self) -> tuple[str, ...]:
+        return tuple(sorted({m for s in self.samples for m in s.models}))
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
+def canonical(jobs: Iterable[JobSpec], values: Iterable[float]) -> tuple[tuple[JobSpec, ...], tuple[float, ...]]:
+    """Jobs sorted (with their values), so that (a, b) and (b, a) are one group."""
+    pairs = sorted(zip(jobs, values, strict=True), key=lambda p: p[0])
+    return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+
+
+# ---------------------------------------------------------------------------------------- Gavel
+
+
+def _gavel_spec(jt: object) -> JobSpec:
+    return JobSpec(jt.model, jt.batch_size, False, jt.dataset)  # type: ignore[attr-defined]
+
+
+def read_gavel_samples(path: str | os.PathLike[str] | None = None, *,
+                       data_dir: str | os.PathLike[str] | None = None) -> ColocDataset:
+    """Gavel pairs (K80, P100 here) with speeds normalized by the isolated throughput on the same GPU.
+
+    Ordered pairs (a, b) and (b, a) are one group; when both were measured their speeds are averaged.
+    Isolated profiles carry the step time (1 / steps per second) on every GPU, V100 included.
+    """
+    from dltsched.instances.readers.gavel_throughputs import read_gavel_throughputs
+
+    raw = read_gavel_throughputs(path, data_dir=data_dir)
+    isolated: dict[tuple[str, JobSpec], IsolatedProfile] = {}
+    for (gpu, jt, scale, consolidated), steps_per_s in raw.isolated.items():
+        if scale == 1 and consolidated and steps_per_s > 0:
+            isolated[(gpu, _gavel_spec(jt))] = IsolatedProfile(step_time_s=1.0 / steps_per_s)
+    groups: dict[tuple[str, tuple[JobSpec, ...]], list[tuple[float, ...]]] = {}
+    for (gpu, jt_a, jt_b), (tp_a, tp_b) in raw.pairs.items():
+        a, b = _gavel_spec(jt_a), _gavel_spec(jt_b)
+        iso_a, iso_b = isolated.get((gpu, a)), isolated.get((gpu, b))
+        if iso_a is None or iso_b is None or iso_a.step_time_s is None or iso_b.step_time_s is None:
+            continue
+        jobs, speeds = canonical((a, b), (tp_a * iso_a.step_time_s, tp_b * iso_b.step_time_s))
+        groups.setdefault((gpu, jobs), []).append(speeds)
+    samples = tuple(
+        ColocSample(gpu, jobs, tuple(sum(v) / len(v) for v in zip(*runs, strict=True)), source="gavel")
+        for (gpu, jobs), runs in sorted(groups.items())
+    )
+    return ColocDataset(samples, isolated, "gavel")
+
+
+# ---------------------------------------------------------------------------------------- Lucid
+
+
+def lucid_job(model: str, dataset: str, batch_size: str | int, amp: str | int | bool) -> JobSpec:
+    """A Lucid job row as a :class:`JobSpec` (model names resolve through the model catalog)."""
+    try:
+        spec = model_catalog().get(model)
+    except ValueError as err:
+        raise ValidationError("model", str(err)) from None
+    key = normalize_name(dataset)
+    ds = next((d for d in spec.datasets if normalize_name(d) == key), None)
+    return JobSpec(spec.id, int(batch_size), bool(int(amp)), ds)
+
+
+def _read_lucid_isolated(path: Path) -> dict[tuple[str, JobSpec], IsolatedProfile]:
+    out: dict[tuple[str, JobSpec], IsolatedProfile] = {}
+    with path.open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            job = lucid_job(row["model"], row["dataset"], row["batchsize"], row["amp"])
+            out[(LUCID_GPU, job)] = IsolatedProfile(
+                step_time_s=job.batch_size / float(row["speed"]),
+                memory_mib=float(row["gmem"]),
+                gpu_util=float(row["gpu_util"]),
+            )
+    return out
+
+
+def read_lucid_samples(path: str | os.PathLike[str] | None = None, *,
+                       isolated_path: str | os.PathLike[str] | None = None,
+                       data_dir: str | os.PathLike[str] | None = None) -> ColocDataset:
+    """Lucid's measured pairs (``colocate_info.csv``) with isolated profiles (``single_data.csv``).
+
+    Every sample's GPU is :data:`LUCID_GPU` (unrecorded GPU model). Lucid's data is licensed for
+    non-commercial use only: read it at run time, never ship a model trained on it.
+    """
+    pairs = Path(path) if path is not None else data_file("lucid", "colocate_info.csv", data_dir=data_dir)
+    single = (Path(isolated_path) if isolated_path is not None
+              else pairs.with_name("single_data.csv") if pairs.with_name("single_data.csv").exists()
+              else data_file("lucid", "single_data.csv", data_dir=data_dir))
+    isolated = _read_lucid_isolated(single)
+    groups: dict[tuple[JobSpec, ...], list[tuple[tuple[float, ...], float, float]]] = {}
+    with pairs.open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            a = lucid_job(row["model1"], row["dataset1"], row["batchsize1"], row["amp1"])
+            b = lucid_job(row["model2"], row["dataset2"], row["batchsize2"], row["amp2"])
+            jobs, speeds = canonical((a, b), (float(row["speed1"]), float(row["speed2"])))
+            groups.setdefault(jobs, []).append((speeds, float(row["gmem"]), float(row["gpu_util"])))
+    samples = []
+    for jobs, runs in sorted(groups.items()):
+        n = len(runs)
+        speeds = tuple(sum(r[0][i] for r in runs) / n for i in range(len(jobs)))
+        samples.append(ColocSample(LUCID_GPU, jobs, speeds, sum(r[1] for r in runs) / n,
+                                   sum(r[2] for r in runs) / n, source="lucid"))
+    return ColocDataset(tuple(samples), isolated, "lucid")

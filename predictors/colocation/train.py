@@ -1,0 +1,184 @@
+"""Training, inference and checkpoints of the E-GGAT co-location model (needs torch).
+
+:class:`EggatPredictor` is a :class:`~.metrics.GroupPredictor`: every hyper-parameter is a
+constructor argument, training is seeded (same seed and data, same weights), and checkpoints are
+one safetensors file whose metadata holds the JSON config and a record of data, split, seed and
+figures. Heads without labels in training (memory and utilisation on Gavel) predict ``None``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from dltsched.engine.errors import ValidationError
+from dltsched.instances.catalog import model_spec
+from dltsched.predictors.colocation.egat import EGGAT, collate, group_graph
+from dltsched.predictors.colocation.features import (
+    Group,
+    check_group,
+    group_of,
+    resolve_gpu,
+    summed_isolated_memory_mib,
+)
+from dltsched.predictors.colocation.metrics import GroupPrediction
+from dltsched.predictors.colocation.samples import LUCID_GPU, ColocDataset, JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class EggatConfig:
+    """Hyper-parameters of the network and its training."""
+
+    hidden: int = 64
+    heads: int = 4
+    num_layers: int = 3
+    dropout: float = 0.0
+    epochs: int = 120
+    batch_size: int = 32
+    learning_rate: float = 3e-3
+    weight_decay: float = 1e-4
+    seed: int = 0
+    max_jobs: int = 3
+    threads: int = 2
+
+
+@dataclass(slots=True)
+class EggatPredictor:
+    """E-GGAT wrapped for fitting, predicting and saving (see module docstring)."""
+
+    config: EggatConfig = field(default_factory=EggatConfig)
+    has_memory: bool = False
+    has_util: bool = False
+    gpus: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    record: dict[str, Any] = field(default_factory=dict)
+    net: EGGAT | None = None
+
+    def _new_net(self) -> EGGAT:
+        c = self.config
+        return EGGAT(c.hidden, c.heads, c.num_layers, c.dropout)
+
+    def fit(self, train: ColocDataset) -> EggatPredictor:
+        """Train on every sample of ``train`` (seeded; ``config.threads`` CPU threads)."""
+        c = self.config
+        torch.set_num_threads(c.threads)
+        torch.manual_seed(c.seed)
+        rng = random.Random(c.seed)
+        graphs = [group_graph(group_of(s), train.isolated) for s in train.samples]
+        self.has_memory = any(s.memory_mib is not None for s in train.samples)
+        self.has_util = any(s.gpu_util is not None for s in train.samples)
+        self.gpus, self.models = train.gpus(), train.models()
+        self.net = self._new_net()
+        self.net.set_normalization(torch.cat([g.x for g in graphs]), torch.cat([g.glob for g in graphs]))
+        labels = [self._labels(s, train) for s in train.samples]
+        opt = torch.optim.AdamW(self.net.parameters(), lr=c.learning_rate, weight_decay=c.weight_decay)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, max(1, c.epochs))
+        order = list(range(len(graphs)))
+        self.net.train()
+        for _ in range(c.epochs):
+            rng.shuffle(order)
+            for start in range(0, len(order), c.batch_size):
+                idx = order[start:start + c.batch_size]
+                opt.zero_grad()
+                loss = self._loss(collate([graphs[i] for i in idx]), [labels[i] for i in idx])
+                loss.backward()
+                opt.step()
+            sched.step()
+        self.net.eval()
+        return self
+
+    @staticmethod
+    def _labels(s: Any, data: ColocDataset) -> tuple[list[float], float, float]:
+        """(log speeds, log memory ratio or NaN, util fraction or NaN)."""
+        base = summed_isolated_memory_mib(group_of(s), data.isolated)
+        mem = math.log(s.memory_mib / base) if s.memory_mib is not None and base else math.nan
+        util = s.gpu_util / 100.0 if s.gpu_util is not None else math.nan
+        return [math.log(v) for v in s.speeds], mem, util
+
+    def _loss(self, batch: Any, labels: Sequence[tuple[list[float], float, float]]) -> torch.Tensor:
+        assert self.net is not None
+        log_speed, log_mem, util = self.net(batch)
+        y_speed = torch.tensor([v for lab in labels for v in lab[0]])
+        loss = (log_speed - y_speed).abs().mean()
+        for pred, y in ((log_mem, torch.tensor([lab[1] for lab in labels])),
+                        (torch.log(util.clamp_min(1e-3)), torch.log(torch.tensor([lab[2] for lab in labels])))):
+            mask = ~torch.isnan(y)
+            if mask.any():
+                loss = loss + (pred[mask] - y[mask]).abs().mean()
+        return loss
+
+    def check(self, group: Group) -> None:
+        """Clear errors for inputs it cannot featurize: GPU or model not in the catalogs, group size.
+
+        Catalog GPUs absent from training are predicted from their spec sheet (the leave-one-GPU-out
+        figures say how well); Lucid's unrecorded GPU only by a model trained on it.
+        """
+        check_group(group, self.config.max_jobs)
+        if resolve_gpu(group.gpu) == LUCID_GPU and LUCID_GPU not in self.gpus:
+            raise ValidationError("gpu", f"'{LUCID_GPU}' not understood by a model trained on {', '.join(self.gpus)}")
+        for i, job in enumerate(group.jobs):
+            try:
+                model_spec(job.model).dataset(job.dataset)
+            except ValueError as err:
+                raise ValidationError(f"jobs[{i}].model", str(err)) from None
+
+    def predict(self, groups: Sequence[Group], data: ColocDataset, chunk: int = 2048) -> list[GroupPrediction]:
+        """Predictions for ``groups``; ``data.isolated`` supplies the isolated profiles."""
+        if self.net is None:
+            raise ValidationError("model", "not trained; call fit() or load a checkpoint")
+        for g in groups:
+            self.check(g)
+        out: list[GroupPrediction] = []
+        with torch.no_grad():
+            for start in range(0, len(groups), chunk):
+                part = groups[start:start + chunk]
+                log_speed, log_mem, util = self.net(collate([group_graph(g, data.isolated) for g in part]))
+                speeds = log_speed.exp().tolist()
+                k = 0
+                for i, g in enumerate(part):
+                    base = summed_isolated_memory_mib(g, data.isolated)
+                    mem = base * math.exp(float(log_mem[i])) if self.has_memory and base else None
+                    out.append(GroupPrediction(tuple(speeds[k:k + len(g.jobs)]), mem,
+                                               100.0 * float(util[i]) if self.has_util else None))
+                    k += len(g.jobs)
+        return out
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """One safetensors file: weights, and JSON config/record in its metadata (never pickle)."""
+        from safetensors.torch import save_file
+
+        assert self.net is not None
+        meta = {"config": asdict(self.config), "has_memory": self.has_memory, "has_util": self.has_util,
+                "gpus": list(self.gpus), "models": list(self.models), "record": self.record}
+        state = {k: v.contiguous() for k, v in self.net.state_dict().items()}
+        save_file(state, str(path), metadata={"dltsched": json.dumps(meta)})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> EggatPredictor:
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+
+        with safe_open(str(path), framework="pt") as fh:
+            meta = json.loads((fh.metadata() or {})["dltsched"])
+        pred = cls(EggatConfig(**meta["config"]), meta["has_memory"], meta["has_util"], tuple(meta["gpus"]),
+                   tuple(meta["models"]), meta["record"])
+        pred.net = pred._new_net()
+        pred.net.load_state_dict(load_file(str(path)))
+        pred.net.eval()
+        return pred
+
+
+def all_groups(gpus: Sequence[str], jobs: Sequence[JobSpec], max_jobs: int) -> list[Group]:
+    """Every unordered group of 2..``max_jobs`` of ``jobs`` (with repetition) on each GPU."""
+    from itertools import combinations_with_replacement
+
+    ordered = sorted(set(jobs))
+    return [Group(gpu, combo) for gpu in gpus for k in range(2, max_jobs + 1)
+            for combo in combinations_with_replacement(ordered, k)]

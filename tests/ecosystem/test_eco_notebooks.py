@@ -1,0 +1,53 @@
+"""Every notebook executes (papermill, small parameters, in a temp dir) and writes its figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dltsched.instances.datadir import find_data_dir
+
+papermill = pytest.importorskip("papermill")
+
+HAS_DATA = find_data_dir(required=False) is not None
+
+#: notebook -> (small parameters, figures it must write)
+CASES = {
+    "policy_comparison": ({"instance_path": "../instances/examples/tiny-6jobs-4gpus.json",
+                           "policies": ["fifo", "sjf", "dltsched:greedy"], "philly_jobs": 20 if HAS_DATA else 0,
+                           "philly_policies": ["fifo", "sjf"],
+                           "time_limit_s": 2.0},
+                          ["jct_cdf", "utilization", "gantt_dltsched_greedy"] + (["philly_jct_cdf"] if HAS_DATA else [])),
+    "predictor_accuracy": ({"max_pairs": 40},
+                           ["steptime_pred_vs_measured", "colocation_pred_vs_measured"] if HAS_DATA else []),
+    "solver_scaling": ({"sizes": [[6, 8], [12, 8]], "backends": ["greedy", "cpsat"], "time_limit_s": 2.0},
+                       ["solve_scaling"]),
+    "freezing_ablation": ({"num_jobs": 8, "num_gpus": 4, "time_limit_s": 1.0, "backend": "greedy"},
+                          ["freezing_avg_jct", "freezing_jct_cdf", "freezing_gantt"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_notebook_executes_and_writes_figures(name, repo_root, tmp_path):
+    params, figures = CASES[name]
+    notebooks = repo_root / "notebooks"
+    out = tmp_path / "figures"
+    papermill.execute_notebook(str(notebooks / f"{name}.ipynb"), str(tmp_path / f"{name}.ipynb"),
+                               parameters=params | {"output_dir": str(out)}, cwd=str(notebooks),
+                               kernel_name="python3", progress_bar=False)
+    written = {p.stem: p.stat().st_size for p in out.glob("*.png")}
+    assert set(figures) <= set(written), f"missing figures: {set(figures) - set(written)}"
+    assert all(size > 0 for size in written.values())
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb")),
+                         ids=lambda p: p.stem)
+def test_notebooks_are_stripped_and_parameterised(path):
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code), "strip outputs (nbstripout)"
+    assert any("parameters" in c.metadata.get("tags", []) for c in code), "needs a 'parameters' cell"
+    assert path.stem in CASES, "add the notebook to CASES so the suite executes it"

@@ -1,0 +1,152 @@
+"""Baselines, E-GGAT (tiny training), checkpoints, table export and its fallbacks."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from dltsched.engine.domain import Job
+from dltsched.engine.errors import ValidationError
+from dltsched.predictors.colocation.baselines import (
+    AnalyticContention,
+    ConstantBaseline,
+    GbtBaseline,
+    PerModelMeanBaseline,
+)
+from dltsched.predictors.colocation.features import Group
+from dltsched.predictors.colocation.metrics import evaluate, mape
+from dltsched.predictors.colocation.samples import ColocDataset, ColocSample, IsolatedProfile, JobSpec
+from dltsched.predictors.colocation.table import ColocationTable, export_table, parse_job
+
+A, B, C = JobSpec("resnet18", 32), JobSpec("resnet50", 64), JobSpec("lstm_lm", 20)
+ISO = {(g, j): IsolatedProfile(0.05 * (i + 1), 1000.0 * (i + 1), 30.0 * (i + 1))
+       for g in ("k80", "p100") for i, j in enumerate((A, B, C))}
+
+
+def _toy() -> ColocDataset:
+    speeds = {(A, A): 0.6, (A, B): 0.5, (B, C): 0.8, (A, C): 0.9, (C, C): 0.7, (B, B): 0.4}
+    samples = [ColocSample(gpu, tuple(sorted(jobs)), (v * f, v), 2000.0 + 500 * v, 60.0 * v + 20)
+               for gpu, f in (("k80", 1.0), ("p100", 0.9)) for jobs, v in speeds.items()]
+    return ColocDataset(tuple(samples), ISO, "toy")
+
+
+def test_mape() -> None:
+    assert mape([1.1, 0.9], [1.0, 1.0]) == pytest.approx(10.0)
+    assert mape([], []) is None
+
+
+def test_constant_and_per_model_baselines() -> None:
+    data = _toy()
+    const = ConstantBaseline().fit(data)
+    mean = sum(v for s in data.samples for v in s.speeds) / (2 * len(data))
+    assert const.predict([Group("k80", (A, B))], data)[0].speeds == (mean, mean)
+    per_model = PerModelMeanBaseline().fit(data).predict([Group("k80", (A, B))], data)[0]
+    assert per_model.speeds[0] != per_model.speeds[1]
+    assert per_model.memory_mib == pytest.approx(3000.0)  # summed isolated memory
+
+
+def test_analytic_and_gbt_baselines_predict_every_label() -> None:
+    data = _toy()
+    analytic = AnalyticContention().predict([Group("k80", (A, B, C))], data)[0]
+    assert len(analytic.speeds) == 3 and all(0 < v <= 1 for v in analytic.speeds)
+    gbt = GbtBaseline(max_iter=10).fit(data)
+    scores = evaluate(gbt, data)
+    assert scores["n"] == len(data) and scores["memory_mape"] is not None
+    assert scores["speed_mape"] < evaluate(ConstantBaseline().fit(data), data)["speed_mape"]
+
+
+def test_parse_job_and_errors() -> None:
+    assert parse_job("ResNet-50:64:amp") == JobSpec("resnet50", 64, True)
+    with pytest.raises(ValidationError, match="MODEL:BATCH"):
+        parse_job("resnet50")
+    with pytest.raises(ValidationError, match="unknown model"):
+        parse_job("nosuchnet:32")
+
+
+def test_table_lookup_order_nearest_batch_and_fallback() -> None:
+    from dltsched.predictors.colocation.metrics import GroupPrediction
+
+    table = ColocationTable({"k80|resnet18:32|resnet50:64": GroupPrediction((0.7, 0.4), 3000.0, 80.0)}, 2)
+    assert table.predict_group(Group("k80", (B, A))).speeds == (0.4, 0.7)
+    assert table.predict_group(Group("k80", (JobSpec("resnet18", 40), B))).speeds == (0.7, 0.4)
+    assert table.fallbacks["nearest_batch"] == 1
+    table.predict_group(Group("k80", (C, C)))
+    assert table.fallbacks["analytic"] == 1
+    with pytest.raises(ValidationError, match="2..2"):
+        table.predict_group(Group("k80", (A, A, A)))
+    with pytest.raises(ValidationError, match="gpu"):
+        table.predict_group(Group("nosuchgpu", (A, B)))
+    strict = ColocationTable(table.entries, 2, strict=True)
+    with pytest.raises(ValidationError, match="strict"):
+        strict.predict_group(Group("k80", (C, C)))
+    jobs = [Job("a", "resnet18", 32, 10.0), Job("b", "resnet50", 64, 10.0)]
+    assert table.colocated_speeds(jobs, "K80") == (0.7, 0.4)
+    assert table.group_memory_mib(jobs, "k80") == 3000.0
+
+
+def test_package_import_needs_no_torch() -> None:
+    import subprocess
+
+    code = "import sys, dltsched.predictors.colocation as c; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------------------------- E-GGAT (torch)
+torch = pytest.importorskip("torch")
+
+
+def _tiny(seed: int = 0):
+    from dltsched.predictors.colocation.train import EggatConfig, EggatPredictor
+
+    return EggatPredictor(EggatConfig(hidden=16, heads=2, num_layers=2, epochs=2, batch_size=6, seed=seed))
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    return _tiny().fit(_toy())
+
+
+def test_eggat_forward_on_two_and_three_job_groups(tiny_model) -> None:
+    model = tiny_model
+    preds = model.predict([Group("k80", (A, B)), Group("p100", (A, B, C))], _toy())
+    assert [len(p.speeds) for p in preds] == [2, 3]
+    assert all(0 < v < 2 for p in preds for v in p.speeds)
+    assert all(p.memory_mib and p.gpu_util is not None for p in preds)
+
+
+def test_eggat_is_seeded_and_checkpoint_round_trips(tmp_path) -> None:
+    from dltsched.predictors.colocation.train import EggatPredictor
+
+    groups = [Group("k80", (A, C)), Group("v100", (B, C))]
+    a, b = _tiny(1).fit(_toy()), _tiny(1).fit(_toy())
+    assert a.predict(groups, _toy()) == b.predict(groups, _toy())
+    a.record = {"data": "toy"}
+    a.save(tmp_path / "m.safetensors")
+    loaded = EggatPredictor.load(tmp_path / "m.safetensors")
+    assert loaded.record == {"data": "toy"} and loaded.config == a.config
+    assert loaded.predict(groups, _toy()) == a.predict(groups, _toy())
+
+
+def test_eggat_rejects_what_it_cannot_featurize(tiny_model) -> None:
+    model = tiny_model
+    with pytest.raises(ValidationError, match="2..3"):
+        model.predict([Group("k80", (A, A, A, A))], _toy())
+    with pytest.raises(ValidationError, match="lucid"):
+        model.predict([Group("lucid", (A, B))], _toy())
+    with pytest.raises(ValidationError, match="dataset"):
+        model.predict([Group("k80", (A, JobSpec("resnet18", 32, False, "nosuchdata")))], _toy())
+
+
+def test_exported_table_equals_network(tiny_model, tmp_path) -> None:
+    model = tiny_model
+    table = export_table(model, ["k80", "p100"], [A, B, C], ISO, 3, {"seed": 0})
+    assert len(table.entries) == 2 * (6 + 10)
+    table.save(tmp_path / "t.json")
+    loaded = ColocationTable.load(tmp_path / "t.json")
+    groups = [Group("k80", (C, A)), Group("p100", (B, A, C))]
+    for net, tab in zip(model.predict(groups, _toy()), loaded.predict(groups, _toy()), strict=True):
+        assert tab.speeds == pytest.approx(net.speeds, rel=1e-6)
+        assert tab.memory_mib == pytest.approx(net.memory_mib, rel=1e-6)
+    assert not loaded.fallbacks
