@@ -8,8 +8,8 @@ fails the entry that needs it. Other packages add entries with :func:`register_p
 from __future__ import annotations
 
 import difflib
-import logging
 import importlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
