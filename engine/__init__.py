@@ -1,5 +1,5 @@
 """dltsched.engine: the domain model, simulator, policies, metrics, CLI and the embedding API."""
 
-from dltsched.engine.api import OptimizerPolicy, SolveConfig, plan_to_dict, simulate_instance, solve_round
+from dltsched.engine.api import SolveConfig, plan_to_dict, simulate_instance, solve_round
 
-__all__ = ["OptimizerPolicy", "SolveConfig", "plan_to_dict", "simulate_instance", "solve_round"]
+__all__ = ["SolveConfig", "plan_to_dict", "simulate_instance", "solve_round"]

@@ -4,7 +4,7 @@ Stable entry points for schedulers written in Python:
 
 - :class:`SolveConfig` — how a round is solved (backend, objective, co-location, freezing, time limit).
 - :func:`solve_round` — ``ClusterState`` in, :class:`~dltsched.engine.domain.Plan` out; always feasible.
-- :class:`OptimizerPolicy` — ``solve_round`` as a simulator policy (warm-started from the last plan).
+- :class:`~dltsched.engine.policies.optimizing.OptimizingPolicy` — ``solve_round`` as a simulator policy.
 - :func:`simulate_instance` — one policy over one instance (file or object) with ground truth.
 - :func:`initial_state` — the first round of an instance (every job queued).
 - :func:`plan_to_dict` — a plan as JSON: placements, co-location groups, freeze levels, status, timing.
@@ -34,7 +34,7 @@ import functools
 import logging
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -138,7 +138,7 @@ def solve_round(state: ClusterState, config: SolveConfig | None = None, *, warm_
     if config.baseline_policy is not None:
         return baseline_plan(state, config.baseline_policy, preds, status="heuristic")
     try:
-        from dltsched.formulations import build_round
+        from dltsched.formulations import build_round, check_plan
         from dltsched.formulations import solve_round as solve_problem
     except ImportError as err:
         return baseline_plan(state, config.fallback_policy, preds, status="fallback",
@@ -148,6 +148,7 @@ def solve_round(state: ClusterState, config: SolveConfig | None = None, *, warm_
     try:
         problem = build_round(state, preds, options)
         result = solve_problem(problem, backend, time_limit_s=config.time_limit_s, warm_start=warm_start)
+        report = check_plan(problem, result.plan)
     except ValidationError:
         raise
     except Exception as err:  # a solver crash must not take the scheduler down
@@ -155,6 +156,11 @@ def solve_round(state: ClusterState, config: SolveConfig | None = None, *, warm_
                     config.fallback_policy)
         return baseline_plan(state, config.fallback_policy, preds, status="fallback",
                              message=f"{backend} failed: {type(err).__name__}: {err}")
+    if not report.feasible:  # the independent checker has the last word on every solver result
+        log.warning("backend %s returned a plan the checker rejects (%s); using %s", backend,
+                    "; ".join(report.violations[:3]), config.fallback_policy)
+        return baseline_plan(state, config.fallback_policy, preds, status="fallback",
+                             message=f"{backend} plan failed the checker: {report.violations[0]}")
     return result.plan  # type: ignore[no-any-return]
 
 
@@ -166,26 +172,14 @@ def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *, status
                    fallback=status == "fallback", message=message)
 
 
-@dataclass
-class OptimizerPolicy:
-    """:func:`solve_round` as a simulator policy; each round is warm-started from the previous plan."""
-
-    config: SolveConfig = field(default_factory=SolveConfig)
-    round_interval_s: float | None = 300.0
-    name: str = "dltsched"
-    last_plan: Plan | None = None
-
-    def schedule(self, state: ClusterState) -> Plan:
-        self.last_plan = solve_round(state, self.config, warm_start=self.last_plan)
-        return self.last_plan
-
-
 def make_named_policy(name: str, preds: Predictors, config: SolveConfig | None = None) -> Policy:
-    """A registered policy, or ``dltsched[:<backend>]`` for :class:`OptimizerPolicy` (``dltsched:milp``)."""
+    """A registered policy, or ``dltsched[:<backend>]`` for the optimizing policy (``dltsched:milp``)."""
+    from dltsched.engine.policies.optimizing import OptimizingPolicy
+
     base, _, backend = name.partition(":")
     if base == "dltsched":
         cfg = config or SolveConfig()
-        return OptimizerPolicy(replace(cfg, backend=backend) if backend else cfg, name=name)
+        return OptimizingPolicy(replace(cfg, backend=backend) if backend else cfg, preds, name=name)
     return make_policy(name, predictors=preds)  # type: ignore[no-any-return]
 
 

@@ -24,7 +24,7 @@ _POLICIES: dict[str, str] = {
     "isacpp": "dltsched.engine.policies.isacpp:IsacppPolicy",
     "lucid": "dltsched.engine.policies.lucid:LucidPolicy",
     "gavel": "dltsched.engine.policies.gavel_lp:GavelPolicy",
-    "optimizing": "dltsched.engine.policies.optimizing:OptimizingPolicy",
+    "optimizing": "dltsched.engine.policies.optimizing:optimizing_policy",
 }
 
 #: policies that the main comparison (``--policy all``) runs, in table order

@@ -85,3 +85,15 @@ def test_benchmark_ten_thousand_predictions(benchmark):
 
     out = benchmark.pedantic(time_predictions, args=(10_000,), rounds=1, iterations=1)
     assert out["pairs"] == 10_000
+
+
+def test_host_term_adds_to_its_model_only_scaled_by_host_speed():
+    base = DeletePopStepTime()
+    factors = {**base.factors, "host_overhead": {"resnet50/imagenet": {"per_step_s": 0.1, "per_sample_s": 0.001}}}
+    with_host = DeletePopStepTime(factors=factors)
+    speed = factors["per_gpu"]["v100"].get("host", 1.0)
+    no_host = DeletePopStepTime(factors={**factors, "host_overhead": {}})
+    gain = with_host.step_time_s(_job(batch=64), "v100") - no_host.step_time_s(_job(batch=64), "v100")
+    assert gain == pytest.approx((0.1 + 0.064) * speed)
+    assert with_host.step_time_s(_job("vgg16"), "v100") == no_host.step_time_s(_job("vgg16"), "v100")
+    assert with_host.step_time_s(_job(), "h100") - no_host.step_time_s(_job(), "h100") == pytest.approx(0.164)
