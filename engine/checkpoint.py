@@ -106,12 +106,14 @@ def load_checkpoint(run: _Run, path: str | os.PathLike[str]) -> bool:
         run.active[a["id"]] = _Active(
             jobs[a["id"]], a["remaining"], a["attained_s"],
             None if asg is None else Assignment(a["id"], tuple(asg[0]), asg[1]),
-            0.0, a["ready_at"], a["preemptions"], a["first_start"], a["queued_since"], a["penalty"], None,
+            0.0, a["ready_at"], a["preemptions"], a["first_start"], a["queued_since"], a["penalty"],
             a["placed_at"], a["ckpt_remaining"], a["failures"])
     if run.faults is not None and data["faults"] is not None:
         run.faults.load_state_dict(data["faults"])
     if data["policy_state"] is not None and hasattr(run.policy, "load_state_dict"):
         run.policy.load_state_dict(data["policy_state"])
     run.started = True
+    run.rebuild_queue()
+    run.num_busy_gpus = sum(1 for jobs in run.gpu_jobs if jobs)
     run._update_rates()
     return True

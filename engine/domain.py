@@ -370,13 +370,16 @@ class ClusterState:
     """What a policy sees at one decision point: time, cluster, and every active job.
 
     Ground-truth speeds are not part of it; policies estimate with predictors. ``down_gpus`` are on
-    failed nodes and must not be used.
+    failed nodes and must not be used. When ``num_running`` is given (the simulator does), ``jobs``
+    holds the running jobs first, then the queued ones in arrival order, so :meth:`running` and
+    :meth:`queued` are slices; otherwise they filter.
     """
 
     time_s: float
     cluster: Cluster
     jobs: tuple[JobState, ...]
     down_gpus: frozenset[int] = frozenset()
+    num_running: int | None = None
 
     def available_by_type(self) -> dict[str, int]:
         """Number of GPUs of each type that are up (not on a failed node)."""
@@ -386,18 +389,23 @@ class ClusterState:
         return out
 
     def running(self) -> tuple[JobState, ...]:
+        if self.num_running is not None:
+            return self.jobs[: self.num_running]
         return tuple(s for s in self.jobs if s.assignment is not None)
 
     def queued(self) -> tuple[JobState, ...]:
+        """Waiting jobs (in arrival order when built by the simulator)."""
+        if self.num_running is not None:
+            return self.jobs[self.num_running:]
         return tuple(s for s in self.jobs if s.assignment is None)
 
     def current_plan(self) -> Plan:
-        return Plan(tuple(s.assignment for s in self.jobs if s.assignment is not None))
+        return Plan(tuple(s.assignment for s in self.running() if s.assignment is not None))
 
     def gpu_load(self) -> list[int]:
         """Number of running jobs on each GPU."""
         load = [0] * self.cluster.num_gpus
-        for s in self.jobs:
+        for s in self.running():
             if s.assignment is not None:
                 for g in s.assignment.gpus:
                     load[g] += 1

@@ -14,6 +14,7 @@ the default), or the job that does not fit crashes out of memory at start and re
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections.abc import Callable
@@ -59,7 +60,6 @@ class _Active:
     first_start: float | None = None
     queued_since: float = 0.0
     penalty: float = 0.0
-    snapshot: JobState | None = None
     placed_at: float = 0.0
     ckpt_remaining: float = 0.0  # remaining iterations at the last checkpoint
     failures: int = 0
@@ -110,6 +110,12 @@ class _Run:
         self.arrivals = sorted(self.inst.jobs, key=lambda j: (j.arrival_time_s, j.id))
         self.next_arrival = 0
         self.active: dict[str, _Active] = {}
+        self.running: dict[str, _Active] = {}
+        #: queued jobs' (arrival, id) keys and snapshots, kept sorted by arrival
+        self.queue_keys: list[tuple[float, str]] = []
+        self.queue_snaps: list[JobState] = []
+        self._mem: dict[tuple[str, str, int], float] = {}
+        self.num_busy_gpus = 0
         self.finished: list[JobRecord] = []
         self.time = 0.0
         self.gpu_jobs: list[list[str]] = [[] for _ in range(self.cluster.num_gpus)]
@@ -192,9 +198,7 @@ class _Run:
         """A policy that runs nothing while every GPU is free and nothing else will happen is stuck."""
         if not self.active or self.next_arrival < len(self.arrivals):
             return
-        if any(a.assignment is not None for a in self.active.values()):
-            return
-        if self.faults is not None and self.faults.down:
+        if self.running or (self.faults is not None and self.faults.down):
             return
         stuck = sorted(self.active)[:5]
         raise InvalidPlanError(
@@ -209,13 +213,13 @@ class _Run:
         for n in failed:
             self.node_failures += 1
             gpus = set(self.cluster.node_gpus(n))
-            for a in list(self.active.values()):
+            for a in list(self.running.values()):
                 if a.assignment is not None and gpus & set(a.assignment.gpus):
                     self._release(a)
                     a.remaining = a.ckpt_remaining
                     a.failures += 1
                     a.queued_since = self.time
-                    a.snapshot = None
+                    self._enqueue(a)
                     self.fault_interruptions += 1
         if failed:
             self._update_rates()
@@ -234,13 +238,35 @@ class _Run:
         while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].arrival_time_s <= self.time:
             job = self.arrivals[self.next_arrival]
             total = float(job.total_iterations)
-            self.active[job.id] = _Active(job, total, queued_since=job.arrival_time_s, ckpt_remaining=total)
+            a = _Active(job, total, queued_since=job.arrival_time_s, ckpt_remaining=total)
+            self.active[job.id] = a
+            self._enqueue(a)
             self.next_arrival += 1
             changed = True
         return changed
 
+    def _enqueue(self, a: _Active) -> None:
+        key = (a.job.arrival_time_s, a.job.id)
+        i = bisect.bisect_left(self.queue_keys, key)
+        self.queue_keys.insert(i, key)
+        self.queue_snaps.insert(i, JobState(a.job, a.remaining, a.attained_s, None, a.preemptions,
+                                            a.first_start, a.queued_since))
+
+    def _dequeue(self, a: _Active) -> None:
+        i = bisect.bisect_left(self.queue_keys, (a.job.arrival_time_s, a.job.id))
+        del self.queue_keys[i]
+        del self.queue_snaps[i]
+
+    def rebuild_queue(self) -> None:
+        """Re-derive the running set and the arrival-ordered queue from ``active`` (after a restore)."""
+        self.running = {k: a for k, a in self.active.items() if a.assignment is not None}
+        self.queue_keys, self.queue_snaps = [], []
+        for a in self.active.values():
+            if a.assignment is None:
+                self._enqueue(a)
+
     def _complete(self) -> bool:
-        done = [a for a in self.active.values() if a.remaining <= _EPS_ITER * max(1.0, a.job.total_iterations)]
+        done = [a for a in self.running.values() if a.remaining <= _EPS_ITER * max(1.0, a.job.total_iterations)]
         for a in done:
             self._release(a)
             del self.active[a.job.id]
@@ -254,8 +280,8 @@ class _Run:
         t = math.inf
         if self.next_arrival < len(self.arrivals):
             t = self.arrivals[self.next_arrival].arrival_time_s
-        for a in self.active.values():
-            if a.assignment is not None and a.rate > 0:
+        for a in self.running.values():
+            if a.rate > 0:
                 t = min(t, max(a.ready_at, self.time) + a.remaining / a.rate)
         if interval is not None and self.active:
             t = min(t, self.last_round + interval)
@@ -266,12 +292,11 @@ class _Run:
     def _advance(self, t_next: float) -> None:
         dt = t_next - self.time
         if dt > 0:
-            busy = sum(1 for jobs in self.gpu_jobs if jobs)
+            busy = self.num_busy_gpus
             self.busy_gpu_s += busy * dt
             self.util_trace.append((self.time, busy / self.cluster.num_gpus))
-            for a in self.active.values():
-                if a.assignment is None:
-                    continue
+            for a in self.running.values():
+                assert a.assignment is not None
                 a.attained_s += dt * len(a.assignment.gpus)
                 t_from = max(a.ready_at, self.time)
                 progress_dt = t_next - t_from
@@ -279,7 +304,6 @@ class _Run:
                     if self.faults is not None:
                         self._periodic_checkpoint(a, t_from, t_next)
                     a.remaining = max(0.0, a.remaining - a.rate * progress_dt)
-                a.snapshot = None
         self.time = t_next
 
     def _periodic_checkpoint(self, a: _Active, t_from: float, t_to: float) -> None:
@@ -295,16 +319,12 @@ class _Run:
     # -- rounds -------------------------------------------------------------------------------------
 
     def _state(self) -> ClusterState:
-        states = []
-        for a in self.active.values():
-            if a.snapshot is None:
-                a.snapshot = JobState(a.job, a.remaining, a.attained_s, a.assignment, a.preemptions,
-                                      a.first_start, a.queued_since)
-            states.append(a.snapshot)
+        running = tuple(JobState(a.job, a.remaining, a.attained_s, a.assignment, a.preemptions, a.first_start,
+                                 a.queued_since) for a in self.running.values())
         down: frozenset[int] = frozenset()
         if self.faults is not None and self.faults.down:
             down = frozenset(g for n in self.faults.down for g in self.cluster.node_gpus(n))
-        return ClusterState(self.time, self.cluster, tuple(states), down)
+        return ClusterState(self.time, self.cluster, running + tuple(self.queue_snaps), down, len(running))
 
     def _round(self) -> None:
         state = self._state()
@@ -345,63 +365,87 @@ class _Run:
         return wanted
 
     def _apply(self, plan: Plan, down: frozenset[int] = frozenset()) -> None:
+        """Preempt or move running jobs the plan changes, then start jobs that fit in memory."""
         wanted = self._validate(plan, down)
-        per_gpu: dict[int, list[str]] = {}
-        for job_id, asg in wanted.items():
-            for g in asg.gpus:
-                per_gpu.setdefault(g, []).append(job_id)
-        rejected = self._check_memory(per_gpu, wanted)
-        for job_id in rejected:
-            wanted.pop(job_id)
-        # preempt or move jobs whose placement changes
-        for a in self.active.values():
-            new = wanted.get(a.job.id)
+        moving = [a for a in self.running.values()
+                  if (new := wanted.get(a.job.id)) is None or a.assignment is None or new.gpus != a.assignment.gpus]
+        for a in moving:
+            self._release(a)
+            a.preemptions += 1
+            a.queued_since = self.time
+            a.ckpt_remaining = a.remaining  # preemption checkpoints the job
+        for job_id, new in wanted.items():  # freeze-level changes in place
+            a = self.active[job_id]
             old = a.assignment
-            if old is not None and (new is None or new.gpus != old.gpus):
-                self._release(a)
-                a.preemptions += 1
-                a.queued_since = self.time
-                a.ckpt_remaining = a.remaining  # preemption checkpoints the job
-            if new is not None and (old is None or new.gpus != old.gpus):
-                a.ready_at = self.time + (restore_time_s(a.job) if a.first_start is not None else 0.0)
-                if a.first_start is None:
-                    a.first_start = self.time
-            if new is not None and old is not None and new.gpus == old.gpus and new.freeze_level != old.freeze_level:
-                self.intervals.append(PlacementInterval(a.job.id, old.gpus, a.placed_at, self.time, old.freeze_level))
+            if old is not None and new.freeze_level != old.freeze_level:
+                self.intervals.append(PlacementInterval(job_id, old.gpus, a.placed_at, self.time, old.freeze_level))
                 a.placed_at = self.time
-            if new is not None and (old is None or new.gpus != old.gpus):
-                a.placed_at = self.time
-            if new is not None and (old is None or new.freeze_level != old.freeze_level):
                 a.penalty = self.truth.frozen_penalty(a.job, new.freeze_level, 1.0 - a.remaining / a.job.total_iterations)
-            a.assignment = new
-            a.snapshot = None
-        for job_id in wanted:
-            for g in wanted[job_id].gpus:
-                if job_id not in self.gpu_jobs[g]:
-                    self.gpu_jobs[g].append(job_id)
+                a.assignment = new
+        moved_ids = {a.job.id for a in moving}
+        starts = [(j, asg) for j, asg in wanted.items() if self.active[j].assignment is None]
+        started = self._fit_memory(starts)
+        for job_id, asg in started:
+            a = self.active[job_id]
+            if job_id not in moved_ids:
+                self._dequeue(a)
+            a.ready_at = self.time + (restore_time_s(a.job) if a.first_start is not None else 0.0)
+            if a.first_start is None:
+                a.first_start = self.time
+            a.placed_at = self.time
+            a.penalty = self.truth.frozen_penalty(a.job, asg.freeze_level, 1.0 - a.remaining / a.job.total_iterations)
+            a.assignment = asg
+            self.running[job_id] = a
+            for g in asg.gpus:
+                if not self.gpu_jobs[g]:
+                    self.num_busy_gpus += 1
+                self.gpu_jobs[g].append(job_id)
+        started_ids = {j for j, _ in started}
+        for a in moving:
+            if a.job.id not in started_ids:
+                self._enqueue(a)
         self._update_rates()
 
-    def _check_memory(self, per_gpu: dict[int, list[str]], wanted: dict[str, Assignment]) -> list[str]:
-        rejected: list[str] = []
-        for g, job_ids in sorted(per_gpu.items()):
-            gtype = self.cluster.gpu_type_of(g)
+    def _memory(self, job_id: str, gpu_type: str, level: int) -> float:
+        key = (job_id, gpu_type, level)
+        hit = self._mem.get(key)
+        if hit is None:
+            job = self.active[job_id].job
+            hit = self._mem[key] = self.truth.memory_mib(job, gpu_type, level) * job.gpu_fraction
+        return hit
+
+    def _fit_memory(self, starts: list[tuple[str, Assignment]]) -> list[tuple[str, Assignment]]:
+        """The starts that fit beside the jobs staying on their GPUs (ground-truth memory); the others
+        raise (``memory="reject"``) or crash out of memory and stay queued (``memory="oom"``)."""
+        used: dict[int, float] = {}
+
+        def used_on(g: int, gtype: str) -> float:
+            if g not in used:
+                total = 0.0
+                for j in self.gpu_jobs[g]:
+                    asg = self.active[j].assignment
+                    total += self._memory(j, gtype, asg.freeze_level if asg is not None else 0)
+                used[g] = total
+            return used[g]
+
+        accepted: list[tuple[str, Assignment]] = []
+        for job_id, asg in starts:
+            gtype = self.cluster.gpu_type_of(asg.gpus[0])
             cap = self.cluster.gpu_types[gtype].memory_mib
-            used = 0.0
-            for job_id in job_ids:
-                if job_id in rejected:
-                    continue
-                job = self.active[job_id].job
-                need = self.truth.memory_mib(job, gtype, wanted[job_id].freeze_level) * job.gpu_fraction
-                if used + need <= cap:
-                    used += need
-                    continue
+            need = self._memory(job_id, gtype, asg.freeze_level)
+            full = [g for g in asg.gpus if used_on(g, gtype) + need > cap]
+            if full:
                 if self.cfg.memory == "reject":
+                    g = full[0]
                     raise InvalidPlanError(
-                        f"GPU {g} ({gtype}, {cap:.0f} MiB): jobs {job_ids} need more memory than it has "
-                        f"(job '{job_id}' needs {need:.0f} MiB with {used:.0f} MiB already used)")
-                rejected.append(job_id)
+                        f"GPU {g} ({gtype}, {cap:.0f} MiB of memory): job '{job_id}' needs {need:.0f} MiB with "
+                        f"{used[g]:.0f} MiB already used by {self.gpu_jobs[g] + [j for j, a in accepted if g in a.gpus]}")
                 self.oom_events += 1
-        return rejected
+                continue
+            for g in asg.gpus:
+                used[g] += need
+            accepted.append((job_id, asg))
+        return accepted
 
     def _release(self, a: _Active) -> None:
         if a.assignment is None:
@@ -411,18 +455,20 @@ class _Run:
         for g in a.assignment.gpus:
             if a.job.id in self.gpu_jobs[g]:
                 self.gpu_jobs[g].remove(a.job.id)
+                if not self.gpu_jobs[g]:
+                    self.num_busy_gpus -= 1
         a.assignment = None
         a.rate = 0.0
+        self.running.pop(a.job.id, None)
 
     def _update_rates(self) -> None:
         cluster = self.cluster
         speed_cache: dict[tuple[str, ...], tuple[float, ...]] = {}
-        for a in self.active.values():
+        for a in self.running.values():
             asg = a.assignment
-            if asg is None:
-                continue
+            assert asg is not None
             gtype = cluster.gpu_type_of(asg.gpus[0])
-            nodes = len({cluster.gpu_node[g] for g in asg.gpus})
+            nodes = len({cluster.gpu_node[g] for g in asg.gpus}) if len(asg.gpus) > 1 else 1
             step = self.truth.step_time_s(a.job, gtype, len(asg.gpus), nodes, asg.freeze_level)
             speed = 1.0
             for g in asg.gpus:

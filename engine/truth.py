@@ -3,7 +3,8 @@
 :class:`MeasuredTruth` uses real measurements wherever they exist and a documented model elsewhere:
 
 * **Isolated step time.** Gavel's measured steps/s (``gavel/simulation_throughputs.json``) for the job's
-  model, batch size, GPU type and GPU count (1/2/4/8, consolidated or spread over nodes). A batch size
+  model, batch size, GPU type and GPU count (1/2/4/8, consolidated or spread over nodes); Gavel counts
+  the steps of every worker, so a data-parallel iteration on n GPUs takes n / throughput. A batch size
   between measured ones is interpolated linearly in step time; outside, extrapolated from the two nearest.
   A model measured on other GPU types is scaled by the ratio of the fallback model's step times. Anything
   else uses the fallback model: :class:`~dltsched.engine.analytic.AnalyticStepTime` with *different*
@@ -97,7 +98,8 @@ class MeasuredTruth:
         table = read_gavel_throughputs(data_dir=base)
         for (gpu, jt, scale, consolidated), steps_per_s in table.isolated.items():
             key = (gpu, jt.model, jt.dataset, scale, consolidated)
-            self._isolated.setdefault(key, []).append((jt.batch_size, 1.0 / steps_per_s))
+            # a scale-n throughput counts the steps of all n workers: one iteration takes n / throughput
+            self._isolated.setdefault(key, []).append((jt.batch_size, scale / steps_per_s))
         for rows in self._isolated.values():
             rows.sort()
         for (gpu, a, b), (ta, tb) in table.pairs.items():

@@ -64,14 +64,19 @@ def step_time(model: str, gpu: str, batch_size: int, num_gpus: int, num_nodes: i
     emit(out, as_json, lambda: [click.echo(f"{k:>12}: {v:.6g}") for k, v in out.items()])
 
 
-def _measurements(source: str, data_dir: str | None):  # noqa: ANN202
+#: Gavel scales used for calibration: 1 fits compute and host terms, 2-8 the communication terms
+TRAIN_SCALES = (1, 8)
+
+
+def _measurements(source: str, data_dir: str | None, scales: tuple[int, int] = (1, 1)):  # noqa: ANN202
+    """Measurements of ``source``; Gavel rows with ``scales[0] <= #GPUs <= scales[1]``."""
     from dltsched.predictors.steptime import measurements as ms
 
     if source == "gavel":
-        return ms.gavel_measurements(data_dir)
+        return [m for m in ms.gavel_measurements(data_dir, max_scale=scales[1]) if m.num_gpus >= scales[0]]
     if source == "zeus":
         return ms.zeus_measurements(data_dir)
-    return ms.gavel_measurements(data_dir) + ms.zeus_measurements(data_dir)
+    return _measurements("gavel", data_dir, scales) + ms.zeus_measurements(data_dir)
 
 
 @predict.command("eval-steptime")
@@ -79,10 +84,12 @@ def _measurements(source: str, data_dir: str | None):  # noqa: ANN202
 @click.option("--format", "source", type=click.Choice(["gavel", "zeus", "all"]), default=None,
               help="Evaluate on a data-folder source instead of a CSV file.")
 @click.option("--leave-one-gpu-out", is_flag=True, help="Refit without each GPU before testing on it.")
+@click.option("--min-scale", type=int, default=1, show_default=True, help="--format gavel: fewest GPUs per job.")
+@click.option("--max-scale", type=int, default=1, show_default=True, help="--format gavel: most GPUs per job.")
 @click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
 @click.option("--json", "as_json", is_flag=True)
-def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: bool, data_dir: str | None,
-                  as_json: bool) -> None:
+def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: bool, min_scale: int, max_scale: int,
+                  data_dir: str | None, as_json: bool) -> None:
     """MAPE and p90 APE of step-time predictions against measurements (CSV or --format)."""
     from dltsched.predictors.steptime import DeletePopStepTime
     from dltsched.predictors.steptime import calibrate as cal
@@ -90,10 +97,10 @@ def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: b
 
     if (csv_file is None) == (source is None):
         raise ValidationError("eval-steptime", "give either a CSV file or --format gavel|zeus|all")
-    test = ms.read_csv(csv_file) if csv_file else _measurements(source or "all", data_dir)
+    test = ms.read_csv(csv_file) if csv_file else _measurements(source or "all", data_dir, (min_scale, max_scale))
     if leave_one_gpu_out:
-        train = _measurements("all", data_dir)
-        out = cal.leave_one_gpu_out(train, test, ms.deepbench_gemm_efficiency(data_dir))
+        train = _measurements("all", data_dir, TRAIN_SCALES)
+        out = cal.leave_one_gpu_out(train, test, ms.deepbench_kernel_efficiency(data_dir))
     else:
         ev = cal.evaluate(DeletePopStepTime(), test)
         out = {**ev.summary(), "rows": list(ev.rows)}
@@ -107,18 +114,18 @@ def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: b
               help="Where to write the factors (default: the package's factors.json).")
 @click.option("--json", "as_json", is_flag=True)
 def calibrate_steptime(data_dir: str | None, hold_out_gpu: str | None, output: str | None, as_json: bool) -> None:
-    """Fit the achievable-efficiency factors on Gavel + Zeus (+ DeepBench GEMM) and write them."""
+    """Fit the efficiency, host and communication factors on Gavel + Zeus (+ DeepBench) and write them."""
     import json
 
     from dltsched.predictors.steptime import calibrate as cal
     from dltsched.predictors.steptime import measurements as ms
     from dltsched.predictors.steptime.model import _gpu, factors_path, load_factors
 
-    rows = _measurements("all", data_dir)
+    rows = _measurements("all", data_dir, TRAIN_SCALES)
     if hold_out_gpu:
         held = _gpu(hold_out_gpu).id
         rows = [m for m in rows if _gpu(m.gpu).id != held]
-    factors = cal.fit(rows, ms.deepbench_gemm_efficiency(data_dir))
+    factors = cal.fit(rows, ms.deepbench_kernel_efficiency(data_dir))
     path = Path(output) if output else factors_path()
     path.write_text(json.dumps(factors, indent=1) + "\n")
     load_factors.cache_clear()

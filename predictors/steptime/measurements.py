@@ -1,10 +1,12 @@
 """Whole-iteration and kernel measurements used to calibrate and evaluate the step-time predictor.
 
-- Gavel: isolated steps/s (consolidated placement) -> step time = 1 / throughput; all scales.
+- Gavel: isolated steps/s (consolidated placement). At scale n the throughput counts the
+  iterations of all n workers (each with ``batch_size`` samples), so the step time of one worker is
+  ``n / throughput``; at scale 1 it is ``1 / throughput``.
 - Zeus: time per epoch at the highest power limit measured -> per-iteration time =
   ``time_per_epoch / ceil(dataset_size / batch_size)`` with :data:`ZEUS_DATASET_SIZES`.
-- DeepBench: FP32 GEMM TFLOPS of 8 GPUs -> achievable-GEMM efficiency per GPU (median over
-  GEMMs of at least 1e9 multiply-adds, divided by the spec FP32 peak).
+- DeepBench: FP32 GEMM, convolution and LSTM TFLOPS of 8 GPUs -> achievable efficiency per GPU
+  and kernel kind (median over the benchmark's shapes, divided by the spec FP32 peak).
 The CSV format written and read here is ``model,gpu,batch_size,num_gpus,step_time_s[,amp,dataset,optimizer]``.
 """
 
@@ -58,7 +60,7 @@ def gavel_measurements(data_dir: str | os.PathLike[str] | None = None, *, max_sc
     out = []
     for (gpu, jt, scale, consolidated), steps_per_s in read_gavel_throughputs(data_dir=data_dir).isolated.items():
         if consolidated and scale <= max_scale and steps_per_s > 0:
-            out.append(Measurement(jt.model, gpu, jt.batch_size, scale, 1.0 / steps_per_s, False, jt.dataset,
+            out.append(Measurement(jt.model, gpu, jt.batch_size, scale, scale / steps_per_s, False, jt.dataset,
                                    "sgd", "gavel"))
     return sorted(out, key=lambda m: (m.gpu, m.model, m.batch_size, m.num_gpus))
 
@@ -84,31 +86,42 @@ def zeus_measurements(data_dir: str | os.PathLike[str] | None = None) -> list[Me
 _OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "adagrad", "adadelta", "rmsprop", "lamb")
 
 
-def deepbench_gemm_efficiency(data_dir: str | os.PathLike[str] | None = None) -> dict[str, float]:
-    """Achieved / peak FP32 GEMM throughput per catalog GPU id (see module docstring)."""
+#: DeepBench section title prefix -> kernel kind of :data:`model.KERNEL_KIND`
+DEEPBENCH_SECTIONS = {"Dense Matrix": "gemm", "Convolution": "conv", "Recurrent Layers - LSTM": "lstm"}
+
+
+def _deepbench_tflops(path: Path) -> dict[str, list[float]]:
+    """Forward TFLOPS of every kernel row, by kernel kind (first TFLOPS column of each section)."""
+    out: dict[str, list[float]] = {}
+    kind, col = None, None
+    with path.open() as fh:
+        for row in csv.reader(fh):
+            if row and row[0]:  # a section title (its header may sit on the same or the next row)
+                kind = next((k for prefix, k in DEEPBENCH_SECTIONS.items() if row[0].startswith(prefix)), None)
+                col = None
+            if kind and col is None:
+                col = next((i for i, h in enumerate(row) if "TERAFLOPS" in h.upper()), None)
+                continue
+            if kind and col is not None and len(row) > col:
+                try:
+                    out.setdefault(kind, []).append(float(row[col]))
+                except ValueError:
+                    continue
+    return out
+
+
+def deepbench_kernel_efficiency(data_dir: str | os.PathLike[str] | None = None) -> dict[str, dict[str, float]]:
+    """Achieved / peak FP32 throughput per catalog GPU id and kernel kind (median over DeepBench shapes)."""
     from dltsched.instances.catalog import gpu_spec
 
     out = {}
     base = data_file("deepbench", "csv", data_dir=data_dir)
     for label, gpu in DEEPBENCH_GPUS.items():
-        path = next((p for p in sorted(base.glob(f"NV_{label}__*FP32.csv"))), None)
+        path = next(iter(sorted(base.glob(f"NV_{label}__*FP32.csv"))), None)
         if path is None:
             continue
-        tflops = []
-        with path.open() as fh:
-            in_gemm = False
-            for row in csv.reader(fh):
-                if row and row[0].startswith("Dense Matrix"):
-                    in_gemm = True
-                    continue
-                if row and row[0] and not row[0].startswith("Dense"):
-                    in_gemm = in_gemm and not row[0][0].isalpha()
-                if in_gemm and len(row) > 9 and row[2].strip().isdigit():
-                    m, n, k = (int(float(row[i])) for i in (2, 3, 4))
-                    if m * n * k >= 1e9 and row[9]:
-                        tflops.append(float(row[9]))
-        if tflops:
-            out[gpu] = statistics.median(tflops) / gpu_spec(gpu).fp32_tflops
+        peak = gpu_spec(gpu).fp32_tflops
+        out[gpu] = {kind: statistics.median(v) / peak for kind, v in _deepbench_tflops(path).items() if v}
     return out
 
 
