@@ -25,6 +25,8 @@ _POLICIES: dict[str, str] = {
     "lucid": "dltsched.engine.policies.lucid:LucidPolicy",
     "gavel": "dltsched.engine.policies.gavel_lp:GavelPolicy",
     "optimizing": "dltsched.engine.policies.optimizing:optimizing_policy",
+    "optimizing-nocoloc": "dltsched.engine.policies.optimizing:without_colocation",
+    "optimizing-nofreeze": "dltsched.engine.policies.optimizing:without_freezing",
 }
 
 #: policies that the main comparison (``--policy all``) runs, in table order

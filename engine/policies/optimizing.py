@@ -73,3 +73,13 @@ def optimizing_policy(predictors: Predictors | None = None, **options: Any) -> O
     policy_kw = {k: v for k, v in options.items() if k not in _CONFIG_FIELDS}
     config = SolveConfig(**({"time_limit_s": 2.0} | config_kw))
     return OptimizingPolicy(config, predictors, **policy_kw)
+
+
+def without_colocation(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
+    """Ablation: the optimizing policy with one job per GPU (no co-location)."""
+    return optimizing_policy(predictors, **({"name": "optimizing-nocoloc"} | options | {"max_jobs_per_gpu": 1}))
+
+
+def without_freezing(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
+    """Ablation: the optimizing policy with freezing disabled (freeze level 0 only)."""
+    return optimizing_policy(predictors, **({"name": "optimizing-nofreeze"} | options | {"freeze_levels": (0,)}))
