@@ -14,7 +14,7 @@ demo: venv
 	$(PY) -m dltsched.engine.cli simulate --instance instances/examples/default.json --policy all
 
 test: venv
-	$(PY) -m ruff check engine formulations predictors instances tests
+	$(PY) -m ruff check engine formulations predictors instances tests notebooks
 	$(PY) -m mypy engine formulations
 	$(PY) -m pytest -q -m "not slow and not gpu"
 
