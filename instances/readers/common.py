@@ -18,10 +18,16 @@ of Gavel's 26 job types (:data:`~dltsched.instances.generator.GAVEL_JOB_TYPES`) 
 from ``numpy.random.default_rng(seed)`` - the rule Gavel used to build its Philly-derived traces
 (their job-type counts are near-uniform). Draws happen before windowing, so a job keeps its model
 in every subset of the trace.
+
+**Freezing rule** (traces say nothing about it): a job allows layer freezing when a hash of its id
+falls in the lowest ``freeze_fraction`` (default 0.3, as in the generator), with an accuracy budget
+(largest acceptable frozen penalty) uniform in [0.01, 0.05] from a second hash - stable across windows
+and seeds, so every policy and subset sees the same owners' choices. ``freeze_fraction=0`` turns it off.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -126,6 +132,7 @@ def build_instance(
     data_dir: str | os.PathLike[str] | None,
     metadata: dict[str, Any],
     reference_gpu: str = DEFAULT_REFERENCE_GPU,
+    freeze_fraction: float = 0.3,
 ) -> Instance:
     """The :class:`Instance` of a trace's rows (see module docstring for the steps)."""
     kept, offset = window.apply(rows)
@@ -138,7 +145,7 @@ def build_instance(
             "cluster", f"no job of the window fits {format_cluster_spec(resolved)}; grow the cluster"
         )
     step_s = _StepTimes(reference_step_time(data_dir), reference_gpu)
-    jobs = [_job(r, offset, step_s) for r in fitting]
+    jobs = [_job(r, offset, step_s, freeze_fraction) for r in fitting]
     meta = {
         **metadata,
         "window": window.as_dict(),
@@ -149,6 +156,7 @@ def build_instance(
         "cluster_given": cluster is not None,
         "reference_gpu": reference_gpu,
         "step_times": step_s.reference.source,
+        "freeze_fraction": freeze_fraction,
     }
     if len(resolved.nodes) <= 64:
         meta["cluster_spec"] = format_cluster_spec(resolved)
@@ -171,7 +179,13 @@ class _StepTimes:
         return self.cache[key]
 
 
-def _job(row: TraceJob, offset: float, step_s: _StepTimes) -> Job:
+def _unit(*parts: str) -> float:
+    """A number in [0, 1) from a hash of ``parts``."""
+    return int.from_bytes(hashlib.sha256("|".join(parts).encode()).digest()[:8], "big") / 2**64
+
+
+def _job(row: TraceJob, offset: float, step_s: _StepTimes, freeze_fraction: float) -> Job:
+    freezable = _unit("freeze", row.id) < freeze_fraction
     iterations = row.total_iterations
     if iterations is None:
         iterations = float(max(1, round((row.duration_s or 0.0) / step_s.of(row))))
@@ -188,4 +202,6 @@ def _job(row: TraceJob, offset: float, step_s: _StepTimes) -> Job:
         optimizer=row.optimizer,
         hyperparameters=row.hyperparameters,
         duration_hint_s=row.duration_s,
+        freeze_allowed=freezable,
+        accuracy_budget=round(0.01 + 0.04 * _unit("budget", row.id), 4) if freezable else 0.0,
     )

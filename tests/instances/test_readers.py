@@ -178,3 +178,18 @@ def test_cli_workloads_lists_names(
     assert main(["instance", "workloads", "--json"]) == 0
     names = json.loads(capsys.readouterr().out)
     assert names == list(workload_names(data_dir)) and "philly" in names and "alibaba2023" in names
+
+
+@pytest.mark.data
+def test_trace_freezing_rule_is_stable_and_near_its_fraction(data_dir):
+    """About 30% of trace jobs allow freezing, with budgets in [0.01, 0.05], the same in every window."""
+    from dltsched.instances.readers import read_workload
+
+    big = read_workload("philly", data_dir=data_dir, max_jobs=2000, cluster="v100:16x8")
+    small = read_workload("philly", data_dir=data_dir, max_jobs=500, cluster="v100:16x8")
+    share = sum(j.freeze_allowed for j in big.jobs) / len(big.jobs)
+    assert 0.25 < share < 0.35
+    assert all(0.01 <= j.accuracy_budget <= 0.05 for j in big.jobs if j.freeze_allowed)
+    assert all(j.accuracy_budget == 0.0 for j in big.jobs if not j.freeze_allowed)
+    by_id = {j.id: j for j in big.jobs}
+    assert all(by_id[j.id].freeze_allowed == j.freeze_allowed for j in small.jobs if j.id in by_id)
