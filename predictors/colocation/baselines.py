@@ -5,7 +5,7 @@
 1. :class:`AnalyticContention`: shares of compute and memory bandwidth from a step-time predictor
    (time slicing: ``speed_i = 1 / (1 + sum_{j != i} busy_j)``, busy = the larger of compute and
    memory-traffic time over the isolated step time);
-2. :class:`GbtBaseline`: gradient-boosted trees on aggregate job features.
+2. :class:`GbtBaseline`: gradient-boosted trees on pair features (isolated profiles, contention prior).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dltsched.engine.domain import Job
 from dltsched.engine.predict import StepTimePredictor
 from dltsched.instances.catalog import gpu_spec, model_spec
 from dltsched.predictors.colocation.features import (
+    CONTENTION_LOG_SPEED,
     Group,
     group_of,
     group_row,
@@ -132,12 +133,30 @@ class AnalyticContention:
 
 @dataclass(slots=True)
 class GbtBaseline:
-    """Gradient-boosted trees on aggregate job features (log speed; memory over summed isolated; util)."""
+    """Gradient-boosted trees on pair features (:func:`~.features.pair_rows`), predicting log speed.
+
+    Memory: with ``memory="summed_isolated"`` (default) the summed isolated memory times the median
+    training ratio of group to summed memory (robust to the outliers of Lucid's measurements: a tree
+    model on the log ratio scores worse on held-out models); ``memory="gbt"`` fits trees to that log
+    ratio. GPU utilisation: trees on group features. Groups without isolated memory get no memory.
+    With ``residual`` (default) the trees fit residuals over parameter-free priors wherever isolated
+    utilisation is known (Lucid): log speed over time slicing, ``log min(1, 100 / total isolated util)``,
+    and group utilisation over the union ``100 (1 - prod(1 - u_i / 100))``; trees cannot extrapolate
+    to a held-out model's profile, the priors can.
+    """
 
     max_iter: int = 200
     learning_rate: float = 0.05
     seed: int = 0
+    memory: str = "summed_isolated"
+    residual: bool = True
+    threads: int = 1
     _models: dict[str, Any] = field(default_factory=dict)
+    _memory_log_ratio: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.memory not in ("summed_isolated", "gbt"):
+            raise ValueError(f"memory={self.memory!r} not understood; one of 'summed_isolated', 'gbt'")
 
     def _new(self) -> Any:
         from sklearn.ensemble import HistGradientBoostingRegressor
@@ -146,35 +165,67 @@ class GbtBaseline:
                                              random_state=self.seed)
 
     def fit(self, train: ColocDataset) -> GbtBaseline:
+        """Fit on ``threads`` OpenMP threads (sklearn's default of all cores thrashes on a loaded CPU)."""
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(self.threads):
+            return self._fit(train)
+
+    def _fit(self, train: ColocDataset) -> GbtBaseline:
         x, y = [], []
         for s in train.samples:
-            x.extend(pair_rows(group_of(s), train.isolated))
-            y.extend(math.log(v) for v in s.speeds)
+            rows = pair_rows(group_of(s), train.isolated)
+            x.extend(rows)
+            y.extend(math.log(v) - self._speed_prior(r) for v, r in zip(s.speeds, rows, strict=True))
         self._models = {"speed": self._new().fit(x, y)}
-        for label in ("memory_mib", "gpu_util"):
-            rows = [(group_row(group_of(s), train.isolated), self._target(label, s, train))
-                    for s in train.samples if getattr(s, label) is not None]
-            if rows:
-                self._models[label] = self._new().fit([r[0] for r in rows], [r[1] for r in rows])
+        ratios = sorted(r for s in train.samples if (r := _memory_log_ratio(s, train)) is not None)
+        self._memory_log_ratio = ratios[len(ratios) // 2] if ratios else None
+        if self.memory == "gbt" and ratios:
+            rows = [(group_row(group_of(s), train.isolated), r) for s in train.samples
+                    if (r := _memory_log_ratio(s, train)) is not None]
+            self._models["memory_mib"] = self._new().fit([r[0] for r in rows], [r[1] for r in rows])
+        rows = [(group_row(group_of(s), train.isolated), s.gpu_util - self._util_prior(group_of(s), train))
+                for s in train.samples if s.gpu_util is not None]
+        if rows:
+            self._models["gpu_util"] = self._new().fit([r[0] for r in rows], [r[1] for r in rows])
         return self
 
-    @staticmethod
-    def _target(label: str, sample: Any, train: ColocDataset) -> float:
-        if label == "gpu_util":
-            return float(sample.gpu_util)
-        base = summed_isolated_memory_mib(group_of(sample), train.isolated)
-        return math.log(sample.memory_mib / base) if base else math.log(sample.memory_mib)
-
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
-        out = []
-        for g in groups:
-            speeds = tuple(math.exp(v) for v in self._models["speed"].predict(pair_rows(g, data.isolated)))
-            row = [group_row(g, data.isolated)]
-            memory = util = None
-            if "memory_mib" in self._models:
-                base = summed_isolated_memory_mib(g, data.isolated) or 1.0
-                memory = base * math.exp(float(self._models["memory_mib"].predict(row)[0]))
-            if "gpu_util" in self._models:
-                util = float(self._models["gpu_util"].predict(row)[0])
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(self.threads):
+            return self._predict(groups, data)
+
+    def _speed_prior(self, row: Sequence[float]) -> float:
+        return row[CONTENTION_LOG_SPEED] if self.residual else 0.0
+
+    def _util_prior(self, group: Group, data: ColocDataset) -> float:
+        utils = [profile_of(data.isolated, group.gpu, j) for j in group.jobs]
+        if not self.residual or any(u is None or u.gpu_util is None for u in utils):
+            return 0.0
+        return 100.0 * (1.0 - math.prod(1.0 - min(100.0, u.gpu_util) / 100.0 for u in utils))  # type: ignore[union-attr]
+
+    def _predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
+        if not groups:
+            return []
+        rows = [r for g in groups for r in pair_rows(g, data.isolated)]  # one tree call for every group
+        log_speeds = [v + self._speed_prior(r) for v, r in zip(self._models["speed"].predict(rows), rows, strict=True)]
+        group_rows = [group_row(g, data.isolated) for g in groups]
+        mem_ratio = self._models["memory_mib"].predict(group_rows).tolist() if "memory_mib" in self._models else None
+        utils = self._models["gpu_util"].predict(group_rows).tolist() if "gpu_util" in self._models else None
+        out, k = [], 0
+        for i, g in enumerate(groups):
+            speeds = tuple(math.exp(v) for v in log_speeds[k:k + len(g.jobs)])
+            k += len(g.jobs)
+            base = summed_isolated_memory_mib(g, data.isolated)
+            ratio = mem_ratio[i] if mem_ratio is not None else self._memory_log_ratio
+            memory = base * math.exp(ratio) if base and ratio is not None else None
+            util = utils[i] + self._util_prior(g, data) if utils is not None else None
             out.append(GroupPrediction(speeds, memory, util))
         return out
+
+
+def _memory_log_ratio(sample: Any, data: ColocDataset) -> float | None:
+    """log(group memory / summed isolated memory), or ``None`` where either is unmeasured."""
+    base = summed_isolated_memory_mib(group_of(sample), data.isolated)
+    return math.log(sample.memory_mib / base) if sample.memory_mib and base else None

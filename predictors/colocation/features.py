@@ -74,14 +74,58 @@ def profile_of(isolated: Mapping[tuple[str, JobSpec], IsolatedProfile], gpu: str
     return isolated.get((gpu, job))
 
 
+#: GPUs whose isolated step times describe a job's compute/memory character (Gavel profiles all three);
+#: the ratios are taken to the last one, so they describe the job and not the target GPU
+REFERENCE_GPUS = ("k80", "p100", "v100")
+PAIR_FEATURES = ("log_iso_throughput", *(f"log_step_{g}_over_{REFERENCE_GPUS[-1]}" for g in REFERENCE_GPUS[:-1]),
+                 "cross_gpu_missing")
+
+
+def pair_features(gpu: str, job: JobSpec, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> list[float]:
+    """Isolated-profile features beyond :func:`job_features` (see :data:`PAIR_FEATURES`).
+
+    The ratios of the job's isolated step times across the reference GPUs say how compute- or
+    bandwidth-bound it is (a profiler measures them before the job is packed); being independent of
+    the target GPU, they carry leave-one-GPU-out transfer. Missing values are 0 plus a flag.
+    """
+    own = profile_of(isolated, gpu, job)
+    throughput = math.log(job.batch_size / own.step_time_s) if own is not None and own.step_time_s else 0.0
+    steps = [profile_of(isolated, ref, job) for ref in REFERENCE_GPUS]
+    if any(p is None or not p.step_time_s for p in steps):
+        return [throughput, *([0.0] * (len(REFERENCE_GPUS) - 1)), 1.0]
+    logs = [math.log(p.step_time_s) for p in steps]  # type: ignore[union-attr,arg-type]
+    return [throughput, *(v - logs[-1] for v in logs[:-1]), 0.0]
+
+
+def _contention(own: IsolatedProfile | None, others: list[IsolatedProfile | None]) -> list[float]:
+    """Time-slicing prior from isolated utilisation: log min(1, 100 / total util), total util / 100, flag."""
+    utils = [p.gpu_util if p is not None else None for p in (own, *others)]
+    if any(u is None for u in utils):
+        return [0.0, 0.0, 1.0]
+    total = max(1.0, float(sum(utils)))  # type: ignore[arg-type]
+    return [math.log(min(1.0, 100.0 / total)), total / 100.0, 0.0]
+
+
+#: index in a :func:`pair_rows` row of the time-slicing prior ``log min(1, 100 / total isolated util)``
+CONTENTION_LOG_SPEED = -4
+
+
 def pair_rows(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> list[list[float]]:
-    """One row per job: GPU features, own features, the sum of the other jobs' features, group size."""
-    own = [job_features(j, profile_of(isolated, group.gpu, j)) for j in group.jobs]
+    """One row per job: GPU features, own job + pair features, the sum of the other jobs' features,
+    own minus others' log isolated step time, a same-model flag, the utilisation contention prior, group size."""
+    own = [[*job_features(j, profile_of(isolated, group.gpu, j)), *pair_features(group.gpu, j, isolated)]
+           for j in group.jobs]
+    profiles = [profile_of(isolated, group.gpu, j) for j in group.jobs]
+    step = JOB_FEATURES.index("log_iso_step_s")
     gpu = gpu_features(group.gpu)
     rows = []
     for i, feats in enumerate(own):
-        others = [sum(o[k] for n, o in enumerate(own) if n != i) for k in range(len(feats))]
-        rows.append([*gpu, *feats, *others, float(len(group.jobs))])
+        rest = [o for n, o in enumerate(own) if n != i]
+        others = [sum(o[k] for o in rest) for k in range(len(feats))]
+        same = float(any(j.model == group.jobs[i].model for n, j in enumerate(group.jobs) if n != i))
+        rows.append([*gpu, *feats, *others, feats[step] - others[step] / len(rest), same,
+                     *_contention(profiles[i], [p for n, p in enumerate(profiles) if n != i]),
+                     float(len(group.jobs))])
     return rows
 
 

@@ -52,8 +52,10 @@ def test_analytic_and_gbt_baselines_predict_every_label() -> None:
     assert len(analytic.speeds) == 3 and all(0 < v <= 1 for v in analytic.speeds)
     gbt = GbtBaseline(max_iter=10).fit(data)
     scores = evaluate(gbt, data)
-    assert scores["n"] == len(data) and scores["memory_mape"] is not None
-    assert scores["speed_mape"] < evaluate(ConstantBaseline().fit(data), data)["speed_mape"]
+    assert scores["n"] == len(data) and scores["memory_mape"] is not None and scores["util_mape"] is not None
+    # the toy speeds ignore the time-slicing prior, so only the plain trees beat the constant here
+    plain = evaluate(GbtBaseline(max_iter=10, residual=False).fit(data), data)
+    assert plain["speed_mape"] < evaluate(ConstantBaseline().fit(data), data)["speed_mape"]
 
 
 def test_parse_job_and_errors() -> None:
@@ -150,3 +152,27 @@ def test_exported_table_equals_network(tiny_model, tmp_path) -> None:
         assert tab.speeds == pytest.approx(net.speeds, rel=1e-6)
         assert tab.memory_mib == pytest.approx(net.memory_mib, rel=1e-6)
     assert not loaded.fallbacks
+
+
+def test_gbt_memory_rules() -> None:
+    data = _toy()  # group memory 2000 + 500 v; summed isolated memory differs per group
+    gbt = GbtBaseline(max_iter=10).fit(data)
+    ratios = sorted(s.memory_mib / sum(ISO[(s.gpu, j)].memory_mib for j in s.jobs) for s in data.samples)
+    pred = gbt.predict([Group("k80", (A, B))], data)[0]
+    assert pred.memory_mib == pytest.approx(3000.0 * ratios[len(ratios) // 2])  # summed isolated x median ratio
+    assert GbtBaseline(max_iter=10, memory="gbt").fit(data).predict([Group("k80", (A, B))], data)[0].memory_mib > 0
+    no_profile = ColocDataset((), {})
+    assert gbt.predict([Group("k80", (A, B))], no_profile)[0].memory_mib is None
+    with pytest.raises(ValueError, match="memory"):
+        GbtBaseline(memory="mean")
+
+
+def test_pair_rows_carry_the_time_slicing_prior() -> None:
+    import math
+
+    from dltsched.predictors.colocation.features import CONTENTION_LOG_SPEED, pair_rows
+
+    rows = pair_rows(Group("k80", (A, C)), ISO)  # isolated utils 30% + 90% = 120% -> each slowed to 100/120
+    assert [r[CONTENTION_LOG_SPEED] for r in rows] == pytest.approx([math.log(100 / 120)] * 2)
+    assert pair_rows(Group("k80", (A, B)), ISO)[0][CONTENTION_LOG_SPEED] == 0.0  # 30% + 60% fit: no slowdown
+    assert pair_rows(Group("k80", (A, B)), {})[0][CONTENTION_LOG_SPEED] == 0.0  # unprofiled: no prior
