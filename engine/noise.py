@@ -9,22 +9,18 @@ about 20% off, in either direction. Memory and frozen penalties are left exact.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from dltsched.engine.domain import Job
 from dltsched.engine.errors import ValidationError
+from dltsched.engine.hashing import hash_normal
 from dltsched.engine.predict import ColocationPredictor, Predictors, StepTimePredictor
 
 
 def _factor(error: float, seed: int, *keys: str) -> float:
-    digest = hashlib.sha256("|".join((str(seed), *keys)).encode()).digest()
-    u1 = (int.from_bytes(digest[:8], "big") + 1) / (2**64 + 2)
-    u2 = (int.from_bytes(digest[8:16], "big") + 1) / (2**64 + 2)
-    z = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
-    return math.exp(error * z)
+    return math.exp(error * hash_normal("|".join((str(seed), *keys))))
 
 
 @dataclass(frozen=True, slots=True)

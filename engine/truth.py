@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import bisect
 import csv
-import hashlib
 import logging
 import math
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from typing import Protocol
 
 from dltsched.engine.analytic import AnalyticColocation, AnalyticFreezing, AnalyticStepTime
 from dltsched.engine.domain import Job
+from dltsched.engine.hashing import hash_normal
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +57,7 @@ class GroundTruth(Protocol):
 
 
 def _noise(model: str, gpu_type: str, sigma: float = 0.15) -> float:
-    digest = hashlib.sha256(f"{model}|{gpu_type}".encode()).digest()
-    u1 = (int.from_bytes(digest[:8], "big") + 1) / (2**64 + 2)
-    u2 = (int.from_bytes(digest[8:16], "big") + 1) / (2**64 + 2)
-    z = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
-    return math.exp(sigma * z)
+    return math.exp(sigma * hash_normal(f"{model}|{gpu_type}"))
 
 
 @dataclass(slots=True)

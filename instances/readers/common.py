@@ -27,7 +27,6 @@ and seeds, so every policy and subset sees the same owners' choices. ``freeze_fr
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ import numpy as np
 
 from dltsched.engine.domain import Cluster, Instance, Job
 from dltsched.engine.errors import ValidationError
+from dltsched.engine.hashing import hash_unit
 from dltsched.instances.clusters import default_cluster_for, format_cluster_spec, parse_cluster_spec
 from dltsched.instances.reference import ReferenceStepTime, reference_step_time
 
@@ -181,7 +181,7 @@ class _StepTimes:
 
 def _unit(*parts: str) -> float:
     """A number in [0, 1) from a hash of ``parts``."""
-    return int.from_bytes(hashlib.sha256("|".join(parts).encode()).digest()[:8], "big") / 2**64
+    return hash_unit("|".join(parts))
 
 
 def _job(row: TraceJob, offset: float, step_s: _StepTimes, freeze_fraction: float) -> Job:
