@@ -7,6 +7,8 @@ Gavel's maximum total normalized throughput (each job's throughput over its best
 constraints: each job's fractions sum to at most 1, and each type's GPUs are not over-allocated. The LP
 (OR-Tools GLOP) is re-solved every round; its fractions become priorities, and the configurations are
 placed greedily in priority order (running jobs keep their GPUs when their configuration is kept).
+Like Gavel's round-based mechanism, the LP is re-solved once per round (``round_interval_s``); events
+inside a round keep running jobs in place and start new arrivals greedily on free GPUs.
 Pair candidates are limited to each single-GPU job's ``pair_candidates`` best partners by predicted
 combined speed, keeping the LP small.
 """
@@ -36,6 +38,7 @@ class GavelPolicy:
 
     def __post_init__(self) -> None:
         self._est = Estimates(self.predictors)
+        self._last_solve_s = float("-inf")
 
     def _pairs(self, jobs: list[JobState], state: ClusterState) -> list[tuple[int, int, str, float, float]]:
         """(i, k, type, speed_i, speed_k) for promising co-location pairs."""
@@ -110,6 +113,11 @@ class GavelPolicy:
     def schedule(self, state: ClusterState) -> Plan:
         if not state.jobs:
             return Plan()
+        if self.round_interval_s is not None and state.time_s - self._last_solve_s < self.round_interval_s - 1e-9:
+            from dltsched.engine.policies.greedy import place_exclusive
+
+            return place_exclusive(state, state.queued(), self._est, blocking=False)
+        self._last_solve_s = state.time_s
         jobs, single, pairs = self.allocation(state)
         options: list[tuple[float, int, tuple[int, ...], str]] = []
         for (i, t), x in single.items():
@@ -139,3 +147,10 @@ class GavelPolicy:
                 pool.occupy(jobs[m].job.id, gpus)
                 placed[m] = Assignment(jobs[m].job.id, gpus)
         return Plan(tuple(placed.values()))
+
+    def state_dict(self) -> dict[str, float | None]:
+        return {"last_solve_s": self._last_solve_s if self._last_solve_s != float("-inf") else None}
+
+    def load_state_dict(self, data: dict[str, float | None]) -> None:
+        value = data.get("last_solve_s")
+        self._last_solve_s = float("-inf") if value is None else float(value)
