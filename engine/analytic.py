@@ -84,8 +84,8 @@ class AnalyticColocation:
     step_time: AnalyticStepTime = AnalyticStepTime()
     share_floor: float = 0.15
 
-    def _share(self, job: Job, gpu_type: str) -> float:
-        # busy fraction of the GPU when alone: compute time over total step time
+    def gpu_share(self, job: Job, gpu_type: str) -> float:
+        """Busy fraction of the GPU when the job runs alone: compute time over total step time."""
         gpu, _model, data = _specs(job, gpu_type)
         step = self.step_time.step_time_s(job, gpu_type, 1)
         peak = (gpu.fp16_tensor_tflops if job.amp else gpu.fp32_tflops) * 1e12
@@ -93,7 +93,7 @@ class AnalyticColocation:
         return min(1.0, max(self.share_floor, busy / step))
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
-        shares = [self._share(j, gpu_type) for j in jobs]
+        shares = [self.gpu_share(j, gpu_type) for j in jobs]
         total = sum(shares)
         return tuple(1.0 / (1.0 + (total - s)) for s in shares)
 

@@ -98,6 +98,7 @@ class Cluster:
     gpu_types: Mapping[str, GpuType] = field(default_factory=dict)
     gpu_node: tuple[int, ...] = field(init=False, repr=False, compare=False)
     node_first_gpu: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _by_type: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         nodes = tuple(self.nodes)
@@ -128,6 +129,10 @@ class Cluster:
         object.__setattr__(self, "gpu_types", types)
         object.__setattr__(self, "gpu_node", tuple(gpu_node))
         object.__setattr__(self, "node_first_gpu", tuple(first))
+        by_type: dict[str, int] = {}
+        for node in fixed:
+            by_type[node.gpu_type] = by_type.get(node.gpu_type, 0) + node.num_gpus
+        object.__setattr__(self, "_by_type", by_type)
 
     @property
     def num_gpus(self) -> int:
@@ -141,11 +146,8 @@ class Cluster:
         return range(start, start + self.nodes[node_index].num_gpus)
 
     def gpus_by_type(self) -> dict[str, int]:
-        """Number of GPUs of each type."""
-        out: dict[str, int] = {}
-        for node in self.nodes:
-            out[node.gpu_type] = out.get(node.gpu_type, 0) + node.num_gpus
-        return out
+        """Number of GPUs of each type (a fresh dict the caller may change)."""
+        return dict(self._by_type)
 
     def max_gpus_of_type(self, gpu_type: str) -> int:
         return self.gpus_by_type().get(gpu_type, 0)
@@ -372,7 +374,7 @@ class ClusterState:
     Ground-truth speeds are not part of it; policies estimate with predictors. ``down_gpus`` are on
     failed nodes and must not be used. When ``num_running`` is given (the simulator does), ``jobs``
     holds the running jobs first, then the queued ones in arrival order, so :meth:`running` and
-    :meth:`queued` are slices; otherwise they filter.
+    :meth:`queued` are slices; otherwise they filter (and :meth:`queued` sorts by arrival).
     """
 
     time_s: float
@@ -394,10 +396,11 @@ class ClusterState:
         return tuple(s for s in self.jobs if s.assignment is not None)
 
     def queued(self) -> tuple[JobState, ...]:
-        """Waiting jobs (in arrival order when built by the simulator)."""
+        """Waiting jobs in arrival order (ties by job id)."""
         if self.num_running is not None:
             return self.jobs[self.num_running:]
-        return tuple(s for s in self.jobs if s.assignment is None)
+        waiting = (s for s in self.jobs if s.assignment is None)
+        return tuple(sorted(waiting, key=lambda s: (s.job.arrival_time_s, s.job.id)))
 
     def current_plan(self) -> Plan:
         return Plan(tuple(s.assignment for s in self.running() if s.assignment is not None))

@@ -190,7 +190,7 @@ class MeasuredTruth:
         key = ("demand", job.model, job.dataset, job.batch_size, job.amp, gpu_type)
         hit = self._cache.get(key)
         if hit is None:
-            hit = AnalyticColocation(self.fallback)._share(job, gpu_type)
+            hit = AnalyticColocation(self.fallback).gpu_share(job, gpu_type)
             self._cache[key] = hit
         return hit
 

@@ -72,7 +72,7 @@ class GandivaPolicy:
             pool.occupy(s.job.id, s.assignment.gpus)
             placed[s.job.id] = s.assignment
         self._unpack(state, pool, placed)
-        for s in sorted(state.queued(), key=lambda s: (s.job.arrival_time_s, s.job.id)):
+        for s in state.queued():
             gpus = None
             for gtype in self._est.candidate_types(s.job, state.cluster):
                 gpus = pool.take_free(s.job, gtype)

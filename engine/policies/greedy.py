@@ -58,10 +58,7 @@ class FifoPolicy:
         self._est = Estimates(self.predictors)
 
     def schedule(self, state: ClusterState) -> Plan:
-        queued = state.queued()
-        if state.num_running is None:  # the simulator's snapshots are already in arrival order
-            queued = tuple(sorted(queued, key=lambda s: (s.job.arrival_time_s, s.job.id)))
-        return place_exclusive(state, queued, self._est, blocking=not self.backfill)
+        return place_exclusive(state, state.queued(), self._est, blocking=not self.backfill)
 
 
 @dataclass

@@ -94,7 +94,7 @@ class IsacppPolicy:
             assert s.assignment is not None
             pool.occupy(s.job.id, s.assignment.gpus)
             placed.append(s.assignment)
-        for s in sorted(state.queued(), key=lambda s: (s.job.arrival_time_s, s.job.id)):
+        for s in state.queued():
             gpus = self._best_gpu(s, pool, residents, jobs, state)
             if gpus is not None:
                 pool.occupy(s.job.id, gpus)

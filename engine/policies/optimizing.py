@@ -46,8 +46,7 @@ class OptimizingPolicy:
         if not state.jobs:
             return Plan()
         if state.time_s - self._last_solve_s < self.min_interval_s:
-            queued = sorted(state.queued(), key=lambda s: (s.job.arrival_time_s, s.job.id))
-            return place_exclusive(state, queued, self._est, blocking=False)
+            return place_exclusive(state, state.queued(), self._est, blocking=False)
         warm = state.current_plan() if any(s.assignment is not None for s in state.jobs) else None
         plan = solve_round(state, self.config, warm_start=warm, predictors=self.predictors)
         self._last_solve_s = state.time_s
