@@ -167,7 +167,7 @@ def solve_round(state: ClusterState, config: SolveConfig | None = None, *, warm_
 def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *, status: str, message: str = "") -> Plan:
     """The plan of baseline ``policy`` for ``state``, timed and marked with ``status``."""
     start = time.perf_counter()
-    plan: Plan = make_policy(policy, predictors=preds).schedule(state)
+    plan: Plan = make_policy(policy, predictors=preds).schedule(state).resolved(state)
     return replace(plan, status=status, solve_time_s=time.perf_counter() - start, backend=f"greedy:{policy}",
                    fallback=status == "fallback", message=message)
 

@@ -43,6 +43,7 @@ def _asg(a: Assignment | None) -> list[Any] | None:
 
 def save_checkpoint(run: _Run, path: str | os.PathLike[str]) -> None:
     """Write ``run``'s state to ``path`` atomically."""
+    run.sync_all()
     active = [{
         "id": a.job.id, "remaining": a.remaining, "attained_s": a.attained_s, "assignment": _asg(a.assignment),
         "ready_at": a.ready_at, "preemptions": a.preemptions, "first_start": a.first_start,

@@ -8,7 +8,7 @@ by a global index ``0 .. cluster.num_gpus - 1``, node by node in the order of ``
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -320,6 +320,9 @@ class Plan:
     backend: str = ""
     fallback: bool = False
     message: str = ""
+    #: ``True``: ``assignments`` only lists jobs to start; every running job keeps its current placement
+    #: (a non-preemptive policy's round costs O(new jobs), not O(running jobs)). See :meth:`resolved`.
+    incremental: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "assignments", tuple(self.assignments))
@@ -332,6 +335,13 @@ class Plan:
 
     def by_job(self) -> dict[str, Assignment]:
         return {a.job_id: a for a in self.assignments}
+
+    def resolved(self, state: ClusterState) -> Plan:
+        """The full plan: an incremental plan's new assignments plus the running jobs' current ones."""
+        if not self.incremental:
+            return self
+        keep = tuple(s.assignment for s in state.running() if s.assignment is not None)
+        return replace(self, assignments=keep + self.assignments, incremental=False)
 
     def colocation_groups(self) -> dict[int, tuple[str, ...]]:
         """GPU -> job ids sharing it, for every GPU that holds at least one job."""
@@ -375,13 +385,25 @@ class ClusterState:
     failed nodes and must not be used. When ``num_running`` is given (the simulator does), ``jobs``
     holds the running jobs first, then the queued ones in arrival order, so :meth:`running` and
     :meth:`queued` are slices; otherwise they filter (and :meth:`queued` sorts by arrival).
+    ``free_gpus``, when given, lists per node the GPUs that are up and hold no job (the simulator
+    keeps it incrementally, so a policy need not scan the running jobs to find free GPUs).
     """
 
     time_s: float
     cluster: Cluster
-    jobs: tuple[JobState, ...]
+    jobs: Sequence[JobState]
     down_gpus: frozenset[int] = frozenset()
     num_running: int | None = None
+    free_gpus: tuple[tuple[int, ...], ...] | None = None
+
+    def free_gpus_by_node(self) -> tuple[tuple[int, ...], ...]:
+        """Per node, the GPUs that are up and hold no running job."""
+        if self.free_gpus is not None:
+            return self.free_gpus
+        busy = {g for s in self.running() if s.assignment is not None for g in s.assignment.gpus}
+        skip = busy | self.down_gpus
+        return tuple(tuple(g for g in self.cluster.node_gpus(i) if g not in skip)
+                     for i in range(len(self.cluster.nodes)))
 
     def available_by_type(self) -> dict[str, int]:
         """Number of GPUs of each type that are up (not on a failed node)."""
@@ -392,13 +414,13 @@ class ClusterState:
 
     def running(self) -> tuple[JobState, ...]:
         if self.num_running is not None:
-            return self.jobs[: self.num_running]
+            return tuple(self.jobs[: self.num_running])
         return tuple(s for s in self.jobs if s.assignment is not None)
 
     def queued(self) -> tuple[JobState, ...]:
         """Waiting jobs in arrival order (ties by job id)."""
         if self.num_running is not None:
-            return self.jobs[self.num_running:]
+            return tuple(self.jobs[self.num_running:])
         waiting = (s for s in self.jobs if s.assignment is None)
         return tuple(sorted(waiting, key=lambda s: (s.job.arrival_time_s, s.job.id)))
 

@@ -15,11 +15,12 @@ the default), or the job that does not fit crashes out of memory at start and re
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal, Protocol, overload
 
 from dltsched.engine.domain import Assignment, ClusterState, Instance, Job, JobState, Plan
 from dltsched.engine.errors import InvalidPlanError, ValidationError
@@ -63,6 +64,8 @@ class _Active:
     placed_at: float = 0.0
     ckpt_remaining: float = 0.0  # remaining iterations at the last checkpoint
     failures: int = 0
+    synced_at: float = 0.0  # ``remaining`` and ``attained_s`` are exact at this instant (running jobs)
+    version: int = 0  # bumps when the job's completion time changes; stale heap entries are skipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,47 @@ class Simulator:
         return run.run()
 
 
+class _Jobs(Sequence[JobState]):
+    """The jobs of a snapshot: running ones (built on first use) then the queue (a ready tuple).
+
+    A policy that only reads the queue (:meth:`ClusterState.queued`) never pays for snapshotting the
+    running jobs, which keeps a round of a non-preemptive policy independent of the running-set size."""
+
+    __slots__ = ("_make_running", "_num_running", "_queue", "_all")
+
+    def __init__(self, make_running: Callable[[], tuple[JobState, ...]], num_running: int,
+                 queue: tuple[JobState, ...]) -> None:
+        self._make_running = make_running
+        self._num_running = num_running
+        self._queue = queue
+        self._all: tuple[JobState, ...] | None = None
+
+    def _full(self) -> tuple[JobState, ...]:
+        if self._all is None:
+            self._all = self._make_running() + self._queue
+        return self._all
+
+    def __len__(self) -> int:
+        return self._num_running + len(self._queue)
+
+    @overload
+    def __getitem__(self, i: int) -> JobState: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[JobState, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> JobState | tuple[JobState, ...]:
+        if isinstance(i, slice) and i.start == self._num_running and i.stop is None and i.step is None:
+            return self._queue
+        return self._full()[i]
+
+    def __iter__(self) -> Iterator[JobState]:
+        return iter(self._full())
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+
 class _Run:
     def __init__(self, sim: Simulator) -> None:
         self.sim = sim
@@ -114,11 +158,18 @@ class _Run:
         #: queued jobs' (arrival, id) keys and snapshots, kept sorted by arrival
         self.queue_keys: list[tuple[float, str]] = []
         self.queue_snaps: list[JobState] = []
+        self._queue_tuple: tuple[JobState, ...] | None = None
         self._mem: dict[tuple[str, str, int], float] = {}
         self.num_busy_gpus = 0
         self.finished: list[JobRecord] = []
         self.time = 0.0
         self.gpu_jobs: list[list[str]] = [[] for _ in range(self.cluster.num_gpus)]
+        #: per node, the GPUs that hold no job and are up (``None``: recompute at the next snapshot)
+        self._free: list[tuple[int, ...] | None] = [None] * len(self.cluster.nodes)
+        self._dirty_gpus: set[int] = set()
+        #: (finish time, sequence, job id, version) of running jobs; stale entries are skipped
+        self._finish_heap: list[tuple[float, int, str, int]] = []
+        self._seq = 0
         self.busy_gpu_s = 0.0
         self.util_trace: list[tuple[float, float]] = []
         self.decision_times: list[float] = []
@@ -185,6 +236,7 @@ class _Run:
                     f"(e.g. {stuck}); every plan must eventually run each job"
                 )
             self._advance(t_next)
+        self.sync_all()
         wall = time.perf_counter() - started
         return summarize(
             policy=self.policy.name, instance=self.inst, records=self.finished, busy_gpu_s=self.busy_gpu_s,
@@ -221,8 +273,10 @@ class _Run:
                     a.queued_since = self.time
                     self._enqueue(a)
                     self.fault_interruptions += 1
+        for n in (*failed, *repaired):
+            self._free[n] = None
         if failed:
-            self._update_rates()
+            self._update_rates([])
         return bool(failed or repaired)
 
     def _ideal_s(self, job: Job) -> float:
@@ -251,22 +305,79 @@ class _Run:
         self.queue_keys.insert(i, key)
         self.queue_snaps.insert(i, JobState(a.job, a.remaining, a.attained_s, None, a.preemptions,
                                             a.first_start, a.queued_since))
+        self._queue_tuple = None
 
     def _dequeue(self, a: _Active) -> None:
         i = bisect.bisect_left(self.queue_keys, (a.job.arrival_time_s, a.job.id))
         del self.queue_keys[i]
         del self.queue_snaps[i]
+        self._queue_tuple = None
 
     def rebuild_queue(self) -> None:
-        """Re-derive the running set and the arrival-ordered queue from ``active`` (after a restore)."""
+        """Re-derive the running set, the arrival-ordered queue and the completion times from ``active``
+        (after a restore)."""
         self.running = {k: a for k, a in self.active.items() if a.assignment is not None}
         self.queue_keys, self.queue_snaps = [], []
+        self._queue_tuple = None
         for a in self.active.values():
             if a.assignment is None:
                 self._enqueue(a)
+            else:
+                a.synced_at = self.time
+        self._free = [None] * len(self.cluster.nodes)
+        self._finish_heap = []
+        self._dirty_gpus = set()
+
+    # -- progress (lazy: a running job's progress is brought up to date only when it is needed) --------
+
+    def _sync(self, a: _Active) -> None:
+        """Bring ``a.remaining``/``a.attained_s`` up to ``self.time`` at its current rate."""
+        t_to = self.time
+        t_last = a.synced_at
+        if t_to <= t_last or a.assignment is None:
+            a.synced_at = max(t_last, t_to)
+            return
+        a.attained_s += (t_to - t_last) * len(a.assignment.gpus)
+        t_from = max(a.ready_at, t_last)
+        if t_to > t_from and a.rate > 0:
+            if self.faults is not None:
+                self._periodic_checkpoint(a, t_from, t_to)
+            a.remaining = max(0.0, a.remaining - a.rate * (t_to - t_from))
+        a.synced_at = t_to
+
+    def sync_all(self) -> None:
+        """Every running job's progress brought up to now (before a snapshot or a checkpoint)."""
+        for a in self.running.values():
+            self._sync(a)
+
+    def _finish_time(self, a: _Active) -> float:
+        return max(a.ready_at, a.synced_at) + a.remaining / a.rate if a.rate > 0 else math.inf
+
+    def _schedule_finish(self, a: _Active) -> None:
+        a.version += 1
+        t = self._finish_time(a)
+        if math.isfinite(t):
+            self._seq += 1
+            heapq.heappush(self._finish_heap, (t, self._seq, a.job.id, a.version))
+
+    def _valid_top(self) -> tuple[float, int, str, int] | None:
+        heap = self._finish_heap
+        while heap:
+            t, _, job_id, version = heap[0]
+            a = self.running.get(job_id)
+            if a is not None and a.version == version:
+                return heap[0]
+            heapq.heappop(heap)
+        return None
 
     def _complete(self) -> bool:
-        done = [a for a in self.running.values() if a.remaining <= _EPS_ITER * max(1.0, a.job.total_iterations)]
+        done: list[_Active] = []
+        while (top := self._valid_top()) is not None and top[0] <= self.time + 1e-9 * max(1.0, self.time):
+            heapq.heappop(self._finish_heap)
+            a = self.running[top[2]]
+            self._sync(a)
+            a.remaining = 0.0
+            done.append(a)
         for a in done:
             self._release(a)
             del self.active[a.job.id]
@@ -274,15 +385,17 @@ class _Run:
             self.ideal_s[a.job.id] = self._ideal_s(a.job)
             self.finished.append(JobRecord(a.job.id, a.job.arrival_time_s, a.first_start, self.time,
                                            a.job.num_gpus, a.preemptions, a.attained_s, a.job.weight))
+        if done:
+            self._update_rates([])
         return bool(done)
 
     def _next_event_time(self, interval: float | None) -> float:
         t = math.inf
         if self.next_arrival < len(self.arrivals):
             t = self.arrivals[self.next_arrival].arrival_time_s
-        for a in self.running.values():
-            if a.rate > 0:
-                t = min(t, max(a.ready_at, self.time) + a.remaining / a.rate)
+        top = self._valid_top()
+        if top is not None:
+            t = min(t, top[0])
         if interval is not None and self.active:
             t = min(t, self.last_round + interval)
         if self.faults is not None and (self.active or self.next_arrival < len(self.arrivals)):
@@ -295,15 +408,6 @@ class _Run:
             busy = self.num_busy_gpus
             self.busy_gpu_s += busy * dt
             self.util_trace.append((self.time, busy / self.cluster.num_gpus))
-            for a in self.running.values():
-                assert a.assignment is not None
-                a.attained_s += dt * len(a.assignment.gpus)
-                t_from = max(a.ready_at, self.time)
-                progress_dt = t_next - t_from
-                if progress_dt > 0:
-                    if self.faults is not None:
-                        self._periodic_checkpoint(a, t_from, t_next)
-                    a.remaining = max(0.0, a.remaining - a.rate * progress_dt)
         self.time = t_next
 
     def _periodic_checkpoint(self, a: _Active, t_from: float, t_to: float) -> None:
@@ -318,13 +422,26 @@ class _Run:
 
     # -- rounds -------------------------------------------------------------------------------------
 
+    def _running_snapshot(self) -> tuple[JobState, ...]:
+        self.sync_all()
+        return tuple(JobState(a.job, a.remaining, a.attained_s, a.assignment, a.preemptions, a.first_start,
+                              a.queued_since) for a in self.running.values())
+
+    def _free_gpus(self, down: frozenset[int]) -> tuple[tuple[int, ...], ...]:
+        free = self._free
+        for i, entry in enumerate(free):
+            if entry is None:
+                free[i] = tuple(g for g in self.cluster.node_gpus(i) if not self.gpu_jobs[g] and g not in down)
+        return tuple(free)  # type: ignore[arg-type]
+
     def _state(self) -> ClusterState:
-        running = tuple(JobState(a.job, a.remaining, a.attained_s, a.assignment, a.preemptions, a.first_start,
-                                 a.queued_since) for a in self.running.values())
         down: frozenset[int] = frozenset()
         if self.faults is not None and self.faults.down:
             down = frozenset(g for n in self.faults.down for g in self.cluster.node_gpus(n))
-        return ClusterState(self.time, self.cluster, running + tuple(self.queue_snaps), down, len(running))
+        if self._queue_tuple is None:
+            self._queue_tuple = tuple(self.queue_snaps)
+        jobs = _Jobs(self._running_snapshot, len(self.running), self._queue_tuple)
+        return ClusterState(self.time, self.cluster, jobs, down, len(self.running), self._free_gpus(down))
 
     def _round(self) -> None:
         state = self._state()
@@ -348,6 +465,10 @@ class _Run:
             act = self.active.get(job_id)
             if act is None:
                 raise InvalidPlanError(f"plan places job '{job_id}', which is not active (finished or not arrived)")
+            if act.assignment is not None and (asg is act.assignment or asg == act.assignment):
+                continue  # unchanged placement of a running job: valid when it was applied
+            if plan.incremental and act.assignment is not None:
+                raise InvalidPlanError(f"incremental plan places job '{job_id}', which is already running")
             job = act.job
             if len(asg.gpus) != job.num_gpus:
                 raise InvalidPlanError(
@@ -367,21 +488,25 @@ class _Run:
     def _apply(self, plan: Plan, down: frozenset[int] = frozenset()) -> None:
         """Preempt or move running jobs the plan changes, then start jobs that fit in memory."""
         wanted = self._validate(plan, down)
-        moving = [a for a in self.running.values()
-                  if (new := wanted.get(a.job.id)) is None or a.assignment is None or new.gpus != a.assignment.gpus]
+        moving = [] if plan.incremental else [
+            a for a in self.running.values()
+            if (new := wanted.get(a.job.id)) is None or a.assignment is None or new.gpus != a.assignment.gpus]
         for a in moving:
             self._release(a)
             a.preemptions += 1
             a.queued_since = self.time
             a.ckpt_remaining = a.remaining  # preemption checkpoints the job
+        changed: list[_Active] = []
         for job_id, new in wanted.items():  # freeze-level changes in place
             a = self.active[job_id]
             old = a.assignment
-            if old is not None and new.freeze_level != old.freeze_level:
+            if old is not None and new is not old and new.freeze_level != old.freeze_level:
+                self._sync(a)
                 self.intervals.append(PlacementInterval(job_id, old.gpus, a.placed_at, self.time, old.freeze_level))
                 a.placed_at = self.time
                 a.penalty = self.truth.frozen_penalty(a.job, new.freeze_level, 1.0 - a.remaining / a.job.total_iterations)
                 a.assignment = new
+                changed.append(a)
         moved_ids = {a.job.id for a in moving}
         starts = [(j, asg) for j, asg in wanted.items() if self.active[j].assignment is None]
         started = self._fit_memory(starts)
@@ -393,18 +518,21 @@ class _Run:
             if a.first_start is None:
                 a.first_start = self.time
             a.placed_at = self.time
+            a.synced_at = self.time
             a.penalty = self.truth.frozen_penalty(a.job, asg.freeze_level, 1.0 - a.remaining / a.job.total_iterations)
             a.assignment = asg
             self.running[job_id] = a
             for g in asg.gpus:
                 if not self.gpu_jobs[g]:
                     self.num_busy_gpus += 1
+                    self._free[self.cluster.gpu_node[g]] = None
                 self.gpu_jobs[g].append(job_id)
+                self._dirty_gpus.add(g)
         started_ids = {j for j, _ in started}
         for a in moving:
             if a.job.id not in started_ids:
                 self._enqueue(a)
-        self._update_rates()
+        self._update_rates(changed)
 
     def _memory(self, job_id: str, gpu_type: str, level: int) -> float:
         key = (job_id, gpu_type, level)
@@ -416,7 +544,9 @@ class _Run:
 
     def _fit_memory(self, starts: list[tuple[str, Assignment]]) -> list[tuple[str, Assignment]]:
         """The starts that fit beside the jobs staying on their GPUs (ground-truth memory); the others
-        raise (``memory="reject"``) or crash out of memory and stay queued (``memory="oom"``)."""
+        raise (``memory="reject"``) or crash out of memory and stay queued (``memory="oom"``). A job that
+        does not fit a GPU type even alone learns it: that type leaves its allowed types, as a user
+        would resubmit it after the crash."""
         used: dict[int, float] = {}
 
         def used_on(g: int, gtype: str) -> float:
@@ -441,30 +571,58 @@ class _Run:
                         f"GPU {g} ({gtype}, {cap:.0f} MiB of memory): job '{job_id}' needs {need:.0f} MiB with "
                         f"{used[g]:.0f} MiB already used by {self.gpu_jobs[g] + [j for j, a in accepted if g in a.gpus]}")
                 self.oom_events += 1
+                if need > cap:
+                    self._exclude_type(self.active[job_id], gtype)
                 continue
             for g in asg.gpus:
                 used[g] += need
             accepted.append((job_id, asg))
         return accepted
 
+    def _exclude_type(self, a: _Active, gtype: str) -> None:
+        """After an out-of-memory crash alone on ``gtype``, the job no longer asks for that type."""
+        types = tuple(t for t in (a.job.gpu_types or tuple(self.cluster.gpu_types)) if t != gtype)
+        if not types:
+            return
+        queued = a.assignment is None
+        if queued:
+            self._dequeue(a)
+        a.job = replace(a.job, gpu_types=types)
+        if queued:
+            self._enqueue(a)
+
     def _release(self, a: _Active) -> None:
         if a.assignment is None:
             return
+        self._sync(a)
         self.intervals.append(PlacementInterval(a.job.id, a.assignment.gpus, a.placed_at, self.time,
                                                 a.assignment.freeze_level))
         for g in a.assignment.gpus:
             if a.job.id in self.gpu_jobs[g]:
                 self.gpu_jobs[g].remove(a.job.id)
+                self._dirty_gpus.add(g)
                 if not self.gpu_jobs[g]:
                     self.num_busy_gpus -= 1
+                    self._free[self.cluster.gpu_node[g]] = None
         a.assignment = None
         a.rate = 0.0
+        a.version += 1
         self.running.pop(a.job.id, None)
 
-    def _update_rates(self) -> None:
+    def _update_rates(self, changed: list[_Active] | None = None) -> None:
+        """New ground-truth rates for the running jobs whose GPUs' co-location changed (all of them when
+        ``changed`` is ``None``, e.g. after a restore), and for the jobs in ``changed``."""
+        if changed is None:
+            todo = dict(self.running)
+        else:
+            todo = {a.job.id: a for a in changed if a.assignment is not None}
+            for g in self._dirty_gpus:
+                for j in self.gpu_jobs[g]:
+                    todo[j] = self.running[j]
+        self._dirty_gpus = set()
         cluster = self.cluster
         speed_cache: dict[tuple[str, ...], tuple[float, ...]] = {}
-        for a in self.running.values():
+        for a in todo.values():
             asg = a.assignment
             assert asg is not None
             gtype = cluster.gpu_type_of(asg.gpus[0])
@@ -478,7 +636,11 @@ class _Run:
                         jobs = [self.active[j].job for j in group]
                         speed_cache[group] = self.truth.colocated_speeds(jobs, gtype)
                     speed = min(speed, speed_cache[group][group.index(a.job.id)])
-            a.rate = speed * (1.0 - a.penalty) / step
+            rate = speed * (1.0 - a.penalty) / step
+            if changed is None or rate != a.rate:
+                self._sync(a)
+                a.rate = rate
+                self._schedule_finish(a)
 
 
 def simulate(instance: Instance, policy: Policy, *, truth: GroundTruth | None = None,

@@ -23,26 +23,31 @@ from dltsched.engine.predict import Predictors, default_predictors
 
 def place_exclusive(state: ClusterState, order: Iterable[JobState], est: Estimates, *,
                     blocking: bool) -> Plan:
-    """Keep running jobs where they are; start queued jobs in ``order`` on free exclusive GPUs."""
-    pool = GpuPool.empty(state)
+    """Keep running jobs where they are; start queued jobs in ``order`` on free exclusive GPUs.
+
+    The plan is incremental (it lists only the starts), so a round costs O(jobs tried), not O(running)."""
+    pool = GpuPool.current(state)
+    if not any(pool.free_by_type.values()):
+        return Plan((), incremental=True)
     placed: list[Assignment] = []
-    for s in state.jobs:
-        if s.assignment is not None:
-            pool.occupy(s.job.id, s.assignment.gpus)
-            placed.append(s.assignment)
+    most_free = max(pool.free_by_type.values())
     for s in order:
         gpus = None
-        for gpu_type in est.candidate_types(s.job, state.cluster):
-            gpus = pool.take_free(s.job, gpu_type)
-            if gpus is not None:
-                break
+        if s.job.num_gpus <= most_free:
+            for gpu_type in est.candidate_types(s.job, state.cluster):
+                gpus = pool.take_free(s.job, gpu_type)
+                if gpus is not None:
+                    break
         if gpus is None:
             if blocking:
                 break
             continue
         pool.occupy(s.job.id, gpus)
         placed.append(Assignment(s.job.id, gpus))
-    return Plan(tuple(placed))
+        most_free = max(pool.free_by_type.values())
+        if most_free == 0:
+            break
+    return Plan(tuple(placed), incremental=True)
 
 
 @dataclass

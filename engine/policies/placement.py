@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from dltsched.engine.domain import Assignment, Cluster, ClusterState, Job
@@ -10,29 +11,50 @@ from dltsched.engine.predict import Predictors
 
 @dataclass(slots=True)
 class GpuPool:
-    """Which GPUs hold how many jobs during one round of a greedy policy."""
+    """Which GPUs hold how many jobs during one round of a greedy policy.
+
+    ``jobs_on[g]`` lists the jobs the policy has put on GPU ``g`` this round; ``free_by_node`` the GPUs
+    that are up and empty, per node. A pool from :meth:`empty` starts with every up GPU free (the policy
+    re-places the running jobs itself); one from :meth:`current` starts from the running placement, as
+    non-preemptive policies need, without scanning the running jobs."""
 
     cluster: Cluster
-    jobs_on: list[list[str]]
+    jobs_on: defaultdict[int, list[str]] = field(default_factory=lambda: defaultdict(list))
     free_by_node: list[list[int]] = field(default_factory=list)
+    free_by_type: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
     def empty(state: ClusterState) -> GpuPool:
         """All GPUs that are up, none holding a job."""
         cluster = state.cluster
-        pool = GpuPool(cluster, [[] for _ in range(cluster.num_gpus)])
         down = state.down_gpus
-        pool.free_by_node = [[g for g in cluster.node_gpus(i) if g not in down] for i in range(len(cluster.nodes))]
-        return pool
+        return GpuPool._of(cluster, [[g for g in cluster.node_gpus(i) if g not in down]
+                                     for i in range(len(cluster.nodes))])
+
+    @staticmethod
+    def current(state: ClusterState) -> GpuPool:
+        """The GPUs that are up and hold no running job are free; the others are taken."""
+        return GpuPool._of(state.cluster, [list(free) for free in state.free_gpus_by_node()])
+
+    @staticmethod
+    def _of(cluster: Cluster, free_by_node: list[list[int]]) -> GpuPool:
+        by_type: dict[str, int] = dict.fromkeys(cluster.gpu_types, 0)
+        for node, free in zip(cluster.nodes, free_by_node, strict=True):
+            by_type[node.gpu_type] += len(free)
+        return GpuPool(cluster, defaultdict(list), free_by_node, by_type)
 
     def free_count(self, gpu_type: str) -> int:
-        return sum(len(free) for i, free in enumerate(self.free_by_node) if self.cluster.nodes[i].gpu_type == gpu_type)
+        return self.free_by_type.get(gpu_type, 0)
 
     def occupy(self, job_id: str, gpus: tuple[int, ...]) -> None:
         for g in gpus:
-            if not self.jobs_on[g]:
-                self.free_by_node[self.cluster.gpu_node[g]].remove(g)
-            self.jobs_on[g].append(job_id)
+            on = self.jobs_on[g]
+            if not on:
+                free = self.free_by_node[self.cluster.gpu_node[g]]
+                if g in free:
+                    free.remove(g)
+                    self.free_by_type[self.cluster.gpu_type_of(g)] -= 1
+            on.append(job_id)
 
     def are_free(self, gpus: tuple[int, ...]) -> bool:
         return all(not self.jobs_on[g] for g in gpus)
@@ -41,13 +63,13 @@ class GpuPool:
         """Free GPUs of ``gpu_type`` for ``job``: the fullest single node that fits (best fit), else the
         fewest nodes, largest free sets first. ``None`` if not enough are free."""
         n = job.num_gpus
+        if self.free_by_type.get(gpu_type, 0) < n:
+            return None
         nodes = [i for i, node in enumerate(self.cluster.nodes) if node.gpu_type == gpu_type and self.free_by_node[i]]
         fitting = [i for i in nodes if len(self.free_by_node[i]) >= n]
         if fitting:
             best = min(fitting, key=lambda i: (len(self.free_by_node[i]), i))
             return tuple(self.free_by_node[best][:n])
-        if sum(len(self.free_by_node[i]) for i in nodes) < n:
-            return None
         chosen: list[int] = []
         for i in sorted(nodes, key=lambda i: (-len(self.free_by_node[i]), i)):
             chosen.extend(self.free_by_node[i][: n - len(chosen)])
@@ -63,6 +85,7 @@ class Estimates:
     predictors: Predictors
     _step: dict[tuple[str, str], float] = field(default_factory=dict)
     _mem: dict[tuple[str, str], float] = field(default_factory=dict)
+    _types: dict[tuple[str, tuple[str, ...], int], list[str]] = field(default_factory=dict)
 
     def step_time_s(self, job: Job, gpu_type: str) -> float:
         key = (job.id, gpu_type)
@@ -81,10 +104,14 @@ class Estimates:
 
     def candidate_types(self, job: Job, cluster: Cluster) -> list[str]:
         """GPU types the job may use and fits on, fastest (by prediction) first."""
-        by_type = cluster.gpus_by_type()
-        types = [t for t in (job.gpu_types or tuple(by_type))
-                 if by_type.get(t, 0) >= job.num_gpus and self.fits_alone(job, t, cluster)]
-        return sorted(types, key=lambda t: (self.step_time_s(job, t), t))
+        key = (job.id, job.gpu_types, id(cluster))
+        hit = self._types.get(key)
+        if hit is None:
+            by_type = cluster.gpus_by_type()
+            types = [t for t in (job.gpu_types or tuple(by_type))
+                     if by_type.get(t, 0) >= job.num_gpus and self.fits_alone(job, t, cluster)]
+            hit = self._types[key] = sorted(types, key=lambda t: (self.step_time_s(job, t), t))
+        return hit
 
 
 def running_assignments(state: ClusterState) -> dict[str, Assignment]:
