@@ -307,8 +307,16 @@ class _Run:
                                             a.first_start, a.queued_since))
         self._queue_tuple = None
 
+    def _queue_index(self, a: _Active) -> int | None:
+        """Position of ``a`` in the arrival-ordered queue, ``None`` when it is not queued."""
+        key = (a.job.arrival_time_s, a.job.id)
+        i = bisect.bisect_left(self.queue_keys, key)
+        return i if i < len(self.queue_keys) and self.queue_keys[i] == key else None
+
     def _dequeue(self, a: _Active) -> None:
-        i = bisect.bisect_left(self.queue_keys, (a.job.arrival_time_s, a.job.id))
+        i = self._queue_index(a)
+        if i is None:
+            raise RuntimeError(f"simulator: job '{a.job.id}' is not queued")
         del self.queue_keys[i]
         del self.queue_snaps[i]
         self._queue_tuple = None
@@ -584,7 +592,7 @@ class _Run:
         types = tuple(t for t in (a.job.gpu_types or tuple(self.cluster.gpu_types)) if t != gtype)
         if not types:
             return
-        queued = a.assignment is None
+        queued = self._queue_index(a) is not None  # a preempted job re-starting is in neither set
         if queued:
             self._dequeue(a)
         a.job = replace(a.job, gpu_types=types)

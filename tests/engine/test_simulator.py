@@ -130,6 +130,34 @@ def test_memory_overflow_rejected_or_oom():
     assert res.oom_events >= 1 and res.num_jobs_finished == 2
 
 
+def test_moved_job_that_cannot_fit_its_new_gpu_type_is_requeued_once():
+    """A running job moved to a GPU type too small for it alone crashes out of memory, leaves that type,
+    and goes back to the queue exactly once, beside jobs already waiting (queue order kept)."""
+    from dltsched.engine.domain import Cluster, Instance, Job, Node
+
+    cluster = Cluster((Node("a", "v100", 1), Node("b", "k80", 1)))
+    jobs = (Job("big", "resnet50", 128, 2000),  # 13.6 GB: fits a V100 (16 GB), not a K80 (12 GB)
+            Job("w1", "resnet50", 128, 50, arrival_time_s=1.0, gpu_types=("v100",)),
+            Job("w2", "resnet50", 128, 50, arrival_time_s=2.0, gpu_types=("v100",)))
+
+    def plan(state):
+        big = next((s for s in state.jobs if s.job.id == "big"), None)
+        if big is None:  # big is done: the waiting jobs run one after the other on the V100
+            if state.running() or not state.queued():
+                return Plan(tuple(s.assignment for s in state.running()))
+            return Plan((Assignment(state.queued()[0].job.id, (0,)),))
+        if big.assignment is not None and "k80" in (big.job.gpu_types or ("k80",)):
+            return Plan((Assignment("big", (1,)),))  # move it to the K80: out of memory there
+        return Plan((Assignment("big", (0,)),))
+
+    res = Simulator(Instance("move-oom", cluster, jobs), BadPolicy(plan), TRUTH,
+                    SimulationConfig(memory="oom")).run()
+    assert res.oom_events == 1
+    assert sorted(r.job_id for r in res.records) == ["big", "w1", "w2"]
+    finish = {r.job_id: r.finish_s for r in res.records}
+    assert finish["big"] < finish["w1"] < finish["w2"]
+
+
 def test_colocation_slows_jobs_by_ground_truth():
     """Two jobs packed on one GPU each run slower than alone (measured or modelled interference)."""
     from dltsched.engine.domain import Cluster, Instance, Job, Node
