@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,7 @@ def save_checkpoint(run: _Run, path: str | os.PathLike[str]) -> None:
     run.sync_all()
     active = [{
         "id": a.job.id, "remaining": a.remaining, "attained_s": a.attained_s, "assignment": _asg(a.assignment),
+        "gpu_types": list(a.job.gpu_types),  # fewer than submitted after an out-of-memory crash
         "ready_at": a.ready_at, "preemptions": a.preemptions, "first_start": a.first_start,
         "queued_since": a.queued_since, "penalty": a.penalty, "placed_at": a.placed_at,
         "ckpt_remaining": a.ckpt_remaining, "failures": a.failures,
@@ -104,8 +105,11 @@ def load_checkpoint(run: _Run, path: str | os.PathLike[str]) -> bool:
     run.active = {}
     for a in data["active"]:
         asg = a["assignment"]
+        job = jobs[a["id"]]
+        if tuple(a.get("gpu_types", job.gpu_types)) != job.gpu_types:
+            job = replace(job, gpu_types=tuple(a["gpu_types"]))
         run.active[a["id"]] = _Active(
-            jobs[a["id"]], a["remaining"], a["attained_s"],
+            job, a["remaining"], a["attained_s"],
             None if asg is None else Assignment(a["id"], tuple(asg[0]), asg[1]),
             0.0, a["ready_at"], a["preemptions"], a["first_start"], a["queued_since"], a["penalty"],
             a["placed_at"], a["ckpt_remaining"], a["failures"])

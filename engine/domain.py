@@ -320,8 +320,9 @@ class Plan:
     backend: str = ""
     fallback: bool = False
     message: str = ""
-    #: ``True``: ``assignments`` only lists jobs to start; every running job keeps its current placement
-    #: (a non-preemptive policy's round costs O(new jobs), not O(running jobs)). See :meth:`resolved`.
+    #: ``True``: ``assignments`` only lists the jobs to start or move; every running job it does not list
+    #: keeps its current placement (a non-preemptive policy's round costs O(changes), not O(running jobs)).
+    #: An incremental plan cannot preempt. See :meth:`resolved`.
     incremental: bool = False
 
     def __post_init__(self) -> None:
@@ -340,7 +341,8 @@ class Plan:
         """The full plan: an incremental plan's new assignments plus the running jobs' current ones."""
         if not self.incremental:
             return self
-        keep = tuple(s.assignment for s in state.running() if s.assignment is not None)
+        listed = {a.job_id for a in self.assignments}
+        keep = tuple(s.assignment for s in state.running() if s.assignment is not None and s.job.id not in listed)
         return replace(self, assignments=keep + self.assignments, incremental=False)
 
     def colocation_groups(self) -> dict[int, tuple[str, ...]]:
@@ -385,8 +387,11 @@ class ClusterState:
     failed nodes and must not be used. When ``num_running`` is given (the simulator does), ``jobs``
     holds the running jobs first, then the queued ones in arrival order, so :meth:`running` and
     :meth:`queued` are slices; otherwise they filter (and :meth:`queued` sorts by arrival).
-    ``free_gpus``, when given, lists per node the GPUs that are up and hold no job (the simulator
-    keeps it incrementally, so a policy need not scan the running jobs to find free GPUs).
+    ``free_gpus``, when given, lists per node the GPUs that are up and hold no job; ``gpu_jobs`` per GPU
+    the ids of the running jobs on it, in the order they were placed; ``running_jobs`` the running jobs
+    and ``placements`` their assignments, by id. The simulator keeps these incrementally, so a policy can
+    read placements without snapshotting every running job's progress; without them the methods below
+    derive them from ``jobs``.
     """
 
     time_s: float
@@ -395,6 +400,9 @@ class ClusterState:
     down_gpus: frozenset[int] = frozenset()
     num_running: int | None = None
     free_gpus: tuple[tuple[int, ...], ...] | None = None
+    gpu_jobs: Sequence[tuple[str, ...]] | None = None
+    running_jobs: Mapping[str, Job] | None = None
+    placements: Mapping[str, Assignment] | None = None
 
     def free_gpus_by_node(self) -> tuple[tuple[int, ...], ...]:
         """Per node, the GPUs that are up and hold no running job."""
@@ -404,6 +412,29 @@ class ClusterState:
         skip = busy | self.down_gpus
         return tuple(tuple(g for g in self.cluster.node_gpus(i) if g not in skip)
                      for i in range(len(self.cluster.nodes)))
+
+    def jobs_on_gpus(self) -> Sequence[tuple[str, ...]]:
+        """Per GPU, the ids of the running jobs on it."""
+        if self.gpu_jobs is not None:
+            return self.gpu_jobs
+        on: list[list[str]] = [[] for _ in range(self.cluster.num_gpus)]
+        for s in self.running():
+            if s.assignment is not None:
+                for g in s.assignment.gpus:
+                    on[g].append(s.job.id)
+        return tuple(tuple(x) for x in on)
+
+    def running_jobs_by_id(self) -> Mapping[str, Job]:
+        """The running jobs by id (no progress snapshot)."""
+        if self.running_jobs is not None:
+            return self.running_jobs
+        return {s.job.id: s.job for s in self.running()}
+
+    def placements_by_id(self) -> Mapping[str, Assignment]:
+        """The running jobs' assignments by id (no progress snapshot)."""
+        if self.placements is not None:
+            return self.placements
+        return {s.job.id: s.assignment for s in self.running() if s.assignment is not None}
 
     def available_by_type(self) -> dict[str, int]:
         """Number of GPUs of each type that are up (not on a failed node)."""
@@ -429,12 +460,7 @@ class ClusterState:
 
     def gpu_load(self) -> list[int]:
         """Number of running jobs on each GPU."""
-        load = [0] * self.cluster.num_gpus
-        for s in self.running():
-            if s.assignment is not None:
-                for g in s.assignment.gpus:
-                    load[g] += 1
-        return load
+        return [len(on) for on in self.jobs_on_gpus()]
 
 
 def jobs_by_id(jobs: Iterable[Job]) -> dict[str, Job]:

@@ -20,6 +20,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from typing import Literal, Protocol, overload
 
 from dltsched.engine.domain import Assignment, ClusterState, Instance, Job, JobState, Plan
@@ -164,8 +165,13 @@ class _Run:
         self.finished: list[JobRecord] = []
         self.time = 0.0
         self.gpu_jobs: list[list[str]] = [[] for _ in range(self.cluster.num_gpus)]
-        #: per node, the GPUs that hold no job and are up (``None``: recompute at the next snapshot)
+        #: per node, the GPUs that hold no job and are up, and the job ids on each of its GPUs
+        #: (``None``: recompute at the next snapshot)
         self._free: list[tuple[int, ...] | None] = [None] * len(self.cluster.nodes)
+        self._occupancy: list[tuple[tuple[str, ...], ...] | None] = [None] * len(self.cluster.nodes)
+        #: the running jobs and their assignments by id, kept in step with ``running``
+        self._running_jobs: dict[str, Job] = {}
+        self._placements: dict[str, Assignment] = {}
         self._dirty_gpus: set[int] = set()
         #: (finish time, sequence, job id, version) of running jobs; stale entries are skipped
         self._finish_heap: list[tuple[float, int, str, int]] = []
@@ -333,6 +339,9 @@ class _Run:
             else:
                 a.synced_at = self.time
         self._free = [None] * len(self.cluster.nodes)
+        self._occupancy = [None] * len(self.cluster.nodes)
+        self._running_jobs = {k: a.job for k, a in self.running.items()}
+        self._placements = {k: a.assignment for k, a in self.running.items() if a.assignment is not None}
         self._finish_heap = []
         self._dirty_gpus = set()
 
@@ -442,6 +451,13 @@ class _Run:
                 free[i] = tuple(g for g in self.cluster.node_gpus(i) if not self.gpu_jobs[g] and g not in down)
         return tuple(free)  # type: ignore[arg-type]
 
+    def _gpu_jobs(self) -> tuple[tuple[str, ...], ...]:
+        occ = self._occupancy
+        for i, entry in enumerate(occ):
+            if entry is None:
+                occ[i] = tuple(tuple(self.gpu_jobs[g]) for g in self.cluster.node_gpus(i))
+        return tuple(chain.from_iterable(occ))  # type: ignore[arg-type]
+
     def _state(self) -> ClusterState:
         down: frozenset[int] = frozenset()
         if self.faults is not None and self.faults.down:
@@ -449,7 +465,15 @@ class _Run:
         if self._queue_tuple is None:
             self._queue_tuple = tuple(self.queue_snaps)
         jobs = _Jobs(self._running_snapshot, len(self.running), self._queue_tuple)
-        return ClusterState(self.time, self.cluster, jobs, down, len(self.running), self._free_gpus(down))
+        return ClusterState(self.time, self.cluster, jobs, down, len(self.running), self._free_gpus(down),
+                            self._gpu_jobs(), dict(self._running_jobs), dict(self._placements))
+
+    def _touch(self, g: int) -> None:
+        """GPU ``g``'s set of jobs changed: its node's cached views and its jobs' rates are stale."""
+        node = self.cluster.gpu_node[g]
+        self._free[node] = None
+        self._occupancy[node] = None
+        self._dirty_gpus.add(g)
 
     def _round(self) -> None:
         state = self._state()
@@ -475,8 +499,6 @@ class _Run:
                 raise InvalidPlanError(f"plan places job '{job_id}', which is not active (finished or not arrived)")
             if act.assignment is not None and (asg is act.assignment or asg == act.assignment):
                 continue  # unchanged placement of a running job: valid when it was applied
-            if plan.incremental and act.assignment is not None:
-                raise InvalidPlanError(f"incremental plan places job '{job_id}', which is already running")
             job = act.job
             if len(asg.gpus) != job.num_gpus:
                 raise InvalidPlanError(
@@ -496,9 +518,13 @@ class _Run:
     def _apply(self, plan: Plan, down: frozenset[int] = frozenset()) -> None:
         """Preempt or move running jobs the plan changes, then start jobs that fit in memory."""
         wanted = self._validate(plan, down)
-        moving = [] if plan.incremental else [
-            a for a in self.running.values()
-            if (new := wanted.get(a.job.id)) is None or a.assignment is None or new.gpus != a.assignment.gpus]
+        if plan.incremental:  # listed running jobs move; the others keep their GPUs
+            moving = [a for job_id, new in wanted.items()
+                      if (a := self.running.get(job_id)) is not None and a.assignment is not None
+                      and new.gpus != a.assignment.gpus]
+        else:
+            moving = [a for a in self.running.values()
+                      if (new := wanted.get(a.job.id)) is None or a.assignment is None or new.gpus != a.assignment.gpus]
         for a in moving:
             self._release(a)
             a.preemptions += 1
@@ -514,6 +540,7 @@ class _Run:
                 a.placed_at = self.time
                 a.penalty = self.truth.frozen_penalty(a.job, new.freeze_level, 1.0 - a.remaining / a.job.total_iterations)
                 a.assignment = new
+                self._placements[job_id] = new
                 changed.append(a)
         moved_ids = {a.job.id for a in moving}
         starts = [(j, asg) for j, asg in wanted.items() if self.active[j].assignment is None]
@@ -530,12 +557,13 @@ class _Run:
             a.penalty = self.truth.frozen_penalty(a.job, asg.freeze_level, 1.0 - a.remaining / a.job.total_iterations)
             a.assignment = asg
             self.running[job_id] = a
+            self._running_jobs[job_id] = a.job
+            self._placements[job_id] = asg
             for g in asg.gpus:
                 if not self.gpu_jobs[g]:
                     self.num_busy_gpus += 1
-                    self._free[self.cluster.gpu_node[g]] = None
                 self.gpu_jobs[g].append(job_id)
-                self._dirty_gpus.add(g)
+                self._touch(g)
         started_ids = {j for j, _ in started}
         for a in moving:
             if a.job.id not in started_ids:
@@ -608,14 +636,15 @@ class _Run:
         for g in a.assignment.gpus:
             if a.job.id in self.gpu_jobs[g]:
                 self.gpu_jobs[g].remove(a.job.id)
-                self._dirty_gpus.add(g)
+                self._touch(g)
                 if not self.gpu_jobs[g]:
                     self.num_busy_gpus -= 1
-                    self._free[self.cluster.gpu_node[g]] = None
         a.assignment = None
         a.rate = 0.0
         a.version += 1
         self.running.pop(a.job.id, None)
+        self._running_jobs.pop(a.job.id, None)
+        self._placements.pop(a.job.id, None)
 
     def _update_rates(self, changed: list[_Active] | None = None) -> None:
         """New ground-truth rates for the running jobs whose GPUs' co-location changed (all of them when

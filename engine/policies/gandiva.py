@@ -6,15 +6,119 @@ job is packed onto GPUs that hold fewer than ``max_jobs_per_gpu`` jobs, if the g
 (with a ``memory_margin``) and the predicted sum of normalized speeds exceeds 1 (packing helps; Gandiva's
 introspection). When GPUs free up, packed jobs migrate to them (Gandiva's unpacking by migration).
 Non-preemptive otherwise.
+
+Cost of a round: plans are incremental (starts and moves only); the GPUs that can be shared are kept
+across rounds, grouped by the kinds of jobs they hold, and updated from the GPUs whose occupancy changed,
+so a round costs O(changed GPUs + queued jobs x kinds of resident groups), not O(GPUs x queued jobs).
 """
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import is_not
 
-from dltsched.engine.domain import Assignment, ClusterState, Job, JobState, Plan
+from dltsched.engine.domain import Assignment, ClusterState, Job, Plan
 from dltsched.engine.policies.placement import Estimates, GpuPool
 from dltsched.engine.predict import Predictors, default_predictors
+
+#: what a GPU holds, as far as packing is concerned: its GPU type and its jobs' kinds (see :func:`_kind`)
+_Residents = tuple[str, tuple[tuple[object, ...], ...]]
+_UNSEEN = object()
+
+
+def _kind(job: Job) -> tuple[object, ...]:
+    """What predictors read of a job, apart from its identity and its work. Pairings of jobs of the same
+    kinds are judged once: exact for predictors that depend on nothing else; under the prediction-error
+    knob (a bias per job id) a pairing is judged with the errors of the first jobs of those kinds."""
+    return (job.model, job.batch_size, job.amp, job.dataset, job.num_gpus, job.optimizer, job.gpu_fraction,
+            job.hyperparameters)
+
+
+@dataclass
+class _Round:
+    """The GPUs' occupancy during one round: the snapshot's, plus this round's starts and moves."""
+
+    state: ClusterState
+    pool: GpuPool
+    on: Sequence[tuple[str, ...]]
+    jobs: dict[str, Job]
+    changed: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+    def jobs_on(self, g: int) -> tuple[str, ...]:
+        return self.changed.get(g, self.on[g])
+
+    def put(self, job_id: str, gpus: tuple[int, ...]) -> None:
+        self.pool.occupy(job_id, gpus)
+        for g in gpus:
+            self.changed[g] = (*self.jobs_on(g), job_id)
+
+    def take_away(self, job_id: str, g: int) -> None:
+        self.changed[g] = tuple(j for j in self.jobs_on(g) if j != job_id)
+
+    def residents_key(self, g: int, on: tuple[str, ...]) -> _Residents:
+        return self.state.cluster.gpu_type_of(g), tuple(_kind(self.jobs[j]) for j in on)
+
+
+@dataclass
+class _Occupancy:
+    """The snapshot's shared GPUs (two jobs or more) and packing targets (at least one and fewer than K
+    jobs, by GPU type and kinds of residents, ascending indices), for the occupancy ``on``.
+
+    Kept across rounds and brought up to date from the GPUs whose occupancy tuple changed (the simulator
+    reuses the tuples of unchanged GPUs). A round's own starts and moves are an overlay
+    (:meth:`best_per_key`), never written here."""
+
+    k: int
+    cluster_id: int
+    time_s: float
+    on: Sequence[tuple[str, ...]] = ()
+    targets: dict[str, dict[_Residents, list[int]]] = field(default_factory=dict)
+    key_of: dict[int, _Residents] = field(default_factory=dict)
+    shared: list[int] = field(default_factory=list)
+
+    def sync(self, rnd: _Round) -> None:
+        old = self.on if len(self.on) == len(rnd.on) else ((),) * len(rnd.on)
+        for g in compress(range(len(rnd.on)), map(is_not, rnd.on, old)):
+            now, before = rnd.on[g], old[g]
+            if now == before:
+                continue
+            self._drop_target(g)
+            if 0 < len(now) < self.k:
+                key = rnd.residents_key(g, now)
+                self.key_of[g] = key
+                bisect.insort(self.targets.setdefault(key[0], {}).setdefault(key, []), g)
+            if (len(now) >= 2) != (len(before) >= 2):
+                if len(now) >= 2:
+                    bisect.insort(self.shared, g)
+                else:
+                    self.shared.remove(g)
+        self.on = rnd.on
+        self.time_s = rnd.state.time_s
+
+    def _drop_target(self, g: int) -> None:
+        key = self.key_of.pop(g, None)
+        if key is not None:
+            gpus = self.targets[key[0]][key]
+            gpus.remove(g)
+            if not gpus:
+                del self.targets[key[0]][key]
+
+    def best_per_key(self, rnd: _Round, gtype: str) -> dict[_Residents, int]:
+        """The lowest-index packing target of ``gtype`` per kind of residents, with this round's changes."""
+        out: dict[_Residents, int] = {}
+        for key, gpus in self.targets.get(gtype, {}).items():
+            g = next((g for g in gpus if g not in rnd.changed), None)
+            if g is not None:
+                out[key] = g
+        for g, on in rnd.changed.items():
+            if 0 < len(on) < self.k and rnd.state.cluster.gpu_type_of(g) == gtype:
+                key = rnd.residents_key(g, on)
+                if key not in out or g < out[key]:
+                    out[key] = g
+        return out
 
 
 @dataclass
@@ -29,74 +133,96 @@ class GandivaPolicy:
 
     def __post_init__(self) -> None:
         self._est = Estimates(self.predictors)
+        #: (GPU type, job kind) -> residents -> predicted gain of packing, None when it does not fit
+        self._verdicts: dict[tuple[str, tuple[object, ...]], dict[_Residents, float | None]] = {}
+        self._kept: _Occupancy | None = None
 
-    def _pack_gain(self, job: Job, gpus: tuple[int, ...], pool: GpuPool, jobs: dict[str, Job], gtype: str) -> float:
-        """Predicted speed sum minus the number of groups on these GPUs (> 0: packing helps)."""
-        worst = float("inf")
-        for g in gpus:
-            group = [jobs[j] for j in pool.jobs_on[g]] + [job]
-            speeds = self.predictors.colocation.colocated_speeds(group, gtype)
-            worst = min(worst, sum(speeds) - 1.0)
-        return worst
+    def _occupancy(self, rnd: _Round) -> _Occupancy:
+        """The snapshot's occupancy (kept from the last round when it is the same cluster and time moved
+        forward; rebuilt otherwise)."""
+        occ = self._kept
+        if occ is None or occ.cluster_id != id(rnd.state.cluster) or rnd.state.time_s < occ.time_s:
+            occ = self._kept = _Occupancy(self.max_jobs_per_gpu, id(rnd.state.cluster), rnd.state.time_s)
+        occ.sync(rnd)
+        return occ
 
-    def _fits(self, job: Job, gpus: tuple[int, ...], pool: GpuPool, jobs: dict[str, Job], gtype: str) -> bool:
-        cap = pool.cluster.gpu_types[gtype].memory_mib * self.memory_margin
-        for g in gpus:
-            used = sum(self._est.memory_mib(jobs[j], gtype) for j in pool.jobs_on[g])
-            if used + self._est.memory_mib(job, gtype) > cap or len(pool.jobs_on[g]) >= self.max_jobs_per_gpu:
-                return False
-        return True
+    def _verdict(self, job: Job, residents: Sequence[Job], gtype: str, cap_mib: float) -> float | None:
+        """Predicted speed sum of the group minus 1 (> 0: packing helps); ``None`` if it does not fit."""
+        used = sum(self._est.memory_mib(r, gtype) for r in residents) + self._est.memory_mib(job, gtype)
+        if used > cap_mib:
+            return None
+        return sum(self.predictors.colocation.colocated_speeds([*residents, job], gtype)) - 1.0
 
-    def _pack(self, s: JobState, pool: GpuPool, jobs: dict[str, Job], state: ClusterState) -> tuple[int, ...] | None:
-        best: tuple[float, tuple[int, ...]] | None = None
-        for gtype in self._est.candidate_types(s.job, state.cluster):
-            shared = [g for g in range(state.cluster.num_gpus)
-                      if state.cluster.gpu_type_of(g) == gtype and 0 < len(pool.jobs_on[g]) < self.max_jobs_per_gpu]
-            if s.job.num_gpus > 1:
-                continue  # gang jobs are not packed: one slow worker would stall the whole gang
-            for g in shared:
-                gpus = (g,)
-                if not self._fits(s.job, gpus, pool, jobs, gtype):
-                    continue
-                gain = self._pack_gain(s.job, gpus, pool, jobs, gtype)
-                if gain > 0 and (best is None or gain > best[0]):
-                    best = (gain, gpus)
+    def _pack(self, job: Job, rnd: _Round, occ: _Occupancy) -> int | None:
+        """The shared GPU with the largest positive predicted gain for ``job``: fastest type first, the
+        lowest index on ties."""
+        best: tuple[float, int] | None = None
+        kind = _kind(job)
+        cluster = rnd.state.cluster
+        for gtype in self._est.candidate_types(job, cluster):
+            verdicts = self._verdicts.setdefault((gtype, kind), {})
+            cap = cluster.gpu_types[gtype].memory_mib * self.memory_margin
+            in_type: tuple[float, int] | None = None
+            for key, g in occ.best_per_key(rnd, gtype).items():
+                gain = verdicts.get(key, _UNSEEN)
+                if gain is _UNSEEN:
+                    gain = verdicts[key] = self._verdict(job, [rnd.jobs[j] for j in rnd.jobs_on(g)], gtype, cap)
+                if gain is not None and gain > 0 and (  # type: ignore[operator]
+                        in_type is None or (gain, -g) > (in_type[0], -in_type[1])):
+                    in_type = (gain, g)  # type: ignore[assignment]
+            if in_type is not None and (best is None or in_type[0] > best[0]):
+                best = in_type
         return None if best is None else best[1]
 
     def schedule(self, state: ClusterState) -> Plan:
-        jobs = {s.job.id: s.job for s in state.jobs}
-        pool = GpuPool.empty(state)
-        placed: dict[str, Assignment] = {}
-        for s in state.running():
-            assert s.assignment is not None
-            pool.occupy(s.job.id, s.assignment.gpus)
-            placed[s.job.id] = s.assignment
-        self._unpack(state, pool, placed)
+        rnd = _Round(state, GpuPool.current(state), state.jobs_on_gpus(), dict(state.running_jobs_by_id()))
+        changes: dict[str, Assignment] = {}
+        occ: _Occupancy | None = None
+        if any(rnd.pool.free_by_type.values()):
+            occ = self._occupancy(rnd)
+            self._unpack(rnd, occ, state.placements_by_id(), changes)
+        failed: set[tuple[object, ...]] = set()  # kinds of single-GPU jobs that found no GPU to share
         for s in state.queued():
-            gpus = None
-            for gtype in self._est.candidate_types(s.job, state.cluster):
-                gpus = pool.take_free(s.job, gtype)
-                if gpus is not None:
-                    break
+            job = s.job
+            gpus: tuple[int, ...] | None = None
+            if job.num_gpus <= max(rnd.pool.free_by_type.values(), default=0):
+                for gtype in self._est.candidate_types(job, state.cluster):
+                    gpus = rnd.pool.take_free(job, gtype)
+                    if gpus is not None:
+                        break
+            if gpus is None and job.num_gpus == 1:  # gang jobs are not packed: one slow worker stalls all
+                kind = (*_kind(job), *job.gpu_types)
+                if kind in failed:
+                    continue
+                if occ is None:
+                    occ = self._occupancy(rnd)
+                g = self._pack(job, rnd, occ)
+                if g is None:
+                    failed.add(kind)
+                    continue
+                gpus = (g,)
             if gpus is None:
-                gpus = self._pack(s, pool, jobs, state)
-            if gpus is not None:
-                pool.occupy(s.job.id, gpus)
-                placed[s.job.id] = Assignment(s.job.id, gpus)
-        return Plan(tuple(placed.values()))
-
-    def _unpack(self, state: ClusterState, pool: GpuPool, placed: dict[str, Assignment]) -> None:
-        """Move the later of two packed single-GPU jobs to a free GPU of the same type."""
-        for g in range(state.cluster.num_gpus):
-            if len(pool.jobs_on[g]) < 2:
                 continue
-            mover = pool.jobs_on[g][-1]
-            job = next(s.job for s in state.jobs if s.job.id == mover)
+            rnd.jobs[job.id] = job
+            rnd.put(job.id, gpus)
+            changes[job.id] = Assignment(job.id, gpus)
+            failed.clear()  # a GPU changed: what failed before may fit now
+        return Plan(tuple(changes.values()), incremental=True)
+
+    def _unpack(self, rnd: _Round, occ: _Occupancy, placements: Mapping[str, Assignment],
+                changes: dict[str, Assignment]) -> None:
+        """Move the later of two packed single-GPU jobs to a free GPU of the same type."""
+        cluster = rnd.state.cluster
+        for g in list(occ.shared):
+            mover = rnd.jobs_on(g)[-1]
+            job = rnd.jobs[mover]
             if job.num_gpus != 1:
                 continue
-            target = pool.take_free(job, state.cluster.gpu_type_of(g))
+            target = rnd.pool.take_free(job, cluster.gpu_type_of(g))
             if target is None:
+                if not any(rnd.pool.free_by_type.values()):
+                    return
                 continue
-            pool.jobs_on[g].remove(mover)
-            pool.occupy(mover, target)
-            placed[mover] = Assignment(mover, target, placed[mover].freeze_level)
+            rnd.take_away(mover, g)
+            rnd.put(mover, target)
+            changes[mover] = Assignment(mover, target, placements[mover].freeze_level)

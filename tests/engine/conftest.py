@@ -13,15 +13,16 @@ GAVEL_JOBS = (("resnet18", 128), ("resnet50", 64), ("transformer", 128), ("lstm_
               ("neumf", 1024), ("a3c", 4), ("cyclegan", 1), ("resnet18", 32))
 
 
-def small_instance(seed: int, num_jobs: int = 12, gpus_per_node: int = 2) -> Instance:
-    """A seeded instance: 3 nodes (v100, p100, k80), Poisson arrivals, mixed sizes and models."""
+def small_instance(seed: int, num_jobs: int = 12, gpus_per_node: int = 2, mean_gap_s: float = 60.0) -> Instance:
+    """A seeded instance: 4 nodes (2 v100, p100, k80), Poisson arrivals ``mean_gap_s`` apart on average,
+    mixed sizes and models."""
     rng = random.Random(seed)
     cluster = Cluster((Node("v0", "v100", gpus_per_node), Node("v1", "v100", gpus_per_node),
                        Node("p0", "p100", gpus_per_node), Node("k0", "k80", gpus_per_node)))
     jobs = []
     t = 0.0
     for i in range(num_jobs):
-        t += rng.expovariate(1 / 60.0)
+        t += rng.expovariate(1 / mean_gap_s)
         model, batch = rng.choice(GAVEL_JOBS)
         jobs.append(Job(f"j{i}", model, batch, rng.choice([50, 500, 3000]), num_gpus=rng.choice([1, 1, 1, 2, 4]),
                         arrival_time_s=round(t, 3), freeze_allowed=(free := rng.random() < 0.3),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -38,6 +38,11 @@ class Recorder:
         self.last_time = state.time_s
         ids = [s.job.id for s in state.jobs]
         assert len(ids) == len(set(ids)), "a job is active twice"
+        derived = replace(state, gpu_jobs=None, running_jobs=None, placements=None, free_gpus=None)
+        assert state.jobs_on_gpus() == derived.jobs_on_gpus(), "per-GPU jobs differ from the snapshot's"
+        assert dict(state.running_jobs_by_id()) == dict(derived.running_jobs_by_id())
+        assert dict(state.placements_by_id()) == dict(derived.placements_by_id())
+        assert state.free_gpus_by_node() == derived.free_gpus_by_node(), "free GPUs differ from the snapshot's"
         plan = self.inner.schedule(state)
         load = [0] * state.cluster.num_gpus
         mem = [0.0] * state.cluster.num_gpus
@@ -156,6 +161,34 @@ def test_moved_job_that_cannot_fit_its_new_gpu_type_is_requeued_once():
     assert sorted(r.job_id for r in res.records) == ["big", "w1", "w2"]
     finish = {r.job_id: r.finish_s for r in res.records}
     assert finish["big"] < finish["w1"] < finish["w2"]
+
+
+def test_incremental_plan_moves_listed_running_jobs_and_keeps_the_others():
+    """An incremental plan lists starts and moves only: a listed running job moves (one preemption,
+    restore delay), an unlisted one keeps its GPU; ``Plan.resolved`` gives the full plan."""
+    from dltsched.engine.domain import Cluster, Instance, Job, Node
+
+    cluster = Cluster((Node("a", "v100", 3),))
+    jobs = (Job("stay", "resnet18", 32, 3000), Job("move", "resnet18", 32, 3000),
+            Job("late", "resnet18", 32, 10, arrival_time_s=5.0))
+    seen: list[tuple[float, dict[str, tuple[int, ...]]]] = []
+
+    def plan(state):
+        seen.append((state.time_s, {j: a.gpus for j, a in state.placements_by_id().items()}))
+        if state.time_s == 0.0:
+            return Plan((Assignment("stay", (0,)), Assignment("move", (1,))), incremental=True)
+        if state.time_s == 5.0:
+            incremental = Plan((Assignment("move", (2,)), Assignment("late", (1,))), incremental=True)
+            full = {a.job_id: a.gpus for a in incremental.resolved(state).assignments}
+            assert full == {"stay": (0,), "move": (2,), "late": (1,)}
+            return incremental
+        return Plan(incremental=True)
+
+    res = Simulator(Instance("inc", cluster, jobs), BadPolicy(plan), TRUTH).run()
+    assert seen[1] == (5.0, {"stay": (0,), "move": (1,)})
+    assert seen[2][1] == {"stay": (0,), "move": (2,)}  # after 'late' finished on GPU 1
+    preempted = {r.job_id: r.preemptions for r in res.records}
+    assert preempted == {"stay": 0, "move": 1, "late": 0}
 
 
 def test_colocation_slows_jobs_by_ground_truth():
