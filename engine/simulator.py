@@ -170,6 +170,7 @@ class _Run:
         self._free: list[tuple[int, ...] | None] = [None] * len(self.cluster.nodes)
         self._occupancy: list[tuple[tuple[str, ...], ...] | None] = [None] * len(self.cluster.nodes)
         #: the running jobs and their assignments by id, kept in step with ``running``
+        self._oom_this_round = False
         self._running_jobs: dict[str, Job] = {}
         self._placements: dict[str, Assignment] = {}
         self._dirty_gpus: set[int] = set()
@@ -253,10 +254,12 @@ class _Run:
         )
 
     def _check_progress(self) -> None:
-        """A policy that runs nothing while every GPU is free and nothing else will happen is stuck."""
+        """A policy that runs nothing while every GPU is free and nothing else will happen is stuck. A plan
+        whose starts all crashed out of memory was no idle plan: the next round retries (and, without a
+        next round, the main loop reports the jobs left waiting)."""
         if not self.active or self.next_arrival < len(self.arrivals):
             return
-        if self.running or (self.faults is not None and self.faults.down):
+        if self.running or self._oom_this_round or (self.faults is not None and self.faults.down):
             return
         stuck = sorted(self.active)[:5]
         raise InvalidPlanError(
@@ -545,6 +548,7 @@ class _Run:
         moved_ids = {a.job.id for a in moving}
         starts = [(j, asg) for j, asg in wanted.items() if self.active[j].assignment is None]
         started = self._fit_memory(starts)
+        self._oom_this_round = len(started) < len(starts)
         for job_id, asg in started:
             a = self.active[job_id]
             if job_id not in moved_ids:

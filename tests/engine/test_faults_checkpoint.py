@@ -3,6 +3,8 @@ resumes from its checkpoint to the same final result."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dltsched.engine.faults import FaultConfig, FaultSchedule
@@ -99,3 +101,44 @@ def test_resume_refuses_another_seed(analytic, small_instance, tmp_path):
     other = SimulationConfig(seed=2, checkpoint_path=str(ckpt))
     with pytest.raises(ValidationError, match="seed"):
         Simulator(inst, make_policy("fifo", predictors=analytic), TRUTH, other).run(resume=True)
+
+
+def test_resume_keeps_what_a_job_learned_from_running_out_of_memory(tmp_path):
+    """A job that crashed out of memory on a GPU type no longer asks for that type, also after a resume."""
+    from dltsched.engine.domain import Assignment, Cluster, Instance, Job, Node, Plan
+
+    cluster = Cluster((Node("a", "v100", 1), Node("b", "k80", 1)))
+    inst = Instance("oom-resume", cluster, (Job("big", "resnet50", 128, 2000),  # fits a V100, not a K80
+                                            Job("small", "resnet18", 32, 200, arrival_time_s=1.0)))
+
+    class MoveToK80:
+        """Runs 'big' on the V100, then tries the K80 for as long as 'big' may use it."""
+
+        name = "move-to-k80"
+        round_interval_s = 10.0
+
+        def schedule(self, state):
+            jobs = {s.job.id: s for s in state.jobs}
+            out = []
+            if "big" in jobs:
+                big = jobs["big"]
+                k80_allowed = "k80" in (big.job.gpu_types or ("k80",))
+                out.append(Assignment("big", (1,) if big.assignment is not None and k80_allowed else (0,)))
+            if "small" in jobs and not (out and out[0].gpus == (1,)):
+                out.append(Assignment("small", (1,)))
+            return Plan(tuple(out))
+
+    ckpt = tmp_path / "oom.ckpt.json"
+    cfg = SimulationConfig(memory="oom", checkpoint_path=str(ckpt), checkpoint_every_rounds=1)
+    full = Simulator(inst, MoveToK80(), TRUTH, SimulationConfig(memory="oom")).run()
+    assert full.oom_events == 1
+
+    def crash_after_the_oom(_t, _finished):
+        if json.loads(ckpt.read_text())["oom_events"] >= 1:
+            raise Crash
+
+    with pytest.raises(Crash):
+        Simulator(inst, MoveToK80(), TRUTH, cfg, on_round=crash_after_the_oom).run()
+    resumed = Simulator(inst, MoveToK80(), TRUTH, cfg).run(resume=True)
+    assert resumed.oom_events == 1
+    assert resumed.records == full.records
