@@ -2,7 +2,8 @@
 
 - transformer: the base WMT translation Transformer (6+6 layers, d=512) on Multi30k (32 tokens,
   vocab 10k, as in Gavel's job) or WMT16 (64 tokens, shared vocab 32k);
-- lstm_lm: PyTorch's word language model (2-layer LSTM 650, tied weights, bptt 35) on WikiText-2;
+- lstm_lm: PyTorch's word language model with its default arguments, as Gavel's LM job runs it
+  (embedding 200, 2-layer LSTM 200, untied decoder, dropout 0.2, bptt 35) on WikiText-2;
 - deepspeech2: 2 conv layers + 5 bidirectional LSTM 512 + CTC over 161-bin spectrograms (8 s);
 - neumf: NeuMF (GMF + MLP 256-128-64) on MovieLens-1M or MovieLens-20M;
 - pointnet: PointNet classification over 2,048 points (ShapeNet, 16 classes).
@@ -53,18 +54,19 @@ def transformer(dataset: str) -> Built:
 
 
 class WordLM(nn.Module):
-    def __init__(self, vocab: int = 33_278, d: int = 650) -> None:
+    def __init__(self, vocab: int = 33_278, d: int = 200, dropout: float = 0.2) -> None:
         super().__init__()
+        self.dropout = dropout
         self.encoder = nn.Embedding(vocab, d)
         self.rnn1 = nn.LSTM(d, d)
         self.rnn2 = nn.LSTM(d, d)
         self.decoder = nn.Linear(d, vocab)
-        self.decoder.weight = self.encoder.weight
 
     def forward(self, tokens: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        x = F.dropout(self.encoder(tokens), 0.5, self.training)
+        x = F.dropout(self.encoder(tokens), self.dropout, self.training)
         x, _ = self.rnn1(x)
-        x, _ = self.rnn2(x)
+        x, _ = self.rnn2(F.dropout(x, self.dropout, self.training))
+        x = F.dropout(x, self.dropout, self.training)
         return F.cross_entropy(self.decoder(x).flatten(0, 1), target.flatten())
 
 
