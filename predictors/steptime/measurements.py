@@ -3,11 +3,14 @@
 - Gavel: isolated steps/s (consolidated placement). At scale n the throughput counts the
   iterations of all n workers (each with ``batch_size`` samples), so the step time of one worker is
   ``n / throughput``; at scale 1 it is ``1 / throughput``.
+  Gavel's jobs run these optimizers (its workloads' training scripts): :data:`GAVEL_OPTIMIZERS`.
 - Zeus: time per epoch at the highest power limit measured -> per-iteration time =
-  ``time_per_epoch / ceil(dataset_size / batch_size)`` with :data:`ZEUS_DATASET_SIZES`.
+  ``time_per_epoch / ceil(dataset_size / batch_size)`` with the sizes of :data:`ZEUS_WORKLOADS`
+  (Sentiment140: one 425,000-tweet training slice of Zeus's Capriccio dataset, as Zeus trains on).
 - DeepBench: FP32 GEMM, convolution and LSTM TFLOPS of 8 GPUs -> achievable efficiency per GPU
   and kernel kind (median over the benchmark's shapes, divided by the spec FP32 peak).
-The CSV format written and read here is ``model,gpu,batch_size,num_gpus,step_time_s[,amp,dataset,optimizer]``.
+The CSV format written and read here is ``model,gpu,batch_size,num_gpus,step_time_s`` with optional
+``amp,dataset,optimizer,source`` columns (``source``: the measurement setup, e.g. ``gavel``).
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ ZEUS_WORKLOADS: dict[tuple[str, str], tuple[str, str, int]] = {
     ("librispeech", "deepspeech2"): ("deepspeech2", "librispeech", 281_241),
     ("movielens-1m", "ncf"): ("neumf", "movielens", 994_169),
     ("squad", "bert_base_uncased"): ("bert_base", "squad", 88_524),
-    ("sentiment140", "bert_base_uncased"): ("bert_base", "sentiment140", 1_600_000),
+    ("sentiment140", "bert_base_uncased"): ("bert_base", "sentiment140", 425_000),
 }
+#: Gavel job model -> optimizer of its training script (SGD with momentum unless listed)
+GAVEL_OPTIMIZERS = {"transformer": "adam", "neumf": "adam", "a3c": "adam", "cyclegan": "adam", "lstm_lm": "sgd"}
 ZEUS_GPUS = {"a40": "a40", "p100": "p100", "rtx6000": "rtx6000", "v100": "v100"}
 #: DeepBench file label -> catalog GPU id
 DEEPBENCH_GPUS = {"V100": "v100", "T4": "t4", "P100": "p100", "TitanXp": "titanxp", "1080Ti": "gtx1080ti",
@@ -61,7 +66,7 @@ def gavel_measurements(data_dir: str | os.PathLike[str] | None = None, *, max_sc
     for (gpu, jt, scale, consolidated), steps_per_s in read_gavel_throughputs(data_dir=data_dir).isolated.items():
         if consolidated and scale <= max_scale and steps_per_s > 0:
             out.append(Measurement(jt.model, gpu, jt.batch_size, scale, scale / steps_per_s, False, jt.dataset,
-                                   "sgd", "gavel"))
+                                   GAVEL_OPTIMIZERS.get(jt.model, "momentum"), "gavel"))
     return sorted(out, key=lambda m: (m.gpu, m.model, m.batch_size, m.num_gpus))
 
 
@@ -128,7 +133,7 @@ def deepbench_kernel_efficiency(data_dir: str | os.PathLike[str] | None = None) 
 def write_csv(rows: Iterable[Measurement], path: str | os.PathLike[str]) -> int:
     """Write measurements in the evaluator's CSV format; returns the number of rows."""
     rows = list(rows)
-    fields = ("model", "gpu", "batch_size", "num_gpus", "step_time_s", "amp", "dataset", "optimizer")
+    fields = ("model", "gpu", "batch_size", "num_gpus", "step_time_s", "amp", "dataset", "optimizer", "source")
     with Path(path).open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
@@ -138,7 +143,10 @@ def write_csv(rows: Iterable[Measurement], path: str | os.PathLike[str]) -> int:
 
 
 def read_csv(path: str | os.PathLike[str]) -> list[Measurement]:
-    """Read ``model,gpu,batch_size,num_gpus,step_time_s`` (+ optional ``amp,dataset,optimizer``) rows."""
+    """Read ``model,gpu,batch_size,num_gpus,step_time_s`` (+ optional ``amp,dataset,optimizer,source``) rows.
+
+    ``source`` defaults to the file name.
+    """
     out = []
     with Path(path).open(newline="") as fh:
         reader = csv.DictReader(fh)
@@ -151,7 +159,7 @@ def read_csv(path: str | os.PathLike[str]) -> list[Measurement]:
                 out.append(Measurement(row["model"], row["gpu"], int(row["batch_size"]), int(row["num_gpus"]),
                                        float(row["step_time_s"]), row.get("amp", "0").strip().lower() in
                                        ("1", "true", "yes"), row.get("dataset") or None,
-                                       row.get("optimizer") or "sgd", Path(path).name))
+                                       row.get("optimizer") or "sgd", row.get("source") or Path(path).name))
             except ValueError as err:
                 raise ValidationError(f"{Path(path).name}[{i}]", f"{err}; check the number columns") from None
     return out
