@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -87,13 +88,19 @@ def test_benchmark_ten_thousand_predictions(benchmark):
     assert out["pairs"] == 10_000
 
 
-def test_host_term_adds_to_its_model_only_scaled_by_host_speed():
+def test_host_term_adds_to_its_workload_only_scaled_by_its_setups_host_speed():
     base = DeletePopStepTime()
-    factors = {**base.factors, "host_overhead": {"resnet50/imagenet": {"per_step_s": 0.1, "per_sample_s": 0.001}}}
+    host = {"per_step_s": 0.1, "per_sample_s": 0.001}
+    factors = {**base.factors, "sources": ["a", "b"], "host_speed": {"a": {"v100": 2.0}, "b": {"v100": 0.5}},
+               "host_overhead": {"a:resnet50/imagenet": host, "b:resnet50/imagenet": host, "b:vgg16/cifar10": host}}
     with_host = DeletePopStepTime(factors=factors)
-    speed = factors["per_gpu"]["v100"].get("host", 1.0)
     no_host = DeletePopStepTime(factors={**factors, "host_overhead": {}})
-    gain = with_host.step_time_s(_job(batch=64), "v100") - no_host.step_time_s(_job(batch=64), "v100")
-    assert gain == pytest.approx((0.1 + 0.064) * speed)
-    assert with_host.step_time_s(_job("vgg16"), "v100") == no_host.step_time_s(_job("vgg16"), "v100")
-    assert with_host.step_time_s(_job(), "h100") - no_host.step_time_s(_job(), "h100") == pytest.approx(0.164)
+
+    def gain(p: DeletePopStepTime, job: Job, gpu: str = "v100") -> float:
+        return p.step_time_s(job, gpu) - no_host.step_time_s(job, gpu)
+
+    assert gain(with_host, _job(batch=64)) == pytest.approx(0.164 * 2.0)  # setup "a" comes first
+    assert gain(replace(with_host, host_source="b"), _job(batch=64)) == pytest.approx(0.164 * 0.5)
+    assert gain(with_host, _job(batch=64), "h100") == pytest.approx(0.164)  # no host speed: the average machine
+    assert gain(with_host, _job("vgg16", batch=64)) == pytest.approx(0.164 * 0.5)  # only "b" measured it
+    assert gain(with_host, _job("resnet101")) == 0.0
