@@ -50,7 +50,8 @@ from dltsched.predictors.zoo.graphs import resolve
 PRIOR_INVERSE_EFFICIENCY = {"conv": 1.4, "gemm": 1.4, "rnn": 2.0, "memory": 1.25}
 PRIOR_DISPATCH_US = 10.0
 _PRIOR_WEIGHT = 0.01  # on log(inverse efficiency / prior): a tie-breaker only
-_GPU_WEIGHT = 0.1  # on log(per-GPU multiplier)
+_GPU_WEIGHT = 0.1  # on log(per-GPU speed factor)
+_TERM_WEIGHT = 0.1  # on log(per-GPU, per-term deviation from that factor)
 _SPEED_WEIGHT = 0.3  # on log(host speed): machines differ, but host terms should not mimic GPU work
 _HOST_WEIGHT = 0.003  # on host terms (units of 10 ms, 0.1 ms per sample): GPU work explains what it can first
 _IDENTIFY_WEIGHT = 3.0  # on the mean log host speed of each setup
@@ -114,7 +115,7 @@ class _Params:
 
     def __init__(self, d: _Design) -> None:
         n_terms = len(WORK_TERMS)
-        sizes = {"theta": n_terms, "dispatch": 1, "overhead": 1, "mult": n_terms * len(d.gpus),
+        sizes = {"theta": n_terms, "dispatch": 1, "overhead": 1, "scale": len(d.gpus), "mult": n_terms * len(d.gpus),
                  "speed": len(d.cells), "host": 2 * len(d.workloads)}
         self.slices, start = {}, 0
         for name, size in sizes.items():
@@ -127,8 +128,13 @@ class _Params:
         return x[self.slices[name]]
 
 
+def _multipliers(p: _Params, x: np.ndarray) -> np.ndarray:
+    """Per GPU and work term: the GPU's overall speed factor times its per-term deviation."""
+    return p.get(x, "scale")[:, None] * p.get(x, "mult").reshape(p.shape_mult)
+
+
 def _predict(d: _Design, p: _Params, x: np.ndarray) -> np.ndarray:
-    theta, mult = p.get(x, "theta"), p.get(x, "mult").reshape(p.shape_mult)
+    theta, mult = p.get(x, "theta"), _multipliers(p, x)
     host = p.get(x, "host").reshape(-1, 2)
     gpu_s = (d.work * theta * mult[d.gpu]).sum(axis=1)
     dispatch_s = d.kernels * p.get(x, "dispatch")[0] * 1e-6
@@ -143,7 +149,8 @@ def _residuals(x: np.ndarray, d: _Design, p: _Params, prior: np.ndarray) -> np.n
     identify = [log_speed[[i for i, (s, _g) in enumerate(d.cells) if s == src]].mean() for src in sources]
     return np.concatenate([(_predict(d, p, x) - d.y) / d.y,
                            _PRIOR_WEIGHT * np.log(p.get(x, "theta") / prior),
-                           _GPU_WEIGHT * np.log(p.get(x, "mult")), _SPEED_WEIGHT * log_speed,
+                           _GPU_WEIGHT * np.log(p.get(x, "scale")), _TERM_WEIGHT * np.log(p.get(x, "mult")),
+                           _SPEED_WEIGHT * log_speed,
                            _HOST_WEIGHT * p.get(x, "host"),
                            _IDENTIFY_WEIGHT * np.array(identify)])
 
@@ -152,7 +159,8 @@ def _fit_stage1(d: _Design) -> tuple[_Params, np.ndarray]:
     p = _Params(d)
     prior = np.array([PRIOR_INVERSE_EFFICIENCY[t] for t in WORK_TERMS])
     x0, lower = np.empty(p.size), np.full(p.size, _MIN_FACTOR)
-    for name, value in (("theta", prior), ("dispatch", PRIOR_DISPATCH_US), ("overhead", 0.5), ("mult", 1.0),
+    for name, value in (("theta", prior), ("dispatch", PRIOR_DISPATCH_US), ("overhead", 0.5), ("scale", 1.0),
+                        ("mult", 1.0),
                         ("speed", 1.0), ("host", 0.3)):
         x0[p.slices[name]] = value
     for name in ("overhead", "host"):
@@ -174,9 +182,8 @@ def fit(measurements: Sequence[Measurement],
         raise ValueError("no single-GPU measurements to calibrate on")
     d = _design(rows, efficiency)
     p, x = _fit_stage1(d)
-    mult = p.get(x, "mult").reshape(p.shape_mult)
-    typical = np.median(mult, axis=0)  # GPUs without measurements get the median measured GPU
-    theta, mult = p.get(x, "theta") * typical, mult / typical
+    typical = np.median(p.get(x, "scale"))  # GPUs without rows get the median measured GPU
+    theta, mult = p.get(x, "theta") * typical, _multipliers(p, x) / typical
     host_speed: dict[str, dict[str, float]] = {}
     for (source, gpu), speed in zip(d.cells, p.get(x, "speed"), strict=True):
         host_speed.setdefault(source, {})[gpu] = round(float(speed), 5)
