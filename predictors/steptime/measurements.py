@@ -57,6 +57,14 @@ class Measurement:
     optimizer: str = "sgd"
     source: str = ""
 
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "num_gpus"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValidationError(name, f"{value!r} not understood; must be an integer >= 1")
+        if not self.step_time_s > 0:
+            raise ValidationError("step_time_s", f"{self.step_time_s!r} not understood; must be > 0 seconds")
+
 
 def gavel_measurements(data_dir: str | os.PathLike[str] | None = None, *, max_scale: int = 1) -> list[Measurement]:
     """Gavel's isolated throughputs (consolidated placements, scale <= ``max_scale``)."""
@@ -161,5 +169,5 @@ def read_csv(path: str | os.PathLike[str]) -> list[Measurement]:
                                        ("1", "true", "yes"), row.get("dataset") or None,
                                        row.get("optimizer") or "sgd", row.get("source") or Path(path).name))
             except ValueError as err:
-                raise ValidationError(f"{Path(path).name}[{i}]", f"{err}; check the number columns") from None
+                raise ValidationError(f"{Path(path).name}[{i}]", f"{err}; check the row's columns") from None
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -88,3 +89,37 @@ def test_relative_kernel_efficiency_is_relative_to_the_mean_per_kind():
 def test_fit_needs_single_gpu_rows():
     with pytest.raises(ValueError, match="no single-GPU measurements"):
         cal.fit([Measurement("resnet50", "v100", 32, 2, 0.1)])
+
+
+def test_host_speeds_of_each_setup_have_geometric_mean_one():
+    # two setups measure the same workloads; setup "b"'s machines feed the input pipeline 1.5x slower
+    # on the V100 only: its host speed rises there, and each setup's speeds stay centred on 1
+    truth = DeletePopStepTime(factors=_no_host_factors())
+    rows = []
+    for source in ("a", "b"):
+        for m in _synthetic(truth):
+            slow = 1.5 if (source, m.gpu) == ("b", "v100") else 1.0
+            rows.append(replace(m, source=source, step_time_s=m.step_time_s + slow * (0.02 + 2e-4 * m.batch_size)))
+    fitted = cal.fit(rows)
+    speeds = fitted["host_speed"]
+    for source in ("a", "b"):
+        assert math.prod(speeds[source].values()) == pytest.approx(1.0, abs=0.05)
+    assert speeds["b"]["v100"] > 1.2 * speeds["a"]["v100"]
+    assert cal.evaluate(DeletePopStepTime(factors=fitted), rows).mape < 3.0
+
+
+def test_evaluation_uses_each_rows_own_setup():
+    base = DeletePopStepTime()
+    host = {"per_step_s": 0.0, "per_sample_s": 0.001}
+    factors = {**base.factors, "sources": ["a", "b"], "host_speed": {},
+               "host_overhead": {"a:resnet18/cifar10": host, "b:resnet18/cifar10": {**host, "per_step_s": 0.5}}}
+    m = Measurement("resnet18", "v100", 32, 1, 0.1, dataset="cifar10", source="a")
+    rows = cal.evaluate(DeletePopStepTime(factors=factors), [m, replace(m, source="b")]).rows
+    assert rows[1]["predicted_s"] - rows[0]["predicted_s"] == pytest.approx(0.5)
+
+
+def test_measurements_are_validated():
+    with pytest.raises(ValueError, match="step_time_s: -0.1 not understood"):
+        Measurement("resnet50", "v100", 32, 1, -0.1)
+    with pytest.raises(ValueError, match="batch_size: 0 not understood"):
+        Measurement("resnet50", "v100", 0, 1, 0.1)
