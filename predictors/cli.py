@@ -76,13 +76,16 @@ def _measurements(source: str, data_dir: str | None, scales: tuple[int, int] = (
         return [m for m in ms.gavel_measurements(data_dir, max_scale=scales[1]) if m.num_gpus >= scales[0]]
     if source == "zeus":
         return ms.zeus_measurements(data_dir)
-    return _measurements("gavel", data_dir, scales) + ms.zeus_measurements(data_dir)
+    if source == "orion":
+        return ms.orion_measurements(data_dir)
+    return [*_measurements("gavel", data_dir, scales), *ms.zeus_measurements(data_dir),
+            *ms.orion_measurements(data_dir)]
 
 
 @predict.command("eval-steptime")
 @click.argument("csv_file", required=False, type=click.Path(exists=True, dir_okay=False))
-@click.option("--format", "source", type=click.Choice(["gavel", "zeus", "all"]), default=None,
-              help="Evaluate on a data-folder source instead of a CSV file.")
+@click.option("--format", "source", type=click.Choice(["gavel", "zeus", "orion", "all"]), default=None,
+              help="Evaluate on a data-folder source instead of a CSV file (orion: GPU time of V100 steps).")
 @click.option("--leave-one-gpu-out", is_flag=True, help="Refit without each GPU before testing on it.")
 @click.option("--min-scale", type=int, default=1, show_default=True, help="--format gavel: fewest GPUs per job.")
 @click.option("--max-scale", type=int, default=1, show_default=True, help="--format gavel: most GPUs per job.")
@@ -114,7 +117,7 @@ def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: b
               help="Where to write the factors (default: the package's factors.json).")
 @click.option("--json", "as_json", is_flag=True)
 def calibrate_steptime(data_dir: str | None, hold_out_gpu: str | None, output: str | None, as_json: bool) -> None:
-    """Fit the efficiency, host and communication factors on Gavel + Zeus (+ DeepBench) and write them."""
+    """Fit the efficiency, host and communication factors on Gavel + Zeus + Orion (+ DeepBench) and write them."""
     import json
 
     from dltsched.predictors.steptime import calibrate as cal

@@ -10,7 +10,10 @@ minimising the mean absolute percentage error):
   the global values are rescaled to the median GPU, so that one odd GPU does not bias the others);
 - per measurement setup (``source``) and GPU, the host speed of the machines hosting that GPU type
   (pulled towards 1; their geometric mean per setup is 1, so a GPU without rows gets the average);
-- per workload and setup, the input-pipeline terms ``per_step_s + per_sample_s * batch``.
+- per workload and setup, the input-pipeline terms ``per_step_s + per_sample_s * batch``;
+
+Kernel-time rows (Orion's per-kernel sums on a V100, :attr:`Measurement.kernel_time`) are predicted
+by the GPU time alone: they pin the GPU-side terms apart from the host and dispatch terms.
 
 Stage 2 fits the communication coefficients on multi-GPU rows (Gavel scale 2-8), all else fixed.
 A GPU held out (or never measured) has no multipliers and host speed 1: it rests on its spec sheet
@@ -82,13 +85,14 @@ class _Design:
 
     work: np.ndarray  # rows x WORK_TERMS, seconds at 100% efficiency
     kernels: np.ndarray
+    kernel_time: np.ndarray  # rows whose target is the GPU time alone
     batch: np.ndarray
     y: np.ndarray
     gpus: tuple[str, ...]
     gpu: np.ndarray
-    cells: tuple[tuple[str, str], ...]  # (source, gpu) with rows
-    cell: np.ndarray
-    workloads: tuple[tuple[str, str, str], ...]  # (source, model, dataset)
+    cells: tuple[tuple[str, str], ...]  # (source, gpu) with whole-step rows
+    cell: np.ndarray  # index into cells (0 for kernel-time rows, unused)
+    workloads: tuple[tuple[str, str, str], ...]  # (source, model, dataset) with whole-step rows
     workload: np.ndarray
 
 
@@ -101,13 +105,16 @@ def _design(rows: Sequence[Measurement], efficiency: dict[str, dict[str, float]]
         work.append([w[t] for t in WORK_TERMS])
         kernels.append(w["kernels"])
         gpu_ids.append(gpu.id)
-        cells.append((m.source, gpu.id))
-        loads.append((m.source, model, dataset))
-    gpus, cell_keys, load_keys = tuple(sorted(set(gpu_ids))), tuple(sorted(set(cells))), tuple(sorted(set(loads)))
-    return _Design(np.array(work), np.array(kernels), np.array([m.batch_size for m in rows], float),
-                   np.array([m.step_time_s for m in rows]), gpus, np.array([gpus.index(g) for g in gpu_ids]),
-                   cell_keys, np.array([cell_keys.index(c) for c in cells]), load_keys,
-                   np.array([load_keys.index(w) for w in loads]))
+        cells.append(None if m.kernel_time else (m.source, gpu.id))
+        loads.append(None if m.kernel_time else (m.source, model, dataset))
+    gpus = tuple(sorted(set(gpu_ids)))
+    cell_keys = tuple(sorted({c for c in cells if c is not None}))
+    load_keys = tuple(sorted({w for w in loads if w is not None}))
+    return _Design(np.array(work), np.array(kernels), np.array([m.kernel_time for m in rows]),
+                   np.array([m.batch_size for m in rows], float), np.array([m.step_time_s for m in rows]), gpus,
+                   np.array([gpus.index(g) for g in gpu_ids]), cell_keys,
+                   np.array([cell_keys.index(c) if c else 0 for c in cells]), load_keys,
+                   np.array([load_keys.index(w) if w else 0 for w in loads]))
 
 
 class _Params:
@@ -140,7 +147,8 @@ def _predict(d: _Design, p: _Params, x: np.ndarray) -> np.ndarray:
     dispatch_s = d.kernels * p.get(x, "dispatch")[0] * 1e-6
     busy = (gpu_s**OVERLAP_POWER + dispatch_s**OVERLAP_POWER) ** (1.0 / OVERLAP_POWER)
     pipeline = host[d.workload, 0] * _STEP_UNIT_S + host[d.workload, 1] * _SAMPLE_UNIT_S * d.batch
-    return busy + p.get(x, "overhead")[0] * 1e-3 + p.get(x, "speed")[d.cell] * pipeline
+    step = busy + p.get(x, "overhead")[0] * 1e-3 + p.get(x, "speed")[d.cell] * pipeline
+    return np.where(d.kernel_time, gpu_s, step)
 
 
 def _residuals(x: np.ndarray, d: _Design, p: _Params, prior: np.ndarray) -> np.ndarray:
@@ -178,8 +186,8 @@ def fit(measurements: Sequence[Measurement],
     """
     efficiency = relative_kernel_efficiency(kernel_efficiency or {})
     rows = [m for m in measurements if m.num_gpus == 1]
-    if not rows:
-        raise ValueError("no single-GPU measurements to calibrate on")
+    if all(m.kernel_time for m in rows):
+        raise ValueError("no single-GPU whole-step measurements to calibrate on")
     d = _design(rows, efficiency)
     p, x = _fit_stage1(d)
     typical = np.median(p.get(x, "scale"))  # GPUs without rows get the median measured GPU
@@ -271,7 +279,8 @@ def evaluate(predictor: DeletePopStepTime, measurements: Sequence[Measurement]) 
     """
     rows, errors = [], []
     for m in measurements:
-        pred = replace(predictor, host_source=m.source or None).step_time_s(job_of(m), m.gpu, m.num_gpus)
+        step = replace(predictor, host_source=m.source or None).breakdown(job_of(m), m.gpu, m.num_gpus)
+        pred = step.compute_s + step.memory_s if m.kernel_time else step.step_time_s
         ape = abs(pred - m.step_time_s) / m.step_time_s * 100.0
         errors.append(ape)
         rows.append({"model": m.model, "dataset": m.dataset, "gpu": m.gpu, "batch_size": m.batch_size,

@@ -9,6 +9,9 @@
   (Sentiment140: one 425,000-tweet training slice of Zeus's Capriccio dataset, as Zeus trains on).
 - DeepBench: FP32 GEMM, convolution and LSTM TFLOPS of 8 GPUs -> achievable efficiency per GPU
   and kernel kind (median over the benchmark's shapes, divided by the spec FP32 peak).
+- Orion: per-kernel durations of training iterations on a V100 -> their sum is the GPU time of one
+  step without host or CPU-dispatch time (``Measurement.kernel_time``), for the zoo models Orion
+  profiled (:data:`ORION_WORKLOADS`).
 The CSV format written and read here is ``model,gpu,batch_size,num_gpus,step_time_s`` with optional
 ``amp,dataset,optimizer,source`` columns (``source``: the measurement setup, e.g. ``gavel``).
 """
@@ -38,6 +41,11 @@ ZEUS_WORKLOADS: dict[tuple[str, str], tuple[str, str, int]] = {
 #: Gavel job model -> optimizer of its training script (SGD with momentum unless listed)
 GAVEL_OPTIMIZERS = {"transformer": "adam", "neumf": "adam", "a3c": "adam", "cyclegan": "adam", "lstm_lm": "sgd"}
 ZEUS_GPUS = {"a40": "a40", "p100": "p100", "rtx6000": "rtx6000", "v100": "v100"}
+#: Orion training-iteration profile (V100) -> (model id, dataset id, batch size)
+ORION_WORKLOADS = {"resnet50_32_fb1": ("resnet50", "imagenet", 32), "resnet101_32_fb1": ("resnet101", "imagenet", 32),
+                   "mobilenetv2_32_fb1": ("mobilenet_v2", "imagenet", 32),
+                   "mobilenetv2_64_fb1": ("mobilenet_v2", "imagenet", 64),
+                   "mobilenetv2_96_fb1": ("mobilenet_v2", "imagenet", 96)}
 #: DeepBench file label -> catalog GPU id
 DEEPBENCH_GPUS = {"V100": "v100", "T4": "t4", "P100": "p100", "TitanXp": "titanxp", "1080Ti": "gtx1080ti",
                   "M40": "m40"}
@@ -45,7 +53,10 @@ DEEPBENCH_GPUS = {"V100": "v100", "T4": "t4", "P100": "p100", "TitanXp": "titanx
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
-    """One measured iteration time (``batch_size`` per GPU)."""
+    """One measured iteration time (``batch_size`` per GPU).
+
+    ``kernel_time``: ``step_time_s`` is the sum of the step's GPU kernel durations (no host time).
+    """
 
     model: str
     gpu: str
@@ -56,6 +67,7 @@ class Measurement:
     dataset: str | None = None
     optimizer: str = "sgd"
     source: str = ""
+    kernel_time: bool = False
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "num_gpus"):
@@ -97,6 +109,16 @@ def zeus_measurements(data_dir: str | os.PathLike[str] | None = None) -> list[Me
 
 
 _OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "adagrad", "adadelta", "rmsprop", "lamb")
+
+
+def orion_measurements(data_dir: str | os.PathLike[str] | None = None) -> list[Measurement]:
+    """GPU time of one training step on a V100: the sum of Orion's per-kernel durations (ns)."""
+    out = []
+    for name, (model, dataset, batch) in ORION_WORKLOADS.items():
+        with data_file("orion", "model_kernels", name, data_dir=data_dir).open() as fh:
+            total_ns = sum(float(row["Duration"]) for row in csv.DictReader(fh))
+        out.append(Measurement(model, "v100", batch, 1, total_ns * 1e-9, False, dataset, "sgd", "orion", True))
+    return out
 
 
 #: DeepBench section title prefix -> kernel kind of :data:`model.KERNEL_KIND`

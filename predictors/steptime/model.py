@@ -75,7 +75,8 @@ def load_factors(path: str | None = None) -> dict[str, Any]:
 class StepBreakdown:
     """Predicted time of one iteration split by cause, and peak memory of one worker.
 
-    ``overhead_s`` is the CPU dispatch time not hidden behind GPU work plus the input pipeline.
+    ``compute_s + memory_s`` is the GPU time; ``overhead_s`` is the CPU dispatch time not hidden
+    behind GPU work plus the input pipeline.
     """
 
     step_time_s: float

@@ -13,8 +13,9 @@ pytestmark = pytest.mark.data
 
 @pytest.fixture(scope="module")
 def train(data_dir):
-    """What ``calibrate-steptime`` fits on: Gavel scales 1-8 and Zeus."""
-    return ms.gavel_measurements(data_dir, max_scale=8) + ms.zeus_measurements(data_dir)
+    """What ``calibrate-steptime`` fits on: Gavel scales 1-8, Zeus and Orion's V100 kernel sums."""
+    return [*ms.gavel_measurements(data_dir, max_scale=8), *ms.zeus_measurements(data_dir),
+            *ms.orion_measurements(data_dir)]
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +36,17 @@ def test_readers_cover_gavel_zeus_and_deepbench(data_dir, efficiency):
     assert set(efficiency) >= {"v100", "p100", "t4"}
     assert set(efficiency["v100"]) == {"gemm", "conv", "lstm"}
     assert all(0.05 < v <= 1.0 for per_kind in efficiency.values() for v in per_kind.values())
+
+
+def test_orion_rows_are_gpu_time_of_v100_steps(data_dir, fitted):
+    # SOURCE.md: ResNet-50 at batch 32 sums to 95.3 ms; MobileNetV2 at 32/64/96 to 40.5/74.9/109.6 ms
+    rows = {(m.model, m.batch_size): m for m in ms.orion_measurements(data_dir)}
+    assert all(m.gpu == "v100" and m.kernel_time for m in rows.values())
+    assert rows[("resnet50", 32)].step_time_s == pytest.approx(0.0953, abs=5e-4)
+    assert [rows[("mobilenet_v2", b)].step_time_s for b in (32, 64, 96)] == pytest.approx([0.0405, 0.0749, 0.1096],
+                                                                                          abs=5e-4)
+    # evaluated against the GPU time alone (compute + memory), not the whole step; measured 4.3%
+    assert cal.evaluate(fitted, list(rows.values())).mape < 6.0
 
 
 def test_gavel_multi_gpu_rows_are_per_worker_step_times(data_dir):
@@ -59,9 +71,10 @@ def test_calibrated_accuracy_nothing_held_out(data_dir, fitted):
 
 
 def test_fitted_efficiencies_are_physical(fitted):
-    # every work term runs at 50-90% of the spec sheet on the median GPU; a launch costs 5-25 us of CPU
+    # every work term runs at 50-100% of the spec sheet on the median GPU (Winograd convolutions do
+    # fewer FLOPs than counted); a launch costs 5-25 us of CPU
     f = fitted.factors
-    assert all(1.1 < v < 2.0 for v in f["inverse_efficiency"].values())
+    assert all(1.0 < v < 2.0 for v in f["inverse_efficiency"].values())
     assert 5.0 < f["dispatch_us"] < 25.0
 
 

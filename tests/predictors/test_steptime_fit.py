@@ -87,7 +87,7 @@ def test_relative_kernel_efficiency_is_relative_to_the_mean_per_kind():
 
 
 def test_fit_needs_single_gpu_rows():
-    with pytest.raises(ValueError, match="no single-GPU measurements"):
+    with pytest.raises(ValueError, match="no single-GPU whole-step measurements"):
         cal.fit([Measurement("resnet50", "v100", 32, 2, 0.1)])
 
 
