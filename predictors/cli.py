@@ -59,9 +59,12 @@ def step_time(model: str, gpu: str, batch_size: int, num_gpus: int, num_nodes: i
     from dltsched.predictors.steptime import DeletePopStepTime
 
     job = _job(model, batch_size, num_gpus, amp, dataset, optimizer)
-    out = DeletePopStepTime().breakdown(job, gpu, freeze_level=freeze_level, num_nodes=num_nodes,
-                                        check_memory=True).as_dict()
-    emit(out, as_json, lambda: [click.echo(f"{k:>12}: {v:.6g}") for k, v in out.items()])
+    predictor = DeletePopStepTime()
+    out: dict[str, float | str] = {**predictor.breakdown(job, gpu, freeze_level=freeze_level, num_nodes=num_nodes,
+                                                         check_memory=True).as_dict(),
+                                   "calibration": predictor.calibration_basis(gpu)}
+    emit(out, as_json, lambda: [click.echo(f"{k:>12}: {v:.6g}" if isinstance(v, float) else f"{k:>12}: {v}")
+                                for k, v in out.items()])
 
 
 #: Gavel scales used for calibration: 1 fits compute and host terms, 2-8 the communication terms

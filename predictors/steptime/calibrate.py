@@ -6,11 +6,12 @@ minimising the mean absolute percentage error):
 
 - global inverse efficiencies of the work terms, the CPU time per kernel launch and a fixed step
   overhead, shared by every GPU (weak prior: typical efficiencies);
-- per GPU with measurements, multipliers on its inverse efficiencies (pulled towards 1; afterwards
-  the global values are rescaled to the median GPU, so that one odd GPU does not bias the others);
+- per GPU with measurements, a speed factor times per-term deviations, multiplying its inverse
+  efficiencies (pulled towards 1; afterwards the global values are rescaled to the GPU with the
+  median speed factor, so that one odd GPU does not bias the prediction for unmeasured GPUs);
 - per measurement setup (``source``) and GPU, the host speed of the machines hosting that GPU type
   (pulled towards 1; their geometric mean per setup is 1, so a GPU without rows gets the average);
-- per workload and setup, the input-pipeline terms ``per_step_s + per_sample_s * batch``;
+- per workload and setup, the input-pipeline terms ``per_step_s + per_sample_s * batch``.
 
 Kernel-time rows (Orion's per-kernel sums on a V100, :attr:`Measurement.kernel_time`) are predicted
 by the GPU time alone: they pin the GPU-side terms apart from the host and dispatch terms.

@@ -195,6 +195,17 @@ class DeletePopStepTime:
                 return f["step_overhead_s"] + speed * (host["per_step_s"] + host["per_sample_s"] * batch_size)
         return float(f["step_overhead_s"])
 
+    def calibration_basis(self, gpu_type: str) -> str:
+        """What the predictions for ``gpu_type`` rest on: its own step-time measurements, or its
+        spec sheet with or without DeepBench kernel efficiencies."""
+        gpu, f = _gpu(gpu_type), self.factors
+        setups = sorted(label.split(":")[0] for label in f.get("fitted_on", ()) if label.endswith(f":{gpu.id}"))
+        if gpu.id in f.get("per_gpu", {}):
+            return f"fitted on its step-time measurements ({', '.join(setups)})"
+        if gpu.id in f.get("kernel_efficiency", {}):
+            return "spec sheet scaled by its DeepBench kernel efficiencies"
+        return "spec sheet only"
+
     def comm_s(self, agg: Aggregates, gpu: GpuType, num_gpus: int, num_nodes: int, freeze_level: int) -> float:
         """Exposed all-reduce time of the trainable gradients (fitted share of ring + shared-bus terms)."""
         f = self.factors

@@ -145,3 +145,10 @@ def test_old_factor_files_are_refused_with_a_hint(tmp_path):
     path.write_text('{"format_version": 2}')
     with pytest.raises(ValidationError, match="format_version 2; expected 3.*calibrate-steptime"):
         load_factors(str(path))
+
+
+def test_calibration_basis_says_what_a_gpu_rests_on():
+    p = DeletePopStepTime()
+    assert p.calibration_basis("V100").startswith("fitted on its step-time measurements (gavel")
+    assert p.calibration_basis("t4") == "spec sheet scaled by its DeepBench kernel efficiencies"
+    assert p.calibration_basis("h100") == "spec sheet only"
