@@ -59,9 +59,12 @@ def step_time(model: str, gpu: str, batch_size: int, num_gpus: int, num_nodes: i
     from dltsched.predictors.steptime import DeletePopStepTime
 
     job = _job(model, batch_size, num_gpus, amp, dataset, optimizer)
-    out = DeletePopStepTime().breakdown(job, gpu, freeze_level=freeze_level, num_nodes=num_nodes,
-                                        check_memory=True).as_dict()
-    emit(out, as_json, lambda: [click.echo(f"{k:>12}: {v:.6g}") for k, v in out.items()])
+    predictor = DeletePopStepTime()
+    out: dict[str, float | str] = {**predictor.breakdown(job, gpu, freeze_level=freeze_level, num_nodes=num_nodes,
+                                                         check_memory=True).as_dict(),
+                                   "calibration": predictor.calibration_basis(gpu)}
+    emit(out, as_json, lambda: [click.echo(f"{k:>12}: {v:.6g}" if isinstance(v, float) else f"{k:>12}: {v}")
+                                for k, v in out.items()])
 
 
 #: Gavel scales used for calibration: 1 fits compute and host terms, 2-8 the communication terms
@@ -76,13 +79,16 @@ def _measurements(source: str, data_dir: str | None, scales: tuple[int, int] = (
         return [m for m in ms.gavel_measurements(data_dir, max_scale=scales[1]) if m.num_gpus >= scales[0]]
     if source == "zeus":
         return ms.zeus_measurements(data_dir)
-    return _measurements("gavel", data_dir, scales) + ms.zeus_measurements(data_dir)
+    if source == "orion":
+        return ms.orion_measurements(data_dir)
+    return [*_measurements("gavel", data_dir, scales), *ms.zeus_measurements(data_dir),
+            *ms.orion_measurements(data_dir)]
 
 
 @predict.command("eval-steptime")
 @click.argument("csv_file", required=False, type=click.Path(exists=True, dir_okay=False))
-@click.option("--format", "source", type=click.Choice(["gavel", "zeus", "all"]), default=None,
-              help="Evaluate on a data-folder source instead of a CSV file.")
+@click.option("--format", "source", type=click.Choice(["gavel", "zeus", "orion", "all"]), default=None,
+              help="Evaluate on a data-folder source instead of a CSV file (orion: GPU time of V100 steps).")
 @click.option("--leave-one-gpu-out", is_flag=True, help="Refit without each GPU before testing on it.")
 @click.option("--min-scale", type=int, default=1, show_default=True, help="--format gavel: fewest GPUs per job.")
 @click.option("--max-scale", type=int, default=1, show_default=True, help="--format gavel: most GPUs per job.")
@@ -114,7 +120,7 @@ def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: b
               help="Where to write the factors (default: the package's factors.json).")
 @click.option("--json", "as_json", is_flag=True)
 def calibrate_steptime(data_dir: str | None, hold_out_gpu: str | None, output: str | None, as_json: bool) -> None:
-    """Fit the efficiency, host and communication factors on Gavel + Zeus (+ DeepBench) and write them."""
+    """Fit the efficiency, host and communication factors on Gavel + Zeus + Orion (+ DeepBench) and write them."""
     import json
 
     from dltsched.predictors.steptime import calibrate as cal

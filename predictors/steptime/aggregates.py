@@ -1,35 +1,44 @@
-"""Per-(model, dataset) cost aggregates of the shipped operator graphs, by op class and freeze level.
+"""Per-(model, dataset) cost tables of the shipped operator graphs, by work group and freeze level.
 
-A prediction then needs a few dozen flops: forward sums over all ops, backward sums over the
-trainable suffix (layers >= freeze level) read from suffix tables. No torch.
+Each operator runs once forward and, when its layer is trainable (layer >= freeze level), once
+backward. On a given GPU an operator of a compute class (conv, matmul, attention, rnn) is timed by
+its FLOPs when it is compute-bound and by its activation bytes when it is memory-bound: the
+roofline decides from its per-sample arithmetic intensity and the GPU's ridge point (reference
+efficiencies :data:`REFERENCE_INVERSE_EFFICIENCY`). Other classes are always memory-bound.
+A prediction then needs a few dozen flops: :func:`work_table` sums the graph once per (GPU, AMP,
+kernel efficiencies) and keeps suffix tables over the freeze level. No torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from dltsched.predictors.zoo.graphs import COLUMNS, graph_record
 
-#: classes timed by FLOPs / achievable peak; the others by bytes / achievable bandwidth
+#: op classes timed by FLOPs over an achievable peak when compute-bound
 COMPUTE_CLASSES = ("conv", "matmul", "attention", "rnn")
-_MEMORY_BWD_FACTOR = 2.0  # backward of a memory-bound op reads saved input + grad out, writes grad in
+#: compute work groups: each has its own achievable efficiency (attention runs GEMM kernels)
+COMPUTE_GROUPS = ("conv", "gemm", "rnn")
+GROUP_OF = {"conv": "conv", "matmul": "gemm", "attention": "gemm", "rnn": "rnn"}
+#: roofline classification: inverse efficiencies a typical operator reaches (compute, memory)
+REFERENCE_INVERSE_EFFICIENCY = (1.4, 1.25)
+_MEMORY_BWD_FACTOR = 2.0  # backward reads the saved input and the output gradient, writes the input gradient
 _COL = {c: i for i, c in enumerate(COLUMNS)}
 
 
 @dataclass(frozen=True, slots=True)
 class Aggregates:
-    """Per-sample totals of one graph; index ``[k]`` of a suffix table = sum over layers >= k."""
+    """Per-op costs of one graph (per sample, except parameter bytes) and per-layer suffix sums.
+
+    Index ``[k]`` of a suffix table = sum over layers >= k (the trainable part at freeze level k).
+    """
 
     num_layers: int
-    fwd_flops: dict[str, float]  # compute class -> forward FLOPs
-    bwd_flops: dict[str, tuple[float, ...]]  # compute class -> suffix of backward FLOPs
-    fwd_bytes: float  # memory-bound classes, forward bytes read + written
-    bwd_bytes: tuple[float, ...]
-    fwd_kernels: int
-    bwd_kernels: tuple[int, ...]
-    activation_bytes: tuple[float, ...]  # suffix of stored activations (trainable layers only)
-    param_bytes: tuple[float, ...]  # suffix of parameter bytes (trainable weights)
+    ops: tuple[tuple[str, int, float, float, float, float], ...]  # (class, layer, fwd, bwd FLOPs, act, param B)
+    activation_bytes: tuple[float, ...]  # suffix of activations stored for backward
+    param_bytes: tuple[float, ...]  # suffix of trainable parameter bytes
+    param_tensors: tuple[int, ...]  # suffix of trainable parameter tensors (weight and bias per op)
     param_bytes_total: float
 
 
@@ -45,24 +54,63 @@ def aggregates(model: str, dataset: str) -> Aggregates:
     """Aggregates of the shipped graph of canonical ``model`` on ``dataset``."""
     rec = graph_record(model, dataset)
     n = rec["num_layers"]
-    fwd = dict.fromkeys(COMPUTE_CLASSES, 0.0)
-    bwd = {c: [0.0] * n for c in COMPUTE_CLASSES}
-    fwd_bytes, bwd_bytes = 0.0, [0.0] * n
-    bwd_kernels, acts, params = [0.0] * n, [0.0] * n, [0.0] * n
+    acts, params, tensors = [0.0] * n, [0.0] * n, [0.0] * n
+    ops = []
     for row in rec["nodes"]:
         cls, layer = row[_COL["op_class"]], row[_COL["layer"]]
         moved = row[_COL["bytes_read"]] + row[_COL["bytes_written"]]
-        if cls in COMPUTE_CLASSES:
-            fwd[cls] += row[_COL["fwd_flops"]]
-            bwd[cls][layer] += row[_COL["bwd_flops"]]
-            bwd_kernels[layer] += 2
-        else:
-            fwd_bytes += moved
-            bwd_bytes[layer] += _MEMORY_BWD_FACTOR * moved
-            bwd_kernels[layer] += 1
+        ops.append((cls, layer, float(row[_COL["fwd_flops"]]), float(row[_COL["bwd_flops"]]), float(moved),
+                    float(row[_COL["param_bytes"]])))
         acts[layer] += row[_COL["activation_bytes"]]
         params[layer] += row[_COL["param_bytes"]]
+        tensors[layer] += 2 if row[_COL["param_bytes"]] > 0 else 0
     scale = rec["param_bytes_total"] / max(sum(params), 1.0)  # tied weights counted once
-    return Aggregates(n, fwd, {c: _suffix(v) for c, v in bwd.items()}, fwd_bytes, _suffix(bwd_bytes),
-                      len(rec["nodes"]), tuple(int(x) for x in _suffix(bwd_kernels)), _suffix(acts),
-                      tuple(p * scale for p in _suffix(params)), float(rec["param_bytes_total"]))
+    return Aggregates(n, tuple(ops), _suffix(acts), tuple(p * scale for p in _suffix(params)),
+                      tuple(int(t) for t in _suffix(tensors)), float(rec["param_bytes_total"]))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkTable:
+    """Spec-time work of one graph on one GPU, as suffix tables over the freeze level ``k``.
+
+    ``compute_s[group][k]`` and ``memory_s[k]``: seconds per sample at the spec peak / bandwidth
+    (forward of every op plus backward of trainable ops); ``weight_s[k]``: seconds per step to read
+    the weights (forward, backward) and write the weight gradients; ``kernels[k]``: kernels per step.
+    """
+
+    compute_s: dict[str, tuple[float, ...]]
+    memory_s: tuple[float, ...]
+    weight_s: tuple[float, ...]
+    kernels: tuple[int, ...]
+
+
+@lru_cache(maxsize=8192)
+def work_table(model: str, dataset: str, peak_flops: tuple[float, ...], bandwidth: float,
+               activation_scale: float) -> WorkTable:
+    """Work of ``model`` on a GPU with per-group achievable peaks ``peak_flops`` (order of
+    :data:`COMPUTE_GROUPS`, FLOP/s) and ``bandwidth`` (B/s); activations scaled by ``activation_scale``
+    (0.5 with AMP)."""
+    agg = aggregates(model, dataset)
+    n = agg.num_layers
+    peak = dict(zip(COMPUTE_GROUPS, peak_flops, strict=True))
+    ref_compute, ref_memory = REFERENCE_INVERSE_EFFICIENCY
+    fwd = dict.fromkeys(COMPUTE_GROUPS, 0.0)
+    bwd = {g: [0.0] * n for g in COMPUTE_GROUPS}
+    fwd_mem, bwd_mem, fwd_w, bwd_w = 0.0, [0.0] * n, 0.0, [0.0] * n
+    fwd_kernels, bwd_kernels = 0, [0.0] * n
+    for cls, layer, f, fb, moved, weights in agg.ops:
+        moved_s = moved * activation_scale / bandwidth
+        group = GROUP_OF.get(cls)
+        if group is not None and f / peak[group] * ref_compute >= moved_s * ref_memory:
+            fwd[group] += f / peak[group]
+            bwd[group][layer] += fb / peak[group]
+        else:
+            fwd_mem += moved_s
+            bwd_mem[layer] += _MEMORY_BWD_FACTOR * moved_s
+        fwd_w += weights / bandwidth
+        bwd_w[layer] += 2.0 * weights / bandwidth
+        fwd_kernels += 1
+        bwd_kernels[layer] += 2 if group is not None else 1
+    return WorkTable({g: tuple(fwd[g] + b for b in _suffix(bwd[g])) for g in COMPUTE_GROUPS},
+                     tuple(fwd_mem + b for b in _suffix(bwd_mem)), tuple(fwd_w + b for b in _suffix(bwd_w)),
+                     tuple(int(fwd_kernels + b) for b in _suffix(bwd_kernels)))

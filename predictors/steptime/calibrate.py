@@ -1,22 +1,26 @@
-"""Fitting the step-time predictor's achievable-efficiency factors, and evaluating it.
+"""Fitting the step-time predictor's factors on whole-iteration measurements, and evaluating it.
 
-The step time is linear in the spec-normalised work terms of :func:`model.features` plus a
-per-model host term (input pipeline, environment simulation: ``per_step_s + per_sample_s *
-batch``, a property of the model, not of the GPU). Each stage minimises the mean absolute relative
-error (iteratively reweighted non-negative least squares) over whole-iteration measurements:
+Stage 1 fits, on single-GPU rows, everything of :mod:`model` at once by robust non-linear least
+squares on relative errors (soft-L1 loss, so large residuals weigh about linearly, close to
+minimising the mean absolute percentage error):
 
-1. on single-GPU rows (Gavel scale 1, Zeus): global inverse efficiencies (spec-sheet scaled,
-   shared by all GPUs), with the host terms strongly regularised so that the GPU-side terms
-   explain what they can; then the host terms alone, on what is left;
-2. per GPU with measurements: its own inverse efficiencies and a host-speed factor, host terms
-   fixed, pulled towards the global values where its rows say little;
-3. on multi-GPU rows (Gavel scale 2-8), everything else fixed: the communication coefficients,
-   globally and per GPU.
+- global inverse efficiencies of the work terms, the CPU time per kernel launch and a fixed step
+  overhead, shared by every GPU (weak prior: typical efficiencies);
+- per GPU with measurements, a speed factor times per-term deviations, multiplying its inverse
+  efficiencies (pulled towards 1; afterwards the global values are rescaled to the GPU with the
+  median speed factor, so that one odd GPU does not bias the prediction for unmeasured GPUs);
+- per measurement setup (``source``) and GPU, the host speed of the machines hosting that GPU type
+  (pulled towards 1; their geometric mean per setup is 1, so a GPU without rows gets the average);
+- per workload and setup, the input-pipeline terms ``per_step_s + per_sample_s * batch``.
 
-Any other GPU, and a GPU held out, uses the global factors (and host speed 1). DeepBench GEMM /
-convolution / LSTM efficiencies scale the compute peak per GPU and class (relative to their mean
-over the GPUs DeepBench measured; other GPUs use 1). They are kernel microbenchmarks, not step
-times, so a GPU held out keeps them.
+Kernel-time rows (Orion's per-kernel sums on a V100, :attr:`Measurement.kernel_time`) are predicted
+by the GPU time alone: they pin the GPU-side terms apart from the host and dispatch terms.
+
+Stage 2 fits the communication coefficients on multi-GPU rows (Gavel scale 2-8), all else fixed.
+A GPU held out (or never measured) has no multipliers and host speed 1: it rests on its spec sheet
+and, where DeepBench measured it, its GEMM / convolution / LSTM kernel efficiencies relative to the
+mean over DeepBench's GPUs. These are kernel microbenchmarks, not step times, so a GPU held out
+keeps them.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from scipy.optimize import nnls
+from scipy.optimize import least_squares, nnls
 
 from dltsched.engine.domain import Job
 from dltsched.predictors.steptime.aggregates import aggregates
@@ -35,24 +39,33 @@ from dltsched.predictors.steptime.measurements import Measurement
 from dltsched.predictors.steptime.model import (
     COMM_FEATURES,
     DEFAULT_COMM_COEFFICIENTS,
-    FEATURES,
+    FORMAT_VERSION,
+    OVERLAP_POWER,
+    WORK_TERMS,
     DeletePopStepTime,
     _gpu,
     comm_features,
-    features,
     host_key,
-    optimizer_passes,
+    work_terms,
 )
 from dltsched.predictors.zoo.graphs import resolve
 
-FORMAT_VERSION = 2
-_RIDGE = 1e-3  # pulls coefficients towards their prior where data say little
-_PER_GPU_RIDGE = 0.05  # stage 2: pull towards the global coefficients
-_HOST_RIDGE = 0.2  # stage 1: host terms explain only what the GPU-side terms cannot
+#: prior inverse efficiencies of the work terms (typical achieved fractions of the spec sheet)
+PRIOR_INVERSE_EFFICIENCY = {"conv": 1.4, "gemm": 1.4, "rnn": 2.0, "memory": 1.25}
+PRIOR_DISPATCH_US = 10.0
+_PRIOR_WEIGHT = 0.01  # on log(inverse efficiency / prior): a tie-breaker only
+_GPU_WEIGHT = 0.1  # on log(per-GPU speed factor)
+_TERM_WEIGHT = 0.1  # on log(per-GPU, per-term deviation from that factor)
+_SPEED_WEIGHT = 0.3  # on log(host speed): machines differ, but host terms should not mimic GPU work
+_HOST_WEIGHT = 0.003  # on host terms (units of 10 ms, 0.1 ms per sample): GPU work explains what it can first
+_IDENTIFY_WEIGHT = 3.0  # on the mean log host speed of each setup
+_LOSS_SCALE = 0.03  # relative errors below ~3% count quadratically, larger ones about linearly
+_STEP_UNIT_S, _SAMPLE_UNIT_S = 1e-2, 1e-4  # host parameters are fitted in these units (values O(1))
+_MIN_FACTOR = 1e-3
+_RIDGE = 1e-3  # stage 2: pulls communication coefficients towards their prior where data say little
+_PER_GPU_RIDGE = 0.05
 _IRLS_ITERATIONS = 8
-_IRLS_FLOOR = 0.02  # relative errors below 2% weigh as 2% (keeps the L1 reweighting stable)
-_HOST_STEP_UNIT_S = 1e-2  # host columns are scaled so that their coefficients are O(1)
-_HOST_SAMPLE_UNIT_S = 1e-4
+_IRLS_FLOOR = 0.02
 
 
 def job_of(m: Measurement) -> Job:
@@ -60,33 +73,150 @@ def job_of(m: Measurement) -> Job:
                total_iterations=1.0, num_gpus=m.num_gpus, amp=m.amp, optimizer=m.optimizer, dataset=m.dataset)
 
 
-def _key(m: Measurement) -> str:
-    return host_key(*resolve(m.model, m.dataset))
-
-
-def _row(m: Measurement, efficiency: dict[str, dict[str, float]]) -> np.ndarray:
-    model, dataset = resolve(m.model, m.dataset)
-    gpu = _gpu(m.gpu)
-    f = features(aggregates(model, dataset), gpu, m.batch_size, m.amp, 0, optimizer_passes(job_of(m)),
-                 efficiency.get(gpu.id))
-    return np.array([f[k] for k in FEATURES])
-
-
-def _host_rows(rows: Sequence[Measurement], keys: Sequence[str]) -> np.ndarray:
-    """Design columns of the per-model host terms: (per step, per sample) for each key."""
-    out = np.zeros((len(rows), 2 * len(keys)))
-    index = {k: i for i, k in enumerate(keys)}
-    for r, m in enumerate(rows):
-        i = index[_key(m)]
-        out[r, 2 * i], out[r, 2 * i + 1] = _HOST_STEP_UNIT_S, _HOST_SAMPLE_UNIT_S * m.batch_size
-    return out
-
-
 def relative_kernel_efficiency(raw: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """Per GPU and kernel kind: efficiency over the mean of that kind across the GPUs measured."""
     kinds = {k for per_kind in raw.values() for k in per_kind}
     mean = {k: statistics.fmean(e[k] for e in raw.values() if k in e) for k in kinds}
     return {g: {k: round(v / mean[k], 4) for k, v in per_kind.items()} for g, per_kind in raw.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class _Design:
+    """Stage-1 inputs: spec-time work per row, and the indices of its GPU, setup and workload."""
+
+    work: np.ndarray  # rows x WORK_TERMS, seconds at 100% efficiency
+    kernels: np.ndarray
+    kernel_time: np.ndarray  # rows whose target is the GPU time alone
+    batch: np.ndarray
+    y: np.ndarray
+    gpus: tuple[str, ...]
+    gpu: np.ndarray
+    cells: tuple[tuple[str, str], ...]  # (source, gpu) with whole-step rows
+    cell: np.ndarray  # index into cells (0 for kernel-time rows, unused)
+    workloads: tuple[tuple[str, str, str], ...]  # (source, model, dataset) with whole-step rows
+    workload: np.ndarray
+
+
+def _design(rows: Sequence[Measurement], efficiency: dict[str, dict[str, float]]) -> _Design:
+    work, kernels, gpu_ids, cells, loads = [], [], [], [], []
+    for m in rows:
+        model, dataset = resolve(m.model, m.dataset)
+        gpu = _gpu(m.gpu)
+        w = work_terms(job_of(m), model, dataset, gpu, 0, efficiency.get(gpu.id))
+        work.append([w[t] for t in WORK_TERMS])
+        kernels.append(w["kernels"])
+        gpu_ids.append(gpu.id)
+        cells.append(None if m.kernel_time else (m.source, gpu.id))
+        loads.append(None if m.kernel_time else (m.source, model, dataset))
+    gpus = tuple(sorted(set(gpu_ids)))
+    cell_keys = tuple(sorted({c for c in cells if c is not None}))
+    load_keys = tuple(sorted({w for w in loads if w is not None}))
+    return _Design(np.array(work), np.array(kernels), np.array([m.kernel_time for m in rows]),
+                   np.array([m.batch_size for m in rows], float), np.array([m.step_time_s for m in rows]), gpus,
+                   np.array([gpus.index(g) for g in gpu_ids]), cell_keys,
+                   np.array([cell_keys.index(c) if c else 0 for c in cells]), load_keys,
+                   np.array([load_keys.index(w) if w else 0 for w in loads]))
+
+
+class _Params:
+    """Slices of the stage-1 parameter vector."""
+
+    def __init__(self, d: _Design) -> None:
+        n_terms = len(WORK_TERMS)
+        sizes = {"theta": n_terms, "dispatch": 1, "overhead": 1, "scale": len(d.gpus), "mult": n_terms * len(d.gpus),
+                 "speed": len(d.cells), "host": 2 * len(d.workloads)}
+        self.slices, start = {}, 0
+        for name, size in sizes.items():
+            self.slices[name] = slice(start, start + size)
+            start += size
+        self.size = start
+        self.shape_mult = (len(d.gpus), n_terms)
+
+    def get(self, x: np.ndarray, name: str) -> np.ndarray:
+        return x[self.slices[name]]
+
+
+def _multipliers(p: _Params, x: np.ndarray) -> np.ndarray:
+    """Per GPU and work term: the GPU's overall speed factor times its per-term deviation."""
+    return p.get(x, "scale")[:, None] * p.get(x, "mult").reshape(p.shape_mult)
+
+
+def _predict(d: _Design, p: _Params, x: np.ndarray) -> np.ndarray:
+    theta, mult = p.get(x, "theta"), _multipliers(p, x)
+    host = p.get(x, "host").reshape(-1, 2)
+    gpu_s = (d.work * theta * mult[d.gpu]).sum(axis=1)
+    dispatch_s = d.kernels * p.get(x, "dispatch")[0] * 1e-6
+    busy = (gpu_s**OVERLAP_POWER + dispatch_s**OVERLAP_POWER) ** (1.0 / OVERLAP_POWER)
+    pipeline = host[d.workload, 0] * _STEP_UNIT_S + host[d.workload, 1] * _SAMPLE_UNIT_S * d.batch
+    step = busy + p.get(x, "overhead")[0] * 1e-3 + p.get(x, "speed")[d.cell] * pipeline
+    return np.where(d.kernel_time, gpu_s, step)
+
+
+def _residuals(x: np.ndarray, d: _Design, p: _Params, prior: np.ndarray) -> np.ndarray:
+    log_speed = np.log(p.get(x, "speed"))
+    sources = sorted({s for s, _g in d.cells})
+    identify = [log_speed[[i for i, (s, _g) in enumerate(d.cells) if s == src]].mean() for src in sources]
+    return np.concatenate([(_predict(d, p, x) - d.y) / d.y,
+                           _PRIOR_WEIGHT * np.log(p.get(x, "theta") / prior),
+                           _GPU_WEIGHT * np.log(p.get(x, "scale")), _TERM_WEIGHT * np.log(p.get(x, "mult")),
+                           _SPEED_WEIGHT * log_speed,
+                           _HOST_WEIGHT * p.get(x, "host"),
+                           _IDENTIFY_WEIGHT * np.array(identify)])
+
+
+def _fit_stage1(d: _Design) -> tuple[_Params, np.ndarray]:
+    p = _Params(d)
+    prior = np.array([PRIOR_INVERSE_EFFICIENCY[t] for t in WORK_TERMS])
+    x0, lower = np.empty(p.size), np.full(p.size, _MIN_FACTOR)
+    for name, value in (("theta", prior), ("dispatch", PRIOR_DISPATCH_US), ("overhead", 0.5), ("scale", 1.0),
+                        ("mult", 1.0),
+                        ("speed", 1.0), ("host", 0.3)):
+        x0[p.slices[name]] = value
+    for name in ("overhead", "host"):
+        lower[p.slices[name]] = 0.0
+    sol = least_squares(_residuals, x0, bounds=(lower, np.inf), loss="soft_l1", f_scale=_LOSS_SCALE,
+                        args=(d, p, prior), max_nfev=2000)
+    return p, sol.x
+
+
+def fit(measurements: Sequence[Measurement],
+        kernel_efficiency: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+    """Fitted factors (``factors.json``) from measurements and DeepBench efficiencies.
+
+    Single-GPU rows fit the compute, dispatch and host terms; multi-GPU rows, if any, the communication terms.
+    """
+    efficiency = relative_kernel_efficiency(kernel_efficiency or {})
+    rows = [m for m in measurements if m.num_gpus == 1]
+    if all(m.kernel_time for m in rows):
+        raise ValueError("no single-GPU whole-step measurements to calibrate on")
+    d = _design(rows, efficiency)
+    p, x = _fit_stage1(d)
+    typical = np.median(p.get(x, "scale"))  # GPUs without rows get the median measured GPU
+    theta, mult = p.get(x, "theta") * typical, _multipliers(p, x) / typical
+    host_speed: dict[str, dict[str, float]] = {}
+    for (source, gpu), speed in zip(d.cells, p.get(x, "speed"), strict=True):
+        host_speed.setdefault(source, {})[gpu] = round(float(speed), 5)
+    host = p.get(x, "host").reshape(-1, 2)
+    factors: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "inverse_efficiency": {t: round(float(v), 5) for t, v in zip(WORK_TERMS, theta, strict=True)},
+        "dispatch_us": round(float(p.get(x, "dispatch")[0]), 4),
+        "step_overhead_s": round(float(p.get(x, "overhead")[0]) * 1e-3, 7),
+        "kernel_efficiency": efficiency,
+        "per_gpu": {g: {t: round(float(v), 5) for t, v in zip(WORK_TERMS, mult[i], strict=True)}
+                    for i, g in enumerate(d.gpus)},
+        "sources": sorted(host_speed),
+        "host_speed": host_speed,
+        "host_overhead": {host_key(*w): {"per_step_s": round(float(h[0]) * _STEP_UNIT_S, 7),
+                                         "per_sample_s": round(float(h[1]) * _SAMPLE_UNIT_S, 9)}
+                          for w, h in zip(d.workloads, host, strict=True)},
+    }
+    multi = [m for m in measurements if m.num_gpus > 1]
+    if multi:
+        factors.update(_fit_comm(factors, multi))
+    factors["fitted_on"] = sorted({f"{m.source}:{_gpu(m.gpu).id}" for m in [*rows, *multi]})
+    factors["num_measurements"] = len(rows) + len(multi)
+    return factors
 
 
 def _irls(x: np.ndarray, target: np.ndarray, scale: np.ndarray, prior: np.ndarray,
@@ -104,60 +234,10 @@ def _irls(x: np.ndarray, target: np.ndarray, scale: np.ndarray, prior: np.ndarra
     return coef
 
 
-def _fit_gpu(x: np.ndarray, host_s: np.ndarray, y: np.ndarray, global_coef: np.ndarray) -> dict[str, float]:
-    """Stage 2 for one GPU: its inverse efficiencies and host-speed factor (prior: global, 1)."""
-    coef = _irls(np.hstack([x, host_s[:, None]]), y, y, np.append(global_coef, 1.0), _PER_GPU_RIDGE)
-    return {**_rounded(coef[:-1]), "host": round(float(coef[-1]), 5)}
-
-
-def _rounded(coef: np.ndarray) -> dict[str, float]:
-    return {k: round(float(c), 5) for k, c in zip(FEATURES, coef, strict=True)}
-
-
-def fit(measurements: Sequence[Measurement],
-        kernel_efficiency: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
-    """Fitted factors (``factors.json``) from measurements and DeepBench efficiencies.
-
-    Single-GPU rows fit the compute and host terms; multi-GPU rows, if any, the communication terms.
-    """
-    efficiency = relative_kernel_efficiency(kernel_efficiency or {})
-    rows = [m for m in measurements if m.num_gpus == 1]
-    if not rows:
-        raise ValueError("no single-GPU measurements to calibrate on")
-    keys = sorted({_key(m) for m in rows})
-    x = np.stack([_row(m, efficiency) for m in rows])
-    host_x = _host_rows(rows, keys)
-    y = np.array([m.step_time_s for m in rows])
-    global_coef, host_coef = _fit_global(x, host_x, y)
-    host_s = host_x @ host_coef
-    gpus = np.array([_gpu(m.gpu).id for m in rows])
-    per_gpu = {g: _fit_gpu(x[gpus == g], host_s[gpus == g], y[gpus == g], global_coef) for g in sorted(set(gpus))}
-    host = {k: {"per_step_s": round(float(host_coef[2 * i]) * _HOST_STEP_UNIT_S, 7),
-                "per_sample_s": round(float(host_coef[2 * i + 1]) * _HOST_SAMPLE_UNIT_S, 9)}
-            for i, k in enumerate(keys)}
-    factors = {"format_version": FORMAT_VERSION, "coefficients": _rounded(global_coef),
-               "kernel_efficiency": efficiency, "per_gpu": per_gpu, "host_overhead": host}
-    multi = [m for m in measurements if m.num_gpus > 1]
-    if multi:
-        factors.update(_fit_comm(factors, multi))
-    factors["fitted_on"] = sorted({f"{m.source}:{_gpu(m.gpu).id}" for m in [*rows, *multi]})
-    factors["num_measurements"] = len(rows) + len(multi)
-    return factors
-
-
-def _fit_global(x: np.ndarray, host_x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Stage 1: global inverse efficiencies (host terms regularised hard), then host terms on the rest."""
-    n, n_host = x.shape[1], host_x.shape[1]
-    prior = np.concatenate([np.ones(n), np.zeros(n_host)])
-    ridge = np.concatenate([np.full(n, _RIDGE), np.full(n_host, _HOST_RIDGE)])
-    global_coef = _irls(np.hstack([x, host_x]), y, y, prior, ridge)[:n]
-    return global_coef, _irls(host_x, y - x @ global_coef, y, np.zeros(n_host), _RIDGE)
-
-
 def _fit_comm(factors: dict[str, Any], rows: Sequence[Measurement]) -> dict[str, Any]:
-    """Stage 3: communication coefficients from multi-GPU rows, compute factors fixed (global, then per GPU)."""
+    """Stage 2: communication coefficients from multi-GPU rows, compute factors fixed (global, then per GPU)."""
     predictor = DeletePopStepTime(factors=factors)
-    single = np.array([predictor.step_time_s(job_of(m), m.gpu, 1) for m in rows])
+    single = np.array([replace(predictor, host_source=m.source).step_time_s(job_of(m), m.gpu, 1) for m in rows])
     x = np.stack([_comm_row(m, predictor.hop_latency_s) for m in rows])
     y = np.array([m.step_time_s for m in rows])
     prior = np.array([DEFAULT_COMM_COEFFICIENTS[k] for k in COMM_FEATURES])
@@ -194,15 +274,19 @@ class Evaluation:
 
 
 def evaluate(predictor: DeletePopStepTime, measurements: Sequence[Measurement]) -> Evaluation:
-    """MAPE and 90th-percentile absolute percentage error (in %) with per-row predictions."""
+    """MAPE and 90th-percentile absolute percentage error (in %) with per-row predictions.
+
+    Each row uses the input-pipeline terms of its own measurement setup (``Measurement.source``) where fitted.
+    """
     rows, errors = [], []
     for m in measurements:
-        pred = predictor.step_time_s(job_of(m), m.gpu, m.num_gpus)
+        step = replace(predictor, host_source=m.source or None).breakdown(job_of(m), m.gpu, m.num_gpus)
+        pred = step.compute_s + step.memory_s if m.kernel_time else step.step_time_s
         ape = abs(pred - m.step_time_s) / m.step_time_s * 100.0
         errors.append(ape)
         rows.append({"model": m.model, "dataset": m.dataset, "gpu": m.gpu, "batch_size": m.batch_size,
-                     "num_gpus": m.num_gpus, "amp": m.amp, "measured_s": m.step_time_s, "predicted_s": pred,
-                     "ape": ape})
+                     "num_gpus": m.num_gpus, "amp": m.amp, "source": m.source, "measured_s": m.step_time_s,
+                     "predicted_s": pred, "ape": ape})
     if not errors:
         raise ValueError("no measurements to evaluate")
     return Evaluation(len(errors), float(np.mean(errors)), float(np.percentile(errors, 90)), tuple(rows))
@@ -211,7 +295,7 @@ def evaluate(predictor: DeletePopStepTime, measurements: Sequence[Measurement]) 
 def leave_one_gpu_out(train: Sequence[Measurement], test: Sequence[Measurement],
                       kernel_efficiency: dict[str, dict[str, float]] | None = None,
                       base: DeletePopStepTime | None = None) -> dict[str, Any]:
-    """For each GPU of ``test``: fit on ``train`` without that GPU, evaluate on ``test`` rows of it."""
+    """For each GPU of ``test``: fit on ``train`` without any row of that GPU, evaluate on ``test`` rows of it."""
     base = base or DeletePopStepTime()
     per_gpu, all_rows = {}, []
     for gpu in sorted({_gpu(m.gpu).id for m in test}):
@@ -221,4 +305,4 @@ def leave_one_gpu_out(train: Sequence[Measurement], test: Sequence[Measurement],
         all_rows.extend(ev.rows)
     apes = [r["ape"] for r in all_rows]
     return {"n": len(apes), "mape": float(np.mean(apes)), "p90_ape": float(np.percentile(apes, 90)),
-            "per_gpu": per_gpu}
+            "per_gpu": per_gpu, "rows": all_rows}

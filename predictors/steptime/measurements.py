@@ -3,11 +3,17 @@
 - Gavel: isolated steps/s (consolidated placement). At scale n the throughput counts the
   iterations of all n workers (each with ``batch_size`` samples), so the step time of one worker is
   ``n / throughput``; at scale 1 it is ``1 / throughput``.
+  Gavel's jobs run these optimizers (its workloads' training scripts): :data:`GAVEL_OPTIMIZERS`.
 - Zeus: time per epoch at the highest power limit measured -> per-iteration time =
-  ``time_per_epoch / ceil(dataset_size / batch_size)`` with :data:`ZEUS_DATASET_SIZES`.
+  ``time_per_epoch / ceil(dataset_size / batch_size)`` with the sizes of :data:`ZEUS_WORKLOADS`
+  (Sentiment140: one 425,000-tweet training slice of Zeus's Capriccio dataset, as Zeus trains on).
 - DeepBench: FP32 GEMM, convolution and LSTM TFLOPS of 8 GPUs -> achievable efficiency per GPU
   and kernel kind (median over the benchmark's shapes, divided by the spec FP32 peak).
-The CSV format written and read here is ``model,gpu,batch_size,num_gpus,step_time_s[,amp,dataset,optimizer]``.
+- Orion: per-kernel durations of training iterations on a V100 -> their sum is the GPU time of one
+  step without host or CPU-dispatch time (``Measurement.kernel_time``), for the zoo models Orion
+  profiled (:data:`ORION_WORKLOADS`).
+The CSV format written and read here is ``model,gpu,batch_size,num_gpus,step_time_s`` with optional
+``amp,dataset,optimizer,source`` columns (``source``: the measurement setup, e.g. ``gavel``).
 """
 
 from __future__ import annotations
@@ -30,9 +36,16 @@ ZEUS_WORKLOADS: dict[tuple[str, str], tuple[str, str, int]] = {
     ("librispeech", "deepspeech2"): ("deepspeech2", "librispeech", 281_241),
     ("movielens-1m", "ncf"): ("neumf", "movielens", 994_169),
     ("squad", "bert_base_uncased"): ("bert_base", "squad", 88_524),
-    ("sentiment140", "bert_base_uncased"): ("bert_base", "sentiment140", 1_600_000),
+    ("sentiment140", "bert_base_uncased"): ("bert_base", "sentiment140", 425_000),
 }
+#: Gavel job model -> optimizer of its training script (SGD with momentum unless listed)
+GAVEL_OPTIMIZERS = {"transformer": "adam", "neumf": "adam", "a3c": "adam", "cyclegan": "adam", "lstm_lm": "sgd"}
 ZEUS_GPUS = {"a40": "a40", "p100": "p100", "rtx6000": "rtx6000", "v100": "v100"}
+#: Orion training-iteration profile (V100) -> (model id, dataset id, batch size)
+ORION_WORKLOADS = {"resnet50_32_fb1": ("resnet50", "imagenet", 32), "resnet101_32_fb1": ("resnet101", "imagenet", 32),
+                   "mobilenetv2_32_fb1": ("mobilenet_v2", "imagenet", 32),
+                   "mobilenetv2_64_fb1": ("mobilenet_v2", "imagenet", 64),
+                   "mobilenetv2_96_fb1": ("mobilenet_v2", "imagenet", 96)}
 #: DeepBench file label -> catalog GPU id
 DEEPBENCH_GPUS = {"V100": "v100", "T4": "t4", "P100": "p100", "TitanXp": "titanxp", "1080Ti": "gtx1080ti",
                   "M40": "m40"}
@@ -40,7 +53,10 @@ DEEPBENCH_GPUS = {"V100": "v100", "T4": "t4", "P100": "p100", "TitanXp": "titanx
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
-    """One measured iteration time (``batch_size`` per GPU)."""
+    """One measured iteration time (``batch_size`` per GPU).
+
+    ``kernel_time``: ``step_time_s`` is the sum of the step's GPU kernel durations (no host time).
+    """
 
     model: str
     gpu: str
@@ -51,6 +67,15 @@ class Measurement:
     dataset: str | None = None
     optimizer: str = "sgd"
     source: str = ""
+    kernel_time: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "num_gpus"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValidationError(name, f"{value!r} not understood; must be an integer >= 1")
+        if not self.step_time_s > 0:
+            raise ValidationError("step_time_s", f"{self.step_time_s!r} not understood; must be > 0 seconds")
 
 
 def gavel_measurements(data_dir: str | os.PathLike[str] | None = None, *, max_scale: int = 1) -> list[Measurement]:
@@ -61,7 +86,7 @@ def gavel_measurements(data_dir: str | os.PathLike[str] | None = None, *, max_sc
     for (gpu, jt, scale, consolidated), steps_per_s in read_gavel_throughputs(data_dir=data_dir).isolated.items():
         if consolidated and scale <= max_scale and steps_per_s > 0:
             out.append(Measurement(jt.model, gpu, jt.batch_size, scale, scale / steps_per_s, False, jt.dataset,
-                                   "sgd", "gavel"))
+                                   GAVEL_OPTIMIZERS.get(jt.model, "momentum"), "gavel"))
     return sorted(out, key=lambda m: (m.gpu, m.model, m.batch_size, m.num_gpus))
 
 
@@ -84,6 +109,16 @@ def zeus_measurements(data_dir: str | os.PathLike[str] | None = None) -> list[Me
 
 
 _OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "adagrad", "adadelta", "rmsprop", "lamb")
+
+
+def orion_measurements(data_dir: str | os.PathLike[str] | None = None) -> list[Measurement]:
+    """GPU time of one training step on a V100: the sum of Orion's per-kernel durations (ns)."""
+    out = []
+    for name, (model, dataset, batch) in ORION_WORKLOADS.items():
+        with data_file("orion", "model_kernels", name, data_dir=data_dir).open() as fh:
+            total_ns = sum(float(row["Duration"]) for row in csv.DictReader(fh))
+        out.append(Measurement(model, "v100", batch, 1, total_ns * 1e-9, False, dataset, "sgd", "orion", True))
+    return out
 
 
 #: DeepBench section title prefix -> kernel kind of :data:`model.KERNEL_KIND`
@@ -128,7 +163,7 @@ def deepbench_kernel_efficiency(data_dir: str | os.PathLike[str] | None = None) 
 def write_csv(rows: Iterable[Measurement], path: str | os.PathLike[str]) -> int:
     """Write measurements in the evaluator's CSV format; returns the number of rows."""
     rows = list(rows)
-    fields = ("model", "gpu", "batch_size", "num_gpus", "step_time_s", "amp", "dataset", "optimizer")
+    fields = ("model", "gpu", "batch_size", "num_gpus", "step_time_s", "amp", "dataset", "optimizer", "source")
     with Path(path).open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
@@ -138,7 +173,10 @@ def write_csv(rows: Iterable[Measurement], path: str | os.PathLike[str]) -> int:
 
 
 def read_csv(path: str | os.PathLike[str]) -> list[Measurement]:
-    """Read ``model,gpu,batch_size,num_gpus,step_time_s`` (+ optional ``amp,dataset,optimizer``) rows."""
+    """Read ``model,gpu,batch_size,num_gpus,step_time_s`` (+ optional ``amp,dataset,optimizer,source``) rows.
+
+    ``source`` defaults to the file name.
+    """
     out = []
     with Path(path).open(newline="") as fh:
         reader = csv.DictReader(fh)
@@ -151,7 +189,7 @@ def read_csv(path: str | os.PathLike[str]) -> list[Measurement]:
                 out.append(Measurement(row["model"], row["gpu"], int(row["batch_size"]), int(row["num_gpus"]),
                                        float(row["step_time_s"]), row.get("amp", "0").strip().lower() in
                                        ("1", "true", "yes"), row.get("dataset") or None,
-                                       row.get("optimizer") or "sgd", Path(path).name))
+                                       row.get("optimizer") or "sgd", row.get("source") or Path(path).name))
             except ValueError as err:
-                raise ValidationError(f"{Path(path).name}[{i}]", f"{err}; check the number columns") from None
+                raise ValidationError(f"{Path(path).name}[{i}]", f"{err}; check the row's columns") from None
     return out

@@ -1,7 +1,9 @@
 """Generative and reinforcement-learning zoo models.
 
 - cyclegan: two ResNet generators (9 residual blocks, 256 px) and two 70x70 PatchGAN
-  discriminators; the loss is adversarial + cycle-consistency (one combined backward);
+  discriminators; one training step as in the reference implementation (Gavel's CycleGAN job):
+  identity, adversarial and cycle-consistency losses for the generators (6 generator passes),
+  real and fake (detached) losses for each discriminator (one combined backward here);
 - dcgan: DCGAN generator and discriminator at 64 px (LSUN);
 - a3c: the A3C Atari model of pytorch-a3c (4 conv 32 + LSTM cell 256, 42 px Pong frames);
 - a2c, dqn: the Nature-DQN CNN over 4 stacked 84 px frames (actor-critic heads for A2C);
@@ -56,10 +58,12 @@ class CycleGan(nn.Module):
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         fake_b, fake_a = self.gen_ab(a), self.gen_ba(b)
+        identity = F.l1_loss(self.gen_ba(a), a) + F.l1_loss(self.gen_ab(b), b)
         cycle = F.l1_loss(self.gen_ba(fake_b), a) + F.l1_loss(self.gen_ab(fake_a), b)
-        adv = self.disc_b(fake_b).square().mean() + self.disc_a(fake_a).square().mean()
+        adv = (self.disc_b(fake_b) - 1).square().mean() + (self.disc_a(fake_a) - 1).square().mean()
         real = (self.disc_a(a) - 1).square().mean() + (self.disc_b(b) - 1).square().mean()
-        return adv + 10.0 * cycle + real
+        fake = self.disc_a(fake_a.detach()).square().mean() + self.disc_b(fake_b.detach()).square().mean()
+        return adv + 10.0 * cycle + 5.0 * identity + real + fake
 
 
 @register("cyclegan", "monet2photo")

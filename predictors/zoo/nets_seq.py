@@ -2,8 +2,11 @@
 
 - transformer: the base WMT translation Transformer (6+6 layers, d=512) on Multi30k (32 tokens,
   vocab 10k, as in Gavel's job) or WMT16 (64 tokens, shared vocab 32k);
-- lstm_lm: PyTorch's word language model (2-layer LSTM 650, tied weights, bptt 35) on WikiText-2;
-- deepspeech2: 2 conv layers + 5 bidirectional LSTM 512 + CTC over 161-bin spectrograms (8 s);
+- lstm_lm: PyTorch's word language model with its default arguments, as Gavel's LM job runs it
+  (embedding 200, 2-layer LSTM 200, untied decoder, dropout 0.2, bptt 35) on WikiText-2;
+- deepspeech2: DeepSpeech2 as deepspeech.pytorch builds it by default (Zeus's workload): 2 conv
+  layers, 5 bidirectional LSTM 1024 (directions summed, batch norm between layers), CTC over
+  161-bin spectrograms of 12.3 s (LibriSpeech's mean utterance, 10 ms hop);
 - neumf: NeuMF (GMF + MLP 256-128-64) on MovieLens-1M or MovieLens-20M;
 - pointnet: PointNet classification over 2,048 points (ShapeNet, 16 classes).
 """
@@ -53,18 +56,19 @@ def transformer(dataset: str) -> Built:
 
 
 class WordLM(nn.Module):
-    def __init__(self, vocab: int = 33_278, d: int = 650) -> None:
+    def __init__(self, vocab: int = 33_278, d: int = 200, dropout: float = 0.2) -> None:
         super().__init__()
+        self.dropout = dropout
         self.encoder = nn.Embedding(vocab, d)
         self.rnn1 = nn.LSTM(d, d)
         self.rnn2 = nn.LSTM(d, d)
         self.decoder = nn.Linear(d, vocab)
-        self.decoder.weight = self.encoder.weight
 
     def forward(self, tokens: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        x = F.dropout(self.encoder(tokens), 0.5, self.training)
+        x = F.dropout(self.encoder(tokens), self.dropout, self.training)
         x, _ = self.rnn1(x)
-        x, _ = self.rnn2(x)
+        x, _ = self.rnn2(F.dropout(x, self.dropout, self.training))
+        x = F.dropout(x, self.dropout, self.training)
         return F.cross_entropy(self.decoder(x).flatten(0, 1), target.flatten())
 
 
@@ -76,29 +80,43 @@ def lstm_lm(dataset: str) -> Built:
     return Built(WordLM(), make_inputs, ("encoder", "rnn1", "rnn2", "decoder"))
 
 
+class _BatchRNN(nn.Module):
+    """Batch norm over features (except the first layer), bidirectional LSTM, directions summed."""
+
+    def __init__(self, cin: int, hidden: int, norm: bool) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm1d(cin) if norm else None
+        self.rnn = nn.LSTM(cin, hidden, bidirectional=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, B, C)
+        if self.norm is not None:
+            x = self.norm(x.flatten(0, 1)).view(x.shape)
+        x, _ = self.rnn(x)
+        return x.view(x.shape[0], x.shape[1], 2, -1).sum(2)
+
+
 class DeepSpeech2(nn.Module):
-    def __init__(self, freq: int = 161, hidden: int = 512, layers: int = 5, chars: int = 29) -> None:
+    def __init__(self, freq: int = 161, hidden: int = 1024, layers: int = 5, chars: int = 29) -> None:
         super().__init__()
         self.conv1 = nn.Sequential(nn.Conv2d(1, 32, (41, 11), (2, 2), (20, 5)), nn.BatchNorm2d(32), nn.Hardtanh(0, 20))
         self.conv2 = nn.Sequential(nn.Conv2d(32, 32, (21, 11), (2, 1), (10, 5)), nn.BatchNorm2d(32),
                                    nn.Hardtanh(0, 20))
         feat = 32 * ((freq + 1) // 2 + 1) // 2
-        self.rnns = nn.ModuleList(nn.LSTM(feat if not i else 2 * hidden, hidden, bidirectional=True)
-                                  for i in range(layers))
-        self.fc = nn.Sequential(nn.LayerNorm(2 * hidden), nn.Linear(2 * hidden, chars))
+        self.rnns = nn.ModuleList(_BatchRNN(feat if not i else hidden, hidden, i > 0) for i in range(layers))
+        self.fc = nn.Sequential(nn.BatchNorm1d(hidden), nn.Linear(hidden, chars, bias=False))
 
     def forward(self, spec: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         x = self.conv2(self.conv1(spec))  # (B, C, F, T)
         x = x.flatten(1, 2).permute(2, 0, 1)  # (T, B, C*F)
         for rnn in self.rnns:
-            x, _ = rnn(x)
-        logp = self.fc(x).log_softmax(-1)
-        return F.nll_loss(logp.flatten(0, 1), target.flatten())
+            x = rnn(x)
+        logp = self.fc(x.flatten(0, 1)).log_softmax(-1)
+        return F.nll_loss(logp, target.flatten())
 
 
 @register("deepspeech2", "librispeech")
 def deepspeech2(dataset: str) -> Built:
-    frames = 800
+    frames = 1230
 
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
         return torch.randn(batch, 1, 161, frames), torch.randint(0, 29, (frames // 2, batch))

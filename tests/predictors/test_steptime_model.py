@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -87,13 +88,67 @@ def test_benchmark_ten_thousand_predictions(benchmark):
     assert out["pairs"] == 10_000
 
 
-def test_host_term_adds_to_its_model_only_scaled_by_host_speed():
+def test_host_term_adds_to_its_workload_only_scaled_by_its_setups_host_speed():
     base = DeletePopStepTime()
-    factors = {**base.factors, "host_overhead": {"resnet50/imagenet": {"per_step_s": 0.1, "per_sample_s": 0.001}}}
+    host = {"per_step_s": 0.1, "per_sample_s": 0.001}
+    factors = {**base.factors, "sources": ["a", "b"], "host_speed": {"a": {"v100": 2.0}, "b": {"v100": 0.5}},
+               "host_overhead": {"a:resnet50/imagenet": host, "b:resnet50/imagenet": host, "b:vgg16/cifar10": host}}
     with_host = DeletePopStepTime(factors=factors)
-    speed = factors["per_gpu"]["v100"].get("host", 1.0)
     no_host = DeletePopStepTime(factors={**factors, "host_overhead": {}})
-    gain = with_host.step_time_s(_job(batch=64), "v100") - no_host.step_time_s(_job(batch=64), "v100")
-    assert gain == pytest.approx((0.1 + 0.064) * speed)
-    assert with_host.step_time_s(_job("vgg16"), "v100") == no_host.step_time_s(_job("vgg16"), "v100")
-    assert with_host.step_time_s(_job(), "h100") - no_host.step_time_s(_job(), "h100") == pytest.approx(0.164)
+
+    def gain(p: DeletePopStepTime, job: Job, gpu: str = "v100") -> float:
+        return p.step_time_s(job, gpu) - no_host.step_time_s(job, gpu)
+
+    assert gain(with_host, _job(batch=64)) == pytest.approx(0.164 * 2.0)  # setup "a" comes first
+    assert gain(replace(with_host, host_source="b"), _job(batch=64)) == pytest.approx(0.164 * 0.5)
+    assert gain(with_host, _job(batch=64), "h100") == pytest.approx(0.164)  # no host speed: the average machine
+    assert gain(with_host, _job("vgg16", batch=64)) == pytest.approx(0.164 * 0.5)  # only "b" measured it
+    assert gain(with_host, _job("resnet101")) == 0.0
+
+
+def test_roofline_moves_compute_ops_to_memory_when_the_peak_outgrows_the_bandwidth():
+    from dltsched.predictors.steptime.aggregates import work_table
+
+    # resnet50 at 10 TFLOPS / 1 TB/s: convolutions are compute-bound; at 10^6 TFLOPS none is,
+    # so their activation traffic joins the memory work and no compute time is left
+    normal = work_table("resnet50", "imagenet", (1e13, 1e13, 1e13), 1e12, 1.0)
+    huge = work_table("resnet50", "imagenet", (1e18, 1e18, 1e18), 1e12, 1.0)
+    assert normal.compute_s["conv"][0] > 0 and huge.compute_s["conv"][0] == 0
+    assert huge.memory_s[0] > normal.memory_s[0] and huge.kernels == normal.kernels
+    # the backward of a frozen prefix is skipped: suffix tables shrink with the freeze level
+    assert normal.compute_s["conv"][5] < normal.compute_s["conv"][0] and normal.kernels[5] < normal.kernels[0]
+
+
+def test_cpu_dispatch_and_gpu_work_overlap_as_a_smooth_maximum():
+    from dltsched.predictors.steptime.model import OVERLAP_POWER, combine
+
+    assert combine(0.3, 0.0) == pytest.approx(0.3) and combine(0.0, 0.2) == pytest.approx(0.2)
+    assert combine(0.1, 0.1) == pytest.approx(0.1 * 2 ** (1 / OVERLAP_POWER))
+    assert max(0.3, 0.1) < combine(0.3, 0.1) < 0.3 + 0.1
+
+
+def test_tiny_jobs_are_bound_by_cpu_dispatch_on_every_gpu():
+    # PPO's 64-64 MLP at batch 1: a few hundred kernels of negligible GPU work; the step is the CPU's
+    # launch time, so an H100 is no faster than a K80
+    p = DeletePopStepTime()
+    k80, h100 = p.breakdown(_job("ppo", batch=1), "k80"), p.breakdown(_job("ppo", batch=1), "h100")
+    assert h100.step_time_s == pytest.approx(k80.step_time_s, rel=0.05)
+    assert k80.overhead_s > 10 * (k80.compute_s + k80.memory_s)
+    big = p.breakdown(_job("resnet50", batch=128), "k80")
+    assert big.compute_s + big.memory_s > 5 * big.overhead_s  # large CNN steps are GPU-bound
+
+
+def test_old_factor_files_are_refused_with_a_hint(tmp_path):
+    from dltsched.predictors.steptime.model import load_factors
+
+    path = tmp_path / "factors.json"
+    path.write_text('{"format_version": 2}')
+    with pytest.raises(ValidationError, match="format_version 2; expected 3.*calibrate-steptime"):
+        load_factors(str(path))
+
+
+def test_calibration_basis_says_what_a_gpu_rests_on():
+    p = DeletePopStepTime()
+    assert p.calibration_basis("V100").startswith("fitted on its step-time measurements (gavel")
+    assert p.calibration_basis("t4") == "spec sheet scaled by its DeepBench kernel efficiencies"
+    assert p.calibration_basis("h100") == "spec sheet only"

@@ -52,6 +52,18 @@ def test_resnet_flops_match_published_counts():
         assert conv / 1e9 == pytest.approx(gflops, rel=0.03)
 
 
+def test_workload_configurations_match_the_measured_jobs():
+    # parameters of the configurations the calibration data ran (millions): Gavel's LM (PyTorch
+    # word_language_model defaults: 200-d, untied), deepspeech.pytorch's DeepSpeech2 (86.6M),
+    # CycleGAN with two 9-block ResNet generators and two PatchGANs
+    for model, millions in (("lstm_lm", 13.99), ("deepspeech2", 86.6), ("cyclegan", 28.29)):
+        assert load_graph(model).graph["param_bytes_total"] / 4e6 == pytest.approx(millions, rel=0.01)
+    # a CycleGAN step runs each generator three times (fake, cycle, identity): 6 x 107 GFLOPs
+    g = load_graph("cyclegan")
+    conv = sum(d["fwd_flops"] for _n, d in g.nodes(data=True) if d["op_class"] == "conv")
+    assert conv / 1e9 == pytest.approx(632, rel=0.03)
+
+
 def test_aliases_and_default_dataset():
     g = load_graph("ResNet-50")
     assert g.graph["model"] == "resnet50" and g.graph["dataset"] == "imagenet"
