@@ -99,6 +99,7 @@ class Cluster:
     gpu_node: tuple[int, ...] = field(init=False, repr=False, compare=False)
     node_first_gpu: tuple[int, ...] = field(init=False, repr=False, compare=False)
     _by_type: dict[str, int] = field(init=False, repr=False, compare=False)
+    _nodes_of_type: dict[str, tuple[int, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         nodes = tuple(self.nodes)
@@ -130,9 +131,12 @@ class Cluster:
         object.__setattr__(self, "gpu_node", tuple(gpu_node))
         object.__setattr__(self, "node_first_gpu", tuple(first))
         by_type: dict[str, int] = {}
-        for node in fixed:
+        of_type: dict[str, list[int]] = {}
+        for i, node in enumerate(fixed):
             by_type[node.gpu_type] = by_type.get(node.gpu_type, 0) + node.num_gpus
+            of_type.setdefault(node.gpu_type, []).append(i)
         object.__setattr__(self, "_by_type", by_type)
+        object.__setattr__(self, "_nodes_of_type", {t: tuple(v) for t, v in of_type.items()})
 
     @property
     def num_gpus(self) -> int:
@@ -144,6 +148,10 @@ class Cluster:
     def node_gpus(self, node_index: int) -> range:
         start = self.node_first_gpu[node_index]
         return range(start, start + self.nodes[node_index].num_gpus)
+
+    def nodes_of_type(self, gpu_type: str) -> tuple[int, ...]:
+        """Indices of the nodes whose GPUs are of ``gpu_type``, ascending."""
+        return self._nodes_of_type.get(gpu_type, ())
 
     def gpus_by_type(self) -> dict[str, int]:
         """Number of GPUs of each type (a fresh dict the caller may change)."""

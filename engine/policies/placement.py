@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dltsched.engine.domain import Assignment, Cluster, ClusterState, Job
@@ -56,6 +58,14 @@ class GpuPool:
                     self.free_by_type[self.cluster.gpu_type_of(g)] -= 1
             on.append(job_id)
 
+    def release(self, gpus: Iterable[int]) -> None:
+        """Make ``gpus`` free again (GPUs of jobs the policy stops this round), in index order."""
+        for g in gpus:
+            free = self.free_by_node[self.cluster.gpu_node[g]]
+            if g not in free:
+                bisect.insort(free, g)
+                self.free_by_type[self.cluster.gpu_type_of(g)] += 1
+
     def are_free(self, gpus: tuple[int, ...]) -> bool:
         return all(not self.jobs_on[g] for g in gpus)
 
@@ -65,7 +75,7 @@ class GpuPool:
         n = job.num_gpus
         if self.free_by_type.get(gpu_type, 0) < n:
             return None
-        nodes = [i for i, node in enumerate(self.cluster.nodes) if node.gpu_type == gpu_type and self.free_by_node[i]]
+        nodes = [i for i in self.cluster.nodes_of_type(gpu_type) if self.free_by_node[i]]
         fitting = [i for i in nodes if len(self.free_by_node[i]) >= n]
         if fitting:
             best = min(fitting, key=lambda i: (len(self.free_by_node[i]), i))
