@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dltsched.engine.domain import ClusterState, Instance, JobState, Plan
+from dltsched.engine.domain import OBJECTIVES, ClusterState, Instance, JobState, Plan
 from dltsched.engine.errors import ValidationError
 from dltsched.engine.registry import make_policy, policy_names
 
@@ -52,7 +52,6 @@ log = logging.getLogger(__name__)
 
 #: exact backends of ``dltsched.formulations``; ``greedy:<policy>`` runs a baseline policy instead
 SOLVER_BACKENDS = ("cpsat", "milp", "greedy", "auto")
-OBJECTIVES = ("effective_progress", "weighted_completion", "makespan")
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,12 @@ from typing import Any
 
 from dltsched.engine.errors import ValidationError
 
+#: what a scheduling round can optimise (see ``dltsched.formulations.RoundOptions``): ``effective_progress``
+#: (max, normalized throughput), ``jct`` (max, throughput relative to each job's remaining time: SRPT
+#: generalised to co-location, GPU types and freezing, for low average job completion time),
+#: ``weighted_completion`` and ``makespan`` (min)
+OBJECTIVES = ("effective_progress", "jct", "weighted_completion", "makespan")
+
 PLAN_STATUSES = ("optimal", "feasible", "infeasible", "timeout", "heuristic", "fallback", "error")
 
 

@@ -64,7 +64,7 @@ class ConfigIn(_Strict):
 
     backend: str | None = Field(default=None, description="auto | cpsat | milp | greedy | greedy:<policy>; "
                                 "default: the server's")
-    objective: Literal["effective_progress", "weighted_completion", "makespan"] = "effective_progress"
+    objective: Literal["effective_progress", "jct", "weighted_completion", "makespan"] = "effective_progress"
     max_jobs_per_gpu: int = Field(default=2, ge=1, le=3)
     freeze_levels: int | list[int] = Field(default=4, description="A count of levels or the allowed levels.")
     time_limit_s: float | None = Field(default=None, gt=0, le=3600)

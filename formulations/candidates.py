@@ -216,8 +216,8 @@ def unit_score(problem: RoundProblem, jobs: tuple[int, ...], combo: Sequence[Job
     speeds = problem.group(jobs, gpu_type).speeds if len(jobs) > 1 else (1.0,)  # type: ignore[union-attr]
     rates = [o.rate(cross) for o in combo]
     bonus = sum(starvation_bonus(problem, j) for j in jobs)
-    if objective == "effective_progress":
-        progress = sum(problem.jobs[j].weight * s * r / problem.jobs[j].reference_rate
+    if not problem.options.minimize:
+        progress = sum(problem.jobs[j].weight * s * r / problem.jobs[j].reference_rate * problem.value_scale(j)
                        for j, s, r in zip(jobs, speeds, rates, strict=True))
         return progress + bonus, ()
     completion = stage_completion_s(problem, jobs, gpu_type, rates)
@@ -248,7 +248,7 @@ def objective_of(cset: CandidateSet, selected: Sequence[int]) -> float:
     chosen = [cset.candidates[c] for c in selected]
     value = sum(c.gain for c in chosen) - problem.options.migration_penalty * cset.num_running
     objective = problem.options.objective
-    if objective == "effective_progress":
+    if not problem.options.minimize:
         return value
     if objective == "weighted_completion":
         return sum(j.weight * w for j, w in zip(problem.jobs, cset.unplaced_completion_s, strict=True)) - value
@@ -264,7 +264,7 @@ def to_reported(cset: CandidateSet, max_form: float) -> float:
     problem = cset.problem
     value = max_form - problem.options.migration_penalty * cset.num_running
     objective = problem.options.objective
-    if objective == "effective_progress":
+    if not problem.options.minimize:
         return value
     if objective == "weighted_completion":
         return sum(j.weight * w for j, w in zip(problem.jobs, cset.unplaced_completion_s, strict=True)) - value

@@ -7,7 +7,8 @@ the members' memory at their freeze levels plus the group's overhead fits.
 
 Objective (see ``RoundOptions``): ``effective_progress`` = sum of weight x co-located speed x
 effective rate / reference rate, plus starvation bonuses, minus migration penalties (a running job
-whose GPUs change, or that is left out); ``weighted_completion`` = sum of weight x predicted
+whose GPUs change, or that is left out); ``jct`` = the same with each job's term scaled by
+:meth:`RoundProblem.value_scale` (median over its own predicted remaining time); ``weighted_completion`` = sum of weight x predicted
 completion time (multi-stage for co-located jobs; a job left out waits one round, then runs alone),
 plus penalties, minus bonuses; ``makespan`` = the latest predicted completion, plus penalties,
 minus bonuses.
@@ -136,8 +137,8 @@ def _objective(problem: RoundProblem, plan: Plan) -> float:
         rates = [problem.option(j, gpu_type, level[j]).rate(cross) for j in members]  # type: ignore[union-attr]
         speeds = _speeds(problem, members, gpu_type)
         for j, s, r in zip(members, speeds(tuple(range(len(members)))), rates, strict=True):
-            progress += problem.jobs[j].weight * s * r / problem.jobs[j].reference_rate
-        if options.objective != "effective_progress":
+            progress += problem.jobs[j].weight * s * r / problem.jobs[j].reference_rate * problem.value_scale(j)
+        if options.minimize:
             done = simulate_stages([problem.jobs[j].remaining_iterations for j in members], rates, speeds)
             for j, c in zip(members, done.completion_s, strict=True):
                 finish[j] = c
@@ -146,7 +147,7 @@ def _objective(problem: RoundProblem, plan: Plan) -> float:
     moved = sum(1 for j, job in enumerate(problem.jobs) if job.running and current.get(j) != job.current_gpus)
     bonus = sum(options.starvation_weight * problem.jobs[j].age_s / 3600.0 for j in placed_jobs)
     penalty = options.migration_penalty * moved
-    if options.objective == "effective_progress":
+    if not options.minimize:
         return progress + bonus - penalty
     if options.objective == "weighted_completion":
         return sum(job.weight * f for job, f in zip(problem.jobs, finish, strict=True)) + penalty - bonus

@@ -13,21 +13,30 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dltsched.engine.domain import OBJECTIVES
 from dltsched.engine.errors import ValidationError
 
 if TYPE_CHECKING:
     from dltsched.engine.domain import ClusterState
     from dltsched.engine.predict import Predictors
 
-OBJECTIVES = ("effective_progress", "weighted_completion", "makespan")
-#: objectives that are minimised; ``effective_progress`` is maximised
+#: objectives that are minimised; ``effective_progress`` and ``jct`` are maximised
 MINIMIZE = frozenset({"weighted_completion", "makespan"})
 FORMAT = "dltsched-round/1"
+#: shortest remaining time the ``jct`` objective distinguishes (keeps job values within a bounded ratio)
+JCT_MIN_REMAINING_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
 class RoundOptions:
     """How a round is modelled and solved.
+
+    Objectives (maximisation form; see :meth:`RoundProblem.value_scale`): ``effective_progress`` = sum over
+    placed jobs of weight x co-located speed x effective rate / reference rate; ``jct`` = the same with each
+    job's term scaled by ``T_ref / T_j``, its predicted remaining time ``T_j`` relative to the round's median
+    ``T_ref``: the rate at which the sum of the jobs' log remaining times falls, i.e. shortest remaining
+    time first generalised to co-location, GPU types and freezing (for low average completion time);
+    ``weighted_completion`` and ``makespan`` are minimised over predicted multi-stage completion times.
 
     ``freeze_levels`` is either the allowed levels or a count ``n`` (levels spread evenly over the
     model's blocks). ``migration_penalty`` (charged per running job that moves or is preempted) and
@@ -174,6 +183,7 @@ class RoundProblem:
     unplaceable: tuple[Unplaceable, ...] = ()
     _option_index: dict[tuple[int, str, int], JobOption] = field(init=False, repr=False, compare=False)
     _group_index: dict[tuple[tuple[int, ...], str], ColocGroup] = field(init=False, repr=False, compare=False)
+    _value_scale: tuple[float, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -201,10 +211,15 @@ class RoundProblem:
             groups[(group.jobs, group.gpu_type)] = group
         object.__setattr__(self, "_option_index", index)
         object.__setattr__(self, "_group_index", groups)
+        object.__setattr__(self, "_value_scale", _value_scales(self.options.objective, self.jobs))
 
     @property
     def num_gpus(self) -> int:
         return sum(n.num_gpus for n in self.nodes)
+
+    def value_scale(self, job: int) -> float:
+        """Factor on job ``job``'s progress term: 1, or ``T_ref / T_j`` for the ``jct`` objective."""
+        return self._value_scale[job]
 
     def option(self, job: int, gpu_type: str, freeze_level: int) -> JobOption | None:
         return self._option_index.get((job, gpu_type, freeze_level))
@@ -254,6 +269,20 @@ class RoundProblem:
     @staticmethod
     def load(path: str | Path) -> RoundProblem:
         return RoundProblem.from_dict(json.loads(Path(path).read_text()))
+
+
+def remaining_time_s(job: RoundJob) -> float:
+    """Predicted time to finish alone at the job's reference rate, at least ``JCT_MIN_REMAINING_S``."""
+    return max(JCT_MIN_REMAINING_S, job.remaining_iterations / job.reference_rate)
+
+
+def _value_scales(objective: str, jobs: tuple[RoundJob, ...]) -> tuple[float, ...]:
+    if objective != "jct" or not jobs:
+        return (1.0,) * len(jobs)
+    times = sorted(remaining_time_s(j) for j in jobs)
+    mid = len(times) // 2
+    reference = times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2.0
+    return tuple(reference / remaining_time_s(j) for j in jobs)
 
 
 def _plain(value: Any) -> Any:

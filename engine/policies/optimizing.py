@@ -6,18 +6,21 @@ the snapshot to :func:`dltsched.engine.api.solve_round`, which builds the round'
 ``config.time_limit_s`` warm-started from the current placements, checks the plan with the
 solver-independent checker and falls back to a greedy plan when the solver gives nothing usable. A round
 that times out keeps the solver's best plan. Events closer than ``min_interval_s`` to the last solve are
-batched: running jobs stay, new arrivals start greedily on free GPUs, and the next solve sees everything.
+batched: running jobs stay, new arrivals start greedily on free GPUs (shortest predicted remaining time
+first under the ``jct`` objective, else in arrival order), and the next solve sees everything.
 Migration and preemption are priced by ``config.migration_penalty``; the simulator also charges the
 checkpoint-restore time of every moved job.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from dltsched.engine.api import SolveConfig, solve_round
-from dltsched.engine.domain import ClusterState, Plan
+from dltsched.engine.domain import ClusterState, JobState, Plan
 from dltsched.engine.policies.greedy import place_exclusive
 from dltsched.engine.policies.placement import Estimates
 from dltsched.engine.predict import Predictors
@@ -46,13 +49,25 @@ class OptimizingPolicy:
         if not state.jobs:
             return Plan()
         if state.time_s - self._last_solve_s < self.min_interval_s:
-            return place_exclusive(state, state.queued(), self._est, blocking=False)
+            return place_exclusive(state, self._between_solves_order(state), self._est, blocking=False)
         warm = state.current_plan() if any(s.assignment is not None for s in state.jobs) else None
         plan = solve_round(state, self.config, warm_start=warm, predictors=self.predictors)
         self._last_solve_s = state.time_s
         self.solve_log.append({"time_s": state.time_s, "status": plan.status, "solve_time_s": plan.solve_time_s,
                                "build_time_s": plan.build_time_s, "gap": plan.gap, "jobs": len(state.jobs)})
         return plan
+
+    def _between_solves_order(self, state: ClusterState) -> Sequence[JobState]:
+        queued = state.queued()
+        if self.config.objective != "jct":
+            return queued
+        est = self._est
+
+        def remaining_s(s: JobState) -> float:
+            types = est.candidate_types(s.job, state.cluster)
+            return s.remaining_iterations * est.step_time_s(s.job, types[0]) if types else math.inf
+
+        return sorted(queued, key=lambda s: (remaining_s(s), s.job.arrival_time_s, s.job.id))
 
     def state_dict(self) -> dict[str, Any]:
         return {"last_solve_s": self._last_solve_s if self._last_solve_s != float("-inf") else None}

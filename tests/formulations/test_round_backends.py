@@ -83,6 +83,32 @@ def test_multi_stage_objectives(backend: str, objective: str, expected: float) -
     assert result.plan.bound == pytest.approx(expected, rel=1e-5)
 
 
+def test_jct_runs_the_shortest_remaining_job_first(backend: str) -> None:
+    # one GPU, 1 it/s: remaining times 1000 / 100 / 10000 s, median 1000 -> values 1, 10, 0.1 (under
+    # effective_progress all three are worth 1); the shortest runs: objective 10.
+    tables = Tables(step_s={k: [1.0] for k in "abc"})
+    jobs = [job("a", iterations=1000), job("b", iterations=100), job("c", iterations=10000)]
+    problem = make_round(tables, [("v100", 1)], jobs,
+                         options=RoundOptions(objective="jct", max_jobs_per_gpu=1, relative_gap=0.0))
+    result = solve_round(problem, backend)
+    assert checked(problem, result) == pytest.approx(10.0)
+    assert [a.job_id for a in result.plan.assignments] == ["b"]
+
+
+@pytest.mark.parametrize(("speeds", "shared"), [((0.9, 0.5), False), ((0.95, 0.6), True)])
+def test_jct_shares_a_gpu_only_when_the_short_job_loses_little(backend: str, speeds: tuple[float, float],
+                                                              shared: bool) -> None:
+    # remaining 100 s and 1000 s, median 550 -> values 5.5 and 0.55. a alone: 5.5. Shared at (0.9, 0.5):
+    # 4.95 + 0.275 = 5.225 < 5.5, a runs alone; at (0.95, 0.6): 5.225 + 0.33 = 5.555 > 5.5, they share.
+    # (effective_progress shares in both cases: 1.4 and 1.55 > 1.)
+    tables = Tables(step_s={"a": [1.0], "b": [1.0]}, speeds={("a", "b"): list(speeds)})
+    jobs = [job("a", iterations=100), job("b", iterations=1000)]
+    problem = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective="jct", relative_gap=0.0))
+    result = solve_round(problem, backend)
+    assert checked(problem, result) == pytest.approx(5.555 if shared else 5.5)
+    assert sorted(a.job_id for a in result.plan.assignments) == (["a", "b"] if shared else ["a"])
+
+
 def test_infeasible_jobs_are_named_not_crashed(backend: str) -> None:
     tables = Tables(step_s={"ok": [1.0], "huge": [1.0], "fat": [1.0]}, memory={"fat": [20000.0]})
     options = RoundOptions(allow_cross_node=False, relative_gap=0.0)

@@ -34,7 +34,7 @@ def tiny_rounds(draw: st.DrawFn):  # noqa: ANN201
         if draw(st.booleans()) and j.num_gpus == 1 and free < sum(k for _, k in nodes):
             running[j.id] = (free,)
             free += 1
-    options = RoundOptions(objective=draw(st.sampled_from(["effective_progress", "weighted_completion", "makespan"])),
+    options = RoundOptions(objective=draw(st.sampled_from(["effective_progress", "jct", "weighted_completion", "makespan"])),
                            max_jobs_per_gpu=draw(st.sampled_from([1, 2, 2, 3])), freeze_levels=levels,
                            migration_penalty=draw(st.sampled_from([0.0, 0.05, 0.5])),
                            starvation_weight=draw(st.sampled_from([0.0, 0.1])), relative_gap=0.0, round_s=200.0)

@@ -107,3 +107,14 @@ def test_checker_objective_by_hand() -> None:
 def test_state_helper_builds_running_jobs() -> None:
     state = make_state([("v100", 2)], [Job("x", "resnet18", 8, 10.0)], running={"x": (1,)})
     assert state.running()[0].assignment == Assignment("x", (1,))
+
+
+def test_jct_value_scale_is_median_over_remaining_time_with_a_floor() -> None:
+    # 1 it/s: remaining 10 s (counted as 60 s, the floor), 300 s, 600 s, 1200 s -> median (300 + 600) / 2 = 450
+    tables = Tables(step_s={k: [1.0] for k in "abcd"})
+    jobs = [job("a", iterations=10), job("b", iterations=300), job("c", iterations=600), job("d", iterations=1200)]
+    jct = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective="jct"))
+    assert [jct.value_scale(j) for j in range(4)] == pytest.approx([450 / 60, 450 / 300, 450 / 600, 450 / 1200])
+    plain = make_round(tables, [("v100", 1)], jobs)
+    assert [plain.value_scale(j) for j in range(4)] == [1.0] * 4
+    assert RoundProblem.from_dict(jct.to_dict()).value_scale(0) == pytest.approx(450 / 60)
