@@ -67,10 +67,6 @@ class CandidateSet:
     by_job: tuple[tuple[int, ...], ...]
     unplaced_completion_s: tuple[float, ...]
 
-    @property
-    def num_running(self) -> int:
-        return sum(1 for job in self.problem.jobs if job.running)
-
 
 def unplaced_completion_s(problem: RoundProblem) -> tuple[float, ...]:
     """A job left out waits one round, then runs alone at its reference rate."""
@@ -171,22 +167,21 @@ def _unit_candidates(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str
         return []
     freeze, score, completion = best
     running = {j for j in jobs if problem.jobs[j].running}
-    penalty = problem.options.migration_penalty
 
-    def make(kind: str, where: int, stayers: int) -> Candidate:
-        return Candidate(jobs, freeze, gpu_type, kind, where, size, score + penalty * stayers, completion)
+    def make(kind: str, where: int, saved: float) -> Candidate:
+        return Candidate(jobs, freeze, gpu_type, kind, where, size, score + saved, completion)
 
     out = []
     if size == 1:
-        out.append(make("type", -1, 0))
+        out.append(make("type", -1, 0.0))
     elif cross:
-        out.append(make("cross", -1, 0))
+        out.append(make("cross", -1, 0.0))
     else:
-        out += [make("node", n, 0) for n in nodes]
+        out += [make("node", n, 0.0) for n in nodes]
     for p, slot in enumerate(slots):
         stayers = running & set(slot.members)
         if stayers and slot.gpu_type == gpu_type and len(slot.gpus) == size:
-            out.append(make("stay", p, len(stayers)))
+            out.append(make("stay", p, sum(problem.migration_cost(j) for j in stayers)))
     return out
 
 
@@ -246,7 +241,7 @@ def objective_of(cset: CandidateSet, selected: Sequence[int]) -> float:
     """The round's objective (in its own sense) of a set of chosen candidates."""
     problem = cset.problem
     chosen = [cset.candidates[c] for c in selected]
-    value = sum(c.gain for c in chosen) - problem.options.migration_penalty * cset.num_running
+    value = sum(c.gain for c in chosen) - problem.running_migration_cost
     objective = problem.options.objective
     if not problem.options.minimize:
         return value
@@ -262,7 +257,7 @@ def objective_of(cset: CandidateSet, selected: Sequence[int]) -> float:
 def to_reported(cset: CandidateSet, max_form: float) -> float:
     """A maximisation-form value (``sum gain - penalties [- makespan]``) in the objective's sense."""
     problem = cset.problem
-    value = max_form - problem.options.migration_penalty * cset.num_running
+    value = max_form - problem.running_migration_cost
     objective = problem.options.objective
     if not problem.options.minimize:
         return value

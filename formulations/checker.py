@@ -7,9 +7,9 @@ the members' memory at their freeze levels plus the group's overhead fits.
 
 Objective (see ``RoundOptions``): ``effective_progress`` = sum of weight x co-located speed x
 effective rate / reference rate, plus starvation bonuses, minus migration penalties (a running job
-whose GPUs change, or that is left out); ``jct`` = the same with each job's term scaled by
-:meth:`RoundProblem.value_scale` (median over its own predicted remaining time); ``weighted_completion`` = sum of weight x predicted
-completion time (multi-stage for co-located jobs; a job left out waits one round, then runs alone),
+whose GPUs change, or that is left out: :meth:`RoundProblem.migration_cost`); ``jct`` = the same with
+each job's term and migration cost scaled by :meth:`RoundProblem.value_scale` (median over its own
+predicted remaining time); ``weighted_completion`` = sum of weight x predicted completion time (multi-stage for co-located jobs; a job left out waits one round, then runs alone),
 plus penalties, minus bonuses; ``makespan`` = the latest predicted completion, plus penalties,
 minus bonuses.
 """
@@ -144,9 +144,9 @@ def _objective(problem: RoundProblem, plan: Plan) -> float:
                 finish[j] = c
     placed_jobs = {index[a.job_id] for a in plan.assignments}
     current = {index[a.job_id]: tuple(sorted(a.gpus)) for a in plan.assignments}
-    moved = sum(1 for j, job in enumerate(problem.jobs) if job.running and current.get(j) != job.current_gpus)
+    moved = [j for j, job in enumerate(problem.jobs) if job.running and current.get(j) != job.current_gpus]
     bonus = sum(options.starvation_weight * problem.jobs[j].age_s / 3600.0 for j in placed_jobs)
-    penalty = options.migration_penalty * moved
+    penalty = sum(problem.migration_cost(j) for j in moved)
     if not options.minimize:
         return progress + bonus - penalty
     if options.objective == "weighted_completion":

@@ -39,8 +39,10 @@ class RoundOptions:
     ``weighted_completion`` and ``makespan`` are minimised over predicted multi-stage completion times.
 
     ``freeze_levels`` is either the allowed levels or a count ``n`` (levels spread evenly over the
-    model's blocks). ``migration_penalty`` (charged per running job that moves or is preempted) and
-    ``starvation_weight`` (bonus per placed queued job and hour waited) are in objective units.
+    model's blocks). ``migration_penalty`` is charged per running job that moves or is preempted, as a
+    fraction of that job's own value scale (see :meth:`RoundProblem.migration_cost`: objective units for
+    every objective but ``jct``, where a long job's move costs as little as its progress is worth);
+    ``starvation_weight`` (bonus per placed queued job and hour waited) is in objective units.
     ``round_s`` is the round length: a job left out is predicted to wait one round and then run alone.
     ``max_partners`` bounds the co-location partners enumerated per job (keeps groups O(jobs));
     ``max_nodes_per_unit`` bounds the nodes offered to a multi-GPU unit per type (see candidates).
@@ -220,6 +222,16 @@ class RoundProblem:
     def value_scale(self, job: int) -> float:
         """Factor on job ``job``'s progress term: 1, or ``T_ref / T_j`` for the ``jct`` objective."""
         return self._value_scale[job]
+
+    def migration_cost(self, job: int) -> float:
+        """What moving or preempting running job ``job`` costs, in objective units:
+        ``migration_penalty x value_scale(job)``."""
+        return self.options.migration_penalty * self._value_scale[job]
+
+    @property
+    def running_migration_cost(self) -> float:
+        """Sum of :meth:`migration_cost` over the running jobs (the cost if every one moved)."""
+        return sum(self.migration_cost(j) for j, job in enumerate(self.jobs) if job.running)
 
     def option(self, job: int, gpu_type: str, freeze_level: int) -> JobOption | None:
         return self._option_index.get((job, gpu_type, freeze_level))

@@ -18,7 +18,8 @@ V100_MIB = 16 * 1024.0
 
 @dataclass
 class Tables:
-    """Per job id: step time (s) and memory (MiB) per freeze level; penalties; pair speeds."""
+    """Per job id: step time (s) and memory (MiB) per freeze level; penalties; pair speeds; per GPU type
+    a factor on every step time (``type_factor``, default 1)."""
 
     step_s: dict[str, Sequence[float]] = field(default_factory=dict)
     memory: dict[str, Sequence[float]] = field(default_factory=dict)
@@ -26,10 +27,12 @@ class Tables:
     speeds: dict[tuple[str, ...], Sequence[float]] = field(default_factory=dict)
     default_speed: float = 0.6
     cross_factor: float = 1.5
+    type_factor: dict[str, float] = field(default_factory=dict)
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
-        return self.step_s[job.id][freeze_level] * (self.cross_factor if num_nodes > 1 else 1.0)
+        cross = self.cross_factor if num_nodes > 1 else 1.0
+        return self.step_s[job.id][freeze_level] * cross * self.type_factor.get(gpu_type, 1.0)
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
         return self.memory_mib_of(job.id)[freeze_level]
