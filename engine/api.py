@@ -134,6 +134,7 @@ def solve_round(state: ClusterState, config: SolveConfig | None = None, *, warm_
     """
     config = config or SolveConfig()
     preds = predictors or load_predictors(config.predictors)
+    _check_down_gpus(state)
     if config.baseline_policy is not None:
         return baseline_plan(state, config.baseline_policy, preds, status="heuristic")
     try:
@@ -161,6 +162,16 @@ def solve_round(state: ClusterState, config: SolveConfig | None = None, *, warm_
         return baseline_plan(state, config.fallback_policy, preds, status="fallback",
                              message=f"{backend} plan failed the checker: {report.violations[0]}")
     return result.plan  # type: ignore[no-any-return]
+
+
+def _check_down_gpus(state: ClusterState) -> None:
+    """A failed GPU's jobs stopped with it: a state that still runs one there is contradictory."""
+    if not state.down_gpus:
+        return
+    for job_id, a in state.placements_by_id().items():
+        if hit := sorted(state.down_gpus.intersection(a.gpus)):
+            raise ValidationError("jobs", f"job '{job_id}' runs on down GPU(s) {hit}; a failed GPU's jobs "
+                                  "stop with it: pass them as queued (assignment none)")
 
 
 def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *, status: str, message: str = "") -> Plan:

@@ -29,6 +29,15 @@ class Backend(Protocol):
                  solver: str | None = None) -> BackendOutcome: ...
 
 
+def capacity_limits(cset: CandidateSet) -> tuple[list[int], dict[str, int]]:
+    """Usable GPUs per node and per GPU type (down GPUs excluded): the right-hand sides of capacity."""
+    per_node = [node.usable_gpus for node in cset.problem.nodes]
+    per_type: dict[str, int] = defaultdict(int)
+    for node in cset.problem.nodes:
+        per_type[node.gpu_type] += node.usable_gpus
+    return per_node, dict(per_type)
+
+
 def capacity_rows(cset: CandidateSet) -> tuple[dict[int, list[tuple[int, int]]], dict[str, list[tuple[int, int]]]]:
     """(node -> [(candidate, GPUs used on it)], type -> [(candidate, GPUs)]): the capacity constraints."""
     per_node: dict[int, list[tuple[int, int]]] = defaultdict(list)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import replace
 from itertools import combinations
 
 from dltsched.engine.domain import ClusterState, Job, JobState
@@ -32,14 +33,17 @@ def build_round(state: ClusterState, predictors: Predictors, options: RoundOptio
     cluster = state.cluster
     nodes = tuple(
         GpuNode(node.id, node.gpu_type, node.num_gpus, cluster.node_first_gpu[i],
-                cluster.gpu_types[node.gpu_type].memory_mib)
+                cluster.gpu_types[node.gpu_type].memory_mib,
+                tuple(g for g in cluster.node_gpus(i) if g in state.down_gpus))
         for i, node in enumerate(cluster.nodes))
     jobs: list[RoundJob] = []
     unplaceable: list[Unplaceable] = []
+    all_up = tuple(replace(n, down_gpus=()) for n in nodes) if state.down_gpus else nodes
     for js in state.jobs:
         job, reason = _round_job(js, state.time_s, nodes, predictors, options)
         if job is None:
-            unplaceable.append(Unplaceable(js.job.id, reason))
+            while_down = all_up is not nodes and _round_job(js, state.time_s, all_up, predictors, options)[0] is not None
+            unplaceable.append(Unplaceable(js.job.id, reason, while_down))
         else:
             jobs.append(job)
     states = {s.job.id: s.job for s in state.jobs}
@@ -77,8 +81,11 @@ def _round_job(js: JobState, time_s: float, nodes: tuple[GpuNode, ...], predicto
         if not of_type:
             reasons.append(f"no {gpu_type} GPUs in the cluster")
             continue
-        largest = max(n.num_gpus for n in of_type)
-        total = sum(n.num_gpus for n in of_type)
+        largest = max(n.usable_gpus for n in of_type)
+        total = sum(n.usable_gpus for n in of_type)
+        if not total:
+            reasons.append(f"every {gpu_type} GPU is down")
+            continue
         single = size <= largest
         if not single and not (options.allow_cross_node and size <= total):
             reasons.append(f"needs {size} GPUs, {gpu_type} nodes have at most {largest} ({total} in all)")

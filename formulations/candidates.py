@@ -102,6 +102,7 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
 def find_slots(problem: RoundProblem) -> tuple[Slot, ...]:
     """Current GPU sets of running jobs that a plan may keep (one type, gang rule respected)."""
     node_of = gpu_nodes(problem)
+    down = problem.down_gpus()
     members: dict[tuple[int, ...], list[int]] = defaultdict(list)
     for j, job in enumerate(problem.jobs):
         if job.current_gpus:
@@ -113,7 +114,7 @@ def find_slots(problem: RoundProblem) -> tuple[Slot, ...]:
         for g in gpus:
             counts[node_of[g]] += 1
         gpu_type = types.pop()
-        if types or (len(counts) > 1 and problem.max_node_gpus(gpu_type) >= len(gpus)):
+        if types or (len(counts) > 1 and problem.max_node_gpus(gpu_type) >= len(gpus)) or down & set(gpus):
             continue
         slots.append(Slot(gpus, tuple(jobs), gpu_type, tuple(sorted(counts.items()))))
     return tuple(slots)
@@ -128,10 +129,10 @@ def gpu_nodes(problem: RoundProblem) -> list[int]:
 
 
 def _free_now(problem: RoundProblem) -> list[int]:
-    """GPUs of each node that no running job holds now."""
+    """Usable GPUs of each node that no running job holds now."""
     node_of = gpu_nodes(problem)
-    held = {g for job in problem.jobs for g in job.current_gpus}
-    free = [node.num_gpus for node in problem.nodes]
+    held = {g for job in problem.jobs for g in job.current_gpus} - problem.down_gpus()
+    free = [node.usable_gpus for node in problem.nodes]
     for g in held:
         free[node_of[g]] -= 1
     return free
@@ -141,7 +142,7 @@ def _offered_nodes(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, 
                    unit: int) -> list[int]:
     """Nodes a multi-GPU unit may use on ``gpu_type`` (see module docstring)."""
     size = problem.jobs[jobs[0]].num_gpus
-    fits = [n for n, node in enumerate(problem.nodes) if node.gpu_type == gpu_type and node.num_gpus >= size]
+    fits = [n for n, node in enumerate(problem.nodes) if node.gpu_type == gpu_type and node.usable_gpus >= size]
     limit = problem.options.max_nodes_per_unit
     if size == 1 or len(fits) <= limit:
         return fits

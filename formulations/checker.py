@@ -1,17 +1,17 @@
 """Solver-independent checker: feasibility of a concrete plan and its objective, from the round alone.
 
-Rules: every placed job is known and placeable, gets exactly ``num_gpus`` GPUs of one allowed type
-at an allowed freeze level, in one node whenever a node of that type is large enough; jobs sharing
-a GPU share all their GPUs, are at most ``max_jobs_per_gpu`` and form an allowed group; per GPU
-the members' memory at their freeze levels plus the group's overhead fits.
+Rules: every placed job is known and placeable, gets exactly ``num_gpus`` GPUs, none of them down,
+of one allowed type at an allowed freeze level, in one node whenever a node of that type is large
+enough; jobs sharing a GPU share all their GPUs, are at most ``max_jobs_per_gpu`` and form an allowed
+group; per GPU the members' memory at their freeze levels plus the group's overhead fits.
 
 Objective (see ``RoundOptions``): ``effective_progress`` = sum of weight x co-located speed x
 effective rate / reference rate, plus starvation bonuses, minus migration penalties (a running job
 whose GPUs change, or that is left out: :meth:`RoundProblem.migration_cost`); ``jct`` = the same with
 each job's term and migration cost scaled by :meth:`RoundProblem.value_scale` (median over its own
-predicted remaining time); ``weighted_completion`` = sum of weight x predicted completion time (multi-stage for co-located jobs; a job left out waits one round, then runs alone),
-plus penalties, minus bonuses; ``makespan`` = the latest predicted completion, plus penalties,
-minus bonuses.
+predicted remaining time); ``weighted_completion`` = sum of weight x predicted completion time
+(multi-stage for co-located jobs; a job left out waits one round, then runs alone), plus penalties,
+minus bonuses; ``makespan`` = the latest predicted completion, plus penalties, minus bonuses.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ def _gpu_layout(problem: RoundProblem) -> tuple[list[int], list[str]]:
 def _violations(problem: RoundProblem, plan: Plan) -> list[str]:
     index = problem.job_index()
     node_of, type_of = _gpu_layout(problem)
+    down_gpus = problem.down_gpus()
     out: list[str] = []
     on_gpu: dict[int, list[int]] = defaultdict(list)
     for a in plan.assignments:
@@ -73,6 +74,8 @@ def _violations(problem: RoundProblem, plan: Plan) -> list[str]:
             continue
         if len(a.gpus) != job.num_gpus:
             out.append(f"job '{a.job_id}': {len(a.gpus)} GPUs given, gang needs {job.num_gpus}")
+        if down := sorted(down_gpus.intersection(a.gpus)):
+            out.append(f"job '{a.job_id}': placed on down GPU(s) {down}")
         types = {type_of[g] for g in a.gpus}
         if len(types) > 1:
             out.append(f"job '{a.job_id}': mixes GPU types {sorted(types)}")

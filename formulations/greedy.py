@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-
+from dltsched.formulations.backend import capacity_limits
 from dltsched.formulations.candidates import CandidateSet
 
 
@@ -11,10 +10,7 @@ def greedy_selection(cset: CandidateSet) -> list[int]:
     """Candidates taken greedily by gain per GPU (ties: fewer GPUs, then order), capacity-safe."""
     problem = cset.problem
     makespan = problem.options.objective == "makespan"
-    node_left = [n.num_gpus for n in problem.nodes]
-    type_left: dict[str, int] = defaultdict(int)
-    for node in problem.nodes:
-        type_left[node.gpu_type] += node.num_gpus
+    node_left, type_left = capacity_limits(cset)
     used_jobs: set[int] = set()
     kept: set[int] = set()
     selected: list[int] = []

@@ -1,6 +1,6 @@
 """Turn chosen candidates (counts per GPU class) into concrete GPU indices, deterministically.
 
-Kept slots keep their GPUs; multi-GPU units take free GPUs of their node, then cross-node units
+Kept slots keep their GPUs; down GPUs are never given out; multi-GPU units take free GPUs of their node, then cross-node units
 and one-GPU units take the remaining free GPUs of their type, lowest index first. A unit holding
 a running job that the model moves avoids landing on exactly that job's current GPUs when it can.
 """
@@ -22,7 +22,8 @@ def to_plan(cset: CandidateSet, selected: Sequence[int], **fields: object) -> Pl
     node_of = gpu_nodes(problem)
     chosen = sorted((cset.candidates[c] for c in selected), key=lambda c: (_ORDER[c.kind], -c.num_gpus, c.jobs))
     taken = {g for c in chosen if c.kind == "stay" for g in cset.slots[c.where].gpus}
-    free = [g for g in range(problem.num_gpus) if g not in taken]
+    unusable = taken | problem.down_gpus()
+    free = [g for g in range(problem.num_gpus) if g not in unusable]
     assignments: list[Assignment] = []
     for cand in chosen:
         if cand.kind == "stay":

@@ -25,6 +25,7 @@ def brute_force(problem: RoundProblem) -> tuple[float, Plan]:
                          f"oracle; at most {MAX_JOBS} jobs and {MAX_GPUS} GPUs")
     node_of = [n for n, node in enumerate(problem.nodes) for _ in range(node.num_gpus)]
     pinned = {g for job in problem.jobs for g in job.current_gpus}
+    down = problem.down_gpus()
     sign = -1.0 if problem.options.minimize else 1.0
     best: list[tuple[float, Plan]] = []
     occupant: dict[int, tuple[int, ...]] = {}
@@ -33,7 +34,7 @@ def brute_force(problem: RoundProblem) -> tuple[float, Plan]:
 
     def canonical(gpus: tuple[int, ...]) -> bool:
         for n in {node_of[g] for g in gpus}:
-            fresh = [g for g in problem.nodes[n].gpus if load[g] == 0 and g not in pinned]
+            fresh = [g for g in problem.nodes[n].up_gpus() if load[g] == 0 and g not in pinned]
             used = [g for g in gpus if g in fresh]
             if used != fresh[: len(used)]:
                 return False
@@ -49,7 +50,8 @@ def brute_force(problem: RoundProblem) -> tuple[float, Plan]:
         walk(j + 1)
         job = problem.jobs[j]
         for option in job.options:
-            gpus_of_type = [g for g in range(problem.num_gpus) if problem.nodes[node_of[g]].gpu_type == option.gpu_type]
+            gpus_of_type = [g for g in range(problem.num_gpus)
+                            if problem.nodes[node_of[g]].gpu_type == option.gpu_type and g not in down]
             for gpus in combinations(gpus_of_type, job.num_gpus):
                 if not canonical(gpus) or any(load[g] and occupant[g] != gpus for g in gpus):
                     continue

@@ -93,17 +93,35 @@ class RoundOptions:
 
 @dataclass(frozen=True, slots=True)
 class GpuNode:
-    """One GPU class: the ``num_gpus`` GPUs ``first_gpu ..`` of one node, all of ``gpu_type``."""
+    """One GPU class: the ``num_gpus`` GPUs ``first_gpu ..`` of one node, all of ``gpu_type``;
+    ``down_gpus`` of them (failed, or held back by the caller) may not be used this round."""
 
     id: str
     gpu_type: str
     num_gpus: int
     first_gpu: int
     memory_mib: float
+    down_gpus: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        down = tuple(sorted(set(self.down_gpus)))
+        if any(g not in self.gpus for g in down):
+            raise ValidationError(f"nodes['{self.id}'].down_gpus", f"{down} not all in this node's GPUs "
+                                  f"{self.first_gpu}..{self.first_gpu + self.num_gpus - 1}")
+        object.__setattr__(self, "down_gpus", down)
 
     @property
     def gpus(self) -> range:
         return range(self.first_gpu, self.first_gpu + self.num_gpus)
+
+    @property
+    def usable_gpus(self) -> int:
+        """GPUs of the node a plan may use: all but the down ones."""
+        return self.num_gpus - len(self.down_gpus)
+
+    def up_gpus(self) -> tuple[int, ...]:
+        """Indices of the node's usable GPUs, ascending."""
+        return tuple(g for g in self.gpus if g not in self.down_gpus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,10 +185,11 @@ class ColocGroup:
 
 @dataclass(frozen=True, slots=True)
 class Unplaceable:
-    """A job that no plan can place, and why."""
+    """A job that no plan can place, and why; ``while_down``: only because GPUs are down now."""
 
     job_id: str
     reason: str
+    while_down: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +262,12 @@ class RoundProblem:
         return tuple(dict.fromkeys(n.gpu_type for n in self.nodes))
 
     def max_node_gpus(self, gpu_type: str) -> int:
-        return max((n.num_gpus for n in self.nodes if n.gpu_type == gpu_type), default=0)
+        """Usable GPUs of the largest node of ``gpu_type`` (0: none up)."""
+        return max((n.usable_gpus for n in self.nodes if n.gpu_type == gpu_type), default=0)
+
+    def down_gpus(self) -> frozenset[int]:
+        """GPUs no plan may use this round."""
+        return frozenset(g for n in self.nodes for g in n.down_gpus)
 
     def job_index(self) -> dict[str, int]:
         return {job.id: j for j, job in enumerate(self.jobs)}
@@ -265,7 +289,7 @@ class RoundProblem:
                 for j in data["jobs"])
             return RoundProblem(
                 options=RoundOptions(**data["options"]),
-                nodes=tuple(GpuNode(**n) for n in data["nodes"]),
+                nodes=tuple(GpuNode(**{**n, "down_gpus": tuple(n.get("down_gpus", ()))}) for n in data["nodes"]),
                 jobs=jobs,
                 groups=tuple(ColocGroup(**{**g, "jobs": tuple(g["jobs"]), "speeds": tuple(g["speeds"])})
                              for g in data["groups"]),

@@ -5,7 +5,8 @@
 ``feasible``, ``fallback``, ``none``), kept apart as in Pyomo. ``plan.status`` combines them for
 users: ``optimal`` | ``feasible`` (stopped at the gap limit) | ``timeout`` (time limit, incumbent
 returned) | ``fallback`` (greedy plan, nothing usable from the solver) | ``infeasible`` (some jobs
-can never be placed: ``infeasible_jobs`` names them; the plan places the others).
+can never be placed: ``infeasible_jobs`` names them; the plan places the others). Jobs that only the
+GPUs down now keep out are in ``infeasible_jobs`` too (``while_down``) but leave the status alone.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class RoundResult:
             "solve_time_s": plan.solve_time_s, "build_time_s": plan.build_time_s, "backend": plan.backend,
             "fallback": plan.fallback, "termination": self.termination, "solution_status": self.solution_status,
             "message": plan.message, "num_candidates": self.num_candidates,
-            "infeasible_jobs": [{"job_id": u.job_id, "reason": u.reason} for u in self.infeasible_jobs],
+            "infeasible_jobs": [{"job_id": u.job_id, "reason": u.reason, "while_down": u.while_down}
+                                for u in self.infeasible_jobs],
             "assignments": [{"job_id": a.job_id, "gpus": list(a.gpus), "freeze_level": a.freeze_level}
                             for a in plan.assignments],
         }

@@ -36,6 +36,9 @@ def solve_round(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: 
     limit = problem.options.time_limit_s if time_limit_s is None else time_limit_s
     if limit <= 0:
         raise ValueError(f"time_limit_s: {limit} not understood; must be > 0")
+    if not cset.candidates:  # nothing can be placed: the empty plan is the only one, hence optimal
+        return finish(cset, BackendOutcome((), "optimal", None, 0.0, 0.0, "no candidate placements"), backend,
+                      prepare_s)
     hint = hint_from_plan(cset, warm_start) if warm_start is not None else []
     outcome = load_backend(backend)(cset, time_limit_s=limit, hint=hint, solver=solver)
     return finish(cset, outcome, backend, prepare_s)
@@ -68,10 +71,15 @@ def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s:
     if status == "optimal" and gap is not None:
         gap = 0.0 if gap < 1e-6 else gap
     message = outcome.message
-    if problem.unplaceable:
+    never = [u for u in problem.unplaceable if not u.while_down]
+    blocked = [u for u in problem.unplaceable if u.while_down]
+    if never:
         status = "infeasible"
-        names = "; ".join(f"job '{u.job_id}': {u.reason}" for u in problem.unplaceable)
+        names = "; ".join(f"job '{u.job_id}': {u.reason}" for u in never)
         message = f"round infeasible, these jobs can never be placed: {names}"
+    if blocked:
+        names = "; ".join(f"job '{u.job_id}': {u.reason}" for u in blocked)
+        message = "; ".join(filter(None, (message, f"waiting for down GPUs: {names}")))
     plan = to_plan(cset, selected, status=status, objective=objective, bound=bound, gap=gap,
                    solve_time_s=outcome.solve_time_s, build_time_s=build_s, backend=backend,
                    fallback=fallback, message=message)

@@ -61,8 +61,9 @@ class Tables:
 
 
 def make_state(nodes: Sequence[tuple[str, int]], jobs: Sequence[Job], running: dict[str, tuple[int, ...]] | None = None,
-               remaining: dict[str, float] | None = None, time_s: float = 0.0) -> ClusterState:
-    """A snapshot: ``nodes`` as (gpu type, count); ``running`` maps job id -> its GPUs now."""
+               remaining: dict[str, float] | None = None, time_s: float = 0.0,
+               down: Sequence[int] = ()) -> ClusterState:
+    """A snapshot: ``nodes`` as (gpu type, count); ``running`` maps job id -> its GPUs now; ``down`` GPUs failed."""
     cluster = Cluster(tuple(Node(f"n{i}", t, k) for i, (t, k) in enumerate(nodes)))
     running = running or {}
     remaining = remaining or {}
@@ -70,7 +71,7 @@ def make_state(nodes: Sequence[tuple[str, int]], jobs: Sequence[Job], running: d
         JobState(job, remaining.get(job.id, job.total_iterations),
                  assignment=Assignment(job.id, running[job.id]) if job.id in running else None)
         for job in jobs)
-    return ClusterState(time_s, cluster, states)
+    return ClusterState(time_s, cluster, states, frozenset(down))
 
 
 def job(job_id: str, num_gpus: int = 1, weight: float = 1.0, iterations: float = 100.0, **kw: object) -> Job:

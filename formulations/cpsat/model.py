@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from dltsched.formulations.backend import BackendOutcome, capacity_rows, stays_by_slot
+from dltsched.formulations.backend import BackendOutcome, capacity_limits, capacity_rows, stays_by_slot
 from dltsched.formulations.candidates import CandidateSet
 
 _TARGET = 1e7
@@ -64,16 +64,14 @@ def add_one_placement_per_job(model: Any, x: list[Any], cset: CandidateSet) -> N
 
 
 def add_capacity(model: Any, x: list[Any], cset: CandidateSet) -> None:
-    """GPUs per node (multi-GPU units and kept slots) and per type (everything)."""
+    """Usable GPUs per node (multi-GPU units and kept slots) and per type (everything)."""
     per_node, per_type = capacity_rows(cset)
+    node_limit, type_limit = capacity_limits(cset)
     for n, terms in per_node.items():
-        if sum(k for _, k in terms) > cset.problem.nodes[n].num_gpus:
-            model.add(sum(k * x[c] for c, k in terms) <= cset.problem.nodes[n].num_gpus)
-    capacity = {t: 0 for t in per_type}
-    for node in cset.problem.nodes:
-        capacity[node.gpu_type] = capacity.get(node.gpu_type, 0) + node.num_gpus
+        if sum(k for _, k in terms) > node_limit[n]:
+            model.add(sum(k * x[c] for c, k in terms) <= node_limit[n])
     for gpu_type, terms in per_type.items():
-        model.add(sum(k * x[c] for c, k in terms) <= capacity[gpu_type])
+        model.add(sum(k * x[c] for c, k in terms) <= type_limit[gpu_type])
 
 
 def add_slot_rules(model: Any, x: list[Any], cset: CandidateSet) -> None:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from dltsched.formulations.backend import BackendOutcome, capacity_rows, stays_by_slot
+from dltsched.formulations.backend import BackendOutcome, capacity_limits, capacity_rows, stays_by_slot
 from dltsched.formulations.candidates import CandidateSet
 
 
@@ -50,19 +50,17 @@ def add_one_placement_per_job(model: Any, cset: CandidateSet) -> None:
 
 
 def add_capacity(model: Any, cset: CandidateSet) -> None:
-    """GPUs per node (multi-GPU units and kept slots) and per type (everything)."""
+    """Usable GPUs per node (multi-GPU units and kept slots) and per type (everything)."""
     import pyomo.environ as pyo
 
     per_node, per_type = capacity_rows(cset)
+    node_limit, type_limit = capacity_limits(cset)
     for n, terms in per_node.items():
-        if sum(k for _, k in terms) > cset.problem.nodes[n].num_gpus:
-            model.rows.add(pyo.quicksum(k * model.x[c] for c, k in terms) <= cset.problem.nodes[n].num_gpus)
-    capacity: dict[str, int] = {}
-    for node in cset.problem.nodes:
-        capacity[node.gpu_type] = capacity.get(node.gpu_type, 0) + node.num_gpus
+        if sum(k for _, k in terms) > node_limit[n]:
+            model.rows.add(pyo.quicksum(k * model.x[c] for c, k in terms) <= node_limit[n])
     for gpu_type, terms in per_type.items():
-        if sum(k for _, k in terms) > capacity[gpu_type]:
-            model.rows.add(pyo.quicksum(k * model.x[c] for c, k in terms) <= capacity[gpu_type])
+        if sum(k for _, k in terms) > type_limit[gpu_type]:
+            model.rows.add(pyo.quicksum(k * model.x[c] for c, k in terms) <= type_limit[gpu_type])
 
 
 def add_slot_rules(model: Any, cset: CandidateSet) -> None:

@@ -39,6 +39,26 @@ def test_solve_round_every_backend_gives_a_feasible_marked_plan(make_state, back
         assert plan.status == "heuristic" and not plan.fallback
 
 
+@pytest.mark.parametrize("backend", ["cpsat", "milp", "greedy", "greedy:sjf", "auto"])
+def test_solve_round_never_uses_down_gpus(make_state, backend):
+    base = make_state(10, 8, seed=3)
+    down = frozenset(range(4, 8))  # GPUs no running job holds failed
+    assert not {g for s in base.running() for g in s.assignment.gpus} & down
+    state = ClusterState(base.time_s, base.cluster, base.jobs, down)
+    plan = solve_round(state, SolveConfig(backend=backend, time_limit_s=5.0))
+    _feasible(plan, state)
+    assert plan.assignments, "4 GPUs are up and 10 jobs wait: something must run"
+    assert not {g for a in plan.assignments for g in a.gpus} & down
+
+
+def test_a_running_job_on_a_down_gpu_is_a_clear_error(make_state):
+    base = make_state(10, 8, seed=3)
+    job = base.running()[0]
+    state = ClusterState(base.time_s, base.cluster, base.jobs, frozenset(job.assignment.gpus))
+    with pytest.raises(ValidationError, match=f"job '{job.job.id}' runs on down GPU"):
+        solve_round(state, SolveConfig(backend="greedy"))
+
+
 def test_exact_backend_at_least_as_good_as_its_heuristic(make_state):
     state = make_state(6, 8, seed=5)
     exact = solve_round(state, SolveConfig(backend="cpsat", time_limit_s=10.0))

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from dltsched.engine.faults import FaultConfig, FaultSchedule
-from dltsched.engine.registry import BASELINE_POLICIES, make_policy
+from dltsched.engine.registry import make_policy, policy_names
 from dltsched.engine.simulator import SimulationConfig, Simulator
 from dltsched.engine.truth import MeasuredTruth
 
@@ -31,11 +31,16 @@ def test_fault_schedule_is_seeded_and_alternates():
     assert FaultSchedule(FAULTS, seed=2, num_nodes=3).upcoming() != events[0][0]
 
 
-@pytest.mark.parametrize("policy", BASELINE_POLICIES)
+#: the optimizing policies decide with a short time limit here (tiny rounds)
+FAST = {"time_limit_s": 0.5}
+
+
+@pytest.mark.parametrize("policy", policy_names())
 def test_failures_requeue_jobs_without_losing_any(policy, analytic, small_instance):
     inst = small_instance(11, num_jobs=25)
     cfg = SimulationConfig(seed=5, faults=FAULTS)
-    res = Simulator(inst, make_policy(policy, predictors=analytic), TRUTH, cfg).run()
+    options = FAST if policy.startswith("optimizing") else {}
+    res = Simulator(inst, make_policy(policy, predictors=analytic, **options), TRUTH, cfg).run()
     assert sorted(r.job_id for r in res.records) == sorted(j.id for j in inst.jobs)
     assert res.node_failures > 0
     assert res.fault_interruptions <= res.node_failures * inst.cluster.num_gpus

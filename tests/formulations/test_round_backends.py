@@ -58,6 +58,30 @@ def test_gang_stays_in_one_node_or_pays_cross_node(backend: str) -> None:
     assert check_plan(problem, split).feasible
 
 
+def test_down_gpus_are_never_used(backend: str) -> None:
+    # nodes of 4 + 2 v100 with GPUs 1 and 4 down: 3 + 1 usable. The 4-GPU job fits no node now and
+    # cross-node is off, so it is unplaceable; the 3-GPU job takes node 0's three usable GPUs and
+    # the 1-GPU job GPU 5 -> objective 2 (each alone at its reference rate).
+    tables = Tables(step_s={"g4": [1.0], "g3": [1.0], "g1": [1.0]})
+    problem = make_round(tables, [("v100", 4), ("v100", 2)], [job("g4", 4), job("g3", 3), job("g1")],
+                         options=RoundOptions(max_jobs_per_gpu=1, allow_cross_node=False, relative_gap=0.0),
+                         down=(1, 4))
+    assert [(u.job_id, u.while_down) for u in problem.unplaceable] == [("g4", True)]
+    result = solve_round(problem, backend)
+    assert checked(problem, result) == pytest.approx(2.0)
+    assert result.plan.by_job()["g3"].gpus == (0, 2, 3)
+    assert result.plan.by_job()["g1"].gpus == (5,)
+
+
+def test_a_gpu_type_that_is_all_down_is_named(backend: str) -> None:
+    tables = Tables(step_s={"a": [1.0]})
+    problem = make_round(tables, [("k80", 1), ("v100", 1)], [job("a", gpu_types=("k80",))], down=(0,))
+    assert problem.unplaceable[0].reason == "every k80 GPU is down" and problem.unplaceable[0].while_down
+    plan = solve_round(problem, backend).plan
+    assert plan.assignments == () and plan.status == "optimal"
+    assert "waiting for down GPUs: job 'a'" in plan.message
+
+
 @pytest.mark.parametrize(("penalty", "kept"), [(0.1, "a"), (0.01, "b")])
 def test_running_job_moves_only_when_it_pays(backend: str, penalty: float, kept: str) -> None:
     # a runs on the only GPU; b (weight 1.05) would give 1.05 - penalty (a preempted) against 1.0.

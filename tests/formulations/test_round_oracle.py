@@ -34,11 +34,13 @@ def tiny_rounds(draw: st.DrawFn):  # noqa: ANN201
         if draw(st.booleans()) and j.num_gpus == 1 and free < sum(k for _, k in nodes):
             running[j.id] = (free,)
             free += 1
+    total = sum(k for _, k in nodes)
+    down = draw(st.sampled_from([(), (), (total - 1,)])) if free < total else ()
     options = RoundOptions(objective=draw(st.sampled_from(["effective_progress", "jct", "weighted_completion", "makespan"])),
                            max_jobs_per_gpu=draw(st.sampled_from([1, 2, 2, 3])), freeze_levels=levels,
                            migration_penalty=draw(st.sampled_from([0.0, 0.05, 0.5])),
                            starvation_weight=draw(st.sampled_from([0.0, 0.1])), relative_gap=0.0, round_s=200.0)
-    return make_round(tables, nodes, jobs, running=running, options=options, time_s=1800.0)
+    return make_round(tables, nodes, jobs, running=running, options=options, time_s=1800.0, down=down)
 
 
 @pytest.mark.parametrize("backend_name", ["cpsat", "milp"])

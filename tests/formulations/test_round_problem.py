@@ -65,13 +65,13 @@ def test_backends_agree_on_an_analytic_round(tmp_path) -> None:  # noqa: ANN001
     assert checked(problem, greedy) <= values[0] + 1e-9
 
 
-def _two_gpu_round() -> RoundProblem:
+def _two_gpu_round(down: tuple[int, ...] = ()) -> RoundProblem:
     tables = Tables(step_s={"a": [1.0], "b": [1.0], "c": [1.0], "big": [1.0]},
                     memory={"a": [9000.0], "b": [9000.0], "c": [2000.0], "big": [1000.0]},
                     speeds={("a", "c"): [0.9, 0.9]})
     jobs = [job("a"), job("b"), job("c"), job("big", 2)]
     return make_round(tables, [("v100", 1), ("v100", 1)], jobs,
-                      options=RoundOptions(allow_cross_node=False, max_jobs_per_gpu=2))
+                      options=RoundOptions(allow_cross_node=False, max_jobs_per_gpu=2), down=down)
 
 
 @pytest.mark.parametrize(("assignments", "broken"), [
@@ -87,6 +87,15 @@ def test_checker_names_what_is_broken(assignments: list[Assignment], broken: str
     assert any(broken in v for v in report.violations), report.violations
     with pytest.raises(InvalidPlanError):
         evaluate_objective(problem, Plan(tuple(assignments)))
+
+
+def test_checker_rejects_down_gpus_and_json_keeps_them() -> None:
+    problem = _two_gpu_round(down=(1,))
+    report = check_plan(problem, Plan((Assignment("a", (1,)),)))
+    assert report.violations == ("job 'a': placed on down GPU(s) [1]",)
+    assert check_plan(problem, Plan((Assignment("a", (0,)),))).feasible
+    again = RoundProblem.from_dict(problem.to_dict())
+    assert again == problem and again.down_gpus() == {1}
 
 
 def test_checker_rejects_partial_sharing() -> None:
