@@ -7,9 +7,9 @@ Policies only ever see predictions through these protocols, never the simulator'
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from dltsched.engine.domain import Job
 
@@ -70,6 +70,78 @@ class Predictors:
         step = self.step_time.step_time_s(job, gpu_type, freeze_level=freeze_level, num_nodes=num_nodes)
         penalty = self.freezing.frozen_penalty(job, freeze_level, start_progress) if freeze_level else 0.0
         return (1.0 - penalty) / step
+
+
+class _Memo:
+    """Results by key, at most ``max_entries``; when full, the older half is dropped (insertion order)."""
+
+    __slots__ = ("_max", "_values")
+
+    def __init__(self, max_entries: int) -> None:
+        self._max = max_entries
+        self._values: dict[Hashable, Any] = {}
+
+    def get(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        try:
+            return self._values[key]
+        except KeyError:
+            pass
+        value = compute()
+        if len(self._values) >= self._max:
+            for old in list(self._values)[: self._max // 2]:
+                del self._values[old]
+        self._values[key] = value
+        return value
+
+
+class _MemoStepTime:
+    def __init__(self, inner: StepTimePredictor, memo: _Memo) -> None:
+        self.inner, self._memo = inner, memo
+
+    def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
+                    freeze_level: int = 0, num_nodes: int = 1) -> float:
+        return self._memo.get(("step", job, gpu_type, num_gpus, freeze_level, num_nodes), lambda: self.inner.step_time_s(
+            job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes))  # type: ignore[no-any-return]
+
+    def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        return self._memo.get(("memory", job, gpu_type, freeze_level),  # type: ignore[no-any-return]
+                              lambda: self.inner.memory_mib(job, gpu_type, freeze_level=freeze_level))
+
+
+class _MemoColocation:
+    def __init__(self, inner: ColocationPredictor, memo: _Memo) -> None:
+        self.inner, self._memo = inner, memo
+
+    def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        group = tuple(jobs)
+        return self._memo.get(("speeds", group, gpu_type),  # type: ignore[no-any-return]
+                              lambda: tuple(self.inner.colocated_speeds(group, gpu_type)))
+
+    def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        group = tuple(jobs)
+        return self._memo.get(("group_memory", group, gpu_type),  # type: ignore[no-any-return]
+                              lambda: self.inner.group_memory_mib(group, gpu_type))
+
+
+class _MemoFreezing:
+    def __init__(self, inner: FreezingPredictor, memo: _Memo) -> None:
+        self.inner, self._memo = inner, memo
+
+    def num_freeze_levels(self, job: Job) -> int:
+        return self._memo.get(("levels", job), lambda: self.inner.num_freeze_levels(job))  # type: ignore[no-any-return]
+
+    def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
+        return self.inner.frozen_penalty(job, freeze_level, start_progress)  # depends on progress: not kept
+
+
+def memoized(predictors: Predictors, max_entries: int = 1_000_000) -> Predictors:
+    """``predictors`` with their answers remembered per job (the immutable :class:`Job` itself is the
+    key, so a job whose spec changes is a new key), for a policy that asks about the same jobs every
+    round. Frozen penalties depend on training progress and are not kept. At most ``max_entries``
+    answers are kept (the older half is dropped when full)."""
+    memo = _Memo(max_entries)
+    return Predictors(_MemoStepTime(predictors.step_time, memo), _MemoColocation(predictors.colocation, memo),
+                      _MemoFreezing(predictors.freezing, memo))
 
 
 def default_predictors() -> Predictors:
