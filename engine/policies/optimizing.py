@@ -10,20 +10,28 @@ batched: running jobs stay, new arrivals start greedily on free GPUs (shortest p
 first under the ``jct`` objective, else in arrival order), and the next solve sees everything.
 Migration and preemption are priced by ``config.migration_penalty``; the simulator also charges the
 checkpoint-restore time of every moved job.
+
+Large clusters: a round decides about at most ``max_round_jobs`` jobs (its working set). When more are
+active, the set holds the most urgent waiting jobs (shortest predicted remaining time first under the
+``jct`` objective, else arrival order) - at least half the set, or all the room the running jobs leave
+- and fills the rest with the running jobs most worth reconsidering: the longest predicted remaining
+time first (the candidates for preemption and migration), jobs sharing GPUs together. The other running
+jobs keep their GPUs, which the round sees as unavailable. Predictions are memoized per job across rounds.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from dltsched.engine.api import SolveConfig, solve_round
-from dltsched.engine.domain import ClusterState, JobState, Plan
+from dltsched.engine.domain import Assignment, ClusterState, JobState, Plan
+from dltsched.engine.errors import ValidationError
 from dltsched.engine.policies.greedy import place_exclusive
 from dltsched.engine.policies.placement import Estimates
-from dltsched.engine.predict import Predictors
+from dltsched.engine.predict import Predictors, memoized
 
 
 @dataclass
@@ -34,14 +42,19 @@ class OptimizingPolicy:
     predictors: Predictors | None = None
     min_interval_s: float = 0.0
     round_interval_s: float | None = 1800.0
+    max_round_jobs: int | None = 256
     name: str = "optimizing"
 
     def __post_init__(self) -> None:
+        if self.max_round_jobs is not None and (not isinstance(self.max_round_jobs, int) or self.max_round_jobs < 2):
+            raise ValidationError("max_round_jobs", f"{self.max_round_jobs!r} not understood; an integer >= 2, "
+                                  "or none for every active job")
         if self.predictors is None:
             from dltsched.engine.api import load_predictors
 
             self.predictors = load_predictors(self.config.predictors)
-        self._est = Estimates(self.predictors)
+        self._asked = memoized(self.predictors)  # rounds ask about the same jobs again and again
+        self._est = Estimates(self._asked)
         self._last_solve_s = float("-inf")
         self.solve_log: list[dict[str, Any]] = []
 
@@ -50,24 +63,49 @@ class OptimizingPolicy:
             return Plan()
         if state.time_s - self._last_solve_s < self.min_interval_s:
             return place_exclusive(state, self._between_solves_order(state), self._est, blocking=False)
-        warm = state.current_plan() if any(s.assignment is not None for s in state.jobs) else None
-        plan = solve_round(state, self.config, warm_start=warm, predictors=self.predictors)
+        round_state, kept = self._working_set(state)
+        warm = round_state.current_plan() if any(s.assignment is not None for s in round_state.jobs) else None
+        plan = solve_round(round_state, self.config, warm_start=warm, predictors=self._asked)
         self._last_solve_s = state.time_s
         self.solve_log.append({"time_s": state.time_s, "status": plan.status, "solve_time_s": plan.solve_time_s,
-                               "build_time_s": plan.build_time_s, "gap": plan.gap, "jobs": len(state.jobs)})
-        return plan
+                               "build_time_s": plan.build_time_s, "gap": plan.gap, "jobs": len(round_state.jobs),
+                               "active_jobs": len(state.jobs)})
+        return replace(plan, assignments=plan.assignments + kept) if kept else plan
+
+    def _remaining_s(self, s: JobState, state: ClusterState) -> float:
+        """Predicted time to finish alone: on its current GPU type when running, else its fastest type."""
+        if s.assignment is not None:
+            return s.remaining_iterations * self._est.step_time_s(s.job, state.cluster.gpu_type_of(s.assignment.gpus[0]))
+        types = self._est.candidate_types(s.job, state.cluster)
+        return s.remaining_iterations * self._est.step_time_s(s.job, types[0]) if types else math.inf
+
+    def _working_set(self, state: ClusterState) -> tuple[ClusterState, tuple[Assignment, ...]]:
+        """The round's jobs (see module docstring) and the assignments of the running jobs left out."""
+        cap = self.max_round_jobs
+        if cap is None or len(state.jobs) <= cap:
+            return state, ()
+        queued = self._between_solves_order(state)
+        running = state.running()
+        take_queued = min(len(queued), max(cap - len(running), cap // 2))
+        chosen: list[JobState] = []
+        kept: list[Assignment] = []
+        held: set[int] = set()
+        for group in sorted(_sharing_groups(running), key=lambda g: -max(self._remaining_s(s, state) for s in g)):
+            if len(chosen) + len(group) <= cap - take_queued:
+                chosen.extend(group)
+            else:
+                for s in group:
+                    kept.append(s.assignment)  # type: ignore[arg-type]
+                    held.update(s.assignment.gpus)  # type: ignore[union-attr]
+        chosen.extend(queued[:take_queued])
+        return ClusterState(state.time_s, state.cluster, tuple(chosen), state.down_gpus | held), tuple(kept)
 
     def _between_solves_order(self, state: ClusterState) -> Sequence[JobState]:
+        """Waiting jobs by urgency: shortest predicted remaining time first under ``jct``, else arrival order."""
         queued = state.queued()
         if self.config.objective != "jct":
             return queued
-        est = self._est
-
-        def remaining_s(s: JobState) -> float:
-            types = est.candidate_types(s.job, state.cluster)
-            return s.remaining_iterations * est.step_time_s(s.job, types[0]) if types else math.inf
-
-        return sorted(queued, key=lambda s: (remaining_s(s), s.job.arrival_time_s, s.job.id))
+        return sorted(queued, key=lambda s: (self._remaining_s(s, state), s.job.arrival_time_s, s.job.id))
 
     def state_dict(self) -> dict[str, Any]:
         return {"last_solve_s": self._last_solve_s if self._last_solve_s != float("-inf") else None}
@@ -75,6 +113,29 @@ class OptimizingPolicy:
     def load_state_dict(self, data: dict[str, Any]) -> None:
         value = data.get("last_solve_s")
         self._last_solve_s = float("-inf") if value is None else float(value)
+
+
+def _sharing_groups(running: Sequence[JobState]) -> list[list[JobState]]:
+    """Running jobs grouped so that jobs sharing any GPU are in one group (stable order)."""
+    parent = list(range(len(running)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[int, int] = {}
+    for i, s in enumerate(running):
+        for g in s.assignment.gpus if s.assignment else ():
+            if g in owner:
+                parent[root(i)] = root(owner[g])
+            else:
+                owner[g] = i
+    groups: dict[int, list[JobState]] = {}
+    for i, s in enumerate(running):
+        groups.setdefault(root(i), []).append(s)
+    return list(groups.values())
 
 
 _CONFIG_FIELDS = {f.name for f in fields(SolveConfig)}

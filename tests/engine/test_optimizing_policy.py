@@ -1,0 +1,72 @@
+"""The optimizing policy's working set: bounded rounds, jobs sharing GPUs kept together, nothing lost."""
+
+from __future__ import annotations
+
+import pytest
+
+from dltsched.engine.domain import Assignment, Cluster, ClusterState, Job, JobState, Node
+from dltsched.engine.errors import ValidationError
+from dltsched.engine.faults import FaultConfig
+from dltsched.engine.policies.optimizing import _sharing_groups, optimizing_policy
+from dltsched.engine.simulator import SimulationConfig, simulate
+from dltsched.engine.truth import MeasuredTruth
+from dltsched.formulations.testing import Tables
+
+FAULTS = FaultConfig(mtbf_s=4 * 3600.0, mttr_s=900.0, checkpoint_interval_s=600.0)
+
+
+@pytest.mark.parametrize("objective", ["jct", "effective_progress"])
+def test_rounds_stay_within_the_working_set_and_every_job_finishes(analytic, small_instance, objective):
+    inst = small_instance(4, num_jobs=40, mean_gap_s=15.0)
+    policy = optimizing_policy(analytic, max_round_jobs=5, time_limit_s=0.5, objective=objective)
+    res = simulate(inst, policy, truth=MeasuredTruth(use_measurements=False),
+                   config=SimulationConfig(seed=2, faults=FAULTS))
+    assert sorted(r.job_id for r in res.records) == sorted(j.id for j in inst.jobs)
+    assert all(entry["jobs"] <= 5 for entry in policy.solve_log)
+    assert any(entry["active_jobs"] > 5 for entry in policy.solve_log), "the cap never bound: test shows nothing"
+    assert all(entry["status"] != "fallback" for entry in policy.solve_log)
+
+
+def test_without_a_cap_the_round_sees_every_active_job(analytic, small_instance):
+    inst = small_instance(4, num_jobs=40, mean_gap_s=15.0)
+    policy = optimizing_policy(analytic, max_round_jobs=None, time_limit_s=0.5)
+    simulate(inst, policy, truth=MeasuredTruth(use_measurements=False))
+    assert all(entry["jobs"] == entry["active_jobs"] for entry in policy.solve_log)
+
+
+def test_working_set_takes_urgent_waiting_jobs_and_long_running_ones_and_keeps_the_rest():
+    # 1 s per iteration everywhere. Running: a 1000 s left on GPU 0, b 10 s on GPU 1, c 500 s and d 50 s
+    # sharing GPU 2; waiting: q1 20 s, q2 5000 s. Cap 4: half for waiting jobs (q1, q2); the running
+    # groups by longest remaining time: a (1000 s) fits, {c, d} (500 s) does not fit the 1 slot left,
+    # b (10 s) does. c and d keep GPU 2, which the round sees as unavailable.
+    tables = Tables(step_s={k: [1.0] for k in ("a", "b", "c", "d", "q1", "q2")})
+    left = {"a": 1000.0, "b": 10.0, "c": 500.0, "d": 50.0, "q1": 20.0, "q2": 5000.0}
+    on = {"a": (0,), "b": (1,), "c": (2,), "d": (2,)}
+    state = ClusterState(0.0, Cluster((Node("n0", "v100", 4),)), tuple(
+        JobState(Job(k, "resnet18", 32, 10_000.0), left[k], assignment=Assignment(k, on[k]) if k in on else None)
+        for k in left))
+    policy = optimizing_policy(tables.bundle(), max_round_jobs=4, objective="jct", time_limit_s=1.0)
+    round_state, kept = policy._working_set(state)
+    assert [s.job.id for s in round_state.jobs] == ["a", "b", "q1", "q2"]
+    assert kept == (Assignment("c", (2,)), Assignment("d", (2,)))
+    assert round_state.down_gpus == {2}
+    plan = policy.schedule(state)
+    by_job = plan.by_job()
+    assert by_job["c"] == Assignment("c", (2,)) and by_job["d"] == Assignment("d", (2,))
+    assert all(2 not in a.gpus for k, a in by_job.items() if k not in ("c", "d"))
+    assert "q1" in by_job, "the shortest waiting job runs"
+
+
+def test_jobs_sharing_any_gpu_form_one_group():
+    def running(job_id: str, gpus: tuple[int, ...]) -> JobState:
+        return JobState(Job(job_id, "resnet18", 32, 100.0, num_gpus=len(gpus)), 100.0,
+                        assignment=Assignment(job_id, gpus))
+
+    jobs = [running("a", (0, 1)), running("b", (2,)), running("c", (1, 0)), running("d", (3,)), running("e", (2,))]
+    assert [[s.job.id for s in g] for g in _sharing_groups(jobs)] == [["a", "c"], ["b", "e"], ["d"]]
+
+
+@pytest.mark.parametrize("cap", [1, 0, 2.5])
+def test_bad_working_set_size_names_the_field(analytic, cap):
+    with pytest.raises(ValidationError, match="max_round_jobs"):
+        optimizing_policy(analytic, max_round_jobs=cap)
