@@ -8,7 +8,7 @@ by a global index ``0 .. cluster.num_gpus - 1``, node by node in the order of ``
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -405,7 +405,8 @@ class ClusterState:
     the ids of the running jobs on it, in the order they were placed; ``running_jobs`` the running jobs
     and ``placements`` their assignments, by id. The simulator keeps these incrementally, so a policy can
     read placements without snapshotting every running job's progress; without them the methods below
-    derive them from ``jobs``.
+    derive them from ``jobs``. ``running_progress``, when given, returns the running jobs' states by id,
+    each built when first read (see :meth:`running_states`).
     """
 
     time_s: float
@@ -417,6 +418,7 @@ class ClusterState:
     gpu_jobs: Sequence[tuple[str, ...]] | None = None
     running_jobs: Mapping[str, Job] | None = None
     placements: Mapping[str, Assignment] | None = None
+    running_progress: Callable[[], Mapping[str, JobState]] | None = None
 
     def free_gpus_by_node(self) -> tuple[tuple[int, ...], ...]:
         """Per node, the GPUs that are up and hold no running job."""
@@ -449,6 +451,14 @@ class ClusterState:
         if self.placements is not None:
             return self.placements
         return {s.job.id: s.assignment for s in self.running() if s.assignment is not None}
+
+    def running_states(self) -> Mapping[str, JobState]:
+        """The running jobs' states (progress at this instant) by id. Taking it reads every running job's
+        progress, as iterating ``jobs`` does; a simulator builds each entry when it is first read, so a
+        policy that looks at a few running jobs does not pay for all of them."""
+        if self.running_progress is not None:
+            return self.running_progress()
+        return {s.job.id: s for s in self.running()}
 
     def available_by_type(self) -> dict[str, int]:
         """Number of GPUs of each type that are up (not on a failed node)."""

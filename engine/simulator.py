@@ -18,9 +18,11 @@ import bisect
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import chain
+from itertools import compress
+from operator import is_not
+from types import MappingProxyType
 from typing import Literal, Protocol, overload
 
 from dltsched.engine.domain import Assignment, ClusterState, Instance, Job, JobState, Plan
@@ -103,6 +105,45 @@ class Simulator:
         return run.run()
 
 
+class _RunningStates(Mapping[str, JobState]):
+    """The running jobs' states at one round, by id, each built when first read (see :meth:`_Run._sync`).
+
+    Taking it (:meth:`take`) counts as the round reading every running job's progress; reading it after the
+    round raises."""
+
+    __slots__ = ("_run", "_round", "_built", "_taken")
+
+    def __init__(self, run: _Run) -> None:
+        self._run = run
+        self._round = run.rounds
+        self._built: dict[str, JobState] = {}
+        self._taken = False
+
+    def take(self) -> _RunningStates:
+        if not self._taken:
+            self._taken = True
+            self._run._read_running()
+        return self
+
+    def __getitem__(self, job_id: str) -> JobState:
+        hit = self._built.get(job_id)
+        if hit is None:
+            run = self._run
+            if run.rounds != self._round:
+                raise RuntimeError("a round's snapshot of the running jobs was read after the round")
+            a = run.running[job_id]
+            run._sync(a)
+            hit = self._built[job_id] = JobState(a.job, a.remaining, a.attained_s, a.assignment, a.preemptions,
+                                                 a.first_start, a.queued_since)
+        return hit
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._run.running))
+
+    def __len__(self) -> int:
+        return len(self._run.running)
+
+
 class _Jobs(Sequence[JobState]):
     """The jobs of a snapshot: running ones (built on first use) then the queue (a ready tuple).
 
@@ -165,15 +206,21 @@ class _Run:
         self.finished: list[JobRecord] = []
         self.time = 0.0
         self.gpu_jobs: list[list[str]] = [[] for _ in range(self.cluster.num_gpus)]
-        #: per node, the GPUs that hold no job and are up, and the job ids on each of its GPUs
-        #: (``None``: recompute at the next snapshot)
-        self._free: list[tuple[int, ...] | None] = [None] * len(self.cluster.nodes)
-        self._occupancy: list[tuple[tuple[str, ...], ...] | None] = [None] * len(self.cluster.nodes)
-        #: the running jobs and their assignments by id, kept in step with ``running``
+        #: per node, the GPUs that hold no job and are up, and the job ids on each of its GPUs; nodes in
+        #: ``_stale_nodes`` are recomputed at the next snapshot, which reuses the tuples of the others
+        self._free: list[tuple[int, ...]] = [()] * len(self.cluster.nodes)
+        self._occupancy: list[tuple[str, ...]] = [()] * self.cluster.num_gpus
+        self._stale_nodes: set[int] = set(range(len(self.cluster.nodes)))
+        self._node_views: tuple[tuple[tuple[int, ...], ...], tuple[tuple[str, ...], ...]] = ((), ())
         self._oom_this_round = False
+        #: the running jobs and their assignments by id, kept in step with ``running``; once a snapshot has
+        #: them (``_shared``), they are copied before they change, so a snapshot never sees them change
         self._running_jobs: dict[str, Job] = {}
         self._placements: dict[str, Assignment] = {}
+        self._shared: tuple[Mapping[str, Job], Mapping[str, Assignment]] | None = None
         self._dirty_gpus: set[int] = set()
+        #: instants at which a round read the running jobs' progress, ascending (see :meth:`_sync`)
+        self._read_at: list[float] = []
         #: (finish time, sequence, job id, version) of running jobs; stale entries are skipped
         self._finish_heap: list[tuple[float, int, str, int]] = []
         self._seq = 0
@@ -282,8 +329,7 @@ class _Run:
                     a.queued_since = self.time
                     self._enqueue(a)
                     self.fault_interruptions += 1
-        for n in (*failed, *repaired):
-            self._free[n] = None
+        self._stale_nodes.update(failed, repaired)
         if failed:
             self._update_rates([])
         return bool(failed or repaired)
@@ -341,18 +387,50 @@ class _Run:
                 self._enqueue(a)
             else:
                 a.synced_at = self.time
-        self._free = [None] * len(self.cluster.nodes)
-        self._occupancy = [None] * len(self.cluster.nodes)
+        self._stale_nodes = set(range(len(self.cluster.nodes)))
         self._running_jobs = {k: a.job for k, a in self.running.items()}
         self._placements = {k: a.assignment for k, a in self.running.items() if a.assignment is not None}
+        self._shared = None
         self._finish_heap = []
         self._dirty_gpus = set()
+        self._read_at = []
 
     # -- progress (lazy: a running job's progress is brought up to date only when it is needed) --------
 
     def _sync(self, a: _Active) -> None:
-        """Bring ``a.remaining``/``a.attained_s`` up to ``self.time`` at its current rate."""
-        t_to = self.time
+        """Bring ``a.remaining``/``a.attained_s`` up to ``self.time`` at its current rate.
+
+        A round that reads the running jobs' progress records its instant in ``_read_at`` instead of
+        bringing every running job up to it; a job steps through the instants recorded since its last sync
+        first, in order, so its values are bit-identical to those of syncing it at each of them."""
+        reads = self._read_at
+        if a.assignment is not None and reads and reads[-1] > a.synced_at:
+            start = bisect.bisect_right(reads, a.synced_at)
+            if self.faults is None:
+                self._replay(a, reads[start:])
+            else:
+                for t in reads[start:]:
+                    self._step(a, t)
+        self._step(a, self.time)
+
+    def _replay(self, a: _Active, instants: Iterable[float]) -> None:
+        """:meth:`_step` to each of ``instants`` (ascending, after ``a.synced_at``) without faults, inlined:
+        the same operations on the same values (``max`` spelled out)."""
+        assert a.assignment is not None
+        n = len(a.assignment.gpus)
+        attained, remaining, rate, ready, t_last = a.attained_s, a.remaining, a.rate, a.ready_at, a.synced_at
+        for t_to in instants:
+            attained += (t_to - t_last) * n
+            if rate > 0:
+                t_from = t_last if t_last > ready else ready
+                if t_to > t_from:
+                    left = remaining - rate * (t_to - t_from)
+                    remaining = left if left > 0.0 else 0.0
+            t_last = t_to
+        a.attained_s, a.remaining, a.synced_at = attained, remaining, t_last
+
+    def _step(self, a: _Active, t_to: float) -> None:
+        """Progress of ``a`` from its last sync to ``t_to`` at its current rate."""
         t_last = a.synced_at
         if t_to <= t_last or a.assignment is None:
             a.synced_at = max(t_last, t_to)
@@ -442,24 +520,29 @@ class _Run:
 
     # -- rounds -------------------------------------------------------------------------------------
 
-    def _running_snapshot(self) -> tuple[JobState, ...]:
-        self.sync_all()
-        return tuple(JobState(a.job, a.remaining, a.attained_s, a.assignment, a.preemptions, a.first_start,
-                              a.queued_since) for a in self.running.values())
+    def _read_running(self) -> None:
+        """This round reads the running jobs' progress: each is brought up to now when next synced."""
+        if self.running and (not self._read_at or self._read_at[-1] != self.time):
+            self._read_at.append(self.time)
 
-    def _free_gpus(self, down: frozenset[int]) -> tuple[tuple[int, ...], ...]:
-        free = self._free
-        for i, entry in enumerate(free):
-            if entry is None:
-                free[i] = tuple(g for g in self.cluster.node_gpus(i) if not self.gpu_jobs[g] and g not in down)
-        return tuple(free)  # type: ignore[arg-type]
+    def _gpu_views(self, down: frozenset[int]) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[str, ...], ...]]:
+        """Per node the free GPUs, and per GPU its jobs, recomputed for the stale nodes only."""
+        if self._stale_nodes:
+            on = self.gpu_jobs
+            for i in self._stale_nodes:
+                gpus = self.cluster.node_gpus(i)
+                self._free[i] = tuple(g for g in gpus if not on[g] and g not in down)
+                self._occupancy[gpus.start:gpus.stop] = map(tuple, on[gpus.start:gpus.stop])
+            self._stale_nodes.clear()
+            self._node_views = (tuple(self._free), tuple(self._occupancy))
+        return self._node_views
 
-    def _gpu_jobs(self) -> tuple[tuple[str, ...], ...]:
-        occ = self._occupancy
-        for i, entry in enumerate(occ):
-            if entry is None:
-                occ[i] = tuple(tuple(self.gpu_jobs[g]) for g in self.cluster.node_gpus(i))
-        return tuple(chain.from_iterable(occ))  # type: ignore[arg-type]
+    def _unshare(self) -> None:
+        """Copy the running jobs' and placements' dicts before changing them if a snapshot has them."""
+        if self._shared is not None:
+            self._running_jobs = dict(self._running_jobs)
+            self._placements = dict(self._placements)
+            self._shared = None
 
     def _state(self) -> ClusterState:
         down: frozenset[int] = frozenset()
@@ -467,15 +550,16 @@ class _Run:
             down = frozenset(g for n in self.faults.down for g in self.cluster.node_gpus(n))
         if self._queue_tuple is None:
             self._queue_tuple = tuple(self.queue_snaps)
-        jobs = _Jobs(self._running_snapshot, len(self.running), self._queue_tuple)
-        return ClusterState(self.time, self.cluster, jobs, down, len(self.running), self._free_gpus(down),
-                            self._gpu_jobs(), dict(self._running_jobs), dict(self._placements))
+        if self._shared is None:
+            self._shared = (MappingProxyType(self._running_jobs), MappingProxyType(self._placements))
+        running = _RunningStates(self)
+        jobs = _Jobs(lambda: tuple(running.take().values()), len(self.running), self._queue_tuple)
+        return ClusterState(self.time, self.cluster, jobs, down, len(self.running), *self._gpu_views(down),
+                            *self._shared, running.take)
 
     def _touch(self, g: int) -> None:
         """GPU ``g``'s set of jobs changed: its node's cached views and its jobs' rates are stale."""
-        node = self.cluster.gpu_node[g]
-        self._free[node] = None
-        self._occupancy[node] = None
+        self._stale_nodes.add(self.cluster.gpu_node[g])
         self._dirty_gpus.add(g)
 
     def _round(self) -> None:
@@ -493,10 +577,15 @@ class _Run:
         if self.sim.on_round is not None:
             self.sim.on_round(self.time, len(self.finished))
 
-    def _validate(self, plan: Plan, down: frozenset[int]) -> dict[str, Assignment]:
+    def _validate(self, plan: Plan, down: frozenset[int]) -> tuple[dict[str, Assignment], list[str]]:
+        """The plan by job, and (in plan order) the jobs whose entry is not their current assignment itself;
+        raises on an entry that cannot be applied. Entries that are the current assignment cost O(1) each, at
+        C speed, so a full plan that changes little costs little."""
         wanted = plan.by_job()
+        changed = list(compress(wanted, map(is_not, map(self._placements.get, wanted), wanted.values())))
         n = self.cluster.num_gpus
-        for job_id, asg in wanted.items():
+        for job_id in changed:
+            asg = wanted[job_id]
             act = self.active.get(job_id)
             if act is None:
                 raise InvalidPlanError(f"plan places job '{job_id}', which is not active (finished or not arrived)")
@@ -516,25 +605,31 @@ class _Run:
                 raise InvalidPlanError(f"job '{job_id}': placed on mixed GPU types {sorted(types)}; one type per job")
             if job.gpu_types and not types <= set(job.gpu_types):
                 raise InvalidPlanError(f"job '{job_id}': GPU type {types.pop()} not in its allowed {job.gpu_types}")
-        return wanted
+        return wanted, changed
 
     def _apply(self, plan: Plan, down: frozenset[int] = frozenset()) -> None:
         """Preempt or move running jobs the plan changes, then start jobs that fit in memory."""
-        wanted = self._validate(plan, down)
+        wanted, changed_ids = self._validate(plan, down)
         if plan.incremental:  # listed running jobs move; the others keep their GPUs
-            moving = [a for job_id, new in wanted.items()
+            moving = [a for job_id in changed_ids
                       if (a := self.running.get(job_id)) is not None and a.assignment is not None
-                      and new.gpus != a.assignment.gpus]
-        else:
-            moving = [a for a in self.running.values()
-                      if (new := wanted.get(a.job.id)) is None or a.assignment is None or new.gpus != a.assignment.gpus]
+                      and wanted[job_id].gpus != a.assignment.gpus]
+        else:  # running jobs whose entry is not their assignment itself, in running order
+            ids = list(self.running)
+            moving = []
+            for job_id in compress(ids, map(is_not, map(wanted.get, ids), map(self._placements.__getitem__, ids))):
+                a = self.running[job_id]
+                new = wanted.get(job_id)
+                if new is None or a.assignment is None or new.gpus != a.assignment.gpus:
+                    moving.append(a)
         for a in moving:
             self._release(a)
             a.preemptions += 1
             a.queued_since = self.time
             a.ckpt_remaining = a.remaining  # preemption checkpoints the job
         changed: list[_Active] = []
-        for job_id, new in wanted.items():  # freeze-level changes in place
+        for job_id in changed_ids:  # freeze-level changes in place
+            new = wanted[job_id]
             a = self.active[job_id]
             old = a.assignment
             if old is not None and new is not old and new.freeze_level != old.freeze_level:
@@ -543,10 +638,11 @@ class _Run:
                 a.placed_at = self.time
                 a.penalty = self.truth.frozen_penalty(a.job, new.freeze_level, 1.0 - a.remaining / a.job.total_iterations)
                 a.assignment = new
+                self._unshare()
                 self._placements[job_id] = new
                 changed.append(a)
         moved_ids = {a.job.id for a in moving}
-        starts = [(j, asg) for j, asg in wanted.items() if self.active[j].assignment is None]
+        starts = [(j, wanted[j]) for j in changed_ids if self.active[j].assignment is None]
         started = self._fit_memory(starts)
         self._oom_this_round = len(started) < len(starts)
         for job_id, asg in started:
@@ -561,6 +657,7 @@ class _Run:
             a.penalty = self.truth.frozen_penalty(a.job, asg.freeze_level, 1.0 - a.remaining / a.job.total_iterations)
             a.assignment = asg
             self.running[job_id] = a
+            self._unshare()
             self._running_jobs[job_id] = a.job
             self._placements[job_id] = asg
             for g in asg.gpus:
@@ -647,6 +744,7 @@ class _Run:
         a.rate = 0.0
         a.version += 1
         self.running.pop(a.job.id, None)
+        self._unshare()
         self._running_jobs.pop(a.job.id, None)
         self._placements.pop(a.job.id, None)
 
