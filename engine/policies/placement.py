@@ -16,13 +16,14 @@ class GpuPool:
     """Which GPUs hold how many jobs during one round of a greedy policy.
 
     ``jobs_on[g]`` lists the jobs the policy has put on GPU ``g`` this round; ``free_by_node`` the GPUs
-    that are up and empty, per node. A pool from :meth:`empty` starts with every up GPU free (the policy
-    re-places the running jobs itself); one from :meth:`current` starts from the running placement, as
-    non-preemptive policies need, without scanning the running jobs."""
+    that are up and empty, per node (ascending; a node's tuple is replaced when it changes, so pools share
+    the others). A pool from :meth:`empty` starts with every up GPU free (the policy re-places the running
+    jobs itself); one from :meth:`current` starts from the running placement, as non-preemptive policies
+    need, without scanning the running jobs or the nodes' GPUs."""
 
     cluster: Cluster
     jobs_on: defaultdict[int, list[str]] = field(default_factory=lambda: defaultdict(list))
-    free_by_node: list[list[int]] = field(default_factory=list)
+    free_by_node: list[tuple[int, ...]] = field(default_factory=list)
     free_by_type: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
@@ -30,19 +31,17 @@ class GpuPool:
         """All GPUs that are up, none holding a job."""
         cluster = state.cluster
         down = state.down_gpus
-        return GpuPool._of(cluster, [[g for g in cluster.node_gpus(i) if g not in down]
+        return GpuPool._of(cluster, [tuple(g for g in cluster.node_gpus(i) if g not in down)
                                      for i in range(len(cluster.nodes))])
 
     @staticmethod
     def current(state: ClusterState) -> GpuPool:
         """The GPUs that are up and hold no running job are free; the others are taken."""
-        return GpuPool._of(state.cluster, [list(free) for free in state.free_gpus_by_node()])
+        return GpuPool._of(state.cluster, list(state.free_gpus_by_node()))
 
     @staticmethod
-    def _of(cluster: Cluster, free_by_node: list[list[int]]) -> GpuPool:
-        by_type: dict[str, int] = dict.fromkeys(cluster.gpu_types, 0)
-        for node, free in zip(cluster.nodes, free_by_node, strict=True):
-            by_type[node.gpu_type] += len(free)
+    def _of(cluster: Cluster, free_by_node: list[tuple[int, ...]]) -> GpuPool:
+        by_type = {t: sum(map(len, map(free_by_node.__getitem__, cluster.nodes_of_type(t)))) for t in cluster.gpu_types}
         return GpuPool(cluster, defaultdict(list), free_by_node, by_type)
 
     def free_count(self, gpu_type: str) -> int:
@@ -52,18 +51,21 @@ class GpuPool:
         for g in gpus:
             on = self.jobs_on[g]
             if not on:
-                free = self.free_by_node[self.cluster.gpu_node[g]]
+                node = self.cluster.gpu_node[g]
+                free = self.free_by_node[node]
                 if g in free:
-                    free.remove(g)
+                    self.free_by_node[node] = tuple(x for x in free if x != g)
                     self.free_by_type[self.cluster.gpu_type_of(g)] -= 1
             on.append(job_id)
 
     def release(self, gpus: Iterable[int]) -> None:
         """Make ``gpus`` free again (GPUs of jobs the policy stops this round), in index order."""
         for g in gpus:
-            free = self.free_by_node[self.cluster.gpu_node[g]]
+            node = self.cluster.gpu_node[g]
+            free = self.free_by_node[node]
             if g not in free:
-                bisect.insort(free, g)
+                i = bisect.bisect_left(free, g)
+                self.free_by_node[node] = (*free[:i], g, *free[i:])
                 self.free_by_type[self.cluster.gpu_type_of(g)] += 1
 
     def are_free(self, gpus: tuple[int, ...]) -> bool:
