@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, replace
 
 import pytest
 
 from dltsched.engine.domain import Cluster, Instance, Job, Node
+from dltsched.engine.predict import Predictors, StepTimePredictor
 from dltsched.engine.registry import predictors as predictor_bundle
 
 GAVEL_JOBS = (("resnet18", 128), ("resnet50", 64), ("transformer", 128), ("lstm_lm", 20),
@@ -38,3 +40,31 @@ def small_instance_fixture():
 @pytest.fixture(scope="session")
 def analytic():
     return predictor_bundle("analytic")
+
+
+@dataclass(frozen=True)
+class UnderMemory:
+    """Memory predictions a third of the truth for every third job (by id number)."""
+
+    base: StepTimePredictor
+
+    def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
+                    freeze_level: int = 0, num_nodes: int = 1) -> float:
+        return self.base.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes)
+
+    def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        exact = self.base.memory_mib(job, gpu_type, freeze_level=freeze_level)
+        return exact / 3 if int(job.id[1:]) % 3 == 0 else exact
+
+
+def memory_trap(predictors: Predictors, inst: Instance) -> tuple[Predictors, Instance]:
+    """Predictors that under-predict memory (:class:`UnderMemory`) and ``inst`` with every fifth job too large
+    for a K80 (ResNet-50 at batch 128, 13.6 GB): policies try jobs where they do not fit, which crash out of
+    memory (``memory="oom"``) and no longer ask for that GPU type."""
+    jobs = tuple(replace(j, model="resnet50", batch_size=128) if int(j.id[1:]) % 5 == 0 else j for j in inst.jobs)
+    return replace(predictors, step_time=UnderMemory(predictors.step_time)), replace(inst, jobs=jobs)
+
+
+@pytest.fixture(scope="session", name="memory_trap")
+def memory_trap_fixture():
+    return memory_trap
