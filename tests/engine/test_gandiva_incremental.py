@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dltsched.engine.domain import Assignment, ClusterState, Job, JobState, Plan
+from dltsched.engine.faults import FaultConfig
 from dltsched.engine.policies.gandiva import GandivaPolicy
 from dltsched.engine.policies.placement import Estimates, GpuPool
 from dltsched.engine.predict import Predictors
@@ -107,24 +108,60 @@ class Compare:
         return plan
 
 
+FAULTS = FaultConfig(mtbf_s=20_000.0, mttr_s=600.0, checkpoint_interval_s=300.0)
+
+
 @pytest.mark.parametrize("k", [2, 3])
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 10_000))
-def test_incremental_gandiva_plans_equal_the_direct_ones(k, seed, analytic, small_instance):
-    inst = small_instance(seed, num_jobs=40, mean_gap_s=5.0)  # 8 GPUs, bursts of jobs: packing, then unpacking
-    check = Compare(GandivaPolicy(analytic, max_jobs_per_gpu=k), DirectGandiva(analytic, max_jobs_per_gpu=k))
-    result = simulate(inst, check, truth=MeasuredTruth(use_measurements=False), config=SimulationConfig(memory="oom"))
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), faults=st.booleans(), under_memory=st.booleans(),
+       gpus_per_node=st.sampled_from([2, 4]))
+def test_incremental_gandiva_plans_equal_the_direct_ones(k, seed, faults, under_memory, gpus_per_node, analytic,
+                                                         small_instance, memory_trap):
+    # bursts of jobs: packing, then unpacking; with the memory trap, packed starts crash out of memory
+    inst = small_instance(seed, num_jobs=40, gpus_per_node=gpus_per_node, mean_gap_s=5.0)
+    preds, inst = memory_trap(analytic, inst) if under_memory else (analytic, inst)
+    check = Compare(GandivaPolicy(preds, max_jobs_per_gpu=k), DirectGandiva(preds, max_jobs_per_gpu=k))
+    cfg = SimulationConfig(seed=seed, memory="oom", faults=FAULTS if faults else None)
+    result = simulate(inst, check, truth=MeasuredTruth(use_measurements=False), config=cfg)
     assert result.num_jobs_finished == len(inst.jobs)
     assert check.rounds > 0
 
 
-def test_the_comparison_sees_packing_and_unpacking(analytic, small_instance):
-    """Guard for the test above: over a few seeds the runs do pack and do migrate jobs."""
-    packs = moves = 0
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), faults=st.booleans(), under_memory=st.booleans())
+def test_simulations_do_not_depend_on_the_kept_occupancy(seed, faults, under_memory, analytic, small_instance,
+                                                        memory_trap):
+    """A policy that forgets what it keeps between rounds (as after a resume) gives the same simulation, to the
+    last bit."""
+    preds, inst = memory_trap(analytic, small_instance(seed, num_jobs=40, mean_gap_s=5.0)) if under_memory else (
+        analytic, small_instance(seed, num_jobs=40, mean_gap_s=5.0))
+    cfg = SimulationConfig(seed=seed, memory="oom", faults=FAULTS if faults else None)
+    truth = MeasuredTruth(use_measurements=False)
+    kept = simulate(inst, GandivaPolicy(preds), truth=truth, config=cfg)
+    forgetful = simulate(inst, Forgetful(preds), truth=truth, config=cfg)
+    assert kept.records == forgetful.records
+    assert kept.placements == forgetful.placements
+
+
+class Forgetful(GandivaPolicy):
+    """Gandiva that rebuilds its occupancy and judges pairings afresh every round."""
+
+    def schedule(self, state: ClusterState) -> Plan:
+        self.__post_init__()
+        return super().schedule(state)
+
+
+def test_the_comparison_sees_packing_and_unpacking(analytic, small_instance, memory_trap):
+    """Guard for the tests above: over a few seeds the runs do pack, migrate jobs, lose jobs to failed nodes and
+    crash packed starts out of memory."""
+    packs = moves = failures = oom = 0
     for seed in range(6):
-        check = Compare(GandivaPolicy(analytic), DirectGandiva(analytic))
-        simulate(small_instance(seed, num_jobs=40, mean_gap_s=5.0), check,
-                 truth=MeasuredTruth(use_measurements=False), config=SimulationConfig(memory="oom"))
+        preds, inst = memory_trap(analytic, small_instance(seed, num_jobs=40, mean_gap_s=5.0))
+        check = Compare(GandivaPolicy(preds), DirectGandiva(preds))
+        result = simulate(inst, check, truth=MeasuredTruth(use_measurements=False),
+                          config=SimulationConfig(seed=seed, memory="oom", faults=FAULTS))
         packs += check.packs
         moves += check.moves
-    assert packs > 0 and moves > 0
+        failures += result.fault_interruptions
+        oom += result.oom_events
+    assert packs > 0 and moves > 0 and failures > 0 and oom > 0, (packs, moves, failures, oom)
