@@ -406,7 +406,8 @@ class ClusterState:
     and ``placements`` their assignments, by id. The simulator keeps these incrementally, so a policy can
     read placements without snapshotting every running job's progress; without them the methods below
     derive them from ``jobs``. ``running_progress``, when given, returns the running jobs' states by id,
-    each built when first read (see :meth:`running_states`).
+    each built when first read (see :meth:`running_states`); ``num_held_gpus`` counts the running jobs'
+    GPUs (a GPU that k jobs share k times).
     """
 
     time_s: float
@@ -419,6 +420,7 @@ class ClusterState:
     running_jobs: Mapping[str, Job] | None = None
     placements: Mapping[str, Assignment] | None = None
     running_progress: Callable[[], Mapping[str, JobState]] | None = None
+    num_held_gpus: int | None = None
 
     def free_gpus_by_node(self) -> tuple[tuple[int, ...], ...]:
         """Per node, the GPUs that are up and hold no running job."""
@@ -459,6 +461,14 @@ class ClusterState:
         if self.running_progress is not None:
             return self.running_progress()
         return {s.job.id: s for s in self.running()}
+
+    def gpus_exclusive(self) -> bool:
+        """No GPU holds two running jobs and no running job holds a failed GPU (O(nodes) with
+        ``num_held_gpus``): the GPUs the running jobs hold are exactly the busy ones."""
+        held = self.num_held_gpus
+        if held is None:
+            held = sum(len(a.gpus) for a in self.placements_by_id().values())
+        return held == self.cluster.num_gpus - len(self.down_gpus) - sum(map(len, self.free_gpus_by_node()))
 
     def available_by_type(self) -> dict[str, int]:
         """Number of GPUs of each type that are up (not on a failed node)."""

@@ -18,12 +18,14 @@ import bisect
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import is_not
 from types import MappingProxyType
 from typing import Literal, Protocol, overload
+
+import numpy as np
 
 from dltsched.engine.domain import Assignment, ClusterState, Instance, Job, JobState, Plan
 from dltsched.engine.errors import InvalidPlanError, ValidationError
@@ -194,6 +196,7 @@ class _Run:
         self.policy = sim.policy
         self.cfg = sim.config
         self.arrivals = sorted(self.inst.jobs, key=lambda j: (j.arrival_time_s, j.id))
+        self._gpus_per_node = max((n.num_gpus for n in self.cluster.nodes), default=1)
         self.next_arrival = 0
         self.active: dict[str, _Active] = {}
         self.running: dict[str, _Active] = {}
@@ -203,6 +206,7 @@ class _Run:
         self._queue_tuple: tuple[JobState, ...] | None = None
         self._mem: dict[tuple[str, str, int], float] = {}
         self.num_busy_gpus = 0
+        self.num_held_gpus = 0  # (job, GPU) pairs of the running jobs
         self.finished: list[JobRecord] = []
         self.time = 0.0
         self.gpu_jobs: list[list[str]] = [[] for _ in range(self.cluster.num_gpus)]
@@ -338,8 +342,7 @@ class _Run:
         """Run time alone on the job's GPUs of the fastest allowed type (Themis' fair baseline)."""
         by_type = self.cluster.gpus_by_type()
         types = [t for t in (job.gpu_types or by_type) if by_type.get(t, 0) >= job.num_gpus]
-        per_node = max((n.num_gpus for n in self.cluster.nodes), default=1)
-        nodes = max(1, math.ceil(job.num_gpus / per_node))
+        nodes = max(1, math.ceil(job.num_gpus / self._gpus_per_node))
         return min(self.truth.step_time_s(job, t, job.num_gpus, nodes) for t in types) * job.total_iterations
 
     def _admit_arrivals(self) -> bool:
@@ -394,6 +397,7 @@ class _Run:
         self._finish_heap = []
         self._dirty_gpus = set()
         self._read_at = []
+        self.num_held_gpus = sum(map(len, self.gpu_jobs))
 
     # -- progress (lazy: a running job's progress is brought up to date only when it is needed) --------
 
@@ -413,9 +417,11 @@ class _Run:
                     self._step(a, t)
         self._step(a, self.time)
 
-    def _replay(self, a: _Active, instants: Iterable[float]) -> None:
+    def _replay(self, a: _Active, instants: list[float]) -> None:
         """:meth:`_step` to each of ``instants`` (ascending, after ``a.synced_at``) without faults, inlined:
-        the same operations on the same values (``max`` spelled out)."""
+        the same operations on the same values (``max`` spelled out); long runs with numpy."""
+        if len(instants) >= 48 and _replay_with_numpy(a, instants):
+            return
         assert a.assignment is not None
         n = len(a.assignment.gpus)
         attained, remaining, rate, ready, t_last = a.attained_s, a.remaining, a.rate, a.ready_at, a.synced_at
@@ -555,7 +561,7 @@ class _Run:
         running = _RunningStates(self)
         jobs = _Jobs(lambda: tuple(running.take().values()), len(self.running), self._queue_tuple)
         return ClusterState(self.time, self.cluster, jobs, down, len(self.running), *self._gpu_views(down),
-                            *self._shared, running.take)
+                            *self._shared, running.take, self.num_held_gpus)
 
     def _touch(self, g: int) -> None:
         """GPU ``g``'s set of jobs changed: its node's cached views and its jobs' rates are stale."""
@@ -664,6 +670,7 @@ class _Run:
                 if not self.gpu_jobs[g]:
                     self.num_busy_gpus += 1
                 self.gpu_jobs[g].append(job_id)
+                self.num_held_gpus += 1
                 self._touch(g)
         started_ids = {j for j, _ in started}
         for a in moving:
@@ -737,6 +744,7 @@ class _Run:
         for g in a.assignment.gpus:
             if a.job.id in self.gpu_jobs[g]:
                 self.gpu_jobs[g].remove(a.job.id)
+                self.num_held_gpus -= 1
                 self._touch(g)
                 if not self.gpu_jobs[g]:
                     self.num_busy_gpus -= 1
@@ -780,6 +788,28 @@ class _Run:
                 self._sync(a)
                 a.rate = rate
                 self._schedule_finish(a)
+
+
+def _replay_with_numpy(a: _Active, instants: list[float]) -> bool:
+    """:meth:`_Run._replay` as array operations: the same terms, summed in the same order (``np.cumsum`` adds
+    one term after the other, unlike ``np.sum``); ``False``, with ``a`` unchanged, when the remaining work
+    reaches 0 on the way (the loop clamps it there)."""
+    assert a.assignment is not None
+    t = np.array(instants)
+    before = np.empty_like(t)
+    before[0], before[1:] = a.synced_at, t[:-1]
+    attained = np.cumsum(np.concatenate(((a.attained_s,), (t - before) * len(a.assignment.gpus))))[-1]
+    remaining = a.remaining
+    if a.rate > 0:
+        t_from = np.maximum(before, a.ready_at)
+        runs = t > t_from
+        if runs.any():
+            steps = np.cumsum(np.concatenate(((remaining,), -(a.rate * (t[runs] - t_from[runs])))))
+            if not (steps[1:] > 0.0).all():
+                return False
+            remaining = float(steps[-1])
+    a.attained_s, a.remaining, a.synced_at = float(attained), remaining, instants[-1]
+    return True
 
 
 def simulate(instance: Instance, policy: Policy, *, truth: GroundTruth | None = None,

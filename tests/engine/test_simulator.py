@@ -43,6 +43,7 @@ class Recorder:
         assert dict(state.running_jobs_by_id()) == dict(derived.running_jobs_by_id())
         assert dict(state.placements_by_id()) == dict(derived.placements_by_id())
         assert state.free_gpus_by_node() == derived.free_gpus_by_node(), "free GPUs differ from the snapshot's"
+        assert state.gpus_exclusive() == replace(derived, num_held_gpus=None).gpus_exclusive()
         plan = self.inner.schedule(state)
         load = [0] * state.cluster.num_gpus
         mem = [0.0] * state.cluster.num_gpus
@@ -236,3 +237,39 @@ def test_measured_truth_uses_lucid_pairs_where_gavel_has_none(data_dir):
     b = Job("b", "resnet18", int(row["batchsize2"]), 1)
     speed_a, _ = truth.colocated_speeds([a, b], "v100")
     assert speed_a == pytest.approx(min(1.0, float(row["speed1"])))
+
+
+@dataclass
+class ProgressReader:
+    """A policy with a round every 7.3 s (not a binary fraction: sums of steps round) that takes the running
+    jobs' progress each round and reads all of it (``eager``, as snapshots did before reads were lazy) or none
+    of it."""
+
+    inner: object
+    eager: bool
+    name: str = "reader"
+    round_interval_s: float = 7.3
+
+    def schedule(self, state: ClusterState) -> Plan:
+        progress = state.running_states()
+        if self.eager:
+            for job_id in progress:
+                assert progress[job_id].assignment is not None
+        return self.inner.schedule(state)
+
+
+@pytest.mark.parametrize("policy", ["fifo", "gandiva"])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), faults=st.booleans())
+def test_lazy_progress_reads_give_the_values_of_eager_ones(policy, seed, faults, analytic, small_instance):
+    """A running job brought up to date late steps through every instant a round read progress at (hundreds
+    here: long enough for the vectorized steps), and ends with exactly the values of eager reads."""
+    from dltsched.engine.faults import FaultConfig
+
+    inst = small_instance(seed, num_jobs=20, mean_gap_s=120.0)
+    cfg = SimulationConfig(seed=seed, memory="oom",
+                           faults=FaultConfig(mtbf_s=20_000.0, mttr_s=600.0, checkpoint_interval_s=300.0) if faults else None)
+    runs = [simulate(inst, ProgressReader(make_policy(policy, predictors=analytic), eager), truth=TRUTH, config=cfg)
+            for eager in (False, True)]
+    assert runs[0].records == runs[1].records
+    assert runs[0].placements == runs[1].placements
