@@ -29,13 +29,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, count
-from operator import attrgetter, sub
+from operator import sub
 
 from dltsched.engine.domain import Assignment, ClusterState, Job, JobState, Plan
 from dltsched.engine.policies.placement import Estimates, GpuPool
 from dltsched.engine.predict import Predictors, default_predictors
 
-_GPUS_OF = attrgetter("gpus")
 #: a job's priority: (queue, arrival, id), smallest first
 _Key = tuple[int, float, str]
 #: what admission reads of a waiting job: its GPU count and the GPU types it fits on, fastest first
@@ -174,7 +173,6 @@ class TiresiasPolicy:
         self._est = Estimates(self.predictors)
         self._seen: _Seen | None = None
         self._index: _Index | None = None
-        self._held: tuple[Mapping[str, Assignment] | None, int] = (None, 0)  # placements, GPUs they hold
 
     def queue_of(self, s: JobState, now_s: float) -> int:
         waited = now_s - s.queued_since_s
@@ -233,15 +231,6 @@ class TiresiasPolicy:
                 self._index.touched[s.job.id] = s.job.arrival_time_s
         return Plan(tuple(starts), incremental=True)
 
-    def _exclusive(self, state: ClusterState) -> bool:
-        """No two running jobs share a GPU and none holds a failed one: the GPUs they hold are the busy ones
-        (O(running jobs) at C speed, once per placements mapping)."""
-        placements = state.placements_by_id()
-        if placements is not self._held[0]:
-            self._held = (placements, sum(map(len, map(_GPUS_OF, placements.values()))))
-        free = sum(map(len, state.free_gpus_by_node()))
-        return self._held[1] == state.cluster.num_gpus - len(state.down_gpus) - free
-
     def schedule(self, state: ClusterState) -> Plan:
         if self._unchanged(state):
             return Plan(incremental=True)
@@ -249,7 +238,7 @@ class TiresiasPolicy:
             self._seen = None
             return Plan(incremental=True)
         pool = GpuPool.current(state)
-        exclusive = self._exclusive(state)
+        exclusive = state.gpus_exclusive()
         quick = self._starts_without_contention(state, pool, exclusive)
         if quick is not None:
             self._seen = None
