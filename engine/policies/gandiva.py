@@ -44,8 +44,13 @@ class _Round:
     state: ClusterState
     pool: GpuPool
     on: Sequence[tuple[str, ...]]
-    jobs: dict[str, Job]
+    running: Mapping[str, Job]
+    started: dict[str, Job] = field(default_factory=dict)
     changed: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+    def job(self, job_id: str) -> Job:
+        hit = self.started.get(job_id)
+        return self.running[job_id] if hit is None else hit
 
     def jobs_on(self, g: int) -> tuple[str, ...]:
         return self.changed.get(g, self.on[g])
@@ -59,13 +64,14 @@ class _Round:
         self.changed[g] = tuple(j for j in self.jobs_on(g) if j != job_id)
 
     def residents_key(self, g: int, on: tuple[str, ...]) -> _Residents:
-        return self.state.cluster.gpu_type_of(g), tuple(_kind(self.jobs[j]) for j in on)
+        return self.state.cluster.gpu_type_of(g), tuple(_kind(self.job(j)) for j in on)
 
 
 @dataclass
 class _Occupancy:
     """The snapshot's shared GPUs (two jobs or more) and packing targets (at least one and fewer than K
-    jobs, by GPU type and kinds of residents, ascending indices), for the occupancy ``on``.
+    jobs, by GPU type and kinds of residents, ascending indices, and the first of them), for the occupancy
+    ``on``.
 
     Kept across rounds and brought up to date from the GPUs whose occupancy tuple changed (the simulator
     reuses the tuples of unchanged GPUs). A round's own starts and moves are an overlay
@@ -76,10 +82,14 @@ class _Occupancy:
     time_s: float
     on: Sequence[tuple[str, ...]] = ()
     targets: dict[str, dict[_Residents, list[int]]] = field(default_factory=dict)
+    first: dict[str, dict[_Residents, int]] = field(default_factory=dict)
     key_of: dict[int, _Residents] = field(default_factory=dict)
     shared: list[int] = field(default_factory=list)
 
     def sync(self, rnd: _Round) -> None:
+        self.time_s = rnd.state.time_s
+        if rnd.on is self.on:
+            return
         old = self.on if len(self.on) == len(rnd.on) else ((),) * len(rnd.on)
         for g in compress(range(len(rnd.on)), map(is_not, rnd.on, old)):
             now, before = rnd.on[g], old[g]
@@ -89,30 +99,37 @@ class _Occupancy:
             if 0 < len(now) < self.k:
                 key = rnd.residents_key(g, now)
                 self.key_of[g] = key
-                bisect.insort(self.targets.setdefault(key[0], {}).setdefault(key, []), g)
+                gpus = self.targets.setdefault(key[0], {}).setdefault(key, [])
+                bisect.insort(gpus, g)
+                self.first.setdefault(key[0], {})[key] = gpus[0]
             if (len(now) >= 2) != (len(before) >= 2):
                 if len(now) >= 2:
                     bisect.insort(self.shared, g)
                 else:
                     self.shared.remove(g)
         self.on = rnd.on
-        self.time_s = rnd.state.time_s
 
     def _drop_target(self, g: int) -> None:
         key = self.key_of.pop(g, None)
         if key is not None:
             gpus = self.targets[key[0]][key]
             gpus.remove(g)
-            if not gpus:
-                del self.targets[key[0]][key]
+            if gpus:
+                self.first[key[0]][key] = gpus[0]
+            else:
+                del self.targets[key[0]][key], self.first[key[0]][key]
 
     def best_per_key(self, rnd: _Round, gtype: str) -> dict[_Residents, int]:
         """The lowest-index packing target of ``gtype`` per kind of residents, with this round's changes."""
-        out: dict[_Residents, int] = {}
-        for key, gpus in self.targets.get(gtype, {}).items():
-            g = next((g for g in gpus if g not in rnd.changed), None)
-            if g is not None:
-                out[key] = g
+        out = dict(self.first.get(gtype, {}))
+        for g in rnd.changed:  # GPUs this round changed are no longer the snapshot's targets
+            key = self.key_of.get(g)
+            if key is not None and key[0] == gtype and out.get(key) == g:
+                later = next((h for h in self.targets[gtype][key] if h not in rnd.changed), None)
+                if later is None:
+                    del out[key]
+                else:
+                    out[key] = later
         for g, on in rnd.changed.items():
             if 0 < len(on) < self.k and rnd.state.cluster.gpu_type_of(g) == gtype:
                 key = rnd.residents_key(g, on)
@@ -166,7 +183,7 @@ class GandivaPolicy:
             for key, g in occ.best_per_key(rnd, gtype).items():
                 gain = verdicts.get(key, _UNSEEN)
                 if gain is _UNSEEN:
-                    gain = verdicts[key] = self._verdict(job, [rnd.jobs[j] for j in rnd.jobs_on(g)], gtype, cap)
+                    gain = verdicts[key] = self._verdict(job, [rnd.job(j) for j in rnd.jobs_on(g)], gtype, cap)
                 if gain is not None and gain > 0 and (  # type: ignore[operator]
                         in_type is None or (gain, -g) > (in_type[0], -in_type[1])):
                     in_type = (gain, g)  # type: ignore[assignment]
@@ -175,7 +192,7 @@ class GandivaPolicy:
         return None if best is None else best[1]
 
     def schedule(self, state: ClusterState) -> Plan:
-        rnd = _Round(state, GpuPool.current(state), state.jobs_on_gpus(), dict(state.running_jobs_by_id()))
+        rnd = _Round(state, GpuPool.current(state), state.jobs_on_gpus(), state.running_jobs_by_id())
         changes: dict[str, Assignment] = {}
         occ: _Occupancy | None = None
         if any(rnd.pool.free_by_type.values()):
@@ -203,7 +220,7 @@ class GandivaPolicy:
                 gpus = (g,)
             if gpus is None:
                 continue
-            rnd.jobs[job.id] = job
+            rnd.started[job.id] = job
             rnd.put(job.id, gpus)
             changes[job.id] = Assignment(job.id, gpus)
             failed.clear()  # a GPU changed: what failed before may fit now
@@ -215,7 +232,7 @@ class GandivaPolicy:
         cluster = rnd.state.cluster
         for g in list(occ.shared):
             mover = rnd.jobs_on(g)[-1]
-            job = rnd.jobs[mover]
+            job = rnd.job(mover)
             if job.num_gpus != 1:
                 continue
             target = rnd.pool.take_free(job, cluster.gpu_type_of(g))
