@@ -121,8 +121,10 @@ class _Index:
     """The jobs as of the last full round, brought up to date at the next one (see module docstring).
 
     Between full rounds, only plans (which record the jobs they start or stop in ``touched``), arrivals,
-    completions and node failures change where jobs are: the jobs to look at again are ``touched``, those
-    whose presence in the placements differs from ``known``, and the queue's arrivals after ``last_key``."""
+    completions and node failures change where jobs are: the jobs to look at again are ``touched``, the
+    queue's arrivals after ``last_key`` and the running jobs that finished or lost their node since (those
+    indexed as running that no longer run). A state sequence in which jobs start or stop otherwise (not the
+    simulator's) is caught by counts, and the index is built afresh."""
 
     cluster_id: int
     levels: int
@@ -134,8 +136,7 @@ class _Index:
     running: dict[str, _Running] = field(default_factory=dict)
     lines: dict[str, _Line] = field(default_factory=dict)
     crossings: list[tuple[float, int, _Running]] = field(default_factory=list)  # heap of (instant, seq, job)
-    #: placements as of the last full round, and jobs to look at again (started or stopped since), by arrival
-    known: Mapping[str, Assignment] = field(default_factory=dict)
+    #: jobs to look at again (started or stopped since the last full round): their arrival instants
     touched: dict[str, float] = field(default_factory=dict)
     last_key: tuple[float, str] = (-math.inf, "")
     seq: count = field(default_factory=count)
@@ -299,19 +300,18 @@ class TiresiasPolicy:
             look.update((j, job.arrival_time_s) for j, job in running_jobs.items())
         else:
             look = idx.touched
-            look.update((j, running_jobs[j].arrival_time_s) for j in placements.keys() - idx.known.keys())
-            look.update((j, idx.running[j].key[1]) for j in idx.known.keys() - placements.keys())
             arrived = queue[bisect.bisect_right(queue, idx.last_key, key=_arrival_key):]
             look.update((s.job.id, s.job.arrival_time_s) for s in arrived)
-        for job_id, arrival in look.items():
+
+        def resolve(job_id: str, arrival_s: float) -> None:
             asg = placements.get(job_id)
             if asg is not None:
                 r = idx.running.get(job_id)
                 if r is None or r.assignment is not asg:
                     idx.drop(job_id)
                     self._add_running(idx, progress[job_id], state)
-                continue
-            i = bisect.bisect_left(queue, (arrival, job_id), key=_arrival_key)
+                return
+            i = bisect.bisect_left(queue, (arrival_s, job_id), key=_arrival_key)
             if i < len(queue) and queue[i].job.id == job_id:
                 w = idx.waiting.get(job_id)
                 if w is None or w.state is not queue[i]:
@@ -319,7 +319,16 @@ class TiresiasPolicy:
                     self._add_waiting(idx, queue[i], state)
             else:
                 idx.drop(job_id)  # finished
-        idx.touched, idx.known, idx.time_s = {}, placements, now
+
+        for job_id, arrival in look.items():
+            resolve(job_id, arrival)
+        if idx.running.keys() != placements.keys():  # jobs finished or lost their node since
+            for job_id in idx.running.keys() - placements.keys():
+                resolve(job_id, idx.running[job_id].key[1])
+        if idx.running.keys() != placements.keys() or len(idx.waiting) != len(queue):
+            self._index = None  # jobs started or stopped other than by this policy's plans: index afresh
+            return self._refresh(state, progress)
+        idx.touched, idx.time_s = {}, now
         if queue:
             idx.last_key = max(idx.last_key, _arrival_key(queue[-1]))
         return idx

@@ -197,3 +197,25 @@ def test_line_counts_gpus_after_a_key_and_finds_the_first_job_left_short():
     assert line.first_short(None, 5) == 2 and line.first_short((1, 5.0, "c"), 5) == 3
     line.remove((1, 5.0, "c"))
     assert line.total() == 4 and line.first_short(None, 2) == 1
+
+
+def test_jobs_started_or_stopped_outside_the_plans_are_indexed_afresh(analytic):
+    """A caller that does not apply the plans (jobs start, stop and vanish on their own) still gets the
+    direct implementation's plans."""
+    from dltsched.engine.domain import Cluster, Job, Node
+
+    cluster = Cluster((Node("v", "v100", 2), Node("k", "k80", 2)))
+    jobs = [Job(f"j{i}", "resnet18", 32, 1000, arrival_time_s=float(i)) for i in range(8)]
+
+    def state(t: float, running: dict[int, tuple[int, ...]], waiting: list[int]) -> ClusterState:
+        return ClusterState(t, cluster, tuple(
+            [JobState(jobs[i], 900, 30.0 * len(g), Assignment(f"j{i}", g)) for i, g in running.items()]
+            + [JobState(jobs[i], 1000, 10.0 if i == 3 else 0.0, queued_since_s=float(i)) for i in waiting]))
+
+    fast, direct = TiresiasPolicy(analytic, thresholds_gpu_s=(25.0,)), DirectTiresias(analytic, thresholds_gpu_s=(25.0,))
+    for s in (state(10.0, {}, [0, 1, 2, 3, 4, 5]),
+              state(20.0, {1: (0,), 2: (2,)}, [0, 3, 4, 6]),  # j5 vanished, j6 arrived, j1 and j2 started
+              state(30.0, {2: (2,), 3: (1,)}, [0, 1, 4, 6, 7]),  # j1 stopped, j3 started, all unplanned
+              state(40.0, {0: (0,), 3: (1,)}, [1, 4, 6, 7])):
+        got = {a.job_id: a for a in fast.schedule(s).resolved(s).assignments}
+        assert got == {a.job_id: a for a in direct.schedule(s).assignments}, s.time_s
