@@ -225,6 +225,7 @@ class _Run:
         self._dirty_gpus: set[int] = set()
         #: instants at which a round read the running jobs' progress, ascending (see :meth:`_sync`)
         self._read_at: list[float] = []
+        self._read_array = np.empty(1024)  # ``_read_at`` in its first entries, for long replays
         #: (finish time, sequence, job id, version) of running jobs; stale entries are skipped
         self._finish_heap: list[tuple[float, int, str, int]] = []
         self._seq = 0
@@ -397,6 +398,7 @@ class _Run:
         self._finish_heap = []
         self._dirty_gpus = set()
         self._read_at = []
+        self._read_array = np.empty(1024)
         self.num_held_gpus = sum(map(len, self.gpu_jobs))
 
     # -- progress (lazy: a running job's progress is brought up to date only when it is needed) --------
@@ -410,18 +412,16 @@ class _Run:
         reads = self._read_at
         if a.assignment is not None and reads and reads[-1] > a.synced_at:
             start = bisect.bisect_right(reads, a.synced_at)
-            if self.faults is None:
-                self._replay(a, reads[start:])
-            else:
+            if self.faults is not None:
                 for t in reads[start:]:
                     self._step(a, t)
+            elif len(reads) - start < 48 or not _replay_with_numpy(a, self._read_array[start:len(reads)]):
+                self._replay(a, reads[start:])
         self._step(a, self.time)
 
     def _replay(self, a: _Active, instants: list[float]) -> None:
         """:meth:`_step` to each of ``instants`` (ascending, after ``a.synced_at``) without faults, inlined:
-        the same operations on the same values (``max`` spelled out); long runs with numpy."""
-        if len(instants) >= 48 and _replay_with_numpy(a, instants):
-            return
+        the same operations on the same values (``max`` spelled out)."""
         assert a.assignment is not None
         n = len(a.assignment.gpus)
         attained, remaining, rate, ready, t_last = a.attained_s, a.remaining, a.rate, a.ready_at, a.synced_at
@@ -530,6 +530,9 @@ class _Run:
         """This round reads the running jobs' progress: each is brought up to now when next synced."""
         if self.running and (not self._read_at or self._read_at[-1] != self.time):
             self._read_at.append(self.time)
+            if len(self._read_at) > len(self._read_array):
+                self._read_array = np.concatenate((self._read_array, np.empty(len(self._read_array))))
+            self._read_array[len(self._read_at) - 1] = self.time
 
     def _gpu_views(self, down: frozenset[int]) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[str, ...], ...]]:
         """Per node the free GPUs, and per GPU its jobs, recomputed for the stale nodes only."""
@@ -790,12 +793,11 @@ class _Run:
                 self._schedule_finish(a)
 
 
-def _replay_with_numpy(a: _Active, instants: list[float]) -> bool:
-    """:meth:`_Run._replay` as array operations: the same terms, summed in the same order (``np.cumsum`` adds
-    one term after the other, unlike ``np.sum``); ``False``, with ``a`` unchanged, when the remaining work
-    reaches 0 on the way (the loop clamps it there)."""
+def _replay_with_numpy(a: _Active, t: np.ndarray) -> bool:
+    """:meth:`_Run._replay` to the instants ``t`` as array operations: the same terms, summed in the same order
+    (``np.cumsum`` adds one term after the other, unlike ``np.sum``); ``False``, with ``a`` unchanged, when the
+    remaining work reaches 0 on the way (the loop clamps it there)."""
     assert a.assignment is not None
-    t = np.array(instants)
     before = np.empty_like(t)
     before[0], before[1:] = a.synced_at, t[:-1]
     attained = np.cumsum(np.concatenate(((a.attained_s,), (t - before) * len(a.assignment.gpus))))[-1]
@@ -808,7 +810,7 @@ def _replay_with_numpy(a: _Active, instants: list[float]) -> bool:
             if not (steps[1:] > 0.0).all():
                 return False
             remaining = float(steps[-1])
-    a.attained_s, a.remaining, a.synced_at = float(attained), remaining, instants[-1]
+    a.attained_s, a.remaining, a.synced_at = float(attained), remaining, float(t[-1])
     return True
 
 

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, count
 from operator import sub
+from types import MappingProxyType
 
 from dltsched.engine.domain import Assignment, ClusterState, Job, JobState, Plan
 from dltsched.engine.policies.placement import Estimates, GpuPool
@@ -173,6 +174,7 @@ class TiresiasPolicy:
     def __post_init__(self) -> None:
         self._est = Estimates(self.predictors)
         self._seen: _Seen | None = None
+        self._compared: tuple[_Seen | None, Mapping[str, Assignment] | None, bool] = (None, None, False)
         self._index: _Index | None = None
 
     def queue_of(self, s: JobState, now_s: float) -> int:
@@ -200,8 +202,13 @@ class TiresiasPolicy:
         if seen is None or seen.cluster_id != id(state.cluster) or state.time_s < seen.time_s:
             return False
         margin = 1e-9 * max(1.0, abs(seen.next_change_s))  # decide afresh on (or near) a change instant
-        return (state.time_s < seen.next_change_s - margin and state.down_gpus == seen.down
-                and state.queued() is seen.queue and state.placements_by_id() == seen.placements)
+        if not (state.time_s < seen.next_change_s - margin and state.down_gpus == seen.down
+                and state.queued() is seen.queue):
+            return False
+        placements = state.placements_by_id()  # a simulator reuses the mapping while placements do not change
+        if self._compared[0] is not seen or self._compared[1] is not placements:
+            self._compared = (seen, placements, placements == seen.placements)
+        return self._compared[2]
 
     def _starts_without_contention(self, state: ClusterState, pool: GpuPool, exclusive: bool) -> Plan | None:
         """When every waiting job fits on its first-choice GPU type in the free GPUs (``pool``, which this
@@ -245,7 +252,7 @@ class TiresiasPolicy:
             self._seen = None
             return quick
         placed, next_change, starts = self._full_round(state, pool, exclusive)
-        unchanged = placed == state.placements_by_id()
+        unchanged = starts == () if starts is not None else placed == state.placements_by_id()
         self._seen = _Seen(id(state.cluster), state.time_s, state.queued(), placed, state.down_gpus,
                            next_change if unchanged else -math.inf)
         if starts is not None:  # every running job keeps its GPUs: the same plan, listing only the starts
@@ -272,7 +279,7 @@ class TiresiasPolicy:
         next_change = min(self._promote(idx, state.time_s), self._cross(idx, progress, state.time_s))
         displaced, starts = self._admit(idx, state)
         placements = state.placements_by_id()
-        placed = dict(placements)
+        placed = placements.copy() if isinstance(placements, MappingProxyType) else dict(placements)
         for job_id in displaced:
             pool.release(g for g in placements[job_id].gpus if g not in state.down_gpus)
             del placed[job_id]
