@@ -24,8 +24,9 @@ from dltsched.engine.domain import Assignment, ClusterState, Job, Plan
 from dltsched.engine.policies.placement import Estimates, GpuPool
 from dltsched.engine.predict import Predictors, default_predictors
 
-#: what a GPU holds, as far as packing is concerned: its GPU type and its jobs' kinds (see :func:`_kind`)
-_Residents = tuple[str, tuple[tuple[object, ...], ...]]
+#: what a GPU holds, as far as packing is concerned: its GPU type and a number standing for its jobs' kinds
+#: (see :func:`_kind`; numbered so that the many lookups per round hash an int, not nested tuples)
+_Residents = tuple[str, int]
 _UNSEEN = object()
 
 
@@ -45,6 +46,7 @@ class _Round:
     pool: GpuPool
     on: Sequence[tuple[str, ...]]
     running: Mapping[str, Job]
+    numbers: dict[tuple[str, tuple[tuple[object, ...], ...]], int]  # kinds of residents -> their number
     started: dict[str, Job] = field(default_factory=dict)
     changed: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
@@ -64,7 +66,8 @@ class _Round:
         self.changed[g] = tuple(j for j in self.jobs_on(g) if j != job_id)
 
     def residents_key(self, g: int, on: tuple[str, ...]) -> _Residents:
-        return self.state.cluster.gpu_type_of(g), tuple(_kind(self.job(j)) for j in on)
+        gtype = self.state.cluster.gpu_type_of(g)
+        return gtype, self.numbers.setdefault((gtype, tuple(_kind(self.job(j)) for j in on)), len(self.numbers))
 
 
 @dataclass
@@ -81,8 +84,8 @@ class _Occupancy:
     cluster_id: int
     time_s: float
     on: Sequence[tuple[str, ...]] = ()
-    targets: dict[str, dict[_Residents, list[int]]] = field(default_factory=dict)
-    first: dict[str, dict[_Residents, int]] = field(default_factory=dict)
+    targets: dict[str, dict[int, list[int]]] = field(default_factory=dict)
+    first: dict[str, dict[int, int]] = field(default_factory=dict)
     key_of: dict[int, _Residents] = field(default_factory=dict)
     shared: list[int] = field(default_factory=list)
 
@@ -97,11 +100,10 @@ class _Occupancy:
                 continue
             self._drop_target(g)
             if 0 < len(now) < self.k:
-                key = rnd.residents_key(g, now)
-                self.key_of[g] = key
-                gpus = self.targets.setdefault(key[0], {}).setdefault(key, [])
+                key = self.key_of[g] = rnd.residents_key(g, now)
+                gpus = self.targets.setdefault(key[0], {}).setdefault(key[1], [])
                 bisect.insort(gpus, g)
-                self.first.setdefault(key[0], {})[key] = gpus[0]
+                self.first.setdefault(key[0], {})[key[1]] = gpus[0]
             if (len(now) >= 2) != (len(before) >= 2):
                 if len(now) >= 2:
                     bisect.insort(self.shared, g)
@@ -112,29 +114,30 @@ class _Occupancy:
     def _drop_target(self, g: int) -> None:
         key = self.key_of.pop(g, None)
         if key is not None:
-            gpus = self.targets[key[0]][key]
+            gpus = self.targets[key[0]][key[1]]
             gpus.remove(g)
             if gpus:
-                self.first[key[0]][key] = gpus[0]
+                self.first[key[0]][key[1]] = gpus[0]
             else:
-                del self.targets[key[0]][key], self.first[key[0]][key]
+                del self.targets[key[0]][key[1]], self.first[key[0]][key[1]]
 
-    def best_per_key(self, rnd: _Round, gtype: str) -> dict[_Residents, int]:
-        """The lowest-index packing target of ``gtype`` per kind of residents, with this round's changes."""
+    def best_per_key(self, rnd: _Round, gtype: str) -> dict[int, int]:
+        """The lowest-index packing target of ``gtype`` per kinds of residents (by number), with this round's
+        changes."""
         out = dict(self.first.get(gtype, {}))
         for g in rnd.changed:  # GPUs this round changed are no longer the snapshot's targets
             key = self.key_of.get(g)
-            if key is not None and key[0] == gtype and out.get(key) == g:
-                later = next((h for h in self.targets[gtype][key] if h not in rnd.changed), None)
+            if key is not None and key[0] == gtype and out.get(key[1]) == g:
+                later = next((h for h in self.targets[gtype][key[1]] if h not in rnd.changed), None)
                 if later is None:
-                    del out[key]
+                    del out[key[1]]
                 else:
-                    out[key] = later
+                    out[key[1]] = later
         for g, on in rnd.changed.items():
             if 0 < len(on) < self.k and rnd.state.cluster.gpu_type_of(g) == gtype:
-                key = rnd.residents_key(g, on)
-                if key not in out or g < out[key]:
-                    out[key] = g
+                number = rnd.residents_key(g, on)[1]
+                if number not in out or g < out[number]:
+                    out[number] = g
         return out
 
 
@@ -150,8 +153,9 @@ class GandivaPolicy:
 
     def __post_init__(self) -> None:
         self._est = Estimates(self.predictors)
-        #: (GPU type, job kind) -> residents -> predicted gain of packing, None when it does not fit
-        self._verdicts: dict[tuple[str, tuple[object, ...]], dict[_Residents, float | None]] = {}
+        #: (GPU type, job kind) -> residents (by number) -> predicted gain of packing, None when it does not fit
+        self._verdicts: dict[tuple[str, tuple[object, ...]], dict[int, float | None]] = {}
+        self._numbers: dict[tuple[str, tuple[tuple[object, ...], ...]], int] = {}
         self._kept: _Occupancy | None = None
 
     def _occupancy(self, rnd: _Round) -> _Occupancy:
@@ -192,17 +196,18 @@ class GandivaPolicy:
         return None if best is None else best[1]
 
     def schedule(self, state: ClusterState) -> Plan:
-        rnd = _Round(state, GpuPool.current(state), state.jobs_on_gpus(), state.running_jobs_by_id())
+        rnd = _Round(state, GpuPool.current(state), state.jobs_on_gpus(), state.running_jobs_by_id(), self._numbers)
         changes: dict[str, Assignment] = {}
         occ: _Occupancy | None = None
         if any(rnd.pool.free_by_type.values()):
             occ = self._occupancy(rnd)
             self._unpack(rnd, occ, state.placements_by_id(), changes)
         failed: set[tuple[object, ...]] = set()  # kinds of single-GPU jobs that found no GPU to share
+        most_free = max(rnd.pool.free_by_type.values(), default=0)
         for s in state.queued():
             job = s.job
             gpus: tuple[int, ...] | None = None
-            if job.num_gpus <= max(rnd.pool.free_by_type.values(), default=0):
+            if job.num_gpus <= most_free:
                 for gtype in self._est.candidate_types(job, state.cluster):
                     gpus = rnd.pool.take_free(job, gtype)
                     if gpus is not None:
@@ -222,6 +227,7 @@ class GandivaPolicy:
                 continue
             rnd.started[job.id] = job
             rnd.put(job.id, gpus)
+            most_free = max(rnd.pool.free_by_type.values(), default=0)
             changes[job.id] = Assignment(job.id, gpus)
             failed.clear()  # a GPU changed: what failed before may fit now
         return Plan(tuple(changes.values()), incremental=True)
