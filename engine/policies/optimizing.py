@@ -38,9 +38,9 @@ from dltsched.engine.predict import Predictors, memoized
 class OptimizingPolicy:
     """Rolling-horizon co-location + freezing optimizer (see module docstring)."""
 
-    config: SolveConfig = field(default_factory=lambda: SolveConfig(time_limit_s=2.0))
+    config: SolveConfig = field(default_factory=lambda: SolveConfig(**POLICY_DEFAULTS))
     predictors: Predictors | None = None
-    min_interval_s: float = 0.0
+    min_interval_s: float = 300.0
     round_interval_s: float | None = 1800.0
     max_round_jobs: int | None = 256
     name: str = "optimizing"
@@ -139,14 +139,18 @@ def _sharing_groups(running: Sequence[JobState]) -> list[list[JobState]]:
 
 
 _CONFIG_FIELDS = {f.name for f in fields(SolveConfig)}
+#: the policy's solve settings where the caller gives none: rounds aimed at low average completion time,
+#: short enough to re-solve at every batch of events (a round that times out keeps its best plan)
+POLICY_DEFAULTS: dict[str, Any] = {"objective": "jct", "time_limit_s": 1.0}
 
 
 def optimizing_policy(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
     """Registry factory: ``options`` may mix :class:`SolveConfig` fields (backend, time_limit_s, ...) and
-    policy fields (min_interval_s, round_interval_s, name)."""
+    policy fields (min_interval_s, round_interval_s, max_round_jobs, name); :data:`POLICY_DEFAULTS` fill
+    the solve settings not given."""
     config_kw = {k: v for k, v in options.items() if k in _CONFIG_FIELDS}
     policy_kw = {k: v for k, v in options.items() if k not in _CONFIG_FIELDS}
-    config = SolveConfig(**({"time_limit_s": 2.0} | config_kw))
+    config = SolveConfig(**(POLICY_DEFAULTS | config_kw))
     return OptimizingPolicy(config, predictors, **policy_kw)
 
 
