@@ -304,21 +304,39 @@ def evaluate(predictor: DeletePopStepTime, measurements: Sequence[Measurement]) 
     return Evaluation(len(errors), float(np.mean(errors)), float(np.percentile(errors, 90)), tuple(rows))
 
 
+def oracle_scale(measured_s: Sequence[float], predicted_s: Sequence[float]) -> float:
+    """The one factor on ``predicted_s`` that minimises the MAPE against ``measured_s``.
+
+    ``sum |c p - y| / y`` is minimised by the median of ``y / p`` weighted by ``p / y``.
+    """
+    y, p = np.asarray(measured_s, float), np.asarray(predicted_s, float)
+    ratio, weight = y / p, p / y
+    order = np.argsort(ratio)
+    cumulative = np.cumsum(weight[order])
+    return float(ratio[order][np.searchsorted(cumulative, cumulative[-1] / 2.0)])
+
+
 def leave_one_gpu_out(train: Sequence[Measurement], test: Sequence[Measurement],
                       kernel_efficiency: dict[str, dict[str, float]] | None = None,
                       base: DeletePopStepTime | None = None) -> dict[str, Any]:
     """For each GPU of ``test``: fit on ``train`` without any row of that GPU, evaluate on ``test`` rows of it.
 
     Every row of the held-out GPU leaves ``train`` (step times of every source and kernel sums);
-    its DeepBench kernel efficiencies (operator microbenchmarks) stay.
+    its DeepBench kernel efficiencies (operator microbenchmarks) stay. Per GPU, ``oracle_scale``
+    is the one factor that would fit the held-out GPU best and ``oracle_mape`` the MAPE with it:
+    what is left once the GPU's overall speed is known, i.e. the error of the model's shape.
     """
     base = base or DeletePopStepTime()
-    per_gpu, all_rows = {}, []
+    per_gpu, all_rows, oracle_apes = {}, [], []
     for gpu in sorted({_gpu(m.gpu).id for m in test}):
         factors = fit([m for m in train if _gpu(m.gpu).id != gpu], kernel_efficiency)
         ev = evaluate(replace(base, factors=factors), [m for m in test if _gpu(m.gpu).id == gpu])
-        per_gpu[gpu] = ev.summary()
+        y, pred = [r["measured_s"] for r in ev.rows], [r["predicted_s"] for r in ev.rows]
+        scale = oracle_scale(y, pred)
+        apes = [abs(scale * p - m) / m * 100.0 for m, p in zip(y, pred, strict=True)]
+        per_gpu[gpu] = {**ev.summary(), "oracle_scale": scale, "oracle_mape": float(np.mean(apes))}
         all_rows.extend(ev.rows)
+        oracle_apes.extend(apes)
     apes = [r["ape"] for r in all_rows]
     return {"n": len(apes), "mape": float(np.mean(apes)), "p90_ape": float(np.percentile(apes, 90)),
-            "per_gpu": per_gpu, "rows": all_rows}
+            "oracle_mape": float(np.mean(oracle_apes)), "per_gpu": per_gpu, "rows": all_rows}

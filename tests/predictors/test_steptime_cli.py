@@ -26,3 +26,4 @@ def test_eval_leave_one_gpu_out_reports_each_gpu(capsys, data_dir):
     code, out = _eval(capsys, data_dir, "--leave-one-gpu-out")
     assert code == 0 and out["n"] == 78 and set(out["per_gpu"]) == {"k80", "p100", "v100"}
     assert sum(g["n"] for g in out["per_gpu"].values()) == 78
+    assert all(0 < g["oracle_mape"] <= g["mape"] and g["oracle_scale"] > 0 for g in out["per_gpu"].values())

@@ -81,11 +81,14 @@ def test_fitted_efficiencies_are_physical(fitted):
 
 
 def test_leave_one_gpu_out_is_worse_but_bounded(data_dir, train, efficiency, fitted):
-    # measured 36.9% (Gavel; 27.9% on Zeus); holding the GPU out cannot help
+    # measured 36.9% (Gavel; 27.9% on Zeus); holding the GPU out cannot help. Knowing each held-out
+    # GPU's overall speed (one oracle factor) leaves 27.1%: most of the error is the model's shape
     gavel = ms.gavel_measurements(data_dir)
     loo = cal.leave_one_gpu_out(train, gavel, efficiency)
     assert cal.evaluate(fitted, gavel).mape < loo["mape"] < 39.0
     assert set(loo["per_gpu"]) == {"k80", "p100", "v100"}
+    assert loo["oracle_mape"] < 0.8 * loo["mape"]
+    assert all(g["oracle_mape"] <= g["mape"] for g in loo["per_gpu"].values())
 
 
 def test_a_held_out_gpu_leaves_no_trace_in_the_factors(train, efficiency):
