@@ -11,12 +11,16 @@ first under the ``jct`` objective, else in arrival order), and the next solve se
 Migration and preemption are priced by ``config.migration_penalty``; the simulator also charges the
 checkpoint-restore time of every moved job.
 
-Large clusters: a round decides about at most ``max_round_jobs`` jobs (its working set). When more are
-active, the set holds the most urgent waiting jobs (shortest predicted remaining time first under the
-``jct`` objective, else arrival order) - at least half the set, or all the room the running jobs leave
-- and fills the rest with the running jobs most worth reconsidering: the longest predicted remaining
-time first (the candidates for preemption and migration), jobs sharing GPUs together. The other running
-jobs keep their GPUs, which the round sees as unavailable. Predictions are memoized per job across rounds.
+Working set: when nothing waits and nobody could move (see below), the round keeps every placement
+without solving. Otherwise a round decides about every active job, or, when more than
+``max_round_jobs`` are active (``None``: no limit), about that many. The set then holds the most urgent
+waiting jobs (shortest predicted remaining time first under the ``jct``
+objective, else arrival order) - at least half the set, or all the room the running jobs leave - and
+running jobs worth reconsidering, jobs sharing GPUs together: first the *movers* (jobs sharing GPUs
+while a GPU they could use is idle, or jobs on a slower type than one with enough idle GPUs for them),
+then the longest predicted remaining time first (the candidates for preemption); at most twice as many
+running jobs as waiting ones, plus the movers. The other running jobs keep their GPUs, which the round
+sees as unavailable. Predictions are memoized per job across rounds.
 """
 
 from __future__ import annotations
@@ -62,8 +66,12 @@ class OptimizingPolicy:
         if not state.jobs:
             return Plan()
         if state.time_s - self._last_solve_s < self.min_interval_s:
+            if not any(state.free_gpus_by_node()):
+                return Plan(incremental=True)
             return place_exclusive(state, self._between_solves_order(state), self._est, blocking=False)
         round_state, kept = self._working_set(state)
+        if not round_state.jobs:
+            return Plan(incremental=True)  # nothing waits and nobody could move: every placement stays
         warm = round_state.current_plan() if any(s.assignment is not None for s in round_state.jobs) else None
         plan = solve_round(round_state, self.config, warm_start=warm, predictors=self._asked)
         self._last_solve_s = state.time_s
@@ -82,16 +90,23 @@ class OptimizingPolicy:
     def _working_set(self, state: ClusterState) -> tuple[ClusterState, tuple[Assignment, ...]]:
         """The round's jobs (see module docstring) and the assignments of the running jobs left out."""
         cap = self.max_round_jobs
+        running = state.running()
+        idle = _idle_by_type(state)
+        groups = [(not self._could_move(g, idle, state), g) for g in _sharing_groups(running)]
+        movers = sum(len(g) for stays, g in groups if not stays)
+        if not movers and len(running) == len(state.jobs):
+            return ClusterState(state.time_s, state.cluster, ()), ()  # nothing waits, nobody could move
         if cap is None or len(state.jobs) <= cap:
             return state, ()
         queued = self._between_solves_order(state)
-        running = state.running()
         take_queued = min(len(queued), max(cap - len(running), cap // 2))
+        groups.sort(key=lambda entry: (entry[0], -max(self._remaining_s(s, state) for s in entry[1])))
+        room = min(cap - take_queued, 2 * take_queued + movers)
         chosen: list[JobState] = []
         kept: list[Assignment] = []
         held: set[int] = set()
-        for group in sorted(_sharing_groups(running), key=lambda g: -max(self._remaining_s(s, state) for s in g)):
-            if len(chosen) + len(group) <= cap - take_queued:
+        for _, group in groups:
+            if len(chosen) + len(group) <= room:
                 chosen.extend(group)
             else:
                 for s in group:
@@ -99,6 +114,18 @@ class OptimizingPolicy:
                     held.update(s.assignment.gpus)  # type: ignore[union-attr]
         chosen.extend(queued[:take_queued])
         return ClusterState(state.time_s, state.cluster, tuple(chosen), state.down_gpus | held), tuple(kept)
+
+    def _could_move(self, group: Sequence[JobState], idle: dict[str, int], state: ClusterState) -> bool:
+        """Jobs sharing GPUs while a type they can use has an idle GPU for each, or a job on a slower type
+        than one with enough idle GPUs for it."""
+        for s in group:
+            types = self._est.candidate_types(s.job, state.cluster)
+            now = state.cluster.gpu_type_of(s.assignment.gpus[0])  # type: ignore[union-attr]
+            faster = types[: types.index(now)] if now in types else types
+            usable = types if len(group) > 1 else faster
+            if any(idle.get(t, 0) >= s.job.num_gpus for t in usable):
+                return True
+        return False
 
     def _between_solves_order(self, state: ClusterState) -> Sequence[JobState]:
         """Waiting jobs by urgency: shortest predicted remaining time first under ``jct``, else arrival order."""
@@ -113,6 +140,14 @@ class OptimizingPolicy:
     def load_state_dict(self, data: dict[str, Any]) -> None:
         value = data.get("last_solve_s")
         self._last_solve_s = float("-inf") if value is None else float(value)
+
+
+def _idle_by_type(state: ClusterState) -> dict[str, int]:
+    """GPUs that are up and hold no job, per GPU type."""
+    idle: dict[str, int] = {}
+    for node, free in zip(state.cluster.nodes, state.free_gpus_by_node(), strict=True):
+        idle[node.gpu_type] = idle.get(node.gpu_type, 0) + len(free)
+    return idle
 
 
 def _sharing_groups(running: Sequence[JobState]) -> list[list[JobState]]:

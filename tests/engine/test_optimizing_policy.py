@@ -34,17 +34,20 @@ def test_without_a_cap_the_round_sees_every_active_job(analytic, small_instance)
     assert all(entry["jobs"] == entry["active_jobs"] for entry in policy.solve_log)
 
 
-def test_working_set_takes_urgent_waiting_jobs_and_long_running_ones_and_keeps_the_rest():
-    # 1 s per iteration everywhere. Running: a 1000 s left on GPU 0, b 10 s on GPU 1, c 500 s and d 50 s
-    # sharing GPU 2; waiting: q1 20 s, q2 5000 s. Cap 4: half for waiting jobs (q1, q2); the running
-    # groups by longest remaining time: a (1000 s) fits, {c, d} (500 s) does not fit the 1 slot left,
-    # b (10 s) does. c and d keep GPU 2, which the round sees as unavailable.
-    tables = Tables(step_s={k: [1.0] for k in ("a", "b", "c", "d", "q1", "q2")})
-    left = {"a": 1000.0, "b": 10.0, "c": 500.0, "d": 50.0, "q1": 20.0, "q2": 5000.0}
-    on = {"a": (0,), "b": (1,), "c": (2,), "d": (2,)}
-    state = ClusterState(0.0, Cluster((Node("n0", "v100", 4),)), tuple(
+def _state(num_gpus: int, left: dict[str, float], on: dict[str, tuple[int, ...]]) -> ClusterState:
+    return ClusterState(0.0, Cluster((Node("n0", "v100", num_gpus),)), tuple(
         JobState(Job(k, "resnet18", 32, 10_000.0), left[k], assignment=Assignment(k, on[k]) if k in on else None)
         for k in left))
+
+
+def test_working_set_takes_urgent_waiting_jobs_and_long_running_ones_and_keeps_the_rest():
+    # 1 s per iteration everywhere, every GPU busy (nobody could move). Running: a 1000 s left on GPU 0,
+    # b 10 s on GPU 1, c 500 s and d 50 s sharing GPU 2; waiting: q1 20 s, q2 5000 s. Cap 4: half for the
+    # waiting jobs (q1, q2); the running groups by longest remaining time: a (1000 s) fits, {c, d} (500 s)
+    # does not fit the 1 slot left, b (10 s) does. c and d keep GPU 2, which the round sees as unavailable.
+    tables = Tables(step_s={k: [1.0] for k in ("a", "b", "c", "d", "q1", "q2")})
+    state = _state(3, {"a": 1000.0, "b": 10.0, "c": 500.0, "d": 50.0, "q1": 20.0, "q2": 5000.0},
+                   {"a": (0,), "b": (1,), "c": (2,), "d": (2,)})
     policy = optimizing_policy(tables.bundle(), max_round_jobs=4, objective="jct", time_limit_s=1.0)
     round_state, kept = policy._working_set(state)
     assert [s.job.id for s in round_state.jobs] == ["a", "b", "q1", "q2"]
@@ -55,6 +58,30 @@ def test_working_set_takes_urgent_waiting_jobs_and_long_running_ones_and_keeps_t
     assert by_job["c"] == Assignment("c", (2,)) and by_job["d"] == Assignment("d", (2,))
     assert all(2 not in a.gpus for k, a in by_job.items() if k not in ("c", "d"))
     assert "q1" in by_job, "the shortest waiting job runs"
+
+
+def test_jobs_sharing_a_gpu_while_one_is_idle_are_reconsidered_first():
+    # As above but with GPU 3 idle: c and d (sharing GPU 2) could spread out, so they come first and
+    # take the 2 running slots (2 waiting jobs -> at most 2 x 2 + 2 movers, cap 4 - 2 = 2).
+    tables = Tables(step_s={k: [1.0] for k in ("a", "b", "c", "d", "q1", "q2")})
+    state = _state(4, {"a": 1000.0, "b": 10.0, "c": 500.0, "d": 50.0, "q1": 20.0, "q2": 5000.0},
+                   {"a": (0,), "b": (1,), "c": (2,), "d": (2,)})
+    policy = optimizing_policy(tables.bundle(), max_round_jobs=4, objective="jct", time_limit_s=1.0)
+    round_state, kept = policy._working_set(state)
+    assert [s.job.id for s in round_state.jobs] == ["c", "d", "q1", "q2"]
+    assert kept == (Assignment("a", (0,)), Assignment("b", (1,)))
+
+
+def test_a_round_with_nothing_waiting_and_nobody_to_move_keeps_every_placement_without_solving():
+    tables = Tables(step_s={k: [1.0] for k in ("a", "b")})
+    state = _state(2, {"a": 100.0, "b": 50.0}, {"a": (0,), "b": (1,)})
+    policy = optimizing_policy(tables.bundle(), time_limit_s=1.0)
+    plan = policy.schedule(state)
+    assert plan.incremental and not plan.assignments and not policy.solve_log
+    moving = _state(2, {"a": 100.0, "b": 50.0}, {"a": (0,), "b": (0,)})  # sharing GPU 0, GPU 1 idle
+    plan = policy.schedule(moving)
+    assert len(policy.solve_log) == 1
+    assert {a.gpus for a in plan.assignments} == {(0,), (1,)}, "the pair spreads over both GPUs"
 
 
 def test_jobs_sharing_any_gpu_form_one_group():
