@@ -46,7 +46,7 @@ class EggatConfig:
     weight_decay: float = 1e-4
     seed: int = 0
     max_jobs: int = 3
-    threads: int = 2
+    threads: int = 1
 
 
 @dataclass(slots=True)
@@ -78,6 +78,10 @@ class EggatPredictor:
         self.net = self._new_net()
         self.net.set_normalization(torch.cat([g.x for g in graphs]), torch.cat([g.glob for g in graphs]))
         labels = [self._labels(s, train) for s in train.samples]
+        residuals = [v - p for g, lab in zip(graphs, labels, strict=True) for v, p in zip(lab[0], g.speed_prior.tolist(),
+                                                                                          strict=True)]
+        mem = [lab[1] for lab in labels if not math.isnan(lab[1])]
+        self.net.init_output_bias(_median(residuals), _median(mem) if mem else 0.0)
         opt = torch.optim.AdamW(self.net.parameters(), lr=c.learning_rate, weight_decay=c.weight_decay)
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, max(1, c.epochs))
         order = list(range(len(graphs)))
@@ -150,6 +154,9 @@ class EggatPredictor:
                     k += len(g.jobs)
         return out
 
+    def config_dict(self) -> dict[str, Any]:
+        return asdict(self.config)
+
     def save(self, path: str | os.PathLike[str]) -> None:
         """One safetensors file: weights, and JSON config/record in its metadata (never pickle)."""
         from safetensors.torch import save_file
@@ -173,6 +180,11 @@ class EggatPredictor:
         pred.net.load_state_dict(load_file(str(path)))
         pred.net.eval()
         return pred
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0.0
 
 
 def all_groups(gpus: Sequence[str], jobs: Sequence[JobSpec], max_jobs: int) -> list[Group]:
