@@ -78,6 +78,7 @@ class ColocationTable:
     analytic: AnalyticContention = field(default_factory=AnalyticContention)
     fallbacks: Counter[str] = field(default_factory=Counter)
     _batches: dict[tuple[str, str, bool], tuple[int, ...]] = field(default_factory=dict)
+    _memory: dict[tuple[str, JobSpec], float] = field(default_factory=dict)  # analytic memory per (GPU, job)
 
     def __post_init__(self) -> None:
         sizes: dict[tuple[str, str, bool], set[int]] = {}
@@ -91,6 +92,21 @@ class ColocationTable:
     # ------------------------------------------------------------------ group interface
     def predict_group(self, group: Group) -> GroupPrediction:
         """Speeds (in the order of ``group.jobs``), memory and utilisation, with the fallbacks above."""
+        found, gpu = self._speeds(group)
+        if found.memory_mib is None:
+            memory = sum(self._analytic_memory_mib(gpu, j) for j in group.jobs)
+            found = GroupPrediction(found.speeds, memory, found.gpu_util)
+        return found
+
+    def _analytic_memory_mib(self, gpu: str, job: JobSpec) -> float:
+        key = (gpu, job)
+        if key not in self._memory:
+            real_gpu = LUCID_PROXY_GPU if gpu == LUCID_GPU else gpu
+            self._memory[key] = self.analytic.step_time.memory_mib(as_job(job), real_gpu)
+        return self._memory[key]
+
+    def _speeds(self, group: Group) -> tuple[GroupPrediction, str]:
+        """The table's (or a fallback's) prediction, memory possibly ``None``, and the canonical GPU id."""
         check_group(group, self.max_jobs)
         gpu = resolve_gpu(group.gpu)
         found = self._lookup(gpu, group.jobs)
@@ -105,11 +121,7 @@ class ColocationTable:
             self.fallbacks["analytic"] += 1
             log.warning("co-location: %s not in the table; analytic fallback", group_key(gpu, group.jobs))
             found = self.analytic.predict([Group(gpu, group.jobs)], ColocDataset((), {}))[0]
-        if found.memory_mib is None:
-            real_gpu = LUCID_PROXY_GPU if gpu == LUCID_GPU else gpu
-            memory = sum(self.analytic.step_time.memory_mib(as_job(j, i), real_gpu) for i, j in enumerate(group.jobs))
-            found = GroupPrediction(found.speeds, memory, found.gpu_util)
-        return found
+        return found, gpu
 
     def _lookup(self, gpu: str, jobs: Sequence[JobSpec]) -> GroupPrediction | None:
         entry = self.entries.get(group_key(gpu, jobs))
@@ -134,7 +146,7 @@ class ColocationTable:
 
     # ------------------------------------------------------------------ engine interface
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
-        return self.predict_group(Group(gpu_type, tuple(_spec(j) for j in jobs))).speeds
+        return self._speeds(Group(gpu_type, tuple(_spec(j) for j in jobs)))[0].speeds
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
         memory = self.predict_group(Group(gpu_type, tuple(_spec(j) for j in jobs))).memory_mib
