@@ -77,7 +77,8 @@ def test_ten_thousand_predictions_run():
     from dltsched.predictors.cli import time_predictions
 
     out = time_predictions(2_000)
-    assert out["pairs"] == 2_000 and out["pairs_per_s"] > 0
+    assert out["pairs"] == out["colocation_groups"] == 2_000
+    assert out["pairs_per_s"] > 0 and out["colocation_groups_per_s"] > 0
 
 
 @pytest.mark.slow
