@@ -27,9 +27,10 @@ def solve_round(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: 
     """Solve one round with ``backend`` (``cpsat``, ``milp`` or ``greedy``).
 
     ``time_limit_s`` defaults to ``problem.options.time_limit_s``; ``solver`` names the Pyomo solver
-    for ``milp`` (default HiGHS). The solver starts from a complete feasible selection, the better of
-    ``warm_start`` (e.g. the last round's plan) extended greedily and the plain greedy one; if it returns
-    nothing feasible in time, that selection is the plan, with ``status="fallback"`` and ``fallback=True``.
+    for ``milp`` (default HiGHS). The round's starting selection is the better of ``warm_start`` (e.g. the
+    last round's plan) extended greedily and the plain greedy one: MILP solvers get it as their MIP start
+    (CP-SAT searches better without, see its module), and when the solver returns nothing feasible in
+    time it is the plan, with ``status="fallback"`` and ``fallback=True``.
     """
     began = time.perf_counter()
     cset = build_candidates(problem)
