@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from dltsched.engine.domain import Job
 from dltsched.predictors.steptime import DeletePopStepTime
 from dltsched.predictors.steptime import calibrate as cal
 from dltsched.predictors.steptime import measurements as ms
@@ -63,7 +64,7 @@ def test_gavel_multi_gpu_rows_are_per_worker_step_times(data_dir):
 
 
 def test_calibrated_accuracy_nothing_held_out(data_dir, fitted):
-    # measured 9.7% (Gavel), 6.5% (Zeus), 18.2% (Gavel scale 2-8); Gavel at issue 3's target of 10%
+    # measured 9.95% (Gavel), 6.5% (Zeus), 18.3% (Gavel scale 2-8); Gavel at issue 3's target of 10%
     gavel = cal.evaluate(fitted, ms.gavel_measurements(data_dir))
     zeus = cal.evaluate(fitted, ms.zeus_measurements(data_dir))
     multi = cal.evaluate(fitted, [m for m in ms.gavel_measurements(data_dir, max_scale=8) if m.num_gpus > 1])
@@ -81,14 +82,29 @@ def test_fitted_efficiencies_are_physical(fitted):
 
 
 def test_leave_one_gpu_out_is_worse_but_bounded(data_dir, train, efficiency, fitted):
-    # measured 36.9% (Gavel; 27.9% on Zeus); holding the GPU out cannot help. Knowing each held-out
-    # GPU's overall speed (one oracle factor) leaves 27.1%: most of the error is the model's shape
+    # measured 32.3% (Gavel; 28.1% on Zeus); holding the GPU out cannot help. Knowing each held-out
+    # GPU's overall speed (one oracle factor) leaves 27.4%: most of the error is the model's shape
     gavel = ms.gavel_measurements(data_dir)
     loo = cal.leave_one_gpu_out(train, gavel, efficiency)
-    assert cal.evaluate(fitted, gavel).mape < loo["mape"] < 39.0
+    assert cal.evaluate(fitted, gavel).mape < loo["mape"] < 35.0
     assert set(loo["per_gpu"]) == {"k80", "p100", "v100"}
-    assert loo["oracle_mape"] < 0.8 * loo["mape"]
+    assert loo["oracle_mape"] < 0.9 * loo["mape"]
     assert all(g["oracle_mape"] <= g["mape"] for g in loo["per_gpu"].values())
+    # Gavel's Recommendation (Recoder, 48 MFLOP of GEMM per user) transfers to a held-out K80 or
+    # P100 (measured 12.4% / 15.6%; 8.1% / 93% when it was modelled as NeuMF); a held-out V100's
+    # slow input pipeline (its hosts, per sample) is what no other GPU's rows can tell
+    recoder = [r for r in loo["rows"] if r["model"] == "recoder"]
+    assert len(recoder) == 15
+    for gpu in ("k80", "p100"):
+        assert sum(r["ape"] for r in recoder if r["gpu"] == gpu) / 5 < 20.0
+
+
+def test_recommendation_is_gpu_bound_on_k80_and_input_bound_on_v100(fitted):
+    # the autoencoder's two 20,108 x 200 GEMMs dominate a K80 step; V100 hosts feed it too slowly
+    job = Job("rec", "Recommendation", 8192, 1, dataset="ml-20m", optimizer="adam")
+    k80, v100 = fitted.breakdown(job, "k80"), fitted.breakdown(job, "v100")
+    assert k80.compute_s > 0.5 * k80.step_time_s
+    assert v100.overhead_s > 0.5 * v100.step_time_s
 
 
 def test_a_held_out_gpu_leaves_no_trace_in_the_factors(train, efficiency):
