@@ -17,7 +17,8 @@ without solving. Otherwise a round decides about every active job, or, when more
 waiting jobs (shortest predicted remaining time first under the ``jct``
 objective, else arrival order) - at least half the set, or all the room the running jobs leave - and
 running jobs worth reconsidering, jobs sharing GPUs together: first the *movers* (jobs sharing GPUs
-while a GPU they could use is idle, or jobs on a slower type than one with enough idle GPUs for them),
+while idle GPUs of their type or a faster one could hold them, or jobs on a slower type than one whose
+idle GPUs could hold them, in one node unless they are larger than every node of that type),
 then the longest predicted remaining time first (the candidates for preemption); at most twice as many
 running jobs as waiting ones, plus the movers. The other running jobs keep their GPUs, which the round
 sees as unavailable. Predictions are memoized per job across rounds.
@@ -91,7 +92,7 @@ class OptimizingPolicy:
         """The round's jobs (see module docstring) and the assignments of the running jobs left out."""
         cap = self.max_round_jobs
         running = state.running()
-        idle = _idle_by_type(state)
+        idle = _Idle.of(state)
         groups = [(not self._could_move(g, idle, state), g) for g in _sharing_groups(running)]
         movers = sum(len(g) for stays, g in groups if not stays)
         if not movers and len(running) == len(state.jobs):
@@ -115,15 +116,15 @@ class OptimizingPolicy:
         chosen.extend(queued[:take_queued])
         return ClusterState(state.time_s, state.cluster, tuple(chosen), state.down_gpus | held), tuple(kept)
 
-    def _could_move(self, group: Sequence[JobState], idle: dict[str, int], state: ClusterState) -> bool:
-        """Jobs sharing GPUs while a type they can use has an idle GPU for each, or a job on a slower type
-        than one with enough idle GPUs for it."""
+    def _could_move(self, group: Sequence[JobState], idle: _Idle, state: ClusterState) -> bool:
+        """A job could run faster elsewhere now: it shares GPUs and the idle GPUs of its own type or a
+        faster one can hold it, or a faster type's idle GPUs can hold it (one node, unless it is larger
+        than every node of that type)."""
         for s in group:
             types = self._est.candidate_types(s.job, state.cluster)
             now = state.cluster.gpu_type_of(s.assignment.gpus[0])  # type: ignore[union-attr]
-            faster = types[: types.index(now)] if now in types else types
-            usable = types if len(group) > 1 else faster
-            if any(idle.get(t, 0) >= s.job.num_gpus for t in usable):
+            better = types[: types.index(now) + (len(group) > 1)] if now in types else types
+            if any(idle.can_hold(t, s.job.num_gpus) for t in better):
                 return True
         return False
 
@@ -142,12 +143,31 @@ class OptimizingPolicy:
         self._last_solve_s = float("-inf") if value is None else float(value)
 
 
-def _idle_by_type(state: ClusterState) -> dict[str, int]:
-    """GPUs that are up and hold no job, per GPU type."""
-    idle: dict[str, int] = {}
-    for node, free in zip(state.cluster.nodes, state.free_gpus_by_node(), strict=True):
-        idle[node.gpu_type] = idle.get(node.gpu_type, 0) + len(free)
-    return idle
+@dataclass(frozen=True, slots=True)
+class _Idle:
+    """Per GPU type: idle GPUs (up, holding no job) in all, most idle in one node, and the largest node."""
+
+    total: dict[str, int]
+    in_one_node: dict[str, int]
+    largest_node: dict[str, int]
+
+    @staticmethod
+    def of(state: ClusterState) -> _Idle:
+        total: dict[str, int] = {}
+        one: dict[str, int] = {}
+        largest: dict[str, int] = {}
+        for node, free in zip(state.cluster.nodes, state.free_gpus_by_node(), strict=True):
+            t = node.gpu_type
+            total[t] = total.get(t, 0) + len(free)
+            one[t] = max(one.get(t, 0), len(free))
+            largest[t] = max(largest.get(t, 0), node.num_gpus)
+        return _Idle(total, one, largest)
+
+    def can_hold(self, gpu_type: str, num_gpus: int) -> bool:
+        """A gang of ``num_gpus`` fits the idle GPUs of ``gpu_type`` as a placement would use them."""
+        if num_gpus <= self.largest_node.get(gpu_type, 0):
+            return self.in_one_node.get(gpu_type, 0) >= num_gpus
+        return self.total.get(gpu_type, 0) >= num_gpus
 
 
 def _sharing_groups(running: Sequence[JobState]) -> list[list[JobState]]:

@@ -84,6 +84,29 @@ def test_a_round_with_nothing_waiting_and_nobody_to_move_keeps_every_placement_w
     assert {a.gpus for a in plan.assignments} == {(0,), (1,)}, "the pair spreads over both GPUs"
 
 
+@pytest.mark.parametrize(("busy_v100", "on", "moves"), [
+    # a 4-GPU job on k80 (3x slower): the idle v100 GPUs must hold its gang in one node
+    ({0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13}, {"g": (16, 17, 18, 19)}, False),  # 2 + 2 idle in two nodes
+    ({0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15}, {"g": (16, 17, 18, 19)}, True),  # 4 idle in node 0
+    # a pair sharing a v100 GPU: only an idle v100 (not an idle k80) could hold one of them
+    (set(range(16)) - {3}, {"a": (3,), "b": (3,)}, False),
+    (set(range(16)) - {3, 7}, {"a": (3,), "b": (3,)}, True),
+])
+def test_movers_are_jobs_that_idle_gpus_could_really_hold_faster(busy_v100, on, moves):
+    from dltsched.engine.policies.optimizing import _Idle
+
+    tables = Tables(step_s={k: [1.0] for k in ("g", "a", "b", *(f"x{i}" for i in range(16)))},
+                    type_factor={"k80": 3.0})
+    cluster = Cluster((Node("v0", "v100", 8), Node("v1", "v100", 8), Node("k0", "k80", 8)))
+    fillers = [JobState(Job(f"x{i}", "resnet18", 32, 100.0), 100.0, assignment=Assignment(f"x{i}", (g,)))
+               for i, g in enumerate(sorted(busy_v100))]
+    mine = [JobState(Job(k, "resnet18", 32, 100.0, num_gpus=len(gpus)), 100.0, assignment=Assignment(k, gpus))
+            for k, gpus in on.items()]
+    state = ClusterState(0.0, cluster, (*fillers, *mine))
+    policy = optimizing_policy(tables.bundle())
+    assert policy._could_move(mine, _Idle.of(state), state) is moves
+
+
 def test_jobs_sharing_any_gpu_form_one_group():
     def running(job_id: str, gpus: tuple[int, ...]) -> JobState:
         return JobState(Job(job_id, "resnet18", 32, 100.0, num_gpus=len(gpus)), 100.0,
