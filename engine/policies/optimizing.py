@@ -21,7 +21,8 @@ while idle GPUs of their type or a faster one could hold them, or jobs on a slow
 idle GPUs could hold them, in one node unless they are larger than every node of that type),
 then the longest predicted remaining time first (the candidates for preemption); at most twice as many
 running jobs as waiting ones, plus the movers. The other running jobs keep their GPUs, which the round
-sees as unavailable. Predictions are memoized per job across rounds.
+sees as unavailable. A mover that a solve kept where it was (the move did not pay) triggers no solve
+again until its placement changes. Predictions are memoized per job across rounds.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class OptimizingPolicy:
         self._asked = memoized(self.predictors)  # rounds ask about the same jobs again and again
         self._est = Estimates(self._asked)
         self._last_solve_s = float("-inf")
+        self._movers: set[str] = set()  # running jobs that could move, as the last working set found them
+        self._declined: dict[str, tuple[int, ...]] = {}  # movers a solve kept where they were: their GPUs
         self.solve_log: list[dict[str, Any]] = []
 
     def schedule(self, state: ClusterState) -> Plan:
@@ -76,9 +79,14 @@ class OptimizingPolicy:
         warm = round_state.current_plan() if any(s.assignment is not None for s in round_state.jobs) else None
         plan = solve_round(round_state, self.config, warm_start=warm, predictors=self._asked)
         self._last_solve_s = state.time_s
+        placed, now = plan.by_job(), state.placements_by_id()
+        for job_id in self._movers:
+            if job_id in placed and set(placed[job_id].gpus) == set(now[job_id].gpus):
+                self._declined[job_id] = now[job_id].gpus
         self.solve_log.append({"time_s": state.time_s, "status": plan.status, "solve_time_s": plan.solve_time_s,
                                "build_time_s": plan.build_time_s, "gap": plan.gap, "jobs": len(round_state.jobs),
-                               "active_jobs": len(state.jobs)})
+                               "active_jobs": len(state.jobs), "waiting_jobs": len(state.queued()),
+                               "movers": len(self._movers)})
         return replace(plan, assignments=plan.assignments + kept) if kept else plan
 
     def _remaining_s(self, s: JobState, state: ClusterState) -> float:
@@ -93,8 +101,12 @@ class OptimizingPolicy:
         cap = self.max_round_jobs
         running = state.running()
         idle = _Idle.of(state)
-        groups = [(not self._could_move(g, idle, state), g) for g in _sharing_groups(running)]
-        movers = sum(len(g) for stays, g in groups if not stays)
+        now = state.placements_by_id()
+        self._declined = {k: gpus for k, gpus in self._declined.items() if k in now and now[k].gpus == gpus}
+        groups = [(all(s.job.id in self._declined for s in g) or not self._could_move(g, idle, state), g)
+                  for g in _sharing_groups(running)]
+        self._movers = {s.job.id for stays, g in groups if not stays for s in g}
+        movers = len(self._movers)
         if not movers and len(running) == len(state.jobs):
             return ClusterState(state.time_s, state.cluster, ()), ()  # nothing waits, nobody could move
         if cap is None or len(state.jobs) <= cap:
@@ -136,11 +148,13 @@ class OptimizingPolicy:
         return sorted(queued, key=lambda s: (self._remaining_s(s, state), s.job.arrival_time_s, s.job.id))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"last_solve_s": self._last_solve_s if self._last_solve_s != float("-inf") else None}
+        return {"last_solve_s": self._last_solve_s if self._last_solve_s != float("-inf") else None,
+                "declined": {k: list(gpus) for k, gpus in sorted(self._declined.items())}}
 
     def load_state_dict(self, data: dict[str, Any]) -> None:
         value = data.get("last_solve_s")
         self._last_solve_s = float("-inf") if value is None else float(value)
+        self._declined = {k: tuple(gpus) for k, gpus in data.get("declined", {}).items()}
 
 
 @dataclass(frozen=True, slots=True)

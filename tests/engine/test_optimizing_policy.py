@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dltsched.engine.domain import Assignment, Cluster, ClusterState, Job, JobState, Node
+from dltsched.engine.domain import Assignment, Cluster, ClusterState, Job, JobState, Node, Plan
 from dltsched.engine.errors import ValidationError
 from dltsched.engine.faults import FaultConfig
 from dltsched.engine.policies.optimizing import _sharing_groups, optimizing_policy
@@ -105,6 +105,28 @@ def test_movers_are_jobs_that_idle_gpus_could_really_hold_faster(busy_v100, on, 
     state = ClusterState(0.0, cluster, (*fillers, *mine))
     policy = optimizing_policy(tables.bundle())
     assert policy._could_move(mine, _Idle.of(state), state) is moves
+
+
+def test_a_mover_the_solver_keeps_in_place_triggers_no_more_solves_until_it_moves():
+    # j runs on the p100 (GPU 1); the v100 (GPU 0) is idle and 5% faster: a mover, but the move gains
+    # 0.05 / 1 of j's value and costs 0.1, so the solve keeps it. Later rounds do not solve again for it,
+    # also after a checkpoint; once it sits elsewhere it is a mover again.
+    tables = Tables(step_s={"j": [1.0]}, type_factor={"p100": 1.05})
+    cluster = Cluster((Node("v0", "v100", 1), Node("p0", "p100", 2)))
+
+    def at(time_s: float, gpu: int) -> ClusterState:
+        return ClusterState(time_s, cluster, (JobState(Job("j", "resnet18", 32, 1e4), 1e4,
+                                                       assignment=Assignment("j", (gpu,))),))
+
+    policy = optimizing_policy(tables.bundle(), time_limit_s=1.0)
+    assert policy.schedule(at(0.0, 1)).by_job()["j"].gpus == (1,)
+    assert len(policy.solve_log) == 1 and policy.solve_log[0]["movers"] == 1
+    assert policy.schedule(at(1000.0, 1)) == Plan(incremental=True) and len(policy.solve_log) == 1
+    resumed = optimizing_policy(tables.bundle(), time_limit_s=1.0)
+    resumed.load_state_dict(policy.state_dict())
+    assert resumed.schedule(at(1000.0, 1)) == Plan(incremental=True) and not resumed.solve_log
+    policy.schedule(at(2000.0, 2))
+    assert len(policy.solve_log) == 2
 
 
 def test_jobs_sharing_any_gpu_form_one_group():
