@@ -7,7 +7,7 @@ and GPU utilisation (%). Lookup for a group outside the table, in order:
 1. exact key;
 2. each job's batch size replaced by the nearest tabulated batch size of the same model, GPU and
    precision (counted as ``fallback="nearest_batch"``);
-3. the analytic contention model (counted as ``fallback="analytic"``; logged as a warning), unless
+3. the analytic contention model (counted as ``fallback="analytic"``; a warning once per group), unless
    ``strict`` is set, which raises instead.
 
 Group memory missing from the table comes from the analytic memory of the step-time predictor.
@@ -79,6 +79,9 @@ class ColocationTable:
     fallbacks: Counter[str] = field(default_factory=Counter)
     _batches: dict[tuple[str, str, bool], tuple[int, ...]] = field(default_factory=dict)
     _memory: dict[tuple[str, JobSpec], float] = field(default_factory=dict)  # analytic memory per (GPU, job)
+    #: analytic predictions of groups outside the table, by GPU and jobs in order; groups warned about
+    _analytic_groups: dict[tuple[str, tuple[JobSpec, ...]], GroupPrediction] = field(default_factory=dict)
+    _warned: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         sizes: dict[tuple[str, str, bool], set[int]] = {}
@@ -119,8 +122,15 @@ class ColocationTable:
             if self.strict:
                 raise ValidationError("jobs", f"group {group_key(gpu, group.jobs)} not in the table (strict mode)")
             self.fallbacks["analytic"] += 1
-            log.warning("co-location: %s not in the table; analytic fallback", group_key(gpu, group.jobs))
-            found = self.analytic.predict([Group(gpu, group.jobs)], ColocDataset((), {}))[0]
+            ordered = (gpu, tuple(group.jobs))  # speeds follow the group's order
+            if ordered not in self._analytic_groups:
+                key = group_key(gpu, group.jobs)
+                if key not in self._warned:
+                    self._warned.add(key)
+                    log.warning("co-location: %s not in the table; analytic fallback", key)
+                self._analytic_groups[ordered] = self.analytic.predict([Group(gpu, group.jobs)],
+                                                                       ColocDataset((), {}))[0]
+            found = self._analytic_groups[ordered]
         return found, gpu
 
     def _lookup(self, gpu: str, jobs: Sequence[JobSpec]) -> GroupPrediction | None:

@@ -149,14 +149,14 @@ def test_lucid_pairs_in_which_one_job_never_ran(data_dir) -> None:
 def test_gavel_isolated_remeasurement_bounds_the_label_noise(data_dir) -> None:
     """Gavel's two throughput files re-measure isolated throughputs; co-located throughputs are shared.
 
-    Normalized speeds (co-located / isolated) move by ~5% between the two files (NeuMF excluded: its
-    isolated throughputs differ 1.4-11x, a different implementation), a noise floor no predictor of
-    unseen models can beat, since the held-out job's isolated measurement error is in every one of its labels.
+    Normalized speeds (co-located / isolated) move by ~5% between the two files (Recommendation, i.e.
+    recoder, excluded: its isolated throughputs differ 1.4-11x, a different implementation), a noise
+    floor no predictor of unseen models can beat, since the held-out job's isolated measurement error is in every one of its labels.
     """
     import statistics
 
     sim = read_gavel_samples(data_dir / "gavel" / "simulation_throughputs.json")
     phys = read_gavel_samples(data_dir / "gavel" / "physical_cluster_throughputs.json")
     moved = [abs(sim.isolated[(s.gpu, j)].step_time_s / phys.isolated[(s.gpu, j)].step_time_s - 1.0)
-             for s in sim.samples if "neumf" not in s.models for j in s.jobs]
+             for s in sim.samples if "recoder" not in s.models for j in s.jobs]
     assert 0.03 < statistics.mean(moved) < 0.08
