@@ -151,7 +151,8 @@ def test_gavel_isolated_remeasurement_bounds_the_label_noise(data_dir) -> None:
 
     Normalized speeds (co-located / isolated) move by ~5% between the two files (Recommendation, i.e.
     recoder, excluded: its isolated throughputs differ 1.4-11x, a different implementation), a noise
-    floor no predictor of unseen models can beat, since the held-out job's isolated measurement error is in every one of its labels.
+    floor no predictor of unseen models can beat, since the held-out job's isolated measurement error
+    is in every one of its labels.
     """
     import statistics
 
