@@ -11,8 +11,9 @@ first under the ``jct`` objective, else in arrival order), and the next solve se
 Migration and preemption are priced by ``config.migration_penalty``; the simulator also charges the
 checkpoint-restore time of every moved job.
 
-Working set: when nothing waits and nobody could move (see below), the round keeps every placement
-without solving. Otherwise a round decides about every active job, or, when more than
+Working set: a round solves only when a job waits that no solve has seen yet, jobs have waited since a
+solve ``round_interval_s`` ago, or a running job could move (see below); otherwise running jobs stay
+and waiting jobs start greedily on free GPUs, as between solves. Otherwise a round decides about every active job, or, when more than
 ``max_round_jobs`` are active (``None``: no limit), about that many. The set then holds the most urgent
 waiting jobs (shortest predicted remaining time first under the ``jct``
 objective, else arrival order) - at least half the set, or all the room the running jobs leave - and
@@ -64,21 +65,21 @@ class OptimizingPolicy:
         self._last_solve_s = float("-inf")
         self._movers: set[str] = set()  # running jobs that could move, as the last working set found them
         self._declined: dict[str, tuple[int, ...]] = {}  # movers a solve kept where they were: their GPUs
+        self._seen_waiting: frozenset[str] = frozenset()  # jobs waiting at the last solve
         self.solve_log: list[dict[str, Any]] = []
 
     def schedule(self, state: ClusterState) -> Plan:
         if not state.jobs:
             return Plan()
         if state.time_s - self._last_solve_s < self.min_interval_s:
-            if not any(state.free_gpus_by_node()):
-                return Plan(incremental=True)
-            return place_exclusive(state, self._between_solves_order(state), self._est, blocking=False)
+            return self._start_greedily(state)
         round_state, kept = self._working_set(state)
-        if not round_state.jobs:
-            return Plan(incremental=True)  # nothing waits and nobody could move: every placement stays
+        if not round_state.jobs:  # nothing new waits and nobody could move
+            return self._start_greedily(state)
         warm = round_state.current_plan() if any(s.assignment is not None for s in round_state.jobs) else None
         plan = solve_round(round_state, self.config, warm_start=warm, predictors=self._asked)
         self._last_solve_s = state.time_s
+        self._seen_waiting = frozenset(s.job.id for s in round_state.queued())
         placed, now = plan.by_job(), state.placements_by_id()
         for job_id in self._movers:
             if job_id in placed and set(placed[job_id].gpus) == set(now[job_id].gpus):
@@ -88,6 +89,12 @@ class OptimizingPolicy:
                                "active_jobs": len(state.jobs), "waiting_jobs": len(state.queued()),
                                "movers": len(self._movers)})
         return replace(plan, assignments=plan.assignments + kept) if kept else plan
+
+    def _start_greedily(self, state: ClusterState) -> Plan:
+        """Running jobs stay; waiting jobs start on free GPUs, most urgent first (see module docstring)."""
+        if not any(state.free_gpus_by_node()):
+            return Plan(incremental=True)
+        return place_exclusive(state, self._between_solves_order(state), self._est, blocking=False)
 
     def _remaining_s(self, s: JobState, state: ClusterState) -> float:
         """Predicted time to finish alone: on its current GPU type when running, else its fastest type."""
@@ -107,8 +114,10 @@ class OptimizingPolicy:
                   for g in _sharing_groups(running)]
         self._movers = {s.job.id for stays, g in groups if not stays for s in g}
         movers = len(self._movers)
-        if not movers and len(running) == len(state.jobs):
-            return ClusterState(state.time_s, state.cluster, ()), ()  # nothing waits, nobody could move
+        waiting = state.queued()
+        stale = self.round_interval_s is not None and state.time_s - self._last_solve_s >= self.round_interval_s
+        if not movers and not (waiting and stale) and all(s.job.id in self._seen_waiting for s in waiting):
+            return ClusterState(state.time_s, state.cluster, ()), ()  # nothing new waits, nobody could move
         if cap is None or len(state.jobs) <= cap:
             return state, ()
         queued = self._between_solves_order(state)
@@ -149,12 +158,14 @@ class OptimizingPolicy:
 
     def state_dict(self) -> dict[str, Any]:
         return {"last_solve_s": self._last_solve_s if self._last_solve_s != float("-inf") else None,
-                "declined": {k: list(gpus) for k, gpus in sorted(self._declined.items())}}
+                "declined": {k: list(gpus) for k, gpus in sorted(self._declined.items())},
+                "seen_waiting": sorted(self._seen_waiting)}
 
     def load_state_dict(self, data: dict[str, Any]) -> None:
         value = data.get("last_solve_s")
         self._last_solve_s = float("-inf") if value is None else float(value)
         self._declined = {k: tuple(gpus) for k, gpus in data.get("declined", {}).items()}
+        self._seen_waiting = frozenset(data.get("seen_waiting", ()))
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,6 +129,24 @@ def test_a_mover_the_solver_keeps_in_place_triggers_no_more_solves_until_it_move
     assert len(policy.solve_log) == 2
 
 
+def test_a_waiting_job_a_solve_has_seen_waits_for_the_periodic_solve_or_a_free_gpu():
+    # One GPU: r (100 s left) runs, w (10,000 s) waits; under jct the solve keeps r (worth 100x more)
+    # and, with one job per GPU, w waits. Without news, no solve until round_interval_s (1,800 s) after
+    # the last one; when r is gone, w starts greedily on the free GPU without a solve.
+    tables = Tables(step_s={"r": [1.0], "w": [1.0]})
+    cluster = Cluster((Node("v0", "v100", 1),))
+    r = JobState(Job("r", "resnet18", 32, 1e4), 100.0, assignment=Assignment("r", (0,)))
+    w = JobState(Job("w", "resnet18", 32, 1e4), 1e4)
+    policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, max_jobs_per_gpu=1)
+    assert set(policy.schedule(ClusterState(0.0, cluster, (r, w))).by_job()) == {"r"}
+    assert policy.schedule(ClusterState(400.0, cluster, (r, w))) == Plan(incremental=True)
+    assert len(policy.solve_log) == 1
+    policy.schedule(ClusterState(1800.0, cluster, (r, w)))
+    assert len(policy.solve_log) == 2
+    plan = policy.schedule(ClusterState(2200.0, cluster, (w,)))
+    assert plan.incremental and plan.by_job()["w"].gpus == (0,) and len(policy.solve_log) == 2
+
+
 def test_jobs_sharing_any_gpu_form_one_group():
     def running(job_id: str, gpus: tuple[int, ...]) -> JobState:
         return JobState(Job(job_id, "resnet18", 32, 100.0, num_gpus=len(gpus)), 100.0,
