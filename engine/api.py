@@ -34,7 +34,7 @@ import functools
 import logging
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -183,13 +183,16 @@ def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *, status
 
 
 def make_named_policy(name: str, preds: Predictors, config: SolveConfig | None = None) -> Policy:
-    """A registered policy, or ``dltsched[:<backend>]`` for the optimizing policy (``dltsched:milp``)."""
-    from dltsched.engine.policies.optimizing import OptimizingPolicy
-
+    """A registered policy, or ``dltsched[:<backend>]``: the registry's ``optimizing`` policy deciding with
+    ``config`` (default :class:`SolveConfig`), on ``backend`` when given (``dltsched:milp``), under that name."""
     base, _, backend = name.partition(":")
     if base == "dltsched":
+        from dltsched.engine.policies.optimizing import optimizing_policy
+
         cfg = config or SolveConfig()
-        return OptimizingPolicy(replace(cfg, backend=backend) if backend else cfg, preds, name=name)
+        settings = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "predictors"}  # preds decide
+        settings |= {"backend": backend} if backend else {}
+        return optimizing_policy(preds, name=name, **settings)
     return make_policy(name, predictors=preds)  # type: ignore[no-any-return]
 
 

@@ -30,7 +30,8 @@ def bench() -> None:
 
 #: metrics aggregated over seeds (mean and 95% confidence half-width)
 _METRICS = ("avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "gpu_util", "avg_queueing_s", "ftf_mean",
-            "num_preemptions", "decision_time_mean_s", "decision_time_p99_s", "simulate_s")
+            "num_preemptions", "num_rounds", "decision_time_mean_s", "decision_time_p50_s", "decision_time_p90_s",
+            "decision_time_p99_s", "decision_time_max_s", "simulate_s")
 
 
 def _ci95(values: list[float]) -> float:

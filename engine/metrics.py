@@ -74,7 +74,10 @@ class SimulationResult:
     ftf_max: float
     num_rounds: int
     decision_time_mean_s: float
+    decision_time_p50_s: float
+    decision_time_p90_s: float
     decision_time_p99_s: float
+    decision_time_max_s: float
     decision_time_total_s: float
     wall_time_s: float
     records: tuple[JobRecord, ...] = ()
@@ -139,7 +142,9 @@ def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy
         ftf_mean=float(rho.mean()) if rho.size else float("nan"),
         ftf_max=float(rho.max()) if rho.size else float("nan"),
         num_rounds=len(decision_times_s), decision_time_mean_s=float(dec.mean()) if dec.size else 0.0,
-        decision_time_p99_s=_pct(dec, 99), decision_time_total_s=float(dec.sum()), wall_time_s=wall_time_s,
+        decision_time_p50_s=_pct(dec, 50), decision_time_p90_s=_pct(dec, 90), decision_time_p99_s=_pct(dec, 99),
+        decision_time_max_s=float(dec.max()) if dec.size else 0.0, decision_time_total_s=float(dec.sum()),
+        wall_time_s=wall_time_s,
         records=tuple(records), utilization=_downsample(util_trace, 400),
         placements=tuple(placements or ()),
     )

@@ -6,7 +6,9 @@
   model, batch size, GPU type and GPU count (1/2/4/8, consolidated or spread over nodes); Gavel counts
   the steps of every worker, so a data-parallel iteration on n GPUs takes n / throughput. A batch size
   between measured ones is interpolated linearly in step time; outside, extrapolated from the two nearest.
-  A model measured on other GPU types is scaled by the ratio of the fallback model's step times. Anything
+  A model not measured at this GPU count or type is anchored to its nearest measurement - the same GPU
+  type at the closest measured GPU count first, then other types - scaled by the ratio of the fallback
+  model's step times (so a 4-GPU A3C job runs near Gavel's 1-GPU A3C speed, not at the roofline's). Anything
   else uses the fallback model: :class:`~dltsched.engine.analytic.AnalyticStepTime` with *different*
   efficiencies than the predictor default (compute 0.30, memory 0.55) times a deterministic per-(model, GPU)
   factor drawn from a log-normal (sigma 0.15) keyed by a hash of the names, standing in for what no
@@ -149,6 +151,20 @@ class MeasuredTruth:
         t = t0 + (t1 - t0) * (job.batch_size - b0) / (b1 - b0)
         return max(t, 0.25 * min(t0, t1))
 
+    def _anchor(self, job: Job, gpu_type: str, num_gpus: int, consolidated: bool) -> tuple[float, str, int] | None:
+        """The nearest measurement of the job's model and batch: (step time, GPU type, GPU count); the
+        same type at the closest measured count (consolidated) first, then the other types."""
+        scales = (1, 2, 4, 8)
+        order = sorted(scales, key=lambda n: (abs(math.log(n / num_gpus)), n))
+        types = [gpu_type] * (gpu_type in _MEASURED_GPUS) + [t for t in _MEASURED_GPUS if t != gpu_type]
+        for other in types:
+            counts = order if other == gpu_type else [num_gpus, *order]
+            for count in counts:
+                m = self._measured(job, other, count, consolidated if count == num_gpus else True)
+                if m is not None:
+                    return m, other, count
+        return None
+
     def _fallback_step(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int, freeze_level: int) -> float:
         base = self.fallback.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes)
         return base * _noise(job.model, gpu_type)
@@ -171,14 +187,13 @@ class MeasuredTruth:
         consolidated = num_nodes <= 1
         measured = self._measured(job, gpu_type, num_gpus, consolidated) if gpu_type in _MEASURED_GPUS else None
         if measured is None:
-            # the same model measured on another GPU type: scale by the fallback model's ratio
-            for other in _MEASURED_GPUS:
-                m = self._measured(job, other, num_gpus, consolidated)
-                if m is not None:
-                    measured = m * fallback / self._fallback_step(job, other, num_gpus, num_nodes, freeze_level)
-                    break
-            else:
+            # the same model measured at another GPU count or on another type: scale by the fallback's ratio
+            anchor = self._anchor(job, gpu_type, num_gpus, consolidated)
+            if anchor is None:
                 return fallback
+            m, other, count = anchor
+            nodes = num_nodes if count == num_gpus else 1  # an anchor at another count ran in one node
+            measured = m * fallback / self._fallback_step(job, other, count, nodes, freeze_level)
         if freeze_level:
             unfrozen = self._fallback_step(job, gpu_type, num_gpus, num_nodes, 0)
             measured *= fallback / unfrozen

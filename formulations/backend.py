@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dltsched.engine.domain import Plan
-from dltsched.formulations.candidates import CandidateSet, gpu_nodes
+from dltsched.formulations.candidates import CandidateSet
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ def hint_from_plan(cset: CandidateSet, plan: Plan) -> list[int]:
     """Candidates matching a previous plan's placements (freeze levels may differ); others ignored."""
     problem = cset.problem
     index = problem.job_index()
-    node_of = gpu_nodes(problem)
+    node_of = problem.node_of
     lookup = {(c.jobs, c.gpu_type, c.kind, c.where): i for i, c in enumerate(cset.candidates)}
     slot_of = {s.gpus: p for p, s in enumerate(cset.slots)}
     units: dict[tuple[int, ...], list[int]] = defaultdict(list)

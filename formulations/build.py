@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import combinations
 
 from dltsched.engine.domain import ClusterState, Job, JobState
@@ -38,11 +38,12 @@ def build_round(state: ClusterState, predictors: Predictors, options: RoundOptio
         for i, node in enumerate(cluster.nodes))
     jobs: list[RoundJob] = []
     unplaceable: list[Unplaceable] = []
-    all_up = tuple(replace(n, down_gpus=()) for n in nodes) if state.down_gpus else nodes
+    types = _TypeSummary.of(nodes)
+    all_up = _TypeSummary.of(tuple(replace(n, down_gpus=()) for n in nodes)) if state.down_gpus else types
     for js in state.jobs:
-        job, reason = _round_job(js, state.time_s, nodes, predictors, options)
+        job, reason = _round_job(js, state.time_s, types, predictors, options)
         if job is None:
-            while_down = all_up is not nodes and _round_job(js, state.time_s, all_up, predictors, options)[0] is not None
+            while_down = all_up is not types and _round_job(js, state.time_s, all_up, predictors, options)[0] is not None
             unplaceable.append(Unplaceable(js.job.id, reason, while_down))
         else:
             jobs.append(job)
@@ -69,20 +70,38 @@ def freeze_levels(job: Job, predictors: Predictors, options: RoundOptions) -> tu
     return tuple(level for level in wanted if level < num)
 
 
-def _round_job(js: JobState, time_s: float, nodes: tuple[GpuNode, ...], predictors: Predictors,
+@dataclass(frozen=True, slots=True)
+class _TypeSummary:
+    """Per GPU type of a round's nodes: usable GPUs of the largest node, usable GPUs in all, GPU memory."""
+
+    largest: dict[str, int]
+    total: dict[str, int]
+    memory_mib: dict[str, float]
+
+    @staticmethod
+    def of(nodes: tuple[GpuNode, ...]) -> _TypeSummary:
+        largest: dict[str, int] = {}
+        total: dict[str, int] = {}
+        memory: dict[str, float] = {}
+        for n in nodes:
+            largest[n.gpu_type] = max(largest.get(n.gpu_type, 0), n.usable_gpus)
+            total[n.gpu_type] = total.get(n.gpu_type, 0) + n.usable_gpus
+            memory.setdefault(n.gpu_type, n.memory_mib)
+        return _TypeSummary(largest, total, memory)
+
+
+def _round_job(js: JobState, time_s: float, summary: _TypeSummary, predictors: Predictors,
                options: RoundOptions) -> tuple[RoundJob | None, str]:
     job = js.job
     size = _gang_size(job)
-    types = job.gpu_types or tuple(dict.fromkeys(n.gpu_type for n in nodes))
+    types = job.gpu_types or tuple(summary.total)
     opts: list[JobOption] = []
     reasons: list[str] = []
     for gpu_type in types:
-        of_type = [n for n in nodes if n.gpu_type == gpu_type]
-        if not of_type:
+        if gpu_type not in summary.total:
             reasons.append(f"no {gpu_type} GPUs in the cluster")
             continue
-        largest = max(n.usable_gpus for n in of_type)
-        total = sum(n.usable_gpus for n in of_type)
+        largest, total = summary.largest[gpu_type], summary.total[gpu_type]
         if not total:
             reasons.append(f"every {gpu_type} GPU is down")
             continue
@@ -90,7 +109,7 @@ def _round_job(js: JobState, time_s: float, nodes: tuple[GpuNode, ...], predicto
         if not single and not (options.allow_cross_node and size <= total):
             reasons.append(f"needs {size} GPUs, {gpu_type} nodes have at most {largest} ({total} in all)")
             continue
-        memory_limit = of_type[0].memory_mib
+        memory_limit = summary.memory_mib[gpu_type]
         fitting = 0
         for level in freeze_levels(job, predictors, options):
             penalty = predictors.freezing.frozen_penalty(job, level, js.progress) if level else 0.0

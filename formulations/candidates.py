@@ -101,7 +101,7 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
 
 def find_slots(problem: RoundProblem) -> tuple[Slot, ...]:
     """Current GPU sets of running jobs that a plan may keep (one type, gang rule respected)."""
-    node_of = gpu_nodes(problem)
+    node_of = problem.node_of
     down = problem.down_gpus()
     members: dict[tuple[int, ...], list[int]] = defaultdict(list)
     for j, job in enumerate(problem.jobs):
@@ -120,17 +120,9 @@ def find_slots(problem: RoundProblem) -> tuple[Slot, ...]:
     return tuple(slots)
 
 
-def gpu_nodes(problem: RoundProblem) -> list[int]:
-    """Node index of every GPU."""
-    out: list[int] = []
-    for n, node in enumerate(problem.nodes):
-        out.extend([n] * node.num_gpus)
-    return out
-
-
 def _free_now(problem: RoundProblem) -> list[int]:
     """Usable GPUs of each node that no running job holds now."""
-    node_of = gpu_nodes(problem)
+    node_of = problem.node_of
     held = {g for job in problem.jobs for g in job.current_gpus} - problem.down_gpus()
     free = [node.usable_gpus for node in problem.nodes]
     for g in held:
@@ -142,11 +134,11 @@ def _offered_nodes(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, 
                    unit: int) -> list[int]:
     """Nodes a multi-GPU unit may use on ``gpu_type`` (see module docstring)."""
     size = problem.jobs[jobs[0]].num_gpus
-    fits = [n for n, node in enumerate(problem.nodes) if node.gpu_type == gpu_type and node.usable_gpus >= size]
+    fits = [n for n in problem.nodes_of_type(gpu_type) if problem.nodes[n].usable_gpus >= size]
     limit = problem.options.max_nodes_per_unit
     if size == 1 or len(fits) <= limit:
         return fits
-    node_of = gpu_nodes(problem)
+    node_of = problem.node_of
     chosen = dict.fromkeys(node_of[g] for j in jobs for g in problem.jobs[j].current_gpus if node_of[g] in fits)
     chosen[max(fits, key=lambda n: (free_now[n], -n))] = None
     roomy = [n for n in fits if free_now[n] >= size] or fits
@@ -190,7 +182,7 @@ def _best_freeze(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, cr
                  waiting: Sequence[float]) -> tuple[tuple[int, ...], float, tuple[float, ...]] | None:
     """Best memory-feasible freeze levels of a unit: (levels, score, completion per member)."""
     group = problem.group(jobs, gpu_type) if len(jobs) > 1 else None
-    memory_mib = next(n.memory_mib for n in problem.nodes if n.gpu_type == gpu_type)
+    memory_mib = problem.memory_mib_of(gpu_type)
     overhead = group.overhead_mib if group else 0.0
     choices = [[o for o in problem.jobs[j].options if o.gpu_type == gpu_type] for j in jobs]
     best: tuple[tuple[float, float], tuple[int, ...], float, tuple[float, ...]] | None = None

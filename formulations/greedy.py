@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dltsched.formulations.backend import capacity_limits
 from dltsched.formulations.candidates import CandidateSet
 
 
-def greedy_selection(cset: CandidateSet) -> list[int]:
-    """Candidates taken greedily by gain per GPU (ties: fewer GPUs, then order), capacity-safe."""
+def greedy_selection(cset: CandidateSet, first: Sequence[int] = ()) -> list[int]:
+    """Candidates taken greedily by gain per GPU (ties: fewer GPUs, then order), capacity-safe; the
+    ``first`` candidates (e.g. a previous plan's) are tried before all others, in their order."""
     problem = cset.problem
     makespan = problem.options.objective == "makespan"
     node_left, type_left = capacity_limits(cset)
     used_jobs: set[int] = set()
     kept: set[int] = set()
     selected: list[int] = []
-    order = sorted(range(len(cset.candidates)),
-                   key=lambda c: (-cset.candidates[c].gain / cset.candidates[c].num_gpus, c))
+    rest = sorted(set(range(len(cset.candidates))) - set(first),
+                  key=lambda c: (-cset.candidates[c].gain / cset.candidates[c].num_gpus, c))
+    order = [*dict.fromkeys(first), *rest]
     for c in order:
         cand = cset.candidates[c]
         if used_jobs & set(cand.jobs) or type_left[cand.gpu_type] < cand.num_gpus:

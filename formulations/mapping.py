@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from dltsched.engine.domain import Assignment, Plan
-from dltsched.formulations.candidates import Candidate, CandidateSet, gpu_nodes
+from dltsched.formulations.candidates import Candidate, CandidateSet
 
 _ORDER = {"stay": 0, "node": 1, "cross": 2, "type": 3}
 
@@ -19,7 +19,7 @@ _ORDER = {"stay": 0, "node": 1, "cross": 2, "type": 3}
 def to_plan(cset: CandidateSet, selected: Sequence[int], **fields: object) -> Plan:
     """The plan of ``selected`` candidates; ``fields`` fill the plan's status, objective, ..."""
     problem = cset.problem
-    node_of = gpu_nodes(problem)
+    node_of = problem.node_of
     chosen = sorted((cset.candidates[c] for c in selected), key=lambda c: (_ORDER[c.kind], -c.num_gpus, c.jobs))
     taken = {g for c in chosen if c.kind == "stay" for g in cset.slots[c.where].gpus}
     unusable = taken | problem.down_gpus()

@@ -205,6 +205,11 @@ class RoundProblem:
     _option_index: dict[tuple[int, str, int], JobOption] = field(init=False, repr=False, compare=False)
     _group_index: dict[tuple[tuple[int, ...], str], ColocGroup] = field(init=False, repr=False, compare=False)
     _value_scale: tuple[float, ...] = field(init=False, repr=False, compare=False)
+    _node_of: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _nodes_of_type: dict[str, tuple[int, ...]] = field(init=False, repr=False, compare=False)
+    _max_node: dict[str, int] = field(init=False, repr=False, compare=False)
+    _memory_of_type: dict[str, float] = field(init=False, repr=False, compare=False)
+    _down: frozenset[int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -233,6 +238,14 @@ class RoundProblem:
         object.__setattr__(self, "_option_index", index)
         object.__setattr__(self, "_group_index", groups)
         object.__setattr__(self, "_value_scale", _value_scales(self.options.objective, self.jobs))
+        of_type: dict[str, list[int]] = {}
+        for n, node in enumerate(self.nodes):
+            of_type.setdefault(node.gpu_type, []).append(n)
+        object.__setattr__(self, "_node_of", tuple(n for n, node in enumerate(self.nodes) for _ in node.gpus))
+        object.__setattr__(self, "_nodes_of_type", {t: tuple(ns) for t, ns in of_type.items()})
+        object.__setattr__(self, "_max_node", {t: max(self.nodes[n].usable_gpus for n in ns) for t, ns in of_type.items()})
+        object.__setattr__(self, "_memory_of_type", {t: self.nodes[ns[0]].memory_mib for t, ns in of_type.items()})
+        object.__setattr__(self, "_down", frozenset(g for n in self.nodes for g in n.down_gpus))
 
     @property
     def num_gpus(self) -> int:
@@ -263,11 +276,24 @@ class RoundProblem:
 
     def max_node_gpus(self, gpu_type: str) -> int:
         """Usable GPUs of the largest node of ``gpu_type`` (0: none up)."""
-        return max((n.usable_gpus for n in self.nodes if n.gpu_type == gpu_type), default=0)
+        return self._max_node.get(gpu_type, 0)
 
     def down_gpus(self) -> frozenset[int]:
         """GPUs no plan may use this round."""
-        return frozenset(g for n in self.nodes for g in n.down_gpus)
+        return self._down
+
+    @property
+    def node_of(self) -> tuple[int, ...]:
+        """Index of the node of every GPU."""
+        return self._node_of
+
+    def nodes_of_type(self, gpu_type: str) -> tuple[int, ...]:
+        """Indices of the nodes of ``gpu_type``, ascending."""
+        return self._nodes_of_type.get(gpu_type, ())
+
+    def memory_mib_of(self, gpu_type: str) -> float:
+        """Memory of one GPU of ``gpu_type``."""
+        return self._memory_of_type[gpu_type]
 
     def job_index(self) -> dict[str, int]:
         return {job.id: j for j, job in enumerate(self.jobs)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import time
+from collections.abc import Sequence
 
 from dltsched.engine.domain import Plan
 from dltsched.formulations.backend import Backend, BackendOutcome, hint_from_plan
@@ -25,23 +26,34 @@ def solve_round(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: 
                 warm_start: Plan | None = None, solver: str | None = None) -> RoundResult:
     """Solve one round with ``backend`` (``cpsat``, ``milp`` or ``greedy``).
 
-    ``time_limit_s`` defaults to ``problem.options.time_limit_s``; ``warm_start`` (e.g. the last
-    round's plan) is passed to the solver as a hint; ``solver`` names the Pyomo solver for ``milp``
-    (default HiGHS). If the solver returns nothing feasible in time, the greedy plan is returned
-    with ``status="fallback"`` and ``fallback=True``.
+    ``time_limit_s`` defaults to ``problem.options.time_limit_s``; ``solver`` names the Pyomo solver
+    for ``milp`` (default HiGHS). The round's starting selection is the better of ``warm_start`` (e.g. the
+    last round's plan) extended greedily and the plain greedy one: MILP solvers get it as their MIP start
+    (CP-SAT searches better without, see its module), and when the solver returns nothing feasible in
+    time it is the plan, with ``status="fallback"`` and ``fallback=True``.
     """
-    start = time.perf_counter()
+    began = time.perf_counter()
     cset = build_candidates(problem)
-    prepare_s = time.perf_counter() - start
+    prepare_s = time.perf_counter() - began
     limit = problem.options.time_limit_s if time_limit_s is None else time_limit_s
     if limit <= 0:
         raise ValueError(f"time_limit_s: {limit} not understood; must be > 0")
     if not cset.candidates:  # nothing can be placed: the empty plan is the only one, hence optimal
         return finish(cset, BackendOutcome((), "optimal", None, 0.0, 0.0, "no candidate placements"), backend,
-                      prepare_s)
-    hint = hint_from_plan(cset, warm_start) if warm_start is not None else []
-    outcome = load_backend(backend)(cset, time_limit_s=limit, hint=hint, solver=solver)
-    return finish(cset, outcome, backend, prepare_s)
+                      prepare_s, [])
+    start = starting_selection(cset, warm_start)
+    outcome = load_backend(backend)(cset, time_limit_s=limit, hint=start, solver=solver)
+    return finish(cset, outcome, backend, prepare_s, start)
+
+
+def starting_selection(cset: CandidateSet, warm_start: Plan | None) -> list[int]:
+    """A complete feasible selection to start from: the better of the warm plan's candidates extended
+    greedily and the plain greedy selection (by the round's objective)."""
+    options = [greedy_selection(cset)]
+    if warm_start is not None:
+        options.append(greedy_selection(cset, first=hint_from_plan(cset, warm_start)))
+    sign = -1.0 if cset.problem.options.minimize else 1.0
+    return max(options, key=lambda selected: sign * objective_of(cset, selected))
 
 
 def load_backend(name: str) -> Backend:
@@ -58,12 +70,14 @@ def solve_greedy(cset: CandidateSet, *, time_limit_s: float, hint: object = (), 
     return BackendOutcome(selected, "not_run", None, 0.0, time.perf_counter() - start, "greedy heuristic")
 
 
-def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s: float) -> RoundResult:
-    """Map the outcome to a plan with status, objective, bound and gap (fallback when empty)."""
+def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s: float,
+           start: Sequence[int]) -> RoundResult:
+    """Map the outcome to a plan with status, objective, bound and gap (``start``, the solver's starting
+    selection, when it returned none)."""
     problem = cset.problem
     build_s = prepare_s + outcome.build_time_s
     fallback = outcome.selected is None
-    selected = greedy_selection(cset) if fallback else list(outcome.selected or ())
+    selected = list(start) if fallback else list(outcome.selected or ())
     objective = objective_of(cset, selected)
     bound = None if fallback or outcome.bound is None else to_reported(cset, outcome.bound)
     gap = None if bound is None else relative_gap(objective, bound, problem.options.minimize)

@@ -46,7 +46,7 @@ OPTIMIZER_OF_MODEL: dict[str, str] = {
     "resnet50": "momentum",
     "transformer": "adam",
     "lstm_lm": "sgd",
-    "neumf": "adam",
+    "recoder": "adam",
     "a3c": "adam",
     "cyclegan": "adam",
 }

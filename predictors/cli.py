@@ -203,17 +203,44 @@ def time_predictions(pairs: int = 10_000) -> dict[str, float]:
     for job, gpu in work:
         predictor.step_time_s(job, gpu)
     elapsed = time.perf_counter() - start
-    return {"pairs": pairs, "seconds": elapsed, "pairs_per_s": pairs / elapsed}
+    return {"pairs": pairs, "seconds": elapsed, "pairs_per_s": pairs / elapsed} | time_colocation(pairs)
+
+
+def time_colocation(groups: int = 10_000) -> dict[str, float]:
+    """Time ``groups`` co-location predictions (each job's speed and the group's memory) from the shipped
+    table, cycling over its 2-job entries."""
+    from dltsched.engine.domain import Job
+    from dltsched.predictors.colocation import default_colocation_predictor
+
+    table = default_colocation_predictor()
+    work = []
+    for key in sorted(table.entries):
+        gpu, *members = key.split("|")
+        if len(members) == 2:
+            jobs = [Job(id=f"{m}-{i}", model=m.split(":")[0], batch_size=int(m.split(":")[1]), total_iterations=1.0,
+                        amp=m.endswith(":amp")) for i, m in enumerate(members)]
+            work.append((jobs, gpu))
+    if not work:
+        raise ValueError("the shipped co-location table has no 2-job entries to time")
+    start = time.perf_counter()
+    for i in range(groups):
+        jobs, gpu = work[i % len(work)]
+        table.colocated_speeds(jobs, gpu)
+        table.group_memory_mib(jobs, gpu)
+    elapsed = time.perf_counter() - start
+    return {"colocation_groups": groups, "colocation_seconds": elapsed, "colocation_groups_per_s": groups / elapsed}
 
 
 @click.command("predict")
 @click.option("--pairs", type=int, default=10_000, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def bench_predict(pairs: int, as_json: bool) -> None:
-    """Time step-time predictions of (job, GPU) pairs from the cached graphs."""
+    """Time step-time predictions of (job, GPU) pairs from the cached graphs, and as many co-located
+    groups' predictions from the shipped co-location table."""
     out = time_predictions(pairs)
-    emit(out, as_json, lambda: click.echo(f"{out['pairs']} predictions in {out['seconds']:.3f} s "
-                                          f"({out['pairs_per_s']:.0f} pairs/s)"))
+    emit(out, as_json, lambda: click.echo(
+        f"{out['pairs']} step-time predictions in {out['seconds']:.3f} s ({out['pairs_per_s']:.0f} pairs/s); "
+        f"{out['colocation_groups']} co-location predictions in {out['colocation_seconds']:.3f} s"))
 
 
 @click.command("profile")

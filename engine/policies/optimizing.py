@@ -11,12 +11,19 @@ first under the ``jct`` objective, else in arrival order), and the next solve se
 Migration and preemption are priced by ``config.migration_penalty``; the simulator also charges the
 checkpoint-restore time of every moved job.
 
-Large clusters: a round decides about at most ``max_round_jobs`` jobs (its working set). When more are
-active, the set holds the most urgent waiting jobs (shortest predicted remaining time first under the
-``jct`` objective, else arrival order) - at least half the set, or all the room the running jobs leave
-- and fills the rest with the running jobs most worth reconsidering: the longest predicted remaining
-time first (the candidates for preemption and migration), jobs sharing GPUs together. The other running
-jobs keep their GPUs, which the round sees as unavailable. Predictions are memoized per job across rounds.
+Working set: a round solves only when a job waits that no solve has seen yet, jobs have waited since a
+solve ``round_interval_s`` ago, or a running job could move (see below); otherwise running jobs stay
+and waiting jobs start greedily on free GPUs, as between solves. Otherwise a round decides about every active job, or, when more than
+``max_round_jobs`` are active (``None``: no limit), about that many. The set then holds the most urgent
+waiting jobs (shortest predicted remaining time first under the ``jct``
+objective, else arrival order) - at least half the set, or all the room the running jobs leave - and
+running jobs worth reconsidering, jobs sharing GPUs together: first the *movers* (jobs sharing GPUs
+while idle GPUs of their type or a faster one could hold them, or jobs on a slower type than one whose
+idle GPUs could hold them, in one node unless they are larger than every node of that type),
+then the longest predicted remaining time first (the candidates for preemption); at most twice as many
+running jobs as waiting ones, plus the movers. The other running jobs keep their GPUs, which the round
+sees as unavailable. A mover that a solve kept where it was (the move did not pay) triggers no solve
+again until its placement changes. Predictions are memoized per job across rounds.
 """
 
 from __future__ import annotations
@@ -38,9 +45,9 @@ from dltsched.engine.predict import Predictors, memoized
 class OptimizingPolicy:
     """Rolling-horizon co-location + freezing optimizer (see module docstring)."""
 
-    config: SolveConfig = field(default_factory=lambda: SolveConfig(time_limit_s=2.0))
+    config: SolveConfig = field(default_factory=lambda: SolveConfig(**POLICY_DEFAULTS))
     predictors: Predictors | None = None
-    min_interval_s: float = 0.0
+    min_interval_s: float = 300.0
     round_interval_s: float | None = 1800.0
     max_round_jobs: int | None = 256
     name: str = "optimizing"
@@ -56,21 +63,38 @@ class OptimizingPolicy:
         self._asked = memoized(self.predictors)  # rounds ask about the same jobs again and again
         self._est = Estimates(self._asked)
         self._last_solve_s = float("-inf")
+        self._movers: set[str] = set()  # running jobs that could move, as the last working set found them
+        self._declined: dict[str, tuple[int, ...]] = {}  # movers a solve kept where they were: their GPUs
+        self._seen_waiting: frozenset[str] = frozenset()  # jobs waiting at the last solve
         self.solve_log: list[dict[str, Any]] = []
 
     def schedule(self, state: ClusterState) -> Plan:
         if not state.jobs:
             return Plan()
         if state.time_s - self._last_solve_s < self.min_interval_s:
-            return place_exclusive(state, self._between_solves_order(state), self._est, blocking=False)
+            return self._start_greedily(state)
         round_state, kept = self._working_set(state)
+        if not round_state.jobs:  # nothing new waits and nobody could move
+            return self._start_greedily(state)
         warm = round_state.current_plan() if any(s.assignment is not None for s in round_state.jobs) else None
         plan = solve_round(round_state, self.config, warm_start=warm, predictors=self._asked)
         self._last_solve_s = state.time_s
+        self._seen_waiting = frozenset(s.job.id for s in round_state.queued())
+        placed, now = plan.by_job(), state.placements_by_id()
+        for job_id in self._movers:
+            if job_id in placed and set(placed[job_id].gpus) == set(now[job_id].gpus):
+                self._declined[job_id] = now[job_id].gpus
         self.solve_log.append({"time_s": state.time_s, "status": plan.status, "solve_time_s": plan.solve_time_s,
                                "build_time_s": plan.build_time_s, "gap": plan.gap, "jobs": len(round_state.jobs),
-                               "active_jobs": len(state.jobs)})
+                               "active_jobs": len(state.jobs), "waiting_jobs": len(state.queued()),
+                               "movers": len(self._movers)})
         return replace(plan, assignments=plan.assignments + kept) if kept else plan
+
+    def _start_greedily(self, state: ClusterState) -> Plan:
+        """Running jobs stay; waiting jobs start on free GPUs, most urgent first (see module docstring)."""
+        if not any(state.free_gpus_by_node()):
+            return Plan(incremental=True)
+        return place_exclusive(state, self._between_solves_order(state), self._est, blocking=False)
 
     def _remaining_s(self, s: JobState, state: ClusterState) -> float:
         """Predicted time to finish alone: on its current GPU type when running, else its fastest type."""
@@ -82,16 +106,29 @@ class OptimizingPolicy:
     def _working_set(self, state: ClusterState) -> tuple[ClusterState, tuple[Assignment, ...]]:
         """The round's jobs (see module docstring) and the assignments of the running jobs left out."""
         cap = self.max_round_jobs
+        running = state.running()
+        idle = _Idle.of(state)
+        now = state.placements_by_id()
+        self._declined = {k: gpus for k, gpus in self._declined.items() if k in now and now[k].gpus == gpus}
+        groups = [(all(s.job.id in self._declined for s in g) or not self._could_move(g, idle, state), g)
+                  for g in _sharing_groups(running)]
+        self._movers = {s.job.id for stays, g in groups if not stays for s in g}
+        movers = len(self._movers)
+        waiting = state.queued()
+        stale = self.round_interval_s is not None and state.time_s - self._last_solve_s >= self.round_interval_s
+        if not movers and not (waiting and stale) and all(s.job.id in self._seen_waiting for s in waiting):
+            return ClusterState(state.time_s, state.cluster, ()), ()  # nothing new waits, nobody could move
         if cap is None or len(state.jobs) <= cap:
             return state, ()
         queued = self._between_solves_order(state)
-        running = state.running()
         take_queued = min(len(queued), max(cap - len(running), cap // 2))
+        groups.sort(key=lambda entry: (entry[0], -max(self._remaining_s(s, state) for s in entry[1])))
+        room = min(cap - take_queued, 2 * take_queued + movers)
         chosen: list[JobState] = []
         kept: list[Assignment] = []
         held: set[int] = set()
-        for group in sorted(_sharing_groups(running), key=lambda g: -max(self._remaining_s(s, state) for s in g)):
-            if len(chosen) + len(group) <= cap - take_queued:
+        for _, group in groups:
+            if len(chosen) + len(group) <= room:
                 chosen.extend(group)
             else:
                 for s in group:
@@ -99,6 +136,18 @@ class OptimizingPolicy:
                     held.update(s.assignment.gpus)  # type: ignore[union-attr]
         chosen.extend(queued[:take_queued])
         return ClusterState(state.time_s, state.cluster, tuple(chosen), state.down_gpus | held), tuple(kept)
+
+    def _could_move(self, group: Sequence[JobState], idle: _Idle, state: ClusterState) -> bool:
+        """A job could run faster elsewhere now: it shares GPUs and the idle GPUs of its own type or a
+        faster one can hold it, or a faster type's idle GPUs can hold it (one node, unless it is larger
+        than every node of that type)."""
+        for s in group:
+            types = self._est.candidate_types(s.job, state.cluster)
+            now = state.cluster.gpu_type_of(s.assignment.gpus[0])  # type: ignore[union-attr]
+            better = types[: types.index(now) + (len(group) > 1)] if now in types else types
+            if any(idle.can_hold(t, s.job.num_gpus) for t in better):
+                return True
+        return False
 
     def _between_solves_order(self, state: ClusterState) -> Sequence[JobState]:
         """Waiting jobs by urgency: shortest predicted remaining time first under ``jct``, else arrival order."""
@@ -108,11 +157,42 @@ class OptimizingPolicy:
         return sorted(queued, key=lambda s: (self._remaining_s(s, state), s.job.arrival_time_s, s.job.id))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"last_solve_s": self._last_solve_s if self._last_solve_s != float("-inf") else None}
+        return {"last_solve_s": self._last_solve_s if self._last_solve_s != float("-inf") else None,
+                "declined": {k: list(gpus) for k, gpus in sorted(self._declined.items())},
+                "seen_waiting": sorted(self._seen_waiting)}
 
     def load_state_dict(self, data: dict[str, Any]) -> None:
         value = data.get("last_solve_s")
         self._last_solve_s = float("-inf") if value is None else float(value)
+        self._declined = {k: tuple(gpus) for k, gpus in data.get("declined", {}).items()}
+        self._seen_waiting = frozenset(data.get("seen_waiting", ()))
+
+
+@dataclass(frozen=True, slots=True)
+class _Idle:
+    """Per GPU type: idle GPUs (up, holding no job) in all, most idle in one node, and the largest node."""
+
+    total: dict[str, int]
+    in_one_node: dict[str, int]
+    largest_node: dict[str, int]
+
+    @staticmethod
+    def of(state: ClusterState) -> _Idle:
+        total: dict[str, int] = {}
+        one: dict[str, int] = {}
+        largest: dict[str, int] = {}
+        for node, free in zip(state.cluster.nodes, state.free_gpus_by_node(), strict=True):
+            t = node.gpu_type
+            total[t] = total.get(t, 0) + len(free)
+            one[t] = max(one.get(t, 0), len(free))
+            largest[t] = max(largest.get(t, 0), node.num_gpus)
+        return _Idle(total, one, largest)
+
+    def can_hold(self, gpu_type: str, num_gpus: int) -> bool:
+        """A gang of ``num_gpus`` fits the idle GPUs of ``gpu_type`` as a placement would use them."""
+        if num_gpus <= self.largest_node.get(gpu_type, 0):
+            return self.in_one_node.get(gpu_type, 0) >= num_gpus
+        return self.total.get(gpu_type, 0) >= num_gpus
 
 
 def _sharing_groups(running: Sequence[JobState]) -> list[list[JobState]]:
@@ -139,14 +219,18 @@ def _sharing_groups(running: Sequence[JobState]) -> list[list[JobState]]:
 
 
 _CONFIG_FIELDS = {f.name for f in fields(SolveConfig)}
+#: the policy's solve settings where the caller gives none: rounds aimed at low average completion time,
+#: short enough to re-solve at every batch of events (a round that times out keeps its best plan)
+POLICY_DEFAULTS: dict[str, Any] = {"objective": "jct", "time_limit_s": 1.0}
 
 
 def optimizing_policy(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
     """Registry factory: ``options`` may mix :class:`SolveConfig` fields (backend, time_limit_s, ...) and
-    policy fields (min_interval_s, round_interval_s, name)."""
+    policy fields (min_interval_s, round_interval_s, max_round_jobs, name); :data:`POLICY_DEFAULTS` fill
+    the solve settings not given."""
     config_kw = {k: v for k, v in options.items() if k in _CONFIG_FIELDS}
     policy_kw = {k: v for k, v in options.items() if k not in _CONFIG_FIELDS}
-    config = SolveConfig(**({"time_limit_s": 2.0} | config_kw))
+    config = SolveConfig(**(POLICY_DEFAULTS | config_kw))
     return OptimizingPolicy(config, predictors, **policy_kw)
 
 

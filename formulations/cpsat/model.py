@@ -2,6 +2,12 @@
 
 Coefficients are scaled to integers (the largest to about 1e7); the objective reported to users is
 re-computed in floating point from the chosen candidates, the bound is scaled back.
+
+CP-SAT gets no solution hint: on these models it searches better without one. Measured on the
+synthetic 1,000-job / 1,024-GPU round of ``bench solve`` (10 s, 2 workers, ``jct`` objective): no hint
+2,115.7 (gap 0.6%); the complete greedy selection as hint 1,863.9 (no better than the hint); the
+running jobs' placements as a partial hint 1,400.3. ``solve_round`` keeps its starting selection as
+the plan when CP-SAT returns nothing in time.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ _TARGET = 1e7
 
 
 def solve(cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int], solver: str | None = None) -> BackendOutcome:
-    """Solve ``cset`` with CP-SAT (``solver`` must be ``None`` or ``"cpsat"``)."""
+    """Solve ``cset`` with CP-SAT (``solver`` must be ``None`` or ``"cpsat"``; ``hint`` is not used, see
+    the module docstring)."""
     from ortools.sat.python import cp_model
 
     if solver not in (None, "cpsat", "cp-sat"):
@@ -31,7 +38,6 @@ def solve(cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int], solve
     add_slot_rules(model, x, cset)
     makespan = add_makespan(model, x, cset, scale)
     set_objective(model, x, cset, scale, makespan)
-    add_hint(model, x, hint)
     build_s = time.perf_counter() - start
     engine = cp_model.CpSolver()
     engine.parameters.max_time_in_seconds = float(time_limit_s)
@@ -104,11 +110,3 @@ def add_makespan(model: Any, x: list[Any], cset: CandidateSet, scale: float) -> 
 def set_objective(model: Any, x: list[Any], cset: CandidateSet, scale: float, makespan: Any) -> None:
     terms = sum(round(cand.gain * scale) * x[c] for c, cand in enumerate(cset.candidates) if cand.gain)
     model.maximize(terms - makespan if makespan is not None else terms)
-
-
-def add_hint(model: Any, x: list[Any], hint: Sequence[int]) -> None:
-    if not hint:
-        return
-    chosen = set(hint)
-    for c, var in enumerate(x):
-        model.add_hint(var, c in chosen)

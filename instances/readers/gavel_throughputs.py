@@ -26,7 +26,7 @@ GAVEL_MODELS: dict[str, tuple[str, int, str | None]] = {
     "ResNet-50": ("resnet50", 64, "imagenet"),
     "Transformer": ("transformer", 64, "multi30k"),
     "LM": ("lstm_lm", 20, "wikitext2"),
-    "Recommendation": ("neumf", 1024, "ml-20m"),
+    "Recommendation": ("recoder", 2048, "ml-20m"),
     "A3C": ("a3c", 4, "pong"),
     "CycleGAN": ("cyclegan", 1, "monet2photo"),
 }

@@ -26,6 +26,7 @@ from dltsched.predictors.colocation.features import (
     pair_rows,
     profile_of,
     summed_isolated_memory_mib,
+    union_util,
 )
 from dltsched.predictors.colocation.metrics import GroupPrediction
 from dltsched.predictors.colocation.samples import LUCID_GPU, LUCID_PROXY_GPU, ColocDataset, JobSpec
@@ -200,10 +201,8 @@ class GbtBaseline:
         return row[CONTENTION_LOG_SPEED] if self.residual else 0.0
 
     def _util_prior(self, group: Group, data: ColocDataset) -> float:
-        utils = [profile_of(data.isolated, group.gpu, j) for j in group.jobs]
-        if not self.residual or any(u is None or u.gpu_util is None for u in utils):
-            return 0.0
-        return 100.0 * (1.0 - math.prod(1.0 - min(100.0, u.gpu_util) / 100.0 for u in utils))  # type: ignore[union-attr]
+        prior = union_util(group, data.isolated) if self.residual else None
+        return prior or 0.0
 
     def _predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
         if not groups:

@@ -85,28 +85,32 @@ def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None
 @click.option("--data", "dataset", type=click.Choice(["gavel", "lucid"]), default="gavel")
 @click.option("--data-dir", default=None, help="Shared data folder (default: found automatically).")
 @click.option("--out", "out_dir", default=".", type=click.Path(file_okay=False), help="Output folder.")
-@click.option("--epochs", default=120, show_default=True)
+@click.option("--epochs", type=int, default=None, help="E-GGAT epochs (default: the cross-validation setting).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--max-jobs", default=3, show_default=True, help="Largest group the exported table covers.")
 @click.option("--cv", "cv_splits", multiple=True, type=click.Choice(["model", "gpu", "random"]),
-              help="Also cross-validate E-GGAT and the baselines on these split kinds (slow).")
+              help="Also cross-validate E-GGAT, its ensemble with GBT and the baselines on these split kinds (slow).")
 @click.option("--json", "as_json", is_flag=True)
-def train_colocation(dataset: str, data_dir: str | None, out_dir: str, epochs: int, seed: int, max_jobs: int,
+def train_colocation(dataset: str, data_dir: str | None, out_dir: str, epochs: int | None, seed: int, max_jobs: int,
                      cv_splits: tuple[str, ...], as_json: bool) -> None:
-    """Train E-GGAT from the data folder; write a checkpoint and a table (with a record of figures)."""
+    """Train E-GGAT and GBT from the data folder; write the E-GGAT checkpoint and the ensemble's table
+    (with a record of data, seed and cross-validated figures)."""
     from dltsched.predictors.colocation.experiments import (
-        BASELINES,
-        cross_validate,
+        compare,
+        cv_eggat,
+        predictor_factories,
         read_dataset,
         train_default,
     )
-    from dltsched.predictors.colocation.train import EggatConfig, EggatPredictor
 
     figures: dict[str, Any] = {}
     if cv_splits:
         data = read_dataset(dataset, data_dir)
-        factories = {**BASELINES, "eggat": lambda: EggatPredictor(EggatConfig(epochs=epochs, seed=seed))}
+        factories = predictor_factories(seed)
+        if epochs:
+            factories["eggat"] = lambda: cv_eggat(seed, epochs=epochs)
         for kind in cv_splits:
-            figures[kind] = {name: cross_validate(data, kind, f, seed) for name, f in factories.items()}
+            result = compare(data, kind, list(factories), seed, factories=factories)
+            figures[kind] = {name: {k: v for k, v in r.items() if k != "per_fold"} for name, r in result.items()}
     record = train_default(Path(out_dir), data_dir, dataset, epochs, seed, max_jobs, figures)
     emit(record, as_json)

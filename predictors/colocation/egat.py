@@ -7,7 +7,10 @@ its super-nodes, and cross-job edges (every super-node -> the other jobs' hubs, 
 which the network sees the contention. Edge features (tensor MiB, kind) enter the attention
 (``GATv2Conv(edge_dim=...)``); each layer's message is gated into the residual stream.
 GPU features and the group size are global features fed to the heads: per-job log speed, group
-memory (log ratio to the summed isolated memory) and GPU utilisation.
+memory (log ratio to the summed isolated memory) and GPU utilisation. The speed and utilisation
+heads are residual over parameter-free priors where isolated utilisation is known (time slicing,
+``log min(1, 100 / total isolated util)``, and the union of the isolated busy periods); elsewhere the
+priors are 0 and 50%.
 """
 
 from __future__ import annotations
@@ -24,22 +27,28 @@ from torch_geometric.utils import scatter
 from dltsched.predictors.colocation.features import (
     GPU_FEATURES,
     JOB_FEATURES,
+    PAIR_FEATURES,
     Group,
+    contention_log_speeds,
     gpu_features,
     job_features,
+    pair_features,
+    union_util,
 )
 from dltsched.predictors.colocation.graphs import NODE_FEATURES, coarse_graph, node_features
 from dltsched.predictors.colocation.samples import IsolatedProfile, JobSpec
 
-IN_FEATURES = NODE_FEATURES + len(JOB_FEATURES) + 1
+IN_FEATURES = NODE_FEATURES + len(JOB_FEATURES) + len(PAIR_FEATURES) + 1
 EDGE_FEATURES = 4  # log1p(tensor MiB), flow, hub, cross-job
 GLOBAL_FEATURES = len(GPU_FEATURES) + 1
 _LOG_MAX_SPEED = math.log(2.0)  # co-located speeds stay below 2x isolated
+_UTIL_CLAMP = 0.02  # priors kept inside (2%, 98%) before the logit
 
 
-def _job_nodes(job: JobSpec, profile: IsolatedProfile | None) -> tuple[list[list[float]], list[tuple[int, int, float]]]:
+def _job_nodes(gpu: str, job: JobSpec,
+               isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> tuple[list[list[float]], list[tuple[int, int, float]]]:
     graph = coarse_graph(job.model, job.dataset)
-    jf = list(job_features(job, profile))
+    jf = [*job_features(job, isolated.get((gpu, job))), *pair_features(gpu, job, isolated)]
     rows = [[*node_features(n, job.batch_size, job.amp), *jf, 0.0] for n in graph.nodes]
     rows.append([0.0] * NODE_FEATURES + jf + [1.0])  # hub
     return rows, list(graph.edges)
@@ -60,7 +69,7 @@ def group_graph(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedPro
         attr.append(feats)
 
     for job in group.jobs:
-        rows, edges = _job_nodes(job, isolated.get((group.gpu, job)))
+        rows, edges = _job_nodes(group.gpu, job, isolated)
         base = len(x)
         x.extend(rows)
         hub = base + len(rows) - 1
@@ -83,6 +92,8 @@ def group_graph(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedPro
     for i, hub in enumerate(hubs):
         for n in (*members[i], hub):
             job_of[n] = i
+    util = union_util(group, isolated)
+    util_prior = min(1.0 - _UTIL_CLAMP, max(_UTIL_CLAMP, util / 100.0)) if util is not None else 0.5
     return Data(
         x=torch.tensor(x, dtype=torch.float32),
         edge_index=torch.tensor([src, dst], dtype=torch.long),
@@ -90,6 +101,8 @@ def group_graph(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedPro
         hub_mask=torch.tensor([n in hubs for n in range(len(x))]),
         job_of=torch.tensor(job_of, dtype=torch.long),
         glob=torch.tensor([[*gpu_features(group.gpu), float(len(group.jobs))]], dtype=torch.float32),
+        speed_prior=torch.tensor(contention_log_speeds(group, isolated), dtype=torch.float32),
+        util_logit_prior=torch.tensor([math.log(util_prior / (1.0 - util_prior))], dtype=torch.float32),
         num_jobs=len(group.jobs),
     )
 
@@ -122,7 +135,7 @@ class EGGAT(nn.Module):
         self.register_buffer("g_std", torch.ones(GLOBAL_FEATURES))
         self.embed = nn.Linear(IN_FEATURES, hidden)
         self.layers = nn.ModuleList(GatedGatLayer(hidden, heads, dropout) for _ in range(num_layers))
-        self.speed_head = _mlp(3 * hidden + GLOBAL_FEATURES, hidden, 1)
+        self.speed_head = _mlp(3 * hidden + GLOBAL_FEATURES + 1, hidden, 1)
         self.group_head = _mlp(2 * hidden + GLOBAL_FEATURES, hidden, 2)
 
     def set_normalization(self, x: torch.Tensor, glob: torch.Tensor) -> None:
@@ -133,7 +146,8 @@ class EGGAT(nn.Module):
         self.g_std.copy_(glob.std(0).clamp_min(0.5))  # one training GPU must not blow up unseen ones
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(log speed per job, log memory ratio per group, GPU util fraction per group)."""
+        """(log speed per job, log memory ratio per group, GPU util fraction per group); speed and
+        util are residual over the graphs' ``speed_prior`` and ``util_logit_prior``."""
         h = self.embed((batch.x - self.x_mean) / self.x_std)
         for layer in self.layers:
             h = layer(h, batch.edge_index, batch.edge_attr)
@@ -147,11 +161,18 @@ class EGGAT(nn.Module):
         graph_of_job = torch.repeat_interleave(torch.arange(len(batch.num_jobs)), batch.num_jobs)
         group_sum = scatter(hub, graph_of_job, 0, dim_size=len(batch.num_jobs), reduce="sum")
         others = group_sum[graph_of_job] - hub
-        z = self.speed_head(torch.cat([hub, job_mean, others, glob[graph_of_job]], -1)).squeeze(-1)
-        log_speed = _LOG_MAX_SPEED - nn.functional.softplus(z)
+        prior = batch.speed_prior
+        z = self.speed_head(torch.cat([hub, job_mean, others, glob[graph_of_job], prior[:, None]], -1)).squeeze(-1)
+        log_speed = (prior + z).clamp_max(_LOG_MAX_SPEED)
         group_mean = scatter(h, batch.batch, 0, dim_size=len(batch.num_jobs), reduce="mean")
         out = self.group_head(torch.cat([group_sum, group_mean, glob], -1))
-        return log_speed, out[:, 0], torch.sigmoid(out[:, 1])
+        return log_speed, out[:, 0], torch.sigmoid(batch.util_logit_prior + out[:, 1])
+
+    def init_output_bias(self, speed_residual: float, log_memory_ratio: float) -> None:
+        """Start the heads at the training set's median residuals (short trainings converge sooner)."""
+        with torch.no_grad():
+            self.speed_head[-1].bias.fill_(speed_residual)
+            self.group_head[-1].bias[0] = log_memory_ratio
 
 
 def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:

@@ -110,6 +110,21 @@ def _contention(own: IsolatedProfile | None, others: list[IsolatedProfile | None
 CONTENTION_LOG_SPEED = -4
 
 
+def contention_log_speeds(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> list[float]:
+    """Per job, the time-slicing prior ``log min(1, 100 / total isolated util)`` (0 where a util is unmeasured)."""
+    profiles = [profile_of(isolated, group.gpu, j) for j in group.jobs]
+    return [_contention(p, [q for n, q in enumerate(profiles) if n != i])[0] for i, p in enumerate(profiles)]
+
+
+def union_util(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> float | None:
+    """GPU utilisation (%) if the jobs' isolated busy periods were independent: ``100 (1 - prod(1 - u_i / 100))``;
+    ``None`` where any isolated utilisation is unmeasured."""
+    utils = [profile_of(isolated, group.gpu, j) for j in group.jobs]
+    if any(u is None or u.gpu_util is None for u in utils):
+        return None
+    return 100.0 * (1.0 - math.prod(1.0 - min(100.0, u.gpu_util) / 100.0 for u in utils))  # type: ignore[union-attr]
+
+
 def pair_rows(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> list[list[float]]:
     """One row per job: GPU features, own job + pair features, the sum of the other jobs' features,
     own minus others' log isolated step time, a same-model flag, the utilisation contention prior, group size."""

@@ -17,7 +17,7 @@ from functools import cache
 from dltsched.instances.catalog import model_spec
 
 OP_CLASSES = ("conv", "matmul", "attention", "norm", "elementwise", "pool", "embedding", "rnn", "reduction", "other")
-_FAMILY_CLASS = {"cnn": "conv", "transformer": "attention", "rnn": "rnn", "recommendation": "embedding"}
+_FAMILY_CLASS = {"cnn": "conv", "transformer": "attention", "rnn": "rnn", "recsys": "embedding"}
 _MIB = 1024.0 * 1024.0
 
 

@@ -6,6 +6,11 @@ speed (co-located throughput / isolated throughput), and, where measured, the gr
 (step time, memory, utilisation alone on the GPU): predictors may use it as input, the way a
 profiler measures a job alone before it is ever packed (Lucid, Gavel).
 
+Some of Lucid's pairs are measurement failures: the group's memory equals its partner's isolated
+memory (and its utilisation the partner's alone), so one job evidently never shared the GPU
+(39 pairs, all with MobileNetV3). :func:`absent_member` finds them; :func:`without_absent`
+drops them (training uses it; evaluations report figures on all pairs and on the rest).
+
 Lucid's GPU model is not recorded in its repository. Its samples use the pseudo GPU id
 ``"lucid"``; GPU features map it to :data:`LUCID_PROXY_GPU` (a documented assumption) plus an
 "unrecorded GPU" flag, so a model trained on Lucid never claims to know a real GPU from it.
@@ -103,6 +108,32 @@ def canonical(jobs: Iterable[JobSpec], values: Iterable[float]) -> tuple[tuple[J
     """Jobs sorted (with their values), so that (a, b) and (b, a) are one group."""
     pairs = sorted(zip(jobs, values, strict=True), key=lambda p: p[0])
     return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+
+
+def absent_member(sample: ColocSample, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile], *,
+                  rel: float = 0.02, tol_mib: float = 50.0) -> int | None:
+    """Index of a job that evidently did not run during the measurement of ``sample``, else ``None``.
+
+    Job ``i`` counts as absent when the group's memory is within ``rel`` x + ``tol_mib`` of the other
+    jobs' summed isolated memory (what the GPU holds without job ``i``). Needs measured group memory
+    and every job's isolated memory; otherwise ``None`` (nothing to check against).
+    """
+    if sample.memory_mib is None:
+        return None
+    mems = [isolated.get((sample.gpu, j)) for j in sample.jobs]
+    if any(m is None or m.memory_mib is None for m in mems):
+        return None
+    values = [float(m.memory_mib) for m in mems]  # type: ignore[union-attr,arg-type]
+    for i, own in enumerate(values):
+        rest = sum(values) - own
+        if own > tol_mib and abs(sample.memory_mib - rest) <= rel * rest + tol_mib:
+            return i
+    return None
+
+
+def without_absent(data: ColocDataset) -> ColocDataset:
+    """``data`` without the samples in which a job evidently did not run (see :func:`absent_member`)."""
+    return data.subset(s for s in data.samples if absent_member(s, data.isolated) is None)
 
 
 # ---------------------------------------------------------------------------------------- Gavel

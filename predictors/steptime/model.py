@@ -4,21 +4,26 @@ One training iteration on one GPU, from the operator graph (see :mod:`aggregates
 
 - GPU time: per operator, forward and (trainable layers) backward, computation time (FLOPs over
   the spec peak, times the fitted inverse efficiency of its work group conv / gemm / rnn) or, for
-  memory-bound operators, memory-access time (bytes over the spec bandwidth, times the memory
-  inverse efficiency); plus weight and weight-gradient traffic and the optimizer step.
+  memory-bound operators, memory-access time (bytes over the spec bandwidth, times the inverse
+  efficiency of the memory classes or, for compute-class operators on the memory side of the
+  roofline, of ``bound``); plus weight and weight-gradient traffic and the optimizer step. A
+  recurrent layer's time is the larger (smoothly) of its FLOP time and its per-time-step re-reading
+  of the recurrent weights, which bounds small batches.
 - CPU dispatch: kernels per step (forward, backward, per-tensor optimizer updates) times the fitted
   framework time per launch. The host enqueues asynchronously, so the two overlap:
   ``busy = (gpu^p + dispatch^p)^(1/p)`` with :data:`OVERLAP_POWER` (a smooth maximum).
 - Input pipeline: for workloads measured in the calibration data, a fitted host term
-  ``per_step_s + per_sample_s * batch`` of that measurement setup, scaled by the host speed of the
-  machines hosting this GPU type in that setup (1 for other GPU types); added to ``busy``.
+  ``per_step_s + per_sample_s * batch`` of that measurement setup; added to ``busy``.
+- Host machines: a setup's machines hosting one GPU type have two fitted speeds (1 = the setup's
+  average machine): ``per_step`` scales the CPU dispatch and the per-step input term (one CPU
+  thread), ``per_sample`` the per-sample input term (the data loader's throughput).
 - Data-parallel jobs add the exposed all-reduce time of the trainable gradients (fitted shares of
   a ring all-reduce and of a shared-bus transfer, see :func:`comm_features`).
 
 The frozen prefix (layers < freeze level) skips its backward and optimizer update. Coefficients
 come from ``factors.json`` (``dltsched predict calibrate-steptime``): global inverse efficiencies
-scale every GPU's spec sheet; GPUs with measurements also get fitted multipliers. ``job.batch_size``
-is the batch of one GPU.
+scale every GPU's spec sheet; GPUs with step-time measurements also get fitted multipliers per
+:data:`GPU_TERMS`. ``job.batch_size`` is the batch of one GPU.
 """
 
 from __future__ import annotations
@@ -37,9 +42,14 @@ from dltsched.predictors.zoo.graphs import resolve
 
 _MIB = 1024.0 * 1024.0
 FACTORS_FILE = "factors.json"
-FORMAT_VERSION = 3
-#: GPU work terms, each with a fitted inverse efficiency (1 = spec peak / bandwidth)
-WORK_TERMS = (*COMPUTE_GROUPS, "memory")
+FORMAT_VERSION = 4
+#: GPU work terms, each with a fitted global inverse efficiency (1 = spec peak / bandwidth)
+WORK_TERMS = (*COMPUTE_GROUPS, "memory", "bound")
+#: per-GPU multipliers fitted on a GPU's step times: compute groups, and its DRAM traffic
+#: (``memory`` scales the memory, bound and recurrent-weight terms)
+GPU_TERMS = (*COMPUTE_GROUPS, "memory")
+#: exponent of the smooth maximum of a recurrent layer's FLOP time and recurrent-weight traffic
+RECURRENT_POWER = 4.0
 #: compute group -> DeepBench kernel kind whose measured efficiency scales its peak
 KERNEL_KIND = {"conv": "conv", "gemm": "gemm", "rnn": "lstm"}
 #: exponent of the smooth maximum of GPU time and CPU dispatch time
@@ -48,6 +58,8 @@ OVERLAP_POWER = 3.0
 OPTIMIZER_KERNELS = {"sgd": 1, "momentum": 2, "nesterov": 2, "adagrad": 3, "rmsprop": 4, "adam": 5, "adamw": 6,
                      "adadelta": 5, "lamb": 8}
 COMM_FEATURES = ("ring", "shared_bus")
+#: host machine speeds per setup and GPU type
+HOST_SPEEDS = ("per_step", "per_sample")
 #: used when the factors carry no fitted communication coefficients (70% achievable ring bandwidth)
 DEFAULT_COMM_COEFFICIENTS = {"ring": 1.0 / 0.7, "shared_bus": 0.0}
 
@@ -112,7 +124,8 @@ def optimizer_passes(job: Job) -> float:
 
 def work_terms(job: Job, model: str, dataset: str, gpu: GpuType, freeze_level: int,
                kernel_efficiency: dict[str, float] | None = None) -> dict[str, float]:
-    """Spec-time work of one step: seconds per :data:`WORK_TERMS` at 100% efficiency, and ``kernels``.
+    """Spec-time work of one step: seconds per :data:`WORK_TERMS` at 100% efficiency, ``recurrent``
+    (recurrent-weight traffic) and ``kernels``.
 
     ``kernel_efficiency`` (kernel kind -> relative achievable efficiency of this GPU, 1 = average
     GPU) scales the peak of each compute group; see :data:`KERNEL_KIND`.
@@ -127,6 +140,8 @@ def work_terms(job: Job, model: str, dataset: str, gpu: GpuType, freeze_level: i
     out = {g: table.compute_s[g][k] * batch for g in COMPUTE_GROUPS}
     out["memory"] = (table.memory_s[k] * batch + table.weight_s[k]
                      + agg.param_bytes[k] * optimizer_passes(job) / bandwidth)
+    out["bound"] = table.bound_s[k] * batch
+    out["recurrent"] = table.recurrent_s[k]
     out["kernels"] = float(table.kernels[k] + agg.param_tensors[k] * OPTIMIZER_KERNELS.get(job.optimizer.lower(), 2))
     return out
 
@@ -154,6 +169,11 @@ def combine(gpu_s: float, dispatch_s: float) -> float:
     return (gpu_s**OVERLAP_POWER + dispatch_s**OVERLAP_POWER) ** (1.0 / OVERLAP_POWER)
 
 
+def recurrent_time(flop_s: float, reread_s: float) -> float:
+    """Time of the recurrent layers: smooth maximum of FLOP time and recurrent-weight traffic."""
+    return (flop_s**RECURRENT_POWER + reread_s**RECURRENT_POWER) ** (1.0 / RECURRENT_POWER)
+
+
 @dataclass(frozen=True, slots=True)
 class DeletePopStepTime:
     """Operator-level step-time and memory predictor; implements ``StepTimePredictor``.
@@ -176,31 +196,49 @@ class DeletePopStepTime:
         return model, dataset, agg, _gpu(gpu_type)
 
     def gpu_terms(self, job: Job, model: str, dataset: str, gpu: GpuType, freeze_level: int) -> dict[str, float]:
-        """Fitted seconds of each work term on ``gpu``, and ``dispatch`` (CPU launch time)."""
+        """Fitted GPU seconds of the compute groups (``rnn``: FLOPs or recurrent-weight traffic, whichever
+        bounds) and of ``memory`` (memory and bound terms), and ``kernels`` per step."""
         f = self.factors
         work = work_terms(job, model, dataset, gpu, freeze_level, f.get("kernel_efficiency", {}).get(gpu.id))
-        mult = f.get("per_gpu", {}).get(gpu.id, {})
-        out = {t: work[t] * f["inverse_efficiency"][t] * mult.get(t, 1.0) for t in WORK_TERMS}
-        out["dispatch"] = work["kernels"] * f["dispatch_us"] * 1e-6
+        theta, mult = f["inverse_efficiency"], f.get("gpu_efficiency", {}).get(gpu.id, {})
+        dram = mult.get("memory", 1.0)
+        out = {g: work[g] * theta[g] * mult.get(g, 1.0) for g in COMPUTE_GROUPS}
+        out["rnn"] = recurrent_time(out["rnn"], work["recurrent"] * theta["memory"] * dram)
+        out["memory"] = (work["memory"] * theta["memory"] + work["bound"] * theta["bound"]) * dram
+        out["kernels"] = work["kernels"]
         return out
 
-    def host_s(self, model: str, dataset: str, gpu: GpuType, batch_size: int) -> float:
-        """Fitted input-pipeline time of one step (0 for workloads never measured), plus the fixed step overhead."""
-        f = self.factors
+    def setup(self, model: str, dataset: str) -> str | None:
+        """The measurement setup whose input-pipeline terms this workload gets (``host_source`` first,
+        then the factors' ``sources``); None for a workload never measured."""
         order = [self.host_source] if self.host_source else []
-        for source in (*order, *f.get("sources", ())):
-            host = f.get("host_overhead", {}).get(host_key(source, model, dataset))
-            if host:
-                speed = f.get("host_speed", {}).get(source, {}).get(gpu.id, 1.0)
-                return f["step_overhead_s"] + speed * (host["per_step_s"] + host["per_sample_s"] * batch_size)
-        return float(f["step_overhead_s"])
+        host = self.factors.get("host_overhead", {})
+        return next((s for s in (*order, *self.factors.get("sources", ())) if host_key(s, model, dataset) in host), None)
+
+    def host_speeds(self, setup: str | None, gpu: GpuType) -> dict[str, float]:
+        """``per_step`` and ``per_sample`` speed of the machines hosting ``gpu`` in ``setup`` (1: average)."""
+        speeds = self.factors.get("host_speed", {}).get(setup or "", {}).get(gpu.id, {})
+        return {k: float(speeds.get(k, 1.0)) for k in HOST_SPEEDS}
+
+    def cpu_s(self, kernels: float, model: str, dataset: str, gpu: GpuType, batch_size: int) -> tuple[float, float]:
+        """CPU time of one step: dispatch of ``kernels``, and the input pipeline (0 for workloads never
+        measured) plus the fixed step overhead, at the speeds of the machine hosting ``gpu``."""
+        f = self.factors
+        setup = self.setup(model, dataset)
+        speed = self.host_speeds(setup, gpu)
+        dispatch = kernels * f["dispatch_us"] * 1e-6 * speed["per_step"]
+        if setup is None:
+            return dispatch, float(f["step_overhead_s"])
+        host = f["host_overhead"][host_key(setup, model, dataset)]
+        return dispatch, (f["step_overhead_s"] + speed["per_step"] * host["per_step_s"]
+                          + speed["per_sample"] * host["per_sample_s"] * batch_size)
 
     def calibration_basis(self, gpu_type: str) -> str:
         """What the predictions for ``gpu_type`` rest on: its own step-time measurements, or its
         spec sheet with or without DeepBench kernel efficiencies."""
         gpu, f = _gpu(gpu_type), self.factors
         setups = sorted(label.split(":")[0] for label in f.get("fitted_on", ()) if label.endswith(f":{gpu.id}"))
-        if gpu.id in f.get("per_gpu", {}):
+        if gpu.id in f.get("gpu_efficiency", {}):
             return f"fitted on its step-time measurements ({', '.join(setups)})"
         if gpu.id in f.get("kernel_efficiency", {}):
             return "spec sheet scaled by its DeepBench kernel efficiencies"
@@ -226,8 +264,8 @@ class DeletePopStepTime:
         terms = self.gpu_terms(job, model, dataset, gpu, freeze_level)
         compute = sum(terms[g] for g in COMPUTE_GROUPS)
         memory = terms["memory"]
-        exposed_dispatch = combine(compute + memory, terms["dispatch"]) - compute - memory
-        overhead = exposed_dispatch + self.host_s(model, dataset, gpu, job.batch_size)
+        dispatch, pipeline = self.cpu_s(terms["kernels"], model, dataset, gpu, job.batch_size)
+        overhead = combine(compute + memory, dispatch) - compute - memory + pipeline
         comm = self.comm_s(agg, gpu, n, num_nodes, freeze_level)
         mem = self._memory_mib(job, agg, freeze_level)
         if check_memory and mem > gpu.memory_mib:

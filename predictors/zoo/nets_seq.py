@@ -7,7 +7,17 @@
 - deepspeech2: DeepSpeech2 as deepspeech.pytorch builds it by default (Zeus's workload): 2 conv
   layers, 5 bidirectional LSTM 1024 (directions summed, batch norm between layers), CTC over
   161-bin spectrograms of 12.3 s (LibriSpeech's mean utterance, 10 ms hop);
-- neumf: NeuMF (GMF + MLP 256-128-64) on MovieLens-1M or MovieLens-20M;
+- neumf: NeuMF (GMF + MLP 256-128-64) on MovieLens-1M or MovieLens-20M (Lucid's, Zeus's, Pollux's NCF);
+- recoder: Gavel's "Recommendation" job (its ``workloads/pytorch/recommendation/train.py``): Recoder's
+  ``DynamicAutoencoder(hidden_layers=[200], activation_type='tanh', noise_prob=0.5)`` trained with Adam
+  and a summed logistic loss over each user's interaction vector (BCE with logits, averaged over users).
+  One sample is one user's row of the user-item matrix; the model L2-normalises it, drops inputs with
+  p = 0.5, encodes it into 200 tanh units and decodes logits for the items: two dense GEMMs against
+  the item matrices (Recoder keeps them as embeddings, ``sparse=False``, so gradients and Adam are
+  dense). Items: 20,108, the movies of ML-20M that Gavel's ``scripts/ml-20m/preprocess.py`` keeps
+  (ratings > 3.5, users with >= 5 of them; VAE-CF's preprocessing). Gavel trains with mini-batch
+  negative sampling, which narrows both GEMMs to the items present in the batch (at most 20,108);
+  the graph uses the whole item vector, so its per-sample cost is the upper end;
 - pointnet: PointNet classification over 2,048 points (ShapeNet, 16 classes).
 """
 
@@ -154,6 +164,36 @@ def neumf(dataset: str) -> Built:
         return torch.randint(0, users, (batch,)), torch.randint(0, items, (batch,)), torch.rand(batch)
 
     return Built(NeuMF(users, items), make_inputs, ("embed", "mlp1", "mlp2", "out"))
+
+
+#: items of ML-20M as Gavel's preprocessing keeps them (the autoencoder's input and output width)
+_RECODER_ITEMS = {"ml-20m": 20_108}
+
+
+class ItemAutoencoder(nn.Module):
+    """Recoder's DynamicAutoencoder with one hidden layer, on whole interaction vectors."""
+
+    def __init__(self, items: int, hidden: int = 200, noise: float = 0.5) -> None:
+        super().__init__()
+        self.noise = noise
+        self.encoder = nn.Linear(items, hidden)
+        self.decoder = nn.Linear(hidden, items)
+
+    def forward(self, interactions: torch.Tensor) -> torch.Tensor:
+        z = F.dropout(F.normalize(interactions, p=2.0, dim=1), self.noise, self.training)
+        logits = self.decoder(torch.tanh(self.encoder(z)))
+        loss = F.binary_cross_entropy_with_logits(logits, interactions, reduction="sum")
+        return loss / interactions.shape[0]
+
+
+@register("recoder", "ml-20m")
+def recoder(dataset: str) -> Built:
+    items = _RECODER_ITEMS[dataset]
+
+    def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
+        return (torch.rand(batch, items),)
+
+    return Built(ItemAutoencoder(items), make_inputs, ("encoder", "decoder"))
 
 
 class PointNet(nn.Module):

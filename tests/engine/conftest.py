@@ -12,7 +12,7 @@ from dltsched.engine.predict import Predictors, StepTimePredictor
 from dltsched.engine.registry import predictors as predictor_bundle
 
 GAVEL_JOBS = (("resnet18", 128), ("resnet50", 64), ("transformer", 128), ("lstm_lm", 20),
-              ("neumf", 1024), ("a3c", 4), ("cyclegan", 1), ("resnet18", 32))
+              ("recoder", 1024), ("a3c", 4), ("cyclegan", 1), ("resnet18", 32))
 
 
 def small_instance(seed: int, num_jobs: int = 12, gpus_per_node: int = 2, mean_gap_s: float = 60.0) -> Instance:

@@ -58,7 +58,7 @@ def test_gavel_lp_never_overallocates(analytic, colocation):
 
     jobs = tuple(Job(f"j{i}", m, b, 1000, num_gpus=n)
                  for i, (m, b, n) in enumerate([("resnet18", 64, 1), ("lstm_lm", 20, 1), ("resnet50", 32, 2),
-                                                ("transformer", 64, 1), ("neumf", 1024, 1)]))
+                                                ("transformer", 64, 1), ("recoder", 1024, 1)]))
     policy = GavelPolicy(predictors=analytic, colocation=colocation)
     state = _state(jobs, nodes=(("v", "v100", 2), ("k", "k80", 2)))
     _jobs, single, pairs = policy.allocation(state)

@@ -223,6 +223,20 @@ def test_measured_truth_uses_gavel_throughput(data_dir):
 
 
 @pytest.mark.data
+def test_truth_anchors_an_unmeasured_gpu_count_to_the_nearest_measured_one(data_dir):
+    """Gavel measured A3C on one GPU only: a 4-GPU A3C iteration is the 1-GPU measurement times the
+    fallback model's 4-GPU / 1-GPU ratio (not the roofline fallback alone, which is ~27x faster)."""
+    from dltsched.engine.domain import Job
+
+    truth = MeasuredTruth(data_dir=str(data_dir))
+    job = Job("x", "a3c", 4, 10, num_gpus=4)
+    one = truth.step_time_s(Job("x", "a3c", 4, 10), "v100", 1)
+    ratio = truth._fallback_step(job, "v100", 4, 1, 0) / truth._fallback_step(job, "v100", 1, 1, 0)
+    assert truth.step_time_s(job, "v100", 4) == pytest.approx(one * ratio, rel=1e-9)
+    assert truth.step_time_s(job, "v100", 4) > 10 * truth._fallback_step(job, "v100", 4, 1, 0)
+
+
+@pytest.mark.data
 def test_measured_truth_uses_lucid_pairs_where_gavel_has_none(data_dir):
     """MobileNetV3 with ResNet-18 at batch 32 (FP32) was measured by Lucid: speed 0.983 for MobileNetV3."""
     import csv

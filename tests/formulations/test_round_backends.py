@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from dltsched.engine.domain import Plan
+from dltsched.engine.domain import Assignment, Plan
 from dltsched.formulations import RoundOptions, check_plan, solve_round
 from dltsched.formulations.backend import BackendOutcome
-from dltsched.formulations.candidates import build_candidates
-from dltsched.formulations.solve import finish
+from dltsched.formulations.candidates import build_candidates, objective_of
+from dltsched.formulations.solve import finish, starting_selection
 from dltsched.formulations.testing import Tables, checked, job, make_round
 
 
@@ -177,10 +177,27 @@ def test_no_solution_in_time_falls_back_to_greedy() -> None:
     tables = Tables(step_s={k: [1.0] for k in "abc"})
     problem = make_round(tables, [("v100", 2)], [job(k) for k in "abc"])
     outcome = BackendOutcome(None, "time_limit", None, 0.0, 1.0, "nothing in time")
-    result = finish(build_candidates(problem), outcome, "cpsat", 0.0)
+    cset = build_candidates(problem)
+    result = finish(cset, outcome, "cpsat", 0.0, starting_selection(cset, None))
     assert result.plan.fallback and result.plan.status == "fallback" and result.solution_status == "fallback"
     assert checked(problem, result) == pytest.approx(2.2)
     assert len(result.plan.assignments) == 3
+
+
+def test_the_start_keeps_a_warm_plan_that_beats_greedy() -> None:
+    # 2 GPUs; big (2 GPUs, weight 2.2) runs on both; a and b share a GPU at 0.6 + 0.6 = 1.2 per GPU,
+    # more than big's 1.15 per GPU (2.2 + 0.1 kept migration cost, over 2 GPUs). Greedy takes the pair
+    # and preempts big: 1.2 - 0.1 = 1.1; the warm plan extended greedily keeps big: 2.2.
+    tables = Tables(step_s={k: [1.0] for k in ("big", "a", "b")})
+    problem = make_round(tables, [("v100", 2)], [job("big", 2, weight=2.2), job("a"), job("b")],
+                         running={"big": (0, 1)})
+    cset = build_candidates(problem)
+    warm = Plan((Assignment("big", (0, 1)),))
+    assert objective_of(cset, starting_selection(cset, None)) == pytest.approx(1.1)
+    assert objective_of(cset, starting_selection(cset, warm)) == pytest.approx(2.2)
+    outcome = BackendOutcome(None, "time_limit", None, 0.0, 1.0, "nothing in time")
+    result = finish(cset, outcome, "cpsat", 0.0, starting_selection(cset, warm))
+    assert checked(problem, result) == pytest.approx(2.2) and result.plan.fallback
 
 
 def test_ortools_and_highspy_load_in_one_process() -> None:

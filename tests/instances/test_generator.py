@@ -49,6 +49,17 @@ def test_generated_workload_shape() -> None:
     assert all(0.01 <= j.accuracy_budget <= 0.05 for j in freezable)
 
 
+def test_gavel_job_types_name_the_models_their_scripts_train() -> None:
+    # Gavel's "Recommendation" workload trains Recoder's item autoencoder, not NeuMF
+    models = {parse_job_type(label).model for label in GAVEL_JOB_TYPES}
+    assert models == {"resnet18", "resnet50", "transformer", "lstm_lm", "recoder", "a3c", "cyclegan"}
+    jt = parse_job_type("Recommendation (batch size 4096)")
+    assert (jt.model, jt.batch_size, jt.dataset) == ("recoder", 4096, "ml-20m")
+    jobs = generate_instance(GeneratorSpec(num_jobs=200, num_gpus=16, seed=3)).jobs
+    recommendation = [j for j in jobs if j.model == "recoder"]
+    assert recommendation and all(j.optimizer == "adam" and j.dataset == "ml-20m" for j in recommendation)
+
+
 def test_generator_caps_job_size_to_cluster() -> None:
     inst = generate_instance(GeneratorSpec(num_jobs=200, cluster="v100:1x2,k80:1x1", seed=2))
     assert max(j.num_gpus for j in inst.jobs) == 2

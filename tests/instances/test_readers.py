@@ -91,6 +91,19 @@ def test_gavel_traces(data_dir: Path) -> None:
     assert merged.metadata["num_rows_read"] == 15_264 and len(merged.jobs) == 100
 
 
+def test_gavel_recommendation_jobs_are_recoder_and_ncf_jobs_stay_neumf(data_dir: Path) -> None:
+    trace_dir = data_dir / "gavel" / "traces_msr_seed0"
+    vc = next(p for p in sorted(trace_dir.glob("*.trace")) if "Recommendation" in p.read_text())
+    labels = [line.split("\t")[0] for line in vc.read_text().splitlines() if line.strip()]
+    inst = read_workload(f"gavel:{vc.stem}", data_dir=data_dir)
+    assert inst.metadata["dropped_too_large"] == 0
+    recommendation = sum(label.startswith("Recommendation") for label in labels)
+    assert sum(j.model == "recoder" for j in inst.jobs) == recommendation > 0
+    assert all(j.model != "neumf" for j in inst.jobs)
+    pollux = read_workload("pollux:workload-1", data_dir=data_dir)
+    assert "neumf" in {j.model for j in pollux.jobs} and "recoder" not in {j.model for j in pollux.jobs}
+
+
 def test_muri_trace_keeps_iterations(data_dir: Path) -> None:
     inst = read_workload("muri:trace1", data_dir=data_dir)
     assert inst.metadata["num_rows_read"] == 1494

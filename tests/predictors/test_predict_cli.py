@@ -58,8 +58,9 @@ def test_freeze_table_and_bench(capsys):
     rows = json.loads(out)
     assert code == 0 and len(rows) == 14 and rows[0]["penalty"] == 0
     code, out, _err = _run(capsys, "bench", "predict", "--pairs", "500", "--json")
-    if code == 0:  # the lead's bench group wires bench_predict in
-        assert json.loads(out)["pairs"] == 500
+    figures = json.loads(out)
+    assert code == 0 and figures["pairs"] == figures["colocation_groups"] == 500
+    assert figures["seconds"] > 0 and figures["colocation_seconds"] > 0
 
 
 def test_profile_smoke_on_cpu(capsys, tmp_path):

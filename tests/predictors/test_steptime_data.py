@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from dltsched.engine.domain import Job
 from dltsched.predictors.steptime import DeletePopStepTime
 from dltsched.predictors.steptime import calibrate as cal
 from dltsched.predictors.steptime import measurements as ms
@@ -45,7 +46,7 @@ def test_orion_rows_are_gpu_time_of_v100_steps(data_dir, fitted):
     assert rows[("resnet50", 32)].step_time_s == pytest.approx(0.0953, abs=5e-4)
     assert [rows[("mobilenet_v2", b)].step_time_s for b in (32, 64, 96)] == pytest.approx([0.0405, 0.0749, 0.1096],
                                                                                           abs=5e-4)
-    # evaluated against the GPU time alone (compute + memory), not the whole step; measured 4.3%
+    # evaluated against the GPU time alone (compute + memory), not the whole step; measured 4.0%
     assert cal.evaluate(fitted, list(rows.values())).mape < 6.0
 
 
@@ -63,34 +64,54 @@ def test_gavel_multi_gpu_rows_are_per_worker_step_times(data_dir):
 
 
 def test_calibrated_accuracy_nothing_held_out(data_dir, fitted):
-    # measured 12.0% (Gavel), 7.9% (Zeus), 17.4% (Gavel scale 2-8): bounds leave a small margin
+    # measured 9.95% (Gavel), 6.5% (Zeus), 18.3% (Gavel scale 2-8); Gavel at issue 3's target of 10%
     gavel = cal.evaluate(fitted, ms.gavel_measurements(data_dir))
     zeus = cal.evaluate(fitted, ms.zeus_measurements(data_dir))
     multi = cal.evaluate(fitted, [m for m in ms.gavel_measurements(data_dir, max_scale=8) if m.num_gpus > 1])
-    assert gavel.mape < 13.5 and zeus.mape < 9.0 and multi.mape < 19.0
+    assert gavel.mape < 10.0 and zeus.mape < 7.5 and multi.mape < 19.5
 
 
 def test_fitted_efficiencies_are_physical(fitted):
-    # every work term runs at 50-100% of the spec sheet on the median GPU (Winograd convolutions do
-    # fewer FLOPs than counted); a launch costs 5-25 us of CPU
+    # on the median GPU, compute groups and memory classes run at 50-100% of the spec sheet;
+    # compute-class ops on the memory side of the roofline (depthwise, thin convolutions) reach
+    # 25-50% of the bandwidth; a launch costs 5-40 us of CPU (PyTorch's per-op overhead included)
     f = fitted.factors
-    assert all(1.0 < v < 2.0 for v in f["inverse_efficiency"].values())
-    assert 5.0 < f["dispatch_us"] < 25.0
+    theta = f["inverse_efficiency"]
+    assert all(1.0 < theta[t] < 2.0 for t in ("conv", "gemm", "rnn", "memory")) and 2.0 < theta["bound"] < 4.0
+    assert 5.0 < f["dispatch_us"] < 40.0
 
 
 def test_leave_one_gpu_out_is_worse_but_bounded(data_dir, train, efficiency, fitted):
-    # measured 36.8% (Gavel) and 29.0% (Zeus); holding the GPU out cannot help
+    # measured 32.3% (Gavel; 28.1% on Zeus); holding the GPU out cannot help. Knowing each held-out
+    # GPU's overall speed (one oracle factor) leaves 27.4%: most of the error is the model's shape
     gavel = ms.gavel_measurements(data_dir)
     loo = cal.leave_one_gpu_out(train, gavel, efficiency)
-    assert cal.evaluate(fitted, gavel).mape < loo["mape"] < 40.0
+    assert cal.evaluate(fitted, gavel).mape < loo["mape"] < 35.0
     assert set(loo["per_gpu"]) == {"k80", "p100", "v100"}
+    assert loo["oracle_mape"] < 0.9 * loo["mape"]
+    assert all(g["oracle_mape"] <= g["mape"] for g in loo["per_gpu"].values())
+    # Gavel's Recommendation (Recoder, 48 MFLOP of GEMM per user) transfers to a held-out K80 or
+    # P100 (measured 12.4% / 15.6%; 8.1% / 93% when it was modelled as NeuMF); a held-out V100's
+    # slow input pipeline (its hosts, per sample) is what no other GPU's rows can tell
+    recoder = [r for r in loo["rows"] if r["model"] == "recoder"]
+    assert len(recoder) == 15
+    for gpu in ("k80", "p100"):
+        assert sum(r["ape"] for r in recoder if r["gpu"] == gpu) / 5 < 20.0
+
+
+def test_recommendation_is_gpu_bound_on_k80_and_input_bound_on_v100(fitted):
+    # the autoencoder's two 20,108 x 200 GEMMs dominate a K80 step; V100 hosts feed it too slowly
+    job = Job("rec", "Recommendation", 8192, 1, dataset="ml-20m", optimizer="adam")
+    k80, v100 = fitted.breakdown(job, "k80"), fitted.breakdown(job, "v100")
+    assert k80.compute_s > 0.5 * k80.step_time_s
+    assert v100.overhead_s > 0.5 * v100.step_time_s
 
 
 def test_a_held_out_gpu_leaves_no_trace_in_the_factors(train, efficiency):
     # leave-one-GPU-out fits without any Gavel or Zeus row of the GPU: no multipliers, host speeds or
     # communication terms of it; only its DeepBench kernel efficiencies (microbenchmarks) remain
     factors = cal.fit([m for m in train if m.gpu != "v100"], efficiency)
-    assert "v100" not in factors["per_gpu"] and "v100" not in factors.get("per_gpu_comm", {})
+    assert "v100" not in factors["gpu_efficiency"] and "v100" not in factors.get("per_gpu_comm", {})
     assert all("v100" not in speeds for speeds in factors["host_speed"].values())
     assert not any(label.endswith(":v100") for label in factors["fitted_on"])
     assert set(factors["kernel_efficiency"]["v100"]) == {"gemm", "conv", "lstm"}

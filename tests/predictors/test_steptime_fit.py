@@ -10,7 +10,7 @@ import pytest
 from dltsched.predictors.steptime import DeletePopStepTime
 from dltsched.predictors.steptime import calibrate as cal
 from dltsched.predictors.steptime.measurements import Measurement
-from dltsched.predictors.steptime.model import WORK_TERMS, comm_features, load_factors
+from dltsched.predictors.steptime.model import GPU_TERMS, comm_features, load_factors
 
 _MODELS = (("resnet50", "imagenet"), ("lstm_lm", "wikitext2"), ("transformer", "multi30k"), ("resnet18", "cifar10"))
 _GPUS = ("k80", "p100", "v100")
@@ -30,7 +30,8 @@ def _synthetic(predictor: DeletePopStepTime, scales: tuple[int, ...] = (1,),
 
 
 def _no_host_factors() -> dict:
-    return {**load_factors(), "host_overhead": {}, "host_speed": {}, "per_gpu": {}, "per_gpu_comm": {}, "kernel_efficiency": {}}
+    return {**load_factors(), "host_overhead": {}, "host_speed": {}, "gpu_efficiency": {}, "per_gpu_comm": {},
+            "kernel_efficiency": {}}
 
 
 def test_fit_reproduces_measurements_generated_by_the_model():
@@ -55,13 +56,25 @@ def test_leave_one_gpu_out_never_sees_the_held_out_gpu():
     # the K80 runs every GPU work term 3x slower than its spec sheet says (CPU dispatch unchanged);
     # four other GPUs follow their spec sheets, so the global fit stays with them
     factors = _no_host_factors()
-    k80_slowed = DeletePopStepTime(factors={**factors, "per_gpu": {"k80": dict.fromkeys(WORK_TERMS, 3.0)}})
+    k80_slowed = DeletePopStepTime(factors={**factors, "gpu_efficiency": {"k80": dict.fromkeys(GPU_TERMS, 3.0)}})
     rows = _synthetic(k80_slowed, gpus=(*_GPUS, "t4", "a100-40gb"))
     full = cal.evaluate(DeletePopStepTime(factors=cal.fit(rows)), rows)
     loo = cal.leave_one_gpu_out(rows, rows)
     # learnt from the K80's own rows (per-GPU multipliers), but it cannot be guessed without them
-    assert full.mape < 5.0 and loo["per_gpu"]["k80"]["mape"] > 40.0
+    k80 = loo["per_gpu"]["k80"]
+    assert full.mape < 5.0 and k80["mape"] > 40.0
     assert max(loo["per_gpu"][g]["mape"] for g in ("p100", "v100", "t4", "a100-40gb")) < 10.0
+    # the K80's error is its overall speed alone: one factor (about 3, as GPU work dominates) removes most of it
+    assert 2.5 < k80["oracle_scale"] < 3.3 and k80["oracle_mape"] < 0.25 * k80["mape"]
+    assert loo["oracle_mape"] < loo["mape"]
+
+
+def test_oracle_scale_minimises_the_mape():
+    # measured = 2 x predicted except one slow outlier: the MAPE-optimal factor ignores it ...
+    predicted = [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert cal.oracle_scale([2.0, 4.0, 6.0, 8.0, 50.0], predicted) == pytest.approx(2.0)
+    # ... but not a fast one: over-predicting a 1 s row by 9 s costs 900%, more than halving the others
+    assert cal.oracle_scale([2.0, 4.0, 6.0, 8.0, 1.0], predicted) == pytest.approx(0.2)
 
 
 def test_communication_coefficients_fitted_from_multi_gpu_rows():
@@ -92,19 +105,23 @@ def test_fit_needs_single_gpu_rows():
 
 
 def test_host_speeds_of_each_setup_have_geometric_mean_one():
-    # two setups measure the same workloads; setup "b"'s machines feed the input pipeline 1.5x slower
-    # on the V100 only: its host speed rises there, and each setup's speeds stay centred on 1
+    # two setups measure the same workloads; setup "b"'s V100 machines load samples 2x slower (fewer
+    # loader cores) at the same per-step speed: its per-sample speed rises there, not its per-step
+    # speed, and each setup's speeds stay centred on 1
     truth = DeletePopStepTime(factors=_no_host_factors())
     rows = []
     for source in ("a", "b"):
         for m in _synthetic(truth):
-            slow = 1.5 if (source, m.gpu) == ("b", "v100") else 1.0
-            rows.append(replace(m, source=source, step_time_s=m.step_time_s + slow * (0.02 + 2e-4 * m.batch_size)))
+            slow = 2.0 if (source, m.gpu) == ("b", "v100") else 1.0
+            rows.append(replace(m, source=source, step_time_s=m.step_time_s + 0.02 + slow * 4e-4 * m.batch_size))
     fitted = cal.fit(rows)
     speeds = fitted["host_speed"]
     for source in ("a", "b"):
-        assert math.prod(speeds[source].values()) == pytest.approx(1.0, abs=0.05)
-    assert speeds["b"]["v100"] > 1.2 * speeds["a"]["v100"]
+        for kind in ("per_step", "per_sample"):
+            assert math.prod(s[kind] for s in speeds[source].values()) == pytest.approx(1.0, abs=0.05)
+    b_v100, a_v100 = speeds["b"]["v100"], speeds["a"]["v100"]
+    assert b_v100["per_sample"] > 1.4 * a_v100["per_sample"]
+    assert b_v100["per_sample"] / a_v100["per_sample"] > 1.2 * b_v100["per_step"] / a_v100["per_step"]
     assert cal.evaluate(DeletePopStepTime(factors=fitted), rows).mape < 3.0
 
 

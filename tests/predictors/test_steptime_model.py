@@ -77,7 +77,8 @@ def test_ten_thousand_predictions_run():
     from dltsched.predictors.cli import time_predictions
 
     out = time_predictions(2_000)
-    assert out["pairs"] == 2_000 and out["pairs_per_s"] > 0
+    assert out["pairs"] == out["colocation_groups"] == 2_000
+    assert out["pairs_per_s"] > 0 and out["colocation_groups_per_s"] > 0
 
 
 @pytest.mark.slow
@@ -88,10 +89,11 @@ def test_benchmark_ten_thousand_predictions(benchmark):
     assert out["pairs"] == 10_000
 
 
-def test_host_term_adds_to_its_workload_only_scaled_by_its_setups_host_speed():
+def test_host_term_adds_to_its_workload_only_scaled_by_its_setups_host_speeds():
     base = DeletePopStepTime()
     host = {"per_step_s": 0.1, "per_sample_s": 0.001}
-    factors = {**base.factors, "sources": ["a", "b"], "host_speed": {"a": {"v100": 2.0}, "b": {"v100": 0.5}},
+    speeds = {"a": {"v100": {"per_step": 2.0, "per_sample": 3.0}}, "b": {"v100": {"per_step": 0.5, "per_sample": 0.5}}}
+    factors = {**base.factors, "sources": ["a", "b"], "host_speed": speeds, "dispatch_us": 0.0,
                "host_overhead": {"a:resnet50/imagenet": host, "b:resnet50/imagenet": host, "b:vgg16/cifar10": host}}
     with_host = DeletePopStepTime(factors=factors)
     no_host = DeletePopStepTime(factors={**factors, "host_overhead": {}})
@@ -99,11 +101,23 @@ def test_host_term_adds_to_its_workload_only_scaled_by_its_setups_host_speed():
     def gain(p: DeletePopStepTime, job: Job, gpu: str = "v100") -> float:
         return p.step_time_s(job, gpu) - no_host.step_time_s(job, gpu)
 
-    assert gain(with_host, _job(batch=64)) == pytest.approx(0.164 * 2.0)  # setup "a" comes first
+    # batch 64: 0.1 s per step and 0.064 s of samples, each at its own speed; setup "a" comes first
+    assert gain(with_host, _job(batch=64)) == pytest.approx(0.1 * 2.0 + 0.064 * 3.0)
     assert gain(replace(with_host, host_source="b"), _job(batch=64)) == pytest.approx(0.164 * 0.5)
     assert gain(with_host, _job(batch=64), "h100") == pytest.approx(0.164)  # no host speed: the average machine
     assert gain(with_host, _job("vgg16", batch=64)) == pytest.approx(0.164 * 0.5)  # only "b" measured it
     assert gain(with_host, _job("resnet101")) == 0.0
+
+
+def test_cpu_dispatch_runs_at_the_per_step_speed_of_the_host():
+    # PPO at batch 1 is bound by kernel launches: a host twice as slow per step doubles its step
+    base = DeletePopStepTime()
+    host = {"per_step_s": 0.0, "per_sample_s": 0.0}
+    factors = {**base.factors, "sources": ["a"], "host_overhead": {"a:ppo/lunarlander": host}, "step_overhead_s": 0.0,
+               "host_speed": {"a": {"v100": {"per_step": 2.0, "per_sample": 1.0}}}}
+    job = _job("ppo", batch=1)
+    slow, average = DeletePopStepTime(factors=factors).step_time_s(job, "v100"), base.step_time_s(job, "v100")
+    assert slow == pytest.approx(2.0 * average, rel=0.05)
 
 
 def test_roofline_moves_compute_ops_to_memory_when_the_peak_outgrows_the_bandwidth():
@@ -114,9 +128,27 @@ def test_roofline_moves_compute_ops_to_memory_when_the_peak_outgrows_the_bandwid
     normal = work_table("resnet50", "imagenet", (1e13, 1e13, 1e13), 1e12, 1.0)
     huge = work_table("resnet50", "imagenet", (1e18, 1e18, 1e18), 1e12, 1.0)
     assert normal.compute_s["conv"][0] > 0 and huge.compute_s["conv"][0] == 0
-    assert huge.memory_s[0] > normal.memory_s[0] and huge.kernels == normal.kernels
+    # compute-class ops on the memory side are kept apart from the memory classes (norms, element-wise)
+    assert huge.bound_s[0] > normal.bound_s[0] and huge.memory_s == normal.memory_s
+    assert huge.kernels == normal.kernels
     # the backward of a frozen prefix is skipped: suffix tables shrink with the freeze level
     assert normal.compute_s["conv"][5] < normal.compute_s["conv"][0] and normal.kernels[5] < normal.kernels[0]
+
+
+def test_recurrent_weights_bound_small_batches_of_rnns():
+    from dltsched.predictors.steptime.aggregates import aggregates, recurrent_steps, work_table
+
+    # an LSTM's forward FLOPs are 2 x steps x parameters: DeepSpeech2's layers run ~615 steps
+    # (12.3 s at a 10 ms hop, stride 2); CNNs re-read no recurrent weights
+    ds2 = [op for op in aggregates("deepspeech2", "librispeech").ops if op[0] == "rnn"]
+    assert all(600 < recurrent_steps(op[2], op[5]) < 630 for op in ds2)
+    assert work_table("resnet50", "imagenet", (1e13,) * 3, 1e12, 1.0).recurrent_s[0] == 0.0
+    # V100: re-reading 5 x 2 x 16.8 MB of hidden-to-hidden weights per step dominates batch 2 and 4,
+    # FLOPs dominate batch 64 and 128
+    p = DeletePopStepTime()
+    ds2_job = _job("deepspeech2", dataset="librispeech")
+    gpu_s = {b: p.breakdown(replace(ds2_job, batch_size=b), "v100").compute_s for b in (2, 4, 64, 128)}
+    assert gpu_s[4] / gpu_s[2] < 1.2 and 1.8 < gpu_s[128] / gpu_s[64] < 2.05
 
 
 def test_cpu_dispatch_and_gpu_work_overlap_as_a_smooth_maximum():
@@ -142,8 +174,8 @@ def test_old_factor_files_are_refused_with_a_hint(tmp_path):
     from dltsched.predictors.steptime.model import load_factors
 
     path = tmp_path / "factors.json"
-    path.write_text('{"format_version": 2}')
-    with pytest.raises(ValidationError, match="format_version 2; expected 3.*calibrate-steptime"):
+    path.write_text('{"format_version": 3}')
+    with pytest.raises(ValidationError, match="format_version 3; expected 4.*calibrate-steptime"):
         load_factors(str(path))
 
 

@@ -23,7 +23,7 @@ def _check(model, dataset):
         assert value == pytest.approx(_totals(shipped)[key], rel=1e-3), key
 
 
-@pytest.mark.parametrize(("model", "dataset"), [("dqn", "atari"), ("td3", "bipedalwalker")])
+@pytest.mark.parametrize(("model", "dataset"), [("dqn", "atari"), ("td3", "bipedalwalker"), ("recoder", "ml-20m")])
 def test_extraction_matches_shipped_graph(model, dataset):
     _check(model, dataset)
 

@@ -15,7 +15,7 @@ from dltsched.predictors.zoo.opcost import OP_CLASSES
 
 REQUIRED = ("resnet18", "resnet50", "resnet101", "vgg16", "vgg19", "mobilenet_v2", "mobilenet_v3",
             "efficientnet_b0", "shufflenet_v2", "bert_base", "gpt2", "vit_b16", "transformer", "lstm_lm", "neumf",
-            "cyclegan", "dcgan", "a3c", "a2c", "dqn", "ppo", "td3", "pointnet", "deepspeech2", "yolov3")
+            "recoder", "cyclegan", "dcgan", "a3c", "a2c", "dqn", "ppo", "td3", "pointnet", "deepspeech2", "yolov3")
 NODE_KEYS = ("op", "op_class", "layer", "fwd_flops", "bwd_flops", "bytes_read", "bytes_written", "activation_bytes",
              "param_bytes")
 
@@ -62,6 +62,18 @@ def test_workload_configurations_match_the_measured_jobs():
     g = load_graph("cyclegan")
     conv = sum(d["fwd_flops"] for _n, d in g.nodes(data=True) if d["op_class"] == "conv")
     assert conv / 1e9 == pytest.approx(632, rel=0.03)
+
+
+def test_recoder_is_gavels_item_autoencoder():
+    # Gavel's Recommendation job: Recoder's DynamicAutoencoder([200]) over ML-20M's 20,108 items:
+    # encoder and decoder item matrices (20,108 x 200 each) and biases; one GEMM each way per user
+    g = load_graph("Recommendation")
+    assert g.graph["model"] == "recoder" and g.graph["dataset"] == "ml-20m"
+    assert g.graph["param_bytes_total"] / 4 == pytest.approx(2 * 20_108 * 200 + 200 + 20_108, rel=1e-3)
+    gemms = [d for _n, d in g.nodes(data=True) if d["op_class"] == "matmul"]
+    assert [d["layer"] for d in gemms] == [0, 1]
+    assert sum(d["fwd_flops"] for d in gemms) == pytest.approx(2 * 2 * 20_108 * 200, rel=1e-3)
+    assert load_graph("NeuMF").graph["model"] == "neumf"  # Lucid's / Zeus's NCF stays NeuMF
 
 
 def test_aliases_and_default_dataset():
