@@ -79,7 +79,7 @@ class ColocationTable:
     fallbacks: Counter[str] = field(default_factory=Counter)
     _batches: dict[tuple[str, str, bool], tuple[int, ...]] = field(default_factory=dict)
     _memory: dict[tuple[str, JobSpec], float] = field(default_factory=dict)  # analytic memory per (GPU, job)
-    #: analytic predictions of groups outside the table, by GPU and jobs in order; groups warned about
+    #: analytic predictions of groups outside the table, by GPU and jobs in order; models warned about
     _analytic_groups: dict[tuple[str, tuple[JobSpec, ...]], GroupPrediction] = field(default_factory=dict)
     _warned: set[str] = field(default_factory=set)
 
@@ -124,14 +124,28 @@ class ColocationTable:
             self.fallbacks["analytic"] += 1
             ordered = (gpu, tuple(group.jobs))  # speeds follow the group's order
             if ordered not in self._analytic_groups:
-                key = group_key(gpu, group.jobs)
-                if key not in self._warned:
-                    self._warned.add(key)
-                    log.warning("co-location: %s not in the table; analytic fallback", key)
+                self._warn_outside(gpu, group.jobs)
                 self._analytic_groups[ordered] = self.analytic.predict([Group(gpu, group.jobs)],
                                                                        ColocDataset((), {}))[0]
             found = self._analytic_groups[ordered]
         return found, gpu
+
+    def _warn_outside(self, gpu: str, jobs: Sequence[JobSpec]) -> None:
+        """One warning per model the table has never seen, one for the first group of known models it lacks
+        (each further group is logged at debug level; all are counted in ``fallbacks["analytic"]``)."""
+        known = {model for (_, model, _) in self._batches}
+        unknown = {j.model for j in jobs if j.model not in known}
+        key = group_key(gpu, jobs)
+        for model in sorted(unknown - self._warned):
+            self._warned.add(model)
+            log.warning("co-location: model %s is not in the table; its groups use the analytic contention "
+                        "model (first: %s)", model, key)
+        if not unknown and "" not in self._warned:
+            self._warned.add("")
+            log.warning("co-location: %s not in the table; analytic fallback for it and similar groups "
+                        "(counted in fallbacks)", key)
+        elif not unknown:
+            log.debug("co-location: %s not in the table; analytic fallback", key)
 
     def _lookup(self, gpu: str, jobs: Sequence[JobSpec]) -> GroupPrediction | None:
         entry = self.entries.get(group_key(gpu, jobs))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import pytest
@@ -15,7 +16,7 @@ from dltsched.predictors.colocation.baselines import (
     PerModelMeanBaseline,
 )
 from dltsched.predictors.colocation.features import Group
-from dltsched.predictors.colocation.metrics import evaluate, mape
+from dltsched.predictors.colocation.metrics import GroupPrediction, evaluate, mape
 from dltsched.predictors.colocation.samples import ColocDataset, ColocSample, IsolatedProfile, JobSpec
 from dltsched.predictors.colocation.table import ColocationTable, export_table, parse_job
 
@@ -298,3 +299,19 @@ def test_ensemble_beats_gbt_on_unseen_gavel_models(data_dir) -> None:
     out = compare(read_dataset("gavel", data_dir), "model", ["constant", "gbt", "eggat"])
     assert len(out["eggat"]["per_fold"]) == 7
     assert out["ensemble"]["speed_mape"] < out["gbt"]["speed_mape"] < out["constant"]["speed_mape"]
+
+
+def test_table_warns_once_per_unknown_model_and_once_for_missing_groups(caplog: pytest.LogCaptureFixture) -> None:
+    table = ColocationTable({"k80|resnet18:32|resnet50:64": GroupPrediction((0.7, 0.4), 3000.0, 80.0)}, 2)
+    unknown = JobSpec("vgg16", 32)
+    with caplog.at_level(logging.WARNING, logger="dltsched.predictors.colocation.table"):
+        for batch in (16, 32, 64):
+            table.predict_group(Group("k80", (unknown, JobSpec("resnet18", batch))))
+            table.predict_group(Group("p100", (JobSpec("vgg16", batch), JobSpec("resnet50", 64))))
+        table.predict_group(Group("p100", (JobSpec("resnet18", 32), JobSpec("resnet50", 64))))
+        table.predict_group(Group("v100", (JobSpec("resnet18", 32), JobSpec("resnet50", 64))))
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2, messages
+    assert "model vgg16 is not in the table" in messages[0]
+    assert "p100|resnet18:32|resnet50:64 not in the table" in messages[1]
+    assert table.fallbacks["analytic"] == 8
