@@ -17,7 +17,7 @@ from dltsched.engine.policies.placement import Estimates, GpuPool
 from dltsched.engine.predict import Predictors, default_predictors
 
 #: reference partners for the sensitivity classes (Gavel's models at common batch sizes)
-_REFERENCE = (("resnet18", 64), ("resnet50", 32), ("transformer", 64), ("lstm_lm", 20), ("neumf", 1024))
+_REFERENCE = (("resnet18", 64), ("resnet50", 32), ("transformer", 64), ("lstm_lm", 20), ("recoder", 1024))
 
 
 @dataclass

@@ -73,3 +73,17 @@ def test_gavel_lp_never_overallocates(analytic, colocation):
             load[g] += 1
     assert max(load) <= (2 if colocation else 1)
     assert plan.assignments, "the LP placed nothing on an idle cluster"
+
+
+def test_lucid_reference_partners_are_in_the_shipped_colocation_table():
+    """Lucid's sensitivity classes come from measured-trained predictions, not the analytic fallback."""
+    from dltsched.engine.policies.lucid import _REFERENCE
+    from dltsched.engine.registry import predictors
+
+    table = predictors("default").colocation
+    if not hasattr(table, "fallbacks"):
+        pytest.skip("the default predictors have no shipped co-location table here")
+    for gpu in ("k80", "p100", "v100"):
+        for m, b in _REFERENCE:
+            table.colocated_speeds([Job("a", "resnet18", 64, 10), Job("b", m, b, 10)], gpu)
+    assert table.fallbacks["analytic"] == 0
