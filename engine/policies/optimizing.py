@@ -13,9 +13,9 @@ checkpoint-restore time of every moved job.
 
 Working set: a round solves only when a job waits that no solve has seen yet, jobs have waited since a
 solve ``round_interval_s`` ago, or a running job could move (see below); otherwise running jobs stay
-and waiting jobs start greedily on free GPUs, as between solves. Otherwise a round decides about every active job, or, when more than
-``max_round_jobs`` are active (``None``: no limit), about that many. The set then holds the most urgent
-waiting jobs (shortest predicted remaining time first under the ``jct``
+and waiting jobs start greedily on free GPUs, as between solves. A solving round decides about every
+active job, or, when more than ``max_round_jobs`` are active (``None``: no limit), about that many. The
+set then holds the most urgent waiting jobs (shortest predicted remaining time first under the ``jct``
 objective, else arrival order) - at least half the set, or all the room the running jobs leave - and
 running jobs worth reconsidering, jobs sharing GPUs together: first the *movers* (jobs sharing GPUs
 while idle GPUs of their type or a faster one could hold them, or jobs on a slower type than one whose
@@ -23,7 +23,7 @@ idle GPUs could hold them, in one node unless they are larger than every node of
 then the longest predicted remaining time first (the candidates for preemption); at most twice as many
 running jobs as waiting ones, plus the movers. The other running jobs keep their GPUs, which the round
 sees as unavailable. A mover that a solve kept where it was (the move did not pay) triggers no solve
-again until its placement changes. Predictions are memoized per job across rounds.
+again until its placement changes or more GPUs of some type are idle than that solve saw. Predictions are memoized per job across rounds.
 """
 
 from __future__ import annotations
@@ -64,7 +64,9 @@ class OptimizingPolicy:
         self._est = Estimates(self._asked)
         self._last_solve_s = float("-inf")
         self._movers: set[str] = set()  # running jobs that could move, as the last working set found them
-        self._declined: dict[str, tuple[int, ...]] = {}  # movers a solve kept where they were: their GPUs
+        #: movers a solve kept where they were: their GPUs and the idle GPUs per type the solve saw
+        self._declined: dict[str, tuple[tuple[int, ...], dict[str, int]]] = {}
+        self._idle_seen: dict[str, int] = {}  # idle GPUs per type at the last working set
         self._seen_waiting: frozenset[str] = frozenset()  # jobs waiting at the last solve
         self.solve_log: list[dict[str, Any]] = []
 
@@ -83,7 +85,7 @@ class OptimizingPolicy:
         placed, now = plan.by_job(), state.placements_by_id()
         for job_id in self._movers:
             if job_id in placed and set(placed[job_id].gpus) == set(now[job_id].gpus):
-                self._declined[job_id] = now[job_id].gpus
+                self._declined[job_id] = (now[job_id].gpus, self._idle_seen)
         self.solve_log.append({"time_s": state.time_s, "status": plan.status, "solve_time_s": plan.solve_time_s,
                                "build_time_s": plan.build_time_s, "gap": plan.gap, "jobs": len(round_state.jobs),
                                "active_jobs": len(state.jobs), "waiting_jobs": len(state.queued()),
@@ -109,7 +111,9 @@ class OptimizingPolicy:
         running = state.running()
         idle = _Idle.of(state)
         now = state.placements_by_id()
-        self._declined = {k: gpus for k, gpus in self._declined.items() if k in now and now[k].gpus == gpus}
+        self._idle_seen = dict(idle.total)
+        self._declined = {k: (gpus, seen) for k, (gpus, seen) in self._declined.items()
+                          if k in now and now[k].gpus == gpus and not idle.grew_since(seen)}
         groups = [(all(s.job.id in self._declined for s in g) or not self._could_move(g, idle, state), g)
                   for g in _sharing_groups(running)]
         self._movers = {s.job.id for stays, g in groups if not stays for s in g}
@@ -158,13 +162,15 @@ class OptimizingPolicy:
 
     def state_dict(self) -> dict[str, Any]:
         return {"last_solve_s": self._last_solve_s if self._last_solve_s != float("-inf") else None,
-                "declined": {k: list(gpus) for k, gpus in sorted(self._declined.items())},
+                "declined": {k: {"gpus": list(gpus), "idle": dict(seen)}
+                             for k, (gpus, seen) in sorted(self._declined.items())},
                 "seen_waiting": sorted(self._seen_waiting)}
 
     def load_state_dict(self, data: dict[str, Any]) -> None:
         value = data.get("last_solve_s")
         self._last_solve_s = float("-inf") if value is None else float(value)
-        self._declined = {k: tuple(gpus) for k, gpus in data.get("declined", {}).items()}
+        self._declined = {k: (tuple(d["gpus"]), {t: int(n) for t, n in d["idle"].items()})
+                          for k, d in data.get("declined", {}).items()}
         self._seen_waiting = frozenset(data.get("seen_waiting", ()))
 
 
@@ -187,6 +193,10 @@ class _Idle:
             one[t] = max(one.get(t, 0), len(free))
             largest[t] = max(largest.get(t, 0), node.num_gpus)
         return _Idle(total, one, largest)
+
+    def grew_since(self, seen: dict[str, int]) -> bool:
+        """Some GPU type has more idle GPUs now than in ``seen`` (idle GPUs per type at an earlier round)."""
+        return any(n > seen.get(t, 0) for t, n in self.total.items())
 
     def can_hold(self, gpu_type: str, num_gpus: int) -> bool:
         """A gang of ``num_gpus`` fits the idle GPUs of ``gpu_type`` as a placement would use them."""

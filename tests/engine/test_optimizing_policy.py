@@ -129,6 +129,25 @@ def test_a_mover_the_solver_keeps_in_place_triggers_no_more_solves_until_it_move
     assert len(policy.solve_log) == 2
 
 
+def test_a_declined_mover_is_reconsidered_when_more_gpus_fall_idle():
+    # j on a p100 declined a 5%-faster v100 while x held the other v100; when x finishes, more v100s are
+    # idle than the solve saw, so j triggers a solve again (a long job is not left on a slow GPU forever).
+    tables = Tables(step_s={"j": [1.0], "x": [1.0]}, type_factor={"p100": 1.05})
+    cluster = Cluster((Node("v0", "v100", 2), Node("p0", "p100", 2)))
+    j = JobState(Job("j", "resnet18", 32, 1e4), 1e4, assignment=Assignment("j", (2,)))
+    x = JobState(Job("x", "resnet18", 32, 1e4), 1e4, assignment=Assignment("x", (0,)))
+    policy = optimizing_policy(tables.bundle(), time_limit_s=1.0)
+    policy.schedule(ClusterState(0.0, cluster, (j, x)))
+    assert len(policy.solve_log) == 1 and policy.solve_log[0]["movers"] == 1
+    assert policy.schedule(ClusterState(1000.0, cluster, (j, x))) == Plan(incremental=True)
+    resumed = optimizing_policy(tables.bundle(), time_limit_s=1.0)
+    resumed.load_state_dict(policy.state_dict())
+    for p in (policy, resumed):
+        p.schedule(ClusterState(2000.0, cluster, (j,)))
+    assert len(policy.solve_log) == 2 and len(resumed.solve_log) == 1
+    assert policy.solve_log[-1]["movers"] == 1
+
+
 def test_a_waiting_job_a_solve_has_seen_waits_for_the_periodic_solve_or_a_free_gpu():
     # One GPU: r (100 s left) runs, w (10,000 s) waits; under jct the solve keeps r (worth 100x more)
     # and, with one job per GPU, w waits. Without news, no solve until round_interval_s (1,800 s) after
