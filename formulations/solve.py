@@ -29,8 +29,9 @@ def solve_round(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: 
     ``time_limit_s`` defaults to ``problem.options.time_limit_s``; ``solver`` names the Pyomo solver
     for ``milp`` (default HiGHS). The round's starting selection is the better of ``warm_start`` (e.g. the
     last round's plan) extended greedily and the plain greedy one: MILP solvers get it as their MIP start
-    (CP-SAT searches better without, see its module), and when the solver returns nothing feasible in
-    time it is the plan, with ``status="fallback"`` and ``fallback=True``.
+    (CP-SAT searches better without, see its module); when the solver returns nothing feasible in time it
+    is the plan, with ``status="fallback"`` and ``fallback=True``, and when the solver's incumbent is worse
+    (a time limit hit early in the search) the plan keeps the start, saying so in its message.
     """
     began = time.perf_counter()
     cset = build_candidates(problem)
@@ -79,12 +80,19 @@ def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s:
     fallback = outcome.selected is None
     selected = list(start) if fallback else list(outcome.selected or ())
     objective = objective_of(cset, selected)
+    message = outcome.message
+    if not fallback and start:  # a solver stopped by its time limit may hold a worse incumbent than the start
+        sign = -1.0 if problem.options.minimize else 1.0
+        begun = objective_of(cset, start)
+        if sign * (begun - objective) > 1e-9 * max(1.0, abs(objective)):
+            selected, objective = list(start), begun
+            message = "; ".join(filter(None, (message, "kept the starting selection: better than the solver's "
+                                                        "incumbent")))
     bound = None if fallback or outcome.bound is None else to_reported(cset, outcome.bound)
     gap = None if bound is None else relative_gap(objective, bound, problem.options.minimize)
     status, solution = _status(outcome.termination, fallback, backend)
     if status == "optimal" and gap is not None:
         gap = 0.0 if gap < 1e-6 else gap
-    message = outcome.message
     never = [u for u in problem.unplaceable if not u.while_down]
     blocked = [u for u in problem.unplaceable if u.while_down]
     if never:

@@ -200,6 +200,19 @@ def test_the_start_keeps_a_warm_plan_that_beats_greedy() -> None:
     assert checked(problem, result) == pytest.approx(2.2) and result.plan.fallback
 
 
+def test_a_worse_incumbent_in_time_keeps_the_starting_selection() -> None:
+    # the solver stopped by its time limit with nothing placed (feasible, objective 0): the round keeps
+    # the greedy start (2.2), not an idle cluster
+    tables = Tables(step_s={k: [1.0] for k in "abc"})
+    problem = make_round(tables, [("v100", 2)], [job(k) for k in "abc"])
+    cset = build_candidates(problem)
+    outcome = BackendOutcome((), "time_limit", 3.0, 0.0, 1.0, "")
+    result = finish(cset, outcome, "cpsat", 0.0, starting_selection(cset, None))
+    assert checked(problem, result) == pytest.approx(2.2) and len(result.plan.assignments) == 3
+    assert not result.plan.fallback and "starting selection" in result.plan.message
+    assert result.plan.gap == pytest.approx((3.0 - 2.2) / 3.0)
+
+
 def test_ortools_and_highspy_load_in_one_process() -> None:
     import highspy
     from ortools.sat.python import cp_model
