@@ -257,8 +257,11 @@ class RoundProblem:
 
     def migration_cost(self, job: int) -> float:
         """What moving or preempting running job ``job`` costs, in objective units:
-        ``migration_penalty x value_scale(job)``."""
-        return self.options.migration_penalty * self._value_scale[job]
+        ``migration_penalty x v x min(1, v)`` with ``v = value_scale(job)``: under ``jct`` a job longer than
+        the round's median (``v = T_ref / T_j < 1``) pays that fraction again, because a move's gain lasts
+        its whole remaining time while its cost is paid once (other objectives: ``v = 1``)."""
+        v = self._value_scale[job]
+        return self.options.migration_penalty * v * min(1.0, v)
 
     @property
     def running_migration_cost(self) -> float:

@@ -95,13 +95,14 @@ def test_running_job_moves_only_when_it_pays(backend: str, penalty: float, kept:
 
 
 @pytest.mark.parametrize("long_iterations", [1e4, 1e6])
-@pytest.mark.parametrize(("penalty", "moves"), [(0.5, True), (0.8, False)])
+@pytest.mark.parametrize(("penalty", "moves"), [(0.5, True), (0.8, True), (1.5, False)])
 def test_jct_moves_a_long_job_to_a_faster_gpu_when_the_move_pays_for_itself(
         backend: str, long_iterations: float, penalty: float, moves: bool) -> None:
     # k80 steps take 3x as long. a (k80 only, 300 s left) runs on k80 GPU 1; c runs on k80 GPU 2, the
-    # v100 (GPU 0) is free. c's term is its value scale s_c times its rate share: 1/3 on the k80, 1 on the
-    # v100, and a move costs penalty x s_c. So c moves iff 1 - 1/3 > penalty, however long c is (a flat
-    # cost would keep a long, low-value job on the slow GPU for good).
+    # v100 (GPU 0) is free. c's term is its value scale s_c (about 0.5 here: longer than the median) times
+    # its rate share: 1/3 on the k80, 1 on the v100; a move costs penalty x s_c x min(1, s_c), as its gain
+    # lasts c's whole remaining time. So c moves iff 2/3 > penalty x s_c, however long c is (a flat cost
+    # would keep a long, low-value job on the slow GPU for good).
     tables = Tables(step_s={"a": [1.0], "c": [1.0]}, type_factor={"k80": 3.0})
     jobs = [job("a", iterations=100, gpu_types=("k80",)), job("c", iterations=long_iterations)]
     options = RoundOptions(objective="jct", max_jobs_per_gpu=1, migration_penalty=penalty, relative_gap=0.0)
@@ -109,7 +110,8 @@ def test_jct_moves_a_long_job_to_a_faster_gpu_when_the_move_pays_for_itself(
     result = solve_round(problem, backend)
     reference = (300.0 + long_iterations) / 2.0  # median of the remaining times 300 s and c's
     scale_a, scale_c = reference / 300.0, reference / long_iterations
-    expected = scale_a + (scale_c * (1.0 - penalty) if moves else scale_c / 3.0)
+    assert (2.0 / 3.0 > penalty * scale_c) is moves
+    expected = scale_a + (scale_c - penalty * scale_c * scale_c if moves else scale_c / 3.0)
     assert checked(problem, result) == pytest.approx(expected)
     assert result.plan.by_job()["c"].gpus == ((0,) if moves else (2,))
 

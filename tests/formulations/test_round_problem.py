@@ -127,3 +127,14 @@ def test_jct_value_scale_is_median_over_remaining_time_with_a_floor() -> None:
     plain = make_round(tables, [("v100", 1)], jobs)
     assert [plain.value_scale(j) for j in range(4)] == [1.0] * 4
     assert RoundProblem.from_dict(jct.to_dict()).value_scale(0) == pytest.approx(450 / 60)
+
+
+def test_migration_cost_is_amortised_over_long_jobs_under_jct() -> None:
+    # penalty 0.1 x value scale, and x the value scale again for jobs longer than the median (scale < 1)
+    tables = Tables(step_s={k: [1.0] for k in "abcd"})
+    jobs = [job("a", iterations=10), job("b", iterations=300), job("c", iterations=600), job("d", iterations=1200)]
+    jct = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective="jct", migration_penalty=0.1))
+    assert [jct.migration_cost(j) for j in range(4)] == pytest.approx(
+        [0.1 * 450 / 60, 0.1 * 450 / 300, 0.1 * (450 / 600) ** 2, 0.1 * (450 / 1200) ** 2])
+    plain = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(migration_penalty=0.1))
+    assert [plain.migration_cost(j) for j in range(4)] == pytest.approx([0.1] * 4)
