@@ -23,7 +23,7 @@ from dltsched.predictors.colocation.baselines import (
 )
 from dltsched.predictors.colocation.ensemble import combine
 from dltsched.predictors.colocation.features import group_of
-from dltsched.predictors.colocation.metrics import GroupPrediction, mape
+from dltsched.predictors.colocation.metrics import GroupPrediction, scores
 from dltsched.predictors.colocation.samples import (
     ColocDataset,
     ColocSample,
@@ -62,17 +62,7 @@ def read_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> C
 
 
 def _scores(pairs: list[tuple[ColocSample, GroupPrediction]]) -> dict[str, float | None]:
-    sp, sa, mp, ma, up, ua = [], [], [], [], [], []
-    for s, p in pairs:
-        sp.extend(p.speeds)
-        sa.extend(s.speeds)
-        if s.memory_mib is not None and p.memory_mib is not None:
-            mp.append(p.memory_mib)
-            ma.append(s.memory_mib)
-        if s.gpu_util is not None and p.gpu_util is not None:
-            up.append(p.gpu_util)
-            ua.append(s.gpu_util)
-    out = {"speed_mape": mape(sp, sa), "memory_mape": mape(mp, ma), "util_mape": mape(up, ua)}
+    out = scores([s for s, _ in pairs], [p for _, p in pairs])
     return {k: (round(v, 2) if v is not None else None) for k, v in out.items()}
 
 

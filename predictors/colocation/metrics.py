@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dltsched.predictors.colocation.features import Group, group_of
-from dltsched.predictors.colocation.samples import ColocDataset
+from dltsched.predictors.colocation.samples import ColocDataset, ColocSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +34,11 @@ def mape(predicted: Sequence[float], actual: Sequence[float]) -> float | None:
     return 100.0 * sum(abs(p - a) / abs(a) for p, a in zip(predicted, actual, strict=True)) / len(actual)
 
 
-def _scores(preds: Sequence[GroupPrediction], data: ColocDataset) -> dict[str, float | int | None]:
+def scores(samples: Sequence[ColocSample], preds: Sequence[GroupPrediction]) -> dict[str, float | None]:
+    """Speed, memory and utilisation MAPE of ``preds`` against the aligned measured ``samples`` (memory and
+    utilisation over the samples where both sides have them)."""
     sp, sa, mp, ma, up, ua = [], [], [], [], [], []
-    for pred, s in zip(preds, data.samples, strict=True):
+    for pred, s in zip(preds, samples, strict=True):
         sp.extend(pred.speeds)
         sa.extend(s.speeds)
         if s.memory_mib is not None and pred.memory_mib is not None:
@@ -45,8 +47,11 @@ def _scores(preds: Sequence[GroupPrediction], data: ColocDataset) -> dict[str, f
         if s.gpu_util is not None and pred.gpu_util is not None:
             up.append(pred.gpu_util)
             ua.append(s.gpu_util)
-    return {"n": len(data.samples), "speed_mape": mape(sp, sa), "memory_mape": mape(mp, ma),
-            "util_mape": mape(up, ua)}
+    return {"speed_mape": mape(sp, sa), "memory_mape": mape(mp, ma), "util_mape": mape(up, ua)}
+
+
+def _scores(preds: Sequence[GroupPrediction], data: ColocDataset) -> dict[str, float | int | None]:
+    return {"n": len(data.samples), **scores(data.samples, preds)}
 
 
 def evaluate(predictor: GroupPredictor, data: ColocDataset) -> dict[str, object]:
