@@ -7,7 +7,8 @@ and GPU utilisation (%). Lookup for a group outside the table, in order:
 1. exact key;
 2. each job's batch size replaced by the nearest tabulated batch size of the same model, GPU and
    precision (counted as ``fallback="nearest_batch"``);
-3. the analytic contention model (counted as ``fallback="analytic"``; a warning once per group), unless
+3. the analytic contention model (counted as ``fallback="analytic"``; a warning once per model the table
+   has never seen and once for the first missing group of known models), unless
    ``strict`` is set, which raises instead.
 
 Group memory missing from the table comes from the analytic memory of the step-time predictor.
@@ -79,9 +80,10 @@ class ColocationTable:
     fallbacks: Counter[str] = field(default_factory=Counter)
     _batches: dict[tuple[str, str, bool], tuple[int, ...]] = field(default_factory=dict)
     _memory: dict[tuple[str, JobSpec], float] = field(default_factory=dict)  # analytic memory per (GPU, job)
-    #: analytic predictions of groups outside the table, by GPU and jobs in order; models warned about
+    #: analytic predictions of groups outside the table, by GPU and jobs in order
     _analytic_groups: dict[tuple[str, tuple[JobSpec, ...]], GroupPrediction] = field(default_factory=dict)
-    _warned: set[str] = field(default_factory=set)
+    _warned: set[str] = field(default_factory=set)  # models outside the table, warned about
+    _warned_group: bool = False  # the first missing group of known models was warned about
 
     def __post_init__(self) -> None:
         sizes: dict[tuple[str, str, bool], set[int]] = {}
@@ -140,8 +142,8 @@ class ColocationTable:
             self._warned.add(model)
             log.warning("co-location: model %s is not in the table; its groups use the analytic contention "
                         "model (first: %s)", model, key)
-        if not unknown and "" not in self._warned:
-            self._warned.add("")
+        if not unknown and not self._warned_group:
+            self._warned_group = True
             log.warning("co-location: %s not in the table; analytic fallback for it and similar groups "
                         "(counted in fallbacks)", key)
         elif not unknown:
