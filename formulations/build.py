@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from itertools import combinations
 
 from dltsched.engine.domain import ClusterState, Job, JobState
@@ -21,6 +21,7 @@ from dltsched.formulations.problem import (
     ColocGroup,
     GpuNode,
     JobOption,
+    NodeTypes,
     RoundJob,
     RoundOptions,
     RoundProblem,
@@ -38,8 +39,8 @@ def build_round(state: ClusterState, predictors: Predictors, options: RoundOptio
         for i, node in enumerate(cluster.nodes))
     jobs: list[RoundJob] = []
     unplaceable: list[Unplaceable] = []
-    types = _TypeSummary.of(nodes)
-    all_up = _TypeSummary.of(tuple(replace(n, down_gpus=()) for n in nodes)) if state.down_gpus else types
+    types = NodeTypes.of(nodes)
+    all_up = NodeTypes.of(tuple(replace(n, down_gpus=()) for n in nodes)) if state.down_gpus else types
     for js in state.jobs:
         job, reason = _round_job(js, state.time_s, types, predictors, options)
         if job is None:
@@ -70,27 +71,7 @@ def freeze_levels(job: Job, predictors: Predictors, options: RoundOptions) -> tu
     return tuple(level for level in wanted if level < num)
 
 
-@dataclass(frozen=True, slots=True)
-class _TypeSummary:
-    """Per GPU type of a round's nodes: usable GPUs of the largest node, usable GPUs in all, GPU memory."""
-
-    largest: dict[str, int]
-    total: dict[str, int]
-    memory_mib: dict[str, float]
-
-    @staticmethod
-    def of(nodes: tuple[GpuNode, ...]) -> _TypeSummary:
-        largest: dict[str, int] = {}
-        total: dict[str, int] = {}
-        memory: dict[str, float] = {}
-        for n in nodes:
-            largest[n.gpu_type] = max(largest.get(n.gpu_type, 0), n.usable_gpus)
-            total[n.gpu_type] = total.get(n.gpu_type, 0) + n.usable_gpus
-            memory.setdefault(n.gpu_type, n.memory_mib)
-        return _TypeSummary(largest, total, memory)
-
-
-def _round_job(js: JobState, time_s: float, summary: _TypeSummary, predictors: Predictors,
+def _round_job(js: JobState, time_s: float, summary: NodeTypes, predictors: Predictors,
                options: RoundOptions) -> tuple[RoundJob | None, str]:
     job = js.job
     size = _gang_size(job)

@@ -125,6 +125,30 @@ class GpuNode:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeTypes:
+    """Per GPU type of some nodes: their indices (ascending), the usable GPUs of the largest one, the usable
+    GPUs in all, and the memory of one GPU."""
+
+    nodes: dict[str, tuple[int, ...]]
+    largest: dict[str, int]
+    total: dict[str, int]
+    memory_mib: dict[str, float]
+
+    @staticmethod
+    def of(nodes: tuple[GpuNode, ...]) -> NodeTypes:
+        of_type: dict[str, list[int]] = {}
+        largest: dict[str, int] = {}
+        total: dict[str, int] = {}
+        memory: dict[str, float] = {}
+        for i, n in enumerate(nodes):
+            of_type.setdefault(n.gpu_type, []).append(i)
+            largest[n.gpu_type] = max(largest.get(n.gpu_type, 0), n.usable_gpus)
+            total[n.gpu_type] = total.get(n.gpu_type, 0) + n.usable_gpus
+            memory.setdefault(n.gpu_type, n.memory_mib)
+        return NodeTypes({t: tuple(ns) for t, ns in of_type.items()}, largest, total, memory)
+
+
+@dataclass(frozen=True, slots=True)
 class JobOption:
     """Coefficients of one job on one GPU type at one freeze level.
 
@@ -206,9 +230,7 @@ class RoundProblem:
     _group_index: dict[tuple[tuple[int, ...], str], ColocGroup] = field(init=False, repr=False, compare=False)
     _value_scale: tuple[float, ...] = field(init=False, repr=False, compare=False)
     _node_of: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    _nodes_of_type: dict[str, tuple[int, ...]] = field(init=False, repr=False, compare=False)
-    _max_node: dict[str, int] = field(init=False, repr=False, compare=False)
-    _memory_of_type: dict[str, float] = field(init=False, repr=False, compare=False)
+    _types: NodeTypes = field(init=False, repr=False, compare=False)
     _down: frozenset[int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -238,13 +260,8 @@ class RoundProblem:
         object.__setattr__(self, "_option_index", index)
         object.__setattr__(self, "_group_index", groups)
         object.__setattr__(self, "_value_scale", _value_scales(self.options.objective, self.jobs))
-        of_type: dict[str, list[int]] = {}
-        for n, node in enumerate(self.nodes):
-            of_type.setdefault(node.gpu_type, []).append(n)
         object.__setattr__(self, "_node_of", tuple(n for n, node in enumerate(self.nodes) for _ in node.gpus))
-        object.__setattr__(self, "_nodes_of_type", {t: tuple(ns) for t, ns in of_type.items()})
-        object.__setattr__(self, "_max_node", {t: max(self.nodes[n].usable_gpus for n in ns) for t, ns in of_type.items()})
-        object.__setattr__(self, "_memory_of_type", {t: self.nodes[ns[0]].memory_mib for t, ns in of_type.items()})
+        object.__setattr__(self, "_types", NodeTypes.of(self.nodes))
         object.__setattr__(self, "_down", frozenset(g for n in self.nodes for g in n.down_gpus))
 
     @property
@@ -279,7 +296,7 @@ class RoundProblem:
 
     def max_node_gpus(self, gpu_type: str) -> int:
         """Usable GPUs of the largest node of ``gpu_type`` (0: none up)."""
-        return self._max_node.get(gpu_type, 0)
+        return self._types.largest.get(gpu_type, 0)
 
     def down_gpus(self) -> frozenset[int]:
         """GPUs no plan may use this round."""
@@ -292,11 +309,11 @@ class RoundProblem:
 
     def nodes_of_type(self, gpu_type: str) -> tuple[int, ...]:
         """Indices of the nodes of ``gpu_type``, ascending."""
-        return self._nodes_of_type.get(gpu_type, ())
+        return self._types.nodes.get(gpu_type, ())
 
     def memory_mib_of(self, gpu_type: str) -> float:
         """Memory of one GPU of ``gpu_type``."""
-        return self._memory_of_type[gpu_type]
+        return self._types.memory_mib[gpu_type]
 
     def job_index(self) -> dict[str, int]:
         return {job.id: j for j, job in enumerate(self.jobs)}
