@@ -158,7 +158,7 @@ class MeasuredTruth:
         order = sorted(scales, key=lambda n: (abs(math.log(n / num_gpus)), n))
         types = [gpu_type] * (gpu_type in _MEASURED_GPUS) + [t for t in _MEASURED_GPUS if t != gpu_type]
         for other in types:
-            counts = order if other == gpu_type else [num_gpus, *order]
+            counts = order if other == gpu_type else [num_gpus, *(n for n in order if n != num_gpus)]
             for count in counts:
                 m = self._measured(job, other, count, consolidated if count == num_gpus else True)
                 if m is not None:
