@@ -1,80 +1,134 @@
 """Request and response models of the HTTP service (``POST /v1/schedule``) and their domain mapping.
 
-Models forbid unknown fields, so a misspelt field is a 422 naming it rather than silently ignored.
-Domain validation (model names, GPU types, placements) reports field paths such as ``jobs[3].model``.
+Models forbid unknown fields, so a misspelt field is a 422 naming it rather than silently ignored. Types
+are strict (pydantic strict mode): ``"64"`` or ``true`` is not a batch size, ``2.0`` is not a GPU count;
+NaN and infinities are refused; every magnitude has bounds, and a 422 names the bound it broke. Domain
+validation (model names, GPU types, placements) reports field paths such as ``jobs[3].model``.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dltsched.engine.api import SolveConfig, finite_or_none
 from dltsched.engine.domain import Assignment, Cluster, ClusterState, Job, JobState, Node, Plan
 from dltsched.engine.errors import ValidationError
 
-_ID = Field(min_length=1, max_length=128)
+#: printable text without control characters (ids, names)
+_PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
+_ID = Field(min_length=1, max_length=128, pattern=_PRINTABLE)
+#: largest GPU index, GPU count or job count a request may name (the server's limits are lower)
+MAX_GPUS = 8192
+MAX_JOBS = 100_000
+MAX_TIME_S = 1e12
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class NodeIn(_Strict):
     """A server with ``num_gpus`` GPUs of one type (catalog id or alias: ``v100``, ``a100-80gb``...)."""
 
     id: str = _ID
-    gpu_type: str = Field(min_length=1, max_length=64)
-    num_gpus: int = Field(ge=1, le=1024)
+    gpu_type: str = Field(min_length=1, max_length=64, pattern=_PRINTABLE)
+    num_gpus: int = Field(ge=1, le=1024, description="GPUs in this node (1..1024).")
     network_gbps: float = Field(default=100.0, gt=0, le=1e5)
 
 
 class ClusterIn(_Strict):
-    nodes: list[NodeIn] = Field(min_length=1)
-    down_gpus: list[int] = Field(default_factory=list, description="GPUs on failed nodes (global indices).")
+    nodes: list[NodeIn] = Field(min_length=1, max_length=MAX_GPUS)
+    down_gpus: list[int] = Field(default_factory=list, max_length=MAX_GPUS,
+                                 description="GPUs on failed nodes (global indices).")
 
 
 class JobIn(_Strict):
     """An active job: queued (``current_gpus`` empty) or running on ``current_gpus``."""
 
     id: str = _ID
-    model: str = Field(min_length=1, max_length=128, description="Model-zoo id or alias, e.g. resnet50.")
+    model: str = Field(min_length=1, max_length=128, pattern=_PRINTABLE,
+                       description="Model-zoo id or alias, e.g. resnet50.")
     batch_size: int = Field(ge=1, le=1_000_000)
-    num_gpus: int = Field(default=1, ge=1, le=8192)
+    num_gpus: int = Field(default=1, ge=1, le=MAX_GPUS)
     remaining_iterations: float = Field(gt=0, le=1e12)
     total_iterations: float | None = Field(default=None, gt=0, le=1e12,
                                            description="Defaults to remaining_iterations.")
-    attained_service_s: float = Field(default=0.0, ge=0, le=1e12, description="GPU-seconds received so far.")
-    current_gpus: list[int] = Field(default_factory=list, description="Global GPU indices it runs on now.")
+    attained_service_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S, description="GPU-seconds received so far.")
+    current_gpus: list[int] = Field(default_factory=list, max_length=MAX_GPUS,
+                                    description="Global GPU indices it runs on now.")
     current_freeze_level: int = Field(default=0, ge=0, le=1000)
-    arrival_time_s: float = Field(default=0.0, ge=0, le=1e12)
-    queued_since_s: float = Field(default=0.0, ge=0, le=1e12)
-    num_preemptions: int = Field(default=0, ge=0)
+    arrival_time_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
+    queued_since_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
+    num_preemptions: int = Field(default=0, ge=0, le=1_000_000)
     weight: float = Field(default=1.0, gt=0, le=1e6)
     amp: bool = False
-    optimizer: str = Field(default="sgd", max_length=32)
+    optimizer: str = Field(default="sgd", min_length=1, max_length=32, pattern=_PRINTABLE)
     freeze_allowed: bool = False
     accuracy_budget: float = Field(default=0.0, ge=0, lt=1)
-    gpu_types: list[str] = Field(default_factory=list, max_length=32)
+    gpu_types: list[Annotated[str, Field(min_length=1, max_length=64, pattern=_PRINTABLE)]] = Field(
+        default_factory=list, max_length=32, description="GPU types the job may run on (default: any).")
 
 
 class ConfigIn(_Strict):
     """Per-request solve options; ``time_limit_s`` is capped by the server's limit."""
 
-    backend: str | None = Field(default=None, description="auto | cpsat | milp | greedy | greedy:<policy>; "
-                                "default: the server's")
+    backend: str | None = Field(default=None, max_length=64,
+                                description="auto | cpsat | milp | greedy | greedy:<policy>; default: the server's")
     objective: Literal["effective_progress", "jct", "weighted_completion", "makespan"] = "effective_progress"
     max_jobs_per_gpu: int = Field(default=2, ge=1, le=3)
-    freeze_levels: int | list[int] = Field(default=4, description="A count of levels or the allowed levels.")
-    time_limit_s: float | None = Field(default=None, gt=0, le=3600)
+    freeze_levels: int | list[int] = Field(default=4, description="A count of levels (1..64) or the allowed "
+                                           "levels (at most 64, each 0..1000).")
+    time_limit_s: float | None = Field(default=None, gt=0, le=3600,
+                                       description="Bounds the whole request, building included; capped by the "
+                                       "server's limit. Past it the answer is the best plan so far or a greedy one "
+                                       "(partial: true).")
+
+    @field_validator("freeze_levels")
+    @classmethod
+    def _levels_bounded(cls, value: int | list[int]) -> int | list[int]:
+        if isinstance(value, int) and not 1 <= value <= 64:
+            raise ValueError(f"{value} levels; must be 1..64")
+        if isinstance(value, list) and (not 1 <= len(value) <= 64 or any(not 0 <= v <= 1000 for v in value)):
+            raise ValueError("must list 1..64 levels, each 0..1000")
+        return value
 
 
 class ScheduleRequest(_Strict):
-    time_s: float = Field(default=0.0, ge=0, le=1e12)
+    time_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
     cluster: ClusterIn
-    jobs: list[JobIn] = Field(default_factory=list)
+    jobs: list[JobIn] = Field(default_factory=list, max_length=MAX_JOBS)
     config: ConfigIn = Field(default_factory=ConfigIn)
+
+
+REQUEST_EXAMPLES: dict[str, dict[str, Any]] = {
+    "small": {
+        "summary": "Two nodes, three jobs (one running)",
+        "value": {
+            "time_s": 3600.0,
+            "cluster": {"nodes": [{"id": "n0", "gpu_type": "v100", "num_gpus": 4},
+                                  {"id": "n1", "gpu_type": "k80", "num_gpus": 4}]},
+            "jobs": [
+                {"id": "resnet-a", "model": "resnet50", "batch_size": 64, "remaining_iterations": 20000,
+                 "total_iterations": 50000, "current_gpus": [0]},
+                {"id": "lm-b", "model": "lstm_lm", "batch_size": 20, "num_gpus": 2, "remaining_iterations": 8000,
+                 "freeze_allowed": True, "accuracy_budget": 0.02},
+                {"id": "rl-c", "model": "a3c", "batch_size": 4, "remaining_iterations": 1000},
+            ],
+            "config": {"backend": "auto", "time_limit_s": 2.0},
+        },
+    },
+    "greedy": {
+        "summary": "A greedy baseline decides (bounded latency)",
+        "value": {
+            "cluster": {"nodes": [{"id": "n0", "gpu_type": "p100", "num_gpus": 8}]},
+            "jobs": [{"id": f"j{i}", "model": "resnet18", "batch_size": 128, "remaining_iterations": 5000}
+                     for i in range(3)],
+            "config": {"backend": "greedy:sjf"},
+        },
+    },
+}
 
 
 class AssignmentOut(BaseModel):
@@ -93,7 +147,12 @@ class ColocationGroupOut(BaseModel):
 class ScheduleResponse(BaseModel):
     status: str = Field(description="optimal | feasible | timeout | heuristic | fallback | infeasible")
     backend: str
-    fallback: bool
+    fallback: bool = Field(description="The plan is the fallback policy's (solver failed or out of time).")
+    partial: bool = Field(default=False, description="The time limit cut the request short: the plan is the "
+                          "solver's best so far (status feasible/timeout) or the fallback policy's.")
+    fallback_reason: str | None = Field(default=None, description="deadline | solver_failed | checker | "
+                                        "worker_died, when fallback is true.")
+    time_limit_s: float | None = Field(default=None, description="The time limit the request ran under.")
     message: str
     objective: float | None
     bound: float | None
@@ -128,7 +187,14 @@ def to_cluster(data: ClusterIn) -> Cluster:
             nodes.append(Node(n.id, n.gpu_type, n.num_gpus, n.network_gbps))
         except ValidationError as err:
             raise err.under(f"cluster.nodes[{i}]") from None
-    return Cluster(tuple(nodes))
+        except (ValueError, TypeError, OverflowError) as err:  # a domain check without a field path
+            raise ValidationError(f"cluster.nodes[{i}]", str(err)) from None
+    try:
+        return Cluster(tuple(nodes))
+    except ValidationError:
+        raise
+    except (ValueError, TypeError, OverflowError) as err:
+        raise ValidationError("cluster", str(err)) from None
 
 
 def to_job_state(i: int, data: JobIn, cluster: Cluster) -> JobState:
@@ -145,6 +211,8 @@ def to_job_state(i: int, data: JobIn, cluster: Cluster) -> JobState:
         assignment = _assignment(data, cluster)
     except ValidationError as err:
         raise err.under(f"jobs[{i}]") from None
+    except (ValueError, TypeError, OverflowError) as err:  # a domain check without a field path
+        raise ValidationError(f"jobs[{i}]", str(err)) from None
     return JobState(job, data.remaining_iterations, data.attained_service_s, assignment, data.num_preemptions,
                     queued_since_s=data.queued_since_s)
 
@@ -192,11 +260,14 @@ def to_config(data: ConfigIn, default: SolveConfig, max_time_limit_s: float) -> 
         raise err.under("config") from None
 
 
-def to_response(plan: Plan, state: ClusterState, wall_time_s: float) -> ScheduleResponse:
+def to_response(plan: Plan, state: ClusterState, wall_time_s: float, *, partial: bool = False,
+                time_limit_s: float | None = None, fallback_reason: str | None = None) -> ScheduleResponse:
     cluster = state.cluster
     placed = {a.job_id for a in plan.assignments}
     return ScheduleResponse(
-        status=plan.status, backend=plan.backend, fallback=plan.fallback, message=plan.message,
+        status=plan.status, backend=plan.backend, fallback=plan.fallback, partial=partial,
+        fallback_reason=(fallback_reason or "solver_failed") if plan.fallback else None, time_limit_s=time_limit_s,
+        message=plan.message,
         objective=finite_or_none(plan.objective), bound=finite_or_none(plan.bound), gap=finite_or_none(plan.gap),
         solve_time_s=plan.solve_time_s, build_time_s=plan.build_time_s, wall_time_s=wall_time_s,
         assignments=[AssignmentOut(job_id=a.job_id, gpus=list(a.gpus), gpu_type=cluster.gpu_type_of(a.gpus[0]),
