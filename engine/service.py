@@ -310,7 +310,8 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="dltsched API",
                                    swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
                                    swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
-                                   swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png")
+                                   swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+                                   swagger_ui_parameters={"validatorUrl": None})  # no call to a remote validator
 
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
     app.add_middleware(BodyLimit, max_bytes=cfg.max_body_bytes)

@@ -1,20 +1,36 @@
-"""The HTTP service end to end over real HTTP on localhost, plus in-process fuzzing for 500s."""
+"""The HTTP service end to end over real HTTP on localhost, plus in-process fuzzing for 500s.
+
+Timing is never asserted: the time limit is checked by the response's ``partial``/``fallback`` marks,
+the read timeout by the server closing the socket (under a generous pytest-timeout).
+"""
 
 from __future__ import annotations
 
 import copy
 import functools
 import json
+import re
+import socket
+import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 
-from dltsched.engine.service import ServiceConfig, create_app
+from dltsched.engine import service
+from dltsched.engine.api import SolveConfig
+from dltsched.engine.cli import main
+from dltsched.engine.errors import ValidationError
+from dltsched.engine.service import ServiceConfig, create_app, make_server
+from dltsched.engine.service_guard import check_bind
 from dltsched.engine.service_models import state_to_request
+
+TOKEN = "t0ken-for-tests"
 
 PROBLEM = "application/problem+json"
 
@@ -161,3 +177,293 @@ def test_bench_200_jobs_256_gpus(live_server, make_state):
         _check_plan(r.json(), request)
     print(f"200 jobs / 256 GPUs: latency min {min(times):.3f} s, median {sorted(times)[1]:.3f} s, "
           f"max {max(times):.3f} s; status {r.json()['status']} backend {r.json()['backend']}")
+
+
+# --- a guarded server (token, 1 s read timeout, 1 s keep-alive), as `dltsched serve` runs it ---------------
+
+def _serve(config: ServiceConfig) -> tuple[str, Callable[[], None]]:
+    """Start ``make_server(config)`` on a free loopback port in a thread; return its URL and a stop function."""
+    server = make_server(config, "127.0.0.1", 0, log_level="warning")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "the service did not start within 30 s"
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+
+    return url, stop
+
+
+@pytest.fixture(scope="module")
+def guarded() -> Iterator[str]:
+    url, stop = _serve(ServiceConfig(token=TOKEN, read_timeout_s=1.0, keep_alive_s=1.0,
+                                     max_body_bytes=1024 * 1024))
+    yield url
+    stop()
+
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_token_required_on_schedule_and_metrics_not_on_health_or_docs(guarded, make_state):
+    request = state_to_request(make_state(4, 8, seed=3), {"backend": "greedy"})
+    r = httpx.post(f"{guarded}/v1/schedule", json=request)
+    assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
+    assert r.json()["errors"][0]["field"] == "Authorization"
+    wrong = httpx.post(f"{guarded}/v1/schedule", json=request, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    assert httpx.get(f"{guarded}/metrics").status_code == 401
+    ok = httpx.post(f"{guarded}/v1/schedule", json=request, headers=AUTH, timeout=60)
+    assert ok.status_code == 200, ok.text
+    _check_plan(ok.json(), request)
+    assert httpx.get(f"{guarded}/metrics", headers=AUTH).status_code == 200
+    health = httpx.get(f"{guarded}/v1/health")
+    assert health.status_code == 200 and health.json()["auth"] is True
+    assert httpx.get(f"{guarded}/docs").status_code == 200
+
+
+def test_bind_beyond_loopback_needs_token_or_insecure(capsys):
+    assert main(["serve", "--host", "0.0.0.0", "--port", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--token" in err and "--insecure" in err and "0.0.0.0" in err
+    for host in ("127.0.0.1", "localhost", "::1", "127.8.9.10"):
+        check_bind(host, None, False)  # loopback: no token needed
+    check_bind("0.0.0.0", TOKEN, False)
+    check_bind("::", None, True)
+    with pytest.raises(ValidationError, match="--host"):
+        check_bind("10.1.2.3", None, False)
+
+
+def _job(**fields: object) -> dict:
+    return {"id": "x", "model": "resnet18", "batch_size": 8, "remaining_iterations": 5} | fields
+
+
+@pytest.mark.parametrize(("job", "field", "words"), [
+    (_job(batch_size="64"), "jobs[0].batch_size", "strict"),
+    (_job(batch_size=True), "jobs[0].batch_size", "strict"),
+    (_job(batch_size=64.0), "jobs[0].batch_size", "valid integer"),
+    (_job(num_gpus="2"), "jobs[0].num_gpus", "strict"),
+    (_job(remaining_iterations="5"), "jobs[0].remaining_iterations", "strict"),
+    (_job(amp=1), "jobs[0].amp", "valid boolean"),
+    (_job(batch_size=2_000_000), "jobs[0].batch_size", "1000000"),
+    (_job(num_gpus=10**12), "jobs[0].num_gpus", "8192"),
+    (_job(remaining_iterations=1e13), "jobs[0].remaining_iterations", "1000000000000"),
+    (_job(arrival_time_s=-1), "jobs[0].arrival_time_s", "greater than or equal to 0"),
+    (_job(num_preemptions=10**9), "jobs[0].num_preemptions", "1000000"),
+])
+def test_strict_types_and_bounds_name_the_limit(job, field, words):
+    body = {"cluster": {"nodes": [{"id": "a", "gpu_type": "v100", "num_gpus": 2}]}, "jobs": [job]}
+    r = _client().post("/v1/schedule", json=body)
+    assert r.status_code == 422, r.text
+    errors = {e["field"]: e["message"] for e in r.json()["errors"]}
+    assert field in errors and words in errors[field], errors
+
+
+def test_node_and_config_bounds():
+    node = {"id": "a", "gpu_type": "v100", "num_gpus": 2000}
+    r = _client().post("/v1/schedule", json={"cluster": {"nodes": [node]}})
+    assert r.status_code == 422 and "1024" in r.json()["errors"][0]["message"]
+    nodes = [{"id": "a", "gpu_type": "v100", "num_gpus": 2}]
+    for config, field in (({"time_limit_s": 7200}, "config.time_limit_s"), ({"time_limit_s": "1"}, "config.time_limit_s"),
+                          ({"freeze_levels": 10**9}, "config.freeze_levels"),
+                          ({"max_jobs_per_gpu": True}, "config.max_jobs_per_gpu")):
+        r = _client().post("/v1/schedule", json={"cluster": {"nodes": nodes}, "config": config})
+        assert r.status_code == 422 and r.json()["errors"][0]["field"].startswith(field), (config, r.text)
+
+
+def test_time_limit_bounds_building_and_the_answer_says_so(make_state):
+    """0.01 s cannot build a 1,000-job round: the answer is the fallback plan, marked partial."""
+    request = state_to_request(make_state(1000, 1024, seed=5), {"backend": "cpsat", "time_limit_s": 0.01})
+    r = _client().post("/v1/schedule", json=request)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["partial"] is True and body["fallback"] is True and body["status"] == "fallback"
+    assert body["fallback_reason"] == "deadline" and body["time_limit_s"] == 0.01
+    assert "time limit" in body["message"]
+    _check_plan(body, request)
+    assert body["assignments"]  # the fallback still places jobs
+    metrics = _client().get("/metrics").text
+    assert 'dltsched_schedule_fallbacks_total{reason="deadline"}' in metrics
+
+
+def test_time_limit_is_capped_by_the_server():
+    app = create_app(ServiceConfig(solve=SolveConfig(backend="greedy", time_limit_s=1.0), max_time_limit_s=2.0))
+    from fastapi.testclient import TestClient
+
+    body = {"cluster": {"nodes": [{"id": "a", "gpu_type": "v100", "num_gpus": 2}]}, "jobs": [_job()],
+            "config": {"time_limit_s": 100}}
+    r = TestClient(app).post("/v1/schedule", json=body)
+    assert r.status_code == 200 and r.json()["time_limit_s"] == 2.0 and r.json()["partial"] is False
+
+
+@pytest.fixture
+def blocked_solves(monkeypatch):
+    """Solves that wait until the test releases them (so the queue fills deterministically)."""
+    release = threading.Event()
+    real = service.solve_request
+
+    def blocking(req, config, started=None):
+        assert release.wait(60), "test did not release the solves"
+        return real(req, config, started)
+
+    monkeypatch.setattr(service, "solve_request", blocking)
+    yield release
+    release.set()
+
+
+def _wait_for(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.mark.timeout(120)
+def test_full_queue_answers_429_with_retry_after(blocked_solves):
+    url, stop = _serve(ServiceConfig(solve=SolveConfig(backend="greedy"), max_concurrent_solves=1, max_queue=1))
+    body = {"cluster": {"nodes": [{"id": "a", "gpu_type": "v100", "num_gpus": 2}]}, "jobs": [_job()]}
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            first = pool.submit(httpx.post, f"{url}/v1/schedule", json=body, timeout=90)
+            _wait_for(lambda: "dltsched_solves_in_progress 1.0" in httpx.get(f"{url}/metrics").text, "one solving")
+            second = pool.submit(httpx.post, f"{url}/v1/schedule", json=body, timeout=90)
+            _wait_for(lambda: "dltsched_queue_depth 1.0" in httpx.get(f"{url}/metrics").text, "one queued")
+            third = httpx.post(f"{url}/v1/schedule", json=body, timeout=30)
+            assert third.status_code == 429 and int(third.headers["retry-after"]) >= 1
+            assert third.headers["content-type"].startswith(PROBLEM) and "queue" in third.json()["detail"]
+            blocked_solves.set()
+            assert first.result().status_code == 200 and second.result().status_code == 200
+        text = httpx.get(f"{url}/metrics").text
+        assert 'dltsched_schedule_rejected_total{reason="queue_full"} 1.0' in text
+        assert 'dltsched_http_requests_total{method="POST",path="/v1/schedule",status="429"} 1.0' in text
+    finally:
+        stop()
+
+
+@pytest.mark.timeout(120)
+def test_queue_wait_over_the_limit_answers_503_with_retry_after(blocked_solves):
+    url, stop = _serve(ServiceConfig(solve=SolveConfig(backend="greedy"), max_concurrent_solves=1, max_queue=4,
+                                     max_queue_wait_s=0.5))
+    body = {"cluster": {"nodes": [{"id": "a", "gpu_type": "v100", "num_gpus": 2}]}, "jobs": [_job()]}
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            first = pool.submit(httpx.post, f"{url}/v1/schedule", json=body, timeout=90)
+            _wait_for(lambda: "dltsched_solves_in_progress 1.0" in httpx.get(f"{url}/metrics").text, "one solving")
+            waited = httpx.post(f"{url}/v1/schedule", json=body, timeout=30)
+            assert waited.status_code == 503 and int(waited.headers["retry-after"]) >= 1
+            blocked_solves.set()
+            assert first.result().status_code == 200
+    finally:
+        stop()
+
+
+def test_metrics_are_prometheus_text_with_requests_latency_plans_and_queue(make_state):
+    client = _client()
+    request = state_to_request(make_state(6, 8, seed=4), {"backend": "cpsat", "time_limit_s": 5})
+    assert client.post("/v1/schedule", json=request).status_code == 200
+    assert client.post("/v1/schedule", content=b"{", headers={"content-type": "application/json"}).status_code == 400
+    assert client.get("/no/such/path").status_code == 404
+    r = client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    requests = {(s.labels["path"], s.labels["status"]): s.value for s in families["dltsched_http_requests"].samples
+                if s.name.endswith("_total")}
+    assert requests[("/v1/schedule", "200")] >= 1 and requests[("/v1/schedule", "400")] >= 1
+    assert requests[("other", "404")] >= 1  # unknown paths share one label
+    latency = [s for s in families["dltsched_http_request_duration_seconds"].samples
+               if s.name.endswith("_count") and s.labels["path"] == "/v1/schedule"]
+    assert latency and latency[0].value >= 2
+    assert any(s.labels.get("backend") == "cpsat" for s in families["dltsched_schedule_plans"].samples)
+    assert [s.value for s in families["dltsched_schedule_gap"].samples if s.name.endswith("_count")][0] >= 1
+    for name in ("dltsched_queue_depth", "dltsched_solves_in_progress", "dltsched_schedule_fallbacks",
+                 "dltsched_schedule_partial"):
+        assert name in families
+
+
+def test_docs_work_offline_and_schema_has_examples():
+    client = _client()
+    html = client.get("/docs").text
+    assert "swagger-ui" in html.lower()
+    assert not re.search(r"https?://", html), "the docs page must not load anything from the network"
+    assets = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert any(a.endswith("swagger-ui-bundle.js") for a in assets)
+    for asset in assets:
+        r = client.get(asset)
+        assert r.status_code == 200 and len(r.content) > 100, asset
+    post = client.get("/openapi.json").json()["paths"]["/v1/schedule"]["post"]
+    examples = post["requestBody"]["content"]["application/json"]["examples"]
+    assert examples and all("value" in e for e in examples.values())
+    for example in examples.values():  # every example is a valid request
+        r = client.post("/v1/schedule", json=example["value"])
+        assert r.status_code == 200, r.text
+    assert {"401", "408", "429", "503"} <= set(post["responses"])
+
+
+def _read_until_closed(sock: socket.socket, limit_s: float) -> tuple[bytes, float]:
+    """Everything the server sends until it closes; and when (seconds from now). Fails past ``limit_s``."""
+    start = time.monotonic()
+    data = b""
+    sock.settimeout(0.5)
+    while time.monotonic() - start < limit_s:
+        try:
+            chunk = sock.recv(4096)
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            return data, time.monotonic() - start
+        if not chunk:
+            return data, time.monotonic() - start
+        data += chunk
+    raise AssertionError(f"the server kept the connection open over {limit_s} s")
+
+
+def _dribble(sock: socket.socket, payload: bytes, stop: threading.Event) -> None:
+    """Send ``payload`` one byte every 0.2 s until it is sent, the server closes, or ``stop`` is set."""
+    for byte in payload:
+        if stop.wait(0.2):
+            return
+        try:
+            sock.send(bytes([byte]))
+        except OSError:
+            return
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("kind", ["slow_headers", "slow_body", "silent"])
+def test_slow_loris_connection_is_closed(guarded, kind):
+    host, port = guarded.removeprefix("http://").split(":")
+    headers = f"POST /v1/schedule HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        stop = threading.Event()
+        if kind == "slow_headers":  # 60 header lines at 5 bytes a second: minutes if never cut
+            payload = headers.encode() + b"".join(b"X-Pad-%d: %s\r\n" % (i, b"y" * 20) for i in range(60))
+        elif kind == "slow_body":
+            sock.sendall(f"{headers}Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n".encode())
+            payload = b"{" + b" " * 4999
+        else:
+            payload = b""
+        sender = threading.Thread(target=_dribble, args=(sock, payload, stop), daemon=True)
+        sender.start()
+        try:
+            data, _ = _read_until_closed(sock, limit_s=60)  # the read timeout is 1 s
+        finally:
+            stop.set()
+            sender.join(timeout=5)
+    assert data == b"" or data.startswith(b"HTTP/1.1 408")
+
+
+@pytest.mark.timeout(60)
+def test_idle_keep_alive_connection_is_closed(guarded):
+    host, port = guarded.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(f"GET /v1/health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        data, _ = _read_until_closed(sock, limit_s=45)  # keep-alive is 1 s
+    assert data.startswith(b"HTTP/1.1 200")
