@@ -240,10 +240,14 @@ def to_state(req: ScheduleRequest) -> ClusterState:
             raise ValidationError("cluster.down_gpus", f"GPU {g} outside 0..{cluster.num_gpus - 1}")
     seen: dict[str, int] = {}
     states = []
+    down = set(req.cluster.down_gpus)
     for i, job in enumerate(req.jobs):
         if job.id in seen:
             raise ValidationError(f"jobs[{i}].id", f"duplicate job id '{job.id}' (also jobs[{seen[job.id]}])")
         seen[job.id] = i
+        if hit := sorted(down.intersection(job.current_gpus)):
+            raise ValidationError(f"jobs[{i}].current_gpus", f"runs on down GPU(s) {hit}; a failed GPU's jobs stop "
+                                  "with it: send the job queued (no current_gpus)")
         states.append(to_job_state(i, job, cluster))
     return ClusterState(req.time_s, cluster, tuple(states), frozenset(req.cluster.down_gpus))
 
