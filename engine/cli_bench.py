@@ -20,6 +20,7 @@ from dltsched.engine.cli_simulate import (
 _BENCH_COMMANDS = {
     "solve": "dltsched.formulations.cli:bench_solve",
     "predict": "dltsched.predictors.cli:bench_predict",
+    "service": "dltsched.engine.service_bench:bench_service",
 }
 
 

@@ -16,7 +16,7 @@ import multiprocessing
 import os
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -131,6 +131,7 @@ def solve_in_worker(state: ClusterState, config: SolveConfig, deadline: float, *
     proc.start()
     child.close()
     try:
+        backup = fallback(state, config, "deadline", "")  # made while the worker solves: ready at the deadline
         ready = parent.poll(max(0.0, deadline - time.monotonic()))
         message = parent.recv() if ready else None
     except (EOFError, OSError):
@@ -141,8 +142,8 @@ def solve_in_worker(state: ClusterState, config: SolveConfig, deadline: float, *
         proc.join()
         parent.close()
     if message is None:
-        return fallback(state, config, "deadline", f"time limit {config.time_limit_s:g} s reached before the "
-                        f"{config.backend_for(len(state.jobs))} solve finished")
+        return Outcome(replace(backup.plan, message=f"time limit {config.time_limit_s:g} s reached before the "
+                               f"{config.backend_for(len(state.jobs))} solve finished"), True, "deadline")
     kind, payload = message
     if kind == "ok":
         return payload  # type: ignore[no-any-return]
@@ -150,7 +151,7 @@ def solve_in_worker(state: ClusterState, config: SolveConfig, deadline: float, *
         raise ValidationError(*payload)
     what = "ran out of memory" if kind == "memory" else f"died (exit code {proc.exitcode})"
     log.warning("solver worker %s; answering with the %s plan", what, config.fallback_policy)
-    return fallback(state, config, "worker_died", f"solver worker {what}")
+    return Outcome(replace(backup.plan, message=f"solver worker {what}"), False, "worker_died")
 
 
 def warm() -> None:
