@@ -212,9 +212,11 @@ def _deadline_figures(port: int, sizes: list[tuple[int, int]]) -> list[dict[str,
               help="The server's request read timeout.")
 @click.option("--deadline-figures/--no-deadline-figures", default=True, show_default=True,
               help="Also time 0.01 s requests of 200 and 1,000 jobs and 5,000-job CP-SAT requests (1 s, 30 s).")
+@click.option("--time-limit", "time_limit_s", type=click.FloatRange(0, 30, min_open=True), default=None,
+              help="time_limit_s of the concurrent requests (default: the server's, 1 s).")
 @click.option("--json", "as_json", is_flag=True)
 def bench_service(num_requests: int, num_jobs: int, num_gpus: int, num_slow: int, read_timeout_s: float,
-                  deadline_figures: bool, as_json: bool) -> None:
+                  deadline_figures: bool, time_limit_s: float | None, as_json: bool) -> None:
     """The service under concurrent requests and slow-loris connections (127.0.0.1 only)."""
     import httpx
 
@@ -236,7 +238,8 @@ def bench_service(num_requests: int, num_jobs: int, num_gpus: int, num_slow: int
                 raise click.ClickException(f"the service did not start: {server.stderr.read().decode()[-500:]}"
                                            if server.stderr else "the service did not start")
             time.sleep(0.2)
-        body = json.dumps(_request(num_jobs, num_gpus, seed=7)).encode()
+        config = {"time_limit_s": time_limit_s} if time_limit_s else None
+        body = json.dumps(_request(num_jobs, num_gpus, seed=7, config=config)).encode()
         with MemorySampler(server.pid) as memory:
             started = time.perf_counter()
             load = asyncio.run(_load(port, body, num_requests, num_slow, read_timeout_s))
@@ -244,6 +247,7 @@ def bench_service(num_requests: int, num_jobs: int, num_gpus: int, num_slow: int
             deadlines = _deadline_figures(port, [(200, 256), (1000, 1024)]) if deadline_figures else []
         result = {"command": " ".join(["dltsched", "bench", "service"] + sys.argv[3:]),
                   "jobs_per_request": num_jobs, "gpus": num_gpus, "read_timeout_s": read_timeout_s,
+                  "request_time_limit_s": time_limit_s or 1.0,
                   "cpus": os.cpu_count(), **load, "deadline_requests": deadlines,
                   "server_peak_rss_mib": round(memory.peak_rss_kib / 1024, 1),
                   "server_tree_peak_pss_mib": round(memory.peak_tree_pss_kib / 1024, 1),

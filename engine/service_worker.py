@@ -155,7 +155,11 @@ def solve_in_worker(state: ClusterState, config: SolveConfig, deadline: float, *
 
 
 def warm() -> None:
-    """Load the default predictors (in the fork server, so every worker inherits them)."""
+    """Load the default predictors and the round pipeline with its CP-SAT backend (in the fork server, so
+    every worker inherits them instead of importing them per request)."""
+    import dltsched.formulations
+    import dltsched.formulations.cpsat.model  # noqa: F401
+
     load_predictors(SolveConfig().predictors)
 
 

@@ -467,3 +467,44 @@ def test_idle_keep_alive_connection_is_closed(guarded):
         sock.sendall(f"GET /v1/health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
         data, _ = _read_until_closed(sock, limit_s=45)  # keep-alive is 1 s
     assert data.startswith(b"HTTP/1.1 200")
+
+
+def test_solver_failure_answers_the_fallback_plan(make_state, monkeypatch):
+    """A crash inside the solve gives the fallback policy's plan, marked, never an error."""
+    import dltsched.formulations as formulations
+    from dltsched.engine.service_worker import solve_until
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("solver exploded")
+
+    monkeypatch.setattr(formulations, "solve_round", broken)
+    state = make_state(10, 8, seed=6)
+    outcome = solve_until(state, SolveConfig(backend="cpsat", time_limit_s=5), time.monotonic() + 5)
+    assert outcome.reason == "solver_failed" and outcome.plan.fallback and not outcome.partial
+    assert "solver exploded" in outcome.plan.message and outcome.plan.assignments
+
+
+def test_worker_out_of_memory_answers_the_fallback_plan(make_state):
+    """A solver process over its memory limit fails; the request still gets a (fallback) plan."""
+    from dltsched.engine.service_worker import solve_in_worker
+
+    state = make_state(200, 256, seed=8)
+    outcome = solve_in_worker(state, SolveConfig(backend="cpsat", time_limit_s=20), time.monotonic() + 20,
+                              memory_mib=64)
+    assert outcome.reason in ("worker_died", "solver_failed"), outcome  # killed, or MemoryError caught
+    assert outcome.plan.fallback and outcome.plan.status == "fallback" and outcome.plan.assignments
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_service_reports_answers_and_closed_slow_connections():
+    from click.testing import CliRunner
+
+    from dltsched.engine.cli import cli
+
+    result = CliRunner().invoke(cli, ["bench", "service", "--requests", "3", "--jobs", "20", "--gpus", "16",
+                                      "--slow", "3", "--read-timeout", "1", "--no-deadline-figures", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["answered_with_plan"] == 3 and report["slow_closed_within_timeout"] == 3
+    assert report["server_peak_rss_mib"] > 0
