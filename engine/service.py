@@ -11,7 +11,7 @@ magnitude has bounds, named in the message), 429 queue full and 503 queue wait t
 ``Retry-After``).
 
 A request's ``time_limit_s`` (capped by the server's) bounds the whole solve, round and model building
-included: each solve runs in a forked worker process that is killed at the deadline (see
+included, from when a solver slot takes the request (the wait before is bounded by ``max_queue_wait_s``): each solve runs in a forked worker process that is killed at the deadline (see
 ``service_worker``), and the answer is then the fallback policy's plan, with ``fallback`` and
 ``partial`` true. A solver stopped by its limit with a plan it could not prove optimal answers that plan
 (the best so far), ``partial`` true. At most ``max_concurrent_solves`` requests solve at once; up to
@@ -331,7 +331,8 @@ def make_server(config: ServiceConfig, host: str = "127.0.0.1", port: int = 8000
 
     app = create_app(config)
     return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                                         http=guarded_protocol(config.read_timeout_s),
+                                         http=guarded_protocol(config.read_timeout_s,
+                                                               app.state.metrics.read_timeouts.inc),
                                          timeout_keep_alive=max(1, math.ceil(config.keep_alive_s)),
                                          limit_concurrency=config.max_connections, timeout_graceful_shutdown=5))
 

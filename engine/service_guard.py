@@ -45,8 +45,9 @@ def problem_response(status: int, title: str, detail: str, errors: list[dict[str
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
-def guarded_protocol(read_timeout_s: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol class, closing requests not fully read within ``read_timeout_s``."""
+def guarded_protocol(read_timeout_s: float, on_timeout: Callable[[], None] | None = None) -> type[H11Protocol]:
+    """uvicorn's h11 protocol class, closing requests not fully read within ``read_timeout_s`` (and calling
+    ``on_timeout`` for each, e.g. to count them)."""
     if not read_timeout_s > 0:
         raise ValidationError("read_timeout_s", f"{read_timeout_s!r} not understood; must be > 0")
     detail = (b'{"type":"https://dltsched.dev/problems/408","title":"Request Timeout","status":408,'
@@ -87,6 +88,8 @@ def guarded_protocol(read_timeout_s: float) -> type[H11Protocol]:
             if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):  # nothing of a response sent yet
                 self.transport.write(response)
             self.transport.close()
+            if on_timeout is not None:
+                on_timeout()
 
     return ReadTimeoutH11Protocol
 
@@ -196,6 +199,8 @@ class ServiceMetrics:
         self.solving = Gauge("dltsched_solves_in_progress", "Schedule requests being solved now", registry=r)
         self.rejected = Counter("dltsched_schedule_rejected", "Schedule requests refused, by reason",
                                 ["reason"], registry=r)
+        self.read_timeouts = Counter("dltsched_http_read_timeouts", "Connections closed because a request did "
+                                     "not arrive within the read timeout (slow clients)", registry=r)
 
 
 class Metrics:

@@ -469,6 +469,20 @@ def test_idle_keep_alive_connection_is_closed(guarded):
     assert data.startswith(b"HTTP/1.1 200")
 
 
+@pytest.mark.timeout(60)
+def test_read_timeouts_are_counted(guarded):
+    def count() -> float:
+        text = httpx.get(f"{guarded}/metrics", headers=AUTH).text
+        return {f.name: f for f in text_string_to_metric_families(text)}["dltsched_http_read_timeouts"].samples[0].value
+
+    before = count()
+    host, port = guarded.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"GET /v1/health HTTP/1.1\r\n")  # and nothing more
+        _read_until_closed(sock, limit_s=45)
+    assert count() == before + 1
+
+
 def test_solver_failure_answers_the_fallback_plan(make_state, monkeypatch):
     """A crash inside the solve gives the fallback policy's plan, marked, never an error."""
     import dltsched.formulations as formulations
