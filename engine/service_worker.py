@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 
 #: share of the time left after building that the solver may use; the rest returns the plan to the server
 SOLVE_SHARE = 0.8
-#: plan statuses of a solver stopped by its time limit before proving optimality: the best plan so far
-STOPPED_BY_LIMIT = ("timeout", "feasible")
+#: plan status of a solver stopped by its time limit before proving optimality: the best plan so far
+#: (``feasible`` is a solver stopped by its gap limit: done, not cut short)
+STOPPED_BY_LIMIT = ("timeout",)
 
 
 @dataclass(frozen=True, slots=True)

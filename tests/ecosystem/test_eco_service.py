@@ -58,6 +58,8 @@ def test_valid_request_returns_plan(live_server, make_state):
     body = r.json()
     assert body["status"] in ("optimal", "feasible", "timeout", "fallback")
     assert body["backend"] == "cpsat" and body["wall_time_s"] > 0
+    # partial exactly when the time limit cut it short: the solver's best so far, or the fallback at the deadline
+    assert body["partial"] == (body["status"] == "timeout" or body["fallback_reason"] == "deadline")
     _check_plan(body, request)
     assert len(body["assignments"]) >= 8  # 12 single-GPU jobs and 8 GPUs: at least one job per GPU
 
