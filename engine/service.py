@@ -320,7 +320,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     app.add_middleware(Metrics, metrics=metrics, known_paths=OPEN_PATHS | {"/v1/schedule", "/metrics"},
                        known_prefixes=(DOCS_ASSETS,))
     load_predictors(cfg.solve.predictors)  # load once at start-up, not on the first request
-    context()  # start the solver workers' fork server now, not on the first request
+    context(cfg.solve.predictors)  # start the solver workers' fork server now, not on the first request
     return app
 
 

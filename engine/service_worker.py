@@ -104,16 +104,17 @@ _CONTEXT: Any = None
 _FORK_SERVER_ENV = "DLTSCHED_SERVICE_FORK_SERVER"
 
 
-def context() -> Any:
+def context(predictors: str = "default") -> Any:
     """The fork-server multiprocessing context, its server started: the server imports this module and
-    loads the default predictors once, so a forked worker starts in milliseconds with them in memory."""
+    loads the ``predictors`` set once (the first caller's), so a forked worker starts in milliseconds with
+    them in memory."""
     global _CONTEXT
     if _CONTEXT is None:
         from multiprocessing import forkserver
 
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload([__name__])
-        os.environ[_FORK_SERVER_ENV] = "1"  # seen by the fork server only: it copies the environment at start
+        os.environ[_FORK_SERVER_ENV] = predictors  # seen by the fork server only: it copies the environment
         try:
             forkserver.ensure_running()
         finally:
@@ -129,7 +130,13 @@ def solve_in_worker(state: ClusterState, config: SolveConfig, deadline: float, *
     fallback plan. Blocks: call it from a worker thread."""
     parent, child = context().Pipe(duplex=False)
     proc = context().Process(target=_child, args=(child, state, config, deadline, memory_mib), daemon=True)
-    proc.start()
+    try:
+        proc.start()
+    except OSError as err:  # no process to be had (fork server gone, out of PIDs): the fallback answers
+        log.warning("could not start a solver worker (%s); answering with the %s plan", err, config.fallback_policy)
+        parent.close()
+        child.close()
+        return fallback(state, config, "worker_died", f"no solver worker could start ({type(err).__name__})")
     child.close()
     try:
         backup = fallback(state, config, "deadline", "")  # made while the worker solves: ready at the deadline
@@ -155,14 +162,17 @@ def solve_in_worker(state: ClusterState, config: SolveConfig, deadline: float, *
     return Outcome(replace(backup.plan, message=f"solver worker {what}"), False, "worker_died")
 
 
-def warm() -> None:
-    """Load the default predictors and the round pipeline with its CP-SAT backend (in the fork server, so
-    every worker inherits them instead of importing them per request)."""
+def warm(predictors: str) -> None:
+    """Load ``predictors`` and the round pipeline with its CP-SAT backend (in the fork server, so every
+    worker inherits them instead of loading them per request)."""
     import dltsched.formulations
     import dltsched.formulations.cpsat.model  # noqa: F401
 
-    load_predictors(SolveConfig().predictors)
+    load_predictors(predictors)
 
 
-if os.environ.get(_FORK_SERVER_ENV) == "1":
-    warm()  # imported by the fork server at its start (see context())
+if os.environ.get(_FORK_SERVER_ENV):  # imported by the fork server at its start (see context())
+    try:
+        warm(os.environ[_FORK_SERVER_ENV])
+    except Exception as err:  # workers then load what they need themselves; the fork server must live
+        log.warning("fork server could not preload predictors: %s", err)
