@@ -288,7 +288,7 @@ def _check(p: Path, data: Any, sim: Simulator, expected: Mapping[str, str] | Non
         what = ", ".join(_WHAT.get(k, k) for k in differ)
         detail = "".join(f"; {k} was '{fp.get(k)}', now '{mine[k]}'" for k in ("policy", "seed", "memory")
                          if k in differ)
-        raise CheckpointError(p, f"was written by a run with another {what}{detail}; resume with the same "
+        raise CheckpointError(p, f"was written by a run with a different {what}{detail}; resume with the same "
                                  "instance, policy, options, predictors, seed, faults and ground truth, or "
                                  "delete it")
     try:
@@ -476,6 +476,8 @@ def _invariant_problem(s: _State, sim: Simulator) -> str | None:  # noqa: C901 -
         return "progress read instants are out of order or after the clock"
     if (s.faults is None) != (sim.config.faults is None):
         return "fault state present without a fault process, or missing with one"
+    if (s.policy_state is not None) != hasattr(sim.policy, "state_dict"):
+        return f"policy state {'present for a policy that keeps none' if s.policy_state is not None else 'missing'}"
     if s.faults is not None and any(n >= len(cluster.nodes) for n in s.faults.down):
         return f"failed nodes {s.faults.down} outside the cluster's {len(cluster.nodes)} nodes"
     return None
