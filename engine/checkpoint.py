@@ -285,7 +285,7 @@ def _check(p: Path, data: Any, sim: Simulator, expected: Mapping[str, str] | Non
     mine = dict(expected) if expected is not None else fingerprint(sim)
     differ = [k for k in mine if fp.get(k) != mine[k]] + [k for k in fp if k not in mine]
     if differ:
-        what = ", ".join(_WHAT.get(k, k) for k in differ)
+        what = ", ".join(_WHAT.get(str(k)) or str(k) for k in differ)
         detail = "".join(f"; {k} was '{fp.get(k)}', now '{mine[k]}'" for k in ("policy", "seed", "memory")
                          if k in differ)
         raise CheckpointError(p, f"was written by a run with a different {what}{detail}; resume with the same "
