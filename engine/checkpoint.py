@@ -63,66 +63,99 @@ class CheckpointError(ValidationError):
 # -- fingerprint ----------------------------------------------------------------------------------------
 
 
-def _canonical(obj: Any, depth: int = 0, seen: frozenset[int] = frozenset()) -> Any:
-    """A JSON-ready description of ``obj``'s value: settings, tables and weights (arrays by digest)."""
-    if obj is None or isinstance(obj, bool | int | str):
-        return obj
-    if isinstance(obj, float):
-        return repr(obj)
-    if depth > 60:
-        return f"<{type(obj).__qualname__} nested too deep>"
-    if isinstance(obj, enum.Enum):
-        return f"{type(obj).__qualname__}.{obj.name}"
-    if isinstance(obj, bytes | bytearray | memoryview):
-        return {"bytes": hashlib.sha256(bytes(obj)).hexdigest()}
-    if isinstance(obj, os.PathLike):
-        return os.fspath(obj)
-    module = type(obj).__module__
-    if module == "numpy" or module.startswith("numpy."):
-        import numpy as np
-
-        if isinstance(obj, np.ndarray):
-            data = np.ascontiguousarray(obj)
-            return {"array": str(data.dtype), "shape": list(data.shape),
-                    "sha256": hashlib.sha256(data.tobytes()).hexdigest() if data.dtype != object
-                    else _canonical(data.tolist(), depth + 1, seen)}
-        if isinstance(obj, np.generic):
-            return _canonical(obj.item(), depth + 1, seen)
-    if module.startswith("torch") and hasattr(obj, "detach"):
-        return _canonical(obj.detach().cpu().numpy(), depth + 1, seen)
-    if callable(obj) and hasattr(obj, "__qualname__") and not dataclasses.is_dataclass(obj):
-        return f"{getattr(obj, '__module__', '')}.{obj.__qualname__}"
-    if id(obj) in seen:
-        return "<cycle>"
-    seen = seen | {id(obj)}
-    if isinstance(obj, Mapping):
-        items = [[_canonical(k, depth + 1, seen), _canonical(v, depth + 1, seen)] for k, v in obj.items()]
-        return {"map": sorted(items, key=lambda kv: json.dumps(kv[0], sort_keys=True))}
-    if isinstance(obj, list | tuple):
-        return [_canonical(v, depth + 1, seen) for v in obj]
-    if isinstance(obj, set | frozenset):
-        return {"set": sorted((_canonical(v, depth + 1, seen) for v in obj), key=lambda v: json.dumps(v, sort_keys=True))}
-    fields: dict[str, Any] = {}
-    if hasattr(obj, "__dict__"):
-        fields.update(vars(obj))
-    for cls in type(obj).__mro__:
-        for name in getattr(cls, "__slots__", ()):
-            if name not in ("__dict__", "__weakref__") and hasattr(obj, name):
-                fields[name] = getattr(obj, name)
-    if not fields:
-        try:
-            state = obj.__getstate__()
-        except Exception:  # noqa: BLE001 - an object without state is described by its type
-            state = None
-        if isinstance(state, dict | tuple | list):
-            fields = {"state": state}
-    kept = {k: _canonical(v, depth + 1, seen) for k, v in sorted(fields.items())
-            if not any(word in k.lower() for word in _NOT_SETTINGS)}
-    return {"type": f"{module}.{type(obj).__qualname__}", "fields": kept}
+_PLAIN = (type(None), bool, int, float, str)
 
 
-def _digest(obj: Any) -> str:
-    text = json.dumps(_canonical(obj), sort_keys=True, separators=(",", ":"))
+def _plain(obj: Any, depth: int = 0) -> bool:
+    """A number, text or a short tuple of them: its ``repr`` is its value, in every process."""
+    if isinstance(obj, _PLAIN):
+        return True
+    return type(obj) is tuple and depth < 3 and all(_plain(v, depth + 1) for v in obj)
+
+
+def _plain_digest(items: Any) -> str:
+    return hashlib.sha256(repr(items).encode()).hexdigest()
+
+
+class _Describer:
+    """JSON-ready descriptions of values: settings, tables and weights (arrays and plain tables by digest).
+
+    Objects met twice (the same predictors inside a policy and inside its memo) are described once."""
+
+    def __init__(self) -> None:
+        self.memo: dict[int, Any] = {}
+        self.keep: list[Any] = []  # keeps the memo's objects alive, so their ids stay theirs
+
+    def __call__(self, obj: Any, depth: int = 0, seen: frozenset[int] = frozenset()) -> Any:
+        if isinstance(obj, _PLAIN):
+            return repr(obj) if isinstance(obj, float) else obj
+        if id(obj) in seen:
+            return "<cycle>"
+        hit = self.memo.get(id(obj))
+        if hit is None:
+            hit = self.memo[id(obj)] = self._describe(obj, depth, seen | {id(obj)})
+            self.keep.append(obj)
+        return hit
+
+    def _describe(self, obj: Any, depth: int, seen: frozenset[int]) -> Any:  # noqa: C901 - one case per kind
+        if depth > 60:
+            return f"<{type(obj).__qualname__} nested too deep>"
+        if isinstance(obj, enum.Enum):
+            return f"{type(obj).__qualname__}.{obj.name}"
+        if isinstance(obj, bytes | bytearray | memoryview):
+            return {"bytes": hashlib.sha256(bytes(obj)).hexdigest()}
+        if isinstance(obj, os.PathLike):
+            return os.fspath(obj)
+        module = type(obj).__module__
+        if module == "numpy" or module.startswith("numpy."):
+            import numpy as np
+
+            if isinstance(obj, np.ndarray):
+                data = np.ascontiguousarray(obj)
+                return {"array": str(data.dtype), "shape": list(data.shape),
+                        "sha256": hashlib.sha256(data.tobytes()).hexdigest() if data.dtype != object
+                        else self(data.tolist(), depth + 1, seen)}
+            if isinstance(obj, np.generic):
+                return self(obj.item(), depth + 1, seen)
+        if module.startswith("torch") and hasattr(obj, "detach"):
+            return self(obj.detach().cpu().numpy(), depth + 1, seen)
+        if callable(obj) and hasattr(obj, "__qualname__") and not dataclasses.is_dataclass(obj):
+            return f"{getattr(obj, '__module__', '')}.{obj.__qualname__}"
+        if isinstance(obj, Mapping):
+            if all(_plain(k) and _plain(v) for k, v in obj.items()):
+                try:
+                    return {"plain-map": _plain_digest(sorted(obj.items()))}
+                except TypeError:  # keys of mixed types
+                    return {"plain-map": _plain_digest(sorted(obj.items(), key=repr))}
+            items = [[self(k, depth + 1, seen), self(v, depth + 1, seen)] for k, v in obj.items()]
+            return {"map": sorted(items, key=lambda kv: json.dumps(kv[0], sort_keys=True))}
+        if isinstance(obj, list | tuple):
+            if len(obj) > 8 and all(_plain(v) for v in obj):
+                return {"plain-seq": _plain_digest(list(obj))}
+            return [self(v, depth + 1, seen) for v in obj]
+        if isinstance(obj, set | frozenset):
+            return {"set": sorted((self(v, depth + 1, seen) for v in obj), key=lambda v: json.dumps(v, sort_keys=True))}
+        fields: dict[str, Any] = {}
+        if hasattr(obj, "__dict__"):
+            fields.update(vars(obj))
+        for cls in type(obj).__mro__:
+            for name in getattr(cls, "__slots__", ()):
+                if name not in ("__dict__", "__weakref__") and hasattr(obj, name):
+                    fields[name] = getattr(obj, name)
+        if not fields:
+            try:
+                state = obj.__getstate__()
+            except Exception:  # noqa: BLE001 - an object without state is described by its type
+                state = None
+            if isinstance(state, dict | tuple | list):
+                fields = {"state": state}
+        kept = {k: self(v, depth + 1, seen) for k, v in sorted(fields.items())
+                if not any(word in k.lower() for word in _NOT_SETTINGS)}
+        return {"type": f"{module}.{type(obj).__qualname__}", "fields": kept}
+
+
+def _digest(obj: Any, describe: _Describer | None = None) -> str:
+    text = json.dumps((describe or _Describer())(obj), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -134,16 +167,18 @@ def fingerprint(sim: Simulator) -> dict[str, str]:
     predictors = getattr(sim.policy, "predictors", None)
     others = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(SimulationConfig)
               if f.name not in ("seed", "memory", "faults")}
+    describe = _Describer()
     return {
-        "instance": _digest(sim.instance),
+        "instance": _digest(sim.instance, describe),
         "policy": str(getattr(sim.policy, "name", type(sim.policy).__qualname__)),
-        "policy_options": _digest({k: v for k, v in _policy_fields(sim.policy).items() if v is not predictors}),
-        "predictors": _digest(predictors),
+        "policy_options": _digest({k: v for k, v in _policy_fields(sim.policy).items() if v is not predictors},
+                                  describe),
+        "predictors": _digest(predictors, describe),
         "seed": str(cfg.seed),
-        "faults": _digest(cfg.faults),
+        "faults": _digest(cfg.faults, describe),
         "memory": str(cfg.memory),
-        "simulation": _digest(others),
-        "truth": _digest(sim.truth),
+        "simulation": _digest(others, describe),
+        "truth": _digest(sim.truth, describe),
     }
 
 
