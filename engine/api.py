@@ -74,6 +74,8 @@ class SolveConfig:
     migration_penalty: float = 0.1
     fallback_policy: str = "sjf"
     exact_max_jobs: int = 100
+    #: reproducible solves (see ``RoundOptions.deterministic``); ``False``: several workers, wall-clock limit
+    deterministic: bool = True
 
     def __post_init__(self) -> None:
         base, _, policy = self.backend.partition(":")
@@ -112,7 +114,7 @@ class SolveConfig:
 
         return RoundOptions(objective=self.objective, max_jobs_per_gpu=self.max_jobs_per_gpu,
                             freeze_levels=self.freeze_levels, time_limit_s=self.time_limit_s,
-                            migration_penalty=self.migration_penalty)
+                            migration_penalty=self.migration_penalty, deterministic=self.deterministic)
 
 
 @functools.lru_cache(maxsize=8)

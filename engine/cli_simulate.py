@@ -81,12 +81,34 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def parse_faults(text: str | None) -> Any:
+    """``MTBF_S:MTTR_S:CHECKPOINT_INTERVAL_S`` as a :class:`~dltsched.engine.faults.FaultConfig` (``None``: none)."""
+    if text is None:
+        return None
+    from dltsched.engine.faults import FaultConfig
+
+    parts = text.split(":")
+    try:
+        values = [float(x) for x in parts]
+    except ValueError:
+        values = []
+    if len(values) != 3:
+        raise ValidationError("--faults", f"'{text}' not understood; MTBF_S:MTTR_S:CHECKPOINT_INTERVAL_S, "
+                              "e.g. 14400:900:600")
+    return FaultConfig(*values)
+
+
 def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_set: str = "default",
                  memory: str = "reject", data_dir: str | None = None, prediction_error: float = 0.0,
-                 options: dict[str, Any] | None = None, faults: Any = None) -> list[SimulationResult]:
+                 options: dict[str, Any] | None = None, faults: Any = None, checkpoint: str | None = None,
+                 checkpoint_every: int = 200) -> list[SimulationResult]:
     """Simulate each policy in ``names`` on ``inst`` with the same ground truth and seed. ``options``
-    go to the policies that take them (the optimizing family)."""
+    go to the policies that take them (the optimizing family). With ``checkpoint`` (one policy only) the
+    run saves its state there every ``checkpoint_every`` rounds and continues from it when it exists."""
     from dltsched.engine.noise import with_prediction_error
+
+    if checkpoint is not None and len(names) != 1:
+        raise ValidationError("--checkpoint", f"holds one run; give exactly one --policy (got {len(names)})")
 
     preds = with_prediction_error(predictors(predictor_set), prediction_error, seed)
     truth = MeasuredTruth(data_dir=data_dir)
@@ -95,7 +117,14 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
     for name in names:
         extra = options if options and name.startswith("optimizing") else {}
         policy = make_policy(name, predictors=preds, **extra)
-        results.append(run_simulation(inst, policy, truth=truth, config=config))
+        if checkpoint is None:
+            results.append(run_simulation(inst, policy, truth=truth, config=config))
+            continue
+        from dltsched.engine.checkpoint import CheckpointStore
+        from dltsched.engine.simulator import Simulator
+
+        store = CheckpointStore(checkpoint, checkpoint_every)
+        results.append(Simulator(inst, policy, truth, config, store=store).run(resume=True))
     return results
 
 
@@ -152,18 +181,24 @@ def print_table(results: list[SimulationResult], title: str) -> None:
 @click.option("--prediction-error", type=float, default=0.0, show_default=True,
               help="Multiply predictions by exp(E*z), z~N(0,1) per job: 0.2 = predictions about 20%% off.")
 @click.option("--option", "options", multiple=True, help="KEY=VALUE for the optimizing policies, e.g. backend=milp.")
+@click.option("--faults", help="Node failures MTBF_S:MTTR_S:CHECKPOINT_INTERVAL_S (seeded), e.g. 14400:900:600.")
+@click.option("--checkpoint", type=click.Path(dir_okay=False),
+              help="Save the run here every --checkpoint-every rounds; continue from it when it exists (one policy).")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Rounds between checkpoints.")
 @click.option("--records", is_flag=True, help="Include per-job records and the utilisation trace in --json.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON result to this file.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def simulate(instance_path: str | None, workload: str | None, data_dir: str | None, cluster: str | None,
              jobs: int | None, policies: tuple[str, ...], predictor_set: str, memory: str, seed: int,
-             prediction_error: float, options: tuple[str, ...], records: bool, output: str | None,
-             as_json: bool) -> None:
+             prediction_error: float, options: tuple[str, ...], faults: str | None, checkpoint: str | None,
+             checkpoint_every: int, records: bool, output: str | None, as_json: bool) -> None:
     """Simulate policies on an instance and compare their metrics."""
     names = expand_policies(policies)
     inst = load_instance_or_workload(instance_path, workload, data_dir=data_dir, cluster=cluster, jobs=jobs, seed=seed)
     results = run_policies(inst, names, seed=seed, predictor_set=predictor_set, memory=memory, data_dir=data_dir,
-                           prediction_error=prediction_error, options=parse_options(options))
+                           prediction_error=prediction_error, options=parse_options(options),
+                           faults=parse_faults(faults), checkpoint=checkpoint, checkpoint_every=checkpoint_every)
     payload: Any = [r.to_dict(records=records, utilization=records) for r in results]
     if len(payload) == 1 and len(policies) == 1 and policies[0] not in ("all", "baselines", "papers"):
         payload = payload[0]

@@ -10,6 +10,13 @@ worker) x (1 - frozen penalty). A job that (re)starts pays a checkpoint-restore 
 Memory: a plan that overfills a GPU by the ground-truth memory model is rejected (``memory="reject"``,
 the default), or the job that does not fit crashes out of memory at start and returns to the queue
 (``memory="oom"``), as a real cluster would behave when a policy under-predicts memory.
+
+Run state: :meth:`Simulator.start` gives the run (:class:`RunState`) before its first event;
+``RunState.to_dict()`` is the whole state as JSON-ready data and ``RunState.from_dict()`` restores it into
+a fresh run of the same instance, policy and settings, on the same trajectory bit for bit (the lazy
+progress bookkeeping, the completion heap and the running order are part of it). A :class:`RunStore`
+(:class:`dltsched.engine.checkpoint.CheckpointStore` writes files) receives that state every
+``every_rounds`` rounds; this module knows nothing of files.
 """
 
 from __future__ import annotations
@@ -19,11 +26,11 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from itertools import compress
 from operator import is_not
 from types import MappingProxyType
-from typing import Literal, Protocol, overload
+from typing import Any, Literal, Protocol, overload
 
 import numpy as np
 
@@ -34,6 +41,20 @@ from dltsched.engine.metrics import JobRecord, PlacementInterval, SimulationResu
 from dltsched.engine.truth import GroundTruth, MeasuredTruth
 
 _EPS_ITER = 1e-6
+
+
+class RunStore(Protocol):
+    """Where a run's state goes every ``every_rounds`` rounds, and comes back from on resume.
+
+    ``start`` is called once, before the first event, with the simulator (still untouched by the run); it
+    returns the run to continue (``sim.start()`` restored by ``from_dict``), or ``None`` to start afresh.
+    ``save`` gets :meth:`RunState.to_dict`."""
+
+    every_rounds: int
+
+    def start(self, sim: Simulator, *, resume: bool) -> RunState | None: ...
+
+    def save(self, state: dict[str, Any]) -> None: ...
 
 
 class Policy(Protocol):
@@ -72,6 +93,28 @@ class _Active:
     synced_at: float = 0.0  # ``remaining`` and ``attained_s`` are exact at this instant (running jobs)
     version: int = 0  # bumps when the job's completion time changes; stale heap entries are skipped
 
+    def to_dict(self) -> dict[str, Any]:
+        asg = self.assignment
+        return {"id": self.job.id, "gpu_types": list(self.job.gpu_types),  # fewer than submitted after an OOM
+                "remaining": self.remaining, "attained_s": self.attained_s,
+                "assignment": None if asg is None else {"gpus": list(asg.gpus), "freeze_level": asg.freeze_level},
+                "rate": self.rate, "ready_at": self.ready_at, "preemptions": self.preemptions,
+                "first_start": self.first_start, "queued_since": self.queued_since, "penalty": self.penalty,
+                "placed_at": self.placed_at, "ckpt_remaining": self.ckpt_remaining, "failures": self.failures,
+                "synced_at": self.synced_at, "version": self.version}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], job: Job) -> _Active:
+        if tuple(data["gpu_types"]) != job.gpu_types:
+            job = replace(job, gpu_types=tuple(data["gpu_types"]))
+        asg = data["assignment"]
+        return cls(job, float(data["remaining"]), float(data["attained_s"]),
+                   None if asg is None else Assignment(job.id, tuple(asg["gpus"]), int(asg["freeze_level"])),
+                   float(data["rate"]), float(data["ready_at"]), int(data["preemptions"]),
+                   None if data["first_start"] is None else float(data["first_start"]), float(data["queued_since"]),
+                   float(data["penalty"]), float(data["placed_at"]), float(data["ckpt_remaining"]),
+                   int(data["failures"]), float(data["synced_at"]), int(data["version"]))
+
 
 @dataclass(frozen=True, slots=True)
 class SimulationConfig:
@@ -82,9 +125,6 @@ class SimulationConfig:
     max_time_s: float = math.inf
     utilization_samples: int = 400
     faults: FaultConfig | None = None
-    #: write the simulation state here every ``checkpoint_every_rounds`` rounds (atomic replace)
-    checkpoint_path: str | None = None
-    checkpoint_every_rounds: int = 200
 
 
 @dataclass(slots=True)
@@ -96,15 +136,17 @@ class Simulator:
     truth: GroundTruth = field(default_factory=MeasuredTruth)
     config: SimulationConfig = SimulationConfig()
     on_round: Callable[[float, int], None] | None = None
+    #: receives the run state every ``store.every_rounds`` rounds (see :class:`RunStore`)
+    store: RunStore | None = None
+
+    def start(self) -> RunState:
+        """A fresh run of this simulator, before its first event (``run()`` continues it)."""
+        return _Run(self)
 
     def run(self, *, resume: bool = False) -> SimulationResult:
-        """Simulate to the end; with ``resume``, continue from ``config.checkpoint_path`` if it exists."""
-        run = _Run(self)
-        if resume and self.config.checkpoint_path:
-            from dltsched.engine.checkpoint import load_checkpoint
-
-            load_checkpoint(run, self.config.checkpoint_path)
-        return run.run()
+        """Simulate to the end; with ``resume``, continue from the state ``store`` returns, if any."""
+        run = self.store.start(self, resume=resume) if self.store is not None else None
+        return (run or _Run(self)).run()
 
 
 class _RunningStates(Mapping[str, JobState]):
@@ -188,6 +230,8 @@ class _Jobs(Sequence[JobState]):
 
 
 class _Run:
+    """One simulation in progress (public as :data:`RunState`: ``run``, ``to_dict``, ``from_dict``)."""
+
     def __init__(self, sim: Simulator) -> None:
         self.sim = sim
         self.inst = sim.instance
@@ -380,26 +424,79 @@ class _Run:
         del self.queue_snaps[i]
         self._queue_tuple = None
 
-    def rebuild_queue(self) -> None:
-        """Re-derive the running set, the arrival-ordered queue and the completion times from ``active``
-        (after a restore)."""
-        self.running = {k: a for k, a in self.active.items() if a.assignment is not None}
+    # -- run state as data -----------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The whole state of the run as JSON-ready data (finite floats; ``from_dict`` restores it).
+
+        Nothing is brought up to date for it: running jobs keep their lazy progress (``synced_at`` and the
+        read instants after the earliest of them), the completion heap keeps its order, so a run that
+        saves its state follows the same trajectory, bit for bit, as one that does not."""
+        since = min((a.synced_at for a in self.running.values()), default=self.time)
+        reads = self._read_at[bisect.bisect_right(self._read_at, since):]
+        heap = sorted(entry for entry in self._finish_heap
+                      if (a := self.running.get(entry[2])) is not None and a.version == entry[3])
+        return {
+            "time": self.time, "next_arrival": self.next_arrival, "rounds": self.rounds,
+            "last_round": self.last_round if math.isfinite(self.last_round) else None,
+            "busy_gpu_s": self.busy_gpu_s, "oom_events": self.oom_events, "node_failures": self.node_failures,
+            "fault_interruptions": self.fault_interruptions, "decision_times": list(self.decision_times),
+            "util_trace": [list(x) for x in self.util_trace], "ideal_s": dict(self.ideal_s),
+            "finished": [asdict(r) for r in self.finished],
+            "intervals": [asdict(p) | {"gpus": list(p.gpus)} for p in self.intervals],
+            "gpu_jobs": [list(x) for x in self.gpu_jobs],
+            "active": [a.to_dict() for a in self.active.values()],
+            "running": list(self.running), "read_at": reads,
+            "finish_heap": [list(entry) for entry in heap], "seq": self._seq,
+            "faults": self.faults.state_dict() if self.faults is not None else None,
+            "policy_state": self.policy.state_dict() if hasattr(self.policy, "state_dict") else None,
+        }
+
+    def from_dict(self, data: Mapping[str, Any]) -> None:
+        """Restore a state of :meth:`to_dict` into this fresh run (same instance, policy and settings).
+
+        ``data`` is trusted to be well formed (:mod:`dltsched.engine.checkpoint` checks files before);
+        a malformed one raises ``KeyError``/``TypeError``/``ValueError``."""
+        jobs = {j.id: j for j in self.inst.jobs}
+        self.time = float(data["time"])
+        self.next_arrival = int(data["next_arrival"])
+        self.rounds = int(data["rounds"])
+        self.last_round = -math.inf if data["last_round"] is None else float(data["last_round"])
+        self.busy_gpu_s = float(data["busy_gpu_s"])
+        self.oom_events = int(data["oom_events"])
+        self.node_failures = int(data["node_failures"])
+        self.fault_interruptions = int(data["fault_interruptions"])
+        self.decision_times = [float(x) for x in data["decision_times"]]
+        self.util_trace = [(float(t), float(u)) for t, u in data["util_trace"]]
+        self.ideal_s = {str(k): float(v) for k, v in data["ideal_s"].items()}
+        self.finished = [JobRecord(**r) for r in data["finished"]]
+        self.intervals = [PlacementInterval(**{**p, "gpus": tuple(p["gpus"])}) for p in data["intervals"]]
+        self.gpu_jobs = [[str(j) for j in x] for x in data["gpu_jobs"]]
+        self.active = {a["id"]: _Active.from_dict(a, jobs[a["id"]]) for a in data["active"]}
+        self.running = {k: self.active[k] for k in data["running"]}
         self.queue_keys, self.queue_snaps = [], []
         self._queue_tuple = None
         for a in self.active.values():
             if a.assignment is None:
                 self._enqueue(a)
-            else:
-                a.synced_at = self.time
         self._stale_nodes = set(range(len(self.cluster.nodes)))
         self._running_jobs = {k: a.job for k, a in self.running.items()}
         self._placements = {k: a.assignment for k, a in self.running.items() if a.assignment is not None}
         self._shared = None
-        self._finish_heap = []
         self._dirty_gpus = set()
-        self._read_at = []
-        self._read_array = np.empty(1024)
+        self._read_at = [float(t) for t in data["read_at"]]
+        self._read_array = np.empty(max(1024, 2 * len(self._read_at)))
+        self._read_array[:len(self._read_at)] = self._read_at
+        self._finish_heap = [(float(t), int(q), str(j), int(v)) for t, q, j, v in data["finish_heap"]]
+        heapq.heapify(self._finish_heap)
+        self._seq = int(data["seq"])
+        self.num_busy_gpus = sum(1 for on in self.gpu_jobs if on)
         self.num_held_gpus = sum(map(len, self.gpu_jobs))
+        if self.faults is not None and data["faults"] is not None:
+            self.faults.load_state_dict(data["faults"])
+        if data["policy_state"] is not None and hasattr(self.policy, "load_state_dict"):
+            self.policy.load_state_dict(data["policy_state"])
+        self.started = True
 
     # -- progress (lazy: a running job's progress is brought up to date only when it is needed) --------
 
@@ -579,10 +676,9 @@ class _Run:
         self.last_round = self.time
         self._apply(plan, state.down_gpus)
         self.rounds += 1
-        if self.cfg.checkpoint_path and self.rounds % self.cfg.checkpoint_every_rounds == 0:
-            from dltsched.engine.checkpoint import save_checkpoint
-
-            save_checkpoint(self, self.cfg.checkpoint_path)
+        store = self.sim.store
+        if store is not None and self.rounds % store.every_rounds == 0:
+            store.save(self.to_dict())
         if self.sim.on_round is not None:
             self.sim.on_round(self.time, len(self.finished))
 
@@ -791,6 +887,10 @@ class _Run:
                 self._sync(a)
                 a.rate = rate
                 self._schedule_finish(a)
+
+
+#: the run state's public name (see the module docstring)
+RunState = _Run
 
 
 def _replay_with_numpy(a: _Active, t: np.ndarray) -> bool:

@@ -46,6 +46,11 @@ class RoundOptions:
     ``round_s`` is the round length: a job left out is predicted to wait one round and then run alone.
     ``max_partners`` bounds the co-location partners enumerated per job (keeps groups O(jobs));
     ``max_nodes_per_unit`` bounds the nodes offered to a multi-GPU unit per type (see candidates).
+
+    ``deterministic`` (the default) makes a solve reproducible bit for bit: CP-SAT runs one worker under a
+    deterministic work budget derived from ``time_limit_s`` instead of a wall-clock limit, HiGHS one thread
+    (see :mod:`dltsched.formulations.cpsat.model`); ``False`` gives ``num_workers`` workers and a wall-clock
+    limit (faster on a large round, but two runs may return different plans).
     """
 
     objective: str = "effective_progress"
@@ -60,6 +65,7 @@ class RoundOptions:
     allow_cross_node: bool = True
     num_workers: int = 2
     max_nodes_per_unit: int = 4
+    deterministic: bool = True
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -82,6 +88,8 @@ class RoundOptions:
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValidationError(f"options.{name}", f"{value!r} not understood; must be >= 0")
+        if not isinstance(self.deterministic, bool):
+            raise ValidationError("options.deterministic", f"{self.deterministic!r} not understood; true or false")
         for name in ("max_partners", "num_workers", "max_nodes_per_unit"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValidationError(f"options.{name}", f"{getattr(self, name)!r} not understood; must be >= 1")

@@ -3,6 +3,11 @@
 Same decisions, constraints and objective as the CP-SAT model (one binary per candidate), with
 exact floating-point coefficients. ``solver`` names another Pyomo solver (``gurobi_persistent``,
 ``scip``, ``cbc``, ``cplex`` ...) when installed; HiGHS is the default.
+
+Determinism (``RoundOptions.deterministic``, the default): HiGHS runs one thread. HiGHS has no
+deterministic work limit for MIPs, so a round is reproducible when it ends on its gap (``optimal`` or
+``gap_limit``); one stopped by the wall-clock ``time_limit_s`` (``timeout``) may differ between runs. Use the
+CP-SAT backend for runs that must repeat bit for bit; ``deterministic=False`` gives ``num_workers`` threads.
 """
 
 from __future__ import annotations
@@ -102,7 +107,8 @@ def _solve_highs(model: Any, cset: CandidateSet, time_limit_s: float, hint: Sequ
         _set_start(opt, model, hint, highspy)
     build_s += time.perf_counter() - start
     options = cset.problem.options
-    results = opt.solve(model, time_limit=time_limit_s, rel_gap=options.relative_gap, threads=options.num_workers,
+    threads = 1 if options.deterministic else options.num_workers
+    results = opt.solve(model, time_limit=time_limit_s, rel_gap=options.relative_gap, threads=threads,
                         load_solutions=False, raise_exception_on_nonoptimal_result=False,
                         solver_options={"mip_abs_gap": 1e-9})
     return _outcome(model, results, build_s, results.timing_info.wall_time)

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from dltsched.engine.checkpoint import CheckpointError, CheckpointStore
 from dltsched.engine.faults import FaultConfig, FaultSchedule
 from dltsched.engine.registry import make_policy, policy_names
 from dltsched.engine.simulator import SimulationConfig, Simulator
@@ -76,7 +77,7 @@ class Crash(Exception):
 def test_resume_after_crash_gives_the_same_result(policy, analytic, small_instance, tmp_path):
     inst = small_instance(21, num_jobs=30)
     ckpt = tmp_path / "sim.ckpt.json"
-    cfg = SimulationConfig(seed=4, faults=FAULTS, checkpoint_path=str(ckpt), checkpoint_every_rounds=5)
+    cfg = SimulationConfig(seed=4, faults=FAULTS)
     full = Simulator(inst, make_policy(policy, predictors=analytic), TRUTH,
                      SimulationConfig(seed=4, faults=FAULTS)).run()
 
@@ -88,24 +89,24 @@ def test_resume_after_crash_gives_the_same_result(policy, analytic, small_instan
             raise Crash
 
     with pytest.raises(Crash):
-        Simulator(inst, make_policy(policy, predictors=analytic), TRUTH, cfg, on_round=crash_midway).run()
+        Simulator(inst, make_policy(policy, predictors=analytic), TRUTH, cfg, on_round=crash_midway,
+                  store=CheckpointStore(ckpt, 5)).run()
     assert ckpt.exists()
-    resumed = Simulator(inst, make_policy(policy, predictors=analytic), TRUTH, cfg).run(resume=True)
+    resumed = Simulator(inst, make_policy(policy, predictors=analytic), TRUTH, cfg,
+                        store=CheckpointStore(ckpt, 5)).run(resume=True)
     assert resumed.records == full.records
     assert resumed.makespan_s == full.makespan_s
     assert resumed.node_failures == full.node_failures
 
 
 def test_resume_refuses_another_seed(analytic, small_instance, tmp_path):
-    from dltsched.engine.errors import ValidationError
-
     inst = small_instance(1, num_jobs=10)
     ckpt = tmp_path / "c.json"
-    cfg = SimulationConfig(seed=1, checkpoint_path=str(ckpt), checkpoint_every_rounds=1)
-    Simulator(inst, make_policy("fifo", predictors=analytic), TRUTH, cfg).run()
-    other = SimulationConfig(seed=2, checkpoint_path=str(ckpt))
-    with pytest.raises(ValidationError, match="seed"):
-        Simulator(inst, make_policy("fifo", predictors=analytic), TRUTH, other).run(resume=True)
+    Simulator(inst, make_policy("fifo", predictors=analytic), TRUTH, SimulationConfig(seed=1),
+              store=CheckpointStore(ckpt, 1)).run()
+    with pytest.raises(CheckpointError, match="seed"):
+        Simulator(inst, make_policy("fifo", predictors=analytic), TRUTH, SimulationConfig(seed=2),
+                  store=CheckpointStore(ckpt, 1)).run(resume=True)
 
 
 def test_resume_keeps_what_a_job_learned_from_running_out_of_memory(tmp_path):
@@ -134,16 +135,16 @@ def test_resume_keeps_what_a_job_learned_from_running_out_of_memory(tmp_path):
             return Plan(tuple(out))
 
     ckpt = tmp_path / "oom.ckpt.json"
-    cfg = SimulationConfig(memory="oom", checkpoint_path=str(ckpt), checkpoint_every_rounds=1)
+    cfg = SimulationConfig(memory="oom")
     full = Simulator(inst, MoveToK80(), TRUTH, SimulationConfig(memory="oom")).run()
     assert full.oom_events == 1
 
     def crash_after_the_oom(_t, _finished):
-        if json.loads(ckpt.read_text())["oom_events"] >= 1:
+        if json.loads(ckpt.read_text())["state"]["oom_events"] >= 1:
             raise Crash
 
     with pytest.raises(Crash):
-        Simulator(inst, MoveToK80(), TRUTH, cfg, on_round=crash_after_the_oom).run()
-    resumed = Simulator(inst, MoveToK80(), TRUTH, cfg).run(resume=True)
+        Simulator(inst, MoveToK80(), TRUTH, cfg, on_round=crash_after_the_oom, store=CheckpointStore(ckpt, 1)).run()
+    resumed = Simulator(inst, MoveToK80(), TRUTH, cfg, store=CheckpointStore(ckpt, 1)).run(resume=True)
     assert resumed.oom_events == 1
     assert resumed.records == full.records
