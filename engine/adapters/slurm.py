@@ -177,7 +177,8 @@ _GRES = re.compile(r"gpu(?::(?P<type>[A-Za-z][\w.-]*))?:(?P<count>\d+)(?:\([^)]*
 
 def parse_gres(text: str | None) -> tuple[str | None, int, tuple[int, ...]]:
     """GPU type, count and indices of a gres string (``gpu:v100:4``, ``gres:gpu:2``, ``gpu:v100:2(IDX:0-1)``)."""
-    gpu_type, count, idx = None, 0, ()
+    gpu_type: str | None = None
+    count, idx = 0, ()  # type: tuple[int, tuple[int, ...]]
     for m in _GRES.finditer(text or ""):
         gpu_type = gpu_type or m.group("type")
         count += int(m.group("count"))
@@ -381,11 +382,11 @@ def plan_actions(snap: Snapshot, placements: Mapping[str, Placement], *, preempt
         else:
             busy.setdefault(p.node, set()).update(p.gpus)
     for job_id in snap.queued:
-        p = placements.get(job_id)
-        if p is None or p.node not in usable or busy.get(p.node, set()) & set(p.gpus):
+        place = placements.get(job_id)
+        if place is None or place.node not in usable or busy.get(place.node, set()) & set(place.gpus):
             continue
-        busy[p.node].update(p.gpus)
-        actions.append(Action("start", job_id, p.node, p.gpus))
+        busy[place.node].update(place.gpus)
+        actions.append(Action("start", job_id, place.node, place.gpus))
     return actions
 
 
