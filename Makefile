@@ -23,4 +23,4 @@ test-fast: venv
 
 test-slurm: venv
 	bash scripts/slurm-sandbox.sh
-	SLURM_CONF=$${DLTSCHED_SLURM_DIR:-/tmp/dltsched-slurm}/etc/slurm.conf $(PY) -m pytest -q -m slurm tests/adapters
+	SLURM_CONF=$${DLTSCHED_SLURM_DIR:-/tmp/dltsched-slurm}/etc/slurm.conf $(PY) -m pytest -q -s -m slurm tests/adapters
