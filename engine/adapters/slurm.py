@@ -44,7 +44,7 @@ from typing import Any
 
 import click
 
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.errors import DltschedError, ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +294,7 @@ def decide(snap: Snapshot, config: RoundConfig, warm_start: Any = None) -> tuple
         gpus = tuple(first[p.node] + i for i in p.gpus)
         held.update(gpus)
         spec, elapsed = snap.specs[job_id], max(0.0, snap.time_s - snap.start_time.get(job_id, snap.time_s))
-        done = elapsed / spec.step_time_s if spec.step_time_s else 0.0
+        done = elapsed / preds.step_time.step_time_s(jobs[job_id], cluster.gpu_type_of(gpus[0]))
         left = max(spec.iterations * 0.01, spec.iterations - done)
         states.append(JobState(jobs[job_id], left, attained_service_s=elapsed * len(gpus),
                                assignment=Assignment(job_id, gpus), first_start_s=snap.start_time.get(job_id),
@@ -392,6 +392,10 @@ def plan_actions(snap: Snapshot, placements: Mapping[str, Placement], *, preempt
 
 # ----------------------------------------------------------------------------- the daemon
 
+class SlurmCommandError(DltschedError):
+    """A Slurm command failed (slurmctld down, job gone, ...); the message has its stderr."""
+
+
 class SlurmCommands:
     """Runs Slurm's commands (``SLURM_CONF`` from the environment unless ``slurm_conf`` is given)."""
 
@@ -400,10 +404,16 @@ class SlurmCommands:
         self.timeout_s = timeout_s
 
     def __call__(self, args: Sequence[str]) -> str:
-        done = subprocess.run(list(args), env=self.env, capture_output=True, text=True, timeout=self.timeout_s,
-                              check=False)
+        try:
+            done = subprocess.run(list(args), env=self.env, capture_output=True, text=True, timeout=self.timeout_s,
+                                  check=False)
+        except FileNotFoundError:
+            raise DltschedError(f"slurm: '{args[0]}' not found; install Slurm's client commands "
+                                "(bash scripts/slurm-sandbox.sh sets up a local Slurm)") from None
+        except subprocess.TimeoutExpired:
+            raise SlurmCommandError(f"{' '.join(args)}: no answer within {self.timeout_s:g} s") from None
         if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(args)}: exit {done.returncode}: {done.stderr.strip()[:300]}")
+            raise SlurmCommandError(f"{' '.join(args)}: exit {done.returncode}: {done.stderr.strip()[:300]}")
         return done.stdout
 
 
@@ -421,7 +431,8 @@ class DaemonOptions:
 
 
 class SlurmDaemon:
-    """The scheduling loop. ``run`` executes a Slurm command and returns its stdout (raises on failure)."""
+    """The scheduling loop. ``run`` executes a Slurm command and returns its stdout (raises
+    :class:`SlurmCommandError` on failure)."""
 
     def __init__(self, options: DaemonOptions, run: Callable[[Sequence[str]], str] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
@@ -544,7 +555,7 @@ class SlurmDaemon:
         try:
             for cmd in action.commands(self.options.time_limit):
                 self.run(cmd)
-        except RuntimeError as err:  # the job finished or vanished meanwhile; Slurm's state decides
+        except SlurmCommandError as err:  # the job finished or vanished meanwhile; Slurm's state decides
             log.warning("job %s: %s failed: %s", action.job_id, action.kind, err)
             self.released.pop(action.job_id, None)
             return
@@ -552,8 +563,8 @@ class SlurmDaemon:
         self._event(time=self.clock(), action=action.kind, job=action.job_id, node=action.node, gpus=list(action.gpus))
 
     def run_forever(self, once: bool = False) -> None:
-        """Rounds every ``poll_s`` until SIGTERM/SIGINT (or one round with ``once``). A round that cannot
-        reach Slurm is logged and retried; the daemon does not exit on it."""
+        """Rounds every ``poll_s`` until SIGTERM/SIGINT (or one round with ``once``, which raises when it fails).
+        A round that cannot reach Slurm is logged and retried; the daemon does not exit on it."""
         def stop(signum: int, _frame: Any) -> None:
             self.stopping = True
 
@@ -562,7 +573,9 @@ class SlurmDaemon:
         while not self.stopping:
             try:
                 self.round()
-            except (RuntimeError, subprocess.TimeoutExpired, ValidationError) as err:
+            except (SlurmCommandError, ValidationError) as err:
+                if once:
+                    raise
                 log.warning("round skipped: %s", err)
             if once:
                 return

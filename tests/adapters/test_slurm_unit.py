@@ -233,3 +233,17 @@ def test_cli_rejects_bad_settings_with_exit_2() -> None:
     from dltsched.engine.cli import main
 
     assert main(["slurm", "--once", "--backend", "quantum"]) == 2
+
+
+def test_cli_without_slurm_or_with_slurm_down_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from dltsched.engine.cli import main
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no squeue here
+    assert main(["slurm", "--once", "--state-file", str(tmp_path / "s.json")]) == 2
+    assert "'squeue' not found" in capsys.readouterr().err
+    down = tmp_path / "squeue"
+    down.write_text("#!/bin/sh\necho 'squeue: error: Unable to contact slurm controller' >&2\nexit 1\n")
+    down.chmod(0o755)
+    assert main(["slurm", "--once", "--state-file", str(tmp_path / "s.json")]) == 2
+    assert "Unable to contact slurm controller" in capsys.readouterr().err
