@@ -483,6 +483,7 @@ class SlurmDaemon:
         submit: dict[str, float] = {}
         start: dict[str, float] = {}
         foreign: dict[str, set[int]] = {n.name: set(n.used_gpus) for n in nodes}
+        promised: list[tuple[str, Mapping[str, Any]]] = []
         seen = set()
         for j in jobs:
             try:
@@ -497,7 +498,8 @@ class SlurmDaemon:
             seen.add(j.job_id)
             if j.state in ACTIVE_STATES:
                 if len(j.gpus) != 1:
-                    log.warning("job %s runs on %d nodes; its GPUs count as taken by others", j.job_id, len(j.gpus))
+                    if len(j.gpus) > 1:
+                        log.warning("job %s runs on %d nodes; its GPUs count as others'", j.job_id, len(j.gpus))
                     continue
                 (node, idx), = j.gpus.items()
                 for_node = foreign.setdefault(node, set())
@@ -515,7 +517,7 @@ class SlurmDaemon:
                     self.released.pop(j.job_id, None)
                     continue
                 else:
-                    running[j.job_id] = Placement(mine["node"], tuple(mine["gpus"]))
+                    promised.append((j.job_id, mine))
             else:
                 self.released.pop(j.job_id, None)
                 continue
@@ -526,8 +528,23 @@ class SlurmDaemon:
                 start[j.job_id] = float(j.start_time)
         for job_id in set(self.released) - seen:  # gone from Slurm: finished long ago or cancelled
             self.released.pop(job_id)
-        for p in running.values():  # released, not started yet: their GPUs are promised
-            foreign.get(p.node, set()).difference_update(p.gpus)
+        # released, not started yet: Slurm will give them GPUs of their node that nobody holds now (which
+        # ones is Slurm's choice); when too few are left, the job is taken back and re-planned
+        size = {n.name: n.num_gpus for n in nodes}
+        taken = {name: set(idx) for name, idx in foreign.items()}
+        for p in running.values():
+            taken.setdefault(p.node, set()).update(p.gpus)
+        for job_id, record in promised:
+            node, count = str(record["node"]), len(record["gpus"])
+            free = [g for g in range(size.get(node, 0)) if g not in taken.setdefault(node, set())]
+            if len(free) < count:
+                fixes.append(Action("hold", job_id))
+                self.released.pop(job_id, None)
+                for table in (specs, num_gpus, submit):
+                    table.pop(job_id, None)  # type: ignore[attr-defined]
+                continue
+            running[job_id] = Placement(node, tuple(free[:count]))
+            taken[node].update(free[:count])
         snap = Snapshot(now, nodes, running, tuple(queued), specs, num_gpus, submit, start,
                         {k: tuple(sorted(v)) for k, v in foreign.items() if v})
         return snap, fixes

@@ -76,6 +76,8 @@ def test_squeue_held_job() -> None:
 
 
 def test_squeue_running_jobs_with_gpu_indices() -> None:
+    (released,) = parse_squeue_json(read("squeue_running.json"))  # job 1 after NodeList=dl2 + release
+    assert (released.state, dict(released.gpus), released.held) == ("RUNNING", {"dl2": (0, 1)}, False)
     jobs = {j.job_id: j for j in parse_squeue_json(read("squeue_mixed.json"))}
     assert jobs["1"].state == "COMPLETED"
     assert dict(jobs["3"].gpus) == {"dl1": (1, 2)} and jobs["3"].num_gpus == 2 and not jobs["3"].held
@@ -247,3 +249,22 @@ def test_cli_without_slurm_or_with_slurm_down_exits_2(tmp_path: Path, monkeypatc
     down.chmod(0o755)
     assert main(["slurm", "--once", "--state-file", str(tmp_path / "s.json")]) == 2
     assert "Unable to contact slurm controller" in capsys.readouterr().err
+
+
+def test_released_job_is_promised_gpus_slurm_has_not_given_away(tmp_path: Path) -> None:
+    """Jobs 42 and 43 (2 GPUs each) were released onto dl1 planned on GPUs 0-1 and 2-3; meanwhile job 41
+    runs there on 0-1 (Slurm picks indices). 42 is promised the GPUs still free (2-3); 43 no longer fits and
+    is taken back (held) to be re-planned."""
+    state = {"version": 1, "released": {
+        "42": {"node": "dl1", "gpus": [0, 1], "at": 1e12, "restarts": 0},
+        "43": {"node": "dl1", "gpus": [2, 3], "at": 1e12, "restarts": 0}}}
+    (tmp_path / "s.json").write_text(json.dumps(state))
+    sinfo = json.loads(_idle_sinfo())
+    sinfo["nodes"][0].update(state="mixed", gres_used="gpu:v100:2(IDX:0-1)")
+    running = _job(41, state="RUNNING", reason="None", gpus=2, nodes="dl1", gres_detail=["gpu:v100:2(IDX:0-1)"])
+    slurm = FakeSlurm([running, _job(42, reason="None", gpus=2), _job(43, reason="None", gpus=2)], json.dumps(sinfo))
+    daemon = SlurmDaemon(DaemonOptions(state_file=tmp_path / "s.json"), slurm, clock=lambda: 1e12 + 1)
+    snap, fixes = daemon.snapshot()
+    assert dict(snap.running) == {"41": Placement("dl1", (0, 1)), "42": Placement("dl1", (2, 3))}
+    assert fixes == [Action("hold", "43")] and "43" not in snap.specs
+    assert snap.foreign == {}  # dl1's used GPUs are job 41's own
