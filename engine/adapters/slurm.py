@@ -579,6 +579,17 @@ class SlurmDaemon:
         log.info("job %s: %s %s %s", action.job_id, action.kind, action.node, list(action.gpus))
         self._event(time=self.clock(), action=action.kind, job=action.job_id, node=action.node, gpus=list(action.gpus))
 
+    def warm_up(self) -> None:
+        """Load the predictors and the solver package now, so the first round that has jobs is not slowed
+        by imports (seconds on a small machine)."""
+        from dltsched.engine import api
+
+        api.load_predictors(self.options.round.predictors)
+        try:
+            import dltsched.formulations  # noqa: F401
+        except ImportError:
+            log.warning("dltsched.formulations is not installed; rounds use the fallback policy")
+
     def run_forever(self, once: bool = False) -> None:
         """Rounds every ``poll_s`` until SIGTERM/SIGINT (or one round with ``once``, which raises when it fails).
         A round that cannot reach Slurm is logged and retried; the daemon does not exit on it."""
@@ -632,4 +643,6 @@ def slurm(partition: str, poll_s: float, state_file: Path, events_file: Path | N
                             preempt=preempt, dry_run=dry_run, time_limit=time_limit, start_timeout_s=start_timeout_s,
                             round=RoundConfig(backend=backend, objective=objective, time_limit_s=solver_s,
                                               default_gpu_type=gpu_type))
-    SlurmDaemon(options, SlurmCommands(slurm_conf)).run_forever(once=once)
+    daemon = SlurmDaemon(options, SlurmCommands(slurm_conf))
+    daemon.warm_up()
+    daemon.run_forever(once=once)

@@ -123,10 +123,21 @@ def _avg_jct(jobs: dict[str, dict]) -> float:
     return sum(j["end_time"] - j["submit_time"] for j in jobs.values()) / len(jobs)
 
 
-def _daemon(tmp: Path) -> subprocess.Popen[bytes]:
+def _daemon(tmp: Path, *, wait_ready: bool = True) -> subprocess.Popen[bytes]:
+    """The daemon as its own process; with ``wait_ready``, returns once it has finished its first round (its
+    state file is written), so start-up time does not count in the jobs' JCT."""
+    state = tmp / "state.json"
+    ready_before = state.stat().st_mtime_ns if state.exists() else None
     cmd = [sys.executable, "-m", "dltsched.engine.cli", "-v", "slurm", "--partition", PARTITION, "--poll", "1",
-           "--solver-time-limit", "2", "--state-file", str(tmp / "state.json"), "--events", str(tmp / "events.jsonl")]
-    return subprocess.Popen(cmd, stdout=(tmp / "daemon.out").open("ab"), stderr=subprocess.STDOUT)
+           "--solver-time-limit", "2", "--state-file", str(state), "--events", str(tmp / "events.jsonl")]
+    proc = subprocess.Popen(cmd, stdout=(tmp / "daemon.out").open("ab"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while wait_ready and time.monotonic() < deadline:
+        if state.exists() and state.stat().st_mtime_ns != ready_before:
+            break
+        assert proc.poll() is None, (tmp / "daemon.out").read_text()[-2000:]
+        time.sleep(0.2)
+    return proc
 
 
 def _events(tmp: Path) -> list[dict]:
@@ -187,7 +198,7 @@ def test_daemon_killed_mid_run_and_restarted_finishes_every_job(sandbox: None, t
     started_before = {e["job"] for e in _events(tmp_path)}
     assert 0 < len(started_before) < len(jobs)
     time.sleep(3)
-    restarted = _daemon(tmp_path)
+    restarted = _daemon(tmp_path, wait_ready=False)
     try:
         done = _wait_done(ids, 300)
     finally:
