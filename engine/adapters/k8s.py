@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dltsched.engine.adapters.slurm import JobSpec
+from dltsched.engine.adapters.slurm_parse import JobSpec
 from dltsched.engine.errors import ValidationError
 
 log = logging.getLogger(__name__)
