@@ -2,7 +2,7 @@
 #   make demo   simulate the shipped default instance under every policy, print the comparison table
 #   make test   lint, type-check and run the full test suite
 # Both create or reuse .venv and install what they need.
-.PHONY: demo test test-fast venv
+.PHONY: demo test test-fast test-slurm venv
 PY := .venv/bin/python
 export MPLCONFIGDIR ?= $(CURDIR)/.venv/.mpl
 export IPYTHONDIR ?= $(CURDIR)/.venv/.ipython
@@ -20,3 +20,7 @@ test: venv
 
 test-fast: venv
 	$(PY) -m pytest -q -x -m "not slow and not gpu and not data"
+
+test-slurm: venv
+	bash scripts/slurm-sandbox.sh
+	SLURM_CONF=$${DLTSCHED_SLURM_DIR:-/tmp/dltsched-slurm}/etc/slurm.conf $(PY) -m pytest -q -s -m slurm tests/adapters
