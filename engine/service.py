@@ -38,6 +38,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from dltsched.engine.adapters.k8s import k8s_router
 from dltsched.engine.api import SolveConfig, load_predictors
 from dltsched.engine.errors import DltschedError, ValidationError
 from dltsched.engine.service_guard import (
@@ -275,6 +276,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.admission = admission
     _install_error_handlers(app)
+    app.include_router(k8s_router())  # kube-scheduler extender: /v1/k8s/filter, prioritize, bind, finished
     problems: dict[int | str, dict[str, Any]] = {
         code: {"model": Problem, "description": text, "content": {PROBLEM_JSON: {}}}
         for code, text in ((400, "Malformed JSON"), (401, "Missing or wrong bearer token (when the server has one)"),

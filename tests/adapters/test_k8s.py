@@ -138,12 +138,11 @@ def test_bind_without_binder_or_with_a_failing_one_reports_error() -> None:
     assert "403 Forbidden" in result["Error"] and ext.free_gpus("gpu-v100") == 4
 
 
-def test_router_mounts_in_the_service_with_one_line() -> None:
-    """``app.include_router(k8s_router())`` in the service: its error handlers answer bad bodies as 400."""
+def test_service_serves_the_extender_endpoints() -> None:
+    """The service mounts the extender router: its error handlers answer bad bodies as 400."""
     from dltsched.engine.service import create_app
 
     app = create_app()
-    app.include_router(k8s_router(K8sExtender()))
     client = testclient.TestClient(app)
     answer = client.post("/v1/k8s/filter", content=b"{not json", headers={"content-type": "application/json"})
     assert answer.status_code == 400
