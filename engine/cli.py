@@ -94,8 +94,16 @@ def write_text_file(path: str | os.PathLike[str], text: str, *, option: str = "-
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
     except OSError as err:
-        raise ValidationError(option, f"cannot write '{path}': {err.strerror or err}; give a writable file path") from None
+        raise ValidationError(option, f"cannot write '{path}': {write_problem(p, err)}; give a writable file path") from None
     return p
+
+
+def write_problem(path: Path, err: OSError) -> str:
+    """Why ``path`` cannot be written, in words: names a parent that is a regular file."""
+    for parent in path.parents:
+        if parent.exists():
+            return f"'{parent}' is a file, not a folder" if not parent.is_dir() else (err.strerror or str(err))
+    return err.strerror or str(err)
 
 
 class FiniteFloat(click.ParamType):
@@ -181,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("error: input too large for memory; give a smaller instance or cluster", err=True)
         return 2
     except OSError as exc:
-        where = f" '{exc.filename}'" if exc.filename else ""
-        click.echo(f"error: cannot access{where}: {_one_line(exc.strerror or str(exc))}", err=True)
+        if exc.filename is None:
+            click.echo(f"error: {_one_line(str(exc))}", err=True)
+        else:
+            click.echo(f"error: cannot access '{exc.filename}': {_one_line(exc.strerror or str(exc))}", err=True)
         return 2
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)

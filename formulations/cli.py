@@ -83,8 +83,10 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
         try:
             problem.save(save_round)
         except OSError as err:
-            raise ValidationError("--save-round", f"cannot write '{save_round}': {err.strerror or err}; give a "
-                                  "writable file path") from None
+            from dltsched.engine.cli import write_problem
+
+            raise ValidationError("--save-round", f"cannot write '{save_round}': {write_problem(save_round, err)}; "
+                                  "give a writable file path") from None
     result = solve_round(problem, backend, time_limit_s=time_limit_s, solver=solver)
     payload = result.to_dict()
     report = check_plan(problem, result.plan)

@@ -391,7 +391,8 @@ def parse_json_text(text: str, where: str) -> Any:
     except RecursionError:
         raise ValidationError(where, "JSON nested too deeply to read; flatten it") from None
     except ValueError as err:  # e.g. an integer of more than 4300 digits
-        raise ValidationError(where, f"JSON not understood: {err}") from None
+        problem = "an integer with more than 4300 digits" if "digits" in str(err) else str(err)
+        raise ValidationError(where, f"JSON not understood: {problem}") from None
 
 
 def _read_json(path: Path) -> Any:
@@ -518,5 +519,7 @@ def save_instance(inst: Instance, path: str | os.PathLike[str]) -> Path:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
     except OSError as err:
-        raise ValidationError("--output", f"cannot write '{path}': {err.strerror or err}; give a writable file path") from None
+        from dltsched.engine.cli import write_problem
+
+        raise ValidationError("--output", f"cannot write '{path}': {write_problem(p, err)}; give a writable file path") from None
     return p
