@@ -24,7 +24,8 @@ from typing import Any
 
 import click
 
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.cli import FiniteFloat
+from dltsched.engine.errors import DltschedError, ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -244,8 +245,19 @@ def run_batch(items: list[BatchItem], out_dir: Path, *, max_workers: int | None 
         if on_row is not None:
             on_row(row)
     parquet = table.write_parquet()
+    failures = [f"{r['instance_file']} {r['mode']} {r['policy']} seed {r['seed']}: {r['error']}"
+                for r in table.rows if r["error"]]
     return {"items": len(items), "skipped": len(items) - len(todo), "ran": len(todo), "failed": failed,
-            "csv": str(table.path), "parquet": str(parquet) if parquet else None}
+            "failures": failures, "csv": str(table.path), "parquet": str(parquet) if parquet else None}
+
+
+class BatchFailedError(DltschedError):
+    """Some runs of a batch failed; ``failures`` names each (file, mode, policy, seed: error)."""
+
+    def __init__(self, failures: list[str], total: int, csv_path: str) -> None:
+        self.failures = failures
+        shown = "; ".join(f[:200] for f in failures[:5]) + (f"; ... {len(failures) - 5} more" if len(failures) > 5 else "")
+        super().__init__(f"{len(failures)} of {total} runs failed (see the error column of {csv_path}): {shown}")
 
 
 @click.command("batch")
@@ -255,7 +267,7 @@ def run_batch(items: list[BatchItem], out_dir: Path, *, max_workers: int | None 
 @click.option("--policy", "policies", multiple=True, default=("fifo", "sjf"), show_default=True,
               help="Policy (simulate; also dltsched[:backend]) or backend (solve), repeatable.")
 @click.option("--seeds", default="0", show_default=True, help="Seed sweep, e.g. '0-4' or '1,5,9'.")
-@click.option("--time-limit", "time_limit_s", type=click.FloatRange(min=0, min_open=True), default=10.0,
+@click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.0, 86_400.0, min_open=True), default=10.0,
               show_default=True, help="Solver time limit per round, seconds.")
 @click.option("--predictors", "predictor_set", default="default", show_default=True)
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), required=True,
@@ -270,6 +282,12 @@ def batch(ctx: click.Context, source: str, mode: str, policies: tuple[str, ...],
     """Solve or simulate every instance in DIR|GLOB x policies x seeds, in parallel and resumably."""
     from dltsched.engine.cli import emit
 
+    if mode == "simulate":
+        from dltsched.engine.registry import policy_option_model
+
+        for p in policies:  # an unknown policy fails at once, not once per item
+            if p.partition(":")[0] != "dltsched":
+                policy_option_model(p)
     items = make_items(discover(source), policies, parse_seeds(seeds), mode=mode, time_limit_s=time_limit_s,
                        predictors=predictor_set)
     quiet = bool((ctx.obj or {}).get("quiet"))
@@ -279,6 +297,8 @@ def batch(ctx: click.Context, source: str, mode: str, policies: tuple[str, ...],
                             ray_address=address, on_row=lambda _row: advance(1))
     emit(summary, as_json, lambda: click.echo(
         f"{summary['ran']} ran ({summary['failed']} failed), {summary['skipped']} already done -> {summary['csv']}"))
+    if summary["failures"]:
+        raise BatchFailedError(summary["failures"], summary["items"], summary["csv"])
 
 
 @contextmanager

@@ -10,12 +10,17 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import math
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
-from dltsched.engine.errors import DltschedError
+from dltsched.engine.errors import DltschedError, ValidationError
+
+log = logging.getLogger(__name__)
 
 #: command name -> "module:attribute" of a click command or group
 _COMMANDS: dict[str, str] = {
@@ -55,19 +60,84 @@ class LazyGroup(click.Group):
 def emit(payload: Any, as_json: bool, human: Any = None) -> None:
     """Print ``payload`` as JSON, or call ``human()`` (or print it) for people."""
     if as_json:
-        click.echo(json.dumps(payload, indent=2, default=_json_default))
+        click.echo(json_text(payload))
     elif human is not None:
         human()
     else:
         click.echo(payload)
 
 
-def _json_default(obj: Any) -> Any:
+def json_text(payload: Any, indent: int | None = 2) -> str:
+    """``payload`` as strict JSON text: NaN and infinities become ``null`` (never bare ``NaN``), numpy
+    scalars become Python numbers, tuples and sets lists. Every JSON the CLI prints or writes goes through here."""
+    return json.dumps(_finite(payload), indent=indent, allow_nan=False)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, str | int | bool) or obj is None:
+        return obj
     if hasattr(obj, "item"):
-        return obj.item()
-    if isinstance(obj, tuple | set | frozenset):
-        return list(obj)
+        return _finite(obj.item())
     raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+def write_text_file(path: str | os.PathLike[str], text: str, *, option: str = "--output") -> Path:
+    """Write ``text`` to ``path`` (parent folders are created); a path that cannot be written is one
+    :class:`ValidationError` naming ``option`` and the reason, never a raw OSError."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    except OSError as err:
+        raise ValidationError(option, f"cannot write '{path}': {write_problem(p, err)}; give a writable file path") from None
+    return p
+
+
+def write_problem(path: Path, err: OSError) -> str:
+    """Why ``path`` cannot be written, in words: names a parent that is a regular file."""
+    for parent in path.parents:
+        if parent.exists():
+            return f"'{parent}' is a file, not a folder" if not parent.is_dir() else (err.strerror or str(err))
+    return err.strerror or str(err)
+
+
+class FiniteFloat(click.ParamType):
+    """A float option that must be finite and within ``[min, max]`` (``min_open``: strictly above ``min``).
+    click's FloatRange lets ``nan`` through; this does not."""
+
+    name = "float"
+
+    def __init__(self, min: float | None = None, max: float | None = None, *, min_open: bool = False) -> None:
+        self.min, self.max, self.min_open = min, max, min_open
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        low_ok = self.min is None or (number > self.min if self.min_open else number >= self.min)
+        if not low_ok or (self.max is not None and number > self.max):
+            self.fail(f"{value!r} is not in the range {self._range()}", param, ctx)
+        return number
+
+    def _range(self) -> str:
+        low = "" if self.min is None else f"{self.min:g}{'<' if self.min_open else '<='}"
+        high = "" if self.max is None else f"<={self.max:g}"
+        return f"{low}x{high}"
+
+    def __repr__(self) -> str:
+        return f"FiniteFloat({self._range()})"
 
 
 @click.group(cls=LazyGroup, lazy=_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
@@ -83,21 +153,56 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     ctx.obj["quiet"] = quiet
 
 
+def _one_line(text: str, limit: int = 500) -> str:
+    """``text`` on one line (control characters shown escaped), cut to ``limit`` characters."""
+    flat = "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(str(text).split()))
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _usage_line(exc: click.ClickException) -> str:
+    """A click usage error as one line, with the command's help hint."""
+    ctx = getattr(exc, "ctx", None)
+    hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    return f"error: {_one_line(exc.format_message())}{hint}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: runs the CLI and turns dltsched errors into one line and exit code 2."""
+    """Entry point: runs the CLI; every failure is one line on stderr. Bad input (dltsched errors, usage
+    errors, unreadable or unwritable files, input nested too deeply, too large for memory) exits 2; an
+    unexpected internal error exits 1, also as one line (``-vv`` logs its traceback)."""
     try:
         code = cli.main(args=argv, prog_name="dltsched", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code or 0)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(_usage_line(exc), err=True)
         return 2
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 1
-    except (DltschedError, ValueError, FileNotFoundError, json.JSONDecodeError) as exc:
-        click.echo(f"error: {exc}", err=True)
+    except (DltschedError, ValueError, json.JSONDecodeError) as exc:
+        click.echo(f"error: {_one_line(str(exc))}", err=True)
         return 2
+    except RecursionError:
+        click.echo("error: input nested too deeply to read; flatten it", err=True)
+        return 2
+    except MemoryError:
+        click.echo("error: input too large for memory; give a smaller instance or cluster", err=True)
+        return 2
+    except OSError as exc:
+        if exc.filename is None:
+            click.echo(f"error: {_one_line(str(exc))}", err=True)
+        else:
+            click.echo(f"error: cannot access '{exc.filename}': {_one_line(exc.strerror or str(exc))}", err=True)
+        return 2
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the boundary: one line, never a traceback
+        log.debug("internal error", exc_info=True)
+        click.echo(f"error: internal error ({type(exc).__name__}: {_one_line(str(exc), 300)}); "
+                   "please report it with the command (-vv logs the traceback)", err=True)
+        return 1
     return code if isinstance(code, int) else 0
 
 

@@ -9,13 +9,17 @@ from typing import Any
 
 import click
 
-from dltsched.engine.cli import LazyGroup, emit
+from dltsched.engine.cli import FiniteFloat, LazyGroup, emit
 from dltsched.engine.cli_simulate import (
+    MAX_JOBS,
+    MAX_SEED,
+    OPTION_HELP,
     expand_policies,
     load_instance_or_workload,
     parse_options,
     run_policies,
 )
+from dltsched.engine.registry import options_for
 
 _BENCH_COMMANDS = {
     "solve": "dltsched.formulations.cli:bench_solve",
@@ -49,18 +53,18 @@ def _ci95(values: list[float]) -> float:
 @click.option("--instance", "instance_path", type=click.Path(dir_okay=False), help="Instance JSON file.")
 @click.option("--workload", help="A real workload (philly, gavel, muri:trace1, sia:saturn/<file>, ...).")
 @click.option("--data-dir", type=click.Path(file_okay=False))
-@click.option("--jobs", type=click.IntRange(min=1), help="First N jobs of --workload (after --start-s).")
-@click.option("--start-s", type=float, help="Window start in the trace, seconds from its first arrival.")
-@click.option("--gpus", type=click.IntRange(min=1), help="Cluster of G GPUs of --gpu-types in 8-GPU nodes.")
+@click.option("--jobs", type=click.IntRange(1, MAX_JOBS), help="First N jobs of --workload (after --start-s).")
+@click.option("--start-s", type=FiniteFloat(0.0, 1e10), help="Window start in the trace, seconds from its first arrival.")
+@click.option("--gpus", type=click.IntRange(1, 100_000), help="Cluster of G GPUs of --gpu-types in 8-GPU nodes.")
 @click.option("--gpu-types", default="v100,p100,k80", show_default=True, help="Types dealt round-robin over nodes.")
 @click.option("--cluster", help="Cluster spec instead of --gpus, e.g. 'v100:8x8,p100:4x8,k80:4x8'.")
 @click.option("--policy", "policies", multiple=True, default=("all",), show_default=True,
               help="Policy, repeatable; groups: baselines, papers, all.")
-@click.option("--seed", "seeds", multiple=True, type=int, default=(0,), show_default=True,
+@click.option("--seed", "seeds", multiple=True, type=click.IntRange(0, MAX_SEED), default=(0,), show_default=True,
               help="Seed, repeatable: each seed re-draws the trace's model assignment and the simulation.")
 @click.option("--predictors", "predictor_set", default="default", show_default=True)
-@click.option("--prediction-error", type=float, default=0.0, show_default=True)
-@click.option("--option", "options", multiple=True, help="KEY=VALUE for the optimizing policies.")
+@click.option("--prediction-error", type=FiniteFloat(0.0, 10.0), default=0.0, show_default=True)
+@click.option("--option", "options", multiple=True, help=OPTION_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str | None, data_dir: str | None,
@@ -70,6 +74,7 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
     """Every policy on the same workload and cluster: one row per policy, means and 95% CIs over seeds."""
     names = expand_policies(policies)
     opts = parse_options(options)
+    options_for(names, opts)  # a bad option fails before any run
     per_policy: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     info: dict[str, Any] = {}
     for seed in seeds:

@@ -12,15 +12,33 @@ from typing import Any
 
 import click
 
-from dltsched.engine.errors import InfeasibleRoundError
+from dltsched.engine.cli import FiniteFloat
+from dltsched.engine.errors import InfeasibleRoundError, ValidationError
 from dltsched.formulations.problem import FORMAT, OBJECTIVES, RoundOptions, RoundProblem
 
 
 def load_round(path: Path, options: RoundOptions, predictors_name: str) -> RoundProblem:
     """A round from a round JSON, or the time-0 round (all jobs queued) of an instance JSON."""
-    data = json.loads(path.read_text())
-    if isinstance(data, dict) and data.get("format") == FORMAT:
-        return RoundProblem.from_dict(data)
+    from dltsched.engine.errors import ValidationError
+
+    try:
+        raw = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValidationError(str(path), f"not UTF-8 text (byte {err.start}); pass a JSON file") from None
+    try:
+        from dltsched.instances.schema import parse_json_text
+
+        data = parse_json_text(raw, str(path))
+    except ImportError:
+        data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise ValidationError(str(path), f"top level is {type(data).__name__}; a round or instance is a JSON object")
+    if data.get("format") == FORMAT:
+        try:
+            return RoundProblem.from_dict(data)
+        except (KeyError, TypeError, IndexError, AttributeError) as err:
+            raise ValidationError(str(path), f"not a valid round JSON ({type(err).__name__}: {err}); write "
+                                  "rounds with 'solve --save-round'") from None
     try:
         from dltsched.instances.schema import load_instance
     except ImportError:
@@ -30,7 +48,7 @@ def load_round(path: Path, options: RoundOptions, predictors_name: str) -> Round
     from dltsched.engine.registry import predictors
     from dltsched.formulations.build import build_round
 
-    instance = load_instance(path)
+    instance = load_instance(data)
     state = ClusterState(0.0, instance.cluster,
                          tuple(JobState(job, job.total_iterations, queued_since_s=job.arrival_time_s)
                                for job in instance.jobs))
@@ -41,7 +59,8 @@ def load_round(path: Path, options: RoundOptions, predictors_name: str) -> Round
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--backend", type=click.Choice(["cpsat", "milp", "greedy"]), default="cpsat", show_default=True)
 @click.option("--solver", default=None, help="Pyomo solver for --backend milp (default HiGHS).")
-@click.option("--time-limit", "time_limit_s", type=float, default=10.0, show_default=True, help="Seconds.")
+@click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.0, 86_400.0, min_open=True), default=10.0,
+              show_default=True, help="Seconds (at most one day).")
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="effective_progress", show_default=True,
               help="For instance files (a round JSON carries its own options).")
 @click.option("--max-jobs-per-gpu", type=click.IntRange(1, 3), default=2, show_default=True)
@@ -56,10 +75,18 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
     from dltsched.formulations.checker import check_plan
     from dltsched.formulations.solve import solve_round
 
+    if solver is not None and backend != "milp":
+        raise ValidationError("--solver", f"'{solver[:60]}' is for --backend milp only; leave it out or add --backend milp")
     options = RoundOptions(objective=objective, max_jobs_per_gpu=max_jobs_per_gpu, time_limit_s=time_limit_s)
     problem = load_round(path, options, predictors_name)
     if save_round is not None:
-        problem.save(save_round)
+        try:
+            problem.save(save_round)
+        except OSError as err:
+            from dltsched.engine.cli import write_problem
+
+            raise ValidationError("--save-round", f"cannot write '{save_round}': {write_problem(save_round, err)}; "
+                                  "give a writable file path") from None
     result = solve_round(problem, backend, time_limit_s=time_limit_s, solver=solver)
     payload = result.to_dict()
     report = check_plan(problem, result.plan)
@@ -85,8 +112,10 @@ def _print_result(payload: dict[str, Any]) -> None:
               help="Comma-separated JOBSxGPUS.")
 @click.option("--backend", type=click.Choice(["cpsat", "milp", "both"]), default="both", show_default=True)
 @click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True)
-@click.option("--time-limit", "time_limit_s", type=float, default=10.0, show_default=True)
-@click.option("--gap", "relative_gap", type=float, default=0.02, show_default=True, help="Relative gap limit.")
+@click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.0, 86_400.0, min_open=True), default=10.0,
+              show_default=True)
+@click.option("--gap", "relative_gap", type=FiniteFloat(0.0, 1.0), default=0.02, show_default=True,
+              help="Relative gap limit.")
 @click.option("--max-jobs-per-gpu", type=click.IntRange(1, 3), default=2, show_default=True)
 @click.option("--predictors", "predictors_name", default="analytic", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import click
 
-from dltsched.engine.cli import emit
+from dltsched.engine.cli import FiniteFloat, emit, json_text, write_text_file
 from dltsched.engine.domain import Instance
+from dltsched.engine.errors import ValidationError
+from dltsched.instances.schema import MAX_GPUS_PER_NODE, MAX_JOBS, MAX_NODES, MAX_TIME_S
+
+#: largest seed (numpy generators take seeds below 2**32 everywhere); most GPUs `generate` builds
+MAX_SEED = 2**32 - 1
+MAX_GENERATED_GPUS = 100_000
 
 
 def summarize(inst: Instance) -> dict[str, Any]:
@@ -122,13 +126,13 @@ def show(file: str, as_json: bool) -> None:
 )
 @click.option("--cluster", default=None, help="Cluster spec, e.g. 'v100:8x8,p100:4x8' (default: per reader).")
 @click.option(
-    "--max-jobs", type=click.IntRange(min=1), default=None, help="Keep the first N jobs of the window."
+    "--max-jobs", type=click.IntRange(1, MAX_JOBS), default=None, help="Keep the first N jobs of the window."
 )
 @click.option(
-    "--start-s", type=float, default=None, help="Window start (trace time, s); arrivals re-based to 0."
+    "--start-s", type=FiniteFloat(0.0, 1e10), default=None, help="Window start (trace time, s); arrivals re-based to 0."
 )
-@click.option("--end-s", type=float, default=None, help="Window end (trace time, s).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of model assignment.")
+@click.option("--end-s", type=FiniteFloat(0.0, 1e10), default=None, help="Window end (trace time, s).")
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True, help="Seed of model assignment.")
 @click.option(
     "-o", "--output", required=True, type=click.Path(dir_okay=False), help="Instance file to write."
 )
@@ -183,20 +187,23 @@ def workloads(as_json: bool) -> None:
 
 
 @instance.command()
-@click.option("--jobs", "num_jobs", type=int, default=60, show_default=True, help="Number of jobs.")
-@click.option("--gpus", "num_gpus", type=int, default=16, show_default=True, help="Number of GPUs in all.")
+@click.option("--jobs", "num_jobs", type=click.IntRange(1, MAX_JOBS), default=60, show_default=True,
+              help="Number of jobs.")
+@click.option("--gpus", "num_gpus", type=click.IntRange(1, MAX_GENERATED_GPUS), default=16, show_default=True,
+              help="Number of GPUs in all.")
 @click.option("--gpu-types", default="v100,p100,k80", show_default=True, help="GPU types, dealt over nodes.")
-@click.option("--gpus-per-node", type=int, default=4, show_default=True)
+@click.option("--gpus-per-node", type=click.IntRange(1, MAX_GPUS_PER_NODE), default=4, show_default=True)
 @click.option("--cluster", default=None, help="Cluster spec instead of --gpus/--gpu-types, e.g. 'v100:2x4'.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True)
 @click.option(
-    "--arrival-rate", type=float, default=30.0, show_default=True, help="Poisson arrivals per hour."
+    "--arrival-rate", type=FiniteFloat(0.0, 1e6, min_open=True), default=30.0, show_default=True,
+    help="Poisson arrivals per hour."
 )
-@click.option("--min-duration-s", type=float, default=300.0, show_default=True)
-@click.option("--max-duration-s", type=float, default=14400.0, show_default=True)
+@click.option("--min-duration-s", type=FiniteFloat(1.0, MAX_TIME_S), default=300.0, show_default=True)
+@click.option("--max-duration-s", type=FiniteFloat(1.0, MAX_TIME_S), default=14400.0, show_default=True)
 @click.option(
     "--freeze-fraction",
-    type=float,
+    type=FiniteFloat(0.0, 1.0),
     default=0.3,
     show_default=True,
     help="Fraction of jobs that allow layer freezing.",
@@ -230,6 +237,12 @@ def generate(
 
     from dltsched.instances.generator import GeneratorSpec, generate_instance
 
+    if cluster is None and -(-num_gpus // gpus_per_node) > MAX_NODES:
+        raise ValidationError("--gpus", f"{num_gpus} GPUs in {gpus_per_node}-GPU nodes is more than {MAX_NODES} "
+                              "nodes; use larger --gpus-per-node")
+    if min_duration_s > max_duration_s:
+        raise ValidationError("--min-duration-s", f"{min_duration_s:g} is above --max-duration-s {max_duration_s:g}")
+
     spec = GeneratorSpec(
         num_jobs=num_jobs,
         num_gpus=num_gpus,
@@ -258,8 +271,8 @@ def schema(output: str | None, as_json: bool) -> None:
     """Print the JSON Schema of the instance format (version 1)."""
     from dltsched.instances.schema import json_schema
 
-    text = json.dumps(json_schema(), indent=2) + "\n"
+    text = json_text(json_schema()) + "\n"
     if output is None:
         click.echo(text, nl=False)
     else:
-        Path(output).write_text(text)
+        write_text_file(output, text, option="--output")

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,40 +32,96 @@ SCHEMA_FILE = ("schema", "instance-v1.schema.json")
 
 _STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
+# ---- bounds of every magnitude (the error message names the limit) -------------------------
+#: GPUs in one node
+MAX_GPUS_PER_NODE = 1024
+#: nodes in one cluster, and GPUs in all
+MAX_NODES = 100_000
+MAX_CLUSTER_GPUS = 1_000_000
+#: jobs in one instance
+MAX_JOBS = 1_000_000
+#: work of one job, iterations (10^10: years of training at the fastest step times)
+MAX_ITERATIONS = 1e10
+#: every time in seconds (arrival, deadline, duration hint): 10^9 s, about 31 years
+MAX_TIME_S = 1e9
+MAX_BATCH_SIZE = 1_000_000
+#: GPU memory, GiB
+MAX_MEMORY_GIB = 10_000.0
+#: bandwidths (Gbit/s, GB/s) and throughputs (TFLOP/s)
+MAX_RATE = 1e6
+#: characters in an id or a name; items in a list of names
+MAX_TEXT = 256
+MAX_NAMES = 256
+#: nesting depth of metadata and reference objects
+MAX_DEPTH = 32
+
+#: ids and names: printable text, no control characters (tabs, newlines, escapes)
+_PRINTABLE = r"^[^\x00-\x1f\x7f-\x9f]*$"
+
+
+def _name(description: str | None = None) -> Any:
+    return Field(min_length=1, max_length=MAX_TEXT, pattern=_PRINTABLE, description=description)
+
+
+def _text(default: Any = ..., description: str | None = None) -> Any:
+    return Field(default, max_length=MAX_TEXT, pattern=_PRINTABLE, description=description)
+
+
+def check_json_value(value: Any, path: str = "", depth: int = 0) -> None:
+    """Raise :class:`ValidationError` for a NaN or infinite number anywhere in ``value``, or nesting deeper
+    than :data:`MAX_DEPTH` (free-form metadata)."""
+    if depth > MAX_DEPTH:
+        raise ValidationError(path, f"nested deeper than {MAX_DEPTH} levels; flatten it")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValidationError(path, f"{value!r} not understood; numbers must be finite")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            check_json_value(v, f"{path}.{k}" if path else str(k), depth + 1)
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            check_json_value(v, f"{path}[{i}]", depth + 1)
+
 
 class NodeModel(BaseModel):
     """One server: ``num_gpus`` GPUs of one type."""
 
     model_config = _STRICT
-    id: str = Field(min_length=1)
-    gpu_type: str = Field(min_length=1, description="GPU catalog id or alias, or a custom gpu_types id")
-    num_gpus: int = Field(ge=1)
-    network_gbps: float = Field(100.0, gt=0, description="inter-node link, Gbit/s")
+    id: str = _name()
+    gpu_type: str = _name("GPU catalog id or alias, or a custom gpu_types id")
+    num_gpus: int = Field(ge=1, le=MAX_GPUS_PER_NODE)
+    network_gbps: float = Field(100.0, gt=0, le=MAX_RATE, description="inter-node link, Gbit/s")
 
 
 class GpuTypeModel(BaseModel):
     """A GPU type that is not in the catalog (spec-sheet values)."""
 
     model_config = _STRICT
-    id: str = Field(min_length=1)
-    name: str
-    architecture: str
-    memory_gib: float = Field(gt=0)
-    memory_bandwidth_gbs: float = Field(gt=0)
-    fp32_tflops: float = Field(gt=0)
-    fp16_tensor_tflops: float = Field(gt=0)
-    sm_count: int = Field(ge=1)
-    interconnect: str
-    intra_node_bandwidth_gbs: float = Field(gt=0)
-    aliases: list[str] = Field(default_factory=list)
+    id: str = _name()
+    name: str = _text()
+    architecture: str = _text()
+    memory_gib: float = Field(gt=0, le=MAX_MEMORY_GIB)
+    memory_bandwidth_gbs: float = Field(gt=0, le=MAX_RATE)
+    fp32_tflops: float = Field(gt=0, le=MAX_RATE)
+    fp16_tensor_tflops: float = Field(gt=0, le=MAX_RATE)
+    sm_count: int = Field(ge=1, le=1_000_000)
+    interconnect: str = _text()
+    intra_node_bandwidth_gbs: float = Field(gt=0, le=MAX_RATE)
+    aliases: list[Annotated[str, _name()]] = Field(default_factory=list, max_length=MAX_NAMES)
 
 
 class ClusterModel(BaseModel):
     """Nodes, plus specs of GPU types the catalog does not know."""
 
     model_config = _STRICT
-    nodes: list[NodeModel] = Field(min_length=1)
-    gpu_types: list[GpuTypeModel] = Field(default_factory=list)
+    nodes: list[NodeModel] = Field(min_length=1, max_length=MAX_NODES)
+    gpu_types: list[GpuTypeModel] = Field(default_factory=list, max_length=MAX_NAMES)
+
+    @pydantic.model_validator(mode="after")
+    def _total_gpus(self) -> ClusterModel:
+        total = sum(n.num_gpus for n in self.nodes)
+        if total > MAX_CLUSTER_GPUS:
+            raise ValueError(f"{total} GPUs in all; a cluster holds at most {MAX_CLUSTER_GPUS}")
+        return self
 
 
 class JobModel(BaseModel):
@@ -82,25 +139,35 @@ class JobModel(BaseModel):
             ]
         },
     )
-    id: str = Field(min_length=1)
-    model: str = Field(min_length=1, description="model-zoo id or alias")
-    batch_size: int = Field(ge=1)
-    num_gpus: int = Field(1, ge=1)
-    total_iterations: float | None = Field(None, gt=0)
-    epochs: float | None = Field(None, gt=0)
-    iterations_per_epoch: float | None = Field(None, gt=0)
-    arrival_time_s: float = Field(0.0, ge=0)
+    id: str = _name()
+    model: str = _name("model-zoo id or alias")
+    batch_size: int = Field(ge=1, le=MAX_BATCH_SIZE)
+    num_gpus: int = Field(1, ge=1, le=MAX_CLUSTER_GPUS)
+    total_iterations: float | None = Field(None, gt=0, le=MAX_ITERATIONS)
+    epochs: float | None = Field(None, gt=0, le=MAX_ITERATIONS)
+    iterations_per_epoch: float | None = Field(None, gt=0, le=MAX_ITERATIONS)
+    arrival_time_s: float = Field(0.0, ge=0, le=MAX_TIME_S)
     amp: bool = False
-    optimizer: str = "sgd"
-    dataset: str | None = None
-    weight: float = Field(1.0, gt=0)
+    optimizer: str = _text("sgd")
+    dataset: str | None = _text(None)
+    weight: float = Field(1.0, gt=0, le=1e6)
     freeze_allowed: bool = False
     accuracy_budget: float = Field(0.0, ge=0, lt=1)
-    deadline_s: float | None = Field(None, gt=0)
-    gpu_types: list[str] = Field(default_factory=list, description="allowed GPU types (empty: any)")
+    deadline_s: float | None = Field(None, gt=0, le=MAX_TIME_S)
+    gpu_types: list[Annotated[str, _name()]] = Field(
+        default_factory=list, max_length=MAX_NAMES, description="allowed GPU types (empty: any)")
     gpu_fraction: float = Field(1.0, gt=0, le=1)
-    hyperparameters: dict[str, float | str] = Field(default_factory=dict)
-    duration_hint_s: float | None = Field(None, ge=0, description="duration in the source trace")
+    hyperparameters: dict[Annotated[str, _name()], float | Annotated[str, _text()]] = Field(
+        default_factory=dict, max_length=MAX_NAMES)
+    duration_hint_s: float | None = Field(None, ge=0, le=MAX_TIME_S, description="duration in the source trace")
+
+    @pydantic.model_validator(mode="after")
+    def _work(self) -> JobModel:
+        if self.epochs is not None and self.iterations_per_epoch is not None \
+                and self.epochs * self.iterations_per_epoch > MAX_ITERATIONS:
+            raise ValueError(f"epochs x iterations_per_epoch is {self.epochs * self.iterations_per_epoch:.3g}; "
+                             f"must be <= {MAX_ITERATIONS:.0e} iterations")
+        return self
 
 
 class InstanceModel(BaseModel):
@@ -109,11 +176,17 @@ class InstanceModel(BaseModel):
     model_config = ConfigDict(**_STRICT, title="dltsched instance v1")
     format: Literal["dltsched-instance"]
     version: Literal[1]
-    name: str = Field(min_length=1)
+    name: str = _name()
     metadata: dict[str, Any] = Field(default_factory=dict)
     reference: dict[str, Any] = Field(default_factory=dict)
     cluster: ClusterModel
-    jobs: list[JobModel] = Field(min_length=1)
+    jobs: list[JobModel] = Field(min_length=1, max_length=MAX_JOBS)
+
+    @pydantic.field_validator("metadata", "reference")
+    @classmethod
+    def _finite(cls, value: dict[str, Any], info: pydantic.ValidationInfo) -> dict[str, Any]:
+        check_json_value(value, str(info.field_name))  # raises ValidationError, passed on as it is
+        return value
 
 
 def json_schema() -> dict[str, Any]:
@@ -154,6 +227,8 @@ _RULES = {
     "dict_type": "must be an object",
     "list_type": "must be a list",
     "string_too_short": "must be a non-empty string",
+    "string_pattern_mismatch": "must be printable text (no control characters)",
+    "literal_error": "",
 }
 
 
@@ -173,7 +248,12 @@ def _unknown_field(loc: tuple[Any, ...]) -> str:
 
 
 def _short_repr(value: Any) -> str:
-    text = repr(value)
+    if isinstance(value, dict | list) and len(value) > 3:
+        return f"{type(value).__name__} of {len(value)} items"
+    try:
+        text = repr(value)
+    except ValueError:  # an integer too long to print
+        return "a number too large"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -190,12 +270,21 @@ def _rule(kind: str, ctx: Mapping[str, Any]) -> str:
         return f"must be {ctx['expected']}"
     if kind == "too_short":
         return f"must have at least {ctx['min_length']} item(s)"
+    if kind == "too_long":
+        return f"must have at most {ctx['max_length']} item(s)"
+    if kind == "string_too_long":
+        return f"must be at most {ctx['max_length']} characters"
+    if kind == "value_error":
+        return str(ctx.get("error", ""))
     return _RULES.get(kind, "")
 
 
 def convert_pydantic_error(err: pydantic.ValidationError) -> ValidationError:
     """The first problem of a pydantic error, as a one-line :class:`ValidationError`."""
     first = err.errors()[0]
+    cause = first.get("ctx", {}).get("error")
+    if isinstance(cause, ValidationError):
+        return cause
     loc = tuple(first["loc"])
     union = bool(loc) and loc[-1] in _UNION_TAGS
     if union:
@@ -207,6 +296,8 @@ def convert_pydantic_error(err: pydantic.ValidationError) -> ValidationError:
     if kind == "extra_forbidden":
         return ValidationError(path, _unknown_field(loc))
     rule = "must be a number or a string" if union else (_rule(kind, first.get("ctx", {})) or first["msg"])
+    if kind == "value_error":
+        return ValidationError(path, rule)
     return ValidationError(path, f"{_short_repr(first.get('input'))} not understood; {rule}")
 
 
@@ -276,17 +367,46 @@ def instance_from_model(model: InstanceModel) -> Instance:
     return Instance(model.name, cluster, jobs, dict(model.metadata), dict(model.reference))
 
 
+def _no_constant(name: str) -> Any:
+    raise ValidationError("", f"{name} not understood; JSON numbers must be finite (no NaN or Infinity)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValidationError("", f"{text[:40]} not understood; numbers must be finite (at most about 1.8e308)")
+    return value
+
+
+def parse_json_text(text: str, where: str) -> Any:
+    """Strict JSON: NaN, Infinity and numbers beyond float range are refused; deep nesting and integers
+    too long to read are one :class:`ValidationError` naming ``where``."""
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as err:
+        problem = ": empty file" if not text.strip() else f" at line {err.lineno}, column {err.colno}: {err.msg}"
+        raise ValidationError(where, f"malformed JSON{problem}") from None
+    except ValidationError as err:
+        raise ValidationError(where, err.problem) from None
+    except RecursionError:
+        raise ValidationError(where, "JSON nested too deeply to read; flatten it") from None
+    except ValueError as err:  # e.g. an integer of more than 4300 digits
+        problem = "an integer with more than 4300 digits" if "digits" in str(err) else str(err)
+        raise ValidationError(where, f"JSON not understood: {problem}") from None
+
+
 def _read_json(path: Path) -> Any:
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         raise FileNotFoundError(f"instance file '{path}' not found; pass an existing .json file") from None
+    except IsADirectoryError:
+        raise ValidationError(str(path), "is a folder; pass a .json file") from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValidationError(
-            str(path), f"malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}"
-        ) from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValidationError(str(path), f"not UTF-8 text (byte {err.start}); pass a JSON file") from None
+    return parse_json_text(text, str(path))
 
 
 def load_instance(source: str | os.PathLike[str] | Mapping[str, Any]) -> Instance:
@@ -294,9 +414,10 @@ def load_instance(source: str | os.PathLike[str] | Mapping[str, Any]) -> Instanc
     raw = dict(source) if isinstance(source, Mapping) else _read_json(Path(source))
     if not isinstance(raw, dict):
         raise ValidationError("", f"top level is {type(raw).__name__}; an instance must be a JSON object")
-    if raw.get("format", FORMAT) == FORMAT and raw.get("version") not in (None, VERSION):
+    version = raw.get("version")
+    if raw.get("format", FORMAT) == FORMAT and (version is not None and (type(version) is not int or version != VERSION)):
         raise ValidationError(
-            "version", f"{raw['version']!r} not understood; this dltsched reads version {VERSION}"
+            "version", f"{_short_repr(version)} not understood; this dltsched reads version {VERSION}"
         )
     try:
         model = InstanceModel.model_validate(raw)
@@ -385,14 +506,20 @@ def dumps_instance(inst: Instance) -> str:
     """Canonical JSON text of an instance: one job per line, so diffs stay readable."""
     data = instance_to_dict(inst)
     jobs = data.pop("jobs")
-    head = json.dumps(data, indent=2)
-    lines = ",\n".join("    " + json.dumps(j) for j in jobs)
+    head = json.dumps(data, indent=2, allow_nan=False)
+    lines = ",\n".join("    " + json.dumps(j, allow_nan=False) for j in jobs)
     return head[:-2] + ',\n  "jobs": [\n' + lines + "\n  ]\n}\n"
 
 
 def save_instance(inst: Instance, path: str | os.PathLike[str]) -> Path:
     """Write ``inst`` as JSON to ``path`` (folders are created); returns the path."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(dumps_instance(inst))
+    text = dumps_instance(inst)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    except OSError as err:
+        from dltsched.engine.cli import write_problem
+
+        raise ValidationError("--output", f"cannot write '{path}': {write_problem(p, err)}; give a writable file path") from None
     return p

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from dltsched.engine.cli import LazyGroup, emit
+from dltsched.engine.cli import LazyGroup, emit, write_text_file
 from dltsched.engine.errors import ValidationError
 
 _COLOCATION = {
@@ -117,23 +117,30 @@ def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: b
 @click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
 @click.option("--hold-out-gpu", default=None, help="Fit without this GPU's measurements.")
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
-              help="Where to write the factors (default: the package's factors.json).")
+              help="Where to write the factors (required unless --overwrite-packaged).")
+@click.option("--overwrite-packaged", is_flag=True,
+              help="Write the package's own factors.json (what the default predictors load) instead of --output.")
 @click.option("--json", "as_json", is_flag=True)
-def calibrate_steptime(data_dir: str | None, hold_out_gpu: str | None, output: str | None, as_json: bool) -> None:
-    """Fit the efficiency, host and communication factors on Gavel + Zeus + Orion (+ DeepBench) and write them."""
+def calibrate_steptime(data_dir: str | None, hold_out_gpu: str | None, output: str | None, overwrite_packaged: bool,
+                       as_json: bool) -> None:
+    """Fit the efficiency, host and communication factors on Gavel + Zeus + Orion (+ DeepBench) and write them
+    to --output (or, with --overwrite-packaged, over the packaged factors.json)."""
     import json
 
     from dltsched.predictors.steptime import calibrate as cal
     from dltsched.predictors.steptime import measurements as ms
     from dltsched.predictors.steptime.model import _gpu, factors_path, load_factors
 
+    if (output is None) == (not overwrite_packaged):
+        raise ValidationError("--output", "give --output FILE for the fitted factors, or --overwrite-packaged to "
+                              "replace the package's factors.json (not both)")
     rows = _measurements("all", data_dir, TRAIN_SCALES)
     if hold_out_gpu:
         held = _gpu(hold_out_gpu).id
         rows = [m for m in rows if _gpu(m.gpu).id != held]
     factors = cal.fit(rows, ms.deepbench_kernel_efficiency(data_dir))
     path = Path(output) if output else factors_path()
-    path.write_text(json.dumps(factors, indent=1) + "\n")
+    write_text_file(path, json.dumps(factors, indent=1, allow_nan=False) + "\n", option="--output")
     load_factors.cache_clear()
     out = {"output": str(path), "num_measurements": factors["num_measurements"], "fitted_on": factors["fitted_on"]}
     emit(out, as_json)
@@ -176,10 +183,15 @@ def freeze_table(model: str, gpu: str, batch_size: int, dataset: str | None, sta
 
 @predict.command("build-graphs")
 @click.option("--model", "models", multiple=True, help="Only these models (default: all).")
-@click.option("--workers", type=int, default=2, show_default=True)
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True)
+@click.option("--overwrite-packaged", is_flag=True, help="Required: the graphs are package data and are rewritten.")
 @click.option("--json", "as_json", is_flag=True)
-def build_graphs(models: tuple[str, ...], workers: int, as_json: bool) -> None:
-    """Re-extract the zoo's operator graphs with torch.export (meta device) and rewrite the JSON files."""
+def build_graphs(models: tuple[str, ...], workers: int, overwrite_packaged: bool, as_json: bool) -> None:
+    """Re-extract the zoo's operator graphs with torch.export (meta device) and rewrite the packaged JSON files
+    (needs --overwrite-packaged)."""
+    if not overwrite_packaged:
+        raise ValidationError("--overwrite-packaged", "build-graphs rewrites the package's graph files; add "
+                              "--overwrite-packaged to do so")
     from dltsched.instances.catalog import model_catalog
     from dltsched.predictors.zoo.extract import build_all_graphs
 

@@ -136,8 +136,10 @@ def _solve_other(model: Any, name: str, cset: CandidateSet, time_limit_s: float,
     try:
         opt = SolverFactory(name)
     except Exception:  # noqa: BLE001 - Pyomo raises a bare error for unknown names
+        opt = None
+    if opt is None:  # ... or returns None
         raise ValueError(f"solver: '{name}' not understood by Pyomo's solver factory; try highs, "
-                         "gurobi_persistent, scip or ipopt") from None
+                         "gurobi_persistent, scip or ipopt")
     if not opt.available():
         raise ValueError(f"solver: '{name}' is not installed here; leave it out to use HiGHS")
     results = opt.solve(model, time_limit=time_limit_s, rel_gap=cset.problem.options.relative_gap,

@@ -101,7 +101,7 @@ def test_missing_file_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     [
         (["--cluster", "v100:8"], "cluster[0]: 'v100:8' not understood"),
         (["--gpu-types", "v100,h900"], "gpu_types[1]: unknown GPU type 'h900'"),
-        (["--jobs", "0"], "num_jobs: 0 not understood"),
+        (["--jobs", "0"], "'--jobs': 0 is not in the range 1<=x<=1000000"),
     ],
 )
 def test_generate_bad_input_exit_2(

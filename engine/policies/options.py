@@ -1,0 +1,204 @@
+"""Typed options of every registered policy (pydantic models), checked before a policy is built.
+
+Each policy declares the options a user may set (``--option KEY=VALUE`` on the command line, keyword
+arguments of :func:`dltsched.engine.registry.make_policy`) as a strict pydantic model: no string or
+bool where a number is meant, no NaN or infinity, every magnitude bounded. An unknown key, a key the
+policy does not take, or a value of the wrong type or out of range is one
+:class:`~dltsched.engine.errors.ValidationError` naming the option and what is allowed. Only the options
+given are passed on; the policy's own defaults fill the rest.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from dltsched.engine.errors import ValidationError
+
+#: longest interval between decision rounds, and longest wait before batching events: 10^7 s (~116 days)
+MAX_INTERVAL_S = 1e7
+#: longest solver time limit per round: one day
+MAX_TIME_LIMIT_S = 86_400.0
+
+_STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+class PolicyOptions(BaseModel):
+    """Options every policy takes."""
+
+    model_config = _STRICT
+    round_interval_s: float | None = Field(
+        None, gt=0, le=MAX_INTERVAL_S,
+        description="seconds between periodic decision rounds (none: only at arrivals and completions)")
+
+
+class FifoOptions(PolicyOptions):
+    backfill: bool = Field(False, description="start later jobs that fit while the head of the queue waits")
+
+
+class SjfOptions(PolicyOptions):
+    pass
+
+
+class _Packing(PolicyOptions):
+    max_jobs_per_gpu: int = Field(2, ge=1, le=3, description="jobs sharing one GPU at most")
+    memory_margin: float = Field(0.9, gt=0, le=1, description="share of GPU memory a packing may fill")
+
+
+class GandivaOptions(_Packing):
+    pass
+
+
+class IsacppOptions(_Packing):
+    pass
+
+
+class LucidOptions(_Packing):
+    max_class_sum: int = Field(2, ge=0, le=6, description="largest sum of sensitivity classes on one GPU")
+
+
+class GavelOptions(_Packing):
+    pair_candidates: int = Field(2, ge=1, le=64, description="co-location partners tried per job")
+    colocation: bool = Field(True, description="allow space sharing")
+
+
+class IceFrogOptions(PolicyOptions):
+    max_freeze_levels: int | None = Field(None, ge=0, le=64, description="freeze levels tried (none: all)")
+
+
+class TiresiasOptions(PolicyOptions):
+    thresholds_gpu_s: tuple[float, ...] = Field(
+        (3600.0, 36000.0), min_length=1, max_length=16, description="attained-service queue limits, GPU-seconds")
+    starvation_factor: float = Field(8.0, gt=0, le=1e6, description="promote a job waiting this many times its run")
+
+    @field_validator("thresholds_gpu_s")
+    @classmethod
+    def _ascending(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if any(not 0 < v <= 1e12 for v in value) or list(value) != sorted(value):
+            raise ValueError("must be ascending numbers in (0, 1e12]")
+        return value
+
+
+class _Solver(PolicyOptions):
+    backend: str = Field("cpsat", max_length=64, description="cpsat | milp | greedy | greedy:<policy> | auto")
+    objective: str = Field("jct", max_length=64, description="round objective")
+    time_limit_s: float = Field(1.0, gt=0, le=MAX_TIME_LIMIT_S, description="solver time limit per round, s")
+    migration_penalty: float = Field(0.1, ge=0, le=1e6, description="price of moving or preempting a job")
+    fallback_policy: str = Field("sjf", max_length=64, description="policy deciding a round the solver misses")
+    exact_max_jobs: int = Field(100, ge=1, le=1_000_000, description="backend auto: exact solver up to this size")
+    min_interval_s: float = Field(300.0, ge=0, le=MAX_INTERVAL_S, description="batch events closer than this")
+    max_round_jobs: int | None = Field(256, ge=2, le=1_000_000, description="jobs one solve decides at most")
+    deterministic: bool = Field(True, description="reproducible solves (one worker, deterministic time budget)")
+
+
+class _Freezing(BaseModel):
+    model_config = _STRICT
+    freeze_levels: tuple[int, ...] | int = Field(4, description="count of freeze levels, or the allowed levels")
+
+    @field_validator("freeze_levels")
+    @classmethod
+    def _levels(cls, value: tuple[int, ...] | int) -> tuple[int, ...] | int:
+        levels = (value,) if isinstance(value, int) else value
+        if not levels or any(not 0 <= v <= 64 for v in levels):
+            raise ValueError("must be a count 0..64 or a non-empty list of levels 0..64")
+        return value
+
+
+class _Colocation(BaseModel):
+    model_config = _STRICT
+    max_jobs_per_gpu: int = Field(2, ge=1, le=3, description="jobs sharing one GPU at most")
+
+
+class OptimizingOptions(_Solver, _Freezing, _Colocation):
+    pass
+
+
+class NoColocationOptions(_Solver, _Freezing):
+    """The ablation fixes max_jobs_per_gpu=1, so it does not take that option."""
+
+
+class NoFreezingOptions(_Solver, _Colocation):
+    """The ablation fixes freeze_levels=(0,), so it does not take that option."""
+
+
+#: policy name -> its option model (policies registered elsewhere without one take no options)
+POLICY_OPTIONS: dict[str, type[PolicyOptions]] = {
+    "fifo": FifoOptions,
+    "sjf": SjfOptions,
+    "tiresias": TiresiasOptions,
+    "gandiva": GandivaOptions,
+    "icefrog": IceFrogOptions,
+    "isacpp": IsacppOptions,
+    "lucid": LucidOptions,
+    "gavel": GavelOptions,
+    "optimizing": OptimizingOptions,
+    "optimizing-nocoloc": NoColocationOptions,
+    "optimizing-nofreeze": NoFreezingOptions,
+}
+
+_RULES = {
+    "int_type": "must be an integer",
+    "float_type": "must be a number",
+    "finite_number": "must be finite",
+    "bool_type": "must be true or false",
+    "string_type": "must be a string",
+    "tuple_type": "must be a list",
+    "string_too_long": "must be a short string",
+}
+_BOUNDS = {"greater_than_equal": ">= {ge}", "greater_than": "> {gt}", "less_than": "< {lt}",
+           "less_than_equal": "<= {le}", "too_short": "at least {min_length} item(s)",
+           "too_long": "at most {max_length} item(s)"}
+
+
+def option_names(model: type[BaseModel] | None) -> tuple[str, ...]:
+    """The option keys ``model`` takes (none without a model)."""
+    return tuple(sorted(model.model_fields)) if model is not None else ()
+
+
+def _key(key: Any) -> str:
+    text = str(key)
+    return text if text.isprintable() and len(text) <= 40 else _short(text)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_options(policy: str, model: type[BaseModel] | None, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` checked against ``model``: the given keys with their values, or one ValidationError
+    ``option KEY: ...`` naming the allowed keys (an unknown key) or the rule (a bad value)."""
+    allowed = option_names(model)
+    for key in options:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            taken = f"allowed: {', '.join(allowed)}" if allowed else "it takes no options"
+            raise ValidationError(f"option {_key(key)}", f"not an option of policy '{policy}'; {hint}{taken}")
+    if model is None or not options:
+        return {}
+    try:
+        checked = model.model_validate(dict(options))
+    except pydantic.ValidationError as err:
+        first = err.errors()[0]
+        loc = [p for p in first["loc"] if isinstance(p, str) and p in allowed] or [str(first["loc"][0])]
+        kind, ctx = first["type"], first.get("ctx", {})
+        if kind in _BOUNDS:
+            rule = "must be " + _BOUNDS[kind].format(**ctx)
+        elif kind == "value_error":
+            rule = str(ctx.get("error", first["msg"]))
+        else:
+            union = {"int_type", "float_type", "tuple_type", "none_required"} if len(first["loc"]) > 1 else set()
+            rule = _RULES.get(kind, first["msg"]) if kind not in union else "has the wrong type"
+        field = model.model_fields[loc[0]] if loc[0] in model.model_fields else None
+        what = f" ({field.description})" if field is not None and field.description else ""
+        return _raise(f"option {loc[0]}", f"{_short(options.get(loc[0]))} not understood; {rule}{what}")
+    return {k: getattr(checked, k) for k in options}
+
+
+def _raise(path: str, problem: str) -> dict[str, Any]:
+    raise ValidationError(path, problem)
