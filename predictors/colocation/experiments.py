@@ -20,10 +20,12 @@ from dltsched.predictors.colocation.baselines import (
     ConstantBaseline,
     GbtBaseline,
     PerModelMeanBaseline,
+    UtilShareRule,
 )
 from dltsched.predictors.colocation.ensemble import combine
 from dltsched.predictors.colocation.features import group_of
 from dltsched.predictors.colocation.metrics import GroupPrediction, scores
+from dltsched.predictors.colocation.profiled import ProfileColocation
 from dltsched.predictors.colocation.samples import (
     ColocDataset,
     ColocSample,
@@ -34,11 +36,30 @@ from dltsched.predictors.colocation.samples import (
 )
 from dltsched.predictors.colocation.splits import folds
 
+
+class ShippedTable:
+    """The shipped table (trained on Gavel's pairs) as a comparator: ``fit`` changes nothing."""
+
+    def __init__(self) -> None:
+        from dltsched.predictors.colocation.table import default_table
+
+        self.table = default_table()
+
+    def fit(self, train: ColocDataset) -> ShippedTable:
+        return self
+
+    def predict(self, groups: Sequence[Any], data: ColocDataset) -> list[GroupPrediction]:
+        return self.table.predict(groups, data)
+
+
 BASELINES: dict[str, Callable[[], Any]] = {
     "constant": ConstantBaseline,
     "per_model_mean": PerModelMeanBaseline,
     "analytic": AnalyticContention,
+    "util_share": UtilShareRule,
     "gbt": GbtBaseline,
+    "profile": ProfileColocation,
+    "shipped_table": ShippedTable,
 }
 #: ensembles: name -> (members, weights); speeds are weighted geometric means, memory/util weighted means
 ENSEMBLES: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {"ensemble": (("gbt", "eggat"), (0.5, 0.5))}

@@ -54,11 +54,12 @@ class JobSpec:
 
 @dataclass(frozen=True, slots=True)
 class IsolatedProfile:
-    """A job type measured alone on one GPU; ``None`` where not measured."""
+    """A job type measured alone on one GPU; ``None`` where not measured (utilisations in %)."""
 
     step_time_s: float | None = None
     memory_mib: float | None = None
     gpu_util: float | None = None
+    mem_bw_util: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +196,7 @@ def _read_lucid_isolated(path: Path) -> dict[tuple[str, JobSpec], IsolatedProfil
                 step_time_s=job.batch_size / float(row["speed"]),
                 memory_mib=float(row["gmem"]),
                 gpu_util=float(row["gpu_util"]),
+                mem_bw_util=min(100.0, float(row["gmem_util"])),  # memory-controller busy %, see predictors.profiles
             )
     return out
 
