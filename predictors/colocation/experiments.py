@@ -3,7 +3,7 @@
 ``compare`` fits every predictor once per fold of one split kind and pools the test predictions,
 so every figure is comparable (same folds, same samples); ensembles are formed from the members'
 fold predictions without refitting. Training sets drop the samples in which a job evidently did
-not run (:func:`~.samples.without_absent`); test figures are given on every test sample and, under
+not run as recorded (:func:`~.samples.without_absent`); test figures are given on every test sample and, under
 ``valid``, on the test samples that pass the same check.
 """
 
@@ -29,9 +29,9 @@ from dltsched.predictors.colocation.profiled import ProfileColocation
 from dltsched.predictors.colocation.samples import (
     ColocDataset,
     ColocSample,
-    absent_member,
     read_gavel_samples,
     read_lucid_samples,
+    suspect,
     without_absent,
 )
 from dltsched.predictors.colocation.splits import folds
@@ -122,7 +122,7 @@ def compare(data: ColocDataset, kind: str, names: Sequence[str], seed: int = 0,
             per_fold[name].append({"held_out": split.held_out, "n": len(pairs), **_scores(pairs)})
     out: dict[str, dict[str, Any]] = {}
     for name, pairs in fold_preds.items():
-        valid = [(s, p) for s, p in pairs if absent_member(s, data.isolated) is None]
+        valid = [(s, p) for s, p in pairs if not suspect(s, data.isolated)]
         out[name] = {**_scores(pairs), "valid": {**_scores(valid), "n": len(valid)}, "n": len(pairs),
                      "split": kind, "folds": held_out, "train_s": round(train_s[name], 1), "per_fold": per_fold[name]}
     return out

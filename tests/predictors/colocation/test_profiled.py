@@ -151,3 +151,27 @@ def test_shipped_model_needs_no_torch_and_knows_gavel_profiles() -> None:
     est = model.estimate([Job("a", "resnet18", 32, 1.0, dataset="cifar10"), Job("b", "lstm_lm", 20, 1.0)], "p100")
     assert all(0.0 < v <= 1.0 for v in est.speeds)
     assert est.sources == ("partial", "partial")  # Gavel measured step times; memory and utilisation predicted
+
+
+def test_idle_member_flags_speeds_the_utilisation_cannot_hold() -> None:
+    from dltsched.predictors.colocation.samples import idle_member, suspect
+
+    a, b = JOBS[0], JOBS[3]  # isolated utilisation 40% and 20%
+    busy = ColocSample("v100", (a, b), (1.0, 1.0), 4600.0, 50.0)   # 40 x 1.0 = 40 busy: 50 is plausible
+    idle = ColocSample("v100", (a, b), (1.0, 1.0), 4600.0, 15.0)   # below half of 40: job a cannot have run
+    assert idle_member(busy, ISO) is None and not suspect(busy, ISO)
+    assert idle_member(idle, ISO) == 0 and suspect(idle, ISO)
+
+
+@pytest.mark.data
+@pytest.mark.slow
+def test_lucid_leave_one_model_out_beats_the_rules(data_dir: Path) -> None:
+    from dltsched.predictors.colocation.experiments import BASELINES, read_dataset
+
+    names = ["constant", "per_model_mean", "util_share", "profile"]
+    result = compare(read_dataset("lucid", data_dir), "model", names, factories={n: BASELINES[n] for n in names},
+                     ensembles={})
+    ours, rules = result["profile"], [result[n] for n in names[:-1]]
+    assert ours["speed_mape"] < min(r["speed_mape"] for r in rules)
+    assert ours["valid"]["memory_mape"] < min(r["valid"]["memory_mape"] for r in rules if r["valid"]["memory_mape"])
+    assert ours["util_mape"] < min(r["util_mape"] for r in rules if r["util_mape"])
