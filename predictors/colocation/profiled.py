@@ -74,9 +74,13 @@ REFERENCE_GPUS = ("k80", "p100", "v100")
 JOB_FEATURES = ("u", "u_partners", "u_total", "bw", "bw_partners", "log_step_s", "log_step_over_partners",
                 "memory_share", "partners_memory_share", "log_batch", "amp", "same_model", "group_size",
                 "log_gflops_sample", "log_act_mib_sample", "log_gpu_tflops", "log_gpu_bandwidth", "u_predicted",
-                "log_step_k80_over_v100", "log_step_p100_over_v100", "base_log_speed")
+                "log_step_k80_over_v100", "log_step_p100_over_v100", "log_params_m", "layers_10",
+                "partners_log_gflops_step", "partners_log_params_m", "partners_k80_over_v100",
+                "partners_p100_over_v100", "base_log_speed")
 GROUP_FEATURES = ("u_total", "u_max", "u_min", "u_union", "bw_total", "bw_max", "memory_share", "max_memory_share",
-                  "group_size", "mean_log_step_s", "log_gpu_bandwidth", "memory_predicted", "u_predicted")
+                  "group_size", "mean_log_step_s", "log_gpu_bandwidth", "memory_predicted", "u_predicted",
+                  "min_log_step_s", "max_log_step_s", "mean_log_batch", "amp_share", "mean_log_gflops_sample",
+                  "mean_log_act_mib_sample", "u_of_slowest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,10 +130,13 @@ def _gpu_consts(gpu: str) -> tuple[float, float, float]:
 
 
 @cache
-def _job_consts(job: JobSpec) -> tuple[float, float]:
-    data = model_spec(job.model).dataset(job.dataset)
+def _job_consts(job: JobSpec) -> tuple[float, float, float, float]:
+    """log forward GFLOPs and activation MiB per sample, log parameters (M), layers / 10, from the catalog."""
+    spec = model_spec(job.model)
+    data = spec.dataset(job.dataset)
     half = 0.5 if job.amp else 1.0
-    return math.log(data.fwd_gflops), math.log(max(1e-6, data.activation_mib * half))
+    return (math.log(data.fwd_gflops), math.log(max(1e-6, data.activation_mib * half)), math.log(spec.params_m),
+            spec.layers / 10.0)
 
 
 def _nan(value: float | None) -> float:
@@ -232,20 +239,28 @@ class ProfileColocation:
             mems = [p.memory_mib for p in profs]
             total_u, total_bw, total_mem, n = sum(us), sum(bws), sum(mems), len(g.jobs)
             ratios = [self._cross_gpu(j, isolated) for j in g.jobs]
+            consts = [_job_consts(j) for j in g.jobs]
             for i, job in enumerate(g.jobs):
-                gflops, act = _job_consts(job)
+                gflops, act, params, layers = consts[i]
+                partners = [k for k in range(n) if k != i]
                 partner_logs = [v for k, v in enumerate(logs) if k != i]
                 same = float(any(o.model == job.model for k, o in enumerate(g.jobs) if k != i))
                 job_rows.append([us[i], total_u - us[i], total_u, bws[i], total_bw - bws[i], logs[i],
                                  logs[i] - sum(partner_logs) / len(partner_logs), mems[i] / gpu_mem,
                                  (total_mem - mems[i]) / gpu_mem, math.log(job.batch_size), float(job.amp), same,
                                  float(n), gflops, act, log_tflops, log_bw, float("gpu_util" in profs[i].predicted),
-                                 *ratios[i], math.log(min(1.0, 1.0 / total_u))])
+                                 *ratios[i], params, layers,
+                                 sum(consts[k][0] + math.log(g.jobs[k].batch_size) for k in partners),
+                                 sum(consts[k][2] for k in partners), sum(ratios[k][0] for k in partners),
+                                 sum(ratios[k][1] for k in partners), math.log(min(1.0, 1.0 / total_u))])
             union = 1.0 - math.prod(1.0 - min(0.99, u) for u in us)
             group_rows.append([total_u, max(us), min(us), union, total_bw, max(bws) if not math.isnan(total_bw)
                                else math.nan, total_mem / gpu_mem, max(mems) / total_mem, float(n), sum(logs) / n,
                                log_bw, float(any("memory_mib" in p.predicted for p in profs)),
-                               float(any("gpu_util" in p.predicted for p in profs))])
+                               float(any("gpu_util" in p.predicted for p in profs)), min(logs), max(logs),
+                               sum(math.log(j.batch_size) for j in g.jobs) / n, sum(j.amp for j in g.jobs) / n,
+                               sum(_job_consts(j)[0] for j in g.jobs) / n, sum(_job_consts(j)[1] for j in g.jobs) / n,
+                               us[max(range(n), key=logs.__getitem__)]])
         return np.asarray(job_rows, dtype=float), np.asarray(group_rows, dtype=float), resolved_all
 
     @staticmethod
