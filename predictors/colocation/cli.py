@@ -57,6 +57,10 @@ def colocation(gpu: str, jobs: tuple[str, ...], model_path: str | None, as_json:
     rows = [{"job": s.label, "speed": round(v, 4),
              "step_time_s": step.step_time_s(as_job(s, i), real_gpu, 1) / v}
             for i, (s, v) in enumerate(zip(specs, pred.speeds, strict=True))]
+    if hasattr(predictor, "estimate_groups"):  # the profile model: where each job's profile came from
+        sources = predictor.estimate_groups([Group(gpu_id, specs)])[0].sources
+        for row, source in zip(rows, sources, strict=True):
+            row["profile"] = source
     payload = {"gpu": gpu_id, "jobs": rows, "memory_mib": pred.memory_mib, "gpu_util": pred.gpu_util,
                "fallbacks": dict(getattr(predictor, "fallbacks", {}))}
     emit(payload, as_json, lambda: _print_prediction(payload))
@@ -64,7 +68,8 @@ def colocation(gpu: str, jobs: tuple[str, ...], model_path: str | None, as_json:
 
 def _print_prediction(payload: dict[str, Any]) -> None:
     for row in payload["jobs"]:
-        click.echo(f"{row['job']:<28} speed {row['speed']:.3f}  step {row['step_time_s'] * 1e3:.1f} ms")
+        source = f"  profile {row['profile']}" if "profile" in row else ""
+        click.echo(f"{row['job']:<28} speed {row['speed']:.3f}  step {row['step_time_s'] * 1e3:.1f} ms{source}")
     click.echo(f"group memory {payload['memory_mib']:.0f} MiB, GPU util {payload['gpu_util'] or float('nan'):.1f}%")
 
 

@@ -175,3 +175,19 @@ def test_lucid_leave_one_model_out_beats_the_rules(data_dir: Path) -> None:
     assert ours["speed_mape"] < min(r["speed_mape"] for r in rules)
     assert ours["valid"]["memory_mape"] < min(r["valid"]["memory_mape"] for r in rules if r["valid"]["memory_mape"])
     assert ours["util_mape"] < min(r["util_mape"] for r in rules if r["util_mape"])
+
+
+def test_cli_predicts_from_a_profile_model_and_marks_predicted_profiles() -> None:
+    from click.testing import CliRunner
+
+    from dltsched.predictors.colocation.cli import colocation
+    from dltsched.predictors.colocation.profiled import SHIPPED
+
+    path = Path(__file__).resolve().parents[3] / "predictors" / "colocation" / SHIPPED
+    result = CliRunner().invoke(colocation, ["--gpu", "a100", "--job", "resnet18:64", "--job", "lm:20",
+                                             "--model", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output[result.output.index("{"):])
+    assert [row["profile"] for row in payload["jobs"]] == ["predicted", "predicted"]  # no A100 profile: predicted
+    assert payload["fallbacks"]["predicted_step_time_s"] >= 2
+    assert payload["memory_mib"] >= 0 and 0 < payload["gpu_util"] <= 100
