@@ -36,7 +36,7 @@ import logging
 import math
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -59,6 +59,7 @@ from dltsched.predictors.colocation.samples import (
     JobSpec,
     without_absent,
 )
+from dltsched.predictors.profiles import JobProfile
 
 log = logging.getLogger(__name__)
 
@@ -355,6 +356,13 @@ class ProfileColocation:
                                  self.min_samples_leaf, self.loss, self.seed, dict(profiles), self.speed_trees,
                                  self.memory_trees, self.util_trees, dict(self.record), step_time=self.step_time)
 
+    def with_job_profiles(self, profiles: Iterable[JobProfile]) -> ProfileColocation:
+        """The same fitted model with the caller's measured profiles added to (and replacing) its own; profiles
+        marked ``predicted`` are ignored (the model predicts what is missing itself, and counts it)."""
+        merged = dict(self.profiles)
+        merged.update(isolated_from_profiles(profiles))
+        return self.with_profiles(merged)
+
     # ------------------------------------------------------------------ files
     def to_json(self) -> dict[str, Any]:
         def trees(t: JsonTrees | None) -> dict[str, Any] | None:
@@ -391,6 +399,13 @@ class ProfileColocation:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ProfileColocation:
         return cls.from_json(json.loads(Path(path).read_text()))
+
+
+def isolated_from_profiles(profiles: Iterable[JobProfile]) -> dict[tuple[str, JobSpec], IsolatedProfile]:
+    """Measured :class:`~dltsched.predictors.profiles.JobProfile` s keyed the way co-location data keys them."""
+    return {(p.key.gpu, JobSpec(p.key.model, p.key.batch_size, p.key.amp, p.key.dataset)):
+            IsolatedProfile(p.step_time_s, p.memory_mib, p.gpu_util, p.mem_bw_util)
+            for p in profiles if p.source == "measured"}
 
 
 def _spec(job: Job) -> JobSpec:

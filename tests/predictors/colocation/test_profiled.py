@@ -191,3 +191,17 @@ def test_cli_predicts_from_a_profile_model_and_marks_predicted_profiles() -> Non
     assert [row["profile"] for row in payload["jobs"]] == ["predicted", "predicted"]  # no A100 profile: predicted
     assert payload["fallbacks"]["predicted_step_time_s"] >= 2
     assert payload["memory_mib"] >= 0 and 0 < payload["gpu_util"] <= 100
+
+
+def test_callers_job_profiles_replace_predicted_ones() -> None:
+    from dltsched.predictors.profiles import JobProfile, ProfileKey
+
+    model = _fitted().with_profiles(ISO)
+    job = Job("b", "mobilenet_v2", 64, 1.0, dataset="cifar10")
+    assert model.estimate([Job("a", "resnet18", 32, 1.0), job], "v100").sources == ("measured", "predicted")
+    measured = JobProfile(ProfileKey("v100", "mobilenet_v2", 64, False, "cifar10"), 0.03, 3000.0, 60.0)
+    guessed = JobProfile(ProfileKey("v100", "vgg16", 64), 0.03, 3000.0, 60.0, source="predicted")
+    richer = model.with_job_profiles([measured, guessed])
+    assert richer.estimate([Job("a", "resnet18", 32, 1.0), job], "v100").sources == ("measured", "measured")
+    assert ("v100", JobSpec("vgg16", 64)) in richer.profiles  # from ISO, not replaced by the predicted profile
+    assert richer.profiles[("v100", JobSpec("vgg16", 64))] == ISO[("v100", JobSpec("vgg16", 64))]
