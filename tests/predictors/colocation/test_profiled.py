@@ -205,3 +205,15 @@ def test_callers_job_profiles_replace_predicted_ones() -> None:
     assert richer.estimate([Job("a", "resnet18", 32, 1.0), job], "v100").sources == ("measured", "measured")
     assert ("v100", JobSpec("vgg16", 64)) in richer.profiles  # from ISO, not replaced by the predicted profile
     assert richer.profiles[("v100", JobSpec("vgg16", 64))] == ISO[("v100", JobSpec("vgg16", 64))]
+
+
+def test_schedule_time_predictions_need_no_torch() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from dltsched.engine.domain import Job; "
+            "from dltsched.predictors.colocation.profiled import shipped_profile_predictor as s; "
+            "e = s().estimate([Job('a', 'resnet18', 32, 1.0), Job('b', 'vgg16', 64, 1.0)], 'v100'); "
+            "print('torch' in sys.modules, len(e.speeds))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False 2"
