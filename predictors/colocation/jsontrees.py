@@ -3,12 +3,13 @@
 :func:`fit_trees` fits sklearn's ``HistGradientBoostingRegressor`` (numeric features; NaN = missing)
 and copies its trees into a :class:`JsonTrees`: per tree the node arrays (feature, threshold,
 where missing values go, children, leaf values; the learning rate is already in the leaf values).
-:meth:`JsonTrees.predict` walks every row down every tree at once, level by level; the tests check
-it against sklearn's own predictions.
+:meth:`JsonTrees.predict` walks every row down every tree at once, level by level, on the trees' nodes
+laid end to end; the tests check it against sklearn's own predictions.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,41 +24,46 @@ class JsonTrees:
     baseline: float
     num_features: int
     trees: tuple[dict[str, tuple[float, ...] | tuple[int, ...]], ...]
-    _stacked: tuple[np.ndarray, ...] = field(init=False, repr=False, compare=False)
+    _flat: tuple[Any, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        """Stack the trees' node arrays (padded to the largest tree) so that every tree is walked at once."""
-        width = max((len(t["value"]) for t in self.trees), default=1)
-
-        def stack(name: str, dtype: Any, pad: Any) -> np.ndarray:
-            out = np.full((max(1, len(self.trees)), width), pad, dtype=dtype)
-            for n, t in enumerate(self.trees):
-                out[n, :len(t[name])] = t[name]
-            return out
-
-        object.__setattr__(self, "_stacked", (
-            stack("feature", np.int64, 0), stack("threshold", float, 0.0), stack("missing_left", bool, True),
-            stack("left", np.int64, 0), stack("right", np.int64, 0), stack("leaf", bool, True),
-            stack("value", float, 0.0)))
+        """Lay every tree's nodes end to end; leaves point to themselves, so that every row walks the same
+        number of levels (the deepest tree's depth) with no test for having arrived."""
+        feature, threshold, missing_left, left, right, value, roots = [], [], [], [], [], [], []
+        depth = 0
+        for t in self.trees:
+            offset = len(value)
+            roots.append(offset)
+            leaf = t["leaf"]
+            for n in range(len(t["value"])):
+                at_leaf = bool(leaf[n])
+                feature.append(0 if at_leaf else int(t["feature"][n]))
+                threshold.append(math.inf if at_leaf else float(t["threshold"][n]))
+                missing_left.append(True if at_leaf else bool(t["missing_left"][n]))
+                left.append(offset + (n if at_leaf else int(t["left"][n])))
+                right.append(offset + (n if at_leaf else int(t["right"][n])))
+                value.append(float(t["value"][n]))
+            depth = max(depth, _depth(t))
+        object.__setattr__(self, "_flat", (
+            np.asarray(feature, dtype=np.int64), np.asarray(threshold, dtype=float), np.asarray(missing_left, dtype=bool),
+            np.asarray(left, dtype=np.int64), np.asarray(right, dtype=np.int64), np.asarray(value, dtype=float),
+            np.asarray(roots, dtype=np.int64), depth))
 
     def predict(self, x: Any) -> np.ndarray:
-        rows = np.asarray(x, dtype=float)
+        rows = np.ascontiguousarray(x, dtype=float)
         if rows.ndim != 2 or rows.shape[1] != self.num_features:
             raise ValueError(f"rows of shape {rows.shape} not understood; expected (n, {self.num_features})")
-        if not self.trees:
+        feature, threshold, missing_left, left, right, value, roots, depth = self._flat
+        if not len(roots):
             return np.full(rows.shape[0], self.baseline)
-        feature, threshold, missing_left, left, right, leaf, value = self._stacked
-        trees = np.arange(feature.shape[0])[None, :]
-        node = np.zeros((rows.shape[0], feature.shape[0]), dtype=np.int64)
-        row = np.arange(rows.shape[0])[:, None]
-        while True:
-            inner = ~leaf[trees, node]
-            if not inner.any():
-                break
-            values = rows[row, feature[trees, node]]
-            go_left = np.where(np.isnan(values), missing_left[trees, node], values <= threshold[trees, node])
-            node = np.where(inner, np.where(go_left, left[trees, node], right[trees, node]), node)
-        return self.baseline + value[trees, node].sum(axis=1)
+        flat = rows.ravel()
+        start = (np.arange(rows.shape[0], dtype=np.int64) * self.num_features)[:, None]
+        node = np.broadcast_to(roots, (rows.shape[0], len(roots))).copy()
+        for _ in range(depth):
+            values = flat[start + feature[node]]
+            go_left = (values <= threshold[node]) | (np.isnan(values) & missing_left[node])
+            node = np.where(go_left, left[node], right[node])
+        return self.baseline + value[node].sum(axis=1)
 
     def to_json(self) -> dict[str, Any]:
         return {"baseline": self.baseline, "num_features": self.num_features,
@@ -72,6 +78,18 @@ class JsonTrees:
                 raise ValueError(f"tree {n}: keys {sorted(t)} not understood; expected {sorted(keys)}")
             trees.append({k: tuple(t[k]) for k in keys})
         return cls(float(raw["baseline"]), int(raw["num_features"]), tuple(trees))
+
+
+def _depth(tree: dict[str, Any]) -> int:
+    """Number of splits on the longest path from the root to a leaf."""
+    deepest, stack = 0, [(0, 0)]
+    while stack:
+        n, d = stack.pop()
+        if tree["leaf"][n]:
+            deepest = max(deepest, d)
+        else:
+            stack += [(int(tree["left"][n]), d + 1), (int(tree["right"][n]), d + 1)]
+    return deepest
 
 
 def fit_trees(x: Sequence[Sequence[float]], y: Sequence[float], *, max_iter: int = 150, learning_rate: float = 0.05,

@@ -106,6 +106,35 @@ class ResolvedProfile:
 
 
 @dataclass(frozen=True, slots=True)
+class _JobVector:
+    """Per (GPU, job type): the resolved profile and the numbers every group row is built from."""
+
+    profile: ResolvedProfile
+    model: str
+    u: float
+    bw: float
+    log_step: float
+    memory_mib: float
+    log_batch: float
+    amp: float
+    gflops: float
+    act: float
+    params: float
+    layers: float
+    k80_ratio: float
+    p100_ratio: float
+    gflops_step: float
+
+    @property
+    def u_predicted(self) -> float:
+        return float("gpu_util" in self.profile.predicted)
+
+    @property
+    def memory_predicted(self) -> bool:
+        return "memory_mib" in self.profile.predicted
+
+
+@dataclass(frozen=True, slots=True)
 class ColocationEstimate:
     """One group's prediction with where its inputs came from (one ``sources`` entry per job)."""
 
@@ -170,7 +199,7 @@ class ProfileColocation:
     record: dict[str, Any] = field(default_factory=dict)
     fallbacks: Counter[str] = field(default_factory=Counter)
     step_time: Any = None
-    _resolved: dict[tuple[str, JobSpec], ResolvedProfile] = field(default_factory=dict)
+    _resolved: dict[Any, Any] = field(default_factory=dict)  # resolved profiles and per-job numbers
     _warned: set[tuple[str, str]] = field(default_factory=set)
     _groups: dict[tuple[str, tuple[JobSpec, ...]], ColocationEstimate] = field(default_factory=dict)
 
@@ -183,7 +212,7 @@ class ProfileColocation:
         return self.step_time
 
     def resolve(self, gpu: str, job: JobSpec, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile],
-                memo: dict[tuple[str, JobSpec], ResolvedProfile]) -> ResolvedProfile:
+                memo: dict[Any, Any]) -> ResolvedProfile:
         """The job's profile on ``gpu`` from ``isolated``, missing values predicted and counted in ``fallbacks``."""
         key = (gpu, job)
         found = memo.get(key)
@@ -226,44 +255,57 @@ class ProfileColocation:
         return found
 
     # ------------------------------------------------------------------ features
+    def _job(self, gpu: str, job: JobSpec, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile],
+             memo: dict[Any, Any]) -> _JobVector:
+        """The job's resolved profile and its per-job numbers (computed once per GPU and job type)."""
+        found = memo.get((gpu, job, "vector"))
+        if found is None:
+            p = self.resolve(gpu, job, isolated, memo)
+            gflops, act, params, layers = _job_consts(job)
+            log_batch = math.log(job.batch_size)
+            found = _JobVector(p, job.model, p.gpu_util / 100.0,
+                               p.mem_bw_util / 100.0 if p.mem_bw_util is not None else math.nan,
+                               math.log(p.step_time_s), p.memory_mib, log_batch, float(job.amp), gflops, act, params,
+                               layers, *self._cross_gpu(job, isolated), gflops + log_batch)
+            memo[(gpu, job, "vector")] = found
+        return found  # type: ignore[no-any-return]
+
     def _rows(self, groups: Sequence[Group], isolated: Mapping[tuple[str, JobSpec], IsolatedProfile],
-              memo: dict[tuple[str, JobSpec], ResolvedProfile]) -> tuple[np.ndarray, np.ndarray, list[list[ResolvedProfile]]]:
+              memo: dict[Any, Any]) -> tuple[np.ndarray, np.ndarray, list[list[ResolvedProfile]]]:
         """Per-job rows (:data:`JOB_FEATURES`), per-group rows (:data:`GROUP_FEATURES`), resolved profiles."""
         job_rows: list[list[float]] = []
         group_rows: list[list[float]] = []
         resolved_all = []
+        gpus: dict[str, str] = {}
         for g in groups:
-            gpu = resolve_gpu(g.gpu)
-            profs = [self.resolve(gpu, j, isolated, memo) for j in g.jobs]
-            resolved_all.append(profs)
+            gpu = gpus.get(g.gpu) or gpus.setdefault(g.gpu, resolve_gpu(g.gpu))
+            vs = [self._job(gpu, j, isolated, memo) for j in g.jobs]
+            resolved_all.append([v.profile for v in vs])
             gpu_mem, log_tflops, log_bw = _gpu_consts(gpu)
-            us = [p.gpu_util / 100.0 for p in profs]
-            bws = [p.mem_bw_util / 100.0 if p.mem_bw_util is not None else math.nan for p in profs]
-            logs = [math.log(p.step_time_s) for p in profs]
-            mems = [p.memory_mib for p in profs]
-            total_u, total_bw, total_mem, n = sum(us), sum(bws), sum(mems), len(g.jobs)
-            ratios = [self._cross_gpu(j, isolated) for j in g.jobs]
-            consts = [_job_consts(j) for j in g.jobs]
-            for i, job in enumerate(g.jobs):
-                gflops, act, params, layers = consts[i]
-                partners = [k for k in range(n) if k != i]
-                partner_logs = [v for k, v in enumerate(logs) if k != i]
-                same = float(any(o.model == job.model for k, o in enumerate(g.jobs) if k != i))
-                job_rows.append([us[i], total_u - us[i], total_u, bws[i], total_bw - bws[i], logs[i],
-                                 logs[i] - sum(partner_logs) / len(partner_logs), mems[i] / gpu_mem,
-                                 (total_mem - mems[i]) / gpu_mem, math.log(job.batch_size), float(job.amp), same,
-                                 float(n), gflops, act, log_tflops, log_bw, float("gpu_util" in profs[i].predicted),
-                                 *ratios[i], params, layers,
-                                 sum(consts[k][0] + math.log(g.jobs[k].batch_size) for k in partners),
-                                 sum(consts[k][2] for k in partners), sum(ratios[k][0] for k in partners),
-                                 sum(ratios[k][1] for k in partners), math.log(min(1.0, 1.0 / total_u))])
+            n = len(vs)
+            total_u = sum(v.u for v in vs)
+            total_bw = sum(v.bw for v in vs)
+            total_mem = sum(v.memory_mib for v in vs)
+            total_log = sum(v.log_step for v in vs)
+            base = math.log(min(1.0, 1.0 / total_u))
+            for i, v in enumerate(vs):
+                partners = vs[:i] + vs[i + 1:]
+                same = float(any(o.model == v.model for o in partners))
+                job_rows.append([v.u, total_u - v.u, total_u, v.bw, total_bw - v.bw, v.log_step,
+                                 v.log_step - (total_log - v.log_step) / (n - 1), v.memory_mib / gpu_mem,
+                                 (total_mem - v.memory_mib) / gpu_mem, v.log_batch, v.amp, same, float(n), v.gflops,
+                                 v.act, log_tflops, log_bw, v.u_predicted, v.k80_ratio, v.p100_ratio, v.params,
+                                 v.layers, sum(o.gflops_step for o in partners), sum(o.params for o in partners),
+                                 sum(o.k80_ratio for o in partners), sum(o.p100_ratio for o in partners), base])
+            us = [v.u for v in vs]
+            logs = [v.log_step for v in vs]
             union = 1.0 - math.prod(1.0 - min(0.99, u) for u in us)
-            group_rows.append([total_u, max(us), min(us), union, total_bw, max(bws) if not math.isnan(total_bw)
-                               else math.nan, total_mem / gpu_mem, max(mems) / total_mem, float(n), sum(logs) / n,
-                               log_bw, float(any("memory_mib" in p.predicted for p in profs)),
-                               float(any("gpu_util" in p.predicted for p in profs)), min(logs), max(logs),
-                               sum(math.log(j.batch_size) for j in g.jobs) / n, sum(j.amp for j in g.jobs) / n,
-                               sum(_job_consts(j)[0] for j in g.jobs) / n, sum(_job_consts(j)[1] for j in g.jobs) / n,
+            group_rows.append([total_u, max(us), min(us), union, total_bw, max(v.bw for v in vs)
+                               if not math.isnan(total_bw) else math.nan, total_mem / gpu_mem,
+                               max(v.memory_mib for v in vs) / total_mem, float(n), total_log / n, log_bw,
+                               float(any(v.memory_predicted for v in vs)), float(any(v.u_predicted for v in vs)),
+                               min(logs), max(logs), sum(v.log_batch for v in vs) / n, sum(v.amp for v in vs) / n,
+                               sum(v.gflops for v in vs) / n, sum(v.act for v in vs) / n,
                                us[max(range(n), key=logs.__getitem__)]])
         return np.asarray(job_rows, dtype=float), np.asarray(group_rows, dtype=float), resolved_all
 
@@ -282,7 +324,7 @@ class ProfileColocation:
         """Fit the corrections on every sample of ``train`` in which every job evidently ran."""
         data = without_absent(train)
         groups = [group_of(s) for s in data.samples]
-        memo: dict[tuple[str, JobSpec], ResolvedProfile] = {}
+        memo: dict[Any, Any] = {}
         jobs, grows, profs = self._rows(groups, data.isolated, memo)
         base = jobs[:, -1]
         y_speed = np.log([v for s in data.samples for v in s.speeds]) - base
