@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -69,6 +69,9 @@ SHIPPED = "table_profile_gavel.json"
 MEMORY_OVER_SUM = 1.25
 SPEED_FLOOR = 0.02
 MAX_REMEMBERED = 200_000
+#: batches of at least this many groups build their features with numpy (2-3x faster on 10,000 groups; 13x
+#: slower for one group at a time)
+NUMPY_FROM = 32
 #: the utilisation trees grow leaf-wise (up to 31 leaves) on squared error: on Lucid's leave-one-model-out folds
 #: 12.8% MAPE on the valid pairs against 13.9% with the speed trees' depth-3, absolute-error setting
 UTIL_TREES: dict[str, Any] = {"max_depth": None, "loss": "squared_error", "max_iter": 200}
@@ -125,6 +128,11 @@ class _JobVector:
     p100_ratio: float
     gflops_step: float
 
+    #: the per-job numbers, in the order of :attr:`numbers`
+    NUMBERS: ClassVar[tuple[str, ...]] = ("u", "bw", "log_step", "memory_mib", "log_batch", "amp", "gflops", "act",
+                                          "params", "layers", "k80_ratio", "p100_ratio", "gflops_step",
+                                          "u_predicted", "memory_predicted")
+
     @property
     def u_predicted(self) -> float:
         return float("gpu_util" in self.profile.predicted)
@@ -132,6 +140,13 @@ class _JobVector:
     @property
     def memory_predicted(self) -> bool:
         return "memory_mib" in self.profile.predicted
+
+    @property
+    def numbers(self) -> tuple[float, ...]:
+        predicted = self.profile.predicted
+        return (self.u, self.bw, self.log_step, self.memory_mib, self.log_batch, self.amp, self.gflops, self.act,
+                self.params, self.layers, self.k80_ratio, self.p100_ratio, self.gflops_step,
+                float("gpu_util" in predicted), float("memory_mib" in predicted))
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +287,78 @@ class ProfileColocation:
 
     def _rows(self, groups: Sequence[Group], isolated: Mapping[tuple[str, JobSpec], IsolatedProfile],
               memo: dict[Any, Any]) -> tuple[np.ndarray, np.ndarray, list[list[ResolvedProfile]]]:
-        """Per-job rows (:data:`JOB_FEATURES`), per-group rows (:data:`GROUP_FEATURES`), resolved profiles."""
+        """Per-job rows (:data:`JOB_FEATURES`), per-group rows (:data:`GROUP_FEATURES`), resolved profiles.
+
+        Groups are padded to the largest size and every feature is computed with numpy at once; padded slots
+        are left out of every sum (``np.where``, so that a member's missing value, NaN, still spreads). Fewer
+        than :data:`NUMPY_FROM` groups (the engine asks one at a time) go through :meth:`_rows_loop`."""
+        if len(groups) < NUMPY_FROM:
+            return self._rows_loop(groups, isolated, memo)
+        gpus: dict[str, str] = {}
+        vectors, gpu_rows, resolved_all, models = [], [], [], []
+        names: dict[str, int] = {}
+        for g in groups:
+            gpu = gpus.get(g.gpu) or gpus.setdefault(g.gpu, resolve_gpu(g.gpu))
+            vs = [self._job(gpu, j, isolated, memo) for j in g.jobs]
+            resolved_all.append([v.profile for v in vs])
+            vectors.append([v.numbers for v in vs])
+            models.append([names.setdefault(v.model, len(names)) for v in vs])
+            gpu_rows.append(_gpu_consts(gpu))
+        size = max(len(v) for v in vectors)
+        count = len(groups)
+        mask = np.zeros((count, size), dtype=bool)
+        x = np.zeros((count, size, len(_JobVector.NUMBERS)))
+        model = np.full((count, size), -1, dtype=np.int64)
+        for n, (vs, ms) in enumerate(zip(vectors, models, strict=True)):
+            mask[n, :len(vs)] = True
+            x[n, :len(vs)] = vs
+            model[n, :len(ms)] = ms
+        f = {name: x[:, :, k] for k, name in enumerate(_JobVector.NUMBERS)}
+        consts = np.asarray(gpu_rows)
+        gpu_mem, log_tflops, log_bw = consts[:, 0], consts[:, 1], consts[:, 2]
+        sizes = mask.sum(axis=1).astype(float)
+
+        def total(values: np.ndarray) -> np.ndarray:
+            return np.where(mask, values, 0.0).sum(axis=1)
+
+        tot = {name: total(f[name]) for name in ("u", "bw", "memory_mib", "log_step", "log_batch", "amp", "gflops",
+                                                  "act")}
+        base = np.log(np.minimum(1.0, 1.0 / tot["u"]))
+        columns = []
+        for i in range(size):
+            others = mask & (np.arange(size) != i)[None, :]
+
+            def partners(name: str, others: np.ndarray = others) -> np.ndarray:
+                return np.where(others, f[name], 0.0).sum(axis=1)
+
+            same = ((model == model[:, i:i + 1]) & others).any(axis=1).astype(float)
+            cols = [f["u"][:, i], partners("u"), tot["u"], f["bw"][:, i], partners("bw"), f["log_step"][:, i],
+                    f["log_step"][:, i] - partners("log_step") / (sizes - 1), f["memory_mib"][:, i] / gpu_mem,
+                    partners("memory_mib") / gpu_mem, f["log_batch"][:, i], f["amp"][:, i], same, sizes,
+                    f["gflops"][:, i], f["act"][:, i], log_tflops, log_bw, f["u_predicted"][:, i],
+                    f["k80_ratio"][:, i], f["p100_ratio"][:, i], f["params"][:, i], f["layers"][:, i],
+                    partners("gflops_step"), partners("params"), partners("k80_ratio"), partners("p100_ratio"), base]
+            columns.append(np.stack(cols, axis=1))
+        job_rows = np.stack(columns, axis=1)[mask]  # group by group, jobs in order
+        u_max = np.where(mask, f["u"], -np.inf).max(axis=1)
+        u_min = np.where(mask, f["u"], np.inf).min(axis=1)
+        union = 1.0 - np.where(mask, 1.0 - np.minimum(0.99, f["u"]), 1.0).prod(axis=1)
+        bw_max = np.where(np.isnan(tot["bw"]), np.nan, np.where(mask, f["bw"], -np.inf).max(axis=1))
+        mem_max = np.where(mask, f["memory_mib"], -np.inf).max(axis=1)
+        logs = np.where(mask, f["log_step"], -np.inf)
+        slowest = logs.argmax(axis=1)
+        group_rows = np.stack([tot["u"], u_max, u_min, union, tot["bw"], bw_max, tot["memory_mib"] / gpu_mem,
+                               mem_max / tot["memory_mib"], sizes, tot["log_step"] / sizes, log_bw,
+                               np.where(mask, f["memory_predicted"], 0.0).max(axis=1),
+                               np.where(mask, f["u_predicted"], 0.0).max(axis=1),
+                               np.where(mask, f["log_step"], np.inf).min(axis=1), logs.max(axis=1),
+                               tot["log_batch"] / sizes, tot["amp"] / sizes, tot["gflops"] / sizes, tot["act"] / sizes,
+                               f["u"][np.arange(count), slowest]], axis=1)
+        return job_rows, group_rows, resolved_all
+
+    def _rows_loop(self, groups: Sequence[Group], isolated: Mapping[tuple[str, JobSpec], IsolatedProfile],
+              memo: dict[Any, Any]) -> tuple[np.ndarray, np.ndarray, list[list[ResolvedProfile]]]:
+        """:meth:`_rows` in plain Python, one group at a time (fewer fixed costs than numpy for a few groups)."""
         job_rows: list[list[float]] = []
         group_rows: list[list[float]] = []
         resolved_all = []
@@ -291,7 +377,7 @@ class ProfileColocation:
             for i, v in enumerate(vs):
                 partners = vs[:i] + vs[i + 1:]
                 same = float(any(o.model == v.model for o in partners))
-                job_rows.append([v.u, total_u - v.u, total_u, v.bw, total_bw - v.bw, v.log_step,
+                job_rows.append([v.u, total_u - v.u, total_u, v.bw, sum(o.bw for o in partners), v.log_step,
                                  v.log_step - (total_log - v.log_step) / (n - 1), v.memory_mib / gpu_mem,
                                  (total_mem - v.memory_mib) / gpu_mem, v.log_batch, v.amp, same, float(n), v.gflops,
                                  v.act, log_tflops, log_bw, v.u_predicted, v.k80_ratio, v.p100_ratio, v.params,

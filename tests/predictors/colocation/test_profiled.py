@@ -217,3 +217,12 @@ def test_schedule_time_predictions_need_no_torch() -> None:
             "print('torch' in sys.modules, len(e.speeds))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False 2"
+
+
+def test_numpy_and_loop_features_agree() -> None:
+    model = _fitted()
+    jobs = (*JOBS, JobSpec("mobilenet_v2", 64))  # the last has no profile: predicted, NaN bandwidth
+    groups = [Group("v100", (a, b)) for a in jobs for b in jobs] + [Group("v100", (a, b, a)) for a in jobs
+                                                                    for b in jobs]
+    fast, slow = model._rows(groups, ISO, {}), model._rows_loop(groups, ISO, {})
+    assert np.allclose(fast[0], slow[0], equal_nan=True) and np.allclose(fast[1], slow[1], equal_nan=True)
