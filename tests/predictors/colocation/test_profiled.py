@@ -78,7 +78,7 @@ def test_json_trees_match_sklearn_with_missing_values() -> None:
                        .predict([[np.nan, 1.5]])).all()  # an all-missing column is fitted as a constant
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.lists(st.tuples(st.floats(1.0, 100.0), st.floats(100.0, 30000.0), st.floats(0.001, 2.0),
                           st.one_of(st.none(), st.floats(0.0, 100.0))), min_size=2, max_size=3))
 def test_physics_bounds_hold_for_any_profiles(profiles: list[tuple[float, float, float, float | None]]) -> None:
