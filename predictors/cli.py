@@ -215,7 +215,10 @@ def time_predictions(pairs: int = 10_000) -> dict[str, float]:
     for job, gpu in work:
         predictor.step_time_s(job, gpu)
     elapsed = time.perf_counter() - start
-    return {"pairs": pairs, "seconds": elapsed, "pairs_per_s": pairs / elapsed} | time_colocation(pairs)
+    from dltsched.predictors.colocation.profiled import time_profile_colocation
+
+    return ({"pairs": pairs, "seconds": elapsed, "pairs_per_s": pairs / elapsed} | time_colocation(pairs)
+            | time_profile_colocation(pairs))
 
 
 def time_colocation(groups: int = 10_000) -> dict[str, float]:
@@ -252,7 +255,8 @@ def bench_predict(pairs: int, as_json: bool) -> None:
     out = time_predictions(pairs)
     emit(out, as_json, lambda: click.echo(
         f"{out['pairs']} step-time predictions in {out['seconds']:.3f} s ({out['pairs_per_s']:.0f} pairs/s); "
-        f"{out['colocation_groups']} co-location predictions in {out['colocation_seconds']:.3f} s"))
+        f"{out['colocation_groups']} co-location predictions in {out['colocation_seconds']:.3f} s; profile model: "
+        f"{out['profile_batch_seconds']:.3f} s in one batch, {out['profile_per_call_seconds']:.3f} s one call a group"))
 
 
 @click.command("profile")

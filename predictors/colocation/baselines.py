@@ -5,7 +5,9 @@
 1. :class:`AnalyticContention`: shares of compute and memory bandwidth from a step-time predictor
    (time slicing: ``speed_i = 1 / (1 + sum_{j != i} busy_j)``, busy = the larger of compute and
    memory-traffic time over the isolated step time);
-2. :class:`GbtBaseline`: gradient-boosted trees on pair features (isolated profiles, contention prior).
+2. :class:`GbtBaseline`: gradient-boosted trees on pair features (isolated profiles, contention prior);
+3. :class:`UtilShareRule`: profile rules with nothing fitted: speed ``min(1, 100 / sum of isolated util)``,
+   memory = sum of isolated memory, utilisation ``min(100, sum of isolated util)``.
 """
 
 from __future__ import annotations
@@ -76,6 +78,25 @@ class PerModelMeanBaseline:
             speeds = tuple(self.by_model.get(j.model, self.constant.speed) for j in g.jobs)
             memory = summed_isolated_memory_mib(g, data.isolated) or self.constant.memory_mib
             out.append(GroupPrediction(speeds, memory, self.constant.gpu_util))
+        return out
+
+
+@dataclass(slots=True)
+class UtilShareRule:
+    """Rules from isolated profiles alone (see module docstring); ``None`` where a profile value is unmeasured."""
+
+    def fit(self, train: ColocDataset) -> UtilShareRule:
+        return self
+
+    def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
+        out = []
+        for g in groups:
+            profiles = [profile_of(data.isolated, g.gpu, j) for j in g.jobs]
+            utils = [p.gpu_util if p is not None else None for p in profiles]
+            total = sum(u for u in utils if u is not None) if None not in utils else None
+            speed = min(1.0, 100.0 / max(total, 1e-9)) if total is not None else 1.0
+            out.append(GroupPrediction((speed,) * len(g.jobs), summed_isolated_memory_mib(g, data.isolated),
+                                       min(100.0, total) if total is not None else None))
         return out
 
 

@@ -10,10 +10,14 @@ import click
 from dltsched.engine.cli import emit
 from dltsched.engine.errors import ValidationError
 
-_TABLE_HELP = "Co-location table JSON (default: the shipped one) or an E-GGAT .safetensors checkpoint."
+_TABLE_HELP = ("Co-location table JSON (default: the shipped one), a profile model's table_profile_*.json, "
+               "or an E-GGAT .safetensors checkpoint.")
 
 
 def _load_predictor(path: str | None) -> Any:
+    import json
+
+    from dltsched.predictors.colocation.profiled import FORMAT, ProfileColocation
     from dltsched.predictors.colocation.table import ColocationTable, default_table
 
     if path is None:
@@ -22,7 +26,13 @@ def _load_predictor(path: str | None) -> Any:
         from dltsched.predictors.colocation.train import EggatPredictor
 
         return EggatPredictor.load(path)
-    return ColocationTable.load(path)
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise ValidationError("model", f"'{path}' not readable as JSON ({err})") from None
+    if isinstance(raw, dict) and raw.get("format") == FORMAT:
+        return ProfileColocation.from_json(raw)
+    return ColocationTable.from_json(raw)
 
 
 @click.command("colocation")
@@ -40,12 +50,17 @@ def colocation(gpu: str, jobs: tuple[str, ...], model_path: str | None, as_json:
     specs = tuple(parse_job(j) for j in jobs)
     gpu_id = resolve_gpu(gpu)
     predictor = _load_predictor(model_path)
-    pred = predictor.predict([Group(gpu_id, specs)], ColocDataset((), {}))[0]
+    profiles = getattr(predictor, "profiles", {})  # a profile model predicts from the profiles it carries
+    pred = predictor.predict([Group(gpu_id, specs)], ColocDataset((), profiles))[0]
     step = default_step_time()
     real_gpu = LUCID_PROXY_GPU if gpu_id == LUCID_GPU else gpu_id
     rows = [{"job": s.label, "speed": round(v, 4),
              "step_time_s": step.step_time_s(as_job(s, i), real_gpu, 1) / v}
             for i, (s, v) in enumerate(zip(specs, pred.speeds, strict=True))]
+    if hasattr(predictor, "estimate_groups"):  # the profile model: where each job's profile came from
+        sources = predictor.estimate_groups([Group(gpu_id, specs)])[0].sources
+        for row, source in zip(rows, sources, strict=True):
+            row["profile"] = source
     payload = {"gpu": gpu_id, "jobs": rows, "memory_mib": pred.memory_mib, "gpu_util": pred.gpu_util,
                "fallbacks": dict(getattr(predictor, "fallbacks", {}))}
     emit(payload, as_json, lambda: _print_prediction(payload))
@@ -53,7 +68,8 @@ def colocation(gpu: str, jobs: tuple[str, ...], model_path: str | None, as_json:
 
 def _print_prediction(payload: dict[str, Any]) -> None:
     for row in payload["jobs"]:
-        click.echo(f"{row['job']:<28} speed {row['speed']:.3f}  step {row['step_time_s'] * 1e3:.1f} ms")
+        source = f"  profile {row['profile']}" if "profile" in row else ""
+        click.echo(f"{row['job']:<28} speed {row['speed']:.3f}  step {row['step_time_s'] * 1e3:.1f} ms{source}")
     click.echo(f"group memory {payload['memory_mib']:.0f} MiB, GPU util {payload['gpu_util'] or float('nan'):.1f}%")
 
 
@@ -75,7 +91,12 @@ def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None
         data = data.subset(s for s in data.samples if s.gpu == gpu_id)
         if not len(data):
             raise ValidationError("gpu", f"'{gpu}' has no measured pairs in {file}")
-    scores = evaluate(_load_predictor(model_path), data)
+    predictor = _load_predictor(model_path)
+    scores = evaluate(predictor, data)
+    scores["fallbacks"] = dict(getattr(predictor, "fallbacks", {}))
+    trained_on = getattr(predictor, "record", {}).get("data")
+    if trained_on is not None:
+        scores["trained_on"] = trained_on  # the same data: in-sample figures, not predictions
     emit(scores, as_json, lambda: click.echo(
         f"n={scores['n']} speed_mape={scores['speed_mape']} memory_mape={scores['memory_mape']} "
         f"util_mape={scores['util_mape']}"))
@@ -83,6 +104,9 @@ def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None
 
 @click.command("train-colocation")
 @click.option("--data", "dataset", type=click.Choice(["gavel", "lucid"]), default="gavel")
+@click.option("--predictor", "kind", type=click.Choice(["profile", "ensemble"]), default="profile", show_default=True,
+              help="profile: physics base + trees over isolated profiles (table_profile_<data>.json); "
+                   "ensemble: E-GGAT + GBT tabulated (needs torch).")
 @click.option("--data-dir", default=None, help="Shared data folder (default: found automatically).")
 @click.option("--out", "out_dir", default=".", type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--epochs", type=int, default=None, help="E-GGAT epochs (default: the cross-validation setting).")
@@ -91,10 +115,10 @@ def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None
 @click.option("--cv", "cv_splits", multiple=True, type=click.Choice(["model", "gpu", "random"]),
               help="Also cross-validate E-GGAT, its ensemble with GBT and the baselines on these split kinds (slow).")
 @click.option("--json", "as_json", is_flag=True)
-def train_colocation(dataset: str, data_dir: str | None, out_dir: str, epochs: int | None, seed: int, max_jobs: int,
-                     cv_splits: tuple[str, ...], as_json: bool) -> None:
-    """Train E-GGAT and GBT from the data folder; write the E-GGAT checkpoint and the ensemble's table
-    (with a record of data, seed and cross-validated figures)."""
+def train_colocation(dataset: str, kind: str, data_dir: str | None, out_dir: str, epochs: int | None, seed: int,
+                     max_jobs: int, cv_splits: tuple[str, ...], as_json: bool) -> None:
+    """Train a co-location predictor from the data folder and write it into OUT with a record of data, seed and
+    cross-validated figures (--cv: the predictor beside the rules on the same folds)."""
     from dltsched.predictors.colocation.experiments import (
         compare,
         cv_eggat,
@@ -102,6 +126,7 @@ def train_colocation(dataset: str, data_dir: str | None, out_dir: str, epochs: i
         read_dataset,
         train_default,
     )
+    from dltsched.predictors.colocation.profiled import train_profile_table
 
     figures: dict[str, Any] = {}
     if cv_splits:
@@ -109,8 +134,14 @@ def train_colocation(dataset: str, data_dir: str | None, out_dir: str, epochs: i
         factories = predictor_factories(seed)
         if epochs:
             factories["eggat"] = lambda: cv_eggat(seed, epochs=epochs)
-        for kind in cv_splits:
-            result = compare(data, kind, list(factories), seed, factories=factories)
-            figures[kind] = {name: {k: v for k, v in r.items() if k != "per_fold"} for name, r in result.items()}
-    record = train_default(Path(out_dir), data_dir, dataset, epochs, seed, max_jobs, figures)
+        if kind == "profile":
+            names = ["shipped_table", "constant", "per_model_mean", "util_share", "gbt", "profile"]
+            factories = {n: factories[n] for n in names}
+        for split in cv_splits:
+            result = compare(data, split, list(factories), seed, factories=factories)
+            figures[split] = result
+    if kind == "profile":
+        record = train_profile_table(Path(out_dir), dataset, data_dir, seed, figures)
+    else:
+        record = train_default(Path(out_dir), data_dir, dataset, epochs, seed, max_jobs, figures)
     emit(record, as_json)

@@ -3,7 +3,7 @@
 ``compare`` fits every predictor once per fold of one split kind and pools the test predictions,
 so every figure is comparable (same folds, same samples); ensembles are formed from the members'
 fold predictions without refitting. Training sets drop the samples in which a job evidently did
-not run (:func:`~.samples.without_absent`); test figures are given on every test sample and, under
+not run as recorded (:func:`~.samples.without_absent`); test figures are given on every test sample and, under
 ``valid``, on the test samples that pass the same check.
 """
 
@@ -20,25 +20,46 @@ from dltsched.predictors.colocation.baselines import (
     ConstantBaseline,
     GbtBaseline,
     PerModelMeanBaseline,
+    UtilShareRule,
 )
 from dltsched.predictors.colocation.ensemble import combine
 from dltsched.predictors.colocation.features import group_of
 from dltsched.predictors.colocation.metrics import GroupPrediction, scores
+from dltsched.predictors.colocation.profiled import ProfileColocation
 from dltsched.predictors.colocation.samples import (
     ColocDataset,
     ColocSample,
-    absent_member,
     read_gavel_samples,
     read_lucid_samples,
+    suspect,
     without_absent,
 )
 from dltsched.predictors.colocation.splits import folds
+
+
+class ShippedTable:
+    """The shipped table (trained on Gavel's pairs) as a comparator: ``fit`` changes nothing."""
+
+    def __init__(self) -> None:
+        from dltsched.predictors.colocation.table import default_table
+
+        self.table = default_table()
+
+    def fit(self, train: ColocDataset) -> ShippedTable:
+        return self
+
+    def predict(self, groups: Sequence[Any], data: ColocDataset) -> list[GroupPrediction]:
+        return self.table.predict(groups, data)
+
 
 BASELINES: dict[str, Callable[[], Any]] = {
     "constant": ConstantBaseline,
     "per_model_mean": PerModelMeanBaseline,
     "analytic": AnalyticContention,
+    "util_share": UtilShareRule,
     "gbt": GbtBaseline,
+    "profile": ProfileColocation,
+    "shipped_table": ShippedTable,
 }
 #: ensembles: name -> (members, weights); speeds are weighted geometric means, memory/util weighted means
 ENSEMBLES: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {"ensemble": (("gbt", "eggat"), (0.5, 0.5))}
@@ -101,7 +122,7 @@ def compare(data: ColocDataset, kind: str, names: Sequence[str], seed: int = 0,
             per_fold[name].append({"held_out": split.held_out, "n": len(pairs), **_scores(pairs)})
     out: dict[str, dict[str, Any]] = {}
     for name, pairs in fold_preds.items():
-        valid = [(s, p) for s, p in pairs if absent_member(s, data.isolated) is None]
+        valid = [(s, p) for s, p in pairs if not suspect(s, data.isolated)]
         out[name] = {**_scores(pairs), "valid": {**_scores(valid), "n": len(valid)}, "n": len(pairs),
                      "split": kind, "folds": held_out, "train_s": round(train_s[name], 1), "per_fold": per_fold[name]}
     return out

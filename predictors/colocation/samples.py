@@ -8,8 +8,9 @@ profiler measures a job alone before it is ever packed (Lucid, Gavel).
 
 Some of Lucid's pairs are measurement failures: the group's memory equals its partner's isolated
 memory (and its utilisation the partner's alone), so one job evidently never shared the GPU
-(39 pairs, all with MobileNetV3). :func:`absent_member` finds them; :func:`without_absent`
-drops them (training uses it; evaluations report figures on all pairs and on the rest).
+(39 pairs, all with MobileNetV3). :func:`absent_member` finds them, :func:`idle_member` the pairs whose
+utilisation is too low for the speeds recorded; :func:`without_absent` drops both (training uses it;
+evaluations report figures on all pairs and, under ``valid``, on the rest).
 
 Lucid's GPU model is not recorded in its repository. Its samples use the pseudo GPU id
 ``"lucid"``; GPU features map it to :data:`LUCID_PROXY_GPU` (a documented assumption) plus an
@@ -54,11 +55,12 @@ class JobSpec:
 
 @dataclass(frozen=True, slots=True)
 class IsolatedProfile:
-    """A job type measured alone on one GPU; ``None`` where not measured."""
+    """A job type measured alone on one GPU; ``None`` where not measured (utilisations in %)."""
 
     step_time_s: float | None = None
     memory_mib: float | None = None
     gpu_util: float | None = None
+    mem_bw_util: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,9 +133,34 @@ def absent_member(sample: ColocSample, isolated: Mapping[tuple[str, JobSpec], Is
     return None
 
 
+def idle_member(sample: ColocSample, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile], *,
+                factor: float = 0.5) -> int | None:
+    """Index of a job whose measured speed the group's utilisation cannot hold, else ``None``.
+
+    Under time slicing job ``i`` alone keeps the GPU busy ``u_i x min(1, s_i)`` of the time (its isolated
+    utilisation times its co-located speed), so the group's utilisation is at least that; a group measured
+    below ``factor`` times it evidently did not run job ``i`` as recorded (Lucid: 40 pairs, all with
+    MobileNetV3, e.g. MobileNetV3 at 80% alone and speed 1.25 in a group at 13%). Needs measured group and
+    isolated utilisation; otherwise ``None``.
+    """
+    if sample.gpu_util is None:
+        return None
+    profiles = [isolated.get((sample.gpu, j)) for j in sample.jobs]
+    if any(p is None or p.gpu_util is None for p in profiles):
+        return None
+    busy = [p.gpu_util * min(1.0, v) for p, v in zip(profiles, sample.speeds, strict=True)]  # type: ignore[union-attr,operator]
+    i = max(range(len(busy)), key=busy.__getitem__)
+    return i if sample.gpu_util < factor * busy[i] else None
+
+
+def suspect(sample: ColocSample, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> bool:
+    """Whether a job evidently did not run as recorded (:func:`absent_member` or :func:`idle_member`)."""
+    return absent_member(sample, isolated) is not None or idle_member(sample, isolated) is not None
+
+
 def without_absent(data: ColocDataset) -> ColocDataset:
-    """``data`` without the samples in which a job evidently did not run (see :func:`absent_member`)."""
-    return data.subset(s for s in data.samples if absent_member(s, data.isolated) is None)
+    """``data`` without the samples in which a job evidently did not run as recorded (see :func:`suspect`)."""
+    return data.subset(s for s in data.samples if not suspect(s, data.isolated))
 
 
 # ---------------------------------------------------------------------------------------- Gavel
@@ -195,6 +222,7 @@ def _read_lucid_isolated(path: Path) -> dict[tuple[str, JobSpec], IsolatedProfil
                 step_time_s=job.batch_size / float(row["speed"]),
                 memory_mib=float(row["gmem"]),
                 gpu_util=float(row["gpu_util"]),
+                mem_bw_util=min(100.0, float(row["gmem_util"])),  # memory-controller busy %, see predictors.profiles
             )
     return out
 

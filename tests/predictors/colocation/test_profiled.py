@@ -1,0 +1,233 @@
+"""The profile-based co-location predictor: physics bounds, JSON trees, files, fallbacks, rules, splits."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dltsched.engine.domain import Job
+from dltsched.engine.errors import ValidationError
+from dltsched.engine.predict import ColocationPredictor
+from dltsched.predictors.colocation.baselines import ConstantBaseline, PerModelMeanBaseline, UtilShareRule
+from dltsched.predictors.colocation.experiments import compare
+from dltsched.predictors.colocation.features import Group
+from dltsched.predictors.colocation.jsontrees import JsonTrees, fit_trees, from_sklearn
+from dltsched.predictors.colocation.profiled import (
+    ProfileColocation,
+    shipped_profile_predictor,
+    train_profile_table,
+)
+from dltsched.predictors.colocation.samples import ColocDataset, ColocSample, IsolatedProfile, JobSpec
+
+JOBS = (JobSpec("resnet18", 32), JobSpec("resnet50", 64), JobSpec("lstm_lm", 20), JobSpec("vgg16", 64))
+UTIL = {JOBS[0]: 40.0, JOBS[1]: 90.0, JOBS[2]: 70.0, JOBS[3]: 20.0}
+MEM = {JOBS[0]: 2000.0, JOBS[1]: 6000.0, JOBS[2]: 3000.0, JOBS[3]: 2500.0}
+ISO = {("v100", j): IsolatedProfile(0.02 * (i + 1), MEM[j], UTIL[j], UTIL[j] / 2) for i, j in enumerate(JOBS)}
+
+
+def _toy() -> ColocDataset:
+    """Every pair of JOBS (with repetition) on a V100, labelled by a noisy version of the time-slicing rule."""
+    samples = []
+    for i, a in enumerate(JOBS):
+        for b in JOBS[i:]:
+            total = UTIL[a] + UTIL[b]
+            speed = min(1.0, 100.0 / total) * 0.97
+            samples.append(ColocSample("v100", (a, b), (speed, speed), 1.01 * (MEM[a] + MEM[b]),
+                                       min(100.0, 0.9 * total)))
+    return ColocDataset(tuple(samples), ISO, "toy")
+
+
+def _fitted() -> ProfileColocation:
+    return ProfileColocation(max_iter=20, min_samples_leaf=2).fit(_toy())
+
+
+_FITTED = _fitted()  # shared by the property test (only its fallback counts change)
+
+
+def test_rules_on_a_hand_made_set() -> None:
+    data = _toy()
+    group = Group("v100", (JOBS[0], JOBS[1]))  # utils 40 + 90 = 130; memory 2000 + 6000
+    (rule,) = UtilShareRule().predict([group], data)
+    assert rule.speeds == pytest.approx((100 / 130, 100 / 130))
+    assert (rule.memory_mib, rule.gpu_util) == (8000.0, 100.0)
+    const = ConstantBaseline().fit(data)
+    all_speeds = [v for s in data.samples for v in s.speeds]
+    assert const.speed == pytest.approx(sum(all_speeds) / len(all_speeds))
+    per_model = PerModelMeanBaseline().fit(data)
+    r18 = [v for s in data.samples for j, v in zip(s.jobs, s.speeds, strict=True) if j.model == "resnet18"]
+    assert per_model.by_model["resnet18"] == pytest.approx(sum(r18) / len(r18))
+    assert per_model.predict([group], data)[0].memory_mib == 8000.0
+
+
+def test_json_trees_match_sklearn_with_missing_values() -> None:
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    x = rng.random((400, 3))
+    x[::4, 1] = np.nan
+    y = 2 * x[:, 0] + np.nan_to_num(x[:, 1], nan=-1.0) - x[:, 2] ** 2
+    with threadpool_limits(1):  # all cores thrash on a loaded machine
+        model = HistGradientBoostingRegressor(max_iter=30, max_depth=3, random_state=0).fit(x, y)
+    trees = JsonTrees.from_json(json.loads(json.dumps(from_sklearn(model).to_json())))
+    test = rng.random((200, 3))
+    test[::3, 1] = np.nan
+    assert np.allclose(trees.predict(test), model.predict(test))
+    assert np.isfinite(fit_trees([[np.nan, 1.0], [np.nan, 2.0]] * 20, [0.0, 1.0] * 20, min_samples_leaf=2)
+                       .predict([[np.nan, 1.5]])).all()  # an all-missing column is fitted as a constant
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(1.0, 100.0), st.floats(100.0, 30000.0), st.floats(0.001, 2.0),
+                          st.one_of(st.none(), st.floats(0.0, 100.0))), min_size=2, max_size=3))
+def test_physics_bounds_hold_for_any_profiles(profiles: list[tuple[float, float, float, float | None]]) -> None:
+    model = _FITTED
+    jobs = tuple(JobSpec("resnet18", 8 * (i + 1)) for i in range(len(profiles)))
+    iso = {("v100", j): IsolatedProfile(step, mem, util, bw) for j, (util, mem, step, bw) in zip(jobs, profiles,
+                                                                                                 strict=True)}
+    (est,) = model.estimate_groups([Group("v100", jobs)], iso)
+    assert all(0.0 < v <= 1.0 for v in est.speeds)
+    mems = [p[1] for p in profiles]
+    assert max(mems) - 1e-6 <= est.memory_mib <= 1.25 * sum(mems) + 1e-6
+    assert 0.0 < est.gpu_util <= min(100.0, sum(p[0] for p in profiles)) + 1e-9
+    assert est.sources == ("measured",) * len(jobs) and not est.fallback
+
+
+def test_missing_profiles_are_predicted_counted_logged_and_flagged(caplog: pytest.LogCaptureFixture) -> None:
+    model = _fitted().with_profiles(ISO)
+    assert isinstance(model, ColocationPredictor)
+    known, unknown = Job("a", "resnet18", 32, 1.0), Job("b", "mobilenet_v2", 64, 1.0)
+    with caplog.at_level(logging.WARNING):
+        est = model.estimate([known, unknown], "v100")
+        model.estimate([unknown, known], "v100")
+    assert est.sources == ("measured", "predicted") and est.fallback
+    assert model.fallbacks["predicted_step_time_s"] == 1  # resolved once, then remembered
+    assert model.fallbacks["predicted_gpu_util"] == 1
+    assert sum("no profile of mobilenet_v2:64" in r.message for r in caplog.records) == 1
+    speeds = model.colocated_speeds([known, unknown], "v100")
+    assert speeds == est.speeds and model.group_memory_mib([known, unknown], "v100") == est.memory_mib
+    three = model.estimate([known, unknown, Job("c", "resnet50", 64, 1.0)], "v100")
+    assert len(three.speeds) == 3 and max(three.speeds) <= 1.0
+    with pytest.raises(ValidationError, match="jobs"):
+        model.estimate([known] * 4, "v100")
+
+
+def test_file_round_trip_predicts_the_same(tmp_path: Path) -> None:
+    model = _fitted().with_profiles(ISO)
+    path = tmp_path / "table_profile_toy.json"
+    model.save(path)
+    again = ProfileColocation.load(path)
+    groups = [Group("v100", (a, b)) for a in JOBS for b in JOBS]
+    assert again.estimate_groups(groups) == model.estimate_groups(groups)
+    raw = json.loads(path.read_text())
+    raw["job_features"] = raw["job_features"][:-1]
+    with pytest.raises(ValidationError, match="retrain"):
+        ProfileColocation.from_json(raw)
+
+
+def test_leave_one_model_out_never_trains_on_the_held_out_model() -> None:
+    seen: list[set[str]] = []
+
+    class Recording(UtilShareRule):
+        def fit(self, train: ColocDataset) -> UtilShareRule:
+            seen.append({m for s in train.samples for m in s.models})
+            return self
+
+    result = compare(_toy(), "model", ["rec"], factories={"rec": Recording}, ensembles={})["rec"]
+    assert result["folds"] == sorted({j.model for j in JOBS})
+    assert all(held not in models for held, models in zip(result["folds"], seen, strict=True))
+
+
+def test_lucid_models_are_never_written_into_the_package(tmp_path: Path) -> None:
+    package_dir = Path(__file__).resolve().parents[3] / "predictors" / "colocation"
+    with pytest.raises(ValidationError, match="inside the package"):
+        train_profile_table(package_dir, "lucid")
+
+
+def test_shipped_model_needs_no_torch_and_knows_gavel_profiles() -> None:
+    model = shipped_profile_predictor()
+    assert model.record["data"] == "gavel" and "MIT" in model.record["license"]
+    est = model.estimate([Job("a", "resnet18", 32, 1.0, dataset="cifar10"), Job("b", "lstm_lm", 20, 1.0)], "p100")
+    assert all(0.0 < v <= 1.0 for v in est.speeds)
+    assert est.sources == ("partial", "partial")  # Gavel measured step times; memory and utilisation predicted
+
+
+def test_idle_member_flags_speeds_the_utilisation_cannot_hold() -> None:
+    from dltsched.predictors.colocation.samples import idle_member, suspect
+
+    a, b = JOBS[0], JOBS[3]  # isolated utilisation 40% and 20%
+    busy = ColocSample("v100", (a, b), (1.0, 1.0), 4600.0, 50.0)   # 40 x 1.0 = 40 busy: 50 is plausible
+    idle = ColocSample("v100", (a, b), (1.0, 1.0), 4600.0, 15.0)   # below half of 40: job a cannot have run
+    assert idle_member(busy, ISO) is None and not suspect(busy, ISO)
+    assert idle_member(idle, ISO) == 0 and suspect(idle, ISO)
+
+
+@pytest.mark.data
+@pytest.mark.slow
+def test_lucid_leave_one_model_out_beats_the_rules(data_dir: Path) -> None:
+    from dltsched.predictors.colocation.experiments import BASELINES, read_dataset
+
+    names = ["constant", "per_model_mean", "util_share", "profile"]
+    result = compare(read_dataset("lucid", data_dir), "model", names, factories={n: BASELINES[n] for n in names},
+                     ensembles={})
+    ours, rules = result["profile"], [result[n] for n in names[:-1]]
+    assert ours["speed_mape"] < min(r["speed_mape"] for r in rules)
+    assert ours["valid"]["memory_mape"] < min(r["valid"]["memory_mape"] for r in rules if r["valid"]["memory_mape"])
+    assert ours["util_mape"] < min(r["util_mape"] for r in rules if r["util_mape"])
+
+
+def test_cli_predicts_from_a_profile_model_and_marks_predicted_profiles() -> None:
+    from click.testing import CliRunner
+
+    from dltsched.predictors.colocation.cli import colocation
+    from dltsched.predictors.colocation.profiled import SHIPPED
+
+    path = Path(__file__).resolve().parents[3] / "predictors" / "colocation" / SHIPPED
+    result = CliRunner().invoke(colocation, ["--gpu", "a100", "--job", "resnet18:64", "--job", "lm:20",
+                                             "--model", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output[result.output.index("{"):])
+    assert [row["profile"] for row in payload["jobs"]] == ["predicted", "predicted"]  # no A100 profile: predicted
+    assert payload["fallbacks"]["predicted_step_time_s"] >= 2
+    assert payload["memory_mib"] >= 0 and 0 < payload["gpu_util"] <= 100
+
+
+def test_callers_job_profiles_replace_predicted_ones() -> None:
+    from dltsched.predictors.profiles import JobProfile, ProfileKey
+
+    model = _fitted().with_profiles(ISO)
+    job = Job("b", "mobilenet_v2", 64, 1.0, dataset="cifar10")
+    assert model.estimate([Job("a", "resnet18", 32, 1.0), job], "v100").sources == ("measured", "predicted")
+    measured = JobProfile(ProfileKey("v100", "mobilenet_v2", 64, False, "cifar10"), 0.03, 3000.0, 60.0)
+    guessed = JobProfile(ProfileKey("v100", "vgg16", 64), 0.03, 3000.0, 60.0, source="predicted")
+    richer = model.with_job_profiles([measured, guessed])
+    assert richer.estimate([Job("a", "resnet18", 32, 1.0), job], "v100").sources == ("measured", "measured")
+    assert ("v100", JobSpec("vgg16", 64)) in richer.profiles  # from ISO, not replaced by the predicted profile
+    assert richer.profiles[("v100", JobSpec("vgg16", 64))] == ISO[("v100", JobSpec("vgg16", 64))]
+
+
+def test_schedule_time_predictions_need_no_torch() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from dltsched.engine.domain import Job; "
+            "from dltsched.predictors.colocation.profiled import shipped_profile_predictor as s; "
+            "e = s().estimate([Job('a', 'resnet18', 32, 1.0), Job('b', 'vgg16', 64, 1.0)], 'v100'); "
+            "print('torch' in sys.modules, len(e.speeds))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False 2"
+
+
+def test_numpy_and_loop_features_agree() -> None:
+    model = _fitted()
+    jobs = (*JOBS, JobSpec("mobilenet_v2", 64))  # the last has no profile: predicted, NaN bandwidth
+    groups = [Group("v100", (a, b)) for a in jobs for b in jobs] + [Group("v100", (a, b, a)) for a in jobs
+                                                                    for b in jobs]
+    fast, slow = model._rows(groups, ISO, {}), model._rows_loop(groups, ISO, {})
+    assert np.allclose(fast[0], slow[0], equal_nan=True) and np.allclose(fast[1], slow[1], equal_nan=True)
