@@ -4,7 +4,9 @@ Stable entry points for schedulers written in Python:
 
 - :class:`SolveConfig` — how a round is solved (backend, objective, co-location, freezing, time limit).
 - :func:`solve_round` — ``ClusterState`` in, :class:`~dltsched.engine.domain.Plan` out; always feasible.
-- :class:`~dltsched.engine.policies.optimizing.OptimizingPolicy` — ``solve_round`` as a simulator policy.
+- :class:`ConfiguredSolver` — ``solve_round`` under one config: the round solver a policy receives.
+- :func:`optimizing_policy` — :class:`~dltsched.engine.policies.optimizing.OptimizingPolicy` deciding its
+  rounds with ``solve_round`` (the registry's ``optimizing`` policies).
 - :func:`simulate_instance` — one policy over one instance (file or object) with ground truth.
 - :func:`initial_state` — the first round of an instance (every job queued).
 - :func:`plan_to_dict` — a plan as JSON: placements, co-location groups, freeze levels, status, timing.
@@ -44,9 +46,10 @@ from dltsched.engine.registry import make_policy, policy_names
 
 if TYPE_CHECKING:
     from dltsched.engine.metrics import SimulationResult
+    from dltsched.engine.policies.optimizing import OptimizingPolicy
     from dltsched.engine.predict import Predictors
+    from dltsched.engine.protocols import GroundTruth
     from dltsched.engine.simulator import Policy
-    from dltsched.engine.truth import GroundTruth
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +167,30 @@ def solve_round(state: ClusterState, config: SolveConfig | None = None, *, warm_
     return result.plan  # type: ignore[no-any-return]
 
 
+@dataclass(frozen=True, slots=True)
+class ConfiguredSolver:
+    """:func:`solve_round` under a fixed :class:`SolveConfig`: a
+    :class:`~dltsched.engine.protocols.RoundSolver`, as the optimizing policy receives it.
+
+    Parameters
+    ----------
+    config
+        How every round is solved (backend, objective, time limit, fallback policy, ...).
+    """
+
+    config: SolveConfig
+
+    @property
+    def objective(self) -> str:
+        """The rounds' objective, ``config.objective``."""
+        return self.config.objective
+
+    def solve(self, state: ClusterState, *, warm_start: Plan | None = None,
+              predictors: Predictors | None = None) -> Plan:
+        """:func:`solve_round` of ``state`` under ``config``; see there."""
+        return solve_round(state, self.config, warm_start=warm_start, predictors=predictors)
+
+
 def _check_down_gpus(state: ClusterState) -> None:
     """A failed GPU's jobs stopped with it: a state that still runs one there is contradictory."""
     if not state.down_gpus:
@@ -187,13 +214,61 @@ def make_named_policy(name: str, preds: Predictors, config: SolveConfig | None =
     ``config`` (default :class:`SolveConfig`), on ``backend`` when given (``dltsched:milp``), under that name."""
     base, _, backend = name.partition(":")
     if base == "dltsched":
-        from dltsched.engine.policies.optimizing import optimizing_policy
-
         cfg = config or SolveConfig()
         settings = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "predictors"}  # preds decide
         settings |= {"backend": backend} if backend else {}
         return optimizing_policy(preds, name=name, **settings)
     return make_policy(name, predictors=preds)  # type: ignore[no-any-return]
+
+
+#: the optimizing policy's solve settings where the caller gives none: rounds aimed at low average completion
+#: time, short enough to re-solve at every batch of events (a round that times out keeps its best plan)
+POLICY_DEFAULTS: dict[str, Any] = {"objective": "jct", "time_limit_s": 1.0}
+
+
+def optimizing_policy(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
+    """The rolling-horizon optimizing policy deciding its rounds with :func:`solve_round`.
+
+    The registry's ``optimizing`` factory.
+
+    Parameters
+    ----------
+    predictors
+        Predictors for the rounds; ``None``: the bundle named by the ``predictors`` option (default
+        ``"default"``).
+    **options
+        :class:`SolveConfig` fields (``backend``, ``time_limit_s``, ...) mixed with
+        :class:`~dltsched.engine.policies.optimizing.OptimizingPolicy` fields (``min_interval_s``,
+        ``round_interval_s``, ``max_round_jobs``, ``name``); :data:`POLICY_DEFAULTS` fill the solve settings
+        not given.
+
+    Returns
+    -------
+    OptimizingPolicy
+        The policy, with a :class:`ConfiguredSolver` of those settings.
+
+    Raises
+    ------
+    ValidationError
+        When an option is not understood (the message names it).
+    """
+    from dltsched.engine.policies.optimizing import OptimizingPolicy
+
+    config_fields = {f.name for f in fields(SolveConfig)}
+    config = SolveConfig(**(POLICY_DEFAULTS | {k: v for k, v in options.items() if k in config_fields}))
+    policy_kw = {k: v for k, v in options.items() if k not in config_fields}
+    preds = predictors if predictors is not None else load_predictors(config.predictors)
+    return OptimizingPolicy(ConfiguredSolver(config), preds, **policy_kw)
+
+
+def without_colocation(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
+    """Ablation: :func:`optimizing_policy` with one job per GPU (no co-location)."""
+    return optimizing_policy(predictors, **({"name": "optimizing-nocoloc"} | options | {"max_jobs_per_gpu": 1}))
+
+
+def without_freezing(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
+    """Ablation: :func:`optimizing_policy` with freezing disabled (freeze level 0 only)."""
+    return optimizing_policy(predictors, **({"name": "optimizing-nofreeze"} | options | {"freeze_levels": (0,)}))
 
 
 def simulate_instance(instance: Instance | str | Path, policy: str | Policy = "sjf", *, seed: int = 0,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 class DltschedError(Exception):
     """Base class of every error raised on purpose by dltsched."""
@@ -23,6 +25,21 @@ class ValidationError(DltschedError, ValueError):
         """The same error with ``prefix`` prepended to its path."""
         path = f"{prefix}.{self.path}" if self.path and not self.path.startswith("[") else f"{prefix}{self.path}"
         return ValidationError(path, self.problem)
+
+
+def check_positive(path: str, value: float, *, integer: bool = False) -> None:
+    """Raise :class:`ValidationError` at ``path`` unless ``value`` is a finite number > 0 (an integer >= 1
+    with ``integer``)."""
+    if integer and (not isinstance(value, int) or isinstance(value, bool)):
+        raise ValidationError(path, f"{value!r} not understood; must be an integer >= 1")
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise ValidationError(path, f"{value!r} not understood; must be {'>= 1' if integer else '> 0'}")
+
+
+def check_non_negative(path: str, value: float) -> None:
+    """Raise :class:`ValidationError` at ``path`` unless ``value`` is a finite number >= 0."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise ValidationError(path, f"{value!r} not understood; must be a finite number >= 0")
 
 
 class InvalidPlanError(DltschedError, ValueError):

@@ -15,7 +15,8 @@ from typing import Any
 
 from dltsched.engine.domain import Assignment, Cluster, ClusterState, Job, JobState, Node
 from dltsched.engine.predict import Predictors
-from dltsched.formulations.problem import RoundOptions, RoundProblem, build_round
+from dltsched.formulations.build import build_round
+from dltsched.formulations.problem import RoundOptions, RoundProblem
 
 GPU_TYPES = ("v100", "a100-40gb", "h100")
 MODELS = ("resnet18", "resnet50", "vgg16", "mobilenet_v2", "bert_base", "transformer", "lstm_lm", "dcgan",

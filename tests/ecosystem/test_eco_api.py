@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dltsched.engine.api import (
+    ConfiguredSolver,
     SolveConfig,
     initial_state,
     plan_to_dict,
@@ -102,7 +103,7 @@ def test_plan_to_dict_reports_colocation_groups(make_state):
 
 
 def test_optimizer_policy_finishes_every_job(instance_dir):
-    policy = OptimizingPolicy(SolveConfig(backend="cpsat", time_limit_s=2.0))
+    policy = OptimizingPolicy(ConfiguredSolver(SolveConfig(backend="cpsat", time_limit_s=2.0)))
     result = simulate_instance(instance_dir / "eco-0.json", policy)
     assert result.num_jobs_finished == result.num_jobs == 6
     assert policy.solve_log and {r["status"] for r in policy.solve_log} <= {"optimal", "feasible", "timeout"}

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from dltsched.engine.api import optimizing_policy
 from dltsched.engine.domain import Assignment, Cluster, ClusterState, Job, JobState, Node, Plan
 from dltsched.engine.errors import ValidationError
 from dltsched.engine.faults import FaultConfig
-from dltsched.engine.policies.optimizing import _sharing_groups, optimizing_policy
+from dltsched.engine.policies.optimizing import sharing_groups
 from dltsched.engine.simulator import SimulationConfig, simulate
 from dltsched.engine.truth import MeasuredTruth
 from dltsched.formulations.testing import Tables
@@ -172,7 +173,7 @@ def test_jobs_sharing_any_gpu_form_one_group():
                         assignment=Assignment(job_id, gpus))
 
     jobs = [running("a", (0, 1)), running("b", (2,)), running("c", (1, 0)), running("d", (3,)), running("e", (2,))]
-    assert [[s.job.id for s in g] for g in _sharing_groups(jobs)] == [["a", "c"], ["b", "e"], ["d"]]
+    assert [[s.job.id for s in g] for g in sharing_groups(jobs)] == [["a", "c"], ["b", "e"], ["d"]]
 
 
 @pytest.mark.parametrize("cap", [1, 0, 2.5])
