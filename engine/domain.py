@@ -7,7 +7,7 @@ by a global index ``0 .. cluster.num_gpus - 1``, node by node in the order of ``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -452,7 +452,3 @@ class ClusterState:
     def gpu_load(self) -> list[int]:
         """Number of running jobs on each GPU."""
         return [len(on) for on in self.jobs_on_gpus()]
-
-
-def jobs_by_id(jobs: Iterable[Job]) -> dict[str, Job]:
-    return {j.id: j for j in jobs}

@@ -125,12 +125,12 @@ def calibrate_steptime(data_dir: str | None, hold_out_gpu: str | None, output: s
 
     from dltsched.predictors.steptime import calibrate as cal
     from dltsched.predictors.steptime import measurements as ms
-    from dltsched.predictors.steptime.model import _gpu, factors_path, load_factors
+    from dltsched.predictors.steptime.model import factors_path, gpu_spec_checked, load_factors
 
     rows = _measurements("all", data_dir, TRAIN_SCALES)
     if hold_out_gpu:
-        held = _gpu(hold_out_gpu).id
-        rows = [m for m in rows if _gpu(m.gpu).id != held]
+        held = gpu_spec_checked(hold_out_gpu).id
+        rows = [m for m in rows if gpu_spec_checked(m.gpu).id != held]
     factors = cal.fit(rows, ms.deepbench_kernel_efficiency(data_dir))
     path = Path(output) if output else factors_path()
     path.write_text(json.dumps(factors, indent=1) + "\n")
