@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from dltsched.engine.domain import OBJECTIVES, ClusterState, Instance, JobState, Plan
 from dltsched.engine.errors import ValidationError
 from dltsched.engine.registry import make_policy, policy_names
+from dltsched.formulations.backend import BACKENDS
 
 if TYPE_CHECKING:
     from dltsched.engine.metrics import SimulationResult
@@ -53,8 +54,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: exact backends of ``dltsched.formulations``; ``greedy:<policy>`` runs a baseline policy instead
-SOLVER_BACKENDS = ("cpsat", "milp", "greedy", "auto")
+#: the backends :class:`SolveConfig` accepts: those of ``dltsched.formulations`` (its one registry) and
+#: ``auto``; ``greedy:<policy>`` runs a baseline policy instead
+SOLVER_BACKENDS: tuple[str, ...] = (*BACKENDS, "auto")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +83,7 @@ class SolveConfig:
     def __post_init__(self) -> None:
         base, _, policy = self.backend.partition(":")
         if base not in SOLVER_BACKENDS or (policy and base != "greedy"):
-            raise ValidationError("backend", f"'{self.backend}' not understood; one of cpsat, milp, greedy, "
+            raise ValidationError("backend", f"'{self.backend}' not understood; one of {', '.join(BACKENDS)}, "
                                   "greedy:<policy>, auto")
         for name in (policy, self.fallback_policy):
             if name and name.lower() not in policy_names():

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from dltsched.engine.errors import InfeasibleRoundError
+from dltsched.formulations.backend import BACKENDS, EXACT_BACKENDS
 from dltsched.formulations.problem import FORMAT, OBJECTIVES, RoundOptions, RoundProblem
 
 
@@ -39,7 +40,7 @@ def load_round(path: Path, options: RoundOptions, predictors_name: str) -> Round
 
 @click.command("solve")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--backend", type=click.Choice(["cpsat", "milp", "greedy"]), default="cpsat", show_default=True)
+@click.option("--backend", type=click.Choice(list(BACKENDS)), default="cpsat", show_default=True)
 @click.option("--solver", default=None, help="Pyomo solver for --backend milp (default HiGHS).")
 @click.option("--time-limit", "time_limit_s", type=float, default=10.0, show_default=True, help="Seconds.")
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="effective_progress", show_default=True,
@@ -83,7 +84,8 @@ def _print_result(payload: dict[str, Any]) -> None:
 @click.command("solve")
 @click.option("--sizes", default=",".join(("20x16", "200x256", "1000x1024")), show_default=True,
               help="Comma-separated JOBSxGPUS.")
-@click.option("--backend", type=click.Choice(["cpsat", "milp", "both"]), default="both", show_default=True)
+@click.option("--backend", type=click.Choice([*EXACT_BACKENDS, "both"]), default="both", show_default=True,
+              help="An exact backend, or both (every exact backend).")
 @click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True)
 @click.option("--time-limit", "time_limit_s", type=float, default=10.0, show_default=True)
 @click.option("--gap", "relative_gap", type=float, default=0.02, show_default=True, help="Relative gap limit.")
@@ -100,7 +102,7 @@ def bench_solve(sizes: str, backend: str, repeats: int, time_limit_s: float, rel
     names = [s.strip() for s in sizes.split(",") if s.strip()]
     for name in names:
         parse_size(name)
-    backends = ("cpsat", "milp") if backend == "both" else (backend,)
+    backends = EXACT_BACKENDS if backend == "both" else (backend,)
     options = RoundOptions(max_jobs_per_gpu=max_jobs_per_gpu, relative_gap=relative_gap, time_limit_s=time_limit_s)
     bundle = predictors(predictors_name)
     rows = [row for name in names for row in bench_size(name, backends, bundle, repeats, time_limit_s, options)]

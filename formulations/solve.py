@@ -7,24 +7,17 @@ import time
 from collections.abc import Sequence
 
 from dltsched.engine.domain import Plan
-from dltsched.formulations.backend import Backend, BackendOutcome, hint_from_plan
+from dltsched.formulations.backend import BACKENDS, Backend, BackendOutcome, hint_from_plan
 from dltsched.formulations.candidates import CandidateSet, build_candidates, objective_of, to_reported
 from dltsched.formulations.greedy import greedy_selection
 from dltsched.formulations.mapping import to_plan
 from dltsched.formulations.problem import RoundProblem
 from dltsched.formulations.result import RoundResult
 
-#: backend name -> "module:function" (imported on first use, so ortools/pyomo load lazily)
-BACKENDS: dict[str, str] = {
-    "cpsat": "dltsched.formulations.cpsat.model:solve",
-    "milp": "dltsched.formulations.milp.model:solve",
-    "greedy": "dltsched.formulations.solve:solve_greedy",
-}
-
 
 def solve_round(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: float | None = None,
                 warm_start: Plan | None = None, solver: str | None = None) -> RoundResult:
-    """Solve one round with ``backend`` (``cpsat``, ``milp`` or ``greedy``).
+    """Solve one round with ``backend`` (a name of :data:`~dltsched.formulations.backend.BACKENDS`).
 
     ``time_limit_s`` defaults to ``problem.options.time_limit_s``; ``solver`` names the Pyomo solver
     for ``milp`` (default HiGHS). The round's starting selection is the better of ``warm_start`` (e.g. the
@@ -60,7 +53,7 @@ def starting_selection(cset: CandidateSet, warm_start: Plan | None) -> list[int]
 def load_backend(name: str) -> Backend:
     if name not in BACKENDS:
         raise ValueError(f"backend: '{name}' not understood; one of {', '.join(BACKENDS)}")
-    module, _, attr = BACKENDS[name].partition(":")
+    module, _, attr = BACKENDS[name].target.partition(":")
     return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
 
 
