@@ -63,8 +63,8 @@ def step_time(model: str, gpu: str, batch_size: int, num_gpus: int, num_nodes: i
     out: dict[str, float | str] = {**predictor.breakdown(job, gpu, freeze_level=freeze_level, num_nodes=num_nodes,
                                                          check_memory=True).as_dict(),
                                    "calibration": predictor.calibration_basis(gpu)}
-    emit(out, as_json, lambda: [click.echo(f"{k:>12}: {v:.6g}" if isinstance(v, float) else f"{k:>12}: {v}")
-                                for k, v in out.items()])
+    emit(out, as_json, lambda: click.echo("\n".join(f"{k:>12}: {v:.6g}" if isinstance(v, float) else f"{k:>12}: {v}"
+                                                    for k, v in out.items())))
 
 
 #: Gavel scales used for calibration: 1 fits compute and host terms, 2-8 the communication terms
@@ -171,7 +171,7 @@ def freeze_table(model: str, gpu: str, batch_size: int, dataset: str | None, sta
 
     rows = [asdict(r) for r in IceFrogFreezing().freeze_table(_job(model, batch_size, 1, False, dataset, "sgd"),
                                                                gpu, start_progress)]
-    emit(rows, as_json, lambda: [click.echo("  ".join(f"{k}={v:.4g}" for k, v in r.items())) for r in rows])
+    emit(rows, as_json, lambda: click.echo("\n".join("  ".join(f"{k}={v:.4g}" for k, v in r.items()) for r in rows)))
 
 
 @predict.command("build-graphs")
