@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 from dltsched.engine.errors import ValidationError, check_non_negative, check_positive
@@ -20,7 +21,25 @@ from dltsched.instances.catalog import GpuType, gpu_spec, model_catalog
 #: ``weighted_completion`` and ``makespan`` (min)
 OBJECTIVES = ("effective_progress", "jct", "weighted_completion", "makespan")
 
-PLAN_STATUSES = ("optimal", "feasible", "infeasible", "timeout", "heuristic", "fallback", "error")
+
+
+class PlanStatus(StrEnum):
+    """How a plan came about (``Plan.status``; a ``str``, so ``plan.status == "optimal"`` holds).
+
+    ``optimal`` | ``feasible`` (a solver stopped at its gap limit) | ``timeout`` (time limit, incumbent
+    returned) | ``infeasible`` (some jobs can never be placed; the plan places the others) | ``heuristic``
+    (a policy or heuristic decided) | ``fallback`` (the fallback policy decided: the solver gave nothing
+    usable) | ``error``. ``dltsched.formulations.result`` keeps the solver's own termination and solution
+    status apart, as Pyomo does.
+    """
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    TIMEOUT = "timeout"
+    HEURISTIC = "heuristic"
+    FALLBACK = "fallback"
+    ERROR = "error"
 
 
 def resolve_gpu_type(name: str) -> GpuType:
@@ -282,7 +301,7 @@ class Plan:
     """
 
     assignments: tuple[Assignment, ...] = ()
-    status: str = "heuristic"
+    status: str = PlanStatus.HEURISTIC
     objective: float | None = None
     bound: float | None = None
     gap: float | None = None
@@ -298,8 +317,10 @@ class Plan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "assignments", tuple(self.assignments))
-        if self.status not in PLAN_STATUSES:
-            raise ValidationError("plan.status", f"'{self.status}' not understood; one of {', '.join(PLAN_STATUSES)}")
+        try:
+            PlanStatus(self.status)
+        except ValueError:
+            raise ValidationError("plan.status", f"'{self.status}' not understood; one of {', '.join(PlanStatus)}") from None
         ids = [a.job_id for a in self.assignments]
         if len(set(ids)) != len(ids):
             dup = sorted({i for i in ids if ids.count(i) > 1})

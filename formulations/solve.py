@@ -6,13 +6,13 @@ import importlib
 import time
 from collections.abc import Sequence
 
-from dltsched.engine.domain import Plan
+from dltsched.engine.domain import Plan, PlanStatus
 from dltsched.formulations.backend import BACKENDS, Backend, BackendOutcome, hint_from_plan
 from dltsched.formulations.candidates import CandidateSet, build_candidates, objective_of, to_reported
 from dltsched.formulations.greedy import greedy_selection
 from dltsched.formulations.mapping import to_plan
 from dltsched.formulations.problem import RoundProblem
-from dltsched.formulations.result import RoundResult
+from dltsched.formulations.result import RoundResult, SolutionStatus, Termination
 
 
 def solve_round(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: float | None = None,
@@ -33,7 +33,7 @@ def solve_round(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: 
     if limit <= 0:
         raise ValueError(f"time_limit_s: {limit} not understood; must be > 0")
     if not cset.candidates:  # nothing can be placed: the empty plan is the only one, hence optimal
-        return finish(cset, BackendOutcome((), "optimal", None, 0.0, 0.0, "no candidate placements"), backend,
+        return finish(cset, BackendOutcome((), Termination.OPTIMAL, None, 0.0, 0.0, "no candidate placements"), backend,
                       prepare_s, [])
     start = starting_selection(cset, warm_start)
     outcome = load_backend(backend)(cset, time_limit_s=limit, hint=start, solver=solver)
@@ -61,7 +61,7 @@ def solve_greedy(cset: CandidateSet, *, time_limit_s: float, hint: object = (), 
     """The greedy heuristic as a backend (no bound)."""
     start = time.perf_counter()
     selected = tuple(greedy_selection(cset))
-    return BackendOutcome(selected, "not_run", None, 0.0, time.perf_counter() - start, "greedy heuristic")
+    return BackendOutcome(selected, Termination.NOT_RUN, None, 0.0, time.perf_counter() - start, "greedy heuristic")
 
 
 def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s: float,
@@ -84,12 +84,12 @@ def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s:
     bound = None if fallback or outcome.bound is None else to_reported(cset, outcome.bound)
     gap = None if bound is None else relative_gap(objective, bound, problem.options.minimize)
     status, solution = _status(outcome.termination, fallback, backend)
-    if status == "optimal" and gap is not None:
+    if status == PlanStatus.OPTIMAL and gap is not None:
         gap = 0.0 if gap < 1e-6 else gap
     never = [u for u in problem.unplaceable if not u.while_down]
     blocked = [u for u in problem.unplaceable if u.while_down]
     if never:
-        status = "infeasible"
+        status = PlanStatus.INFEASIBLE
         names = "; ".join(f"job '{u.job_id}': {u.reason}" for u in never)
         message = f"round infeasible, these jobs can never be placed: {names}"
     if blocked:
@@ -108,10 +108,11 @@ def relative_gap(objective: float, bound: float, minimize: bool) -> float:
     return 0.0 if scale < 1e-12 else min(1.0, max(0.0, diff / scale))
 
 
-def _status(termination: str, fallback: bool, backend: str) -> tuple[str, str]:
+def _status(termination: str, fallback: bool, backend: str) -> tuple[PlanStatus, SolutionStatus]:
     if fallback:
-        return "fallback", "fallback"
-    if backend == "greedy":
-        return "heuristic", "feasible"
-    return {"optimal": ("optimal", "optimal"), "gap_limit": ("feasible", "feasible")}.get(
-        termination, ("timeout", "feasible"))
+        return PlanStatus.FALLBACK, SolutionStatus.FALLBACK
+    if not BACKENDS[backend].exact:
+        return PlanStatus.HEURISTIC, SolutionStatus.FEASIBLE
+    return {Termination.OPTIMAL: (PlanStatus.OPTIMAL, SolutionStatus.OPTIMAL),
+            Termination.GAP_LIMIT: (PlanStatus.FEASIBLE, SolutionStatus.FEASIBLE)}.get(
+        Termination(termination), (PlanStatus.TIMEOUT, SolutionStatus.FEASIBLE))

@@ -18,6 +18,7 @@ from typing import Any
 
 from dltsched.formulations.backend import BackendOutcome, capacity_limits, capacity_rows, stays_by_slot
 from dltsched.formulations.candidates import CandidateSet
+from dltsched.formulations.result import Termination
 
 _TARGET = 1e7
 
@@ -48,11 +49,13 @@ def solve(cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int], solve
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         selected = tuple(c for c in range(len(x)) if engine.boolean_value(x[c]))
         if status == cp_model.OPTIMAL:
-            termination = "optimal" if engine.objective_value >= engine.best_objective_bound - 0.5 else "gap_limit"
+            termination = (Termination.OPTIMAL if engine.objective_value >= engine.best_objective_bound - 0.5
+                           else Termination.GAP_LIMIT)
         else:
-            termination = "time_limit"
+            termination = Termination.TIME_LIMIT
         return BackendOutcome(selected, termination, engine.best_objective_bound / scale, build_s, solve_s)
-    termination = {cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "time_limit"}.get(status, "error")
+    termination = {cp_model.INFEASIBLE: Termination.INFEASIBLE, cp_model.UNKNOWN: Termination.TIME_LIMIT}.get(
+        status, Termination.ERROR)
     return BackendOutcome(None, termination, None, build_s, solve_s, engine.status_name(status))
 
 
