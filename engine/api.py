@@ -132,10 +132,32 @@ def solve_round(state: ClusterState, config: SolveConfig | None = None, *, warm_
                 predictors: Predictors | None = None) -> Plan:
     """Decide one round for ``state``: which jobs run where, shared with whom, at which freeze level.
 
-    Uses ``dltsched.formulations`` with ``config.backend``; when that package is missing or the solver
-    fails, the ``config.fallback_policy`` plan is returned with ``status="fallback"`` and the reason in
-    ``message``. ``warm_start`` (e.g. the previous round's plan) hints the solver. ``predictors``
-    overrides ``config.predictors``. Never returns an infeasible plan for a valid state.
+    The round pipeline: build the round (``dltsched.formulations.build_round``), solve it with
+    ``config.backend``, check the plan with the solver-independent checker, and fall back to the
+    ``config.fallback_policy`` plan (``status="fallback"``, the reason in ``message``) when the package
+    is missing, the solver fails or the checker rejects its plan.
+
+    Parameters
+    ----------
+    state
+        The cluster snapshot: active jobs (queued or running), their placements and the down GPUs.
+    config
+        How the round is solved (default :class:`SolveConfig`).
+    warm_start
+        A plan to start from (e.g. the previous round's); a hint only.
+    predictors
+        Predictors to price the round with; default: the bundle named by ``config.predictors``.
+
+    Returns
+    -------
+    Plan
+        A plan the checker accepts (never an infeasible one for a valid state), with ``status``,
+        ``objective``, ``bound``, ``gap``, timings and ``backend`` filled in.
+
+    Raises
+    ------
+    ValidationError
+        When ``state`` is contradictory (a job runs on a down GPU) or the round's input is invalid.
     """
     config = config or SolveConfig()
     preds = predictors or load_predictors(config.predictors)
@@ -212,8 +234,28 @@ def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *, status
 
 
 def make_named_policy(name: str, preds: Predictors, config: SolveConfig | None = None) -> Policy:
-    """A registered policy, or ``dltsched[:<backend>]``: the registry's ``optimizing`` policy deciding with
-    ``config`` (default :class:`SolveConfig`), on ``backend`` when given (``dltsched:milp``), under that name."""
+    """A policy by name.
+
+    Parameters
+    ----------
+    name
+        A registered policy, or ``dltsched[:<backend>]``: the optimizing policy deciding with ``config``, on
+        ``backend`` when given (``dltsched:milp``), under that name.
+    preds
+        The predictors the policy uses.
+    config
+        Solve settings of a ``dltsched`` policy (default :class:`SolveConfig`).
+
+    Returns
+    -------
+    Policy
+        The policy object.
+
+    Raises
+    ------
+    ValidationError
+        When the name is not registered (the message lists close matches).
+    """
     base, _, backend = name.partition(":")
     if base == "dltsched":
         cfg = config or SolveConfig()
@@ -276,8 +318,36 @@ def without_freezing(predictors: Predictors | None = None, **options: Any) -> Op
 def simulate_instance(instance: Instance | str | Path, policy: str | Policy = "sjf", *, seed: int = 0,
                       predictors: str = "default", truth: GroundTruth | None = None,
                       memory: str = "reject", config: SolveConfig | None = None) -> SimulationResult:
-    """Simulate ``policy`` (a name, ``dltsched[:backend]``, or a Policy object) on ``instance``
-    (an :class:`Instance` or an instance JSON path) with ground truth ``truth`` (default: measured)."""
+    """Simulate one policy over one instance with ground truth.
+
+    Parameters
+    ----------
+    instance
+        An :class:`Instance`, or the path of an instance JSON file.
+    policy
+        A registered policy name, ``dltsched[:<backend>]`` (the optimizing policy deciding with ``config``),
+        or a policy object (``name``, ``round_interval_s``, ``schedule(state) -> Plan``).
+    seed
+        Seeds every random choice of the simulation.
+    predictors
+        Name of the predictor bundle the policy uses (``default`` or ``analytic``).
+    truth
+        What jobs really run at (default: the measured ground truth).
+    memory
+        Plans that overfill GPU memory: ``reject`` them, or let the job crash out of memory (``oom``).
+    config
+        Solve settings for a ``dltsched[:<backend>]`` policy.
+
+    Returns
+    -------
+    SimulationResult
+        Per-job records and the aggregate metrics (JCT, makespan, utilisation, fairness, ...).
+
+    Raises
+    ------
+    ValidationError
+        When the instance, the policy name or ``memory`` is not understood (the message names the field).
+    """
     from dltsched.engine.simulator import SimulationConfig, simulate
 
     inst = load_instance_file(instance) if isinstance(instance, str | Path) else instance
@@ -289,8 +359,20 @@ def simulate_instance(instance: Instance | str | Path, policy: str | Policy = "s
 
 
 def initial_state(instance: Instance, time_s: float | None = None) -> ClusterState:
-    """The first round of ``instance``: every job queued with all its iterations left, at ``time_s``
-    (default: the last arrival, so every job has arrived)."""
+    """The first round of ``instance``: every job queued with all its iterations left.
+
+    Parameters
+    ----------
+    instance
+        The instance whose jobs and cluster make the round.
+    time_s
+        The round's time; default: the last arrival, so every job has arrived. Jobs arriving later are left out.
+
+    Returns
+    -------
+    ClusterState
+        The snapshot, every arrived job queued since its arrival.
+    """
     when = max(j.arrival_time_s for j in instance.jobs) if time_s is None else time_s
     jobs = tuple(JobState(j, j.total_iterations, queued_since_s=j.arrival_time_s) for j in instance.jobs
                  if j.arrival_time_s <= when)
@@ -308,7 +390,19 @@ def load_instance_file(path: str | Path) -> Instance:
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    """JSON-ready plan: placements, co-location groups (GPU -> jobs, shared GPUs only), status, timing."""
+    """A plan as JSON-ready data.
+
+    Parameters
+    ----------
+    plan
+        Any plan, e.g. from :func:`solve_round`.
+
+    Returns
+    -------
+    dict
+        ``status``, ``backend``, ``fallback``, ``message``, ``objective``, ``bound``, ``gap`` (``None``
+        when not finite), timings, ``assignments`` and ``colocation_groups`` (GPU -> jobs, shared GPUs only).
+    """
     return {
         "status": plan.status, "backend": plan.backend, "fallback": plan.fallback, "message": plan.message,
         "objective": finite_or_none(plan.objective), "bound": finite_or_none(plan.bound), "gap": finite_or_none(plan.gap),

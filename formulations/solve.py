@@ -25,6 +25,31 @@ def solve_round(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: 
     (CP-SAT searches better without, see its module); when the solver returns nothing feasible in time it
     is the plan, with ``status="fallback"`` and ``fallback=True``, and when the solver's incumbent is worse
     (a time limit hit early in the search) the plan keeps the start, saying so in its message.
+
+    Parameters
+    ----------
+    problem
+        The round (see :func:`~dltsched.formulations.build.build_round`).
+    backend
+        A name of :data:`~dltsched.formulations.backend.BACKENDS`.
+    time_limit_s
+        Wall-clock limit of the solver; default ``problem.options.time_limit_s``.
+    warm_start
+        A plan to start from; the starting selection is the better of it (extended greedily) and the greedy one.
+    solver
+        The Pyomo solver of ``milp`` (default HiGHS).
+
+    Returns
+    -------
+    RoundResult
+        The plan (status, objective, bound, gap, timings), the solver's termination and solution status,
+        the jobs that cannot be placed and the number of candidates. Check the plan with
+        :func:`~dltsched.formulations.checker.check_plan` before using it.
+
+    Raises
+    ------
+    ValueError
+        When ``backend`` is unknown or ``time_limit_s`` is not > 0.
     """
     began = time.perf_counter()
     cset = build_candidates(problem)
