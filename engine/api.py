@@ -165,30 +165,16 @@ def solve_round(state: ClusterState, config: SolveConfig | None = None, *, warm_
     if config.baseline_policy is not None:
         return baseline_plan(state, config.baseline_policy, preds, status="heuristic")
     try:
-        from dltsched.formulations import build_round, check_plan
-        from dltsched.formulations import solve_round as solve_problem
+        from dltsched.formulations.decide import decide_round
     except ImportError as err:
         return baseline_plan(state, config.fallback_policy, preds, status="fallback",
                              message=f"dltsched.formulations not available ({err})")
-    options = config.round_options()
-    backend = config.backend_for(len(state.jobs))
-    try:
-        problem = build_round(state, preds, options)
-        result = solve_problem(problem, backend, time_limit_s=config.time_limit_s, warm_start=warm_start)
-        report = check_plan(problem, result.plan)
-    except ValidationError:
-        raise
-    except Exception as err:  # a solver crash must not take the scheduler down
-        log.warning("backend %s failed (%s: %s); using %s", backend, type(err).__name__, err,
-                    config.fallback_policy)
-        return baseline_plan(state, config.fallback_policy, preds, status="fallback",
-                             message=f"{backend} failed: {type(err).__name__}: {err}")
-    if not report.feasible:  # the independent checker has the last word on every solver result
-        log.warning("backend %s returned a plan the checker rejects (%s); using %s", backend,
-                    "; ".join(report.violations[:3]), config.fallback_policy)
-        return baseline_plan(state, config.fallback_policy, preds, status="fallback",
-                             message=f"{backend} plan failed the checker: {report.violations[0]}")
-    return result.plan  # type: ignore[no-any-return]
+
+    def fallback(message: str) -> Plan:
+        return baseline_plan(state, config.fallback_policy, preds, status="fallback", message=message)
+
+    return decide_round(state, preds, config.round_options(), config.backend_for(len(state.jobs)),
+                        fallback=fallback, warm_start=warm_start, fallback_name=config.fallback_policy)
 
 
 @dataclass(frozen=True, slots=True)

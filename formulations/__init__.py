@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dltsched.formulations.build import build_round
     from dltsched.formulations.checker import CheckReport, check_plan, evaluate_objective
+    from dltsched.formulations.decide import decide_round
     from dltsched.formulations.problem import RoundOptions, RoundProblem
     from dltsched.formulations.result import RoundResult
-    from dltsched.formulations.solve import solve_round
+    from dltsched.formulations.solve import solve_problem
 
 #: public name -> the module that defines it
 _EXPORTS = {
@@ -26,11 +27,12 @@ _EXPORTS = {
     "RoundOptions": "dltsched.formulations.problem",
     "RoundProblem": "dltsched.formulations.problem",
     "RoundResult": "dltsched.formulations.result",
-    "solve_round": "dltsched.formulations.solve",
+    "solve_problem": "dltsched.formulations.solve",
+    "decide_round": "dltsched.formulations.decide",
 }
 
 __all__ = ["CheckReport", "RoundOptions", "RoundProblem", "RoundResult", "build_round", "check_plan",
-           "evaluate_objective", "solve_round"]
+           "decide_round", "evaluate_objective", "solve_problem"]
 
 
 def __getattr__(name: str) -> Any:

@@ -76,7 +76,7 @@ def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, rep
                options: RoundOptions) -> list[BenchRow]:
     """Solve the synthetic round of ``size`` ``repeats`` times per backend (checked each time)."""
     from dltsched.formulations.checker import check_plan
-    from dltsched.formulations.solve import solve_round
+    from dltsched.formulations.solve import solve_problem
 
     jobs, gpus = parse_size(size)
     start = time.perf_counter()
@@ -84,7 +84,7 @@ def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, rep
     round_build_s = time.perf_counter() - start
     rows = []
     for backend in backends:
-        results = [solve_round(problem, backend, time_limit_s=time_limit_s) for _ in range(repeats)]
+        results = [solve_problem(problem, backend, time_limit_s=time_limit_s) for _ in range(repeats)]
         for result in results:
             report = check_plan(problem, result.plan)
             if not report.feasible:

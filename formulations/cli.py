@@ -55,13 +55,13 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
     """Solve one round (ROUND_OR_INSTANCE.json) and print the checked plan."""
     from dltsched.engine.cli import emit
     from dltsched.formulations.checker import check_plan
-    from dltsched.formulations.solve import solve_round
+    from dltsched.formulations.solve import solve_problem
 
     options = RoundOptions(objective=objective, max_jobs_per_gpu=max_jobs_per_gpu, time_limit_s=time_limit_s)
     problem = load_round(path, options, predictors_name)
     if save_round is not None:
         problem.save(save_round)
-    result = solve_round(problem, backend, time_limit_s=time_limit_s, solver=solver)
+    result = solve_problem(problem, backend, time_limit_s=time_limit_s, solver=solver)
     payload = result.to_dict()
     report = check_plan(problem, result.plan)
     payload["checked"] = {"feasible": report.feasible, "objective": report.objective,

@@ -1,4 +1,7 @@
-"""``solve_round``: candidates -> backend -> concrete plan, with a greedy fallback."""
+"""``solve_problem``: one round problem -> candidates -> backend -> concrete plan, with a greedy start and fallback.
+
+The whole round pipeline of a cluster snapshot (build, solve, check, fall back) is :mod:`dltsched.formulations.decide`.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from dltsched.formulations.problem import RoundProblem
 from dltsched.formulations.result import RoundResult, SolutionStatus, Termination
 
 
-def solve_round(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: float | None = None,
+def solve_problem(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: float | None = None,
                 warm_start: Plan | None = None, solver: str | None = None) -> RoundResult:
     """Solve one round with ``backend`` (a name of :data:`~dltsched.formulations.backend.BACKENDS`).
 

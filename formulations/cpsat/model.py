@@ -6,7 +6,7 @@ re-computed in floating point from the chosen candidates, the bound is scaled ba
 CP-SAT gets no solution hint: on these models it searches better without one. Measured on the
 synthetic 1,000-job / 1,024-GPU round of ``bench solve`` (10 s, 2 workers, ``jct`` objective): no hint
 2,115.7 (gap 0.6%); the complete greedy selection as hint 1,863.9 (no better than the hint); the
-running jobs' placements as a partial hint 1,400.3. ``solve_round`` keeps its starting selection as
+running jobs' placements as a partial hint 1,400.3. ``solve_problem`` keeps its starting selection as
 the plan when CP-SAT returns nothing in time.
 """
 

@@ -70,12 +70,12 @@ def test_exact_backend_at_least_as_good_as_its_heuristic(make_state):
 
 
 def test_solver_failure_falls_back_to_a_marked_greedy_plan(make_state, monkeypatch):
-    import dltsched.formulations as formulations
+    import dltsched.formulations.decide as decide
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("solver exploded")
 
-    monkeypatch.setattr(formulations, "solve_round", broken)
+    monkeypatch.setattr(decide, "solve_problem", broken)
     state = make_state(5, 8, seed=1)
     plan = solve_round(state, SolveConfig(backend="cpsat"))
     assert plan.status == "fallback" and plan.fallback and "solver exploded" in plan.message
