@@ -1,6 +1,6 @@
 # The two set-up commands of the README:
 #   make demo   simulate the shipped default instance under every policy, print the comparison table
-#   make test   lint, type-check and run the full test suite
+#   make test   lint, type-check, check the import contracts (pyproject.toml) and run the full test suite
 # Both create or reuse .venv and install what they need.
 .PHONY: demo test test-fast test-slurm venv
 PY := .venv/bin/python
@@ -16,6 +16,7 @@ demo: venv
 test: venv
 	$(PY) -m ruff check engine formulations predictors instances tests notebooks
 	$(PY) -m mypy engine formulations
+	.venv/bin/lint-imports
 	$(PY) -m pytest -q -m "not slow and not gpu"
 
 test-fast: venv

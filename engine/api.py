@@ -4,7 +4,9 @@ Stable entry points for schedulers written in Python:
 
 - :class:`SolveConfig` — how a round is solved (backend, objective, co-location, freezing, time limit).
 - :func:`solve_round` — ``ClusterState`` in, :class:`~dltsched.engine.domain.Plan` out; always feasible.
-- :class:`~dltsched.engine.policies.optimizing.OptimizingPolicy` — ``solve_round`` as a simulator policy.
+- :class:`ConfiguredSolver` — ``solve_round`` under one config: the round solver a policy receives.
+- :func:`optimizing_policy` — :class:`~dltsched.engine.policies.optimizing.OptimizingPolicy` deciding its
+  rounds with ``solve_round`` (the registry's ``optimizing`` policies).
 - :func:`simulate_instance` — one policy over one instance (file or object) with ground truth.
 - :func:`initial_state` — the first round of an instance (every job queued).
 - :func:`plan_to_dict` — a plan as JSON: placements, co-location groups, freeze levels, status, timing.
@@ -41,17 +43,20 @@ from typing import TYPE_CHECKING, Any
 from dltsched.engine.domain import OBJECTIVES, ClusterState, Instance, JobState, Plan
 from dltsched.engine.errors import ValidationError
 from dltsched.engine.registry import make_policy, policy_names
+from dltsched.formulations.backend import BACKENDS
 
 if TYPE_CHECKING:
     from dltsched.engine.metrics import SimulationResult
+    from dltsched.engine.policies.optimizing import OptimizingPolicy
     from dltsched.engine.predict import Predictors
+    from dltsched.engine.protocols import GroundTruth
     from dltsched.engine.simulator import Policy
-    from dltsched.engine.truth import GroundTruth
 
 log = logging.getLogger(__name__)
 
-#: exact backends of ``dltsched.formulations``; ``greedy:<policy>`` runs a baseline policy instead
-SOLVER_BACKENDS = ("cpsat", "milp", "greedy", "auto")
+#: the backends :class:`SolveConfig` accepts: those of ``dltsched.formulations`` (its one registry) and
+#: ``auto``; ``greedy:<policy>`` runs a baseline policy instead
+SOLVER_BACKENDS: tuple[str, ...] = (*BACKENDS, "auto")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +85,7 @@ class SolveConfig:
     def __post_init__(self) -> None:
         base, _, policy = self.backend.partition(":")
         if base not in SOLVER_BACKENDS or (policy and base != "greedy"):
-            raise ValidationError("backend", f"'{self.backend}' not understood; one of cpsat, milp, greedy, "
+            raise ValidationError("backend", f"'{self.backend}' not understood; one of {', '.join(BACKENDS)}, "
                                   "greedy:<policy>, auto")
         for name in (policy, self.fallback_policy):
             if name and name.lower() not in policy_names():
@@ -129,10 +134,32 @@ def solve_round(state: ClusterState, config: SolveConfig | None = None, *, warm_
                 predictors: Predictors | None = None) -> Plan:
     """Decide one round for ``state``: which jobs run where, shared with whom, at which freeze level.
 
-    Uses ``dltsched.formulations`` with ``config.backend``; when that package is missing or the solver
-    fails, the ``config.fallback_policy`` plan is returned with ``status="fallback"`` and the reason in
-    ``message``. ``warm_start`` (e.g. the previous round's plan) hints the solver. ``predictors``
-    overrides ``config.predictors``. Never returns an infeasible plan for a valid state.
+    The round pipeline: build the round (``dltsched.formulations.build_round``), solve it with
+    ``config.backend``, check the plan with the solver-independent checker, and fall back to the
+    ``config.fallback_policy`` plan (``status="fallback"``, the reason in ``message``) when the package
+    is missing, the solver fails or the checker rejects its plan.
+
+    Parameters
+    ----------
+    state
+        The cluster snapshot: active jobs (queued or running), their placements and the down GPUs.
+    config
+        How the round is solved (default :class:`SolveConfig`).
+    warm_start
+        A plan to start from (e.g. the previous round's); a hint only.
+    predictors
+        Predictors to price the round with; default: the bundle named by ``config.predictors``.
+
+    Returns
+    -------
+    Plan
+        A plan the checker accepts (never an infeasible one for a valid state), with ``status``,
+        ``objective``, ``bound``, ``gap``, timings and ``backend`` filled in.
+
+    Raises
+    ------
+    ValidationError
+        When ``state`` is contradictory (a job runs on a down GPU) or the round's input is invalid.
     """
     config = config or SolveConfig()
     preds = predictors or load_predictors(config.predictors)
@@ -140,30 +167,40 @@ def solve_round(state: ClusterState, config: SolveConfig | None = None, *, warm_
     if config.baseline_policy is not None:
         return baseline_plan(state, config.baseline_policy, preds, status="heuristic")
     try:
-        from dltsched.formulations import build_round, check_plan
-        from dltsched.formulations import solve_round as solve_problem
+        from dltsched.formulations.decide import decide_round
     except ImportError as err:
         return baseline_plan(state, config.fallback_policy, preds, status="fallback",
                              message=f"dltsched.formulations not available ({err})")
-    options = config.round_options()
-    backend = config.backend_for(len(state.jobs))
-    try:
-        problem = build_round(state, preds, options)
-        result = solve_problem(problem, backend, time_limit_s=config.time_limit_s, warm_start=warm_start)
-        report = check_plan(problem, result.plan)
-    except ValidationError:
-        raise
-    except Exception as err:  # a solver crash must not take the scheduler down
-        log.warning("backend %s failed (%s: %s); using %s", backend, type(err).__name__, err,
-                    config.fallback_policy)
-        return baseline_plan(state, config.fallback_policy, preds, status="fallback",
-                             message=f"{backend} failed: {type(err).__name__}: {err}")
-    if not report.feasible:  # the independent checker has the last word on every solver result
-        log.warning("backend %s returned a plan the checker rejects (%s); using %s", backend,
-                    "; ".join(report.violations[:3]), config.fallback_policy)
-        return baseline_plan(state, config.fallback_policy, preds, status="fallback",
-                             message=f"{backend} plan failed the checker: {report.violations[0]}")
-    return result.plan  # type: ignore[no-any-return]
+
+    def fallback(message: str) -> Plan:
+        return baseline_plan(state, config.fallback_policy, preds, status="fallback", message=message)
+
+    return decide_round(state, preds, config.round_options(), config.backend_for(len(state.jobs)),
+                        fallback=fallback, warm_start=warm_start, fallback_name=config.fallback_policy)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfiguredSolver:
+    """:func:`solve_round` under a fixed :class:`SolveConfig`: a
+    :class:`~dltsched.engine.protocols.RoundSolver`, as the optimizing policy receives it.
+
+    Parameters
+    ----------
+    config
+        How every round is solved (backend, objective, time limit, fallback policy, ...).
+    """
+
+    config: SolveConfig
+
+    @property
+    def objective(self) -> str:
+        """The rounds' objective, ``config.objective``."""
+        return self.config.objective
+
+    def solve(self, state: ClusterState, *, warm_start: Plan | None = None,
+              predictors: Predictors | None = None) -> Plan:
+        """:func:`solve_round` of ``state`` under ``config``; see there."""
+        return solve_round(state, self.config, warm_start=warm_start, predictors=predictors)
 
 
 def _check_down_gpus(state: ClusterState) -> None:
@@ -185,12 +222,30 @@ def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *, status
 
 
 def make_named_policy(name: str, preds: Predictors, config: SolveConfig | None = None) -> Policy:
-    """A registered policy, or ``dltsched[:<backend>]``: the registry's ``optimizing`` policy deciding with
-    ``config`` (default :class:`SolveConfig`), on ``backend`` when given (``dltsched:milp``), under that name."""
+    """A policy by name.
+
+    Parameters
+    ----------
+    name
+        A registered policy, or ``dltsched[:<backend>]``: the optimizing policy deciding with ``config``, on
+        ``backend`` when given (``dltsched:milp``), under that name.
+    preds
+        The predictors the policy uses.
+    config
+        Solve settings of a ``dltsched`` policy (default :class:`SolveConfig`).
+
+    Returns
+    -------
+    Policy
+        The policy object.
+
+    Raises
+    ------
+    ValidationError
+        When the name is not registered (the message lists close matches).
+    """
     base, _, backend = name.partition(":")
     if base == "dltsched":
-        from dltsched.engine.policies.optimizing import optimizing_policy
-
         cfg = config or SolveConfig()
         settings = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "predictors"}  # preds decide
         settings |= {"backend": backend} if backend else {}
@@ -198,11 +253,89 @@ def make_named_policy(name: str, preds: Predictors, config: SolveConfig | None =
     return make_policy(name, predictors=preds)  # type: ignore[no-any-return]
 
 
+#: the optimizing policy's solve settings where the caller gives none: rounds aimed at low average completion
+#: time, short enough to re-solve at every batch of events (a round that times out keeps its best plan)
+POLICY_DEFAULTS: dict[str, Any] = {"objective": "jct", "time_limit_s": 1.0}
+
+
+def optimizing_policy(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
+    """The rolling-horizon optimizing policy deciding its rounds with :func:`solve_round`.
+
+    The registry's ``optimizing`` factory.
+
+    Parameters
+    ----------
+    predictors
+        Predictors for the rounds; ``None``: the bundle named by the ``predictors`` option (default
+        ``"default"``).
+    **options
+        :class:`SolveConfig` fields (``backend``, ``time_limit_s``, ...) mixed with
+        :class:`~dltsched.engine.policies.optimizing.OptimizingPolicy` fields (``min_interval_s``,
+        ``round_interval_s``, ``max_round_jobs``, ``name``); :data:`POLICY_DEFAULTS` fill the solve settings
+        not given.
+
+    Returns
+    -------
+    OptimizingPolicy
+        The policy, with a :class:`ConfiguredSolver` of those settings.
+
+    Raises
+    ------
+    ValidationError
+        When an option is not understood (the message names it).
+    """
+    from dltsched.engine.policies.optimizing import OptimizingPolicy
+
+    config_fields = {f.name for f in fields(SolveConfig)}
+    config = SolveConfig(**(POLICY_DEFAULTS | {k: v for k, v in options.items() if k in config_fields}))
+    policy_kw = {k: v for k, v in options.items() if k not in config_fields}
+    preds = predictors if predictors is not None else load_predictors(config.predictors)
+    return OptimizingPolicy(ConfiguredSolver(config), preds, **policy_kw)
+
+
+def without_colocation(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
+    """Ablation: :func:`optimizing_policy` with one job per GPU (no co-location)."""
+    return optimizing_policy(predictors, **({"name": "optimizing-nocoloc"} | options | {"max_jobs_per_gpu": 1}))
+
+
+def without_freezing(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
+    """Ablation: :func:`optimizing_policy` with freezing disabled (freeze level 0 only)."""
+    return optimizing_policy(predictors, **({"name": "optimizing-nofreeze"} | options | {"freeze_levels": (0,)}))
+
+
 def simulate_instance(instance: Instance | str | Path, policy: str | Policy = "sjf", *, seed: int = 0,
                       predictors: str = "default", truth: GroundTruth | None = None,
                       memory: str = "reject", config: SolveConfig | None = None) -> SimulationResult:
-    """Simulate ``policy`` (a name, ``dltsched[:backend]``, or a Policy object) on ``instance``
-    (an :class:`Instance` or an instance JSON path) with ground truth ``truth`` (default: measured)."""
+    """Simulate one policy over one instance with ground truth.
+
+    Parameters
+    ----------
+    instance
+        An :class:`Instance`, or the path of an instance JSON file.
+    policy
+        A registered policy name, ``dltsched[:<backend>]`` (the optimizing policy deciding with ``config``),
+        or a policy object (``name``, ``round_interval_s``, ``schedule(state) -> Plan``).
+    seed
+        Seeds every random choice of the simulation.
+    predictors
+        Name of the predictor bundle the policy uses (``default`` or ``analytic``).
+    truth
+        What jobs really run at (default: the measured ground truth).
+    memory
+        Plans that overfill GPU memory: ``reject`` them, or let the job crash out of memory (``oom``).
+    config
+        Solve settings for a ``dltsched[:<backend>]`` policy.
+
+    Returns
+    -------
+    SimulationResult
+        Per-job records and the aggregate metrics (JCT, makespan, utilisation, fairness, ...).
+
+    Raises
+    ------
+    ValidationError
+        When the instance, the policy name or ``memory`` is not understood (the message names the field).
+    """
     from dltsched.engine.simulator import SimulationConfig, simulate
 
     inst = load_instance_file(instance) if isinstance(instance, str | Path) else instance
@@ -214,8 +347,20 @@ def simulate_instance(instance: Instance | str | Path, policy: str | Policy = "s
 
 
 def initial_state(instance: Instance, time_s: float | None = None) -> ClusterState:
-    """The first round of ``instance``: every job queued with all its iterations left, at ``time_s``
-    (default: the last arrival, so every job has arrived)."""
+    """The first round of ``instance``: every job queued with all its iterations left.
+
+    Parameters
+    ----------
+    instance
+        The instance whose jobs and cluster make the round.
+    time_s
+        The round's time; default: the last arrival, so every job has arrived. Jobs arriving later are left out.
+
+    Returns
+    -------
+    ClusterState
+        The snapshot, every arrived job queued since its arrival.
+    """
     when = max(j.arrival_time_s for j in instance.jobs) if time_s is None else time_s
     jobs = tuple(JobState(j, j.total_iterations, queued_since_s=j.arrival_time_s) for j in instance.jobs
                  if j.arrival_time_s <= when)
@@ -233,7 +378,19 @@ def load_instance_file(path: str | Path) -> Instance:
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    """JSON-ready plan: placements, co-location groups (GPU -> jobs, shared GPUs only), status, timing."""
+    """A plan as JSON-ready data.
+
+    Parameters
+    ----------
+    plan
+        Any plan, e.g. from :func:`solve_round`.
+
+    Returns
+    -------
+    dict
+        ``status``, ``backend``, ``fallback``, ``message``, ``objective``, ``bound``, ``gap`` (``None``
+        when not finite), timings, ``assignments`` and ``colocation_groups`` (GPU -> jobs, shared GPUs only).
+    """
     return {
         "status": plan.status, "backend": plan.backend, "fallback": plan.fallback, "message": plan.message,
         "objective": finite_or_none(plan.objective), "bound": finite_or_none(plan.bound), "gap": finite_or_none(plan.gap),

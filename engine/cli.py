@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from dltsched.engine.errors import DltschedError, ValidationError
+from dltsched.engine.errors import DltschedError, ValidationError, write_problem
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +36,29 @@ _COMMANDS: dict[str, str] = {
     "slurm": "dltsched.engine.adapters.slurm:slurm",
 }
 
+#: the one-line help ``dltsched --help`` lists, so that listing the commands imports none of them
+_COMMAND_HELP: dict[str, str] = {
+    "instance": "Instance files: validate, show, convert real workloads, generate synthetic ones.",
+    "simulate": "Simulate policies on an instance and compare their metrics.",
+    "solve": "Solve one round (ROUND_OR_INSTANCE.json) and print the checked plan.",
+    "predict": "Step-time, freezing and co-location predictions, calibration and evaluation.",
+    "profile": "Run real training steps of zoo models alone or co-located.",
+    "bench": "Benchmarks: simulation, solver and predictor speed.",
+    "serve": "Serve POST /v1/schedule over HTTP (OpenAPI docs at /docs).",
+    "batch": "Solve or simulate every instance in DIR|GLOB x policies x seeds, in parallel.",
+    "plot": "Render the standard figures of a simulate / accuracy / bench-solve result.",
+    "slurm": "Scheduling daemon for a Slurm cluster: plan held jobs each round and release them.",
+}
+
 
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use."""
 
-    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, lazy_help: dict[str, str] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = dict(lazy or {})
+        self.lazy_help = dict(lazy_help or {})  # short help of lazy commands: listed without importing them
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
@@ -55,6 +71,18 @@ class LazyGroup(click.Group):
             except (ImportError, AttributeError) as err:
                 raise click.UsageError(f"command '{cmd_name}' is not available here: {err}") from None
         return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list; lazy commands with a ``lazy_help`` line are listed without importing them."""
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.lazy_help:
+                rows.append((name, self.lazy_help[name]))
+            elif (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(formatter.width - 6 - max(len(n) for n in self.list_commands(ctx)))))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 def emit(payload: Any, as_json: bool, human: Any = None) -> None:
@@ -99,14 +127,6 @@ def write_text_file(path: str | os.PathLike[str], text: str, *, option: str = "-
     return p
 
 
-def write_problem(path: Path, err: OSError) -> str:
-    """Why ``path`` cannot be written, in words: names a parent that is a regular file."""
-    for parent in path.parents:
-        if parent.exists():
-            return f"'{parent}' is a file, not a folder" if not parent.is_dir() else (err.strerror or str(err))
-    return err.strerror or str(err)
-
-
 class FiniteFloat(click.ParamType):
     """A float option that must be finite and within ``[min, max]`` (``min_open``: strictly above ``min``).
     click's FloatRange lets ``nan`` through; this does not."""
@@ -140,7 +160,7 @@ class FiniteFloat(click.ParamType):
         return f"FiniteFloat({self._range()})"
 
 
-@click.group(cls=LazyGroup, lazy=_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, lazy=_COMMANDS, lazy_help=_COMMAND_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr; no progress bars.")
 @click.version_option(package_name="dltsched")

@@ -7,12 +7,13 @@ by a global index ``0 .. cluster.num_gpus - 1``, node by node in the order of ``
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.errors import ValidationError, check_non_negative, check_positive
+from dltsched.instances.catalog import GpuType, gpu_spec, model_catalog
 
 #: what a scheduling round can optimise (see ``dltsched.formulations.RoundOptions``): ``effective_progress``
 #: (max, normalized throughput), ``jct`` (max, throughput relative to each job's remaining time: SRPT
@@ -20,59 +21,34 @@ from dltsched.engine.errors import ValidationError
 #: ``weighted_completion`` and ``makespan`` (min)
 OBJECTIVES = ("effective_progress", "jct", "weighted_completion", "makespan")
 
-PLAN_STATUSES = ("optimal", "feasible", "infeasible", "timeout", "heuristic", "fallback", "error")
 
 
-def _positive(path: str, value: float, *, integer: bool = False) -> None:
-    if integer and (not isinstance(value, int) or isinstance(value, bool)):
-        raise ValidationError(path, f"{value!r} not understood; must be an integer >= 1")
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-        raise ValidationError(path, f"{value!r} not understood; must be {'>= 1' if integer else '> 0'}")
+class PlanStatus(StrEnum):
+    """How a plan came about (``Plan.status``; a ``str``, so ``plan.status == "optimal"`` holds).
 
+    ``optimal`` | ``feasible`` (a solver stopped at its gap limit) | ``timeout`` (time limit, incumbent
+    returned) | ``infeasible`` (some jobs can never be placed; the plan places the others) | ``heuristic``
+    (a policy or heuristic decided) | ``fallback`` (the fallback policy decided: the solver gave nothing
+    usable) | ``error``. ``dltsched.formulations.result`` keeps the solver's own termination and solution
+    status apart, as Pyomo does.
+    """
 
-def _non_negative(path: str, value: float) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise ValidationError(path, f"{value!r} not understood; must be a finite number >= 0")
-
-
-@dataclass(frozen=True, slots=True)
-class GpuType:
-    """Spec of one GPU model (public spec-sheet values; see ``instances/data/gpus.json``)."""
-
-    id: str
-    name: str
-    architecture: str
-    memory_gib: float
-    memory_bandwidth_gbs: float
-    fp32_tflops: float
-    fp16_tensor_tflops: float
-    sm_count: int
-    interconnect: str
-    intra_node_bandwidth_gbs: float
-    aliases: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        for name in ("memory_gib", "memory_bandwidth_gbs", "fp32_tflops", "fp16_tensor_tflops",
-                     "intra_node_bandwidth_gbs"):
-            _positive(f"gpu_types.{self.id}.{name}", getattr(self, name))
-        _positive(f"gpu_types.{self.id}.sm_count", self.sm_count, integer=True)
-
-    @property
-    def memory_mib(self) -> float:
-        return self.memory_gib * 1024.0
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    TIMEOUT = "timeout"
+    HEURISTIC = "heuristic"
+    FALLBACK = "fallback"
+    ERROR = "error"
 
 
 def resolve_gpu_type(name: str) -> GpuType:
     """The catalog's :class:`GpuType` for an id or alias (raises with close matches)."""
-    from dltsched.instances.catalog import gpu_spec
-
     return gpu_spec(name)
 
 
 def resolve_model(name: str) -> str:
     """Canonical model-zoo id for a name or alias (raises with close matches)."""
-    from dltsched.instances.catalog import model_catalog
-
     return model_catalog().resolve(name)
 
 
@@ -88,8 +64,8 @@ class Node:
     def __post_init__(self) -> None:
         if not self.id:
             raise ValidationError("id", "empty; every node needs a non-empty id")
-        _positive("num_gpus", self.num_gpus, integer=True)
-        _positive("network_gbps", self.network_gbps)
+        check_positive("num_gpus", self.num_gpus, integer=True)
+        check_positive("network_gbps", self.network_gbps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,17 +190,17 @@ class Job:
             raise ValidationError("model", str(err)) from None
         if model != self.model:
             object.__setattr__(self, "model", model)
-        _positive("batch_size", self.batch_size, integer=True)
-        _positive("num_gpus", self.num_gpus, integer=True)
-        _positive("total_iterations", self.total_iterations)
-        _non_negative("arrival_time_s", self.arrival_time_s)
-        _positive("weight", self.weight)
+        check_positive("batch_size", self.batch_size, integer=True)
+        check_positive("num_gpus", self.num_gpus, integer=True)
+        check_positive("total_iterations", self.total_iterations)
+        check_non_negative("arrival_time_s", self.arrival_time_s)
+        check_positive("weight", self.weight)
         if self.optimizer.lower() not in OPTIMIZERS:
             raise ValidationError("optimizer", f"'{self.optimizer}' not understood; one of {', '.join(OPTIMIZERS)}")
         if not 0.0 <= self.accuracy_budget < 1.0:
             raise ValidationError("accuracy_budget", f"{self.accuracy_budget!r} not understood; must be in [0, 1)")
         if self.deadline_s is not None:
-            _positive("deadline_s", self.deadline_s)
+            check_positive("deadline_s", self.deadline_s)
         if not 0.0 < self.gpu_fraction <= 1.0:
             raise ValidationError("gpu_fraction", f"{self.gpu_fraction!r} not understood; must be in (0, 1]")
         if self.gpu_fraction < 1.0 and self.num_gpus != 1:
@@ -325,7 +301,7 @@ class Plan:
     """
 
     assignments: tuple[Assignment, ...] = ()
-    status: str = "heuristic"
+    status: str = PlanStatus.HEURISTIC
     objective: float | None = None
     bound: float | None = None
     gap: float | None = None
@@ -341,8 +317,10 @@ class Plan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "assignments", tuple(self.assignments))
-        if self.status not in PLAN_STATUSES:
-            raise ValidationError("plan.status", f"'{self.status}' not understood; one of {', '.join(PLAN_STATUSES)}")
+        try:
+            PlanStatus(self.status)
+        except ValueError:
+            raise ValidationError("plan.status", f"'{self.status}' not understood; one of {', '.join(PlanStatus)}") from None
         ids = [a.job_id for a in self.assignments]
         if len(set(ids)) != len(ids):
             dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -495,7 +473,3 @@ class ClusterState:
     def gpu_load(self) -> list[int]:
         """Number of running jobs on each GPU."""
         return [len(on) for on in self.jobs_on_gpus()]
-
-
-def jobs_by_id(jobs: Iterable[Job]) -> dict[str, Job]:
-    return {j.id: j for j in jobs}

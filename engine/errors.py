@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 
 class DltschedError(Exception):
     """Base class of every error raised on purpose by dltsched."""
@@ -25,6 +28,21 @@ class ValidationError(DltschedError, ValueError):
         return ValidationError(path, self.problem)
 
 
+def check_positive(path: str, value: float, *, integer: bool = False) -> None:
+    """Raise :class:`ValidationError` at ``path`` unless ``value`` is a finite number > 0 (an integer >= 1
+    with ``integer``)."""
+    if integer and (not isinstance(value, int) or isinstance(value, bool)):
+        raise ValidationError(path, f"{value!r} not understood; must be an integer >= 1")
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise ValidationError(path, f"{value!r} not understood; must be {'>= 1' if integer else '> 0'}")
+
+
+def check_non_negative(path: str, value: float) -> None:
+    """Raise :class:`ValidationError` at ``path`` unless ``value`` is a finite number >= 0."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise ValidationError(path, f"{value!r} not understood; must be a finite number >= 0")
+
+
 class InvalidPlanError(DltschedError, ValueError):
     """A plan that breaks capacity, memory, gang or placement rules of the cluster state."""
 
@@ -39,3 +57,11 @@ class InfeasibleRoundError(DltschedError):
 
 class DataNotFoundError(DltschedError, FileNotFoundError):
     """The shared data folder (or a file in it) is missing; says how to point at it."""
+
+
+def write_problem(path: Path, err: OSError) -> str:
+    """Why ``path`` cannot be written, in words: names a parent that is a regular file."""
+    for parent in path.parents:
+        if parent.exists():
+            return f"'{parent}' is a file, not a folder" if not parent.is_dir() else (err.strerror or str(err))
+    return err.strerror or str(err)

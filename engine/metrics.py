@@ -115,8 +115,9 @@ def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy
               util_trace: list[tuple[float, float]], decision_times_s: list[float], wall_time_s: float,
               oom_events: int, unfinished: int, ideal_s: dict[str, float] | None = None,
               placements: list[PlacementInterval] | None = None, node_failures: int = 0,
-              fault_interruptions: int = 0) -> SimulationResult:
-    """Aggregate per-job records into a :class:`SimulationResult`."""
+              fault_interruptions: int = 0, utilization_samples: int = 400) -> SimulationResult:
+    """Aggregate per-job records into a :class:`SimulationResult`; the utilisation trace is downsampled
+    to at most ``utilization_samples`` points."""
     jct = np.array([r.jct_s for r in records], dtype=float)
     weights = np.array([r.weight for r in records], dtype=float)
     queue = np.array([r.queueing_s for r in records], dtype=float)
@@ -145,6 +146,6 @@ def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy
         decision_time_p50_s=_pct(dec, 50), decision_time_p90_s=_pct(dec, 90), decision_time_p99_s=_pct(dec, 99),
         decision_time_max_s=float(dec.max()) if dec.size else 0.0, decision_time_total_s=float(dec.sum()),
         wall_time_s=wall_time_s,
-        records=tuple(records), utilization=_downsample(util_trace, 400),
+        records=tuple(records), utilization=_downsample(util_trace, utilization_samples),
         placements=tuple(placements or ()),
     )

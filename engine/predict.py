@@ -143,9 +143,3 @@ def memoized(predictors: Predictors, max_entries: int = 1_000_000) -> Predictors
     return Predictors(_MemoStepTime(predictors.step_time, memo), _MemoColocation(predictors.colocation, memo),
                       _MemoFreezing(predictors.freezing, memo))
 
-
-def default_predictors() -> Predictors:
-    """The best predictors available without torch: the packaged ones when present, else analytic."""
-    from dltsched.engine.registry import predictors
-
-    return predictors("default")

@@ -1,15 +1,14 @@
-"""Named policies, predictor bundles and solver backends, resolved lazily by module path.
+"""Named policies and predictor bundles, resolved lazily by module path.
 
 The engine never imports ``formulations`` or ``predictors`` internals at import time: each entry
 is ``"module:attribute"`` and is imported on first use, so a missing optional dependency only
-fails the entry that needs it. Other packages add entries with :func:`register_policy` etc.
+fails the entry that needs it. Solver backends have their own table: ``dltsched.formulations.backends``.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -27,9 +26,9 @@ _POLICIES: dict[str, str] = {
     "isacpp": "dltsched.engine.policies.isacpp:IsacppPolicy",
     "lucid": "dltsched.engine.policies.lucid:LucidPolicy",
     "gavel": "dltsched.engine.policies.gavel_lp:GavelPolicy",
-    "optimizing": "dltsched.engine.policies.optimizing:optimizing_policy",
-    "optimizing-nocoloc": "dltsched.engine.policies.optimizing:without_colocation",
-    "optimizing-nofreeze": "dltsched.engine.policies.optimizing:without_freezing",
+    "optimizing": "dltsched.engine.api:optimizing_policy",
+    "optimizing-nocoloc": "dltsched.engine.api:without_colocation",
+    "optimizing-nofreeze": "dltsched.engine.api:without_freezing",
 }
 
 #: policy name -> pydantic model of the options it takes (see :mod:`dltsched.engine.policies.options`)
@@ -42,15 +41,9 @@ BASELINE_POLICIES: tuple[str, ...] = ("fifo", "sjf", "tiresias", "gandiva")
 PAPER_POLICIES: tuple[str, ...] = ("isacpp", "icefrog", "lucid", "gavel")
 
 _PREDICTORS: dict[str, str] = {
-    "analytic": "dltsched.engine.registry:_analytic_predictors",
-    "default": "dltsched.engine.registry:_default_predictors",
+    "analytic": "dltsched.predictors:analytic_predictors",
+    "default": "dltsched.predictors:available_predictors",
 }
-
-_BACKENDS: dict[str, str] = {
-    "cpsat": "dltsched.formulations.cpsat.model:solve",
-    "milp": "dltsched.formulations.milp.model:solve",
-}
-
 
 def _load(path: str) -> Any:
     module, _, attr = path.partition(":")
@@ -66,27 +59,9 @@ def _pick(kind: str, table: dict[str, str], name: str) -> str:
     return table[key]
 
 
-def register_policy(name: str, target: str) -> None:
-    """Add a policy factory ``"module:attribute"`` under ``name``."""
-    _POLICIES[name.lower()] = target
-
-
-def register_predictors(name: str, target: str) -> None:
-    """Add a zero-argument factory returning :class:`~dltsched.engine.predict.Predictors`."""
-    _PREDICTORS[name.lower()] = target
-
-
-def register_backend(name: str, target: str) -> None:
-    """Add a solver backend factory under ``name``."""
-    _BACKENDS[name.lower()] = target
-
-
 def policy_names() -> tuple[str, ...]:
+    """The registered policy names, in registration order."""
     return tuple(_POLICIES)
-
-
-def backend_names() -> tuple[str, ...]:
-    return tuple(_BACKENDS)
 
 
 def register_policy_options(name: str, model: type[BaseModel] | None) -> None:
@@ -139,24 +114,3 @@ def predictors(name: str = "default") -> Any:
     """The predictor bundle registered as ``name``."""
     return _load(_pick("predictors", _PREDICTORS, name))()
 
-
-def backend(name: str) -> Any:
-    """The solver backend registered as ``name``."""
-    return _load(_pick("backend", _BACKENDS, name))
-
-
-def _analytic_predictors() -> Any:
-    from dltsched.engine.analytic import AnalyticColocation, AnalyticFreezing, AnalyticStepTime
-    from dltsched.engine.predict import Predictors
-
-    step = AnalyticStepTime()
-    return Predictors(step, AnalyticColocation(step), AnalyticFreezing())
-
-
-def _default_predictors() -> Any:
-    """The packaged predictors when they load (``dltsched.predictors.default_predictors``), else analytic."""
-    try:
-        return _load("dltsched.predictors:default_predictors")()
-    except (ImportError, AttributeError, OSError, ValueError) as err:
-        logging.getLogger(__name__).warning("packaged predictors unavailable (%s); using the analytic ones", err)
-        return _analytic_predictors()

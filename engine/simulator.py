@@ -346,6 +346,7 @@ class _Run:
             util_trace=self.util_trace, decision_times_s=self.decision_times, wall_time_s=wall,
             oom_events=self.oom_events, unfinished=len(self.active) + len(self.arrivals) - self.next_arrival,
             ideal_s=self.ideal_s, placements=self.intervals, node_failures=self.node_failures,
+            utilization_samples=self.cfg.utilization_samples,
             fault_interruptions=self.fault_interruptions,
         )
 

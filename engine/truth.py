@@ -34,28 +34,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from dltsched.engine.analytic import AnalyticColocation, AnalyticFreezing, AnalyticStepTime
 from dltsched.engine.domain import Job
 from dltsched.engine.hashing import hash_normal
+from dltsched.engine.protocols import GroundTruth as GroundTruth  # re-exported: the simulator imports it here
 
 log = logging.getLogger(__name__)
 
 _MEASURED_GPUS = ("k80", "p100", "v100")
-
-
-class GroundTruth(Protocol):
-    """What the simulator advances jobs with; policies never see it."""
-
-    def step_time_s(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1,
-                    freeze_level: int = 0) -> float: ...
-
-    def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]: ...
-
-    def memory_mib(self, job: Job, gpu_type: str, freeze_level: int = 0) -> float: ...
-
-    def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float) -> float: ...
 
 
 def _noise(model: str, gpu_type: str, sigma: float = 0.15) -> float:

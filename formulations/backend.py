@@ -1,14 +1,37 @@
-"""What a backend is: a function from a candidate set to chosen candidates and solve figures."""
+"""What a backend is (a function from a candidate set to chosen candidates and solve figures), and the
+one table of backends: :data:`BACKENDS`, from which every list of backend names is derived."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from dltsched.engine.domain import Plan
-from dltsched.formulations.candidates import CandidateSet
+if TYPE_CHECKING:
+    from dltsched.engine.domain import Plan
+    from dltsched.formulations.candidates import CandidateSet
+
+
+@dataclass(frozen=True, slots=True)
+class BackendEntry:
+    """One backend: its ``"module:function"`` (imported on first use, so ortools and pyomo load lazily)
+    and whether it solves the round exactly (proves optimality within the gap limit) or heuristically."""
+
+    target: str
+    exact: bool
+
+
+#: backend name -> entry; the one registry of backends (CLI choices, the API's accepted names and the
+#: test suite's ``--backends`` all come from here)
+BACKENDS: dict[str, BackendEntry] = {
+    "cpsat": BackendEntry("dltsched.formulations.cpsat.model:solve", exact=True),
+    "milp": BackendEntry("dltsched.formulations.milp.model:solve", exact=True),
+    "greedy": BackendEntry("dltsched.formulations.solve:solve_greedy", exact=False),
+}
+
+#: the backends that solve a round exactly
+EXACT_BACKENDS: tuple[str, ...] = tuple(name for name, entry in BACKENDS.items() if entry.exact)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ from typing import Any
 
 from dltsched.engine.domain import Assignment, Cluster, ClusterState, Job, JobState, Node
 from dltsched.engine.predict import Predictors
-from dltsched.formulations.problem import RoundOptions, RoundProblem, build_round
+from dltsched.formulations.build import build_round
+from dltsched.formulations.problem import RoundOptions, RoundProblem
 
 GPU_TYPES = ("v100", "a100-40gb", "h100")
 MODELS = ("resnet18", "resnet50", "vgg16", "mobilenet_v2", "bert_base", "transformer", "lstm_lm", "dcgan",
@@ -75,7 +76,7 @@ def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, rep
                options: RoundOptions) -> list[BenchRow]:
     """Solve the synthetic round of ``size`` ``repeats`` times per backend (checked each time)."""
     from dltsched.formulations.checker import check_plan
-    from dltsched.formulations.solve import solve_round
+    from dltsched.formulations.solve import solve_problem
 
     jobs, gpus = parse_size(size)
     start = time.perf_counter()
@@ -83,7 +84,7 @@ def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, rep
     round_build_s = time.perf_counter() - start
     rows = []
     for backend in backends:
-        results = [solve_round(problem, backend, time_limit_s=time_limit_s) for _ in range(repeats)]
+        results = [solve_problem(problem, backend, time_limit_s=time_limit_s) for _ in range(repeats)]
         for result in results:
             report = check_plan(problem, result.plan)
             if not report.feasible:

@@ -29,8 +29,26 @@ from dltsched.formulations.problem import (
 )
 
 
-def build_round(state: ClusterState, predictors: Predictors, options: RoundOptions) -> RoundProblem:
-    """The round of ``state``: see the module docstring for how groups are chosen."""
+def build_round(state: ClusterState, predictors: Predictors, options: RoundOptions | None = None) -> RoundProblem:
+    """The :class:`RoundProblem` of ``state`` with coefficients from ``predictors``.
+
+    See the module docstring for how co-location groups are chosen.
+
+    Parameters
+    ----------
+    state
+        The cluster snapshot: active jobs, their placements, down GPUs.
+    predictors
+        Step-time, co-location and freezing predictors that give the coefficients.
+    options
+        Objective, co-location and freezing limits (default :class:`RoundOptions`).
+
+    Returns
+    -------
+    RoundProblem
+        The backend-neutral round, ready for any backend.
+    """
+    options = options or RoundOptions()
     cluster = state.cluster
     nodes = tuple(
         GpuNode(node.id, node.gpu_type, node.num_gpus, cluster.node_first_gpu[i],

@@ -29,8 +29,6 @@ from itertools import product
 from dltsched.formulations.interference import simulate_stages
 from dltsched.formulations.problem import JobOption, RoundProblem
 
-KINDS = ("type", "node", "cross", "stay")
-
 
 @dataclass(frozen=True, slots=True)
 class Slot:

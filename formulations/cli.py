@@ -14,6 +14,7 @@ import click
 
 from dltsched.engine.cli import FiniteFloat
 from dltsched.engine.errors import InfeasibleRoundError, ValidationError
+from dltsched.formulations.backend import BACKENDS, EXACT_BACKENDS
 from dltsched.formulations.problem import FORMAT, OBJECTIVES, RoundOptions, RoundProblem
 
 
@@ -57,7 +58,7 @@ def load_round(path: Path, options: RoundOptions, predictors_name: str) -> Round
 
 @click.command("solve")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--backend", type=click.Choice(["cpsat", "milp", "greedy"]), default="cpsat", show_default=True)
+@click.option("--backend", type=click.Choice(list(BACKENDS)), default="cpsat", show_default=True)
 @click.option("--solver", default=None, help="Pyomo solver for --backend milp (default HiGHS).")
 @click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.0, 86_400.0, min_open=True), default=10.0,
               show_default=True, help="Seconds (at most one day).")
@@ -73,7 +74,7 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
     """Solve one round (ROUND_OR_INSTANCE.json) and print the checked plan."""
     from dltsched.engine.cli import emit
     from dltsched.formulations.checker import check_plan
-    from dltsched.formulations.solve import solve_round
+    from dltsched.formulations.solve import solve_problem
 
     if solver is not None and backend != "milp":
         raise ValidationError("--solver", f"'{solver[:60]}' is for --backend milp only; leave it out or add --backend milp")
@@ -83,11 +84,11 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
         try:
             problem.save(save_round)
         except OSError as err:
-            from dltsched.engine.cli import write_problem
+            from dltsched.engine.errors import write_problem
 
             raise ValidationError("--save-round", f"cannot write '{save_round}': {write_problem(save_round, err)}; "
                                   "give a writable file path") from None
-    result = solve_round(problem, backend, time_limit_s=time_limit_s, solver=solver)
+    result = solve_problem(problem, backend, time_limit_s=time_limit_s, solver=solver)
     payload = result.to_dict()
     report = check_plan(problem, result.plan)
     payload["checked"] = {"feasible": report.feasible, "objective": report.objective,
@@ -110,7 +111,8 @@ def _print_result(payload: dict[str, Any]) -> None:
 @click.command("solve")
 @click.option("--sizes", default=",".join(("20x16", "200x256", "1000x1024")), show_default=True,
               help="Comma-separated JOBSxGPUS.")
-@click.option("--backend", type=click.Choice(["cpsat", "milp", "both"]), default="both", show_default=True)
+@click.option("--backend", type=click.Choice([*EXACT_BACKENDS, "both"]), default="both", show_default=True,
+              help="An exact backend, or both (every exact backend).")
 @click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True)
 @click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.0, 86_400.0, min_open=True), default=10.0,
               show_default=True)
@@ -129,7 +131,7 @@ def bench_solve(sizes: str, backend: str, repeats: int, time_limit_s: float, rel
     names = [s.strip() for s in sizes.split(",") if s.strip()]
     for name in names:
         parse_size(name)
-    backends = ("cpsat", "milp") if backend == "both" else (backend,)
+    backends = EXACT_BACKENDS if backend == "both" else (backend,)
     options = RoundOptions(max_jobs_per_gpu=max_jobs_per_gpu, relative_gap=relative_gap, time_limit_s=time_limit_s)
     bundle = predictors(predictors_name)
     rows = [row for name in names for row in bench_size(name, backends, bundle, repeats, time_limit_s, options)]

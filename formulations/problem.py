@@ -11,14 +11,10 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dltsched.engine.domain import OBJECTIVES
 from dltsched.engine.errors import ValidationError
-
-if TYPE_CHECKING:
-    from dltsched.engine.domain import ClusterState
-    from dltsched.engine.predict import Predictors
 
 #: objectives that are minimised; ``effective_progress`` and ``jct`` are maximised
 MINIMIZE = frozenset({"weighted_completion", "makespan"})
@@ -382,9 +378,3 @@ def _plain(value: Any) -> Any:
         return {k: _plain(v) for k, v in asdict(value).items()}
     return value
 
-
-def build_round(state: ClusterState, predictors: Predictors, options: RoundOptions | None = None) -> RoundProblem:
-    """The :class:`RoundProblem` of ``state`` with coefficients from ``predictors``."""
-    from dltsched.formulations.build import build_round as build
-
-    return build(state, predictors, options or RoundOptions())

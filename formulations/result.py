@@ -1,8 +1,8 @@
 """One result type for every backend: the plan plus how the solve ended.
 
-``termination`` says why the solver stopped (``optimal``, ``gap_limit``, ``time_limit``,
-``infeasible``, ``error``, ``not_run``); ``solution_status`` says what came back (``optimal``,
-``feasible``, ``fallback``, ``none``), kept apart as in Pyomo. ``plan.status`` combines them for
+``termination`` (:class:`Termination`) says why the solver stopped (``optimal``, ``gap_limit``,
+``time_limit``, ``infeasible``, ``error``, ``not_run``); ``solution_status`` (:class:`SolutionStatus`)
+says what came back (``optimal``, ``feasible``, ``fallback``, ``none``), kept apart as in Pyomo. ``plan.status`` combines them for
 users: ``optimal`` | ``feasible`` (stopped at the gap limit) | ``timeout`` (time limit, incumbent
 returned) | ``fallback`` (greedy plan, nothing usable from the solver) | ``infeasible`` (some jobs
 can never be placed: ``infeasible_jobs`` names them; the plan places the others). Jobs that only the
@@ -12,13 +12,31 @@ GPUs down now keep out are in ``infeasible_jobs`` too (``while_down``) but leave
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from dltsched.engine.domain import Plan
 from dltsched.formulations.problem import Unplaceable
 
-TERMINATIONS = ("optimal", "gap_limit", "time_limit", "infeasible", "error", "not_run")
-SOLUTION_STATUSES = ("optimal", "feasible", "fallback", "none")
+
+class Termination(StrEnum):
+    """Why a backend stopped (Pyomo's termination condition, in the words of this project)."""
+
+    OPTIMAL = "optimal"
+    GAP_LIMIT = "gap_limit"
+    TIME_LIMIT = "time_limit"
+    INFEASIBLE = "infeasible"
+    ERROR = "error"
+    NOT_RUN = "not_run"  # a heuristic backend: no solver ran
+
+
+class SolutionStatus(StrEnum):
+    """What a backend returned (Pyomo's solution status)."""
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    FALLBACK = "fallback"
+    NONE = "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,10 +50,15 @@ class RoundResult:
     num_candidates: int = 0
 
     def __post_init__(self) -> None:
-        if self.termination not in TERMINATIONS:
-            raise ValueError(f"termination: '{self.termination}' not understood; one of {', '.join(TERMINATIONS)}")
-        if self.solution_status not in SOLUTION_STATUSES:
-            raise ValueError(f"solution_status: '{self.solution_status}' not understood")
+        try:
+            Termination(self.termination)
+        except ValueError:
+            raise ValueError(f"termination: '{self.termination}' not understood; one of {', '.join(Termination)}") from None
+        try:
+            SolutionStatus(self.solution_status)
+        except ValueError:
+            raise ValueError(f"solution_status: '{self.solution_status}' not understood; one of "
+                             f"{', '.join(SolutionStatus)}") from None
 
     def to_dict(self) -> dict[str, Any]:
         plan = self.plan

@@ -1,4 +1,7 @@
-"""``solve_round``: candidates -> backend -> concrete plan, with a greedy fallback."""
+"""``solve_problem``: one round problem -> candidates -> backend -> concrete plan, with a greedy start and fallback.
+
+The whole round pipeline of a cluster snapshot (build, solve, check, fall back) is :mod:`dltsched.formulations.decide`.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +9,18 @@ import importlib
 import time
 from collections.abc import Sequence
 
-from dltsched.engine.domain import Plan
-from dltsched.formulations.backend import Backend, BackendOutcome, hint_from_plan
+from dltsched.engine.domain import Plan, PlanStatus
+from dltsched.formulations.backend import BACKENDS, Backend, BackendOutcome, hint_from_plan
 from dltsched.formulations.candidates import CandidateSet, build_candidates, objective_of, to_reported
 from dltsched.formulations.greedy import greedy_selection
 from dltsched.formulations.mapping import to_plan
 from dltsched.formulations.problem import RoundProblem
-from dltsched.formulations.result import RoundResult
-
-#: backend name -> "module:function" (imported on first use, so ortools/pyomo load lazily)
-BACKENDS: dict[str, str] = {
-    "cpsat": "dltsched.formulations.cpsat.model:solve",
-    "milp": "dltsched.formulations.milp.model:solve",
-    "greedy": "dltsched.formulations.solve:solve_greedy",
-}
+from dltsched.formulations.result import RoundResult, SolutionStatus, Termination
 
 
-def solve_round(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: float | None = None,
+def solve_problem(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: float | None = None,
                 warm_start: Plan | None = None, solver: str | None = None) -> RoundResult:
-    """Solve one round with ``backend`` (``cpsat``, ``milp`` or ``greedy``).
+    """Solve one round with ``backend`` (a name of :data:`~dltsched.formulations.backend.BACKENDS`).
 
     ``time_limit_s`` defaults to ``problem.options.time_limit_s``; ``solver`` names the Pyomo solver
     for ``milp`` (default HiGHS). The round's starting selection is the better of ``warm_start`` (e.g. the
@@ -32,6 +28,31 @@ def solve_round(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: 
     (CP-SAT searches better without, see its module); when the solver returns nothing feasible in time it
     is the plan, with ``status="fallback"`` and ``fallback=True``, and when the solver's incumbent is worse
     (a time limit hit early in the search) the plan keeps the start, saying so in its message.
+
+    Parameters
+    ----------
+    problem
+        The round (see :func:`~dltsched.formulations.build.build_round`).
+    backend
+        A name of :data:`~dltsched.formulations.backend.BACKENDS`.
+    time_limit_s
+        Wall-clock limit of the solver; default ``problem.options.time_limit_s``.
+    warm_start
+        A plan to start from; the starting selection is the better of it (extended greedily) and the greedy one.
+    solver
+        The Pyomo solver of ``milp`` (default HiGHS).
+
+    Returns
+    -------
+    RoundResult
+        The plan (status, objective, bound, gap, timings), the solver's termination and solution status,
+        the jobs that cannot be placed and the number of candidates. Check the plan with
+        :func:`~dltsched.formulations.checker.check_plan` before using it.
+
+    Raises
+    ------
+    ValueError
+        When ``backend`` is unknown or ``time_limit_s`` is not > 0.
     """
     began = time.perf_counter()
     cset = build_candidates(problem)
@@ -40,7 +61,7 @@ def solve_round(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: 
     if limit <= 0:
         raise ValueError(f"time_limit_s: {limit} not understood; must be > 0")
     if not cset.candidates:  # nothing can be placed: the empty plan is the only one, hence optimal
-        return finish(cset, BackendOutcome((), "optimal", None, 0.0, 0.0, "no candidate placements"), backend,
+        return finish(cset, BackendOutcome((), Termination.OPTIMAL, None, 0.0, 0.0, "no candidate placements"), backend,
                       prepare_s, [])
     start = starting_selection(cset, warm_start)
     outcome = load_backend(backend)(cset, time_limit_s=limit, hint=start, solver=solver)
@@ -60,7 +81,7 @@ def starting_selection(cset: CandidateSet, warm_start: Plan | None) -> list[int]
 def load_backend(name: str) -> Backend:
     if name not in BACKENDS:
         raise ValueError(f"backend: '{name}' not understood; one of {', '.join(BACKENDS)}")
-    module, _, attr = BACKENDS[name].partition(":")
+    module, _, attr = BACKENDS[name].target.partition(":")
     return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
 
 
@@ -68,7 +89,7 @@ def solve_greedy(cset: CandidateSet, *, time_limit_s: float, hint: object = (), 
     """The greedy heuristic as a backend (no bound)."""
     start = time.perf_counter()
     selected = tuple(greedy_selection(cset))
-    return BackendOutcome(selected, "not_run", None, 0.0, time.perf_counter() - start, "greedy heuristic")
+    return BackendOutcome(selected, Termination.NOT_RUN, None, 0.0, time.perf_counter() - start, "greedy heuristic")
 
 
 def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s: float,
@@ -91,12 +112,12 @@ def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s:
     bound = None if fallback or outcome.bound is None else to_reported(cset, outcome.bound)
     gap = None if bound is None else relative_gap(objective, bound, problem.options.minimize)
     status, solution = _status(outcome.termination, fallback, backend)
-    if status == "optimal" and gap is not None:
+    if status == PlanStatus.OPTIMAL and gap is not None:
         gap = 0.0 if gap < 1e-6 else gap
     never = [u for u in problem.unplaceable if not u.while_down]
     blocked = [u for u in problem.unplaceable if u.while_down]
     if never:
-        status = "infeasible"
+        status = PlanStatus.INFEASIBLE
         names = "; ".join(f"job '{u.job_id}': {u.reason}" for u in never)
         message = f"round infeasible, these jobs can never be placed: {names}"
     if blocked:
@@ -115,10 +136,11 @@ def relative_gap(objective: float, bound: float, minimize: bool) -> float:
     return 0.0 if scale < 1e-12 else min(1.0, max(0.0, diff / scale))
 
 
-def _status(termination: str, fallback: bool, backend: str) -> tuple[str, str]:
+def _status(termination: str, fallback: bool, backend: str) -> tuple[PlanStatus, SolutionStatus]:
     if fallback:
-        return "fallback", "fallback"
-    if backend == "greedy":
-        return "heuristic", "feasible"
-    return {"optimal": ("optimal", "optimal"), "gap_limit": ("feasible", "feasible")}.get(
-        termination, ("timeout", "feasible"))
+        return PlanStatus.FALLBACK, SolutionStatus.FALLBACK
+    if not BACKENDS[backend].exact:
+        return PlanStatus.HEURISTIC, SolutionStatus.FEASIBLE
+    return {Termination.OPTIMAL: (PlanStatus.OPTIMAL, SolutionStatus.OPTIMAL),
+            Termination.GAP_LIMIT: (PlanStatus.FEASIBLE, SolutionStatus.FEASIBLE)}.get(
+        Termination(termination), (PlanStatus.TIMEOUT, SolutionStatus.FEASIBLE))

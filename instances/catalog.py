@@ -15,11 +15,38 @@ from functools import cache
 from importlib import resources
 from typing import Any, Generic, TypeVar
 
-from dltsched.engine.domain import GpuType
+from dltsched.engine.errors import check_positive
 
 T = TypeVar("T")
 
 _DATA = "dltsched.instances"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuType:
+    """Spec of one GPU model (public spec-sheet values; see ``instances/data/gpus.json``)."""
+
+    id: str
+    name: str
+    architecture: str
+    memory_gib: float
+    memory_bandwidth_gbs: float
+    fp32_tflops: float
+    fp16_tensor_tflops: float
+    sm_count: int
+    interconnect: str
+    intra_node_bandwidth_gbs: float
+    aliases: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("memory_gib", "memory_bandwidth_gbs", "fp32_tflops", "fp16_tensor_tflops",
+                     "intra_node_bandwidth_gbs"):
+            check_positive(f"gpu_types.{self.id}.{name}", getattr(self, name))
+        check_positive(f"gpu_types.{self.id}.sm_count", self.sm_count, integer=True)
+
+    @property
+    def memory_mib(self) -> float:
+        return self.memory_gib * 1024.0
 
 
 class UnknownNameError(ValueError):

@@ -519,7 +519,7 @@ def save_instance(inst: Instance, path: str | os.PathLike[str]) -> Path:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
     except OSError as err:
-        from dltsched.engine.cli import write_problem
+        from dltsched.engine.errors import write_problem
 
         raise ValidationError("--output", f"cannot write '{path}': {write_problem(p, err)}; give a writable file path") from None
     return p

@@ -5,6 +5,7 @@ Importing this package and calling :func:`default_predictors` needs no torch.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 
@@ -27,4 +28,23 @@ def default_predictors() -> Any:
     return Predictors(step, colocation, IceFrogFreezing(step))
 
 
-__all__ = ["default_predictors"]
+def analytic_predictors() -> Any:
+    """The catalog-based analytic bundle (``engine.analytic``): no trained data needed."""
+    from dltsched.engine.analytic import AnalyticColocation, AnalyticFreezing, AnalyticStepTime
+    from dltsched.engine.predict import Predictors
+
+    step = AnalyticStepTime()
+    return Predictors(step, AnalyticColocation(step), AnalyticFreezing())
+
+
+def available_predictors() -> Any:
+    """The packaged predictors (:func:`default_predictors`) when they load, else the analytic ones
+    (:func:`analytic_predictors`, with a warning): what policies use when given no predictors."""
+    try:
+        return default_predictors()
+    except (ImportError, AttributeError, OSError, ValueError) as err:
+        logging.getLogger(__name__).warning("packaged predictors unavailable (%s); using the analytic ones", err)
+        return analytic_predictors()
+
+
+__all__ = ["analytic_predictors", "available_predictors", "default_predictors"]

@@ -63,8 +63,8 @@ def step_time(model: str, gpu: str, batch_size: int, num_gpus: int, num_nodes: i
     out: dict[str, float | str] = {**predictor.breakdown(job, gpu, freeze_level=freeze_level, num_nodes=num_nodes,
                                                          check_memory=True).as_dict(),
                                    "calibration": predictor.calibration_basis(gpu)}
-    emit(out, as_json, lambda: [click.echo(f"{k:>12}: {v:.6g}" if isinstance(v, float) else f"{k:>12}: {v}")
-                                for k, v in out.items()])
+    emit(out, as_json, lambda: click.echo("\n".join(f"{k:>12}: {v:.6g}" if isinstance(v, float) else f"{k:>12}: {v}"
+                                                    for k, v in out.items())))
 
 
 #: Gavel scales used for calibration: 1 fits compute and host terms, 2-8 the communication terms
@@ -129,15 +129,15 @@ def calibrate_steptime(data_dir: str | None, hold_out_gpu: str | None, output: s
 
     from dltsched.predictors.steptime import calibrate as cal
     from dltsched.predictors.steptime import measurements as ms
-    from dltsched.predictors.steptime.model import _gpu, factors_path, load_factors
+    from dltsched.predictors.steptime.model import factors_path, gpu_spec_checked, load_factors
 
     if (output is None) == (not overwrite_packaged):
         raise ValidationError("--output", "give --output FILE for the fitted factors, or --overwrite-packaged to "
                               "replace the package's factors.json (not both)")
     rows = _measurements("all", data_dir, TRAIN_SCALES)
     if hold_out_gpu:
-        held = _gpu(hold_out_gpu).id
-        rows = [m for m in rows if _gpu(m.gpu).id != held]
+        held = gpu_spec_checked(hold_out_gpu).id
+        rows = [m for m in rows if gpu_spec_checked(m.gpu).id != held]
     factors = cal.fit(rows, ms.deepbench_kernel_efficiency(data_dir))
     path = Path(output) if output else factors_path()
     write_text_file(path, json.dumps(factors, indent=1, allow_nan=False) + "\n", option="--output")
@@ -178,7 +178,7 @@ def freeze_table(model: str, gpu: str, batch_size: int, dataset: str | None, sta
 
     rows = [asdict(r) for r in IceFrogFreezing().freeze_table(_job(model, batch_size, 1, False, dataset, "sgd"),
                                                                gpu, start_progress)]
-    emit(rows, as_json, lambda: [click.echo("  ".join(f"{k}={v:.4g}" for k, v in r.items())) for r in rows])
+    emit(rows, as_json, lambda: click.echo("\n".join("  ".join(f"{k}={v:.4g}" for k, v in r.items()) for r in rows)))
 
 
 @predict.command("build-graphs")

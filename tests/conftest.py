@@ -1,4 +1,9 @@
-"""Shared fixtures: the real-data folder (tests marked ``data`` skip cleanly without it)."""
+"""Shared fixtures: the real-data folder (tests marked ``data`` skip cleanly without it), and the
+solver ``backend`` every round and policy test runs on: each selected backend in turn.
+
+``--backends cpsat,milp`` selects them (default: every exact backend of the formulations' registry,
+``dltsched.formulations.backend.EXACT_BACKENDS``).
+"""
 
 from __future__ import annotations
 
@@ -13,9 +18,41 @@ os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="dltsched-mpl-"))
 os.environ.setdefault("IPYTHONDIR", tempfile.mkdtemp(prefix="dltsched-ipy-"))
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+from dltsched.formulations.backend import BACKENDS, EXACT_BACKENDS  # noqa: E402
 from dltsched.instances.datadir import find_data_dir  # noqa: E402
 
 _DATA = find_data_dir(required=False)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--backends", default=",".join(EXACT_BACKENDS),
+                     help=f"comma-separated exact solver backends the round and policy tests run on (known: "
+                          f"{', '.join(EXACT_BACKENDS)}; default: all)")
+
+
+def selected_backends(config: pytest.Config) -> tuple[str, ...]:
+    """The backends chosen with ``--backends``: exact backends of the registry (the tests assert optima)."""
+    names = tuple(n.strip() for n in str(config.getoption("backends")).split(",") if n.strip())
+    unknown = [n for n in names if n not in EXACT_BACKENDS]
+    if unknown or not names:
+        raise pytest.UsageError(f"--backends: {', '.join(unknown) or 'none'} not understood; exact backends of "
+                                f"the registry ({', '.join(BACKENDS)}): {', '.join(EXACT_BACKENDS)}")
+    return names
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that takes ``backend`` (and does not choose its own) runs once per selected backend."""
+    if "backend" not in metafunc.fixturenames:
+        return
+    if any("backend" in m.args[0] for m in metafunc.definition.iter_markers("parametrize")):
+        return
+    metafunc.parametrize("backend", selected_backends(metafunc.config))
+
+
+@pytest.fixture(scope="session")
+def backends(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """All the selected backends at once, for tests that compare them."""
+    return selected_backends(request.config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

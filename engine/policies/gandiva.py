@@ -22,7 +22,8 @@ from operator import is_not
 
 from dltsched.engine.domain import Assignment, ClusterState, Job, Plan
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.predict import Predictors, default_predictors
+from dltsched.engine.predict import Predictors
+from dltsched.predictors import available_predictors
 
 #: what a GPU holds, as far as packing is concerned: its GPU type and a number standing for its jobs' kinds
 #: (see :func:`_kind`; numbered so that the many lookups per round hash an int, not nested tuples)
@@ -145,7 +146,7 @@ class _Occupancy:
 class GandivaPolicy:
     """Greedy packing with introspection and unpacking (see module docstring)."""
 
-    predictors: Predictors = field(default_factory=default_predictors)
+    predictors: Predictors = field(default_factory=available_predictors)
     max_jobs_per_gpu: int = 2
     memory_margin: float = 0.9
     name: str = "gandiva"

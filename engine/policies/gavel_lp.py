@@ -21,14 +21,15 @@ from ortools.linear_solver import pywraplp
 
 from dltsched.engine.domain import Assignment, ClusterState, JobState, Plan
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.predict import Predictors, default_predictors
+from dltsched.engine.predict import Predictors
+from dltsched.predictors import available_predictors
 
 
 @dataclass
 class GavelPolicy:
     """Max total normalized throughput LP with space sharing (see module docstring)."""
 
-    predictors: Predictors = field(default_factory=default_predictors)
+    predictors: Predictors = field(default_factory=available_predictors)
     pair_candidates: int = 2
     memory_margin: float = 0.9
     colocation: bool = True

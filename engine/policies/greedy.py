@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from dltsched.engine.domain import Assignment, ClusterState, JobState, Plan
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.predict import Predictors, default_predictors
+from dltsched.engine.predict import Predictors
+from dltsched.predictors import available_predictors
 
 
 def place_exclusive(state: ClusterState, order: Iterable[JobState], est: Estimates, *,
@@ -54,7 +55,7 @@ def place_exclusive(state: ClusterState, order: Iterable[JobState], est: Estimat
 class FifoPolicy:
     """First come, first served on exclusive GPUs (see module docstring)."""
 
-    predictors: Predictors = field(default_factory=default_predictors)
+    predictors: Predictors = field(default_factory=available_predictors)
     backfill: bool = False
     name: str = "fifo"
     round_interval_s: float | None = None
@@ -70,7 +71,7 @@ class FifoPolicy:
 class SjfPolicy:
     """Shortest predicted job first, with backfilling (see module docstring)."""
 
-    predictors: Predictors = field(default_factory=default_predictors)
+    predictors: Predictors = field(default_factory=available_predictors)
     name: str = "sjf"
     round_interval_s: float | None = None
 

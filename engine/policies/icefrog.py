@@ -13,14 +13,15 @@ from dataclasses import dataclass, field
 
 from dltsched.engine.domain import Assignment, ClusterState, Job, JobState, Plan
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.predict import Predictors, default_predictors
+from dltsched.engine.predict import Predictors
+from dltsched.predictors import available_predictors
 
 
 @dataclass
 class IceFrogPolicy:
     """Greedy SJF with per-job freeze levels chosen for effective progress (see module docstring)."""
 
-    predictors: Predictors = field(default_factory=default_predictors)
+    predictors: Predictors = field(default_factory=available_predictors)
     max_freeze_levels: int | None = None
     name: str = "icefrog"
     round_interval_s: float | None = 1800.0

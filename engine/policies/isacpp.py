@@ -16,14 +16,15 @@ from dataclasses import dataclass, field
 
 from dltsched.engine.domain import Assignment, ClusterState, Job, JobState, Plan
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.predict import Predictors, default_predictors
+from dltsched.engine.predict import Predictors
+from dltsched.predictors import available_predictors
 
 
 @dataclass
 class IsacppPolicy:
     """Minimum multi-stage interference placement (see module docstring)."""
 
-    predictors: Predictors = field(default_factory=default_predictors)
+    predictors: Predictors = field(default_factory=available_predictors)
     max_jobs_per_gpu: int = 2
     memory_margin: float = 0.9
     name: str = "isacpp"

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from dltsched.engine.domain import Assignment, ClusterState, Job, Plan
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.predict import Predictors, default_predictors
+from dltsched.engine.predict import Predictors
+from dltsched.predictors import available_predictors
 
 #: reference partners for the sensitivity classes (Gavel's models at common batch sizes)
 _REFERENCE = (("resnet18", 64), ("resnet50", 32), ("transformer", 64), ("lstm_lm", 20), ("recoder", 1024))
@@ -24,7 +25,7 @@ _REFERENCE = (("resnet18", 64), ("resnet50", 32), ("transformer", 64), ("lstm_lm
 class LucidPolicy:
     """Interference-class packing with shortest-first service (see module docstring)."""
 
-    predictors: Predictors = field(default_factory=default_predictors)
+    predictors: Predictors = field(default_factory=available_predictors)
     max_class_sum: int = 2
     memory_margin: float = 0.9
     name: str = "lucid"

@@ -1,7 +1,8 @@
 """The rolling-horizon optimizing policy: every round is a CP-SAT or MILP model over co-location and freezing.
 
 At each decision point (arrival, completion, failure, or the ``round_interval_s`` tick) the policy hands
-the snapshot to :func:`dltsched.engine.api.solve_round`, which builds the round's
+the snapshot to its :class:`~dltsched.engine.protocols.RoundSolver` (the application passes
+:class:`dltsched.engine.api.ConfiguredSolver`, i.e. :func:`dltsched.engine.api.solve_round`), which builds the round's
 :class:`~dltsched.formulations.RoundProblem` from the predictors, solves it with ``config.backend`` under
 ``config.time_limit_s`` warm-started from the current placements, checks the plan with the
 solver-independent checker and falls back to a greedy plan when the solver gives nothing usable. A round
@@ -30,22 +31,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from dltsched.engine.api import SolveConfig, solve_round
 from dltsched.engine.domain import Assignment, ClusterState, JobState, Plan
 from dltsched.engine.errors import ValidationError
 from dltsched.engine.policies.greedy import place_exclusive
 from dltsched.engine.policies.placement import Estimates
 from dltsched.engine.predict import Predictors, memoized
+from dltsched.engine.protocols import RoundSolver
+from dltsched.predictors import available_predictors
 
 
 @dataclass
 class OptimizingPolicy:
-    """Rolling-horizon co-location + freezing optimizer (see module docstring)."""
+    """Rolling-horizon co-location + freezing optimizer (see module docstring).
 
-    config: SolveConfig = field(default_factory=lambda: SolveConfig(**POLICY_DEFAULTS))
+    ``solver`` decides the solving rounds (the registry's factory,
+    :func:`dltsched.engine.api.optimizing_policy`, passes one built from its solve settings);
+    ``predictors`` price the rounds and the greedy starts between them (default: the packaged ones).
+    """
+
+    solver: RoundSolver
     predictors: Predictors | None = None
     min_interval_s: float = 300.0
     round_interval_s: float | None = 1800.0
@@ -57,9 +64,7 @@ class OptimizingPolicy:
             raise ValidationError("max_round_jobs", f"{self.max_round_jobs!r} not understood; an integer >= 2, "
                                   "or none for every active job")
         if self.predictors is None:
-            from dltsched.engine.api import load_predictors
-
-            self.predictors = load_predictors(self.config.predictors)
+            self.predictors = available_predictors()
         self._asked = memoized(self.predictors)  # rounds ask about the same jobs again and again
         self._est = Estimates(self._asked)
         self._last_solve_s = float("-inf")
@@ -79,7 +84,7 @@ class OptimizingPolicy:
         if not round_state.jobs:  # nothing new waits and nobody could move
             return self._start_greedily(state)
         warm = round_state.current_plan() if any(s.assignment is not None for s in round_state.jobs) else None
-        plan = solve_round(round_state, self.config, warm_start=warm, predictors=self._asked)
+        plan = self.solver.solve(round_state, warm_start=warm, predictors=self._asked)
         self._last_solve_s = state.time_s
         self._seen_waiting = frozenset(s.job.id for s in round_state.queued())
         placed, now = plan.by_job(), state.placements_by_id()
@@ -115,7 +120,7 @@ class OptimizingPolicy:
         self._declined = {k: (gpus, seen) for k, (gpus, seen) in self._declined.items()
                           if k in now and now[k].gpus == gpus and not idle.grew_since(seen)}
         groups = [(all(s.job.id in self._declined for s in g) or not self._could_move(g, idle, state), g)
-                  for g in _sharing_groups(running)]
+                  for g in sharing_groups(running)]
         self._movers = {s.job.id for stays, g in groups if not stays for s in g}
         movers = len(self._movers)
         waiting = state.queued()
@@ -156,7 +161,7 @@ class OptimizingPolicy:
     def _between_solves_order(self, state: ClusterState) -> Sequence[JobState]:
         """Waiting jobs by urgency: shortest predicted remaining time first under ``jct``, else arrival order."""
         queued = state.queued()
-        if self.config.objective != "jct":
+        if self.solver.objective != "jct":
             return queued
         return sorted(queued, key=lambda s: (self._remaining_s(s, state), s.job.arrival_time_s, s.job.id))
 
@@ -205,7 +210,7 @@ class _Idle:
         return self.total.get(gpu_type, 0) >= num_gpus
 
 
-def _sharing_groups(running: Sequence[JobState]) -> list[list[JobState]]:
+def sharing_groups(running: Sequence[JobState]) -> list[list[JobState]]:
     """Running jobs grouped so that jobs sharing any GPU are in one group (stable order)."""
     parent = list(range(len(running)))
 
@@ -227,28 +232,3 @@ def _sharing_groups(running: Sequence[JobState]) -> list[list[JobState]]:
         groups.setdefault(root(i), []).append(s)
     return list(groups.values())
 
-
-_CONFIG_FIELDS = {f.name for f in fields(SolveConfig)}
-#: the policy's solve settings where the caller gives none: rounds aimed at low average completion time,
-#: short enough to re-solve at every batch of events (a round that times out keeps its best plan)
-POLICY_DEFAULTS: dict[str, Any] = {"objective": "jct", "time_limit_s": 1.0}
-
-
-def optimizing_policy(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
-    """Registry factory: ``options`` may mix :class:`SolveConfig` fields (backend, time_limit_s, ...) and
-    policy fields (min_interval_s, round_interval_s, max_round_jobs, name); :data:`POLICY_DEFAULTS` fill
-    the solve settings not given."""
-    config_kw = {k: v for k, v in options.items() if k in _CONFIG_FIELDS}
-    policy_kw = {k: v for k, v in options.items() if k not in _CONFIG_FIELDS}
-    config = SolveConfig(**(POLICY_DEFAULTS | config_kw))
-    return OptimizingPolicy(config, predictors, **policy_kw)
-
-
-def without_colocation(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
-    """Ablation: the optimizing policy with one job per GPU (no co-location)."""
-    return optimizing_policy(predictors, **({"name": "optimizing-nocoloc"} | options | {"max_jobs_per_gpu": 1}))
-
-
-def without_freezing(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
-    """Ablation: the optimizing policy with freezing disabled (freeze level 0 only)."""
-    return optimizing_policy(predictors, **({"name": "optimizing-nofreeze"} | options | {"freeze_levels": (0,)}))

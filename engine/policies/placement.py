@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from dltsched.engine.domain import Assignment, Cluster, ClusterState, Job
+from dltsched.engine.domain import Cluster, ClusterState, Job
 from dltsched.engine.predict import Predictors
 
 
@@ -43,9 +43,6 @@ class GpuPool:
     def _of(cluster: Cluster, free_by_node: list[tuple[int, ...]]) -> GpuPool:
         by_type = {t: sum(map(len, map(free_by_node.__getitem__, cluster.nodes_of_type(t)))) for t in cluster.gpu_types}
         return GpuPool(cluster, defaultdict(list), free_by_node, by_type)
-
-    def free_count(self, gpu_type: str) -> int:
-        return self.free_by_type.get(gpu_type, 0)
 
     def occupy(self, job_id: str, gpus: tuple[int, ...]) -> None:
         for g in gpus:
@@ -124,7 +121,3 @@ class Estimates:
                      if by_type.get(t, 0) >= job.num_gpus and self.fits_alone(job, t, cluster)]
             hit = self._types[key] = sorted(types, key=lambda t: (self.step_time_s(job, t), t))
         return hit
-
-
-def running_assignments(state: ClusterState) -> dict[str, Assignment]:
-    return {s.job.id: s.assignment for s in state.jobs if s.assignment is not None}

@@ -34,7 +34,8 @@ from types import MappingProxyType
 
 from dltsched.engine.domain import Assignment, ClusterState, Job, JobState, Plan
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.predict import Predictors, default_predictors
+from dltsched.engine.predict import Predictors
+from dltsched.predictors import available_predictors
 
 #: a job's priority: (queue, arrival, id), smallest first
 _Key = tuple[int, float, str]
@@ -165,7 +166,7 @@ class _Index:
 class TiresiasPolicy:
     """Discretized 2D-LAS with preemption (see module docstring)."""
 
-    predictors: Predictors = field(default_factory=default_predictors)
+    predictors: Predictors = field(default_factory=available_predictors)
     thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
     starvation_factor: float = 8.0
     name: str = "tiresias"

@@ -6,7 +6,7 @@ re-computed in floating point from the chosen candidates, the bound is scaled ba
 CP-SAT gets no solution hint: on these models it searches better without one. Measured on the
 synthetic 1,000-job / 1,024-GPU round of ``bench solve`` (10 s, 2 workers, ``jct`` objective): no hint
 2,115.7 (gap 0.6%); the complete greedy selection as hint 1,863.9 (no better than the hint); the
-running jobs' placements as a partial hint 1,400.3. ``solve_round`` keeps its starting selection as
+running jobs' placements as a partial hint 1,400.3. ``solve_problem`` keeps its starting selection as
 the plan when CP-SAT returns nothing in time.
 
 Determinism (``RoundOptions.deterministic``, the default): CP-SAT with several workers, or stopped by a
@@ -31,6 +31,7 @@ from typing import Any
 
 from dltsched.formulations.backend import BackendOutcome, capacity_limits, capacity_rows, stays_by_slot
 from dltsched.formulations.candidates import CandidateSet
+from dltsched.formulations.result import Termination
 
 _TARGET = 1e7
 #: deterministic-time units CP-SAT may spend per second of ``time_limit_s`` in deterministic mode
@@ -75,11 +76,13 @@ def solve(cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int], solve
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         selected = tuple(c for c in range(len(x)) if engine.boolean_value(x[c]))
         if status == cp_model.OPTIMAL:
-            termination = "optimal" if engine.objective_value >= engine.best_objective_bound - 0.5 else "gap_limit"
+            termination = (Termination.OPTIMAL if engine.objective_value >= engine.best_objective_bound - 0.5
+                           else Termination.GAP_LIMIT)
         else:
-            termination = "time_limit"
+            termination = Termination.TIME_LIMIT
         return BackendOutcome(selected, termination, engine.best_objective_bound / scale, build_s, solve_s, note)
-    termination = {cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "time_limit"}.get(status, "error")
+    termination = {cp_model.INFEASIBLE: Termination.INFEASIBLE, cp_model.UNKNOWN: Termination.TIME_LIMIT}.get(
+        status, Termination.ERROR)
     return BackendOutcome(None, termination, None, build_s, solve_s,
                           "; ".join(filter(None, (engine.status_name(status), note))))
 

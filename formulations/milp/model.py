@@ -18,6 +18,7 @@ from typing import Any
 
 from dltsched.formulations.backend import BackendOutcome, capacity_limits, capacity_rows, stays_by_slot
 from dltsched.formulations.candidates import CandidateSet
+from dltsched.formulations.result import Termination
 
 
 def solve(cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int], solver: str | None = None) -> BackendOutcome:
@@ -154,13 +155,13 @@ def _outcome(model: Any, results: Any, build_s: float, solve_s: float) -> Backen
     if cond == TerminationCondition.convergenceCriteriaSatisfied:
         bound, incumbent = results.objective_bound, results.incumbent_objective
         exact = bound is not None and incumbent is not None and bound - incumbent <= 1e-9 * max(1.0, abs(bound))
-        termination = "optimal" if exact else "gap_limit"
+        termination = Termination.OPTIMAL if exact else Termination.GAP_LIMIT
     elif cond == TerminationCondition.maxTimeLimit:
-        termination = "time_limit"
+        termination = Termination.TIME_LIMIT
     elif cond in (TerminationCondition.provenInfeasible, TerminationCondition.infeasibleOrUnbounded):
-        termination = "infeasible"
+        termination = Termination.INFEASIBLE
     else:
-        termination = "error"
+        termination = Termination.ERROR
     if results.solution_status not in (SolutionStatus.optimal, SolutionStatus.feasible):
         return BackendOutcome(None, termination, None, build_s, solve_s, f"pyomo: {cond.name}")
     values = results.solution_loader.get_vars([model.x[c] for c in range(len(model.x))])

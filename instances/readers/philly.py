@@ -24,11 +24,12 @@ def read_philly_rows(
     data_dir: str | os.PathLike[str] | None = None, *, seed: int = 0
 ) -> tuple[TraceJob, ...]:
     """Every row of the Philly trace, in file order, with models assigned by ``seed`` (cached)."""
-    return _philly_rows(str(data_file(*PHILLY_FILE, data_dir=data_dir).resolve()), seed)
+    return philly_rows(str(data_file(*PHILLY_FILE, data_dir=data_dir).resolve()), seed)
 
 
 @lru_cache(maxsize=2)
-def _philly_rows(path_name: str, seed: int) -> tuple[TraceJob, ...]:
+def philly_rows(path_name: str, seed: int) -> tuple[TraceJob, ...]:
+    """The rows of the Philly trace file ``path_name`` (cached per path and seed; see :func:`read_philly_rows`)."""
     with Path(path_name).open(newline="") as f:
         reader = csv.reader(f)
         header = next(reader)

@@ -29,8 +29,7 @@ from dltsched.predictors.colocation.profiled import ProfileColocation
 from dltsched.predictors.colocation.samples import (
     ColocDataset,
     ColocSample,
-    read_gavel_samples,
-    read_lucid_samples,
+    read_dataset,
     suspect,
     without_absent,
 )
@@ -75,11 +74,6 @@ def cv_eggat(seed: int = 0, **overrides: Any) -> Any:
 def predictor_factories(seed: int = 0) -> dict[str, Callable[[], Any]]:
     """Every predictor ``compare`` knows: the baselines and E-GGAT (ensembles come from members)."""
     return {**BASELINES, "eggat": lambda: cv_eggat(seed)}
-
-
-def read_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> ColocDataset:
-    """``gavel`` or ``lucid`` from the shared data folder."""
-    return read_gavel_samples(data_dir=data_dir) if name == "gavel" else read_lucid_samples(data_dir=data_dir)
 
 
 def _scores(pairs: list[tuple[ColocSample, GroupPrediction]]) -> dict[str, float | None]:

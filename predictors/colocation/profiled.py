@@ -556,7 +556,7 @@ def train_profile_table(out_dir: str | os.PathLike[str], dataset: str = "gavel",
     data) is refused inside the package folder."""
     import time
 
-    from dltsched.predictors.colocation.experiments import read_dataset
+    from dltsched.predictors.colocation.samples import read_dataset
 
     out = Path(out_dir).resolve()
     package = Path(__file__).resolve().parents[2]  # the folder holding engine/, predictors/, instances/

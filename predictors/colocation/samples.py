@@ -254,3 +254,8 @@ def read_lucid_samples(path: str | os.PathLike[str] | None = None, *,
         samples.append(ColocSample(LUCID_GPU, jobs, speeds, sum(r[1] for r in runs) / n,
                                    sum(r[2] for r in runs) / n, source="lucid"))
     return ColocDataset(tuple(samples), isolated, "lucid")
+
+
+def read_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> ColocDataset:
+    """``gavel`` or ``lucid`` from the shared data folder."""
+    return read_gavel_samples(data_dir=data_dir) if name == "gavel" else read_lucid_samples(data_dir=data_dir)

@@ -50,8 +50,8 @@ from dltsched.predictors.steptime.model import (
     RECURRENT_POWER,
     WORK_TERMS,
     DeletePopStepTime,
-    _gpu,
     comm_features,
+    gpu_spec_checked,
     host_key,
     work_terms,
 )
@@ -110,7 +110,7 @@ def _design(rows: Sequence[Measurement], efficiency: dict[str, dict[str, float]]
     work, kernels, gpu_ids, cells, loads = [], [], [], [], []
     for m in rows:
         model, dataset = resolve(m.model, m.dataset)
-        gpu = _gpu(m.gpu)
+        gpu = gpu_spec_checked(m.gpu)
         w = work_terms(job_of(m), model, dataset, gpu, 0, efficiency.get(gpu.id))
         work.append([w[t] for t in _COLUMNS])
         kernels.append(w["kernels"])
@@ -226,7 +226,7 @@ def fit(measurements: Sequence[Measurement],
     multi = [m for m in measurements if m.num_gpus > 1]
     if multi:
         factors.update(_fit_comm(factors, multi))
-    factors["fitted_on"] = sorted({f"{m.source}:{_gpu(m.gpu).id}" for m in [*rows, *multi]})
+    factors["fitted_on"] = sorted({f"{m.source}:{gpu_spec_checked(m.gpu).id}" for m in [*rows, *multi]})
     factors["num_measurements"] = len(rows) + len(multi)
     return factors
 
@@ -254,7 +254,7 @@ def _fit_comm(factors: dict[str, Any], rows: Sequence[Measurement]) -> dict[str,
     y = np.array([m.step_time_s for m in rows])
     prior = np.array([DEFAULT_COMM_COEFFICIENTS[k] for k in COMM_FEATURES])
     global_coef = _irls(x, y - single, y, prior, _RIDGE)
-    gpus = np.array([_gpu(m.gpu).id for m in rows])
+    gpus = np.array([gpu_spec_checked(m.gpu).id for m in rows])
     per_gpu = {g: _irls(x[gpus == g], (y - single)[gpus == g], y[gpus == g], global_coef, _PER_GPU_RIDGE)
                for g in sorted(set(gpus))}
     return {"comm_coefficients": _rounded_comm(global_coef),
@@ -262,7 +262,7 @@ def _fit_comm(factors: dict[str, Any], rows: Sequence[Measurement]) -> dict[str,
 
 
 def _comm_row(m: Measurement, hop_latency_s: float) -> np.ndarray:
-    gpu = _gpu(m.gpu)
+    gpu = gpu_spec_checked(m.gpu)
     grad_bytes = aggregates(*resolve(m.model, m.dataset)).param_bytes[0]
     feats = comm_features(grad_bytes, m.num_gpus, gpu.intra_node_bandwidth_gbs, hop_latency_s)
     return np.array([feats[k] for k in COMM_FEATURES])
@@ -328,9 +328,9 @@ def leave_one_gpu_out(train: Sequence[Measurement], test: Sequence[Measurement],
     """
     base = base or DeletePopStepTime()
     per_gpu, all_rows, oracle_apes = {}, [], []
-    for gpu in sorted({_gpu(m.gpu).id for m in test}):
-        factors = fit([m for m in train if _gpu(m.gpu).id != gpu], kernel_efficiency)
-        ev = evaluate(replace(base, factors=factors), [m for m in test if _gpu(m.gpu).id == gpu])
+    for gpu in sorted({gpu_spec_checked(m.gpu).id for m in test}):
+        factors = fit([m for m in train if gpu_spec_checked(m.gpu).id != gpu], kernel_efficiency)
+        ev = evaluate(replace(base, factors=factors), [m for m in test if gpu_spec_checked(m.gpu).id == gpu])
         y, pred = [r["measured_s"] for r in ev.rows], [r["predicted_s"] for r in ev.rows]
         scale = oracle_scale(y, pred)
         apes = [abs(scale * p - m) / m * 100.0 for m, p in zip(y, pred, strict=True)]

@@ -102,7 +102,8 @@ class StepBreakdown:
         return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
 
 
-def _gpu(name: str) -> GpuType:
+def gpu_spec_checked(name: str) -> GpuType:
+    """The catalog spec of GPU type ``name``; an unknown name raises :class:`ValidationError` at ``gpu_type``."""
     from dltsched.instances.catalog import gpu_spec
 
     try:
@@ -193,7 +194,7 @@ class DeletePopStepTime:
         model, dataset = resolve(job.model, job.dataset)
         agg = aggregates(model, dataset)
         _check_freeze(agg, model, freeze_level)
-        return model, dataset, agg, _gpu(gpu_type)
+        return model, dataset, agg, gpu_spec_checked(gpu_type)
 
     def gpu_terms(self, job: Job, model: str, dataset: str, gpu: GpuType, freeze_level: int) -> dict[str, float]:
         """Fitted GPU seconds of the compute groups (``rnn``: FLOPs or recurrent-weight traffic, whichever
@@ -236,7 +237,7 @@ class DeletePopStepTime:
     def calibration_basis(self, gpu_type: str) -> str:
         """What the predictions for ``gpu_type`` rest on: its own step-time measurements, or its
         spec sheet with or without DeepBench kernel efficiencies."""
-        gpu, f = _gpu(gpu_type), self.factors
+        gpu, f = gpu_spec_checked(gpu_type), self.factors
         setups = sorted(label.split(":")[0] for label in f.get("fitted_on", ()) if label.endswith(f":{gpu.id}"))
         if gpu.id in f.get("gpu_efficiency", {}):
             return f"fitted on its step-time measurements ({', '.join(setups)})"

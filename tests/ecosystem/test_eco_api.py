@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dltsched.engine.api import (
+    ConfiguredSolver,
     SolveConfig,
     initial_state,
     plan_to_dict,
@@ -69,12 +70,12 @@ def test_exact_backend_at_least_as_good_as_its_heuristic(make_state):
 
 
 def test_solver_failure_falls_back_to_a_marked_greedy_plan(make_state, monkeypatch):
-    import dltsched.formulations as formulations
+    import dltsched.formulations.decide as decide
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("solver exploded")
 
-    monkeypatch.setattr(formulations, "solve_round", broken)
+    monkeypatch.setattr(decide, "solve_problem", broken)
     state = make_state(5, 8, seed=1)
     plan = solve_round(state, SolveConfig(backend="cpsat"))
     assert plan.status == "fallback" and plan.fallback and "solver exploded" in plan.message
@@ -102,7 +103,7 @@ def test_plan_to_dict_reports_colocation_groups(make_state):
 
 
 def test_optimizer_policy_finishes_every_job(instance_dir):
-    policy = OptimizingPolicy(SolveConfig(backend="cpsat", time_limit_s=2.0))
+    policy = OptimizingPolicy(ConfiguredSolver(SolveConfig(backend="cpsat", time_limit_s=2.0)))
     result = simulate_instance(instance_dir / "eco-0.json", policy)
     assert result.num_jobs_finished == result.num_jobs == 6
     assert policy.solve_log and {r["status"] for r in policy.solve_log} <= {"optimal", "feasible", "timeout"}

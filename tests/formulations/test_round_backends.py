@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dltsched.engine.domain import Assignment, Plan
-from dltsched.formulations import RoundOptions, check_plan, solve_round
+from dltsched.formulations import RoundOptions, check_plan, solve_problem
 from dltsched.formulations.backend import BackendOutcome
 from dltsched.formulations.candidates import build_candidates, objective_of
 from dltsched.formulations.solve import finish, starting_selection
@@ -17,7 +17,7 @@ def test_k1_places_the_heavier_job(backend: str) -> None:
     tables = Tables(step_s={"a": [1.0], "b": [1.0]})
     problem = make_round(tables, [("v100", 1)], [job("a", weight=2.0), job("b")],
                          options=RoundOptions(max_jobs_per_gpu=1, relative_gap=0.0))
-    result = solve_round(problem, backend)
+    result = solve_problem(problem, backend)
     assert checked(problem, result) == pytest.approx(2.0)
     assert [a.job_id for a in result.plan.assignments] == ["a"]
     assert result.plan.status == "optimal" and result.plan.gap == 0.0
@@ -27,7 +27,7 @@ def test_colocation_pays_when_speeds_sum_high(backend: str) -> None:
     # a (weight 2) alone = 2.0; with b at speeds 0.8 / 0.6: 2 * 0.8 + 0.6 = 2.2 -> share the GPU.
     tables = Tables(step_s={"a": [1.0], "b": [1.0]}, speeds={("a", "b"): [0.8, 0.6]})
     problem = make_round(tables, [("v100", 1)], [job("a", weight=2.0), job("b")])
-    result = solve_round(problem, backend)
+    result = solve_problem(problem, backend)
     assert checked(problem, result) == pytest.approx(2.2)
     assert result.plan.colocation_groups() == {0: ("a", "b")}
 
@@ -40,7 +40,7 @@ def test_freezing_makes_a_pair_fit(backend: str) -> None:
                     penalty={k: spec["penalty"] for k in "ab"}, speeds={("a", "b"): [0.8, 0.8]})
     jobs = [job(k, freeze_allowed=True, accuracy_budget=0.5) for k in "ab"]
     problem = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(freeze_levels=2, relative_gap=0.0))
-    result = solve_round(problem, backend)
+    result = solve_problem(problem, backend)
     assert checked(problem, result) == pytest.approx(1.5)
     assert sorted(a.freeze_level for a in result.plan.assignments) == [0, 1]
 
@@ -50,7 +50,7 @@ def test_gang_stays_in_one_node_or_pays_cross_node(backend: str) -> None:
     tables = Tables(step_s={"g2": [1.0], "g3": [1.0]})
     problem = make_round(tables, [("v100", 2), ("v100", 2)], [job("g2", 2), job("g3", 3)],
                          options=RoundOptions(max_jobs_per_gpu=1, relative_gap=0.0))
-    result = solve_round(problem, backend)
+    result = solve_problem(problem, backend)
     assert checked(problem, result) == pytest.approx(1.0)
     placed = result.plan.by_job()
     assert len(placed) == 1
@@ -67,7 +67,7 @@ def test_down_gpus_are_never_used(backend: str) -> None:
                          options=RoundOptions(max_jobs_per_gpu=1, allow_cross_node=False, relative_gap=0.0),
                          down=(1, 4))
     assert [(u.job_id, u.while_down) for u in problem.unplaceable] == [("g4", True)]
-    result = solve_round(problem, backend)
+    result = solve_problem(problem, backend)
     assert checked(problem, result) == pytest.approx(2.0)
     assert result.plan.by_job()["g3"].gpus == (0, 2, 3)
     assert result.plan.by_job()["g1"].gpus == (5,)
@@ -77,7 +77,7 @@ def test_a_gpu_type_that_is_all_down_is_named(backend: str) -> None:
     tables = Tables(step_s={"a": [1.0]})
     problem = make_round(tables, [("k80", 1), ("v100", 1)], [job("a", gpu_types=("k80",))], down=(0,))
     assert problem.unplaceable[0].reason == "every k80 GPU is down" and problem.unplaceable[0].while_down
-    plan = solve_round(problem, backend).plan
+    plan = solve_problem(problem, backend).plan
     assert plan.assignments == () and plan.status == "optimal"
     assert "waiting for down GPUs: job 'a'" in plan.message
 
@@ -89,7 +89,7 @@ def test_running_job_moves_only_when_it_pays(backend: str, penalty: float, kept:
     options = RoundOptions(max_jobs_per_gpu=1, migration_penalty=penalty, relative_gap=0.0)
     problem = make_round(tables, [("v100", 1)], [job("a"), job("b", weight=1.05)], running={"a": (0,)},
                          options=options)
-    result = solve_round(problem, backend)
+    result = solve_problem(problem, backend)
     assert checked(problem, result) == pytest.approx(max(1.0, 1.05 - penalty))
     assert [a.job_id for a in result.plan.assignments] == [kept]
 
@@ -107,7 +107,7 @@ def test_jct_moves_a_long_job_to_a_faster_gpu_when_the_move_pays_for_itself(
     jobs = [job("a", iterations=100, gpu_types=("k80",)), job("c", iterations=long_iterations)]
     options = RoundOptions(objective="jct", max_jobs_per_gpu=1, migration_penalty=penalty, relative_gap=0.0)
     problem = make_round(tables, [("v100", 1), ("k80", 2)], jobs, running={"a": (1,), "c": (2,)}, options=options)
-    result = solve_round(problem, backend)
+    result = solve_problem(problem, backend)
     reference = (300.0 + long_iterations) / 2.0  # median of the remaining times 300 s and c's
     scale_a, scale_c = reference / 300.0, reference / long_iterations
     assert (2.0 / 3.0 > penalty * scale_c) is moves
@@ -124,7 +124,7 @@ def test_multi_stage_objectives(backend: str, objective: str, expected: float) -
     tables = Tables(step_s={"a": [1.0], "b": [1.0]}, speeds={("a", "b"): [0.6, 0.6]})
     jobs = [job("a", weight=2.0, iterations=100), job("b", iterations=200)]
     problem = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective=objective, relative_gap=0.0))
-    result = solve_round(problem, backend)
+    result = solve_problem(problem, backend)
     assert checked(problem, result) == pytest.approx(expected)
     assert result.plan.bound == pytest.approx(expected, rel=1e-5)
 
@@ -136,7 +136,7 @@ def test_jct_runs_the_shortest_remaining_job_first(backend: str) -> None:
     jobs = [job("a", iterations=1000), job("b", iterations=100), job("c", iterations=10000)]
     problem = make_round(tables, [("v100", 1)], jobs,
                          options=RoundOptions(objective="jct", max_jobs_per_gpu=1, relative_gap=0.0))
-    result = solve_round(problem, backend)
+    result = solve_problem(problem, backend)
     assert checked(problem, result) == pytest.approx(10.0)
     assert [a.job_id for a in result.plan.assignments] == ["b"]
 
@@ -150,7 +150,7 @@ def test_jct_shares_a_gpu_only_when_the_short_job_loses_little(backend: str, spe
     tables = Tables(step_s={"a": [1.0], "b": [1.0]}, speeds={("a", "b"): list(speeds)})
     jobs = [job("a", iterations=100), job("b", iterations=1000)]
     problem = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective="jct", relative_gap=0.0))
-    result = solve_round(problem, backend)
+    result = solve_problem(problem, backend)
     assert checked(problem, result) == pytest.approx(5.555 if shared else 5.5)
     assert sorted(a.job_id for a in result.plan.assignments) == (["a", "b"] if shared else ["a"])
 
@@ -159,7 +159,7 @@ def test_infeasible_jobs_are_named_not_crashed(backend: str) -> None:
     tables = Tables(step_s={"ok": [1.0], "huge": [1.0], "fat": [1.0]}, memory={"fat": [20000.0]})
     options = RoundOptions(allow_cross_node=False, relative_gap=0.0)
     problem = make_round(tables, [("v100", 2), ("v100", 2)], [job("ok"), job("huge", 3), job("fat")], options=options)
-    result = solve_round(problem, backend)
+    result = solve_problem(problem, backend)
     assert result.plan.status == "infeasible"
     assert {u.job_id for u in result.infeasible_jobs} == {"huge", "fat"}
     assert "huge" in result.plan.message and "MiB" in result.plan.message
@@ -169,8 +169,8 @@ def test_infeasible_jobs_are_named_not_crashed(backend: str) -> None:
 def test_warm_start_reaches_the_same_optimum(backend: str) -> None:
     tables = Tables(step_s={k: [1.0] for k in "abcd"}, speeds={("a", "b"): [0.8, 0.7]})
     problem = make_round(tables, [("v100", 2)], [job(k) for k in "abcd"])
-    first = solve_round(problem, backend)
-    again = solve_round(problem, backend, warm_start=first.plan, time_limit_s=5)
+    first = solve_problem(problem, backend)
+    again = solve_problem(problem, backend, warm_start=first.plan, time_limit_s=5)
     assert checked(problem, again) == pytest.approx(checked(problem, first))
 
 

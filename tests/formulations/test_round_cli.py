@@ -9,6 +9,7 @@ import pytest
 from dltsched.engine.cli import main
 from dltsched.engine.registry import predictors
 from dltsched.formulations import RoundOptions, RoundProblem, build_round, evaluate_objective
+from dltsched.formulations.backend import EXACT_BACKENDS
 from dltsched.formulations.bench import synthetic_state
 from dltsched.formulations.cli import bench_solve
 from dltsched.formulations.testing import Tables, job, make_round
@@ -20,12 +21,11 @@ def _plan_of(payload: dict) -> object:
     return Plan(tuple(Assignment(a["job_id"], tuple(a["gpus"]), a["freeze_level"]) for a in payload["assignments"]))
 
 
-@pytest.mark.parametrize("backend_name", ["cpsat", "milp"])
-def test_solve_round_json(tmp_path, capsys, backend_name: str) -> None:  # noqa: ANN001
+def test_solve_round_json(tmp_path, capsys, backend: str) -> None:  # noqa: ANN001
     problem = build_round(synthetic_state(10, 16, seed=1), predictors("analytic"), RoundOptions())
     path = tmp_path / "round.json"
     problem.save(path)
-    assert main(["solve", str(path), "--backend", backend_name, "--time-limit", "5", "--json"]) == 0
+    assert main(["solve", str(path), "--backend", backend, "--time-limit", "5", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     for key in ("status", "objective", "bound", "gap", "solve_time_s", "build_time_s"):
         assert key in payload
@@ -61,7 +61,7 @@ def test_bench_solve_tiny_sizes(capsys) -> None:  # noqa: ANN001
                          standalone_mode=True)
     assert exit_info.value.code == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
-    assert {(r["size"], r["backend"]) for r in rows} == {(s, b) for s in ("6x8", "12x16") for b in ("cpsat", "milp")}
+    assert {(r["size"], r["backend"]) for r in rows} == {(s, b) for s in ("6x8", "12x16") for b in EXACT_BACKENDS}
     for size in ("6x8", "12x16"):
         mine = [r for r in rows if r["size"] == size]
         assert sum(r["winner"] for r in mine) == 1

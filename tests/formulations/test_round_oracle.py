@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dltsched.formulations import RoundOptions, solve_round
+from dltsched.formulations import RoundOptions, solve_problem
 from dltsched.formulations.oracle import brute_force
 from dltsched.formulations.testing import Tables, checked, job, make_round
 
@@ -43,12 +43,11 @@ def tiny_rounds(draw: st.DrawFn):  # noqa: ANN201
     return make_round(tables, nodes, jobs, running=running, options=options, time_s=1800.0, down=down)
 
 
-@pytest.mark.parametrize("backend_name", ["cpsat", "milp"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=tiny_rounds())
-def test_backends_reach_the_oracle_optimum(backend_name: str, problem) -> None:  # noqa: ANN001
+def test_backends_reach_the_oracle_optimum(backend: str, problem) -> None:  # noqa: ANN001
     best, _plan = brute_force(problem)
-    result = solve_round(problem, backend_name, time_limit_s=20)
+    result = solve_problem(problem, backend, time_limit_s=20)
     assert result.plan.status == "optimal"
     assert checked(problem, result) == pytest.approx(best, rel=1e-5, abs=1e-6)
 

@@ -14,7 +14,7 @@ import pytest
 
 from dltsched.instances.generator import GeneratorSpec, generate_instance
 from dltsched.instances.readers import read_workload
-from dltsched.instances.readers.philly import _philly_rows
+from dltsched.instances.readers.philly import philly_rows
 from dltsched.instances.schema import instance_to_dict, load_instance
 
 pytestmark = [pytest.mark.slow, pytest.mark.data]
@@ -25,7 +25,7 @@ def test_bench_read_full_philly(benchmark: Any, data_dir: Path) -> None:
         read_workload,
         args=("philly",),
         kwargs={"data_dir": data_dir},
-        setup=_philly_rows.cache_clear,
+        setup=philly_rows.cache_clear,
         rounds=3,
         iterations=1,
     )
