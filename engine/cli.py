@@ -28,6 +28,7 @@ _COMMANDS: dict[str, str] = {
     "serve": "dltsched.engine.service:serve",
     "batch": "dltsched.engine.batch:batch",
     "plot": "dltsched.engine.plots:plot",
+    "experiment": "dltsched.engine.experiments:experiment",
 }
 
 
