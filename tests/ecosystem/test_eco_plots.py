@@ -110,8 +110,13 @@ def test_pred_vs_measured_is_log_log_with_held_out_points_marked():
     labels = [c.get_label() for c in ax.collections if "MAPE" in c.get_label()]
     assert labels == ["a, held out: MAPE 10.0% (n=1)", "a, fitted on: MAPE 10.0% (n=1)",
                       "b, held out: MAPE 20.0% (n=1)"]
+    filled = [len(c.get_facecolor()) > 0 and c.get_facecolor()[0][3] > 0 for c in ax.collections
+              if "MAPE" in c.get_label()]
+    assert filled == [True, False, True]  # held out filled, fitted on hollow
     linear = plot_pred_vs_measured([{"predicted": 0.0, "measured": 1.0}])  # zero: no log axis
     assert linear.axes[0].get_xscale() == "linear"
+    (unmarked,) = [c.get_label() for c in linear.axes[0].collections if "MAPE" in c.get_label()]
+    assert unmarked == "all: MAPE 100.0% (n=1)"  # no held_out field: no claim either way
 
 
 def test_experiment_results_render(tmp_path):
