@@ -44,7 +44,8 @@ def test_accuracy_and_scaling_figures(tmp_path):
 
 def _bars(fig):
     """(height, hatched) of every Gantt bar of the figure's first axes."""
-    return [(round(b.get_paths()[0].get_extents().height, 3), bool(b.get_hatch())) for b in fig.axes[0].collections]
+    return [(round(path.get_extents().height, 3), bool(c.get_hatch())) for c in fig.axes[0].collections
+            for path in c.get_paths()]
 
 
 def test_gantt_rows_are_labelled_and_colocated_jobs_share_lanes_while_they_overlap():
