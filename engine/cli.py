@@ -34,6 +34,7 @@ _COMMANDS: dict[str, str] = {
     "batch": "dltsched.engine.batch:batch",
     "plot": "dltsched.engine.plots:plot",
     "slurm": "dltsched.engine.adapters.slurm:slurm",
+    "experiment": "dltsched.engine.experiments:experiment",
 }
 
 #: the one-line help ``dltsched --help`` lists, so that listing the commands imports none of them
@@ -48,6 +49,7 @@ _COMMAND_HELP: dict[str, str] = {
     "batch": "Solve or simulate every instance in DIR|GLOB x policies x seeds, in parallel.",
     "plot": "Render the standard figures of a simulate / accuracy / bench-solve result.",
     "slurm": "Scheduling daemon for a Slurm cluster: plan held jobs each round and release them.",
+    "experiment": "Run or show an experiment file (EXP.toml): workload, policies, seeds, outputs.",
 }
 
 

@@ -109,9 +109,16 @@ def _solve_highs(model: Any, cset: CandidateSet, time_limit_s: float, hint: Sequ
     build_s += time.perf_counter() - start
     options = cset.problem.options
     threads = 1 if options.deterministic else options.num_workers
-    results = opt.solve(model, time_limit=time_limit_s, rel_gap=options.relative_gap, threads=threads,
-                        load_solutions=False, raise_exception_on_nonoptimal_result=False,
-                        solver_options={"mip_abs_gap": 1e-9})
+    for attempt in range(2):
+        results = opt.solve(model, time_limit=time_limit_s, rel_gap=options.relative_gap, threads=threads,
+                            load_solutions=False, raise_exception_on_nonoptimal_result=False,
+                            solver_options={"mip_abs_gap": 1e-9})
+        if attempt or results.termination_condition.name != "unknown":
+            break
+        # HiGHS keeps one task scheduler per process, sized by the first solve that runs in it; a later solve
+        # asking for another thread count stops at once with status unknown (highspy 1.12 to 1.16, e.g. after
+        # cvxpy solved with HiGHS in the same process). Reset the scheduler and solve once more.
+        highspy.Highs.resetGlobalScheduler(True)
     return _outcome(model, results, build_s, results.timing_info.wall_time)
 
 

@@ -39,6 +39,8 @@ def test_notebook_executes_and_writes_figures(name, repo_root, tmp_path):
     written = {p.stem: p.stat().st_size for p in out.glob("*.png")}
     assert set(figures) <= set(written), f"missing figures: {set(figures) - set(written)}"
     assert all(size > 0 for size in written.values())
+    executed = (tmp_path / f"{name}.ipynb").read_text()
+    assert not figures or '"image/png"' in executed, "figures must show inline, not only in files"
 
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb")),

@@ -8,7 +8,7 @@ import pytest
 
 from dltsched.engine.api import simulate_instance
 from dltsched.engine.cli import main
-from dltsched.engine.plots import figures_for, plot_gantt, render
+from dltsched.engine.plots import figures_for, plot_gantt, plot_pred_vs_measured, plot_solve_scaling, render
 
 
 @pytest.fixture(scope="module")
@@ -42,15 +42,94 @@ def test_accuracy_and_scaling_figures(tmp_path):
     assert scale.name == "solve_scaling.svg" and scale.stat().st_size > 0
 
 
-def test_gantt_stacks_colocated_jobs_in_one_row():
+def _bars(fig):
+    """(height, hatched) of every Gantt bar of the figure's first axes."""
+    return [(round(path.get_extents().height, 3), bool(c.get_hatch())) for c in fig.axes[0].collections
+            for path in c.get_paths()]
+
+
+def test_gantt_rows_are_labelled_and_colocated_jobs_share_lanes_while_they_overlap():
     result = {"policy": "p", "placements": [
         {"job_id": "a", "gpus": [0], "start_s": 0.0, "end_s": 3600.0, "freeze_level": 0},
-        {"job_id": "b", "gpus": [0], "start_s": 1800.0, "end_s": 7200.0, "freeze_level": 2}]}
-    fig = plot_gantt(result)
-    bars = [c for c in fig.axes[0].collections]
-    heights = sorted(round(b.get_paths()[0].get_extents().height, 3) for b in bars)
-    assert heights == [0.4, 0.4]  # two lanes of half the row height: co-located
-    assert any(b.get_hatch() for b in bars)  # the frozen job is hatched
+        {"job_id": "b", "gpus": [0], "start_s": 1800.0, "end_s": 7200.0, "freeze_level": 2},
+        {"job_id": "c", "gpus": [0, 1], "start_s": 7200.0, "end_s": 9000.0, "freeze_level": 0}]}
+    fig = plot_gantt(result, gpu_types=["v100", "k80", "k80"])
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["GPU 0 · v100", "GPU 1 · k80", "GPU 2 · k80"]
+    heights = sorted(h for h, _ in _bars(fig))
+    assert heights == [0.42, 0.42, 0.84, 0.84]  # a and b overlap: two lanes; c alone: the whole row, twice
+    assert sum(hatched for _, hatched in _bars(fig)) == 1  # the frozen job
+    labels = {t.get_text() for t in ax.texts}
+    assert {"a", "b f2", "c"} <= labels  # job ids on bars, freeze level on the frozen one
+    assert ax.get_xscale() == "linear" and "(min)" in ax.get_xlabel() and "first arrival" in ax.get_xlabel()
+
+
+def test_gantt_puts_a_long_tail_on_a_log_axis_and_short_runs_in_minutes():
+    body = [{"job_id": f"j{i}", "gpus": [i % 4], "start_s": 600.0 * i, "end_s": 600.0 * i + 900.0} for i in range(20)]
+    tail = [{"job_id": "long", "gpus": [1], "start_s": 12000.0, "end_s": 80000.0}]
+    fig = plot_gantt({"policy": "p", "placements": body + tail, "gpu_types": ["v100"] * 4})
+    assert fig.axes[0].get_xscale() == "symlog" and "log scale after" in fig.axes[0].get_xlabel()
+    short = plot_gantt({"policy": "p", "placements": body[:8]})
+    assert short.axes[0].get_xscale() == "linear" and "(min)" in short.axes[0].get_xlabel()
+    assert [t.get_text() for t in short.axes[0].get_yticklabels()] == [f"GPU {g}" for g in range(4)]
+
+
+def test_simulation_figures_share_one_time_origin(sim_file):
+    results = json.loads(sim_file.read_text())
+    results[1]["utilization"] = [[t + 500.0, u] for t, u in results[1]["utilization"]]  # a later first sample
+    figs = figures_for(results)
+    util = figs["utilization"]
+    assert len(util.axes) == 2  # one panel per policy
+    starts = [min(line.get_xdata()[0] for line in ax.get_lines()) for ax in util.axes]
+    assert starts[0] == pytest.approx(0.0) and starts[1] > 0  # both measured from the first arrival
+    assert util.axes[1].get_xlabel() == figs["gantt_fifo"].axes[0].get_xlabel().split(";")[0]
+    assert all(len(ax.get_lines()) == 2 for ax in util.axes)  # raw trace and its moving average
+
+
+def test_solver_scaling_puts_objective_and_gap_beside_time():
+    rows = [{"size": "20x16", "backend": "cpsat", "solve_time_s": 0.1, "build_time_s": 0.01, "objective": 3.0,
+             "gap": 0.0},
+            {"size": "200x256", "backend": "cpsat", "solve_time_s": 2.0, "build_time_s": 0.3, "objective": 30.0,
+             "gap": 0.02},
+            {"size": "200x256", "backend": "milp", "solve_time_s": 5.0, "objective": 29.0, "gap": None}]
+    fig = plot_solve_scaling(rows)
+    time_ax, objective_ax, gap_ax = fig.axes[:3]
+    assert [ax.get_ylabel() for ax in fig.axes[:3]] == ["time (s, log scale)", "objective", "relative gap (%)"]
+    assert all(ax.get_xscale() == "log" for ax in fig.axes[:3]) and time_ax.get_yscale() == "log"
+    assert list(gap_ax.get_lines()[0].get_ydata()) == [0.0, 2.0]  # percent; milp gave no gap
+    assert len(objective_ax.get_lines()) == 2
+
+
+def test_pred_vs_measured_is_log_log_with_held_out_points_marked():
+    rows = [{"predicted": 1.1, "measured": 1.0, "group": "a", "held_out": "1"},
+            {"predicted": 9.0, "measured": 10.0, "group": "a", "held_out": "0"},
+            {"predicted": 120.0, "measured": 100.0, "group": "b", "held_out": "true"}]
+    fig = plot_pred_vs_measured(rows, quantity="step time (s)")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert ax.get_xlabel() == "measured step time (s) (log scale)"
+    labels = [c.get_label() for c in ax.collections if "MAPE" in c.get_label()]
+    assert labels == ["a, held out: MAPE 10.0% (n=1)", "a, fitted on: MAPE 10.0% (n=1)",
+                      "b, held out: MAPE 20.0% (n=1)"]
+    filled = [len(c.get_facecolor()) > 0 and c.get_facecolor()[0][3] > 0 for c in ax.collections
+              if "MAPE" in c.get_label()]
+    assert filled == [True, False, True]  # held out filled, fitted on hollow
+    linear = plot_pred_vs_measured([{"predicted": 0.0, "measured": 1.0}])  # zero: no log axis
+    assert linear.axes[0].get_xscale() == "linear"
+    (unmarked,) = [c.get_label() for c in linear.axes[0].collections if "MAPE" in c.get_label()]
+    assert unmarked == "all: MAPE 100.0% (n=1)"  # no held_out field: no claim either way
+
+
+def test_experiment_results_render(tmp_path):
+    run = {"policy": "fifo", "seed": 0, "records": [{"job_id": "a", "jct_s": 10.0, "arrival_s": 0.0}],
+           "utilization": [[0.0, 1.0], [10.0, 0.0]], "gpu_util": 1.0,
+           "placements": [{"job_id": "a", "gpus": [1], "start_s": 0.0, "end_s": 10.0}]}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"summary": [], "runs": [run, run | {"seed": 1}], "gpu_types": ["v100", "p100"]}))
+    figs = figures_for(json.loads(path.read_text()))
+    assert set(figs) == {"jct_cdf", "utilization", "gantt_fifo"}
+    assert [t.get_text() for t in figs["gantt_fifo"].axes[0].get_yticklabels()] == ["GPU 0 · v100", "GPU 1 · p100"]
+    assert len(render(path, tmp_path / "figs")) == 3
 
 
 def test_bad_results_exit_2_with_one_line(tmp_path, capsys):
