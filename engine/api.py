@@ -198,9 +198,11 @@ def make_named_policy(name: str, preds: Predictors, config: SolveConfig | None =
 
 def simulate_instance(instance: Instance | str | Path, policy: str | Policy = "sjf", *, seed: int = 0,
                       predictors: str = "default", truth: GroundTruth | None = None,
-                      memory: str = "reject", config: SolveConfig | None = None) -> SimulationResult:
+                      memory: str = "oom", config: SolveConfig | None = None) -> SimulationResult:
     """Simulate ``policy`` (a name, ``dltsched[:backend]``, or a Policy object) on ``instance``
-    (an :class:`Instance` or an instance JSON path) with ground truth ``truth`` (default: measured)."""
+    (an :class:`Instance` or an instance JSON path) with ground truth ``truth`` (default: measured).
+    ``memory="oom"``: a job whose memory was under-predicted crashes, is re-queued and its measured peak
+    is learned (counted in ``num_oom``); ``"reject"`` raises on such a plan instead."""
     from dltsched.engine.simulator import SimulationConfig, simulate
 
     inst = load_instance_file(instance) if isinstance(instance, str | Path) else instance

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from dltsched.engine.domain import Assignment, Instance
 from dltsched.engine.errors import ValidationError
 from dltsched.engine.metrics import JobRecord, PlacementInterval
+from dltsched.engine.predict import MemoryObservations
 
 if TYPE_CHECKING:
     from dltsched.engine.simulator import _Run
@@ -49,7 +50,7 @@ def save_checkpoint(run: _Run, path: str | os.PathLike[str]) -> None:
         "gpu_types": list(a.job.gpu_types),  # fewer than submitted after an out-of-memory crash
         "ready_at": a.ready_at, "preemptions": a.preemptions, "first_start": a.first_start,
         "queued_since": a.queued_since, "penalty": a.penalty, "placed_at": a.placed_at,
-        "ckpt_remaining": a.ckpt_remaining, "failures": a.failures,
+        "ckpt_remaining": a.ckpt_remaining, "failures": a.failures, "blind_ooms": a.blind_ooms,
     } for a in run.active.values()]
     policy_state = run.policy.state_dict() if hasattr(run.policy, "state_dict") else None
     data = {
@@ -64,6 +65,8 @@ def save_checkpoint(run: _Run, path: str | os.PathLike[str]) -> None:
         "gpu_jobs": run.gpu_jobs, "active": active,
         "faults": run.faults.state_dict() if run.faults is not None else None,
         "policy_state": policy_state,
+        # peaks measured by crashes out of memory, and whether the policy decides again at once after one
+        "memory_observations": run.memory_seen.to_list(), "retry_round": run._learned_this_round,
     }
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -100,6 +103,8 @@ def load_checkpoint(run: _Run, path: str | os.PathLike[str]) -> bool:
     run.util_trace = [tuple(x) for x in data["util_trace"]]  # type: ignore[misc]
     run.ideal_s = dict(data["ideal_s"])
     run.finished = [JobRecord(**r) for r in data["finished"]]
+    run.memory_seen = MemoryObservations.from_list(data.get("memory_observations", []))
+    run._learned_this_round = bool(data.get("retry_round", False))
     run.intervals = [PlacementInterval(**{**p_, "gpus": tuple(p_["gpus"])}) for p_ in data["intervals"]]
     run.gpu_jobs = [list(x) for x in data["gpu_jobs"]]
     run.active = {}
@@ -112,7 +117,7 @@ def load_checkpoint(run: _Run, path: str | os.PathLike[str]) -> bool:
             job, a["remaining"], a["attained_s"],
             None if asg is None else Assignment(a["id"], tuple(asg[0]), asg[1]),
             0.0, a["ready_at"], a["preemptions"], a["first_start"], a["queued_since"], a["penalty"],
-            a["placed_at"], a["ckpt_remaining"], a["failures"])
+            a["placed_at"], a["ckpt_remaining"], a["failures"], a.get("blind_ooms", 0))
     if run.faults is not None and data["faults"] is not None:
         run.faults.load_state_dict(data["faults"])
     if data["policy_state"] is not None and hasattr(run.policy, "load_state_dict"):
