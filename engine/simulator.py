@@ -17,8 +17,8 @@ waits for the next event; after ``_MAX_BLIND_OOMS`` of them for one job the run 
 :class:`~dltsched.engine.errors.InvalidPlanError`.
 ``memory="reject"`` is the strict check: any plan that overfills a GPU raises.
 
-Guards: a run whose loop stops moving (``max_stalled_iterations`` iterations with the clock, the finished
-and arrived jobs and the measured memory all unchanged, e.g. a round interval of 0) or whose simulated time
+Guards: a run whose loop stops moving (``max_stalled_iterations`` iterations in which the clock moves by less
+than a millisecond and no job arrives, finishes or has its memory measured, e.g. a round interval of 0) or whose simulated time
 would pass ``max_time_s`` after the first arrival (default 10 years) raises
 :class:`~dltsched.engine.errors.SimulationStalledError` naming the policy and the state.
 """
@@ -50,6 +50,8 @@ _EPS_ITER = 1e-6
 TEN_YEARS_S = 10 * 365.25 * 86400.0
 #: crashes out of memory of one job where its (and its GPU neighbours') footprint was already measured
 _MAX_BLIND_OOMS = 100
+#: the clock moving by less than this (seconds) is no progress for the stall guard
+_MIN_CLOCK_STEP_S = 1e-3
 
 
 class Policy(Protocol):
@@ -304,7 +306,7 @@ class _Run:
         self.started = True
         interval = getattr(self.policy, "round_interval_s", None)
         origin = self.arrivals[0].arrival_time_s if self.arrivals else 0.0
-        stalled, last_progress = 0, self._progress()
+        stalled, last_progress, last_clock = 0, self._progress(), self.time
         while self.next_arrival < len(self.arrivals) or self.active:
             changed = self._admit_arrivals()
             changed |= self._complete()
@@ -328,13 +330,15 @@ class _Run:
                     f"({self.cfg.max_time_s / TEN_YEARS_S * 10:.3g} years) after the first arrival, {self._where()}; "
                     "the instance's work is too large (total_iterations?) or raise max_time_s")
             progress = self._progress()
-            stalled = 0 if progress != last_progress else stalled + 1
-            last_progress = progress
+            if progress != last_progress or self.time > last_clock + _MIN_CLOCK_STEP_S:
+                stalled, last_progress, last_clock = 0, progress, self.time
+            else:
+                stalled += 1
             if stalled >= self.cfg.max_stalled_iterations:
                 raise SimulationStalledError(
                     f"policy '{self.policy.name}': no progress in {stalled} iterations of the event loop, "
-                    f"{self._where()}; the clock does not advance (a round interval of 0?) and no job "
-                    "arrives, finishes or learns its memory")
+                    f"{self._where()}; the clock advances by less than {_MIN_CLOCK_STEP_S} s (a round interval of "
+                    "0?) and no job arrives, finishes or learns its memory")
             self._advance(t_next)
         self.sync_all()
         wall = time.perf_counter() - started
@@ -346,9 +350,9 @@ class _Run:
             fault_interruptions=self.fault_interruptions,
         )
 
-    def _progress(self) -> tuple[float, int, int, int]:
-        """What moves when a run advances: the clock, finished and arrived jobs, measured memory."""
-        return self.time, len(self.finished), self.next_arrival, self.memory_seen.changes
+    def _progress(self) -> tuple[int, int, int]:
+        """What moves when a run advances, apart from the clock: finished and arrived jobs, measured memory."""
+        return len(self.finished), self.next_arrival, self.memory_seen.changes
 
     def _where(self) -> str:
         """The run's state in words, for an error message."""

@@ -159,6 +159,9 @@ def test_a_loop_that_cannot_advance_the_clock_raises_naming_the_policy_and_state
         Simulator(inst, Idle(), TRUTH).run()
     with pytest.raises(SimulationStalledError, match="no progress in 5 iterations"):
         Simulator(inst, Idle(), TRUTH, SimulationConfig(max_stalled_iterations=5)).run()
+    # a clock that creeps (rounds 0.1 microsecond apart) is no progress either
+    with pytest.raises(SimulationStalledError, match="policy 'idle': no progress in 1000 iterations"):
+        Simulator(inst, Idle(round_interval_s=1e-7), TRUTH).run()
 
 
 def test_optimizing_policy_with_a_zero_round_interval_is_stopped(repo_root, analytic):
