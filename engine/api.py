@@ -305,7 +305,7 @@ def without_freezing(predictors: Predictors | None = None, **options: Any) -> Op
 
 def simulate_instance(instance: Instance | str | Path, policy: str | Policy = "sjf", *, seed: int = 0,
                       predictors: str = "default", truth: GroundTruth | None = None,
-                      memory: str = "reject", config: SolveConfig | None = None) -> SimulationResult:
+                      memory: str = "oom", config: SolveConfig | None = None) -> SimulationResult:
     """Simulate one policy over one instance with ground truth.
 
     Parameters
@@ -322,7 +322,8 @@ def simulate_instance(instance: Instance | str | Path, policy: str | Policy = "s
     truth
         What jobs really run at (default: the measured ground truth).
     memory
-        Plans that overfill GPU memory: ``reject`` them, or let the job crash out of memory (``oom``).
+        ``oom`` (default): a job whose memory was under-predicted crashes, is re-queued and its measured
+        peak is learned (counted in ``num_oom``); ``reject``: such a plan raises instead.
     config
         Solve settings for a ``dltsched[:<backend>]`` policy.
 

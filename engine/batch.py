@@ -34,7 +34,7 @@ MODES = ("simulate", "solve")
 ID_COLUMNS = ("key", "instance_file", "file_sha256", "instance", "mode", "policy", "seed", "error")
 SIMULATE_COLUMNS = ("num_jobs", "num_gpus", "num_jobs_finished", "avg_jct_s", "median_jct_s", "p95_jct_s",
                     "p99_jct_s", "makespan_s", "avg_queueing_s", "gpu_util", "ftf_mean", "ftf_max",
-                    "num_preemptions", "num_rounds", "decision_time_mean_s")
+                    "num_preemptions", "num_oom", "num_rounds", "decision_time_mean_s")
 SOLVE_COLUMNS = ("status", "backend", "objective", "bound", "gap", "num_placed", "solve_time_s", "build_time_s")
 #: columns that measure time on this machine: they differ between runs and are not compared
 TIMING_COLUMNS = ("decision_time_mean_s", "solve_time_s", "build_time_s", "item_wall_s")

@@ -379,6 +379,7 @@ class _Active(_Model):
     placed_at: Finite
     ckpt_remaining: NonNegative
     failures: Count
+    blind_ooms: Count
     synced_at: Finite
     version: Count
 
@@ -430,6 +431,10 @@ class _State(_Model):
     seq: Count
     faults: _Faults | None
     policy_state: dict[str, Any] | None
+    #: [model, batch size, amp, dataset, optimizer, GPU type, freeze level, peak MiB] per learned peak
+    memory_observations: list[Annotated[tuple[Text, Count, bool, Text | None, Text, Text, Count, NonNegative],
+                                        Strict(False)]]
+    retry_round: bool
 
 
 def _dupe(ids: list[str]) -> str | None:

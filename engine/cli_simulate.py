@@ -42,6 +42,7 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("gpu_util", "GPU util", "{:.1%}"),
     ("ftf_mean", "FTF mean", "{:.2f}"),
     ("num_preemptions", "preempt.", "{}"),
+    ("num_oom", "OOM", "{}"),
     ("decision_time_mean_s", "decision (ms)", "ms"),
 )
 
@@ -124,7 +125,7 @@ def parse_faults(text: str | None) -> Any:
 
 
 def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_set: str = "default",
-                 memory: str = "reject", data_dir: str | None = None, prediction_error: float = 0.0,
+                 memory: str = "oom", data_dir: str | None = None, prediction_error: float = 0.0,
                  options: dict[str, Any] | None = None, faults: Any = None, checkpoint: str | None = None,
                  checkpoint_every: int = 200) -> list[SimulationResult]:
     """Simulate each policy in ``names`` on ``inst`` with the same ground truth and seed. Each policy gets
@@ -200,8 +201,9 @@ def print_table(results: list[SimulationResult], title: str) -> None:
                    f"{', '.join(PAPER_POLICIES)}; 'all' = both and 'optimizing'.")
 @click.option("--predictors", "predictor_set", default="default", show_default=True,
               help="Predictor bundle the policies use (default | analytic).")
-@click.option("--memory", type=click.Choice(["reject", "oom"]), default="reject", show_default=True,
-              help="Plans that overfill GPU memory: reject them, or let the job crash out of memory.")
+@click.option("--memory", type=click.Choice(["oom", "reject"]), default="oom", show_default=True,
+              help="A job that does not fit in GPU memory: crash it out of memory, re-queue it and learn its "
+                   "measured peak (oom), or reject the plan as an error (reject, a strict check).")
 @click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True)
 @click.option("--prediction-error", type=FiniteFloat(0.0, 10.0), default=0.0, show_default=True,
               help="Multiply predictions by exp(E*z), z~N(0,1) per job: 0.2 = predictions about 20%% off.")

@@ -47,6 +47,11 @@ class InvalidPlanError(DltschedError, ValueError):
     """A plan that breaks capacity, memory, gang or placement rules of the cluster state."""
 
 
+class SimulationStalledError(DltschedError, RuntimeError):
+    """A simulation that cannot finish: its event loop stopped making progress, or its simulated time would
+    pass the configured bound. The message names the policy and the run's state (clock, queue, running)."""
+
+
 class InfeasibleRoundError(DltschedError):
     """A round with jobs that can never be placed; ``jobs`` names them."""
 

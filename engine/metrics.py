@@ -67,7 +67,8 @@ class SimulationResult:
     p99_queueing_s: float
     gpu_util: float
     num_preemptions: int
-    oom_events: int
+    #: crashes out of memory: starts that did not fit beside the jobs on their GPUs (re-queued each time)
+    num_oom: int
     node_failures: int
     fault_interruptions: int
     ftf_mean: float
@@ -83,6 +84,11 @@ class SimulationResult:
     records: tuple[JobRecord, ...] = ()
     utilization: tuple[tuple[float, float], ...] = ()
     placements: tuple[PlacementInterval, ...] = ()
+
+    @property
+    def oom_events(self) -> int:
+        """Former name of :attr:`num_oom`."""
+        return self.num_oom
 
     def to_dict(self, *, records: bool = False, utilization: bool = False) -> dict[str, object]:
         """JSON-ready dict; ``records`` adds per-job records and placement intervals."""
@@ -113,7 +119,7 @@ def _downsample(trace: Sequence[tuple[float, float]], n: int) -> tuple[tuple[flo
 
 def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy_gpu_s: float,
               util_trace: list[tuple[float, float]], decision_times_s: list[float], wall_time_s: float,
-              oom_events: int, unfinished: int, ideal_s: dict[str, float] | None = None,
+              num_oom: int, unfinished: int, ideal_s: dict[str, float] | None = None,
               placements: list[PlacementInterval] | None = None, node_failures: int = 0,
               fault_interruptions: int = 0, utilization_samples: int = 400) -> SimulationResult:
     """Aggregate per-job records into a :class:`SimulationResult`; the utilisation trace is downsampled
@@ -138,7 +144,7 @@ def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy
         weighted_avg_jct_s=float((jct * weights).sum() / weights.sum()) if jct.size else 0.0,
         makespan_s=makespan, avg_queueing_s=float(queue.mean()) if queue.size else 0.0,
         p99_queueing_s=_pct(queue, 99), gpu_util=gpu_util,
-        num_preemptions=sum(r.preemptions for r in records), oom_events=oom_events,
+        num_preemptions=sum(r.preemptions for r in records), num_oom=num_oom,
         node_failures=node_failures, fault_interruptions=fault_interruptions,
         ftf_mean=float(rho.mean()) if rho.size else float("nan"),
         ftf_max=float(rho.max()) if rho.size else float("nan"),

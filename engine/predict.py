@@ -7,7 +7,9 @@ Policies only ever see predictions through these protocols, never the simulator'
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -72,6 +74,87 @@ class Predictors:
         return (1.0 - penalty) / step
 
 
+def memory_kind(job: Job) -> tuple[str, int, bool, str | None, str]:
+    """What a job's memory footprint depends on: model, batch size, AMP, dataset and optimizer. A peak
+    measured for one job is known for every job of the same kind, as a profile would be."""
+    return job.model, job.batch_size, job.amp, job.dataset, job.optimizer.lower()
+
+
+class MemoryObservations:
+    """Peak GPU memory per worker (MiB) measured in one simulation run, by job kind (:func:`memory_kind`),
+    GPU type and freeze level.
+
+    A job that crashes out of memory has shown its real footprint on that GPU type, and so have the jobs
+    it shared the GPU with: the simulator records them here, and every memory prediction a policy asks for
+    while the run is on (:func:`observing_memory`) is raised to the measured peak (:func:`learned_memory_mib`),
+    as a real scheduler learns from a crashed job. Levels never measured keep their prediction."""
+
+    __slots__ = ("_peak", "changes")
+
+    def __init__(self) -> None:
+        self._peak: dict[tuple[object, ...], float] = {}
+        self.changes = 0  #: bumps with every new measurement (caches of judgments built on memory check it)
+
+    def record(self, job: Job, gpu_type: str, freeze_level: int, peak_mib: float) -> bool:
+        """Remember a measured peak; ``True`` when it is news (not measured before at this value or above)."""
+        key = (*memory_kind(job), gpu_type, freeze_level)
+        if self._peak.get(key, -1.0) >= peak_mib:
+            return False
+        self._peak[key] = peak_mib
+        self.changes += 1
+        return True
+
+    def peak_mib(self, job: Job, gpu_type: str, freeze_level: int = 0) -> float | None:
+        return self._peak.get((*memory_kind(job), gpu_type, freeze_level)) if self._peak else None
+
+    def __len__(self) -> int:
+        return len(self._peak)
+
+    def to_list(self) -> list[list[Any]]:
+        """``[[model, batch size, amp, dataset, optimizer, GPU type, freeze level, peak MiB], ...]``
+        (JSON-ready, e.g. for a checkpoint)."""
+        return [[*key, peak] for key, peak in sorted(self._peak.items(), key=repr)]
+
+    @classmethod
+    def from_list(cls, rows: Sequence[Sequence[Any]]) -> MemoryObservations:
+        out = cls()
+        for *key, peak in rows:
+            out._peak[tuple(key)] = float(peak)
+            out.changes += 1
+        return out
+
+
+_OBSERVED: ContextVar[MemoryObservations | None] = ContextVar("dltsched_memory_observations", default=None)
+
+
+@contextmanager
+def observing_memory(observations: MemoryObservations) -> Iterator[MemoryObservations]:
+    """Within the block, :func:`learned_memory_mib` answers from ``observations`` (per thread/context, so
+    simulations running side by side do not see each other's measurements)."""
+    token = _OBSERVED.set(observations)
+    try:
+        yield observations
+    finally:
+        _OBSERVED.reset(token)
+
+
+def learned_memory_mib(predicted_mib: float, job: Job, gpu_type: str, freeze_level: int = 0) -> float:
+    """``predicted_mib`` (one worker of ``job`` on ``gpu_type``) raised to the peak measured in the
+    current run (:func:`observing_memory`), if any. Every memory estimate a policy uses goes through it."""
+    observations = _OBSERVED.get()
+    if observations is None:
+        return predicted_mib
+    peak = observations.peak_mib(job, gpu_type, freeze_level)
+    return predicted_mib if peak is None or peak <= predicted_mib else peak
+
+
+def memory_observations_version() -> int:
+    """A number that changes whenever the current run measures a new peak (0 outside a run): a policy
+    that caches judgments built on memory estimates drops them when it changes."""
+    observations = _OBSERVED.get()
+    return 0 if observations is None else observations.changes
+
+
 class _Memo:
     """Results by key, at most ``max_entries``; when full, the older half is dropped (insertion order)."""
 
@@ -104,8 +187,9 @@ class _MemoStepTime:
             job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes))  # type: ignore[no-any-return]
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
-        return self._memo.get(("memory", job, gpu_type, freeze_level),  # type: ignore[no-any-return]
-                              lambda: self.inner.memory_mib(job, gpu_type, freeze_level=freeze_level))
+        predicted: float = self._memo.get(("memory", job, gpu_type, freeze_level),
+                                          lambda: self.inner.memory_mib(job, gpu_type, freeze_level=freeze_level))
+        return learned_memory_mib(predicted, job, gpu_type, freeze_level)  # measured peaks are never memoized
 
 
 class _MemoColocation:
@@ -137,7 +221,8 @@ class _MemoFreezing:
 def memoized(predictors: Predictors, max_entries: int = 1_000_000) -> Predictors:
     """``predictors`` with their answers remembered per job (the immutable :class:`Job` itself is the
     key, so a job whose spec changes is a new key), for a policy that asks about the same jobs every
-    round. Frozen penalties depend on training progress and are not kept. At most ``max_entries``
+    round. Frozen penalties depend on training progress and are not kept; memory answers are raised to the
+    peaks measured in the current run (:func:`learned_memory_mib`) on every call. At most ``max_entries``
     answers are kept (the older half is dropped when full)."""
     memo = _Memo(max_entries)
     return Predictors(_MemoStepTime(predictors.step_time, memo), _MemoColocation(predictors.colocation, memo),

@@ -7,9 +7,20 @@ moved jobs migrate, jobs left out are preempted. Jobs then advance at **ground-t
 (:mod:`dltsched.engine.truth`): isolated step time x co-located speed (a gang job runs at its slowest
 worker) x (1 - frozen penalty). A job that (re)starts pays a checkpoint-restore delay before it progresses.
 
-Memory: a plan that overfills a GPU by the ground-truth memory model is rejected (``memory="reject"``,
-the default), or the job that does not fit crashes out of memory at start and returns to the queue
-(``memory="oom"``), as a real cluster would behave when a policy under-predicts memory.
+Memory (``memory="oom"``, the default): as in a real cluster, a job that does not fit beside the jobs on its
+GPUs by the ground-truth memory model crashes out of memory at start and returns to the queue; its measured
+peak (and that of the jobs it met on the GPU) is recorded in the run's
+:class:`~dltsched.engine.predict.MemoryObservations`, which every memory prediction a policy makes during the
+run is raised to (:func:`~dltsched.engine.predict.learned_memory_mib`), and the policy decides again at once
+(the crash costs no simulated time). A crash that measures nothing new (the policy ignores what was measured)
+waits for the next event; after ``_MAX_BLIND_OOMS`` of them for one job the run stops with
+:class:`~dltsched.engine.errors.InvalidPlanError`.
+``memory="reject"`` is the strict check: any plan that overfills a GPU raises.
+
+Guards: a run whose loop stops moving (``max_stalled_iterations`` iterations in which the clock moves by less
+than a millisecond and no job arrives, finishes or has its memory measured, e.g. a round interval of 0) or whose simulated time
+would pass ``max_time_s`` after the first arrival (default 10 years) raises
+:class:`~dltsched.engine.errors.SimulationStalledError` naming the policy and the state.
 
 Run state: :meth:`Simulator.start` gives the run (:class:`RunState`) before its first event;
 ``RunState.to_dict()`` is the whole state as JSON-ready data and ``RunState.from_dict()`` restores it into
@@ -35,12 +46,19 @@ from typing import Any, Literal, Protocol, overload
 import numpy as np
 
 from dltsched.engine.domain import Assignment, ClusterState, Instance, Job, JobState, Plan
-from dltsched.engine.errors import InvalidPlanError, ValidationError
+from dltsched.engine.errors import InvalidPlanError, SimulationStalledError, ValidationError
 from dltsched.engine.faults import FaultConfig, FaultSchedule
 from dltsched.engine.metrics import JobRecord, PlacementInterval, SimulationResult, summarize
+from dltsched.engine.predict import MemoryObservations, observing_memory
 from dltsched.engine.truth import GroundTruth, MeasuredTruth
 
 _EPS_ITER = 1e-6
+#: simulated seconds in ten years: the default bound on a run's simulated time
+TEN_YEARS_S = 10 * 365.25 * 86400.0
+#: crashes out of memory of one job where its (and its GPU neighbours') footprint was already measured
+_MAX_BLIND_OOMS = 100
+#: the clock moving by less than this (seconds) is no progress for the stall guard
+_MIN_CLOCK_STEP_S = 1e-3
 
 
 class RunStore(Protocol):
@@ -90,6 +108,7 @@ class _Active:
     placed_at: float = 0.0
     ckpt_remaining: float = 0.0  # remaining iterations at the last checkpoint
     failures: int = 0
+    blind_ooms: int = 0  # crashes out of memory that taught nothing new (see ``_MAX_BLIND_OOMS``)
     synced_at: float = 0.0  # ``remaining`` and ``attained_s`` are exact at this instant (running jobs)
     version: int = 0  # bumps when the job's completion time changes; stale heap entries are skipped
 
@@ -101,7 +120,7 @@ class _Active:
                 "rate": self.rate, "ready_at": self.ready_at, "preemptions": self.preemptions,
                 "first_start": self.first_start, "queued_since": self.queued_since, "penalty": self.penalty,
                 "placed_at": self.placed_at, "ckpt_remaining": self.ckpt_remaining, "failures": self.failures,
-                "synced_at": self.synced_at, "version": self.version}
+                "blind_ooms": self.blind_ooms, "synced_at": self.synced_at, "version": self.version}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], job: Job) -> _Active:
@@ -113,16 +132,21 @@ class _Active:
                    float(data["rate"]), float(data["ready_at"]), int(data["preemptions"]),
                    None if data["first_start"] is None else float(data["first_start"]), float(data["queued_since"]),
                    float(data["penalty"]), float(data["placed_at"]), float(data["ckpt_remaining"]),
-                   int(data["failures"]), float(data["synced_at"]), int(data["version"]))
+                   int(data["failures"]), int(data["blind_ooms"]), float(data["synced_at"]), int(data["version"]))
 
 
 @dataclass(frozen=True, slots=True)
 class SimulationConfig:
-    """Simulator options; ``seed`` feeds every random choice (policies get it too)."""
+    """Simulator options; ``seed`` feeds every random choice (policies get it too).
+
+    ``memory``: ``"oom"`` (a misfit crashes and is re-queued, see the module docstring) or ``"reject"`` (raise).
+    ``max_time_s``: simulated seconds after the first arrival a run may last; a run that would go beyond
+    raises. ``max_stalled_iterations``: loop iterations without any progress before the run raises."""
 
     seed: int = 0
-    memory: Literal["reject", "oom"] = "reject"
-    max_time_s: float = math.inf
+    memory: Literal["reject", "oom"] = "oom"
+    max_time_s: float = TEN_YEARS_S
+    max_stalled_iterations: int = 1000
     utilization_samples: int = 400
     faults: FaultConfig | None = None
 
@@ -261,6 +285,7 @@ class _Run:
         self._stale_nodes: set[int] = set(range(len(self.cluster.nodes)))
         self._node_views: tuple[tuple[tuple[int, ...], ...], tuple[tuple[str, ...], ...]] = ((), ())
         self._oom_this_round = False
+        self._learned_this_round = False  # a crash out of memory this round measured something new
         #: the running jobs and their assignments by id, kept in step with ``running``; once a snapshot has
         #: them (``_shared``), they are copied before they change, so a snapshot never sees them change
         self._running_jobs: dict[str, Job] = {}
@@ -277,6 +302,7 @@ class _Run:
         self.util_trace: list[tuple[float, float]] = []
         self.decision_times: list[float] = []
         self.oom_events = 0
+        self.memory_seen = MemoryObservations()  # peaks measured by out-of-memory crashes in this run
         self.last_round = -math.inf
         self.ideal_s: dict[str, float] = {}
         self.intervals: list[PlacementInterval] = []
@@ -314,41 +340,69 @@ class _Run:
     # -- main loop ----------------------------------------------------------------------------------
 
     def run(self) -> SimulationResult:
+        with observing_memory(self.memory_seen):
+            return self._run()
+
+    def _run(self) -> SimulationResult:
         started = time.perf_counter()
         if self.arrivals and not self.started:
             self.time = self.arrivals[0].arrival_time_s
         self.started = True
         interval = getattr(self.policy, "round_interval_s", None)
+        origin = self.arrivals[0].arrival_time_s if self.arrivals else 0.0
+        stalled, last_progress, last_clock = 0, self._progress(), self.time
         while self.next_arrival < len(self.arrivals) or self.active:
             changed = self._admit_arrivals()
             changed |= self._complete()
             changed |= self._fault_events()
             due = interval is not None and self.time >= self.last_round + interval - 1e-9
-            if changed or due:
+            if changed or due or self._learned_this_round:  # a crash measured memory: decide again at once
                 self._round()
                 self._check_progress()
             if self.next_arrival >= len(self.arrivals) and not self.active:
                 break
-            t_next = self._next_event_time(interval)
-            if t_next > self.cfg.max_time_s or not math.isfinite(t_next):
-                if math.isfinite(t_next):
-                    break
+            t_next = self.time if self._learned_this_round else self._next_event_time(interval)
+            if not math.isfinite(t_next):
                 stuck = sorted(self.active)[:5]
                 raise InvalidPlanError(
                     f"policy '{self.policy.name}' left {len(self.active)} job(s) waiting with nothing running "
                     f"(e.g. {stuck}); every plan must eventually run each job"
                 )
+            if t_next - origin > self.cfg.max_time_s:
+                raise SimulationStalledError(
+                    f"policy '{self.policy.name}': simulated time would pass max_time_s={self.cfg.max_time_s:.4g} s "
+                    f"({self.cfg.max_time_s / TEN_YEARS_S * 10:.3g} years) after the first arrival, {self._where()}; "
+                    "the instance's work is too large (total_iterations?) or raise max_time_s")
+            progress = self._progress()
+            if progress != last_progress or self.time > last_clock + _MIN_CLOCK_STEP_S:
+                stalled, last_progress, last_clock = 0, progress, self.time
+            else:
+                stalled += 1
+            if stalled >= self.cfg.max_stalled_iterations:
+                raise SimulationStalledError(
+                    f"policy '{self.policy.name}': no progress in {stalled} iterations of the event loop, "
+                    f"{self._where()}; the clock advances by less than {_MIN_CLOCK_STEP_S} s (a round interval of "
+                    "0?) and no job arrives, finishes or learns its memory")
             self._advance(t_next)
         self.sync_all()
         wall = time.perf_counter() - started
         return summarize(
             policy=self.policy.name, instance=self.inst, records=self.finished, busy_gpu_s=self.busy_gpu_s,
             util_trace=self.util_trace, decision_times_s=self.decision_times, wall_time_s=wall,
-            oom_events=self.oom_events, unfinished=len(self.active) + len(self.arrivals) - self.next_arrival,
+            num_oom=self.oom_events, unfinished=len(self.active) + len(self.arrivals) - self.next_arrival,
             ideal_s=self.ideal_s, placements=self.intervals, node_failures=self.node_failures,
             utilization_samples=self.cfg.utilization_samples,
             fault_interruptions=self.fault_interruptions,
         )
+
+    def _progress(self) -> tuple[int, int, int]:
+        """What moves when a run advances, apart from the clock: finished and arrived jobs, measured memory."""
+        return len(self.finished), self.next_arrival, self.memory_seen.changes
+
+    def _where(self) -> str:
+        """The run's state in words, for an error message."""
+        return (f"at clock {self.time:.6g} s with {len(self.queue_keys)} job(s) queued, {len(self.running)} "
+                f"running, {len(self.finished)} finished, {len(self.arrivals) - self.next_arrival} yet to arrive")
 
     def _check_progress(self) -> None:
         """A policy that runs nothing while every GPU is free and nothing else will happen is stuck. A plan
@@ -396,6 +450,11 @@ class _Run:
         while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].arrival_time_s <= self.time:
             job = self.arrivals[self.next_arrival]
             total = float(job.total_iterations)
+            if job.arrival_time_s - self.arrivals[0].arrival_time_s + self._ideal_s(job) > self.cfg.max_time_s:
+                raise SimulationStalledError(
+                    f"job '{job.id}': {self._ideal_s(job):.4g} s of work alone on its fastest GPU type, beyond "
+                    f"max_time_s={self.cfg.max_time_s:.4g} s of simulated time ({self.cfg.max_time_s / TEN_YEARS_S * 10:.3g}"
+                    " years); lower its total_iterations or raise max_time_s")
             a = _Active(job, total, queued_since=job.arrival_time_s, ckpt_remaining=total)
             self.active[job.id] = a
             self._enqueue(a)
@@ -451,6 +510,8 @@ class _Run:
             "finish_heap": [list(entry) for entry in heap], "seq": self._seq,
             "faults": self.faults.state_dict() if self.faults is not None else None,
             "policy_state": self.policy.state_dict() if hasattr(self.policy, "state_dict") else None,
+            # peaks measured by crashes out of memory, and whether the policy decides again at once after one
+            "memory_observations": self.memory_seen.to_list(), "retry_round": self._learned_this_round,
         }
 
     def from_dict(self, data: Mapping[str, Any]) -> None:
@@ -497,6 +558,8 @@ class _Run:
             self.faults.load_state_dict(data["faults"])
         if data["policy_state"] is not None and hasattr(self.policy, "load_state_dict"):
             self.policy.load_state_dict(data["policy_state"])
+        self.memory_seen = MemoryObservations.from_list(data["memory_observations"])
+        self._learned_this_round = bool(data["retry_round"])
         self.started = True
 
     # -- progress (lazy: a running job's progress is brought up to date only when it is needed) --------
@@ -749,6 +812,7 @@ class _Run:
                 changed.append(a)
         moved_ids = {a.job.id for a in moving}
         starts = [(j, wanted[j]) for j in changed_ids if self.active[j].assignment is None]
+        self._learned_this_round = False
         started = self._fit_memory(starts)
         self._oom_this_round = len(started) < len(starts)
         for job_id, asg in started:
@@ -815,6 +879,7 @@ class _Run:
                         f"GPU {g} ({gtype}, {cap:.0f} MiB of memory): job '{job_id}' needs {need:.0f} MiB with "
                         f"{used[g]:.0f} MiB already used by {self.gpu_jobs[g] + [j for j, a in accepted if g in a.gpus]}")
                 self.oom_events += 1
+                self._learn_memory(job_id, asg, gtype, full, accepted)
                 if need > cap:
                     self._exclude_type(self.active[job_id], gtype)
                 continue
@@ -822,6 +887,32 @@ class _Run:
                 used[g] += need
             accepted.append((job_id, asg))
         return accepted
+
+    def _learn_memory(self, job_id: str, asg: Assignment, gtype: str, full: list[int],
+                      accepted: list[tuple[str, Assignment]]) -> None:
+        """After ``job_id`` crashed out of memory on GPUs ``full``: its measured peak and that of the jobs
+        it met there are known from now on. A crash that teaches nothing new is the policy ignoring what
+        was measured; after ``_MAX_BLIND_OOMS`` of them for one job the run stops."""
+        a = self.active[job_id]
+        learned = self.memory_seen.record(a.job, gtype, asg.freeze_level,
+                                          self.truth.memory_mib(a.job, gtype, asg.freeze_level))
+        levels = {j: b.freeze_level for j, b in accepted}
+        for g in full:
+            for j in {*self.gpu_jobs[g], *(j for j, b in accepted if g in b.gpus)}:
+                other = self.active[j]
+                level = other.assignment.freeze_level if other.assignment is not None else levels[j]
+                learned |= self.memory_seen.record(other.job, gtype, level,
+                                                   self.truth.memory_mib(other.job, gtype, level))
+        if learned:
+            self._learned_this_round = True
+            return
+        a.blind_ooms += 1
+        if a.blind_ooms >= _MAX_BLIND_OOMS:
+            raise InvalidPlanError(
+                f"policy '{self.policy.name}' placed job '{job_id}' on {gtype} GPU(s) {list(asg.gpus)} at freeze "
+                f"level {asg.freeze_level}, where it crashed out of memory {a.blind_ooms} times with its measured "
+                f"footprint known ({self._memory(job_id, gtype, asg.freeze_level):.0f} MiB); a policy must use "
+                "predictors.learned_memory_mib (its memory estimates ignore the measured peaks)")
 
     def _exclude_type(self, a: _Active, gtype: str) -> None:
         """After an out-of-memory crash alone on ``gtype``, the job no longer asks for that type."""

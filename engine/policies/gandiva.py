@@ -22,7 +22,7 @@ from operator import is_not
 
 from dltsched.engine.domain import Assignment, ClusterState, Job, Plan
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.predict import Predictors
+from dltsched.engine.predict import Predictors, memory_observations_version
 from dltsched.predictors import available_predictors
 
 #: what a GPU holds, as far as packing is concerned: its GPU type and a number standing for its jobs' kinds
@@ -158,6 +158,7 @@ class GandivaPolicy:
         self._verdicts: dict[tuple[str, tuple[object, ...]], dict[int, float | None]] = {}
         self._numbers: dict[tuple[str, tuple[tuple[object, ...], ...]], int] = {}
         self._kept: _Occupancy | None = None
+        self._memory_seen = 0  # memory_observations_version() when the verdicts were judged
 
     def _occupancy(self, rnd: _Round) -> _Occupancy:
         """The snapshot's occupancy (kept from the last round when it is the same cluster and time moved
@@ -197,6 +198,9 @@ class GandivaPolicy:
         return None if best is None else best[1]
 
     def schedule(self, state: ClusterState) -> Plan:
+        if (seen := memory_observations_version()) != self._memory_seen:  # a crash measured real memory
+            self._verdicts.clear()
+            self._memory_seen = seen
         rnd = _Round(state, GpuPool.current(state), state.jobs_on_gpus(), state.running_jobs_by_id(), self._numbers)
         changes: dict[str, Assignment] = {}
         occ: _Occupancy | None = None

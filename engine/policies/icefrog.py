@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from dltsched.engine.domain import Assignment, ClusterState, Job, JobState, Plan
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.predict import Predictors
+from dltsched.engine.predict import Predictors, learned_memory_mib
 from dltsched.predictors import available_predictors
 
 
@@ -42,8 +42,9 @@ class IceFrogPolicy:
         if key not in self._memo:
             st = self.predictors.step_time
             self._memo[key] = (st.step_time_s(job, gpu_type, freeze_level=level),
-                               st.memory_mib(job, gpu_type, freeze_level=level) * job.gpu_fraction)
-        return self._memo[key]
+                               st.memory_mib(job, gpu_type, freeze_level=level))
+        step, memory = self._memo[key]
+        return step, learned_memory_mib(memory, job, gpu_type, level) * job.gpu_fraction
 
     def best_level(self, s: JobState, gpu_type: str, memory_cap_mib: float) -> tuple[int, float] | None:
         """Freeze level with the highest effective progress rate that fits, and that rate."""

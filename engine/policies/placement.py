@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dltsched.engine.domain import Cluster, ClusterState, Job
-from dltsched.engine.predict import Predictors
+from dltsched.engine.predict import Predictors, learned_memory_mib, memory_observations_version
 
 
 @dataclass(slots=True)
@@ -103,17 +103,18 @@ class Estimates:
         return self._step[key]
 
     def memory_mib(self, job: Job, gpu_type: str) -> float:
+        """Predicted memory, raised to the peak measured in this run after an out-of-memory crash."""
         key = (job.id, gpu_type)
         if key not in self._mem:
-            self._mem[key] = self.predictors.step_time.memory_mib(job, gpu_type) * job.gpu_fraction
-        return self._mem[key]
+            self._mem[key] = self.predictors.step_time.memory_mib(job, gpu_type)
+        return learned_memory_mib(self._mem[key], job, gpu_type) * job.gpu_fraction
 
     def fits_alone(self, job: Job, gpu_type: str, cluster: Cluster) -> bool:
         return self.memory_mib(job, gpu_type) <= cluster.gpu_types[gpu_type].memory_mib
 
     def candidate_types(self, job: Job, cluster: Cluster) -> list[str]:
         """GPU types the job may use and fits on, fastest (by prediction) first."""
-        key = (job.id, job.gpu_types, id(cluster))
+        key = (job.id, job.gpu_types, id(cluster), memory_observations_version())  # learned memory may not fit
         hit = self._types.get(key)
         if hit is None:
             by_type = cluster.gpus_by_type()

@@ -34,7 +34,7 @@ from types import MappingProxyType
 
 from dltsched.engine.domain import Assignment, ClusterState, Job, JobState, Plan
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.predict import Predictors
+from dltsched.engine.predict import Predictors, memory_observations_version
 from dltsched.predictors import available_predictors
 
 #: a job's priority: (queue, arrival, id), smallest first
@@ -177,6 +177,7 @@ class TiresiasPolicy:
         self._seen: _Seen | None = None
         self._compared: tuple[_Seen | None, Mapping[str, Assignment] | None, bool] = (None, None, False)
         self._index: _Index | None = None
+        self._memory_seen = 0  # memory_observations_version() when the index was built
 
     def queue_of(self, s: JobState, now_s: float) -> int:
         waited = now_s - s.queued_since_s
@@ -241,6 +242,9 @@ class TiresiasPolicy:
         return Plan(tuple(starts), incremental=True)
 
     def schedule(self, state: ClusterState) -> Plan:
+        if (seen := memory_observations_version()) != self._memory_seen:  # a crash measured real memory:
+            self._memory_seen = seen  # the GPU types jobs fit on may have changed, so index and judge afresh
+            self._index, self._seen = None, None
         if self._unchanged(state):
             return Plan(incremental=True)
         if not state.queued():

@@ -130,9 +130,10 @@ def test_memory_overflow_rejected_or_oom():
     jobs = (Job("big1", "resnet50", 64, 100), Job("big2", "resnet50", 64, 100))
     pack = BadPolicy(lambda s: Plan(tuple(Assignment(x.job.id, (0,)) for x in s.jobs)))
     with pytest.raises(InvalidPlanError, match="memory"):
-        Simulator(Instance("mem", cluster, jobs), pack, TRUTH).run()
-    # in "oom" mode the second job crashes at start and waits; this policy keeps packing, then runs it alone
-    res = Simulator(Instance("mem", cluster, jobs), pack, TRUTH, SimulationConfig(memory="oom")).run()
+        Simulator(Instance("mem", cluster, jobs), pack, TRUTH, SimulationConfig(memory="reject")).run()
+    # in "oom" mode (the default) the second job crashes at start and waits; this policy keeps packing, then
+    # runs it alone
+    res = Simulator(Instance("mem", cluster, jobs), pack, TRUTH).run()
     assert res.oom_events >= 1 and res.num_jobs_finished == 2
 
 
