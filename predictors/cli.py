@@ -155,6 +155,58 @@ def convert_steptime(source: str, output: str, data_dir: str | None, max_scale: 
     emit(out, as_json)
 
 
+@predict.command("fit-kernels")
+@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--output", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the kernel model (default: the package's kernel_model.json).")
+@click.option("--json", "as_json", is_flag=True)
+def fit_kernels(data_dir: str | None, output: str | None, as_json: bool) -> None:
+    """Fit the per-op-class kernel model on NeuSight's kernel latencies (all five GPUs) and write it."""
+    import json
+
+    from dltsched.predictors.steptime import kernels as kn
+
+    gpus = kn.neusight_gpus(data_dir)
+    samples = kn.neusight_kernels(data_dir)
+    model = kn.fit(samples, {g.id: g for g in gpus.values()})
+    path = Path(output) if output else kn.kernel_model_path()
+    path.write_text(json.dumps(model.to_json(), separators=(",", ":")) + "\n")
+    kn.load_kernel_model.cache_clear()
+    emit({"output": str(path), "kernels": len(samples), "fitted_on": list(model.fitted_on)}, as_json)
+
+
+@predict.command("eval-kernels")
+@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--op-class", "op_classes", multiple=True, help="Only these op classes (repeatable).")
+@click.option("--json", "as_json", is_flag=True)
+def eval_kernels(data_dir: str | None, op_classes: tuple[str, ...], as_json: bool) -> None:
+    """Leave-one-GPU-out on NeuSight's kernels (per op class, beside the plain roofline and one fitted
+    efficiency per class) and on NeuSight's iteration labels (sum of predicted op times)."""
+    from dltsched.predictors.steptime import kernels as kn
+    from dltsched.predictors.steptime import neusight as ns
+
+    unknown = sorted(set(op_classes) - set(kn.OP_CLASSES))
+    if unknown:
+        raise ValidationError("--op-class", f"{unknown} not understood; one of {', '.join(kn.OP_CLASSES)}")
+    gpus = {g.id: g for g in kn.neusight_gpus(data_dir).values()}
+    samples = kn.neusight_kernels(data_dir, op_classes or tuple(kn.OP_CLASSES))
+    models: dict[str, kn.KernelModel] = {}
+    out: dict[str, object] = {"kernels": kn.leave_one_gpu_out(samples, gpus, models)}
+    if not op_classes:
+        out["labels"] = ns.evaluate_labels(ns.read_labels(data_dir), models, gpus)
+
+    def text() -> None:
+        for cls, v in out["kernels"].items():  # type: ignore[attr-defined]
+            click.echo(f"{cls:>12}: n={v['n']} mape={v['mape']:.1f}% p90={v['p90_ape']:.1f}% "
+                       f"roofline={v['roofline_mape']:.1f}% roofline/eff={v['efficiency_mape']:.1f}%")
+        for name, v in out.get("labels", {}).items():  # type: ignore[attr-defined]
+            if name not in ("rows", "per_gpu"):
+                click.echo(f"labels {name:>9}: n={v['n']} mape={v['mape']:.1f}% roofline={v['roofline_mape']:.1f}% "
+                           f"traced-sum={v['traced_sum_mape']:.1f}%")
+
+    emit(out, as_json, text)
+
+
 @predict.command("freeze-table")
 @click.option("--model", required=True)
 @click.option("--gpu", required=True)

@@ -292,7 +292,7 @@ def evaluate(predictor: DeletePopStepTime, measurements: Sequence[Measurement]) 
     """
     rows, errors = [], []
     for m in measurements:
-        step = replace(predictor, host_source=m.source or None).breakdown(job_of(m), m.gpu, m.num_gpus)
+        step = replace(predictor, host_source=m.source or None).breakdown(job_of(m), m.gpu, m.num_gpus, scope=m.scope)
         pred = step.compute_s + step.memory_s if m.kernel_time else step.step_time_s
         ape = abs(pred - m.step_time_s) / m.step_time_s * 100.0
         errors.append(ape)
