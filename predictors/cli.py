@@ -52,19 +52,37 @@ def _job(model: str, batch_size: int, num_gpus: int, amp: bool, dataset: str | N
 @click.option("--freeze", "freeze_level", type=int, default=0, show_default=True, help="Frozen leading blocks.")
 @click.option("--dataset", default=None, help="Dataset (default: the model's default).")
 @click.option("--optimizer", default="sgd", show_default=True)
+@click.option("--scope", type=click.Choice(["iteration", "compute", "fwd_bwd"]), default="iteration",
+              show_default=True, help="What the step covers: with input pipeline, without, forward+backward only.")
+@click.option("--measured", "measured_texts", multiple=True, metavar="GPU:BATCH:SECONDS",
+              help="A measured step time of this job on some GPU (repeatable): the prediction is scaled from it.")
 @click.option("--json", "as_json", is_flag=True)
 def step_time(model: str, gpu: str, batch_size: int, num_gpus: int, num_nodes: int, amp: bool, freeze_level: int,
-              dataset: str | None, optimizer: str, as_json: bool) -> None:
+              dataset: str | None, optimizer: str, scope: str, measured_texts: tuple[str, ...], as_json: bool) -> None:
     """Predicted time of one training iteration and GPU memory of one worker."""
     from dltsched.predictors.steptime import DeletePopStepTime
 
     job = _job(model, batch_size, num_gpus, amp, dataset, optimizer)
     predictor = DeletePopStepTime()
     out: dict[str, float | str] = {**predictor.breakdown(job, gpu, freeze_level=freeze_level, num_nodes=num_nodes,
-                                                         check_memory=True).as_dict(),
+                                                         check_memory=True, scope=scope).as_dict(),
                                    "calibration": predictor.calibration_basis(gpu)}
+    if measured_texts:
+        measured = [_parse_measured(t) for t in measured_texts]
+        out["transferred_step_time_s"] = predictor.transfer_s(job, gpu, measured, num_nodes=num_nodes, scope=scope)
     emit(out, as_json, lambda: [click.echo(f"{k:>12}: {v:.6g}" if isinstance(v, float) else f"{k:>12}: {v}")
                                 for k, v in out.items()])
+
+
+def _parse_measured(text: str) -> tuple[str, int, float]:
+    """``GPU:BATCH:SECONDS`` -> (gpu, batch, seconds); one clear line otherwise."""
+    parts = text.split(":")
+    try:
+        if len(parts) != 3:
+            raise ValueError
+        return parts[0], int(parts[1]), float(parts[2])
+    except ValueError:
+        raise ValidationError("--measured", f"{text!r} not understood; use GPU:BATCH:SECONDS, e.g. v100:64:0.21") from None
 
 
 #: Gavel scales used for calibration: 1 fits compute and host terms, 2-8 the communication terms
@@ -140,14 +158,20 @@ def calibrate_steptime(data_dir: str | None, hold_out_gpu: str | None, output: s
 
 
 @predict.command("convert-steptime")
-@click.argument("source", type=click.Choice(["gavel", "zeus"]))
+@click.argument("source", type=click.Choice(["gavel", "zeus", "neusight"]))
 @click.argument("output", type=click.Path(dir_okay=False))
 @click.option("--data-dir", default=None)
 @click.option("--max-scale", type=int, default=8, show_default=True, help="Gavel: largest #GPUs kept.")
 @click.option("--json", "as_json", is_flag=True)
 def convert_steptime(source: str, output: str, data_dir: str | None, max_scale: int, as_json: bool) -> None:
-    """Write Gavel or Zeus measurements as an eval-steptime CSV."""
+    """Write Gavel, Zeus or NeuSight (training labels, scope fwd_bwd) measurements as an eval-steptime CSV."""
     from dltsched.predictors.steptime import measurements as ms
+
+    if source == "neusight":
+        from dltsched.predictors.steptime import neusight as ns
+
+        emit({"output": output, "rows": ns.write_labels_csv(ns.read_labels(data_dir, train=True), output)}, as_json)
+        return
 
     rows = ms.gavel_measurements(data_dir, max_scale=max_scale) if source == "gavel" else ms.zeus_measurements(
         data_dir)

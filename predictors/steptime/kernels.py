@@ -202,7 +202,7 @@ class TreeEnsemble:
 
     def to_json(self) -> dict[str, Any]:
         return {"init": self.init, "rate": self.rate, "feature": self.feature.tolist(),
-                "threshold": np.round(self.threshold, 6).tolist(), "left": self.left.tolist(),
+                "threshold": self.threshold.tolist(), "left": self.left.tolist(),
                 "right": self.right.tolist(), "value": np.round(self.value, 6).tolist()}
 
     @classmethod

@@ -29,7 +29,7 @@ scale every GPU's spec sheet; GPUs with step-time measurements also get fitted m
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -64,7 +64,8 @@ HOST_SPEEDS = ("per_step", "per_sample")
 #: excluded: forward, backward, optimizer, host dispatch) or ``fwd_bwd`` (forward and backward only)
 SCOPES = ("iteration", "compute", "fwd_bwd")
 #: GPU types that share what was learned for another (same chip and clocks; only the memory size differs)
-LEARNED_AS = {"v100-32gb": "v100", "v100-pcie-32gb": "v100-pcie"}
+LEARNED_AS = {"v100-32gb": "v100", "v100-pcie-32gb": "v100-pcie", "v100-pcie": "v100",
+              "a100-pcie-80gb": "a100-pcie-40gb", "a100-pcie-40gb": "a100-40gb", "a100-80gb": "a100-40gb"}
 #: architectures whose tensor cores run TF32 at half their dense FP16 rate
 TF32_ARCHITECTURES = frozenset({"ampere", "ada", "hopper", "blackwell"})
 #: used when the factors carry no fitted communication coefficients (70% achievable ring bandwidth)
@@ -332,6 +333,38 @@ class DeletePopStepTime:
                     freeze_level: int = 0, num_nodes: int = 1, scope: str = "iteration") -> float:
         return self.breakdown(job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes,
                               scope=scope).step_time_s
+
+    def transfer_s(self, job: Job, gpu_type: str, measured: list[tuple[str, int, float]],
+                   num_gpus: int | None = None, *, num_nodes: int = 1, scope: str = "iteration") -> float:
+        """Step time on ``gpu_type`` given measured steps of the same job elsewhere (Habitat-style).
+
+        ``measured``: ``(gpu, batch_size, seconds)`` of ``job`` (at ``job.num_gpus``). The predictor
+        splits each step into a fixed host part ``F`` (dispatch not hidden, per-step host cost, input
+        pipeline) and a GPU part ``G`` (kernels and all-reduce). One measurement scales both by its
+        measured / predicted ratio; several fit ``t = a F + c G`` (non-negative least squares on
+        relative errors), so that batch sizes separate the fixed from the per-sample cost.
+        """
+        if not measured:
+            raise ValidationError("measured", "give at least one GPU:BATCH:SECONDS measurement")
+        rows = []
+        for gpu, batch, seconds in measured:
+            if not isinstance(batch, int) or batch < 1 or not seconds > 0:
+                raise ValidationError("measured", f"{gpu}:{batch}:{seconds} not understood; "
+                                                  "need GPU:BATCH:SECONDS with BATCH >= 1 and SECONDS > 0")
+            b = self.breakdown(replace(job, batch_size=batch), gpu, num_nodes=num_nodes, scope=scope)
+            rows.append((b.overhead_s, b.step_time_s - b.overhead_s, seconds))
+        target = self.breakdown(job, gpu_type, num_gpus, num_nodes=num_nodes, scope=scope)
+        fixed, gpu_part = target.overhead_s, target.step_time_s - target.overhead_s
+        ratio = sum(t / (f + g) for f, g, t in rows) / len(rows)
+        a = c = ratio
+        if len({(f, g) for f, g, _t in rows}) >= 2:
+            from scipy.optimize import nnls
+
+            design = [[f / t, g / t] for f, g, t in rows]
+            (a_fit, c_fit), _res = nnls(design, [1.0] * len(rows))
+            if a_fit + c_fit > 0:
+                a, c = a_fit, c_fit
+        return a * fixed + c * gpu_part
 
     def _memory_mib(self, job: Job, agg: Aggregates, freeze_level: int) -> float:
         trainable = agg.param_bytes[freeze_level]

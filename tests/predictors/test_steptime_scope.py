@@ -87,3 +87,26 @@ def test_csv_reader_errors_are_one_line(tmp_path, text, match):
     with pytest.raises(ValidationError, match=match) as err:
         ms.read_csv(_write(tmp_path, text))
     assert "\n" not in str(err.value)
+
+
+def test_transfer_from_one_profile_reproduces_it():
+    p = DeletePopStepTime()
+    job = _job("resnet50", 64)
+    assert p.transfer_s(job, "v100", [("v100", 64, 0.5)]) == pytest.approx(0.5)
+    direct = p.step_time_s(job, "a100")
+    ratio = 0.5 / p.step_time_s(job, "v100")
+    assert p.transfer_s(job, "a100", [("v100", 64, 0.5)]) == pytest.approx(direct * ratio)
+
+
+def test_transfer_separates_fixed_and_per_sample_cost():
+    p = DeletePopStepTime()
+    job = _job("resnet50", 64)
+
+    def truth(batch, gpu):
+        b = p.breakdown(replace(job, batch_size=batch), gpu)
+        return 3.0 * b.overhead_s + 0.5 * (b.step_time_s - b.overhead_s)
+
+    measured = [("v100", 16, truth(16, "v100")), ("v100", 128, truth(128, "v100"))]
+    assert p.transfer_s(job, "a100", measured) == pytest.approx(truth(64, "a100"), rel=1e-6)
+    with pytest.raises(ValidationError, match="measured"):
+        p.transfer_s(job, "a100", [])
