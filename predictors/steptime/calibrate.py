@@ -53,6 +53,7 @@ from dltsched.predictors.steptime.model import (
     _gpu,
     comm_features,
     host_key,
+    learned_root,
     work_terms,
 )
 from dltsched.predictors.zoo.graphs import resolve
@@ -335,12 +336,15 @@ def leave_one_gpu_out(train: Sequence[Measurement], test: Sequence[Measurement],
     """
     base = base or DeletePopStepTime()
     per_gpu, all_rows, oracle_apes, transfer_apes = {}, [], [], []
-    for gpu in sorted({_gpu(m.gpu).id for m in test}):
-        factors = fit([m for m in train if _gpu(m.gpu).id != gpu], kernel_efficiency)
-        held = [m for m in test if _gpu(m.gpu).id == gpu]
+    def root(m: Measurement) -> str:  # GPUs sharing a fit (V100-32GB, PCIe variants) are held out together
+        return learned_root(_gpu(m.gpu).id)
+
+    for gpu in sorted({root(m) for m in test}):
+        factors = fit([m for m in train if root(m) != gpu], kernel_efficiency)
+        held = [m for m in test if root(m) == gpu]
         ev = evaluate(replace(base, factors=factors), held)
         transfer_apes.extend(transfer_errors(replace(base, factors=factors), held,
-                                             [m for m in test if _gpu(m.gpu).id != gpu]))
+                                             [m for m in test if root(m) != gpu]))
         y, pred = [r["measured_s"] for r in ev.rows], [r["predicted_s"] for r in ev.rows]
         scale = oracle_scale(y, pred)
         apes = [abs(scale * p - m) / m * 100.0 for m, p in zip(y, pred, strict=True)]

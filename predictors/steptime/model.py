@@ -136,6 +136,13 @@ def learned_id(gpu_id: str, table: dict[str, Any]) -> str:
     return seen if seen in table else gpu_id
 
 
+def learned_root(gpu_id: str) -> str:
+    """The GPU at the end of ``gpu_id``'s :data:`LEARNED_AS` chain (held out together)."""
+    while gpu_id in LEARNED_AS:
+        gpu_id = LEARNED_AS[gpu_id]
+    return gpu_id
+
+
 def check_scope(scope: str) -> str:
     if scope not in SCOPES:
         raise ValidationError("scope", f"{scope!r} not understood; one of {', '.join(SCOPES)}")
