@@ -217,13 +217,14 @@ GBM_PARAMS: dict[str, Any] = {"max_iter": 120, "max_depth": 5, "learning_rate": 
                               "loss": "squared_error", "early_stopping": False, "random_state": 0}
 
 
-def fit_ensemble(x: np.ndarray, y: np.ndarray) -> TreeEnsemble:
-    """Fit ``y = log(t / t_roof)`` on features ``x`` (scikit-learn's histogram GBM) and export the trees."""
+def fit_ensemble(x: np.ndarray, y: np.ndarray, **overrides: Any) -> TreeEnsemble:
+    """Fit ``y = log(t / t_roof)`` on features ``x`` (scikit-learn's histogram GBM with :data:`GBM_PARAMS`
+    and ``overrides``) and export the trees."""
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):  # small fits: threads only contend
-        gbm = HistGradientBoostingRegressor(**GBM_PARAMS).fit(x, y)
+        gbm = HistGradientBoostingRegressor(**(GBM_PARAMS | overrides)).fit(x, y)
     trees = [p[0].nodes for p in gbm._predictors]  # noqa: SLF001 - the fitted trees, exported as arrays
     width = max(len(t) for t in trees)
 

@@ -22,8 +22,8 @@ def test_tree_export_matches_sklearn():
 
     x = np.random.default_rng(1).normal(size=(600, 4))
     y = np.sin(x[:, 0]) + x[:, 1] ** 2
-    ens = kn.fit_ensemble(x, y)
-    ref = HistGradientBoostingRegressor(**kn.GBM_PARAMS).fit(x, y).predict(x)
+    ens = kn.fit_ensemble(x, y, max_iter=15)
+    ref = HistGradientBoostingRegressor(**(kn.GBM_PARAMS | {"max_iter": 15})).fit(x, y).predict(x)
     assert np.allclose(ens.predict(x), ref, atol=1e-6)
     again = kn.TreeEnsemble.from_json(ens.to_json())
     assert np.allclose(again.predict(x), ens.predict(x), atol=1e-5)
@@ -32,11 +32,11 @@ def test_tree_export_matches_sklearn():
 def test_never_faster_than_roofline():
     kernels = _gemms()
     x = kn.features(kernels, GPU)
-    fast = kn.fit_ensemble(x, np.full(len(kernels), -2.0))  # a model that wants 7x faster than physics
+    fast = kn.fit_ensemble(x, np.full(len(kernels), -2.0), max_iter=5)  # a model that wants 7x faster than physics
     model = kn.KernelModel({"bmm": fast})
     roof = np.array([max(kn.roofline_s(k, GPU)) for k in kernels])
     assert np.all(model.predict_s(kernels, GPU) >= roof * (1 - 1e-12))
-    slow = kn.KernelModel({"bmm": kn.fit_ensemble(x, np.full(len(kernels), np.log(2.0)))})
+    slow = kn.KernelModel({"bmm": kn.fit_ensemble(x, np.full(len(kernels), np.log(2.0)), max_iter=5)})
     assert np.allclose(slow.predict_s(kernels, GPU), 2.0 * roof, rtol=1e-6)
 
 
