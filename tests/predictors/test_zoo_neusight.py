@@ -34,3 +34,17 @@ def test_bert_large_graph_and_sequence_length():
 def test_seq_len_column_picks_the_dataset(seq, dataset):
     m = ms.Measurement("bert_large", "v100", 8, 1, 0.5, seq_len=seq)
     assert job_of(m).dataset == dataset
+
+
+NEUSIGHT_MODELS = ("bert_large", "gpt2_large", "gpt3_xl", "gpt3_2.7b", "opt_1.3b", "switch_xl")
+
+
+@pytest.mark.parametrize("model", [m for m in NEUSIGHT_MODELS if m in zoo_models()])
+def test_shipped_graphs_cover_every_block_and_dataset(model):
+    spec = model_spec(model)
+    for dataset in spec.datasets:
+        g = load_graph(model, dataset)
+        assert g.graph["num_layers"] == spec.layers
+        assert {d["layer"] for _n, d in g.nodes(data=True)} == set(range(spec.layers))
+        params = sum(d["param_bytes"] for _n, d in g.nodes(data=True))
+        assert params >= 0.99 * g.graph["param_bytes_total"]
