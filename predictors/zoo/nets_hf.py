@@ -92,7 +92,7 @@ def vit_b16(dataset: str) -> Built:
 
 #: model id -> (sequence lengths, default first)
 NEUSIGHT_SEQS = {"bert_large": (512, 128), "gpt2_large": (1024,), "gpt3_xl": (2048, 1024), "gpt3_2.7b": (2048, 1024),
-                 "opt_1.3b": (2048, 1024), "switch_xl": (512,)}
+                 "opt_1.3b": (2048, 1024)}
 
 
 def _seqs(model: str) -> tuple[str, ...]:
@@ -160,20 +160,3 @@ def opt_13b(dataset: str) -> Built:
     return _causal(OPTForCausalLM(config), config.vocab_size, seq, "model.decoder.layers", 24,
                    "model.decoder.embed_tokens", "lm_head")
 
-
-@register("switch_xl", *_seqs("switch_xl"))
-def switch_xl(dataset: str) -> Built:
-    from transformers import SwitchTransformersConfig, SwitchTransformersForConditionalGeneration
-
-    seq = int(dataset.removeprefix("seq"))
-    config = SwitchTransformersConfig(d_model=1024, d_ff=16384, d_kv=128, num_heads=32, num_layers=24,
-                                      num_decoder_layers=24, num_experts=4, vocab_size=32128)
-
-    def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
-        ids = torch.randint(0, config.vocab_size, (batch, seq))
-        return ids, ids
-
-    blocks = ("shared", *(f"encoder.block.{i}" for i in range(24)), *(f"decoder.block.{i}" for i in range(24)),
-              "lm_head")
-    return Built(_HfLoss(SwitchTransformersForConditionalGeneration(config), ("input_ids", "labels")), make_inputs,
-                 tuple(f"model.{b}" for b in blocks))
