@@ -149,14 +149,16 @@ def check_scope(scope: str) -> str:
     return scope
 
 
-def compute_peaks(job: Job, gpu: GpuType, tf32_matmul: bool = False) -> dict[str, float]:
+def compute_peaks(job: Job, gpu: GpuType, tf32_matmul: bool = False, tf32_conv: bool = False) -> dict[str, float]:
     """Peak FLOP/s per compute group: FP16 tensor cores with AMP; otherwise FP32, except TF32 tensor
-    cores on Ampere and later for convolutions (cuDNN's default) and, with ``tf32_matmul``, for GEMMs
-    and recurrent layers (PyTorch's default before 1.12)."""
+    cores on Ampere and later for convolutions with ``tf32_conv`` (cuDNN's default) and for GEMMs and
+    recurrent layers with ``tf32_matmul`` (PyTorch's default before 1.12). Both are off by default:
+    calibrating with TF32 convolutions made leave-one-GPU-out worse (Zeus's A40 shows no speed-up)."""
     if job.amp:
         return dict.fromkeys(COMPUTE_GROUPS, gpu.fp16_tensor_tflops * 1e12)
     tf32 = max(gpu.fp32_tflops, gpu.fp16_tensor_tflops / 2.0) if gpu.architecture in TF32_ARCHITECTURES else 0.0
-    return {g: (tf32 if tf32 and (g == "conv" or tf32_matmul) else gpu.fp32_tflops) * 1e12 for g in COMPUTE_GROUPS}
+    on = {"conv": tf32_conv, "gemm": tf32_matmul, "rnn": tf32_matmul}
+    return {g: (tf32 if tf32 and on[g] else gpu.fp32_tflops) * 1e12 for g in COMPUTE_GROUPS}
 
 
 def optimizer_passes(job: Job) -> float:
@@ -166,7 +168,7 @@ def optimizer_passes(job: Job) -> float:
 
 def work_terms(job: Job, model: str, dataset: str, gpu: GpuType, freeze_level: int,
                kernel_efficiency: dict[str, float] | None = None, *, optimizer: bool = True,
-               tf32_matmul: bool = False) -> dict[str, float]:
+               tf32_matmul: bool = False, tf32_conv: bool = False) -> dict[str, float]:
     """Spec-time work of one step: seconds per :data:`WORK_TERMS` at 100% efficiency, ``recurrent``
     (recurrent-weight traffic) and ``kernels``.
 
@@ -176,7 +178,7 @@ def work_terms(job: Job, model: str, dataset: str, gpu: GpuType, freeze_level: i
     """
     k, batch = freeze_level, job.batch_size
     eff = kernel_efficiency or {}
-    peaks = compute_peaks(job, gpu, tf32_matmul)
+    peaks = compute_peaks(job, gpu, tf32_matmul, tf32_conv)
     bandwidth = gpu.memory_bandwidth_gbs * 1e9
     table = work_table(model, dataset, tuple(peaks[g] * eff.get(KERNEL_KIND[g], 1.0) for g in COMPUTE_GROUPS),
                        bandwidth, 0.5 if job.amp else 1.0)
@@ -232,6 +234,7 @@ class DeletePopStepTime:
     factors: dict[str, Any] = field(default_factory=lambda: load_factors())
     host_source: str | None = None
     tf32_matmul: bool = False
+    tf32_conv: bool = False
     workspace_mib: float = 450.0
     hop_latency_s: float = 20e-6
     network_gbps: float = 100.0
@@ -249,7 +252,7 @@ class DeletePopStepTime:
         f = self.factors
         kern, gpu_eff = f.get("kernel_efficiency", {}), f.get("gpu_efficiency", {})
         work = work_terms(job, model, dataset, gpu, freeze_level, kern.get(learned_id(gpu.id, kern)),
-                          optimizer=scope != "fwd_bwd", tf32_matmul=self.tf32_matmul)
+                          optimizer=scope != "fwd_bwd", tf32_matmul=self.tf32_matmul, tf32_conv=self.tf32_conv)
         theta, mult = f["inverse_efficiency"], gpu_eff.get(learned_id(gpu.id, gpu_eff), {})
         dram = mult.get("memory", 1.0)
         out = {g: work[g] * theta[g] * mult.get(g, 1.0) for g in COMPUTE_GROUPS}

@@ -42,13 +42,16 @@ def test_v100_32gb_shares_what_was_learned_for_v100():
     assert "fitted" in p.calibration_basis("v100-32gb")
 
 
-def test_tf32_on_ampere_convolutions_only_by_default():
+def test_tf32_math_modes_on_ampere_only():
     a100, v100 = gpu_spec("a100"), gpu_spec("v100")
     job = _job("resnet18", 256)
-    assert compute_peaks(job, a100)["conv"] == pytest.approx(156e12)
-    assert compute_peaks(job, a100)["gemm"] == pytest.approx(19.5e12)
+    assert compute_peaks(job, a100)["conv"] == pytest.approx(19.5e12)
+    assert compute_peaks(job, a100, tf32_conv=True)["conv"] == pytest.approx(156e12)
+    assert compute_peaks(job, a100, tf32_conv=True)["gemm"] == pytest.approx(19.5e12)
     assert compute_peaks(job, a100, tf32_matmul=True)["gemm"] == pytest.approx(156e12)
-    assert compute_peaks(job, v100)["conv"] == pytest.approx(15.7e12)
+    assert compute_peaks(job, v100, tf32_conv=True)["conv"] == pytest.approx(15.7e12)
+    assert (DeletePopStepTime(tf32_conv=True).breakdown(job, "a100").compute_s
+            < DeletePopStepTime().breakdown(job, "a100").compute_s)
     assert compute_peaks(replace(job, amp=True), a100)["gemm"] == pytest.approx(312e12)
     bert = _job("bert_base", 32)
     assert (DeletePopStepTime(tf32_matmul=True).breakdown(bert, "a100").compute_s
