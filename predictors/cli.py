@@ -52,19 +52,37 @@ def _job(model: str, batch_size: int, num_gpus: int, amp: bool, dataset: str | N
 @click.option("--freeze", "freeze_level", type=int, default=0, show_default=True, help="Frozen leading blocks.")
 @click.option("--dataset", default=None, help="Dataset (default: the model's default).")
 @click.option("--optimizer", default="sgd", show_default=True)
+@click.option("--scope", type=click.Choice(["iteration", "compute", "fwd_bwd"]), default="iteration",
+              show_default=True, help="What the step covers: with input pipeline, without, forward+backward only.")
+@click.option("--measured", "measured_texts", multiple=True, metavar="GPU:BATCH:SECONDS",
+              help="A measured step time of this job on some GPU (repeatable): the prediction is scaled from it.")
 @click.option("--json", "as_json", is_flag=True)
 def step_time(model: str, gpu: str, batch_size: int, num_gpus: int, num_nodes: int, amp: bool, freeze_level: int,
-              dataset: str | None, optimizer: str, as_json: bool) -> None:
+              dataset: str | None, optimizer: str, scope: str, measured_texts: tuple[str, ...], as_json: bool) -> None:
     """Predicted time of one training iteration and GPU memory of one worker."""
     from dltsched.predictors.steptime import DeletePopStepTime
 
     job = _job(model, batch_size, num_gpus, amp, dataset, optimizer)
     predictor = DeletePopStepTime()
     out: dict[str, float | str] = {**predictor.breakdown(job, gpu, freeze_level=freeze_level, num_nodes=num_nodes,
-                                                         check_memory=True).as_dict(),
+                                                         check_memory=True, scope=scope).as_dict(),
                                    "calibration": predictor.calibration_basis(gpu)}
+    if measured_texts:
+        measured = [_parse_measured(t) for t in measured_texts]
+        out["transferred_step_time_s"] = predictor.transfer_s(job, gpu, measured, num_nodes=num_nodes, scope=scope)
     emit(out, as_json, lambda: click.echo("\n".join(f"{k:>12}: {v:.6g}" if isinstance(v, float) else f"{k:>12}: {v}"
                                                     for k, v in out.items())))
+
+
+def _parse_measured(text: str) -> tuple[str, int, float]:
+    """``GPU:BATCH:SECONDS`` -> (gpu, batch, seconds); one clear line otherwise."""
+    parts = text.split(":")
+    try:
+        if len(parts) != 3:
+            raise ValueError
+        return parts[0], int(parts[1]), float(parts[2])
+    except ValueError:
+        raise ValidationError("--measured", f"{text!r} not understood; use GPU:BATCH:SECONDS, e.g. v100:64:0.21") from None
 
 
 #: Gavel scales used for calibration: 1 fits compute and host terms, 2-8 the communication terms
@@ -131,9 +149,7 @@ def calibrate_steptime(data_dir: str | None, hold_out_gpu: str | None, output: s
     from dltsched.predictors.steptime import measurements as ms
     from dltsched.predictors.steptime.model import factors_path, gpu_spec_checked, load_factors
 
-    if (output is None) == (not overwrite_packaged):
-        raise ValidationError("--output", "give --output FILE for the fitted factors, or --overwrite-packaged to "
-                              "replace the package's factors.json (not both)")
+    _check_writer(output, overwrite_packaged, "the fitted factors", "factors.json")
     rows = _measurements("all", data_dir, TRAIN_SCALES)
     if hold_out_gpu:
         held = gpu_spec_checked(hold_out_gpu).id
@@ -147,19 +163,89 @@ def calibrate_steptime(data_dir: str | None, hold_out_gpu: str | None, output: s
 
 
 @predict.command("convert-steptime")
-@click.argument("source", type=click.Choice(["gavel", "zeus"]))
+@click.argument("source", type=click.Choice(["gavel", "zeus", "neusight"]))
 @click.argument("output", type=click.Path(dir_okay=False))
 @click.option("--data-dir", default=None)
 @click.option("--max-scale", type=int, default=8, show_default=True, help="Gavel: largest #GPUs kept.")
 @click.option("--json", "as_json", is_flag=True)
 def convert_steptime(source: str, output: str, data_dir: str | None, max_scale: int, as_json: bool) -> None:
-    """Write Gavel or Zeus measurements as an eval-steptime CSV."""
+    """Write Gavel, Zeus or NeuSight (training labels, scope fwd_bwd) measurements as an eval-steptime CSV."""
     from dltsched.predictors.steptime import measurements as ms
+
+    if source == "neusight":
+        from dltsched.predictors.steptime import neusight as ns
+
+        emit({"output": output, "rows": ns.write_labels_csv(ns.read_labels(data_dir, train=True), output)}, as_json)
+        return
 
     rows = ms.gavel_measurements(data_dir, max_scale=max_scale) if source == "gavel" else ms.zeus_measurements(
         data_dir)
     out = {"output": output, "rows": ms.write_csv(rows, output)}
     emit(out, as_json)
+
+
+def _check_writer(output: str | None, overwrite_packaged: bool, what: str, packaged: str) -> None:
+    """A fitting command writes --output, or the package's own file only when told so explicitly."""
+    if (output is None) == (not overwrite_packaged):
+        raise ValidationError("--output", f"give --output FILE for {what}, or --overwrite-packaged to "
+                              f"replace the package's {packaged} (not both)")
+
+
+@predict.command("fit-kernels")
+@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--output", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the kernel model (required unless --overwrite-packaged).")
+@click.option("--overwrite-packaged", is_flag=True,
+              help="Write the package's own kernel_model.json (what the predictors load) instead of --output.")
+@click.option("--json", "as_json", is_flag=True)
+def fit_kernels(data_dir: str | None, output: str | None, overwrite_packaged: bool, as_json: bool) -> None:
+    """Fit the per-op-class kernel model on NeuSight's kernel latencies (all five GPUs) and write it to
+    --output (or, with --overwrite-packaged, over the packaged kernel_model.json)."""
+    import json
+
+    from dltsched.predictors.steptime import kernels as kn
+
+    _check_writer(output, overwrite_packaged, "the kernel model", "kernel_model.json")
+
+    gpus = kn.neusight_gpus(data_dir)
+    samples = kn.neusight_kernels(data_dir)
+    model = kn.fit(samples, {g.id: g for g in gpus.values()})
+    path = Path(output) if output else kn.kernel_model_path()
+    path.write_text(json.dumps(model.to_json(), separators=(",", ":")) + "\n")
+    kn.load_kernel_model.cache_clear()
+    emit({"output": str(path), "kernels": len(samples), "fitted_on": list(model.fitted_on)}, as_json)
+
+
+@predict.command("eval-kernels")
+@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--op-class", "op_classes", multiple=True, help="Only these op classes (repeatable).")
+@click.option("--json", "as_json", is_flag=True)
+def eval_kernels(data_dir: str | None, op_classes: tuple[str, ...], as_json: bool) -> None:
+    """Leave-one-GPU-out on NeuSight's kernels (per op class, beside the plain roofline and one fitted
+    efficiency per class) and on NeuSight's iteration labels (sum of predicted op times)."""
+    from dltsched.predictors.steptime import kernels as kn
+    from dltsched.predictors.steptime import neusight as ns
+
+    unknown = sorted(set(op_classes) - set(kn.OP_CLASSES))
+    if unknown:
+        raise ValidationError("--op-class", f"{unknown} not understood; one of {', '.join(kn.OP_CLASSES)}")
+    gpus = {g.id: g for g in kn.neusight_gpus(data_dir).values()}
+    samples = kn.neusight_kernels(data_dir, op_classes or tuple(kn.OP_CLASSES))
+    models: dict[str, kn.KernelModel] = {}
+    out: dict[str, object] = {"kernels": kn.leave_one_gpu_out(samples, gpus, models)}
+    if not op_classes:
+        out["labels"] = ns.evaluate_labels(ns.read_labels(data_dir), models, gpus)
+
+    def text() -> None:
+        for cls, v in out["kernels"].items():  # type: ignore[attr-defined]
+            click.echo(f"{cls:>12}: n={v['n']} mape={v['mape']:.1f}% p90={v['p90_ape']:.1f}% "
+                       f"roofline={v['roofline_mape']:.1f}% roofline/eff={v['efficiency_mape']:.1f}%")
+        for name, v in out.get("labels", {}).items():  # type: ignore[attr-defined]
+            if name not in ("rows", "per_gpu"):
+                click.echo(f"labels {name:>9}: n={v['n']} mape={v['mape']:.1f}% roofline={v['roofline_mape']:.1f}% "
+                           f"traced-sum={v['traced_sum_mape']:.1f}%")
+
+    emit(out, as_json, text)
 
 
 @predict.command("freeze-table")

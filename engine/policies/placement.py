@@ -94,7 +94,7 @@ class Estimates:
     predictors: Predictors
     _step: dict[tuple[str, str], float] = field(default_factory=dict)
     _mem: dict[tuple[str, str], float] = field(default_factory=dict)
-    _types: dict[tuple[str, tuple[str, ...], int], list[str]] = field(default_factory=dict)
+    _types: dict[tuple[str, tuple[str, ...], int, int], list[str]] = field(default_factory=dict)
 
     def step_time_s(self, job: Job, gpu_type: str) -> float:
         key = (job.id, gpu_type)

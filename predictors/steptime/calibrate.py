@@ -53,6 +53,7 @@ from dltsched.predictors.steptime.model import (
     comm_features,
     gpu_spec_checked,
     host_key,
+    learned_root,
     work_terms,
 )
 from dltsched.predictors.zoo.graphs import resolve
@@ -78,8 +79,15 @@ _COLUMNS = (*WORK_TERMS, "recurrent")
 
 
 def job_of(m: Measurement) -> Job:
+    """The job of a measurement; a ``seq_len`` without a dataset picks the model's ``seq<N>`` dataset."""
+    dataset = m.dataset
+    if dataset is None and m.seq_len is not None:
+        from dltsched.instances.catalog import model_spec
+
+        if f"seq{m.seq_len}" in model_spec(m.model).datasets:
+            dataset = f"seq{m.seq_len}"
     return Job(id=f"{m.model}-{m.gpu}-{m.batch_size}", model=m.model, batch_size=m.batch_size,
-               total_iterations=1.0, num_gpus=m.num_gpus, amp=m.amp, optimizer=m.optimizer, dataset=m.dataset)
+               total_iterations=1.0, num_gpus=m.num_gpus, amp=m.amp, optimizer=m.optimizer, dataset=dataset)
 
 
 def relative_kernel_efficiency(raw: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -292,7 +300,7 @@ def evaluate(predictor: DeletePopStepTime, measurements: Sequence[Measurement]) 
     """
     rows, errors = [], []
     for m in measurements:
-        step = replace(predictor, host_source=m.source or None).breakdown(job_of(m), m.gpu, m.num_gpus)
+        step = replace(predictor, host_source=m.source or None).breakdown(job_of(m), m.gpu, m.num_gpus, scope=m.scope)
         pred = step.compute_s + step.memory_s if m.kernel_time else step.step_time_s
         ape = abs(pred - m.step_time_s) / m.step_time_s * 100.0
         errors.append(ape)
@@ -327,10 +335,16 @@ def leave_one_gpu_out(train: Sequence[Measurement], test: Sequence[Measurement],
     what is left once the GPU's overall speed is known, i.e. the error of the model's shape.
     """
     base = base or DeletePopStepTime()
-    per_gpu, all_rows, oracle_apes = {}, [], []
-    for gpu in sorted({gpu_spec_checked(m.gpu).id for m in test}):
-        factors = fit([m for m in train if gpu_spec_checked(m.gpu).id != gpu], kernel_efficiency)
-        ev = evaluate(replace(base, factors=factors), [m for m in test if gpu_spec_checked(m.gpu).id == gpu])
+    per_gpu, all_rows, oracle_apes, transfer_apes = {}, [], [], []
+    def root(m: Measurement) -> str:  # GPUs sharing a fit (V100-32GB, PCIe variants) are held out together
+        return learned_root(gpu_spec_checked(m.gpu).id)
+
+    for gpu in sorted({root(m) for m in test}):
+        factors = fit([m for m in train if root(m) != gpu], kernel_efficiency)
+        held = [m for m in test if root(m) == gpu]
+        ev = evaluate(replace(base, factors=factors), held)
+        transfer_apes.extend(transfer_errors(replace(base, factors=factors), held,
+                                             [m for m in test if root(m) != gpu]))
         y, pred = [r["measured_s"] for r in ev.rows], [r["predicted_s"] for r in ev.rows]
         scale = oracle_scale(y, pred)
         apes = [abs(scale * p - m) / m * 100.0 for m, p in zip(y, pred, strict=True)]
@@ -339,4 +353,26 @@ def leave_one_gpu_out(train: Sequence[Measurement], test: Sequence[Measurement],
         oracle_apes.extend(apes)
     apes = [r["ape"] for r in all_rows]
     return {"n": len(apes), "mape": float(np.mean(apes)), "p90_ape": float(np.percentile(apes, 90)),
-            "oracle_mape": float(np.mean(oracle_apes)), "per_gpu": per_gpu, "rows": all_rows}
+            "oracle_mape": float(np.mean(oracle_apes)),
+            "transfer_n": len(transfer_apes), "transfer_mape": float(np.mean(transfer_apes)) if transfer_apes else None,
+            "per_gpu": per_gpu, "rows": all_rows}
+
+
+def _workload(m: Measurement) -> tuple[Any, ...]:
+    return (m.source, m.model, m.dataset, m.batch_size, m.num_gpus, m.amp, m.scope)
+
+
+def transfer_errors(predictor: DeletePopStepTime, held: Sequence[Measurement],
+                    others: Sequence[Measurement]) -> list[float]:
+    """APE (%) of one-profile transfer: each held-out row predicted from the same workload's measured
+    step on one other GPU (every such GPU in turn), with :meth:`DeletePopStepTime.transfer_s`."""
+    by_workload: dict[tuple[Any, ...], list[Measurement]] = {}
+    for m in others:
+        by_workload.setdefault(_workload(m), []).append(m)
+    out = []
+    for m in held:
+        for src in by_workload.get(_workload(m), ()):
+            p = replace(predictor, host_source=m.source or None)
+            pred = p.transfer_s(job_of(m), m.gpu, [(src.gpu, src.batch_size, src.step_time_s)], scope=m.scope)
+            out.append(abs(pred - m.step_time_s) / m.step_time_s * 100.0)
+    return out

@@ -29,6 +29,9 @@ from pathlib import Path
 from dltsched.engine.errors import ValidationError
 from dltsched.instances.datadir import data_file
 
+#: what a measured step time covers (kept equal to ``model.SCOPES``; not imported to keep this module light)
+SCOPES = ("iteration", "compute", "fwd_bwd")
+
 #: Zeus workload -> (model id, dataset id, training-set size used for iterations per epoch)
 ZEUS_WORKLOADS: dict[tuple[str, str], tuple[str, str, int]] = {
     ("cifar100", "shufflenetv2"): ("shufflenet_v2", "cifar100", 50_000),
@@ -56,6 +59,9 @@ class Measurement:
     """One measured iteration time (``batch_size`` per GPU).
 
     ``kernel_time``: ``step_time_s`` is the sum of the step's GPU kernel durations (no host time).
+    ``scope``: what the measured time covers (:data:`model.SCOPES`): ``iteration`` (with the input
+    pipeline: Gavel, Zeus), ``compute`` (input excluded) or ``fwd_bwd`` (forward and backward only:
+    NeuSight's labels). ``seq_len``: sequence length of a transformer workload, where given.
     """
 
     model: str
@@ -68,12 +74,18 @@ class Measurement:
     optimizer: str = "sgd"
     source: str = ""
     kernel_time: bool = False
+    scope: str = "iteration"
+    seq_len: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "num_gpus"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValidationError(name, f"{value!r} not understood; must be an integer >= 1")
+        if self.scope not in SCOPES:
+            raise ValidationError("scope", f"{self.scope!r} not understood; one of {', '.join(SCOPES)}")
+        if self.seq_len is not None and (not isinstance(self.seq_len, int) or self.seq_len < 1):
+            raise ValidationError("seq_len", f"{self.seq_len!r} not understood; must be an integer >= 1")
         if not self.step_time_s > 0:
             raise ValidationError("step_time_s", f"{self.step_time_s!r} not understood; must be > 0 seconds")
 
@@ -172,24 +184,49 @@ def write_csv(rows: Iterable[Measurement], path: str | os.PathLike[str]) -> int:
     return len(rows)
 
 
-def read_csv(path: str | os.PathLike[str]) -> list[Measurement]:
-    """Read ``model,gpu,batch_size,num_gpus,step_time_s`` (+ optional ``amp,dataset,optimizer,source``) rows.
+REQUIRED_COLUMNS = ("model", "gpu", "batch_size", "num_gpus", "step_time_s")
+OPTIONAL_COLUMNS = ("seq_len", "scope", "dataset", "optimizer", "amp", "source")
 
-    ``source`` defaults to the file name.
+
+def _check_names(row: dict[str, str], where: str) -> None:
+    """One line naming the unknown model or GPU and its close matches (the catalogs' difflib hints)."""
+    from dltsched.instances.catalog import gpu_catalog, model_catalog
+
+    for column, catalog in (("model", model_catalog()), ("gpu", gpu_catalog())):
+        try:
+            catalog.resolve(row[column])
+        except ValueError as err:
+            raise ValidationError(f"{where}.{column}", str(err).split(" (known:")[0]) from None
+
+
+def read_csv(path: str | os.PathLike[str]) -> list[Measurement]:
+    """Read ``model,gpu,batch_size,num_gpus,step_time_s`` rows with optional ``seq_len, scope`` (default
+    ``iteration``), ``dataset, optimizer, amp, source`` columns.
+
+    ``source`` defaults to the file name. A bad row raises one :class:`ValidationError` naming the
+    file, row and column (unknown models and GPUs with their close matches).
     """
     out = []
+    name = Path(path).name
     with Path(path).open(newline="") as fh:
         reader = csv.DictReader(fh)
-        missing = {"model", "gpu", "batch_size", "num_gpus", "step_time_s"} - set(reader.fieldnames or ())
+        missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or ())]
         if missing:
-            raise ValidationError(str(path), f"missing columns {sorted(missing)}; need "
-                                             "model,gpu,batch_size,num_gpus,step_time_s (optional amp)")
-        for i, row in enumerate(reader):
+            raise ValidationError(name, f"missing columns {missing}; need {','.join(REQUIRED_COLUMNS)} "
+                                        f"(optional {','.join(OPTIONAL_COLUMNS)})")
+        for i, row in enumerate(reader, start=2):
+            where = f"{name}:{i}"
+            _check_names(row, where)
             try:
+                seq = (row.get("seq_len") or "").strip()
                 out.append(Measurement(row["model"], row["gpu"], int(row["batch_size"]), int(row["num_gpus"]),
-                                       float(row["step_time_s"]), row.get("amp", "0").strip().lower() in
+                                       float(row["step_time_s"]), (row.get("amp") or "0").strip().lower() in
                                        ("1", "true", "yes"), row.get("dataset") or None,
-                                       row.get("optimizer") or "sgd", row.get("source") or Path(path).name))
+                                       row.get("optimizer") or "sgd", row.get("source") or name,
+                                       scope=(row.get("scope") or "iteration").strip(),
+                                       seq_len=int(seq) if seq else None))
+            except ValidationError as err:
+                raise err.under(where) from None
             except ValueError as err:
-                raise ValidationError(f"{Path(path).name}[{i}]", f"{err}; check the row's columns") from None
+                raise ValidationError(where, f"{err}; check the row's columns") from None
     return out

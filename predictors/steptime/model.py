@@ -29,7 +29,7 @@ scale every GPU's spec sheet; GPUs with step-time measurements also get fitted m
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -60,6 +60,14 @@ OPTIMIZER_KERNELS = {"sgd": 1, "momentum": 2, "nesterov": 2, "adagrad": 3, "rmsp
 COMM_FEATURES = ("ring", "shared_bus")
 #: host machine speeds per setup and GPU type
 HOST_SPEEDS = ("per_step", "per_sample")
+#: what a measured step time covers: ``iteration`` (with the input pipeline), ``compute`` (input
+#: excluded: forward, backward, optimizer, host dispatch) or ``fwd_bwd`` (forward and backward only)
+SCOPES = ("iteration", "compute", "fwd_bwd")
+#: GPU types that share what was learned for another (same chip and clocks; only the memory size differs)
+LEARNED_AS = {"v100-32gb": "v100", "v100-pcie-32gb": "v100-pcie", "v100-pcie": "v100",
+              "a100-pcie-80gb": "a100-pcie-40gb", "a100-pcie-40gb": "a100-40gb", "a100-80gb": "a100-40gb"}
+#: architectures whose tensor cores run TF32 at half their dense FP16 rate
+TF32_ARCHITECTURES = frozenset({"ampere", "ada", "hopper", "blackwell"})
 #: used when the factors carry no fitted communication coefficients (70% achievable ring bandwidth)
 DEFAULT_COMM_COEFFICIENTS = {"ring": 1.0 / 0.7, "shared_bus": 0.0}
 
@@ -88,7 +96,8 @@ class StepBreakdown:
     """Predicted time of one iteration split by cause, and peak memory of one worker.
 
     ``compute_s + memory_s`` is the GPU time; ``overhead_s`` is the CPU dispatch time not hidden
-    behind GPU work plus the input pipeline.
+    behind GPU work plus the fixed per-step host cost (``host_s``) plus the input pipeline
+    (``input_s``, scope ``iteration`` only).
     """
 
     step_time_s: float
@@ -97,6 +106,8 @@ class StepBreakdown:
     comm_s: float
     overhead_s: float
     memory_mib: float
+    host_s: float = 0.0
+    input_s: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
@@ -118,32 +129,69 @@ def _check_freeze(agg: Aggregates, model: str, freeze_level: int) -> None:
                                               f"[0, {agg.num_layers - 1}] for {model}")
 
 
+def learned_id(gpu_id: str, table: dict[str, Any]) -> str:
+    """``gpu_id`` if ``table`` holds it, else the GPU whose fit it shares (:data:`LEARNED_AS`)."""
+    seen = gpu_id
+    while seen not in table and seen in LEARNED_AS:
+        seen = LEARNED_AS[seen]
+    return seen if seen in table else gpu_id
+
+
+def learned_root(gpu_id: str) -> str:
+    """The GPU at the end of ``gpu_id``'s :data:`LEARNED_AS` chain (held out together)."""
+    while gpu_id in LEARNED_AS:
+        gpu_id = LEARNED_AS[gpu_id]
+    return gpu_id
+
+
+def check_scope(scope: str) -> str:
+    if scope not in SCOPES:
+        raise ValidationError("scope", f"{scope!r} not understood; one of {', '.join(SCOPES)}")
+    return scope
+
+
+def compute_peaks(job: Job, gpu: GpuType, tf32_matmul: bool = False, tf32_conv: bool = False) -> dict[str, float]:
+    """Peak FLOP/s per compute group: FP16 tensor cores with AMP; otherwise FP32, except TF32 tensor
+    cores on Ampere and later for convolutions with ``tf32_conv`` (cuDNN's default) and for GEMMs and
+    recurrent layers with ``tf32_matmul`` (PyTorch's default before 1.12). Both are off by default:
+    calibrating with TF32 convolutions made leave-one-GPU-out worse (Zeus's A40 shows no speed-up)."""
+    if job.amp:
+        return dict.fromkeys(COMPUTE_GROUPS, gpu.fp16_tensor_tflops * 1e12)
+    tf32 = max(gpu.fp32_tflops, gpu.fp16_tensor_tflops / 2.0) if gpu.architecture in TF32_ARCHITECTURES else 0.0
+    on = {"conv": tf32_conv, "gemm": tf32_matmul, "rnn": tf32_matmul}
+    return {g: (tf32 if tf32 and on[g] else gpu.fp32_tflops) * 1e12 for g in COMPUTE_GROUPS}
+
+
 def optimizer_passes(job: Job) -> float:
     """Parameter-sized memory passes of one optimizer step: read weight and grad, write weight, state r/w."""
     return 3.0 + 2.0 * job.bytes_per_param / 4.0
 
 
 def work_terms(job: Job, model: str, dataset: str, gpu: GpuType, freeze_level: int,
-               kernel_efficiency: dict[str, float] | None = None) -> dict[str, float]:
+               kernel_efficiency: dict[str, float] | None = None, *, optimizer: bool = True,
+               tf32_matmul: bool = False, tf32_conv: bool = False) -> dict[str, float]:
     """Spec-time work of one step: seconds per :data:`WORK_TERMS` at 100% efficiency, ``recurrent``
     (recurrent-weight traffic) and ``kernels``.
 
     ``kernel_efficiency`` (kernel kind -> relative achievable efficiency of this GPU, 1 = average
-    GPU) scales the peak of each compute group; see :data:`KERNEL_KIND`.
+    GPU) scales the peak of each compute group; see :data:`KERNEL_KIND`. ``optimizer=False`` leaves
+    out the optimizer step (scope ``fwd_bwd``).
     """
     k, batch = freeze_level, job.batch_size
     eff = kernel_efficiency or {}
-    peak = (gpu.fp16_tensor_tflops if job.amp else gpu.fp32_tflops) * 1e12
+    peaks = compute_peaks(job, gpu, tf32_matmul, tf32_conv)
     bandwidth = gpu.memory_bandwidth_gbs * 1e9
-    table = work_table(model, dataset, tuple(peak * eff.get(KERNEL_KIND[g], 1.0) for g in COMPUTE_GROUPS),
+    table = work_table(model, dataset, tuple(peaks[g] * eff.get(KERNEL_KIND[g], 1.0) for g in COMPUTE_GROUPS),
                        bandwidth, 0.5 if job.amp else 1.0)
     agg = aggregates(model, dataset)
     out = {g: table.compute_s[g][k] * batch for g in COMPUTE_GROUPS}
+    opt = 1.0 if optimizer else 0.0
     out["memory"] = (table.memory_s[k] * batch + table.weight_s[k]
-                     + agg.param_bytes[k] * optimizer_passes(job) / bandwidth)
+                     + opt * agg.param_bytes[k] * optimizer_passes(job) / bandwidth)
     out["bound"] = table.bound_s[k] * batch
     out["recurrent"] = table.recurrent_s[k]
-    out["kernels"] = float(table.kernels[k] + agg.param_tensors[k] * OPTIMIZER_KERNELS.get(job.optimizer.lower(), 2))
+    out["kernels"] = float(table.kernels[k]
+                           + opt * agg.param_tensors[k] * OPTIMIZER_KERNELS.get(job.optimizer.lower(), 2))
     return out
 
 
@@ -186,6 +234,8 @@ class DeletePopStepTime:
 
     factors: dict[str, Any] = field(default_factory=lambda: load_factors())
     host_source: str | None = None
+    tf32_matmul: bool = False
+    tf32_conv: bool = False
     workspace_mib: float = 450.0
     hop_latency_s: float = 20e-6
     network_gbps: float = 100.0
@@ -196,12 +246,15 @@ class DeletePopStepTime:
         _check_freeze(agg, model, freeze_level)
         return model, dataset, agg, gpu_spec_checked(gpu_type)
 
-    def gpu_terms(self, job: Job, model: str, dataset: str, gpu: GpuType, freeze_level: int) -> dict[str, float]:
+    def gpu_terms(self, job: Job, model: str, dataset: str, gpu: GpuType, freeze_level: int,
+                  scope: str = "iteration") -> dict[str, float]:
         """Fitted GPU seconds of the compute groups (``rnn``: FLOPs or recurrent-weight traffic, whichever
         bounds) and of ``memory`` (memory and bound terms), and ``kernels`` per step."""
         f = self.factors
-        work = work_terms(job, model, dataset, gpu, freeze_level, f.get("kernel_efficiency", {}).get(gpu.id))
-        theta, mult = f["inverse_efficiency"], f.get("gpu_efficiency", {}).get(gpu.id, {})
+        kern, gpu_eff = f.get("kernel_efficiency", {}), f.get("gpu_efficiency", {})
+        work = work_terms(job, model, dataset, gpu, freeze_level, kern.get(learned_id(gpu.id, kern)),
+                          optimizer=scope != "fwd_bwd", tf32_matmul=self.tf32_matmul, tf32_conv=self.tf32_conv)
+        theta, mult = f["inverse_efficiency"], gpu_eff.get(learned_id(gpu.id, gpu_eff), {})
         dram = mult.get("memory", 1.0)
         out = {g: work[g] * theta[g] * mult.get(g, 1.0) for g in COMPUTE_GROUPS}
         out["rnn"] = recurrent_time(out["rnn"], work["recurrent"] * theta["memory"] * dram)
@@ -218,66 +271,111 @@ class DeletePopStepTime:
 
     def host_speeds(self, setup: str | None, gpu: GpuType) -> dict[str, float]:
         """``per_step`` and ``per_sample`` speed of the machines hosting ``gpu`` in ``setup`` (1: average)."""
-        speeds = self.factors.get("host_speed", {}).get(setup or "", {}).get(gpu.id, {})
+        table = self.factors.get("host_speed", {}).get(setup or "", {})
+        speeds = table.get(learned_id(gpu.id, table), {})
         return {k: float(speeds.get(k, 1.0)) for k in HOST_SPEEDS}
 
-    def cpu_s(self, kernels: float, model: str, dataset: str, gpu: GpuType, batch_size: int) -> tuple[float, float]:
-        """CPU time of one step: dispatch of ``kernels``, and the input pipeline (0 for workloads never
-        measured) plus the fixed step overhead, at the speeds of the machine hosting ``gpu``."""
+    def cpu_s(self, kernels: float, model: str, dataset: str, gpu: GpuType, batch_size: int,
+              scope: str = "iteration") -> tuple[float, float, float]:
+        """CPU time of one step: dispatch of ``kernels``, the fixed per-step host cost, and the input
+        pipeline (scope ``iteration`` only; 0 for workloads never measured), at the speeds of the
+        machine hosting ``gpu``."""
         f = self.factors
         setup = self.setup(model, dataset)
         speed = self.host_speeds(setup, gpu)
         dispatch = kernels * f["dispatch_us"] * 1e-6 * speed["per_step"]
-        if setup is None:
-            return dispatch, float(f["step_overhead_s"])
+        fixed = float(f["step_overhead_s"]) * speed["per_step"]
+        if setup is None or scope != "iteration":
+            return dispatch, fixed, 0.0
         host = f["host_overhead"][host_key(setup, model, dataset)]
-        return dispatch, (f["step_overhead_s"] + speed["per_step"] * host["per_step_s"]
-                          + speed["per_sample"] * host["per_sample_s"] * batch_size)
+        return dispatch, fixed, (speed["per_step"] * host["per_step_s"]
+                                 + speed["per_sample"] * host["per_sample_s"] * batch_size)
 
     def calibration_basis(self, gpu_type: str) -> str:
         """What the predictions for ``gpu_type`` rest on: its own step-time measurements, or its
         spec sheet with or without DeepBench kernel efficiencies."""
         gpu, f = gpu_spec_checked(gpu_type), self.factors
-        setups = sorted(label.split(":")[0] for label in f.get("fitted_on", ()) if label.endswith(f":{gpu.id}"))
-        if gpu.id in f.get("gpu_efficiency", {}):
-            return f"fitted on its step-time measurements ({', '.join(setups)})"
-        if gpu.id in f.get("kernel_efficiency", {}):
+        learned = learned_id(gpu.id, f.get("gpu_efficiency", {}))
+        shared = f" (shared with {learned})" if learned != gpu.id else ""
+        setups = sorted(label.split(":")[0] for label in f.get("fitted_on", ()) if label.endswith(f":{learned}"))
+        if learned in f.get("gpu_efficiency", {}):
+            return f"fitted on its step-time measurements ({', '.join(setups)}){shared}"
+        if learned_id(gpu.id, f.get("kernel_efficiency", {})) in f.get("kernel_efficiency", {}):
             return "spec sheet scaled by its DeepBench kernel efficiencies"
         return "spec sheet only"
 
     def comm_s(self, agg: Aggregates, gpu: GpuType, num_gpus: int, num_nodes: int, freeze_level: int) -> float:
         """Exposed all-reduce time of the trainable gradients (fitted share of ring + shared-bus terms)."""
         f = self.factors
-        coef = f.get("per_gpu_comm", {}).get(gpu.id, f.get("comm_coefficients", DEFAULT_COMM_COEFFICIENTS))
+        per_gpu = f.get("per_gpu_comm", {})
+        coef = per_gpu.get(learned_id(gpu.id, per_gpu), f.get("comm_coefficients", DEFAULT_COMM_COEFFICIENTS))
         link_gbs = gpu.intra_node_bandwidth_gbs if num_nodes <= 1 else self.network_gbps / 8.0
         feats = comm_features(agg.param_bytes[freeze_level], num_gpus, link_gbs, self.hop_latency_s)
         return sum(coef[k] * v for k, v in feats.items())
 
     def breakdown(self, job: Job, gpu_type: str, num_gpus: int | None = None, *, freeze_level: int = 0,
-                  num_nodes: int = 1, check_memory: bool = False) -> StepBreakdown:
-        """Step time split into compute / memory / communication / overhead, and memory of one worker."""
+                  num_nodes: int = 1, check_memory: bool = False, scope: str = "iteration") -> StepBreakdown:
+        """Step time split into compute / memory / communication / overhead, and memory of one worker.
+
+        ``scope`` (:data:`SCOPES`) says what the step covers: ``iteration`` adds the input pipeline,
+        ``compute`` leaves it out, ``fwd_bwd`` also leaves out the optimizer step and the all-reduce.
+        """
+        check_scope(scope)
         model, dataset, agg, gpu = self._resolve(job, gpu_type, freeze_level)
         n = job.num_gpus if num_gpus is None else num_gpus
         if not isinstance(n, int) or n < 1:
             raise ValidationError("num_gpus", f"{n!r} not understood; must be an integer >= 1")
         if not isinstance(num_nodes, int) or num_nodes < 1:
             raise ValidationError("num_nodes", f"{num_nodes!r} not understood; must be an integer >= 1")
-        terms = self.gpu_terms(job, model, dataset, gpu, freeze_level)
+        terms = self.gpu_terms(job, model, dataset, gpu, freeze_level, scope)
         compute = sum(terms[g] for g in COMPUTE_GROUPS)
         memory = terms["memory"]
-        dispatch, pipeline = self.cpu_s(terms["kernels"], model, dataset, gpu, job.batch_size)
-        overhead = combine(compute + memory, dispatch) - compute - memory + pipeline
-        comm = self.comm_s(agg, gpu, n, num_nodes, freeze_level)
+        dispatch, fixed, pipeline = self.cpu_s(terms["kernels"], model, dataset, gpu, job.batch_size, scope)
+        overhead = combine(compute + memory, dispatch) - compute - memory + fixed + pipeline
+        comm = 0.0 if scope == "fwd_bwd" else self.comm_s(agg, gpu, n, num_nodes, freeze_level)
         mem = self._memory_mib(job, agg, freeze_level)
         if check_memory and mem > gpu.memory_mib:
             raise MemoryFitError(f"job '{job.id}': {job.model} at batch size {job.batch_size} needs "
                                  f"{mem:.0f} MiB > {gpu.memory_mib:.0f} MiB on {gpu.id}; use a smaller batch size, "
                                  "--amp, a higher freeze level or a larger GPU")
-        return StepBreakdown(compute + memory + comm + overhead, compute, memory, comm, overhead, mem)
+        return StepBreakdown(compute + memory + comm + overhead, compute, memory, comm, overhead, mem, fixed, pipeline)
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
-                    freeze_level: int = 0, num_nodes: int = 1) -> float:
-        return self.breakdown(job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes).step_time_s
+                    freeze_level: int = 0, num_nodes: int = 1, scope: str = "iteration") -> float:
+        return self.breakdown(job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes,
+                              scope=scope).step_time_s
+
+    def transfer_s(self, job: Job, gpu_type: str, measured: list[tuple[str, int, float]],
+                   num_gpus: int | None = None, *, num_nodes: int = 1, scope: str = "iteration") -> float:
+        """Step time on ``gpu_type`` given measured steps of the same job elsewhere (Habitat-style).
+
+        ``measured``: ``(gpu, batch_size, seconds)`` of ``job`` (at ``job.num_gpus``). The predictor
+        splits each step into a fixed host part ``F`` (dispatch not hidden, per-step host cost, input
+        pipeline) and a GPU part ``G`` (kernels and all-reduce). One measurement scales both by its
+        measured / predicted ratio; several fit ``t = a F + c G`` (non-negative least squares on
+        relative errors), so that batch sizes separate the fixed from the per-sample cost.
+        """
+        if not measured:
+            raise ValidationError("measured", "give at least one GPU:BATCH:SECONDS measurement")
+        rows = []
+        for gpu, batch, seconds in measured:
+            if not isinstance(batch, int) or batch < 1 or not seconds > 0:
+                raise ValidationError("measured", f"{gpu}:{batch}:{seconds} not understood; "
+                                                  "need GPU:BATCH:SECONDS with BATCH >= 1 and SECONDS > 0")
+            b = self.breakdown(replace(job, batch_size=batch), gpu, num_nodes=num_nodes, scope=scope)
+            rows.append((b.overhead_s, b.step_time_s - b.overhead_s, seconds))
+        target = self.breakdown(job, gpu_type, num_gpus, num_nodes=num_nodes, scope=scope)
+        fixed, gpu_part = target.overhead_s, target.step_time_s - target.overhead_s
+        ratio = sum(t / (f + g) for f, g, t in rows) / len(rows)
+        a = c = ratio
+        if len({(f, g) for f, g, _t in rows}) >= 2:
+            from scipy.optimize import nnls
+
+            design = [[f / t, g / t] for f, g, t in rows]
+            (a_fit, c_fit), _res = nnls(design, [1.0] * len(rows))
+            if a_fit + c_fit > 0:
+                a, c = a_fit, c_fit
+        return a * fixed + c * gpu_part
 
     def _memory_mib(self, job: Job, agg: Aggregates, freeze_level: int) -> float:
         trainable = agg.param_bytes[freeze_level]

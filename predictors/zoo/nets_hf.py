@@ -85,3 +85,78 @@ def vit_b16(dataset: str) -> Built:
     stack = "vit.layers" if "vit.layers" in names else "vit.encoder.layer"  # transformers >= 5 renamed it
     blocks = ("vit.embeddings", *(f"{stack}.{i}" for i in range(config.num_hidden_layers)), "classifier")
     return Built(_HfLoss(model, ("pixel_values", "labels")), make_inputs, tuple(f"model.{b}" for b in blocks))
+
+
+# --- NeuSight's transformers (configs of ../shared/data/neusight/model_configs), one dataset per
+# sequence length: ``seq<N>`` (synthetic token ids; pre-training loss: masked LM / causal LM) ------
+
+#: model id -> (sequence lengths, default first)
+NEUSIGHT_SEQS = {"bert_large": (512, 128), "gpt2_large": (1024,), "gpt3_xl": (2048, 1024), "gpt3_2.7b": (2048, 1024),
+                 "opt_1.3b": (2048, 1024)}
+
+
+def _seqs(model: str) -> tuple[str, ...]:
+    return tuple(f"seq{s}" for s in NEUSIGHT_SEQS[model])
+
+
+def _causal(model: nn.Module, vocab: int, seq: int, stack: str, layers: int, first: str, last: str) -> Built:
+    def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
+        ids = torch.randint(0, vocab, (batch, seq))
+        return ids, ids
+
+    blocks = (first, *(f"{stack}.{i}" for i in range(layers)), last)
+    return Built(_HfLoss(model, ("input_ids", "labels")), make_inputs, tuple(f"model.{b}" for b in blocks))
+
+
+@register("bert_large", *_seqs("bert_large"))
+def bert_large(dataset: str) -> Built:
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
+                        attn_implementation="sdpa")
+    seq = int(dataset.removeprefix("seq"))
+
+    def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
+        ids = torch.randint(0, config.vocab_size, (batch, seq))
+        return ids, ids
+
+    blocks = ("bert.embeddings", *(f"bert.encoder.layer.{i}" for i in range(config.num_hidden_layers)), "cls")
+    return Built(_HfLoss(BertForMaskedLM(config), ("input_ids", "labels")), make_inputs,
+                 tuple(f"model.{b}" for b in blocks))
+
+
+def _gpt(dataset: str, embd: int, layers: int, heads: int) -> Built:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    seq = int(dataset.removeprefix("seq"))
+    config = GPT2Config(n_embd=embd, n_layer=layers, n_head=heads, n_positions=max(seq, 1024),
+                        attn_implementation="sdpa")
+    return _causal(GPT2LMHeadModel(config), config.vocab_size, seq, "transformer.h", layers, "transformer.wte",
+                   "transformer.ln_f")
+
+
+@register("gpt2_large", *_seqs("gpt2_large"))
+def gpt2_large(dataset: str) -> Built:
+    return _gpt(dataset, 1280, 36, 20)
+
+
+@register("gpt3_xl", *_seqs("gpt3_xl"))
+def gpt3_xl(dataset: str) -> Built:
+    return _gpt(dataset, 3072, 24, 24)
+
+
+@register("gpt3_2.7b", *_seqs("gpt3_2.7b"))
+def gpt3_27b(dataset: str) -> Built:
+    return _gpt(dataset, 2560, 32, 32)
+
+
+@register("opt_1.3b", *_seqs("opt_1.3b"))
+def opt_13b(dataset: str) -> Built:
+    from transformers import OPTConfig, OPTForCausalLM
+
+    seq = int(dataset.removeprefix("seq"))
+    config = OPTConfig(hidden_size=2048, num_hidden_layers=24, num_attention_heads=32, ffn_dim=8192,
+                       max_position_embeddings=2048, word_embed_proj_dim=2048, attn_implementation="sdpa")
+    return _causal(OPTForCausalLM(config), config.vocab_size, seq, "model.decoder.layers", 24,
+                   "model.decoder.embed_tokens", "lm_head")
+

@@ -1,0 +1,414 @@
+"""Operator-level kernel-time model (NeuSight-style), bounded by the roofline.
+
+Per op class (:data:`OP_CLASSES`) the time of one kernel is
+
+    t = t_roof * exp(max(0, f(x)))        t_roof = max(flops / peak, bytes / bandwidth)
+
+where ``t_roof`` is the roofline time on the GPU's spec sheet (so a prediction can never be faster
+than physics) and ``f`` is a small gradient-boosted tree ensemble over GPU-normalised features:
+log roofline times, the op's intensity against the GPU's ridge point, waves of output tiles over
+the SMs and the tail wave's occupancy, and the op's own dimensions. ``f`` is learned from measured
+kernel latencies (NeuSight's microbenchmarks, five GPUs) with scikit-learn and shipped as plain
+arrays (:data:`KERNEL_MODEL_FILE`); prediction needs numpy only.
+
+Math modes: FP32 on CUDA cores by default; ``math="tf32"`` (Ampere and later; cuDNN's default for
+convolutions) and ``math="fp16"`` (tensor cores with AMP) swap the compute peak for the tensor-core
+one and halve the bytes for fp16. NeuSight's kernels are FP32 (their A100 kernels are ``sgemm`` and
+``scudnn``), so only the FP32 path is validated on measured kernels.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dltsched.engine.errors import ValidationError
+
+KERNEL_MODEL_FILE = "kernel_model.json"
+KERNEL_FORMAT_VERSION = 1
+#: op class -> NeuSight kernel folders measured for it
+OP_CLASSES: dict[str, tuple[str, ...]] = {
+    "bmm": ("bmm",), "linear": ("linear",), "conv": ("conv",),
+    "elementwise": ("add", "addu", "mul", "mulu", "div", "divu", "pow", "powu", "gelu", "relu", "tanh"),
+    "softmax": ("softmax",), "layernorm": ("ln",),
+}
+#: element-wise ops reading two tensors (the others read one tensor and a scalar)
+BINARY_OPS = frozenset({"add", "mul", "div", "pow"})
+#: element-wise ops with a transcendental or multi-instruction body
+HEAVY_OPS = frozenset({"pow", "powu", "gelu", "tanh", "div", "divu"})
+#: output tile edge used to count waves of thread blocks (a typical GEMM/implicit-GEMM tile)
+TILE = 128
+#: NeuSight device-config file name (GPU label in the kernel CSVs) for each GPU measured
+NEUSIGHT_GPUS = {"Tesla P100-PCIE-16GB": "p100", "Tesla P4": "p4", "Tesla T4": "t4",
+                 "Tesla V100-PCIE-32GB": "v100-pcie-32gb", "NVIDIA A100-PCIE-40GB": "a100-pcie-40gb",
+                 "NVIDIA A100 80GB PCIe": "a100-pcie-80gb"}
+MATH_MODES = ("fp32", "tf32", "fp16")
+
+
+def gpu_family(gpu_id: str) -> str:
+    """GPUs held out together (NeuSight measured convolutions on an A100-80GB, the rest on an A100-40GB)."""
+    return "a100" if gpu_id.startswith("a100") else gpu_id
+
+
+@dataclass(frozen=True, slots=True)
+class KernelGpu:
+    """What the kernel model needs of a GPU: SMs, FP32 / TF32 / FP16 tensor peaks (TFLOPS) and DRAM bandwidth (GB/s)."""
+
+    id: str
+    sm_count: int
+    fp32_tflops: float
+    memory_bandwidth_gbs: float
+    tf32_tflops: float = 0.0
+    fp16_tflops: float = 0.0
+    l2_mib: float = 6.0
+
+    def peak_flops(self, math_mode: str) -> float:
+        if math_mode not in MATH_MODES:
+            raise ValidationError("math", f"{math_mode!r} not understood; one of {', '.join(MATH_MODES)}")
+        tflops = {"fp32": self.fp32_tflops, "tf32": self.tf32_tflops or self.fp32_tflops,
+                  "fp16": self.fp16_tflops or self.fp32_tflops}[math_mode]
+        return tflops * 1e12
+
+
+#: architectures whose tensor cores run TF32 (at half their FP16 dense rate)
+TF32_ARCHITECTURES = frozenset({"ampere", "ada", "hopper", "blackwell"})
+
+
+#: L2 cache (MiB) of catalog GPUs (vendor whitepapers); others get :data:`DEFAULT_L2_MIB`
+L2_MIB = {"k80": 1.5, "m40": 3, "p100": 4, "p4": 2, "gtx1080ti": 2.75, "titanxp": 3, "v100": 6, "v100-32gb": 6,
+          "v100-pcie": 6, "v100-pcie-32gb": 6, "t4": 4, "rtx2080ti": 5.5, "rtx6000": 6, "rtx3090": 6, "a10": 6,
+          "a40": 6, "rtx4090": 72, "l4": 48, "a100-40gb": 40, "a100-80gb": 40, "a100-pcie-40gb": 40,
+          "a100-pcie-80gb": 40, "h100": 50, "h100-pcie": 50, "h200": 50}
+DEFAULT_L2_MIB = 6.0
+
+
+def kernel_gpu(gpu: Any) -> KernelGpu:
+    """The :class:`KernelGpu` of a catalog :class:`~dltsched.engine.domain.GpuType`."""
+    tf32 = gpu.fp16_tensor_tflops / 2.0 if gpu.architecture in TF32_ARCHITECTURES else 0.0
+    return KernelGpu(gpu.id, int(gpu.sm_count), float(gpu.fp32_tflops), float(gpu.memory_bandwidth_gbs), tf32,
+                     float(gpu.fp16_tensor_tflops), L2_MIB.get(gpu.id, DEFAULT_L2_MIB))
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """One kernel: op class, op name (element-wise kind), FLOPs, DRAM bytes and its GEMM view
+    (``batch`` independent ``m x n`` outputs with reduction depth ``k``; element-wise ops: ``m`` rows of ``n``)."""
+
+    op_class: str
+    op: str
+    flops: float
+    bytes: float
+    batch: float
+    m: float
+    n: float
+    k: float
+
+
+def gemm_kernel(op_class: str, b: float, m: float, n: float, k: float, elem_bytes: float = 4.0) -> Kernel:
+    """Batched GEMM ``b x (m x k) @ (k x n)``."""
+    shared_weight = op_class == "linear"
+    w = k * n * (1 if shared_weight else b)
+    return Kernel(op_class, op_class, 2.0 * b * m * n * k, elem_bytes * (b * m * k + w + b * m * n), b, m, n, k)
+
+
+def conv_kernel(b: float, cin: float, cout: float, ksize: float, size: float, stride: float, pad: float,
+                elem_bytes: float = 4.0) -> Kernel:
+    """2-D convolution of square ``size`` inputs and ``ksize`` kernels, as implicit GEMM
+    (``m`` = output pixels, ``n`` = output channels, ``k`` = ``cin * ksize^2``)."""
+    out = max(1.0, math.floor((size + 2 * pad - ksize) / stride) + 1)
+    m, n, k = b * out * out, cout, cin * ksize * ksize
+    io = b * cin * size * size + cout * k + m * n
+    return Kernel("conv", "conv", 2.0 * m * n * k, elem_bytes * io, 1.0, m, n, k)
+
+
+def vector_kernel(op_class: str, op: str, rows: float, cols: float, elem_bytes: float = 4.0) -> Kernel:
+    """Element-wise, softmax or layer norm over ``rows x cols`` (reads inputs once, writes once)."""
+    n = rows * cols
+    tensors = 3.0 if op in BINARY_OPS else 2.0
+    flops = n * (8.0 if op_class != "elementwise" or op in HEAVY_OPS else 1.0)
+    return Kernel(op_class, op, flops, elem_bytes * tensors * n, 1.0, rows, cols, 1.0)
+
+
+def roofline_s(kernel: Kernel, gpu: KernelGpu, math_mode: str = "fp32") -> tuple[float, float]:
+    """Compute and memory time of ``kernel`` at the spec sheet's peak (seconds)."""
+    mode = math_mode if kernel.op_class in ("bmm", "linear", "conv") else "fp32"
+    return kernel.flops / gpu.peak_flops(mode), kernel.bytes / (gpu.memory_bandwidth_gbs * 1e9)
+
+
+FEATURES = ("log_t_roof", "log_ridge_ratio", "log_waves", "tail_occupancy", "log_m", "log_n", "log_k",
+            "log_batch", "binary", "heavy", "log_bytes_per_l2", "log_flops")
+
+
+def features(kernels: Sequence[Kernel], gpu: KernelGpu, math_mode: str = "fp32") -> np.ndarray:
+    """Feature matrix (:data:`FEATURES`) of ``kernels`` on ``gpu``."""
+    rows = []
+    for kn in kernels:
+        tc, tm = roofline_s(kn, gpu, math_mode)
+        if kn.op_class in ("bmm", "linear", "conv"):
+            tiles = kn.batch * math.ceil(kn.m / TILE) * math.ceil(kn.n / TILE)
+        else:
+            tiles = math.ceil(kn.m * kn.n / (TILE * 32))  # 128-thread blocks of 32 elements
+        waves = tiles / gpu.sm_count
+        tail = tiles / (math.ceil(waves) * gpu.sm_count)
+        rows.append((math.log10(max(tc, tm)), math.log10(max(tc, 1e-15) / max(tm, 1e-15)), math.log10(waves), tail,
+                     math.log10(kn.m), math.log10(kn.n), math.log10(kn.k), math.log10(kn.batch),
+                     float(kn.op in BINARY_OPS), float(kn.op in HEAVY_OPS),
+                     math.log10(kn.bytes / (gpu.l2_mib * 1048576.0)), math.log10(max(kn.flops, 1.0))))
+    return np.asarray(rows, dtype=float).reshape(len(rows), len(FEATURES))
+
+
+# ----------------------------------------------------------------------------------------------
+# The shipped model: one tree ensemble per op class, as arrays
+
+
+@dataclass(frozen=True)
+class TreeEnsemble:
+    """A gradient-boosted regression tree ensemble exported from scikit-learn (numpy evaluation)."""
+
+    init: float
+    rate: float
+    feature: np.ndarray  # (trees, nodes); -2 at leaves
+    threshold: np.ndarray
+    left: np.ndarray
+    right: np.ndarray
+    value: np.ndarray
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        n = x.shape[0]
+        out = np.full(n, self.init)
+        rows = np.arange(n)
+        for t in range(self.feature.shape[0]):
+            node = np.zeros(n, dtype=np.int64)
+            feat, thr, left, right = self.feature[t], self.threshold[t], self.left[t], self.right[t]
+            while True:
+                f = feat[node]
+                inner = f >= 0
+                if not inner.any():
+                    break
+                go_left = x[rows, np.where(inner, f, 0)] <= thr[node]
+                node = np.where(inner, np.where(go_left, left[node], right[node]), node)
+            out += self.rate * self.value[t][node]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"init": self.init, "rate": self.rate, "feature": self.feature.tolist(),
+                "threshold": self.threshold.tolist(), "left": self.left.tolist(),
+                "right": self.right.tolist(), "value": np.round(self.value, 6).tolist()}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> TreeEnsemble:
+        return cls(float(raw["init"]), float(raw["rate"]), np.asarray(raw["feature"], dtype=np.int64),
+                   np.asarray(raw["threshold"], dtype=float), np.asarray(raw["left"], dtype=np.int64),
+                   np.asarray(raw["right"], dtype=np.int64), np.asarray(raw["value"], dtype=float))
+
+
+#: tree-ensemble settings (small: it must generalise to GPUs it has not seen)
+GBM_PARAMS: dict[str, Any] = {"max_iter": 120, "max_depth": 5, "learning_rate": 0.08, "min_samples_leaf": 40,
+                              "loss": "squared_error", "early_stopping": False, "random_state": 0}
+
+
+def fit_ensemble(x: np.ndarray, y: np.ndarray, **overrides: Any) -> TreeEnsemble:
+    """Fit ``y = log(t / t_roof)`` on features ``x`` (scikit-learn's histogram GBM with :data:`GBM_PARAMS`
+    and ``overrides``) and export the trees."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):  # small fits: threads only contend
+        gbm = HistGradientBoostingRegressor(**(GBM_PARAMS | overrides)).fit(x, y)
+    trees = [p[0].nodes for p in gbm._predictors]  # noqa: SLF001 - the fitted trees, exported as arrays
+    width = max(len(t) for t in trees)
+
+    def pad(get: Any, fill: float) -> np.ndarray:
+        out = np.full((len(trees), width), fill)
+        for i, t in enumerate(trees):
+            out[i, : len(t)] = get(t)
+        return out
+
+    feature = pad(lambda t: np.where(t["is_leaf"], -2, t["feature_idx"]), -2).astype(np.int64)
+    init = float(np.asarray(gbm._baseline_prediction).ravel()[0])  # noqa: SLF001
+    return TreeEnsemble(init, 1.0, feature, pad(lambda t: t["num_threshold"], 0.0),
+                        pad(lambda t: t["left"], 0).astype(np.int64), pad(lambda t: t["right"], 0).astype(np.int64),
+                        pad(lambda t: t["value"], 0.0))
+
+
+@dataclass(frozen=True)
+class KernelModel:
+    """Per-op-class tree ensembles; :meth:`predict_s` is bounded below by the roofline."""
+
+    ensembles: dict[str, TreeEnsemble]
+    fitted_on: tuple[str, ...] = ()
+
+    def predict_s(self, kernels: Sequence[Kernel], gpu: KernelGpu, math_mode: str = "fp32") -> np.ndarray:
+        """Predicted seconds of each kernel (never below its roofline time)."""
+        out = np.zeros(len(kernels))
+        by_class: dict[str, list[int]] = {}
+        for i, kn in enumerate(kernels):
+            by_class.setdefault(kn.op_class, []).append(i)
+        for cls, idx in by_class.items():
+            sub = [kernels[i] for i in idx]
+            roof = np.array([max(roofline_s(kn, gpu, math_mode)) for kn in sub])
+            ens = self.ensembles.get(cls)
+            slow = np.zeros(len(sub)) if ens is None else np.maximum(ens.predict(features(sub, gpu, math_mode)), 0.0)
+            out[idx] = roof * np.exp(slow)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format_version": KERNEL_FORMAT_VERSION, "fitted_on": list(self.fitted_on),
+                "features": list(FEATURES), "gbm": {k: v for k, v in GBM_PARAMS.items() if k != "random_state"},
+                "ensembles": {k: v.to_json() for k, v in self.ensembles.items()}}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> KernelModel:
+        if raw.get("format_version") != KERNEL_FORMAT_VERSION:
+            raise ValidationError("kernel_model", f"format_version {raw.get('format_version')}; expected "
+                                                  f"{KERNEL_FORMAT_VERSION}: rerun 'dltsched predict fit-kernels'")
+        return cls({k: TreeEnsemble.from_json(v) for k, v in raw["ensembles"].items()}, tuple(raw["fitted_on"]))
+
+
+def kernel_model_path() -> Path:
+    return Path(str(resources.files("dltsched.predictors.steptime").joinpath(KERNEL_MODEL_FILE)))
+
+
+@cache
+def load_kernel_model(path: str | None = None) -> KernelModel:
+    """The shipped kernel model (or one written by ``dltsched predict fit-kernels --output``)."""
+    return KernelModel.from_json(json.loads(Path(path or kernel_model_path()).read_text()))
+
+
+# ----------------------------------------------------------------------------------------------
+# NeuSight's kernel measurements
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSample:
+    gpu: str
+    kernel: Kernel
+    latency_s: float
+
+
+def neusight_gpus(data_dir: str | os.PathLike[str] | None = None) -> dict[str, KernelGpu]:
+    """NeuSight's device configs (GPU label -> specs). Tensor peaks are not in them (FP32 data only)."""
+    from dltsched.instances.datadir import data_file
+
+    out = {}
+    for path in sorted(data_file("neusight", "device_configs", data_dir=data_dir).glob("*.json")):
+        raw = json.loads(path.read_text())
+        out[raw["Device"]] = KernelGpu(NEUSIGHT_GPUS.get(raw["Device"], path.stem.lower()), int(raw["Num_Sm"]),
+                                       float(raw["SingleFLOPs"]) / 1e3, float(raw["Mem_Bw"]),
+                                       l2_mib=float(raw["L2Cache"]))
+    return out
+
+
+def _kernel_of(op: str, row: dict[str, str]) -> Kernel:
+    if op in ("bmm", "linear"):
+        return gemm_kernel(op, *(float(row[c]) for c in "BMNK"))
+    if op == "conv":
+        return conv_kernel(*(float(row[c]) for c in ("B", "Input_Channel", "Output_Channel", "Kernel_Szie",
+                                                     "Input_Size", "Stride", "Padding")))
+    cls = "softmax" if op == "softmax" else "layernorm" if op == "ln" else "elementwise"
+    return vector_kernel(cls, op, float(row["B"]), float(row["H"]))
+
+
+def neusight_kernels(data_dir: str | os.PathLike[str] | None = None,
+                     op_classes: Iterable[str] = tuple(OP_CLASSES)) -> list[KernelSample]:
+    """Every single-kernel latency of NeuSight's microbenchmarks (``collect/<op>/p2.1.0/<GPU>.csv``)."""
+    from dltsched.instances.datadir import data_file
+
+    gpus = neusight_gpus(data_dir)
+    base = data_file("neusight", "kernels", "collect", data_dir=data_dir)
+    out = []
+    for cls in op_classes:
+        for op in OP_CLASSES[cls]:
+            for path in sorted((base / op / "p2.1.0").glob("*.csv")):
+                with path.open(newline="") as fh:
+                    for row in csv.DictReader(fh):
+                        latency = float(row["Latency"])
+                        if latency > 0:
+                            out.append(KernelSample(gpus[row["Device"]].id, _kernel_of(op, row), latency * 1e-3))
+    return out
+
+
+#: most training kernels per op class and GPU (a seeded random subset; keeps fits to seconds)
+MAX_TRAIN_PER_GPU = 2500
+
+
+def _subsample(rows: list[KernelSample], cap: int) -> list[KernelSample]:
+    out = []
+    rng = np.random.default_rng(0)
+    for gpu_id in sorted({s.gpu for s in rows}):
+        mine = [s for s in rows if s.gpu == gpu_id]
+        keep = sorted(rng.choice(len(mine), size=min(cap, len(mine)), replace=False))
+        out.extend(mine[i] for i in keep)
+    return out
+
+
+def fit(samples: Sequence[KernelSample], gpus: dict[str, KernelGpu],
+        max_per_gpu: int = MAX_TRAIN_PER_GPU) -> KernelModel:
+    """One tree ensemble per op class on ``log(measured / roofline)``."""
+    ensembles = {}
+    for cls in OP_CLASSES:
+        rows = _subsample([s for s in samples if s.kernel.op_class == cls], max_per_gpu)
+        if not rows:
+            continue
+        x = np.zeros((len(rows), len(FEATURES)))
+        for gpu_id in {s.gpu for s in rows}:
+            idx = [i for i, s in enumerate(rows) if s.gpu == gpu_id]
+            x[idx] = features([rows[i].kernel for i in idx], gpus[gpu_id])
+        roof = np.array([max(roofline_s(s.kernel, gpus[s.gpu])) for s in rows])
+        y = np.log(np.array([s.latency_s for s in rows]) / roof)
+        ensembles[cls] = fit_ensemble(x, y)
+    return KernelModel(ensembles, tuple(sorted({s.gpu for s in samples})))
+
+
+def _score(table: dict[str, dict[str, Any]], cls: str, held: str, model: KernelModel, by_id: dict[str, KernelGpu],
+           test: Sequence[KernelSample], train: Sequence[KernelSample]) -> None:
+    y = np.array([s.latency_s for s in test])
+    pred = model.predict_s([s.kernel for s in test], by_id[held])
+    roof = np.array([max(roofline_s(s.kernel, by_id[held])) for s in test])
+    eff = float(np.median([max(roofline_s(s.kernel, by_id[s.gpu])) / s.latency_s for s in train]))
+    entry = table.setdefault(cls, {"per_gpu": {}, "apes": [], "roof_apes": [], "eff_apes": []})
+    apes, roof_apes = np.abs(pred - y) / y * 100.0, np.abs(roof - y) / y * 100.0
+    eff_apes = np.abs(roof / eff - y) / y * 100.0
+    entry["per_gpu"][held] = {"n": len(test), "mape": float(apes.mean()), "roofline_mape": float(roof_apes.mean()),
+                              "efficiency_mape": float(eff_apes.mean()), "median_ratio": float(np.median(pred / y))}
+    entry["apes"].extend(apes)
+    entry["roof_apes"].extend(roof_apes)
+    entry["eff_apes"].extend(eff_apes)
+
+
+def leave_one_gpu_out(samples: Sequence[KernelSample], gpus: dict[str, KernelGpu],
+                      models: dict[str, KernelModel] | None = None) -> dict[str, Any]:
+    """Per op class and held-out GPU: MAPE of the kernel model fitted on the other GPUs, of the plain
+    roofline, and of the roofline times one efficiency per class (median fitted on the other GPUs).
+
+    ``models``, when given, receives the model fitted without each GPU (keyed by that GPU).
+    The held-out GPU enters only through its spec sheet (SMs, peaks, bandwidth, L2).
+    """
+    by_id = {g.id: g for g in gpus.values()}
+    table: dict[str, dict[str, Any]] = {}
+    for family in sorted({gpu_family(s.gpu) for s in samples}):
+        train = [s for s in samples if gpu_family(s.gpu) != family]
+        model = fit(train, by_id)
+        for held in sorted({s.gpu for s in samples if gpu_family(s.gpu) == family}):
+            if models is not None:
+                models[held] = model
+            for cls in OP_CLASSES:
+                test = [s for s in samples if s.gpu == held and s.kernel.op_class == cls]
+                if test:
+                    _score(table, cls, held, model, by_id, test, [s for s in train if s.kernel.op_class == cls])
+    out = {}
+    for cls, e in table.items():
+        out[cls] = {"n": len(e["apes"]), "mape": float(np.mean(e["apes"])),
+                    "p90_ape": float(np.percentile(e["apes"], 90)), "roofline_mape": float(np.mean(e["roof_apes"])),
+                    "efficiency_mape": float(np.mean(e["eff_apes"])), "per_gpu": e["per_gpu"]}
+    return out

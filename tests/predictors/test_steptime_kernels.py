@@ -1,0 +1,104 @@
+"""Operator-level kernel model: roofline bound, tree export, math modes, NeuSight traces and kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dltsched.instances.catalog import gpu_spec
+from dltsched.predictors.steptime import kernels as kn
+from dltsched.predictors.steptime import neusight as ns
+
+GPU = kn.KernelGpu("test", 80, 15.0, 900.0, tf32_tflops=60.0, fp16_tflops=120.0)
+
+
+def _gemms(n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    return [kn.gemm_kernel("bmm", *rng.integers(1, 2048, 4)) for _ in range(n)]
+
+
+def test_tree_export_matches_sklearn():
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from threadpoolctl import threadpool_limits
+
+    x = np.random.default_rng(1).normal(size=(600, 4))
+    y = np.sin(x[:, 0]) + x[:, 1] ** 2
+    ens = kn.fit_ensemble(x, y, max_iter=15)
+    with threadpool_limits(1):
+        ref = HistGradientBoostingRegressor(**(kn.GBM_PARAMS | {"max_iter": 15})).fit(x, y).predict(x)
+    assert np.allclose(ens.predict(x), ref, atol=1e-6)
+    again = kn.TreeEnsemble.from_json(ens.to_json())
+    assert np.allclose(again.predict(x), ens.predict(x), atol=1e-5)
+
+
+def test_never_faster_than_roofline():
+    kernels = _gemms()
+    x = kn.features(kernels, GPU)
+    fast = kn.fit_ensemble(x, np.full(len(kernels), -2.0), max_iter=5)  # a model that wants 7x faster than physics
+    model = kn.KernelModel({"bmm": fast})
+    roof = np.array([max(kn.roofline_s(k, GPU)) for k in kernels])
+    assert np.all(model.predict_s(kernels, GPU) >= roof * (1 - 1e-12))
+    slow = kn.KernelModel({"bmm": kn.fit_ensemble(x, np.full(len(kernels), np.log(2.0)), max_iter=5)})
+    assert np.allclose(slow.predict_s(kernels, GPU), 2.0 * roof, rtol=1e-6)
+
+
+def test_math_modes_change_only_gemm_like_peaks():
+    gemm = kn.gemm_kernel("linear", 1, 4096, 4096, 4096)
+    soft = kn.vector_kernel("softmax", "softmax", 4096, 4096)
+    assert kn.roofline_s(gemm, GPU, "tf32")[0] == pytest.approx(kn.roofline_s(gemm, GPU)[0] / 4.0)
+    assert kn.roofline_s(soft, GPU, "fp16") == kn.roofline_s(soft, GPU)
+    with pytest.raises(ValueError, match="math"):
+        kn.roofline_s(gemm, GPU, "int8")
+
+
+def test_catalog_gpu_gets_tf32_on_ampere_only():
+    assert kn.kernel_gpu(gpu_spec("a100")).tf32_tflops == pytest.approx(156.0)
+    assert kn.kernel_gpu(gpu_spec("v100")).tf32_tflops == 0.0
+    assert kn.kernel_gpu(gpu_spec("v100")).peak_flops("tf32") == kn.kernel_gpu(gpu_spec("v100")).peak_flops("fp32")
+
+
+def test_conv_counts_implicit_gemm():
+    k = kn.conv_kernel(8, 64, 128, 3, 56, 1, 1)
+    assert (k.m, k.n, k.k) == (8 * 56 * 56, 128, 64 * 9)
+    assert k.flops == pytest.approx(2 * 8 * 56 * 56 * 128 * 64 * 9)
+
+
+def test_shipped_kernel_model_bounded_on_unseen_gpus():
+    model = kn.load_kernel_model()
+    kernels = [*_gemms(50), kn.conv_kernel(32, 64, 64, 3, 56, 1, 1), kn.vector_kernel("layernorm", "ln", 4096, 1024)]
+    for gpu in ("h100", "l4", "a10"):
+        g = kn.kernel_gpu(gpu_spec(gpu))
+        pred = model.predict_s(kernels, g)
+        roof = np.array([max(kn.roofline_s(k, g)) for k in kernels])
+        assert np.all(pred >= roof * (1 - 1e-12)) and np.all(np.isfinite(pred))
+
+
+def test_trace_backward_gemms_have_their_own_shapes():
+    row = {"op": "call_module", "input_shapes": "[[2, 512, 1024]]", "output_shape": "(2, 512, 4096)",
+           "meta": "{'nn_module_stack': OrderedDict([('l', <class 'torch.nn.modules.linear.Linear'>)])}",
+           "Name": "dense", "target": "dense"}
+    fw, dx, dw, _bias = ns.op_kernels(row, train=True)
+    assert (fw.m, fw.n, fw.k) == (1024, 4096, 1024)
+    assert (dx.m, dx.n, dx.k) == (1024, 1024, 4096)
+    assert (dw.m, dw.n, dw.k) == (1024, 4096, 1024)
+    assert len(ns.op_kernels(row, train=False)) == 1
+
+
+@pytest.mark.data
+@pytest.mark.slow
+def test_kernel_model_beats_roofline_leave_one_gpu_out(data_dir):
+    gpus = {g.id: g for g in kn.neusight_gpus(data_dir).values()}
+    samples = kn.neusight_kernels(data_dir, ("softmax", "layernorm"))
+    out = kn.leave_one_gpu_out(samples, gpus)
+    for cls in ("softmax", "layernorm"):
+        assert out[cls]["mape"] < 0.6 * out[cls]["roofline_mape"]
+        assert len(out[cls]["per_gpu"]) == 5
+
+
+@pytest.mark.data
+def test_neusight_labels_read(data_dir):
+    labels = ns.read_labels(data_dir)
+    train = [lb for lb in labels if lb.train]
+    assert {lb.model for lb in train} == {"bert_large", "gpt2_large"}
+    assert all(lb.gpu == "v100-pcie-32gb" and lb.layer and lb.other for lb in train)
+    assert len({lb.gpu for lb in labels}) == 5
