@@ -7,8 +7,9 @@ import pytest
 
 from dltsched.engine.registry import predictors
 from dltsched.formulations.bench import synthetic_state
-from dltsched.formulations.problem import RoundOptions, build_round
-from dltsched.formulations.solve import solve_round
+from dltsched.formulations.build import build_round
+from dltsched.formulations.problem import RoundOptions
+from dltsched.formulations.solve import solve_problem
 from dltsched.formulations.testing import checked
 
 
@@ -17,7 +18,7 @@ def test_same_round_same_plan(backend, jobs, gpus):
     state = synthetic_state(jobs, gpus, seed=5)
     problem = build_round(state, predictors("analytic"), RoundOptions(objective="jct", time_limit_s=0.5))
     assert problem.options.deterministic
-    first, second = (solve_round(problem, backend) for _ in range(2))
+    first, second = (solve_problem(problem, backend) for _ in range(2))
     assert checked(problem, first) == checked(problem, second)
     assert first.plan.assignments == second.plan.assignments
     assert first.plan.status == second.plan.status

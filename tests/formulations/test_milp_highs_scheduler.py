@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from dltsched.formulations import RoundOptions, solve_round
+from dltsched.formulations import RoundOptions, solve_problem
 from dltsched.formulations.testing import Tables, checked, job, make_round
 
 
@@ -33,7 +33,7 @@ def test_milp_solves_after_a_highs_run_with_other_threads(other_threads: int) ->
     tables = Tables(step_s={"a": [1.0], "b": [1.0]})
     problem = make_round(tables, [("v100", 1)], [job("a", weight=2.0), job("b")], options=options)
     _other_highs_user(other_threads)
-    result = solve_round(problem, "milp")
+    result = solve_problem(problem, "milp")
     assert result.plan.status == "optimal" and not result.plan.fallback, result.plan.message
     assert checked(problem, result) == pytest.approx(2.0)
     assert [a.job_id for a in result.plan.assignments] == ["a"]
