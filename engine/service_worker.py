@@ -53,7 +53,7 @@ def solve_until(state: ClusterState, config: SolveConfig, deadline: float) -> Ou
     if config.baseline_policy is not None:
         return Outcome(baseline_plan(state, config.baseline_policy, preds, status="heuristic"), False)
     from dltsched.formulations import build_round, check_plan
-    from dltsched.formulations import solve_round as solve_problem
+    from dltsched.formulations import solve_problem
 
     backend = config.backend_for(len(state.jobs))
     try:

@@ -188,11 +188,17 @@ REQUIRED_COLUMNS = ("model", "gpu", "batch_size", "num_gpus", "step_time_s")
 OPTIONAL_COLUMNS = ("seq_len", "scope", "dataset", "optimizer", "amp", "source")
 
 
+#: the device the profiling harness's CPU smoke runs record: readable, though no GPU model predicts it
+CPU_DEVICE = "cpu"
+
+
 def _check_names(row: dict[str, str], where: str) -> None:
     """One line naming the unknown model or GPU and its close matches (the catalogs' difflib hints)."""
     from dltsched.instances.catalog import gpu_catalog, model_catalog
 
     for column, catalog in (("model", model_catalog()), ("gpu", gpu_catalog())):
+        if column == "gpu" and row[column] == CPU_DEVICE:
+            continue
         try:
             catalog.resolve(row[column])
         except ValueError as err:

@@ -493,7 +493,7 @@ def test_solver_failure_answers_the_fallback_plan(make_state, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("solver exploded")
 
-    monkeypatch.setattr(formulations, "solve_round", broken)
+    monkeypatch.setattr(formulations, "solve_problem", broken)
     state = make_state(10, 8, seed=6)
     outcome = solve_until(state, SolveConfig(backend="cpsat", time_limit_s=5), time.monotonic() + 5)
     assert outcome.reason == "solver_failed" and outcome.plan.fallback and not outcome.partial
