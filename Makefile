@@ -11,7 +11,7 @@ venv:
 	@bash scripts/setup-venv.sh
 
 demo: venv
-	$(PY) -m dltsched.engine.cli simulate --instance instances/examples/default.json --policy all
+	$(PY) -m dltsched.engine.app.cli.main simulate --instance instances/examples/default.json --policy all
 
 test: venv
 	$(PY) -m ruff check engine formulations predictors instances tests notebooks

@@ -2,7 +2,7 @@
 
 Importing this package loads nothing: the embedding API's names (:class:`SolveConfig`,
 :func:`solve_round`, :func:`simulate_instance`, :func:`plan_to_dict`) are resolved from
-:mod:`dltsched.engine.api` on first access (PEP 562), so ``import dltsched.engine.domain`` stays cheap.
+:mod:`dltsched.engine.app.api` on first access (PEP 562), so ``import dltsched.engine.domain.model`` stays cheap.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dltsched.engine.api import SolveConfig, plan_to_dict, simulate_instance, solve_round
+    from dltsched.engine.app.api import SolveConfig, plan_to_dict, simulate_instance, solve_round
 
 __all__ = ["SolveConfig", "plan_to_dict", "simulate_instance", "solve_round"]
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        return getattr(importlib.import_module("dltsched.engine.api"), name)
+        return getattr(importlib.import_module("dltsched.engine.app.api"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

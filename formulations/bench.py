@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from dltsched.engine.domain import Assignment, Cluster, ClusterState, Job, JobState, Node
-from dltsched.engine.predict import Predictors
+from dltsched.engine.domain.model import Assignment, Cluster, ClusterState, Job, JobState, Node
+from dltsched.engine.domain.predictors import Predictors
 from dltsched.formulations.build import build_round
 from dltsched.formulations.problem import RoundOptions, RoundProblem
 

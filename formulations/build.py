@@ -15,8 +15,8 @@ from collections import defaultdict
 from dataclasses import replace
 from itertools import combinations
 
-from dltsched.engine.domain import ClusterState, Job, JobState
-from dltsched.engine.predict import Predictors
+from dltsched.engine.domain.model import ClusterState, Job, JobState
+from dltsched.engine.domain.predictors import Predictors
 from dltsched.formulations.problem import (
     ColocGroup,
     GpuNode,

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from dltsched.engine.domain import Plan
-from dltsched.engine.errors import InvalidPlanError
+from dltsched.engine.domain.errors import InvalidPlanError
+from dltsched.engine.domain.model import Plan
 from dltsched.formulations.interference import simulate_stages
 from dltsched.formulations.problem import RoundProblem
 

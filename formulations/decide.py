@@ -4,7 +4,7 @@
 (:func:`~dltsched.formulations.build.build_round`), solves it with a backend of the registry
 (:func:`~dltsched.formulations.solve.solve_problem`), has the solver-independent checker
 (:func:`~dltsched.formulations.checker.check_plan`) accept the plan, and otherwise returns the plan of the
-``fallback`` it is given, saying why. The embedding API (:func:`dltsched.engine.api.solve_round`) passes a
+``fallback`` it is given, saying why. The embedding API (:func:`dltsched.engine.app.api.solve_round`) passes a
 baseline policy as the fallback; this module knows no policy.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from dltsched.engine.domain import ClusterState, Plan
-from dltsched.engine.errors import ValidationError
-from dltsched.engine.predict import Predictors
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import ClusterState, Plan
+from dltsched.engine.domain.predictors import Predictors
 from dltsched.formulations.build import build_round
 from dltsched.formulations.checker import check_plan
 from dltsched.formulations.problem import RoundOptions
@@ -38,7 +38,7 @@ def decide_round(state: ClusterState, predictors: Predictors, options: RoundOpti
     options
         Objective, co-location and freezing limits, time limit.
     backend
-        A name of :data:`~dltsched.formulations.backend.BACKENDS`.
+        A name of :data:`~dltsched.formulations.backends.BACKENDS`.
     fallback
         Called with the reason when the backend fails or the checker rejects its plan; returns the plan to
         use instead (the API's is a baseline policy's plan marked ``status="fallback"``).

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from dltsched.engine.domain import Assignment, Plan
+from dltsched.engine.domain.model import Assignment, Plan
 from dltsched.formulations.candidates import Candidate, CandidateSet
 
 _ORDER = {"stay": 0, "node": 1, "cross": 2, "type": 3}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from dltsched.engine.domain import Assignment, Plan
+from dltsched.engine.domain.model import Assignment, Plan
 from dltsched.formulations.checker import check_plan
 from dltsched.formulations.problem import RoundProblem
 

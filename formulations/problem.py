@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dltsched.engine.domain import OBJECTIVES
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import OBJECTIVES
 
 #: objectives that are minimised; ``effective_progress`` and ``jct`` are maximised
 MINIMIZE = frozenset({"weighted_completion", "makespan"})
@@ -45,7 +45,7 @@ class RoundOptions:
 
     ``deterministic`` (the default) makes a solve reproducible bit for bit: CP-SAT runs one worker under a
     deterministic work budget derived from ``time_limit_s`` instead of a wall-clock limit, HiGHS one thread
-    (see :mod:`dltsched.formulations.cpsat.model`); ``False`` gives ``num_workers`` workers and a wall-clock
+    (see :mod:`dltsched.formulations.backends.cpsat`); ``False`` gives ``num_workers`` workers and a wall-clock
     limit (faster on a large round, but two runs may return different plans).
     """
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from dltsched.engine.domain import Plan
+from dltsched.engine.domain.model import Plan
 from dltsched.formulations.problem import Unplaceable
 
 

@@ -9,10 +9,10 @@ import importlib
 import time
 from collections.abc import Sequence
 
-from dltsched.engine.domain import Plan, PlanStatus
-from dltsched.formulations.backend import BACKENDS, Backend, BackendOutcome, hint_from_plan
+from dltsched.engine.domain.model import Plan, PlanStatus
+from dltsched.formulations.backends import BACKENDS, Backend, BackendOutcome, hint_from_plan
+from dltsched.formulations.backends.greedy import greedy_selection
 from dltsched.formulations.candidates import CandidateSet, build_candidates, objective_of, to_reported
-from dltsched.formulations.greedy import greedy_selection
 from dltsched.formulations.mapping import to_plan
 from dltsched.formulations.problem import RoundProblem
 from dltsched.formulations.result import RoundResult, SolutionStatus, Termination
@@ -20,7 +20,7 @@ from dltsched.formulations.result import RoundResult, SolutionStatus, Terminatio
 
 def solve_problem(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: float | None = None,
                 warm_start: Plan | None = None, solver: str | None = None) -> RoundResult:
-    """Solve one round with ``backend`` (a name of :data:`~dltsched.formulations.backend.BACKENDS`).
+    """Solve one round with ``backend`` (a name of :data:`~dltsched.formulations.backends.BACKENDS`).
 
     ``time_limit_s`` defaults to ``problem.options.time_limit_s``; ``solver`` names the Pyomo solver
     for ``milp`` (default HiGHS). The round's starting selection is the better of ``warm_start`` (e.g. the
@@ -34,7 +34,7 @@ def solve_problem(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s
     problem
         The round (see :func:`~dltsched.formulations.build.build_round`).
     backend
-        A name of :data:`~dltsched.formulations.backend.BACKENDS`.
+        A name of :data:`~dltsched.formulations.backends.BACKENDS`.
     time_limit_s
         Wall-clock limit of the solver; default ``problem.options.time_limit_s``.
     warm_start

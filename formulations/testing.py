@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dltsched.engine.domain import Assignment, Cluster, ClusterState, Job, JobState, Node
-from dltsched.engine.predict import Predictors
+from dltsched.engine.domain.model import Assignment, Cluster, ClusterState, Job, JobState, Node
+from dltsched.engine.domain.predictors import Predictors
 from dltsched.formulations import RoundOptions, RoundProblem, build_round, check_plan
 from dltsched.formulations.result import RoundResult
 

@@ -11,8 +11,8 @@ import math
 import re
 from collections.abc import Sequence
 
-from dltsched.engine.domain import Cluster, Node, resolve_gpu_type
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Cluster, Node, resolve_gpu_type
 
 _GROUP = re.compile(
     r"^\s*(?P<type>[^:\s]+)\s*:\s*(?P<nodes>\d+)\s*[xX*]\s*(?P<gpus>\d+)\s*(?:@\s*(?P<gbps>[\d.]+))?\s*$"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dltsched.engine.errors import DataNotFoundError
+from dltsched.engine.domain.errors import DataNotFoundError
 
 ENV_VAR = "DLTSCHED_DATA"
 

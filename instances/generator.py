@@ -24,8 +24,8 @@ import math
 import random
 from dataclasses import asdict, dataclass, replace
 
-from dltsched.engine.domain import Cluster, Instance, Job
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Cluster, Instance, Job
 from dltsched.instances.clusters import DEFAULT_GPU_TYPES, mixed_cluster, parse_cluster_spec
 from dltsched.instances.readers.gavel_throughputs import GavelJobType, parse_job_type
 from dltsched.instances.reference import ReferenceStepTime, reference_step_time

@@ -2,7 +2,7 @@
 
 A trace says how long a job ran; an instance needs its work in iterations. Readers and the
 generator divide the duration by the job's isolated step time on a reference GPU type, taken from
-the simulator's own ground truth (:class:`~dltsched.engine.truth.MeasuredTruth`: Gavel's measured
+the simulator's own ground truth (:class:`~dltsched.engine.sim.truth.MeasuredTruth`: Gavel's measured
 steps/s where present, its analytic fallback elsewhere), so a job simulated alone on the reference
 GPU runs about as long as it did in the trace.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from dltsched.engine.domain import Job
-from dltsched.engine.truth import MeasuredTruth
+from dltsched.engine.domain.model import Job
+from dltsched.engine.sim.truth import MeasuredTruth
 from dltsched.instances.datadir import find_data_dir
 
 

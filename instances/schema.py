@@ -3,9 +3,9 @@
 A file looks like ``{"format": "dltsched-instance", "version": 1, "name", "metadata", "reference",
 "cluster": {"nodes": [...], "gpu_types": [...]}, "jobs": [...]}``; each job gives its work either
 as ``total_iterations`` or as ``epochs`` x ``iterations_per_epoch``. The pydantic models only
-check shapes and ranges; :mod:`dltsched.engine.domain` checks meaning (catalog names, sizes,
+check shapes and ranges; :mod:`dltsched.engine.domain.model` checks meaning (catalog names, sizes,
 duplicates). Every problem is raised as one-line
-:class:`~dltsched.engine.errors.ValidationError`, e.g. ``jobs[3].num_gpus: 0 not understood; must be >= 1``.
+:class:`~dltsched.engine.domain.errors.ValidationError`, e.g. ``jobs[3].num_gpus: 0 not understood; must be >= 1``.
 The published schema is ``instances/schema/instance-v1.schema.json`` (see :func:`json_schema`).
 """
 
@@ -23,8 +23,8 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from dltsched.engine.domain import Cluster, GpuType, Instance, Job, Node
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Cluster, GpuType, Instance, Job, Node
 
 FORMAT = "dltsched-instance"
 VERSION = 1
@@ -469,7 +469,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
 
 
 def _custom_gpu_types(cluster: Cluster) -> list[dict[str, Any]]:
-    from dltsched.instances.catalog import gpu_catalog
+    from dltsched.engine.domain.catalog import gpu_catalog
 
     catalog = gpu_catalog().items
     out = []
@@ -519,7 +519,7 @@ def save_instance(inst: Instance, path: str | os.PathLike[str]) -> Path:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
     except OSError as err:
-        from dltsched.engine.errors import write_problem
+        from dltsched.engine.domain.errors import write_problem
 
         raise ValidationError("--output", f"cannot write '{path}': {write_problem(p, err)}; give a writable file path") from None
     return p

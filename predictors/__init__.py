@@ -12,7 +12,7 @@ from typing import Any
 def default_predictors() -> Any:
     """The packaged predictor bundle (``engine.predict.Predictors``): DeletePop step time, IceFrog
     freezing, and the co-location predictor of ``predictors.colocation`` when it loads (else analytic)."""
-    from dltsched.engine.predict import Predictors
+    from dltsched.engine.domain.predictors import Predictors
     from dltsched.predictors.freezing import IceFrogFreezing
     from dltsched.predictors.steptime import DeletePopStepTime
 
@@ -22,7 +22,7 @@ def default_predictors() -> Any:
 
         colocation = default_colocation_predictor()
     except (ImportError, AttributeError):
-        from dltsched.engine.analytic import AnalyticColocation
+        from dltsched.predictors.analytic import AnalyticColocation
 
         colocation = AnalyticColocation()
     return Predictors(step, colocation, IceFrogFreezing(step))
@@ -30,8 +30,8 @@ def default_predictors() -> Any:
 
 def analytic_predictors() -> Any:
     """The catalog-based analytic bundle (``engine.analytic``): no trained data needed."""
-    from dltsched.engine.analytic import AnalyticColocation, AnalyticFreezing, AnalyticStepTime
-    from dltsched.engine.predict import Predictors
+    from dltsched.engine.domain.predictors import Predictors
+    from dltsched.predictors.analytic import AnalyticColocation, AnalyticFreezing, AnalyticStepTime
 
     step = AnalyticStepTime()
     return Predictors(step, AnalyticColocation(step), AnalyticFreezing())

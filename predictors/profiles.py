@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from dltsched.engine.errors import ValidationError
-from dltsched.instances.catalog import gpu_spec, model_catalog, normalize_name
+from dltsched.engine.domain.catalog import gpu_spec, model_catalog, normalize_name
+from dltsched.engine.domain.errors import ValidationError
 from dltsched.instances.datadir import data_file
 
 #: GPU id of Lucid's measurements (its GPU model is not recorded)

@@ -2,7 +2,7 @@
 solver ``backend`` every round and policy test runs on: each selected backend in turn.
 
 ``--backends cpsat,milp`` selects them (default: every exact backend of the formulations' registry,
-``dltsched.formulations.backend.EXACT_BACKENDS``).
+``dltsched.formulations.backends.EXACT_BACKENDS``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="dltsched-mpl-"))
 os.environ.setdefault("IPYTHONDIR", tempfile.mkdtemp(prefix="dltsched-ipy-"))
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from dltsched.formulations.backend import BACKENDS, EXACT_BACKENDS  # noqa: E402
+from dltsched.formulations.backends import BACKENDS, EXACT_BACKENDS  # noqa: E402
 from dltsched.instances.datadir import find_data_dir  # noqa: E402
 
 _DATA = find_data_dir(required=False)

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from itertools import compress
 from operator import is_not
 
-from dltsched.engine.domain import Assignment, ClusterState, Job, Plan
+from dltsched.engine.domain.model import Assignment, ClusterState, Job, Plan
+from dltsched.engine.domain.predictors import Predictors, memory_observations_version
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.predict import Predictors, memory_observations_version
 from dltsched.predictors import available_predictors
 
 #: what a GPU holds, as far as packing is concerned: its GPU type and a number standing for its jobs' kinds

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 from ortools.linear_solver import pywraplp
 
-from dltsched.engine.domain import Assignment, ClusterState, JobState, Plan
+from dltsched.engine.domain.model import Assignment, ClusterState, JobState, Plan
+from dltsched.engine.domain.predictors import Predictors
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.predict import Predictors
 from dltsched.predictors import available_predictors
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dltsched.engine.domain import Assignment, ClusterState, Job, JobState, Plan
+from dltsched.engine.domain.model import Assignment, ClusterState, Job, JobState, Plan
+from dltsched.engine.domain.predictors import Predictors, learned_memory_mib
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.predict import Predictors, learned_memory_mib
 from dltsched.predictors import available_predictors
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dltsched.engine.domain import Assignment, ClusterState, Job, JobState, Plan
+from dltsched.engine.domain.model import Assignment, ClusterState, Job, JobState, Plan
+from dltsched.engine.domain.predictors import Predictors
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.predict import Predictors
 from dltsched.predictors import available_predictors
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dltsched.engine.domain import Assignment, ClusterState, Job, Plan
+from dltsched.engine.domain.model import Assignment, ClusterState, Job, Plan
+from dltsched.engine.domain.predictors import Predictors
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.predict import Predictors
 from dltsched.predictors import available_predictors
 
 #: reference partners for the sensitivity classes (Gavel's models at common batch sizes)

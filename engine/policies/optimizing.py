@@ -1,8 +1,8 @@
 """The rolling-horizon optimizing policy: every round is a CP-SAT or MILP model over co-location and freezing.
 
 At each decision point (arrival, completion, failure, or the ``round_interval_s`` tick) the policy hands
-the snapshot to its :class:`~dltsched.engine.protocols.RoundSolver` (the application passes
-:class:`dltsched.engine.api.ConfiguredSolver`, i.e. :func:`dltsched.engine.api.solve_round`), which builds the round's
+the snapshot to its :class:`~dltsched.engine.domain.protocols.RoundSolver` (the application passes
+:class:`dltsched.engine.app.api.ConfiguredSolver`, i.e. :func:`dltsched.engine.app.api.solve_round`), which builds the round's
 :class:`~dltsched.formulations.RoundProblem` from the predictors, solves it with ``config.backend`` under
 ``config.time_limit_s`` warm-started from the current placements, checks the plan with the
 solver-independent checker and falls back to a greedy plan when the solver gives nothing usable. A round
@@ -34,12 +34,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dltsched.engine.domain import Assignment, ClusterState, JobState, Plan
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Assignment, ClusterState, JobState, Plan
+from dltsched.engine.domain.predictors import Predictors, memoized
+from dltsched.engine.domain.protocols import RoundSolver
 from dltsched.engine.policies.greedy import place_exclusive
 from dltsched.engine.policies.placement import Estimates
-from dltsched.engine.predict import Predictors, memoized
-from dltsched.engine.protocols import RoundSolver
 from dltsched.predictors import available_predictors
 
 
@@ -48,7 +48,7 @@ class OptimizingPolicy:
     """Rolling-horizon co-location + freezing optimizer (see module docstring).
 
     ``solver`` decides the solving rounds (the registry's factory,
-    :func:`dltsched.engine.api.optimizing_policy`, passes one built from its solve settings);
+    :func:`dltsched.engine.app.api.optimizing_policy`, passes one built from its solve settings);
     ``predictors`` price the rounds and the greedy starts between them (default: the packaged ones).
     """
 

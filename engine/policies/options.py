@@ -1,10 +1,10 @@
 """Typed options of every registered policy (pydantic models), checked before a policy is built.
 
 Each policy declares the options a user may set (``--option KEY=VALUE`` on the command line, keyword
-arguments of :func:`dltsched.engine.registry.make_policy`) as a strict pydantic model: no string or
+arguments of :func:`dltsched.engine.app.registry.make_policy`) as a strict pydantic model: no string or
 bool where a number is meant, no NaN or infinity, every magnitude bounded. An unknown key, a key the
 policy does not take, or a value of the wrong type or out of range is one
-:class:`~dltsched.engine.errors.ValidationError` naming the option and what is allowed. Only the options
+:class:`~dltsched.engine.domain.errors.ValidationError` naming the option and what is allowed. Only the options
 given are passed on; the policy's own defaults fill the rest.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
 
 #: longest interval between decision rounds, and longest wait before batching events: 10^7 s (~116 days)
 MAX_INTERVAL_S = 1e7

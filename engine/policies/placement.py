@@ -7,8 +7,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from dltsched.engine.domain import Cluster, ClusterState, Job
-from dltsched.engine.predict import Predictors, learned_memory_mib, memory_observations_version
+from dltsched.engine.domain.model import Cluster, ClusterState, Job
+from dltsched.engine.domain.predictors import Predictors, learned_memory_mib, memory_observations_version
 
 
 @dataclass(slots=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from dltsched.engine.domain import Cluster, Instance
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Cluster, Instance
 from dltsched.instances.readers.common import Window
 
 

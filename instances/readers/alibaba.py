@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import os
 
-from dltsched.engine.domain import Cluster, Instance, Node
+from dltsched.engine.domain.model import Cluster, Instance, Node
 from dltsched.instances.datadir import data_file
 from dltsched.instances.readers.common import TraceJob, Window, assign_gavel_models, build_instance
 

@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from dltsched.engine.domain import Cluster, Instance, Job
-from dltsched.engine.errors import ValidationError
-from dltsched.engine.hashing import hash_unit
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.hashing import hash_unit
+from dltsched.engine.domain.model import Cluster, Instance, Job
 from dltsched.instances.clusters import default_cluster_for, format_cluster_spec, parse_cluster_spec
 from dltsched.instances.reference import ReferenceStepTime, reference_step_time
 

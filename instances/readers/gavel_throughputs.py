@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from dltsched.instances.catalog import model_catalog
+from dltsched.engine.domain.catalog import model_catalog
 from dltsched.instances.datadir import data_file
 
 _JOB_TYPE = re.compile(r"^(?P<name>.+?)(?: \(batch size (?P<bs>\d+)\))?$")

@@ -13,7 +13,7 @@ from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
-from dltsched.engine.domain import Cluster, Instance
+from dltsched.engine.domain.model import Cluster, Instance
 from dltsched.instances.datadir import data_file
 from dltsched.instances.readers.common import TraceJob, Window, assign_gavel_models, build_instance
 

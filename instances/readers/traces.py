@@ -21,8 +21,8 @@ import math
 import os
 from pathlib import Path
 
-from dltsched.engine.domain import Cluster, Instance
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Cluster, Instance
 from dltsched.instances.datadir import data_file
 from dltsched.instances.readers.common import TraceJob, Window, build_instance
 from dltsched.instances.readers.gavel_throughputs import parse_job_type

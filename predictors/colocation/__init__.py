@@ -2,7 +2,7 @@
 
 Importing this package never imports torch; only ``train`` and ``egat`` need it.
 :func:`default_colocation_predictor` returns the engine-facing
-:class:`~dltsched.engine.predict.ColocationPredictor`: the shipped table exported from the
+:class:`~dltsched.engine.domain.predictors.ColocationPredictor`: the shipped table exported from the
 ensemble of E-GGAT and GBT trained on Gavel's pairs (MIT-licensed data only), with the fallbacks
 documented in ``table``; ``eggat_gavel.safetensors`` is its E-GGAT member.
 """

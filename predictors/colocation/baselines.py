@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dltsched.engine.domain import Job
-from dltsched.engine.predict import StepTimePredictor
-from dltsched.instances.catalog import gpu_spec, model_spec
+from dltsched.engine.domain.catalog import gpu_spec, model_spec
+from dltsched.engine.domain.model import Job
+from dltsched.engine.domain.predictors import StepTimePredictor
 from dltsched.predictors.colocation.features import (
     CONTENTION_LOG_SPEED,
     Group,
@@ -107,7 +107,7 @@ def default_step_time() -> StepTimePredictor:
 
         return DeletePopStepTime()  # type: ignore[no-any-return]
     except (ImportError, AttributeError):
-        from dltsched.engine.analytic import AnalyticStepTime
+        from dltsched.predictors.analytic import AnalyticStepTime
 
         return AnalyticStepTime()
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
 from dltsched.predictors.colocation.features import Group
 from dltsched.predictors.colocation.metrics import GroupPrediction
 from dltsched.predictors.colocation.samples import ColocDataset

@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dltsched.engine.errors import ValidationError
-from dltsched.instances.catalog import gpu_spec, model_spec
+from dltsched.engine.domain.catalog import gpu_spec, model_spec
+from dltsched.engine.domain.errors import ValidationError
 from dltsched.predictors.colocation.samples import (
     LUCID_GPU,
     LUCID_PROXY_GPU,

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from functools import cache
 
-from dltsched.instances.catalog import model_spec
+from dltsched.engine.domain.catalog import model_spec
 
 OP_CLASSES = ("conv", "matmul", "attention", "norm", "elementwise", "pool", "embedding", "rnn", "reduction", "other")
 _FAMILY_CLASS = {"cnn": "conv", "transformer": "attention", "rnn": "rnn", "recsys": "embedding"}

@@ -45,9 +45,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dltsched.engine.domain import Job
-from dltsched.engine.errors import ValidationError
-from dltsched.instances.catalog import gpu_spec, model_spec
+from dltsched.engine.domain.catalog import gpu_spec, model_spec
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Job
 from dltsched.predictors.colocation.features import Group, check_group, group_of, resolve_gpu
 from dltsched.predictors.colocation.jsontrees import JsonTrees, fit_trees
 from dltsched.predictors.colocation.metrics import GroupPrediction

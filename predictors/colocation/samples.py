@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dltsched.engine.errors import ValidationError
-from dltsched.instances.catalog import model_catalog, normalize_name
+from dltsched.engine.domain.catalog import model_catalog, normalize_name
+from dltsched.engine.domain.errors import ValidationError
 from dltsched.instances.datadir import data_file
 
 #: pseudo GPU id of Lucid's measurements (GPU model not recorded)

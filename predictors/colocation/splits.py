@@ -12,7 +12,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
 from dltsched.predictors.colocation.samples import ColocDataset
 
 SPLIT_KINDS = ("model", "gpu", "random")

@@ -28,8 +28,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dltsched.engine.domain import Job
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Job
 from dltsched.predictors.colocation.baselines import AnalyticContention, as_job
 from dltsched.predictors.colocation.features import Group, check_group, resolve_gpu
 from dltsched.predictors.colocation.metrics import GroupPrediction
@@ -56,7 +56,7 @@ def group_key(gpu: str, jobs: Sequence[JobSpec]) -> str:
 
 def parse_job(text: str) -> JobSpec:
     """``MODEL:BATCH[:amp]`` -> JobSpec (model names resolve through the catalog)."""
-    from dltsched.instances.catalog import model_catalog
+    from dltsched.engine.domain.catalog import model_catalog
 
     parts = text.split(":")
     if len(parts) not in (2, 3) or not parts[1].isdigit() or (len(parts) == 3 and parts[2].lower() != "amp"):

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from dltsched.engine.errors import ValidationError
-from dltsched.instances.catalog import model_spec
+from dltsched.engine.domain.catalog import model_spec
+from dltsched.engine.domain.errors import ValidationError
 from dltsched.predictors.colocation.egat import EGGAT, collate, group_graph
 from dltsched.predictors.colocation.features import (
     Group,

@@ -15,8 +15,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from dltsched.engine.domain import Job
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Job
 from dltsched.predictors.steptime import DeletePopStepTime
 
 
@@ -50,7 +50,7 @@ class IceFrogFreezing:
         return int(graph_record(job.model, job.dataset)["num_layers"])
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
-        from dltsched.instances.catalog import model_spec
+        from dltsched.engine.domain.catalog import model_spec
 
         levels = self.num_freeze_levels(job)
         if not isinstance(freeze_level, int) or not 0 <= freeze_level < levels:

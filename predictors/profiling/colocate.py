@@ -17,7 +17,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from dltsched.engine.errors import DltschedError, ValidationError
+from dltsched.engine.domain.errors import DltschedError, ValidationError
 from dltsched.predictors.profiling.nvml import UtilSampler
 
 

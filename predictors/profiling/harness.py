@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from dltsched.engine.errors import DltschedError
+from dltsched.engine.domain.errors import DltschedError
 
 
 def _device(require_gpu: bool) -> Any:
@@ -57,7 +57,7 @@ def build_training(model: str, dataset: str | None, batch_size: int, device: Any
     """A :class:`Training` of zoo ``model`` (id or alias) on ``dataset`` (default: the model's)."""
     import torch
 
-    from dltsched.instances.catalog import model_catalog
+    from dltsched.engine.domain.catalog import model_catalog
     from dltsched.predictors.zoo.extract import NET_MODULES  # noqa: F401 - registers the builders
     from dltsched.predictors.zoo.nets_base import BUILDERS
 

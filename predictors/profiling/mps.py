@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from dltsched.engine.errors import DltschedError
+from dltsched.engine.domain.errors import DltschedError
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
 

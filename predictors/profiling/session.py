@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dltsched.engine.errors import DltschedError, ValidationError
+from dltsched.engine.domain.errors import DltschedError, ValidationError
 from dltsched.predictors.profiling.colocate import GroupRun, ProfiledJob, WorkerPool
 from dltsched.predictors.profiling.dataset import write_dataset
 from dltsched.predictors.profiling.mps import mps_control_binary, mps_daemon
@@ -37,7 +37,7 @@ def sample_groups(jobs: tuple[ProfiledJob, ...], size: int, count: int, seed: in
 
 def catalog_gpu(name: str) -> str:
     """Catalog GPU id of a CUDA device name (``"NVIDIA H100 80GB HBM3"`` -> ``h100``), else the name."""
-    from dltsched.instances.catalog import gpu_catalog
+    from dltsched.engine.domain.catalog import gpu_catalog
 
     stripped = re.sub(r"^(nvidia|tesla|geforce|quadro)\s+", "", name.strip().lower())
     stripped = re.sub(r"^(tesla|geforce|quadro)\s+", "", stripped)

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
-from dltsched.engine.domain import Job
+from dltsched.engine.domain.model import Job
 from dltsched.predictors.steptime.aggregates import COMPUTE_GROUPS, aggregates
 from dltsched.predictors.steptime.measurements import Measurement
 from dltsched.predictors.steptime.model import (
@@ -82,7 +82,7 @@ def job_of(m: Measurement) -> Job:
     """The job of a measurement; a ``seq_len`` without a dataset picks the model's ``seq<N>`` dataset."""
     dataset = m.dataset
     if dataset is None and m.seq_len is not None:
-        from dltsched.instances.catalog import model_spec
+        from dltsched.engine.domain.catalog import model_spec
 
         if f"seq{m.seq_len}" in model_spec(m.model).datasets:
             dataset = f"seq{m.seq_len}"

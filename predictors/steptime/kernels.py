@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
 
 KERNEL_MODEL_FILE = "kernel_model.json"
 KERNEL_FORMAT_VERSION = 1
@@ -93,7 +93,7 @@ DEFAULT_L2_MIB = 6.0
 
 
 def kernel_gpu(gpu: Any) -> KernelGpu:
-    """The :class:`KernelGpu` of a catalog :class:`~dltsched.engine.domain.GpuType`."""
+    """The :class:`KernelGpu` of a catalog :class:`~dltsched.engine.domain.model.GpuType`."""
     tf32 = gpu.fp16_tensor_tflops / 2.0 if gpu.architecture in TF32_ARCHITECTURES else 0.0
     return KernelGpu(gpu.id, int(gpu.sm_count), float(gpu.fp32_tflops), float(gpu.memory_bandwidth_gbs), tf32,
                      float(gpu.fp16_tensor_tflops), L2_MIB.get(gpu.id, DEFAULT_L2_MIB))

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
 from dltsched.instances.datadir import data_file
 
 #: what a measured step time covers (kept equal to ``model.SCOPES``; not imported to keep this module light)
@@ -159,7 +159,7 @@ def _deepbench_tflops(path: Path) -> dict[str, list[float]]:
 
 def deepbench_kernel_efficiency(data_dir: str | os.PathLike[str] | None = None) -> dict[str, dict[str, float]]:
     """Achieved / peak FP32 throughput per catalog GPU id and kernel kind (median over DeepBench shapes)."""
-    from dltsched.instances.catalog import gpu_spec
+    from dltsched.engine.domain.catalog import gpu_spec
 
     out = {}
     base = data_file("deepbench", "csv", data_dir=data_dir)
@@ -194,7 +194,7 @@ CPU_DEVICE = "cpu"
 
 def _check_names(row: dict[str, str], where: str) -> None:
     """One line naming the unknown model or GPU and its close matches (the catalogs' difflib hints)."""
-    from dltsched.instances.catalog import gpu_catalog, model_catalog
+    from dltsched.engine.domain.catalog import gpu_catalog, model_catalog
 
     for column, catalog in (("model", model_catalog()), ("gpu", gpu_catalog())):
         if column == "gpu" and row[column] == CPU_DEVICE:

@@ -35,8 +35,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dltsched.engine.domain import GpuType, Job
-from dltsched.engine.errors import DltschedError, ValidationError
+from dltsched.engine.domain.errors import DltschedError, ValidationError
+from dltsched.engine.domain.model import GpuType, Job
 from dltsched.predictors.steptime.aggregates import COMPUTE_GROUPS, Aggregates, aggregates, work_table
 from dltsched.predictors.zoo.graphs import resolve
 
@@ -115,7 +115,7 @@ class StepBreakdown:
 
 def gpu_spec_checked(name: str) -> GpuType:
     """The catalog spec of GPU type ``name``; an unknown name raises :class:`ValidationError` at ``gpu_type``."""
-    from dltsched.instances.catalog import gpu_spec
+    from dltsched.engine.domain.catalog import gpu_spec
 
     try:
         return gpu_spec(name)

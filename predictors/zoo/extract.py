@@ -159,7 +159,7 @@ def _slope(a: float, b: float) -> float:
 
 def extract_graph(model: str, dataset: str | None = None) -> nx.DiGraph:
     """Operator graph of zoo ``model`` on ``dataset`` (costs per sample; see graphs.load_graph)."""
-    from dltsched.instances.catalog import model_catalog
+    from dltsched.engine.domain.catalog import model_catalog
 
     spec = model_catalog().get(model)
     dataset = dataset or spec.default_dataset
@@ -192,7 +192,7 @@ def extract_graph(model: str, dataset: str | None = None) -> nx.DiGraph:
 
 def build_model_graphs(model: str) -> str:
     """Extract the graphs of ``model`` on every catalog dataset and write its shipped JSON file."""
-    from dltsched.instances.catalog import model_catalog
+    from dltsched.engine.domain.catalog import model_catalog
 
     spec = model_catalog().get(model)
     path = write_graph_file(spec.id, {d: extract_graph(spec.id, d) for d in spec.datasets})

@@ -22,7 +22,7 @@ from typing import Any
 
 import networkx as nx
 
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
 
 FORMAT_VERSION = 1
 COLUMNS = ("op", "op_class", "layer", "fwd_flops", "bwd_flops", "bytes_read", "bytes_written", "activation_bytes",
@@ -77,7 +77,7 @@ def _read_file(model: str) -> dict[str, Any]:
 
 def resolve(model: str, dataset: str | None = None) -> tuple[str, str]:
     """Canonical (model id, dataset) from a name or alias; raises ValidationError naming the field."""
-    from dltsched.instances.catalog import model_catalog
+    from dltsched.engine.domain.catalog import model_catalog
 
     try:
         spec = model_catalog().get(model)
@@ -111,6 +111,6 @@ def load_graph(model: str, dataset: str | None = None) -> nx.DiGraph:
 
 def zoo_models() -> tuple[str, ...]:
     """Canonical ids of every model with a shipped graph file, in catalog order."""
-    from dltsched.instances.catalog import model_catalog
+    from dltsched.engine.domain.catalog import model_catalog
 
     return tuple(m for m in model_catalog().ids() if graph_path(m).is_file())

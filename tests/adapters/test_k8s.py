@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from dltsched.engine.adapters.k8s import K8sExtender, k8s_router, node_info, pod_gpus, pod_job_spec
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.app.adapters.k8s import K8sExtender, k8s_router, node_info, pod_gpus, pod_job_spec
+from dltsched.engine.domain.errors import ValidationError
 
 fastapi = pytest.importorskip("fastapi")
 testclient = pytest.importorskip("fastapi.testclient")
@@ -140,7 +140,7 @@ def test_bind_without_binder_or_with_a_failing_one_reports_error() -> None:
 
 def test_service_serves_the_extender_endpoints() -> None:
     """The service mounts the extender router: its error handlers answer bad bodies as 400."""
-    from dltsched.engine.service import create_app
+    from dltsched.engine.app.service.server import create_app
 
     app = create_app()
     client = testclient.TestClient(app)

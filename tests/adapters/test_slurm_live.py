@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from dltsched.engine.adapters.slurm import JobSpec, format_comment, parse_squeue_json
+from dltsched.engine.app.adapters.slurm import JobSpec, format_comment, parse_squeue_json
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -128,7 +128,7 @@ def _daemon(tmp: Path, *, wait_ready: bool = True) -> subprocess.Popen[bytes]:
     state file is written), so start-up time does not count in the jobs' JCT."""
     state = tmp / "state.json"
     ready_before = state.stat().st_mtime_ns if state.exists() else None
-    cmd = [sys.executable, "-m", "dltsched.engine.cli", "-v", "slurm", "--partition", PARTITION, "--poll", "1",
+    cmd = [sys.executable, "-m", "dltsched.engine.app.cli.main", "-v", "slurm", "--partition", PARTITION, "--poll", "1",
            "--solver-time-limit", "2", "--state-file", str(state), "--events", str(tmp / "events.jsonl")]
     proc = subprocess.Popen(cmd, stdout=(tmp / "daemon.out").open("ab"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dltsched.engine.adapters.slurm import (
+from dltsched.engine.app.adapters.slurm import (
     Action,
     DaemonOptions,
     JobSpec,
@@ -28,7 +28,7 @@ from dltsched.engine.adapters.slurm import (
     parse_squeue_json,
     plan_actions,
 )
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
 
 DATA = Path(__file__).parent / "data"
 
@@ -232,14 +232,14 @@ def test_corrupt_state_file_falls_back_to_slurm(tmp_path: Path) -> None:
 
 
 def test_cli_rejects_bad_settings_with_exit_2() -> None:
-    from dltsched.engine.cli import main
+    from dltsched.engine.app.cli.main import main
 
     assert main(["slurm", "--once", "--backend", "quantum"]) == 2
 
 
 def test_cli_without_slurm_or_with_slurm_down_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    from dltsched.engine.cli import main
+    from dltsched.engine.app.cli.main import main
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no squeue here
     assert main(["slurm", "--once", "--state-file", str(tmp_path / "s.json")]) == 2

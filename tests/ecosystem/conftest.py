@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dltsched.engine.domain import Assignment, Cluster, ClusterState, Job, JobState, Node
+from dltsched.engine.domain.model import Assignment, Cluster, ClusterState, Job, JobState, Node
 
 MODELS = (("resnet18", 128), ("resnet50", 64), ("transformer", 128), ("lstm_lm", 20), ("recoder", 1024), ("a3c", 4))
 
@@ -66,7 +66,7 @@ def live_server() -> Iterator[str]:
     import httpx
     import uvicorn
 
-    from dltsched.engine.service import ServiceConfig, create_app
+    from dltsched.engine.app.service.server import ServiceConfig, create_app
 
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(ServiceConfig(max_body_bytes=1024 * 1024)),

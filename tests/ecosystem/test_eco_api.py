@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dltsched.engine.api import (
+from dltsched.engine.app.api import (
     ConfiguredSolver,
     SolveConfig,
     initial_state,
@@ -12,8 +12,8 @@ from dltsched.engine.api import (
     simulate_instance,
     solve_round,
 )
-from dltsched.engine.domain import Cluster, ClusterState, Job, JobState, Plan
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Cluster, ClusterState, Job, JobState, Plan
 from dltsched.engine.policies.optimizing import OptimizingPolicy
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dltsched.engine.batch import (
+from dltsched.engine.app.batch import (
     TIMING_COLUMNS,
     BatchItem,
     ResultTable,
@@ -17,8 +17,8 @@ from dltsched.engine.batch import (
     parse_seeds,
     run_batch,
 )
-from dltsched.engine.cli import main
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.app.cli.main import main
+from dltsched.engine.domain.errors import ValidationError
 
 
 def _rows(path: Path) -> dict[str, dict[str, str]]:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from dltsched.engine.cli import main
-from dltsched.engine.experiments import load_experiment
+from dltsched.engine.app.cli.main import main
+from dltsched.engine.app.experiments import load_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "instances" / "examples" / "tiny-6jobs-4gpus.json"
@@ -166,7 +166,7 @@ num_jobs = 5
 num_gpus = 4
 gpus_per_node = 2
 """))
-    from dltsched.engine.experiments import load_workload
+    from dltsched.engine.app.experiments import load_workload
 
     first, second = load_workload(exp, 0), load_workload(exp, 1)
     assert len(first.jobs) == len(second.jobs) == 5 and first.cluster.num_gpus == 4

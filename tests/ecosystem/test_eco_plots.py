@@ -6,9 +6,15 @@ import json
 
 import pytest
 
-from dltsched.engine.api import simulate_instance
-from dltsched.engine.cli import main
-from dltsched.engine.plots import figures_for, plot_gantt, plot_pred_vs_measured, plot_solve_scaling, render
+from dltsched.engine.app.api import simulate_instance
+from dltsched.engine.app.cli.main import main
+from dltsched.engine.app.plots import (
+    figures_for,
+    plot_gantt,
+    plot_pred_vs_measured,
+    plot_solve_scaling,
+    render,
+)
 
 
 @pytest.fixture(scope="module")

@@ -22,13 +22,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from dltsched.engine import service
-from dltsched.engine.api import SolveConfig
-from dltsched.engine.cli import main
-from dltsched.engine.errors import ValidationError
-from dltsched.engine.service import ServiceConfig, create_app, make_server
-from dltsched.engine.service_guard import check_bind
-from dltsched.engine.service_models import state_to_request
+from dltsched.engine.app.api import SolveConfig
+from dltsched.engine.app.cli.main import main
+from dltsched.engine.app.service import server as service
+from dltsched.engine.app.service.guard import check_bind
+from dltsched.engine.app.service.models import state_to_request
+from dltsched.engine.app.service.server import ServiceConfig, create_app, make_server
+from dltsched.engine.domain.errors import ValidationError
 
 TOKEN = "t0ken-for-tests"
 
@@ -488,7 +488,7 @@ def test_read_timeouts_are_counted(guarded):
 def test_solver_failure_answers_the_fallback_plan(make_state, monkeypatch):
     """A crash inside the solve gives the fallback policy's plan, marked, never an error."""
     import dltsched.formulations as formulations
-    from dltsched.engine.service_worker import solve_until
+    from dltsched.engine.app.service.worker import solve_until
 
     def broken(*args, **kwargs):
         raise RuntimeError("solver exploded")
@@ -502,7 +502,7 @@ def test_solver_failure_answers_the_fallback_plan(make_state, monkeypatch):
 
 def test_worker_out_of_memory_answers_the_fallback_plan(make_state):
     """A solver process over its memory limit fails; the request still gets a (fallback) plan."""
-    from dltsched.engine.service_worker import solve_in_worker
+    from dltsched.engine.app.service.worker import solve_in_worker
 
     state = make_state(200, 256, seed=8)
     outcome = solve_in_worker(state, SolveConfig(backend="cpsat", time_limit_s=20), time.monotonic() + 20,
@@ -516,7 +516,7 @@ def test_worker_out_of_memory_answers_the_fallback_plan(make_state):
 def test_bench_service_reports_answers_and_closed_slow_connections():
     from click.testing import CliRunner
 
-    from dltsched.engine.cli import cli
+    from dltsched.engine.app.cli.main import cli
 
     result = CliRunner().invoke(cli, ["bench", "service", "--requests", "3", "--jobs", "20", "--gpus", "16",
                                       "--slow", "3", "--read-timeout", "1", "--no-deadline-figures", "--json"])

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dltsched.engine.cli import main
-from dltsched.engine.registry import policy_names
+from dltsched.engine.app.cli.main import main
+from dltsched.engine.app.registry import policy_names
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "instances" / "examples"
 FAST_EXAMPLES = ("tiny-4jobs-2gpus.json", "tiny-6jobs-4gpus.json", "default.json")

@@ -7,9 +7,9 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from dltsched.engine.domain import Cluster, Instance, Job, Node
-from dltsched.engine.predict import Predictors, StepTimePredictor
-from dltsched.engine.registry import predictors as predictor_bundle
+from dltsched.engine.app.registry import predictors as predictor_bundle
+from dltsched.engine.domain.model import Cluster, Instance, Job, Node
+from dltsched.engine.domain.predictors import Predictors, StepTimePredictor
 
 GAVEL_JOBS = (("resnet18", 128), ("resnet50", 64), ("transformer", 128), ("lstm_lm", 20),
               ("recoder", 1024), ("a3c", 4), ("cyclegan", 1), ("resnet18", 32))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dltsched.engine.registry import predictors
+from dltsched.engine.app.registry import predictors
 from dltsched.formulations.bench import synthetic_state
 from dltsched.formulations.build import build_round
 from dltsched.formulations.problem import RoundOptions
@@ -29,7 +29,7 @@ def test_same_round_same_plan(backend, jobs, gpus):
 
 
 def test_deterministic_must_be_a_bool():
-    from dltsched.engine.errors import ValidationError
+    from dltsched.engine.domain.errors import ValidationError
 
     with pytest.raises(ValidationError, match="options.deterministic"):
         RoundOptions(deterministic="yes")  # type: ignore[arg-type]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dltsched.engine.domain import Assignment, Plan
+from dltsched.engine.domain.model import Assignment, Plan
 from dltsched.formulations import RoundOptions, check_plan, solve_problem
-from dltsched.formulations.backend import BackendOutcome
+from dltsched.formulations.backends import BackendOutcome
 from dltsched.formulations.candidates import build_candidates, objective_of
 from dltsched.formulations.solve import finish, starting_selection
 from dltsched.formulations.testing import Tables, checked, job, make_round
@@ -219,7 +219,7 @@ def test_ortools_and_highspy_load_in_one_process() -> None:
     import highspy
     from ortools.sat.python import cp_model
 
-    from dltsched.formulations.milp.model import solve as milp_solve
+    from dltsched.formulations.backends.milp import solve as milp_solve
 
     model = cp_model.CpModel()
     x = model.new_bool_var("x")

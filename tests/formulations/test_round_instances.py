@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from dltsched.engine.app.cli.solve import load_round
 from dltsched.formulations import RoundOptions, solve_problem
-from dltsched.formulations.cli import load_round
 from dltsched.formulations.oracle import brute_force
 from dltsched.formulations.testing import checked
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dltsched.engine.domain import Assignment, Job, Plan
-from dltsched.engine.errors import InvalidPlanError, ValidationError
-from dltsched.engine.registry import predictors
+from dltsched.engine.app.registry import predictors
+from dltsched.engine.domain.errors import InvalidPlanError, ValidationError
+from dltsched.engine.domain.model import Assignment, Job, Plan
 from dltsched.formulations import (
     RoundOptions,
     RoundProblem,

@@ -1,5 +1,5 @@
 """Hostile checkpoints: every corrupted, truncated, foreign or inconsistent checkpoint file is refused with
-one :class:`~dltsched.engine.checkpoint.CheckpointError` from the API, and one line with exit code 2 from
+one :class:`~dltsched.engine.sim.checkpoint.CheckpointError` from the API, and one line with exit code 2 from
 ``dltsched simulate --checkpoint`` - never a traceback, never a silent resume.
 
 The base checkpoint is a real mid-run one (a faulted FIFO run of a small instance, written by the CLI);
@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from dltsched.engine.checkpoint import CheckpointError, read_checkpoint, seal
-from dltsched.engine.cli import main
-from dltsched.engine.domain import Cluster, Instance, Job, Node
-from dltsched.engine.faults import FaultConfig
-from dltsched.engine.registry import make_policy, predictors
-from dltsched.engine.simulator import SimulationConfig, Simulator
-from dltsched.engine.truth import MeasuredTruth
+from dltsched.engine.app.cli.main import main
+from dltsched.engine.app.registry import make_policy, predictors
+from dltsched.engine.domain.model import Cluster, Instance, Job, Node
+from dltsched.engine.sim.checkpoint import CheckpointError, read_checkpoint, seal
+from dltsched.engine.sim.faults import FaultConfig
+from dltsched.engine.sim.simulator import SimulationConfig, Simulator
+from dltsched.engine.sim.truth import MeasuredTruth
 from dltsched.instances.schema import save_instance
 
 SEED = 3

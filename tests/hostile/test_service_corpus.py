@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from dltsched.engine.api import SolveConfig
-from dltsched.engine.service import ServiceConfig, make_server
+from dltsched.engine.app.api import SolveConfig
+from dltsched.engine.app.service.server import ServiceConfig, make_server
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
 from dltsched.instances.clusters import (
     default_cluster_for,
     format_cluster_spec,
@@ -130,7 +130,7 @@ def test_default_example_matches_the_demo_brief() -> None:
 def test_shipped_examples_regenerate_identically(
     path: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dltsched.engine.cli import main
+    from dltsched.engine.app.cli.main import main
 
     inst = load_instance(path)
     args = shlex.split(inst.metadata["generated_by"])[1:]

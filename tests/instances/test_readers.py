@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dltsched.engine.cli import main
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.app.cli.main import main
+from dltsched.engine.domain.errors import ValidationError
 from dltsched.instances.generator import GAVEL_JOB_TYPES
 from dltsched.instances.readers import read_workload, workload_names
 from dltsched.instances.readers.gavel_throughputs import parse_job_type

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
 from dltsched.instances.generator import GeneratorSpec, generate_instance
 from dltsched.instances.schema import (
     dumps_instance,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dltsched.engine.domain import Job
-from dltsched.instances.catalog import model_catalog
+from dltsched.engine.domain.catalog import model_catalog
+from dltsched.engine.domain.model import Job
 from dltsched.predictors.freezing import IceFrogFreezing
 from dltsched.predictors.zoo import zoo_models
 

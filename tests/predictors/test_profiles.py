@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
 from dltsched.predictors.profiles import (
     LUCID_GPU,
     JobProfile,

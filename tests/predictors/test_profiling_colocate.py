@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dltsched.engine.cli import main
+from dltsched.engine.app.cli.main import main
 from dltsched.predictors.profiling.colocate import ProfiledJob, parse_group
 from dltsched.predictors.profiling.session import catalog_gpu, sample_groups
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dltsched.engine.domain import Job
+from dltsched.engine.domain.model import Job
 from dltsched.predictors.steptime import DeletePopStepTime
 from dltsched.predictors.steptime import calibrate as cal
 from dltsched.predictors.steptime import measurements as ms

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dltsched.instances.catalog import gpu_spec
+from dltsched.engine.domain.catalog import gpu_spec
 from dltsched.predictors.steptime import kernels as kn
 from dltsched.predictors.steptime import neusight as ns
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from dltsched.engine.domain import Job
-from dltsched.engine.errors import ValidationError
-from dltsched.engine.predict import FreezingPredictor, StepTimePredictor
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Job
+from dltsched.engine.domain.predictors import FreezingPredictor, StepTimePredictor
 from dltsched.predictors import default_predictors
 from dltsched.predictors.steptime import DeletePopStepTime, MemoryFitError
 
@@ -66,7 +66,7 @@ def test_clear_errors():
 
 
 def test_prediction_needs_no_torch():
-    code = ("import sys; from dltsched.predictors import default_predictors; from dltsched.engine.domain import Job;"
+    code = ("import sys; from dltsched.predictors import default_predictors; from dltsched.engine.domain.model import Job;"
             "p = default_predictors(); p.step_time.step_time_s(Job(id='a', model='gpt2', batch_size=4, "
             "total_iterations=1.0), 'a100'); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -74,7 +74,7 @@ def test_prediction_needs_no_torch():
 
 
 def test_ten_thousand_predictions_run():
-    from dltsched.predictors.cli import time_predictions
+    from dltsched.engine.app.cli.predict import time_predictions
 
     out = time_predictions(2_000)
     assert out["pairs"] == out["colocation_groups"] == 2_000
@@ -83,7 +83,7 @@ def test_ten_thousand_predictions_run():
 
 @pytest.mark.slow
 def test_benchmark_ten_thousand_predictions(benchmark):
-    from dltsched.predictors.cli import time_predictions
+    from dltsched.engine.app.cli.predict import time_predictions
 
     out = benchmark.pedantic(time_predictions, args=(10_000,), rounds=1, iterations=1)
     assert out["pairs"] == 10_000

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from dltsched.engine.domain import Job
-from dltsched.engine.errors import ValidationError
-from dltsched.instances.catalog import gpu_spec
+from dltsched.engine.domain.catalog import gpu_spec
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Job
 from dltsched.predictors.steptime import DeletePopStepTime
 from dltsched.predictors.steptime import measurements as ms
 from dltsched.predictors.steptime.model import compute_peaks, learned_id

@@ -42,7 +42,7 @@ def test_batch_norm_and_linear_costs_from_shapes():
 
 @pytest.mark.slow
 def test_extraction_of_every_zoo_model():
-    from dltsched.instances.catalog import model_catalog
+    from dltsched.engine.domain.catalog import model_catalog
     from dltsched.predictors.zoo import zoo_models
 
     for model in zoo_models():

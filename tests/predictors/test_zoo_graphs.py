@@ -8,8 +8,8 @@ import sys
 import networkx as nx
 import pytest
 
-from dltsched.engine.errors import ValidationError
-from dltsched.instances.catalog import model_catalog
+from dltsched.engine.domain.catalog import model_catalog
+from dltsched.engine.domain.errors import ValidationError
 from dltsched.predictors.zoo import load_graph, zoo_models
 from dltsched.predictors.zoo.opcost import OP_CLASSES
 

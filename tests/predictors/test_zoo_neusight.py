@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dltsched.engine.domain import Job
-from dltsched.instances.catalog import model_spec
+from dltsched.engine.domain.catalog import model_spec
+from dltsched.engine.domain.model import Job
 from dltsched.predictors.steptime import DeletePopStepTime
 from dltsched.predictors.steptime import measurements as ms
 from dltsched.predictors.steptime.calibrate import job_of

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
 from dltsched.predictors.colocation.samples import (
     LUCID_GPU,
     ColocDataset,

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from dltsched.engine.domain import Job
-from dltsched.engine.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Job
 from dltsched.predictors.colocation.baselines import (
     AnalyticContention,
     ConstantBaseline,

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dltsched.engine.domain import Job
-from dltsched.engine.errors import ValidationError
-from dltsched.engine.predict import ColocationPredictor
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Job
+from dltsched.engine.domain.predictors import ColocationPredictor
 from dltsched.predictors.colocation.baselines import ConstantBaseline, PerModelMeanBaseline, UtilShareRule
 from dltsched.predictors.colocation.experiments import compare
 from dltsched.predictors.colocation.features import Group
@@ -185,7 +185,7 @@ def test_lucid_leave_one_model_out_beats_the_rules(data_dir: Path) -> None:
 def test_cli_predicts_from_a_profile_model_and_marks_predicted_profiles() -> None:
     from click.testing import CliRunner
 
-    from dltsched.predictors.colocation.cli import colocation
+    from dltsched.engine.app.cli.colocation import colocation
     from dltsched.predictors.colocation.profiled import SHIPPED
 
     path = Path(__file__).resolve().parents[3] / "predictors" / "colocation" / SHIPPED
@@ -216,7 +216,7 @@ def test_schedule_time_predictions_need_no_torch() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; from dltsched.engine.domain import Job; "
+    code = ("import sys; from dltsched.engine.domain.model import Job; "
             "from dltsched.predictors.colocation.profiled import shipped_profile_predictor as s; "
             "e = s().estimate([Job('a', 'resnet18', 32, 1.0), Job('b', 'vgg16', 64, 1.0)], 'v100'); "
             "print('torch' in sys.modules, len(e.speeds))")

@@ -1,0 +1,1 @@
+"""The application layer: embedding API, registry, CLI, HTTP service, batch runs and plots."""

@@ -1,0 +1,315 @@
+"""``dltsched batch``: solve or simulate many instances (x policies x seeds) in parallel, resumably.
+
+Items run in a local process pool by default, or on a Ray cluster with ``--ray [ADDRESS]`` (Ray is an
+optional extra). Each finished item appends one row to ``OUT/results.csv`` (flushed at once); at the end
+the table is also written as ``OUT/results.parquet`` when pyarrow is installed. An interrupted batch
+resumes: items whose key (instance file hash + mode + policy + seed) has a row are not run again.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import hashlib
+import logging
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dltsched.engine.app.cli.main import FiniteFloat
+from dltsched.engine.domain.errors import DltschedError, ValidationError
+
+log = logging.getLogger(__name__)
+
+MODES = ("simulate", "solve")
+#: columns of every row, in table order; metric columns absent from a mode stay empty
+ID_COLUMNS = ("key", "instance_file", "file_sha256", "instance", "mode", "policy", "seed", "error")
+SIMULATE_COLUMNS = ("num_jobs", "num_gpus", "num_jobs_finished", "avg_jct_s", "median_jct_s", "p95_jct_s",
+                    "p99_jct_s", "makespan_s", "avg_queueing_s", "gpu_util", "ftf_mean", "ftf_max",
+                    "num_preemptions", "num_oom", "num_rounds", "decision_time_mean_s")
+SOLVE_COLUMNS = ("status", "backend", "objective", "bound", "gap", "num_placed", "solve_time_s", "build_time_s")
+#: columns that measure time on this machine: they differ between runs and are not compared
+TIMING_COLUMNS = ("decision_time_mean_s", "solve_time_s", "build_time_s", "item_wall_s")
+COLUMNS = ID_COLUMNS + SIMULATE_COLUMNS + SOLVE_COLUMNS + ("item_wall_s",)
+RESULTS_CSV = "results.csv"
+RESULTS_PARQUET = "results.parquet"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchItem:
+    """One unit of work: ``mode`` on one instance file with one policy (or backend) and seed."""
+
+    instance_file: str
+    file_sha256: str
+    mode: str
+    policy: str
+    seed: int
+    time_limit_s: float = 10.0
+    predictors: str = "default"
+
+    @property
+    def key(self) -> str:
+        return f"{self.file_sha256[:16]}:{self.mode}:{self.policy}:{self.seed}"
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def discover(spec: str) -> list[Path]:
+    """Instance files named by ``spec``: a folder (its ``*.json``), a glob, or one file; sorted."""
+    path = Path(spec)
+    if path.is_dir():
+        found = sorted(path.glob("*.json"))
+    elif path.is_file():
+        found = [path]
+    else:
+        found = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+    if not found:
+        raise ValidationError("DIR|GLOB", f"'{spec}' names no instance files; give a folder of *.json or a glob")
+    return found
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """``"0-4"`` -> 0..4, ``"1,5,9"`` -> those; mixed: ``"0-2,7"``."""
+    seeds: list[int] = []
+    try:
+        for part in text.split(","):
+            lo, sep, hi = part.strip().partition("-")
+            seeds.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    except ValueError:
+        raise ValidationError("--seeds", f"'{text}' not understood; e.g. '0-4' or '1,5,9'") from None
+    if not seeds:
+        raise ValidationError("--seeds", "empty; give at least one seed")
+    return tuple(dict.fromkeys(seeds))
+
+
+def make_items(files: Iterable[Path], policies: Iterable[str], seeds: Iterable[int], *, mode: str = "simulate",
+               time_limit_s: float = 10.0, predictors: str = "default") -> list[BatchItem]:
+    """The cross product files x policies x seeds, in that order."""
+    if mode not in MODES:
+        raise ValidationError("--mode", f"'{mode}' not understood; one of {', '.join(MODES)}")
+    policies, seeds = tuple(policies), tuple(seeds)
+    items: list[BatchItem] = []
+    for f in files:
+        digest = file_sha256(f)
+        items.extend(BatchItem(str(f), digest, mode, p, s, time_limit_s, predictors) for p in policies for s in seeds)
+    return items
+
+
+def run_item(item: BatchItem) -> dict[str, Any]:
+    """Run one item and return its row; an error becomes the row's ``error`` text (the batch goes on)."""
+    start = time.perf_counter()
+    row: dict[str, Any] = {"key": item.key, "instance_file": item.instance_file, "file_sha256": item.file_sha256,
+                           "mode": item.mode, "policy": item.policy, "seed": item.seed, "error": ""}
+    try:
+        row.update(_simulate_row(item) if item.mode == "simulate" else _solve_row(item))
+    except Exception as err:  # one bad instance must not stop the batch
+        row["error"] = f"{type(err).__name__}: {err}"
+    row["item_wall_s"] = round(time.perf_counter() - start, 4)
+    return row
+
+
+def _simulate_row(item: BatchItem) -> dict[str, Any]:
+    from dltsched.engine.app.api import SolveConfig, load_instance_file, simulate_instance
+
+    inst = load_instance_file(item.instance_file)
+    result = simulate_instance(inst, item.policy, seed=item.seed, predictors=item.predictors,
+                               config=SolveConfig(time_limit_s=item.time_limit_s, predictors=item.predictors))
+    data = result.to_dict()
+    row = {c: data.get(c) for c in SIMULATE_COLUMNS}
+    return row | {"instance": inst.name, "num_gpus": inst.cluster.num_gpus}
+
+
+def _solve_row(item: BatchItem) -> dict[str, Any]:
+    from dltsched.engine.app.api import SolveConfig, initial_state, load_instance_file, solve_round
+
+    inst = load_instance_file(item.instance_file)
+    state = initial_state(inst)
+    plan = solve_round(state, SolveConfig(backend=item.policy, time_limit_s=item.time_limit_s,
+                                          predictors=item.predictors))
+    return {"instance": inst.name, "num_jobs": len(inst.jobs), "num_gpus": inst.cluster.num_gpus,
+            "status": plan.status, "backend": plan.backend, "objective": plan.objective, "bound": plan.bound,
+            "gap": plan.gap, "num_placed": len(plan.assignments), "solve_time_s": plan.solve_time_s,
+            "build_time_s": plan.build_time_s}
+
+
+class ResultTable:
+    """``results.csv`` in ``out_dir``: finished keys on open, one flushed row per :meth:`append`."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.path = out_dir / RESULTS_CSV
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.rows = self._read_complete_rows()
+        self._rewrite()
+
+    def _read_complete_rows(self) -> list[dict[str, str]]:
+        """Rows of a previous run; a row cut short by an interruption (missing cells) is dropped."""
+        if not self.path.exists():
+            return []
+        with self.path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            if tuple(reader.fieldnames or ()) != COLUMNS:
+                raise ValidationError("--out", f"{self.path} has other columns; use a new --out folder")
+            return [r for r in reader if None not in r.values() and None not in r and r["key"]]
+
+    def _rewrite(self) -> None:
+        tmp = self.path.with_suffix(".csv.tmp")
+        with tmp.open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, COLUMNS)
+            writer.writeheader()
+            writer.writerows(self.rows)
+        os.replace(tmp, self.path)
+
+    def done_keys(self) -> set[str]:
+        """Keys of items that finished without error (failed items are retried on resume)."""
+        return {r["key"] for r in self.rows if not r["error"]}
+
+    def append(self, row: dict[str, Any]) -> None:
+        clean = {c: "" if row.get(c) is None else str(row[c]) for c in COLUMNS}
+        retried = any(r["key"] == clean["key"] for r in self.rows)
+        self.rows = [r for r in self.rows if r["key"] != clean["key"]] + [clean]
+        if retried:
+            self._rewrite()
+            return
+        with self.path.open("a", newline="") as fh:
+            csv.DictWriter(fh, COLUMNS).writerow(clean)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def write_parquet(self) -> Path | None:
+        """``results.parquet`` beside the CSV (typed columns), or ``None`` without pyarrow."""
+        try:
+            import pyarrow.csv as pacsv
+            import pyarrow.parquet as pq
+        except ImportError:
+            log.info("pyarrow not installed; wrote %s only", self.path)
+            return None
+        out = self.path.with_name(RESULTS_PARQUET)
+        pq.write_table(pacsv.read_csv(self.path), out)
+        return out
+
+
+def run_local(items: list[BatchItem], max_workers: int | None) -> Iterator[dict[str, Any]]:
+    """Rows as items finish, from a pool of spawned processes (``max_workers=1``: in this process)."""
+    if max_workers == 1:
+        yield from map(run_item, items)
+        return
+    with ProcessPoolExecutor(max_workers=max_workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(run_item, item) for item in items]
+        for fut in as_completed(futures):
+            yield fut.result()
+
+
+def run_ray(items: list[BatchItem], address: str | None) -> Iterator[dict[str, Any]]:
+    """Rows as items finish, from Ray tasks (``address=None``: start or join a local Ray)."""
+    if not items:
+        return
+    try:
+        import ray
+    except ImportError:
+        raise ValidationError("--ray", "Ray is not installed; pip install 'dltsched[ray]' or drop --ray") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        remote = ray.remote(run_item)
+        pending = [remote.remote(item) for item in items]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield from ray.get(done)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def run_batch(items: list[BatchItem], out_dir: Path, *, max_workers: int | None = None, ray_address: str | None = None,
+              use_ray: bool = False, on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run the items not yet in ``out_dir``'s table; returns counts and the table paths."""
+    table = ResultTable(out_dir)
+    done = table.done_keys()
+    todo = [item for item in items if item.key not in done]
+    rows = run_ray(todo, ray_address) if use_ray else run_local(todo, max_workers)
+    failed = 0
+    for row in rows:
+        table.append(row)
+        failed += bool(row["error"])
+        if on_row is not None:
+            on_row(row)
+    parquet = table.write_parquet()
+    failures = [f"{r['instance_file']} {r['mode']} {r['policy']} seed {r['seed']}: {r['error']}"
+                for r in table.rows if r["error"]]
+    return {"items": len(items), "skipped": len(items) - len(todo), "ran": len(todo), "failed": failed,
+            "failures": failures, "csv": str(table.path), "parquet": str(parquet) if parquet else None}
+
+
+class BatchFailedError(DltschedError):
+    """Some runs of a batch failed; ``failures`` names each (file, mode, policy, seed: error)."""
+
+    def __init__(self, failures: list[str], total: int, csv_path: str) -> None:
+        self.failures = failures
+        shown = "; ".join(f[:200] for f in failures[:5]) + (f"; ... {len(failures) - 5} more" if len(failures) > 5 else "")
+        super().__init__(f"{len(failures)} of {total} runs failed (see the error column of {csv_path}): {shown}")
+
+
+@click.command("batch")
+@click.argument("source", metavar="DIR|GLOB")
+@click.option("--mode", type=click.Choice(MODES), default="simulate", show_default=True,
+              help="simulate each policy, or solve the first round with each backend.")
+@click.option("--policy", "policies", multiple=True, default=("fifo", "sjf"), show_default=True,
+              help="Policy (simulate; also dltsched[:backend]) or backend (solve), repeatable.")
+@click.option("--seeds", default="0", show_default=True, help="Seed sweep, e.g. '0-4' or '1,5,9'.")
+@click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.0, 86_400.0, min_open=True), default=10.0,
+              show_default=True, help="Solver time limit per round, seconds.")
+@click.option("--predictors", "predictor_set", default="default", show_default=True)
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), required=True,
+              help="Folder for results.csv / results.parquet (reused to resume).")
+@click.option("-j", "--workers", type=click.IntRange(min=1), default=None, help="Processes (default: CPU count).")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="auto-local", default=None,
+              help="Run on Ray: --ray alone starts a local Ray; --ray ADDRESS joins a cluster.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.pass_context
+def batch(ctx: click.Context, source: str, mode: str, policies: tuple[str, ...], seeds: str, time_limit_s: float,
+          predictor_set: str, out_dir: str, workers: int | None, ray_address: str | None, as_json: bool) -> None:
+    """Solve or simulate every instance in DIR|GLOB x policies x seeds, in parallel and resumably."""
+    from dltsched.engine.app.cli.main import emit
+
+    if mode == "simulate":
+        from dltsched.engine.app.registry import policy_option_model
+
+        for p in policies:  # an unknown policy fails at once, not once per item
+            if p.partition(":")[0] != "dltsched":
+                policy_option_model(p)
+    items = make_items(discover(source), policies, parse_seeds(seeds), mode=mode, time_limit_s=time_limit_s,
+                       predictors=predictor_set)
+    quiet = bool((ctx.obj or {}).get("quiet"))
+    address = None if ray_address in (None, "auto-local") else ray_address
+    with progress_bar(len(items), "batch", enabled=not quiet and not as_json) as advance:
+        summary = run_batch(items, Path(out_dir), max_workers=workers, use_ray=ray_address is not None,
+                            ray_address=address, on_row=lambda _row: advance(1))
+    emit(summary, as_json, lambda: click.echo(
+        f"{summary['ran']} ran ({summary['failed']} failed), {summary['skipped']} already done -> {summary['csv']}"))
+    if summary["failures"]:
+        raise BatchFailedError(summary["failures"], summary["items"], summary["csv"])
+
+
+@contextmanager
+def progress_bar(total: int, label: str, *, enabled: bool = True) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar over ``total`` steps, yielding ``advance(n)``; a no-op when disabled."""
+    if not enabled:
+        yield lambda _n: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  transient=True) as progress:
+        task = progress.add_task(label, total=total)
+        yield lambda n: progress.advance(task, n)

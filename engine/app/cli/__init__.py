@@ -1,0 +1,1 @@
+"""The ``dltsched`` command line: one module per subcommand, imported when it runs."""

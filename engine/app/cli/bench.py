@@ -1,0 +1,121 @@
+"""``dltsched bench``: benchmarks that report numbers (simulation speed here; solve and predict mounted)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Any
+
+import click
+
+from dltsched.engine.app.cli.main import FiniteFloat, LazyGroup, emit
+from dltsched.engine.app.cli.simulate import (
+    MAX_JOBS,
+    MAX_SEED,
+    OPTION_HELP,
+    expand_policies,
+    load_instance_or_workload,
+    parse_options,
+    run_policies,
+)
+from dltsched.engine.app.registry import options_for
+
+_BENCH_COMMANDS = {
+    "solve": "dltsched.engine.app.cli.solve:bench_solve",
+    "predict": "dltsched.engine.app.cli.predict:bench_predict",
+    "service": "dltsched.engine.app.service.bench:bench_service",
+}
+
+
+@click.group("bench", cls=LazyGroup, lazy=_BENCH_COMMANDS)
+def bench() -> None:
+    """Benchmarks: simulation, solver and predictor speed."""
+
+
+#: metrics aggregated over seeds (mean and 95% confidence half-width)
+_METRICS = ("avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "gpu_util", "avg_queueing_s", "ftf_mean",
+            "num_preemptions", "num_rounds", "decision_time_mean_s", "decision_time_p50_s", "decision_time_p90_s",
+            "decision_time_p99_s", "decision_time_max_s", "simulate_s")
+
+
+def _ci95(values: list[float]) -> float:
+    """Half-width of the 95% t-interval of the mean (0 for a single value)."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, n - 1) * statistics.stdev(values) / math.sqrt(n))
+
+
+@bench.command("simulate")
+@click.option("--instance", "instance_path", type=click.Path(dir_okay=False), help="Instance JSON file.")
+@click.option("--workload", help="A real workload (philly, gavel, muri:trace1, sia:saturn/<file>, ...).")
+@click.option("--data-dir", type=click.Path(file_okay=False))
+@click.option("--jobs", type=click.IntRange(1, MAX_JOBS), help="First N jobs of --workload (after --start-s).")
+@click.option("--start-s", type=FiniteFloat(0.0, 1e10), help="Window start in the trace, seconds from its first arrival.")
+@click.option("--gpus", type=click.IntRange(1, 100_000), help="Cluster of G GPUs of --gpu-types in 8-GPU nodes.")
+@click.option("--gpu-types", default="v100,p100,k80", show_default=True, help="Types dealt round-robin over nodes.")
+@click.option("--cluster", help="Cluster spec instead of --gpus, e.g. 'v100:8x8,p100:4x8,k80:4x8'.")
+@click.option("--policy", "policies", multiple=True, default=("all",), show_default=True,
+              help="Policy, repeatable; groups: baselines, papers, all.")
+@click.option("--seed", "seeds", multiple=True, type=click.IntRange(0, MAX_SEED), default=(0,), show_default=True,
+              help="Seed, repeatable: each seed re-draws the trace's model assignment and the simulation.")
+@click.option("--predictors", "predictor_set", default="default", show_default=True)
+@click.option("--prediction-error", type=FiniteFloat(0.0, 10.0), default=0.0, show_default=True)
+@click.option("--option", "options", multiple=True, help=OPTION_HELP)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str | None, data_dir: str | None,
+                   jobs: int | None, start_s: float | None, gpus: int | None, gpu_types: str, cluster: str | None,
+                   policies: tuple[str, ...], seeds: tuple[int, ...], predictor_set: str, prediction_error: float,
+                   options: tuple[str, ...], as_json: bool) -> None:
+    """Every policy on the same workload and cluster: one row per policy, means and 95% CIs over seeds."""
+    names = expand_policies(policies)
+    opts = parse_options(options)
+    options_for(names, opts)  # a bad option fails before any run
+    per_policy: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    info: dict[str, Any] = {}
+    for seed in seeds:
+        t0 = time.perf_counter()
+        inst = load_instance_or_workload(instance_path, workload, data_dir=data_dir, cluster=cluster, jobs=jobs,
+                                         seed=seed, gpus=gpus, gpu_types=gpu_types, start_s=start_s)
+        info = {"num_jobs": len(inst.jobs), "num_gpus": inst.cluster.num_gpus,
+                "gpus_by_type": inst.cluster.gpus_by_type(), "load_s": round(time.perf_counter() - t0, 3)}
+        for name in names:
+            t1 = time.perf_counter()
+            (res,) = run_policies(inst, [name], seed=seed, predictor_set=predictor_set, memory="oom",
+                                  data_dir=data_dir, prediction_error=prediction_error, options=opts)
+            run = res.to_dict() | {"simulate_s": time.perf_counter() - t1}
+            per_policy[name].append(run)
+            if not (ctx.obj or {}).get("quiet") and not as_json:
+                click.echo(f"seed {seed} {name}: {run['simulate_s']:.1f} s", err=True)
+    rows: list[dict[str, Any]] = []
+    for runs in per_policy.values():
+        row: dict[str, Any] = {"policy": runs[0]["policy"], "seeds": list(seeds), **info,
+                               "num_jobs_finished": min(r["num_jobs_finished"] for r in runs),
+                               "prediction_error": prediction_error}
+        for m in _METRICS:
+            values = [float(r[m]) if r[m] is not None else math.nan for r in runs]
+            row[m] = statistics.fmean(values)
+            row[f"{m}_ci95"] = _ci95(values)
+        rows.append(row)
+
+    def human() -> None:
+        from dltsched.engine.app.cli.simulate import print_table
+
+        print_table([_Row(r) for r in rows], f"{workload or instance_path}: {info.get('num_jobs')} jobs on "
+                    f"{info.get('num_gpus')} GPUs {info.get('gpus_by_type')}, seeds {list(seeds)}")
+
+    emit(rows, as_json, human)
+
+
+class _Row:
+    """Attribute access to a bench row, for the shared table printer."""
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self._row = row
+
+    def __getattr__(self, name: str) -> Any:
+        return self._row.get(name, float("nan"))

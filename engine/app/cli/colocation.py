@@ -1,0 +1,147 @@
+"""Click commands ``colocation``, ``eval-colocation`` and ``train-colocation`` (mounted under ``dltsched predict``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dltsched.engine.app.cli.main import emit
+from dltsched.engine.domain.errors import ValidationError
+
+_TABLE_HELP = ("Co-location table JSON (default: the shipped one), a profile model's table_profile_*.json, "
+               "or an E-GGAT .safetensors checkpoint.")
+
+
+def _load_predictor(path: str | None) -> Any:
+    import json
+
+    from dltsched.predictors.colocation.profiled import FORMAT, ProfileColocation
+    from dltsched.predictors.colocation.table import ColocationTable, default_table
+
+    if path is None:
+        return default_table()
+    if path.endswith(".safetensors"):
+        from dltsched.predictors.colocation.train import EggatPredictor
+
+        return EggatPredictor.load(path)
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise ValidationError("model", f"'{path}' not readable as JSON ({err})") from None
+    if isinstance(raw, dict) and raw.get("format") == FORMAT:
+        return ProfileColocation.from_json(raw)
+    return ColocationTable.from_json(raw)
+
+
+@click.command("colocation")
+@click.option("--gpu", required=True, help="GPU type (catalog id or alias; 'lucid' for a Lucid-trained model).")
+@click.option("--job", "jobs", multiple=True, required=True, help="MODEL:BATCH[:amp], once per co-located job.")
+@click.option("--model", "model_path", default=None, help=_TABLE_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def colocation(gpu: str, jobs: tuple[str, ...], model_path: str | None, as_json: bool) -> None:
+    """Predict each job's speed and step time, and the group's memory and GPU utilisation."""
+    from dltsched.predictors.colocation.baselines import as_job, default_step_time
+    from dltsched.predictors.colocation.features import Group, resolve_gpu
+    from dltsched.predictors.colocation.samples import LUCID_GPU, LUCID_PROXY_GPU, ColocDataset
+    from dltsched.predictors.colocation.table import parse_job
+
+    specs = tuple(parse_job(j) for j in jobs)
+    gpu_id = resolve_gpu(gpu)
+    predictor = _load_predictor(model_path)
+    profiles = getattr(predictor, "profiles", {})  # a profile model predicts from the profiles it carries
+    pred = predictor.predict([Group(gpu_id, specs)], ColocDataset((), profiles))[0]
+    step = default_step_time()
+    real_gpu = LUCID_PROXY_GPU if gpu_id == LUCID_GPU else gpu_id
+    rows = [{"job": s.label, "speed": round(v, 4),
+             "step_time_s": step.step_time_s(as_job(s, i), real_gpu, 1) / v}
+            for i, (s, v) in enumerate(zip(specs, pred.speeds, strict=True))]
+    if hasattr(predictor, "estimate_groups"):  # the profile model: where each job's profile came from
+        sources = predictor.estimate_groups([Group(gpu_id, specs)])[0].sources
+        for row, source in zip(rows, sources, strict=True):
+            row["profile"] = source
+    payload = {"gpu": gpu_id, "jobs": rows, "memory_mib": pred.memory_mib, "gpu_util": pred.gpu_util,
+               "fallbacks": dict(getattr(predictor, "fallbacks", {}))}
+    emit(payload, as_json, lambda: _print_prediction(payload))
+
+
+def _print_prediction(payload: dict[str, Any]) -> None:
+    for row in payload["jobs"]:
+        source = f"  profile {row['profile']}" if "profile" in row else ""
+        click.echo(f"{row['job']:<28} speed {row['speed']:.3f}  step {row['step_time_s'] * 1e3:.1f} ms{source}")
+    click.echo(f"group memory {payload['memory_mib']:.0f} MiB, GPU util {payload['gpu_util'] or float('nan'):.1f}%")
+
+
+@click.command("eval-colocation")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["gavel", "lucid"]), required=True)
+@click.option("--gpu", default=None, help="Only the pairs on this GPU (gavel).")
+@click.option("--model", "model_path", default=None, help=_TABLE_HELP)
+@click.option("--json", "as_json", is_flag=True)
+def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None, as_json: bool) -> None:
+    """Evaluate a trained predictor against every measured pair of FILE."""
+    from dltsched.predictors.colocation.features import resolve_gpu
+    from dltsched.predictors.colocation.metrics import evaluate
+    from dltsched.predictors.colocation.samples import read_gavel_samples, read_lucid_samples
+
+    data = read_gavel_samples(file) if fmt == "gavel" else read_lucid_samples(file)
+    if gpu is not None:
+        gpu_id = resolve_gpu(gpu)
+        data = data.subset(s for s in data.samples if s.gpu == gpu_id)
+        if not len(data):
+            raise ValidationError("gpu", f"'{gpu}' has no measured pairs in {file}")
+    predictor = _load_predictor(model_path)
+    scores = evaluate(predictor, data)
+    scores["fallbacks"] = dict(getattr(predictor, "fallbacks", {}))
+    trained_on = getattr(predictor, "record", {}).get("data")
+    if trained_on is not None:
+        scores["trained_on"] = trained_on  # the same data: in-sample figures, not predictions
+    emit(scores, as_json, lambda: click.echo(
+        f"n={scores['n']} speed_mape={scores['speed_mape']} memory_mape={scores['memory_mape']} "
+        f"util_mape={scores['util_mape']}"))
+
+
+@click.command("train-colocation")
+@click.option("--data", "dataset", type=click.Choice(["gavel", "lucid"]), default="gavel")
+@click.option("--predictor", "kind", type=click.Choice(["profile", "ensemble"]), default="profile", show_default=True,
+              help="profile: physics base + trees over isolated profiles (table_profile_<data>.json); "
+                   "ensemble: E-GGAT + GBT tabulated (needs torch).")
+@click.option("--data-dir", default=None, help="Shared data folder (default: found automatically).")
+@click.option("--out", "out_dir", default=".", type=click.Path(file_okay=False), help="Output folder.")
+@click.option("--epochs", type=int, default=None, help="E-GGAT epochs (default: the cross-validation setting).")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--max-jobs", default=3, show_default=True, help="Largest group the exported table covers.")
+@click.option("--cv", "cv_splits", multiple=True, type=click.Choice(["model", "gpu", "random"]),
+              help="Also cross-validate E-GGAT, its ensemble with GBT and the baselines on these split kinds (slow).")
+@click.option("--json", "as_json", is_flag=True)
+def train_colocation(dataset: str, kind: str, data_dir: str | None, out_dir: str, epochs: int | None, seed: int,
+                     max_jobs: int, cv_splits: tuple[str, ...], as_json: bool) -> None:
+    """Train a co-location predictor from the data folder and write it into OUT with a record of data, seed and
+    cross-validated figures (--cv: the predictor beside the rules on the same folds)."""
+    from dltsched.predictors.colocation.experiments import (
+        compare,
+        cv_eggat,
+        predictor_factories,
+        read_dataset,
+        train_default,
+    )
+    from dltsched.predictors.colocation.profiled import train_profile_table
+
+    figures: dict[str, Any] = {}
+    if cv_splits:
+        data = read_dataset(dataset, data_dir)
+        factories = predictor_factories(seed)
+        if epochs:
+            factories["eggat"] = lambda: cv_eggat(seed, epochs=epochs)
+        if kind == "profile":
+            names = ["shipped_table", "constant", "per_model_mean", "util_share", "gbt", "profile"]
+            factories = {n: factories[n] for n in names}
+        for split in cv_splits:
+            result = compare(data, split, list(factories), seed, factories=factories)
+            figures[split] = result
+    if kind == "profile":
+        record = train_profile_table(Path(out_dir), dataset, data_dir, seed, figures)
+    else:
+        record = train_default(Path(out_dir), data_dir, dataset, epochs, seed, max_jobs, figures)
+    emit(record, as_json)

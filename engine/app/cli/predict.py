@@ -1,0 +1,409 @@
+"""``dltsched predict ...``, ``dltsched profile`` and ``dltsched bench predict``.
+
+The co-location subcommands live in ``engine/app/cli/colocation.py`` and are imported on use.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from dltsched.engine.app.cli.main import LazyGroup, emit, write_text_file
+from dltsched.engine.domain.errors import ValidationError
+
+_COLOCATION = {
+    "colocation": "dltsched.engine.app.cli.colocation:colocation",
+    "eval-colocation": "dltsched.engine.app.cli.colocation:eval_colocation",
+    "train-colocation": "dltsched.engine.app.cli.colocation:train_colocation",
+}
+
+
+def _colocation_commands() -> dict[str, str]:
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("dltsched.engine.app.cli.colocation") is not None
+    except ImportError:
+        found = False
+    return _COLOCATION if found else {}
+
+
+@click.group(cls=LazyGroup, lazy=_colocation_commands())
+def predict() -> None:
+    """Step-time, freezing and co-location predictions, calibration and evaluation."""
+
+
+def _job(model: str, batch_size: int, num_gpus: int, amp: bool, dataset: str | None, optimizer: str):  # noqa: ANN202
+    from dltsched.engine.domain.model import Job
+
+    return Job(id="cli", model=model, batch_size=batch_size, total_iterations=1.0, num_gpus=num_gpus, amp=amp,
+               dataset=dataset, optimizer=optimizer)
+
+
+@predict.command("step-time")
+@click.option("--model", required=True, help="Zoo model id or alias (resnet50, ResNet-50, ...).")
+@click.option("--gpu", required=True, help="GPU type id or alias (v100, a100, ...).")
+@click.option("--batch-size", type=int, required=True, help="Batch size per GPU.")
+@click.option("--num-gpus", type=int, default=1, show_default=True)
+@click.option("--num-nodes", type=int, default=1, show_default=True)
+@click.option("--amp", is_flag=True, help="Mixed precision (FP16 tensor cores).")
+@click.option("--freeze", "freeze_level", type=int, default=0, show_default=True, help="Frozen leading blocks.")
+@click.option("--dataset", default=None, help="Dataset (default: the model's default).")
+@click.option("--optimizer", default="sgd", show_default=True)
+@click.option("--scope", type=click.Choice(["iteration", "compute", "fwd_bwd"]), default="iteration",
+              show_default=True, help="What the step covers: with input pipeline, without, forward+backward only.")
+@click.option("--measured", "measured_texts", multiple=True, metavar="GPU:BATCH:SECONDS",
+              help="A measured step time of this job on some GPU (repeatable): the prediction is scaled from it.")
+@click.option("--json", "as_json", is_flag=True)
+def step_time(model: str, gpu: str, batch_size: int, num_gpus: int, num_nodes: int, amp: bool, freeze_level: int,
+              dataset: str | None, optimizer: str, scope: str, measured_texts: tuple[str, ...], as_json: bool) -> None:
+    """Predicted time of one training iteration and GPU memory of one worker."""
+    from dltsched.predictors.steptime import DeletePopStepTime
+
+    job = _job(model, batch_size, num_gpus, amp, dataset, optimizer)
+    predictor = DeletePopStepTime()
+    out: dict[str, float | str] = {**predictor.breakdown(job, gpu, freeze_level=freeze_level, num_nodes=num_nodes,
+                                                         check_memory=True, scope=scope).as_dict(),
+                                   "calibration": predictor.calibration_basis(gpu)}
+    if measured_texts:
+        measured = [_parse_measured(t) for t in measured_texts]
+        out["transferred_step_time_s"] = predictor.transfer_s(job, gpu, measured, num_nodes=num_nodes, scope=scope)
+    emit(out, as_json, lambda: click.echo("\n".join(f"{k:>12}: {v:.6g}" if isinstance(v, float) else f"{k:>12}: {v}"
+                                                    for k, v in out.items())))
+
+
+def _parse_measured(text: str) -> tuple[str, int, float]:
+    """``GPU:BATCH:SECONDS`` -> (gpu, batch, seconds); one clear line otherwise."""
+    parts = text.split(":")
+    try:
+        if len(parts) != 3:
+            raise ValueError
+        return parts[0], int(parts[1]), float(parts[2])
+    except ValueError:
+        raise ValidationError("--measured", f"{text!r} not understood; use GPU:BATCH:SECONDS, e.g. v100:64:0.21") from None
+
+
+#: Gavel scales used for calibration: 1 fits compute and host terms, 2-8 the communication terms
+TRAIN_SCALES = (1, 8)
+
+
+def _measurements(source: str, data_dir: str | None, scales: tuple[int, int] = (1, 1)):  # noqa: ANN202
+    """Measurements of ``source``; Gavel rows with ``scales[0] <= #GPUs <= scales[1]``."""
+    from dltsched.predictors.steptime import measurements as ms
+
+    if source == "gavel":
+        return [m for m in ms.gavel_measurements(data_dir, max_scale=scales[1]) if m.num_gpus >= scales[0]]
+    if source == "zeus":
+        return ms.zeus_measurements(data_dir)
+    if source == "orion":
+        return ms.orion_measurements(data_dir)
+    return [*_measurements("gavel", data_dir, scales), *ms.zeus_measurements(data_dir),
+            *ms.orion_measurements(data_dir)]
+
+
+@predict.command("eval-steptime")
+@click.argument("csv_file", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("--format", "source", type=click.Choice(["gavel", "zeus", "orion", "all"]), default=None,
+              help="Evaluate on a data-folder source instead of a CSV file (orion: GPU time of V100 steps).")
+@click.option("--leave-one-gpu-out", is_flag=True, help="Refit without each GPU before testing on it.")
+@click.option("--min-scale", type=int, default=1, show_default=True, help="--format gavel: fewest GPUs per job.")
+@click.option("--max-scale", type=int, default=1, show_default=True, help="--format gavel: most GPUs per job.")
+@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--json", "as_json", is_flag=True)
+def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: bool, min_scale: int, max_scale: int,
+                  data_dir: str | None, as_json: bool) -> None:
+    """MAPE and p90 APE of step-time predictions against measurements (CSV or --format)."""
+    from dltsched.predictors.steptime import DeletePopStepTime
+    from dltsched.predictors.steptime import calibrate as cal
+    from dltsched.predictors.steptime import measurements as ms
+
+    if (csv_file is None) == (source is None):
+        raise ValidationError("eval-steptime", "give either a CSV file or --format gavel|zeus|all")
+    test = ms.read_csv(csv_file) if csv_file else _measurements(source or "all", data_dir, (min_scale, max_scale))
+    if leave_one_gpu_out:
+        train = _measurements("all", data_dir, TRAIN_SCALES)
+        out = cal.leave_one_gpu_out(train, test, ms.deepbench_kernel_efficiency(data_dir))
+    else:
+        ev = cal.evaluate(DeletePopStepTime(), test)
+        out = {**ev.summary(), "rows": list(ev.rows)}
+    emit(out, as_json, lambda: click.echo(f"n={out['n']} mape={out['mape']:.1f}% p90_ape={out['p90_ape']:.1f}%"))
+
+
+@predict.command("calibrate-steptime")
+@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--hold-out-gpu", default=None, help="Fit without this GPU's measurements.")
+@click.option("--output", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the factors (required unless --overwrite-packaged).")
+@click.option("--overwrite-packaged", is_flag=True,
+              help="Write the package's own factors.json (what the default predictors load) instead of --output.")
+@click.option("--json", "as_json", is_flag=True)
+def calibrate_steptime(data_dir: str | None, hold_out_gpu: str | None, output: str | None, overwrite_packaged: bool,
+                       as_json: bool) -> None:
+    """Fit the efficiency, host and communication factors on Gavel + Zeus + Orion (+ DeepBench) and write them
+    to --output (or, with --overwrite-packaged, over the packaged factors.json)."""
+    import json
+
+    from dltsched.predictors.steptime import calibrate as cal
+    from dltsched.predictors.steptime import measurements as ms
+    from dltsched.predictors.steptime.model import factors_path, gpu_spec_checked, load_factors
+
+    _check_writer(output, overwrite_packaged, "the fitted factors", "factors.json")
+    rows = _measurements("all", data_dir, TRAIN_SCALES)
+    if hold_out_gpu:
+        held = gpu_spec_checked(hold_out_gpu).id
+        rows = [m for m in rows if gpu_spec_checked(m.gpu).id != held]
+    factors = cal.fit(rows, ms.deepbench_kernel_efficiency(data_dir))
+    path = Path(output) if output else factors_path()
+    write_text_file(path, json.dumps(factors, indent=1, allow_nan=False) + "\n", option="--output")
+    load_factors.cache_clear()
+    out = {"output": str(path), "num_measurements": factors["num_measurements"], "fitted_on": factors["fitted_on"]}
+    emit(out, as_json)
+
+
+@predict.command("convert-steptime")
+@click.argument("source", type=click.Choice(["gavel", "zeus", "neusight"]))
+@click.argument("output", type=click.Path(dir_okay=False))
+@click.option("--data-dir", default=None)
+@click.option("--max-scale", type=int, default=8, show_default=True, help="Gavel: largest #GPUs kept.")
+@click.option("--json", "as_json", is_flag=True)
+def convert_steptime(source: str, output: str, data_dir: str | None, max_scale: int, as_json: bool) -> None:
+    """Write Gavel, Zeus or NeuSight (training labels, scope fwd_bwd) measurements as an eval-steptime CSV."""
+    from dltsched.predictors.steptime import measurements as ms
+
+    if source == "neusight":
+        from dltsched.predictors.steptime import neusight as ns
+
+        emit({"output": output, "rows": ns.write_labels_csv(ns.read_labels(data_dir, train=True), output)}, as_json)
+        return
+
+    rows = ms.gavel_measurements(data_dir, max_scale=max_scale) if source == "gavel" else ms.zeus_measurements(
+        data_dir)
+    out = {"output": output, "rows": ms.write_csv(rows, output)}
+    emit(out, as_json)
+
+
+def _check_writer(output: str | None, overwrite_packaged: bool, what: str, packaged: str) -> None:
+    """A fitting command writes --output, or the package's own file only when told so explicitly."""
+    if (output is None) == (not overwrite_packaged):
+        raise ValidationError("--output", f"give --output FILE for {what}, or --overwrite-packaged to "
+                              f"replace the package's {packaged} (not both)")
+
+
+@predict.command("fit-kernels")
+@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--output", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the kernel model (required unless --overwrite-packaged).")
+@click.option("--overwrite-packaged", is_flag=True,
+              help="Write the package's own kernel_model.json (what the predictors load) instead of --output.")
+@click.option("--json", "as_json", is_flag=True)
+def fit_kernels(data_dir: str | None, output: str | None, overwrite_packaged: bool, as_json: bool) -> None:
+    """Fit the per-op-class kernel model on NeuSight's kernel latencies (all five GPUs) and write it to
+    --output (or, with --overwrite-packaged, over the packaged kernel_model.json)."""
+    import json
+
+    from dltsched.predictors.steptime import kernels as kn
+
+    _check_writer(output, overwrite_packaged, "the kernel model", "kernel_model.json")
+
+    gpus = kn.neusight_gpus(data_dir)
+    samples = kn.neusight_kernels(data_dir)
+    model = kn.fit(samples, {g.id: g for g in gpus.values()})
+    path = Path(output) if output else kn.kernel_model_path()
+    path.write_text(json.dumps(model.to_json(), separators=(",", ":")) + "\n")
+    kn.load_kernel_model.cache_clear()
+    emit({"output": str(path), "kernels": len(samples), "fitted_on": list(model.fitted_on)}, as_json)
+
+
+@predict.command("eval-kernels")
+@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--op-class", "op_classes", multiple=True, help="Only these op classes (repeatable).")
+@click.option("--json", "as_json", is_flag=True)
+def eval_kernels(data_dir: str | None, op_classes: tuple[str, ...], as_json: bool) -> None:
+    """Leave-one-GPU-out on NeuSight's kernels (per op class, beside the plain roofline and one fitted
+    efficiency per class) and on NeuSight's iteration labels (sum of predicted op times)."""
+    from dltsched.predictors.steptime import kernels as kn
+    from dltsched.predictors.steptime import neusight as ns
+
+    unknown = sorted(set(op_classes) - set(kn.OP_CLASSES))
+    if unknown:
+        raise ValidationError("--op-class", f"{unknown} not understood; one of {', '.join(kn.OP_CLASSES)}")
+    gpus = {g.id: g for g in kn.neusight_gpus(data_dir).values()}
+    samples = kn.neusight_kernels(data_dir, op_classes or tuple(kn.OP_CLASSES))
+    models: dict[str, kn.KernelModel] = {}
+    out: dict[str, object] = {"kernels": kn.leave_one_gpu_out(samples, gpus, models)}
+    if not op_classes:
+        out["labels"] = ns.evaluate_labels(ns.read_labels(data_dir), models, gpus)
+
+    def text() -> None:
+        for cls, v in out["kernels"].items():  # type: ignore[attr-defined]
+            click.echo(f"{cls:>12}: n={v['n']} mape={v['mape']:.1f}% p90={v['p90_ape']:.1f}% "
+                       f"roofline={v['roofline_mape']:.1f}% roofline/eff={v['efficiency_mape']:.1f}%")
+        for name, v in out.get("labels", {}).items():  # type: ignore[attr-defined]
+            if name not in ("rows", "per_gpu"):
+                click.echo(f"labels {name:>9}: n={v['n']} mape={v['mape']:.1f}% roofline={v['roofline_mape']:.1f}% "
+                           f"traced-sum={v['traced_sum_mape']:.1f}%")
+
+    emit(out, as_json, text)
+
+
+@predict.command("freeze-table")
+@click.option("--model", required=True)
+@click.option("--gpu", required=True)
+@click.option("--batch-size", type=int, required=True)
+@click.option("--dataset", default=None)
+@click.option("--start-progress", type=float, default=0.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def freeze_table(model: str, gpu: str, batch_size: int, dataset: str | None, start_progress: float,
+                 as_json: bool) -> None:
+    """Per freeze level: step time, memory, frozen penalty and effective progress."""
+    from dataclasses import asdict
+
+    from dltsched.predictors.freezing import IceFrogFreezing
+
+    rows = [asdict(r) for r in IceFrogFreezing().freeze_table(_job(model, batch_size, 1, False, dataset, "sgd"),
+                                                               gpu, start_progress)]
+    emit(rows, as_json, lambda: click.echo("\n".join("  ".join(f"{k}={v:.4g}" for k, v in r.items()) for r in rows)))
+
+
+@predict.command("build-graphs")
+@click.option("--model", "models", multiple=True, help="Only these models (default: all).")
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True)
+@click.option("--overwrite-packaged", is_flag=True, help="Required: the graphs are package data and are rewritten.")
+@click.option("--json", "as_json", is_flag=True)
+def build_graphs(models: tuple[str, ...], workers: int, overwrite_packaged: bool, as_json: bool) -> None:
+    """Re-extract the zoo's operator graphs with torch.export (meta device) and rewrite the packaged JSON files
+    (needs --overwrite-packaged)."""
+    if not overwrite_packaged:
+        raise ValidationError("--overwrite-packaged", "build-graphs rewrites the package's graph files; add "
+                              "--overwrite-packaged to do so")
+    from dltsched.engine.domain.catalog import model_catalog
+    from dltsched.predictors.zoo.extract import build_all_graphs
+
+    ids = tuple(model_catalog().resolve(m) for m in models)
+    emit({"written": build_all_graphs(ids, workers)}, as_json)
+
+
+def time_predictions(pairs: int = 10_000) -> dict[str, float]:
+    """Time ``pairs`` (job, GPU) step-time predictions from the cached graphs."""
+    from dltsched.engine.domain.model import Job
+    from dltsched.predictors.steptime import DeletePopStepTime
+    from dltsched.predictors.zoo import zoo_models
+
+    predictor = DeletePopStepTime()
+    gpus = ("k80", "p100", "v100", "t4", "a100-40gb", "h100")
+    jobs = [Job(id=m, model=m, batch_size=8 + 8 * i, total_iterations=1.0) for i, m in enumerate(zoo_models())]
+    work = [(jobs[i % len(jobs)], gpus[i % len(gpus)]) for i in range(pairs)]
+    for job, gpu in work[: len(jobs) * len(gpus)]:
+        predictor.step_time_s(job, gpu)  # warm the graph caches
+    start = time.perf_counter()
+    for job, gpu in work:
+        predictor.step_time_s(job, gpu)
+    elapsed = time.perf_counter() - start
+    from dltsched.predictors.colocation.profiled import time_profile_colocation
+
+    return ({"pairs": pairs, "seconds": elapsed, "pairs_per_s": pairs / elapsed} | time_colocation(pairs)
+            | time_profile_colocation(pairs))
+
+
+def time_colocation(groups: int = 10_000) -> dict[str, float]:
+    """Time ``groups`` co-location predictions (each job's speed and the group's memory) from the shipped
+    table, cycling over its 2-job entries."""
+    from dltsched.engine.domain.model import Job
+    from dltsched.predictors.colocation import default_colocation_predictor
+
+    table = default_colocation_predictor()
+    work = []
+    for key in sorted(table.entries):
+        gpu, *members = key.split("|")
+        if len(members) == 2:
+            jobs = [Job(id=f"{m}-{i}", model=m.split(":")[0], batch_size=int(m.split(":")[1]), total_iterations=1.0,
+                        amp=m.endswith(":amp")) for i, m in enumerate(members)]
+            work.append((jobs, gpu))
+    if not work:
+        raise ValueError("the shipped co-location table has no 2-job entries to time")
+    start = time.perf_counter()
+    for i in range(groups):
+        jobs, gpu = work[i % len(work)]
+        table.colocated_speeds(jobs, gpu)
+        table.group_memory_mib(jobs, gpu)
+    elapsed = time.perf_counter() - start
+    return {"colocation_groups": groups, "colocation_seconds": elapsed, "colocation_groups_per_s": groups / elapsed}
+
+
+@click.command("predict")
+@click.option("--pairs", type=int, default=10_000, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bench_predict(pairs: int, as_json: bool) -> None:
+    """Time step-time predictions of (job, GPU) pairs from the cached graphs, and as many co-located
+    groups' predictions from the shipped co-location table."""
+    out = time_predictions(pairs)
+    emit(out, as_json, lambda: click.echo(
+        f"{out['pairs']} step-time predictions in {out['seconds']:.3f} s ({out['pairs_per_s']:.0f} pairs/s); "
+        f"{out['colocation_groups']} co-location predictions in {out['colocation_seconds']:.3f} s; profile model: "
+        f"{out['profile_batch_seconds']:.3f} s in one batch, {out['profile_per_call_seconds']:.3f} s one call a group"))
+
+
+@click.command("profile")
+@click.option("--model", "models", multiple=True, default=("resnet18",), show_default=True,
+              help="Zoo models profiled alone and sampled into groups by --colocate (ignored with --groups).")
+@click.option("--batch-size", type=int, default=32, show_default=True)
+@click.option("--steps", type=int, default=20, show_default=True, help="Timed steps (steady window) per job.")
+@click.option("--warmup", type=int, default=5, show_default=True, help="Untimed steps before the start barrier.")
+@click.option("--colocate", type=click.IntRange(2, 3), default=None,
+              help="Co-locate 2 or 3 jobs per GPU; groups sampled from --model unless --groups is given.")
+@click.option("--groups", "group_texts", multiple=True,
+              help="A co-located group, e.g. resnet18:64+lstm_lm:20 (repeatable; 2 or 3 jobs each).")
+@click.option("--num-groups", type=int, default=6, show_default=True, help="Groups sampled by --colocate.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--sharing", type=click.Choice(["timeslice", "mps"]), default="timeslice", show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Dataset folder (step-time CSV, Lucid-format co-location CSVs, MEASUREMENT.md).")
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True,
+              help="Seconds to wait for a group's workers.")
+@click.option("--smoke", is_flag=True, help="Tiny CPU run (batch 2, 3 steps, 1 warm-up) to check the harness.")
+@click.option("--output", type=click.Path(dir_okay=False), default=None,
+              help="Without --out: CSV in eval-steptime format of in-process isolated runs.")
+@click.option("--json", "as_json", is_flag=True)
+def profile(models: tuple[str, ...], batch_size: int, steps: int, warmup: int, colocate: int | None,
+            group_texts: tuple[str, ...], num_groups: int, seed: int, sharing: str, out_dir: str | None,
+            timeout_s: float, smoke: bool, output: str | None, as_json: bool) -> None:
+    """Run real training steps of zoo models alone or co-located (CUDA GPU; CPU with --smoke)."""
+    if out_dir is None and (colocate or group_texts):
+        raise ValidationError("profile", "--colocate/--groups need --out DIR for the dataset")
+    if out_dir is None:
+        from dltsched.predictors.profiling.harness import profile_models
+
+        rows = profile_models(models, batch_size=2 if smoke else batch_size, steps=2 if smoke else steps,
+                              require_gpu=not smoke, output=output)
+        emit(rows, as_json)
+        return
+    out = _profile_dataset(models, batch_size, steps, warmup, colocate, group_texts, num_groups, seed, sharing,
+                           out_dir, timeout_s, smoke)
+    emit(out, as_json, lambda: click.echo(f"{len(out['isolated'])} isolated, {len(out['groups'])} groups "
+                                          f"-> {out['out']}: {', '.join(out['files'])}"))
+
+
+def _profile_dataset(models: tuple[str, ...], batch_size: int, steps: int, warmup: int, colocate: int | None,
+                     group_texts: tuple[str, ...], num_groups: int, seed: int, sharing: str, out_dir: str,
+                     timeout_s: float, smoke: bool) -> dict:
+    """``profile --out``: isolated runs of --model, then the given or sampled groups (session.run_profile)."""
+    from dataclasses import replace
+
+    from dltsched.predictors.profiling.colocate import ProfiledJob, parse_group
+    from dltsched.predictors.profiling.session import run_profile, sample_groups
+
+    bs = 2 if smoke else batch_size
+    jobs = tuple(ProfiledJob(m, bs) for m in models)
+    groups = [parse_group(t) for t in group_texts] or (sample_groups(jobs, colocate, num_groups, seed)
+                                                      if colocate else [])
+    if smoke:
+        groups = [tuple(replace(j, batch_size=2) for j in g) for g in groups]
+        steps, warmup = min(steps, 3), min(warmup, 1)
+    bad = [g for g in groups if len(g) not in (2, 3) or (colocate and len(g) != colocate)]
+    if bad:
+        raise ValidationError("groups", f"{'+'.join(j.label for j in bad[0])} has {len(bad[0])} jobs; "
+                                        f"must be {colocate or '2 or 3'}")
+    return run_profile(jobs if not group_texts else (), groups, out_dir=out_dir, sharing=sharing, steps=steps,
+                       warmup=warmup, smoke=smoke, timeout_s=timeout_s)

@@ -1,0 +1,237 @@
+"""``dltsched simulate``: run policies over an instance file or a real workload and compare them."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dltsched.engine.app.cli.main import FiniteFloat, emit, json_text, write_text_file
+from dltsched.engine.app.registry import (
+    BASELINE_POLICIES,
+    PAPER_POLICIES,
+    make_policy,
+    options_for,
+    policy_names,
+    predictors,
+)
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Instance
+from dltsched.engine.sim.metrics import SimulationResult
+from dltsched.engine.sim.simulator import SimulationConfig
+from dltsched.engine.sim.simulator import simulate as run_simulation
+from dltsched.engine.sim.truth import MeasuredTruth
+
+#: largest seed the command line takes (numpy's generators take seeds below 2**32 everywhere)
+MAX_SEED = 2**32 - 1
+#: most jobs taken from a workload
+MAX_JOBS = 1_000_000
+
+#: columns of the comparison table: (result field, header, format)
+TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("policy", "policy", "{}"),
+    ("num_jobs_finished", "jobs", "{}"),
+    ("avg_jct_s", "avg JCT (h)", "h"),
+    ("median_jct_s", "median JCT (h)", "h"),
+    ("p99_jct_s", "p99 JCT (h)", "h"),
+    ("makespan_s", "makespan (h)", "h"),
+    ("avg_queueing_s", "avg queue (h)", "h"),
+    ("gpu_util", "GPU util", "{:.1%}"),
+    ("ftf_mean", "FTF mean", "{:.2f}"),
+    ("num_preemptions", "preempt.", "{}"),
+    ("num_oom", "OOM", "{}"),
+    ("decision_time_mean_s", "decision (ms)", "ms"),
+)
+
+
+def load_instance_or_workload(instance: str | None, workload: str | None, *, data_dir: str | None,
+                              cluster: str | None, jobs: int | None, seed: int, gpus: int | None = None,
+                              gpu_types: str = "v100,p100,k80", start_s: float | None = None) -> Instance:
+    """The instance named by ``--instance FILE`` or ``--workload NAME`` (exactly one of them).
+
+    A workload's cluster is ``cluster`` (a spec such as ``v100:8x8,p100:4x8``), or ``gpus`` GPUs of
+    ``gpu_types`` in 8-GPU nodes, or the reader's default."""
+    if (instance is None) == (workload is None):
+        raise ValidationError("--instance/--workload", "give exactly one of them")
+    if instance is not None:
+        from dltsched.instances.schema import load_instance
+
+        return load_instance(Path(instance))
+    from dltsched.instances.readers import read_workload
+
+    assert workload is not None
+    where: Any = cluster
+    if gpus is not None:
+        if cluster is not None:
+            raise ValidationError("--gpus", "give --gpus or --cluster, not both")
+        from dltsched.instances.clusters import mixed_cluster
+
+        where = mixed_cluster(gpus, [t.strip() for t in gpu_types.split(",") if t.strip()], gpus_per_node=8)
+    return read_workload(workload, data_dir=data_dir, cluster=where, max_jobs=jobs, seed=seed, start_s=start_s)
+
+
+#: the rule for ``--option`` with several policies, shown in ``--help`` and the README
+OPTION_HELP = ("KEY=VALUE policy option, repeatable (e.g. time_limit_s=2, backend=milp, round_interval_s=600); "
+               "values are JSON (numbers, true/false, null, lists) or plain text. Checked against each policy's "
+               "option model: a mistyped key or value is an error. With several policies an option goes to the "
+               "policies that take it, and is an error only if none of them does.")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValidationError("--option", f"{name} not understood; values must be finite numbers")
+
+
+def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``KEY=VALUE`` policy options; values are read as JSON when they parse (numbers, lists, true/false,
+    null), else text. NaN and infinities are refused; a key given twice is an error."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValidationError("--option", f"{pair[:60]!r} not understood; use KEY=VALUE, e.g. time_limit_s=1")
+        if key in out:
+            raise ValidationError(f"option {key[:60]}", "given twice; give each option once")
+        try:
+            parsed = json.loads(value, parse_constant=_reject_constant)
+        except json.JSONDecodeError:
+            parsed = value
+        except RecursionError:
+            raise ValidationError(f"option {key[:60]}", "value nested too deeply") from None
+        if isinstance(parsed, float) and not math.isfinite(parsed):
+            _reject_constant(value[:40])
+        out[key] = tuple(parsed) if isinstance(parsed, list) else parsed
+    return out
+
+
+def parse_faults(text: str | None) -> Any:
+    """``MTBF_S:MTTR_S:CHECKPOINT_INTERVAL_S`` as a :class:`~dltsched.engine.sim.faults.FaultConfig` (``None``: none)."""
+    if text is None:
+        return None
+    from dltsched.engine.sim.faults import FaultConfig
+
+    parts = text.split(":")
+    try:
+        values = [float(x) for x in parts]
+    except ValueError:
+        values = []
+    if len(values) != 3 or not all(math.isfinite(v) and v > 0 for v in values):
+        raise ValidationError("--faults", f"'{text}' not understood; MTBF_S:MTTR_S:CHECKPOINT_INTERVAL_S, "
+                              "e.g. 14400:900:600")
+    return FaultConfig(*values)
+
+
+def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_set: str = "default",
+                 memory: str = "oom", data_dir: str | None = None, prediction_error: float = 0.0,
+                 options: dict[str, Any] | None = None, faults: Any = None, checkpoint: str | None = None,
+                 checkpoint_every: int = 200) -> list[SimulationResult]:
+    """Simulate each policy in ``names`` on ``inst`` with the same ground truth and seed. Each policy gets
+    the ``options`` it takes (see :func:`~dltsched.engine.app.registry.options_for`); all are checked before
+    any simulation runs, so a bad option fails at once. With ``checkpoint`` (one policy only) the run saves
+    its state there every ``checkpoint_every`` rounds and continues from it when it exists."""
+    from dltsched.predictors.noise import with_prediction_error
+
+    if checkpoint is not None and len(names) != 1:
+        raise ValidationError("--checkpoint", f"holds one run; give exactly one --policy (got {len(names)})")
+    per_policy = options_for(names, options or {})
+    preds = with_prediction_error(predictors(predictor_set), prediction_error, seed)
+    truth = MeasuredTruth(data_dir=data_dir)
+    config = SimulationConfig(seed=seed, memory=memory, faults=faults)  # type: ignore[arg-type]
+    results = []
+    for name in names:
+        policy = make_policy(name, predictors=preds, **per_policy[name])
+        if checkpoint is None:
+            results.append(run_simulation(inst, policy, truth=truth, config=config))
+            continue
+        from dltsched.engine.sim.checkpoint import CheckpointStore
+        from dltsched.engine.sim.simulator import Simulator
+
+        store = CheckpointStore(checkpoint, checkpoint_every)
+        results.append(Simulator(inst, policy, truth, config, store=store).run(resume=True))
+    return results
+
+
+def expand_policies(policies: tuple[str, ...]) -> list[str]:
+    """Policy names with the groups ``baselines``, ``papers`` and ``all`` expanded; unknown names raise."""
+    groups = {"baselines": list(BASELINE_POLICIES), "papers": list(PAPER_POLICIES),
+              "all": [*BASELINE_POLICIES, *PAPER_POLICIES, "optimizing"]}
+    names: list[str] = []
+    for p in policies:
+        names.extend(groups.get(p, [p]))
+    for n in names:
+        if n.lower() not in policy_names():
+            make_policy(n)  # raises with the close matches
+    return names
+
+
+def _cell(value: Any, fmt: str) -> str:
+    if fmt == "h":
+        return f"{value / 3600.0:.2f}"
+    if fmt == "ms":
+        return f"{value * 1000.0:.2f}"
+    return fmt.format(value)
+
+
+def print_table(results: list[SimulationResult], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for _field, header, _fmt in TABLE_COLUMNS:
+        table.add_column(header, justify="left" if _field == "policy" else "right")
+    for r in results:
+        table.add_row(*(_cell(getattr(r, f), fmt) for f, _h, fmt in TABLE_COLUMNS))
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    console.print(table)
+
+
+@click.command("simulate")
+@click.option("--instance", "instance_path", type=click.Path(dir_okay=False), help="Instance JSON file.")
+@click.option("--workload", help="A real workload instead (e.g. philly, gavel, muri:trace1); see `instance convert`.")
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Shared data folder (default: $DLTSCHED_DATA).")
+@click.option("--cluster", help="Cluster for --workload, e.g. 'v100:8x8,p100:4x8'.")
+@click.option("--jobs", type=click.IntRange(1, MAX_JOBS), help="Use the first N jobs of --workload.")
+@click.option("--policy", "policies", multiple=True, default=("all",), show_default=True,
+              help=f"Policy name, repeatable; 'baselines' = {', '.join(BASELINE_POLICIES)}; 'papers' = "
+                   f"{', '.join(PAPER_POLICIES)}; 'all' = both and 'optimizing'.")
+@click.option("--predictors", "predictor_set", default="default", show_default=True,
+              help="Predictor bundle the policies use (default | analytic).")
+@click.option("--memory", type=click.Choice(["oom", "reject"]), default="oom", show_default=True,
+              help="A job that does not fit in GPU memory: crash it out of memory, re-queue it and learn its "
+                   "measured peak (oom), or reject the plan as an error (reject, a strict check).")
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True)
+@click.option("--prediction-error", type=FiniteFloat(0.0, 10.0), default=0.0, show_default=True,
+              help="Multiply predictions by exp(E*z), z~N(0,1) per job: 0.2 = predictions about 20%% off.")
+@click.option("--option", "options", multiple=True, help=OPTION_HELP)
+@click.option("--faults", help="Node failures MTBF_S:MTTR_S:CHECKPOINT_INTERVAL_S (seeded), e.g. 14400:900:600.")
+@click.option("--checkpoint", type=click.Path(dir_okay=False),
+              help="Save the run here every --checkpoint-every rounds; continue from it when it exists (one policy).")
+@click.option("--checkpoint-every", type=click.IntRange(min=1, max=10**9), default=200, show_default=True,
+              help="Rounds between checkpoints.")
+@click.option("--records", is_flag=True, help="Include per-job records and the utilisation trace in --json.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON result to this file.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def simulate(instance_path: str | None, workload: str | None, data_dir: str | None, cluster: str | None,
+             jobs: int | None, policies: tuple[str, ...], predictor_set: str, memory: str, seed: int,
+             prediction_error: float, options: tuple[str, ...], faults: str | None, checkpoint: str | None,
+             checkpoint_every: int, records: bool, output: str | None, as_json: bool) -> None:
+    """Simulate policies on an instance and compare their metrics."""
+    names = expand_policies(policies)
+    opts = parse_options(options)
+    options_for(names, opts)  # a bad option fails before the instance is read
+    inst = load_instance_or_workload(instance_path, workload, data_dir=data_dir, cluster=cluster, jobs=jobs, seed=seed)
+    results = run_policies(inst, names, seed=seed, predictor_set=predictor_set, memory=memory, data_dir=data_dir,
+                           prediction_error=prediction_error, options=opts,
+                           faults=parse_faults(faults), checkpoint=checkpoint, checkpoint_every=checkpoint_every)
+    payload: Any = [r.to_dict(records=records, utilization=records) for r in results]
+    if len(payload) == 1 and len(policies) == 1 and policies[0] not in ("all", "baselines", "papers"):
+        payload = payload[0]
+    if output:
+        write_text_file(output, json_text(payload) + "\n", option="--output")
+    title = f"{inst.name}: {len(inst.jobs)} jobs on {inst.cluster.num_gpus} GPUs {inst.cluster.gpus_by_type()}"
+    emit(payload, as_json, lambda: print_table(results, title))

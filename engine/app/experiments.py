@@ -1,0 +1,444 @@
+"""Experiments as files: ``dltsched experiment run EXP.toml`` and ``dltsched experiment show EXP.toml``.
+
+One TOML file says everything a comparison needs, so that it can be re-run and reviewed:
+
+```toml
+name = "tiny-two-policies"
+policies = ["fifo", "optimizing"]
+seeds = [0, 1]
+predictors = "default"          # predictor bundle the policies see
+memory = "reject"               # or "oom"
+
+[workload]                      # exactly one of: instance, generate, trace
+instance = "../examples/tiny-6jobs-4gpus.json"   # relative to this file
+
+[options.optimizing]            # per-policy options (optimizing family only)
+backend = "cpsat"
+time_limit_s = 1
+
+[outputs]
+dir = "results/tiny"            # relative to the working directory; `-o DIR` overrides
+figures = ["jct_cdf", "utilization", "gantt"]
+```
+
+A generated workload is ``[workload.generate]`` with the fields of ``instances.generator.GeneratorSpec``
+(``num_jobs``, ``num_gpus``, ``cluster`` ...; its seed is the run's seed); a trace window is ``trace =
+"philly"`` with ``start_s``, ``jobs`` and ``gpus`` (or ``cluster``). For generated and trace workloads
+every seed re-draws the workload, as ``bench simulate`` does; an instance file is the same for every seed.
+
+Runs go through :func:`dltsched.engine.app.cli.simulate.run_policies` (the code of ``dltsched simulate``), one
+(policy, seed) at a time. Outputs in the output folder: ``summary.csv`` (one row per policy: mean and 95%
+t-interval half-width of each metric over seeds, as ``bench simulate``), ``runs.csv`` (one row per policy
+and seed), ``records.csv`` (one row per finished job), ``results.json`` (the experiment file, its hash, the
+predictor bundle and package versions, every run with its records) and the figures of ``dltsched plot``
+(Gantt charts for the first seed).
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import hashlib
+import json
+import math
+import statistics
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+import click
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+from dltsched.engine.domain.errors import ValidationError
+
+FigureName = Literal["jct_cdf", "utilization", "gantt"]
+FIGURES: tuple[FigureName, ...] = ("jct_cdf", "utilization", "gantt")
+#: metrics of the summary table (means and 95% intervals over seeds)
+SUMMARY_METRICS = ("avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "avg_queueing_s", "gpu_util",
+                   "ftf_mean", "num_preemptions", "decision_time_mean_s")
+RUN_COLUMNS = ("policy", "seed", "num_jobs", "num_jobs_finished", *SUMMARY_METRICS, "wall_time_s")
+RECORD_COLUMNS = ("policy", "seed", "job_id", "arrival_s", "first_start_s", "finish_s", "jct_s", "queueing_s",
+                  "num_gpus", "preemptions", "attained_gpu_s", "weight")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _generator_fields() -> tuple[str, ...]:
+    from dltsched.instances.generator import GeneratorSpec
+
+    return tuple(f.name for f in fields(GeneratorSpec) if f.name != "seed")
+
+
+class Workload(_Strict):
+    """Exactly one of ``instance`` (file), ``generate`` (generator fields) or ``trace`` (a real workload)."""
+
+    instance: str | None = None
+    generate: dict[str, Any] | None = None
+    trace: str | None = None
+    start_s: float | None = Field(None, ge=0)
+    jobs: int | None = Field(None, ge=1)
+    gpus: int | None = Field(None, ge=1)
+    gpu_types: str = "v100,p100,k80"
+    cluster: str | None = None
+    data_dir: str | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _one_source(self) -> Workload:
+        given = [k for k in ("instance", "generate", "trace") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of instance, generate, trace (got {', '.join(given) or 'none'})")
+        if self.generate is not None:
+            allowed = _generator_fields()
+            for key in self.generate:
+                if key not in allowed:
+                    raise ValueError(f"generate.{key}: unknown key; allowed: {', '.join(allowed)}")
+        if self.trace is None and any(getattr(self, k) is not None for k in ("start_s", "jobs", "gpus", "cluster")):
+            raise ValueError("start_s, jobs, gpus and cluster belong to a trace workload; "
+                             "a generated one takes them inside [workload.generate]")
+        return self
+
+
+class Outputs(_Strict):
+    dir: str | None = None
+    tables: bool = True
+    records_csv: bool = True
+    figures: tuple[FigureName, ...] = FIGURES
+    format: Literal["png", "svg"] = "png"
+
+
+class Experiment(_Strict):
+    """A validated experiment file."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    workload: Workload
+    policies: tuple[str, ...] = Field(min_length=1)
+    seeds: tuple[int, ...] = Field((0,), min_length=1)
+    predictors: str = "default"
+    memory: Literal["reject", "oom"] = "reject"
+    prediction_error: float = Field(0.0, ge=0)
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    outputs: Outputs = Outputs()
+
+    @pydantic.model_validator(mode="after")
+    def _options_for_listed_policies(self) -> Experiment:
+        for policy in self.options:
+            if policy not in self.policies:
+                raise ValueError(f"options.{policy}: not in policies ({', '.join(self.policies)})")
+            if not policy.startswith("optimizing"):
+                raise ValueError(f"options.{policy}: only the optimizing policies take options")
+        if len(set(self.seeds)) != len(self.seeds) or len(set(self.policies)) != len(self.policies):
+            raise ValueError("policies and seeds must not repeat")
+        return self
+
+
+def _error_line(err: pydantic.ValidationError) -> ValidationError:
+    """The first problem as one line; an unknown key (often the cause of a "missing" one) comes first."""
+    errors = err.errors()
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    path = ".".join(str(p) for p in first["loc"])
+    if first["type"] == "extra_forbidden":
+        model = _model_at(tuple(str(p) for p in first["loc"][:-1]))
+        allowed = list(model.model_fields) if model else []
+        close = difflib.get_close_matches(str(first["loc"][-1]), allowed, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        return ValidationError(path, f"unknown key; {hint}allowed: {', '.join(allowed)}")
+    if first["type"] == "missing":
+        return ValidationError(path, "missing; this key is required")
+    message = str(first["msg"]).removeprefix("Value error, ")
+    if first["type"] == "value_error":
+        return ValidationError(path, message)
+    return ValidationError(path, f"{first.get('input')!r} not understood; {message}")
+
+
+def _model_at(loc: tuple[str, ...]) -> type[BaseModel] | None:
+    models: dict[tuple[str, ...], type[BaseModel]] = {(): Experiment, ("workload",): Workload, ("outputs",): Outputs}
+    return models.get(loc)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedExperiment:
+    """An experiment, the file it came from and the file's SHA-256."""
+
+    spec: Experiment
+    path: Path
+    sha256: str
+
+    def instance_path(self) -> Path | None:
+        if self.spec.workload.instance is None:
+            return None
+        path = Path(self.spec.workload.instance)
+        return path if path.is_absolute() else (self.path.parent / path).resolve()
+
+    def out_dir(self, override: str | Path | None = None) -> Path:
+        return Path(override or self.spec.outputs.dir or Path("results") / self.spec.name)
+
+    def runs(self) -> list[tuple[str, int]]:
+        """(policy, seed) in the order they run: seeds outer, so every policy sees the same workload draw."""
+        return [(p, s) for s in self.spec.seeds for p in self.spec.policies]
+
+
+def load_experiment(path: str | Path) -> LoadedExperiment:
+    """Read and validate an experiment TOML file; bad content raises one-line :class:`ValidationError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValidationError("EXP.toml", f"{path} does not exist")
+    raw = path.read_bytes()
+    try:
+        data = tomllib.loads(raw.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ValidationError("EXP.toml", f"{path} is not valid TOML ({err})") from None
+    try:
+        spec = Experiment.model_validate(data)
+    except pydantic.ValidationError as err:
+        raise _error_line(err) from None
+    from dltsched.engine.app.cli.simulate import expand_policies
+
+    try:
+        expand_policies(spec.policies)
+    except ValidationError as err:
+        raise err.under("policies") from None
+    loaded = LoadedExperiment(spec, path, hashlib.sha256(raw).hexdigest())
+    inst = loaded.instance_path()
+    if inst is not None and not inst.is_file():
+        raise ValidationError("workload.instance", f"{inst} does not exist (paths are relative to the experiment file)")
+    return loaded
+
+
+def load_workload(exp: LoadedExperiment, seed: int) -> Any:
+    """The instance of ``seed``: the file, a generated instance, or a trace window."""
+    w = exp.spec.workload
+    if w.generate is not None:
+        from dltsched.instances.generator import GeneratorSpec, generate_instance
+
+        args = {k: tuple(v) if isinstance(v, list) else v for k, v in w.generate.items()}
+        try:
+            return generate_instance(GeneratorSpec(**args, seed=seed), data_dir=w.data_dir)
+        except ValidationError as err:
+            raise err.under("workload.generate") from None
+    from dltsched.engine.app.cli.simulate import load_instance_or_workload
+
+    inst = exp.instance_path()
+    return load_instance_or_workload(str(inst) if inst else None, w.trace, data_dir=w.data_dir, cluster=w.cluster,
+                                     jobs=w.jobs, seed=seed, gpus=w.gpus, gpu_types=w.gpu_types, start_s=w.start_s)
+
+
+def describe(exp: LoadedExperiment, out_dir: str | Path | None = None) -> dict[str, Any]:
+    """What ``run`` would do, without running anything."""
+    s, w = exp.spec, exp.spec.workload
+    workload: dict[str, Any]
+    if w.instance is not None:
+        workload = {"instance": str(exp.instance_path())}
+    elif w.generate is not None:
+        workload = {"generate": dict(w.generate), "redrawn_per_seed": True}
+    else:
+        workload = {"trace": w.trace, "start_s": w.start_s, "jobs": w.jobs, "gpus": w.gpus,
+                    "cluster": w.cluster, "redrawn_per_seed": True}
+    out = exp.out_dir(out_dir)
+    files = ["results.json", "runs.csv"] + (["summary.csv"] if s.outputs.tables else []) + \
+        (["records.csv"] if s.outputs.records_csv else [])
+    for fig in s.outputs.figures:
+        names = [f"gantt_{p}" for p in s.policies] if fig == "gantt" else [fig]
+        files += [f"{n}.{s.outputs.format}" for n in names]
+    return {"name": s.name, "file": str(exp.path), "sha256": exp.sha256, "workload": workload,
+            "policies": list(s.policies), "seeds": list(s.seeds), "predictors": s.predictors, "memory": s.memory,
+            "prediction_error": s.prediction_error, "options": s.options,
+            "runs": [{"policy": p, "seed": seed} for p, seed in exp.runs()],
+            "outputs": {"dir": str(out), "files": files}}
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for pkg in ("dltsched", "ortools", "highspy", "pyomo", "numpy"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def _bundle(name: str) -> dict[str, str]:
+    from dltsched.engine.app.registry import predictors
+
+    preds = predictors(name)
+    return {"name": name, **{part: f"{type(getattr(preds, part)).__module__}.{type(getattr(preds, part)).__name__}"
+                            for part in ("step_time", "colocation", "freezing")}}
+
+
+def summarize_runs(runs: Sequence[dict[str, Any]], policies: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per policy: mean and 95% t-interval half-width of each summary metric over its seeds."""
+    from dltsched.engine.app.cli.bench import _ci95
+
+    rows = []
+    for policy in policies:
+        mine = [r for r in runs if r["policy"] == policy]
+        row: dict[str, Any] = {"policy": policy, "seeds": len(mine),
+                               "num_jobs_finished": min(r["num_jobs_finished"] for r in mine)}
+        for m in SUMMARY_METRICS:
+            values = [float(r[m]) for r in mine if r[m] is not None]
+            row[m] = statistics.fmean(values) if values else math.nan
+            row[f"{m}_ci95"] = _ci95(values) if values else math.nan
+        rows.append(row)
+    return rows
+
+
+def _write_csv(path: Path, columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> None:
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(columns), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def run_experiment(exp: LoadedExperiment, out_dir: str | Path | None = None, *,
+                   progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
+    """Run every (policy, seed) of ``exp``, write the outputs and return ``results.json``'s content.
+    ``progress(label, done)`` is called before (``done=0``) and after (``done=1``) each run."""
+    from dltsched.engine.app.cli.simulate import run_policies
+
+    s = exp.spec
+    out = exp.out_dir(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs: list[dict[str, Any]] = []
+    gpu_types: list[str] = []
+    for seed in s.seeds:
+        inst = load_workload(exp, seed)
+        gpu_types = gpu_types or [inst.cluster.gpu_type_of(g) for g in range(inst.cluster.num_gpus)]
+        for policy in s.policies:
+            if progress:
+                progress(f"{policy} seed {seed}", 0)
+            (res,) = run_policies(inst, [policy], seed=seed, predictor_set=s.predictors, memory=s.memory,
+                                  data_dir=s.workload.data_dir, prediction_error=s.prediction_error,
+                                  options=s.options.get(policy))
+            runs.append(res.to_dict(records=True, utilization=True) | {"policy": policy, "seed": seed})
+            if progress:
+                progress(f"{policy} seed {seed}", 1)
+    summary = summarize_runs(runs, s.policies)
+    payload = {"experiment": describe(exp, out) | {"spec": s.model_dump(mode="json")},
+               "predictors": _bundle(s.predictors), "versions": _versions(), "gpu_types": gpu_types,
+               "summary": summary, "runs": runs}
+    (out / "results.json").write_text(json.dumps(payload, indent=1, default=_json_value))
+    _write_csv(out / "runs.csv", RUN_COLUMNS, runs)
+    if s.outputs.tables:
+        _write_csv(out / "summary.csv", ["policy", "seeds", "num_jobs_finished",
+                                         *(c for m in SUMMARY_METRICS for c in (m, f"{m}_ci95"))], summary)
+    if s.outputs.records_csv:
+        _write_csv(out / "records.csv", RECORD_COLUMNS,
+                   [rec | {"policy": r["policy"], "seed": r["seed"], "queueing_s": rec["first_start_s"] - rec["arrival_s"]}
+                    for r in runs for rec in r["records"]])
+    payload["files"] = [str(p) for p in sorted(out.iterdir())] + [str(p) for p in _figures(exp, runs, gpu_types, out)]
+    return payload
+
+
+def _json_value(obj: Any) -> Any:
+    if isinstance(obj, tuple | set | frozenset):
+        return list(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+def _figures(exp: LoadedExperiment, runs: Sequence[dict[str, Any]], gpu_types: Sequence[str], out: Path) -> list[Path]:
+    from dltsched.engine.app import plots
+
+    if not exp.spec.outputs.figures:
+        return []
+    figs = plots.experiment_figures(runs, gpu_types=gpu_types, wanted=exp.spec.outputs.figures)
+    return plots.save_figures(figs, out, exp.spec.outputs.format)
+
+
+#: how the summary table shows each metric: (header, scale, decimals); times get the unit of the table
+_DISPLAY = {"gpu_util": ("GPU util (%)", 100.0, 1), "ftf_mean": ("FTF mean", 1.0, 2),
+            "num_preemptions": ("preemptions", 1.0, 1), "decision_time_mean_s": ("decision (ms)", 1000.0, 1)}
+
+
+def _display(metric: str, unit: str) -> tuple[str, float, int]:
+    if metric in _DISPLAY:
+        return _DISPLAY[metric]
+    return f"{metric.removesuffix('_s').replace('_', ' ')} ({unit})", 1.0 / (60.0 if unit == "min" else 3600.0), 2
+
+
+def print_summary(summary: Sequence[dict[str, Any]], title: str) -> None:
+    """The summary as a rich table: mean ± 95% half-width per metric."""
+    from rich.console import Console
+    from rich.table import Table
+
+    longest_s = max((row["makespan_s"] for row in summary if math.isfinite(row["makespan_s"])), default=0.0)
+    unit = "min" if longest_s < 3 * 3600.0 else "h"
+    shown = {m: _display(m, unit) for m in SUMMARY_METRICS}
+    table = Table(title=title)
+    table.add_column("policy")
+    table.add_column("jobs", justify="right")
+    for header, _scale, _decimals in shown.values():
+        table.add_column(header, justify="right")
+    for row in summary:
+        cells = []
+        for m, (_header, scale, decimals) in shown.items():
+            mean, half = row[m], row[f"{m}_ci95"]
+            cells.append(f"{mean * scale:.{decimals}f} ± {half * scale:.{decimals}f}" if math.isfinite(mean) else "-")
+        table.add_row(row["policy"], str(row["num_jobs_finished"]), *cells)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    console.print(table)
+
+
+@click.group("experiment")
+def experiment() -> None:
+    """Experiments as files: workload, cluster, policies, seeds, options and outputs in one TOML file."""
+
+
+@experiment.command("show")
+@click.argument("exp_file", metavar="EXP.toml", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output folder (overrides outputs.dir).")
+@click.option("--json", "as_json", is_flag=True)
+def show(exp_file: str, out_dir: str | None, as_json: bool) -> None:
+    """Print what `experiment run` would run (runs, seeds, outputs) without running it."""
+    from dltsched.engine.app.cli.main import emit
+
+    info = describe(load_experiment(exp_file), out_dir)
+
+    def human() -> None:
+        click.echo(f"experiment {info['name']} ({info['file']}, sha256 {info['sha256'][:12]})")
+        click.echo(f"workload: {json.dumps(info['workload'])}")
+        click.echo(f"predictors: {info['predictors']}, memory: {info['memory']}, "
+                   f"prediction error: {info['prediction_error']}")
+        for policy, opts in info["options"].items():
+            click.echo(f"options for {policy}: {json.dumps(opts)}")
+        click.echo(f"{len(info['runs'])} runs: policies {', '.join(info['policies'])} x seeds {info['seeds']}")
+        click.echo(f"outputs in {info['outputs']['dir']}: {', '.join(info['outputs']['files'])}")
+
+    emit(info, as_json, human)
+
+
+@experiment.command("run")
+@click.argument("exp_file", metavar="EXP.toml", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output folder (overrides outputs.dir).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary rows and written files as JSON.")
+@click.pass_context
+def run(ctx: click.Context, exp_file: str, out_dir: str | None, as_json: bool) -> None:
+    """Run every policy and seed of EXP.toml; write tables, per-job CSV, results.json and figures."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from dltsched.engine.app.cli.main import emit
+
+    exp = load_experiment(exp_file)
+    quiet = bool((ctx.find_root().obj or {}).get("quiet")) or as_json
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  disable=quiet, transient=True) as bar:
+        task = bar.add_task(f"experiment {exp.spec.name}", total=len(exp.runs()))
+        payload = run_experiment(exp, out_dir, progress=lambda label, done: bar.update(
+            task, advance=done, description=f"experiment {exp.spec.name}: {label}"))
+    def human() -> None:
+        print_summary(payload["summary"], f"{exp.spec.name}: mean ± 95% interval over seeds "
+                      f"{list(exp.spec.seeds)} (predictors: {exp.spec.predictors})")
+        click.echo("\n".join(payload["files"]))
+
+    emit({"summary": payload["summary"], "predictors": payload["predictors"], "files": payload["files"]}, as_json,
+         human)
+
+
+__all__ = ["Experiment", "LoadedExperiment", "describe", "load_experiment", "run_experiment", "summarize_runs"]

@@ -1,0 +1,116 @@
+"""Named policies and predictor bundles, resolved lazily by module path.
+
+The engine never imports ``formulations`` or ``predictors`` internals at import time: each entry
+is ``"module:attribute"`` and is imported on first use, so a missing optional dependency only
+fails the entry that needs it. Solver backends have their own table: ``dltsched.formulations.backends``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.policies.options import POLICY_OPTIONS, check_options, option_names
+
+_POLICIES: dict[str, str] = {
+    "fifo": "dltsched.engine.policies.greedy:FifoPolicy",
+    "sjf": "dltsched.engine.policies.greedy:SjfPolicy",
+    "tiresias": "dltsched.engine.policies.tiresias.policy:TiresiasPolicy",
+    "gandiva": "dltsched.engine.policies.gandiva:GandivaPolicy",
+    "icefrog": "dltsched.engine.policies.icefrog:IceFrogPolicy",
+    "isacpp": "dltsched.engine.policies.isacpp:IsacppPolicy",
+    "lucid": "dltsched.engine.policies.lucid:LucidPolicy",
+    "gavel": "dltsched.engine.policies.gavel_lp:GavelPolicy",
+    "optimizing": "dltsched.engine.app.api:optimizing_policy",
+    "optimizing-nocoloc": "dltsched.engine.app.api:without_colocation",
+    "optimizing-nofreeze": "dltsched.engine.app.api:without_freezing",
+}
+
+#: policy name -> pydantic model of the options it takes (see :mod:`dltsched.engine.policies.options`)
+_OPTIONS: dict[str, type[BaseModel] | None] = dict(POLICY_OPTIONS)
+
+#: policies that the main comparison (``--policy all``) runs, in table order
+BASELINE_POLICIES: tuple[str, ...] = ("fifo", "sjf", "tiresias", "gandiva")
+
+#: the strongest published alternatives the optimizing policy is compared with
+PAPER_POLICIES: tuple[str, ...] = ("isacpp", "icefrog", "lucid", "gavel")
+
+_PREDICTORS: dict[str, str] = {
+    "analytic": "dltsched.predictors:analytic_predictors",
+    "default": "dltsched.predictors:available_predictors",
+}
+
+def _load(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _pick(kind: str, table: dict[str, str], name: str) -> str:
+    key = name.lower()
+    if key not in table:
+        close = difflib.get_close_matches(key, list(table), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ValidationError(kind, f"'{name}' not understood{hint} (known: {', '.join(sorted(table))})")
+    return table[key]
+
+
+def policy_names() -> tuple[str, ...]:
+    """The registered policy names, in registration order."""
+    return tuple(_POLICIES)
+
+
+def register_policy_options(name: str, model: type[BaseModel] | None) -> None:
+    """Declare the option model of policy ``name`` (``None``: it takes no options)."""
+    _OPTIONS[name.lower()] = model
+
+
+def policy_option_model(name: str) -> type[BaseModel] | None:
+    """The pydantic model of the options policy ``name`` takes (``None``: it takes none)."""
+    _pick("policy", _POLICIES, name)
+    return _OPTIONS.get(name.lower())
+
+
+def policy_options(name: str) -> tuple[str, ...]:
+    """The option keys policy ``name`` takes, sorted."""
+    return option_names(policy_option_model(name))
+
+
+def check_policy_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` checked against policy ``name``'s option model (see :mod:`dltsched.engine.policies.options`)."""
+    return check_options(name.lower(), policy_option_model(name), options)
+
+
+def options_for(names: Sequence[str], options: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Options of several policies run together: each policy gets the keys it takes; a key no policy in
+    ``names`` takes is a ValidationError naming the keys they do take. Values are checked per policy."""
+    taken = {n: set(policy_options(n)) for n in names}
+    for key in options:
+        if not any(key in keys for keys in taken.values()):
+            if len(names) == 1:
+                check_policy_options(names[0], {key: options[key]})
+            allowed = sorted(set().union(*taken.values()))
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise ValidationError(f"option {key}", f"taken by none of the policies {', '.join(names)}; {hint}"
+                                  f"allowed: {', '.join(allowed) or 'none'}")
+    return {n: check_policy_options(n, {k: v for k, v in options.items() if k in taken[n]}) for n in names}
+
+
+def make_policy(name: str, predictors: Any = None, **options: Any) -> Any:
+    """Instantiate the policy registered as ``name`` with ``predictors`` (``None``: its default) and
+    keyword ``options``, checked against the policy's option model first: an unknown key, a key this
+    policy does not take, or a bad value raises :class:`ValidationError` naming the key."""
+    factory: Callable[..., Any] = _load(_pick("policy", _POLICIES, name))
+    checked = check_policy_options(name, options)
+    return factory(**checked) if predictors is None else factory(predictors=predictors, **checked)
+
+
+def predictors(name: str = "default") -> Any:
+    """The predictor bundle registered as ``name``."""
+    return _load(_pick("predictors", _PREDICTORS, name))()
+

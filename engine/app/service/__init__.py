@@ -1,0 +1,1 @@
+"""The HTTP scheduling service (FastAPI) and its request and response models."""

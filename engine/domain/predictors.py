@@ -1,0 +1,230 @@
+"""Predictor protocols the engine and formulations use, and the bundle policies receive.
+
+Implementations live in ``dltsched.predictors`` (DeletePop-style step time, IceFrog-style
+freezing, E-GGAT co-location); ``dltsched.predictors.analytic`` holds the catalog-based fallback.
+Policies only ever see predictions through these protocols, never the simulator's ground truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from dltsched.engine.domain.model import Job
+
+
+@runtime_checkable
+class StepTimePredictor(Protocol):
+    """Isolated (not co-located) time of one training iteration, and GPU memory per GPU."""
+
+    def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
+                    freeze_level: int = 0, num_nodes: int = 1) -> float:
+        """Seconds per iteration of ``job`` on ``num_gpus`` (default ``job.num_gpus``) GPUs of
+        ``gpu_type`` spread over ``num_nodes`` nodes, with the first ``freeze_level`` blocks frozen."""
+        ...
+
+    def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        """Peak GPU memory of one of the job's workers, in MiB."""
+        ...
+
+
+@runtime_checkable
+class FreezingPredictor(Protocol):
+    """Layer freezing: which levels exist and what accuracy they cost."""
+
+    def num_freeze_levels(self, job: Job) -> int:
+        """Number of freeze levels; level 0 (nothing frozen) .. ``n - 1``."""
+        ...
+
+    def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
+        """Extra iterations needed to reach the same accuracy, as a fraction (0 = none), when
+        freezing at ``freeze_level`` from training progress ``start_progress`` (0..1) on."""
+        ...
+
+
+@runtime_checkable
+class ColocationPredictor(Protocol):
+    """Speed of jobs that share one GPU, relative to each running alone on it."""
+
+    def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        """Normalized speed of each job (co-located throughput / isolated throughput)."""
+        ...
+
+    def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        """GPU memory used by the group on one GPU, in MiB."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Predictors:
+    """The predictors a policy or a round builder uses."""
+
+    step_time: StepTimePredictor
+    colocation: ColocationPredictor
+    freezing: FreezingPredictor
+
+    def effective_progress_rate(self, job: Job, gpu_type: str, freeze_level: int = 0,
+                                start_progress: float = 0.0, num_nodes: int = 1) -> float:
+        """Useful iterations per second: layer-aware throughput x (1 - frozen penalty)."""
+        step = self.step_time.step_time_s(job, gpu_type, freeze_level=freeze_level, num_nodes=num_nodes)
+        penalty = self.freezing.frozen_penalty(job, freeze_level, start_progress) if freeze_level else 0.0
+        return (1.0 - penalty) / step
+
+
+def memory_kind(job: Job) -> tuple[str, int, bool, str | None, str]:
+    """What a job's memory footprint depends on: model, batch size, AMP, dataset and optimizer. A peak
+    measured for one job is known for every job of the same kind, as a profile would be."""
+    return job.model, job.batch_size, job.amp, job.dataset, job.optimizer.lower()
+
+
+class MemoryObservations:
+    """Peak GPU memory per worker (MiB) measured in one simulation run, by job kind (:func:`memory_kind`),
+    GPU type and freeze level.
+
+    A job that crashes out of memory has shown its real footprint on that GPU type, and so have the jobs
+    it shared the GPU with: the simulator records them here, and every memory prediction a policy asks for
+    while the run is on (:func:`observing_memory`) is raised to the measured peak (:func:`learned_memory_mib`),
+    as a real scheduler learns from a crashed job. Levels never measured keep their prediction."""
+
+    __slots__ = ("_peak", "changes")
+
+    def __init__(self) -> None:
+        self._peak: dict[tuple[object, ...], float] = {}
+        self.changes = 0  #: bumps with every new measurement (caches of judgments built on memory check it)
+
+    def record(self, job: Job, gpu_type: str, freeze_level: int, peak_mib: float) -> bool:
+        """Remember a measured peak; ``True`` when it is news (not measured before at this value or above)."""
+        key = (*memory_kind(job), gpu_type, freeze_level)
+        if self._peak.get(key, -1.0) >= peak_mib:
+            return False
+        self._peak[key] = peak_mib
+        self.changes += 1
+        return True
+
+    def peak_mib(self, job: Job, gpu_type: str, freeze_level: int = 0) -> float | None:
+        return self._peak.get((*memory_kind(job), gpu_type, freeze_level)) if self._peak else None
+
+    def __len__(self) -> int:
+        return len(self._peak)
+
+    def to_list(self) -> list[list[Any]]:
+        """``[[model, batch size, amp, dataset, optimizer, GPU type, freeze level, peak MiB], ...]``
+        (JSON-ready, e.g. for a checkpoint)."""
+        return [[*key, peak] for key, peak in sorted(self._peak.items(), key=repr)]
+
+    @classmethod
+    def from_list(cls, rows: Sequence[Sequence[Any]]) -> MemoryObservations:
+        out = cls()
+        for *key, peak in rows:
+            out._peak[tuple(key)] = float(peak)
+            out.changes += 1
+        return out
+
+
+_OBSERVED: ContextVar[MemoryObservations | None] = ContextVar("dltsched_memory_observations", default=None)
+
+
+@contextmanager
+def observing_memory(observations: MemoryObservations) -> Iterator[MemoryObservations]:
+    """Within the block, :func:`learned_memory_mib` answers from ``observations`` (per thread/context, so
+    simulations running side by side do not see each other's measurements)."""
+    token = _OBSERVED.set(observations)
+    try:
+        yield observations
+    finally:
+        _OBSERVED.reset(token)
+
+
+def learned_memory_mib(predicted_mib: float, job: Job, gpu_type: str, freeze_level: int = 0) -> float:
+    """``predicted_mib`` (one worker of ``job`` on ``gpu_type``) raised to the peak measured in the
+    current run (:func:`observing_memory`), if any. Every memory estimate a policy uses goes through it."""
+    observations = _OBSERVED.get()
+    if observations is None:
+        return predicted_mib
+    peak = observations.peak_mib(job, gpu_type, freeze_level)
+    return predicted_mib if peak is None or peak <= predicted_mib else peak
+
+
+def memory_observations_version() -> int:
+    """A number that changes whenever the current run measures a new peak (0 outside a run): a policy
+    that caches judgments built on memory estimates drops them when it changes."""
+    observations = _OBSERVED.get()
+    return 0 if observations is None else observations.changes
+
+
+class _Memo:
+    """Results by key, at most ``max_entries``; when full, the older half is dropped (insertion order)."""
+
+    __slots__ = ("_max", "_values")
+
+    def __init__(self, max_entries: int) -> None:
+        self._max = max_entries
+        self._values: dict[Hashable, Any] = {}
+
+    def get(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        try:
+            return self._values[key]
+        except KeyError:
+            pass
+        value = compute()
+        if len(self._values) >= self._max:
+            for old in list(self._values)[: self._max // 2]:
+                del self._values[old]
+        self._values[key] = value
+        return value
+
+
+class _MemoStepTime:
+    def __init__(self, inner: StepTimePredictor, memo: _Memo) -> None:
+        self.inner, self._memo = inner, memo
+
+    def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
+                    freeze_level: int = 0, num_nodes: int = 1) -> float:
+        return self._memo.get(("step", job, gpu_type, num_gpus, freeze_level, num_nodes), lambda: self.inner.step_time_s(
+            job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes))  # type: ignore[no-any-return]
+
+    def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        predicted: float = self._memo.get(("memory", job, gpu_type, freeze_level),
+                                          lambda: self.inner.memory_mib(job, gpu_type, freeze_level=freeze_level))
+        return learned_memory_mib(predicted, job, gpu_type, freeze_level)  # measured peaks are never memoized
+
+
+class _MemoColocation:
+    def __init__(self, inner: ColocationPredictor, memo: _Memo) -> None:
+        self.inner, self._memo = inner, memo
+
+    def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        group = tuple(jobs)
+        return self._memo.get(("speeds", group, gpu_type),  # type: ignore[no-any-return]
+                              lambda: tuple(self.inner.colocated_speeds(group, gpu_type)))
+
+    def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        group = tuple(jobs)
+        return self._memo.get(("group_memory", group, gpu_type),  # type: ignore[no-any-return]
+                              lambda: self.inner.group_memory_mib(group, gpu_type))
+
+
+class _MemoFreezing:
+    def __init__(self, inner: FreezingPredictor, memo: _Memo) -> None:
+        self.inner, self._memo = inner, memo
+
+    def num_freeze_levels(self, job: Job) -> int:
+        return self._memo.get(("levels", job), lambda: self.inner.num_freeze_levels(job))  # type: ignore[no-any-return]
+
+    def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
+        return self.inner.frozen_penalty(job, freeze_level, start_progress)  # depends on progress: not kept
+
+
+def memoized(predictors: Predictors, max_entries: int = 1_000_000) -> Predictors:
+    """``predictors`` with their answers remembered per job (the immutable :class:`Job` itself is the
+    key, so a job whose spec changes is a new key), for a policy that asks about the same jobs every
+    round. Frozen penalties depend on training progress and are not kept; memory answers are raised to the
+    peaks measured in the current run (:func:`learned_memory_mib`) on every call. At most ``max_entries``
+    answers are kept (the older half is dropped when full)."""
+    memo = _Memo(max_entries)
+    return Predictors(_MemoStepTime(predictors.step_time, memo), _MemoColocation(predictors.colocation, memo),
+                      _MemoFreezing(predictors.freezing, memo))
+

@@ -1,0 +1,65 @@
+"""Protocols between the layers: what the simulator, the policies and the application hand each other.
+
+- :class:`RoundSolver`: decides one round; the optimizing policy receives one (the application builds
+  it, e.g. :class:`dltsched.engine.app.api.ConfiguredSolver`), so policies never import the application layer.
+- :class:`GroundTruth`: what the simulator advances jobs with; policies never see it.
+
+The predictor protocols (step time, co-location, freezing) live in :mod:`dltsched.engine.domain.predictors`.
+Nothing here imports beyond the domain model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from dltsched.engine.domain.model import ClusterState, Job, Plan
+    from dltsched.engine.domain.predictors import Predictors
+
+
+class RoundSolver(Protocol):
+    """Decides one scheduling round: which jobs run where, shared with whom, at which freeze level."""
+
+    @property
+    def objective(self) -> str:
+        """The objective the rounds optimise (one of ``dltsched.engine.domain.model.OBJECTIVES``)."""
+        ...
+
+    def solve(self, state: ClusterState, *, warm_start: Plan | None = None,
+              predictors: Predictors | None = None) -> Plan:
+        """Decide the round of ``state``.
+
+        Parameters
+        ----------
+        state
+            The cluster snapshot: the jobs to decide about and the GPUs they may use.
+        warm_start
+            A plan to start from, e.g. the running jobs' current placements; a hint only.
+        predictors
+            Predictors to price the round with; ``None``: the solver's own.
+
+        Returns
+        -------
+        Plan
+            A feasible plan for ``state`` (a fallback plan when the solver gives nothing usable).
+
+        Raises
+        ------
+        ValidationError
+            When ``state`` is contradictory (e.g. a job runs on a down GPU).
+        """
+        ...
+
+
+class GroundTruth(Protocol):
+    """What the simulator advances jobs with; policies never see it."""
+
+    def step_time_s(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1,
+                    freeze_level: int = 0) -> float: ...
+
+    def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]: ...
+
+    def memory_mib(self, job: Job, gpu_type: str, freeze_level: int = 0) -> float: ...
+
+    def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float) -> float: ...

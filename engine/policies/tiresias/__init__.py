@@ -1,0 +1,1 @@
+"""Tiresias: the policy and its attained-service index."""

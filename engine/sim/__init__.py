@@ -1,0 +1,1 @@
+"""The simulation layer: event loop, ground truth, faults, metrics and checkpoints."""

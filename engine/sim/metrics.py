@@ -1,0 +1,157 @@
+"""Simulation metrics: job completion times, makespan, queueing, utilisation, fairness, decision time.
+
+Finish-time fairness follows Themis (Mahajan et al., NSDI'20): ``rho = JCT / ideal``, where ``ideal`` is the
+job's run time alone on its requested GPUs of the fastest type in the cluster (ground-truth rates), with
+no queueing. ``rho <= 1`` is fair; we report the mean and the maximum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from dltsched.engine.domain.model import Instance
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One finished job."""
+
+    job_id: str
+    arrival_s: float
+    first_start_s: float
+    finish_s: float
+    num_gpus: int
+    preemptions: int
+    attained_gpu_s: float
+    weight: float = 1.0
+
+    @property
+    def jct_s(self) -> float:
+        return self.finish_s - self.arrival_s
+
+    @property
+    def queueing_s(self) -> float:
+        return self.first_start_s - self.arrival_s
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementInterval:
+    """A job held ``gpus`` at ``freeze_level`` from ``start_s`` to ``end_s`` (for Gantt charts)."""
+
+    job_id: str
+    gpus: tuple[int, ...]
+    start_s: float
+    end_s: float
+    freeze_level: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationResult:
+    """Summary of one simulation; ``to_dict()`` gives the JSON the CLI prints."""
+
+    policy: str
+    instance: str
+    num_jobs: int
+    num_jobs_finished: int
+    num_jobs_unfinished: int
+    avg_jct_s: float
+    median_jct_s: float
+    p95_jct_s: float
+    p99_jct_s: float
+    weighted_avg_jct_s: float
+    makespan_s: float
+    avg_queueing_s: float
+    p99_queueing_s: float
+    gpu_util: float
+    num_preemptions: int
+    #: crashes out of memory: starts that did not fit beside the jobs on their GPUs (re-queued each time)
+    num_oom: int
+    node_failures: int
+    fault_interruptions: int
+    ftf_mean: float
+    ftf_max: float
+    num_rounds: int
+    decision_time_mean_s: float
+    decision_time_p50_s: float
+    decision_time_p90_s: float
+    decision_time_p99_s: float
+    decision_time_max_s: float
+    decision_time_total_s: float
+    wall_time_s: float
+    records: tuple[JobRecord, ...] = ()
+    utilization: tuple[tuple[float, float], ...] = ()
+    placements: tuple[PlacementInterval, ...] = ()
+
+    @property
+    def oom_events(self) -> int:
+        """Former name of :attr:`num_oom`."""
+        return self.num_oom
+
+    def to_dict(self, *, records: bool = False, utilization: bool = False) -> dict[str, object]:
+        """JSON-ready dict; ``records`` adds per-job records and placement intervals."""
+        out = asdict(self)
+        if records:
+            out["records"] = [asdict(r) | {"jct_s": r.jct_s} for r in self.records]
+            out["placements"] = [asdict(p) | {"gpus": list(p.gpus)} for p in self.placements]
+        else:
+            out.pop("records")
+            out.pop("placements")
+        if utilization:
+            out["utilization"] = [list(p) for p in self.utilization]
+        else:
+            out.pop("utilization")
+        return {k: (None if isinstance(v, float) and v != v else v) for k, v in out.items()}
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if values.size else 0.0
+
+
+def _downsample(trace: Sequence[tuple[float, float]], n: int) -> tuple[tuple[float, float], ...]:
+    if len(trace) <= n:
+        return tuple(trace)
+    idx = np.linspace(0, len(trace) - 1, n).astype(int)
+    return tuple(trace[i] for i in idx)
+
+
+def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy_gpu_s: float,
+              util_trace: list[tuple[float, float]], decision_times_s: list[float], wall_time_s: float,
+              num_oom: int, unfinished: int, ideal_s: dict[str, float] | None = None,
+              placements: list[PlacementInterval] | None = None, node_failures: int = 0,
+              fault_interruptions: int = 0, utilization_samples: int = 400) -> SimulationResult:
+    """Aggregate per-job records into a :class:`SimulationResult`; the utilisation trace is downsampled
+    to at most ``utilization_samples`` points."""
+    jct = np.array([r.jct_s for r in records], dtype=float)
+    weights = np.array([r.weight for r in records], dtype=float)
+    queue = np.array([r.queueing_s for r in records], dtype=float)
+    first_arrival = min((j.arrival_time_s for j in instance.jobs), default=0.0)
+    last_finish = max((r.finish_s for r in records), default=first_arrival)
+    makespan = last_finish - first_arrival
+    gpu_util = busy_gpu_s / (instance.cluster.num_gpus * makespan) if makespan > 0 else 0.0
+    if ideal_s:
+        rho = np.array([r.jct_s / ideal_s[r.job_id] for r in records if ideal_s.get(r.job_id)], dtype=float)
+    else:
+        rho = np.array([], dtype=float)
+    dec = np.array(decision_times_s, dtype=float)
+    return SimulationResult(
+        policy=policy, instance=instance.name, num_jobs=len(instance.jobs), num_jobs_finished=len(records),
+        num_jobs_unfinished=unfinished,
+        avg_jct_s=float(jct.mean()) if jct.size else 0.0, median_jct_s=_pct(jct, 50), p95_jct_s=_pct(jct, 95),
+        p99_jct_s=_pct(jct, 99),
+        weighted_avg_jct_s=float((jct * weights).sum() / weights.sum()) if jct.size else 0.0,
+        makespan_s=makespan, avg_queueing_s=float(queue.mean()) if queue.size else 0.0,
+        p99_queueing_s=_pct(queue, 99), gpu_util=gpu_util,
+        num_preemptions=sum(r.preemptions for r in records), num_oom=num_oom,
+        node_failures=node_failures, fault_interruptions=fault_interruptions,
+        ftf_mean=float(rho.mean()) if rho.size else float("nan"),
+        ftf_max=float(rho.max()) if rho.size else float("nan"),
+        num_rounds=len(decision_times_s), decision_time_mean_s=float(dec.mean()) if dec.size else 0.0,
+        decision_time_p50_s=_pct(dec, 50), decision_time_p90_s=_pct(dec, 90), decision_time_p99_s=_pct(dec, 99),
+        decision_time_max_s=float(dec.max()) if dec.size else 0.0, decision_time_total_s=float(dec.sum()),
+        wall_time_s=wall_time_s,
+        records=tuple(records), utilization=_downsample(util_trace, utilization_samples),
+        placements=tuple(placements or ()),
+    )

@@ -1,0 +1,46 @@
+"""Greedy fallback: best gain per GPU first, within capacity; always feasible (possibly empty)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dltsched.formulations.backends import capacity_limits
+from dltsched.formulations.candidates import CandidateSet
+
+
+def greedy_selection(cset: CandidateSet, first: Sequence[int] = ()) -> list[int]:
+    """Candidates taken greedily by gain per GPU (ties: fewer GPUs, then order), capacity-safe; the
+    ``first`` candidates (e.g. a previous plan's) are tried before all others, in their order."""
+    problem = cset.problem
+    makespan = problem.options.objective == "makespan"
+    node_left, type_left = capacity_limits(cset)
+    used_jobs: set[int] = set()
+    kept: set[int] = set()
+    selected: list[int] = []
+    rest = sorted(set(range(len(cset.candidates))) - set(first),
+                  key=lambda c: (-cset.candidates[c].gain / cset.candidates[c].num_gpus, c))
+    order = [*dict.fromkeys(first), *rest]
+    for c in order:
+        cand = cset.candidates[c]
+        if used_jobs & set(cand.jobs) or type_left[cand.gpu_type] < cand.num_gpus:
+            continue
+        if cand.gain < 0 or (makespan and any(
+                t > cset.unplaced_completion_s[j] for j, t in zip(cand.jobs, cand.completion_s, strict=True))):
+            continue
+        if cand.kind == "stay":
+            slot = cset.slots[cand.where]
+            if cand.where in kept or any(p in kept for pair in cset.slot_conflicts if cand.where in pair for p in pair):
+                continue
+            if any(node_left[n] < k for n, k in slot.node_gpus):
+                continue
+            for n, k in slot.node_gpus:
+                node_left[n] -= k
+            kept.add(cand.where)
+        elif cand.kind == "node":
+            if node_left[cand.where] < cand.num_gpus:
+                continue
+            node_left[cand.where] -= cand.num_gpus
+        type_left[cand.gpu_type] -= cand.num_gpus
+        used_jobs.update(cand.jobs)
+        selected.append(c)
+    return selected

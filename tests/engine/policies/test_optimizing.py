@@ -1,0 +1,182 @@
+"""The optimizing policy's working set: bounded rounds, jobs sharing GPUs kept together, nothing lost."""
+
+from __future__ import annotations
+
+import pytest
+
+from dltsched.engine.app.api import optimizing_policy
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Assignment, Cluster, ClusterState, Job, JobState, Node, Plan
+from dltsched.engine.policies.optimizing import sharing_groups
+from dltsched.engine.sim.faults import FaultConfig
+from dltsched.engine.sim.simulator import SimulationConfig, simulate
+from dltsched.engine.sim.truth import MeasuredTruth
+from dltsched.formulations.testing import Tables
+
+FAULTS = FaultConfig(mtbf_s=4 * 3600.0, mttr_s=900.0, checkpoint_interval_s=600.0)
+
+
+@pytest.mark.parametrize("objective", ["jct", "effective_progress"])
+def test_rounds_stay_within_the_working_set_and_every_job_finishes(analytic, small_instance, objective, backend):
+    inst = small_instance(4, num_jobs=40, mean_gap_s=15.0)
+    policy = optimizing_policy(analytic, max_round_jobs=5, time_limit_s=0.5, objective=objective, backend=backend)
+    res = simulate(inst, policy, truth=MeasuredTruth(use_measurements=False),
+                   config=SimulationConfig(seed=2, faults=FAULTS))
+    assert sorted(r.job_id for r in res.records) == sorted(j.id for j in inst.jobs)
+    assert all(entry["jobs"] <= 5 for entry in policy.solve_log)
+    assert any(entry["active_jobs"] > 5 for entry in policy.solve_log), "the cap never bound: test shows nothing"
+    assert all(entry["status"] != "fallback" for entry in policy.solve_log)
+
+
+def test_without_a_cap_the_round_sees_every_active_job(analytic, small_instance, backend):
+    inst = small_instance(4, num_jobs=40, mean_gap_s=15.0)
+    policy = optimizing_policy(analytic, max_round_jobs=None, time_limit_s=0.5, backend=backend)
+    simulate(inst, policy, truth=MeasuredTruth(use_measurements=False))
+    assert all(entry["jobs"] == entry["active_jobs"] for entry in policy.solve_log)
+
+
+def _state(num_gpus: int, left: dict[str, float], on: dict[str, tuple[int, ...]]) -> ClusterState:
+    return ClusterState(0.0, Cluster((Node("n0", "v100", num_gpus),)), tuple(
+        JobState(Job(k, "resnet18", 32, 10_000.0), left[k], assignment=Assignment(k, on[k]) if k in on else None)
+        for k in left))
+
+
+def test_working_set_takes_urgent_waiting_jobs_and_long_running_ones_and_keeps_the_rest(backend):
+    # 1 s per iteration everywhere, every GPU busy (nobody could move). Running: a 1000 s left on GPU 0,
+    # b 10 s on GPU 1, c 500 s and d 50 s sharing GPU 2; waiting: q1 20 s, q2 5000 s. Cap 4: half for the
+    # waiting jobs (q1, q2); the running groups by longest remaining time: a (1000 s) fits, {c, d} (500 s)
+    # does not fit the 1 slot left, b (10 s) does. c and d keep GPU 2, which the round sees as unavailable.
+    tables = Tables(step_s={k: [1.0] for k in ("a", "b", "c", "d", "q1", "q2")})
+    state = _state(3, {"a": 1000.0, "b": 10.0, "c": 500.0, "d": 50.0, "q1": 20.0, "q2": 5000.0},
+                   {"a": (0,), "b": (1,), "c": (2,), "d": (2,)})
+    policy = optimizing_policy(tables.bundle(), max_round_jobs=4, objective="jct", time_limit_s=1.0, backend=backend)
+    round_state, kept = policy._working_set(state)
+    assert [s.job.id for s in round_state.jobs] == ["a", "b", "q1", "q2"]
+    assert kept == (Assignment("c", (2,)), Assignment("d", (2,)))
+    assert round_state.down_gpus == {2}
+    plan = policy.schedule(state)
+    by_job = plan.by_job()
+    assert by_job["c"] == Assignment("c", (2,)) and by_job["d"] == Assignment("d", (2,))
+    assert all(2 not in a.gpus for k, a in by_job.items() if k not in ("c", "d"))
+    assert "q1" in by_job, "the shortest waiting job runs"
+
+
+def test_jobs_sharing_a_gpu_while_one_is_idle_are_reconsidered_first(backend):
+    # As above but with GPU 3 idle: c and d (sharing GPU 2) could spread out, so they come first and
+    # take the 2 running slots (2 waiting jobs -> at most 2 x 2 + 2 movers, cap 4 - 2 = 2).
+    tables = Tables(step_s={k: [1.0] for k in ("a", "b", "c", "d", "q1", "q2")})
+    state = _state(4, {"a": 1000.0, "b": 10.0, "c": 500.0, "d": 50.0, "q1": 20.0, "q2": 5000.0},
+                   {"a": (0,), "b": (1,), "c": (2,), "d": (2,)})
+    policy = optimizing_policy(tables.bundle(), max_round_jobs=4, objective="jct", time_limit_s=1.0, backend=backend)
+    round_state, kept = policy._working_set(state)
+    assert [s.job.id for s in round_state.jobs] == ["c", "d", "q1", "q2"]
+    assert kept == (Assignment("a", (0,)), Assignment("b", (1,)))
+
+
+def test_a_round_with_nothing_waiting_and_nobody_to_move_keeps_every_placement_without_solving(backend):
+    tables = Tables(step_s={k: [1.0] for k in ("a", "b")})
+    state = _state(2, {"a": 100.0, "b": 50.0}, {"a": (0,), "b": (1,)})
+    policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, backend=backend)
+    plan = policy.schedule(state)
+    assert plan.incremental and not plan.assignments and not policy.solve_log
+    moving = _state(2, {"a": 100.0, "b": 50.0}, {"a": (0,), "b": (0,)})  # sharing GPU 0, GPU 1 idle
+    plan = policy.schedule(moving)
+    assert len(policy.solve_log) == 1
+    assert {a.gpus for a in plan.assignments} == {(0,), (1,)}, "the pair spreads over both GPUs"
+
+
+@pytest.mark.parametrize(("busy_v100", "on", "moves"), [
+    # a 4-GPU job on k80 (3x slower): the idle v100 GPUs must hold its gang in one node
+    ({0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13}, {"g": (16, 17, 18, 19)}, False),  # 2 + 2 idle in two nodes
+    ({0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15}, {"g": (16, 17, 18, 19)}, True),  # 4 idle in node 0
+    # a pair sharing a v100 GPU: only an idle v100 (not an idle k80) could hold one of them
+    (set(range(16)) - {3}, {"a": (3,), "b": (3,)}, False),
+    (set(range(16)) - {3, 7}, {"a": (3,), "b": (3,)}, True),
+])
+def test_movers_are_jobs_that_idle_gpus_could_really_hold_faster(busy_v100, on, moves, backend):
+    from dltsched.engine.policies.optimizing import _Idle
+
+    tables = Tables(step_s={k: [1.0] for k in ("g", "a", "b", *(f"x{i}" for i in range(16)))},
+                    type_factor={"k80": 3.0})
+    cluster = Cluster((Node("v0", "v100", 8), Node("v1", "v100", 8), Node("k0", "k80", 8)))
+    fillers = [JobState(Job(f"x{i}", "resnet18", 32, 100.0), 100.0, assignment=Assignment(f"x{i}", (g,)))
+               for i, g in enumerate(sorted(busy_v100))]
+    mine = [JobState(Job(k, "resnet18", 32, 100.0, num_gpus=len(gpus)), 100.0, assignment=Assignment(k, gpus))
+            for k, gpus in on.items()]
+    state = ClusterState(0.0, cluster, (*fillers, *mine))
+    policy = optimizing_policy(tables.bundle(), backend=backend)
+    assert policy._could_move(mine, _Idle.of(state), state) is moves
+
+
+def test_a_mover_the_solver_keeps_in_place_triggers_no_more_solves_until_it_moves(backend):
+    # j runs on the p100 (GPU 1); the v100 (GPU 0) is idle and 5% faster: a mover, but the move gains
+    # 0.05 / 1 of j's value and costs 0.1, so the solve keeps it. Later rounds do not solve again for it,
+    # also after a checkpoint; once it sits elsewhere it is a mover again.
+    tables = Tables(step_s={"j": [1.0]}, type_factor={"p100": 1.05})
+    cluster = Cluster((Node("v0", "v100", 1), Node("p0", "p100", 2)))
+
+    def at(time_s: float, gpu: int) -> ClusterState:
+        return ClusterState(time_s, cluster, (JobState(Job("j", "resnet18", 32, 1e4), 1e4,
+                                                       assignment=Assignment("j", (gpu,))),))
+
+    policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, backend=backend)
+    assert policy.schedule(at(0.0, 1)).by_job()["j"].gpus == (1,)
+    assert len(policy.solve_log) == 1 and policy.solve_log[0]["movers"] == 1
+    assert policy.schedule(at(1000.0, 1)) == Plan(incremental=True) and len(policy.solve_log) == 1
+    resumed = optimizing_policy(tables.bundle(), time_limit_s=1.0, backend=backend)
+    resumed.load_state_dict(policy.state_dict())
+    assert resumed.schedule(at(1000.0, 1)) == Plan(incremental=True) and not resumed.solve_log
+    policy.schedule(at(2000.0, 2))
+    assert len(policy.solve_log) == 2
+
+
+def test_a_declined_mover_is_reconsidered_when_more_gpus_fall_idle(backend):
+    # j on a p100 declined a 5%-faster v100 while x held the other v100; when x finishes, more v100s are
+    # idle than the solve saw, so j triggers a solve again (a long job is not left on a slow GPU forever).
+    tables = Tables(step_s={"j": [1.0], "x": [1.0]}, type_factor={"p100": 1.05})
+    cluster = Cluster((Node("v0", "v100", 2), Node("p0", "p100", 2)))
+    j = JobState(Job("j", "resnet18", 32, 1e4), 1e4, assignment=Assignment("j", (2,)))
+    x = JobState(Job("x", "resnet18", 32, 1e4), 1e4, assignment=Assignment("x", (0,)))
+    policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, backend=backend)
+    policy.schedule(ClusterState(0.0, cluster, (j, x)))
+    assert len(policy.solve_log) == 1 and policy.solve_log[0]["movers"] == 1
+    assert policy.schedule(ClusterState(1000.0, cluster, (j, x))) == Plan(incremental=True)
+    resumed = optimizing_policy(tables.bundle(), time_limit_s=1.0, backend=backend)
+    resumed.load_state_dict(policy.state_dict())
+    for p in (policy, resumed):
+        p.schedule(ClusterState(2000.0, cluster, (j,)))
+    assert len(policy.solve_log) == 2 and len(resumed.solve_log) == 1
+    assert policy.solve_log[-1]["movers"] == 1
+
+
+def test_a_waiting_job_a_solve_has_seen_waits_for_the_periodic_solve_or_a_free_gpu(backend):
+    # One GPU: r (100 s left) runs, w (10,000 s) waits; under jct the solve keeps r (worth 100x more)
+    # and, with one job per GPU, w waits. Without news, no solve until round_interval_s (1,800 s) after
+    # the last one; when r is gone, w starts greedily on the free GPU without a solve.
+    tables = Tables(step_s={"r": [1.0], "w": [1.0]})
+    cluster = Cluster((Node("v0", "v100", 1),))
+    r = JobState(Job("r", "resnet18", 32, 1e4), 100.0, assignment=Assignment("r", (0,)))
+    w = JobState(Job("w", "resnet18", 32, 1e4), 1e4)
+    policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, max_jobs_per_gpu=1, backend=backend)
+    assert set(policy.schedule(ClusterState(0.0, cluster, (r, w))).by_job()) == {"r"}
+    assert policy.schedule(ClusterState(400.0, cluster, (r, w))) == Plan(incremental=True)
+    assert len(policy.solve_log) == 1
+    policy.schedule(ClusterState(1800.0, cluster, (r, w)))
+    assert len(policy.solve_log) == 2
+    plan = policy.schedule(ClusterState(2200.0, cluster, (w,)))
+    assert plan.incremental and plan.by_job()["w"].gpus == (0,) and len(policy.solve_log) == 2
+
+
+def test_jobs_sharing_any_gpu_form_one_group():
+    def running(job_id: str, gpus: tuple[int, ...]) -> JobState:
+        return JobState(Job(job_id, "resnet18", 32, 100.0, num_gpus=len(gpus)), 100.0,
+                        assignment=Assignment(job_id, gpus))
+
+    jobs = [running("a", (0, 1)), running("b", (2,)), running("c", (1, 0)), running("d", (3,)), running("e", (2,))]
+    assert [[s.job.id for s in g] for g in sharing_groups(jobs)] == [["a", "c"], ["b", "e"], ["d"]]
+
+
+@pytest.mark.parametrize("cap", [1, 0, 2.5])
+def test_bad_working_set_size_names_the_field(analytic, cap):
+    with pytest.raises(ValidationError, match="max_round_jobs"):
+        optimizing_policy(analytic, max_round_jobs=cap)

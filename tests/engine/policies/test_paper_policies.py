@@ -1,0 +1,89 @@
+"""The paper baselines: IceFrog picks freeze levels, Lucid packs by class, Gavel's LP respects capacity."""
+
+from __future__ import annotations
+
+import pytest
+
+from dltsched.engine.app.registry import make_policy
+from dltsched.engine.domain.model import Cluster, ClusterState, Job, JobState, Node
+
+
+def _state(jobs, nodes=(("v", "v100", 2),), running=None):
+    cluster = Cluster(tuple(Node(i, t, n) for i, t, n in nodes))
+    running = running or {}
+    states = tuple(JobState(j, j.total_iterations, assignment=running.get(j.id)) for j in jobs)
+    return ClusterState(0.0, cluster, states)
+
+
+def test_icefrog_freezes_only_within_budget(analytic):
+    jobs = (Job("free", "resnet50", 64, 1000, freeze_allowed=True, accuracy_budget=0.2),
+            Job("fixed", "resnet50", 64, 1000))
+    plan = make_policy("icefrog", predictors=analytic).schedule(_state(jobs))
+    levels = {a.job_id: a.freeze_level for a in plan.assignments}
+    assert levels["fixed"] == 0
+    assert levels["free"] > 0
+    penalty = analytic.freezing.frozen_penalty(jobs[0], levels["free"], 0.0)
+    assert penalty <= 0.2
+    # the chosen level beats running unfrozen in effective progress
+    assert analytic.effective_progress_rate(jobs[0], "v100", levels["free"]) > analytic.effective_progress_rate(jobs[0], "v100", 0)
+
+
+class ConstantColocation:
+    """Every co-located job runs at ``speed``; memory from the analytic model."""
+
+    def __init__(self, speed, memory):
+        self.speed, self.memory = speed, memory
+
+    def colocated_speeds(self, jobs, gpu_type):
+        return tuple(self.speed for _ in jobs)
+
+    def group_memory_mib(self, jobs, gpu_type):
+        return sum(self.memory.memory_mib(j, gpu_type) for j in jobs)
+
+
+@pytest.mark.parametrize(("speed", "packed"), [(0.97, True), (0.6, False)])
+def test_lucid_packs_low_interference_jobs_only_when_no_gpu_is_free(analytic, speed, packed):
+    from dataclasses import replace
+
+    preds = replace(analytic, colocation=ConstantColocation(speed, analytic.step_time))
+    jobs = tuple(Job(f"j{i}", "neumf", 1024, 1000) for i in range(3))
+    plan = make_policy("lucid", predictors=preds).schedule(_state(jobs))
+    sizes = sorted(len(v) for v in plan.colocation_groups().values())
+    assert sizes == ([1, 2] if packed else [1, 1])
+
+
+@pytest.mark.parametrize("colocation", [True, False])
+def test_gavel_lp_never_overallocates(analytic, colocation):
+    from dltsched.engine.policies.gavel_lp import GavelPolicy
+
+    jobs = tuple(Job(f"j{i}", m, b, 1000, num_gpus=n)
+                 for i, (m, b, n) in enumerate([("resnet18", 64, 1), ("lstm_lm", 20, 1), ("resnet50", 32, 2),
+                                                ("transformer", 64, 1), ("recoder", 1024, 1)]))
+    policy = GavelPolicy(predictors=analytic, colocation=colocation)
+    state = _state(jobs, nodes=(("v", "v100", 2), ("k", "k80", 2)))
+    _jobs, single, pairs = policy.allocation(state)
+    for t, cap in state.cluster.gpus_by_type().items():
+        used = sum(x * _jobs[i].job.num_gpus for (i, tt), x in single.items() if tt == t)
+        used += sum(y for _i, _k, tt, y in pairs if tt == t)
+        assert used <= cap + 1e-6
+    plan = policy.schedule(state)
+    load = state.gpu_load()
+    for a in plan.assignments:
+        for g in a.gpus:
+            load[g] += 1
+    assert max(load) <= (2 if colocation else 1)
+    assert plan.assignments, "the LP placed nothing on an idle cluster"
+
+
+def test_lucid_reference_partners_are_in_the_shipped_colocation_table():
+    """Lucid's sensitivity classes come from measured-trained predictions, not the analytic fallback."""
+    from dltsched.engine.app.registry import predictors
+    from dltsched.engine.policies.lucid import _REFERENCE
+
+    table = predictors("default").colocation
+    if not hasattr(table, "fallbacks"):
+        pytest.skip("the default predictors have no shipped co-location table here")
+    for gpu in ("k80", "p100", "v100"):
+        for m, b in _REFERENCE:
+            table.colocated_speeds([Job("a", "resnet18", 64, 10), Job("b", m, b, 10)], gpu)
+    assert table.fallbacks["analytic"] == 0
