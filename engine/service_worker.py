@@ -52,8 +52,7 @@ def solve_until(state: ClusterState, config: SolveConfig, deadline: float) -> Ou
     preds = load_predictors(config.predictors)
     if config.baseline_policy is not None:
         return Outcome(baseline_plan(state, config.baseline_policy, preds, status="heuristic"), False)
-    from dltsched.formulations import build_round, check_plan
-    from dltsched.formulations import solve_problem
+    from dltsched.formulations import build_round, check_plan, solve_problem
 
     backend = config.backend_for(len(state.jobs))
     try:
