@@ -349,8 +349,11 @@ class RoundProblem:
         except (KeyError, TypeError) as err:
             raise ValidationError("round", f"malformed round JSON ({err}); write it with RoundProblem.save") from None
 
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+        Path(path).write_text(self.to_json())
 
     @staticmethod
     def load(path: str | Path) -> RoundProblem:

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError, write_text_file
 from dltsched.engine.domain.model import Cluster, GpuType, Instance, Job, Node
 
 FORMAT = "dltsched-instance"
@@ -513,13 +513,4 @@ def dumps_instance(inst: Instance) -> str:
 
 def save_instance(inst: Instance, path: str | os.PathLike[str]) -> Path:
     """Write ``inst`` as JSON to ``path`` (folders are created); returns the path."""
-    p = Path(path)
-    text = dumps_instance(inst)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    except OSError as err:
-        from dltsched.engine.domain.errors import write_problem
-
-        raise ValidationError("--output", f"cannot write '{path}': {write_problem(p, err)}; give a writable file path") from None
-    return p
+    return write_text_file(path, dumps_instance(inst))

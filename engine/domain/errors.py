@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 
@@ -70,3 +71,15 @@ def write_problem(path: Path, err: OSError) -> str:
         if parent.exists():
             return f"'{parent}' is a file, not a folder" if not parent.is_dir() else (err.strerror or str(err))
     return err.strerror or str(err)
+
+
+def write_text_file(path: str | os.PathLike[str], text: str, *, option: str = "--output") -> Path:
+    """Write ``text`` to ``path`` (parent folders are created); a path that cannot be written is one
+    :class:`ValidationError` naming ``option`` and the reason, never a raw OSError."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    except OSError as err:
+        raise ValidationError(option, f"cannot write '{path}': {write_problem(p, err)}; give a writable file path") from None
+    return p

@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
-from dltsched.engine.app.cli.main import FiniteFloat, emit, json_text, write_text_file
-from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.app.cli.main import FiniteFloat, emit, json_text
+from dltsched.engine.domain.errors import ValidationError, write_text_file
 from dltsched.engine.domain.model import Instance
 from dltsched.instances.schema import MAX_GPUS_PER_NODE, MAX_JOBS, MAX_NODES, MAX_TIME_S
 

@@ -11,14 +11,12 @@ import importlib
 import json
 import logging
 import math
-import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
-from dltsched.engine.domain.errors import DltschedError, ValidationError, write_problem
+from dltsched.engine.domain.errors import DltschedError
 
 log = logging.getLogger(__name__)
 
@@ -115,18 +113,6 @@ def _finite(obj: Any) -> Any:
     if hasattr(obj, "item"):
         return _finite(obj.item())
     raise TypeError(f"{type(obj).__name__} is not JSON serializable")
-
-
-def write_text_file(path: str | os.PathLike[str], text: str, *, option: str = "--output") -> Path:
-    """Write ``text`` to ``path`` (parent folders are created); a path that cannot be written is one
-    :class:`ValidationError` naming ``option`` and the reason, never a raw OSError."""
-    p = Path(path)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    except OSError as err:
-        raise ValidationError(option, f"cannot write '{path}': {write_problem(p, err)}; give a writable file path") from None
-    return p
 
 
 class FiniteFloat(click.ParamType):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from dltsched.engine.app.cli.main import LazyGroup, emit, write_text_file
-from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.app.cli.main import LazyGroup, emit
+from dltsched.engine.domain.errors import ValidationError, write_text_file
 
 _COLOCATION = {
     "colocation": "dltsched.engine.app.cli.colocation:colocation",

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from dltsched.engine.app.cli.main import FiniteFloat, emit, json_text, write_text_file
+from dltsched.engine.app.cli.main import FiniteFloat, emit, json_text
 from dltsched.engine.app.registry import (
     BASELINE_POLICIES,
     PAPER_POLICIES,
@@ -18,7 +18,7 @@ from dltsched.engine.app.registry import (
     policy_names,
     predictors,
 )
-from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError, write_text_file
 from dltsched.engine.domain.model import Instance
 from dltsched.engine.sim.metrics import SimulationResult
 from dltsched.engine.sim.simulator import SimulationConfig

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from dltsched.engine.app.cli.main import FiniteFloat
-from dltsched.engine.domain.errors import InfeasibleRoundError, ValidationError
+from dltsched.engine.domain.errors import InfeasibleRoundError, ValidationError, write_text_file
 from dltsched.formulations.backends import BACKENDS, EXACT_BACKENDS
 from dltsched.formulations.problem import FORMAT, OBJECTIVES, RoundOptions, RoundProblem
 
@@ -81,13 +81,7 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
     options = RoundOptions(objective=objective, max_jobs_per_gpu=max_jobs_per_gpu, time_limit_s=time_limit_s)
     problem = load_round(path, options, predictors_name)
     if save_round is not None:
-        try:
-            problem.save(save_round)
-        except OSError as err:
-            from dltsched.engine.domain.errors import write_problem
-
-            raise ValidationError("--save-round", f"cannot write '{save_round}': {write_problem(save_round, err)}; "
-                                  "give a writable file path") from None
+        write_text_file(save_round, problem.to_json(), option="--save-round")
     result = solve_problem(problem, backend, time_limit_s=time_limit_s, solver=solver)
     payload = result.to_dict()
     report = check_plan(problem, result.plan)
