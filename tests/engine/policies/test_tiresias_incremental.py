@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from dltsched.engine.domain.model import Assignment, ClusterState, JobState, Plan
 from dltsched.engine.domain.predictors import Predictors
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.policies.tiresias.policy import TiresiasPolicy, _Line
+from dltsched.engine.policies.tiresias.index import RunningLine
+from dltsched.engine.policies.tiresias.policy import TiresiasPolicy
 from dltsched.engine.sim.faults import FaultConfig
 from dltsched.engine.sim.simulator import SimulationConfig, simulate
 from dltsched.engine.sim.truth import MeasuredTruth
@@ -32,10 +33,10 @@ class DirectTiresias:
     predictors: Predictors
     thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
     starvation_factor: float = 8.0
-    _est: Estimates = field(init=False)
+    est: Estimates = field(init=False)
 
     def __post_init__(self) -> None:
-        self._est = Estimates(self.predictors)
+        self.est = Estimates(self.predictors)
 
     def queue_of(self, s: JobState, now_s: float) -> int:
         ran = s.attained_service_s / s.job.num_gpus
@@ -60,7 +61,7 @@ class DirectTiresias:
         free = state.available_by_type()
         admitted: list[tuple[JobState, str]] = []
         for s in order:
-            types = self._est.candidate_types(s.job, state.cluster)
+            types = self.est.candidate_types(s.job, state.cluster)
             if s.assignment is not None:
                 current = state.cluster.gpu_type_of(s.assignment.gpus[0])
                 types = [current] + [t for t in types if t != current]
@@ -98,15 +99,15 @@ class Compare:
     full_unchanged: int = 0
 
     def schedule(self, state: ClusterState) -> Plan:
-        before = self.fast._seen
+        before = self.fast.last_round
         plan = self.fast.schedule(state)
-        full = self.fast._seen is not None and self.fast._seen is not before
+        full = self.fast.last_round is not None and self.fast.last_round is not before
         self.skipped += plan.incremental and not plan.assignments and not full
         got = {a.job_id: a for a in plan.resolved(state).assignments}
         want = {a.job_id: a for a in self.direct.schedule(state).assignments}
         assert got == want, f"round {self.rounds} at t={state.time_s}: plans differ"
-        if full and self.fast._seen.next_change_s > -math.inf:  # a full round that changed nothing
-            assert self.fast._seen.next_change_s == self.direct.next_change_s(state), f"round {self.rounds}"
+        if full and self.fast.last_round.next_change_s > -math.inf:  # a full round that changed nothing
+            assert self.fast.last_round.next_change_s == self.direct.next_change_s(state), f"round {self.rounds}"
             self.full_unchanged += 1
         running = state.placements_by_id()
         self.preemptions += sum(1 for j in running if j not in got)
@@ -116,13 +117,6 @@ class Compare:
                              and bisect.bisect_right(self.direct.thresholds_gpu_s, s.attained_service_s) > 0)
         self.rounds += 1
         return plan
-
-
-class PreviousTiresias(TiresiasPolicy):
-    """The production policy with its full rounds done directly (every job ranked), as before the index."""
-
-    def _full_round(self, state, pool, exclusive):  # noqa: ANN001, ANN202
-        return *self._decide_directly(state), None
 
 
 FAULTS = FaultConfig(mtbf_s=20_000.0, mttr_s=600.0, checkpoint_interval_s=300.0)
@@ -161,7 +155,8 @@ def test_simulations_equal_those_of_direct_full_rounds(seed, faults, under_memor
     truth = MeasuredTruth(use_measurements=False)
     fast = simulate(inst, TiresiasPolicy(preds, thresholds_gpu_s=thresholds, starvation_factor=factor),
                     truth=truth, config=cfg)
-    previous = simulate(inst, PreviousTiresias(preds, thresholds_gpu_s=thresholds, starvation_factor=factor),
+    previous = simulate(inst, TiresiasPolicy(preds, thresholds_gpu_s=thresholds, starvation_factor=factor,
+                                       indexed=False),
                         truth=truth, config=cfg)
     assert fast.records == previous.records
     assert fast.placements == previous.placements
@@ -186,7 +181,7 @@ def test_the_comparison_sees_what_it_must(analytic, small_instance, memory_trap)
 
 
 def test_line_counts_gpus_after_a_key_and_finds_the_first_job_left_short():
-    line = _Line()
+    line = RunningLine()
     for key, n in [((0, 1.0, "a"), 2), ((1, 0.0, "b"), 1), ((1, 5.0, "c"), 4), ((2, 0.0, "d"), 1)]:
         line.add(key, n)
     assert line.total() == 8

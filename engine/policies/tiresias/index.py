@@ -1,0 +1,513 @@
+"""The attained-service index the Tiresias policy keeps across rounds.
+
+The index holds the jobs as of the last full round: waiting jobs grouped by what admission reads of them
+(GPU count, GPU types by preference) and queue, in arrival order; running jobs per GPU type in priority
+order (:class:`RunningLine`), with the GPUs held from each position on; heaps of the instants at which a
+waiting job's starvation promotion falls due and a running job's attained service crosses a threshold.
+:meth:`AttainedServiceIndex.admit` walks it in priority order, visiting only the waiting jobs it admits
+(and, per group, the first it does not: no later one fits either) and the running jobs that lose their
+GPUs. What a job's queue is and which GPU types it fits on is the policy's to say (:class:`Ranking`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate, count
+from operator import sub
+from typing import Protocol
+
+from dltsched.engine.domain.model import Assignment, Cluster, ClusterState, Job, JobState
+
+#: a job's priority: (queue, arrival, id), smallest first
+Key = tuple[int, float, str]
+#: what admission reads of a waiting job: its GPU count and the GPU types it fits on, fastest first
+Group = tuple[int, tuple[str, ...]]
+
+
+def _arrival_key(s: JobState) -> tuple[float, str]:
+    return s.job.arrival_time_s, s.job.id
+
+
+class Ranking(Protocol):
+    """What the index asks of the policy: a job's queue, when it changes, and where the job fits."""
+
+    def queue_of(self, s: JobState, now_s: float) -> int:
+        """The queue ``s`` is in at ``now_s`` (0 is served first)."""
+        ...
+
+    def changes_at_s(self, s: JobState, level: int, now_s: float) -> float:
+        """When ``s``'s queue next changes if nothing else happens (``inf``: never)."""
+        ...
+
+    def candidate_types(self, job: Job, cluster: Cluster) -> Sequence[str]:
+        """The GPU types ``job`` fits on, fastest first."""
+        ...
+
+
+@dataclass(slots=True)
+class Waiting:
+    """A waiting job in the index: its state, its group, its queue and its pending promotion instant."""
+
+    state: JobState
+    group: Group
+    level: int
+    promote_at_s: float  # the starvation promotion instant, inf when none is pending
+
+
+@dataclass(slots=True)
+class Running:
+    """A running job in the index: its placement, GPU type, priority and next threshold crossing."""
+
+    job_id: str
+    assignment: Assignment
+    gpu_type: str
+    key: Key
+    crossing_s: float  # when the attained service reaches the next threshold (as of the last read); inf at the top
+
+
+@dataclass(slots=True)
+class RunningLine:
+    """The running jobs on one GPU type in priority order, with the GPUs held from each position on."""
+
+    keys: list[Key] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)
+    _neg_from: list[int] | None = None  # -(GPUs held from position i on), built on demand
+
+    def add(self, key: Key, n: int) -> None:
+        """Insert the job of priority ``key`` holding ``n`` GPUs.
+
+        Parameters
+        ----------
+        key : Key
+            The job's priority (queue, arrival, id).
+        n : int
+            The GPUs it holds.
+        """
+        i = bisect.bisect_left(self.keys, key)
+        self.keys.insert(i, key)
+        self.gpus.insert(i, n)
+        self._neg_from = None
+
+    def remove(self, key: Key) -> None:
+        """Remove the job of priority ``key`` (which must be in the line).
+
+        Parameters
+        ----------
+        key : Key
+            The job's priority.
+        """
+        i = bisect.bisect_left(self.keys, key)
+        del self.keys[i], self.gpus[i]
+        self._neg_from = None
+
+    def _neg(self) -> list[int]:
+        """``-(sum of gpus[i:])`` for every ``i`` (one more entry than jobs, the last 0)."""
+        if self._neg_from is None:
+            neg = list(accumulate(reversed(self.gpus), sub, initial=0))
+            neg.reverse()
+            self._neg_from = neg
+        return self._neg_from
+
+    def total(self) -> int:
+        """The GPUs held by every job in the line.
+
+        Returns
+        -------
+        int
+            Their sum.
+        """
+        return -self._neg()[0]
+
+    def after(self, key: Key) -> int:
+        """The GPUs held by the jobs after ``key``.
+
+        Parameters
+        ----------
+        key : Key
+            A priority (in the line or not).
+
+        Returns
+        -------
+        int
+            The GPUs held by the jobs of lower priority.
+        """
+        return -self._neg()[bisect.bisect_right(self.keys, key)]
+
+    def first_short(self, key: Key | None, deficit: int) -> int | None:
+        """The first job after ``key`` that no longer fits when its type is ``deficit`` GPUs short.
+
+        Parameters
+        ----------
+        key : Key or None
+            Start after this priority; ``None``: from the start.
+        deficit : int
+            GPUs the type is short.
+
+        Returns
+        -------
+        int or None
+            The position of the first job after which fewer than ``deficit`` GPUs are held; ``None`` when
+            there is none.
+        """
+        neg = self._neg()
+        lo = 0 if key is None else bisect.bisect_right(self.keys, key)
+        j = bisect.bisect_right(neg, -deficit, lo=lo + 1) - 1
+        return j if j < len(self.keys) else None
+
+
+@dataclass
+class AttainedServiceIndex:
+    """The jobs as of the last full round, brought up to date at the next one (see the module docstring).
+
+    Between full rounds, only plans (which record the jobs they start or stop in ``touched``), arrivals,
+    completions and node failures change where jobs are: the jobs to look at again are ``touched``, the
+    queue's arrivals after ``last_key`` and the running jobs that finished or lost their node since (those
+    indexed as running that no longer run). A state sequence in which jobs start or stop otherwise (not the
+    simulator's) is caught by counts, and the index is built afresh.
+
+    Parameters
+    ----------
+    ranking : Ranking
+        The policy: queues, their change instants and the GPU types jobs fit on.
+    cluster_id : int
+        ``id`` of the cluster the index is for.
+    levels : int
+        The number of queues.
+    time_s : float
+        The instant of the last full round.
+    """
+
+    ranking: Ranking
+    cluster_id: int
+    levels: int
+    time_s: float
+    waiting: dict[str, Waiting] = field(default_factory=dict)
+    #: per group, per queue: the waiting jobs' (arrival, id), ascending
+    groups: dict[Group, list[list[tuple[float, str]]]] = field(default_factory=dict)
+    promotions: list[tuple[float, float, str]] = field(default_factory=list)  # heap of (instant, arrival, id)
+    running: dict[str, Running] = field(default_factory=dict)
+    lines: dict[str, RunningLine] = field(default_factory=dict)
+    crossings: list[tuple[float, int, Running]] = field(default_factory=list)  # heap of (instant, seq, job)
+    #: jobs to look at again (started or stopped since the last full round): their arrival instants
+    touched: dict[str, float] = field(default_factory=dict)
+    last_key: tuple[float, str] = (-math.inf, "")
+    seq: count = field(default_factory=count)
+
+    def serves(self, state: ClusterState) -> bool:
+        """Whether the index can be brought up to ``state`` (same cluster, not earlier).
+
+        Parameters
+        ----------
+        state : ClusterState
+            The snapshot of this round.
+
+        Returns
+        -------
+        bool
+            ``True`` when :meth:`refresh` may be called with it.
+        """
+        return self.cluster_id == id(state.cluster) and state.time_s >= self.time_s
+
+    def drop(self, job_id: str) -> None:
+        """Forget ``job_id`` (waiting or running; nothing when it is not indexed).
+
+        Parameters
+        ----------
+        job_id : str
+            The job.
+        """
+        w = self.waiting.pop(job_id, None)
+        if w is not None:
+            lists = self.groups[w.group]
+            del lists[w.level][bisect.bisect_left(lists[w.level], (w.state.job.arrival_time_s, job_id))]
+            if not any(lists):
+                del self.groups[w.group]
+        r = self.running.pop(job_id, None)
+        if r is not None:
+            self.lines[r.gpu_type].remove(r.key)
+
+    def move(self, w: Waiting, level: int) -> None:
+        """Move the waiting job ``w`` to queue ``level``.
+
+        Parameters
+        ----------
+        w : Waiting
+            An indexed waiting job.
+        level : int
+            Its new queue.
+        """
+        key = (w.state.job.arrival_time_s, w.state.job.id)
+        lists = self.groups[w.group]
+        del lists[w.level][bisect.bisect_left(lists[w.level], key)]
+        bisect.insort(lists[level], key)
+        w.level = level
+
+    def refresh(self, state: ClusterState, progress: Mapping[str, JobState], *, fresh: bool) -> bool:
+        """Bring the index up to ``state``: the jobs started, stopped, arrived or finished since the last
+        full round are looked up again (every job when ``fresh``).
+
+        Parameters
+        ----------
+        state : ClusterState
+            The snapshot of this round (:meth:`serves` it).
+        progress : Mapping of str to JobState
+            The running jobs' states, by id (their attained service is read only near a threshold).
+        fresh : bool
+            Whether the index is new (empty): then every job is indexed.
+
+        Returns
+        -------
+        bool
+            ``False`` when jobs started or stopped other than by the policy's plans: the index no longer
+            matches ``state`` and must be built afresh.
+        """
+        now, queue, placements = state.time_s, state.queued(), state.placements_by_id()
+        if fresh:
+            look = {s.job.id: s.job.arrival_time_s for s in queue}
+            look.update((j, job.arrival_time_s) for j, job in state.running_jobs_by_id().items())
+        else:
+            look = self.touched
+            arrived = queue[bisect.bisect_right(queue, self.last_key, key=_arrival_key):]
+            look.update((s.job.id, s.job.arrival_time_s) for s in arrived)
+
+        def resolve(job_id: str, arrival_s: float) -> None:
+            asg = placements.get(job_id)
+            if asg is not None:
+                r = self.running.get(job_id)
+                if r is None or r.assignment is not asg:
+                    self.drop(job_id)
+                    self.add_running(progress[job_id], state)
+                return
+            i = bisect.bisect_left(queue, (arrival_s, job_id), key=_arrival_key)
+            if i < len(queue) and queue[i].job.id == job_id:
+                w = self.waiting.get(job_id)
+                if w is None or w.state is not queue[i]:
+                    self.drop(job_id)
+                    self.add_waiting(queue[i], state)
+            else:
+                self.drop(job_id)  # finished
+
+        for job_id, arrival in look.items():
+            resolve(job_id, arrival)
+        if self.running.keys() != placements.keys():  # jobs finished or lost their node since
+            for job_id in self.running.keys() - placements.keys():
+                resolve(job_id, self.running[job_id].key[1])
+        if self.running.keys() != placements.keys() or len(self.waiting) != len(queue):
+            return False
+        self.touched, self.time_s = {}, now
+        if queue:
+            self.last_key = max(self.last_key, _arrival_key(queue[-1]))
+        return True
+
+    def add_waiting(self, s: JobState, state: ClusterState) -> None:
+        """Index the waiting job ``s``.
+
+        Parameters
+        ----------
+        s : JobState
+            A job in ``state``'s queue, not indexed.
+        state : ClusterState
+            The snapshot of this round.
+        """
+        group = (s.job.num_gpus, tuple(self.ranking.candidate_types(s.job, state.cluster)))
+        level = self.ranking.queue_of(s, state.time_s)
+        w = self.waiting[s.job.id] = Waiting(s, group, level, self.ranking.changes_at_s(s, level, state.time_s))
+        lists = self.groups.get(group)
+        if lists is None:
+            lists = self.groups[group] = [[] for _ in range(self.levels)]
+        bisect.insort(lists[level], (s.job.arrival_time_s, s.job.id))
+        if w.promote_at_s < math.inf:
+            heapq.heappush(self.promotions, (w.promote_at_s, s.job.arrival_time_s, s.job.id))
+
+    def add_running(self, s: JobState, state: ClusterState) -> None:
+        """Index the running job ``s``.
+
+        Parameters
+        ----------
+        s : JobState
+            A job placed in ``state``, not indexed.
+        state : ClusterState
+            The snapshot of this round.
+        """
+        assert s.assignment is not None
+        level = self.ranking.queue_of(s, state.time_s)
+        r = Running(s.job.id, s.assignment, state.cluster.gpu_type_of(s.assignment.gpus[0]),
+                    (level, s.job.arrival_time_s, s.job.id), self.ranking.changes_at_s(s, level, state.time_s))
+        self.running[r.job_id] = r
+        self.lines[r.gpu_type].add(r.key, len(r.assignment.gpus))
+        if r.crossing_s < math.inf:
+            heapq.heappush(self.crossings, (r.crossing_s, next(self.seq), r))
+
+    def promote(self, now_s: float) -> float:
+        """Move the waiting jobs that starved until ``now_s`` to the top queue.
+
+        Parameters
+        ----------
+        now_s : float
+            The instant of this round.
+
+        Returns
+        -------
+        float
+            The next promotion instant (``inf``: none pending).
+        """
+        heap = self.promotions
+        horizon = now_s + 1e-9 * max(1.0, abs(now_s))  # no later instant can be due (rounding of the test)
+        later = []
+        while heap and heap[0][0] <= horizon:
+            entry = heapq.heappop(heap)
+            w = self.waiting.get(entry[2])
+            if w is None or w.promote_at_s != entry[0]:
+                continue  # stale
+            if self.ranking.queue_of(w.state, now_s) == 0:
+                self.move(w, 0)
+                w.promote_at_s = math.inf
+            else:
+                later.append(entry)
+        for entry in later:
+            heapq.heappush(heap, entry)
+        while heap and ((w := self.waiting.get(heap[0][2])) is None or w.promote_at_s != heap[0][0]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else math.inf
+
+    def cross(self, progress: Mapping[str, JobState], now_s: float) -> float:
+        """Move the running jobs whose attained service reached a threshold to their new queue.
+
+        Stored instants are exact as of their job's last read; reads of one job between two reads of it add
+        rounding far below ``slack``, so only jobs within it of now (or of the first instant) are read again.
+
+        Parameters
+        ----------
+        progress : Mapping of str to JobState
+            The running jobs' states, by id.
+        now_s : float
+            The instant of this round.
+
+        Returns
+        -------
+        float
+            The next instant a running job changes queue, exactly as :meth:`Ranking.changes_at_s` gives it
+            from the attained service now (``inf``: none will).
+        """
+        heap = self.crossings
+        slack = 1.0 + 1e-9 * max(1.0, abs(now_s))
+
+        def valid(entry: tuple[float, int, Running]) -> bool:
+            return self.running.get(entry[2].job_id) is entry[2] and entry[2].crossing_s == entry[0]
+
+        def read(r: Running) -> JobState:
+            s = progress[r.job_id]
+            level = self.ranking.queue_of(s, now_s)
+            if level != r.key[0]:
+                self.lines[r.gpu_type].remove(r.key)
+                r.key = (level, r.key[1], r.key[2])
+                self.lines[r.gpu_type].add(r.key, len(r.assignment.gpus))
+            r.crossing_s = self.ranking.changes_at_s(s, level, now_s)
+            return s
+
+        again: list[Running] = []
+        while heap and heap[0][0] <= now_s + slack:
+            entry = heapq.heappop(heap)
+            if valid(entry):
+                read(entry[2])
+                again.append(entry[2])
+        for r in again:
+            if r.crossing_s < math.inf:
+                heapq.heappush(heap, (r.crossing_s, next(self.seq), r))
+        while heap and not valid(heap[0]):
+            heapq.heappop(heap)
+        if not heap:
+            return math.inf
+        near = []
+        first = heap[0][0]
+        while heap and heap[0][0] <= first + 2 * slack:
+            entry = heapq.heappop(heap)
+            if valid(entry):
+                read(entry[2])
+                near.append(entry[2])
+        for r in near:
+            heapq.heappush(heap, (r.crossing_s, next(self.seq), r))
+        return min(r.crossing_s for r in near)
+
+    def admit(self, state: ClusterState) -> tuple[list[str], list[tuple[Job, str]]]:
+        """The admission walk in priority order.
+
+        ``short[t]``: GPUs of type ``t`` not yet taken minus those held by the running jobs not yet passed.
+        While it is >= 0, every running job on ``t`` keeps its GPUs; below 0, the first one the jobs after it
+        leave short (:meth:`RunningLine.first_short`) is the next one on ``t`` to visit; no other needs a
+        visit.
+
+        Parameters
+        ----------
+        state : ClusterState
+            The snapshot the index was refreshed to.
+
+        Returns
+        -------
+        displaced : list of str
+            The running jobs that lose their GPUs.
+        starts : list of (Job, str)
+            The jobs to place and the GPU type for each (admitted waiting jobs, and running jobs admitted on
+            another GPU type), in priority order.
+        """
+        lines = self.lines
+        short = {t: up - lines[t].total() for t, up in state.available_by_type().items()}
+        version = dict.fromkeys(short, 0)
+        waiting: list[tuple[Key, Group, int, int]] = []  # heap: the next job of each group
+        losing: list[tuple[Key, int, str, int, int]] = []  # heap: (key, seq, type, version, position)
+        seq = count()
+
+        def push_group(group: Group, level: int, pos: int) -> None:
+            lists = self.groups[group]
+            while level < self.levels:
+                if pos < len(lists[level]):
+                    arrival, job_id = lists[level][pos]
+                    heapq.heappush(waiting, ((level, arrival, job_id), group, level, pos))
+                    return
+                level, pos = level + 1, 0
+
+        def push_losing(t: str, after: Key | None) -> None:
+            version[t] += 1
+            if short[t] < 0 and (i := lines[t].first_short(after, -short[t])) is not None:
+                heapq.heappush(losing, (lines[t].keys[i], next(seq), t, version[t], i))
+
+        def take(types: Sequence[str], n: int, key: Key) -> str | None:
+            for t in types:
+                if short[t] + lines[t].after(key) >= n:
+                    short[t] -= n
+                    if short[t] < 0:
+                        push_losing(t, key)
+                    return t
+            return None
+
+        for group in self.groups:
+            if group[1]:
+                push_group(group, 0, 0)
+        for t in short:
+            push_losing(t, None)
+        running_jobs = state.running_jobs_by_id()
+        displaced: list[str] = []
+        starts: list[tuple[Job, str]] = []
+        while waiting or losing:
+            if losing and (not waiting or losing[0][0] < waiting[0][0]):
+                key, _, t, ver, i = heapq.heappop(losing)
+                if ver != version[t]:
+                    continue
+                job, n = running_jobs[key[2]], lines[t].gpus[i]
+                short[t] += n
+                displaced.append(job.id)
+                got = take([u for u in self.ranking.candidate_types(job, state.cluster) if u != t], n, key)
+                if got is not None:
+                    starts.append((job, got))
+                push_losing(t, key)
+            else:
+                key, group, level, pos = heapq.heappop(waiting)
+                got = take(group[1], group[0], key)
+                if got is not None:  # else no later job of the group fits either: free GPUs only shrink
+                    starts.append((self.waiting[key[2]].state.job, got))
+                    push_group(group, level, pos + 1)
+        return displaced, starts
