@@ -1,6 +1,9 @@
 """dltsched.engine: the domain model, simulator, policies, metrics, CLI and the embedding API.
 
-Importing this package loads nothing: the embedding API's names (:class:`SolveConfig`,
+The package wires its layers: it registers the simulator's measured ground truth
+(:class:`~dltsched.engine.sim.truth.MeasuredTruth`, loaded on first use) as the one instance readers and the
+generator convert trace durations with (:func:`~dltsched.engine.domain.protocols.register_ground_truth`), so
+they need not import the simulator. Importing this package loads nothing else: the embedding API's names (:class:`SolveConfig`,
 :func:`solve_round`, :func:`simulate_instance`, :func:`plan_to_dict`) are resolved from
 :mod:`dltsched.engine.app.api` on first access (PEP 562), so ``import dltsched.engine.domain.model`` stays cheap.
 """
@@ -10,8 +13,22 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from dltsched.engine.domain.protocols import GroundTruth, register_ground_truth
+
 if TYPE_CHECKING:
     from dltsched.engine.app.api import SolveConfig, plan_to_dict, simulate_instance, solve_round
+
+
+def _measured_truth(data_dir: str | None) -> GroundTruth:
+    """The simulator's ground truth: Gavel's measurements in ``data_dir``, the analytic fallback without."""
+    from dltsched.engine.sim.truth import MeasuredTruth
+
+    if data_dir is None:
+        return MeasuredTruth(use_measurements=False)
+    return MeasuredTruth(data_dir=data_dir)
+
+
+register_ground_truth(_measured_truth)
 
 __all__ = ["SolveConfig", "plan_to_dict", "simulate_instance", "solve_round"]
 

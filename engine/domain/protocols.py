@@ -3,6 +3,10 @@
 - :class:`RoundSolver`: decides one round; the optimizing policy receives one (the application builds
   it, e.g. :class:`dltsched.engine.app.api.ConfiguredSolver`), so policies never import the application layer.
 - :class:`GroundTruth`: what the simulator advances jobs with; policies never see it.
+- :class:`GroundTruthFactory`: builds a ground truth from a data folder. Instance readers and the generator
+  turn trace durations into iterations with one (:mod:`dltsched.instances.reference`) without importing the
+  simulator: the engine package registers the simulator's measured truth (:func:`register_ground_truth`)
+  when it is imported, which every import of the domain does first.
 
 The predictor protocols (step time, co-location, freezing) live in :mod:`dltsched.engine.domain.predictors`.
 Nothing here imports beyond the domain model.
@@ -63,3 +67,54 @@ class GroundTruth(Protocol):
     def memory_mib(self, job: Job, gpu_type: str, freeze_level: int = 0) -> float: ...
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float) -> float: ...
+
+
+class GroundTruthFactory(Protocol):
+    """Builds a ground truth from a data folder."""
+
+    def __call__(self, data_dir: str | None) -> GroundTruth:
+        """The ground truth of ``data_dir``.
+
+        Parameters
+        ----------
+        data_dir
+            The data folder with the measurements; ``None``: none was found, use the documented fallback.
+
+        Returns
+        -------
+        GroundTruth
+            The truth, measured where the folder has measurements.
+        """
+        ...
+
+
+_GROUND_TRUTH: list[GroundTruthFactory] = []
+
+
+def register_ground_truth(factory: GroundTruthFactory) -> None:
+    """Make ``factory`` the ground truth that :func:`ground_truth_factory` gives.
+
+    Parameters
+    ----------
+    factory
+        Builds the truth from a data folder (the engine package registers the simulator's measured truth).
+    """
+    _GROUND_TRUTH[:] = [factory]
+
+
+def ground_truth_factory() -> GroundTruthFactory:
+    """The registered ground truth (see :func:`register_ground_truth`).
+
+    Returns
+    -------
+    GroundTruthFactory
+        The factory registered last.
+
+    Raises
+    ------
+    LookupError
+        When none is registered.
+    """
+    if not _GROUND_TRUTH:
+        raise LookupError("no ground truth registered: import dltsched.engine, or pass one")
+    return _GROUND_TRUTH[0]
