@@ -1,305 +1,54 @@
-"""The instance JSON format (version 1): pydantic I/O models, JSON Schema, load and save.
+"""The instance JSON format (version 1): load, convert to the domain model, and save.
 
 A file looks like ``{"format": "dltsched-instance", "version": 1, "name", "metadata", "reference",
 "cluster": {"nodes": [...], "gpu_types": [...]}, "jobs": [...]}``; each job gives its work either
-as ``total_iterations`` or as ``epochs`` x ``iterations_per_epoch``. The pydantic models only
-check shapes and ranges; :mod:`dltsched.engine.domain.model` checks meaning (catalog names, sizes,
-duplicates). Every problem is raised as one-line
-:class:`~dltsched.engine.domain.errors.ValidationError`, e.g. ``jobs[3].num_gpus: 0 not understood; must be >= 1``.
-The published schema is ``instances/schema/instance-v1.schema.json`` (see :func:`json_schema`).
+as ``total_iterations`` or as ``epochs`` x ``iterations_per_epoch``. Validation (pydantic models, limits,
+JSON Schema, one-line messages) is in :mod:`dltsched.instances.validation`; this module re-exports its
+public names, so ``dltsched.instances.schema`` stays the one import for the format. Every problem is raised
+as one-line :class:`~dltsched.engine.domain.errors.ValidationError`, e.g.
+``jobs[3].num_gpus: 0 not understood; must be >= 1``.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import os
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field
 
 from dltsched.engine.domain.errors import ValidationError, write_text_file
 from dltsched.engine.domain.model import Cluster, GpuType, Instance, Job, Node
-
-FORMAT = "dltsched-instance"
-VERSION = 1
-SCHEMA_FILE = ("schema", "instance-v1.schema.json")
-
-_STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
-
-# ---- bounds of every magnitude (the error message names the limit) -------------------------
-#: GPUs in one node
-MAX_GPUS_PER_NODE = 1024
-#: nodes in one cluster, and GPUs in all
-MAX_NODES = 100_000
-MAX_CLUSTER_GPUS = 1_000_000
-#: jobs in one instance
-MAX_JOBS = 1_000_000
-#: work of one job, iterations (10^10: years of training at the fastest step times)
-MAX_ITERATIONS = 1e10
-#: every time in seconds (arrival, deadline, duration hint): 10^9 s, about 31 years
-MAX_TIME_S = 1e9
-MAX_BATCH_SIZE = 1_000_000
-#: GPU memory, GiB
-MAX_MEMORY_GIB = 10_000.0
-#: bandwidths (Gbit/s, GB/s) and throughputs (TFLOP/s)
-MAX_RATE = 1e6
-#: characters in an id or a name; items in a list of names
-MAX_TEXT = 256
-MAX_NAMES = 256
-#: nesting depth of metadata and reference objects
-MAX_DEPTH = 32
-
-#: ids and names: printable text, no control characters (tabs, newlines, escapes)
-_PRINTABLE = r"^[^\x00-\x1f\x7f-\x9f]*$"
-
-
-def _name(description: str | None = None) -> Any:
-    return Field(min_length=1, max_length=MAX_TEXT, pattern=_PRINTABLE, description=description)
-
-
-def _text(default: Any = ..., description: str | None = None) -> Any:
-    return Field(default, max_length=MAX_TEXT, pattern=_PRINTABLE, description=description)
-
-
-def check_json_value(value: Any, path: str = "", depth: int = 0) -> None:
-    """Raise :class:`ValidationError` for a NaN or infinite number anywhere in ``value``, or nesting deeper
-    than :data:`MAX_DEPTH` (free-form metadata)."""
-    if depth > MAX_DEPTH:
-        raise ValidationError(path, f"nested deeper than {MAX_DEPTH} levels; flatten it")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValidationError(path, f"{value!r} not understood; numbers must be finite")
-    if isinstance(value, dict):
-        for k, v in value.items():
-            check_json_value(v, f"{path}.{k}" if path else str(k), depth + 1)
-    elif isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            check_json_value(v, f"{path}[{i}]", depth + 1)
-
-
-class NodeModel(BaseModel):
-    """One server: ``num_gpus`` GPUs of one type."""
-
-    model_config = _STRICT
-    id: str = _name()
-    gpu_type: str = _name("GPU catalog id or alias, or a custom gpu_types id")
-    num_gpus: int = Field(ge=1, le=MAX_GPUS_PER_NODE)
-    network_gbps: float = Field(100.0, gt=0, le=MAX_RATE, description="inter-node link, Gbit/s")
-
-
-class GpuTypeModel(BaseModel):
-    """A GPU type that is not in the catalog (spec-sheet values)."""
-
-    model_config = _STRICT
-    id: str = _name()
-    name: str = _text()
-    architecture: str = _text()
-    memory_gib: float = Field(gt=0, le=MAX_MEMORY_GIB)
-    memory_bandwidth_gbs: float = Field(gt=0, le=MAX_RATE)
-    fp32_tflops: float = Field(gt=0, le=MAX_RATE)
-    fp16_tensor_tflops: float = Field(gt=0, le=MAX_RATE)
-    sm_count: int = Field(ge=1, le=1_000_000)
-    interconnect: str = _text()
-    intra_node_bandwidth_gbs: float = Field(gt=0, le=MAX_RATE)
-    aliases: list[Annotated[str, _name()]] = Field(default_factory=list, max_length=MAX_NAMES)
-
-
-class ClusterModel(BaseModel):
-    """Nodes, plus specs of GPU types the catalog does not know."""
-
-    model_config = _STRICT
-    nodes: list[NodeModel] = Field(min_length=1, max_length=MAX_NODES)
-    gpu_types: list[GpuTypeModel] = Field(default_factory=list, max_length=MAX_NAMES)
-
-    @pydantic.model_validator(mode="after")
-    def _total_gpus(self) -> ClusterModel:
-        total = sum(n.num_gpus for n in self.nodes)
-        if total > MAX_CLUSTER_GPUS:
-            raise ValueError(f"{total} GPUs in all; a cluster holds at most {MAX_CLUSTER_GPUS}")
-        return self
-
-
-class JobModel(BaseModel):
-    """One training job; work is ``total_iterations`` or ``epochs`` x ``iterations_per_epoch``."""
-
-    model_config = ConfigDict(
-        **_STRICT,
-        json_schema_extra={
-            "oneOf": [
-                {
-                    "required": ["total_iterations"],
-                    "not": {"anyOf": [{"required": ["epochs"]}, {"required": ["iterations_per_epoch"]}]},
-                },
-                {"required": ["epochs", "iterations_per_epoch"], "not": {"required": ["total_iterations"]}},
-            ]
-        },
-    )
-    id: str = _name()
-    model: str = _name("model-zoo id or alias")
-    batch_size: int = Field(ge=1, le=MAX_BATCH_SIZE)
-    num_gpus: int = Field(1, ge=1, le=MAX_CLUSTER_GPUS)
-    total_iterations: float | None = Field(None, gt=0, le=MAX_ITERATIONS)
-    epochs: float | None = Field(None, gt=0, le=MAX_ITERATIONS)
-    iterations_per_epoch: float | None = Field(None, gt=0, le=MAX_ITERATIONS)
-    arrival_time_s: float = Field(0.0, ge=0, le=MAX_TIME_S)
-    amp: bool = False
-    optimizer: str = _text("sgd")
-    dataset: str | None = _text(None)
-    weight: float = Field(1.0, gt=0, le=1e6)
-    freeze_allowed: bool = False
-    accuracy_budget: float = Field(0.0, ge=0, lt=1)
-    deadline_s: float | None = Field(None, gt=0, le=MAX_TIME_S)
-    gpu_types: list[Annotated[str, _name()]] = Field(
-        default_factory=list, max_length=MAX_NAMES, description="allowed GPU types (empty: any)")
-    gpu_fraction: float = Field(1.0, gt=0, le=1)
-    hyperparameters: dict[Annotated[str, _name()], float | Annotated[str, _text()]] = Field(
-        default_factory=dict, max_length=MAX_NAMES)
-    duration_hint_s: float | None = Field(None, ge=0, le=MAX_TIME_S, description="duration in the source trace")
-
-    @pydantic.model_validator(mode="after")
-    def _work(self) -> JobModel:
-        if self.epochs is not None and self.iterations_per_epoch is not None \
-                and self.epochs * self.iterations_per_epoch > MAX_ITERATIONS:
-            raise ValueError(f"epochs x iterations_per_epoch is {self.epochs * self.iterations_per_epoch:.3g}; "
-                             f"must be <= {MAX_ITERATIONS:.0e} iterations")
-        return self
-
-
-class InstanceModel(BaseModel):
-    """A dltsched scheduling instance, format version 1."""
-
-    model_config = ConfigDict(**_STRICT, title="dltsched instance v1")
-    format: Literal["dltsched-instance"]
-    version: Literal[1]
-    name: str = _name()
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    reference: dict[str, Any] = Field(default_factory=dict)
-    cluster: ClusterModel
-    jobs: list[JobModel] = Field(min_length=1, max_length=MAX_JOBS)
-
-    @pydantic.field_validator("metadata", "reference")
-    @classmethod
-    def _finite(cls, value: dict[str, Any], info: pydantic.ValidationInfo) -> dict[str, Any]:
-        check_json_value(value, str(info.field_name))  # raises ValidationError, passed on as it is
-        return value
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of the format, as generated from the pydantic models."""
-    schema = InstanceModel.model_json_schema()
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "urn:dltsched:instance:v1",
-        **schema,
-    }
-
-
-def shipped_schema_path() -> Path:
-    """Where the published schema file lives in the package."""
-    return Path(str(resources.files("dltsched.instances").joinpath(*SCHEMA_FILE)))
-
-
-# ---- pydantic errors -> one-line ValidationError -------------------------------------------
-
-_MODELS_BY_PATH: dict[tuple[str, ...], type[BaseModel]] = {
-    (): InstanceModel,
-    ("cluster",): ClusterModel,
-    ("cluster", "nodes"): NodeModel,
-    ("cluster", "gpu_types"): GpuTypeModel,
-    ("jobs",): JobModel,
-}
-_UNION_TAGS = {"float", "str", "int", "bool"}
-_RULES = {
-    "int_type": "must be an integer",
-    "int_parsing": "must be an integer",
-    "int_from_float": "must be an integer",
-    "float_type": "must be a number",
-    "float_parsing": "must be a number",
-    "finite_number": "must be finite",
-    "bool_type": "must be true or false",
-    "string_type": "must be a string",
-    "model_type": "must be an object",
-    "dict_type": "must be an object",
-    "list_type": "must be a list",
-    "string_too_short": "must be a non-empty string",
-    "string_pattern_mismatch": "must be printable text (no control characters)",
-    "literal_error": "",
-}
-
-
-def _path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _unknown_field(loc: tuple[Any, ...]) -> str:
-    model = _MODELS_BY_PATH.get(tuple(p for p in loc[:-1] if isinstance(p, str)))
-    allowed = list(model.model_fields) if model else []
-    close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-    hint = f"did you mean '{close[0]}'? " if close else ""
-    return f"unknown field; {hint}allowed: {', '.join(allowed)}"
-
-
-def _short_repr(value: Any) -> str:
-    if isinstance(value, dict | list) and len(value) > 3:
-        return f"{type(value).__name__} of {len(value)} items"
-    try:
-        text = repr(value)
-    except ValueError:  # an integer too long to print
-        return "a number too large"
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _rule(kind: str, ctx: Mapping[str, Any]) -> str:
-    bounds = {
-        "greater_than_equal": ">= {ge}",
-        "greater_than": "> {gt}",
-        "less_than": "< {lt}",
-        "less_than_equal": "<= {le}",
-    }
-    if kind in bounds:
-        return "must be " + bounds[kind].format(**ctx)
-    if kind == "literal_error":
-        return f"must be {ctx['expected']}"
-    if kind == "too_short":
-        return f"must have at least {ctx['min_length']} item(s)"
-    if kind == "too_long":
-        return f"must have at most {ctx['max_length']} item(s)"
-    if kind == "string_too_long":
-        return f"must be at most {ctx['max_length']} characters"
-    if kind == "value_error":
-        return str(ctx.get("error", ""))
-    return _RULES.get(kind, "")
-
-
-def convert_pydantic_error(err: pydantic.ValidationError) -> ValidationError:
-    """The first problem of a pydantic error, as a one-line :class:`ValidationError`."""
-    first = err.errors()[0]
-    cause = first.get("ctx", {}).get("error")
-    if isinstance(cause, ValidationError):
-        return cause
-    loc = tuple(first["loc"])
-    union = bool(loc) and loc[-1] in _UNION_TAGS
-    if union:
-        loc = loc[:-1]
-    path = _path(loc)
-    kind = first["type"]
-    if kind == "missing":
-        return ValidationError(path, "missing; this field is required")
-    if kind == "extra_forbidden":
-        return ValidationError(path, _unknown_field(loc))
-    rule = "must be a number or a string" if union else (_rule(kind, first.get("ctx", {})) or first["msg"])
-    if kind == "value_error":
-        return ValidationError(path, rule)
-    return ValidationError(path, f"{_short_repr(first.get('input'))} not understood; {rule}")
-
+from dltsched.instances.validation import (
+    FORMAT,
+    MAX_BATCH_SIZE,
+    MAX_CLUSTER_GPUS,
+    MAX_DEPTH,
+    MAX_GPUS_PER_NODE,
+    MAX_ITERATIONS,
+    MAX_JOBS,
+    MAX_MEMORY_GIB,
+    MAX_NAMES,
+    MAX_NODES,
+    MAX_RATE,
+    MAX_TEXT,
+    MAX_TIME_S,
+    SCHEMA_FILE,
+    VERSION,
+    ClusterModel,
+    GpuTypeModel,
+    InstanceModel,
+    JobModel,
+    NodeModel,
+    check_json_value,
+    convert_pydantic_error,
+    json_schema,
+    shipped_schema_path,
+    short_repr,
+)
 
 # ---- dict <-> domain --------------------------------------------------------------------------
 
@@ -417,7 +166,7 @@ def load_instance(source: str | os.PathLike[str] | Mapping[str, Any]) -> Instanc
     version = raw.get("version")
     if raw.get("format", FORMAT) == FORMAT and (version is not None and (type(version) is not int or version != VERSION)):
         raise ValidationError(
-            "version", f"{_short_repr(version)} not understood; this dltsched reads version {VERSION}"
+            "version", f"{short_repr(version)} not understood; this dltsched reads version {VERSION}"
         )
     try:
         model = InstanceModel.model_validate(raw)
@@ -514,3 +263,15 @@ def dumps_instance(inst: Instance) -> str:
 def save_instance(inst: Instance, path: str | os.PathLike[str]) -> Path:
     """Write ``inst`` as JSON to ``path`` (folders are created); returns the path."""
     return write_text_file(path, dumps_instance(inst))
+
+
+__all__ = [
+    # validation (re-exported: dltsched.instances.schema is the one import for the format)
+    "FORMAT", "MAX_BATCH_SIZE", "MAX_CLUSTER_GPUS", "MAX_DEPTH", "MAX_GPUS_PER_NODE", "MAX_ITERATIONS", "MAX_JOBS",
+    "MAX_MEMORY_GIB", "MAX_NAMES", "MAX_NODES", "MAX_RATE", "MAX_TEXT", "MAX_TIME_S", "SCHEMA_FILE", "VERSION",
+    "ClusterModel", "GpuTypeModel", "InstanceModel", "JobModel", "NodeModel", "check_json_value",
+    "convert_pydantic_error", "json_schema", "shipped_schema_path",
+    # load, convert, save
+    "dumps_instance", "instance_from_model", "instance_to_dict", "job_to_dict", "load_instance", "parse_json_text",
+    "save_instance",
+]
