@@ -81,10 +81,10 @@ class Watcher:
     def __init__(self, ids: set[str]) -> None:
         self.ids, self.seen, self.overlaps = ids, {}, []  # type: ignore[var-annotated]
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread = threading.Thread(target=self.loop, daemon=True)
         self.thread.start()
 
-    def _loop(self) -> None:
+    def loop(self) -> None:
         while not self.stop.is_set():
             try:
                 jobs = parse_squeue_json(_slurm("squeue", "--json", "-p", PARTITION, "-t", "RUNNING"))

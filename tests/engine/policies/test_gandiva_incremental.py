@@ -30,10 +30,10 @@ class DirectGandiva:
     predictors: Predictors
     max_jobs_per_gpu: int = 2
     memory_margin: float = 0.9
-    _est: Estimates = field(init=False)
+    est: Estimates = field(init=False)
 
     def __post_init__(self) -> None:
-        self._est = Estimates(self.predictors)
+        self.est = Estimates(self.predictors)
 
     def schedule(self, state: ClusterState) -> Plan:
         jobs = {s.job.id: s.job for s in state.jobs}
@@ -54,27 +54,27 @@ class DirectGandiva:
                 placed[mover] = Assignment(mover, target, placed[mover].freeze_level)
         for s in state.queued():
             gpus = None
-            for gtype in self._est.candidate_types(s.job, state.cluster):
+            for gtype in self.est.candidate_types(s.job, state.cluster):
                 gpus = pool.take_free(s.job, gtype)
                 if gpus is not None:
                     break
             if gpus is None and s.job.num_gpus == 1:
-                gpus = self._pack(s, pool, jobs, state)
+                gpus = self.pack(s, pool, jobs, state)
             if gpus is not None:
                 pool.occupy(s.job.id, gpus)
                 placed[s.job.id] = Assignment(s.job.id, gpus)
         return Plan(tuple(placed.values()))
 
-    def _pack(self, s: JobState, pool: GpuPool, jobs: dict[str, Job], state: ClusterState):  # noqa: ANN202
+    def pack(self, s: JobState, pool: GpuPool, jobs: dict[str, Job], state: ClusterState):  # noqa: ANN202
         best = None
-        for gtype in self._est.candidate_types(s.job, state.cluster):
+        for gtype in self.est.candidate_types(s.job, state.cluster):
             cap = state.cluster.gpu_types[gtype].memory_mib * self.memory_margin
             for g in range(state.cluster.num_gpus):
                 on = pool.jobs_on[g]
                 if state.cluster.gpu_type_of(g) != gtype or not 0 < len(on) < self.max_jobs_per_gpu:
                     continue
                 group = [jobs[j] for j in on]
-                used = sum(self._est.memory_mib(j, gtype) for j in group) + self._est.memory_mib(s.job, gtype)
+                used = sum(self.est.memory_mib(j, gtype) for j in group) + self.est.memory_mib(s.job, gtype)
                 if used > cap:
                     continue
                 gain = sum(self.predictors.colocation.colocated_speeds([*group, s.job], gtype)) - 1.0
