@@ -144,7 +144,21 @@ class _Occupancy:
 
 @dataclass
 class GandivaPolicy:
-    """Greedy packing with introspection and unpacking (see module docstring)."""
+    """Greedy packing with introspection and unpacking (see module docstring).
+
+    Parameters
+    ----------
+    predictors : Predictors
+        What the policy may know of jobs (step time, memory, co-location, freezing predictions).
+    max_jobs_per_gpu : int
+        Jobs sharing one GPU at most.
+    memory_margin : float
+        Share of a GPU's memory a packing may fill.
+    name : str
+        The policy's name in results.
+    round_interval_s : float or None
+        A round at least this often, seconds (``None``: on arrivals and completions only).
+    """
 
     predictors: Predictors = field(default_factory=available_predictors)
     max_jobs_per_gpu: int = 2
@@ -198,6 +212,18 @@ class GandivaPolicy:
         return None if best is None else best[1]
 
     def schedule(self, state: ClusterState) -> Plan:
+        """The plan of one round.
+
+        Parameters
+        ----------
+        state : ClusterState
+            The snapshot of the cluster and its jobs.
+
+        Returns
+        -------
+        Plan
+            The changed placements (incremental), packing jobs onto shared GPUs when predicted to gain.
+        """
         if (seen := memory_observations_version()) != self._memory_seen:  # a crash measured real memory
             self._verdicts.clear()
             self._memory_seen = seen

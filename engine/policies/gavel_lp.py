@@ -27,7 +27,25 @@ from dltsched.predictors import available_predictors
 
 @dataclass
 class GavelPolicy:
-    """Max total normalized throughput LP with space sharing (see module docstring)."""
+    """Max total normalized throughput LP with space sharing (see module docstring).
+
+    Parameters
+    ----------
+    predictors : Predictors
+        What the policy may know of jobs (step time, memory, co-location, freezing predictions).
+    pair_candidates : int
+        Co-location partners tried per job.
+    memory_margin : float
+        Share of a GPU's memory a pair may fill.
+    colocation : bool
+        Allow space sharing (pairs of jobs on one GPU).
+    name : str
+        The policy's name in results.
+    round_interval_s : float or None
+        A round at least this often, seconds (``None``: on arrivals and completions only).
+    max_jobs_per_gpu : int
+        Jobs sharing one GPU at most.
+    """
 
     predictors: Predictors = field(default_factory=available_predictors)
     pair_candidates: int = 2
@@ -69,7 +87,22 @@ class GavelPolicy:
 
     def allocation(self, state: ClusterState) -> tuple[list[JobState], dict[tuple[int, str], float],
                                                        list[tuple[int, int, str, float]]]:
-        """Solve the LP; returns jobs, single fractions by (job, type), and (i, k, type, fraction) pairs."""
+        """Solve the LP of the round.
+
+        Parameters
+        ----------
+        state : ClusterState
+            The round's snapshot.
+
+        Returns
+        -------
+        jobs : list of JobState
+            The jobs, in arrival order (indices below refer to it).
+        singles : dict of (int, str) to float
+            Time fraction of each job alone on each GPU type.
+        pairs : list of (int, int, str, float)
+            ``(i, k, type, fraction)`` for each co-located pair.
+        """
         jobs = sorted(state.jobs, key=lambda s: (s.job.arrival_time_s, s.job.id))
         solver = pywraplp.Solver.CreateSolver("GLOP")
         avail = state.available_by_type()
@@ -112,6 +145,18 @@ class GavelPolicy:
                 [(i, k, t, v.solution_value()) for i, k, t, v in pair_vars])
 
     def schedule(self, state: ClusterState) -> Plan:
+        """The plan of one round.
+
+        Parameters
+        ----------
+        state : ClusterState
+            The snapshot of the cluster and its jobs.
+
+        Returns
+        -------
+        Plan
+            Every placement: the LP's allocation rounded to whole GPUs.
+        """
         if not state.jobs:
             return Plan()
         if self.round_interval_s is not None and state.time_s - self._last_solve_s < self.round_interval_s - 1e-9:
@@ -150,8 +195,22 @@ class GavelPolicy:
         return Plan(tuple(placed.values()))
 
     def state_dict(self) -> dict[str, float | None]:
+        """The policy's state for a checkpoint.
+
+        Returns
+        -------
+        dict of str to float or None
+            When the LP was last solved (``None``: never).
+        """
         return {"last_solve_s": self._last_solve_s if self._last_solve_s != float("-inf") else None}
 
     def load_state_dict(self, data: dict[str, float | None]) -> None:
+        """Restore the state :meth:`state_dict` gave.
+
+        Parameters
+        ----------
+        data : dict of str to float or None
+            The saved state.
+        """
         value = data.get("last_solve_s")
         self._last_solve_s = float("-inf") if value is None else float(value)

@@ -26,7 +26,24 @@ def place_exclusive(state: ClusterState, order: Iterable[JobState], est: Estimat
                     blocking: bool) -> Plan:
     """Keep running jobs where they are; start queued jobs in ``order`` on free exclusive GPUs.
 
-    The plan is incremental (it lists only the starts), so a round costs O(jobs tried), not O(running)."""
+    The plan is incremental (it lists only the starts), so a round costs O(jobs tried), not O(running).
+
+    Parameters
+    ----------
+    state : ClusterState
+        The round's snapshot.
+    order : Iterable of JobState
+        The queued jobs in the order to try them.
+    est : Estimates
+        The policy's memoized predictions (the GPU types each job fits on).
+    blocking : bool
+        Stop at the first job that does not fit (FIFO) instead of trying later ones (backfilling).
+
+    Returns
+    -------
+    Plan
+        The starts, incremental.
+    """
     pool = GpuPool.current(state)
     if not any(pool.free_by_type.values()):
         return Plan((), incremental=True)
@@ -53,7 +70,19 @@ def place_exclusive(state: ClusterState, order: Iterable[JobState], est: Estimat
 
 @dataclass
 class FifoPolicy:
-    """First come, first served on exclusive GPUs (see module docstring)."""
+    """First come, first served on exclusive GPUs (see module docstring).
+
+    Parameters
+    ----------
+    predictors : Predictors
+        What the policy may know of jobs (step time, memory, co-location, freezing predictions).
+    backfill : bool
+        Start later jobs that fit while the head of the queue waits.
+    name : str
+        The policy's name in results.
+    round_interval_s : float or None
+        A round at least this often, seconds (``None``: on arrivals and completions only).
+    """
 
     predictors: Predictors = field(default_factory=available_predictors)
     backfill: bool = False
@@ -64,12 +93,34 @@ class FifoPolicy:
         self._est = Estimates(self.predictors)
 
     def schedule(self, state: ClusterState) -> Plan:
+        """The plan of one round.
+
+        Parameters
+        ----------
+        state : ClusterState
+            The snapshot of the cluster and its jobs.
+
+        Returns
+        -------
+        Plan
+            The starts (incremental): running jobs keep their GPUs.
+        """
         return place_exclusive(state, state.queued(), self._est, blocking=not self.backfill)
 
 
 @dataclass
 class SjfPolicy:
-    """Shortest predicted job first, with backfilling (see module docstring)."""
+    """Shortest predicted job first, with backfilling (see module docstring).
+
+    Parameters
+    ----------
+    predictors : Predictors
+        What the policy may know of jobs (step time, memory, co-location, freezing predictions).
+    name : str
+        The policy's name in results.
+    round_interval_s : float or None
+        A round at least this often, seconds (``None``: on arrivals and completions only).
+    """
 
     predictors: Predictors = field(default_factory=available_predictors)
     name: str = "sjf"
@@ -79,12 +130,38 @@ class SjfPolicy:
         self._est = Estimates(self.predictors)
 
     def predicted_duration_s(self, s: JobState, state: ClusterState) -> float:
+        """The predicted time ``s`` still needs on its fastest GPU type that it fits on.
+
+        Parameters
+        ----------
+        s : JobState
+            The job.
+        state : ClusterState
+            The round's snapshot (its cluster).
+
+        Returns
+        -------
+        float
+            Seconds; ``inf`` when it fits on no GPU type.
+        """
         types = self._est.candidate_types(s.job, state.cluster)
         if not types:
             return float("inf")
         return s.remaining_iterations * self._est.step_time_s(s.job, types[0])
 
     def schedule(self, state: ClusterState) -> Plan:
+        """The plan of one round.
+
+        Parameters
+        ----------
+        state : ClusterState
+            The snapshot of the cluster and its jobs.
+
+        Returns
+        -------
+        Plan
+            The starts (incremental), shortest predicted job first.
+        """
         key: Callable[[JobState], tuple[float, float, str]] = lambda s: (  # noqa: E731
             self.predicted_duration_s(s, state), s.job.arrival_time_s, s.job.id)
         return place_exclusive(state, sorted(state.queued(), key=key), self._est, blocking=False)

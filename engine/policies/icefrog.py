@@ -19,7 +19,19 @@ from dltsched.predictors import available_predictors
 
 @dataclass
 class IceFrogPolicy:
-    """Greedy SJF with per-job freeze levels chosen for effective progress (see module docstring)."""
+    """Greedy SJF with per-job freeze levels chosen for effective progress (see module docstring).
+
+    Parameters
+    ----------
+    predictors : Predictors
+        What the policy may know of jobs (step time, memory, co-location, freezing predictions).
+    max_freeze_levels : int or None
+        Freeze levels tried per job (``None``: all the freezing predictor offers).
+    name : str
+        The policy's name in results.
+    round_interval_s : float or None
+        A round at least this often, seconds (``None``: on arrivals and completions only).
+    """
 
     predictors: Predictors = field(default_factory=available_predictors)
     max_freeze_levels: int | None = None
@@ -47,7 +59,23 @@ class IceFrogPolicy:
         return step, learned_memory_mib(memory, job, gpu_type, level) * job.gpu_fraction
 
     def best_level(self, s: JobState, gpu_type: str, memory_cap_mib: float) -> tuple[int, float] | None:
-        """Freeze level with the highest effective progress rate that fits, and that rate."""
+        """Freeze level with the highest effective progress rate that fits, and that rate.
+
+        Parameters
+        ----------
+        s : JobState
+            The job.
+        gpu_type : str
+            The GPU type.
+        memory_cap_mib : float
+            The memory the job may use per GPU, MiB.
+
+        Returns
+        -------
+        tuple of (int, float) or None
+            The level and its rate (iterations per second times one minus the accuracy penalty); ``None`` when no
+            level fits within the memory and the job's accuracy budget.
+        """
         best: tuple[int, float] | None = None
         for level in self._levels(s.job):
             step, mem = self._cost(s.job, gpu_type, level)
@@ -74,6 +102,18 @@ class IceFrogPolicy:
         return sorted(out)
 
     def schedule(self, state: ClusterState) -> Plan:
+        """The plan of one round.
+
+        Parameters
+        ----------
+        state : ClusterState
+            The snapshot of the cluster and its jobs.
+
+        Returns
+        -------
+        Plan
+            Every placement, each with its freeze level.
+        """
         pool = GpuPool.empty(state)
         placed: list[Assignment] = []
         for s in state.running():

@@ -22,7 +22,21 @@ from dltsched.predictors import available_predictors
 
 @dataclass
 class IsacppPolicy:
-    """Minimum multi-stage interference placement (see module docstring)."""
+    """Minimum multi-stage interference placement (see module docstring).
+
+    Parameters
+    ----------
+    predictors : Predictors
+        What the policy may know of jobs (step time, memory, co-location, freezing predictions).
+    max_jobs_per_gpu : int
+        Jobs sharing one GPU at most.
+    memory_margin : float
+        Share of a GPU's memory a packing may fill.
+    name : str
+        The policy's name in results.
+    round_interval_s : float or None
+        A round at least this often, seconds (``None``: on arrivals and completions only).
+    """
 
     predictors: Predictors = field(default_factory=available_predictors)
     max_jobs_per_gpu: int = 2
@@ -87,6 +101,19 @@ class IsacppPolicy:
         return None if best is None or best[0] == float("inf") else best[1]
 
     def schedule(self, state: ClusterState) -> Plan:
+        """The plan of one round.
+
+        Parameters
+        ----------
+        state : ClusterState
+            The snapshot of the cluster and its jobs.
+
+        Returns
+        -------
+        Plan
+            Every placement: running jobs stay, each queued job on the GPUs where the predicted
+            interference is least.
+        """
         jobs = {s.job.id: s.job for s in state.jobs}
         residents = {s.job.id: s.remaining_iterations for s in state.jobs}
         pool = GpuPool.empty(state)

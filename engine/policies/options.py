@@ -37,10 +37,14 @@ class PolicyOptions(BaseModel):
 
 
 class FifoOptions(PolicyOptions):
+    """The options of FIFO (``--option KEY=VALUE``); each field describes itself."""
+
     backfill: bool = Field(False, description="start later jobs that fit while the head of the queue waits")
 
 
 class SjfOptions(PolicyOptions):
+    """The options of SJF (``--option KEY=VALUE``); each field describes itself."""
+
     pass
 
 
@@ -50,27 +54,39 @@ class _Packing(PolicyOptions):
 
 
 class GandivaOptions(_Packing):
+    """The options of Gandiva (``--option KEY=VALUE``); each field describes itself."""
+
     pass
 
 
 class IsacppOptions(_Packing):
+    """The options of ISACPP (``--option KEY=VALUE``); each field describes itself."""
+
     pass
 
 
 class LucidOptions(_Packing):
+    """The options of Lucid (``--option KEY=VALUE``); each field describes itself."""
+
     max_class_sum: int = Field(2, ge=0, le=6, description="largest sum of sensitivity classes on one GPU")
 
 
 class GavelOptions(_Packing):
+    """The options of Gavel (``--option KEY=VALUE``); each field describes itself."""
+
     pair_candidates: int = Field(2, ge=1, le=64, description="co-location partners tried per job")
     colocation: bool = Field(True, description="allow space sharing")
 
 
 class IceFrogOptions(PolicyOptions):
+    """The options of IceFrog (``--option KEY=VALUE``); each field describes itself."""
+
     max_freeze_levels: int | None = Field(None, ge=0, le=64, description="freeze levels tried (none: all)")
 
 
 class TiresiasOptions(PolicyOptions):
+    """The options of Tiresias (``--option KEY=VALUE``); each field describes itself."""
+
     thresholds_gpu_s: tuple[float, ...] = Field(
         (3600.0, 36000.0), min_length=1, max_length=16, description="attained-service queue limits, GPU-seconds")
     starvation_factor: float = Field(8.0, gt=0, le=1e6, description="promote a job waiting this many times its run")
@@ -114,6 +130,8 @@ class _Colocation(BaseModel):
 
 
 class OptimizingOptions(_Solver, _Freezing, _Colocation):
+    """The options of the optimizing policy (``--option KEY=VALUE``); each field describes itself."""
+
     pass
 
 
@@ -155,7 +173,18 @@ _BOUNDS = {"greater_than_equal": ">= {ge}", "greater_than": "> {gt}", "less_than
 
 
 def option_names(model: type[BaseModel] | None) -> tuple[str, ...]:
-    """The option keys ``model`` takes (none without a model)."""
+    """The option keys ``model`` takes (none without a model).
+
+    Parameters
+    ----------
+    model : type of BaseModel or None
+        A policy's options model.
+
+    Returns
+    -------
+    tuple of str
+        The keys, sorted.
+    """
     return tuple(sorted(model.model_fields)) if model is not None else ()
 
 
@@ -170,8 +199,27 @@ def _short(value: Any) -> str:
 
 
 def check_options(policy: str, model: type[BaseModel] | None, options: Mapping[str, Any]) -> dict[str, Any]:
-    """``options`` checked against ``model``: the given keys with their values, or one ValidationError
-    ``option KEY: ...`` naming the allowed keys (an unknown key) or the rule (a bad value)."""
+    """``options`` checked against ``model``.
+
+    Parameters
+    ----------
+    policy : str
+        The policy's name (for messages).
+    model : type of BaseModel or None
+        Its options model (``None``: it takes no options).
+    options : Mapping of str to Any
+        The options given.
+
+    Returns
+    -------
+    dict of str to Any
+        The given keys with their checked values.
+
+    Raises
+    ------
+    ValidationError
+        ``option KEY: ...`` naming the allowed keys (an unknown key) or the rule (a bad value).
+    """
     allowed = option_names(model)
     for key in options:
         if key not in allowed:

@@ -19,7 +19,19 @@ class GpuPool:
     that are up and empty, per node (ascending; a node's tuple is replaced when it changes, so pools share
     the others). A pool from :meth:`empty` starts with every up GPU free (the policy re-places the running
     jobs itself); one from :meth:`current` starts from the running placement, as non-preemptive policies
-    need, without scanning the running jobs or the nodes' GPUs."""
+    need, without scanning the running jobs or the nodes' GPUs.
+
+    Parameters
+    ----------
+    cluster : Cluster
+        The cluster the GPUs belong to.
+    jobs_on : defaultdict of int to list of str
+        The jobs on each GPU this round.
+    free_by_node : list of tuple of int
+        Per node, its GPUs that are up and empty, ascending.
+    free_by_type : dict of str to int
+        The number of free GPUs of each type.
+    """
 
     cluster: Cluster
     jobs_on: defaultdict[int, list[str]] = field(default_factory=lambda: defaultdict(list))
@@ -28,7 +40,18 @@ class GpuPool:
 
     @staticmethod
     def empty(state: ClusterState) -> GpuPool:
-        """All GPUs that are up, none holding a job."""
+        """All GPUs that are up, none holding a job.
+
+        Parameters
+        ----------
+        state : ClusterState
+            The round's snapshot (its cluster and down GPUs).
+
+        Returns
+        -------
+        GpuPool
+            The pool.
+        """
         cluster = state.cluster
         down = state.down_gpus
         return GpuPool._of(cluster, [tuple(g for g in cluster.node_gpus(i) if g not in down)
@@ -36,7 +59,18 @@ class GpuPool:
 
     @staticmethod
     def current(state: ClusterState) -> GpuPool:
-        """The GPUs that are up and hold no running job are free; the others are taken."""
+        """The GPUs that are up and hold no running job are free; the others are taken.
+
+        Parameters
+        ----------
+        state : ClusterState
+            The round's snapshot.
+
+        Returns
+        -------
+        GpuPool
+            The pool.
+        """
         return GpuPool._of(state.cluster, list(state.free_gpus_by_node()))
 
     @staticmethod
@@ -45,6 +79,15 @@ class GpuPool:
         return GpuPool(cluster, defaultdict(list), free_by_node, by_type)
 
     def occupy(self, job_id: str, gpus: tuple[int, ...]) -> None:
+        """Put ``job_id`` on ``gpus`` (GPUs it is the first job on are no longer free).
+
+        Parameters
+        ----------
+        job_id : str
+            The job.
+        gpus : tuple of int
+            Its GPUs.
+        """
         for g in gpus:
             on = self.jobs_on[g]
             if not on:
@@ -56,7 +99,13 @@ class GpuPool:
             on.append(job_id)
 
     def release(self, gpus: Iterable[int]) -> None:
-        """Make ``gpus`` free again (GPUs of jobs the policy stops this round), in index order."""
+        """Make ``gpus`` free again (GPUs of jobs the policy stops this round), in index order.
+
+        Parameters
+        ----------
+        gpus : Iterable of int
+            The GPUs.
+        """
         for g in gpus:
             node = self.cluster.gpu_node[g]
             free = self.free_by_node[node]
@@ -66,11 +115,36 @@ class GpuPool:
                 self.free_by_type[self.cluster.gpu_type_of(g)] += 1
 
     def are_free(self, gpus: tuple[int, ...]) -> bool:
+        """Whether no job is on any of ``gpus`` this round.
+
+        Parameters
+        ----------
+        gpus : tuple of int
+            The GPUs.
+
+        Returns
+        -------
+        bool
+            ``True`` when all are empty.
+        """
         return all(not self.jobs_on[g] for g in gpus)
 
     def take_free(self, job: Job, gpu_type: str) -> tuple[int, ...] | None:
-        """Free GPUs of ``gpu_type`` for ``job``: the fullest single node that fits (best fit), else the
-        fewest nodes, largest free sets first. ``None`` if not enough are free."""
+        """Free GPUs of ``gpu_type`` for ``job``: the fullest single node that fits (best fit), else the fewest
+        nodes, largest free sets first.
+
+        Parameters
+        ----------
+        job : Job
+            The job (its GPU count).
+        gpu_type : str
+            The GPU type.
+
+        Returns
+        -------
+        tuple of int or None
+            The GPUs (not yet occupied: call :meth:`occupy`); ``None`` if not enough are free.
+        """
         n = job.num_gpus
         if self.free_by_type.get(gpu_type, 0) < n:
             return None
@@ -89,7 +163,13 @@ class GpuPool:
 
 @dataclass(slots=True)
 class Estimates:
-    """Memoized predictions a greedy policy needs (per job and GPU type)."""
+    """Memoized predictions a greedy policy needs (per job and GPU type).
+
+    Parameters
+    ----------
+    predictors : Predictors
+        The predictors the estimates come from.
+    """
 
     predictors: Predictors
     _step: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -97,23 +177,79 @@ class Estimates:
     _types: dict[tuple[str, tuple[str, ...], int, int], list[str]] = field(default_factory=dict)
 
     def step_time_s(self, job: Job, gpu_type: str) -> float:
+        """Predicted step time of ``job`` on ``gpu_type`` (memoized).
+
+        Parameters
+        ----------
+        job : Job
+            The job.
+        gpu_type : str
+            The GPU type.
+
+        Returns
+        -------
+        float
+            Seconds per iteration.
+        """
         key = (job.id, gpu_type)
         if key not in self._step:
             self._step[key] = self.predictors.step_time.step_time_s(job, gpu_type)
         return self._step[key]
 
     def memory_mib(self, job: Job, gpu_type: str) -> float:
-        """Predicted memory, raised to the peak measured in this run after an out-of-memory crash."""
+        """Predicted memory, raised to the peak measured in this run after an out-of-memory crash.
+
+        Parameters
+        ----------
+        job : Job
+            The job.
+        gpu_type : str
+            The GPU type.
+
+        Returns
+        -------
+        float
+            MiB per GPU, scaled by the job's GPU fraction.
+        """
         key = (job.id, gpu_type)
         if key not in self._mem:
             self._mem[key] = self.predictors.step_time.memory_mib(job, gpu_type)
         return learned_memory_mib(self._mem[key], job, gpu_type) * job.gpu_fraction
 
     def fits_alone(self, job: Job, gpu_type: str, cluster: Cluster) -> bool:
+        """Whether ``job`` fits alone in the memory of a ``gpu_type`` GPU of ``cluster``.
+
+        Parameters
+        ----------
+        job : Job
+            The job.
+        gpu_type : str
+            The GPU type.
+        cluster : Cluster
+            The cluster (its GPU types' memory).
+
+        Returns
+        -------
+        bool
+            ``True`` when the estimate fits.
+        """
         return self.memory_mib(job, gpu_type) <= cluster.gpu_types[gpu_type].memory_mib
 
     def candidate_types(self, job: Job, cluster: Cluster) -> list[str]:
-        """GPU types the job may use and fits on, fastest (by prediction) first."""
+        """GPU types the job may use and fits on, fastest (by prediction) first.
+
+        Parameters
+        ----------
+        job : Job
+            The job.
+        cluster : Cluster
+            The cluster.
+
+        Returns
+        -------
+        list of str
+            The types (memoized; do not change the list).
+        """
         key = (job.id, job.gpu_types, id(cluster), memory_observations_version())  # learned memory may not fit
         hit = self._types.get(key)
         if hit is None:
