@@ -1,1 +1,1 @@
-"""Tiresias: the policy and its attained-service index."""
+"""Tiresias: the policy (policy), its attained-service index (index) and what the index is made of (queues)."""

@@ -2,11 +2,13 @@
 
 The index holds the jobs as of the last full round: waiting jobs grouped by what admission reads of them
 (GPU count, GPU types by preference) and queue, in arrival order; running jobs per GPU type in priority
-order (:class:`RunningLine`), with the GPUs held from each position on; heaps of the instants at which a
-waiting job's starvation promotion falls due and a running job's attained service crosses a threshold.
+order (:class:`~dltsched.engine.policies.tiresias.queues.RunningLine`), with the GPUs held from each
+position on; heaps of the instants at which a waiting job's starvation promotion falls due and a running
+job's attained service crosses a threshold.
 :meth:`AttainedServiceIndex.admit` walks it in priority order, visiting only the waiting jobs it admits
 (and, per group, the first it does not: no later one fits either) and the running jobs that lose their
-GPUs. What a job's queue is and which GPU types it fits on is the policy's to say (:class:`Ranking`).
+GPUs. What a job's queue is and which GPU types it fits on is the policy's to say
+(:class:`~dltsched.engine.policies.tiresias.queues.Ranking`).
 """
 
 from __future__ import annotations
@@ -16,40 +18,18 @@ import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, count
-from operator import sub
-from typing import Protocol
+from itertools import count
 
-from dltsched.engine.domain.model import Assignment, Cluster, ClusterState, Job, JobState
-
-#: a job's priority: (queue, arrival, id), smallest first
-Key = tuple[int, float, str]
-#: what admission reads of a waiting job: its GPU count and the GPU types it fits on, fastest first
-Group = tuple[int, tuple[str, ...]]
+from dltsched.engine.domain.model import Assignment, ClusterState, Job, JobState
+from dltsched.engine.policies.tiresias.queues import Group, Key, Ranking, RunningLine
 
 
 def _arrival_key(s: JobState) -> tuple[float, str]:
     return s.job.arrival_time_s, s.job.id
 
 
-class Ranking(Protocol):
-    """What the index asks of the policy: a job's queue, when it changes, and where the job fits."""
-
-    def queue_of(self, s: JobState, now_s: float) -> int:
-        """The queue ``s`` is in at ``now_s`` (0 is served first)."""
-        ...
-
-    def changes_at_s(self, s: JobState, level: int, now_s: float) -> float:
-        """When ``s``'s queue next changes if nothing else happens (``inf``: never)."""
-        ...
-
-    def candidate_types(self, job: Job, cluster: Cluster) -> Sequence[str]:
-        """The GPU types ``job`` fits on, fastest first."""
-        ...
-
-
 @dataclass(slots=True)
-class Waiting:
+class _Waiting:
     """A waiting job in the index: its state, its group, its queue and its pending promotion instant."""
 
     state: JobState
@@ -59,7 +39,7 @@ class Waiting:
 
 
 @dataclass(slots=True)
-class Running:
+class _Running:
     """A running job in the index: its placement, GPU type, priority and next threshold crossing."""
 
     job_id: str
@@ -67,96 +47,6 @@ class Running:
     gpu_type: str
     key: Key
     crossing_s: float  # when the attained service reaches the next threshold (as of the last read); inf at the top
-
-
-@dataclass(slots=True)
-class RunningLine:
-    """The running jobs on one GPU type in priority order, with the GPUs held from each position on."""
-
-    keys: list[Key] = field(default_factory=list)
-    gpus: list[int] = field(default_factory=list)
-    _neg_from: list[int] | None = None  # -(GPUs held from position i on), built on demand
-
-    def add(self, key: Key, n: int) -> None:
-        """Insert the job of priority ``key`` holding ``n`` GPUs.
-
-        Parameters
-        ----------
-        key : Key
-            The job's priority (queue, arrival, id).
-        n : int
-            The GPUs it holds.
-        """
-        i = bisect.bisect_left(self.keys, key)
-        self.keys.insert(i, key)
-        self.gpus.insert(i, n)
-        self._neg_from = None
-
-    def remove(self, key: Key) -> None:
-        """Remove the job of priority ``key`` (which must be in the line).
-
-        Parameters
-        ----------
-        key : Key
-            The job's priority.
-        """
-        i = bisect.bisect_left(self.keys, key)
-        del self.keys[i], self.gpus[i]
-        self._neg_from = None
-
-    def _neg(self) -> list[int]:
-        """``-(sum of gpus[i:])`` for every ``i`` (one more entry than jobs, the last 0)."""
-        if self._neg_from is None:
-            neg = list(accumulate(reversed(self.gpus), sub, initial=0))
-            neg.reverse()
-            self._neg_from = neg
-        return self._neg_from
-
-    def total(self) -> int:
-        """The GPUs held by every job in the line.
-
-        Returns
-        -------
-        int
-            Their sum.
-        """
-        return -self._neg()[0]
-
-    def after(self, key: Key) -> int:
-        """The GPUs held by the jobs after ``key``.
-
-        Parameters
-        ----------
-        key : Key
-            A priority (in the line or not).
-
-        Returns
-        -------
-        int
-            The GPUs held by the jobs of lower priority.
-        """
-        return -self._neg()[bisect.bisect_right(self.keys, key)]
-
-    def first_short(self, key: Key | None, deficit: int) -> int | None:
-        """The first job after ``key`` that no longer fits when its type is ``deficit`` GPUs short.
-
-        Parameters
-        ----------
-        key : Key or None
-            Start after this priority; ``None``: from the start.
-        deficit : int
-            GPUs the type is short.
-
-        Returns
-        -------
-        int or None
-            The position of the first job after which fewer than ``deficit`` GPUs are held; ``None`` when
-            there is none.
-        """
-        neg = self._neg()
-        lo = 0 if key is None else bisect.bisect_right(self.keys, key)
-        j = bisect.bisect_right(neg, -deficit, lo=lo + 1) - 1
-        return j if j < len(self.keys) else None
 
 
 @dataclass
@@ -185,17 +75,17 @@ class AttainedServiceIndex:
     cluster_id: int
     levels: int
     time_s: float
-    waiting: dict[str, Waiting] = field(default_factory=dict)
+    waiting: dict[str, _Waiting] = field(default_factory=dict, init=False)
     #: per group, per queue: the waiting jobs' (arrival, id), ascending
-    groups: dict[Group, list[list[tuple[float, str]]]] = field(default_factory=dict)
-    promotions: list[tuple[float, float, str]] = field(default_factory=list)  # heap of (instant, arrival, id)
-    running: dict[str, Running] = field(default_factory=dict)
-    lines: dict[str, RunningLine] = field(default_factory=dict)
-    crossings: list[tuple[float, int, Running]] = field(default_factory=list)  # heap of (instant, seq, job)
+    groups: dict[Group, list[list[tuple[float, str]]]] = field(default_factory=dict, init=False)
+    promotions: list[tuple[float, float, str]] = field(default_factory=list, init=False)  # heap (instant, arrival, id)
+    running: dict[str, _Running] = field(default_factory=dict, init=False)
+    lines: dict[str, RunningLine] = field(default_factory=dict, init=False)  # per GPU type
+    crossings: list[tuple[float, int, _Running]] = field(default_factory=list, init=False)  # heap (instant, seq, job)
     #: jobs to look at again (started or stopped since the last full round): their arrival instants
-    touched: dict[str, float] = field(default_factory=dict)
-    last_key: tuple[float, str] = (-math.inf, "")
-    seq: count = field(default_factory=count)
+    touched: dict[str, float] = field(default_factory=dict, init=False)
+    last_key: tuple[float, str] = field(default=(-math.inf, ""), init=False)
+    seq: count = field(default_factory=count, init=False)
 
     def serves(self, state: ClusterState) -> bool:
         """Whether the index can be brought up to ``state`` (same cluster, not earlier).
@@ -230,12 +120,12 @@ class AttainedServiceIndex:
         if r is not None:
             self.lines[r.gpu_type].remove(r.key)
 
-    def move(self, w: Waiting, level: int) -> None:
+    def move(self, w: _Waiting, level: int) -> None:
         """Move the waiting job ``w`` to queue ``level``.
 
         Parameters
         ----------
-        w : Waiting
+        w : _Waiting
             An indexed waiting job.
         level : int
             Its new queue.
@@ -315,7 +205,7 @@ class AttainedServiceIndex:
         """
         group = (s.job.num_gpus, tuple(self.ranking.candidate_types(s.job, state.cluster)))
         level = self.ranking.queue_of(s, state.time_s)
-        w = self.waiting[s.job.id] = Waiting(s, group, level, self.ranking.changes_at_s(s, level, state.time_s))
+        w = self.waiting[s.job.id] = _Waiting(s, group, level, self.ranking.changes_at_s(s, level, state.time_s))
         lists = self.groups.get(group)
         if lists is None:
             lists = self.groups[group] = [[] for _ in range(self.levels)]
@@ -335,7 +225,7 @@ class AttainedServiceIndex:
         """
         assert s.assignment is not None
         level = self.ranking.queue_of(s, state.time_s)
-        r = Running(s.job.id, s.assignment, state.cluster.gpu_type_of(s.assignment.gpus[0]),
+        r = _Running(s.job.id, s.assignment, state.cluster.gpu_type_of(s.assignment.gpus[0]),
                     (level, s.job.arrival_time_s, s.job.id), self.ranking.changes_at_s(s, level, state.time_s))
         self.running[r.job_id] = r
         self.lines[r.gpu_type].add(r.key, len(r.assignment.gpus))
@@ -396,10 +286,10 @@ class AttainedServiceIndex:
         heap = self.crossings
         slack = 1.0 + 1e-9 * max(1.0, abs(now_s))
 
-        def valid(entry: tuple[float, int, Running]) -> bool:
+        def valid(entry: tuple[float, int, _Running]) -> bool:
             return self.running.get(entry[2].job_id) is entry[2] and entry[2].crossing_s == entry[0]
 
-        def read(r: Running) -> JobState:
+        def read(r: _Running) -> JobState:
             s = progress[r.job_id]
             level = self.ranking.queue_of(s, now_s)
             if level != r.key[0]:
@@ -409,7 +299,7 @@ class AttainedServiceIndex:
             r.crossing_s = self.ranking.changes_at_s(s, level, now_s)
             return s
 
-        again: list[Running] = []
+        again: list[_Running] = []
         while heap and heap[0][0] <= now_s + slack:
             entry = heapq.heappop(heap)
             if valid(entry):

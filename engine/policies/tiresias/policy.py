@@ -33,7 +33,8 @@ from types import MappingProxyType
 from dltsched.engine.domain.model import Assignment, Cluster, ClusterState, Job, JobState, Plan
 from dltsched.engine.domain.predictors import Predictors, memory_observations_version
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.policies.tiresias.index import AttainedServiceIndex, RunningLine
+from dltsched.engine.policies.tiresias.index import AttainedServiceIndex
+from dltsched.engine.policies.tiresias.queues import RunningLine
 from dltsched.predictors import available_predictors
 
 

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from dltsched.engine.domain.model import Assignment, ClusterState, JobState, Plan
 from dltsched.engine.domain.predictors import Predictors
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.engine.policies.tiresias.index import RunningLine
 from dltsched.engine.policies.tiresias.policy import TiresiasPolicy
+from dltsched.engine.policies.tiresias.queues import RunningLine
 from dltsched.engine.sim.faults import FaultConfig
 from dltsched.engine.sim.simulator import SimulationConfig, simulate
 from dltsched.engine.sim.truth import MeasuredTruth
