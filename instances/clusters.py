@@ -24,7 +24,25 @@ DEFAULT_GPU_TYPES: tuple[str, ...] = ("v100", "p100", "k80")
 
 
 def parse_cluster_spec(spec: str, *, path: str = "cluster") -> Cluster:
-    """A :class:`Cluster` from a spec string (see module docstring)."""
+    """A :class:`Cluster` from a spec string (see module docstring).
+
+    Parameters
+    ----------
+    spec : str
+        ``TYPE:NODESxGPUS_PER_NODE[@GBPS]`` groups, comma separated.
+    path : str
+        The field name errors carry.
+
+    Returns
+    -------
+    Cluster
+        Nodes named ``<type>-<k>``, numbered per type.
+
+    Raises
+    ------
+    ValidationError
+        When the spec, a group, a GPU type or a size is not understood.
+    """
     groups = [g for g in spec.split(",") if g.strip()] if isinstance(spec, str) else []
     if not groups:
         raise ValidationError(path, f"{spec!r} not understood; must be {SPEC_HELP}")
@@ -52,7 +70,18 @@ def parse_cluster_spec(spec: str, *, path: str = "cluster") -> Cluster:
 
 
 def format_cluster_spec(cluster: Cluster) -> str:
-    """The spec string of a cluster (consecutive equal nodes grouped)."""
+    """The spec string of a cluster (consecutive equal nodes grouped).
+
+    Parameters
+    ----------
+    cluster : Cluster
+        The cluster.
+
+    Returns
+    -------
+    str
+        A spec :func:`parse_cluster_spec` reads back to the same shape.
+    """
     parts: list[list[object]] = []
     for n in cluster.nodes:
         if (
@@ -74,7 +103,29 @@ def mixed_cluster(
     network_gbps: float = 100.0,
 ) -> Cluster:
     """``ceil(num_gpus / gpus_per_node)`` nodes, GPU types dealt round-robin over the nodes
-    (the first type gets the extra nodes); the last node holds the remainder."""
+    (the first type gets the extra nodes); the last node holds the remainder.
+
+    Parameters
+    ----------
+    num_gpus : int
+        GPUs in all.
+    gpu_types : Sequence of str
+        The GPU types, dealt in this order.
+    gpus_per_node : int
+        GPUs per node.
+    network_gbps : float
+        The inter-node network.
+
+    Returns
+    -------
+    Cluster
+        The cluster.
+
+    Raises
+    ------
+    ValidationError
+        When a count is not a positive integer or a GPU type is unknown.
+    """
     if not isinstance(num_gpus, int) or num_gpus < 1:
         raise ValidationError("num_gpus", f"{num_gpus!r} not understood; must be an integer >= 1")
     if not isinstance(gpus_per_node, int) or gpus_per_node < 1:
@@ -102,7 +153,20 @@ def mixed_cluster(
 def default_cluster_for(largest_job_gpus: int, mean_demand_gpus: float) -> Cluster:
     """The documented default for traces without a cluster: v100, p100 and k80 nodes of 8 GPUs,
     the same number per type, enough that every type hosts the largest job and the three together
-    hold the trace's mean concurrent GPU demand (sum of GPU-seconds / trace span)."""
+    hold the trace's mean concurrent GPU demand (sum of GPU-seconds / trace span).
+
+    Parameters
+    ----------
+    largest_job_gpus : int
+        GPUs of the trace's largest job.
+    mean_demand_gpus : float
+        The trace's mean concurrent GPU demand.
+
+    Returns
+    -------
+    Cluster
+        The cluster.
+    """
     per_type = max(math.ceil(mean_demand_gpus / len(DEFAULT_GPU_TYPES)), largest_job_gpus, 8)
     nodes_per_type = math.ceil(per_type / 8)
     return parse_cluster_spec(",".join(f"{t}:{nodes_per_type}x8" for t in DEFAULT_GPU_TYPES))

@@ -24,7 +24,26 @@ def _candidates() -> list[Path]:
 
 
 def find_data_dir(path: str | os.PathLike[str] | None = None, *, required: bool = True) -> Path | None:
-    """The data folder, or ``None`` when ``required`` is false and none is found."""
+    """The data folder: ``path``, else ``$DLTSCHED_DATA``, else a ``shared/data`` above the working directory
+    or the package.
+
+    Parameters
+    ----------
+    path : str or PathLike, optional
+        A folder given explicitly.
+    required : bool
+        Raise when none is found (else return ``None``).
+
+    Returns
+    -------
+    Path or None
+        The folder; ``None`` when ``required`` is false and none is found.
+
+    Raises
+    ------
+    DataNotFoundError
+        When a given folder (or ``$DLTSCHED_DATA``) is not a folder, or none is found and ``required``.
+    """
     if path is not None:
         p = Path(path)
         if not p.is_dir():
@@ -47,7 +66,25 @@ def find_data_dir(path: str | os.PathLike[str] | None = None, *, required: bool 
 
 
 def data_file(*parts: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
-    """A file inside the data folder; a clear error when it is missing."""
+    """A file inside the data folder; a clear error when it is missing.
+
+    Parameters
+    ----------
+    *parts : str
+        The path inside the folder.
+    data_dir : str or PathLike, optional
+        The data folder (default: :func:`find_data_dir`).
+
+    Returns
+    -------
+    Path
+        The file.
+
+    Raises
+    ------
+    DataNotFoundError
+        When the folder or the file is missing.
+    """
     base = find_data_dir(data_dir)
     assert base is not None
     p = base.joinpath(*parts)

@@ -57,7 +57,39 @@ _CLUSTER_SHAPE_FIELDS = ("num_gpus", "gpu_types", "gpus_per_node")
 
 @dataclass(frozen=True, slots=True)
 class GeneratorSpec:
-    """What to generate; the defaults make a small Gavel-like mixed workload."""
+    """What to generate; the defaults make a small Gavel-like mixed workload.
+
+    Parameters
+    ----------
+    num_jobs : int
+        Jobs to generate.
+    num_gpus : int
+        GPUs of the mixed cluster.
+    gpu_types : tuple of str
+        Its GPU types, dealt round-robin over the nodes.
+    gpus_per_node : int
+        GPUs per node.
+    cluster : str or None
+        A cluster spec (``"v100:8x8,p100:4x8"``) instead of the mixed cluster's shape fields.
+    seed : int
+        The random seed (same spec and seed, same instance).
+    arrival_rate_per_h : float
+        Mean arrivals per hour (Poisson).
+    min_duration_s, max_duration_s : float
+        The range of the jobs' durations on the reference GPU (log-uniform, with a share of long jobs in
+        the top quarter; see the module docstring).
+    freeze_fraction : float
+        Share of jobs that allow layer freezing.
+    reference_gpu : str
+        The GPU type durations are measured on.
+    name : str or None
+        The instance's name (default: from the sizes and seed).
+
+    Raises
+    ------
+    ValidationError
+        When a field is out of range (one line naming it).
+    """
 
     num_jobs: int = 60
     num_gpus: int = 16
@@ -94,7 +126,13 @@ class GeneratorSpec:
             )
 
     def command(self) -> str:
-        """The ``dltsched instance generate`` command line that reproduces this spec."""
+        """The ``dltsched instance generate`` command line that reproduces this spec.
+
+        Returns
+        -------
+        str
+            The command.
+        """
         flags = {
             "num_jobs": "--jobs",
             "num_gpus": "--gpus",
@@ -174,7 +212,20 @@ def _job(
 
 
 def generate_instance(spec: GeneratorSpec | None = None, *, data_dir: str | None = None) -> Instance:
-    """A seeded synthetic instance (see module docstring); metadata records the command."""
+    """A seeded synthetic instance (see module docstring); metadata records the command.
+
+    Parameters
+    ----------
+    spec : GeneratorSpec, optional
+        What to generate (default: ``GeneratorSpec()``).
+    data_dir : str, optional
+        The data folder with the reference step times (default: found automatically; none: the fallback).
+
+    Returns
+    -------
+    Instance
+        The instance.
+    """
     spec = spec or GeneratorSpec()
     cluster = _cluster(spec)
     largest = max(cluster.gpus_by_type().values())

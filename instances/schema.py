@@ -110,7 +110,18 @@ def _cluster(model: ClusterModel) -> Cluster:
 
 
 def instance_from_model(model: InstanceModel) -> Instance:
-    """Domain :class:`Instance` from a validated :class:`InstanceModel`."""
+    """Domain :class:`Instance` from a validated :class:`InstanceModel`.
+
+    Parameters
+    ----------
+    model : InstanceModel
+        The validated file.
+
+    Returns
+    -------
+    Instance
+        The instance (the domain model checks meaning: catalog names, sizes, duplicates).
+    """
     cluster = _cluster(model.cluster)
     jobs = tuple(_job(j, i) for i, j in enumerate(model.jobs))
     return Instance(model.name, cluster, jobs, dict(model.metadata), dict(model.reference))
@@ -129,7 +140,25 @@ def _finite_float(text: str) -> float:
 
 def parse_json_text(text: str, where: str) -> Any:
     """Strict JSON: NaN, Infinity and numbers beyond float range are refused; deep nesting and integers
-    too long to read are one :class:`ValidationError` naming ``where``."""
+    too long to read are one :class:`ValidationError` naming ``where``.
+
+    Parameters
+    ----------
+    text : str
+        The JSON text.
+    where : str
+        What the text is (a file name), for messages.
+
+    Returns
+    -------
+    Any
+        The parsed value.
+
+    Raises
+    ------
+    ValidationError
+        When the text is not strict JSON.
+    """
     try:
         return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except json.JSONDecodeError as err:
@@ -159,7 +188,24 @@ def _read_json(path: Path) -> Any:
 
 
 def load_instance(source: str | os.PathLike[str] | Mapping[str, Any]) -> Instance:
-    """Read and validate an instance from a JSON file path or an already-parsed dict."""
+    """Read and validate an instance from a JSON file path or an already-parsed dict.
+
+    Parameters
+    ----------
+    source : str, PathLike or Mapping
+        A file path, or the parsed file.
+
+    Returns
+    -------
+    Instance
+        The instance.
+
+    Raises
+    ------
+    ValidationError
+        One line naming the first problem: a missing or unreadable file, bad JSON, an unknown format or
+        version, a field out of shape or range, or a meaning the domain model refuses.
+    """
     raw = dict(source) if isinstance(source, Mapping) else _read_json(Path(source))
     if not isinstance(raw, dict):
         raise ValidationError("", f"top level is {type(raw).__name__}; an instance must be a JSON object")
@@ -191,7 +237,18 @@ _JOB_DEFAULTS: dict[str, Any] = {
 
 
 def job_to_dict(job: Job) -> dict[str, Any]:
-    """A job as a format-v1 dict; optional fields equal to their default are left out."""
+    """A job as a format-v1 dict; optional fields equal to their default are left out.
+
+    Parameters
+    ----------
+    job : Job
+        The job.
+
+    Returns
+    -------
+    dict of str to Any
+        The dict.
+    """
     out: dict[str, Any] = {
         "id": job.id,
         "model": job.model,
@@ -230,7 +287,18 @@ def _custom_gpu_types(cluster: Cluster) -> list[dict[str, Any]]:
 
 
 def instance_to_dict(inst: Instance) -> dict[str, Any]:
-    """The instance as a format-v1 dict (``load_instance`` of it gives back an equal instance)."""
+    """The instance as a format-v1 dict (``load_instance`` of it gives back an equal instance).
+
+    Parameters
+    ----------
+    inst : Instance
+        The instance.
+
+    Returns
+    -------
+    dict of str to Any
+        The dict.
+    """
     cluster: dict[str, Any] = {
         "nodes": [
             {"id": n.id, "gpu_type": n.gpu_type, "num_gpus": n.num_gpus, "network_gbps": n.network_gbps}
@@ -252,7 +320,18 @@ def instance_to_dict(inst: Instance) -> dict[str, Any]:
 
 
 def dumps_instance(inst: Instance) -> str:
-    """Canonical JSON text of an instance: one job per line, so diffs stay readable."""
+    """Canonical JSON text of an instance: one job per line, so diffs stay readable.
+
+    Parameters
+    ----------
+    inst : Instance
+        The instance.
+
+    Returns
+    -------
+    str
+        The text.
+    """
     data = instance_to_dict(inst)
     jobs = data.pop("jobs")
     head = json.dumps(data, indent=2, allow_nan=False)
@@ -261,7 +340,20 @@ def dumps_instance(inst: Instance) -> str:
 
 
 def save_instance(inst: Instance, path: str | os.PathLike[str]) -> Path:
-    """Write ``inst`` as JSON to ``path`` (folders are created); returns the path."""
+    """Write ``inst`` as JSON to ``path`` (folders are created).
+
+    Parameters
+    ----------
+    inst : Instance
+        The instance.
+    path : str or PathLike
+        The file.
+
+    Returns
+    -------
+    Path
+        The path written.
+    """
     return write_text_file(path, dumps_instance(inst))
 
 

@@ -63,8 +63,23 @@ def _text(default: Any = ..., description: str | None = None) -> Any:
 
 
 def check_json_value(value: Any, path: str = "", depth: int = 0) -> None:
-    """Raise :class:`ValidationError` for a NaN or infinite number anywhere in ``value``, or nesting deeper
-    than :data:`MAX_DEPTH` (free-form metadata)."""
+    """Refuse a NaN or infinite number anywhere in ``value``, or nesting deeper than :data:`MAX_DEPTH`
+    (free-form metadata).
+
+    Parameters
+    ----------
+    value : Any
+        A parsed JSON value.
+    path : str
+        Its field path, for messages.
+    depth : int
+        Its nesting depth.
+
+    Raises
+    ------
+    ValidationError
+        Naming the path of the first such value.
+    """
     if depth > MAX_DEPTH:
         raise ValidationError(path, f"nested deeper than {MAX_DEPTH} levels; flatten it")
     if isinstance(value, float) and not math.isfinite(value):
@@ -185,7 +200,13 @@ class InstanceModel(BaseModel):
 
 
 def json_schema() -> dict[str, Any]:
-    """The JSON Schema of the format, as generated from the pydantic models."""
+    """The JSON Schema of the format, as generated from the pydantic models.
+
+    Returns
+    -------
+    dict of str to Any
+        The schema (draft 2020-12).
+    """
     schema = InstanceModel.model_json_schema()
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -195,7 +216,13 @@ def json_schema() -> dict[str, Any]:
 
 
 def shipped_schema_path() -> Path:
-    """Where the published schema file lives in the package."""
+    """Where the published schema file lives in the package.
+
+    Returns
+    -------
+    Path
+        ``instances/schema/instance-v1.schema.json``.
+    """
     return Path(str(resources.files("dltsched.instances").joinpath(*SCHEMA_FILE)))
 
 
@@ -243,6 +270,18 @@ def _unknown_field(loc: tuple[Any, ...]) -> str:
 
 
 def short_repr(value: Any) -> str:
+    """A value as messages quote it: its ``repr``, cut to a readable length.
+
+    Parameters
+    ----------
+    value : Any
+        The value.
+
+    Returns
+    -------
+    str
+        The text.
+    """
     if isinstance(value, dict | list) and len(value) > 3:
         return f"{type(value).__name__} of {len(value)} items"
     try:
@@ -275,7 +314,18 @@ def _rule(kind: str, ctx: Mapping[str, Any]) -> str:
 
 
 def convert_pydantic_error(err: pydantic.ValidationError) -> ValidationError:
-    """The first problem of a pydantic error, as a one-line :class:`ValidationError`."""
+    """The first problem of a pydantic error, as a one-line :class:`ValidationError`.
+
+    Parameters
+    ----------
+    err : pydantic.ValidationError
+        The error.
+
+    Returns
+    -------
+    ValidationError
+        Its field path and the rule, e.g. ``jobs[3].num_gpus: 0 not understood; must be >= 1``.
+    """
     first = err.errors()[0]
     cause = first.get("ctx", {}).get("error")
     if isinstance(cause, ValidationError):

@@ -25,10 +25,6 @@ SKIP = {"engine/policies/optimizing.py", "engine/policies/lucid.py"}
 PENDING: set[str] = {
     "engine/domain/model.py", "engine/domain/predictors.py", "engine/domain/catalog.py", "engine/domain/errors.py",
     "engine/domain/hashing.py", "engine/domain/protocols.py",
-    "instances/__init__.py", "instances/schema.py", "instances/validation.py", "instances/clusters.py",
-    "instances/datadir.py", "instances/generator.py", "instances/readers/__init__.py", "instances/readers/common.py",
-    "instances/readers/traces.py", "instances/readers/gavel_throughputs.py", "instances/readers/philly.py",
-    "instances/readers/alibaba.py",
 }
 SECTION = re.compile(r"^\s*([A-Z][A-Za-z ]+)\n\s*-{3,}\s*$", re.MULTILINE)
 

@@ -16,7 +16,18 @@ from dltsched.instances.readers.common import Window
 
 
 def workload_names(data_dir: str | os.PathLike[str] | None = None) -> tuple[str, ...]:
-    """Every workload name ``read_workload`` accepts (needs the data folder)."""
+    """Every workload name ``read_workload`` accepts (needs the data folder).
+
+    Parameters
+    ----------
+    data_dir : str or PathLike, optional
+        The data folder (default: found automatically).
+
+    Returns
+    -------
+    tuple of str
+        The names.
+    """
     from dltsched.instances.readers.traces import MURI_FILES, gavel_vcs, pollux_workload_files
 
     return (
@@ -42,7 +53,33 @@ def read_workload(
 ) -> Instance:
     """A real workload as an :class:`Instance`: window ``[start_s, end_s)`` of trace time, then the
     first ``max_jobs`` jobs, arrivals re-based to 0; ``seed`` drives model assignment where the
-    trace has no model names."""
+    trace has no model names.
+
+    Parameters
+    ----------
+    name : str
+        The workload (one of :func:`workload_names`).
+    data_dir : str or PathLike, optional
+        The data folder (default: found automatically).
+    cluster : Cluster or str, optional
+        The cluster, or its spec (default: the trace's own, else one sized for it).
+    max_jobs : int, optional
+        Keep at most this many jobs of the window.
+    start_s, end_s : float, optional
+        The window of trace time.
+    seed : int
+        Drives model assignment where the trace names no models.
+
+    Returns
+    -------
+    Instance
+        The instance; metadata records the window and the conversion.
+
+    Raises
+    ------
+    ValidationError
+        When ``name`` is not a workload, or (from the readers) the window or cluster does not work.
+    """
     from dltsched.instances.readers import alibaba, philly, traces
 
     window = Window(start_s, end_s, max_jobs)

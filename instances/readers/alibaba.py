@@ -36,7 +36,18 @@ ALIBABA_GPU_MODELS: dict[str, str] = {
 
 
 def read_alibaba_cluster(data_dir: str | os.PathLike[str] | None = None) -> Cluster:
-    """The trace's GPU nodes as a :class:`Cluster` (GPU models mapped by :data:`ALIBABA_GPU_MODELS`)."""
+    """The trace's GPU nodes as a :class:`Cluster` (GPU models mapped by :data:`ALIBABA_GPU_MODELS`).
+
+    Parameters
+    ----------
+    data_dir : str or PathLike, optional
+        The data folder (default: found automatically).
+
+    Returns
+    -------
+    Cluster
+        The cluster.
+    """
     path = data_file(ALIBABA_DIR, "openb_node_list_gpu_node.csv", data_dir=data_dir)
     with path.open(newline="") as f:
         nodes = [
@@ -59,7 +70,26 @@ def read_alibaba(
     window: Window | None = None,
     seed: int = 0,
 ) -> Instance:
-    """The pod list ``variant`` (``default`` or ``gpuspec33``) as an :class:`Instance`."""
+    """The pod list ``variant`` (``default`` or ``gpuspec33``) as an :class:`Instance`.
+
+    Parameters
+    ----------
+    variant : str
+        ``default`` or ``gpuspec33``.
+    data_dir : str or PathLike, optional
+        The data folder (default: found automatically).
+    cluster : Cluster or str, optional
+        The cluster, or its spec (default: the trace's nodes).
+    window : Window, optional
+        The part of the trace to keep (default: all).
+    seed : int
+        Drives model assignment (the trace names no models).
+
+    Returns
+    -------
+    Instance
+        The instance.
+    """
     path = data_file(ALIBABA_DIR, POD_FILES[variant], data_dir=data_dir)
     with path.open(newline="") as f:
         pods = list(csv.DictReader(f))

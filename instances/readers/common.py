@@ -45,7 +45,31 @@ DEFAULT_REFERENCE_GPU = "v100"
 
 @dataclass(frozen=True, slots=True)
 class TraceJob:
-    """One job as a trace gives it; exactly one of ``duration_s`` / ``total_iterations`` drives its work."""
+    """One job as a trace gives it; exactly one of ``duration_s`` / ``total_iterations`` drives its work.
+
+    Parameters
+    ----------
+    id : str
+        The job's id.
+    arrival_s : float
+        Its arrival, trace time in seconds.
+    num_gpus : int
+        GPUs it asks for.
+    model, batch_size, dataset
+        Its model-zoo id, batch size per GPU and dataset (``None``: the model's default).
+    duration_s : float or None
+        How long it ran in the trace (turned into iterations with the reference step time).
+    total_iterations : float or None
+        Its work, when the trace gives it.
+    gpu_fraction : float
+        Share of a GPU it asks for (fractional-GPU traces).
+    gpu_types : tuple of str
+        GPU types it may use (empty: any).
+    optimizer : str
+        Its optimizer (memory model).
+    hyperparameters : tuple of (str, float or str)
+        Further settings the trace records.
+    """
 
     id: str
     arrival_s: float
@@ -63,7 +87,20 @@ class TraceJob:
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """Which part of a trace to keep (trace time, seconds) and how many jobs at most."""
+    """Which part of a trace to keep (trace time, seconds) and how many jobs at most.
+
+    Parameters
+    ----------
+    start_s, end_s : float or None
+        Keep jobs arriving in ``[start_s, end_s)`` (``None``: unbounded).
+    max_jobs : int or None
+        Then keep the first this many.
+
+    Raises
+    ------
+    ValidationError
+        When ``max_jobs`` is below 1 or ``end_s`` is not after ``start_s``.
+    """
 
     start_s: float | None = None
     end_s: float | None = None
@@ -78,7 +115,25 @@ class Window:
             )
 
     def apply(self, rows: Sequence[TraceJob]) -> tuple[list[TraceJob], float]:
-        """Rows in the window (sorted by arrival, first ``max_jobs``) and the re-basing offset."""
+        """Rows in the window (sorted by arrival, first ``max_jobs``) and the re-basing offset.
+
+        Parameters
+        ----------
+        rows : Sequence of TraceJob
+            The trace's rows.
+
+        Returns
+        -------
+        kept : list of TraceJob
+            The rows kept.
+        offset : float
+            The first kept arrival (subtracted from every arrival).
+
+        Raises
+        ------
+        ValidationError
+            When no job arrives in the window.
+        """
         ordered = sorted(rows, key=lambda r: r.arrival_s)
         lo = -np.inf if self.start_s is None else self.start_s
         hi = np.inf if self.end_s is None else self.end_s
@@ -89,11 +144,31 @@ class Window:
         return kept, offset
 
     def as_dict(self) -> dict[str, Any]:
+        """The window as instance metadata records it.
+
+        Returns
+        -------
+        dict of str to Any
+            ``start_s``, ``end_s`` and ``max_jobs``.
+        """
         return {"start_s": self.start_s, "end_s": self.end_s, "max_jobs": self.max_jobs}
 
 
 def assign_gavel_models(count: int, seed: int) -> list[tuple[str, int, str | None]]:
-    """(model, batch size, dataset) for ``count`` rows by the documented uniform Gavel rule."""
+    """(model, batch size, dataset) for ``count`` rows by the documented uniform Gavel rule.
+
+    Parameters
+    ----------
+    count : int
+        The number of rows.
+    seed : int
+        The random seed.
+
+    Returns
+    -------
+    list of (str, int, str or None)
+        One triple per row.
+    """
     from dltsched.instances.generator import GAVEL_JOB_TYPES
     from dltsched.instances.readers.gavel_throughputs import parse_job_type
 
@@ -103,7 +178,25 @@ def assign_gavel_models(count: int, seed: int) -> list[tuple[str, int, str | Non
 
 
 def resolve_cluster(cluster: Cluster | str | None, rows: Sequence[TraceJob]) -> Cluster:
-    """The caller's cluster, or the default mixed cluster sized to ``rows``."""
+    """The caller's cluster, or the default mixed cluster sized to ``rows``.
+
+    Parameters
+    ----------
+    cluster : Cluster or str or None
+        The caller's cluster or its spec.
+    rows : Sequence of TraceJob
+        The rows (their largest job and mean GPU demand size the default).
+
+    Returns
+    -------
+    Cluster
+        The cluster.
+
+    Raises
+    ------
+    ValidationError
+        When ``cluster`` is neither a cluster nor a spec.
+    """
     if isinstance(cluster, Cluster):
         return cluster
     if isinstance(cluster, str):
@@ -134,7 +227,37 @@ def build_instance(
     reference_gpu: str = DEFAULT_REFERENCE_GPU,
     freeze_fraction: float = 0.3,
 ) -> Instance:
-    """The :class:`Instance` of a trace's rows (see module docstring for the steps)."""
+    """The :class:`Instance` of a trace's rows (see module docstring for the steps).
+
+    Parameters
+    ----------
+    name : str
+        The instance's name.
+    rows : Sequence of TraceJob
+        The trace's rows.
+    window : Window
+        The part to keep.
+    cluster : Cluster or str or None
+        The cluster, its spec, or ``None`` for the default sized to the rows.
+    data_dir : str or PathLike or None
+        The data folder with the reference step times.
+    metadata : dict of str to Any
+        What the reader records (source, files); the window and conversion are added.
+    reference_gpu : str
+        The GPU type trace durations were measured on.
+    freeze_fraction : float
+        Share of jobs that allow layer freezing (chosen by a hash of the job id).
+
+    Returns
+    -------
+    Instance
+        The instance, arrivals re-based to the first kept one.
+
+    Raises
+    ------
+    ValidationError
+        When no job of the window fits the cluster.
+    """
     kept, offset = window.apply(rows)
     resolved = resolve_cluster(cluster, kept)
     by_type = resolved.gpus_by_type()

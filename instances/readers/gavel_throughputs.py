@@ -34,7 +34,19 @@ GAVEL_MODELS: dict[str, tuple[str, int, str | None]] = {
 
 @dataclass(frozen=True, slots=True)
 class GavelJobType:
-    """One Gavel job type: model id, batch size, dataset, and Gavel's own label."""
+    """One Gavel job type: model id, batch size, dataset, and Gavel's own label.
+
+    Parameters
+    ----------
+    model : str
+        The model-zoo id.
+    batch_size : int
+        The batch size.
+    dataset : str or None
+        The dataset.
+    label : str
+        Gavel's label, e.g. ``"ResNet-18 (batch size 16)"``.
+    """
 
     model: str
     batch_size: int
@@ -43,7 +55,23 @@ class GavelJobType:
 
 
 def parse_job_type(label: str) -> GavelJobType:
-    """``"ResNet-18 (batch size 16)"`` -> resnet18 / 16 / cifar10."""
+    """``"ResNet-18 (batch size 16)"`` -> resnet18 / 16 / cifar10.
+
+    Parameters
+    ----------
+    label : str
+        Gavel's label.
+
+    Returns
+    -------
+    GavelJobType
+        The job type.
+
+    Raises
+    ------
+    ValueError
+        When the label is not one of Gavel's.
+    """
     m = _JOB_TYPE.match(label.strip())
     if not m or m.group("name") not in GAVEL_MODELS:
         raise ValueError(f"Gavel job type '{label}' not understood; known: {', '.join(GAVEL_MODELS)}")
@@ -55,7 +83,15 @@ def parse_job_type(label: str) -> GavelJobType:
 
 @dataclass(frozen=True, slots=True)
 class GavelThroughputs:
-    """Isolated and pairwise throughputs (steps/s) keyed by GPU id and job types."""
+    """Isolated and pairwise throughputs (steps/s) keyed by GPU id and job types.
+
+    Parameters
+    ----------
+    isolated : dict of (str, GavelJobType, int, bool) to float
+        (GPU, job type, GPU count, consolidated) -> steps/s.
+    pairs : dict of (str, GavelJobType, GavelJobType) to (float, float)
+        (GPU, job type a, job type b) -> steps/s of each while they share the GPU.
+    """
 
     #: (gpu, job type, scale factor, consolidated) -> steps/s
     isolated: dict[tuple[str, GavelJobType, int, bool], float]
@@ -95,6 +131,19 @@ def _read(path: str) -> GavelThroughputs:
 
 def read_gavel_throughputs(path: str | os.PathLike[str] | None = None, *,
                            data_dir: str | os.PathLike[str] | None = None) -> GavelThroughputs:
-    """Read ``simulation_throughputs.json`` (default) or another Gavel throughput file."""
+    """Read ``simulation_throughputs.json`` (default) or another Gavel throughput file.
+
+    Parameters
+    ----------
+    path : str or PathLike, optional
+        The file (default: ``gavel/simulation_throughputs.json`` of the data folder).
+    data_dir : str or PathLike, optional
+        The data folder (default: found automatically).
+
+    Returns
+    -------
+    GavelThroughputs
+        The throughputs.
+    """
     p = Path(path) if path is not None else data_file("gavel", "simulation_throughputs.json", data_dir=data_dir)
     return _read(str(p.resolve()))

@@ -23,13 +23,39 @@ PHILLY_FILE = ("pollux", "philly.csv")
 def read_philly_rows(
     data_dir: str | os.PathLike[str] | None = None, *, seed: int = 0
 ) -> tuple[TraceJob, ...]:
-    """Every row of the Philly trace, in file order, with models assigned by ``seed`` (cached)."""
+    """Every row of the Philly trace, in file order, with models assigned by ``seed`` (cached).
+
+    Parameters
+    ----------
+    data_dir : str or PathLike, optional
+        The data folder (default: found automatically).
+    seed : int
+        Drives model assignment (the trace names no models).
+
+    Returns
+    -------
+    tuple of TraceJob
+        The rows.
+    """
     return philly_rows(str(data_file(*PHILLY_FILE, data_dir=data_dir).resolve()), seed)
 
 
 @lru_cache(maxsize=2)
 def philly_rows(path_name: str, seed: int) -> tuple[TraceJob, ...]:
-    """The rows of the Philly trace file ``path_name`` (cached per path and seed; see :func:`read_philly_rows`)."""
+    """The rows of the Philly trace file ``path_name`` (cached per path and seed; see :func:`read_philly_rows`).
+
+    Parameters
+    ----------
+    path_name : str
+        The trace file.
+    seed : int
+        Drives model assignment.
+
+    Returns
+    -------
+    tuple of TraceJob
+        The rows.
+    """
     with Path(path_name).open(newline="") as f:
         reader = csv.reader(f)
         header = next(reader)
@@ -61,7 +87,24 @@ def read_philly(
     window: Window | None = None,
     seed: int = 0,
 ) -> Instance:
-    """The Philly trace (or a window of it) as an :class:`Instance`."""
+    """The Philly trace (or a window of it) as an :class:`Instance`.
+
+    Parameters
+    ----------
+    data_dir : str or PathLike, optional
+        The data folder (default: found automatically).
+    cluster : Cluster or str, optional
+        The cluster, or its spec (default: one sized for the trace, :func:`~dltsched.instances.clusters.default_cluster_for`).
+    window : Window, optional
+        The part of the trace to keep (default: all).
+    seed : int
+        Drives model assignment (the trace names no models).
+
+    Returns
+    -------
+    Instance
+        The instance.
+    """
     rows = read_philly_rows(data_dir, seed=seed)
     meta = {
         "source": "pollux/philly.csv (Microsoft Philly, via Pollux OSDI'21 artifact)",

@@ -45,7 +45,18 @@ POLLUX_APPLICATIONS: dict[str, tuple[str, str, int, int]] = {
 
 
 def gavel_vcs(data_dir: str | os.PathLike[str] | None = None) -> list[str]:
-    """Virtual-cluster ids of Gavel's traces."""
+    """Virtual-cluster ids of Gavel's traces.
+
+    Parameters
+    ----------
+    data_dir : str or PathLike, optional
+        The data folder (default: found automatically).
+
+    Returns
+    -------
+    list of str
+        The ids.
+    """
     return sorted(p.stem for p in data_file(*GAVEL_TRACE_DIR, data_dir=data_dir).glob("*.trace"))
 
 
@@ -77,7 +88,29 @@ def read_gavel(
     cluster: Cluster | str | None = None,
     window: Window | None = None,
 ) -> Instance:
-    """One virtual cluster's Gavel trace, or all of them merged (``vc=None``)."""
+    """One virtual cluster's Gavel trace, or all of them merged (``vc=None``).
+
+    Parameters
+    ----------
+    vc : str or None
+        The virtual cluster (one of :func:`gavel_vcs`).
+    data_dir : str or PathLike, optional
+        The data folder (default: found automatically).
+    cluster : Cluster or str, optional
+        The cluster, or its spec (default: one sized for the trace, :func:`~dltsched.instances.clusters.default_cluster_for`).
+    window : Window, optional
+        The part of the trace to keep (default: all).
+
+    Returns
+    -------
+    Instance
+        The instance.
+
+    Raises
+    ------
+    ValidationError
+        When ``vc`` is not one of Gavel's.
+    """
     known = gavel_vcs(data_dir)
     if vc is not None and vc not in known:
         raise ValidationError("workload", f"gavel:{vc} not known; one of gavel:{', gavel:'.join(known)}")
@@ -104,7 +137,29 @@ def read_muri(
     cluster: Cluster | str | None = None,
     window: Window | None = None,
 ) -> Instance:
-    """A Muri trace by name (``trace1``..``trace4``, ``job_type_1``..``job_type_4``, ``cluster``)."""
+    """A Muri trace by name (``trace1``..``trace4``, ``job_type_1``..``job_type_4``, ``cluster``).
+
+    Parameters
+    ----------
+    trace : str
+        The trace's name.
+    data_dir : str or PathLike, optional
+        The data folder (default: found automatically).
+    cluster : Cluster or str, optional
+        The cluster, or its spec (default: one sized for the trace, :func:`~dltsched.instances.clusters.default_cluster_for`).
+    window : Window, optional
+        The part of the trace to keep (default: all).
+
+    Returns
+    -------
+    Instance
+        The instance.
+
+    Raises
+    ------
+    ValidationError
+        When ``trace`` is not one of Muri's.
+    """
     if trace not in MURI_FILES:
         raise ValidationError("workload", f"muri:{trace} not known; one of muri:{', muri:'.join(MURI_FILES)}")
     path = data_file(*MURI_FILES[trace], data_dir=data_dir)
@@ -148,7 +203,18 @@ def _pollux_row(r: dict[str, str]) -> TraceJob:
 
 
 def pollux_workload_files(data_dir: str | os.PathLike[str] | None = None) -> dict[str, tuple[str, ...]]:
-    """Workload name (``sia:saturn/<file>``, ``sia:philly/<file>``, ``pollux:<file>``) -> data path."""
+    """Workload name (``sia:saturn/<file>``, ``sia:philly/<file>``, ``pollux:<file>``) -> data path.
+
+    Parameters
+    ----------
+    data_dir : str or PathLike, optional
+        The data folder (default: found automatically).
+
+    Returns
+    -------
+    dict of str to tuple of str
+        The data path (inside the folder) of each workload.
+    """
     out: dict[str, tuple[str, ...]] = {}
     for prefix, parts in (
         ("sia:saturn/", ("sia", "workloads", "saturn")),
@@ -167,7 +233,29 @@ def read_pollux_workload(
     cluster: Cluster | str | None = None,
     window: Window | None = None,
 ) -> Instance:
-    """A Sia or Pollux workload by name, e.g. ``sia:saturn/workload-1`` or ``pollux:workload-1``."""
+    """A Sia or Pollux workload by name, e.g. ``sia:saturn/workload-1`` or ``pollux:workload-1``.
+
+    Parameters
+    ----------
+    name : str
+        The workload (one of :func:`pollux_workload_files`).
+    data_dir : str or PathLike, optional
+        The data folder (default: found automatically).
+    cluster : Cluster or str, optional
+        The cluster, or its spec (default: one sized for the trace, :func:`~dltsched.instances.clusters.default_cluster_for`).
+    window : Window, optional
+        The part of the trace to keep (default: all).
+
+    Returns
+    -------
+    Instance
+        The instance.
+
+    Raises
+    ------
+    ValidationError
+        When ``name`` is not known.
+    """
     files = pollux_workload_files(data_dir)
     if name not in files:
         raise ValidationError("workload", f"{name} not known; one of {', '.join(files)}")
