@@ -24,7 +24,36 @@ _DATA = "dltsched.instances"
 
 @dataclass(frozen=True, slots=True)
 class GpuType:
-    """Spec of one GPU model (public spec-sheet values; see ``instances/data/gpus.json``)."""
+    """Spec of one GPU model (public spec-sheet values; see ``instances/data/gpus.json``).
+
+    Parameters
+    ----------
+    id : str
+        The canonical id, e.g. ``v100``.
+    name : str
+        The product name.
+    architecture : str
+        The architecture, e.g. ``volta``.
+    memory_gib : float
+        Memory, GiB.
+    memory_bandwidth_gbs : float
+        Memory bandwidth, GB/s.
+    fp32_tflops, fp16_tensor_tflops : float
+        Peak FP32 and FP16 tensor throughput, TFLOP/s.
+    sm_count : int
+        Streaming multiprocessors.
+    interconnect : str
+        The intra-node link, e.g. ``nvlink``.
+    intra_node_bandwidth_gbs : float
+        Its bandwidth, GB/s.
+    aliases : tuple of str
+        Other names it is known by.
+
+    Raises
+    ------
+    ValidationError
+        When a number is not positive.
+    """
 
     id: str
     name: str
@@ -46,6 +75,7 @@ class GpuType:
 
     @property
     def memory_mib(self) -> float:
+        """Memory, MiB."""
         return self.memory_gib * 1024.0
 
 
@@ -54,13 +84,32 @@ class UnknownNameError(ValueError):
 
 
 def normalize_name(name: str) -> str:
-    """Lower-case and drop separators so that spellings of one name compare equal."""
+    """Lower-case and drop separators so that spellings of one name compare equal.
+
+    Parameters
+    ----------
+    name : str
+        A name.
+
+    Returns
+    -------
+    str
+        Its normal form.
+    """
     return re.sub(r"[\s\-_./()]", "", name.lower())
 
 
 @dataclass(frozen=True, slots=True)
 class DatasetSpec:
-    """Coarse per-sample cost of a model on one dataset (analytic fallback only)."""
+    """Coarse per-sample cost of a model on one dataset (analytic fallback only).
+
+    Parameters
+    ----------
+    fwd_gflops : float
+        Forward pass, GFLOP per sample.
+    activation_mib : float
+        Activations kept for the backward pass, MiB per sample.
+    """
 
     fwd_gflops: float
     activation_mib: float
@@ -68,7 +117,27 @@ class DatasetSpec:
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
-    """One model of the zoo: its family, aliases and coarse per-sample costs."""
+    """One model of the zoo: its family, aliases and coarse per-sample costs.
+
+    Parameters
+    ----------
+    id : str
+        The canonical id, e.g. ``resnet50``.
+    family : str
+        Its family (``cnn``, ``transformer``, ...).
+    aliases : tuple of str
+        Other names it is known by.
+    default_dataset : str
+        The dataset a job trains on when it names none.
+    datasets : dict of str to DatasetSpec
+        Per-sample costs per dataset.
+    params_m : float
+        Parameters, millions.
+    layers : int
+        Layers (the unit of freezing).
+    default_batch_size : int
+        The batch size per GPU a job uses when it names none.
+    """
 
     id: str
     family: str
@@ -80,6 +149,23 @@ class ModelSpec:
     default_batch_size: int
 
     def dataset(self, name: str | None) -> DatasetSpec:
+        """The per-sample costs on dataset ``name``.
+
+        Parameters
+        ----------
+        name : str or None
+            The dataset (``None``: the default one).
+
+        Returns
+        -------
+        DatasetSpec
+            Its costs.
+
+        Raises
+        ------
+        UnknownNameError
+            When the model has no such dataset.
+        """
         key = self.default_dataset if name is None else name.lower()
         if key not in self.datasets:
             raise UnknownNameError(
@@ -121,6 +207,13 @@ def _read(name: str) -> dict[str, Any]:
 
 @cache
 def gpu_catalog() -> _Catalog[GpuType]:
+    """The GPU catalog (``instances/data/gpus.json``), read once.
+
+    Returns
+    -------
+    _Catalog of GpuType
+        Lookup by id or alias (``resolve``, ``get``, ``ids``).
+    """
     items: dict[str, GpuType] = {}
     aliases: dict[str, str] = {}
     for raw in _read("gpus.json")["gpus"]:
@@ -133,6 +226,13 @@ def gpu_catalog() -> _Catalog[GpuType]:
 
 @cache
 def model_catalog() -> _Catalog[ModelSpec]:
+    """The model zoo (``instances/data/models.json``), read once.
+
+    Returns
+    -------
+    _Catalog of ModelSpec
+        Lookup by id or alias (``resolve``, ``get``, ``ids``).
+    """
     items: dict[str, ModelSpec] = {}
     aliases: dict[str, str] = {}
     for raw in _read("models.json")["models"]:
@@ -145,10 +245,42 @@ def model_catalog() -> _Catalog[ModelSpec]:
 
 
 def gpu_spec(name: str) -> GpuType:
-    """Spec of a GPU type by id or alias."""
+    """Spec of a GPU type by id or alias.
+
+    Parameters
+    ----------
+    name : str
+        An id or alias, any spelling (``V100``, ``tesla-v100``).
+
+    Returns
+    -------
+    GpuType
+        Its spec.
+
+    Raises
+    ------
+    UnknownNameError
+        When the name is unknown (the message lists close matches).
+    """
     return gpu_catalog().get(name)
 
 
 def model_spec(name: str) -> ModelSpec:
-    """Catalog entry of a model by id or alias."""
+    """Catalog entry of a model by id or alias.
+
+    Parameters
+    ----------
+    name : str
+        An id or alias, any spelling (``ResNet-50``).
+
+    Returns
+    -------
+    ModelSpec
+        Its entry.
+
+    Raises
+    ------
+    UnknownNameError
+        When the name is unknown (the message lists close matches).
+    """
     return model_catalog().get(name)

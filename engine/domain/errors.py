@@ -16,6 +16,13 @@ class ValidationError(DltschedError, ValueError):
 
     ``path`` is the field path (``jobs[3].num_gpus``); ``str(err)`` is one line:
     ``"jobs[3].num_gpus: 0 not understood; must be >= 1"``.
+
+    Parameters
+    ----------
+    path : str
+        The field path (empty: the input as a whole).
+    problem : str
+        What is wrong and what is allowed.
     """
 
     def __init__(self, path: str, problem: str) -> None:
@@ -24,14 +31,39 @@ class ValidationError(DltschedError, ValueError):
         super().__init__(f"{path}: {problem}" if path else problem)
 
     def under(self, prefix: str) -> ValidationError:
-        """The same error with ``prefix`` prepended to its path."""
+        """The same error with ``prefix`` prepended to its path.
+
+        Parameters
+        ----------
+        prefix : str
+            The path of the enclosing field, e.g. ``jobs[3]``.
+
+        Returns
+        -------
+        ValidationError
+            The error at ``prefix.path``.
+        """
         path = f"{prefix}.{self.path}" if self.path and not self.path.startswith("[") else f"{prefix}{self.path}"
         return ValidationError(path, self.problem)
 
 
 def check_positive(path: str, value: float, *, integer: bool = False) -> None:
-    """Raise :class:`ValidationError` at ``path`` unless ``value`` is a finite number > 0 (an integer >= 1
-    with ``integer``)."""
+    """Check that ``value`` is a finite number > 0 (an integer >= 1 with ``integer``).
+
+    Parameters
+    ----------
+    path : str
+        The field path errors carry.
+    value : float
+        The value.
+    integer : bool
+        Require an integer.
+
+    Raises
+    ------
+    ValidationError
+        At ``path`` when it is not.
+    """
     if integer and (not isinstance(value, int) or isinstance(value, bool)):
         raise ValidationError(path, f"{value!r} not understood; must be an integer >= 1")
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
@@ -39,7 +71,20 @@ def check_positive(path: str, value: float, *, integer: bool = False) -> None:
 
 
 def check_non_negative(path: str, value: float) -> None:
-    """Raise :class:`ValidationError` at ``path`` unless ``value`` is a finite number >= 0."""
+    """Check that ``value`` is a finite number >= 0.
+
+    Parameters
+    ----------
+    path : str
+        The field path errors carry.
+    value : float
+        The value.
+
+    Raises
+    ------
+    ValidationError
+        At ``path`` when it is not.
+    """
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
         raise ValidationError(path, f"{value!r} not understood; must be a finite number >= 0")
 
@@ -54,7 +99,15 @@ class SimulationStalledError(DltschedError, RuntimeError):
 
 
 class InfeasibleRoundError(DltschedError):
-    """A round with jobs that can never be placed; ``jobs`` names them."""
+    """A round with jobs that can never be placed; ``jobs`` names them.
+
+    Parameters
+    ----------
+    message : str
+        The message.
+    jobs : tuple of str
+        The ids of the jobs that can never be placed.
+    """
 
     def __init__(self, message: str, jobs: tuple[str, ...] = ()) -> None:
         self.jobs = jobs
@@ -66,7 +119,20 @@ class DataNotFoundError(DltschedError, FileNotFoundError):
 
 
 def write_problem(path: Path, err: OSError) -> str:
-    """Why ``path`` cannot be written, in words: names a parent that is a regular file."""
+    """Why ``path`` cannot be written, in words: names a parent that is a regular file.
+
+    Parameters
+    ----------
+    path : Path
+        The file that could not be written.
+    err : OSError
+        The error writing it gave.
+
+    Returns
+    -------
+    str
+        The reason.
+    """
     for parent in path.parents:
         if parent.exists():
             return f"'{parent}' is a file, not a folder" if not parent.is_dir() else (err.strerror or str(err))
@@ -74,8 +140,27 @@ def write_problem(path: Path, err: OSError) -> str:
 
 
 def write_text_file(path: str | os.PathLike[str], text: str, *, option: str = "--output") -> Path:
-    """Write ``text`` to ``path`` (parent folders are created); a path that cannot be written is one
-    :class:`ValidationError` naming ``option`` and the reason, never a raw OSError."""
+    """Write ``text`` to ``path`` (parent folders are created).
+
+    Parameters
+    ----------
+    path : str or PathLike
+        The file.
+    text : str
+        The text.
+    option : str
+        The option or field that named the file, for the message.
+
+    Returns
+    -------
+    Path
+        The path written.
+
+    Raises
+    ------
+    ValidationError
+        Naming ``option`` and the reason when the path cannot be written (never a raw OSError).
+    """
     p = Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -12,12 +12,34 @@ import math
 
 
 def hash_unit(key: str) -> float:
-    """A number in [0, 1) from the SHA-256 of ``key``."""
+    """A number in [0, 1) from the SHA-256 of ``key``.
+
+    Parameters
+    ----------
+    key : str
+        The key.
+
+    Returns
+    -------
+    float
+        The same number for the same key, in every process.
+    """
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
 
 
 def hash_normal(key: str) -> float:
-    """A standard normal draw (Box-Muller) from the SHA-256 of ``key``."""
+    """A standard normal draw (Box-Muller) from the SHA-256 of ``key``.
+
+    Parameters
+    ----------
+    key : str
+        The key.
+
+    Returns
+    -------
+    float
+        The same draw for the same key, in every process.
+    """
     digest = hashlib.sha256(key.encode()).digest()
     u1 = (int.from_bytes(digest[:8], "big") + 1) / (2**64 + 2)
     u2 = (int.from_bytes(digest[8:16], "big") + 1) / (2**64 + 2)

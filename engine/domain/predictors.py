@@ -23,11 +23,45 @@ class StepTimePredictor(Protocol):
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
         """Seconds per iteration of ``job`` on ``num_gpus`` (default ``job.num_gpus``) GPUs of
-        ``gpu_type`` spread over ``num_nodes`` nodes, with the first ``freeze_level`` blocks frozen."""
+        ``gpu_type`` spread over ``num_nodes`` nodes, with the first ``freeze_level`` blocks frozen.
+
+        Parameters
+        ----------
+        job : Job
+            The job.
+        gpu_type : str
+            The GPU type.
+        num_gpus : int, optional
+            GPUs (default: the job's).
+        freeze_level : int
+            Leading blocks frozen.
+        num_nodes : int
+            Nodes the GPUs span.
+
+        Returns
+        -------
+        float
+            Seconds per iteration.
+        """
         ...
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
-        """Peak GPU memory of one of the job's workers, in MiB."""
+        """Peak GPU memory of one of the job's workers, in MiB.
+
+        Parameters
+        ----------
+        job : Job
+            The job.
+        gpu_type : str
+            The GPU type.
+        freeze_level : int
+            Leading blocks frozen.
+
+        Returns
+        -------
+        float
+            MiB.
+        """
         ...
 
 
@@ -36,12 +70,38 @@ class FreezingPredictor(Protocol):
     """Layer freezing: which levels exist and what accuracy they cost."""
 
     def num_freeze_levels(self, job: Job) -> int:
-        """Number of freeze levels; level 0 (nothing frozen) .. ``n - 1``."""
+        """Number of freeze levels; level 0 (nothing frozen) .. ``n - 1``.
+
+        Parameters
+        ----------
+        job : Job
+            The job.
+
+        Returns
+        -------
+        int
+            ``n``.
+        """
         ...
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
         """Extra iterations needed to reach the same accuracy, as a fraction (0 = none), when
-        freezing at ``freeze_level`` from training progress ``start_progress`` (0..1) on."""
+        freezing at ``freeze_level`` from training progress ``start_progress`` (0..1) on.
+
+        Parameters
+        ----------
+        job : Job
+            The job.
+        freeze_level : int
+            Leading blocks frozen.
+        start_progress : float
+            Training progress (0..1) when freezing starts.
+
+        Returns
+        -------
+        float
+            The fraction of extra iterations.
+        """
         ...
 
 
@@ -50,17 +110,53 @@ class ColocationPredictor(Protocol):
     """Speed of jobs that share one GPU, relative to each running alone on it."""
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
-        """Normalized speed of each job (co-located throughput / isolated throughput)."""
+        """Normalized speed of each job (co-located throughput / isolated throughput).
+
+        Parameters
+        ----------
+        jobs : Sequence of Job
+            The jobs sharing one GPU.
+        gpu_type : str
+            The GPU type.
+
+        Returns
+        -------
+        tuple of float
+            One speed per job, in its order (1.0: as fast as alone).
+        """
         ...
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
-        """GPU memory used by the group on one GPU, in MiB."""
+        """GPU memory used by the group on one GPU, in MiB.
+
+        Parameters
+        ----------
+        jobs : Sequence of Job
+            The jobs sharing one GPU.
+        gpu_type : str
+            The GPU type.
+
+        Returns
+        -------
+        float
+            MiB.
+        """
         ...
 
 
 @dataclass(frozen=True, slots=True)
 class Predictors:
-    """The predictors a policy or a round builder uses."""
+    """The predictors a policy or a round builder uses.
+
+    Parameters
+    ----------
+    step_time : StepTimePredictor
+        Step time and memory.
+    colocation : ColocationPredictor
+        Speeds of jobs sharing a GPU.
+    freezing : FreezingPredictor
+        Freeze levels and their accuracy penalty.
+    """
 
     step_time: StepTimePredictor
     colocation: ColocationPredictor
@@ -68,7 +164,26 @@ class Predictors:
 
     def effective_progress_rate(self, job: Job, gpu_type: str, freeze_level: int = 0,
                                 start_progress: float = 0.0, num_nodes: int = 1) -> float:
-        """Useful iterations per second: layer-aware throughput x (1 - frozen penalty)."""
+        """Useful iterations per second: layer-aware throughput x (1 - frozen penalty).
+
+        Parameters
+        ----------
+        job : Job
+            The job.
+        gpu_type : str
+            The GPU type.
+        freeze_level : int
+            Leading blocks frozen.
+        start_progress : float
+            Training progress (0..1) when freezing starts.
+        num_nodes : int
+            Nodes the job's GPUs span.
+
+        Returns
+        -------
+        float
+            Useful iterations per second.
+        """
         step = self.step_time.step_time_s(job, gpu_type, freeze_level=freeze_level, num_nodes=num_nodes)
         penalty = self.freezing.frozen_penalty(job, freeze_level, start_progress) if freeze_level else 0.0
         return (1.0 - penalty) / step
@@ -76,7 +191,18 @@ class Predictors:
 
 def memory_kind(job: Job) -> tuple[str, int, bool, str | None, str]:
     """What a job's memory footprint depends on: model, batch size, AMP, dataset and optimizer. A peak
-    measured for one job is known for every job of the same kind, as a profile would be."""
+    measured for one job is known for every job of the same kind, as a profile would be.
+
+    Parameters
+    ----------
+    job : Job
+        The job.
+
+    Returns
+    -------
+    tuple of (str, int, bool, str or None, str)
+        Model, batch size, AMP, dataset and optimizer.
+    """
     return job.model, job.batch_size, job.amp, job.dataset, job.optimizer.lower()
 
 
@@ -96,7 +222,24 @@ class MemoryObservations:
         self.changes = 0  #: bumps with every new measurement (caches of judgments built on memory check it)
 
     def record(self, job: Job, gpu_type: str, freeze_level: int, peak_mib: float) -> bool:
-        """Remember a measured peak; ``True`` when it is news (not measured before at this value or above)."""
+        """Remember a measured peak; ``True`` when it is news (not measured before at this value or above).
+
+        Parameters
+        ----------
+        job : Job
+            The job.
+        gpu_type : str
+            The GPU type.
+        freeze_level : int
+            Its freeze level.
+        peak_mib : float
+            The measured peak per worker, MiB.
+
+        Returns
+        -------
+        bool
+            Whether the peak is news.
+        """
         key = (*memory_kind(job), gpu_type, freeze_level)
         if self._peak.get(key, -1.0) >= peak_mib:
             return False
@@ -105,6 +248,22 @@ class MemoryObservations:
         return True
 
     def peak_mib(self, job: Job, gpu_type: str, freeze_level: int = 0) -> float | None:
+        """The peak measured for jobs of ``job``'s kind on ``gpu_type`` at ``freeze_level``.
+
+        Parameters
+        ----------
+        job : Job
+            The job.
+        gpu_type : str
+            The GPU type.
+        freeze_level : int
+            The freeze level.
+
+        Returns
+        -------
+        float or None
+            MiB; ``None`` when none was measured.
+        """
         return self._peak.get((*memory_kind(job), gpu_type, freeze_level)) if self._peak else None
 
     def __len__(self) -> int:
@@ -112,11 +271,29 @@ class MemoryObservations:
 
     def to_list(self) -> list[list[Any]]:
         """``[[model, batch size, amp, dataset, optimizer, GPU type, freeze level, peak MiB], ...]``
-        (JSON-ready, e.g. for a checkpoint)."""
+        (JSON-ready, e.g. for a checkpoint).
+
+        Returns
+        -------
+        list of list
+            One row per measured peak.
+        """
         return [[*key, peak] for key, peak in sorted(self._peak.items(), key=repr)]
 
     @classmethod
     def from_list(cls, rows: Sequence[Sequence[Any]]) -> MemoryObservations:
+        """The observations :meth:`to_list` gave.
+
+        Parameters
+        ----------
+        rows : Sequence of Sequence
+            Its rows.
+
+        Returns
+        -------
+        MemoryObservations
+            The observations.
+        """
         out = cls()
         for *key, peak in rows:
             out._peak[tuple(key)] = float(peak)
@@ -130,7 +307,18 @@ _OBSERVED: ContextVar[MemoryObservations | None] = ContextVar("dltsched_memory_o
 @contextmanager
 def observing_memory(observations: MemoryObservations) -> Iterator[MemoryObservations]:
     """Within the block, :func:`learned_memory_mib` answers from ``observations`` (per thread/context, so
-    simulations running side by side do not see each other's measurements)."""
+    simulations running side by side do not see each other's measurements).
+
+    Parameters
+    ----------
+    observations : MemoryObservations
+        The run's observations.
+
+    Yields
+    ------
+    MemoryObservations
+        ``observations``.
+    """
     token = _OBSERVED.set(observations)
     try:
         yield observations
@@ -140,7 +328,24 @@ def observing_memory(observations: MemoryObservations) -> Iterator[MemoryObserva
 
 def learned_memory_mib(predicted_mib: float, job: Job, gpu_type: str, freeze_level: int = 0) -> float:
     """``predicted_mib`` (one worker of ``job`` on ``gpu_type``) raised to the peak measured in the
-    current run (:func:`observing_memory`), if any. Every memory estimate a policy uses goes through it."""
+    current run (:func:`observing_memory`), if any. Every memory estimate a policy uses goes through it.
+
+    Parameters
+    ----------
+    predicted_mib : float
+        The prediction, MiB.
+    job : Job
+        The job.
+    gpu_type : str
+        The GPU type.
+    freeze_level : int
+        The freeze level.
+
+    Returns
+    -------
+    float
+        MiB, at least the measured peak.
+    """
     observations = _OBSERVED.get()
     if observations is None:
         return predicted_mib
@@ -150,7 +355,13 @@ def learned_memory_mib(predicted_mib: float, job: Job, gpu_type: str, freeze_lev
 
 def memory_observations_version() -> int:
     """A number that changes whenever the current run measures a new peak (0 outside a run): a policy
-    that caches judgments built on memory estimates drops them when it changes."""
+    that caches judgments built on memory estimates drops them when it changes.
+
+    Returns
+    -------
+    int
+        The version.
+    """
     observations = _OBSERVED.get()
     return 0 if observations is None else observations.changes
 
@@ -223,7 +434,20 @@ def memoized(predictors: Predictors, max_entries: int = 1_000_000) -> Predictors
     key, so a job whose spec changes is a new key), for a policy that asks about the same jobs every
     round. Frozen penalties depend on training progress and are not kept; memory answers are raised to the
     peaks measured in the current run (:func:`learned_memory_mib`) on every call. At most ``max_entries``
-    answers are kept (the older half is dropped when full)."""
+    answers are kept (the older half is dropped when full).
+
+    Parameters
+    ----------
+    predictors : Predictors
+        The predictors.
+    max_entries : int
+        Answers kept at most.
+
+    Returns
+    -------
+    Predictors
+        The memoized predictors (same answers).
+    """
     memo = _Memo(max_entries)
     return Predictors(_MemoStepTime(predictors.step_time, memo), _MemoColocation(predictors.colocation, memo),
                       _MemoFreezing(predictors.freezing, memo))

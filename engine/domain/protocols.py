@@ -60,13 +60,83 @@ class GroundTruth(Protocol):
     """What the simulator advances jobs with; policies never see it."""
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1,
-                    freeze_level: int = 0) -> float: ...
+                    freeze_level: int = 0) -> float:
+        """The measured (or modelled) time of one iteration.
 
-    def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]: ...
+        Parameters
+        ----------
+        job : Job
+            The job.
+        gpu_type : str
+            The GPU type.
+        num_gpus : int
+            Its GPUs.
+        num_nodes : int
+            The nodes they span.
+        freeze_level : int
+            Leading layers frozen.
 
-    def memory_mib(self, job: Job, gpu_type: str, freeze_level: int = 0) -> float: ...
+        Returns
+        -------
+        float
+            Seconds per iteration, alone on its GPUs.
+        """
+        ...
 
-    def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float) -> float: ...
+    def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        """The speed of each of ``jobs`` while they share GPUs of ``gpu_type``.
+
+        Parameters
+        ----------
+        jobs : Sequence of Job
+            The jobs sharing.
+        gpu_type : str
+            The GPU type.
+
+        Returns
+        -------
+        tuple of float
+            Each job's speed relative to running alone (1.0: no slowdown).
+        """
+        ...
+
+    def memory_mib(self, job: Job, gpu_type: str, freeze_level: int = 0) -> float:
+        """The memory ``job`` really takes on a GPU.
+
+        Parameters
+        ----------
+        job : Job
+            The job.
+        gpu_type : str
+            The GPU type.
+        freeze_level : int
+            Leading layers frozen.
+
+        Returns
+        -------
+        float
+            MiB per GPU.
+        """
+        ...
+
+    def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float) -> float:
+        """The share of progress freezing costs (accuracy lost to frozen layers).
+
+        Parameters
+        ----------
+        job : Job
+            The job.
+        freeze_level : int
+            Leading layers frozen.
+        start_progress : float
+            The finished fraction when freezing starts.
+
+        Returns
+        -------
+        float
+            The penalty in [0, 1).
+        """
+        ...
 
 
 class GroundTruthFactory(Protocol):
