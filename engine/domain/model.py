@@ -122,12 +122,15 @@ class Cluster:
 
     @property
     def num_gpus(self) -> int:
+        """GPUs in the cluster (indices ``0 .. num_gpus - 1``)."""
         return len(self.gpu_node)
 
     def gpu_type_of(self, gpu: int) -> str:
+        """The GPU type of GPU ``gpu``."""
         return self.nodes[self.gpu_node[gpu]].gpu_type
 
     def node_gpus(self, node_index: int) -> range:
+        """The GPU indices of node ``node_index``."""
         start = self.node_first_gpu[node_index]
         return range(start, start + self.nodes[node_index].num_gpus)
 
@@ -140,9 +143,11 @@ class Cluster:
         return dict(self._by_type)
 
     def max_gpus_of_type(self, gpu_type: str) -> int:
+        """GPUs of ``gpu_type`` in the cluster (0 when it has none)."""
         return self.gpus_by_type().get(gpu_type, 0)
 
     def memory_mib(self, gpu: int) -> float:
+        """Memory of GPU ``gpu``, MiB."""
         return self.gpu_types[self.gpu_type_of(gpu)].memory_mib
 
     @staticmethod
@@ -220,6 +225,7 @@ class Job:
         return OPTIMIZERS[self.optimizer.lower()]
 
     def hyperparameter(self, name: str, default: float | str | None = None) -> float | str | None:
+        """The value of hyperparameter ``name``, ``default`` when the job does not set it."""
         for key, value in self.hyperparameters:
             if key == name:
                 return value
@@ -268,6 +274,7 @@ class Instance:
                 )
 
     def job(self, job_id: str) -> Job:
+        """The job with id ``job_id`` (``KeyError`` when there is none)."""
         for j in self.jobs:
             if j.id == job_id:
                 return j
@@ -327,6 +334,7 @@ class Plan:
             raise ValidationError("plan.assignments", f"job(s) {dup} placed more than once")
 
     def by_job(self) -> dict[str, Assignment]:
+        """The assignments by job id."""
         return {a.job_id: a for a in self.assignments}
 
     def resolved(self, state: ClusterState) -> Plan:
@@ -364,10 +372,12 @@ class JobState:
 
     @property
     def running(self) -> bool:
+        """Whether the job holds GPUs."""
         return self.assignment is not None
 
     @property
     def progress(self) -> float:
+        """The finished fraction of the job's iterations."""
         return 1.0 - self.remaining_iterations / self.job.total_iterations
 
 
@@ -456,6 +466,7 @@ class ClusterState:
         return out
 
     def running(self) -> tuple[JobState, ...]:
+        """The running jobs' states."""
         if self.num_running is not None:
             return tuple(self.jobs[: self.num_running])
         return tuple(s for s in self.jobs if s.assignment is not None)
@@ -468,6 +479,7 @@ class ClusterState:
         return tuple(sorted(waiting, key=lambda s: (s.job.arrival_time_s, s.job.id)))
 
     def current_plan(self) -> Plan:
+        """The running placement, as a plan."""
         return Plan(tuple(s.assignment for s in self.running() if s.assignment is not None))
 
     def gpu_load(self) -> list[int]:
