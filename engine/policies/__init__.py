@@ -1,1 +1,5 @@
-"""Scheduling policies, one module per policy; they see :class:`~dltsched.engine.domain.model.ClusterState` snapshots and predictions only."""
+"""Scheduling policies, one module per policy.
+
+They see :class:`~dltsched.engine.domain.model.ClusterState` snapshots and predictions only, never the
+simulator or its ground truth.
+"""
