@@ -182,26 +182,43 @@ class ConfiguredSolver:
     def solve(self, state: ClusterState, *, warm_start: Plan | None = None,
               predictors: Predictors | None = None, measurements: Measurements | dict[str, Any] | None = None) -> Plan:
         """:func:`solve_round` of ``state`` under these settings; see there."""
+        state, preds, measured = self.prepare(state, predictors, measurements)
+        plan = self._decide(state, preds, warm_start)
+        if measured is not None:
+            plan = replace(plan, provenance=provenance(plan, state, measured))
+        return plan
+
+    def fallback_plan(self, state: ClusterState, message: str, *,
+                      measurements: Measurements | dict[str, Any] | None = None) -> Plan:
+        """The fallback policy's plan for ``state`` (``status="fallback"``), priced like :meth:`solve`."""
+        state, preds, _ = self.prepare(state, None, measurements)
+        return baseline_plan(state, self.fallback_policy, preds, status="fallback", message=message)
+
+    def prepare(self, state: ClusterState, predictors: Predictors | None,
+                measurements: Measurements | dict[str, Any] | None) -> tuple[ClusterState, Predictors, Measurements | None]:
+        """The state (measured-only jobs kept to their measured GPU types), the predictors (measured first) and
+        the checked measurements a round is decided with.
+
+        Raises
+        ------
+        ValidationError
+            A measurement is not understood, or a job has neither a zoo model nor a measured step time.
+        """
         measured = as_measurements(measurements)
         measured = measured.checked() if measured is not None else None
         needs_zoo = any(s.job.model != MEASURED_ONLY for s in state.jobs)
         if measured is not None:
             state = prepare_state(state, measured)
-        elif not needs_zoo and state.jobs:
-            raise ValidationError("jobs", "no job names a zoo model and no measurements were given; give model "
-                                  "(a zoo id) or measurements with each job's step time")
         elif any(s.job.model == MEASURED_ONLY for s in state.jobs):
-            bad = next(s.job.id for s in state.jobs if s.job.model == MEASURED_ONLY)
-            raise ValidationError("jobs", f"job '{bad}' has no zoo model and no measured step time; give model "
+            i, bad = next((i, s.job.id) for i, s in enumerate(state.jobs) if s.job.model == MEASURED_ONLY)
+            raise ValidationError(f"jobs[{i}]", f"job '{bad}' has no zoo model and no measured step time; give model "
                                   "(a zoo id) or measurements.jobs['<id>'].step_time_s")
         base = predictors if predictors is not None else (load_predictors(self.predictors) if needs_zoo else None)
         preds = measured_predictors(base, measured) if measured is not None else base
-        assert preds is not None
+        if preds is None:  # no job at all
+            preds = load_predictors(self.predictors)
         _check_down_gpus(state)
-        plan = self._decide(state, preds, warm_start)
-        if measured is not None:
-            plan = replace(plan, provenance=provenance(plan, state, measured))
-        return plan
+        return state, preds, measured
 
     def _decide(self, state: ClusterState, preds: Predictors, warm_start: Plan | None) -> Plan:
         if self.baseline_policy is not None:

@@ -487,13 +487,13 @@ def test_read_timeouts_are_counted(guarded):
 
 def test_solver_failure_answers_the_fallback_plan(make_state, monkeypatch):
     """A crash inside the solve gives the fallback policy's plan, marked, never an error."""
-    import dltsched.formulations as formulations
+    import dltsched.formulations.decide as decide
     from dltsched.engine.app.service.worker import solve_until
 
     def broken(*args, **kwargs):
         raise RuntimeError("solver exploded")
 
-    monkeypatch.setattr(formulations, "solve_problem", broken)
+    monkeypatch.setattr(decide, "solve_problem", broken)  # the one round pipeline's solver call
     state = make_state(10, 8, seed=6)
     outcome = solve_until(state, SolveConfig(backend="cpsat", time_limit_s=5), time.monotonic() + 5)
     assert outcome.reason == "solver_failed" and outcome.plan.fallback and not outcome.partial
