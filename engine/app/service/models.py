@@ -345,6 +345,9 @@ def to_measurements(req: ScheduleRequest) -> Measurements | None:
     if not jobs and not groups and req.config.unknown_memory == "predict" and all(j.model for j in req.jobs):
         return None
     index = {j.id: i for i, j in enumerate(req.jobs)}
+    for i, g in enumerate(req.measured_groups):
+        if missing := [j for j in g.job_ids if j not in index]:
+            raise ValidationError(f"measured_groups[{i}].job_ids", f"{missing} name no job of the request")
     try:
         return Measurements(jobs, groups, req.config.unknown_memory).checked()
     except ValidationError as err:  # name the request's field, not the API's
