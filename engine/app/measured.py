@@ -133,8 +133,10 @@ class GroupMeasurement:
                                   "(co-located / isolated throughput), at most 1.5")
         if self.memory_mib is not None and not (math.isfinite(self.memory_mib) and self.memory_mib > 0):
             raise ValidationError(f"{path}.memory_mib", f"{self.memory_mib!r} not understood; must be > 0")
+        numbers = tuple(float(v) for v in values)
         return replace(self, job_ids=ids, gpu_type=_gpu_key(self.gpu_type, f"{path}.gpu_type"),
-                       **{name: tuple(float(v) for v in values)})
+                       speeds=numbers if name == "speeds" else None,
+                       step_time_s=numbers if name == "step_time_s" else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,7 +143,9 @@ class BloxPolicy:
         node_ids = sorted({r["Node_ID"] for r in rows}, key=lambda n: (str(type(n)), n))
         if not node_ids:
             raise ValidationError("gpu_df", "no GPUs; the cluster needs at least one")
-        nodes, gpu_ids, index = [], {}, {}
+        nodes: list[Node] = []
+        gpu_ids: dict[int, Any] = {}
+        index: dict[Any, int] = {}
         for n in node_ids:
             mine = sorted((r for r in rows if r["Node_ID"] == n), key=lambda r: r["Local_GPU_ID"])
             info = node_info.get(n, node_info.get(str(n), {})) or {}

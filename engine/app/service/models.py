@@ -56,7 +56,6 @@ class ClusterIn(_Strict):
 
 
 _GPU_KEY = Annotated[str, Field(min_length=1, max_length=64, pattern=_PRINTABLE)]
-_PER_TYPE = Field(default_factory=dict, max_length=64)
 
 
 class MeasuredIn(_Strict):
