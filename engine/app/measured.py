@@ -282,10 +282,11 @@ class _Colocation:
         if group is not None and group.memory_mib is not None:
             return group.memory_mib
         own = sum(self.step.memory_mib(j, gpu_type) for j in jobs)
-        if self.base is None or any(j.model == MEASURED_ONLY or j.id in self.m.jobs for j in jobs) \
-                or self.m.unknown_memory == "trust":
+        if self.base is None or any(j.model == MEASURED_ONLY for j in jobs) or self.m.unknown_memory == "trust":
             return own  # no overhead known beyond the members' own memory
-        return float(self.base.colocation.group_memory_mib(jobs, gpu_type))
+        predicted = float(self.base.colocation.group_memory_mib(jobs, gpu_type))
+        alone = sum(float(self.base.step_time.memory_mib(j, gpu_type)) for j in jobs)
+        return own + max(0.0, predicted - alone)  # the members' (measured or predicted) memory + predicted overhead
 
 
 class _Freezing:

@@ -322,3 +322,18 @@ def test_solve_config_is_a_deprecated_alias_of_configured_solver():
     assert ConfiguredSolver(old) == old  # the former ConfiguredSolver(SolveConfig(...)) still works
     with pytest.raises(ValidationError, match="round_length"):
         SolveConfig(round_length=3)
+
+
+def test_group_memory_is_the_members_memory_plus_the_predicted_overhead():
+    base = load_predictors("default")
+    a, b = Job("a", "resnet50", 32, 100), Job("b", "resnet18", 64, 100)
+    mem = base.step_time.memory_mib
+    overhead = max(0.0, base.colocation.group_memory_mib([a, b], "v100") - mem(a, "v100") - mem(b, "v100"))
+    step_only = measured_predictors(base, Measurements({"a": JobMeasurement(step_time_s={"v100": 0.2})}).checked())
+    assert step_only.colocation.group_memory_mib([a, b], "v100") == pytest.approx(
+        mem(a, "v100") + mem(b, "v100") + overhead)
+    peak = measured_predictors(base, Measurements({"a": JobMeasurement(memory_mib={"v100": 1000.0})}).checked())
+    assert peak.step_time.memory_mib(a, "v100") == 1000.0
+    assert peak.colocation.group_memory_mib([a, b], "v100") == pytest.approx(1000.0 + mem(b, "v100") + overhead)
+    trusted = measured_predictors(base, Measurements({}, unknown_memory="trust").checked())
+    assert trusted.colocation.group_memory_mib([a, b], "v100") == 0.0
