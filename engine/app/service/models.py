@@ -178,6 +178,21 @@ REQUEST_EXAMPLES: dict[str, dict[str, Any]] = {
             "config": {"backend": "auto", "time_limit_s": 2.0},
         },
     },
+    "measured": {
+        "summary": "Your measurements first: a job without a model, a measured pair, memory trusted",
+        "value": {
+            "cluster": {"nodes": [{"id": "n0", "gpu_type": "v100", "num_gpus": 2},
+                                  {"id": "n1", "gpu_type": "k80", "num_gpus": 2}]},
+            "jobs": [
+                {"id": "yours", "batch_size": 64, "remaining_iterations": 5000,
+                 "measured": {"step_time_s": {"v100": 0.2, "k80": 0.9}, "utilization": {"v100": 0.6}}},
+                {"id": "zoo", "model": "resnet50", "batch_size": 32, "remaining_iterations": 3000,
+                 "measured": {"samples_per_s": {"v100": 300.0}}},
+            ],
+            "measured_groups": [{"job_ids": ["yours", "zoo"], "gpu_type": "v100", "speeds": [0.8, 0.75]}],
+            "config": {"backend": "cpsat", "time_limit_s": 2.0, "round_s": 360, "unknown_memory": "trust"},
+        },
+    },
     "greedy": {
         "summary": "A greedy baseline decides (bounded latency)",
         "value": {
