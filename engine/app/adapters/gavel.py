@@ -330,3 +330,44 @@ def las_allocation() -> Allocator:
 
 def _order(job_id: str) -> tuple[int, str]:
     return (int(job_id), "") if job_id.isdigit() else (1 << 62, job_id)
+
+
+def load_recorded(path: str) -> tuple[dict[Hashable, Any], dict[Hashable, int], dict[Hashable, float], dict[str, int]]:
+    """A recorded round (``tests/adapters/data/gavel_round_*.json``): keys as printed ``JobIdPair`` s
+    (``"(3, None)"``, ``"(3, 7)"``) become ``(3, None)`` / ``(3, 7)`` tuples."""
+    import ast
+    import json
+    from pathlib import Path
+
+    data = json.loads(Path(path).read_text())
+
+    def keyed(d: Mapping[str, Any]) -> dict[Hashable, Any]:
+        return {ast.literal_eval(k): v for k, v in d.items()}
+
+    return (keyed(data["unflattened_throughputs"]), keyed(data["scale_factors"]), keyed(data["num_steps_remaining"]),
+            dict(data["cluster_spec"]))
+
+
+def main(paths: list[str]) -> None:
+    """Replay each recorded Gavel round's job set under :class:`GavelPolicy`, FIFO and least attained
+    service; print average JCT, makespan and the adapter's per-round solve statistics."""
+    import statistics
+
+    for path in paths:
+        inputs = load_recorded(path)
+        policy = GavelPolicy()
+        ours = replay(policy.get_allocation, *inputs)
+        fifo = replay(fifo_allocation, *inputs)
+        las = replay(las_allocation(), *inputs)
+        rounds = policy.rounds
+        print(f"{path}: avg JCT dltsched {ours['avg_jct_s'] / 3600:.2f} h, FIFO {fifo['avg_jct_s'] / 3600:.2f} h, "
+              f"LAS {las['avg_jct_s'] / 3600:.2f} h; makespan {ours['makespan_s'] / 3600:.2f} / "
+              f"{fifo['makespan_s'] / 3600:.2f} / {las['makespan_s'] / 3600:.2f} h; rounds {len(rounds)}, optimal "
+              f"{sum(r.status == 'optimal' for r in rounds)}, solve ms mean {statistics.mean(r.solve_ms for r in rounds):.1f}, "
+              f"ms per round median {statistics.median(r.wall_ms for r in rounds):.1f}")
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
