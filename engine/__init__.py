@@ -3,8 +3,10 @@
 The package wires its layers: it registers the simulator's measured ground truth
 (:class:`~dltsched.engine.sim.truth.MeasuredTruth`, loaded on first use) as the one instance readers and the
 generator convert trace durations with (:func:`~dltsched.engine.domain.protocols.register_ground_truth`), so
-they need not import the simulator. Importing this package loads nothing else: the embedding API's names (:class:`SolveConfig`,
-:func:`solve_round`, :func:`simulate_instance`, :func:`plan_to_dict`) are resolved from
+they need not import the simulator. Importing this package loads nothing else: the embedding API's names
+(:func:`solve_round`, :class:`RoundOptions`, :class:`ConfiguredSolver`, :class:`Measurements`,
+:class:`JobMeasurement`, :class:`GroupMeasurement`, :func:`simulate_instance`, :func:`plan_to_dict`;
+``SolveConfig``, deprecated) are resolved from
 :mod:`dltsched.engine.app.api` on first access (PEP 562), so ``import dltsched.engine.domain.model`` stays cheap.
 """
 
@@ -16,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 from dltsched.engine.domain.protocols import GroundTruth, register_ground_truth
 
 if TYPE_CHECKING:
-    from dltsched.engine.app.api import SolveConfig, plan_to_dict, simulate_instance, solve_round
+    from dltsched.engine.app.api import (
+        ConfiguredSolver,
+        RoundOptions,
+        SolveConfig,
+        plan_to_dict,
+        simulate_instance,
+        solve_round,
+    )
+    from dltsched.engine.app.measured import GroupMeasurement, JobMeasurement, Measurements
 
 
 def _measured_truth(data_dir: str | None) -> GroundTruth:
@@ -30,12 +40,15 @@ def _measured_truth(data_dir: str | None) -> GroundTruth:
 
 register_ground_truth(_measured_truth)
 
-__all__ = ["SolveConfig", "plan_to_dict", "simulate_instance", "solve_round"]
+__all__ = ["ConfiguredSolver", "GroupMeasurement", "JobMeasurement", "Measurements", "RoundOptions", "SolveConfig",
+           "plan_to_dict", "simulate_instance", "solve_round"]
+_MEASURED = frozenset({"GroupMeasurement", "JobMeasurement", "Measurements"})
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        return getattr(importlib.import_module("dltsched.engine.app.api"), name)
+        module = "dltsched.engine.app.measured" if name in _MEASURED else "dltsched.engine.app.api"
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -2,32 +2,35 @@
 
 Stable entry points for schedulers written in Python:
 
-- :class:`SolveConfig` — how a round is solved (backend, objective, co-location, freezing, time limit).
 - :func:`solve_round` — ``ClusterState`` in, :class:`~dltsched.engine.domain.model.Plan` out; always feasible.
-- :class:`ConfiguredSolver` — ``solve_round`` under one config: the round solver a policy receives.
+  Round settings are one :class:`~dltsched.formulations.problem.RoundOptions` (objective, round length,
+  time limit, threads and determinism, cross-node placement, co-location and freeze levels); the caller's
+  own measurements (:class:`~dltsched.engine.app.measured.Measurements`) are used before any prediction.
+- :class:`ConfiguredSolver` — ``solve_round`` under fixed settings: the round solver a policy receives.
+- :data:`DEFAULT_OPTIONS` — the settings used when none are given (objective ``jct``, as everywhere).
 - :func:`optimizing_policy` — :class:`~dltsched.engine.policies.optimizing.OptimizingPolicy` deciding its
   rounds with ``solve_round`` (the registry's ``optimizing`` policies).
 - :func:`simulate_instance` — one policy over one instance (file or object) with ground truth.
 - :func:`initial_state` — the first round of an instance (every job queued).
-- :func:`plan_to_dict` — a plan as JSON: placements, co-location groups, freeze levels, status, timing.
+- :func:`plan_to_dict` — a plan as JSON: placements, co-location groups, freeze levels, provenance, status.
 
-A Gavel-style policy (it owns its job table and asks for an allocation each round) calls it like this::
+A scheduler that owns its job table and measures its jobs (the plain "your scheduler" case; Gavel's and
+Blox's policy interfaces are in :mod:`dltsched.engine.app.adapters.gavel` and ``.blox``)::
 
-    from dltsched.engine.app.api import SolveConfig, solve_round
-    from dltsched.engine.domain.model import Cluster, ClusterState, Job, JobState
+    from dltsched.engine.app.api import RoundOptions, solve_round
+    from dltsched.engine.app.measured import JobMeasurement, Measurements
+    from dltsched.engine.domain.model import MEASURED_ONLY, Cluster, ClusterState, Job, JobState
 
-    class DltschedGavelPolicy:
-        def __init__(self, cluster: Cluster) -> None:
-            self.cluster, self.config = cluster, SolveConfig(backend="cpsat", time_limit_s=2.0)
-            self.last = None
+    cluster = Cluster.homogeneous("v100", num_nodes=2, gpus_per_node=4)
+    jobs = [JobState(Job("a", MEASURED_ONLY, 64, 10_000), 10_000), JobState(Job("b", "resnet50", 32, 5_000), 5_000)]
+    seen = Measurements({"a": JobMeasurement(step_time_s={"v100": 0.21}),         # no zoo model: numbers only
+                         "b": JobMeasurement(samples_per_s={"v100": 410.0})},    # zoo model: predicted where missing
+                        unknown_memory="trust")                                  # no memory filtering
+    plan = solve_round(ClusterState(0.0, cluster, tuple(jobs)), RoundOptions(objective="jct", round_s=360.0),
+                       backend="cpsat", measurements=seen)
+    plan.by_job()["a"].gpus, plan.provenance["a"]  # {'step_time': 'measured', 'memory': 'trusted', ...}
 
-        def allocate(self, jobs: dict[str, Job], remaining: dict[str, float], now_s: float) -> dict:
-            state = ClusterState(now_s, self.cluster,
-                                 tuple(JobState(j, remaining[i]) for i, j in jobs.items()))
-            self.last = solve_round(state, self.config, warm_start=self.last)
-            return {a.job_id: a.gpus for a in self.last.assignments}
-
-(``tests/ecosystem/test_eco_api.py`` runs this adapter.)
+(``tests/ecosystem/test_eco_api.py`` runs this example.)
 """
 
 from __future__ import annotations
@@ -40,10 +43,25 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dltsched.engine.app.measured import (
+    Measurements,
+    as_measurements,
+    measured_predictors,
+    prepare_state,
+    provenance,
+)
 from dltsched.engine.app.registry import make_policy, policy_names
 from dltsched.engine.domain.errors import ValidationError
-from dltsched.engine.domain.model import OBJECTIVES, ClusterState, Instance, JobState, Plan
+from dltsched.engine.domain.model import (
+    DEFAULT_OBJECTIVE,
+    MEASURED_ONLY,
+    ClusterState,
+    Instance,
+    JobState,
+    Plan,
+)
 from dltsched.formulations.backends import BACKENDS
+from dltsched.formulations.problem import RoundOptions
 
 if TYPE_CHECKING:
     from dltsched.engine.domain.predictors import Predictors
@@ -52,37 +70,58 @@ if TYPE_CHECKING:
     from dltsched.engine.sim.metrics import SimulationResult
     from dltsched.engine.sim.simulator import Policy
 
+__all__ = ["DEFAULT_OPTIONS", "ConfiguredSolver", "RoundOptions", "SolveConfig", "initial_state", "optimizing_policy",
+           "plan_to_dict", "simulate_instance", "solve_round"]
+
 log = logging.getLogger(__name__)
 
-#: the backends :class:`SolveConfig` accepts: those of ``dltsched.formulations`` (its one registry) and
+#: the backends :func:`solve_round` accepts: those of ``dltsched.formulations`` (its one registry) and
 #: ``auto``; ``greedy:<policy>`` runs a baseline policy instead
 SOLVER_BACKENDS: tuple[str, ...] = (*BACKENDS, "auto")
+#: round settings when the caller gives none: ``RoundOptions`` with the one default objective (``jct``)
+DEFAULT_OPTIONS = RoundOptions(objective=DEFAULT_OBJECTIVE)
+ROUND_FIELDS = frozenset(f.name for f in fields(RoundOptions))
 
 
 @dataclass(frozen=True, slots=True)
-class SolveConfig:
-    """How :func:`solve_round` decides one round.
+class ConfiguredSolver:
+    """:func:`solve_round` under fixed settings: a :class:`~dltsched.engine.domain.protocols.RoundSolver`, as
+    the optimizing policy receives it.
 
-    ``backend``: ``cpsat`` | ``milp`` (Pyomo -> HiGHS) | ``greedy`` (the formulation's heuristic) |
-    ``greedy:<policy>`` (a registered baseline such as ``greedy:sjf``) | ``auto`` (``cpsat`` for rounds of at
-    most ``exact_max_jobs`` active jobs, else ``greedy``: bounded latency). ``freeze_levels`` is a count
-    of levels or the allowed levels. ``fallback_policy`` decides the round when the solver is missing
-    or fails; the plan is then marked ``status="fallback"``.
+    Parameters
+    ----------
+    options
+        The round settings (:class:`RoundOptions`; default :data:`DEFAULT_OPTIONS`).
+    backend
+        ``cpsat`` | ``milp`` (Pyomo -> HiGHS) | ``greedy`` (the formulation's heuristic) | ``greedy:<policy>``
+        (a registered baseline such as ``greedy:sjf``) | ``auto`` (``cpsat`` for rounds of at most
+        ``exact_max_jobs`` active jobs, else ``greedy``: bounded latency).
+    predictors
+        Name of the predictor bundle for what is not measured (``default`` or ``analytic``).
+    fallback_policy
+        Decides the round when the solver is missing or fails; the plan is then ``status="fallback"``.
+    exact_max_jobs
+        Largest round ``auto`` hands to ``cpsat``.
+
+    Raises
+    ------
+    ValidationError
+        When a setting is not understood (the message names it).
     """
 
+    options: RoundOptions = DEFAULT_OPTIONS
     backend: str = "cpsat"
-    objective: str = "effective_progress"
-    max_jobs_per_gpu: int = 2
-    freeze_levels: tuple[int, ...] | int = 4
-    time_limit_s: float = 10.0
     predictors: str = "default"
-    migration_penalty: float = 0.1
     fallback_policy: str = "sjf"
     exact_max_jobs: int = 100
-    #: reproducible solves (see ``RoundOptions.deterministic``); ``False``: several workers, wall-clock limit
-    deterministic: bool = True
 
     def __post_init__(self) -> None:
+        if isinstance(self.options, ConfiguredSolver):  # the former ConfiguredSolver(SolveConfig(...))
+            source = self.options
+            for f in fields(self):
+                object.__setattr__(self, f.name, getattr(source, f.name))
+        if not isinstance(self.options, RoundOptions):
+            raise ValidationError("options", f"{type(self.options).__name__} not understood; a RoundOptions")
         base, _, policy = self.backend.partition(":")
         if base not in SOLVER_BACKENDS or (policy and base != "greedy"):
             raise ValidationError("backend", f"'{self.backend}' not understood; one of {', '.join(BACKENDS)}, "
@@ -91,15 +130,39 @@ class SolveConfig:
             if name and name.lower() not in policy_names():
                 raise ValidationError("backend" if name == policy else "fallback_policy",
                                       f"policy '{name}' not understood; known: {', '.join(policy_names())}")
-        if self.objective not in OBJECTIVES:
-            raise ValidationError("objective", f"'{self.objective}' not understood; one of {', '.join(OBJECTIVES)}")
-        if self.max_jobs_per_gpu not in (1, 2, 3):
-            raise ValidationError("max_jobs_per_gpu", f"{self.max_jobs_per_gpu!r} not understood; must be 1, 2 or 3")
-        if not isinstance(self.time_limit_s, int | float) or not math.isfinite(self.time_limit_s) \
-                or self.time_limit_s <= 0:
-            raise ValidationError("time_limit_s", f"{self.time_limit_s!r} not understood; must be > 0")
-        if isinstance(self.freeze_levels, list):
-            object.__setattr__(self, "freeze_levels", tuple(self.freeze_levels))
+        if isinstance(self.exact_max_jobs, bool) or not isinstance(self.exact_max_jobs, int) or self.exact_max_jobs < 1:
+            raise ValidationError("exact_max_jobs", f"{self.exact_max_jobs!r} not understood; must be >= 1")
+
+    @classmethod
+    def of(cls, **settings: Any) -> ConfiguredSolver:
+        """A solver from flat settings: :class:`RoundOptions` fields (over :data:`DEFAULT_OPTIONS`) mixed with
+        this class's (``backend``, ``predictors``, ``fallback_policy``, ``exact_max_jobs``)."""
+        own = {f.name for f in fields(cls)} - {"options"}
+        unknown = set(settings) - own - ROUND_FIELDS - {"options"}
+        if unknown:
+            raise ValidationError(sorted(unknown)[0], f"not understood; round settings are {', '.join(sorted(ROUND_FIELDS))}"
+                                  f" and {', '.join(sorted(own))}")
+        options = settings.pop("options", DEFAULT_OPTIONS)
+        round_kw = {k: v for k, v in settings.items() if k in ROUND_FIELDS}
+        if isinstance(round_kw.get("freeze_levels"), list):
+            round_kw["freeze_levels"] = tuple(round_kw["freeze_levels"])
+        try:
+            options = replace(options, **round_kw) if round_kw else options
+        except ValidationError as err:  # RoundOptions names its fields "options.<name>"
+            raise ValidationError(err.path.removeprefix("options."), err.problem) from None
+        except TypeError as err:
+            raise ValidationError("options", str(err)) from None
+        return cls(options, **{k: v for k, v in settings.items() if k in own})
+
+    @property
+    def objective(self) -> str:
+        """The rounds' objective, ``options.objective``."""
+        return self.options.objective
+
+    @property
+    def time_limit_s(self) -> float:
+        """The solver's time limit per round, ``options.time_limit_s``."""
+        return self.options.time_limit_s
 
     def backend_for(self, num_jobs: int) -> str:
         """The formulation backend that decides a round of ``num_jobs`` active jobs."""
@@ -110,16 +173,77 @@ class SolveConfig:
     @property
     def baseline_policy(self) -> str | None:
         """The policy name of a ``greedy:<policy>`` backend, else ``None``."""
-        base, _, policy = self.backend.partition(":")
-        return policy.lower() or None
+        return self.backend.partition(":")[2].lower() or None
 
-    def round_options(self) -> Any:
-        """The ``dltsched.formulations.RoundOptions`` of this config (needs the formulations package)."""
-        from dltsched.formulations import RoundOptions
+    def with_options(self, **round_settings: Any) -> ConfiguredSolver:
+        """This solver with some :class:`RoundOptions` fields changed."""
+        return replace(self, options=replace(self.options, **round_settings))
 
-        return RoundOptions(objective=self.objective, max_jobs_per_gpu=self.max_jobs_per_gpu,
-                            freeze_levels=self.freeze_levels, time_limit_s=self.time_limit_s,
-                            migration_penalty=self.migration_penalty, deterministic=self.deterministic)
+    def solve(self, state: ClusterState, *, warm_start: Plan | None = None,
+              predictors: Predictors | None = None, measurements: Measurements | dict[str, Any] | None = None) -> Plan:
+        """:func:`solve_round` of ``state`` under these settings; see there."""
+        state, preds, measured = self.prepare(state, predictors, measurements)
+        plan = self._decide(state, preds, warm_start)
+        if measured is not None:
+            plan = replace(plan, provenance=provenance(plan, state, measured))
+        return plan
+
+    def fallback_plan(self, state: ClusterState, message: str, *,
+                      measurements: Measurements | dict[str, Any] | None = None) -> Plan:
+        """The fallback policy's plan for ``state`` (``status="fallback"``), priced like :meth:`solve`."""
+        state, preds, _ = self.prepare(state, None, measurements)
+        return baseline_plan(state, self.fallback_policy, preds, status="fallback", message=message)
+
+    def prepare(self, state: ClusterState, predictors: Predictors | None,
+                measurements: Measurements | dict[str, Any] | None) -> tuple[ClusterState, Predictors, Measurements | None]:
+        """The state (measured-only jobs kept to their measured GPU types), the predictors (measured first) and
+        the checked measurements a round is decided with.
+
+        Raises
+        ------
+        ValidationError
+            A measurement is not understood, or a job has neither a zoo model nor a measured step time.
+        """
+        measured = as_measurements(measurements)
+        measured = measured.checked() if measured is not None else None
+        needs_zoo = any(s.job.model != MEASURED_ONLY for s in state.jobs)
+        if measured is not None:
+            state = prepare_state(state, measured)
+        elif any(s.job.model == MEASURED_ONLY for s in state.jobs):
+            i, bad = next((i, s.job.id) for i, s in enumerate(state.jobs) if s.job.model == MEASURED_ONLY)
+            raise ValidationError(f"jobs[{i}]", f"job '{bad}' has no zoo model and no measured step time; give model "
+                                  "(a zoo id) or measurements.jobs['<id>'].step_time_s")
+        base = predictors if predictors is not None else (load_predictors(self.predictors) if needs_zoo else None)
+        preds = measured_predictors(base, measured) if measured is not None else base
+        if preds is None:  # no job at all
+            preds = load_predictors(self.predictors)
+        _check_down_gpus(state)
+        return state, preds, measured
+
+    def _decide(self, state: ClusterState, preds: Predictors, warm_start: Plan | None) -> Plan:
+        if self.baseline_policy is not None:
+            return baseline_plan(state, self.baseline_policy, preds, status="heuristic")
+        try:
+            from dltsched.formulations.decide import decide_round
+        except ImportError as err:
+            return baseline_plan(state, self.fallback_policy, preds, status="fallback",
+                                 message=f"dltsched.formulations not available ({err})")
+
+        def fallback(message: str) -> Plan:
+            return baseline_plan(state, self.fallback_policy, preds, status="fallback", message=message)
+
+        return decide_round(state, preds, self.options, self.backend_for(len(state.jobs)), fallback=fallback,
+                            warm_start=warm_start, fallback_name=self.fallback_policy)
+
+
+def SolveConfig(**settings: Any) -> ConfiguredSolver:  # noqa: N802 (the former class's name)
+    """Deprecated: use ``ConfiguredSolver(RoundOptions(...), backend=...)`` or :meth:`ConfiguredSolver.of`.
+
+    Kept for callers of the former ``SolveConfig`` class, whose round fields are now those of
+    :class:`RoundOptions` (every one reachable: ``round_s``, ``num_workers``, ``deterministic``,
+    ``allow_cross_node``, ...). Returns ``ConfiguredSolver.of(**settings)``; the default objective is ``jct``.
+    """
+    return ConfiguredSolver.of(**settings)
 
 
 @functools.lru_cache(maxsize=8)
@@ -130,77 +254,62 @@ def load_predictors(name: str) -> Predictors:
     return predictors(name)  # type: ignore[no-any-return]
 
 
-def solve_round(state: ClusterState, config: SolveConfig | None = None, *, warm_start: Plan | None = None,
-                predictors: Predictors | None = None) -> Plan:
+def solve_round(state: ClusterState, options: RoundOptions | ConfiguredSolver | None = None, *,
+                backend: str | None = None, measurements: Measurements | dict[str, Any] | None = None,
+                warm_start: Plan | None = None, predictors: Predictors | str | None = None,
+                fallback_policy: str | None = None) -> Plan:
     """Decide one round for ``state``: which jobs run where, shared with whom, at which freeze level.
 
-    The round pipeline: build the round (``dltsched.formulations.build_round``), solve it with
-    ``config.backend``, check the plan with the solver-independent checker, and fall back to the
-    ``config.fallback_policy`` plan (``status="fallback"``, the reason in ``message``) when the package
-    is missing, the solver fails or the checker rejects its plan.
+    The round pipeline (:func:`dltsched.formulations.decide.decide_round`): build the round, solve it with
+    ``backend``, check the plan with the solver-independent checker, and fall back to the
+    ``fallback_policy`` plan (``status="fallback"``, the reason in ``message``) when the solver fails or the
+    checker rejects its plan. Numbers come from ``measurements`` first and from the predictors for the rest.
 
     Parameters
     ----------
     state
-        The cluster snapshot: active jobs (queued or running), their placements and the down GPUs.
-    config
-        How the round is solved (default :class:`SolveConfig`).
+        The cluster snapshot: active jobs (queued or running), their placements and the down GPUs. A job
+        whose ``model`` is :data:`~dltsched.engine.domain.model.MEASURED_ONLY` needs a measured step time.
+    options
+        Round settings (default :data:`DEFAULT_OPTIONS`: objective ``jct``, 300 s rounds, 10 s limit, two
+        jobs per GPU, four freeze levels, deterministic); or a :class:`ConfiguredSolver` (its settings).
+    backend
+        ``cpsat`` (default) | ``milp`` | ``greedy`` | ``greedy:<policy>`` | ``auto``.
+    measurements
+        The caller's measured throughputs, co-located groups, memory and utilisation
+        (:class:`~dltsched.engine.app.measured.Measurements` or its dict form); predictions fill only what
+        is missing, and ``plan.provenance`` says which is which.
     warm_start
         A plan to start from (e.g. the previous round's); a hint only.
     predictors
-        Predictors to price the round with; default: the bundle named by ``config.predictors``.
+        A predictor bundle, or the name of one (default ``"default"``), for what is not measured.
+    fallback_policy
+        The baseline that decides when the solver fails (default ``sjf``).
 
     Returns
     -------
     Plan
         A plan the checker accepts (never an infeasible one for a valid state), with ``status``,
-        ``objective``, ``bound``, ``gap``, timings and ``backend`` filled in.
+        ``objective``, ``bound``, ``gap``, timings, ``backend`` and (with measurements) ``provenance``.
 
     Raises
     ------
     ValidationError
-        When ``state`` is contradictory (a job runs on a down GPU) or the round's input is invalid.
+        When ``state``, a setting or a measurement is not understood, or a job has neither a zoo model nor
+        a measured step time (the message names the field and the fix).
     """
-    config = config or SolveConfig()
-    preds = predictors or load_predictors(config.predictors)
-    _check_down_gpus(state)
-    if config.baseline_policy is not None:
-        return baseline_plan(state, config.baseline_policy, preds, status="heuristic")
-    try:
-        from dltsched.formulations.decide import decide_round
-    except ImportError as err:
-        return baseline_plan(state, config.fallback_policy, preds, status="fallback",
-                             message=f"dltsched.formulations not available ({err})")
-
-    def fallback(message: str) -> Plan:
-        return baseline_plan(state, config.fallback_policy, preds, status="fallback", message=message)
-
-    return decide_round(state, preds, config.round_options(), config.backend_for(len(state.jobs)),
-                        fallback=fallback, warm_start=warm_start, fallback_name=config.fallback_policy)
-
-
-@dataclass(frozen=True, slots=True)
-class ConfiguredSolver:
-    """:func:`solve_round` under a fixed :class:`SolveConfig`: a
-    :class:`~dltsched.engine.domain.protocols.RoundSolver`, as the optimizing policy receives it.
-
-    Parameters
-    ----------
-    config
-        How every round is solved (backend, objective, time limit, fallback policy, ...).
-    """
-
-    config: SolveConfig
-
-    @property
-    def objective(self) -> str:
-        """The rounds' objective, ``config.objective``."""
-        return self.config.objective
-
-    def solve(self, state: ClusterState, *, warm_start: Plan | None = None,
-              predictors: Predictors | None = None) -> Plan:
-        """:func:`solve_round` of ``state`` under ``config``; see there."""
-        return solve_round(state, self.config, warm_start=warm_start, predictors=predictors)
+    solver = options if isinstance(options, ConfiguredSolver) else ConfiguredSolver(options or DEFAULT_OPTIONS)
+    changes: dict[str, Any] = {}
+    if backend is not None:
+        changes["backend"] = backend
+    if fallback_policy is not None:
+        changes["fallback_policy"] = fallback_policy
+    if isinstance(predictors, str):
+        changes["predictors"] = predictors
+        predictors = None
+    if changes:
+        solver = replace(solver, **changes)
+    return solver.solve(state, warm_start=warm_start, predictors=predictors, measurements=measurements)
 
 
 def _check_down_gpus(state: ClusterState) -> None:
@@ -221,7 +330,7 @@ def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *, status
                    fallback=status == "fallback", message=message)
 
 
-def make_named_policy(name: str, preds: Predictors, config: SolveConfig | None = None) -> Policy:
+def make_named_policy(name: str, preds: Predictors, config: ConfiguredSolver | None = None) -> Policy:
     """A policy by name.
 
     Parameters
@@ -232,7 +341,7 @@ def make_named_policy(name: str, preds: Predictors, config: SolveConfig | None =
     preds
         The predictors the policy uses.
     config
-        Solve settings of a ``dltsched`` policy (default :class:`SolveConfig`).
+        Solve settings of a ``dltsched`` policy (default :class:`ConfiguredSolver`: :data:`DEFAULT_OPTIONS`).
 
     Returns
     -------
@@ -246,16 +355,16 @@ def make_named_policy(name: str, preds: Predictors, config: SolveConfig | None =
     """
     base, _, backend = name.partition(":")
     if base == "dltsched":
-        cfg = config or SolveConfig()
-        settings = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "predictors"}  # preds decide
-        settings |= {"backend": backend} if backend else {}
+        cfg = config or ConfiguredSolver()
+        settings: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "predictors"}
+        settings |= {"backend": backend} if backend else {}  # the predictors are ``preds``
         return optimizing_policy(preds, name=name, **settings)
     return make_policy(name, predictors=preds)  # type: ignore[no-any-return]
 
 
 #: the optimizing policy's solve settings where the caller gives none: rounds aimed at low average completion
 #: time, short enough to re-solve at every batch of events (a round that times out keeps its best plan)
-POLICY_DEFAULTS: dict[str, Any] = {"objective": "jct", "time_limit_s": 1.0}
+POLICY_DEFAULTS: dict[str, Any] = {"objective": DEFAULT_OBJECTIVE, "time_limit_s": 1.0}
 
 
 def optimizing_policy(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
@@ -269,10 +378,11 @@ def optimizing_policy(predictors: Predictors | None = None, **options: Any) -> O
         Predictors for the rounds; ``None``: the bundle named by the ``predictors`` option (default
         ``"default"``).
     **options
-        :class:`SolveConfig` fields (``backend``, ``time_limit_s``, ...) mixed with
+        ``options`` (a :class:`RoundOptions`), its fields (``time_limit_s``, ``round_s``, ``objective``, ...)
+        and :class:`ConfiguredSolver`'s (``backend``, ``fallback_policy``, ...) mixed with
         :class:`~dltsched.engine.policies.optimizing.OptimizingPolicy` fields (``min_interval_s``,
-        ``round_interval_s``, ``max_round_jobs``, ``name``); :data:`POLICY_DEFAULTS` fill the solve settings
-        not given.
+        ``round_interval_s``, ``max_round_jobs``, ``name``); :data:`POLICY_DEFAULTS` fill the round settings
+        not given (unless ``options`` is given).
 
     Returns
     -------
@@ -286,11 +396,12 @@ def optimizing_policy(predictors: Predictors | None = None, **options: Any) -> O
     """
     from dltsched.engine.policies.optimizing import OptimizingPolicy
 
-    config_fields = {f.name for f in fields(SolveConfig)}
-    config = SolveConfig(**(POLICY_DEFAULTS | {k: v for k, v in options.items() if k in config_fields}))
-    policy_kw = {k: v for k, v in options.items() if k not in config_fields}
-    preds = predictors if predictors is not None else load_predictors(config.predictors)
-    return OptimizingPolicy(ConfiguredSolver(config), preds, **policy_kw)
+    solver_fields = ROUND_FIELDS | {f.name for f in fields(ConfiguredSolver)}
+    defaults = {} if "options" in options else POLICY_DEFAULTS
+    solver = ConfiguredSolver.of(**(defaults | {k: v for k, v in options.items() if k in solver_fields}))
+    policy_kw = {k: v for k, v in options.items() if k not in solver_fields}
+    preds = predictors if predictors is not None else load_predictors(solver.predictors)
+    return OptimizingPolicy(solver, preds, **policy_kw)
 
 
 def without_colocation(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
@@ -305,7 +416,7 @@ def without_freezing(predictors: Predictors | None = None, **options: Any) -> Op
 
 def simulate_instance(instance: Instance | str | Path, policy: str | Policy = "sjf", *, seed: int = 0,
                       predictors: str = "default", truth: GroundTruth | None = None,
-                      memory: str = "oom", config: SolveConfig | None = None) -> SimulationResult:
+                      memory: str = "oom", config: ConfiguredSolver | None = None) -> SimulationResult:
     """Simulate one policy over one instance with ground truth.
 
     Parameters
@@ -390,7 +501,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     -------
     dict
         ``status``, ``backend``, ``fallback``, ``message``, ``objective``, ``bound``, ``gap`` (``None``
-        when not finite), timings, ``assignments`` and ``colocation_groups`` (GPU -> jobs, shared GPUs only).
+        when not finite), timings, ``assignments``, ``colocation_groups`` (GPU -> jobs, shared GPUs only)
+        and ``provenance`` (per job: measured / predicted numbers; empty without measurements).
     """
     return {
         "status": plan.status, "backend": plan.backend, "fallback": plan.fallback, "message": plan.message,
@@ -400,6 +512,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                         for a in plan.assignments],
         "colocation_groups": [{"gpu": g, "job_ids": list(js)} for g, js in plan.colocation_groups().items()
                               if len(js) > 1],
+        "provenance": {job: dict(entry) for job, entry in plan.provenance.items()},
     }
 
 

@@ -20,7 +20,12 @@ from dltsched.engine.domain.errors import ValidationError, check_non_negative, c
 #: generalised to co-location, GPU types and freezing, for low average job completion time),
 #: ``weighted_completion`` and ``makespan`` (min)
 OBJECTIVES = ("effective_progress", "jct", "weighted_completion", "makespan")
-
+#: the objective every entry point uses when the caller names none (the embedding API, the service, the
+#: optimizing policy): ``jct``, for low average job completion time
+DEFAULT_OBJECTIVE = "jct"
+#: ``Job.model`` of a job described by the caller's measurements alone (no model-zoo entry): predictors
+#: cannot price it, so every number it needs comes from ``dltsched.engine.app.measured``
+MEASURED_ONLY = "measured-only"
 
 
 class PlanStatus(StrEnum):
@@ -190,7 +195,7 @@ class Job:
         if not isinstance(self.id, str) or not self.id:
             raise ValidationError("id", f"{self.id!r} not understood; must be a non-empty string")
         try:
-            model = resolve_model(self.model)
+            model = self.model if self.model == MEASURED_ONLY else resolve_model(self.model)
         except ValueError as err:
             raise ValidationError("model", str(err)) from None
         if model != self.model:
@@ -321,6 +326,9 @@ class Plan:
     #: keeps its current placement (a non-preemptive policy's round costs O(changes), not O(running jobs)).
     #: An incremental plan cannot preempt. See :meth:`resolved`.
     incremental: bool = False
+    #: per job id, where the round's numbers for it came from, e.g. ``{"step_time": "measured", "memory":
+    #: "trusted", "colocation": "predicted"}`` (filled by the embedding API when the caller passes measurements)
+    provenance: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "assignments", tuple(self.assignments))

@@ -7,6 +7,7 @@ the read timeout by the server closing the socket (under a generous pytest-timeo
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 import re
@@ -41,7 +42,7 @@ def _check_plan(body: dict, request: dict) -> None:
     num_gpus = sum(n["num_gpus"] for n in request["cluster"]["nodes"])
     load = [0] * num_gpus
     for a in body["assignments"]:
-        assert len(a["gpus"]) == jobs[a["job_id"]]["num_gpus"]
+        assert len(a["gpus"]) == jobs[a["job_id"]].get("num_gpus", 1)
         for g in a["gpus"]:
             load[g] += 1
     assert max(load, default=0) <= 2
@@ -487,13 +488,13 @@ def test_read_timeouts_are_counted(guarded):
 
 def test_solver_failure_answers_the_fallback_plan(make_state, monkeypatch):
     """A crash inside the solve gives the fallback policy's plan, marked, never an error."""
-    import dltsched.formulations as formulations
+    import dltsched.formulations.decide as decide
     from dltsched.engine.app.service.worker import solve_until
 
     def broken(*args, **kwargs):
         raise RuntimeError("solver exploded")
 
-    monkeypatch.setattr(formulations, "solve_problem", broken)
+    monkeypatch.setattr(decide, "solve_problem", broken)  # the one round pipeline's solver call
     state = make_state(10, 8, seed=6)
     outcome = solve_until(state, SolveConfig(backend="cpsat", time_limit_s=5), time.monotonic() + 5)
     assert outcome.reason == "solver_failed" and outcome.plan.fallback and not outcome.partial
@@ -524,3 +525,80 @@ def test_bench_service_reports_answers_and_closed_slow_connections():
     report = json.loads(result.output)
     assert report["answered_with_plan"] == 3 and report["slow_closed_within_timeout"] == 3
     assert report["server_peak_rss_mib"] > 0
+
+
+# ----------------------------------------------------------------------------- the caller's measurements
+
+
+def _measured_body(**config: object) -> dict[str, object]:
+    return {"cluster": {"nodes": [{"id": "n0", "gpu_type": "v100", "num_gpus": 2},
+                                  {"id": "n1", "gpu_type": "k80", "num_gpus": 2}]},
+            "jobs": [{"id": "a", "batch_size": 64, "remaining_iterations": 5000,
+                      "measured": {"step_time_s": {"v100": 0.2, "k80": 0.9}}},
+                     {"id": "b", "model": "resnet50", "batch_size": 32, "remaining_iterations": 3000,
+                      "measured": {"samples_per_s": {"v100": 300.0}, "memory_mib": {"*": 6000.0}}},
+                     {"id": "c", "batch_size": 16, "remaining_iterations": 800, "current_gpus": [2],
+                      "measured": {"step_time_s": {"k80": 0.3}, "utilization": {"k80": 0.4}}}],
+            "measured_groups": [{"job_ids": ["a", "c"], "gpu_type": "k80", "speeds": [0.9, 0.85]}],
+            "config": {"backend": "cpsat", "time_limit_s": 5} | config}
+
+
+def test_measurements_reach_the_solver_and_the_answer_says_which_numbers_were_measured():
+    body = _measured_body(unknown_memory="trust", round_s=360, deterministic=True, num_workers=2,
+                          allow_cross_node=False, objective="jct")
+    r = _client().post("/v1/schedule", json=body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    _check_plan(out, body)
+    assert out["status"] == "optimal" and not out["fallback"]
+    prov = out["provenance"]
+    assert set(prov) == {"a", "b", "c"}
+    assert prov["a"]["step_time"] == "measured" and prov["a"]["memory"] == "trusted"
+    placed = {a["job_id"]: a for a in out["assignments"]}
+    if "b" in placed:  # a zoo job with a measured peak: its memory is the measurement
+        assert prov["b"]["memory"] == "measured" and placed["b"]["gpu_type"] == "v100"
+    assert "c" in placed and placed["c"]["gpu_type"] == "k80"  # measured on the K80 only
+
+
+def test_a_job_with_neither_model_nor_measurement_is_a_one_line_422():
+    body = {"cluster": {"nodes": [{"id": "n0", "gpu_type": "v100", "num_gpus": 2}]},
+            "jobs": [{"id": "x", "batch_size": 8, "remaining_iterations": 10}]}
+    r = _client().post("/v1/schedule", json=body)
+    assert r.status_code == 422, r.text
+    error = r.json()["errors"][0]
+    assert error["field"] == "jobs[0]" and "no zoo model" in error["message"] and "\n" not in error["message"]
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    (lambda b: b["jobs"][0]["measured"].update(step_time_s={"h900": 1.0}), "jobs[0].measured.step_time_s['h900']"),
+    (lambda b: b["jobs"][0]["measured"].update(step_time_s={"v100": -1.0}), "jobs[0].measured.step_time_s.v100"),
+    (lambda b: b["measured_groups"][0].update(job_ids=["a", "zz"]), "measured_groups[0].job_ids"),
+    (lambda b: b["measured_groups"][0].update(step_time_s=[0.2, 0.3]), "measured_groups[0]"),
+    (lambda b: b["config"].update(round_s=0), "config.round_s"),
+    (lambda b: b["config"].update(unknown_memory="maybe"), "config.unknown_memory"),
+    (lambda b: b["config"].update(num_workers=0), "config.num_workers"),
+])
+def test_bad_measurements_and_settings_are_422_naming_the_field(edit, field):
+    body = _measured_body()
+    edit(body)
+    r = _client().post("/v1/schedule", json=body)
+    assert r.status_code == 422, r.text
+    fields = [e["field"] for e in r.json()["errors"]]
+    assert any(f.startswith(field) for f in fields), fields
+
+
+def test_every_round_setting_reaches_the_solver():
+    from dltsched.engine.app.service.models import ROUND_SETTINGS, ConfigIn, to_config
+    from dltsched.formulations.problem import RoundOptions
+
+    server = ServiceConfig().solve
+    assert server.objective == "jct"  # the one default objective
+    assert set(ROUND_SETTINGS) | {"time_limit_s"} == {f.name for f in dataclasses.fields(RoundOptions)}
+    given = ConfigIn(objective="makespan", max_jobs_per_gpu=1, freeze_levels=[0, 2], round_s=360.0, num_workers=4,
+                     deterministic=False, allow_cross_node=False, migration_penalty=0.5, starvation_weight=0.1,
+                     max_partners=2, max_nodes_per_unit=2, relative_gap=0.01, time_limit_s=3.0)
+    options = to_config(given, server, 30.0).options
+    assert (options.objective, options.max_jobs_per_gpu, options.freeze_levels, options.round_s, options.num_workers,
+            options.deterministic, options.allow_cross_node, options.migration_penalty, options.starvation_weight,
+            options.max_partners, options.max_nodes_per_unit, options.relative_gap, options.time_limit_s) == (
+        "makespan", 1, (0, 2), 360.0, 4, False, False, 0.5, 0.1, 2, 2, 0.01, 3.0)

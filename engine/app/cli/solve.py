@@ -14,6 +14,7 @@ import click
 
 from dltsched.engine.app.cli.main import FiniteFloat
 from dltsched.engine.domain.errors import InfeasibleRoundError, ValidationError, write_text_file
+from dltsched.engine.domain.model import DEFAULT_OBJECTIVE
 from dltsched.formulations.backends import BACKENDS, EXACT_BACKENDS
 from dltsched.formulations.problem import FORMAT, OBJECTIVES, RoundOptions, RoundProblem
 
@@ -62,7 +63,7 @@ def load_round(path: Path, options: RoundOptions, predictors_name: str) -> Round
 @click.option("--solver", default=None, help="Pyomo solver for --backend milp (default HiGHS).")
 @click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.0, 86_400.0, min_open=True), default=10.0,
               show_default=True, help="Seconds (at most one day).")
-@click.option("--objective", type=click.Choice(OBJECTIVES), default="effective_progress", show_default=True,
+@click.option("--objective", type=click.Choice(OBJECTIVES), default=DEFAULT_OBJECTIVE, show_default=True,
               help="For instance files (a round JSON carries its own options).")
 @click.option("--max-jobs-per-gpu", type=click.IntRange(1, 3), default=2, show_default=True)
 @click.option("--predictors", "predictors_name", default="default", show_default=True)

@@ -12,9 +12,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from dltsched.engine.app.api import SolveConfig, finite_or_none
+from dltsched.engine.app.api import ConfiguredSolver, finite_or_none
+from dltsched.engine.app.measured import GroupMeasurement, JobMeasurement, Measurements
 from dltsched.engine.domain.errors import ValidationError
-from dltsched.engine.domain.model import Assignment, Cluster, ClusterState, Job, JobState, Node, Plan
+from dltsched.engine.domain.model import (
+    DEFAULT_OBJECTIVE,
+    MEASURED_ONLY,
+    Assignment,
+    Cluster,
+    ClusterState,
+    Job,
+    JobState,
+    Node,
+    Plan,
+)
 
 #: printable text without control characters (ids, names)
 _PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
@@ -44,12 +55,43 @@ class ClusterIn(_Strict):
                                  description="GPUs on failed nodes (global indices).")
 
 
+_GPU_KEY = Annotated[str, Field(min_length=1, max_length=64, pattern=_PRINTABLE)]
+
+
+class MeasuredIn(_Strict):
+    """What the caller measured of a job, per GPU type (catalog id or alias; ``"*"``: every type)."""
+
+    step_time_s: dict[_GPU_KEY, Annotated[float, Field(gt=0, le=1e6)]] = Field(
+        default_factory=dict, max_length=64, description="Isolated seconds per iteration on num_gpus GPUs of the type.")
+    samples_per_s: dict[_GPU_KEY, Annotated[float, Field(gt=0, le=1e12)]] = Field(
+        default_factory=dict, max_length=64, description="Isolated samples/s (instead of step_time_s).")
+    memory_mib: dict[_GPU_KEY, Annotated[float, Field(gt=0, le=1e9)]] = Field(
+        default_factory=dict, max_length=64, description="Peak memory of one worker, MiB.")
+    utilization: dict[_GPU_KEY, Annotated[float, Field(gt=0, le=1)]] = Field(
+        default_factory=dict, max_length=64, description="GPU busy fraction alone (prices unmeasured co-location).")
+
+
+class GroupIn(_Strict):
+    """A measured co-located group: two or three jobs sharing one GPU of ``gpu_type``."""
+
+    job_ids: list[Annotated[str, _ID]] = Field(min_length=2, max_length=3)
+    gpu_type: str = Field(min_length=1, max_length=64, pattern=_PRINTABLE)
+    speeds: list[Annotated[float, Field(gt=0, le=1.5)]] | None = Field(
+        default=None, description="Each job's co-located / isolated throughput, in job_ids order.")
+    step_time_s: list[Annotated[float, Field(gt=0, le=1e6)]] | None = Field(
+        default=None, description="Or each job's seconds per iteration while co-located.")
+    memory_mib: float | None = Field(default=None, gt=0, le=1e9)
+
+
 class JobIn(_Strict):
     """An active job: queued (``current_gpus`` empty) or running on ``current_gpus``."""
 
     id: str = _ID
-    model: str = Field(min_length=1, max_length=128, pattern=_PRINTABLE,
-                       description="Model-zoo id or alias, e.g. resnet50.")
+    model: str | None = Field(default=None, min_length=1, max_length=128, pattern=_PRINTABLE,
+                              description="Model-zoo id or alias, e.g. resnet50; leave out for a job described by "
+                              "its measurements alone (then measured.step_time_s or samples_per_s is needed).")
+    measured: MeasuredIn | None = Field(default=None, description="The caller's measurements; predictions fill "
+                                        "only what is missing.")
     batch_size: int = Field(ge=1, le=1_000_000)
     num_gpus: int = Field(default=1, ge=1, le=MAX_GPUS)
     remaining_iterations: float = Field(gt=0, le=1e12)
@@ -72,14 +114,29 @@ class JobIn(_Strict):
 
 
 class ConfigIn(_Strict):
-    """Per-request solve options; ``time_limit_s`` is capped by the server's limit."""
+    """Per-request round settings (those of ``RoundOptions``); left out: the server's. ``time_limit_s`` is
+    capped by the server's limit."""
 
     backend: str | None = Field(default=None, max_length=64,
                                 description="auto | cpsat | milp | greedy | greedy:<policy>; default: the server's")
-    objective: Literal["effective_progress", "jct", "weighted_completion", "makespan"] = "effective_progress"
-    max_jobs_per_gpu: int = Field(default=2, ge=1, le=3)
-    freeze_levels: int | list[int] = Field(default=4, description="A count of levels (1..64) or the allowed "
-                                           "levels (at most 64, each 0..1000).")
+    objective: Literal["effective_progress", "jct", "weighted_completion", "makespan"] | None = Field(
+        default=None, description=f"Default: the server's ({DEFAULT_OBJECTIVE} unless configured otherwise).")
+    max_jobs_per_gpu: int | None = Field(default=None, ge=1, le=3)
+    freeze_levels: int | list[int] | None = Field(default=None, description="A count of levels (1..64) or the "
+                                                  "allowed levels (at most 64, each 0..1000).")
+    round_s: float | None = Field(default=None, gt=0, le=1e7, description="Round length, seconds.")
+    num_workers: int | None = Field(default=None, ge=1, le=64, description="Solver threads (with deterministic: "
+                                    "false).")
+    deterministic: bool | None = Field(default=None, description="Reproducible solves (one worker, work budget).")
+    allow_cross_node: bool | None = Field(default=None, description="May a job larger than one node span nodes.")
+    migration_penalty: float | None = Field(default=None, ge=0, le=1e6)
+    starvation_weight: float | None = Field(default=None, ge=0, le=1e6)
+    max_partners: int | None = Field(default=None, ge=1, le=64)
+    max_nodes_per_unit: int | None = Field(default=None, ge=1, le=1024)
+    relative_gap: float | None = Field(default=None, ge=0, le=1)
+    unknown_memory: Literal["predict", "trust"] = Field(
+        default="predict", description="A job's unmeasured memory: predicted (options that do not fit are "
+        "dropped) or trusted (not checked). Jobs without a model are always trusted.")
     time_limit_s: float | None = Field(default=None, gt=0, le=3600,
                                        description="Bounds the whole request, building included; capped by the "
                                        "server's limit. Past it the answer is the best plan so far or a greedy one "
@@ -87,7 +144,7 @@ class ConfigIn(_Strict):
 
     @field_validator("freeze_levels")
     @classmethod
-    def _levels_bounded(cls, value: int | list[int]) -> int | list[int]:
+    def _levels_bounded(cls, value: int | list[int] | None) -> int | list[int] | None:
         if isinstance(value, int) and not 1 <= value <= 64:
             raise ValueError(f"{value} levels; must be 1..64")
         if isinstance(value, list) and (not 1 <= len(value) <= 64 or any(not 0 <= v <= 1000 for v in value)):
@@ -99,6 +156,8 @@ class ScheduleRequest(_Strict):
     time_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
     cluster: ClusterIn
     jobs: list[JobIn] = Field(default_factory=list, max_length=MAX_JOBS)
+    measured_groups: list[GroupIn] = Field(default_factory=list, max_length=MAX_JOBS,
+                                           description="Measured co-located groups.")
     config: ConfigIn = Field(default_factory=ConfigIn)
 
 
@@ -117,6 +176,21 @@ REQUEST_EXAMPLES: dict[str, dict[str, Any]] = {
                 {"id": "rl-c", "model": "a3c", "batch_size": 4, "remaining_iterations": 1000},
             ],
             "config": {"backend": "auto", "time_limit_s": 2.0},
+        },
+    },
+    "measured": {
+        "summary": "Your measurements first: a job without a model, a measured pair, memory trusted",
+        "value": {
+            "cluster": {"nodes": [{"id": "n0", "gpu_type": "v100", "num_gpus": 2},
+                                  {"id": "n1", "gpu_type": "k80", "num_gpus": 2}]},
+            "jobs": [
+                {"id": "yours", "batch_size": 64, "remaining_iterations": 5000,
+                 "measured": {"step_time_s": {"v100": 0.2, "k80": 0.9}, "utilization": {"v100": 0.6}}},
+                {"id": "zoo", "model": "resnet50", "batch_size": 32, "remaining_iterations": 3000,
+                 "measured": {"samples_per_s": {"v100": 300.0}}},
+            ],
+            "measured_groups": [{"job_ids": ["yours", "zoo"], "gpu_type": "v100", "speeds": [0.8, 0.75]}],
+            "config": {"backend": "cpsat", "time_limit_s": 2.0, "round_s": 360, "unknown_memory": "trust"},
         },
     },
     "greedy": {
@@ -163,6 +237,9 @@ class ScheduleResponse(BaseModel):
     assignments: list[AssignmentOut]
     colocation_groups: list[ColocationGroupOut]
     queued: list[str] = Field(description="Active jobs the plan leaves waiting.")
+    provenance: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="Per job, where its numbers came from (step_time, memory, colocation: "
+        "measured | predicted | scaled | trusted | utilization | time-sliced | alone); with measurements only.")
 
 
 class FieldError(BaseModel):
@@ -204,7 +281,7 @@ def to_job_state(i: int, data: JobIn, cluster: Cluster) -> JobState:
         raise ValidationError(f"jobs[{i}].remaining_iterations", f"{data.remaining_iterations} exceeds "
                               f"total_iterations={total}; send remaining <= total")
     try:
-        job = Job(data.id, data.model, data.batch_size, total, num_gpus=data.num_gpus,
+        job = Job(data.id, data.model or MEASURED_ONLY, data.batch_size, total, num_gpus=data.num_gpus,
                   arrival_time_s=data.arrival_time_s, amp=data.amp, optimizer=data.optimizer, weight=data.weight,
                   freeze_allowed=data.freeze_allowed, accuracy_budget=data.accuracy_budget,
                   gpu_types=tuple(data.gpu_types))
@@ -252,16 +329,46 @@ def to_state(req: ScheduleRequest) -> ClusterState:
     return ClusterState(req.time_s, cluster, tuple(states), frozenset(req.cluster.down_gpus))
 
 
-def to_config(data: ConfigIn, default: SolveConfig, max_time_limit_s: float) -> SolveConfig:
-    """The request's :class:`SolveConfig`; server defaults fill the gaps, the time limit is capped."""
-    limit = min(data.time_limit_s or default.time_limit_s, max_time_limit_s)
-    levels = tuple(data.freeze_levels) if isinstance(data.freeze_levels, list) else data.freeze_levels
+#: ``ConfigIn`` fields that are ``RoundOptions`` fields of the same name
+ROUND_SETTINGS = ("objective", "max_jobs_per_gpu", "freeze_levels", "round_s", "num_workers", "deterministic",
+                  "allow_cross_node", "migration_penalty", "starvation_weight", "max_partners", "max_nodes_per_unit",
+                  "relative_gap")
+
+
+def to_config(data: ConfigIn, default: ConfiguredSolver, max_time_limit_s: float) -> ConfiguredSolver:
+    """The request's solver: its round settings over the server's, the time limit capped."""
+    settings: dict[str, Any] = {name: getattr(data, name) for name in ROUND_SETTINGS if getattr(data, name) is not None}
+    if isinstance(settings.get("freeze_levels"), list):
+        settings["freeze_levels"] = tuple(settings["freeze_levels"])
+    settings["time_limit_s"] = min(data.time_limit_s or default.time_limit_s, max_time_limit_s)
     try:
-        return SolveConfig(backend=data.backend or default.backend, objective=data.objective, max_jobs_per_gpu=data.max_jobs_per_gpu,
-                           freeze_levels=levels, time_limit_s=limit, predictors=default.predictors,
-                           fallback_policy=default.fallback_policy, exact_max_jobs=default.exact_max_jobs)
+        return ConfiguredSolver.of(options=default.options, backend=data.backend or default.backend,
+                                   predictors=default.predictors, fallback_policy=default.fallback_policy,
+                                   exact_max_jobs=default.exact_max_jobs, **settings)
     except ValidationError as err:
         raise err.under("config") from None
+
+
+def to_measurements(req: ScheduleRequest) -> Measurements | None:
+    """The request's measurements (per-job ``measured``, ``measured_groups``), checked; ``None`` when it has none."""
+    jobs = {j.id: JobMeasurement(j.measured.step_time_s, j.measured.samples_per_s, j.measured.memory_mib,
+                                 j.measured.utilization) for j in req.jobs if j.measured is not None}
+    groups = tuple(GroupMeasurement(tuple(g.job_ids), g.gpu_type, None if g.speeds is None else tuple(g.speeds),
+                                    None if g.step_time_s is None else tuple(g.step_time_s), g.memory_mib)
+                   for g in req.measured_groups)
+    if not jobs and not groups and req.config.unknown_memory == "predict" and all(j.model for j in req.jobs):
+        return None
+    index = {j.id: i for i, j in enumerate(req.jobs)}
+    for i, g in enumerate(req.measured_groups):
+        if missing := [j for j in g.job_ids if j not in index]:
+            raise ValidationError(f"measured_groups[{i}].job_ids", f"{missing} name no job of the request")
+    try:
+        return Measurements(jobs, groups, req.config.unknown_memory).checked()
+    except ValidationError as err:  # name the request's field, not the API's
+        path = err.path
+        for job_id, i in index.items():
+            path = path.replace(f"measurements.jobs['{job_id}']", f"jobs[{i}].measured")
+        raise ValidationError(path.replace("measurements.groups", "measured_groups"), err.problem) from None
 
 
 def to_response(plan: Plan, state: ClusterState, wall_time_s: float, *, partial: bool = False,
@@ -280,6 +387,7 @@ def to_response(plan: Plan, state: ClusterState, wall_time_s: float, *, partial:
         colocation_groups=[ColocationGroupOut(gpu=g, job_ids=list(js))
                            for g, js in plan.colocation_groups().items() if len(js) > 1],
         queued=[s.job.id for s in state.jobs if s.job.id not in placed],
+        provenance={job: dict(entry) for job, entry in plan.provenance.items()},
     )
 
 
@@ -290,7 +398,7 @@ def state_to_request(state: ClusterState, config: dict[str, object] | None = Non
     for s in state.jobs:
         job = s.job
         item: dict[str, object] = {
-            "id": job.id, "model": job.model, "batch_size": job.batch_size, "num_gpus": job.num_gpus,
+            "id": job.id, "model": None if job.model == MEASURED_ONLY else job.model, "batch_size": job.batch_size, "num_gpus": job.num_gpus,
             "remaining_iterations": s.remaining_iterations, "total_iterations": job.total_iterations,
             "attained_service_s": s.attained_service_s, "arrival_time_s": job.arrival_time_s,
             "queued_since_s": s.queued_since_s, "weight": job.weight, "amp": job.amp, "optimizer": job.optimizer,

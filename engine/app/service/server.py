@@ -39,7 +39,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from dltsched.engine.app.adapters.k8s import k8s_router
-from dltsched.engine.app.api import SolveConfig, load_predictors
+from dltsched.engine.app.api import ConfiguredSolver, load_predictors
 from dltsched.engine.app.service.guard import (
     BearerAuth,
     BodyLimit,
@@ -55,6 +55,7 @@ from dltsched.engine.app.service.models import (
     ScheduleRequest,
     ScheduleResponse,
     to_config,
+    to_measurements,
     to_response,
     to_state,
 )
@@ -76,7 +77,7 @@ class ServiceConfig:
     it; ``keep_alive_s``: an idle kept-alive connection is closed after it; ``max_connections``: uvicorn
     answers 503 beyond it. ``max_worker_memory_mib``: address-space limit of one solver process."""
 
-    solve: SolveConfig = field(default_factory=lambda: SolveConfig(backend="auto", time_limit_s=1.0))
+    solve: ConfiguredSolver = field(default_factory=lambda: ConfiguredSolver.of(backend="auto", time_limit_s=1.0))
     max_jobs: int = 5000
     max_nodes: int = 1024
     max_gpus: int = 8192
@@ -143,8 +144,9 @@ def solve_request(req: ScheduleRequest, config: ServiceConfig, started: float | 
     start = time.monotonic() if started is None else started
     state = to_state(req)
     solve_config = to_config(req.config, config.solve, config.max_time_limit_s)
+    measurements = to_measurements(req)
     outcome = solve_in_worker(state, solve_config, start + solve_config.time_limit_s,
-                              memory_mib=config.max_worker_memory_mib)
+                              memory_mib=config.max_worker_memory_mib, measurements=measurements)
     return to_response(outcome.plan, state, time.monotonic() - start, partial=outcome.partial,
                        time_limit_s=solve_config.time_limit_s, fallback_reason=outcome.reason or None)
 
@@ -365,7 +367,7 @@ def serve(ctx: click.Context, host: str, port: int, backend: str, time_limit_s: 
           max_queue: int, read_timeout_s: float) -> None:
     """Serve POST /v1/schedule over HTTP (OpenAPI docs at /docs, Prometheus metrics at /metrics)."""
     check_bind(host, token, insecure)
-    solve = SolveConfig(backend=backend, time_limit_s=time_limit_s, predictors=predictor_set)
+    solve = ConfiguredSolver.of(backend=backend, time_limit_s=time_limit_s, predictors=predictor_set)
     extra = {"max_concurrent_solves": max_concurrent} if max_concurrent else {}
     config = ServiceConfig(solve=solve, max_jobs=max_jobs, max_gpus=max_gpus, token=token, max_queue=max_queue,
                            read_timeout_s=read_timeout_s, max_time_limit_s=max(30.0, time_limit_s), **extra)

@@ -3,8 +3,10 @@
 A request's time limit bounds the whole request, round and model building included. Building a round
 of a few thousand jobs takes seconds (measured: 0.35 s for 200 jobs, 2 s for 1,000, 11 s for 5,000 on
 one core) and cannot be interrupted from outside a thread, so each solve runs in a process forked from
-a fork server that has the predictors loaded: the solver gets the time left after building, and the
-process is killed when the deadline passes. The caller then answers with the fallback policy's plan,
+a fork server that has the predictors loaded. The process decides through the one round pipeline
+(:func:`dltsched.formulations.decide.decide_round`, which builds before it solves): the solver's time limit
+is a share of what is left of the deadline after the building time expected for the round's size
+(:data:`BUILD_S_PER_JOB`), and the process is killed when the deadline passes. The caller then answers with the fallback policy's plan,
 marked ``fallback`` and ``partial``. Killing the process also returns its memory, so one request costs
 at most ``time_limit_s`` of one core and the memory of one solve (``max_worker_memory_mib``).
 """
@@ -20,7 +22,8 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from dltsched.engine.app.api import SolveConfig, baseline_plan, load_predictors
+from dltsched.engine.app.api import ConfiguredSolver, load_predictors
+from dltsched.engine.app.measured import Measurements
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.engine.domain.model import ClusterState, Plan
 
@@ -31,6 +34,9 @@ SOLVE_SHARE = 0.8
 #: plan status of a solver stopped by its time limit before proving optimality: the best plan so far
 #: (``feasible`` is a solver stopped by its gap limit: done, not cut short)
 STOPPED_BY_LIMIT = ("timeout",)
+#: building time expected per active job, seconds (measured on one core: 0.35 s for 200 jobs, 2 s for
+#: 1,000, 11 s for 5,000), kept out of the solver's share of the deadline
+BUILD_S_PER_JOB = 0.0025
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,55 +48,44 @@ class Outcome:
     reason: str = ""  # "" | "deadline" | "solver_failed" | "checker" | "worker_died"
 
 
-def solve_until(state: ClusterState, config: SolveConfig, deadline: float) -> Outcome:
+def solve_until(state: ClusterState, config: ConfiguredSolver, deadline: float,
+                measurements: Measurements | None = None) -> Outcome:
     """Decide the round of ``state`` by ``deadline`` (``time.monotonic()``), in this process.
 
-    The round pipeline of :func:`dltsched.engine.app.api.solve_round`, with the solver's time limit set to
-    what is left of the deadline after building. A solver failure or a plan the checker rejects gives the
-    fallback policy's plan; a :class:`ValidationError` propagates (the client's fault).
+    The one round pipeline (:meth:`ConfiguredSolver.solve`, i.e. :func:`dltsched.formulations.decide.decide_round`:
+    build, solve, check, fall back), the caller's ``measurements`` first, with the solver's time limit set to
+    :data:`SOLVE_SHARE` of what is left of the deadline after the expected building time
+    (:data:`BUILD_S_PER_JOB`; past the deadline the process is killed and the server answers with the
+    fallback plan). A solver failure or a plan the checker
+    rejects gives the fallback policy's plan; a :class:`ValidationError` propagates (the client's fault).
     """
-    preds = load_predictors(config.predictors)
-    if config.baseline_policy is not None:
-        return Outcome(baseline_plan(state, config.baseline_policy, preds, status="heuristic"), False)
-    from dltsched.formulations import build_round, check_plan, solve_problem
-
-    backend = config.backend_for(len(state.jobs))
-    try:
-        problem = build_round(state, preds, config.round_options())
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return fallback(state, config, "deadline", f"time limit {config.time_limit_s:g} s reached while "
-                            "building the round")
-        result = solve_problem(problem, backend, time_limit_s=max(1e-3, SOLVE_SHARE * left))
-        report = check_plan(problem, result.plan)
-    except ValidationError:
-        raise
-    except Exception as err:  # a solver crash answers with the fallback plan, not an error
-        log.warning("backend %s failed (%s: %s); using %s", backend, type(err).__name__, err,
-                    config.fallback_policy)
-        return fallback(state, config, "solver_failed", f"{backend} failed: {type(err).__name__}: {err}")
-    if not report.feasible:  # the independent checker has the last word on every solver result
-        return fallback(state, config, "checker", f"{backend} plan failed the checker: {report.violations[0]}")
-    plan: Plan = result.plan
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return fallback(state, config, "deadline", f"time limit {config.time_limit_s:g} s reached before solving",
+                        measurements)
+    share = SOLVE_SHARE * (left - BUILD_S_PER_JOB * len(state.jobs))
+    solver = config.with_options(time_limit_s=max(1e-3, min(config.time_limit_s, share)))
+    plan = solver.solve(state, measurements=measurements)
+    if plan.fallback and plan.backend == f"greedy:{config.fallback_policy}":  # decided by the fallback policy
+        return Outcome(plan, False, "checker" if "failed the checker" in plan.message else "solver_failed")
     partial = plan.status in STOPPED_BY_LIMIT or (plan.fallback and plan.status == "fallback")
     return Outcome(plan, partial, "deadline" if plan.fallback else "")
 
 
-def fallback(state: ClusterState, config: SolveConfig, reason: str, message: str) -> Outcome:
+def fallback(state: ClusterState, config: ConfiguredSolver, reason: str, message: str,
+             measurements: Measurements | None = None) -> Outcome:
     """The fallback policy's plan, marked ``fallback`` (and ``partial`` when the deadline caused it)."""
-    plan = baseline_plan(state, config.fallback_policy, load_predictors(config.predictors), status="fallback",
-                         message=message)
-    return Outcome(plan, reason == "deadline", reason)
+    return Outcome(config.fallback_plan(state, message, measurements=measurements), reason == "deadline", reason)
 
 
-def _child(conn: Connection, state: ClusterState, config: SolveConfig, deadline: float,
-           memory_mib: int | None) -> None:
+def _child(conn: Connection, state: ClusterState, config: ConfiguredSolver, deadline: float,
+           memory_mib: int | None, measurements: Measurements | None = None) -> None:
     """Entry point of a worker process: solve, send ``("ok", Outcome)`` or ``("invalid", (path, problem))``."""
     if memory_mib:
         limit = memory_mib * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
-        conn.send(("ok", solve_until(state, config, deadline)))
+        conn.send(("ok", solve_until(state, config, deadline, measurements)))
     except ValidationError as err:
         conn.send(("invalid", (err.path, err.problem)))
     except MemoryError:
@@ -122,23 +117,25 @@ def context(predictors: str = "default") -> Any:
     return _CONTEXT
 
 
-def solve_in_worker(state: ClusterState, config: SolveConfig, deadline: float, *,
-                    memory_mib: int | None = None) -> Outcome:
+def solve_in_worker(state: ClusterState, config: ConfiguredSolver, deadline: float, *,
+                    memory_mib: int | None = None, measurements: Measurements | None = None) -> Outcome:
     """Solve in a forked worker process and wait until ``deadline``; past it, kill the worker and answer
     with the fallback policy's plan (``partial``). A worker that dies (out of memory, crash) also gives the
     fallback plan. Blocks: call it from a worker thread."""
     parent, child = context().Pipe(duplex=False)
-    proc = context().Process(target=_child, args=(child, state, config, deadline, memory_mib), daemon=True)
+    proc = context().Process(target=_child, args=(child, state, config, deadline, memory_mib, measurements),
+                                 daemon=True)
     try:
         proc.start()
     except OSError as err:  # no process to be had (fork server gone, out of PIDs): the fallback answers
         log.warning("could not start a solver worker (%s); answering with the %s plan", err, config.fallback_policy)
         parent.close()
         child.close()
-        return fallback(state, config, "worker_died", f"no solver worker could start ({type(err).__name__})")
+        return fallback(state, config, "worker_died", f"no solver worker could start ({type(err).__name__})",
+                        measurements)
     child.close()
     try:
-        backup = fallback(state, config, "deadline", "")  # made while the worker solves: ready at the deadline
+        backup = fallback(state, config, "deadline", "", measurements)  # made while the worker solves: ready at the deadline
         ready = parent.poll(max(0.0, deadline - time.monotonic()))
         message = parent.recv() if ready else None
     except (EOFError, OSError):

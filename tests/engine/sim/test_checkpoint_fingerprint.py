@@ -121,5 +121,5 @@ def test_optimizing_policy_repeats_bit_for_bit(analytic, small_instance):
 
 def test_wall_clock_solving_stays_available(analytic):
     policy = make_policy("optimizing", predictors=analytic, deterministic=False)
-    assert policy.solver.config.round_options().deterministic is False
-    assert make_policy("optimizing", predictors=analytic).solver.config.round_options().deterministic is True
+    assert policy.solver.options.deterministic is False
+    assert make_policy("optimizing", predictors=analytic).solver.options.deterministic is True
