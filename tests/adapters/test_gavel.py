@@ -31,11 +31,14 @@ class JobIdPair:
     def integer_job_id(self) -> int:
         return self._a
 
+    def as_tuple(self) -> tuple[int, int | None]:
+        return (self._a, self._b)
+
     def __hash__(self) -> int:
-        return hash((self._a, self._b))
+        return hash(self.as_tuple())
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, JobIdPair) and (self._a, self._b) == (other._a, other._b)
+        return isinstance(other, JobIdPair) and self.as_tuple() == other.as_tuple()
 
 
 def load(name: str, key: Any = lambda t: t) -> tuple[dict[Any, Any], dict[Any, int], dict[Any, float], dict[str, int]]:
