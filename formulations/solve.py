@@ -6,6 +6,7 @@ The whole round pipeline of a cluster snapshot (build, solve, check, fall back) 
 from __future__ import annotations
 
 import importlib
+import math
 import time
 from collections.abc import Sequence
 
@@ -110,6 +111,8 @@ def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s:
             message = "; ".join(filter(None, (message, "kept the starting selection: better than the solver's "
                                                         "incumbent")))
     bound = None if fallback or outcome.bound is None else to_reported(cset, outcome.bound)
+    if bound is not None and not math.isfinite(bound):  # stopped without a bound: the gap is unknown
+        bound = None
     gap = None if bound is None else relative_gap(objective, bound, problem.options.minimize)
     status, solution = _status(outcome.termination, fallback, backend)
     if status == PlanStatus.OPTIMAL and gap is not None:
@@ -130,10 +133,17 @@ def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s:
 
 
 def relative_gap(objective: float, bound: float, minimize: bool) -> float:
-    """``|bound - objective| / max(|objective|, |bound|)`` clamped to 0..1 (0 when both are 0)."""
+    """``(bound - objective) / max(|objective|, |bound|)`` in the objective's sense, at least 0 (0 when both are 0).
+
+    Never better than the truth: a bound or objective that is not finite (a solver stopped without a
+    bound) gives ``inf``, not the 0 that ``max(0.0, inf / inf)`` would (``NaN`` compares false), and the
+    gap is not clamped to 1 (a bound of the other sign can be more than 100% away).
+    """
+    if not (math.isfinite(objective) and math.isfinite(bound)):
+        return math.inf
     diff = (objective - bound) if minimize else (bound - objective)
     scale = max(abs(objective), abs(bound))
-    return 0.0 if scale < 1e-12 else min(1.0, max(0.0, diff / scale))
+    return 0.0 if scale < 1e-12 else max(0.0, diff / scale)
 
 
 def _status(termination: str, fallback: bool, backend: str) -> tuple[PlanStatus, SolutionStatus]:
