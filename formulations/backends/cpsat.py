@@ -37,11 +37,15 @@ _TARGET = 1e7
 DETERMINISTIC_TIME_PER_S = 0.1
 #: in deterministic mode, the wall-clock cap is this many times ``time_limit_s``
 WALL_CAP_FACTOR = 10.0
+#: the least wall-clock time a solve is given (a round whose building took its whole limit)
+_LEAST_S = 0.01
 
 
-def solve(cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int], solver: str | None = None) -> BackendOutcome:
+def solve(cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int], solver: str | None = None,
+          spent_s: float = 0.0) -> BackendOutcome:
     """Solve ``cset`` with CP-SAT (``solver`` must be ``None`` or ``"cpsat"``; ``hint`` is not used, see
-    the module docstring)."""
+    the module docstring). The wall-clock limit (non-deterministic) or cap (deterministic) is what is left of
+    the round's after ``spent_s`` seconds and the model's building; the deterministic budget is whole."""
     from ortools.sat.python import cp_model
 
     if solver not in (None, "cpsat", "cp-sat"):
@@ -53,13 +57,14 @@ def solve(cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int], solve
     build_s = time.perf_counter() - start
     engine = cp_model.CpSolver()
     options = cset.problem.options
+    spent = spent_s + build_s
     det_budget = float(time_limit_s) * DETERMINISTIC_TIME_PER_S
     if options.deterministic:
         engine.parameters.num_workers = 1
         engine.parameters.max_deterministic_time = det_budget
-        engine.parameters.max_time_in_seconds = float(time_limit_s) * WALL_CAP_FACTOR
+        engine.parameters.max_time_in_seconds = max(_LEAST_S, float(time_limit_s) * WALL_CAP_FACTOR - spent)
     else:
-        engine.parameters.max_time_in_seconds = float(time_limit_s)
+        engine.parameters.max_time_in_seconds = max(_LEAST_S, float(time_limit_s) - spent)
         engine.parameters.num_workers = options.num_workers
     engine.parameters.relative_gap_limit = options.relative_gap
     status = engine.solve(model)

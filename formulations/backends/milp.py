@@ -21,11 +21,14 @@ from dltsched.formulations.candidates import CandidateSet
 from dltsched.formulations.result import Termination
 
 
-def solve(cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int], solver: str | None = None) -> BackendOutcome:
-    """Build the Pyomo model of ``cset`` and solve it with ``solver`` (default HiGHS, persistent)."""
+def solve(cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int], solver: str | None = None,
+          spent_s: float = 0.0) -> BackendOutcome:
+    """Build the Pyomo model of ``cset`` and solve it with ``solver`` (default HiGHS, persistent) within what
+    is left of the round's ``time_limit_s`` after ``spent_s`` seconds and the model's building."""
     start = time.perf_counter()
     model = build_model(cset)
     build_s = time.perf_counter() - start
+    time_limit_s = max(0.01, time_limit_s - spent_s - build_s)
     name = (solver or "highs").lower()
     if name in ("highs", "appsi_highs"):
         return _solve_highs(model, cset, time_limit_s, hint, build_s)
@@ -106,7 +109,9 @@ def _solve_highs(model: Any, cset: CandidateSet, time_limit_s: float, hint: Sequ
     opt.set_instance(model)
     if hint:
         _set_start(opt, model, hint, highspy)
-    build_s += time.perf_counter() - start
+    loaded_s = time.perf_counter() - start
+    build_s += loaded_s
+    time_limit_s = max(0.01, time_limit_s - loaded_s)
     options = cset.problem.options
     threads = 1 if options.deterministic else options.num_workers
     for attempt in range(2):
