@@ -28,7 +28,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from dltsched.formulations.backends import BackendOutcome, capacity_limits, capacity_rows, stays_by_slot
+from dltsched.formulations.backends import BackendOutcome
+from dltsched.formulations.backends.rows import model_rows
 from dltsched.formulations.candidates import CandidateSet
 from dltsched.formulations.result import Termination
 
@@ -108,35 +109,18 @@ def _at_most_one(cols: Sequence[int]) -> str:
 
 
 def model_text(cset: CandidateSet) -> str:
-    """The CP-SAT model of ``cset`` in protobuf text format, written from index lists in one pass and parsed
-    by CP-SAT in C++ (a Python call per variable and term costs several times more on large rounds).
-
-    Variable ``c`` is candidate ``c`` (0/1); with the ``makespan`` objective one more integer variable ``M``.
-    Rows, in this order: at most one candidate per job; usable GPUs per node (multi-GPU units and kept slots,
-    where the candidates could exceed them) and per type (everything); a slot kept by at most one unit;
-    overlapping slots not both kept; ``M >= completion of every job``. Objective: maximise the integer-scaled
-    gains (minus ``M``)."""
+    """The CP-SAT model of ``cset`` in protobuf text format, written from the index lists of
+    :func:`~dltsched.formulations.backends.rows.model_rows` in one pass and parsed by CP-SAT in C++ (a Python
+    call per variable and term costs several times more on large rounds). Coefficients are integer-scaled;
+    the objective maximises the gains (minus the makespan variable, the last one)."""
     num = len(cset.candidates)
     scale = _scale(cset)
     lines = ["variables { domain: 0 domain: 1 }\n" * num]
-    for cands in cset.by_job:
-        if len(cands) > 1:
-            lines.append(_at_most_one(cands))
-    per_node, per_type = capacity_rows(cset)
-    node_limit, type_limit = capacity_limits(cset)
-    for n, terms in per_node.items():
-        if sum(k for _, k in terms) > node_limit[n]:
-            lines.append(_linear([c for c, _ in terms], [k for _, k in terms], _LOWEST, node_limit[n]))
-    for gpu_type, terms in per_type.items():
-        lines.append(_linear([c for c, _ in terms], [k for _, k in terms], _LOWEST, type_limit[gpu_type]))
-    stays = stays_by_slot(cset)
-    for cands in stays.values():
-        if len(cands) > 1:
-            lines.append(_at_most_one(cands))
-    for p, q in cset.slot_conflicts:
-        both = [*stays.get(p, []), *stays.get(q, [])]
-        if both:
-            lines.append(_linear(both, [1] * len(both), _LOWEST, 1))
+    for row in model_rows(cset):
+        if row.at_most_one:
+            lines.append(_at_most_one(row.cols))
+        else:
+            lines.append(_linear(row.cols, [round(k) for k in row.coefs], _LOWEST, round(row.upper or 0)))
     cols = [c for c, cand in enumerate(cset.candidates) if cand.gain]
     coefs = [-round(cset.candidates[c].gain * scale) for c in cols]  # maximise: CP-SAT minimises -gain
     if cset.problem.options.objective == "makespan":
