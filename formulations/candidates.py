@@ -193,6 +193,9 @@ def _best_freeze(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, cr
     memory_mib = problem.memory_mib_of(gpu_type)
     overhead = group.overhead_mib if group else 0.0
     choices = [[o for o in problem.jobs[j].options if o.gpu_type == gpu_type] for j in jobs]
+    if not problem.options.minimize:  # one term per member and option, summed per combination (as unit_score)
+        return _best_progress(problem, jobs, group.speeds if group else (1.0,), choices, cross, overhead,
+                              memory_mib)
     best: tuple[tuple[float, float], tuple[int, ...], float, tuple[float, ...]] | None = None
     for combo in product(*choices):
         if sum(o.memory_mib for o in combo) + overhead > memory_mib:
@@ -202,6 +205,27 @@ def _best_freeze(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, cr
         if best is None or key > best[0]:
             best = (key, tuple(o.freeze_level for o in combo), score, completion)
     return None if best is None else best[1:]
+
+
+def _best_progress(problem: RoundProblem, jobs: tuple[int, ...], speeds: Sequence[float],
+                   choices: Sequence[Sequence[JobOption]], cross: bool, overhead_mib: float,
+                   memory_mib: float) -> tuple[tuple[int, ...], float, tuple[float, ...]] | None:
+    """:func:`_best_freeze` for the maximised objectives: each member's progress term per option computed once
+    (the same floating-point operations as :func:`unit_score`), the first best combination in product order."""
+    terms = []
+    for j, speed, options in zip(jobs, speeds, choices, strict=True):
+        job, scale = problem.jobs[j], problem.value_scale(j)
+        terms.append([(job.weight * speed * o.rate(cross) / job.reference_rate * scale, o.memory_mib, o.freeze_level)
+                      for o in options])
+    bonus = sum(starvation_bonus(problem, j) for j in jobs)
+    best: tuple[float, tuple[int, ...]] | None = None
+    for combo in product(*terms):
+        if sum(t[1] for t in combo) + overhead_mib > memory_mib:
+            continue
+        score = sum(t[0] for t in combo) + bonus
+        if best is None or score > best[0]:
+            best = (score, tuple(t[2] for t in combo))
+    return None if best is None else (best[1], best[0], ())
 
 
 def unit_score(problem: RoundProblem, jobs: tuple[int, ...], combo: Sequence[JobOption], cross: bool,
