@@ -26,6 +26,8 @@ def test_rounds_stay_within_the_working_set_and_every_job_finishes(analytic, sma
     assert all(entry["jobs"] <= 5 for entry in policy.solve_log)
     assert any(entry["active_jobs"] > 5 for entry in policy.solve_log), "the cap never bound: test shows nothing"
     assert all(entry["status"] != "fallback" for entry in policy.solve_log)
+    assert {entry["trigger"] for entry in policy.solve_log} <= {"new_waiting", "movers", "changed"}
+    assert sum(policy.triggers.values()) == len(policy.solve_log)
 
 
 def test_without_a_cap_the_round_sees_every_active_job(analytic, small_instance, backend):
