@@ -105,12 +105,13 @@ def peak_rss_mib() -> float:
 
 
 def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, repeats: int, time_limit_s: float,
-               options: RoundOptions) -> list[BenchRow]:
+               options: RoundOptions, milp_solver: str | None = None) -> list[BenchRow]:
     """Decide the synthetic round of ``size`` ``repeats`` times per backend, timing every stage of the round
     from the snapshot to the checked plan (:data:`STAGES`); each plan must pass the checker. Predictions are
     memoised across a backend's repeats, as the optimizing policy keeps them across rounds (its first round
     pays them: ``first_round_total_s``). A tiny round solved first loads the backend's solver, as in a
-    running scheduler."""
+    running scheduler. ``milp_solver``: the ``milp`` backend's solver (``highspy``: HiGHS without Pyomo; its
+    rows are named ``milp:highspy``)."""
     from dltsched.engine.domain.predictors import memoized
     from dltsched.formulations.checker import check_plan
     from dltsched.formulations.solve import solve_problem
@@ -126,7 +127,8 @@ def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, rep
             began = time.perf_counter()
             problem: RoundProblem = build_round(state, asked, options)
             built = time.perf_counter()
-            result = solve_problem(problem, backend, time_limit_s=time_limit_s, started_s=began)
+            result = solve_problem(problem, backend, time_limit_s=time_limit_s, started_s=began,
+                                   solver=milp_solver if backend == "milp" else None)
             solved = time.perf_counter()
             report = check_plan(problem, result.plan)
             done = time.perf_counter()
@@ -137,7 +139,8 @@ def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, rep
             for stage in STAGES:
                 per_stage[stage].append(figures.get(stage, 0.0))
         last = result.plan
-        rows.append(BenchRow(size, backend, result.num_candidates,
+        name = f"milp:{milp_solver}" if backend == "milp" and milp_solver else backend
+        rows.append(BenchRow(size, name, result.num_candidates,
                              {k: statistics.median(v) for k, v in per_stage.items()},
                              {k: min(v) for k, v in per_stage.items()}, {k: max(v) for k, v in per_stage.items()},
                              per_stage["round_total_s"][0], peak_rss_mib(),

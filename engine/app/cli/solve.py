@@ -114,9 +114,11 @@ def _print_result(payload: dict[str, Any]) -> None:
               help="Relative gap limit.")
 @click.option("--max-jobs-per-gpu", type=click.IntRange(1, 3), default=2, show_default=True)
 @click.option("--predictors", "predictors_name", default="analytic", show_default=True)
+@click.option("--milp-solver", type=click.Choice(["highs", "highspy"]), default="highs", show_default=True,
+              help="HiGHS for --backend milp through Pyomo (highs) or fed the matrix directly (highspy).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def bench_solve(sizes: str, backend: str, repeats: int, time_limit_s: float, relative_gap: float,
-                max_jobs_per_gpu: int, predictors_name: str, as_json: bool) -> None:
+                max_jobs_per_gpu: int, predictors_name: str, milp_solver: str, as_json: bool) -> None:
     """Decide synthetic rounds of each size: per stage of the round (round build, candidates, start, model
     build, solve, mapping, check) and in all (round_total_s) the median and range over repeats, peak RSS,
     gap, status, winner."""
@@ -130,7 +132,8 @@ def bench_solve(sizes: str, backend: str, repeats: int, time_limit_s: float, rel
     backends = EXACT_BACKENDS if backend == "both" else (backend,)
     options = RoundOptions(max_jobs_per_gpu=max_jobs_per_gpu, relative_gap=relative_gap, time_limit_s=time_limit_s)
     bundle = predictors(predictors_name)
-    rows = [row for name in names for row in bench_size(name, backends, bundle, repeats, time_limit_s, options)]
+    solver = None if milp_solver == "highs" else milp_solver
+    rows = [row for name in names for row in bench_size(name, backends, bundle, repeats, time_limit_s, options, solver)]
     table = rows_as_dicts(rows, winners(rows, options.minimize))
     emit({"rows": table}, as_json, lambda: _print_bench(table))
 
