@@ -146,30 +146,53 @@ def _common_types(a: RoundJob, b: RoundJob) -> list[str]:
     return list(dict.fromkeys(o.gpu_type for o in a.options if o.gpu_type in types_b))
 
 
-def _group_on(members: tuple[int, ...], gpu_type: str, jobs: list[RoundJob], specs: list[Job],
-              predictors: Predictors, allowed: bool) -> ColocGroup:
-    group = [specs[m] for m in members]
-    speeds = tuple(float(s) for s in predictors.colocation.colocated_speeds(group, gpu_type))
-    own = sum(predictors.step_time.memory_mib(specs[m], gpu_type) for m in members)
-    overhead = max(0.0, predictors.colocation.group_memory_mib(group, gpu_type) - own)
+class _JobMemory:
+    """Per (job, GPU type), asked once per round: the level-0 memory predicted for a job alone on the type
+    (a group's overhead is the group's memory beyond its members' own) and its least memory over its options."""
+
+    def __init__(self, jobs: list[RoundJob], specs: list[Job], predictors: Predictors) -> None:
+        self.jobs, self.specs, self.predictors = jobs, specs, predictors
+        self._own: dict[tuple[int, str], float] = {}
+        self._least: dict[tuple[int, str], float] = {}
+
+    def own(self, m: int, gpu_type: str) -> float:
+        key = (m, gpu_type)
+        if key not in self._own:
+            self._own[key] = self.predictors.step_time.memory_mib(self.specs[m], gpu_type)
+        return self._own[key]
+
+    def least(self, m: int, gpu_type: str) -> float:
+        key = (m, gpu_type)
+        if key not in self._least:
+            self._least[key] = min(o.memory_mib for o in self.jobs[m].options if o.gpu_type == gpu_type)
+        return self._least[key]
+
+
+def _group_on(members: tuple[int, ...], gpu_type: str, memory: _JobMemory, allowed: bool) -> ColocGroup:
+    group = [memory.specs[m] for m in members]
+    colocation = memory.predictors.colocation
+    speeds = tuple(float(s) for s in colocation.colocated_speeds(group, gpu_type))
+    own = sum(memory.own(m, gpu_type) for m in members)
+    overhead = max(0.0, colocation.group_memory_mib(group, gpu_type) - own)
     return ColocGroup(members, gpu_type, speeds, overhead, allowed)
 
 
-def _fits(group: ColocGroup, jobs: list[RoundJob], memory_mib: float) -> bool:
-    least = sum(min(o.memory_mib for o in jobs[m].options if o.gpu_type == group.gpu_type) for m in group.jobs)
+def _fits(group: ColocGroup, memory: _JobMemory, memory_mib: float) -> bool:
+    least = sum(memory.least(m, group.gpu_type) for m in group.jobs)
     return least + group.overhead_mib <= memory_mib
 
 
 def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], predictors: Predictors,
             options: RoundOptions) -> tuple[ColocGroup, ...]:
     memory = {n.gpu_type: n.memory_mib for n in nodes}
+    asked = _JobMemory(jobs, specs, predictors)
     found: dict[tuple[tuple[int, ...], str], ColocGroup] = {}
     partners: dict[int, list[tuple[float, int]]] = defaultdict(list)
     for a, b in _pair_candidates(jobs, options.max_partners):
         best = 0.0
         for gpu_type in _common_types(jobs[a], jobs[b]):
-            group = _group_on((a, b), gpu_type, jobs, specs, predictors, True)
-            if sum(group.speeds) > 1.0 and _fits(group, jobs, memory[gpu_type]):
+            group = _group_on((a, b), gpu_type, asked, True)
+            if sum(group.speeds) > 1.0 and _fits(group, asked, memory[gpu_type]):
                 found[((a, b), gpu_type)] = group
                 best = max(best, sum(group.speeds))
         if best:
@@ -179,8 +202,8 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
             for j, p in partners.items()}
     allowed = {key: g for key, g in found.items() if key[0][1] in keep[key[0][0]] or key[0][0] in keep[key[0][1]]}
     if options.max_jobs_per_gpu == 3:
-        _add_triples(allowed, keep, jobs, specs, memory, predictors)
-    _add_current_groups(allowed, jobs, specs, predictors, options.max_jobs_per_gpu)
+        _add_triples(allowed, keep, asked, memory)
+    _add_current_groups(allowed, asked, options.max_jobs_per_gpu)
     return tuple(allowed[k] for k in sorted(allowed))
 
 
@@ -203,7 +226,7 @@ def _pair_candidates(jobs: list[RoundJob], partners: int) -> set[tuple[int, int]
 
 
 def _add_triples(allowed: dict[tuple[tuple[int, ...], str], ColocGroup], keep: dict[int, set[int]],
-                 jobs: list[RoundJob], specs: list[Job], memory: dict[str, float], predictors: Predictors) -> None:
+                 asked: _JobMemory, memory: dict[str, float]) -> None:
     pairs = {key for key in allowed}
     for (a, b), gpu_type in sorted(pairs):
         for c in sorted(keep.get(a, set()) & keep.get(b, set())):
@@ -212,15 +235,16 @@ def _add_triples(allowed: dict[tuple[tuple[int, ...], str], ColocGroup], keep: d
                 continue
             if not all((sub, gpu_type) in pairs for sub in combinations(members, 2)):
                 continue
-            group = _group_on(members, gpu_type, jobs, specs, predictors, True)
+            group = _group_on(members, gpu_type, asked, True)
             if sum(group.speeds) > max(sum(allowed[(s, gpu_type)].speeds) for s in combinations(members, 2)) \
-                    and _fits(group, jobs, memory[gpu_type]):
+                    and _fits(group, asked, memory[gpu_type]):
                 allowed[(members, gpu_type)] = group
 
 
-def _add_current_groups(allowed: dict[tuple[tuple[int, ...], str], ColocGroup], jobs: list[RoundJob],
-                        specs: list[Job], predictors: Predictors, max_jobs: int) -> None:
+def _add_current_groups(allowed: dict[tuple[tuple[int, ...], str], ColocGroup], asked: _JobMemory,
+                        max_jobs: int) -> None:
     """Groups running now (jobs on identical GPU sets) stay allowed, with their sub-groups."""
+    jobs = asked.jobs
     by_gpus: dict[tuple[int, ...], list[int]] = defaultdict(list)
     for j, job in enumerate(jobs):
         if job.current_gpus:
@@ -232,7 +256,7 @@ def _add_current_groups(allowed: dict[tuple[tuple[int, ...], str], ColocGroup], 
         types = [t for t in _common_types(jobs[members[0]], jobs[members[-1]])
                  if all(any(o.gpu_type == t for o in jobs[m].options) for m in members)]
         for gpu_type in types:
-            allowed[(members, gpu_type)] = _group_on(members, gpu_type, jobs, specs, predictors, True)
+            allowed[(members, gpu_type)] = _group_on(members, gpu_type, asked, True)
             for sub in combinations(members, 2) if len(members) == 3 else ():
                 if (sub, gpu_type) not in allowed:
-                    allowed[(sub, gpu_type)] = _group_on(sub, gpu_type, jobs, specs, predictors, False)
+                    allowed[(sub, gpu_type)] = _group_on(sub, gpu_type, asked, False)

@@ -82,18 +82,26 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
     units += [(g.jobs, g.gpu_type) for g in problem.groups if g.allowed]
     waiting = unplaced_completion_s(problem)
     free_now = _free_now(problem)
+    slots_of_job: dict[int, list[int]] = defaultdict(list)  # slots a running job sits in (only those can keep it)
+    for p, slot in enumerate(slots):
+        for j in slot.members:
+            slots_of_job[j].append(p)
     out: list[Candidate] = []
     for u, (jobs, group_type) in enumerate(units):
         types = [group_type] if group_type else list(dict.fromkeys(o.gpu_type for o in problem.jobs[jobs[0]].options))
+        mine = sorted({p for j in jobs for p in slots_of_job.get(j, ())})
         for gpu_type in types:
             nodes = _offered_nodes(problem, jobs, gpu_type, free_now, u)
-            out.extend(_unit_candidates(problem, jobs, gpu_type, slots, waiting, nodes))
+            out.extend(_unit_candidates(problem, jobs, gpu_type, slots, waiting, nodes, mine))
     by_job: list[list[int]] = [[] for _ in problem.jobs]
     for c, cand in enumerate(out):
         for j in cand.jobs:
             by_job[j].append(c)
-    conflicts = tuple((p, q) for p in range(len(slots)) for q in range(p + 1, len(slots))
-                      if set(slots[p].gpus) & set(slots[q].gpus))
+    on_gpu: dict[int, list[int]] = defaultdict(list)
+    for p, slot in enumerate(slots):
+        for g in slot.gpus:
+            on_gpu[g].append(p)
+    conflicts = tuple(sorted({(a, b) for held in on_gpu.values() for i, a in enumerate(held) for b in held[i + 1:]}))
     return CandidateSet(problem, tuple(out), slots, conflicts, tuple(tuple(b) for b in by_job), waiting)
 
 
@@ -149,7 +157,8 @@ def _offered_nodes(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, 
 
 
 def _unit_candidates(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, slots: Sequence[Slot],
-                     waiting: Sequence[float], nodes: Sequence[int]) -> list[Candidate]:
+                     waiting: Sequence[float], nodes: Sequence[int], mine: Sequence[int]) -> list[Candidate]:
+    """The candidates of one unit on one type; ``mine``: the slots (ascending) holding any of its jobs now."""
     size = problem.jobs[jobs[0]].num_gpus
     largest = problem.max_node_gpus(gpu_type)
     cross = size > largest
@@ -169,7 +178,8 @@ def _unit_candidates(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str
         out.append(make("cross", -1, 0.0))
     else:
         out += [make("node", n, 0.0) for n in nodes]
-    for p, slot in enumerate(slots):
+    for p in mine:
+        slot = slots[p]
         stayers = running & set(slot.members)
         if stayers and slot.gpu_type == gpu_type and len(slot.gpus) == size:
             out.append(make("stay", p, sum(problem.migration_cost(j) for j in stayers)))
@@ -183,6 +193,9 @@ def _best_freeze(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, cr
     memory_mib = problem.memory_mib_of(gpu_type)
     overhead = group.overhead_mib if group else 0.0
     choices = [[o for o in problem.jobs[j].options if o.gpu_type == gpu_type] for j in jobs]
+    if not problem.options.minimize:  # one term per member and option, summed per combination (as unit_score)
+        return _best_progress(problem, jobs, group.speeds if group else (1.0,), choices, cross, overhead,
+                              memory_mib)
     best: tuple[tuple[float, float], tuple[int, ...], float, tuple[float, ...]] | None = None
     for combo in product(*choices):
         if sum(o.memory_mib for o in combo) + overhead > memory_mib:
@@ -192,6 +205,27 @@ def _best_freeze(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, cr
         if best is None or key > best[0]:
             best = (key, tuple(o.freeze_level for o in combo), score, completion)
     return None if best is None else best[1:]
+
+
+def _best_progress(problem: RoundProblem, jobs: tuple[int, ...], speeds: Sequence[float],
+                   choices: Sequence[Sequence[JobOption]], cross: bool, overhead_mib: float,
+                   memory_mib: float) -> tuple[tuple[int, ...], float, tuple[float, ...]] | None:
+    """:func:`_best_freeze` for the maximised objectives: each member's progress term per option computed once
+    (the same floating-point operations as :func:`unit_score`), the first best combination in product order."""
+    terms = []
+    for j, speed, options in zip(jobs, speeds, choices, strict=True):
+        job, scale = problem.jobs[j], problem.value_scale(j)
+        terms.append([(job.weight * speed * o.rate(cross) / job.reference_rate * scale, o.memory_mib, o.freeze_level)
+                      for o in options])
+    bonus = sum(starvation_bonus(problem, j) for j in jobs)
+    best: tuple[float, tuple[int, ...]] | None = None
+    for combo in product(*terms):
+        if sum(t[1] for t in combo) + overhead_mib > memory_mib:
+            continue
+        score = sum(t[0] for t in combo) + bonus
+        if best is None or score > best[0]:
+            best = (score, tuple(t[2] for t in combo))
+    return None if best is None else (best[1], best[0], ())
 
 
 def unit_score(problem: RoundProblem, jobs: tuple[int, ...], combo: Sequence[JobOption], cross: bool,

@@ -11,6 +11,7 @@ baseline policy as the fallback; this module knows no policy.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from dltsched.engine.domain.errors import ValidationError
@@ -57,9 +58,11 @@ def decide_round(state: ClusterState, predictors: Predictors, options: RoundOpti
     ValidationError
         Invalid input (raised, never turned into a fallback).
     """
+    began = time.perf_counter()  # options.time_limit_s bounds the whole round, building included
     try:
         problem = build_round(state, predictors, options)
-        result = solve_problem(problem, backend, time_limit_s=options.time_limit_s, warm_start=warm_start)
+        result = solve_problem(problem, backend, time_limit_s=options.time_limit_s, warm_start=warm_start,
+                               started_s=began)
         report = check_plan(problem, result.plan)
     except ValidationError:
         raise

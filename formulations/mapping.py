@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from dltsched.engine.domain.model import Assignment, Plan
 from dltsched.formulations.candidates import Candidate, CandidateSet
+from dltsched.formulations.problem import RoundProblem
 
 _ORDER = {"stay": 0, "node": 1, "cross": 2, "type": 3}
 
@@ -23,24 +24,32 @@ def to_plan(cset: CandidateSet, selected: Sequence[int], **fields: object) -> Pl
     chosen = sorted((cset.candidates[c] for c in selected), key=lambda c: (_ORDER[c.kind], -c.num_gpus, c.jobs))
     taken = {g for c in chosen if c.kind == "stay" for g in cset.slots[c.where].gpus}
     unusable = taken | problem.down_gpus()
-    free = [g for g in range(problem.num_gpus) if g not in unusable]
+    free = [[g for g in node.gpus if g not in unusable] for node in problem.nodes]  # per node, ascending
     assignments: list[Assignment] = []
     for cand in chosen:
         if cand.kind == "stay":
             gpus = cset.slots[cand.where].gpus
         else:
-            pool = [g for g in free if _in_place(cand, problem.nodes[node_of[g]].gpu_type, node_of[g])]
-            gpus = _pick(pool, cand.num_gpus, _avoid(cset, cand))
-            taken.update(gpus)
-            free = [g for g in free if g not in taken]
+            gpus = _pick(_pool(problem, free, cand), cand.num_gpus, _avoid(cset, cand))
+            for g in gpus:
+                free[node_of[g]].remove(g)
         assignments += [Assignment(problem.jobs[j].id, tuple(gpus), f) for j, f in zip(cand.jobs, cand.freeze, strict=True)]
     order = problem.job_index()
     plan = Plan(tuple(sorted(assignments, key=lambda a: order[a.job_id])))
     return replace(plan, **fields)  # type: ignore[arg-type]
 
 
-def _in_place(cand: Candidate, gpu_type: str, node: int) -> bool:
-    return gpu_type == cand.gpu_type and (cand.kind != "node" or node == cand.where)
+def _pool(problem: RoundProblem, free: list[list[int]], cand: Candidate) -> list[int]:
+    """The lowest free GPUs where ``cand`` may go (its node, or every node of its type in index order, hence
+    ascending), one more than it needs where there are (all that :func:`_pick` looks at)."""
+    if cand.kind == "node":
+        return free[cand.where][: cand.num_gpus + 1]
+    pool: list[int] = []
+    for n in problem.nodes_of_type(cand.gpu_type):
+        pool.extend(free[n])
+        if len(pool) > cand.num_gpus:
+            break
+    return pool
 
 
 def _avoid(cset: CandidateSet, cand: Candidate) -> set[tuple[int, ...]]:

@@ -11,7 +11,7 @@ GPUs down now keep out are in ``infeasible_jobs`` too (``while_down``) but leave
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -48,6 +48,8 @@ class RoundResult:
     solution_status: str
     infeasible_jobs: tuple[Unplaceable, ...] = ()
     num_candidates: int = 0
+    #: seconds per stage of the solve (see :func:`~dltsched.formulations.solve.solve_problem`)
+    stages: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         try:

@@ -6,6 +6,7 @@ The whole round pipeline of a cluster snapshot (build, solve, check, fall back) 
 from __future__ import annotations
 
 import importlib
+import math
 import time
 from collections.abc import Sequence
 
@@ -17,9 +18,13 @@ from dltsched.formulations.mapping import to_plan
 from dltsched.formulations.problem import RoundProblem
 from dltsched.formulations.result import RoundResult, SolutionStatus, Termination
 
+#: below this share of the time limit left after building, the solver is not started: the start is the plan
+MIN_SOLVE_SHARE = 0.05
+
 
 def solve_problem(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s: float | None = None,
-                warm_start: Plan | None = None, solver: str | None = None) -> RoundResult:
+                  warm_start: Plan | None = None, solver: str | None = None,
+                  started_s: float | None = None) -> RoundResult:
     """Solve one round with ``backend`` (a name of :data:`~dltsched.formulations.backends.BACKENDS`).
 
     ``time_limit_s`` defaults to ``problem.options.time_limit_s``; ``solver`` names the Pyomo solver
@@ -29,6 +34,14 @@ def solve_problem(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s
     is the plan, with ``status="fallback"`` and ``fallback=True``, and when the solver's incumbent is worse
     (a time limit hit early in the search) the plan keeps the start, saying so in its message.
 
+    The time limit bounds the whole round from ``started_s`` (default: this call), building included: the
+    solver gets what the candidates, the starting selection and its own model left of it. An anytime answer:
+    the starting selection is ready before the solver runs, and when less than :data:`MIN_SOLVE_SHARE` of the
+    limit is left the solver is not started and the start is the plan (``status="fallback"``, saying why).
+    Deterministic solves (``RoundOptions.deterministic``) keep their deterministic work budget, so that a
+    round repeats bit for bit; their wall-clock cap (see :mod:`~dltsched.formulations.backends.cpsat`) is
+    what building shortens.
+
     Parameters
     ----------
     problem
@@ -36,17 +49,21 @@ def solve_problem(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s
     backend
         A name of :data:`~dltsched.formulations.backends.BACKENDS`.
     time_limit_s
-        Wall-clock limit of the solver; default ``problem.options.time_limit_s``.
+        Wall-clock limit of the round from ``started_s``; default ``problem.options.time_limit_s``.
     warm_start
         A plan to start from; the starting selection is the better of it (extended greedily) and the greedy one.
     solver
         The Pyomo solver of ``milp`` (default HiGHS).
+    started_s
+        ``time.perf_counter()`` when the round began (e.g. before :func:`~dltsched.formulations.build.build_round`);
+        default: now.
 
     Returns
     -------
     RoundResult
         The plan (status, objective, bound, gap, timings), the solver's termination and solution status,
-        the jobs that cannot be placed and the number of candidates. Check the plan with
+        the jobs that cannot be placed, the number of candidates and the seconds per stage (``stages``:
+        ``candidates_s``, ``start_s``, ``model_build_s``, ``solve_s``, ``mapping_s``). Check the plan with
         :func:`~dltsched.formulations.checker.check_plan` before using it.
 
     Raises
@@ -55,17 +72,26 @@ def solve_problem(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s
         When ``backend`` is unknown or ``time_limit_s`` is not > 0.
     """
     began = time.perf_counter()
-    cset = build_candidates(problem)
-    prepare_s = time.perf_counter() - began
     limit = problem.options.time_limit_s if time_limit_s is None else time_limit_s
     if limit <= 0:
         raise ValueError(f"time_limit_s: {limit} not understood; must be > 0")
+    solve = load_backend(backend)
+    cset = build_candidates(problem)
+    candidates_s = time.perf_counter() - began
     if not cset.candidates:  # nothing can be placed: the empty plan is the only one, hence optimal
         return finish(cset, BackendOutcome((), Termination.OPTIMAL, None, 0.0, 0.0, "no candidate placements"), backend,
-                      prepare_s, [])
+                      candidates_s, [], {"candidates_s": candidates_s})
     start = starting_selection(cset, warm_start)
-    outcome = load_backend(backend)(cset, time_limit_s=limit, hint=start, solver=solver)
-    return finish(cset, outcome, backend, prepare_s, start)
+    start_s = time.perf_counter() - began - candidates_s
+    left = limit - (time.perf_counter() - (began if started_s is None else started_s))
+    if left < MIN_SOLVE_SHARE * limit and not (problem.options.deterministic and backend == "cpsat"):
+        outcome = BackendOutcome(None, Termination.TIME_LIMIT, None, 0.0, 0.0,
+                                 f"round time limit of {limit:g} s spent before solving: the greedy start is the plan")
+    else:
+        outcome = solve(cset, time_limit_s=limit, hint=start, solver=solver, spent_s=limit - left)
+    stages = {"candidates_s": candidates_s, "start_s": start_s, "model_build_s": outcome.build_time_s,
+              "solve_s": outcome.solve_time_s}
+    return finish(cset, outcome, backend, candidates_s + start_s, start, stages)
 
 
 def starting_selection(cset: CandidateSet, warm_start: Plan | None) -> list[int]:
@@ -85,7 +111,8 @@ def load_backend(name: str) -> Backend:
     return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
 
 
-def solve_greedy(cset: CandidateSet, *, time_limit_s: float, hint: object = (), solver: str | None = None) -> BackendOutcome:
+def solve_greedy(cset: CandidateSet, *, time_limit_s: float, hint: object = (), solver: str | None = None,
+                 spent_s: float = 0.0) -> BackendOutcome:
     """The greedy heuristic as a backend (no bound)."""
     start = time.perf_counter()
     selected = tuple(greedy_selection(cset))
@@ -93,9 +120,10 @@ def solve_greedy(cset: CandidateSet, *, time_limit_s: float, hint: object = (), 
 
 
 def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s: float,
-           start: Sequence[int]) -> RoundResult:
+           start: Sequence[int], stages: dict[str, float] | None = None) -> RoundResult:
     """Map the outcome to a plan with status, objective, bound and gap (``start``, the solver's starting
-    selection, when it returned none)."""
+    selection, when it returned none); ``stages`` (seconds per stage) gain ``mapping_s``."""
+    began = time.perf_counter()
     problem = cset.problem
     build_s = prepare_s + outcome.build_time_s
     fallback = outcome.selected is None
@@ -110,6 +138,8 @@ def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s:
             message = "; ".join(filter(None, (message, "kept the starting selection: better than the solver's "
                                                         "incumbent")))
     bound = None if fallback or outcome.bound is None else to_reported(cset, outcome.bound)
+    if bound is not None and not math.isfinite(bound):  # stopped without a bound: the gap is unknown
+        bound = None
     gap = None if bound is None else relative_gap(objective, bound, problem.options.minimize)
     status, solution = _status(outcome.termination, fallback, backend)
     if status == PlanStatus.OPTIMAL and gap is not None:
@@ -126,14 +156,22 @@ def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s:
     plan = to_plan(cset, selected, status=status, objective=objective, bound=bound, gap=gap,
                    solve_time_s=outcome.solve_time_s, build_time_s=build_s, backend=backend,
                    fallback=fallback, message=message)
-    return RoundResult(plan, outcome.termination, solution, problem.unplaceable, len(cset.candidates))
+    stages = {**(stages or {}), "mapping_s": time.perf_counter() - began}
+    return RoundResult(plan, outcome.termination, solution, problem.unplaceable, len(cset.candidates), stages)
 
 
 def relative_gap(objective: float, bound: float, minimize: bool) -> float:
-    """``|bound - objective| / max(|objective|, |bound|)`` clamped to 0..1 (0 when both are 0)."""
+    """``(bound - objective) / max(|objective|, |bound|)`` in the objective's sense, at least 0 (0 when both are 0).
+
+    Never better than the truth: a bound or objective that is not finite (a solver stopped without a
+    bound) gives ``inf``, not the 0 that ``max(0.0, inf / inf)`` would (``NaN`` compares false), and the
+    gap is not clamped to 1 (a bound of the other sign can be more than 100% away).
+    """
+    if not (math.isfinite(objective) and math.isfinite(bound)):
+        return math.inf
     diff = (objective - bound) if minimize else (bound - objective)
     scale = max(abs(objective), abs(bound))
-    return 0.0 if scale < 1e-12 else min(1.0, max(0.0, diff / scale))
+    return 0.0 if scale < 1e-12 else max(0.0, diff / scale)
 
 
 def _status(termination: str, fallback: bool, backend: str) -> tuple[PlanStatus, SolutionStatus]:

@@ -12,9 +12,19 @@ first under the ``jct`` objective, else in arrival order), and the next solve se
 Migration and preemption are priced by ``config.migration_penalty``; the simulator also charges the
 checkpoint-restore time of every moved job.
 
-Working set: a round solves only when a job waits that no solve has seen yet, jobs have waited since a
-solve ``round_interval_s`` ago, or a running job could move (see below); otherwise running jobs stay
-and waiting jobs start greedily on free GPUs, as between solves. A solving round decides about every
+Working set: a round solves only when something changed that a solve has not seen - its *trigger*, which
+the solve log records per solve (``trigger``; :attr:`OptimizingPolicy.triggers` counts them):
+
+- ``new_waiting``: a job waits that no solve has seen waiting (an arrival, or a job that a failure, an
+  out-of-memory crash or a preemption sent back to the queue);
+- ``movers``: a running job could move (see below);
+- ``changed``: jobs have waited since a solve ``round_interval_s`` ago *and* the round's inputs changed
+  since that solve: a job finished or arrived, GPUs went down or came back, or the run measured a new
+  memory peak (:func:`~dltsched.engine.domain.predictors.memory_observations_version`).
+
+A tick in which only the clock moved re-uses the last plan (running jobs stay; waiting jobs start greedily
+on free GPUs, as between solves): re-solving such a state gives the same plan but for the clock's
+effect on remaining times, which only makes running jobs worth more (``skipped_solves`` counts these ticks). A solving round decides about every
 active job, or, when more than ``max_round_jobs`` are active (``None``: no limit), about that many. The
 set then holds the most urgent waiting jobs (shortest predicted remaining time first under the ``jct``
 objective, else arrival order) - at least half the set, or all the room the running jobs leave - and
@@ -36,7 +46,7 @@ from typing import Any
 
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.engine.domain.model import Assignment, ClusterState, JobState, Plan
-from dltsched.engine.domain.predictors import Predictors, memoized
+from dltsched.engine.domain.predictors import Predictors, memoized, memory_observations_version
 from dltsched.engine.domain.protocols import RoundSolver
 from dltsched.engine.policies.greedy import place_exclusive
 from dltsched.engine.policies.placement import Estimates
@@ -73,20 +83,26 @@ class OptimizingPolicy:
         self._declined: dict[str, tuple[tuple[int, ...], dict[str, int]]] = {}
         self._idle_seen: dict[str, int] = {}  # idle GPUs per type at the last working set
         self._seen_waiting: frozenset[str] = frozenset()  # jobs waiting at the last solve
+        #: what the last solve saw: active job ids, down GPUs, the run's memory-measurement version
+        self._seen_inputs: tuple[frozenset[str], frozenset[int], int] | None = None
         self.solve_log: list[dict[str, Any]] = []
+        self.triggers: dict[str, int] = {}  #: solves per trigger (see the module docstring)
+        self.skipped_solves = 0  #: periodic ticks that re-used the last plan: nothing but the clock changed
 
     def schedule(self, state: ClusterState) -> Plan:
         if not state.jobs:
             return Plan()
         if state.time_s - self._last_solve_s < self.min_interval_s:
             return self._start_greedily(state)
-        round_state, kept = self._working_set(state)
-        if not round_state.jobs:  # nothing new waits and nobody could move
+        round_state, kept, trigger = self._working_set(state)
+        if not round_state.jobs:  # nothing new waits, nobody could move, nothing changed
             return self._start_greedily(state)
         warm = round_state.current_plan() if any(s.assignment is not None for s in round_state.jobs) else None
         plan = self.solver.solve(round_state, warm_start=warm, predictors=self._asked)
         self._last_solve_s = state.time_s
         self._seen_waiting = frozenset(s.job.id for s in round_state.queued())
+        self._seen_inputs = _inputs(state)
+        self.triggers[trigger] = self.triggers.get(trigger, 0) + 1
         placed, now = plan.by_job(), state.placements_by_id()
         for job_id in self._movers:
             if job_id in placed and set(placed[job_id].gpus) == set(now[job_id].gpus):
@@ -94,7 +110,7 @@ class OptimizingPolicy:
         self.solve_log.append({"time_s": state.time_s, "status": plan.status, "solve_time_s": plan.solve_time_s,
                                "build_time_s": plan.build_time_s, "gap": plan.gap, "jobs": len(round_state.jobs),
                                "active_jobs": len(state.jobs), "waiting_jobs": len(state.queued()),
-                               "movers": len(self._movers)})
+                               "movers": len(self._movers), "trigger": trigger})
         return replace(plan, assignments=plan.assignments + kept) if kept else plan
 
     def _start_greedily(self, state: ClusterState) -> Plan:
@@ -110,8 +126,9 @@ class OptimizingPolicy:
         types = self._est.candidate_types(s.job, state.cluster)
         return s.remaining_iterations * self._est.step_time_s(s.job, types[0]) if types else math.inf
 
-    def _working_set(self, state: ClusterState) -> tuple[ClusterState, tuple[Assignment, ...]]:
-        """The round's jobs (see module docstring) and the assignments of the running jobs left out."""
+    def _working_set(self, state: ClusterState) -> tuple[ClusterState, tuple[Assignment, ...], str]:
+        """The round's jobs (see module docstring), the assignments of the running jobs left out, and what
+        triggers the solve (no jobs: no solve)."""
         cap = self.max_round_jobs
         running = state.running()
         idle = _Idle.of(state)
@@ -125,10 +142,16 @@ class OptimizingPolicy:
         movers = len(self._movers)
         waiting = state.queued()
         stale = self.round_interval_s is not None and state.time_s - self._last_solve_s >= self.round_interval_s
-        if not movers and not (waiting and stale) and all(s.job.id in self._seen_waiting for s in waiting):
-            return ClusterState(state.time_s, state.cluster, ()), ()  # nothing new waits, nobody could move
+        news = any(s.job.id not in self._seen_waiting for s in waiting)
+        trigger = "new_waiting" if news else "movers" if movers else "changed"
+        if not news and not movers:
+            if not (waiting and stale):
+                return ClusterState(state.time_s, state.cluster, ()), (), trigger  # nothing new waits, nobody moves
+            if _inputs(state) == self._seen_inputs:
+                self.skipped_solves += 1
+                return ClusterState(state.time_s, state.cluster, ()), (), trigger  # only the clock moved
         if cap is None or len(state.jobs) <= cap:
-            return state, ()
+            return state, (), trigger
         queued = self._between_solves_order(state)
         take_queued = min(len(queued), max(cap - len(running), cap // 2))
         groups.sort(key=lambda entry: (entry[0], -max(self._remaining_s(s, state) for s in entry[1])))
@@ -144,7 +167,7 @@ class OptimizingPolicy:
                     kept.append(s.assignment)  # type: ignore[arg-type]
                     held.update(s.assignment.gpus)  # type: ignore[union-attr]
         chosen.extend(queued[:take_queued])
-        return ClusterState(state.time_s, state.cluster, tuple(chosen), state.down_gpus | held), tuple(kept)
+        return ClusterState(state.time_s, state.cluster, tuple(chosen), state.down_gpus | held), tuple(kept), trigger
 
     def _could_move(self, group: Sequence[JobState], idle: _Idle, state: ClusterState) -> bool:
         """A job could run faster elsewhere now: it shares GPUs and the idle GPUs of its own type or a
@@ -169,7 +192,10 @@ class OptimizingPolicy:
         return {"last_solve_s": self._last_solve_s if self._last_solve_s != float("-inf") else None,
                 "declined": {k: {"gpus": list(gpus), "idle": dict(seen)}
                              for k, (gpus, seen) in sorted(self._declined.items())},
-                "seen_waiting": sorted(self._seen_waiting)}
+                "seen_waiting": sorted(self._seen_waiting),
+                "seen_inputs": None if self._seen_inputs is None else {
+                    "jobs": sorted(self._seen_inputs[0]), "down_gpus": sorted(self._seen_inputs[1]),
+                    "memory_version": self._seen_inputs[2]}}
 
     def load_state_dict(self, data: dict[str, Any]) -> None:
         value = data.get("last_solve_s")
@@ -177,6 +203,16 @@ class OptimizingPolicy:
         self._declined = {k: (tuple(d["gpus"]), {t: int(n) for t, n in d["idle"].items()})
                           for k, d in data.get("declined", {}).items()}
         self._seen_waiting = frozenset(data.get("seen_waiting", ()))
+        seen = data.get("seen_inputs")
+        self._seen_inputs = None if seen is None else (frozenset(seen["jobs"]), frozenset(int(g) for g in seen["down_gpus"]),
+                                                       int(seen["memory_version"]))
+
+
+def _inputs(state: ClusterState) -> tuple[frozenset[str], frozenset[int], int]:
+    """What a solve's inputs change with besides the clock: the active jobs, the down GPUs, the run's
+    memory measurements (running jobs' placements change only by the policy's own plans)."""
+    active = frozenset(state.placements_by_id()).union(s.job.id for s in state.queued())
+    return active, frozenset(state.down_gpus), memory_observations_version()
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,8 +48,11 @@ class BackendOutcome:
 
 
 class Backend(Protocol):
+    """``time_limit_s`` bounds the whole round, of which ``spent_s`` seconds went before the call (building):
+    a wall-clock limit is what is left; CP-SAT's deterministic budget stays whole (see its module)."""
+
     def __call__(self, cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int],
-                 solver: str | None = None) -> BackendOutcome: ...
+                 solver: str | None = None, spent_s: float = 0.0) -> BackendOutcome: ...
 
 
 def capacity_limits(cset: CandidateSet) -> tuple[list[int], dict[str, int]]:

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
-from dltsched.formulations.backends import BackendOutcome, capacity_limits, capacity_rows, stays_by_slot
+from dltsched.formulations.backends import BackendOutcome
+from dltsched.formulations.backends.rows import model_rows
 from dltsched.formulations.candidates import CandidateSet
 from dltsched.formulations.result import Termination
 
@@ -38,34 +38,34 @@ _TARGET = 1e7
 DETERMINISTIC_TIME_PER_S = 0.1
 #: in deterministic mode, the wall-clock cap is this many times ``time_limit_s``
 WALL_CAP_FACTOR = 10.0
+#: the least wall-clock time a solve is given (a round whose building took its whole limit)
+_LEAST_S = 0.01
 
 
-def solve(cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int], solver: str | None = None) -> BackendOutcome:
+def solve(cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int], solver: str | None = None,
+          spent_s: float = 0.0) -> BackendOutcome:
     """Solve ``cset`` with CP-SAT (``solver`` must be ``None`` or ``"cpsat"``; ``hint`` is not used, see
-    the module docstring)."""
+    the module docstring). The wall-clock limit (non-deterministic) or cap (deterministic) is what is left of
+    the round's after ``spent_s`` seconds and the model's building; the deterministic budget is whole."""
     from ortools.sat.python import cp_model
 
     if solver not in (None, "cpsat", "cp-sat"):
         raise ValueError(f"solver: '{solver}' not understood for backend cpsat; leave it out")
     start = time.perf_counter()
     model = cp_model.CpModel()
-    x = [model.new_bool_var(f"x{c}") for c in range(len(cset.candidates))]
-    scale = _scale(cset)
-    add_one_placement_per_job(model, x, cset)
-    add_capacity(model, x, cset)
-    add_slot_rules(model, x, cset)
-    makespan = add_makespan(model, x, cset, scale)
-    set_objective(model, x, cset, scale, makespan)
+    model.proto.parse_text_format(model_text(cset))
+    num = len(cset.candidates)
     build_s = time.perf_counter() - start
     engine = cp_model.CpSolver()
     options = cset.problem.options
+    spent = spent_s + build_s
     det_budget = float(time_limit_s) * DETERMINISTIC_TIME_PER_S
     if options.deterministic:
         engine.parameters.num_workers = 1
         engine.parameters.max_deterministic_time = det_budget
-        engine.parameters.max_time_in_seconds = float(time_limit_s) * WALL_CAP_FACTOR
+        engine.parameters.max_time_in_seconds = max(_LEAST_S, float(time_limit_s) * WALL_CAP_FACTOR - spent)
     else:
-        engine.parameters.max_time_in_seconds = float(time_limit_s)
+        engine.parameters.max_time_in_seconds = max(_LEAST_S, float(time_limit_s) - spent)
         engine.parameters.num_workers = options.num_workers
     engine.parameters.relative_gap_limit = options.relative_gap
     status = engine.solve(model)
@@ -74,13 +74,15 @@ def solve(cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int], solve
               and engine.deterministic_time < det_budget)
     note = "stopped by the wall-clock cap, not the deterministic budget: not reproducible" if capped else ""
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        selected = tuple(c for c in range(len(x)) if engine.boolean_value(x[c]))
+        values = engine.response_proto.solution
+        selected = tuple(c for c, v in zip(range(num), values, strict=False) if v)
         if status == cp_model.OPTIMAL:
             termination = (Termination.OPTIMAL if engine.objective_value >= engine.best_objective_bound - 0.5
                            else Termination.GAP_LIMIT)
         else:
             termination = Termination.TIME_LIMIT
-        return BackendOutcome(selected, termination, engine.best_objective_bound / scale, build_s, solve_s, note)
+        return BackendOutcome(selected, termination, engine.best_objective_bound / _scale(cset), build_s, solve_s,
+                              note)
     termination = {cp_model.INFEASIBLE: Termination.INFEASIBLE, cp_model.UNKNOWN: Termination.TIME_LIMIT}.get(
         status, Termination.ERROR)
     return BackendOutcome(None, termination, None, build_s, solve_s,
@@ -94,50 +96,46 @@ def _scale(cset: CandidateSet) -> float:
     return _TARGET / max(largest, 1e-12)
 
 
-def add_one_placement_per_job(model: Any, x: list[Any], cset: CandidateSet) -> None:
-    for cands in cset.by_job:
-        if len(cands) > 1:
-            model.add_at_most_one(x[c] for c in cands)
+_LOWEST, _HIGHEST = -(2**63), 2**63 - 1
 
 
-def add_capacity(model: Any, x: list[Any], cset: CandidateSet) -> None:
-    """Usable GPUs per node (multi-GPU units and kept slots) and per type (everything)."""
-    per_node, per_type = capacity_rows(cset)
-    node_limit, type_limit = capacity_limits(cset)
-    for n, terms in per_node.items():
-        if sum(k for _, k in terms) > node_limit[n]:
-            model.add(sum(k * x[c] for c, k in terms) <= node_limit[n])
-    for gpu_type, terms in per_type.items():
-        model.add(sum(k * x[c] for c, k in terms) <= type_limit[gpu_type])
+def _linear(cols: Sequence[int], coefs: Sequence[int], lower: int, upper: int) -> str:
+    return (f"constraints {{ linear {{ vars: {' vars: '.join(map(str, cols))} "
+            f"coeffs: {' coeffs: '.join(map(str, coefs))} domain: {lower} domain: {upper} }} }}")
 
 
-def add_slot_rules(model: Any, x: list[Any], cset: CandidateSet) -> None:
-    """A slot is kept by at most one unit; slots that overlap are not both kept."""
-    stays = stays_by_slot(cset)
-    for cands in stays.values():
-        if len(cands) > 1:
-            model.add_at_most_one(x[c] for c in cands)
-    for p, q in cset.slot_conflicts:
-        model.add(sum(x[c] for c in stays.get(p, [])) + sum(x[c] for c in stays.get(q, [])) <= 1)
+def _at_most_one(cols: Sequence[int]) -> str:
+    return f"constraints {{ at_most_one {{ literals: {' literals: '.join(map(str, cols))} }} }}"
 
 
-def add_makespan(model: Any, x: list[Any], cset: CandidateSet, scale: float) -> Any:
-    """``M >= completion of every job`` (placed: its candidate's; left out: wait + run alone)."""
-    if cset.problem.options.objective != "makespan":
-        return None
-    waits = [round(w * scale) for w in cset.unplaced_completion_s]
-    latest = max([*cset.unplaced_completion_s, *(t for c in cset.candidates for t in c.completion_s)], default=0.0)
-    makespan = model.new_int_var(0, round(latest * scale) + 1, "makespan")
-    for j, cands in enumerate(cset.by_job):
-        saved = []
-        for c in cands:
-            cand = cset.candidates[c]
-            done = cand.completion_s[cand.jobs.index(j)]
-            saved.append(waits[j] - round(done * scale))
-        model.add(makespan >= waits[j] - sum(s * x[c] for s, c in zip(saved, cands, strict=True)))
-    return makespan
-
-
-def set_objective(model: Any, x: list[Any], cset: CandidateSet, scale: float, makespan: Any) -> None:
-    terms = sum(round(cand.gain * scale) * x[c] for c, cand in enumerate(cset.candidates) if cand.gain)
-    model.maximize(terms - makespan if makespan is not None else terms)
+def model_text(cset: CandidateSet) -> str:
+    """The CP-SAT model of ``cset`` in protobuf text format, written from the index lists of
+    :func:`~dltsched.formulations.backends.rows.model_rows` in one pass and parsed by CP-SAT in C++ (a Python
+    call per variable and term costs several times more on large rounds). Coefficients are integer-scaled;
+    the objective maximises the gains (minus the makespan variable, the last one)."""
+    num = len(cset.candidates)
+    scale = _scale(cset)
+    lines = ["variables { domain: 0 domain: 1 }\n" * num]
+    for row in model_rows(cset):
+        if row.at_most_one:
+            lines.append(_at_most_one(row.cols))
+        else:
+            lines.append(_linear(row.cols, [round(k) for k in row.coefs], _LOWEST, round(row.upper or 0)))
+    cols = [c for c, cand in enumerate(cset.candidates) if cand.gain]
+    coefs = [-round(cset.candidates[c].gain * scale) for c in cols]  # maximise: CP-SAT minimises -gain
+    if cset.problem.options.objective == "makespan":
+        makespan = num
+        waits = [round(w * scale) for w in cset.unplaced_completion_s]
+        latest = max([*cset.unplaced_completion_s, *(t for c in cset.candidates for t in c.completion_s)],
+                     default=0.0)
+        lines.insert(1, f"variables {{ domain: 0 domain: {round(latest * scale) + 1} }}\n")
+        for j, cands in enumerate(cset.by_job):  # M + sum saved_c x_c >= wait_j
+            saved = [waits[j] - round(cset.candidates[c].completion_s[cset.candidates[c].jobs.index(j)] * scale)
+                     for c in cands]
+            lines.append(_linear([*cands, makespan], [*saved, 1], waits[j], _HIGHEST))
+        cols.append(makespan)
+        coefs.append(1)
+    if cols:
+        lines.append(f"objective {{ vars: {' vars: '.join(map(str, cols))} scaling_factor: -1 "
+                     f"coeffs: {' coeffs: '.join(map(str, coefs))} }}")
+    return "\n".join(lines)

@@ -16,6 +16,10 @@ def greedy_selection(cset: CandidateSet, first: Sequence[int] = ()) -> list[int]
     node_left, type_left = capacity_limits(cset)
     used_jobs: set[int] = set()
     kept: set[int] = set()
+    clashes: dict[int, set[int]] = {}  # slot -> the slots it overlaps
+    for p, q in cset.slot_conflicts:
+        clashes.setdefault(p, set()).add(q)
+        clashes.setdefault(q, set()).add(p)
     selected: list[int] = []
     rest = sorted(set(range(len(cset.candidates))) - set(first),
                   key=lambda c: (-cset.candidates[c].gain / cset.candidates[c].num_gpus, c))
@@ -29,7 +33,7 @@ def greedy_selection(cset: CandidateSet, first: Sequence[int] = ()) -> list[int]
             continue
         if cand.kind == "stay":
             slot = cset.slots[cand.where]
-            if cand.where in kept or any(p in kept for pair in cset.slot_conflicts if cand.where in pair for p in pair):
+            if cand.where in kept or not kept.isdisjoint(clashes.get(cand.where, ())):
                 continue
             if any(node_left[n] < k for n, k in slot.node_gpus):
                 continue

@@ -115,10 +115,14 @@ def _print_result(payload: dict[str, Any]) -> None:
               help="Relative gap limit.")
 @click.option("--max-jobs-per-gpu", type=click.IntRange(1, 3), default=2, show_default=True)
 @click.option("--predictors", "predictors_name", default="analytic", show_default=True)
+@click.option("--milp-solver", type=click.Choice(["highs", "highspy"]), default="highs", show_default=True,
+              help="HiGHS for --backend milp through Pyomo (highs) or fed the matrix directly (highspy).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def bench_solve(sizes: str, backend: str, repeats: int, time_limit_s: float, relative_gap: float,
-                max_jobs_per_gpu: int, predictors_name: str, as_json: bool) -> None:
-    """Solve synthetic rounds of each size; report build/solve time medians, gap, status, winner."""
+                max_jobs_per_gpu: int, predictors_name: str, milp_solver: str, as_json: bool) -> None:
+    """Decide synthetic rounds of each size: per stage of the round (round build, candidates, start, model
+    build, solve, mapping, check) and in all (round_total_s) the median and range over repeats, peak RSS,
+    gap, status, winner."""
     from dltsched.engine.app.cli.main import emit
     from dltsched.engine.app.registry import predictors
     from dltsched.formulations.bench import bench_size, parse_size, rows_as_dicts, winners
@@ -129,12 +133,19 @@ def bench_solve(sizes: str, backend: str, repeats: int, time_limit_s: float, rel
     backends = EXACT_BACKENDS if backend == "both" else (backend,)
     options = RoundOptions(max_jobs_per_gpu=max_jobs_per_gpu, relative_gap=relative_gap, time_limit_s=time_limit_s)
     bundle = predictors(predictors_name)
-    rows = [row for name in names for row in bench_size(name, backends, bundle, repeats, time_limit_s, options)]
+    solver = None if milp_solver == "highs" else milp_solver
+    rows = [row for name in names for row in bench_size(name, backends, bundle, repeats, time_limit_s, options, solver)]
     table = rows_as_dicts(rows, winners(rows, options.minimize))
     emit({"rows": table}, as_json, lambda: _print_bench(table))
 
 
 def _print_bench(table: list[dict[str, Any]]) -> None:
+    from dltsched.formulations.bench import STAGES
+
     for r in table:
-        click.echo(f"{r['size']:>10} {r['backend']:>6} cands={r['num_candidates']:>7} build={r['build_time_s']:.3f}s "
-                   f"solve={r['solve_time_s']:.3f}s gap={r['gap']} {r['status']}{' *' if r['winner'] else ''}")
+        gap = "unknown" if r["gap"] is None else f"{r['gap']:.4%}"
+        click.echo(f"{r['size']:>10} {r['backend']:>6} cands={r['num_candidates']:>7} "
+                   f"round_total={r['round_total_s']:.3f}s [{r['min']['round_total_s']:.3f}-"
+                   f"{r['max']['round_total_s']:.3f}] first={r['first_round_total_s']:.3f}s "
+                   f"peak_rss={r['peak_rss_mib']:.0f}MiB gap={gap} {r['status']}{' *' if r['winner'] else ''}")
+        click.echo("           " + " ".join(f"{stage[:-2]}={r[stage]:.3f}" for stage in STAGES[:-1]))

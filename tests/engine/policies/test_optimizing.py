@@ -26,6 +26,8 @@ def test_rounds_stay_within_the_working_set_and_every_job_finishes(analytic, sma
     assert all(entry["jobs"] <= 5 for entry in policy.solve_log)
     assert any(entry["active_jobs"] > 5 for entry in policy.solve_log), "the cap never bound: test shows nothing"
     assert all(entry["status"] != "fallback" for entry in policy.solve_log)
+    assert {entry["trigger"] for entry in policy.solve_log} <= {"new_waiting", "movers", "changed"}
+    assert sum(policy.triggers.values()) == len(policy.solve_log)
 
 
 def test_without_a_cap_the_round_sees_every_active_job(analytic, small_instance, backend):
@@ -50,10 +52,10 @@ def test_working_set_takes_urgent_waiting_jobs_and_long_running_ones_and_keeps_t
     state = _state(3, {"a": 1000.0, "b": 10.0, "c": 500.0, "d": 50.0, "q1": 20.0, "q2": 5000.0},
                    {"a": (0,), "b": (1,), "c": (2,), "d": (2,)})
     policy = optimizing_policy(tables.bundle(), max_round_jobs=4, objective="jct", time_limit_s=1.0, backend=backend)
-    round_state, kept = policy._working_set(state)
+    round_state, kept, trigger = policy._working_set(state)
     assert [s.job.id for s in round_state.jobs] == ["a", "b", "q1", "q2"]
     assert kept == (Assignment("c", (2,)), Assignment("d", (2,)))
-    assert round_state.down_gpus == {2}
+    assert round_state.down_gpus == {2} and trigger == "new_waiting"
     plan = policy.schedule(state)
     by_job = plan.by_job()
     assert by_job["c"] == Assignment("c", (2,)) and by_job["d"] == Assignment("d", (2,))
@@ -68,7 +70,7 @@ def test_jobs_sharing_a_gpu_while_one_is_idle_are_reconsidered_first(backend):
     state = _state(4, {"a": 1000.0, "b": 10.0, "c": 500.0, "d": 50.0, "q1": 20.0, "q2": 5000.0},
                    {"a": (0,), "b": (1,), "c": (2,), "d": (2,)})
     policy = optimizing_policy(tables.bundle(), max_round_jobs=4, objective="jct", time_limit_s=1.0, backend=backend)
-    round_state, kept = policy._working_set(state)
+    round_state, kept, trigger = policy._working_set(state)
     assert [s.job.id for s in round_state.jobs] == ["c", "d", "q1", "q2"]
     assert kept == (Assignment("a", (0,)), Assignment("b", (1,)))
 
@@ -149,22 +151,31 @@ def test_a_declined_mover_is_reconsidered_when_more_gpus_fall_idle(backend):
     assert policy.solve_log[-1]["movers"] == 1
 
 
-def test_a_waiting_job_a_solve_has_seen_waits_for_the_periodic_solve_or_a_free_gpu(backend):
-    # One GPU: r (100 s left) runs, w (10,000 s) waits; under jct the solve keeps r (worth 100x more)
-    # and, with one job per GPU, w waits. Without news, no solve until round_interval_s (1,800 s) after
-    # the last one; when r is gone, w starts greedily on the free GPU without a solve.
-    tables = Tables(step_s={"r": [1.0], "w": [1.0]})
-    cluster = Cluster((Node("v0", "v100", 1),))
+def test_a_waiting_job_a_solve_has_seen_waits_for_a_change_or_a_free_gpu(backend):
+    # Two GPUs, one job per GPU: r (100 s left) and x (200 s) run, w (10,000 s) waits; under jct the solve
+    # keeps r and x (worth 100x and 50x more) and w waits. Without news, no solve, not even at the
+    # periodic tick (round_interval_s = 1,800 s after the last solve): only the clock moved. When x is
+    # gone after the tick, the round's inputs changed: a solve ("changed"). When r is gone too, w starts
+    # greedily on a free GPU without a solve.
+    tables = Tables(step_s={"r": [1.0], "x": [1.0], "w": [1.0]})
+    cluster = Cluster((Node("v0", "v100", 2),))
     r = JobState(Job("r", "resnet18", 32, 1e4), 100.0, assignment=Assignment("r", (0,)))
+    x = JobState(Job("x", "resnet18", 32, 1e4), 200.0, assignment=Assignment("x", (1,)))
     w = JobState(Job("w", "resnet18", 32, 1e4), 1e4)
     policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, max_jobs_per_gpu=1, backend=backend)
-    assert set(policy.schedule(ClusterState(0.0, cluster, (r, w))).by_job()) == {"r"}
-    assert policy.schedule(ClusterState(400.0, cluster, (r, w))) == Plan(incremental=True)
-    assert len(policy.solve_log) == 1
-    policy.schedule(ClusterState(1800.0, cluster, (r, w)))
-    assert len(policy.solve_log) == 2
+    assert set(policy.schedule(ClusterState(0.0, cluster, (r, x, w))).by_job()) == {"r", "x"}
+    assert policy.schedule(ClusterState(400.0, cluster, (r, x, w))) == Plan(incremental=True)
+    assert policy.schedule(ClusterState(1800.0, cluster, (r, x, w))) == Plan(incremental=True)
+    assert len(policy.solve_log) == 1 and policy.skipped_solves == 1
+    resumed = optimizing_policy(tables.bundle(), time_limit_s=1.0, max_jobs_per_gpu=1, backend=backend)
+    resumed.load_state_dict(policy.state_dict())
+    assert resumed.schedule(ClusterState(1900.0, cluster, (r, x, w))) == Plan(incremental=True)
+    assert not resumed.solve_log and resumed.skipped_solves == 1
+    plan = policy.schedule(ClusterState(2000.0, cluster, (r, w)))
+    assert len(policy.solve_log) == 2 and policy.solve_log[-1]["trigger"] == "changed"
+    assert policy.triggers == {"new_waiting": 1, "changed": 1}
     plan = policy.schedule(ClusterState(2200.0, cluster, (w,)))
-    assert plan.incremental and plan.by_job()["w"].gpus == (0,) and len(policy.solve_log) == 2
+    assert "w" in plan.by_job() and len(policy.solve_log) == 2
 
 
 def test_jobs_sharing_any_gpu_form_one_group():

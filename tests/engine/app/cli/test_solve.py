@@ -66,6 +66,12 @@ def test_bench_solve_tiny_sizes(capsys) -> None:  # noqa: ANN001
         mine = [r for r in rows if r["size"] == size]
         assert sum(r["winner"] for r in mine) == 1
         assert all(r["gap"] is not None and r["gap"] <= 0.02 for r in mine)
+    stages = ("round_build_s", "candidates_s", "start_s", "model_build_s", "solve_s", "mapping_s", "check_s")
+    for r in rows:  # every stage of the round is reported, and the total holds them all
+        assert all(r[k] >= 0.0 for k in stages) and r["solve_s"] > 0.0
+        assert r["round_total_s"] >= sum(r[k] for k in stages) * (1 - 1e-6) - 1e-3
+        assert r["min"]["round_total_s"] <= r["round_total_s"] <= r["max"]["round_total_s"]
+        assert r["peak_rss_mib"] > 0.0
 
 
 def test_bench_rejects_bad_size() -> None:
