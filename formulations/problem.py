@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dltsched.engine.domain.errors import ValidationError
-from dltsched.engine.domain.model import OBJECTIVES
+from dltsched.engine.domain.model import DEFAULT_OBJECTIVE, OBJECTIVES
 
 #: objectives that are minimised; ``effective_progress`` and ``jct`` are maximised
 MINIMIZE = frozenset({"weighted_completion", "makespan"})
@@ -49,7 +49,7 @@ class RoundOptions:
     limit (faster on a large round, but two runs may return different plans).
     """
 
-    objective: str = "effective_progress"
+    objective: str = DEFAULT_OBJECTIVE
     max_jobs_per_gpu: int = 2
     freeze_levels: tuple[int, ...] | int = 4
     time_limit_s: float = 10.0

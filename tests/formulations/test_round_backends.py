@@ -49,7 +49,7 @@ def test_gang_stays_in_one_node_or_pays_cross_node(backend: str) -> None:
     # nodes of 2 + 2 GPUs: the 2-GPU job fits one node; the 3-GPU job must span both (normalised to 1).
     tables = Tables(step_s={"g2": [1.0], "g3": [1.0]})
     problem = make_round(tables, [("v100", 2), ("v100", 2)], [job("g2", 2), job("g3", 3)],
-                         options=RoundOptions(max_jobs_per_gpu=1, relative_gap=0.0))
+                         options=RoundOptions(objective="effective_progress", max_jobs_per_gpu=1, relative_gap=0.0))
     result = solve_problem(problem, backend)
     assert checked(problem, result) == pytest.approx(1.0)
     placed = result.plan.by_job()

@@ -124,7 +124,7 @@ def test_jct_value_scale_is_median_over_remaining_time_with_a_floor() -> None:
     jobs = [job("a", iterations=10), job("b", iterations=300), job("c", iterations=600), job("d", iterations=1200)]
     jct = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective="jct"))
     assert [jct.value_scale(j) for j in range(4)] == pytest.approx([450 / 60, 450 / 300, 450 / 600, 450 / 1200])
-    plain = make_round(tables, [("v100", 1)], jobs)
+    plain = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective="effective_progress"))
     assert [plain.value_scale(j) for j in range(4)] == [1.0] * 4
     assert RoundProblem.from_dict(jct.to_dict()).value_scale(0) == pytest.approx(450 / 60)
 
@@ -136,5 +136,5 @@ def test_migration_cost_is_amortised_over_long_jobs_under_jct() -> None:
     jct = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective="jct", migration_penalty=0.1))
     assert [jct.migration_cost(j) for j in range(4)] == pytest.approx(
         [0.1 * 450 / 60, 0.1 * 450 / 300, 0.1 * (450 / 600) ** 2, 0.1 * (450 / 1200) ** 2])
-    plain = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(migration_penalty=0.1))
+    plain = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective="effective_progress", migration_penalty=0.1))
     assert [plain.migration_cost(j) for j in range(4)] == pytest.approx([0.1] * 4)
