@@ -126,7 +126,7 @@ def train_colocation(dataset: str, kind: str, data_dir: str | None, out_dir: str
         read_dataset,
         train_default,
     )
-    from dltsched.predictors.colocation.profiled import train_profile_table
+    from dltsched.predictors.colocation.profile_train import train_profile_table
 
     figures: dict[str, Any] = {}
     if cv_splits:

@@ -301,7 +301,7 @@ def time_predictions(pairs: int = 10_000) -> dict[str, float]:
     for job, gpu in work:
         predictor.step_time_s(job, gpu)
     elapsed = time.perf_counter() - start
-    from dltsched.predictors.colocation.profiled import time_profile_colocation
+    from dltsched.predictors.colocation.profile_train import time_profile_colocation
 
     return ({"pairs": pairs, "seconds": elapsed, "pairs_per_s": pairs / elapsed} | time_colocation(pairs)
             | time_profile_colocation(pairs))
