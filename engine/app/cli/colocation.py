@@ -17,7 +17,7 @@ _TABLE_HELP = ("Co-location table JSON (default: the shipped one), a profile mod
 def _load_predictor(path: str | None) -> Any:
     import json
 
-    from dltsched.predictors.colocation.profiled import FORMAT, ProfileColocation
+    from dltsched.predictors.colocation.profiled import FORMAT, FORMAT_1, ProfileColocation
     from dltsched.predictors.colocation.table import ColocationTable, default_table
 
     if path is None:
@@ -30,7 +30,7 @@ def _load_predictor(path: str | None) -> Any:
         raw = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
         raise ValidationError("model", f"'{path}' not readable as JSON ({err})") from None
-    if isinstance(raw, dict) and raw.get("format") == FORMAT:
+    if isinstance(raw, dict) and raw.get("format") in (FORMAT, FORMAT_1):
         return ProfileColocation.from_json(raw)
     return ColocationTable.from_json(raw)
 

@@ -308,12 +308,12 @@ def time_predictions(pairs: int = 10_000) -> dict[str, float]:
 
 
 def time_colocation(groups: int = 10_000) -> dict[str, float]:
-    """Time ``groups`` co-location predictions (each job's speed and the group's memory) from the shipped
-    table, cycling over its 2-job entries."""
+    """Time ``groups`` co-location predictions (each job's speed and the group's memory) from the older shipped
+    ensemble table (:func:`~dltsched.predictors.colocation.default_table`), cycling over its 2-job entries."""
     from dltsched.engine.domain.model import Job
-    from dltsched.predictors.colocation import default_colocation_predictor
+    from dltsched.predictors.colocation import default_table
 
-    table = default_colocation_predictor()
+    table = default_table()
     work = []
     for key in sorted(table.entries):
         gpu, *members = key.split("|")
