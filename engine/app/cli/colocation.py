@@ -10,18 +10,19 @@ import click
 from dltsched.engine.app.cli.main import emit
 from dltsched.engine.domain.errors import ValidationError
 
-_TABLE_HELP = ("Co-location table JSON (default: the shipped one), a profile model's table_profile_*.json, "
-               "or an E-GGAT .safetensors checkpoint.")
+_TABLE_HELP = ("A profile model's table_profile_*.json (default: the shipped one, the engine's co-location "
+               "predictor), an ensemble co-location table JSON, or an E-GGAT .safetensors checkpoint.")
 
 
 def _load_predictor(path: str | None) -> Any:
     import json
 
+    from dltsched.predictors.colocation import default_colocation_predictor
     from dltsched.predictors.colocation.profiled import FORMAT, FORMAT_1, ProfileColocation
-    from dltsched.predictors.colocation.table import ColocationTable, default_table
+    from dltsched.predictors.colocation.table import ColocationTable
 
     if path is None:
-        return default_table()
+        return default_colocation_predictor()
     if path.endswith(".safetensors"):
         from dltsched.predictors.colocation.train import EggatPredictor
 
