@@ -55,7 +55,8 @@ def train_profile_table(out_dir: str | os.PathLike[str], dataset: str = "gavel",
 def time_profile_colocation(groups: int = 10_000, seed: int = 0) -> dict[str, float]:
     """Seconds for ``groups`` predictions of the shipped profile model: 2- and 3-job groups of Gavel's job types
     and of jobs without a profile, on K80/P100/V100/A100, in one batch call and one call per group (the
-    engine's ``colocated_speeds`` + ``group_memory_mib``), each on a fresh model (nothing remembered)."""
+    engine's ``colocated_speeds`` + ``group_memory_mib``), each on a fresh model (nothing remembered); wall-clock
+    and CPU seconds of this process (the CPU figure is the steadier one on a shared machine)."""
     import random
     import time
 
@@ -65,16 +66,17 @@ def time_profile_colocation(groups: int = 10_000, seed: int = 0) -> dict[str, fl
     rng = random.Random(seed)
     work = [Group(rng.choice(gpus), tuple(rng.choice(specs) for _ in range(rng.choice((2, 3)))))
             for _ in range(groups)]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     model.estimate_groups(work)
-    batch_s = time.perf_counter() - start
+    batch_s, batch_cpu = time.perf_counter() - start, time.process_time() - cpu
     fresh = shipped_profile_predictor()
     jobs = [(tuple(Job(f"j{i}", j.model, j.batch_size, 1.0, amp=j.amp, dataset=j.dataset)
                    for i, j in enumerate(g.jobs)), g.gpu) for g in work]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for members, gpu in jobs:
         fresh.colocated_speeds(members, gpu)
         fresh.group_memory_mib(members, gpu)
-    single_s = time.perf_counter() - start
+    single_s, single_cpu = time.perf_counter() - start, time.process_time() - cpu
     return {"profile_groups": groups, "profile_batch_seconds": batch_s, "profile_per_call_seconds": single_s,
+            "profile_batch_cpu_seconds": batch_cpu, "profile_per_call_cpu_seconds": single_cpu,
             "profile_distinct_groups": len({(g.gpu, g.jobs) for g in work})}

@@ -75,6 +75,8 @@ SHIPPED = "table_profile_gavel.json"
 #: upper bound of group memory over the summed isolated memory
 MEMORY_OVER_SUM = 1.25
 SPEED_FLOOR = 0.02
+#: the group feature the utilisation base is 100x of (capped at 100%): the summed isolated utilisation
+UTIL_BASE = GROUP_FEATURES.index("u_total")
 MAX_REMEMBERED = 200_000
 #: the utilisation trees grow leaf-wise (up to 31 leaves) on squared error: on Lucid's leave-one-model-out folds
 #: 12.8% MAPE on the valid pairs against 13.9% with the speed trees' depth-3, absolute-error setting
@@ -233,7 +235,7 @@ class ProfileColocation:
                                       **kw) if len(mem_idx) >= 2 * self.min_samples_leaf else None
         util_idx = [i for i, s in enumerate(data.samples) if s.gpu_util is not None and s.gpu_util > 0]
         self.util_trees = fit_trees(grows[util_idx], [math.log(data.samples[i].gpu_util /  # type: ignore[operator]
-                                                              min(100.0, 100.0 * grows[i, 0])) for i in util_idx],
+                                                              min(100.0, 100.0 * grows[i, UTIL_BASE])) for i in util_idx],
                                     **{**kw, **UTIL_TREES}) if len(util_idx) >= 2 * self.min_samples_leaf else None
         self.fallbacks.clear()
         return self
@@ -252,18 +254,19 @@ class ProfileColocation:
             memo = {}
         jobs, grows, profs = self._rows(groups, isolated, memo)
         log_speed = self.alpha * jobs[:, -1] + (self.speed_trees.predict(jobs) if self.speed_trees is not None else 0.0)
-        speeds = np.clip(np.exp(log_speed), SPEED_FLOOR, 1.0)
-        mem_corr = self.memory_trees.predict(grows) if self.memory_trees is not None else np.zeros(len(groups))
-        util_corr = self.util_trees.predict(grows) if self.util_trees is not None else np.zeros(len(groups))
+        speeds = np.clip(np.exp(log_speed), SPEED_FLOOR, 1.0).tolist()  # plain floats: cheaper to read one by one
+        zeros = [0.0] * len(groups)
+        mem_corr = self.memory_trees.predict(grows).tolist() if self.memory_trees is not None else zeros
+        util_corr = self.util_trees.predict(grows).tolist() if self.util_trees is not None else zeros
+        base_util = np.minimum(100.0, 100.0 * grows[:, UTIL_BASE]).tolist()
         out, k = [], 0
-        for i, (g, ps) in enumerate(zip(groups, profs, strict=True)):
-            n = len(g.jobs)
-            mems = [p.memory_mib for p in ps]
-            memory = min(max(sum(mems) * math.exp(mem_corr[i]), max(mems)), MEMORY_OVER_SUM * sum(mems))
+        for i, ps in enumerate(profs):
+            n = len(ps)
+            total = sum(p.memory_mib for p in ps)
+            memory = min(max(total * math.exp(mem_corr[i]), max(p.memory_mib for p in ps)), MEMORY_OVER_SUM * total)
             cap = min(100.0, sum(p.gpu_util for p in ps))
-            util = min(cap, max(0.1, min(100.0, 100.0 * grows[i, 0]) * math.exp(util_corr[i])))
-            out.append(ColocationEstimate(tuple(float(v) for v in speeds[k:k + n]), float(memory), float(util),
-                                          tuple(p.source for p in ps)))
+            util = min(cap, max(0.1, base_util[i] * math.exp(util_corr[i])))
+            out.append(ColocationEstimate(tuple(speeds[k:k + n]), memory, util, tuple(p.source for p in ps)))
             k += n
         return out
 
