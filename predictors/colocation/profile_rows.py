@@ -201,7 +201,7 @@ def feature_rows_loop(groups: Sequence[Sequence[JobVector]], gpus: Sequence[str]
         total_log = sum(v.log_step for v in vs)
         base = math.log(min(1.0, 1.0 / total_u))
         for i, v in enumerate(vs):
-            partners = vs[:i] + vs[i + 1:]
+            partners = [*vs[:i], *vs[i + 1:]]
             same = float(any(o.model == v.model for o in partners))
             job_rows.append([v.u, total_u - v.u, total_u, v.bw, sum(o.bw for o in partners), v.log_step,
                              v.log_step - (total_log - v.log_step) / (n - 1), v.memory_mib / gpu_mem,
