@@ -94,16 +94,19 @@ def _depth(tree: dict[str, Any]) -> int:
 
 def fit_trees(x: Sequence[Sequence[float]], y: Sequence[float], *, max_iter: int = 150, learning_rate: float = 0.05,
               max_depth: int | None = 3, min_samples_leaf: int = 20, l2_regularization: float = 1.0,
-              loss: str = "squared_error", seed: int = 0, threads: int = 1) -> JsonTrees:
+              loss: str = "squared_error", seed: int = 0, threads: int = 1,
+              monotonic_cst: Sequence[int] | None = None) -> JsonTrees:
     """Fit ``HistGradientBoostingRegressor`` (``loss``: ``squared_error`` or ``absolute_error``; no early stopping) on ``threads`` threads; return its trees.
 
+    ``monotonic_cst``: per feature 1 (prediction non-decreasing in it), -1 (non-increasing) or 0 (free).
     A feature missing in every row is fitted as 0 (sklearn cannot bin it; a constant is never split on)."""
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_limits
 
     model = HistGradientBoostingRegressor(max_iter=max_iter, learning_rate=learning_rate, max_depth=max_depth,
                                           min_samples_leaf=min_samples_leaf, l2_regularization=l2_regularization,
-                                          loss=loss, early_stopping=False, random_state=seed)
+                                          loss=loss, early_stopping=False, random_state=seed,
+                                          monotonic_cst=None if monotonic_cst is None else list(monotonic_cst))
     with threadpool_limits(threads):
         rows = np.array(x, dtype=float)
         rows[:, np.isnan(rows).all(axis=0)] = 0.0

@@ -10,18 +10,19 @@ import click
 from dltsched.engine.app.cli.main import emit
 from dltsched.engine.domain.errors import ValidationError
 
-_TABLE_HELP = ("Co-location table JSON (default: the shipped one), a profile model's table_profile_*.json, "
-               "or an E-GGAT .safetensors checkpoint.")
+_TABLE_HELP = ("A profile model's table_profile_*.json (default: the shipped one, the engine's co-location "
+               "predictor), an ensemble co-location table JSON, or an E-GGAT .safetensors checkpoint.")
 
 
 def _load_predictor(path: str | None) -> Any:
     import json
 
-    from dltsched.predictors.colocation.profiled import FORMAT, ProfileColocation
-    from dltsched.predictors.colocation.table import ColocationTable, default_table
+    from dltsched.predictors.colocation import default_colocation_predictor
+    from dltsched.predictors.colocation.profiled import FORMAT, FORMAT_1, ProfileColocation
+    from dltsched.predictors.colocation.table import ColocationTable
 
     if path is None:
-        return default_table()
+        return default_colocation_predictor()
     if path.endswith(".safetensors"):
         from dltsched.predictors.colocation.train import EggatPredictor
 
@@ -30,7 +31,7 @@ def _load_predictor(path: str | None) -> Any:
         raw = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
         raise ValidationError("model", f"'{path}' not readable as JSON ({err})") from None
-    if isinstance(raw, dict) and raw.get("format") == FORMAT:
+    if isinstance(raw, dict) and raw.get("format") in (FORMAT, FORMAT_1):
         return ProfileColocation.from_json(raw)
     return ColocationTable.from_json(raw)
 
@@ -126,7 +127,7 @@ def train_colocation(dataset: str, kind: str, data_dir: str | None, out_dir: str
         read_dataset,
         train_default,
     )
-    from dltsched.predictors.colocation.profiled import train_profile_table
+    from dltsched.predictors.colocation.profile_train import train_profile_table
 
     figures: dict[str, Any] = {}
     if cv_splits:

@@ -301,19 +301,19 @@ def time_predictions(pairs: int = 10_000) -> dict[str, float]:
     for job, gpu in work:
         predictor.step_time_s(job, gpu)
     elapsed = time.perf_counter() - start
-    from dltsched.predictors.colocation.profiled import time_profile_colocation
+    from dltsched.predictors.colocation.profile_train import time_profile_colocation
 
     return ({"pairs": pairs, "seconds": elapsed, "pairs_per_s": pairs / elapsed} | time_colocation(pairs)
             | time_profile_colocation(pairs))
 
 
 def time_colocation(groups: int = 10_000) -> dict[str, float]:
-    """Time ``groups`` co-location predictions (each job's speed and the group's memory) from the shipped
-    table, cycling over its 2-job entries."""
+    """Time ``groups`` co-location predictions (each job's speed and the group's memory) from the older shipped
+    ensemble table (:func:`~dltsched.predictors.colocation.default_table`), cycling over its 2-job entries."""
     from dltsched.engine.domain.model import Job
-    from dltsched.predictors.colocation import default_colocation_predictor
+    from dltsched.predictors.colocation import default_table
 
-    table = default_colocation_predictor()
+    table = default_table()
     work = []
     for key in sorted(table.entries):
         gpu, *members = key.split("|")

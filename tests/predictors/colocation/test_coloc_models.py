@@ -175,13 +175,12 @@ def test_pairwise_composition_adds_each_partners_extra_time() -> None:
 def test_shipped_table_is_gavel_only_small_and_covers_three_job_groups() -> None:
     from importlib import resources
 
-    from dltsched.predictors.colocation import default_colocation_predictor
-    from dltsched.predictors.colocation.table import DEFAULT_TABLE
+    from dltsched.predictors.colocation.table import DEFAULT_TABLE, default_table
 
     files = resources.files("dltsched.predictors.colocation")
     assert all(files.joinpath(name).stat().st_size < 5 * 1024 * 1024  # type: ignore[attr-defined]
                for name in (DEFAULT_TABLE, "eggat_gavel.safetensors"))
-    table = default_colocation_predictor(strict=True)
+    table = default_table(strict=True)
     assert table.record["data"] == "gavel" and "MIT" in table.record["license"]
     assert "ensemble" in table.record["table"] and table.record["figures"]
     for gpu in ("k80", "p100", "v100"):

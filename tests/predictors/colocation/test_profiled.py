@@ -18,11 +18,9 @@ from dltsched.predictors.colocation.baselines import ConstantBaseline, PerModelM
 from dltsched.predictors.colocation.experiments import compare
 from dltsched.predictors.colocation.features import Group
 from dltsched.predictors.colocation.jsontrees import JsonTrees, fit_trees, from_sklearn
-from dltsched.predictors.colocation.profiled import (
-    ProfileColocation,
-    shipped_profile_predictor,
-    train_profile_table,
-)
+from dltsched.predictors.colocation.profile_rows import feature_rows, feature_rows_loop
+from dltsched.predictors.colocation.profile_train import train_profile_table
+from dltsched.predictors.colocation.profiled import ProfileColocation, shipped_profile_predictor
 from dltsched.predictors.colocation.samples import ColocDataset, ColocSample, IsolatedProfile, JobSpec
 
 JOBS = (JobSpec("resnet18", 32), JobSpec("resnet50", 64), JobSpec("lstm_lm", 20), JobSpec("vgg16", 64))
@@ -229,5 +227,33 @@ def test_numpy_and_loop_features_agree() -> None:
     jobs = (*JOBS, JobSpec("mobilenet_v2", 64))  # the last has no profile: predicted, NaN bandwidth
     groups = [Group("v100", (a, b)) for a in jobs for b in jobs] + [Group("v100", (a, b, a)) for a in jobs
                                                                     for b in jobs]
-    fast, slow = model._rows(groups, ISO, {}), model._rows_loop(groups, ISO, {})
+    memo: dict = {}
+    vectors = [[model._job("v100", j, ISO, memo) for j in g.jobs] for g in groups]
+    gpus = ["v100"] * len(groups)
+    fast, slow = feature_rows(vectors, gpus), feature_rows_loop(vectors, gpus)
     assert np.allclose(fast[0], slow[0], equal_nan=True) and np.allclose(fast[1], slow[1], equal_nan=True)
+
+
+def test_engine_default_is_the_shipped_profile_model_and_takes_measured_profiles() -> None:
+    from dltsched.predictors import default_predictors
+    from dltsched.predictors.colocation import default_colocation_predictor
+    from dltsched.predictors.profiles import JobProfile, ProfileKey
+
+    model = default_predictors().colocation
+    assert isinstance(model, ProfileColocation)
+    assert model.record["data"] == "gavel" and "MIT" in model.record["license"]
+    jobs = (Job("a", "resnet18", 32, 1.0), Job("b", "mobilenet_v2", 64, 1.0))  # b: no Gavel profile
+    model.colocated_speeds(jobs, "v100")
+    assert model.fallbacks["predicted_step_time_s"] == 1 and model.estimate(jobs, "v100").fallback
+
+    def with_util(util: float) -> ProfileColocation:
+        return default_colocation_predictor(profiles=[JobProfile(ProfileKey("v100", "mobilenet_v2", 64), 0.05,
+                                                                 3000.0, util)])
+
+    busy, idle = with_util(95.0), with_util(5.0)
+    estimate = busy.estimate(jobs, "v100")
+    assert estimate.sources[1] == "measured" and not busy.fallbacks["predicted_step_time_s"]
+    assert busy.colocated_speeds(jobs, "v100") != idle.colocated_speeds(jobs, "v100")  # the measured util is used
+    assert busy.group_memory_mib(jobs, "v100") >= 3000.0  # at least the largest member's measured memory
+    with pytest.raises(ValidationError, match="strict mode"):
+        default_colocation_predictor(strict=True).colocated_speeds(jobs, "v100")

@@ -1,0 +1,82 @@
+"""Training the shipped profile co-location model (:mod:`.profiled`) and timing it.
+
+:func:`train_profile_table` fits a :class:`~.profiled.ProfileColocation` on every valid sample of a
+dataset and writes ``table_profile_<dataset>.json`` (a Lucid-trained file, non-commercial data, is refused
+inside the package); :func:`time_profile_colocation` times 10,000 group predictions of the shipped model.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Job
+from dltsched.predictors.colocation.features import Group
+from dltsched.predictors.colocation.profiled import ProfileColocation, shipped_profile_predictor
+from dltsched.predictors.colocation.samples import JobSpec, without_absent
+
+
+def train_profile_table(out_dir: str | os.PathLike[str], dataset: str = "gavel",
+                        data_dir: str | os.PathLike[str] | None = None, seed: int = 0,
+                        figures: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fit a :class:`ProfileColocation` on every valid sample of ``dataset``, keep its isolated profiles, and write
+    ``table_profile_<dataset>.json`` into ``out_dir``; returns the record. A Lucid-trained file (non-commercial
+    data) is refused inside the package folder."""
+    import time
+
+    from dltsched.predictors.colocation.samples import read_dataset
+
+    out = Path(out_dir).resolve()
+    package = Path(__file__).resolve().parents[2]  # the folder holding engine/, predictors/, instances/
+    inside = any(out == package / sub or (package / sub) in out.parents
+                 for sub in ("engine", "formulations", "predictors", "instances"))
+    if dataset != "gavel" and inside:
+        raise ValidationError("out", f"'{out}' is inside the package; a model trained on {dataset} data may not be "
+                                     "shipped (non-commercial licence): write it elsewhere")
+    data = read_dataset(dataset, data_dir)
+    start = time.perf_counter()
+    model = ProfileColocation(seed=seed).fit(data)
+    model.profiles = dict(data.isolated)
+    model.record = {"data": dataset, "samples": len(without_absent(data)), "dropped_absent": len(data) - len(
+        without_absent(data)), "seed": seed, "train_s": round(time.perf_counter() - start, 1),
+        "gpus_trained": list(data.gpus()), "profiles": len(data.isolated),
+        "groups_over_2": "the same model: physics base over the whole group plus pair-learned corrections; "
+                         "no group of three was measured",
+        "figures": figures or {},
+        "license": "Gavel data, MIT" if dataset == "gavel" else f"{dataset} data, non-commercial: do not ship"}
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"table_profile_{dataset}.json"
+    model.save(path)
+    return {**model.record, "path": str(path)}
+
+
+def time_profile_colocation(groups: int = 10_000, seed: int = 0) -> dict[str, float]:
+    """Seconds for ``groups`` predictions of the shipped profile model: 2- and 3-job groups of Gavel's job types
+    and of jobs without a profile, on K80/P100/V100/A100, in one batch call and one call per group (the
+    engine's ``colocated_speeds`` + ``group_memory_mib``), each on a fresh model (nothing remembered); wall-clock
+    and CPU seconds of this process (the CPU figure is the steadier one on a shared machine)."""
+    import random
+    import time
+
+    model = shipped_profile_predictor()
+    specs = sorted({job for _, job in model.profiles} | {JobSpec("mobilenet_v2", 64), JobSpec("vgg16", 128)})
+    gpus = ("k80", "p100", "v100", "a100-40gb")
+    rng = random.Random(seed)
+    work = [Group(rng.choice(gpus), tuple(rng.choice(specs) for _ in range(rng.choice((2, 3)))))
+            for _ in range(groups)]
+    start, cpu = time.perf_counter(), time.process_time()
+    model.estimate_groups(work)
+    batch_s, batch_cpu = time.perf_counter() - start, time.process_time() - cpu
+    fresh = shipped_profile_predictor()
+    jobs = [(tuple(Job(f"j{i}", j.model, j.batch_size, 1.0, amp=j.amp, dataset=j.dataset)
+                   for i, j in enumerate(g.jobs)), g.gpu) for g in work]
+    start, cpu = time.perf_counter(), time.process_time()
+    for members, gpu in jobs:
+        fresh.colocated_speeds(members, gpu)
+        fresh.group_memory_mib(members, gpu)
+    single_s, single_cpu = time.perf_counter() - start, time.process_time() - cpu
+    return {"profile_groups": groups, "profile_batch_seconds": batch_s, "profile_per_call_seconds": single_s,
+            "profile_batch_cpu_seconds": batch_cpu, "profile_per_call_cpu_seconds": single_cpu,
+            "profile_distinct_groups": len({(g.gpu, g.jobs) for g in work})}
