@@ -18,8 +18,6 @@ KNOWN = {
     ("engine/policies/test_optimizing.py", "_could_move"),
     ("engine/policies/test_paper_policies.py", "_REFERENCE"),
     ("engine/sim/test_simulator.py", "_fallback_step"),
-    ("predictors/colocation/test_profiled.py", "_rows"),
-    ("predictors/colocation/test_profiled.py", "_rows_loop"),
 }
 
 

@@ -188,7 +188,7 @@ class ProfileColocation:
         return found
 
     # ------------------------------------------------------------------ features
-    def _job(self, gpu: str, job: JobSpec, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile],
+    def job_vector(self, gpu: str, job: JobSpec, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile],
              memo: dict[Any, Any]) -> JobVector:
         """The job's resolved profile and its per-job numbers (computed once per GPU and job type)."""
         found = memo.get((gpu, job, "vector"))
@@ -209,7 +209,7 @@ class ProfileColocation:
         :data:`NUMPY_FROM` groups (the engine asks one at a time) are built in plain Python."""
         names: dict[str, str] = {}
         gpus = [names.get(g.gpu) or names.setdefault(g.gpu, resolve_gpu(g.gpu)) for g in groups]
-        vectors = [[self._job(gpu, j, isolated, memo) for j in g.jobs] for g, gpu in zip(groups, gpus, strict=True)]
+        vectors = [[self.job_vector(gpu, j, isolated, memo) for j in g.jobs] for g, gpu in zip(groups, gpus, strict=True)]
         build = feature_rows if len(groups) >= NUMPY_FROM else feature_rows_loop
         jobs, grows = build(vectors, gpus)
         return jobs, grows, [[v.profile for v in vs] for vs in vectors]

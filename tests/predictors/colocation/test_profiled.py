@@ -228,7 +228,7 @@ def test_numpy_and_loop_features_agree() -> None:
     groups = [Group("v100", (a, b)) for a in jobs for b in jobs] + [Group("v100", (a, b, a)) for a in jobs
                                                                     for b in jobs]
     memo: dict = {}
-    vectors = [[model._job("v100", j, ISO, memo) for j in g.jobs] for g in groups]
+    vectors = [[model.job_vector("v100", j, ISO, memo) for j in g.jobs] for g in groups]
     gpus = ["v100"] * len(groups)
     fast, slow = feature_rows(vectors, gpus), feature_rows_loop(vectors, gpus)
     assert np.allclose(fast[0], slow[0], equal_nan=True) and np.allclose(fast[1], slow[1], equal_nan=True)
