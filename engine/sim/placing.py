@@ -122,7 +122,7 @@ class PlacingRun(SnapshotRun):
             a.assignment = asg
             self.running[job_id] = a
             self._unshare()
-            self._running_jobs[job_id] = a.job
+            self._running_jobs[job_id] = self.policy_job(a)
             self._placements[job_id] = asg
             for g in asg.gpus:
                 if not self.gpu_jobs[g]:

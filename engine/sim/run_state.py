@@ -24,8 +24,10 @@ import numpy as np
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.engine.domain.model import Assignment, Job, JobState
 from dltsched.engine.domain.predictors import MemoryObservations
+from dltsched.engine.domain.profiles import ProfileBook
 from dltsched.engine.sim.config import RunSetup
 from dltsched.engine.sim.faults import FaultSchedule
+from dltsched.engine.sim.lengths import LengthEstimates
 from dltsched.engine.sim.metrics import JobRecord, PlacementInterval
 
 
@@ -82,6 +84,8 @@ class RunState:
         self.truth = sim.truth
         self.policy = sim.policy
         self.cfg = sim.config
+        self.lengths = (LengthEstimates(self.cfg.lengths, self.cfg.length_error, self.cfg.seed, self.inst.jobs)
+                        if self.cfg.lengths != "known" else None)
         self.arrivals = sorted(self.inst.jobs, key=lambda j: (j.arrival_time_s, j.id))
         self._gpus_per_node = max((n.num_gpus for n in self.cluster.nodes), default=1)
         self.next_arrival = 0
@@ -122,6 +126,7 @@ class RunState:
         self.decision_times: list[float] = []
         self.oom_events = 0
         self.memory_seen = MemoryObservations()  # peaks measured by out-of-memory crashes in this run
+        self.profiles = ProfileBook()  # measured by profiling on arrival (``cfg.profiling``), else empty
         self.last_round = -math.inf
         self.ideal_s: dict[str, float] = {}
         self.intervals: list[PlacementInterval] = []
@@ -161,9 +166,21 @@ class RunState:
         key = (a.job.arrival_time_s, a.job.id)
         i = bisect.bisect_left(self.queue_keys, key)
         self.queue_keys.insert(i, key)
-        self.queue_snaps.insert(i, JobState(a.job, a.remaining, a.attained_s, None, a.preemptions,
-                                            a.first_start, a.queued_since))
+        self.queue_snaps.insert(i, self.job_state(a, None))
         self._queue_tuple = None
+
+    def job_state(self, a: ActiveJob, assignment: Assignment | None) -> JobState:
+        """``a`` as policies see it now (with ``lengths`` not ``known``: its estimated length, see
+        :mod:`dltsched.engine.sim.lengths`)."""
+        if self.lengths is None:
+            return JobState(a.job, a.remaining, a.attained_s, assignment, a.preemptions, a.first_start,
+                            a.queued_since)
+        job, left = self.lengths.visible(a.job, a.remaining)
+        return JobState(job, left, a.attained_s, assignment, a.preemptions, a.first_start, a.queued_since)
+
+    def policy_job(self, a: ActiveJob) -> Job:
+        """The job of ``a`` as policies see it (its true spec unless lengths are not ``known``)."""
+        return a.job if self.lengths is None else self.lengths.visible(a.job, a.remaining)[0]
 
     def _queue_index(self, a: ActiveJob) -> int | None:
         """Position of ``a`` in the arrival-ordered queue, ``None`` when it is not queued."""
@@ -207,6 +224,7 @@ class RunState:
             "policy_state": self.policy.state_dict() if hasattr(self.policy, "state_dict") else None,
             # peaks measured by crashes out of memory, and whether the policy decides again at once after one
             "memory_observations": self.memory_seen.to_list(), "retry_round": self._learned_this_round,
+            "profiles": self.profiles.to_list() if self.cfg.profiling is not None else None,
         }
 
     def from_dict(self, data: Mapping[str, Any]) -> None:
@@ -237,7 +255,7 @@ class RunState:
             if a.assignment is None:
                 self._enqueue(a)
         self._stale_nodes = set(range(len(self.cluster.nodes)))
-        self._running_jobs = {k: a.job for k, a in self.running.items()}
+        self._running_jobs = {k: self.policy_job(a) for k, a in self.running.items()}
         self._placements = {k: a.assignment for k, a in self.running.items() if a.assignment is not None}
         self._shared = None
         self._dirty_gpus = set()
@@ -255,5 +273,7 @@ class RunState:
             self.policy.load_state_dict(data["policy_state"])
         self.memory_seen = MemoryObservations.from_list(data["memory_observations"])
         self._learned_this_round = bool(data["retry_round"])
+        profiles = data.get("profiles")
+        self.profiles = ProfileBook.from_list(profiles) if profiles is not None else ProfileBook()
         self.started = True
 

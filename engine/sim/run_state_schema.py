@@ -107,6 +107,9 @@ class RunStateSchema(_Model):
     memory_observations: list[Annotated[tuple[Text, Count, bool, Text | None, Text, Text, Count, NonNegative],
                                         Strict(False)]]
     retry_round: bool
+    #: profiling on arrival: ["isolated", job, GPU type, GPUs, nodes, step s, MiB, util] / ["colocated", [jobs],
+    #: GPU type, [speeds]] rows (:meth:`dltsched.engine.domain.profiles.ProfileBook.to_list`)
+    profiles: list[list[Any]] | None = None
 
 
 def _dupe(ids: list[str]) -> str | None:
@@ -186,6 +189,8 @@ def invariant_problem(s: RunStateSchema, sim: RunSetup) -> str | None:  # noqa: 
             return f"completion entry ({t}, {seq}, '{job_id}', {version}) matches no running job"
     if s.read_at != sorted(s.read_at) or (s.read_at and s.read_at[-1] > s.time):
         return "progress read instants are out of order or after the clock"
+    if s.profiles is not None and (problem := _profiles_problem(s.profiles, jobs)):
+        return problem
     if (s.faults is None) != (sim.config.faults is None):
         return "fault state present without a fault process, or missing with one"
     if (s.policy_state is not None) != hasattr(sim.policy, "state_dict"):
@@ -211,3 +216,22 @@ def check_state(state: dict[str, Any], sim: RunSetup) -> str | None:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _profiles_problem(rows: list[list[Any]], jobs: dict[str, Any]) -> str | None:
+    """The first malformed profile row, or ``None``."""
+    for row in rows:
+        ok = False
+        if len(row) == 8 and row[0] == "isolated":
+            _, j, t, n, nodes, step, mem, util = row
+            ok = (j in jobs and isinstance(t, str) and all(isinstance(x, int) and x >= 1 for x in (n, nodes))
+                  and all(isinstance(x, int | float) and x > 0 for x in (step, mem))
+                  and (util is None or isinstance(util, int | float) and 0 <= util <= 1))
+        elif len(row) == 4 and row[0] == "colocated":
+            _, ids, t, speeds = row
+            ok = (isinstance(ids, list) and isinstance(speeds, list) and len(ids) == len(speeds) >= 2
+                  and all(i in jobs for i in ids) and isinstance(t, str)
+                  and all(isinstance(x, int | float) and 0 < x <= 1 for x in speeds))
+        if not ok:
+            return f"profile row {_short(row)} is not a profile of this instance's jobs"
+    return None

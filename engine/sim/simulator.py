@@ -47,9 +47,11 @@ from typing import Any, Protocol
 from dltsched.engine.domain.errors import InvalidPlanError, SimulationStalledError
 from dltsched.engine.domain.model import Instance, Job
 from dltsched.engine.domain.predictors import observing_memory
+from dltsched.engine.domain.profiles import observing_profiles
 from dltsched.engine.sim.config import TEN_YEARS_S, Policy, SimulationConfig
 from dltsched.engine.sim.metrics import JobRecord, SimulationResult, summarize
 from dltsched.engine.sim.placing import MAX_BLIND_OOMS, PlacingRun, restore_time_s
+from dltsched.engine.sim.profiling import take_profiles
 from dltsched.engine.sim.run_state import ActiveJob, RunState
 from dltsched.engine.sim.truth import GroundTruth, MeasuredTruth
 
@@ -105,7 +107,10 @@ class SimulationRun(PlacingRun):
 
     def run(self) -> SimulationResult:
         with observing_memory(self.memory_seen):
-            return self._run()
+            if self.cfg.profiling is None:
+                return self._run()
+            with observing_profiles(self.profiles):
+                return self._run()
 
     def _run(self) -> SimulationResult:
         started = time.perf_counter()
@@ -268,6 +273,8 @@ class SimulationRun(PlacingRun):
 
 
     def _round(self) -> None:
+        if self.cfg.profiling is not None:
+            take_profiles(self)
         state = self._state()
         t0 = time.perf_counter()
         plan = self.policy.schedule(state)

@@ -44,8 +44,7 @@ class _RunningStates(Mapping[str, JobState]):
                 raise RuntimeError("a round's snapshot of the running jobs was read after the round")
             a = run.running[job_id]
             run._sync(a)
-            hit = self._built[job_id] = JobState(a.job, a.remaining, a.attained_s, a.assignment, a.preemptions,
-                                                 a.first_start, a.queued_since)
+            hit = self._built[job_id] = run.job_state(a, a.assignment)
         return hit
 
     def __iter__(self) -> Iterator[str]:
