@@ -168,3 +168,31 @@ def test_batch_arrivals_start_every_job_at_zero(analytic, small_instance):
     res = simulate(inst, make_policy("fifo", predictors=analytic), truth=TRUTH)
     assert res.makespan_s == max(r.finish_s for r in res.records)
     assert replace(inst, name="x").metadata["arrivals"] == "batch"
+
+
+def test_resume_refuses_other_length_or_profiling_settings(analytic, small_instance, tmp_path):
+    from dltsched.engine.sim.checkpoint import CheckpointError
+
+    inst = small_instance(1, num_jobs=10)
+    ckpt = tmp_path / "c.json"
+    Simulator(inst, make_policy("fifo", predictors=analytic), TRUTH, SimulationConfig(lengths="unknown"),
+              store=CheckpointStore(ckpt, 1)).run()
+    for other in (SimulationConfig(), SimulationConfig(lengths="unknown", profiling=ProfilingConfig())):
+        with pytest.raises(CheckpointError, match="simulation settings"):
+            Simulator(inst, make_policy("fifo", predictors=analytic), TRUTH, other,
+                      store=CheckpointStore(ckpt, 1)).run(resume=True)
+
+
+@pytest.mark.parametrize("args", [["--lengths", "guess"], ["--profile-on-arrival", "-5"],
+                                  ["--length-error", "nan"], ["--arrivals", "later"],
+                                  ["--freeze-penalty-scale", "-1"]])
+def test_cli_refuses_bad_settings_with_exit_2(args):
+    from click.testing import CliRunner
+
+    from dltsched.engine.app.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["simulate", "--instance", "instances/examples/default.json",
+                                      "--policy", "fifo", *args])
+    assert result.exit_code == 2, result.output
+    assert args[0] in result.output
+    assert "Traceback" not in result.output
