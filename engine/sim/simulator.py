@@ -33,6 +33,10 @@ Layout: this module is the event loop (:class:`SimulationRun`); the run's fields
 :class:`~dltsched.engine.sim.run_state.RunState`, lazy progress :mod:`~dltsched.engine.sim.progress`,
 snapshots :mod:`~dltsched.engine.sim.snapshot`, plan application and memory checks
 :mod:`~dltsched.engine.sim.placing`, settings :mod:`~dltsched.engine.sim.config`.
+
+What policies see beyond predictions is a setting: job lengths known, unknown or estimated
+(:mod:`~dltsched.engine.sim.lengths`), and profiles measured on arrival, fed to the run's
+:class:`~dltsched.engine.domain.profiles.ProfileBook` at each round (:mod:`~dltsched.engine.sim.profiling`).
 """
 
 from __future__ import annotations
