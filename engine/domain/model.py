@@ -169,7 +169,8 @@ class Job:
 
     ``num_gpus`` GPUs are gang-scheduled (all or none, one GPU type). ``total_iterations`` is the
     work in training steps at the job's batch size. ``accuracy_budget`` is the largest frozen
-    penalty (extra fraction of iterations) the owner accepts when ``freeze_allowed``.
+    penalty (fraction of each iteration's progress lost to freezing: useful progress x (1 - penalty)) the
+    owner accepts when ``freeze_allowed``.
     ``gpu_fraction`` < 1 asks for a share of one GPU (traces with GPU sharing).
     """
 

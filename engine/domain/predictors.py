@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from dltsched.engine.domain.model import Job
+from dltsched.engine.domain.profiles import profile_version
 
 
 @runtime_checkable
@@ -85,8 +86,9 @@ class FreezingPredictor(Protocol):
         ...
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
-        """Extra iterations needed to reach the same accuracy, as a fraction (0 = none), when
-        freezing at ``freeze_level`` from training progress ``start_progress`` (0..1) on.
+        """Fraction of each iteration's training progress lost (0 = none) when freezing at ``freeze_level``
+        from training progress ``start_progress`` (0..1) on: useful progress runs at ``(1 - penalty)`` x the
+        layer-aware throughput, so the job needs ``1 / (1 - penalty)`` times the iterations.
 
         Parameters
         ----------
@@ -100,7 +102,7 @@ class FreezingPredictor(Protocol):
         Returns
         -------
         float
-            The fraction of extra iterations.
+            The fraction of progress lost per iteration.
         """
         ...
 
@@ -394,11 +396,12 @@ class _MemoStepTime:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
-        return self._memo.get(("step", job, gpu_type, num_gpus, freeze_level, num_nodes), lambda: self.inner.step_time_s(
+        key = ("step", job, gpu_type, num_gpus, freeze_level, num_nodes, profile_version(job.id))
+        return self._memo.get(key, lambda: self.inner.step_time_s(
             job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes))  # type: ignore[no-any-return]
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
-        predicted: float = self._memo.get(("memory", job, gpu_type, freeze_level),
+        predicted: float = self._memo.get(("memory", job, gpu_type, freeze_level, profile_version(job.id)),
                                           lambda: self.inner.memory_mib(job, gpu_type, freeze_level=freeze_level))
         return learned_memory_mib(predicted, job, gpu_type, freeze_level)  # measured peaks are never memoized
 
@@ -409,7 +412,8 @@ class _MemoColocation:
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
         group = tuple(jobs)
-        return self._memo.get(("speeds", group, gpu_type),  # type: ignore[no-any-return]
+        versions = tuple(profile_version(j.id) for j in group)
+        return self._memo.get(("speeds", group, gpu_type, versions),  # type: ignore[no-any-return]
                               lambda: tuple(self.inner.colocated_speeds(group, gpu_type)))
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
@@ -432,7 +436,8 @@ class _MemoFreezing:
 def memoized(predictors: Predictors, max_entries: int = 1_000_000) -> Predictors:
     """``predictors`` with their answers remembered per job (the immutable :class:`Job` itself is the
     key, so a job whose spec changes is a new key), for a policy that asks about the same jobs every
-    round. Frozen penalties depend on training progress and are not kept; memory answers are raised to the
+    round. Answers about a job profiled since (:func:`~dltsched.engine.domain.profiles.profile_version`) are asked
+    again. Frozen penalties depend on training progress and are not kept; memory answers are raised to the
     peaks measured in the current run (:func:`learned_memory_mib`) on every call. At most ``max_entries``
     answers are kept (the older half is dropped when full).
 

@@ -20,7 +20,10 @@
   Without a measurement: ``speed_i = 1 / (1 + overhead + sum_{j != i} d_j)``, with ``d_j`` the
   other jobs' GPU demand from the fallback model (compute-time share of the step), ``overhead`` = 0.05
   for time-slicing. Groups of three compose pairwise slowdowns: ``1/speed_i - 1 = sum_j (1/s_ij - 1)``.
-* **Memory and frozen penalty.** The analytic memory model and the analytic penalty (``0.5 f^2 (1-p)``).
+* **Memory.** The analytic memory model.
+* **Frozen penalty.** :class:`~dltsched.predictors.freezing.published.PublishedFreezing`: ``a f**1.5 (1 - s)**2``
+  with constants per model family calibrated on FreezeOut, Egeria and AutoFreeze (numbers and sources in that
+  module). A penalty ``p`` costs that fraction of each iteration's progress: useful rate x (1 - p).
 
 With ``data_dir=None`` and no data folder found, everything uses the fallback model (a warning is logged).
 """
@@ -37,10 +40,11 @@ from pathlib import Path
 
 from dltsched.engine.domain.hashing import hash_normal
 from dltsched.engine.domain.model import Job
+from dltsched.engine.domain.predictors import FreezingPredictor
 from dltsched.engine.domain.protocols import (
     GroundTruth as GroundTruth,  # re-exported: the simulator imports it here
 )
-from dltsched.predictors.analytic import AnalyticColocation, AnalyticFreezing, AnalyticStepTime
+from dltsched.predictors.analytic import AnalyticColocation, AnalyticStepTime
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,12 @@ def _noise(model: str, gpu_type: str, sigma: float = 0.15) -> float:
     return math.exp(sigma * hash_normal(f"{model}|{gpu_type}"))
 
 
+def _published_freezing() -> FreezingPredictor:
+    from dltsched.predictors.freezing.published import PublishedFreezing
+
+    return PublishedFreezing()
+
+
 @dataclass(slots=True)
 class MeasuredTruth:
     """Measured rates where they exist, a documented fallback elsewhere (see module docstring)."""
@@ -58,7 +68,7 @@ class MeasuredTruth:
     data_dir: str | None = None
     use_measurements: bool = True
     fallback: AnalyticStepTime = AnalyticStepTime(compute_efficiency=0.30, memory_efficiency=0.55)
-    freezing: AnalyticFreezing = AnalyticFreezing()
+    freezing: FreezingPredictor = field(default_factory=_published_freezing)
     timeslice_overhead: float = 0.05
     #: (gpu, model, dataset, scale, consolidated) -> sorted [(batch, step_time_s)]
     _isolated: dict[tuple[str, str, str | None, int, bool], list[tuple[int, float]]] = field(default_factory=dict)
@@ -233,6 +243,11 @@ class MeasuredTruth:
             slowdown = sum(1.0 / self._pair_speed(a, b, gpu_type) - 1.0 for k, b in enumerate(jobs) if k != i)
             out.append(1.0 / (1.0 + max(slowdown, -0.5)))
         return tuple(out)
+
+    def gpu_utilization(self, job: Job, gpu_type: str) -> float:
+        """Share of the GPU's time the job keeps it busy alone (the fallback model's compute share); what a
+        profile measures as utilisation."""
+        return self._demand(job, gpu_type)
 
     # -- memory and accuracy ------------------------------------------------------------------------
 

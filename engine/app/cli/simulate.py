@@ -127,11 +127,15 @@ def parse_faults(text: str | None) -> Any:
 def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_set: str = "default",
                  memory: str = "oom", data_dir: str | None = None, prediction_error: float = 0.0,
                  options: dict[str, Any] | None = None, faults: Any = None, checkpoint: str | None = None,
-                 checkpoint_every: int = 200) -> list[SimulationResult]:
+                 checkpoint_every: int = 200, lengths: str = "known", length_error: float = 0.5,
+                 profile_s: float | None = None, profile_noise: float = 0.03,
+                 freeze_penalty_scale: float | None = None) -> list[SimulationResult]:
     """Simulate each policy in ``names`` on ``inst`` with the same ground truth and seed. Each policy gets
     the ``options`` it takes (see :func:`~dltsched.engine.app.registry.options_for`); all are checked before
     any simulation runs, so a bad option fails at once. With ``checkpoint`` (one policy only) the run saves
-    its state there every ``checkpoint_every`` rounds and continues from it when it exists."""
+    its state there every ``checkpoint_every`` rounds and continues from it when it exists. ``lengths``,
+    ``length_error``, ``profile_s``/``profile_noise`` (profiling on arrival) and ``freeze_penalty_scale`` are
+    the settings of :func:`simulation_setup`."""
     from dltsched.predictors.noise import with_prediction_error
 
     if checkpoint is not None and len(names) != 1:
@@ -139,7 +143,9 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
     per_policy = options_for(names, options or {})
     preds = with_prediction_error(predictors(predictor_set), prediction_error, seed)
     truth = MeasuredTruth(data_dir=data_dir)
-    config = SimulationConfig(seed=seed, memory=memory, faults=faults)  # type: ignore[arg-type]
+    preds, config = simulation_setup(preds, seed=seed, memory=memory, faults=faults, lengths=lengths,
+                                     length_error=length_error, profile_s=profile_s, profile_noise=profile_noise,
+                                     freeze_penalty_scale=freeze_penalty_scale)
     results = []
     for name in names:
         policy = make_policy(name, predictors=preds, **per_policy[name])
@@ -152,6 +158,34 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
         store = CheckpointStore(checkpoint, checkpoint_every)
         results.append(Simulator(inst, policy, truth, config, store=store).run(resume=True))
     return results
+
+
+def simulation_setup(preds: Any, *, seed: int = 0, memory: str = "oom", faults: Any = None,
+                     lengths: str = "known", length_error: float = 0.5, profile_s: float | None = None,
+                     profile_noise: float = 0.03, freeze_penalty_scale: float | None = None) -> tuple[Any, Any]:
+    """The policies' predictor bundle and the simulation settings for these options.
+
+    ``lengths``: what policies are told of job lengths (:mod:`dltsched.engine.sim.lengths`). ``profile_s``: profile
+    each job on arrival for that many seconds per GPU type (:mod:`dltsched.engine.sim.profiling`; the bundle is
+    wrapped to use the profiles). ``freeze_penalty_scale``: policies predict frozen penalties this many times the
+    ground truth's (a mismatch sweep; ``None``: the bundle's own freezing predictor)."""
+    from dltsched.engine.sim.config import ProfilingConfig
+
+    profiling = None
+    if profile_s is not None:
+        from dltsched.engine.domain.profiled import profiled
+
+        profiling = ProfilingConfig(profile_s, profile_noise)
+        preds = profiled(preds)
+    if freeze_penalty_scale is not None:
+        from dataclasses import replace
+
+        from dltsched.predictors.freezing import ScaledFreezing
+
+        preds = replace(preds, freezing=ScaledFreezing(preds.freezing, freeze_penalty_scale))
+    config = SimulationConfig(seed=seed, memory=memory, faults=faults, lengths=lengths,  # type: ignore[arg-type]
+                              length_error=length_error, profiling=profiling)
+    return preds, config
 
 
 def expand_policies(policies: tuple[str, ...]) -> list[str]:
@@ -213,21 +247,43 @@ def print_table(results: list[SimulationResult], title: str) -> None:
               help="Save the run here every --checkpoint-every rounds; continue from it when it exists (one policy).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1, max=10**9), default=200, show_default=True,
               help="Rounds between checkpoints.")
+@click.option("--lengths", type=click.Choice(["known", "unknown", "estimate"]), default="known", show_default=True,
+              help="What policies are told of job lengths: the truth (known), nothing but attained service "
+                   "(unknown, Tiresias' setting), or a user's estimate off by exp(E*z) (estimate).")
+@click.option("--length-error", type=FiniteFloat(0.0, 5.0), default=0.5, show_default=True,
+              help="E of --lengths estimate: 0.5 = a third of the estimates more than 1.65x off.")
+@click.option("--profile-on-arrival", "profile_s", type=FiniteFloat(0.0, 1e6),
+              help="Profile jobs: after this many seconds on a GPU type (or in a co-located group) their measured "
+                   "step time, memory and speeds replace the predictions.")
+@click.option("--profile-noise", type=FiniteFloat(0.0, 1.0), default=0.03, show_default=True,
+              help="Measurement noise of profiles (log-normal sigma).")
+@click.option("--freeze-penalty-scale", type=FiniteFloat(0.0, 100.0),
+              help="Policies predict frozen penalties this many times the ground truth's (mismatch sweep).")
+@click.option("--arrivals", type=click.Choice(["trace", "batch"]), default="trace", show_default=True,
+              help="Job arrivals: as in the instance (trace) or every job at time 0 (batch, for makespan).")
 @click.option("--records", is_flag=True, help="Include per-job records and the utilisation trace in --json.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON result to this file.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def simulate(instance_path: str | None, workload: str | None, data_dir: str | None, cluster: str | None,
              jobs: int | None, policies: tuple[str, ...], predictor_set: str, memory: str, seed: int,
              prediction_error: float, options: tuple[str, ...], faults: str | None, checkpoint: str | None,
-             checkpoint_every: int, records: bool, output: str | None, as_json: bool) -> None:
+             checkpoint_every: int, lengths: str, length_error: float, profile_s: float | None,
+             profile_noise: float, freeze_penalty_scale: float | None, arrivals: str, records: bool,
+             output: str | None, as_json: bool) -> None:
     """Simulate policies on an instance and compare their metrics."""
     names = expand_policies(policies)
     opts = parse_options(options)
     options_for(names, opts)  # a bad option fails before the instance is read
     inst = load_instance_or_workload(instance_path, workload, data_dir=data_dir, cluster=cluster, jobs=jobs, seed=seed)
+    if arrivals == "batch":
+        from dltsched.engine.sim.workload import batch_arrivals
+
+        inst = batch_arrivals(inst)
     results = run_policies(inst, names, seed=seed, predictor_set=predictor_set, memory=memory, data_dir=data_dir,
                            prediction_error=prediction_error, options=opts,
-                           faults=parse_faults(faults), checkpoint=checkpoint, checkpoint_every=checkpoint_every)
+                           faults=parse_faults(faults), checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                           lengths=lengths, length_error=length_error, profile_s=profile_s,
+                           profile_noise=profile_noise, freeze_penalty_scale=freeze_penalty_scale)
     payload: Any = [r.to_dict(records=records, utilization=records) for r in results]
     if len(payload) == 1 and len(policies) == 1 and policies[0] not in ("all", "baselines", "papers"):
         payload = payload[0]

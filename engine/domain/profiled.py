@@ -1,0 +1,56 @@
+"""The predictor bundle that uses profiles: :func:`profiled` (see :mod:`dltsched.engine.domain.profiles`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dltsched.engine.domain.model import Job
+from dltsched.engine.domain.predictors import ColocationPredictor, Predictors, StepTimePredictor
+from dltsched.engine.domain.profiles import current_profiles
+
+
+class _ProfiledStepTime:
+    def __init__(self, inner: StepTimePredictor) -> None:
+        self.inner = inner
+
+    def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
+                    freeze_level: int = 0, num_nodes: int = 1) -> float:
+        predicted = self.inner.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes)
+        book = current_profiles()
+        p = None if book is None else book.isolated(job.id, gpu_type)
+        if p is None:
+            return predicted
+        at_profile = self.inner.step_time_s(job, gpu_type, p.num_gpus, num_nodes=p.num_nodes)
+        return predicted * p.step_time_s / at_profile
+
+    def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        predicted = self.inner.memory_mib(job, gpu_type, freeze_level=freeze_level)
+        book = current_profiles()
+        p = None if book is None else book.isolated(job.id, gpu_type)
+        if p is None:
+            return predicted
+        if freeze_level == 0:
+            return p.memory_mib
+        return predicted * p.memory_mib / self.inner.memory_mib(job, gpu_type)
+
+
+class _ProfiledColocation:
+    def __init__(self, inner: ColocationPredictor) -> None:
+        self.inner = inner
+
+    def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        book = current_profiles()
+        if book is not None and len(jobs) > 1:
+            hit = book.colocated([j.id for j in jobs], gpu_type)
+            if hit is not None:
+                return hit
+        return tuple(self.inner.colocated_speeds(jobs, gpu_type))
+
+    def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        return self.inner.group_memory_mib(jobs, gpu_type)
+
+
+def profiled(predictors: Predictors) -> Predictors:
+    """``predictors`` using the current run's profiles where they exist (see the module docstring)."""
+    return Predictors(_ProfiledStepTime(predictors.step_time), _ProfiledColocation(predictors.colocation),
+                      predictors.freezing)

@@ -1,0 +1,72 @@
+"""Profiling on arrival (``SimulationConfig.profiling``): the simulator measures jobs as they run.
+
+Once a running job has made ``profile_s`` seconds of progress on a GPU type (since its placement there, after
+its restore delay), its isolated step time (at its GPU count and node spread, freeze level 0), peak memory and
+GPU utilisation there are measured from the ground truth with log-normal noise of sigma ``noise`` (drawn from
+the seed, the job and the GPU type, so a resumed run measures the same), as Gavel, Lucid and Sia profile a job
+on arrival. Likewise a group of jobs sharing a GPU, once all of them have run there together for
+``profile_s``: each member's co-located speed. The measurements go into the run's
+:class:`~dltsched.engine.domain.profiles.ProfileBook` through its
+:class:`~dltsched.engine.domain.profiles.ProfileSink` protocol - never the truth object itself - and the
+policies' predictors (wrapped by :func:`dltsched.engine.domain.profiled.profiled`) use them from the next
+decision on. Measurements are taken at decision points, so one is seen at the first round after its window.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from dltsched.engine.domain.hashing import hash_normal
+from dltsched.engine.domain.profiles import IsolatedProfile
+
+if TYPE_CHECKING:
+    from dltsched.engine.sim.placing import PlacingRun
+
+
+def _noisy(value: float, sigma: float, key: str) -> float:
+    return value * math.exp(sigma * hash_normal(key)) if sigma > 0 else value
+
+
+def take_profiles(run: PlacingRun) -> int:
+    """Record every profile whose window has passed by ``run.time``; returns how many were new."""
+    cfg = run.cfg.profiling
+    assert cfg is not None
+    book, truth, cluster, now, seed = run.profiles, run.truth, run.cluster, run.time, run.cfg.seed
+    window, sigma = cfg.profile_s, cfg.noise
+    new = 0
+    since: dict[str, float] = {}
+    for job_id, a in run.running.items():
+        asg = a.assignment
+        if asg is None:
+            continue
+        start = max(a.ready_at, a.placed_at)
+        since[job_id] = start
+        gtype = cluster.gpu_type_of(asg.gpus[0])
+        if now - start < window or book.has_isolated(job_id, gtype):
+            continue
+        job = a.job
+        nodes = len({cluster.gpu_node[g] for g in asg.gpus}) if len(asg.gpus) > 1 else 1
+        key = f"profile|{seed}|{job_id}|{gtype}"
+        step = _noisy(truth.step_time_s(job, gtype, len(asg.gpus), nodes, 0), sigma, key + "|step")
+        memory = _noisy(truth.memory_mib(job, gtype, 0), sigma, key + "|memory")
+        util_of = getattr(truth, "gpu_utilization", None)
+        util = None if util_of is None else min(1.0, _noisy(util_of(job, gtype), sigma, key + "|util"))
+        new += book.record_isolated(job, gtype, IsolatedProfile(len(asg.gpus), nodes, step, memory, util))
+    seen: set[tuple[str, ...]] = set()
+    for g, on in enumerate(run.gpu_jobs):
+        if len(on) < 2:
+            continue
+        group = tuple(on)
+        if group in seen:
+            continue
+        seen.add(group)
+        gtype = cluster.gpu_type_of(g)
+        if now - max(since[j] for j in group) < window or book.has_colocated(group, gtype):
+            continue
+        jobs = [run.active[j].job for j in group]
+        speeds = truth.colocated_speeds(jobs, gtype)
+        key = f"profile|{seed}|{'+'.join(sorted(group))}|{gtype}"
+        noisy = [min(1.0, _noisy(s, sigma, f"{key}|{j}")) for j, s in zip(group, speeds, strict=True)]
+        new += book.record_colocated(jobs, gtype, noisy)
+    return new
