@@ -20,7 +20,8 @@ the solve log records per solve (``trigger``; :attr:`OptimizingPolicy.triggers` 
 - ``movers``: a running job could move (see below);
 - ``changed``: jobs have waited since a solve ``round_interval_s`` ago *and* the round's inputs changed
   since that solve: a job finished or arrived, GPUs went down or came back, or the run measured a new
-  memory peak (:func:`~dltsched.engine.domain.predictors.memory_observations_version`).
+  memory peak (:func:`~dltsched.engine.domain.predictors.memory_observations_version`) or a new profile
+  (profiling on arrival, :func:`~dltsched.engine.domain.profiles.current_profiles`).
 
 A tick in which only the clock moved re-uses the last plan (running jobs stay; waiting jobs start greedily
 on free GPUs, as between solves): re-solving such a state gives the same plan but for the clock's
@@ -47,6 +48,7 @@ from typing import Any
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.engine.domain.model import Assignment, ClusterState, JobState, Plan
 from dltsched.engine.domain.predictors import Predictors, memoized, memory_observations_version
+from dltsched.engine.domain.profiles import current_profiles
 from dltsched.engine.domain.protocols import RoundSolver
 from dltsched.engine.policies.greedy import place_exclusive
 from dltsched.engine.policies.placement import Estimates
@@ -84,7 +86,7 @@ class OptimizingPolicy:
         self._idle_seen: dict[str, int] = {}  # idle GPUs per type at the last working set
         self._seen_waiting: frozenset[str] = frozenset()  # jobs waiting at the last solve
         #: what the last solve saw: active job ids, down GPUs, the run's memory-measurement version
-        self._seen_inputs: tuple[frozenset[str], frozenset[int], int] | None = None
+        self._seen_inputs: tuple[frozenset[str], frozenset[int], int, int] | None = None
         self.solve_log: list[dict[str, Any]] = []
         self.triggers: dict[str, int] = {}  #: solves per trigger (see the module docstring)
         self.skipped_solves = 0  #: periodic ticks that re-used the last plan: nothing but the clock changed
@@ -195,7 +197,7 @@ class OptimizingPolicy:
                 "seen_waiting": sorted(self._seen_waiting),
                 "seen_inputs": None if self._seen_inputs is None else {
                     "jobs": sorted(self._seen_inputs[0]), "down_gpus": sorted(self._seen_inputs[1]),
-                    "memory_version": self._seen_inputs[2]}}
+                    "memory_version": self._seen_inputs[2], "profiles": self._seen_inputs[3]}}
 
     def load_state_dict(self, data: dict[str, Any]) -> None:
         value = data.get("last_solve_s")
@@ -205,14 +207,16 @@ class OptimizingPolicy:
         self._seen_waiting = frozenset(data.get("seen_waiting", ()))
         seen = data.get("seen_inputs")
         self._seen_inputs = None if seen is None else (frozenset(seen["jobs"]), frozenset(int(g) for g in seen["down_gpus"]),
-                                                       int(seen["memory_version"]))
+                                                       int(seen["memory_version"]), int(seen.get("profiles", 0)))
 
 
-def _inputs(state: ClusterState) -> tuple[frozenset[str], frozenset[int], int]:
+def _inputs(state: ClusterState) -> tuple[frozenset[str], frozenset[int], int, int]:
     """What a solve's inputs change with besides the clock: the active jobs, the down GPUs, the run's
-    memory measurements (running jobs' placements change only by the policy's own plans)."""
+    memory measurements and its profiles measured on arrival (running jobs' placements change only by the
+    policy's own plans)."""
     active = frozenset(state.placements_by_id()).union(s.job.id for s in state.queued())
-    return active, frozenset(state.down_gpus), memory_observations_version()
+    book = current_profiles()
+    return active, frozenset(state.down_gpus), memory_observations_version(), 0 if book is None else len(book)
 
 
 @dataclass(frozen=True, slots=True)
