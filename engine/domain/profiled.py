@@ -51,6 +51,17 @@ class _ProfiledColocation:
 
 
 def profiled(predictors: Predictors) -> Predictors:
-    """``predictors`` using the current run's profiles where they exist (see the module docstring)."""
+    """``predictors`` using the current run's profiles where they exist (see the module docstring).
+
+    Parameters
+    ----------
+    predictors : Predictors
+        The bundle asked for everything no profile answers.
+
+    Returns
+    -------
+    Predictors
+        The same protocols, answering from :func:`~dltsched.engine.domain.profiles.current_profiles` first.
+    """
     return Predictors(_ProfiledStepTime(predictors.step_time), _ProfiledColocation(predictors.colocation),
                       predictors.freezing)

@@ -31,7 +31,21 @@ from dltsched.engine.domain.model import Job
 
 @dataclass(frozen=True, slots=True)
 class IsolatedProfile:
-    """One job alone on ``num_gpus`` GPUs of one type over ``num_nodes`` nodes, at freeze level 0."""
+    """One job alone on ``num_gpus`` GPUs of one type over ``num_nodes`` nodes, at freeze level 0.
+
+    Parameters
+    ----------
+    num_gpus : int
+        GPUs the job ran on while measured.
+    num_nodes : int
+        Nodes those GPUs spanned.
+    step_time_s : float
+        Measured seconds per iteration.
+    memory_mib : float
+        Measured peak memory per GPU, MiB.
+    utilization : float or None
+        Measured GPU utilisation (0..1); ``None`` when not measured.
+    """
 
     num_gpus: int
     num_nodes: int
@@ -44,11 +58,41 @@ class ProfileSink(Protocol):
     """Where measurements go (a :class:`ProfileBook` is one)."""
 
     def record_isolated(self, job: Job, gpu_type: str, profile: IsolatedProfile) -> bool:
-        """Remember ``job``'s isolated profile on ``gpu_type``; ``True`` when it is new."""
+        """Remember ``job``'s isolated profile on ``gpu_type``.
+
+        Parameters
+        ----------
+        job : Job
+            The measured job.
+        gpu_type : str
+            The GPU type it ran on.
+        profile : IsolatedProfile
+            What was measured.
+
+        Returns
+        -------
+        bool
+            ``True`` when the profile is new (the first for this job and GPU type).
+        """
         ...
 
     def record_colocated(self, jobs: Sequence[Job], gpu_type: str, speeds: Sequence[float]) -> bool:
-        """Remember the measured speeds of ``jobs`` sharing one GPU of ``gpu_type``; ``True`` when new."""
+        """Remember the measured speeds of ``jobs`` sharing one GPU of ``gpu_type``.
+
+        Parameters
+        ----------
+        jobs : sequence of Job
+            The co-located jobs (two or more).
+        gpu_type : str
+            The GPU type they shared.
+        speeds : sequence of float
+            Each job's speed relative to running alone, in the order of ``jobs``.
+
+        Returns
+        -------
+        bool
+            ``True`` when the group's speeds are new.
+        """
         ...
 
 
@@ -63,6 +107,22 @@ class ProfileBook:
         self._versions: dict[str, int] = {}
 
     def record_isolated(self, job: Job, gpu_type: str, profile: IsolatedProfile) -> bool:
+        """Remember ``job``'s isolated profile on ``gpu_type`` (see :meth:`ProfileSink.record_isolated`).
+
+        Parameters
+        ----------
+        job : Job
+            The measured job.
+        gpu_type : str
+            The GPU type it ran on.
+        profile : IsolatedProfile
+            What was measured.
+
+        Returns
+        -------
+        bool
+            ``True`` when new; a second profile of the same job and type is ignored.
+        """
         key = (job.id, gpu_type)
         if key in self._isolated:
             return False
@@ -71,6 +131,22 @@ class ProfileBook:
         return True
 
     def record_colocated(self, jobs: Sequence[Job], gpu_type: str, speeds: Sequence[float]) -> bool:
+        """Remember a group's measured speeds (see :meth:`ProfileSink.record_colocated`).
+
+        Parameters
+        ----------
+        jobs : sequence of Job
+            The co-located jobs; fewer than two are ignored.
+        gpu_type : str
+            The GPU type they shared.
+        speeds : sequence of float
+            Each job's relative speed, in the order of ``jobs``.
+
+        Returns
+        -------
+        bool
+            ``True`` when new; a group measured before is ignored.
+        """
         order = sorted(range(len(jobs)), key=lambda i: jobs[i].id)
         key = (tuple(jobs[i].id for i in order), gpu_type)
         if key in self._colocated or len(jobs) < 2:
@@ -81,16 +157,71 @@ class ProfileBook:
         return True
 
     def isolated(self, job_id: str, gpu_type: str) -> IsolatedProfile | None:
+        """The job's isolated profile on ``gpu_type``.
+
+        Parameters
+        ----------
+        job_id : str
+            The job.
+        gpu_type : str
+            The GPU type.
+
+        Returns
+        -------
+        IsolatedProfile or None
+            The measurement; ``None`` when never measured.
+        """
         return self._isolated.get((job_id, gpu_type))
 
     def has_isolated(self, job_id: str, gpu_type: str) -> bool:
+        """Whether the job was measured alone on ``gpu_type``.
+
+        Parameters
+        ----------
+        job_id : str
+            The job.
+        gpu_type : str
+            The GPU type.
+
+        Returns
+        -------
+        bool
+            ``True`` when a profile exists.
+        """
         return (job_id, gpu_type) in self._isolated
 
     def has_colocated(self, job_ids: Sequence[str], gpu_type: str) -> bool:
+        """Whether the group was measured together on ``gpu_type``.
+
+        Parameters
+        ----------
+        job_ids : sequence of str
+            The group's jobs, in any order.
+        gpu_type : str
+            The GPU type.
+
+        Returns
+        -------
+        bool
+            ``True`` when its speeds were measured.
+        """
         return (tuple(sorted(job_ids)), gpu_type) in self._colocated
 
     def colocated(self, job_ids: Sequence[str], gpu_type: str) -> tuple[float, ...] | None:
-        """Measured speeds of the group, in the order of ``job_ids``; ``None`` when never measured."""
+        """Measured speeds of the group.
+
+        Parameters
+        ----------
+        job_ids : sequence of str
+            The group's jobs, in any order.
+        gpu_type : str
+            The GPU type.
+
+        Returns
+        -------
+        tuple of float or None
+            Speeds in the order of ``job_ids``; ``None`` when never measured.
+        """
         order = sorted(range(len(job_ids)), key=lambda i: job_ids[i])
         hit = self._colocated.get((tuple(job_ids[i] for i in order), gpu_type))
         if hit is None:
@@ -101,7 +232,18 @@ class ProfileBook:
         return tuple(out)
 
     def version(self, job_id: str) -> int:
-        """How many measurements involve ``job_id`` (0: none)."""
+        """How many measurements involve ``job_id``.
+
+        Parameters
+        ----------
+        job_id : str
+            The job.
+
+        Returns
+        -------
+        int
+            The count (0: none); it grows with every new profile of the job.
+        """
         return self._versions.get(job_id, 0)
 
     def __len__(self) -> int:
@@ -109,7 +251,13 @@ class ProfileBook:
 
     def to_list(self) -> list[list[Any]]:
         """``[["isolated", job id, GPU type, GPUs, nodes, step s, memory MiB, util or None], ...,
-        ["colocated", [job ids], GPU type, [speeds]], ...]`` in recording order."""
+        ["colocated", [job ids], GPU type, [speeds]], ...]`` in recording order.
+
+        Returns
+        -------
+        list of list
+            The book as JSON-ready rows (:meth:`from_list` reads them back).
+        """
         rows: list[list[Any]] = [["isolated", j, t, p.num_gpus, p.num_nodes, p.step_time_s, p.memory_mib,
                                   p.utilization] for (j, t), p in self._isolated.items()]
         rows += [["colocated", list(ids), t, list(speeds)] for (ids, t), speeds in self._colocated.items()]
@@ -117,6 +265,18 @@ class ProfileBook:
 
     @classmethod
     def from_list(cls, rows: Sequence[Sequence[Any]]) -> ProfileBook:
+        """The book :meth:`to_list` wrote.
+
+        Parameters
+        ----------
+        rows : sequence of sequence
+            Rows as :meth:`to_list` returns them.
+
+        Returns
+        -------
+        ProfileBook
+            A book with the same profiles and versions.
+        """
         out = cls()
         for row in rows:
             if row[0] == "isolated":
@@ -137,7 +297,18 @@ _PROFILES: ContextVar[ProfileBook | None] = ContextVar("dltsched_profiles", defa
 
 @contextmanager
 def observing_profiles(book: ProfileBook) -> Iterator[ProfileBook]:
-    """Within the block, :func:`profiled` predictors answer from ``book``."""
+    """Within the block, :func:`profiled` predictors answer from ``book``.
+
+    Parameters
+    ----------
+    book : ProfileBook
+        The run's profiles.
+
+    Returns
+    -------
+    Iterator[ProfileBook]
+        A context manager yielding ``book``.
+    """
     token = _PROFILES.set(book)
     try:
         yield book
@@ -146,11 +317,28 @@ def observing_profiles(book: ProfileBook) -> Iterator[ProfileBook]:
 
 
 def profile_version(job_id: str) -> int:
-    """How many measurements of the current run involve ``job_id`` (0 outside a profiling run)."""
+    """How many measurements of the current run involve ``job_id``.
+
+    Parameters
+    ----------
+    job_id : str
+        The job.
+
+    Returns
+    -------
+    int
+        The count; 0 outside a profiling run.
+    """
     book = _PROFILES.get()
     return 0 if book is None else book.version(job_id)
 
 
 def current_profiles() -> ProfileBook | None:
-    """The book of the current run (:func:`observing_profiles`), or ``None``."""
+    """The book of the current run (:func:`observing_profiles`).
+
+    Returns
+    -------
+    ProfileBook or None
+        The book; ``None`` outside a profiling run.
+    """
     return _PROFILES.get()
