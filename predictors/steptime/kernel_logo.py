@@ -24,12 +24,11 @@ from dltsched.predictors.steptime.kernels import (
     gpu_family,
     kernel_gpu,
     load_kernel_model,
-    roofline_s,
 )
 from dltsched.predictors.steptime.measurements import Measurement
 from dltsched.predictors.steptime.model import gpu_spec_checked, learned_root
-from dltsched.predictors.steptime.opgraph import BATCH_GRID, interpolate, op_kernels
-from dltsched.predictors.zoo.graphs import graph_record, resolve
+from dltsched.predictors.steptime.opgraph import kernel_times, step_kernel_s
+from dltsched.predictors.zoo.graphs import resolve
 
 
 def workload_key(m: Measurement, model_id: str, dataset: str) -> str:
@@ -45,23 +44,18 @@ def _row(m: Measurement, km: KernelModel) -> tuple[dict[str, float], str, str, i
     return work, m.source, workload_key(m, model_id, dataset), m.batch_size, m.scope, m.step_time_s
 
 
+#: the kernel model without ensembles: every kernel at its roofline time
+ROOFLINE = KernelModel({})
+
+
 def roofline_step_s(m: Measurement) -> float:
     """Sum of the graph's kernels (forward, backward) at the spec sheet's peak and bandwidth."""
     from dltsched.predictors.steptime.calibrate import job_of
 
     job = job_of(m)
     model_id, dataset = resolve(job.model, job.dataset)
-    gpu = kernel_gpu(gpu_spec_checked(m.gpu))
-    rec = graph_record(model_id, dataset)
-    grid = []
-    for batch in BATCH_GRID:
-        total = 0.0
-        for node in rec["nodes"]:
-            ok = op_kernels(node, float(batch), 2.0 if m.amp else 4.0)
-            for kn, count in (*ok.forward, *ok.backward):
-                total += count * max(roofline_s(kn, gpu, "fp16" if m.amp else "fp32"))
-        grid.append(total)
-    return interpolate(np.asarray(grid), m.batch_size)
+    times = kernel_times(ROOFLINE, model_id, dataset, kernel_gpu(gpu_spec_checked(m.gpu)), bool(m.amp))
+    return step_kernel_s(times, m.batch_size)
 
 
 def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, KernelModel] | None = None,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -168,22 +169,28 @@ _CACHE: dict[tuple[object, ...], tuple[KernelModel, KernelTimes]] = {}
 def _kernel_times(model: KernelModel, model_id: str, dataset: str, gpu: KernelGpu, amp: bool) -> KernelTimes:
     rec = graph_record(model_id, dataset)
     n_layers = int(rec["num_layers"])
+    # repeated layers have identical ops: time each distinct op shape once, then count it per layer
+    shapes: dict[tuple[Any, ...], int] = {}
+    occurrences = []
+    for row in rec["nodes"]:
+        shape = tuple(0 if i == _COL["layer"] else v for i, v in enumerate(row))
+        occurrences.append((shapes.setdefault(shape, len(shapes)), int(row[_COL["layer"]])))
+    per_layer = np.zeros((len(shapes), n_layers))
+    for s, layer in occurrences:
+        per_layer[s, layer] += 1.0
     kernels: list[Kernel] = []
-    where: list[tuple[int, int, int, float]] = []  # grid index, layer, 0 fwd / 1 bwd, count
-    launches_fwd, launches_bwd = 0.0, np.zeros(n_layers)
+    where: list[tuple[int, int, int, float]] = []  # grid index, shape, 0 fwd / 1 bwd, count
+    launches = np.zeros((2, len(shapes)))
     elem = 2.0 if amp else 4.0
     for g, batch in enumerate(BATCH_GRID):
-        for row in rec["nodes"]:
-            ok = op_kernels(row, float(batch), elem)
+        for shape, s in shapes.items():
+            ok = op_kernels(list(shape), float(batch), elem)
             for phase, items in ((0, ok.forward), (1, ok.backward)):
                 for kn, count in items:
                     kernels.append(_math_kernel(kn, amp))
-                    where.append((g, ok.layer, phase, count))
+                    where.append((g, s, phase, count))
                     if g == 0:
-                        if phase == 0:
-                            launches_fwd += count
-                        else:
-                            launches_bwd[ok.layer] += count
+                        launches[phase, s] += count
     mode = "fp16" if amp else "fp32"
     times = np.zeros(len(kernels))
     gemm = [i for i, kn in enumerate(kernels) if kn.op_class in _GEMM_CLASSES]
@@ -192,10 +199,12 @@ def _kernel_times(model: KernelModel, model_id: str, dataset: str, gpu: KernelGp
         times[gemm] = model.predict_s([kernels[i] for i in gemm], gpu, mode)
     if other:
         times[other] = model.predict_s([kernels[i] for i in other], gpu, "fp32")
-    out = np.zeros((2, len(BATCH_GRID), n_layers))
+    per_shape = np.zeros((2, len(BATCH_GRID), len(shapes)))
     idx = np.asarray(where, dtype=float).reshape(-1, 4)
-    np.add.at(out, (idx[:, 2].astype(int), idx[:, 0].astype(int), idx[:, 1].astype(int)), times * idx[:, 3])
-    return KernelTimes(out[0], out[1], launches_fwd, launches_bwd)
+    np.add.at(per_shape, (idx[:, 2].astype(int), idx[:, 0].astype(int), idx[:, 1].astype(int)), times * idx[:, 3])
+    launches_layer = launches @ per_layer
+    return KernelTimes(per_shape[0] @ per_layer, per_shape[1] @ per_layer, float(launches_layer[0].sum()),
+                       launches_layer[1])
 
 
 def interpolate(grid_values: np.ndarray, batch: float) -> float:
