@@ -9,6 +9,10 @@ held-out GPU enters only through its spec sheet. Beside it, on the same rows:
 - ``constant``: the median measured step of the other GPUs' rows of the same setup;
 - ``per_model_mean``: the mean measured step of the same workload and batch size on the other GPUs
   (of the workload at any batch size, scaled by batch, where that batch was not measured elsewhere).
+
+One-profile transfer (Habitat-style): each held-out row predicted from the same workload's measured
+step at the same batch size on one other GPU (every such GPU in turn), scaled by the ratio of the
+fold's predictions on the two GPUs: ``measured_other * predicted_held / predicted_other``.
 """
 
 from __future__ import annotations
@@ -31,8 +35,14 @@ from dltsched.predictors.steptime.opgraph import kernel_times, step_kernel_s
 from dltsched.predictors.zoo.graphs import resolve
 
 
+def kernel_family(gpu_id: str) -> str:
+    """The key of a GPU in :func:`held_out_kernel_models`: GPUs sharing a fit (V100 and its PCIe 32 GB
+    variant, A100 variants) are one family."""
+    return gpu_family(learned_root(gpu_spec_checked(gpu_id).id))
+
+
 def workload_key(m: Measurement, model_id: str, dataset: str) -> str:
-    return f"{m.source}:{model_id}/{dataset}:{m.num_gpus}:{int(m.amp)}"
+    return kernelstep.workload_key(m.source, model_id, dataset, m.amp)
 
 
 def _row(m: Measurement, km: KernelModel) -> tuple[dict[str, float], str, str, int, str, float]:
@@ -63,7 +73,7 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
                       progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Per held-out GPU and over all rows: MAPE of the kernel step model and of the simple rules.
 
-    ``kernel_models``: GPU family (:func:`kernels.gpu_family`) -> kernel model fitted without it;
+    ``kernel_models``: GPU family (:func:`kernel_family`) -> kernel model fitted without it;
     families not in it use the shipped model. ``train_extra`` rows join every fit, never the test.
     """
     kernel_models = kernel_models or {}
@@ -75,10 +85,11 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
 
     out_rows: list[dict[str, Any]] = []
     params_by_gpu = {}
+    transfer_apes: list[float] = []
     for held in sorted({root(m) for m in rows}):
         if progress:
             progress(held)
-        km = kernel_models.get(gpu_family(gpu_spec_checked(held).id), shipped)
+        km = kernel_models.get(kernel_family(held), shipped)
         train = [m for m in everything if root(m) != held]
         test = [m for m in rows if root(m) == held]
         params = kernelstep.fit([_row(m, km) for m in train])
@@ -96,6 +107,11 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
                 mean = float(np.mean([t.step_time_s * m.batch_size / t.batch_size for t in same]))
             else:
                 mean = float("nan")
+            for t in same:
+                if t.batch_size == m.batch_size:
+                    other = _row(t, kernel_models.get(kernel_family(t.gpu), shipped))
+                    other_pred = sum(kernelstep.predict_terms(params, other[0], source, wkey, batch, scope).values())
+                    transfer_apes.append(abs(t.step_time_s * pred / other_pred - y) / y * 100.0)
             setup = [t.step_time_s for t in train if t.source == m.source] or [t.step_time_s for t in train]
             out_rows.append({"gpu": m.gpu, "held_out": held, "model": m.model, "dataset": m.dataset,
                              "batch_size": m.batch_size, "scope": m.scope, "source": m.source, "measured_s": y,
@@ -114,5 +130,24 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
 
     per_source = {s: summary([r for r in out_rows if r["source"] == s]) for s in sorted({r["source"] for r in out_rows})}
     per_gpu = {g: summary([r for r in out_rows if r["held_out"] == g]) for g in sorted({r["held_out"] for r in out_rows})}
-    return {"all": summary(out_rows), "per_source": per_source, "per_gpu": per_gpu, "params": params_by_gpu,
+    transfer = {"n": len(transfer_apes), "mape": float(np.mean(transfer_apes)) if transfer_apes else None}
+    return {"all": summary(out_rows), "transfer": transfer, "per_source": per_source, "per_gpu": per_gpu, "params": params_by_gpu,
             "rows": out_rows}
+
+
+def fit_kernel_step(rows: Sequence[Measurement], kernel_model: KernelModel | None = None) -> dict[str, Any]:
+    """The ``kernel_step`` block of the factors, fitted on ``rows`` (any GPUs, scopes and setups)."""
+    km = kernel_model or load_kernel_model()
+    params = kernelstep.fit([_row(m, km) for m in rows])
+    params["fitted_on"] = sorted({f"{m.source}:{learned_root(gpu_spec_checked(m.gpu).id)}" for m in rows})
+    return params
+
+
+def held_out_kernel_models(data_dir: str | None = None) -> dict[str, KernelModel]:
+    """Per GPU family of NeuSight's kernel data, the kernel model fitted without it."""
+    from dltsched.predictors.steptime import kernels as kn
+
+    gpus = {g.id: g for g in kn.neusight_gpus(data_dir).values()}
+    samples = kn.neusight_kernels(data_dir)
+    return {family: kn.fit([s for s in samples if kernel_family(s.gpu) != family], gpus)
+            for family in sorted({kernel_family(s.gpu) for s in samples})}

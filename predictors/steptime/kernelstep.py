@@ -50,6 +50,12 @@ OPTIMIZER_KERNELS = {"sgd": 1, "momentum": 2, "nesterov": 2, "adagrad": 3, "rmsp
                      "adadelta": 5, "lamb": 8}
 
 
+def workload_key(source: str, model_id: str, dataset: str, amp: bool) -> str:
+    """Key of a workload's fitted terms: setup, canonical model and dataset, AMP (per-GPU terms: the
+    same for any number of data-parallel workers)."""
+    return f"{source}:{model_id}/{dataset}:{int(bool(amp))}"
+
+
 def kernel_work(job: Job, model_id: str, dataset: str, gpu: GpuType, freeze_level: int = 0,
                 scope: str = "iteration", kernel_model: KernelModel | None = None) -> dict[str, float]:
     """Unscaled work of one step: ``kernel_s`` (sum of predicted kernels), ``optimizer_s`` (parameter

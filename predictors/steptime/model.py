@@ -230,10 +230,17 @@ class DeletePopStepTime:
     ``factors`` defaults to the shipped fit. ``host_source`` names the measurement setup whose
     input-pipeline terms to use when a workload was measured by several (default: the factors'
     ``sources`` order); workloads never measured get none.
+
+    ``gpu_model`` picks what times the GPU work: ``"groups"`` (default: the graph's work per group at
+    the calibrated efficiencies) or ``"kernels"`` (every kernel of the graph, forward and backward,
+    timed by the kernel model and summed, with the host terms of the factors' ``kernel_step`` block;
+    see :mod:`kernelstep`). ``kernel_model``: a kernel-model file (default: the shipped one).
     """
 
     factors: dict[str, Any] = field(default_factory=lambda: load_factors())
     host_source: str | None = None
+    gpu_model: str = "groups"
+    kernel_model: str | None = None
     tf32_matmul: bool = False
     tf32_conv: bool = False
     workspace_mib: float = 450.0
@@ -327,18 +334,69 @@ class DeletePopStepTime:
             raise ValidationError("num_gpus", f"{n!r} not understood; must be an integer >= 1")
         if not isinstance(num_nodes, int) or num_nodes < 1:
             raise ValidationError("num_nodes", f"{num_nodes!r} not understood; must be an integer >= 1")
+        if self.gpu_model == "kernels":
+            return self._kernel_breakdown(job, model, dataset, agg, gpu, n, num_nodes, freeze_level, scope,
+                                          check_memory)
+        if self.gpu_model != "groups":
+            raise ValidationError("gpu_model", f"{self.gpu_model!r} not understood; one of groups, kernels")
         terms = self.gpu_terms(job, model, dataset, gpu, freeze_level, scope)
         compute = sum(terms[g] for g in COMPUTE_GROUPS)
         memory = terms["memory"]
         dispatch, fixed, pipeline = self.cpu_s(terms["kernels"], model, dataset, gpu, job.batch_size, scope)
         overhead = combine(compute + memory, dispatch) - compute - memory + fixed + pipeline
         comm = 0.0 if scope == "fwd_bwd" else self.comm_s(agg, gpu, n, num_nodes, freeze_level)
+        mem = self._checked_memory(job, agg, gpu, freeze_level, check_memory)
+        return StepBreakdown(compute + memory + comm + overhead, compute, memory, comm, overhead, mem, fixed, pipeline)
+
+    def _checked_memory(self, job: Job, agg: Aggregates, gpu: GpuType, freeze_level: int, check: bool) -> float:
         mem = self._memory_mib(job, agg, freeze_level)
-        if check_memory and mem > gpu.memory_mib:
+        if check and mem > gpu.memory_mib:
             raise MemoryFitError(f"job '{job.id}': {job.model} at batch size {job.batch_size} needs "
                                  f"{mem:.0f} MiB > {gpu.memory_mib:.0f} MiB on {gpu.id}; use a smaller batch size, "
                                  "--amp, a higher freeze level or a larger GPU")
-        return StepBreakdown(compute + memory + comm + overhead, compute, memory, comm, overhead, mem, fixed, pipeline)
+        return mem
+
+    def kernel_step_params(self) -> dict[str, Any]:
+        """The factors' ``kernel_step`` block (fitted by ``dltsched predict fit-kernel-step``)."""
+        params = self.factors.get("kernel_step")
+        if params is None:
+            raise ValidationError("factors", "no 'kernel_step' block for gpu_model='kernels': run "
+                                             "'dltsched predict fit-kernel-step'")
+        return params
+
+    def _kernel_breakdown(self, job: Job, model: str, dataset: str, agg: Aggregates, gpu: GpuType, n: int,
+                          num_nodes: int, freeze_level: int, scope: str, check_memory: bool) -> StepBreakdown:
+        from dltsched.predictors.steptime import kernelstep
+        from dltsched.predictors.steptime.kernels import load_kernel_model
+
+        params = self.kernel_step_params()
+        work = kernelstep.kernel_work(job, model, dataset, gpu, freeze_level, scope,
+                                      load_kernel_model(self.kernel_model))
+        source = self.kernel_source(params, model, dataset, job.amp)
+        terms = kernelstep.predict_terms(params, work, source,
+                                         kernelstep.workload_key(source, model, dataset, job.amp),
+                                         job.batch_size, scope)
+        optimizer = params["optimizer"] * work["optimizer_s"] * (terms["gpu"] / max(
+            params["kernel"] * work["kernel_s"] + params["optimizer"] * work["optimizer_s"], 1e-15))
+        compute, memory = terms["gpu"] - optimizer, optimizer
+        overhead = terms["dispatch"] + terms["fixed"] + terms["input"]
+        comm = 0.0 if scope == "fwd_bwd" else self.comm_s(agg, gpu, n, num_nodes, freeze_level)
+        mem = self._checked_memory(job, agg, gpu, freeze_level, check_memory)
+        return StepBreakdown(compute + memory + comm + overhead, compute, memory, comm, overhead, mem,
+                             terms["fixed"], terms["input"])
+
+    def kernel_source(self, params: dict[str, Any], model: str, dataset: str, amp: bool) -> str:
+        """The measurement setup whose workload terms a job gets: ``host_source`` first, then any setup
+        that measured this workload, else ``host_source`` or ``""`` (no workload terms)."""
+        from dltsched.predictors.steptime.kernelstep import workload_key
+
+        order = [self.host_source] if self.host_source else []
+        order += sorted(params.get("fixed_s", {}))
+        for source in order:
+            key = workload_key(source, model, dataset, amp)
+            if key in params.get("scale", {}) or key in params.get("input", {}):
+                return source
+        return self.host_source or ""
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1, scope: str = "iteration") -> float:
