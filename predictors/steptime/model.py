@@ -72,6 +72,11 @@ TF32_ARCHITECTURES = frozenset({"ampere", "ada", "hopper", "blackwell"})
 DEFAULT_COMM_COEFFICIENTS = {"ring": 1.0 / 0.7, "shared_bus": 0.0}
 
 
+#: remembered step times (see :meth:`DeletePopStepTime.step_time_s`); cleared when full
+_STEP_MEMO: dict[tuple[Any, ...], tuple[dict[str, Any], float]] = {}
+_STEP_MEMO_SIZE = 200_000
+
+
 class MemoryFitError(DltschedError, ValueError):
     """A job whose predicted memory exceeds the GPU's memory."""
 
@@ -400,8 +405,24 @@ class DeletePopStepTime:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1, scope: str = "iteration") -> float:
-        return self.breakdown(job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes,
-                              scope=scope).step_time_s
+        """``breakdown(...).step_time_s``, remembered per (predictor settings, job shape, GPU, placement):
+        a scheduler asks the same pairs round after round. The factors are never changed in place."""
+        key = (id(self.factors), self.host_source, self.gpu_model, self.kernel_model, self.tf32_matmul,
+               self.tf32_conv, self.hop_latency_s, self.network_gbps, job.model, job.dataset, job.batch_size,
+               job.num_gpus, job.amp, job.optimizer, gpu_type, num_gpus, freeze_level, num_nodes, scope)
+        try:
+            hit = _STEP_MEMO.get(key)
+        except TypeError:  # an unhashable argument: breakdown names the field
+            hit, key = None, None
+        if hit is not None and hit[0] is self.factors:
+            return hit[1]
+        value = self.breakdown(job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes,
+                               scope=scope).step_time_s
+        if key is not None:
+            if len(_STEP_MEMO) >= _STEP_MEMO_SIZE:
+                _STEP_MEMO.clear()
+            _STEP_MEMO[key] = (self.factors, value)
+        return value
 
     def transfer_s(self, job: Job, gpu_type: str, measured: list[tuple[str, int, float]],
                    num_gpus: int | None = None, *, num_nodes: int = 1, scope: str = "iteration") -> float:

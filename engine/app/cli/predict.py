@@ -363,7 +363,11 @@ def build_graphs(models: tuple[str, ...], workers: int, overwrite_packaged: bool
 
 
 def time_predictions(pairs: int = 10_000) -> dict[str, float]:
-    """Time ``pairs`` (job, GPU) step-time predictions from the cached graphs."""
+    """Time ``pairs`` (job, GPU) step-time predictions from the cached graphs: cycling over the zoo's
+    (job, GPU) pairs as a scheduler's rounds do (``seconds``), and as many distinct pairs
+    (``distinct_seconds``: a new batch size each, so no remembered prediction is reused)."""
+    from dataclasses import replace
+
     from dltsched.engine.domain.model import Job
     from dltsched.predictors.steptime import DeletePopStepTime
     from dltsched.predictors.zoo import zoo_models
@@ -378,9 +382,16 @@ def time_predictions(pairs: int = 10_000) -> dict[str, float]:
     for job, gpu in work:
         predictor.step_time_s(job, gpu)
     elapsed = time.perf_counter() - start
+    # distinct pairs (every batch size new): no remembered prediction helps
+    distinct = [(replace(jobs[i % len(jobs)], batch_size=100_000 + i), gpus[i % len(gpus)]) for i in range(pairs)]
+    start = time.perf_counter()
+    for job, gpu in distinct:
+        predictor.step_time_s(job, gpu)
+    distinct_s = time.perf_counter() - start
     from dltsched.predictors.colocation.profiled import time_profile_colocation
 
-    return ({"pairs": pairs, "seconds": elapsed, "pairs_per_s": pairs / elapsed} | time_colocation(pairs)
+    return ({"pairs": pairs, "seconds": elapsed, "pairs_per_s": pairs / elapsed, "distinct_seconds": distinct_s}
+            | time_colocation(pairs)
             | time_profile_colocation(pairs))
 
 
@@ -417,7 +428,8 @@ def bench_predict(pairs: int, as_json: bool) -> None:
     groups' predictions from the shipped co-location table."""
     out = time_predictions(pairs)
     emit(out, as_json, lambda: click.echo(
-        f"{out['pairs']} step-time predictions in {out['seconds']:.3f} s ({out['pairs_per_s']:.0f} pairs/s); "
+        f"{out['pairs']} step-time predictions in {out['seconds']:.3f} s ({out['pairs_per_s']:.0f} pairs/s; "
+        f"{out['distinct_seconds']:.3f} s for as many distinct pairs); "
         f"{out['colocation_groups']} co-location predictions in {out['colocation_seconds']:.3f} s; profile model: "
         f"{out['profile_batch_seconds']:.3f} s in one batch, {out['profile_per_call_seconds']:.3f} s one call a group"))
 
