@@ -85,7 +85,7 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
 
     out_rows: list[dict[str, Any]] = []
     params_by_gpu = {}
-    transfer_apes: list[float] = []
+    transfer_apes: list[tuple[str, float]] = []
     for held in sorted({root(m) for m in rows}):
         if progress:
             progress(held)
@@ -111,7 +111,7 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
                 if t.batch_size == m.batch_size:
                     other = _row(t, kernel_models.get(kernel_family(t.gpu), shipped))
                     other_pred = sum(kernelstep.predict_terms(params, other[0], source, wkey, batch, scope).values())
-                    transfer_apes.append(abs(t.step_time_s * pred / other_pred - y) / y * 100.0)
+                    transfer_apes.append((m.source, abs(t.step_time_s * pred / other_pred - y) / y * 100.0))
             setup = [t.step_time_s for t in train if t.source == m.source] or [t.step_time_s for t in train]
             out_rows.append({"gpu": m.gpu, "held_out": held, "model": m.model, "dataset": m.dataset,
                              "batch_size": m.batch_size, "scope": m.scope, "source": m.source, "measured_s": y,
@@ -130,7 +130,12 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
 
     per_source = {s: summary([r for r in out_rows if r["source"] == s]) for s in sorted({r["source"] for r in out_rows})}
     per_gpu = {g: summary([r for r in out_rows if r["held_out"] == g]) for g in sorted({r["held_out"] for r in out_rows})}
-    transfer = {"n": len(transfer_apes), "mape": float(np.mean(transfer_apes)) if transfer_apes else None}
+    def transfer_summary(apes: list[float]) -> dict[str, Any]:
+        return {"n": len(apes), "mape": float(np.mean(apes)) if apes else None}
+
+    transfer = transfer_summary([a for _s, a in transfer_apes])
+    transfer["per_source"] = {s: transfer_summary([a for src, a in transfer_apes if src == s])
+                              for s in sorted({src for src, _a in transfer_apes})}
     return {"all": summary(out_rows), "transfer": transfer, "per_source": per_source, "per_gpu": per_gpu, "params": params_by_gpu,
             "rows": out_rows}
 

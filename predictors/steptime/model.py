@@ -75,6 +75,8 @@ DEFAULT_COMM_COEFFICIENTS = {"ring": 1.0 / 0.7, "shared_bus": 0.0}
 #: remembered step times (see :meth:`DeletePopStepTime.step_time_s`); cleared when full
 _STEP_MEMO: dict[tuple[Any, ...], tuple[dict[str, Any], float]] = {}
 _STEP_MEMO_SIZE = 200_000
+#: work terms per job shape and GPU as (intercept, slope in the batch size), see ``gpu_terms``
+_WORK_MEMO: dict[tuple[Any, ...], tuple[dict[str, Any], dict[str, tuple[float, float]]]] = {}
 
 
 class MemoryFitError(DltschedError, ValueError):
@@ -264,8 +266,18 @@ class DeletePopStepTime:
         bounds) and of ``memory`` (memory and bound terms), and ``kernels`` per step."""
         f = self.factors
         kern, gpu_eff = f.get("kernel_efficiency", {}), f.get("gpu_efficiency", {})
-        work = work_terms(job, model, dataset, gpu, freeze_level, kern.get(learned_id(gpu.id, kern)),
-                          optimizer=scope != "fwd_bwd", tf32_matmul=self.tf32_matmul, tf32_conv=self.tf32_conv)
+        # every work term is linear in the batch size: remember intercept and slope per job shape and GPU
+        key = (id(f), model, dataset, gpu, freeze_level, scope != "fwd_bwd", self.tf32_matmul, self.tf32_conv,
+               job.amp, job.optimizer)
+        hit = _WORK_MEMO.get(key)
+        if hit is None or hit[0] is not f:
+            one, two = (work_terms(replace(job, batch_size=b), model, dataset, gpu, freeze_level,
+                                   kern.get(learned_id(gpu.id, kern)), optimizer=scope != "fwd_bwd",
+                                   tf32_matmul=self.tf32_matmul, tf32_conv=self.tf32_conv) for b in (1, 2))
+            if len(_WORK_MEMO) >= _STEP_MEMO_SIZE:
+                _WORK_MEMO.clear()
+            hit = _WORK_MEMO[key] = (f, {k: (2.0 * one[k] - two[k], two[k] - one[k]) for k in one})
+        work = {k: a + b * job.batch_size for k, (a, b) in hit[1].items()}
         theta, mult = f["inverse_efficiency"], gpu_eff.get(learned_id(gpu.id, gpu_eff), {})
         dram = mult.get("memory", 1.0)
         out = {g: work[g] * theta[g] * mult.get(g, 1.0) for g in COMPUTE_GROUPS}
@@ -318,6 +330,8 @@ class DeletePopStepTime:
 
     def comm_s(self, agg: Aggregates, gpu: GpuType, num_gpus: int, num_nodes: int, freeze_level: int) -> float:
         """Exposed all-reduce time of the trainable gradients (fitted share of ring + shared-bus terms)."""
+        if num_gpus <= 1:
+            return 0.0
         f = self.factors
         per_gpu = f.get("per_gpu_comm", {})
         coef = per_gpu.get(learned_id(gpu.id, per_gpu), f.get("comm_coefficients", DEFAULT_COMM_COEFFICIENTS))
