@@ -385,16 +385,16 @@ class DeletePopStepTime:
 
     def _kernel_breakdown(self, job: Job, model: str, dataset: str, agg: Aggregates, gpu: GpuType, n: int,
                           num_nodes: int, freeze_level: int, scope: str, check_memory: bool) -> StepBreakdown:
-        from dltsched.predictors.steptime import kernelstep
         from dltsched.predictors.steptime.kernels import load_kernel_model
+        from dltsched.predictors.steptime.kernelstep import kernel_work, predict_terms, workload_key
 
         params = self.kernel_step_params()
-        work = kernelstep.kernel_work(job, model, dataset, gpu, freeze_level, scope,
+        work = kernel_work(job, model, dataset, gpu, freeze_level, scope,
                                       load_kernel_model(self.kernel_model))
         source = self.kernel_source(params, model, dataset, job.amp)
-        terms = kernelstep.predict_terms(params, work, source,
-                                         kernelstep.workload_key(source, model, dataset, job.amp),
-                                         job.batch_size, scope)
+        terms = predict_terms(params, work, source,
+                              workload_key(source, model, dataset, job.amp),
+                              job.batch_size, scope)
         optimizer = params["optimizer"] * work["optimizer_s"] * (terms["gpu"] / max(
             params["kernel"] * work["kernel_s"] + params["optimizer"] * work["optimizer_s"], 1e-15))
         compute, memory = terms["gpu"] - optimizer, optimizer
