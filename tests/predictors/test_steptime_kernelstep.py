@@ -111,3 +111,28 @@ def test_math_modes_amp_is_faster_on_tensor_cores():
     amp = p.step_time_s(_job(amp=True), "a100", scope="fwd_bwd")
     assert amp < fp32
     assert not math.isnan(amp)
+
+
+def test_cli_fit_kernel_step_then_predict_with_it(capsys, tmp_path):
+    import json
+
+    from dltsched.engine.app.cli.main import main
+
+    rows = tmp_path / "rows.csv"
+    lines = ["model,gpu,batch_size,num_gpus,step_time_s,scope,source"]
+    for gpu, speed in (("v100", 1.0), ("p100", 1.6), ("k80", 4.0)):
+        lines += [f"resnet50,{gpu},{b},1,{speed * (0.01 + 0.0015 * b):.5f},iteration,lab" for b in (16, 32, 64)]
+    rows.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "factors.json"
+    assert main(["predict", "fit-kernel-step", str(rows), "--output", str(out), "--json"]) == 0
+    fitted = json.loads(out.read_text())["kernel_step"]
+    assert fitted["fitted_on"] == ["lab:k80", "lab:p100", "lab:v100"] and "lab:resnet50/imagenet:0" in fitted["scale"]
+    capsys.readouterr()
+    code = main(["predict", "step-time", "--model", "resnet50", "--gpu", "v100", "--batch-size", "32",
+                 "--gpu-model", "kernels", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["step_time_s"] >= data["compute_s"] > 0
+    predictor = DeletePopStepTime(factors=json.loads(out.read_text()), gpu_model="kernels", host_source="lab")
+    predicted = predictor.step_time_s(_job(batch_size=32), "v100")
+    assert predicted == pytest.approx(0.01 + 0.0015 * 32, rel=0.25)  # in-sample: the fit reproduces its rows
+    assert main(["predict", "fit-kernel-step", str(rows), "--json"]) == 2  # neither --output nor --overwrite
