@@ -72,6 +72,13 @@ TF32_ARCHITECTURES = frozenset({"ampere", "ada", "hopper", "blackwell"})
 DEFAULT_COMM_COEFFICIENTS = {"ring": 1.0 / 0.7, "shared_bus": 0.0}
 
 
+#: remembered step times (see :meth:`DeletePopStepTime.step_time_s`); cleared when full
+_STEP_MEMO: dict[tuple[Any, ...], tuple[dict[str, Any], float]] = {}
+_STEP_MEMO_SIZE = 200_000
+#: work terms per job shape and GPU as (intercept, slope in the batch size), see ``gpu_terms``
+_WORK_MEMO: dict[tuple[Any, ...], tuple[dict[str, Any], dict[str, tuple[float, float]]]] = {}
+
+
 class MemoryFitError(DltschedError, ValueError):
     """A job whose predicted memory exceeds the GPU's memory."""
 
@@ -230,10 +237,17 @@ class DeletePopStepTime:
     ``factors`` defaults to the shipped fit. ``host_source`` names the measurement setup whose
     input-pipeline terms to use when a workload was measured by several (default: the factors'
     ``sources`` order); workloads never measured get none.
+
+    ``gpu_model`` picks what times the GPU work: ``"groups"`` (default: the graph's work per group at
+    the calibrated efficiencies) or ``"kernels"`` (every kernel of the graph, forward and backward,
+    timed by the kernel model and summed, with the host terms of the factors' ``kernel_step`` block;
+    see :mod:`kernelstep`). ``kernel_model``: a kernel-model file (default: the shipped one).
     """
 
     factors: dict[str, Any] = field(default_factory=lambda: load_factors())
     host_source: str | None = None
+    gpu_model: str = "groups"
+    kernel_model: str | None = None
     tf32_matmul: bool = False
     tf32_conv: bool = False
     workspace_mib: float = 450.0
@@ -252,8 +266,18 @@ class DeletePopStepTime:
         bounds) and of ``memory`` (memory and bound terms), and ``kernels`` per step."""
         f = self.factors
         kern, gpu_eff = f.get("kernel_efficiency", {}), f.get("gpu_efficiency", {})
-        work = work_terms(job, model, dataset, gpu, freeze_level, kern.get(learned_id(gpu.id, kern)),
-                          optimizer=scope != "fwd_bwd", tf32_matmul=self.tf32_matmul, tf32_conv=self.tf32_conv)
+        # every work term is linear in the batch size: remember intercept and slope per job shape and GPU
+        key = (id(f), model, dataset, gpu, freeze_level, scope != "fwd_bwd", self.tf32_matmul, self.tf32_conv,
+               job.amp, job.optimizer)
+        hit = _WORK_MEMO.get(key)
+        if hit is None or hit[0] is not f:
+            one, two = (work_terms(replace(job, batch_size=b), model, dataset, gpu, freeze_level,
+                                   kern.get(learned_id(gpu.id, kern)), optimizer=scope != "fwd_bwd",
+                                   tf32_matmul=self.tf32_matmul, tf32_conv=self.tf32_conv) for b in (1, 2))
+            if len(_WORK_MEMO) >= _STEP_MEMO_SIZE:
+                _WORK_MEMO.clear()
+            hit = _WORK_MEMO[key] = (f, {k: (2.0 * one[k] - two[k], two[k] - one[k]) for k in one})
+        work = {k: a + b * job.batch_size for k, (a, b) in hit[1].items()}
         theta, mult = f["inverse_efficiency"], gpu_eff.get(learned_id(gpu.id, gpu_eff), {})
         dram = mult.get("memory", 1.0)
         out = {g: work[g] * theta[g] * mult.get(g, 1.0) for g in COMPUTE_GROUPS}
@@ -306,6 +330,8 @@ class DeletePopStepTime:
 
     def comm_s(self, agg: Aggregates, gpu: GpuType, num_gpus: int, num_nodes: int, freeze_level: int) -> float:
         """Exposed all-reduce time of the trainable gradients (fitted share of ring + shared-bus terms)."""
+        if num_gpus <= 1:
+            return 0.0
         f = self.factors
         per_gpu = f.get("per_gpu_comm", {})
         coef = per_gpu.get(learned_id(gpu.id, per_gpu), f.get("comm_coefficients", DEFAULT_COMM_COEFFICIENTS))
@@ -327,23 +353,90 @@ class DeletePopStepTime:
             raise ValidationError("num_gpus", f"{n!r} not understood; must be an integer >= 1")
         if not isinstance(num_nodes, int) or num_nodes < 1:
             raise ValidationError("num_nodes", f"{num_nodes!r} not understood; must be an integer >= 1")
+        if self.gpu_model == "kernels":
+            return self._kernel_breakdown(job, model, dataset, agg, gpu, n, num_nodes, freeze_level, scope,
+                                          check_memory)
+        if self.gpu_model != "groups":
+            raise ValidationError("gpu_model", f"{self.gpu_model!r} not understood; one of groups, kernels")
         terms = self.gpu_terms(job, model, dataset, gpu, freeze_level, scope)
         compute = sum(terms[g] for g in COMPUTE_GROUPS)
         memory = terms["memory"]
         dispatch, fixed, pipeline = self.cpu_s(terms["kernels"], model, dataset, gpu, job.batch_size, scope)
         overhead = combine(compute + memory, dispatch) - compute - memory + fixed + pipeline
         comm = 0.0 if scope == "fwd_bwd" else self.comm_s(agg, gpu, n, num_nodes, freeze_level)
+        mem = self._checked_memory(job, agg, gpu, freeze_level, check_memory)
+        return StepBreakdown(compute + memory + comm + overhead, compute, memory, comm, overhead, mem, fixed, pipeline)
+
+    def _checked_memory(self, job: Job, agg: Aggregates, gpu: GpuType, freeze_level: int, check: bool) -> float:
         mem = self._memory_mib(job, agg, freeze_level)
-        if check_memory and mem > gpu.memory_mib:
+        if check and mem > gpu.memory_mib:
             raise MemoryFitError(f"job '{job.id}': {job.model} at batch size {job.batch_size} needs "
                                  f"{mem:.0f} MiB > {gpu.memory_mib:.0f} MiB on {gpu.id}; use a smaller batch size, "
                                  "--amp, a higher freeze level or a larger GPU")
-        return StepBreakdown(compute + memory + comm + overhead, compute, memory, comm, overhead, mem, fixed, pipeline)
+        return mem
+
+    def kernel_step_params(self) -> dict[str, Any]:
+        """The factors' ``kernel_step`` block (fitted by ``dltsched predict fit-kernel-step``)."""
+        params = self.factors.get("kernel_step")
+        if params is None:
+            raise ValidationError("factors", "no 'kernel_step' block for gpu_model='kernels': run "
+                                             "'dltsched predict fit-kernel-step'")
+        return params
+
+    def _kernel_breakdown(self, job: Job, model: str, dataset: str, agg: Aggregates, gpu: GpuType, n: int,
+                          num_nodes: int, freeze_level: int, scope: str, check_memory: bool) -> StepBreakdown:
+        from dltsched.predictors.steptime.kernels import load_kernel_model
+        from dltsched.predictors.steptime.kernelstep import kernel_work, predict_terms, workload_key
+
+        params = self.kernel_step_params()
+        work = kernel_work(job, model, dataset, gpu, freeze_level, scope,
+                                      load_kernel_model(self.kernel_model))
+        source = self.kernel_source(params, model, dataset, job.amp)
+        terms = predict_terms(params, work, source,
+                              workload_key(source, model, dataset, job.amp),
+                              job.batch_size, scope)
+        optimizer = params["optimizer"] * work["optimizer_s"] * (terms["gpu"] / max(
+            params["kernel"] * work["kernel_s"] + params["optimizer"] * work["optimizer_s"], 1e-15))
+        compute, memory = terms["gpu"] - optimizer, optimizer
+        overhead = terms["dispatch"] + terms["fixed"] + terms["input"]
+        comm = 0.0 if scope == "fwd_bwd" else self.comm_s(agg, gpu, n, num_nodes, freeze_level)
+        mem = self._checked_memory(job, agg, gpu, freeze_level, check_memory)
+        return StepBreakdown(compute + memory + comm + overhead, compute, memory, comm, overhead, mem,
+                             terms["fixed"], terms["input"])
+
+    def kernel_source(self, params: dict[str, Any], model: str, dataset: str, amp: bool) -> str:
+        """The measurement setup whose workload terms a job gets: ``host_source`` first, then any setup
+        that measured this workload, else ``host_source`` or ``""`` (no workload terms)."""
+        from dltsched.predictors.steptime.kernelstep import workload_key
+
+        order = [self.host_source] if self.host_source else []
+        order += sorted(params.get("fixed_s", {}))
+        for source in order:
+            key = workload_key(source, model, dataset, amp)
+            if key in params.get("scale", {}) or key in params.get("input", {}):
+                return source
+        return self.host_source or ""
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1, scope: str = "iteration") -> float:
-        return self.breakdown(job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes,
-                              scope=scope).step_time_s
+        """``breakdown(...).step_time_s``, remembered per (predictor settings, job shape, GPU, placement):
+        a scheduler asks the same pairs round after round. The factors are never changed in place."""
+        key = (id(self.factors), self.host_source, self.gpu_model, self.kernel_model, self.tf32_matmul,
+               self.tf32_conv, self.hop_latency_s, self.network_gbps, job.model, job.dataset, job.batch_size,
+               job.num_gpus, job.amp, job.optimizer, gpu_type, num_gpus, freeze_level, num_nodes, scope)
+        try:
+            hit = _STEP_MEMO.get(key)
+        except TypeError:  # an unhashable argument: breakdown names the field
+            hit, key = None, None
+        if hit is not None and hit[0] is self.factors:
+            return hit[1]
+        value = self.breakdown(job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes,
+                               scope=scope).step_time_s
+        if key is not None:
+            if len(_STEP_MEMO) >= _STEP_MEMO_SIZE:
+                _STEP_MEMO.clear()
+            _STEP_MEMO[key] = (self.factors, value)
+        return value
 
     def transfer_s(self, job: Job, gpu_type: str, measured: list[tuple[str, int, float]],
                    num_gpus: int | None = None, *, num_nodes: int = 1, scope: str = "iteration") -> float:

@@ -56,14 +56,17 @@ def _job(model: str, batch_size: int, num_gpus: int, amp: bool, dataset: str | N
               show_default=True, help="What the step covers: with input pipeline, without, forward+backward only.")
 @click.option("--measured", "measured_texts", multiple=True, metavar="GPU:BATCH:SECONDS",
               help="A measured step time of this job on some GPU (repeatable): the prediction is scaled from it.")
+@click.option("--gpu-model", type=click.Choice(["groups", "kernels"]), default="groups", show_default=True,
+              help="GPU time from calibrated work groups, or from every kernel of the graph (kernel model).")
 @click.option("--json", "as_json", is_flag=True)
 def step_time(model: str, gpu: str, batch_size: int, num_gpus: int, num_nodes: int, amp: bool, freeze_level: int,
-              dataset: str | None, optimizer: str, scope: str, measured_texts: tuple[str, ...], as_json: bool) -> None:
+              dataset: str | None, optimizer: str, scope: str, measured_texts: tuple[str, ...], gpu_model: str,
+              as_json: bool) -> None:
     """Predicted time of one training iteration and GPU memory of one worker."""
     from dltsched.predictors.steptime import DeletePopStepTime
 
     job = _job(model, batch_size, num_gpus, amp, dataset, optimizer)
-    predictor = DeletePopStepTime()
+    predictor = DeletePopStepTime(gpu_model=gpu_model)
     out: dict[str, float | str] = {**predictor.breakdown(job, gpu, freeze_level=freeze_level, num_nodes=num_nodes,
                                                          check_memory=True, scope=scope).as_dict(),
                                    "calibration": predictor.calibration_basis(gpu)}
@@ -248,6 +251,80 @@ def eval_kernels(data_dir: str | None, op_classes: tuple[str, ...], as_json: boo
     emit(out, as_json, text)
 
 
+def _kernel_step_rows(data_dir: str | None, files: tuple[str, ...]) -> list:  # noqa: ANN202
+    """Gavel (1 GPU), Zeus and NeuSight's training labels, or the rows of ``files``."""
+    from dltsched.predictors.steptime import measurements as ms
+
+    if files:
+        return [m for f in files for m in ms.read_csv(f)]
+    from dltsched.predictors.steptime import neusight as ns
+
+    labels = [ms.Measurement(lb.model, lb.gpu, lb.batch, 1, lb.e2e_s, scope="fwd_bwd", source="neusight",
+                             seq_len=lb.seq_len) for lb in ns.read_labels(data_dir, train=True)]
+    return ms.gavel_measurements(data_dir) + ms.zeus_measurements(data_dir) + labels
+
+
+@predict.command("fit-kernel-step")
+@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--output", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the factors with the fitted kernel_step block (required unless --overwrite-packaged).")
+@click.option("--overwrite-packaged", is_flag=True, help="Add the block to the package's own factors.json.")
+@click.option("--json", "as_json", is_flag=True)
+def fit_kernel_step(files: tuple[str, ...], data_dir: str | None, output: str | None, overwrite_packaged: bool,
+                    as_json: bool) -> None:
+    """Fit the kernel step model's host terms (gpu_model='kernels') on Gavel, Zeus and NeuSight's training
+    labels, or on eval-steptime CSV FILES, and write the factors with that block."""
+    import json
+
+    from dltsched.predictors.steptime.kernel_logo import fit_kernel_step as fit
+    from dltsched.predictors.steptime.model import factors_path, load_factors
+
+    _check_writer(output, overwrite_packaged, "the factors", "factors.json")
+    params = fit(_kernel_step_rows(data_dir, files))
+    factors = dict(load_factors(), kernel_step=params)
+    path = Path(output) if output else factors_path()
+    write_text_file(path, json.dumps(factors, indent=1) + "\n", option="--output")
+    load_factors.cache_clear()
+    emit({"output": str(path), "kernel": params["kernel"], "optimizer": params["optimizer"],
+          "dispatch_us": params["dispatch_us"], "fixed_s": params["fixed_s"], "fitted_on": params["fitted_on"]},
+         as_json)
+
+
+@predict.command("eval-kernel-step")
+@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--rows", "with_rows", is_flag=True, help="Include every row's prediction in --json output.")
+@click.option("--json", "as_json", is_flag=True)
+def eval_kernel_step(files: tuple[str, ...], data_dir: str | None, with_rows: bool, as_json: bool) -> None:
+    """Leave-one-GPU-out of the kernel step model (gpu_model='kernels') on Gavel, Zeus and NeuSight's training
+    labels (or on eval-steptime CSV FILES), beside roofline, constant and per-model mean on the same rows,
+    and one-profile transfer. Each held-out GPU's kernels also leave the kernel model's fit."""
+    from dltsched.predictors.steptime import kernel_logo as kl
+
+    out = kl.leave_one_gpu_out(_kernel_step_rows(data_dir, files), kl.held_out_kernel_models(data_dir))
+    if not with_rows:
+        out.pop("rows")
+
+    def text() -> None:
+        def line(name: str, v: dict) -> None:
+            def pct(x: float | None) -> str:
+                return "-" if x is None else f"{x:.1f}%"
+
+            click.echo(f"{name:>16}: n={v['n']} mape={pct(v['mape'])} roofline={pct(v['roofline_mape'])} "
+                       f"constant={pct(v['constant_mape'])} per-model-mean={pct(v['per_model_mean_mape'])}")
+
+        line("all", out["all"])
+        for name, v in out["per_source"].items():
+            line(name, v)
+        for name, v in out["per_gpu"].items():
+            line(f"held out {name}", v)
+        t = out["transfer"]
+        click.echo(f"one-profile transfer: n={t['n']} mape={t['mape'] if t['mape'] is None else round(t['mape'], 1)}%")
+
+    emit(out, as_json, text)
+
+
 @predict.command("freeze-table")
 @click.option("--model", required=True)
 @click.option("--gpu", required=True)
@@ -286,7 +363,11 @@ def build_graphs(models: tuple[str, ...], workers: int, overwrite_packaged: bool
 
 
 def time_predictions(pairs: int = 10_000) -> dict[str, float]:
-    """Time ``pairs`` (job, GPU) step-time predictions from the cached graphs."""
+    """Time ``pairs`` (job, GPU) step-time predictions from the cached graphs: cycling over the zoo's
+    (job, GPU) pairs as a scheduler's rounds do (``seconds``), and as many distinct pairs
+    (``distinct_seconds``: a new batch size each, so no remembered prediction is reused)."""
+    from dataclasses import replace
+
     from dltsched.engine.domain.model import Job
     from dltsched.predictors.steptime import DeletePopStepTime
     from dltsched.predictors.zoo import zoo_models
@@ -301,9 +382,16 @@ def time_predictions(pairs: int = 10_000) -> dict[str, float]:
     for job, gpu in work:
         predictor.step_time_s(job, gpu)
     elapsed = time.perf_counter() - start
+    # distinct pairs (every batch size new): no remembered prediction helps
+    distinct = [(replace(jobs[i % len(jobs)], batch_size=100_000 + i), gpus[i % len(gpus)]) for i in range(pairs)]
+    start = time.perf_counter()
+    for job, gpu in distinct:
+        predictor.step_time_s(job, gpu)
+    distinct_s = time.perf_counter() - start
     from dltsched.predictors.colocation.profile_train import time_profile_colocation
 
-    return ({"pairs": pairs, "seconds": elapsed, "pairs_per_s": pairs / elapsed} | time_colocation(pairs)
+    return ({"pairs": pairs, "seconds": elapsed, "pairs_per_s": pairs / elapsed, "distinct_seconds": distinct_s}
+            | time_colocation(pairs)
             | time_profile_colocation(pairs))
 
 
@@ -340,7 +428,8 @@ def bench_predict(pairs: int, as_json: bool) -> None:
     groups' predictions from the shipped co-location table."""
     out = time_predictions(pairs)
     emit(out, as_json, lambda: click.echo(
-        f"{out['pairs']} step-time predictions in {out['seconds']:.3f} s ({out['pairs_per_s']:.0f} pairs/s); "
+        f"{out['pairs']} step-time predictions in {out['seconds']:.3f} s ({out['pairs_per_s']:.0f} pairs/s; "
+        f"{out['distinct_seconds']:.3f} s for as many distinct pairs); "
         f"{out['colocation_groups']} co-location predictions in {out['colocation_seconds']:.3f} s; profile model: "
         f"{out['profile_batch_seconds']:.3f} s in one batch, {out['profile_per_call_seconds']:.3f} s one call a group"))
 

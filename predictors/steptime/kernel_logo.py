@@ -1,0 +1,158 @@
+"""Leave-one-GPU-out evaluation of the kernel step model beside simple rules, on the same rows.
+
+For each GPU (GPUs that share a fit, such as V100 and V100-32GB, are held out together) every row
+of it leaves the step-model fit, and the kernel model used for its rows is the one fitted without
+that GPU's kernels (where NeuSight measured it; other GPUs were never in the kernel data). The
+held-out GPU enters only through its spec sheet. Beside it, on the same rows:
+
+- ``roofline``: the sum of the graph's kernels at the spec peak / bandwidth, nothing else;
+- ``constant``: the median measured step of the other GPUs' rows of the same setup;
+- ``per_model_mean``: the mean measured step of the same workload and batch size on the other GPUs
+  (of the workload at any batch size, scaled by batch, where that batch was not measured elsewhere).
+
+One-profile transfer (Habitat-style): each held-out row predicted from the same workload's measured
+step at the same batch size on one other GPU (every such GPU in turn), scaled by the ratio of the
+fold's predictions on the two GPUs: ``measured_other * predicted_held / predicted_other``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from dltsched.predictors.steptime import kernelstep
+from dltsched.predictors.steptime.kernels import (
+    KernelModel,
+    gpu_family,
+    kernel_gpu,
+    load_kernel_model,
+)
+from dltsched.predictors.steptime.measurements import Measurement
+from dltsched.predictors.steptime.model import gpu_spec_checked, learned_root
+from dltsched.predictors.steptime.opgraph import kernel_times, step_kernel_s
+from dltsched.predictors.zoo.graphs import resolve
+
+
+def kernel_family(gpu_id: str) -> str:
+    """The key of a GPU in :func:`held_out_kernel_models`: GPUs sharing a fit (V100 and its PCIe 32 GB
+    variant, A100 variants) are one family."""
+    return gpu_family(learned_root(gpu_spec_checked(gpu_id).id))
+
+
+def workload_key(m: Measurement, model_id: str, dataset: str) -> str:
+    return kernelstep.workload_key(m.source, model_id, dataset, m.amp)
+
+
+def _row(m: Measurement, km: KernelModel) -> tuple[dict[str, float], str, str, int, str, float]:
+    from dltsched.predictors.steptime.calibrate import job_of
+
+    job = job_of(m)
+    model_id, dataset = resolve(job.model, job.dataset)
+    work = kernelstep.kernel_work(job, model_id, dataset, gpu_spec_checked(m.gpu), 0, m.scope, km)
+    return work, m.source, workload_key(m, model_id, dataset), m.batch_size, m.scope, m.step_time_s
+
+
+#: the kernel model without ensembles: every kernel at its roofline time
+ROOFLINE = KernelModel({})
+
+
+def roofline_step_s(m: Measurement) -> float:
+    """Sum of the graph's kernels (forward, backward) at the spec sheet's peak and bandwidth."""
+    from dltsched.predictors.steptime.calibrate import job_of
+
+    job = job_of(m)
+    model_id, dataset = resolve(job.model, job.dataset)
+    times = kernel_times(ROOFLINE, model_id, dataset, kernel_gpu(gpu_spec_checked(m.gpu)), bool(m.amp))
+    return step_kernel_s(times, m.batch_size)
+
+
+def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, KernelModel] | None = None,
+                      train_extra: Sequence[Measurement] = (),
+                      progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Per held-out GPU and over all rows: MAPE of the kernel step model and of the simple rules.
+
+    ``kernel_models``: GPU family (:func:`kernel_family`) -> kernel model fitted without it;
+    families not in it use the shipped model. ``train_extra`` rows join every fit, never the test.
+    """
+    kernel_models = kernel_models or {}
+    shipped = load_kernel_model()
+    everything = [*rows, *train_extra]
+
+    def root(m: Measurement) -> str:
+        return learned_root(gpu_spec_checked(m.gpu).id)
+
+    out_rows: list[dict[str, Any]] = []
+    params_by_gpu = {}
+    transfer_apes: list[tuple[str, float]] = []
+    for held in sorted({root(m) for m in rows}):
+        if progress:
+            progress(held)
+        km = kernel_models.get(kernel_family(held), shipped)
+        train = [m for m in everything if root(m) != held]
+        test = [m for m in rows if root(m) == held]
+        params = kernelstep.fit([_row(m, km) for m in train])
+        params_by_gpu[held] = {k: v for k, v in params.items() if k != "input"}
+        for m in test:
+            work, source, wkey, batch, scope, y = _row(m, km)
+            terms = kernelstep.predict_terms(params, work, source, wkey, batch, scope)
+            pred = sum(terms.values())
+            same = [t for t in train if (t.source, t.model, t.dataset, t.num_gpus, t.amp)
+                    == (m.source, m.model, m.dataset, m.num_gpus, m.amp)]
+            at_batch = [t.step_time_s for t in same if t.batch_size == m.batch_size]
+            if at_batch:
+                mean = float(np.mean(at_batch))
+            elif same:
+                mean = float(np.mean([t.step_time_s * m.batch_size / t.batch_size for t in same]))
+            else:
+                mean = float("nan")
+            for t in same:
+                if t.batch_size == m.batch_size:
+                    other = _row(t, kernel_models.get(kernel_family(t.gpu), shipped))
+                    other_pred = sum(kernelstep.predict_terms(params, other[0], source, wkey, batch, scope).values())
+                    transfer_apes.append((m.source, abs(t.step_time_s * pred / other_pred - y) / y * 100.0))
+            setup = [t.step_time_s for t in train if t.source == m.source] or [t.step_time_s for t in train]
+            out_rows.append({"gpu": m.gpu, "held_out": held, "model": m.model, "dataset": m.dataset,
+                             "batch_size": m.batch_size, "scope": m.scope, "source": m.source, "measured_s": y,
+                             "predicted_s": pred, **{f"{k}_s": v for k, v in terms.items()},
+                             "roofline_s": roofline_step_s(m), "constant_s": float(np.median(setup)),
+                             "per_model_mean_s": mean})
+
+    def mape(col: str, sub: list[dict[str, Any]]) -> float | None:
+        vals = [abs(r[col] - r["measured_s"]) / r["measured_s"] * 100.0 for r in sub if np.isfinite(r[col])]
+        return float(np.mean(vals)) if vals else None
+
+    def summary(sub: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"n": len(sub), "mape": mape("predicted_s", sub), "roofline_mape": mape("roofline_s", sub),
+                "constant_mape": mape("constant_s", sub), "per_model_mean_mape": mape("per_model_mean_s", sub),
+                "per_model_mean_n": int(sum(np.isfinite(r["per_model_mean_s"]) for r in sub))}
+
+    per_source = {s: summary([r for r in out_rows if r["source"] == s]) for s in sorted({r["source"] for r in out_rows})}
+    per_gpu = {g: summary([r for r in out_rows if r["held_out"] == g]) for g in sorted({r["held_out"] for r in out_rows})}
+    def transfer_summary(apes: list[float]) -> dict[str, Any]:
+        return {"n": len(apes), "mape": float(np.mean(apes)) if apes else None}
+
+    transfer = transfer_summary([a for _s, a in transfer_apes])
+    transfer["per_source"] = {s: transfer_summary([a for src, a in transfer_apes if src == s])
+                              for s in sorted({src for src, _a in transfer_apes})}
+    return {"all": summary(out_rows), "transfer": transfer, "per_source": per_source, "per_gpu": per_gpu, "params": params_by_gpu,
+            "rows": out_rows}
+
+
+def fit_kernel_step(rows: Sequence[Measurement], kernel_model: KernelModel | None = None) -> dict[str, Any]:
+    """The ``kernel_step`` block of the factors, fitted on ``rows`` (any GPUs, scopes and setups)."""
+    km = kernel_model or load_kernel_model()
+    params = kernelstep.fit([_row(m, km) for m in rows])
+    params["fitted_on"] = sorted({f"{m.source}:{learned_root(gpu_spec_checked(m.gpu).id)}" for m in rows})
+    return params
+
+
+def held_out_kernel_models(data_dir: str | None = None) -> dict[str, KernelModel]:
+    """Per GPU family of NeuSight's kernel data, the kernel model fitted without it."""
+    from dltsched.predictors.steptime import kernels as kn
+
+    gpus = {g.id: g for g in kn.neusight_gpus(data_dir).values()}
+    samples = kn.neusight_kernels(data_dir)
+    return {family: kn.fit([s for s in samples if kernel_family(s.gpu) != family], gpus)
+            for family in sorted({kernel_family(s.gpu) for s in samples})}
