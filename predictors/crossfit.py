@@ -301,9 +301,10 @@ def _write_json(path: Path, payload: Any) -> None:
 
 
 def build_crossfit(data: TrainingData, n_splits: int = DEFAULT_FOLDS, *, recipe: Recipe | None = None,
-                   cache_dir: str | os.PathLike[str] | None = None) -> CrossFit:
+                   cache_dir: str | os.PathLike[str] | None = None, fit_missing: bool = True) -> CrossFit | None:
     """Fit every fold of ``data`` (or read it from ``cache_dir``/``crossfit/<key>``, default
-    :func:`cache_root`; a fold fitted is written there at once, so an interrupted build resumes)."""
+    :func:`cache_root`; a fold fitted is written there at once, so an interrupted build resumes).
+    With ``fit_missing=False``, ``None`` when some fold is not in the cache (nothing is fitted)."""
     recipe = recipe or Recipe()
     weights: dict[str, int] = {}
     for m in data.steptime:
@@ -323,6 +324,8 @@ def build_crossfit(data: TrainingData, n_splits: int = DEFAULT_FOLDS, *, recipe:
             if tuple(raw["held_out"]) == held:
                 folds.append(Fold(held, raw["factors"], raw["table"]))
                 continue
+        if not fit_missing:
+            return None
         log.info("cross-fitting fold %d/%d (without %s)", i + 1, len(splits), ", ".join(held))
         train = data.without(held)
         factors = recipe.steptime(train)
@@ -338,7 +341,9 @@ def build_crossfit(data: TrainingData, n_splits: int = DEFAULT_FOLDS, *, recipe:
 
 @cache
 def _crossfit_for(data_dir: str | None, n_splits: int) -> CrossFit:
-    return build_crossfit(load_training_data(data_dir), n_splits)
+    built = build_crossfit(load_training_data(data_dir), n_splits)
+    assert built is not None
+    return built
 
 
 def crossfit(data_dir: str | os.PathLike[str] | None = None, n_splits: int = DEFAULT_FOLDS) -> CrossFit:
@@ -349,10 +354,23 @@ def crossfit(data_dir: str | os.PathLike[str] | None = None, n_splits: int = DEF
     return _crossfit_for(str(base), n_splits)
 
 
+def cached_crossfit(data_dir: str | os.PathLike[str] | None = None,
+                    n_splits: int = DEFAULT_FOLDS) -> CrossFit | None:
+    """The folds when every one is in the disk cache already, else ``None`` (fits nothing: for notebooks and
+    tests that must stay fast)."""
+    from dltsched.instances.datadir import find_data_dir
+
+    base = find_data_dir(data_dir, required=False)
+    if base is None:
+        return None
+    return build_crossfit(load_training_data(base), n_splits, fit_missing=False)
+
+
 def crossfit_predictors(data_dir: str | os.PathLike[str] | None = None) -> Predictors:
     """The ``crossfit`` bundle: each job priced by predictors fitted without its model (module docstring)."""
     return crossfit(data_dir).predictors()
 
 
-__all__ = ["CrossFit", "Fold", "Recipe", "TrainingData", "build_crossfit", "crossfit", "crossfit_predictors",
+__all__ = ["CrossFit", "Fold", "Recipe", "TrainingData", "build_crossfit", "cached_crossfit", "crossfit",
+           "crossfit_predictors",
            "load_training_data", "model_folds"]

@@ -54,6 +54,12 @@ def _fit_table(data: TrainingData, held: tuple[str, ...], step) -> dict:
 RECIPE = Recipe("test/1", _fit_steps, _fit_table)
 
 
+def _build(data: TrainingData, cache_dir, recipe: Recipe = RECIPE):
+    cf = build_crossfit(data, 2, recipe=recipe, cache_dir=cache_dir)
+    assert cf is not None
+    return cf
+
+
 def _data(slow: dict[str, float] | None = None) -> TrainingData:
     """Step times = shipped predictions x a per-model factor (x ``slow[model]``); pair speeds by model."""
     slow = slow or {}
@@ -94,7 +100,7 @@ def test_folds_hold_every_model_out_exactly_once():
 
 def test_no_fold_is_fitted_on_a_measurement_of_a_model_it_holds_out(tmp_path):
     SEEN.clear()
-    cf = build_crossfit(_data(), 2, recipe=RECIPE, cache_dir=tmp_path)
+    cf = _build(_data(), tmp_path)
     assert len(SEEN) == 2 and sorted(m for f in cf.folds for m in f.held_out) == sorted(MODELS)
     for held, step_models, coloc_models in SEEN:
         assert not set(held) & step_models and not set(held) & coloc_models
@@ -105,8 +111,7 @@ def test_out_of_fold_answers_ignore_the_models_own_measurements(tmp_path):
     """Make vgg16's measured steps 3x slower and its pairs slower: the cross-fitted answers for vgg16 do
     not move, while those for a model of another fold and the in-sample fit do (the change is visible)."""
     base, perturbed = _data(), _data({"vgg16": 3.0})
-    cf0 = build_crossfit(base, 2, recipe=RECIPE, cache_dir=tmp_path / "a")
-    cf1 = build_crossfit(perturbed, 2, recipe=RECIPE, cache_dir=tmp_path / "b")
+    cf0, cf1 = _build(base, tmp_path / "a"), _build(perturbed, tmp_path / "b")
     assert cf0.key != cf1.key  # the cache key follows the data
     b0, b1 = cf0.predictors(), cf1.predictors()
     assert _answers(b0, "vgg16") == _answers(b1, "vgg16")
@@ -124,7 +129,7 @@ def test_out_of_fold_answers_ignore_the_models_own_measurements(tmp_path):
 
 
 def test_pair_speeds_come_from_each_members_fold(tmp_path):
-    cf = build_crossfit(_data(), 2, recipe=RECIPE, cache_dir=tmp_path)
+    cf = _build(_data(), tmp_path)
     a, b = (Job("a", "vgg16", 32, 1.0), Job("b", "resnet18", 32, 1.0))
     speeds = cf.predictors().colocation.colocated_speeds([a, b], GPU)
     fa, fb = cf.fold_of("vgg16"), cf.fold_of("resnet18")
@@ -136,13 +141,15 @@ def test_pair_speeds_come_from_each_members_fold(tmp_path):
 
 
 def test_folds_are_read_back_from_the_cache_without_refitting(tmp_path):
-    first = build_crossfit(_data(), 2, recipe=RECIPE, cache_dir=tmp_path)
+    first = _build(_data(), tmp_path)
 
     def refuse(*_args):
         raise AssertionError("refitted a cached fold")
 
-    again = build_crossfit(_data(), 2, recipe=replace(RECIPE, steptime=refuse, colocation=refuse), cache_dir=tmp_path)
+    again = _build(_data(), tmp_path, replace(RECIPE, steptime=refuse, colocation=refuse))
     assert again.key == first.key and again.folds == first.folds
+    # other data is another key: nothing cached, and a cache-only build fits nothing
+    assert build_crossfit(_data({"vgg16": 2.0}), 2, recipe=RECIPE, cache_dir=tmp_path, fit_missing=False) is None
 
 
 def test_bundle_is_registered_and_named_in_results():
