@@ -41,7 +41,7 @@ _METRICS = ("avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "gpu_util", 
 
 
 #: the bench table: the comparison table with the predictor bundle and what it was fitted on after the policy
-BENCH_COLUMNS = (TABLE_COLUMNS[0], ("predictors", "predictors", "{}"), ("predictors_fit", "fitted", "{}"),
+BENCH_COLUMNS = (TABLE_COLUMNS[0], ("predictors", "bundle", "{}"), ("predictors_fit", "fitted", "{}"),
                  *TABLE_COLUMNS[1:3], ("avg_jct_s_ci95", "± 95% (h)", "h"), *TABLE_COLUMNS[3:])
 
 
