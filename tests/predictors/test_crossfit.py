@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
+from itertools import combinations_with_replacement
 
 import pytest
 
 from dltsched.engine.domain.model import Job
 from dltsched.predictors.colocation.baselines import PerModelMeanBaseline
+from dltsched.predictors.colocation.features import Group
 from dltsched.predictors.colocation.samples import ColocDataset, ColocSample, IsolatedProfile, JobSpec
-from dltsched.predictors.colocation.table import export_table
+from dltsched.predictors.colocation.table import ColocationTable, group_key, job_key
 from dltsched.predictors.crossfit import Recipe, TrainingData, build_crossfit, model_folds
 from dltsched.predictors.steptime import DeletePopStepTime
 from dltsched.predictors.steptime.calibrate import job_of
@@ -47,8 +49,11 @@ def _fit_steps(data: TrainingData) -> dict:
 def _fit_table(data: TrainingData, held: tuple[str, ...], step) -> dict:
     SEEN.append((tuple(held), frozenset(m.model for m in data.steptime), frozenset(data.colocation.models())))
     model = PerModelMeanBaseline().fit(data.colocation)
-    jobs = sorted({j for _g, j in data.colocation.isolated})
-    return export_table(model, [GPU], jobs, dict(data.colocation.isolated), 2, {"held_out": list(held)}).to_json()
+    jobs = sorted({j for _g, j in data.colocation.isolated}, key=job_key)
+    groups = [Group(GPU, pair) for pair in combinations_with_replacement(jobs, 2)]  # pairs in the key's order
+    preds = model.predict(groups, ColocDataset((), dict(data.colocation.isolated)))
+    entries = {group_key(GPU, g.jobs): p for g, p in zip(groups, preds, strict=True)}
+    return ColocationTable(entries, 2, {"held_out": list(held)}).to_json()
 
 
 RECIPE = Recipe("test/1", _fit_steps, _fit_table)
