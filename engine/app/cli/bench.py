@@ -84,7 +84,7 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
     CIs over seeds; each row names its bundle and whether it is fitted on the truth's measurements."""
     names = expand_policies(policies)
     opts = parse_options(options)
-    options_for(names, opts)  # a bad option fails before any run
+    per_policy_options = options_for(names, opts)  # a bad option fails before any run; each policy gets its own
     bundles = list(dict.fromkeys(check_predictors(p) for p in predictor_sets)) or [default_bench_predictors(data_dir)]
     per_policy: dict[tuple[str, str], list[dict[str, Any]]] = {(b, n): [] for b in bundles for n in names}
     info: dict[str, Any] = {}
@@ -98,7 +98,8 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
             for name in names:
                 t1 = time.perf_counter()
                 (res,) = run_policies(inst, [name], seed=seed, predictor_set=bundle, memory="oom",
-                                      data_dir=data_dir, prediction_error=prediction_error, options=opts)
+                                      data_dir=data_dir, prediction_error=prediction_error,
+                                      options=per_policy_options[name])
                 run = res.to_dict() | {"simulate_s": time.perf_counter() - t1}
                 per_policy[(bundle, name)].append(run)
                 if not (ctx.obj or {}).get("quiet") and not as_json:

@@ -40,3 +40,10 @@ def test_default_bundle_is_crossfit_only_when_the_truth_is_measured(monkeypatch,
     monkeypatch.setattr(datadir, "_candidates", lambda: [])
     assert default_bench_predictors() == "default"  # no data folder: the truth is the fallback model
     assert default_bench_predictors(str(tmp_path)) == "crossfit"
+
+
+def test_an_option_goes_only_to_the_policies_that_take_it(capsys, repo_root):
+    inst = str(repo_root / "instances" / "examples" / "tiny-6jobs-4gpus.json")
+    assert main(["bench", "simulate", "--instance", inst, "--policy", "fifo", "--policy", "lucid", "--predictors",
+                 "analytic", "--option", "class_thresholds=[0.85, 0.95]", "--json"]) == 0
+    assert [r["policy"] for r in json.loads(capsys.readouterr().out)] == ["fifo", "lucid"]
