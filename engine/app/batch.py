@@ -3,7 +3,8 @@
 Items run in a local process pool by default, or on a Ray cluster with ``--ray [ADDRESS]`` (Ray is an
 optional extra). Each finished item appends one row to ``OUT/results.csv`` (flushed at once); at the end
 the table is also written as ``OUT/results.parquet`` when pyarrow is installed. An interrupted batch
-resumes: items whose key (instance file hash + mode + policy + seed) has a row are not run again.
+resumes: items whose key (instance file hash + mode + policy + predictor bundle + seed) has a row are not
+run again.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 
 MODES = ("simulate", "solve")
 #: columns of every row, in table order; metric columns absent from a mode stay empty
-ID_COLUMNS = ("key", "instance_file", "file_sha256", "instance", "mode", "policy", "seed", "error")
+ID_COLUMNS = ("key", "instance_file", "file_sha256", "instance", "mode", "policy", "predictors", "seed", "error")
 SIMULATE_COLUMNS = ("num_jobs", "num_gpus", "num_jobs_finished", "avg_jct_s", "median_jct_s", "p95_jct_s",
                     "p99_jct_s", "makespan_s", "avg_queueing_s", "gpu_util", "ftf_mean", "ftf_max",
                     "num_preemptions", "num_oom", "num_rounds", "decision_time_mean_s")
@@ -57,7 +58,7 @@ class BatchItem:
 
     @property
     def key(self) -> str:
-        return f"{self.file_sha256[:16]}:{self.mode}:{self.policy}:{self.seed}"
+        return f"{self.file_sha256[:16]}:{self.mode}:{self.policy}:{self.predictors}:{self.seed}"
 
 
 def file_sha256(path: Path) -> str:
@@ -109,7 +110,8 @@ def run_item(item: BatchItem) -> dict[str, Any]:
     """Run one item and return its row; an error becomes the row's ``error`` text (the batch goes on)."""
     start = time.perf_counter()
     row: dict[str, Any] = {"key": item.key, "instance_file": item.instance_file, "file_sha256": item.file_sha256,
-                           "mode": item.mode, "policy": item.policy, "seed": item.seed, "error": ""}
+                           "mode": item.mode, "policy": item.policy, "predictors": item.predictors,
+                           "seed": item.seed, "error": ""}
     try:
         row.update(_simulate_row(item) if item.mode == "simulate" else _solve_row(item))
     except Exception as err:  # one bad instance must not stop the batch
@@ -269,7 +271,8 @@ class BatchFailedError(DltschedError):
 @click.option("--seeds", default="0", show_default=True, help="Seed sweep, e.g. '0-4' or '1,5,9'.")
 @click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.0, 86_400.0, min_open=True), default=10.0,
               show_default=True, help="Solver time limit per round, seconds.")
-@click.option("--predictors", "predictor_set", default="default", show_default=True)
+@click.option("--predictors", "predictor_set", default="default", show_default=True,
+              help="Predictor bundle (default: in-sample | crossfit | analytic); every row names it.")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), required=True,
               help="Folder for results.csv / results.parquet (reused to resume).")
 @click.option("-j", "--workers", type=click.IntRange(min=1), default=None, help="Processes (default: CPU count).")
@@ -288,8 +291,10 @@ def batch(ctx: click.Context, source: str, mode: str, policies: tuple[str, ...],
         for p in policies:  # an unknown policy fails at once, not once per item
             if p.partition(":")[0] != "dltsched":
                 policy_option_model(p)
+    from dltsched.engine.app.registry import check_predictors
+
     items = make_items(discover(source), policies, parse_seeds(seeds), mode=mode, time_limit_s=time_limit_s,
-                       predictors=predictor_set)
+                       predictors=check_predictors(predictor_set))
     quiet = bool((ctx.obj or {}).get("quiet"))
     address = None if ray_address in (None, "auto-local") else ray_address
     with progress_bar(len(items), "batch", enabled=not quiet and not as_json) as advance:

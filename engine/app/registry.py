@@ -43,7 +43,16 @@ PAPER_POLICIES: tuple[str, ...] = ("isacpp", "icefrog", "lucid", "gavel")
 _PREDICTORS: dict[str, str] = {
     "analytic": "dltsched.predictors:analytic_predictors",
     "default": "dltsched.predictors:available_predictors",
+    "crossfit": "dltsched.predictors.crossfit:crossfit_predictors",
 }
+
+#: bundles fitted on measurements read from the data folder (their factory takes ``data_dir``)
+_DATA_BUNDLES: frozenset[str] = frozenset({"crossfit"})
+
+#: what each bundle is, for result tables: ``default`` is fitted on the very measurements the simulator's
+#: ground truth uses, so its results are in-sample; ``crossfit`` prices each job with predictors fitted
+#: without its model (:mod:`dltsched.predictors.crossfit`); ``analytic`` is fitted on nothing
+BUNDLE_FIT: dict[str, str] = {"default": "in-sample", "crossfit": "out-of-fold by model", "analytic": "not fitted"}
 
 def _load(path: str) -> Any:
     module, _, attr = path.partition(":")
@@ -110,7 +119,28 @@ def make_policy(name: str, predictors: Any = None, **options: Any) -> Any:
     return factory(**checked) if predictors is None else factory(predictors=predictors, **checked)
 
 
-def predictors(name: str = "default") -> Any:
-    """The predictor bundle registered as ``name``."""
-    return _load(_pick("predictors", _PREDICTORS, name))()
+def predictor_names() -> tuple[str, ...]:
+    """The registered predictor bundle names."""
+    return tuple(_PREDICTORS)
+
+
+def check_predictors(name: str) -> str:
+    """``name`` lower-cased when it is a registered bundle; else a ValidationError with close matches."""
+    _pick("predictors", _PREDICTORS, name)
+    return name.lower()
+
+
+def predictors(name: str = "default", data_dir: str | None = None) -> Any:
+    """The predictor bundle registered as ``name``; a bundle fitted on the data folder's measurements
+    (``crossfit``) reads them from ``data_dir`` (default: found as the readers find it)."""
+    factory = _load(_pick("predictors", _PREDICTORS, name))
+    return factory(data_dir) if name.lower() in _DATA_BUNDLES else factory()
+
+
+def default_bench_predictors(data_dir: str | None = None) -> str:
+    """The bundle ``bench simulate`` uses when none is named: ``crossfit`` whenever the ground truth comes from
+    measurements (a data folder is found), else ``default`` (truth and predictions then share no data)."""
+    from dltsched.instances.datadir import find_data_dir
+
+    return "crossfit" if find_data_dir(data_dir, required=False) is not None else "default"
 

@@ -69,6 +69,16 @@ class LucidOptions(_Packing):
     """The options of Lucid (``--option KEY=VALUE``); each field describes itself."""
 
     max_class_sum: int = Field(2, ge=0, le=6, description="largest sum of sensitivity classes on one GPU")
+    class_thresholds: tuple[float, float] | None = Field(
+        None, description="mean co-located speeds below which a job is class 2 and class 1 (the paper: 0.85, "
+                          "0.95); none: the quantiles of the job types seen, at Lucid's label shares")
+
+    @field_validator("class_thresholds")
+    @classmethod
+    def _ordered(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is not None and not 0.0 < value[0] <= value[1] <= 1.0:
+            raise ValueError("must be two speeds with 0 < first <= second <= 1")
+        return value
 
 
 class GavelOptions(_Packing):

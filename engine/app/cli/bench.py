@@ -14,12 +14,13 @@ from dltsched.engine.app.cli.simulate import (
     MAX_JOBS,
     MAX_SEED,
     OPTION_HELP,
+    TABLE_COLUMNS,
     expand_policies,
     load_instance_or_workload,
     parse_options,
     run_policies,
 )
-from dltsched.engine.app.registry import options_for
+from dltsched.engine.app.registry import BUNDLE_FIT, check_predictors, default_bench_predictors, options_for
 
 _BENCH_COMMANDS = {
     "solve": "dltsched.engine.app.cli.solve:bench_solve",
@@ -37,6 +38,11 @@ def bench() -> None:
 _METRICS = ("avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "gpu_util", "avg_queueing_s", "ftf_mean",
             "num_preemptions", "num_rounds", "decision_time_mean_s", "decision_time_p50_s", "decision_time_p90_s",
             "decision_time_p99_s", "decision_time_max_s", "simulate_s")
+
+
+#: the bench table: the comparison table with the predictor bundle and what it was fitted on after the policy
+BENCH_COLUMNS = (TABLE_COLUMNS[0], ("predictors", "bundle", "{}"), ("predictors_fit", "fitted", "{}"),
+                 *TABLE_COLUMNS[1:3], ("avg_jct_s_ci95", "± 95% (h)", "h"), *TABLE_COLUMNS[3:])
 
 
 def _ci95(values: list[float]) -> float:
@@ -62,20 +68,25 @@ def _ci95(values: list[float]) -> float:
               help="Policy, repeatable; groups: baselines, papers, all.")
 @click.option("--seed", "seeds", multiple=True, type=click.IntRange(0, MAX_SEED), default=(0,), show_default=True,
               help="Seed, repeatable: each seed re-draws the trace's model assignment and the simulation.")
-@click.option("--predictors", "predictor_set", default="default", show_default=True)
+@click.option("--predictors", "predictor_sets", multiple=True,
+              help="Predictor bundle, repeatable: each gets its own rows (e.g. --predictors default --predictors "
+                   "crossfit: in-sample beside cross-fitted). Default: crossfit when the ground truth comes from "
+                   "measurements (a data folder is found), else default.")
 @click.option("--prediction-error", type=FiniteFloat(0.0, 10.0), default=0.0, show_default=True)
 @click.option("--option", "options", multiple=True, help=OPTION_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str | None, data_dir: str | None,
                    jobs: int | None, start_s: float | None, gpus: int | None, gpu_types: str, cluster: str | None,
-                   policies: tuple[str, ...], seeds: tuple[int, ...], predictor_set: str, prediction_error: float,
-                   options: tuple[str, ...], as_json: bool) -> None:
-    """Every policy on the same workload and cluster: one row per policy, means and 95% CIs over seeds."""
+                   policies: tuple[str, ...], seeds: tuple[int, ...], predictor_sets: tuple[str, ...],
+                   prediction_error: float, options: tuple[str, ...], as_json: bool) -> None:
+    """Every policy on the same workload and cluster: one row per predictor bundle and policy, means and 95%
+    CIs over seeds; each row names its bundle and whether it is fitted on the truth's measurements."""
     names = expand_policies(policies)
     opts = parse_options(options)
-    options_for(names, opts)  # a bad option fails before any run
-    per_policy: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    per_policy_options = options_for(names, opts)  # a bad option fails before any run; each policy gets its own
+    bundles = list(dict.fromkeys(check_predictors(p) for p in predictor_sets)) or [default_bench_predictors(data_dir)]
+    per_policy: dict[tuple[str, str], list[dict[str, Any]]] = {(b, n): [] for b in bundles for n in names}
     info: dict[str, Any] = {}
     for seed in seeds:
         t0 = time.perf_counter()
@@ -83,17 +94,20 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
                                          seed=seed, gpus=gpus, gpu_types=gpu_types, start_s=start_s)
         info = {"num_jobs": len(inst.jobs), "num_gpus": inst.cluster.num_gpus,
                 "gpus_by_type": inst.cluster.gpus_by_type(), "load_s": round(time.perf_counter() - t0, 3)}
-        for name in names:
-            t1 = time.perf_counter()
-            (res,) = run_policies(inst, [name], seed=seed, predictor_set=predictor_set, memory="oom",
-                                  data_dir=data_dir, prediction_error=prediction_error, options=opts)
-            run = res.to_dict() | {"simulate_s": time.perf_counter() - t1}
-            per_policy[name].append(run)
-            if not (ctx.obj or {}).get("quiet") and not as_json:
-                click.echo(f"seed {seed} {name}: {run['simulate_s']:.1f} s", err=True)
+        for bundle in bundles:
+            for name in names:
+                t1 = time.perf_counter()
+                (res,) = run_policies(inst, [name], seed=seed, predictor_set=bundle, memory="oom",
+                                      data_dir=data_dir, prediction_error=prediction_error,
+                                      options=per_policy_options[name])
+                run = res.to_dict() | {"simulate_s": time.perf_counter() - t1}
+                per_policy[(bundle, name)].append(run)
+                if not (ctx.obj or {}).get("quiet") and not as_json:
+                    click.echo(f"seed {seed} {bundle} {name}: {run['simulate_s']:.1f} s", err=True)
     rows: list[dict[str, Any]] = []
-    for runs in per_policy.values():
-        row: dict[str, Any] = {"policy": runs[0]["policy"], "seeds": list(seeds), **info,
+    for (bundle, _name), runs in per_policy.items():
+        row: dict[str, Any] = {"policy": runs[0]["policy"], "predictors": bundle,
+                               "predictors_fit": BUNDLE_FIT.get(bundle, ""), "seeds": list(seeds), **info,
                                "num_jobs_finished": min(r["num_jobs_finished"] for r in runs),
                                "prediction_error": prediction_error}
         for m in _METRICS:
@@ -106,7 +120,7 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
         from dltsched.engine.app.cli.simulate import print_table
 
         print_table([_Row(r) for r in rows], f"{workload or instance_path}: {info.get('num_jobs')} jobs on "
-                    f"{info.get('num_gpus')} GPUs {info.get('gpus_by_type')}, seeds {list(seeds)}")
+                    f"{info.get('num_gpus')} GPUs {info.get('gpus_by_type')}, seeds {list(seeds)}", BENCH_COLUMNS)
 
     emit(rows, as_json, human)
 

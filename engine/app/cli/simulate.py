@@ -13,6 +13,7 @@ from dltsched.engine.app.cli.main import FiniteFloat, emit, json_text
 from dltsched.engine.app.registry import (
     BASELINE_POLICIES,
     PAPER_POLICIES,
+    check_predictors,
     make_policy,
     options_for,
     policy_names,
@@ -141,7 +142,7 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
     if checkpoint is not None and len(names) != 1:
         raise ValidationError("--checkpoint", f"holds one run; give exactly one --policy (got {len(names)})")
     per_policy = options_for(names, options or {})
-    preds = with_prediction_error(predictors(predictor_set), prediction_error, seed)
+    preds = with_prediction_error(predictors(predictor_set, data_dir), prediction_error, seed)
     truth = MeasuredTruth(data_dir=data_dir)
     preds, config = simulation_setup(preds, seed=seed, memory=memory, faults=faults, lengths=lengths,
                                      length_error=length_error, profile_s=profile_s, profile_noise=profile_noise,
@@ -209,15 +210,16 @@ def _cell(value: Any, fmt: str) -> str:
     return fmt.format(value)
 
 
-def print_table(results: list[SimulationResult], title: str) -> None:
+def print_table(results: list[Any], title: str,
+                columns: tuple[tuple[str, str, str], ...] = TABLE_COLUMNS) -> None:
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title)
-    for _field, header, _fmt in TABLE_COLUMNS:
-        table.add_column(header, justify="left" if _field == "policy" else "right")
+    for _field, header, _fmt in columns:
+        table.add_column(header, justify="left" if _field in ("policy", "predictors") else "right")
     for r in results:
-        table.add_row(*(_cell(getattr(r, f), fmt) for f, _h, fmt in TABLE_COLUMNS))
+        table.add_row(*(_cell(getattr(r, f), fmt) for f, _h, fmt in columns))
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)
@@ -234,7 +236,8 @@ def print_table(results: list[SimulationResult], title: str) -> None:
               help=f"Policy name, repeatable; 'baselines' = {', '.join(BASELINE_POLICIES)}; 'papers' = "
                    f"{', '.join(PAPER_POLICIES)}; 'all' = both and 'optimizing'.")
 @click.option("--predictors", "predictor_set", default="default", show_default=True,
-              help="Predictor bundle the policies use (default | analytic).")
+              help="Predictor bundle the policies use: default (fitted on the truth's measurements: in-sample), "
+                   "crossfit (each job priced by predictors fitted without its model) or analytic.")
 @click.option("--memory", type=click.Choice(["oom", "reject"]), default="oom", show_default=True,
               help="A job that does not fit in GPU memory: crash it out of memory, re-queue it and learn its "
                    "measured peak (oom), or reject the plan as an error (reject, a strict check).")
@@ -274,6 +277,7 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
     names = expand_policies(policies)
     opts = parse_options(options)
     options_for(names, opts)  # a bad option fails before the instance is read
+    predictor_set = check_predictors(predictor_set)
     inst = load_instance_or_workload(instance_path, workload, data_dir=data_dir, cluster=cluster, jobs=jobs, seed=seed)
     if arrivals == "batch":
         from dltsched.engine.sim.workload import batch_arrivals
@@ -284,7 +288,8 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
                            faults=parse_faults(faults), checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                            lengths=lengths, length_error=length_error, profile_s=profile_s,
                            profile_noise=profile_noise, freeze_penalty_scale=freeze_penalty_scale)
-    payload: Any = [r.to_dict(records=records, utilization=records) for r in results]
+    payload: Any = [r.to_dict(records=records, utilization=records) | {"predictors": predictor_set}
+                    for r in results]
     if len(payload) == 1 and len(policies) == 1 and policies[0] not in ("all", "baselines", "papers"):
         payload = payload[0]
     if output:

@@ -43,13 +43,41 @@ class ConstantColocation:
 
 @pytest.mark.parametrize(("speed", "packed"), [(0.97, True), (0.6, False)])
 def test_lucid_packs_low_interference_jobs_only_when_no_gpu_is_free(analytic, speed, packed):
+    """With the paper's absolute cut points (0.85, 0.95): speed 0.97 is class 0 (0 + 0 <= 2, packed), 0.6 is
+    class 2 (2 + 2 > 2, not packed); the third job waits for a free GPU or a partner."""
     from dataclasses import replace
 
     preds = replace(analytic, colocation=ConstantColocation(speed, analytic.step_time))
     jobs = tuple(Job(f"j{i}", "neumf", 1024, 1000) for i in range(3))
-    plan = make_policy("lucid", predictors=preds).schedule(_state(jobs))
+    plan = make_policy("lucid", predictors=preds, class_thresholds=(0.85, 0.95)).schedule(_state(jobs))
     sizes = sorted(len(v) for v in plan.colocation_groups().values())
     assert sizes == ([1, 2] if packed else [1, 1])
+
+
+class ModelSpeed(ConstantColocation):
+    """Each job runs at its model's speed in any group."""
+
+    def colocated_speeds(self, jobs, gpu_type):
+        return tuple(self.speed.get(j.model, 0.5) for j in jobs)
+
+
+@pytest.mark.parametrize(("thresholds", "partner"), [(None, "a"), ((0.85, 0.95), None)])
+def test_lucid_classes_are_relative_to_the_job_types_seen(analytic, thresholds, partner):
+    """neumf runs at 0.9 shared, resnet50 at 0.3 (Gavel-like speeds). Paper cut points: neumf class 1,
+    resnet50 class 2, so a queued resnet50 job finds no partner (1 + 2 > 2). Relative cut points (quantiles of
+    the two types at Lucid's label shares): neumf class 0, resnet50 class 1, so it joins the neumf job 'a'
+    (0 + 1, preferred over the other resnet50 job's 1 + 1); 'a' runs much longer, so the pair is time-aware."""
+    from dataclasses import replace
+
+    from dltsched.engine.domain.model import Assignment
+
+    preds = replace(analytic, colocation=ModelSpeed({"neumf": 0.9, "resnet50": 0.3}, analytic.step_time))
+    jobs = (Job("a", "neumf", 256, 10**7), Job("b", "resnet50", 32, 1000), Job("c", "resnet50", 32, 1000))
+    running = {"a": Assignment("a", (0,)), "b": Assignment("b", (1,))}
+    options = {} if thresholds is None else {"class_thresholds": thresholds}
+    plan = make_policy("lucid", predictors=preds, **options).schedule(_state(jobs, running=running))
+    placed = {a.job_id: a.gpus for a in plan.assignments}
+    assert placed.get("c") == (None if partner is None else placed[partner])
 
 
 @pytest.mark.parametrize("colocation", [True, False])

@@ -1,0 +1,376 @@
+"""Cross-fitted predictors: a job of model M is priced by predictors fitted without any measurement of M.
+
+The simulator's ground truth (:class:`~dltsched.engine.sim.truth.MeasuredTruth`) is Gavel's measured
+isolated throughputs and co-located pairs (and Lucid's pairs for models Gavel did not pair). The shipped
+predictors are fitted on the same measurements: the step-time factors on Gavel + Zeus + Orion step
+times (``calibrate-steptime``), the co-location table on every Gavel pair. Scored against that truth,
+they are scored on their training data. This module refits both K times, once per fold of a
+:class:`sklearn.model_selection.GroupKFold` split *by model* (every model is out of fold exactly once):
+
+- step time: :func:`~dltsched.predictors.steptime.calibrate.fit` on every step-time row whose model is
+  not in the fold (DeepBench's operator micro-benchmarks name no model and stay);
+- co-location: the shipped recipe (ensemble of GBT and E-GGAT, pairs composed into triples; GBT alone
+  without torch) on every Gavel pair with no model of the fold; the table is exported for every job
+  type, and the held-out models' isolated profiles, an input of the table, are replaced by the fold's
+  step-time *predictions*, so no measurement of a held-out model enters its table;
+- memory is the step-time predictor's analytic model (not fitted); freezing is the packaged curve.
+
+:class:`CrossFit` answers each job from the fold that holds its model out; a model in no fold (never
+measured) from the shipped predictors, which were fitted on no measurement of it. A co-located group
+takes each member's speed from that member's fold. Fitting all folds takes minutes (about 80 s per
+step-time fit on two cores), so the folds are built once and kept on disk under
+``$DLTSCHED_CACHE`` (default ``~/.cache/dltsched``)/``crossfit/<key>``, the key hashing the training
+data, the number of folds and the recipe; and in-process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from dltsched.engine.domain.model import Job
+from dltsched.engine.domain.predictors import Predictors
+
+log = logging.getLogger(__name__)
+
+#: folds of the model split (GroupKFold; fewer when there are fewer models)
+DEFAULT_FOLDS = 5
+#: version of the fitting recipe, part of the cache key: bump it when a fold is fitted differently
+RECIPE_VERSION = "crossfit/1"
+CACHE_ENV = "DLTSCHED_CACHE"
+#: Gavel scales the step-time factors are fitted on (as ``predict calibrate-steptime``)
+_TRAIN_SCALE = 8
+
+
+def canonical_model(name: str) -> str:
+    """Catalog id of a model name (names that do not resolve stay as given)."""
+    from dltsched.engine.domain.catalog import model_catalog
+
+    try:
+        return model_catalog().resolve(name)
+    except ValueError:
+        return name
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingData:
+    """Everything the shipped predictors are fitted on: step-time rows, DeepBench kernel efficiencies (no
+    model), and co-location samples with their isolated profiles."""
+
+    steptime: tuple[Any, ...]  # predictors.steptime.measurements.Measurement
+    kernel_efficiency: Mapping[str, Mapping[str, float]]
+    colocation: Any  # predictors.colocation.samples.ColocDataset
+
+    def models(self) -> tuple[str, ...]:
+        """Every model some measurement is of, sorted."""
+        return tuple(sorted({canonical_model(m.model) for m in self.steptime}
+                            | {canonical_model(m) for m in self.colocation.models()}))
+
+    def without(self, models: Sequence[str]) -> TrainingData:
+        """The data with every measurement involving one of ``models`` removed (isolated profiles stay: the
+        co-location fitter replaces the held-out ones by predictions)."""
+        held = set(models)
+        steps = tuple(m for m in self.steptime if canonical_model(m.model) not in held)
+        coloc = self.colocation.subset(s for s in self.colocation.samples
+                                       if not any(canonical_model(m) in held for m in s.models))
+        return TrainingData(steps, self.kernel_efficiency, coloc)
+
+    def digest(self) -> str:
+        """sha256 of the data's content (order-independent), for the cache key."""
+        h = hashlib.sha256()
+        for line in sorted(repr(m) for m in self.steptime):
+            h.update(line.encode())
+        h.update(json.dumps(self.kernel_efficiency, sort_keys=True).encode())
+        for line in sorted(repr(s) for s in self.colocation.samples):
+            h.update(line.encode())
+        for line in sorted(repr(kv) for kv in self.colocation.isolated.items()):
+            h.update(line.encode())
+        return h.hexdigest()
+
+
+def load_training_data(data_dir: str | os.PathLike[str] | None = None) -> TrainingData:
+    """The measurements of the shipped fits, read from the data folder."""
+    from dltsched.predictors.colocation.samples import read_dataset
+    from dltsched.predictors.steptime import measurements as ms
+
+    rows = (*ms.gavel_measurements(data_dir, max_scale=_TRAIN_SCALE), *ms.zeus_measurements(data_dir),
+            *ms.orion_measurements(data_dir))
+    return TrainingData(rows, ms.deepbench_kernel_efficiency(data_dir), read_dataset("gavel", data_dir))
+
+
+def model_folds(models: Sequence[str], n_splits: int = DEFAULT_FOLDS,
+                weights: Mapping[str, int] | None = None) -> tuple[tuple[str, ...], ...]:
+    """Models held out by each fold: :class:`sklearn.model_selection.GroupKFold` over the models, each
+    weighted by its number of measurements (``weights``; 1 each by default), at most one fold per model."""
+    from sklearn.model_selection import GroupKFold
+
+    models = sorted(set(models))
+    if len(models) < 2:
+        from dltsched.engine.domain.errors import ValidationError
+
+        raise ValidationError("models", f"{len(models)} model(s); cross-fitting needs at least 2")
+    k = max(2, min(n_splits, len(models)))
+    rows = [m for m in models for _ in range(max(1, (weights or {}).get(m, 1)))]
+    out = []
+    for _train, test in GroupKFold(n_splits=k).split(rows, groups=rows):
+        out.append(tuple(sorted({rows[i] for i in test})))
+    return tuple(sorted(out))
+
+
+# ---------------------------------------------------------------------------------------- fitting one fold
+
+
+def fit_steptime_factors(data: TrainingData) -> dict[str, Any]:
+    """The step-time factors fitted on ``data`` (as ``predict calibrate-steptime`` does on all of it)."""
+    from dltsched.predictors.steptime import calibrate
+
+    return calibrate.fit(list(data.steptime), {g: dict(v) for g, v in data.kernel_efficiency.items()})
+
+
+def fit_colocation_table(data: TrainingData, held_out: Sequence[str], step: Any) -> dict[str, Any]:
+    """The co-location table (JSON) fitted on ``data``'s pairs by the shipped recipe, tabulated for every job
+    type of the full data; held-out models' isolated profiles are ``step``'s predictions."""
+    from dltsched.predictors.colocation.baselines import GbtBaseline, as_job
+    from dltsched.predictors.colocation.ensemble import EnsemblePredictor, PairwiseComposition
+    from dltsched.predictors.colocation.samples import IsolatedProfile, without_absent
+    from dltsched.predictors.colocation.table import export_table
+
+    held = set(held_out)
+    isolated = {}
+    for (gpu, job), prof in data.colocation.isolated.items():
+        if canonical_model(job.model) in held:
+            prof = IsolatedProfile(step_time_s=step.step_time_s(as_job(job), gpu, 1))
+        isolated[(gpu, job)] = prof
+    train = without_absent(data.colocation)
+    try:
+        from dltsched.predictors.colocation.experiments import ENSEMBLES, cv_eggat
+
+        members_names, weights = ENSEMBLES["ensemble"]
+        factories: dict[str, Callable[[], Any]] = {"gbt": GbtBaseline, "eggat": lambda: cv_eggat(0)}
+        members = tuple(factories[m]() for m in members_names)
+        recipe = f"ensemble {dict(zip(members_names, weights, strict=True))}"
+    except ImportError:  # no torch: the trees alone
+        members, weights, recipe = (GbtBaseline(),), (1.0,), "gbt (torch not installed)"
+    ensemble = EnsemblePredictor(members, weights).fit(train.subset(train.samples))
+    gpus = sorted({gpu for gpu, _ in isolated})
+    jobs = sorted({job for _, job in isolated})
+    record = {"recipe": recipe, "held_out": sorted(held), "samples": len(train)}
+    table = export_table(PairwiseComposition(ensemble), gpus, jobs, isolated, 3, record)
+    return table.to_json()
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """How one fold is fitted: step-time factors from the fold's data, then a co-location table (JSON) from
+    the fold's data, the held-out models and the fold's step-time predictor. ``name`` enters the cache key."""
+
+    name: str = RECIPE_VERSION
+    steptime: Callable[[TrainingData], dict[str, Any]] = fit_steptime_factors
+    colocation: Callable[[TrainingData, Sequence[str], Any], dict[str, Any]] = fit_colocation_table
+
+
+# ---------------------------------------------------------------------------------------- the bundle
+
+
+@dataclass(frozen=True, slots=True)
+class Fold:
+    """One fold: the models it holds out and the predictors fitted without them."""
+
+    held_out: tuple[str, ...]
+    factors: dict[str, Any]
+    table: dict[str, Any]
+
+    def step_time(self) -> Any:
+        from dltsched.predictors.steptime import DeletePopStepTime
+
+        return DeletePopStepTime(factors=self.factors)
+
+    def colocation(self, step: Any) -> Any:
+        from dltsched.predictors.colocation.baselines import AnalyticContention
+        from dltsched.predictors.colocation.table import ColocationTable
+
+        table = ColocationTable.from_json(self.table)
+        table.analytic = AnalyticContention(step_time=step)  # its fallback must not use the full fit either
+        return table
+
+    def to_json(self) -> dict[str, Any]:
+        return {"held_out": list(self.held_out), "factors": self.factors, "table": self.table}
+
+
+class CrossFitStepTime:
+    """Step time and memory of a job from the fold that holds its model out (``StepTimePredictor``)."""
+
+    def __init__(self, by_model: Mapping[str, Any], fallback: Any) -> None:
+        self._by_model, self._fallback = dict(by_model), fallback
+
+    def for_model(self, model: str) -> Any:
+        return self._by_model.get(canonical_model(model), self._fallback)
+
+    def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
+                    freeze_level: int = 0, num_nodes: int = 1) -> float:
+        return float(self.for_model(job.model).step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level,
+                                                           num_nodes=num_nodes))
+
+    def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        return float(self.for_model(job.model).memory_mib(job, gpu_type, freeze_level=freeze_level))
+
+
+class CrossFitColocation:
+    """Each member's co-located speed from the table of the fold that holds the member's model out
+    (``ColocationPredictor``); a group's memory is the largest of its members' tables' answers."""
+
+    def __init__(self, by_model: Mapping[str, Any], fallback: Any) -> None:
+        self._by_model, self._fallback = dict(by_model), fallback
+
+    def for_model(self, model: str) -> Any:
+        return self._by_model.get(canonical_model(model), self._fallback)
+
+    def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        group = tuple(jobs)
+        answers: dict[int, tuple[float, ...]] = {}
+        out = []
+        for i, job in enumerate(group):
+            table = self.for_model(job.model)
+            if id(table) not in answers:
+                answers[id(table)] = tuple(table.colocated_speeds(group, gpu_type))
+            out.append(answers[id(table)][i])
+        return tuple(out)
+
+    def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        tables = {id(t): t for t in (self.for_model(j.model) for j in jobs)}
+        return max(float(t.group_memory_mib(jobs, gpu_type)) for t in tables.values())
+
+
+@dataclass(slots=True)
+class CrossFit:
+    """The folds of one training set, and the bundle built from them."""
+
+    folds: tuple[Fold, ...]
+    key: str
+    models: tuple[str, ...]
+    _bundle: Predictors | None = field(default=None, repr=False)
+
+    def fold_of(self, model: str) -> Fold | None:
+        """The fold that holds ``model`` out (``None``: a model no measurement is of)."""
+        name = canonical_model(model)
+        return next((f for f in self.folds if name in f.held_out), None)
+
+    def predictors(self) -> Predictors:
+        """The cross-fitted bundle (built once)."""
+        if self._bundle is None:
+            from dltsched.predictors import default_predictors
+            from dltsched.predictors.freezing import IceFrogFreezing
+
+            shipped = default_predictors()
+            steps, tables = {}, {}
+            for fold in self.folds:
+                step = fold.step_time()
+                table = fold.colocation(step)
+                for model in fold.held_out:
+                    steps[model], tables[model] = step, table
+            step_time = CrossFitStepTime(steps, shipped.step_time)
+            self._bundle = Predictors(step_time, CrossFitColocation(tables, shipped.colocation),
+                                      IceFrogFreezing(step_time))  # type: ignore[arg-type]
+        return self._bundle
+
+    def record(self) -> dict[str, Any]:
+        """What the bundle is: its key, folds and recipe (JSON-ready)."""
+        return {"bundle": "crossfit", "key": self.key, "folds": [list(f.held_out) for f in self.folds],
+                "recipe": RECIPE_VERSION}
+
+
+def cache_root() -> Path:
+    """Where fitted folds are kept: ``$DLTSCHED_CACHE`` or ``~/.cache/dltsched``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "dltsched")
+
+
+def _write_json(path: Path, payload: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(payload, fh, separators=(",", ":"), allow_nan=False)
+    os.replace(tmp, path)
+
+
+def build_crossfit(data: TrainingData, n_splits: int = DEFAULT_FOLDS, *, recipe: Recipe | None = None,
+                   cache_dir: str | os.PathLike[str] | None = None, fit_missing: bool = True) -> CrossFit | None:
+    """Fit every fold of ``data`` (or read it from ``cache_dir``/``crossfit/<key>``, default
+    :func:`cache_root`; a fold fitted is written there at once, so an interrupted build resumes).
+    With ``fit_missing=False``, ``None`` when some fold is not in the cache (nothing is fitted)."""
+    recipe = recipe or Recipe()
+    weights: dict[str, int] = {}
+    for m in data.steptime:
+        weights[canonical_model(m.model)] = weights.get(canonical_model(m.model), 0) + 1
+    for s in data.colocation.samples:
+        for m in set(s.models):
+            weights[canonical_model(m)] = weights.get(canonical_model(m), 0) + 1
+    splits = model_folds(data.models(), n_splits, weights)
+    key = hashlib.sha256(json.dumps([data.digest(), recipe.name, [list(s) for s in splits]]).encode()).hexdigest()[:20]
+    where = Path(cache_dir) if cache_dir is not None else cache_root()
+    folder = where / "crossfit" / key
+    folds = []
+    for i, held in enumerate(splits):
+        path = folder / f"fold{i}.json"
+        if path.exists():
+            raw = json.loads(path.read_text())
+            if tuple(raw["held_out"]) == held:
+                folds.append(Fold(held, raw["factors"], raw["table"]))
+                continue
+        if not fit_missing:
+            return None
+        log.info("cross-fitting fold %d/%d (without %s)", i + 1, len(splits), ", ".join(held))
+        train = data.without(held)
+        factors = recipe.steptime(train)
+        from dltsched.predictors.steptime import DeletePopStepTime
+
+        table = recipe.colocation(train, held, DeletePopStepTime(factors=factors))
+        fold = Fold(held, factors, table)
+        _write_json(path, fold.to_json())
+        folds.append(fold)
+    _write_json(folder / "folds.json", {"key": key, "recipe": recipe.name, "folds": [list(s) for s in splits]})
+    return CrossFit(tuple(folds), key, data.models())
+
+
+@cache
+def _crossfit_for(data_dir: str | None, n_splits: int) -> CrossFit:
+    built = build_crossfit(load_training_data(data_dir), n_splits)
+    assert built is not None
+    return built
+
+
+def crossfit(data_dir: str | os.PathLike[str] | None = None, n_splits: int = DEFAULT_FOLDS) -> CrossFit:
+    """The folds of the data folder's measurements (built once per process, cached on disk)."""
+    from dltsched.instances.datadir import find_data_dir
+
+    base = find_data_dir(data_dir)
+    return _crossfit_for(str(base), n_splits)
+
+
+def cached_crossfit(data_dir: str | os.PathLike[str] | None = None,
+                    n_splits: int = DEFAULT_FOLDS) -> CrossFit | None:
+    """The folds when every one is in the disk cache already, else ``None`` (fits nothing: for notebooks and
+    tests that must stay fast)."""
+    from dltsched.instances.datadir import find_data_dir
+
+    base = find_data_dir(data_dir, required=False)
+    if base is None:
+        return None
+    return build_crossfit(load_training_data(base), n_splits, fit_missing=False)
+
+
+def crossfit_predictors(data_dir: str | os.PathLike[str] | None = None) -> Predictors:
+    """The ``crossfit`` bundle: each job priced by predictors fitted without its model (module docstring)."""
+    return crossfit(data_dir).predictors()
+
+
+__all__ = ["CrossFit", "Fold", "Recipe", "TrainingData", "build_crossfit", "cached_crossfit", "crossfit",
+           "crossfit_predictors",
+           "load_training_data", "model_folds"]
