@@ -1,65 +1,62 @@
-"""Domain model: GPU types, nodes, clusters, jobs, instances, plans and cluster-state snapshots.
+"""Domain model: GPU types, nodes, clusters, jobs and instances; plans and cluster-state snapshots re-exported.
 
 All types are frozen, slotted dataclasses validated in their constructors; errors are
 :class:`~dltsched.engine.domain.errors.ValidationError` with a field path. GPUs of a cluster are addressed
 by a global index ``0 .. cluster.num_gpus - 1``, node by node in the order of ``Cluster.nodes``.
+
+This module is the one place to import domain types from: it re-exports the names of
+:mod:`~dltsched.engine.domain.vocabulary` (objectives, optimizers, name resolution),
+:mod:`~dltsched.engine.domain.plan` (:class:`Plan`, :class:`Assignment`, :class:`PlanStatus`) and
+:mod:`~dltsched.engine.domain.state` (:class:`ClusterState`, :class:`JobState`). :class:`Node`,
+:class:`Cluster`, :class:`Job` and :class:`Instance` are defined here, and stay here: their module path is
+part of a checkpoint's instance fingerprint.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any
 
-from dltsched.engine.domain.catalog import GpuType, gpu_spec, model_catalog
+from dltsched.engine.domain.catalog import GpuType
 from dltsched.engine.domain.errors import ValidationError, check_non_negative, check_positive
+from dltsched.engine.domain.plan import Assignment, Plan, PlanStatus
+from dltsched.engine.domain.state import ClusterState, JobState
+from dltsched.engine.domain.vocabulary import (
+    DEFAULT_OBJECTIVE,
+    MEASURED_ONLY,
+    OBJECTIVES,
+    OPTIMIZERS,
+    resolve_gpu_type,
+    resolve_model,
+)
 
-#: what a scheduling round can optimise (see ``dltsched.formulations.RoundOptions``): ``effective_progress``
-#: (max, normalized throughput), ``jct`` (max, throughput relative to each job's remaining time: SRPT
-#: generalised to co-location, GPU types and freezing, for low average job completion time),
-#: ``weighted_completion`` and ``makespan`` (min)
-OBJECTIVES = ("effective_progress", "jct", "weighted_completion", "makespan")
-#: the objective every entry point uses when the caller names none (the embedding API, the service, the
-#: optimizing policy): ``jct``, for low average job completion time
-DEFAULT_OBJECTIVE = "jct"
-#: ``Job.model`` of a job described by the caller's measurements alone (no model-zoo entry): predictors
-#: cannot price it, so every number it needs comes from ``dltsched.engine.app.measured``
-MEASURED_ONLY = "measured-only"
-
-
-class PlanStatus(StrEnum):
-    """How a plan came about (``Plan.status``; a ``str``, so ``plan.status == "optimal"`` holds).
-
-    ``optimal`` | ``feasible`` (a solver stopped at its gap limit) | ``timeout`` (time limit, incumbent
-    returned) | ``infeasible`` (some jobs can never be placed; the plan places the others) | ``heuristic``
-    (a policy or heuristic decided) | ``fallback`` (the fallback policy decided: the solver gave nothing
-    usable) | ``error``. ``dltsched.formulations.result`` keeps the solver's own termination and solution
-    status apart, as Pyomo does.
-    """
-
-    OPTIMAL = "optimal"
-    FEASIBLE = "feasible"
-    INFEASIBLE = "infeasible"
-    TIMEOUT = "timeout"
-    HEURISTIC = "heuristic"
-    FALLBACK = "fallback"
-    ERROR = "error"
-
-
-def resolve_gpu_type(name: str) -> GpuType:
-    """The catalog's :class:`GpuType` for an id or alias (raises with close matches)."""
-    return gpu_spec(name)
-
-
-def resolve_model(name: str) -> str:
-    """Canonical model-zoo id for a name or alias (raises with close matches)."""
-    return model_catalog().resolve(name)
+__all__ = [
+    "DEFAULT_OBJECTIVE", "MEASURED_ONLY", "OBJECTIVES", "OPTIMIZERS", "Assignment", "Cluster", "ClusterState",
+    "GpuType", "Instance", "Job", "JobState", "Node", "Plan", "PlanStatus", "resolve_gpu_type", "resolve_model",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """A server: ``num_gpus`` GPUs of one type, linked to other nodes at ``network_gbps``."""
+    """A server: ``num_gpus`` GPUs of one type, linked to other nodes at ``network_gbps``.
+
+    Parameters
+    ----------
+    id : str
+        The node's id, non-empty and unique in its cluster.
+    gpu_type : str
+        Its GPUs' type, an id or alias (a :class:`Cluster` stores the canonical id).
+    num_gpus : int
+        Its GPUs, >= 1.
+    network_gbps : float, default 100.0
+        Its link to the other nodes, Gbit/s.
+
+    Raises
+    ------
+    ValidationError
+        When ``id`` is empty or a number is not positive.
+    """
 
     id: str
     gpu_type: str
@@ -77,8 +74,19 @@ class Node:
 class Cluster:
     """Nodes plus the specs of the GPU types they use.
 
-    ``gpu_types`` defaults to the catalog entries of the types the nodes name; node GPU types
-    are stored as canonical ids. GPU ``g`` lives on node ``gpu_node[g]``.
+    GPU ``g`` lives on node ``gpu_node[g]``; node ``i``'s GPUs start at ``node_first_gpu[i]``.
+
+    Parameters
+    ----------
+    nodes : tuple of Node
+        At least one node, ids unique; their GPU types are stored as canonical ids.
+    gpu_types : Mapping of str to GpuType, default {}
+        Specs of the GPU types; a type the nodes name and this lacks is taken from the catalog.
+
+    Raises
+    ------
+    ValidationError
+        When there is no node, two nodes share an id or a node names a GPU type the catalog lacks.
     """
 
     nodes: tuple[Node, ...]
@@ -131,33 +139,111 @@ class Cluster:
         return len(self.gpu_node)
 
     def gpu_type_of(self, gpu: int) -> str:
-        """The GPU type of GPU ``gpu``."""
+        """The GPU type of GPU ``gpu``.
+
+        Parameters
+        ----------
+        gpu : int
+            A global GPU index.
+
+        Returns
+        -------
+        str
+            Its type's canonical id.
+        """
         return self.nodes[self.gpu_node[gpu]].gpu_type
 
     def node_gpus(self, node_index: int) -> range:
-        """The GPU indices of node ``node_index``."""
+        """The GPU indices of node ``node_index``.
+
+        Parameters
+        ----------
+        node_index : int
+            The node's position in ``nodes``.
+
+        Returns
+        -------
+        range
+            Its GPUs' global indices.
+        """
         start = self.node_first_gpu[node_index]
         return range(start, start + self.nodes[node_index].num_gpus)
 
     def nodes_of_type(self, gpu_type: str) -> tuple[int, ...]:
-        """Indices of the nodes whose GPUs are of ``gpu_type``, ascending."""
+        """Indices of the nodes whose GPUs are of ``gpu_type``, ascending.
+
+        Parameters
+        ----------
+        gpu_type : str
+            A canonical GPU-type id.
+
+        Returns
+        -------
+        tuple of int
+            Positions in ``nodes`` (empty when no node has that type).
+        """
         return self._nodes_of_type.get(gpu_type, ())
 
     def gpus_by_type(self) -> dict[str, int]:
-        """Number of GPUs of each type (a fresh dict the caller may change)."""
+        """Number of GPUs of each type.
+
+        Returns
+        -------
+        dict of str to int
+            Per GPU type, its GPUs (a fresh dict the caller may change).
+        """
         return dict(self._by_type)
 
     def max_gpus_of_type(self, gpu_type: str) -> int:
-        """GPUs of ``gpu_type`` in the cluster (0 when it has none)."""
+        """GPUs of ``gpu_type`` in the cluster.
+
+        Parameters
+        ----------
+        gpu_type : str
+            A canonical GPU-type id.
+
+        Returns
+        -------
+        int
+            Its GPUs (0 when the cluster has none).
+        """
         return self.gpus_by_type().get(gpu_type, 0)
 
     def memory_mib(self, gpu: int) -> float:
-        """Memory of GPU ``gpu``, MiB."""
+        """Memory of GPU ``gpu``.
+
+        Parameters
+        ----------
+        gpu : int
+            A global GPU index.
+
+        Returns
+        -------
+        float
+            Its memory, MiB.
+        """
         return self.gpu_types[self.gpu_type_of(gpu)].memory_mib
 
     @staticmethod
     def homogeneous(gpu_type: str, num_nodes: int, gpus_per_node: int = 8, network_gbps: float = 100.0) -> Cluster:
-        """A cluster of ``num_nodes`` identical nodes."""
+        """A cluster of ``num_nodes`` identical nodes, named ``<type>-<i>``.
+
+        Parameters
+        ----------
+        gpu_type : str
+            The GPU type, an id or alias.
+        num_nodes : int
+            How many nodes.
+        gpus_per_node : int, default 8
+            GPUs per node.
+        network_gbps : float, default 100.0
+            Each node's link, Gbit/s.
+
+        Returns
+        -------
+        Cluster
+            The cluster.
+        """
         spec = resolve_gpu_type(gpu_type)
         nodes = tuple(Node(f"{spec.id}-{i}", spec.id, gpus_per_node, network_gbps) for i in range(num_nodes))
         return Cluster(nodes)
@@ -167,11 +253,48 @@ class Cluster:
 class Job:
     """One deep-learning training job as submitted.
 
-    ``num_gpus`` GPUs are gang-scheduled (all or none, one GPU type). ``total_iterations`` is the
-    work in training steps at the job's batch size. ``accuracy_budget`` is the largest frozen
-    penalty (fraction of each iteration's progress lost to freezing: useful progress x (1 - penalty)) the
-    owner accepts when ``freeze_allowed``.
-    ``gpu_fraction`` < 1 asks for a share of one GPU (traces with GPU sharing).
+    Parameters
+    ----------
+    id : str
+        The job's id, non-empty and unique in its instance.
+    model : str
+        A model-zoo id or alias (stored as the canonical id), or :data:`MEASURED_ONLY`.
+    batch_size : int
+        The global batch size, >= 1.
+    total_iterations : float
+        The work, in training steps at ``batch_size``, > 0.
+    num_gpus : int, default 1
+        GPUs, gang-scheduled (all or none, one GPU type).
+    arrival_time_s : float, default 0.0
+        When it is submitted, seconds, >= 0.
+    amp : bool, default False
+        Whether it trains in mixed precision.
+    optimizer : str, default "sgd"
+        Its optimizer, one of :data:`OPTIMIZERS` (any case).
+    dataset : str or None, default None
+        Its dataset, when known.
+    weight : float, default 1.0
+        Its weight in weighted objectives, > 0.
+    freeze_allowed : bool, default False
+        Whether the scheduler may freeze its layers.
+    accuracy_budget : float, default 0.0
+        The largest frozen penalty (fraction of each iteration's progress lost to freezing: useful
+        progress x (1 - penalty)) its owner accepts when ``freeze_allowed``, in [0, 1).
+    deadline_s : float or None, default None
+        Its deadline, seconds, > 0.
+    gpu_types : tuple of str, default ()
+        The GPU types it may run on, ids or aliases (stored as canonical ids); empty: any.
+    gpu_fraction : float, default 1.0
+        In (0, 1]; < 1 asks for a share of one GPU (traces with GPU sharing; needs ``num_gpus == 1``).
+    hyperparameters : tuple of (str, float or str) pairs, default ()
+        Further training settings, by name.
+    duration_hint_s : float or None, default None
+        The duration the trace recorded, when it did.
+
+    Raises
+    ------
+    ValidationError
+        Naming the field, when a value is out of range or a model, optimizer or GPU type is unknown.
     """
 
     id: str
@@ -231,24 +354,48 @@ class Job:
         return OPTIMIZERS[self.optimizer.lower()]
 
     def hyperparameter(self, name: str, default: float | str | None = None) -> float | str | None:
-        """The value of hyperparameter ``name``, ``default`` when the job does not set it."""
+        """The value of hyperparameter ``name``.
+
+        Parameters
+        ----------
+        name : str
+            The hyperparameter.
+        default : float or str or None, default None
+            What to return when the job does not set it.
+
+        Returns
+        -------
+        float or str or None
+            Its value, or ``default``.
+        """
         for key, value in self.hyperparameters:
             if key == name:
                 return value
         return default
 
 
-#: optimizer name -> bytes of optimizer state per parameter (FP32)
-OPTIMIZERS: dict[str, int] = {"sgd": 0, "momentum": 4, "nesterov": 4, "adam": 8, "adamw": 8,
-                              "adagrad": 4, "adadelta": 8, "rmsprop": 4, "lamb": 8}
-
 
 @dataclass(frozen=True, slots=True)
 class Instance:
     """A scheduling instance: a cluster and the jobs that arrive at it.
 
-    ``metadata`` records where it came from (source trace, generator command, seed);
-    ``reference`` holds reference values tests can assert (known optimum, bounds).
+    Parameters
+    ----------
+    name : str
+        The instance's name.
+    cluster : Cluster
+        The cluster.
+    jobs : tuple of Job
+        At least one job, ids unique, each small enough for the cluster's GPUs of one (allowed) type.
+    metadata : Mapping of str to Any, default {}
+        Where it came from (source trace, generator command, seed).
+    reference : Mapping of str to Any, default {}
+        Reference values tests can assert (known optimum, bounds).
+
+    Raises
+    ------
+    ValidationError
+        When there is no job, two jobs share an id or a job needs more GPUs than the cluster has.
     """
 
     name: str
@@ -280,217 +427,25 @@ class Instance:
                 )
 
     def job(self, job_id: str) -> Job:
-        """The job with id ``job_id`` (``KeyError`` when there is none)."""
+        """The job with id ``job_id``.
+
+        Parameters
+        ----------
+        job_id : str
+            The job's id.
+
+        Returns
+        -------
+        Job
+            The job.
+
+        Raises
+        ------
+        KeyError
+            When the instance has no such job.
+        """
         for j in self.jobs:
             if j.id == job_id:
                 return j
         raise KeyError(job_id)
 
-
-@dataclass(frozen=True, slots=True)
-class Assignment:
-    """Where one job runs in a plan: its GPUs (global indices) and its freeze level."""
-
-    job_id: str
-    gpus: tuple[int, ...]
-    freeze_level: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.gpus:
-            raise ValidationError(f"plan.{self.job_id}.gpus", "empty; an assignment needs >= 1 GPU")
-        if len(set(self.gpus)) != len(self.gpus):
-            raise ValidationError(f"plan.{self.job_id}.gpus", f"{self.gpus} names a GPU twice")
-        if self.freeze_level < 0:
-            raise ValidationError(f"plan.{self.job_id}.freeze_level", f"{self.freeze_level} must be >= 0")
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """A policy's decision for one round: which active jobs run where, at which freeze level.
-
-    Active jobs not in ``assignments`` wait in the queue (a running job left out is preempted).
-    ``status`` separates how the decision was reached: ``optimal``/``feasible``/``timeout`` from an
-    exact solver, ``heuristic`` from a greedy policy, ``fallback`` when a solver gave nothing in time.
-    """
-
-    assignments: tuple[Assignment, ...] = ()
-    status: str = PlanStatus.HEURISTIC
-    objective: float | None = None
-    bound: float | None = None
-    gap: float | None = None
-    solve_time_s: float = 0.0
-    build_time_s: float = 0.0
-    backend: str = ""
-    fallback: bool = False
-    message: str = ""
-    #: ``True``: ``assignments`` only lists the jobs to start or move; every running job it does not list
-    #: keeps its current placement (a non-preemptive policy's round costs O(changes), not O(running jobs)).
-    #: An incremental plan cannot preempt. See :meth:`resolved`.
-    incremental: bool = False
-    #: per job id, where the round's numbers for it came from, e.g. ``{"step_time": "measured", "memory":
-    #: "trusted", "colocation": "predicted"}`` (filled by the embedding API when the caller passes measurements)
-    provenance: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False, hash=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "assignments", tuple(self.assignments))
-        try:
-            PlanStatus(self.status)
-        except ValueError:
-            raise ValidationError("plan.status", f"'{self.status}' not understood; one of {', '.join(PlanStatus)}") from None
-        ids = [a.job_id for a in self.assignments]
-        if len(set(ids)) != len(ids):
-            dup = sorted({i for i in ids if ids.count(i) > 1})
-            raise ValidationError("plan.assignments", f"job(s) {dup} placed more than once")
-
-    def by_job(self) -> dict[str, Assignment]:
-        """The assignments by job id."""
-        return {a.job_id: a for a in self.assignments}
-
-    def resolved(self, state: ClusterState) -> Plan:
-        """The full plan: an incremental plan's new assignments plus the running jobs' current ones."""
-        if not self.incremental:
-            return self
-        listed = {a.job_id for a in self.assignments}
-        keep = tuple(s.assignment for s in state.running() if s.assignment is not None and s.job.id not in listed)
-        return replace(self, assignments=keep + self.assignments, incremental=False)
-
-    def colocation_groups(self) -> dict[int, tuple[str, ...]]:
-        """GPU -> job ids sharing it, for every GPU that holds at least one job."""
-        groups: dict[int, list[str]] = {}
-        for a in self.assignments:
-            for g in a.gpus:
-                groups.setdefault(g, []).append(a.job_id)
-        return {g: tuple(sorted(js)) for g, js in sorted(groups.items())}
-
-
-@dataclass(frozen=True, slots=True)
-class JobState:
-    """An active (arrived, unfinished) job at snapshot time.
-
-    ``assignment`` is where it runs now (``None``: queued). ``attained_service_s`` is GPU-seconds
-    received so far (Tiresias' 2D attained service); ``progress`` is the finished fraction.
-    """
-
-    job: Job
-    remaining_iterations: float
-    attained_service_s: float = 0.0
-    assignment: Assignment | None = None
-    num_preemptions: int = 0
-    first_start_s: float | None = None
-    queued_since_s: float = 0.0
-
-    @property
-    def running(self) -> bool:
-        """Whether the job holds GPUs."""
-        return self.assignment is not None
-
-    @property
-    def progress(self) -> float:
-        """The finished fraction of the job's iterations."""
-        return 1.0 - self.remaining_iterations / self.job.total_iterations
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterState:
-    """What a policy sees at one decision point: time, cluster, and every active job.
-
-    Ground-truth speeds are not part of it; policies estimate with predictors. ``down_gpus`` are on
-    failed nodes and must not be used. When ``num_running`` is given (the simulator does), ``jobs``
-    holds the running jobs first, then the queued ones in arrival order, so :meth:`running` and
-    :meth:`queued` are slices; otherwise they filter (and :meth:`queued` sorts by arrival).
-    ``free_gpus``, when given, lists per node the GPUs that are up and hold no job; ``gpu_jobs`` per GPU
-    the ids of the running jobs on it, in the order they were placed; ``running_jobs`` the running jobs
-    and ``placements`` their assignments, by id. The simulator keeps these incrementally, so a policy can
-    read placements without snapshotting every running job's progress; without them the methods below
-    derive them from ``jobs``. ``running_progress``, when given, returns the running jobs' states by id,
-    each built when first read (see :meth:`running_states`); ``num_held_gpus`` counts the running jobs'
-    GPUs (a GPU that k jobs share k times).
-    """
-
-    time_s: float
-    cluster: Cluster
-    jobs: Sequence[JobState]
-    down_gpus: frozenset[int] = frozenset()
-    num_running: int | None = None
-    free_gpus: tuple[tuple[int, ...], ...] | None = None
-    gpu_jobs: Sequence[tuple[str, ...]] | None = None
-    running_jobs: Mapping[str, Job] | None = None
-    placements: Mapping[str, Assignment] | None = None
-    running_progress: Callable[[], Mapping[str, JobState]] | None = None
-    num_held_gpus: int | None = None
-
-    def free_gpus_by_node(self) -> tuple[tuple[int, ...], ...]:
-        """Per node, the GPUs that are up and hold no running job."""
-        if self.free_gpus is not None:
-            return self.free_gpus
-        busy = {g for s in self.running() if s.assignment is not None for g in s.assignment.gpus}
-        skip = busy | self.down_gpus
-        return tuple(tuple(g for g in self.cluster.node_gpus(i) if g not in skip)
-                     for i in range(len(self.cluster.nodes)))
-
-    def jobs_on_gpus(self) -> Sequence[tuple[str, ...]]:
-        """Per GPU, the ids of the running jobs on it."""
-        if self.gpu_jobs is not None:
-            return self.gpu_jobs
-        on: list[list[str]] = [[] for _ in range(self.cluster.num_gpus)]
-        for s in self.running():
-            if s.assignment is not None:
-                for g in s.assignment.gpus:
-                    on[g].append(s.job.id)
-        return tuple(tuple(x) for x in on)
-
-    def running_jobs_by_id(self) -> Mapping[str, Job]:
-        """The running jobs by id (no progress snapshot)."""
-        if self.running_jobs is not None:
-            return self.running_jobs
-        return {s.job.id: s.job for s in self.running()}
-
-    def placements_by_id(self) -> Mapping[str, Assignment]:
-        """The running jobs' assignments by id (no progress snapshot)."""
-        if self.placements is not None:
-            return self.placements
-        return {s.job.id: s.assignment for s in self.running() if s.assignment is not None}
-
-    def running_states(self) -> Mapping[str, JobState]:
-        """The running jobs' states (progress at this instant) by id. Taking it reads every running job's
-        progress, as iterating ``jobs`` does; a simulator builds each entry when it is first read, so a
-        policy that looks at a few running jobs does not pay for all of them."""
-        if self.running_progress is not None:
-            return self.running_progress()
-        return {s.job.id: s for s in self.running()}
-
-    def gpus_exclusive(self) -> bool:
-        """No GPU holds two running jobs and no running job holds a failed GPU (O(nodes) with
-        ``num_held_gpus``): the GPUs the running jobs hold are exactly the busy ones."""
-        held = self.num_held_gpus
-        if held is None:
-            held = sum(len(a.gpus) for a in self.placements_by_id().values())
-        return held == self.cluster.num_gpus - len(self.down_gpus) - sum(map(len, self.free_gpus_by_node()))
-
-    def available_by_type(self) -> dict[str, int]:
-        """Number of GPUs of each type that are up (not on a failed node)."""
-        out = self.cluster.gpus_by_type()
-        for g in self.down_gpus:
-            out[self.cluster.gpu_type_of(g)] -= 1
-        return out
-
-    def running(self) -> tuple[JobState, ...]:
-        """The running jobs' states."""
-        if self.num_running is not None:
-            return tuple(self.jobs[: self.num_running])
-        return tuple(s for s in self.jobs if s.assignment is not None)
-
-    def queued(self) -> tuple[JobState, ...]:
-        """Waiting jobs in arrival order (ties by job id)."""
-        if self.num_running is not None:
-            return tuple(self.jobs[self.num_running:])
-        waiting = (s for s in self.jobs if s.assignment is None)
-        return tuple(sorted(waiting, key=lambda s: (s.job.arrival_time_s, s.job.id)))
-
-    def current_plan(self) -> Plan:
-        """The running placement, as a plan."""
-        return Plan(tuple(s.assignment for s in self.running() if s.assignment is not None))
-
-    def gpu_load(self) -> list[int]:
-        """Number of running jobs on each GPU."""
-        return [len(on) for on in self.jobs_on_gpus()]
