@@ -29,13 +29,13 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from dltsched.engine.domain.errors import write_atomically
 from dltsched.engine.domain.model import Job
 from dltsched.engine.domain.predictors import Predictors
 
@@ -293,11 +293,7 @@ def cache_root() -> Path:
 
 
 def _write_json(path: Path, payload: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(payload, fh, separators=(",", ":"), allow_nan=False)
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(payload, separators=(",", ":"), allow_nan=False).encode())
 
 
 def build_crossfit(data: TrainingData, n_splits: int = DEFAULT_FOLDS, *, recipe: Recipe | None = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -168,3 +169,54 @@ def write_text_file(path: str | os.PathLike[str], text: str, *, option: str = "-
     except OSError as err:
         raise ValidationError(option, f"cannot write '{path}': {write_problem(p, err)}; give a writable file path") from None
     return p
+
+
+def write_atomically(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Replace ``path`` with ``data`` so that a reader, or a crash at any instant, sees the old file or the
+    new one whole: written to a temporary file beside it (``.NAME.*.tmp``), flushed to disk, renamed over
+    it, and the folder synced (parent folders are created; the temporary file never outlives a failure).
+
+    Parameters
+    ----------
+    path : str or PathLike
+        The file.
+    data : bytes
+        Its new contents.
+
+    Returns
+    -------
+    Path
+        The path written.
+
+    Raises
+    ------
+    OSError
+        When the folder or the file cannot be written (callers turn it into their own one-line error).
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
+    return target
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # a platform without directory handles: the rename is as durable as it gets
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

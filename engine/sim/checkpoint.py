@@ -36,12 +36,11 @@ import enum
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.errors import ValidationError, write_atomically
 from dltsched.engine.sim.run_state_schema import check_state
 from dltsched.engine.sim.simulator import SimulationConfig, SimulationRun, Simulator
 
@@ -222,35 +221,10 @@ def write_checkpoint(path: str | os.PathLike[str], fingerprint: Mapping[str, str
         data = _canonical_json(seal(fingerprint, state))
     except (ValueError, TypeError) as err:  # NaN or a foreign type in the state: a bug, not a user error
         raise CheckpointError(target, f"run state cannot be saved as JSON: {err}") from None
-    tmp: str | None = None
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-        tmp = None
-        _fsync_dir(target.parent)
+        write_atomically(target, data)
     except OSError as err:
         raise CheckpointError(target, f"cannot be written: {err.strerror or err}") from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # a platform without directory handles: the rename is as durable as it gets
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def remove_stale_temp_files(path: str | os.PathLike[str]) -> list[Path]:

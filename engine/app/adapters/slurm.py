@@ -34,7 +34,6 @@ import logging
 import os
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +55,7 @@ from dltsched.engine.app.adapters.slurm_parse import (  # noqa: F401  (the daemo
     parse_sinfo_json,
     parse_squeue_json,
 )
-from dltsched.engine.domain.errors import DltschedError, ValidationError
+from dltsched.engine.domain.errors import DltschedError, ValidationError, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -286,12 +285,7 @@ class SlurmDaemon:
         if self.options.dry_run:
             return
         path = self.options.state_file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=path.name, suffix=".tmp", delete=False) as f:
-            json.dump({"version": 1, "released": self.released}, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(f.name, path)
+        write_atomically(path, json.dumps({"version": 1, "released": self.released}, indent=1, sort_keys=True).encode())
 
     def _event(self, **record: Any) -> None:
         if self.options.events_file is not None and not self.options.dry_run:
