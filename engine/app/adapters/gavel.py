@@ -284,15 +284,13 @@ def replay(allocate: Allocator, throughputs: Mapping[Hashable, Mapping[str, Any]
     return {"avg_jct_s": sum(done.values()) / len(done), "makespan_s": max(done.values()), "rounds": float(r)}
 
 
-def fifo_allocation(throughputs: Mapping[Hashable, Mapping[str, Any]], scale_factors: Mapping[Hashable, int],
-                    num_steps_remaining: Mapping[Hashable, float], cluster_spec: Mapping[str, int],
-                    ) -> dict[Hashable, dict[str, float]]:
-    """A FIFO baseline in Gavel's allocation shape: jobs in id order, each on the fastest worker type with
+def _one_each(throughputs: Mapping[Hashable, Mapping[str, Any]], scale_factors: Mapping[Hashable, int],
+              cluster_spec: Mapping[str, int], order: Callable[[str], Any]) -> dict[Hashable, dict[str, float]]:
+    """Gavel's allocation of the single jobs in ``order`` (of their ids), each on the fastest worker type with
     room, no co-location."""
     free = dict(cluster_spec)
     out: dict[Hashable, dict[str, float]] = {k: dict.fromkeys(cluster_spec, 0.0) for k in throughputs}
-    singles = sorted((k for k in throughputs if len(members(k)) == 1), key=lambda k: _order(members(k)[0]))
-    for key in singles:
+    for key in sorted((k for k in throughputs if len(members(k)) == 1), key=lambda k: order(members(k)[0])):
         need = scale_factors[key]
         options = [(float(t), wt) for wt, t in throughputs[key].items() if _positive(t) and free.get(wt, 0) >= need]
         if options:
@@ -300,6 +298,14 @@ def fifo_allocation(throughputs: Mapping[Hashable, Mapping[str, Any]], scale_fac
             out[key][wt] = 1.0
             free[wt] -= need
     return out
+
+
+def fifo_allocation(throughputs: Mapping[Hashable, Mapping[str, Any]], scale_factors: Mapping[Hashable, int],
+                    num_steps_remaining: Mapping[Hashable, float], cluster_spec: Mapping[str, int],
+                    ) -> dict[Hashable, dict[str, float]]:
+    """A FIFO baseline in Gavel's allocation shape: jobs in id order, each on the fastest worker type with
+    room, no co-location."""
+    return _one_each(throughputs, scale_factors, cluster_spec, _order)
 
 
 def las_allocation() -> Allocator:
@@ -311,22 +317,13 @@ def las_allocation() -> Allocator:
     def allocate(throughputs: Mapping[Hashable, Mapping[str, Any]], scale_factors: Mapping[Hashable, int],
                  num_steps_remaining: Mapping[Hashable, float], cluster_spec: Mapping[str, int],
                  ) -> dict[Hashable, dict[str, float]]:
-        free = dict(cluster_spec)
-        out: dict[Hashable, dict[str, float]] = {k: dict.fromkeys(cluster_spec, 0.0) for k in throughputs}
-        singles = sorted((k for k in throughputs if len(members(k)) == 1),
-                         key=lambda k: (received.get(members(k)[0], 0), _order(members(k)[0])))
-        for key in singles:
-            need = scale_factors[key]
-            options = [(float(t), wt) for wt, t in throughputs[key].items() if _positive(t) and free.get(wt, 0) >= need]
-            if options:
-                wt = max(options)[1]
-                out[key][wt] = 1.0
-                free[wt] -= need
+        out = _one_each(throughputs, scale_factors, cluster_spec, lambda j: (received.get(j, 0), _order(j)))
+        for key, shares in out.items():
+            if any(shares.values()):
                 received[members(key)[0]] = received.get(members(key)[0], 0) + 1
         return out
 
     return allocate
-
 
 def _order(job_id: str) -> tuple[int, str]:
     return (int(job_id), "") if job_id.isdigit() else (1 << 62, job_id)
