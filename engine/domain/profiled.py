@@ -6,7 +6,12 @@ from collections.abc import Sequence
 
 from dltsched.engine.domain.model import Job
 from dltsched.engine.domain.predictors import ColocationPredictor, Predictors, StepTimePredictor
-from dltsched.engine.domain.profiles import current_profiles
+from dltsched.engine.domain.profiles import IsolatedProfile, current_profiles
+
+
+def _isolated(job: Job, gpu_type: str) -> IsolatedProfile | None:
+    book = current_profiles()
+    return None if book is None else book.isolated(job.id, gpu_type)
 
 
 class _ProfiledStepTime:
@@ -16,8 +21,7 @@ class _ProfiledStepTime:
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
         predicted = self.inner.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes)
-        book = current_profiles()
-        p = None if book is None else book.isolated(job.id, gpu_type)
+        p = _isolated(job, gpu_type)
         if p is None:
             return predicted
         at_profile = self.inner.step_time_s(job, gpu_type, p.num_gpus, num_nodes=p.num_nodes)
@@ -25,8 +29,7 @@ class _ProfiledStepTime:
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
         predicted = self.inner.memory_mib(job, gpu_type, freeze_level=freeze_level)
-        book = current_profiles()
-        p = None if book is None else book.isolated(job.id, gpu_type)
+        p = _isolated(job, gpu_type)
         if p is None:
             return predicted
         if freeze_level == 0:
