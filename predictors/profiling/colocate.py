@@ -74,7 +74,8 @@ class GroupRun:
 def _versions(torch: Any) -> dict[str, str | None]:
     """Plain strings (``torch.__version__`` would make the parent import torch to unpickle it)."""
     return {"torch": str(torch.__version__), "cuda": torch.version.cuda, "cudnn": str(torch.backends.cudnn.version()),
-            "python": platform.python_version()}
+            "python": platform.python_version(), "tf32_matmul": str(torch.backends.cuda.matmul.allow_tf32),
+            "tf32_cudnn": str(torch.backends.cudnn.allow_tf32)}
 
 
 def _measure(index: int, job: ProfiledJob, device: Any, warmup: int, steps: int, go: Any, stop: Any,
@@ -118,6 +119,10 @@ def _worker(index: int, device_kind: str, tasks: Any, go: Any, stop: Any, result
             torch.cuda.empty_cache()
 
 
+class WorkerTimeout(DltschedError):
+    """A worker sent nothing within the pool's timeout; the pool cannot be trusted after it."""
+
+
 class WorkerPool:
     """``size`` spawned worker processes on one device, reused for every measurement round.
 
@@ -155,7 +160,7 @@ class WorkerPool:
             try:
                 index, got, value = self._results.get(timeout=self.timeout_s)
             except queue.Empty:
-                raise DltschedError(f"profile: no '{kind}' from the workers in {self.timeout_s:.0f} s; "
+                raise WorkerTimeout(f"profile: no '{kind}' from the workers in {self.timeout_s:.0f} s; "
                                     "raise --timeout or lower --steps") from None
             if got == "error":
                 errors[index] = value

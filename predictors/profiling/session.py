@@ -13,13 +13,14 @@ import random
 import re
 import shlex
 import sys
+import time
 from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from dltsched.engine.domain.errors import DltschedError, ValidationError
-from dltsched.predictors.profiling.colocate import GroupRun, ProfiledJob, WorkerPool
+from dltsched.predictors.profiling.colocate import GroupRun, ProfiledJob, WorkerPool, WorkerTimeout
 from dltsched.predictors.profiling.dataset import write_dataset
 from dltsched.predictors.profiling.mps import mps_control_binary, mps_daemon
 from dltsched.predictors.profiling.nvml import gpu_info
@@ -99,8 +100,14 @@ def _record(first: GroupRun, gpu: str, sharing: str, smoke: bool, steps: int, wa
 
 def run_profile(jobs: tuple[ProfiledJob, ...], groups: list[tuple[ProfiledJob, ...]], *, out_dir: str | Path,
                 sharing: str = "timeslice", steps: int = 20, warmup: int = 5, smoke: bool = False,
-                timeout_s: float = 600.0) -> dict[str, Any]:
-    """Profile ``jobs`` and every job of ``groups`` alone, then each group co-located; write the dataset."""
+                timeout_s: float = 600.0, budget_s: float | None = None) -> dict[str, Any]:
+    """Profile ``jobs`` and every job of ``groups`` alone, then each group co-located; write the dataset.
+
+    The dataset is rewritten after every measurement, so a run stopped part-way leaves what it
+    measured. A measurement whose worker fails (out of memory, say) is recorded under ``failed`` and
+    skipped, with every group holding a job that failed alone; a worker that stops answering
+    (``--timeout``) or a spent ``budget_s`` ends the session early, recorded under ``stopped``.
+    """
     if sharing not in SHARING_MODES:
         raise ValidationError("sharing", f"'{sharing}' not understood; must be one of {SHARING_MODES}")
     if sharing == "mps" and groups:
@@ -108,19 +115,77 @@ def run_profile(jobs: tuple[ProfiledJob, ...], groups: list[tuple[ProfiledJob, .
     kind = device_kind(smoke)
     every = sorted(set(jobs) | {j for g in groups for j in g})
     if not every:
-        raise ValidationError("profile", "no jobs; give --model or --groups")
+        raise ValidationError("profile", "no jobs; give --model, --job or --groups")
+    session = _Session(Path(out_dir), sharing, smoke, steps, warmup,
+                       None if budget_s is None else time.monotonic() + budget_s)
     with WorkerPool(1, kind, timeout_s) as pool:
-        alone = {job: pool.measure((job,), warmup=warmup, steps=steps) for job in every}
-    first = alone[every[0]]
-    gpu = "cpu" if smoke else catalog_gpu(first.runs[0].device_name)
-    isolated = {job: _isolated_row(run, gpu) for job, run in alone.items()}
-    together = []
-    if groups:
+        for job in every:
+            if (run := session.measure(pool, (job,))) is not None:
+                session.isolated[job] = _isolated_row(run, session.gpu_of(run))
+                session.write()
+    if not session.isolated:
+        reason = "; ".join(f["error"] for f in session.failed) or session.stopped or "nothing measured"
+        raise DltschedError(f"profile: no job could be measured alone: {reason}")
+    runnable = [g for g in groups if all(j in session.isolated for j in g)]
+    for group in groups:
+        if group not in runnable and session.stopped is None:
+            session.failed.append({"group": "+".join(j.label for j in group),
+                                   "error": "skipped: a member failed alone"})
+    if runnable and session.stopped is None:
         with mps_daemon() if sharing == "mps" else nullcontext(), \
-                WorkerPool(max(map(len, groups)), kind, timeout_s) as pool:
-            together = [pool.measure(g, warmup=warmup, steps=steps) for g in groups]
-    rows = [_group_row(g, isolated, gpu, sharing) for g in together]
-    record = _record(first, gpu, sharing, smoke, steps, warmup)
-    files = write_dataset(Path(out_dir), list(isolated.values()), rows, record)
-    return {"out": str(out_dir), "files": files, "record": record, "isolated": list(isolated.values()),
-            "groups": rows}
+                WorkerPool(max(map(len, runnable)), kind, timeout_s) as pool:
+            for group in runnable:
+                if (run := session.measure(pool, group)) is not None:
+                    session.groups.append(_group_row(run, session.isolated, session.gpu or "", sharing))
+                    session.write()
+    files = session.write()
+    return {"out": str(out_dir), "files": files, "record": session.record(), "isolated": list(session.isolated.values()),
+            "groups": session.groups, "failed": session.failed, "stopped": session.stopped}
+
+
+class _Session:
+    """What one ``run_profile`` call has measured so far, written out after every measurement."""
+
+    def __init__(self, out_dir: Path, sharing: str, smoke: bool, steps: int, warmup: int,
+                 deadline: float | None) -> None:
+        self.out_dir, self.sharing, self.smoke, self.steps, self.warmup = out_dir, sharing, smoke, steps, warmup
+        self.deadline = deadline
+        self.isolated: dict[ProfiledJob, dict[str, Any]] = {}
+        self.groups: list[dict[str, Any]] = []
+        self.failed: list[dict[str, str]] = []
+        self.stopped: str | None = None
+        self.first: GroupRun | None = None
+        self.gpu: str | None = None
+
+    def gpu_of(self, run: GroupRun) -> str:
+        if self.gpu is None:
+            self.first = run
+            self.gpu = "cpu" if self.smoke else catalog_gpu(run.runs[0].device_name)
+        return self.gpu
+
+    def measure(self, pool: WorkerPool, group: tuple[ProfiledJob, ...]) -> GroupRun | None:
+        """One measurement, or ``None`` when it failed, timed out or the budget is spent (recorded)."""
+        label = "+".join(j.label for j in group)
+        if self.stopped is not None:
+            return None
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self.stopped = f"budget spent before {label}"
+            return None
+        try:
+            return pool.measure(group, warmup=self.warmup, steps=self.steps)
+        except WorkerTimeout as err:
+            self.stopped = f"{label}: {err}"
+        except DltschedError as err:
+            self.failed.append({"group": label, "error": str(err)})
+        return None
+
+    def record(self) -> dict[str, Any]:
+        if self.first is None:
+            return {}
+        return {**_record(self.first, self.gpu or "", self.sharing, self.smoke, self.steps, self.warmup),
+                "failed": self.failed, "stopped": self.stopped}
+
+    def write(self) -> list[str]:
+        if self.first is None:
+            return []
+        return write_dataset(self.out_dir, list(self.isolated.values()), self.groups, self.record())

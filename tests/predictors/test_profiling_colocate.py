@@ -129,3 +129,63 @@ def test_colocated_pair_on_gpu(tmp_path):
     assert code == 0 and record["device"] == "cuda" and record["cuda"]
     groups = json.loads((tmp_path / "groups.json").read_text())["groups"]
     assert groups[0]["gmem"] > 0 and all(0 < j["speed"] < 1.5 for j in groups[0]["jobs"])
+
+
+def test_unknown_model_is_one_clear_line(capsys, tmp_path):
+    code, _, err = _run(capsys, "profile", "--smoke", "--job", "nosuchnet:8", "--out", str(tmp_path / "d"))
+    assert code == 2
+    assert "nosuchnet" in err and "Traceback" not in err
+
+
+class _FailingPool:
+    """Stands in for a WorkerPool: fails the jobs named in ``fail``, times out on ``hang``."""
+
+    def __init__(self, fail=(), hang=()):
+        self.fail, self.hang, self.asked = set(fail), set(hang), []
+
+    def measure(self, jobs, *, warmup, steps):
+        from dltsched.engine.domain.errors import DltschedError
+        from dltsched.predictors.profiling.colocate import WorkerTimeout
+
+        label = "+".join(j.label for j in jobs)
+        self.asked.append(label)
+        if label in self.hang:
+            raise WorkerTimeout("profile: no 'result' from the workers in 1 s")
+        if label in self.fail:
+            raise DltschedError(f"profile: worker failed: {label}: OutOfMemoryError")
+        return "measured"
+
+
+def test_session_records_failures_and_stops_on_a_timeout(tmp_path):
+    from dltsched.predictors.profiling.session import _Session
+
+    session = _Session(tmp_path, "timeslice", True, 3, 1, None)
+    pool = _FailingPool(fail={"a:1"}, hang={"c:1"})
+    jobs = [ProfiledJob("a", 1), ProfiledJob("b", 1), ProfiledJob("c", 1), ProfiledJob("d", 1)]
+    got = [session.measure(pool, (j,)) for j in jobs]
+    assert got == [None, "measured", None, None]
+    assert [f["group"] for f in session.failed] == ["a:1"] and "OutOfMemoryError" in session.failed[0]["error"]
+    assert session.stopped is not None and session.stopped.startswith("c:1")
+    assert pool.asked == ["a:1", "b:1", "c:1"]  # nothing is asked of a pool after a timeout
+
+
+def test_spent_budget_starts_no_measurement(tmp_path):
+    from dltsched.predictors.profiling.session import _Session
+
+    session = _Session(tmp_path, "timeslice", True, 3, 1, deadline=0.0)
+    pool = _FailingPool()
+    assert session.measure(pool, (ProfiledJob("a", 1),)) is None
+    assert pool.asked == [] and session.stopped == "budget spent before a:1"
+
+
+def test_explicit_jobs_and_failed_list_in_the_dataset(capsys, tmp_path):
+    out = tmp_path / "d"
+    code, stdout, _ = _run(capsys, "profile", "--smoke", "--job", "neumf:64", "--job", "a2c:16", "--budget", "600",
+                           "--out", str(out), "--json")
+    assert code == 0
+    result = json.loads(stdout)
+    assert {r["model"] for r in result["isolated"]} == {"neumf", "a2c"}
+    assert {r["batch_size"] for r in result["isolated"]} == {2}  # smoke runs shrink every batch
+    assert result["failed"] == [] and result["stopped"] is None
+    record = json.loads((out / "measurement.json").read_text())
+    assert record["failed"] == [] and record["stopped"] is None

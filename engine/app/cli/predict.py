@@ -435,8 +435,9 @@ def bench_predict(pairs: int, as_json: bool) -> None:
 
 
 @click.command("profile")
-@click.option("--model", "models", multiple=True, default=("resnet18",), show_default=True,
-              help="Zoo models profiled alone and sampled into groups by --colocate (ignored with --groups).")
+@click.option("--model", "models", multiple=True,
+              help="Zoo models profiled alone at --batch-size and sampled into groups by --colocate (ignored "
+                   "with --groups; default resnet18 when neither --job nor --groups is given).")
 @click.option("--batch-size", type=int, default=32, show_default=True)
 @click.option("--steps", type=int, default=20, show_default=True, help="Timed steps (steady window) per job.")
 @click.option("--warmup", type=int, default=5, show_default=True, help="Untimed steps before the start barrier.")
@@ -444,6 +445,9 @@ def bench_predict(pairs: int, as_json: bool) -> None:
               help="Co-locate 2 or 3 jobs per GPU; groups sampled from --model unless --groups is given.")
 @click.option("--groups", "group_texts", multiple=True,
               help="A co-located group, e.g. resnet18:64+lstm_lm:20 (repeatable; 2 or 3 jobs each).")
+@click.option("--job", "job_texts", multiple=True,
+              help="An isolated job as model:batch_size, e.g. resnet50:64 (repeatable; with --out, "
+                   "beside --model at --batch-size).")
 @click.option("--num-groups", type=int, default=6, show_default=True, help="Groups sampled by --colocate.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--sharing", type=click.Choice(["timeslice", "mps"]), default="timeslice", show_default=True)
@@ -451,16 +455,20 @@ def bench_predict(pairs: int, as_json: bool) -> None:
               help="Dataset folder (step-time CSV, Lucid-format co-location CSVs, MEASUREMENT.md).")
 @click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True,
               help="Seconds to wait for a group's workers.")
+@click.option("--budget", "budget_s", type=click.FloatRange(min=1.0), default=None,
+              help="Seconds of measuring after which no new measurement starts (what was measured is kept).")
 @click.option("--smoke", is_flag=True, help="Tiny CPU run (batch 2, 3 steps, 1 warm-up) to check the harness.")
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
               help="Without --out: CSV in eval-steptime format of in-process isolated runs.")
 @click.option("--json", "as_json", is_flag=True)
 def profile(models: tuple[str, ...], batch_size: int, steps: int, warmup: int, colocate: int | None,
-            group_texts: tuple[str, ...], num_groups: int, seed: int, sharing: str, out_dir: str | None,
-            timeout_s: float, smoke: bool, output: str | None, as_json: bool) -> None:
+            group_texts: tuple[str, ...], job_texts: tuple[str, ...], num_groups: int, seed: int, sharing: str,
+            out_dir: str | None, timeout_s: float, budget_s: float | None, smoke: bool, output: str | None,
+            as_json: bool) -> None:
     """Run real training steps of zoo models alone or co-located (CUDA GPU; CPU with --smoke)."""
-    if out_dir is None and (colocate or group_texts):
-        raise ValidationError("profile", "--colocate/--groups need --out DIR for the dataset")
+    models = models or (() if job_texts or group_texts else ("resnet18",))
+    if out_dir is None and (colocate or group_texts or job_texts):
+        raise ValidationError("profile", "--colocate/--groups/--job need --out DIR for the dataset")
     if out_dir is None:
         from dltsched.predictors.profiling.harness import profile_models
 
@@ -468,31 +476,44 @@ def profile(models: tuple[str, ...], batch_size: int, steps: int, warmup: int, c
                               require_gpu=not smoke, output=output)
         emit(rows, as_json)
         return
-    out = _profile_dataset(models, batch_size, steps, warmup, colocate, group_texts, num_groups, seed, sharing,
-                           out_dir, timeout_s, smoke)
-    emit(out, as_json, lambda: click.echo(f"{len(out['isolated'])} isolated, {len(out['groups'])} groups "
-                                          f"-> {out['out']}: {', '.join(out['files'])}"))
+    out = _profile_dataset(models, batch_size, steps, warmup, colocate, group_texts, job_texts, num_groups, seed,
+                           sharing, out_dir, timeout_s, budget_s, smoke)
+    emit(out, as_json, lambda: click.echo(
+        f"{len(out['isolated'])} isolated, {len(out['groups'])} groups -> {out['out']}: {', '.join(out['files'])}"
+        + "".join(f"\nfailed {f['group']}: {f['error']}" for f in out["failed"])
+        + (f"\nstopped early: {out['stopped']}" if out["stopped"] else "")))
 
 
 def _profile_dataset(models: tuple[str, ...], batch_size: int, steps: int, warmup: int, colocate: int | None,
-                     group_texts: tuple[str, ...], num_groups: int, seed: int, sharing: str, out_dir: str,
-                     timeout_s: float, smoke: bool) -> dict:
-    """``profile --out``: isolated runs of --model, then the given or sampled groups (session.run_profile)."""
+                     group_texts: tuple[str, ...], job_texts: tuple[str, ...], num_groups: int, seed: int,
+                     sharing: str, out_dir: str, timeout_s: float, budget_s: float | None, smoke: bool) -> dict:
+    """``profile --out``: isolated runs of --model and --job, then the given or sampled groups
+    (session.run_profile)."""
     from dataclasses import replace
 
     from dltsched.predictors.profiling.colocate import ProfiledJob, parse_group
     from dltsched.predictors.profiling.session import run_profile, sample_groups
 
     bs = 2 if smoke else batch_size
-    jobs = tuple(ProfiledJob(m, bs) for m in models)
+    explicit = tuple(j for text in job_texts for j in parse_group(text))
+    jobs = tuple(ProfiledJob(m, bs) for m in models) + tuple(replace(j, batch_size=2) if smoke else j
+                                                              for j in explicit)
     groups = [parse_group(t) for t in group_texts] or (sample_groups(jobs, colocate, num_groups, seed)
                                                       if colocate else [])
     if smoke:
         groups = [tuple(replace(j, batch_size=2) for j in g) for g in groups]
         steps, warmup = min(steps, 3), min(warmup, 1)
+    from dltsched.engine.domain.catalog import UnknownNameError, model_catalog
+
+    for job in (*jobs, *(j for g in groups for j in g)):
+        try:
+            model_catalog().get(job.model)
+        except UnknownNameError as err:
+            raise ValidationError("model", f"{err}; give a zoo model id") from None
     bad = [g for g in groups if len(g) not in (2, 3) or (colocate and len(g) != colocate)]
     if bad:
         raise ValidationError("groups", f"{'+'.join(j.label for j in bad[0])} has {len(bad[0])} jobs; "
                                         f"must be {colocate or '2 or 3'}")
-    return run_profile(jobs if not group_texts else (), groups, out_dir=out_dir, sharing=sharing, steps=steps,
-                       warmup=warmup, smoke=smoke, timeout_s=timeout_s)
+    isolated = jobs if not group_texts else tuple(replace(j, batch_size=2) if smoke else j for j in explicit)
+    return run_profile(isolated, groups, out_dir=out_dir, sharing=sharing, steps=steps, warmup=warmup,
+                       smoke=smoke, timeout_s=timeout_s, budget_s=budget_s)
