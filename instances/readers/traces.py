@@ -39,7 +39,7 @@ POLLUX_APPLICATIONS: dict[str, tuple[str, str, int, int]] = {
     "imagenet": ("resnet50", "imagenet", 90, 1_281_167),
     "bert": ("bert_base", "squad", 2, 88_641),
     "ncf": ("neumf", "movielens", 10, 4_970_845),
-    "deepspeech2": ("deepspeech2", "librispeech", 80, 12_000),
+    "deepspeech2": ("deepspeech2", "cmu_arctic", 80, 12_000),  # the zoo's GRU-800 short-clip variant
     "yolov3": ("yolov3", "pascal_voc", 50, 16_551),
 }
 

@@ -4,9 +4,12 @@
   vocab 10k, as in Gavel's job) or WMT16 (64 tokens, shared vocab 32k);
 - lstm_lm: PyTorch's word language model with its default arguments, as Gavel's LM job runs it
   (embedding 200, 2-layer LSTM 200, untied decoder, dropout 0.2, bptt 35) on WikiText-2;
-- deepspeech2: DeepSpeech2 as deepspeech.pytorch builds it by default (Zeus's workload): 2 conv
-  layers, 5 bidirectional LSTM 1024 (directions summed, batch norm between layers), CTC over
-  161-bin spectrograms of 12.3 s (LibriSpeech's mean utterance, 10 ms hop);
+- deepspeech2: DeepSpeech2 as deepspeech.pytorch builds it. Two variants, chosen by the dataset:
+  ``librispeech`` (Zeus's workload, deepspeech.pytorch's defaults): 2 conv layers, 5 bidirectional
+  LSTM 1024 (directions summed, batch norm between layers), CTC over 161-bin spectrograms of 12.3 s
+  (LibriSpeech's mean utterance, 10 ms hop); ``cmu_arctic`` (the Pollux and Sia traces' workload):
+  the same network with 5 bidirectional GRU 800 over short clips, 3.3 s (CMU-ARCTIC's utterances are
+  single read sentences of about 2-4 s; 330 frames at a 10 ms hop);
 - neumf: NeuMF (GMF + MLP 256-128-64) on MovieLens-1M or MovieLens-20M (Lucid's, Zeus's, Pollux's NCF);
 - recoder: Gavel's "Recommendation" job (its ``workloads/pytorch/recommendation/train.py``): Recoder's
   ``DynamicAutoencoder(hidden_layers=[200], activation_type='tanh', noise_prob=0.5)`` trained with Adam
@@ -91,12 +94,12 @@ def lstm_lm(dataset: str) -> Built:
 
 
 class _BatchRNN(nn.Module):
-    """Batch norm over features (except the first layer), bidirectional LSTM, directions summed."""
+    """Batch norm over features (except the first layer), bidirectional LSTM or GRU, directions summed."""
 
-    def __init__(self, cin: int, hidden: int, norm: bool) -> None:
+    def __init__(self, cin: int, hidden: int, norm: bool, cell: type[nn.Module] = nn.LSTM) -> None:
         super().__init__()
         self.norm = nn.BatchNorm1d(cin) if norm else None
-        self.rnn = nn.LSTM(cin, hidden, bidirectional=True)
+        self.rnn = cell(cin, hidden, bidirectional=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, B, C)
         if self.norm is not None:
@@ -106,13 +109,14 @@ class _BatchRNN(nn.Module):
 
 
 class DeepSpeech2(nn.Module):
-    def __init__(self, freq: int = 161, hidden: int = 1024, layers: int = 5, chars: int = 29) -> None:
+    def __init__(self, freq: int = 161, hidden: int = 1024, layers: int = 5, chars: int = 29,
+                 cell: type[nn.Module] = nn.LSTM) -> None:
         super().__init__()
         self.conv1 = nn.Sequential(nn.Conv2d(1, 32, (41, 11), (2, 2), (20, 5)), nn.BatchNorm2d(32), nn.Hardtanh(0, 20))
         self.conv2 = nn.Sequential(nn.Conv2d(32, 32, (21, 11), (2, 1), (10, 5)), nn.BatchNorm2d(32),
                                    nn.Hardtanh(0, 20))
         feat = 32 * ((freq + 1) // 2 + 1) // 2
-        self.rnns = nn.ModuleList(_BatchRNN(feat if not i else hidden, hidden, i > 0) for i in range(layers))
+        self.rnns = nn.ModuleList(_BatchRNN(feat if not i else hidden, hidden, i > 0, cell) for i in range(layers))
         self.fc = nn.Sequential(nn.BatchNorm1d(hidden), nn.Linear(hidden, chars, bias=False))
 
     def forward(self, spec: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -124,15 +128,19 @@ class DeepSpeech2(nn.Module):
         return F.nll_loss(logp, target.flatten())
 
 
-@register("deepspeech2", "librispeech")
+#: dataset -> (spectrogram frames per clip, RNN width, RNN cell): the variant each workload trains
+_DEEPSPEECH2 = {"librispeech": (1230, 1024, nn.LSTM), "cmu_arctic": (330, 800, nn.GRU)}
+
+
+@register("deepspeech2", *_DEEPSPEECH2)
 def deepspeech2(dataset: str) -> Built:
-    frames = 1230
+    frames, hidden, cell = _DEEPSPEECH2[dataset]
 
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
         return torch.randn(batch, 1, 161, frames), torch.randint(0, 29, (frames // 2, batch))
 
     blocks = ("conv1", "conv2", *(f"rnns.{i}" for i in range(5)), "fc")
-    return Built(DeepSpeech2(), make_inputs, blocks)
+    return Built(DeepSpeech2(hidden=hidden, cell=cell), make_inputs, blocks)
 
 
 #: dataset -> (users, items)

@@ -104,6 +104,11 @@ def test_gavel_recommendation_jobs_are_recoder_and_ncf_jobs_stay_neumf(data_dir:
     assert "neumf" in {j.model for j in pollux.jobs} and "recoder" not in {j.model for j in pollux.jobs}
 
 
+def test_pollux_deepspeech2_jobs_are_the_short_clip_gru_variant(data_dir: Path) -> None:
+    jobs = [j for j in read_workload("pollux:workload-1", data_dir=data_dir).jobs if j.model == "deepspeech2"]
+    assert jobs and {j.dataset for j in jobs} == {"cmu_arctic"}
+
+
 def test_muri_trace_keeps_iterations(data_dir: Path) -> None:
     inst = read_workload("muri:trace1", data_dir=data_dir)
     assert inst.metadata["num_rows_read"] == 1494

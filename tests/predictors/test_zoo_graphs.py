@@ -93,3 +93,15 @@ def test_loading_graphs_does_not_import_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_deepspeech2_variant_follows_the_dataset():
+    """Zeus's DeepSpeech2 (LibriSpeech) is the 1024-wide LSTM on 12.3 s clips; the Pollux/Sia traces' one
+    (CMU-ARCTIC) the 800-wide GRU on 3.3 s clips: its graph has GRU ops only and far less work per sample."""
+    long, short = load_graph("deepspeech2", "librispeech"), load_graph("deepspeech2", "cmu_arctic")
+    ops = {name: {a["op"] for _, a in g.nodes(data=True) if a["op_class"] == "rnn"}
+           for name, g in (("librispeech", long), ("cmu_arctic", short))}
+    assert ops == {"librispeech": {"lstm"}, "cmu_arctic": {"gru"}}
+    flops = [sum(a["fwd_flops"] for _, a in g.nodes(data=True)) for g in (long, short)]
+    assert 0.05 < flops[1] / flops[0] < 0.3
+    assert "cmu_arctic" in model_catalog().get("deepspeech2").datasets
