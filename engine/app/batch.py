@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import glob
 import hashlib
+import io
 import logging
 import multiprocessing
 import os
@@ -26,7 +27,7 @@ from typing import Any
 import click
 
 from dltsched.engine.app.cli.main import FiniteFloat
-from dltsched.engine.domain.errors import DltschedError, ValidationError
+from dltsched.engine.domain.errors import DltschedError, ValidationError, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -164,12 +165,11 @@ class ResultTable:
             return [r for r in reader if None not in r.values() and None not in r and r["key"]]
 
     def _rewrite(self) -> None:
-        tmp = self.path.with_suffix(".csv.tmp")
-        with tmp.open("w", newline="") as fh:
-            writer = csv.DictWriter(fh, COLUMNS)
-            writer.writeheader()
-            writer.writerows(self.rows)
-        os.replace(tmp, self.path)
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, COLUMNS)
+        writer.writeheader()
+        writer.writerows(self.rows)
+        write_atomically(self.path, text.getvalue().encode())
 
     def done_keys(self) -> set[str]:
         """Keys of items that finished without error (failed items are retried on resume)."""
