@@ -294,5 +294,14 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
         payload = payload[0]
     if output:
         write_text_file(output, json_text(payload) + "\n", option="--output")
-    title = f"{inst.name}: {len(inst.jobs)} jobs on {inst.cluster.num_gpus} GPUs {inst.cluster.gpus_by_type()}"
-    emit(payload, as_json, lambda: print_table(results, title))
+    title = (f"{inst.name}: {len(inst.jobs)} jobs on {inst.cluster.num_gpus} GPUs {inst.cluster.gpus_by_type()}, "
+             f"predictors: {predictor_set}")
+
+    def show() -> None:
+        print_table(results, title)
+        if predictor_set == "default":
+            click.echo("predictors 'default' are fitted on measurements that also drive the ground truth where it is "
+                       "measured (in-sample); --predictors crossfit prices each job with predictors fitted without "
+                       "its model")
+
+    emit(payload, as_json, show)
