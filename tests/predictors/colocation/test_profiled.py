@@ -301,3 +301,18 @@ def test_profiling_harness_groups_read_with_their_gpu_and_unmeasured_cells(tmp_p
     assert vgg.step_time_s == pytest.approx(0.05) and vgg.memory_mib is None and vgg.gpu_util is None
     (pred,) = _FITTED.predict([Group("h100", sample.jobs)], data)
     assert len(pred.speeds) == 3 and 0 < pred.gpu_util <= 100.0
+
+
+def test_a_model_fitted_on_analytic_utilisation_gives_measured_groups_the_rule() -> None:
+    shipped = shipped_profile_predictor()
+    assert not shipped.measured_util_trained  # Gavel measures no utilisation
+    assert _FITTED.measured_util_trained  # the toy set's utilisations are measured
+    jobs = (JobSpec("resnet18", 32), JobSpec("vgg16", 64))
+    iso = {("v100", j): IsolatedProfile(0.05, 2000.0, u, None) for j, u in zip(jobs, (70.0, 60.0), strict=True)}
+    (measured,) = shipped.estimate_groups([Group("v100", jobs)], iso)
+    assert measured.speeds == pytest.approx((100 / 130, 100 / 130))  # min(1, 100 / sum of measured util)
+    partly = {**iso, ("v100", jobs[1]): IsolatedProfile(0.05, 2000.0, None, None)}
+    (corrected,) = shipped.estimate_groups([Group("v100", jobs)], partly)  # an analytic util: the fitted model
+    assert corrected.speeds != measured.speeds
+    again = ProfileColocation.from_json(json.loads(json.dumps(shipped.to_json())))
+    assert not again.measured_util_trained
