@@ -316,3 +316,20 @@ def test_a_model_fitted_on_analytic_utilisation_gives_measured_groups_the_rule()
     assert corrected.speeds != measured.speeds
     again = ProfileColocation.from_json(json.loads(json.dumps(shipped.to_json())))
     assert not again.measured_util_trained
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(1.0, 100.0), st.floats(100.0, 30000.0), st.floats(0.001, 2.0)), min_size=3,
+                max_size=3))
+def test_a_third_job_never_speeds_the_others_up(profiles: list[tuple[float, float, float]]) -> None:
+    jobs = tuple(JobSpec("resnet18", 8 * (i + 1)) for i in range(3))
+    iso = {("v100", j): IsolatedProfile(step, mem, u, None) for j, (u, mem, step) in zip(jobs, profiles, strict=True)}
+    for model in (_FITTED, shipped_profile_predictor()):
+        (three,) = model.estimate_groups([Group("v100", jobs)], iso)
+        for k in range(3):
+            pair = tuple(j for i, j in enumerate(jobs) if i != k)
+            (two,) = model.estimate_groups([Group("v100", pair)], iso)
+            assert all(three.speeds[jobs.index(j)] <= v + 1e-12 for j, v in zip(pair, two.speeds, strict=True))
+            assert three.memory_mib >= two.memory_mib - 1e-9 and three.gpu_util >= two.gpu_util - 1e-9
+        assert three.gpu_util <= min(100.0, sum(p[0] for p in profiles)) + 1e-9
+        assert max(p[1] for p in profiles) - 1e-6 <= three.memory_mib <= 1.25 * sum(p[1] for p in profiles) + 1e-6
