@@ -285,14 +285,12 @@ class ProfileColocation:
         out = self._estimate_flat(groups, isolated, memo)
         larger = [i for i, g in enumerate(groups) if len(g.jobs) > 2]
         if larger:
-            subs = [Group(groups[i].gpu, groups[i].jobs[:k] + groups[i].jobs[k + 1:])
-                    for i in larger for k in range(len(groups[i].jobs))]
-            found = self._estimate(subs, isolated, memo)
-            at = 0
-            for i in larger:
-                n = len(groups[i].jobs)
-                out[i] = _bounded_by_subgroups(out[i], found[at:at + n])
-                at += n
+            subs = {i: [Group(groups[i].gpu, groups[i].jobs[:k] + groups[i].jobs[k + 1:])
+                        for k in range(len(groups[i].jobs))] for i in larger}
+            unique = list(dict.fromkeys(g for gs in subs.values() for g in gs))  # pairs recur across triples
+            found = dict(zip(unique, self._estimate(unique, isolated, memo), strict=True))
+            for i, gs in subs.items():
+                out[i] = _bounded_by_subgroups(out[i], [found[g] for g in gs])
         return out
 
     def _estimate_flat(self, groups: Sequence[Group], isolated: Mapping[tuple[str, JobSpec], IsolatedProfile],
@@ -327,10 +325,20 @@ class ProfileColocation:
     def estimate(self, jobs: Sequence[Job], gpu_type: str) -> ColocationEstimate:
         """One group of engine jobs on ``gpu_type`` with per-job sources (its own ``profiles``; remembered per
         group, at most ``MAX_REMEMBERED`` groups)."""
-        key = (gpu_type, tuple(_spec(j) for j in jobs))
+        return self._remembered(gpu_type, tuple(_spec(j) for j in jobs))
+
+    def _remembered(self, gpu_type: str, specs: tuple[JobSpec, ...]) -> ColocationEstimate:
+        """One group from the remembered ones, else estimated and remembered; a larger group's sub-groups come
+        from the remembered ones too (the engine asks about the same pairs again and again)."""
+        key = (gpu_type, specs)
         found = self._groups.get(key)
         if found is None:
-            found = self.estimate_groups([Group(gpu_type, key[1])])[0]
+            group = Group(gpu_type, specs)
+            check_group(group, self.max_jobs)
+            found = self._estimate_flat([group], self.profiles, self._resolved)[0]
+            if len(specs) > 2:
+                found = _bounded_by_subgroups(found, [self._remembered(gpu_type, specs[:k] + specs[k + 1:])
+                                                      for k in range(len(specs))])
             if len(self._groups) >= MAX_REMEMBERED:
                 self._groups.clear()
             self._groups[key] = found

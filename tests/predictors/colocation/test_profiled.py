@@ -333,3 +333,6 @@ def test_a_third_job_never_speeds_the_others_up(profiles: list[tuple[float, floa
             assert three.memory_mib >= two.memory_mib - 1e-9 and three.gpu_util >= two.gpu_util - 1e-9
         assert three.gpu_util <= min(100.0, sum(p[0] for p in profiles)) + 1e-9
         assert max(p[1] for p in profiles) - 1e-6 <= three.memory_mib <= 1.25 * sum(p[1] for p in profiles) + 1e-6
+        engine = model.with_profiles(iso)  # one group at a time, sub-groups remembered: the same answer
+        members = [Job(f"j{i}", j.model, j.batch_size, 1.0) for i, j in enumerate(jobs)]
+        assert engine.estimate(members, "v100") == three
