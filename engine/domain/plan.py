@@ -100,6 +100,10 @@ class Plan:
         Per job id, where the round's numbers for it came from, e.g. ``{"step_time": "measured",
         "memory": "trusted", "colocation": "predicted"}`` (filled by the embedding API when the caller
         passes measurements). Not part of equality or the hash.
+    colocation_fallbacks : tuple of str, default ()
+        Ids of the co-located jobs whose co-location numbers rest on a fallback: the co-location predictor had
+        no profile of the job on its GPU type and predicted it (filled by the optimizing policy, which also
+        counts them in its solve log). Not part of equality or the hash.
 
     Raises
     ------
@@ -119,6 +123,7 @@ class Plan:
     message: str = ""
     incremental: bool = False
     provenance: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False, hash=False)
+    colocation_fallbacks: tuple[str, ...] = field(default=(), compare=False, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "assignments", tuple(self.assignments))

@@ -40,6 +40,7 @@ again until its placement changes or more GPUs of some type are idle than that s
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -53,6 +54,8 @@ from dltsched.engine.domain.protocols import RoundSolver
 from dltsched.engine.policies.greedy import place_exclusive
 from dltsched.engine.policies.placement import Estimates
 from dltsched.predictors import available_predictors
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -109,11 +112,20 @@ class OptimizingPolicy:
         for job_id in self._movers:
             if job_id in placed and set(placed[job_id].gpus) == set(now[job_id].gpus):
                 self._declined[job_id] = (now[job_id].gpus, self._idle_seen)
+        if kept:
+            plan = replace(plan, assignments=plan.assignments + kept)
+        fallbacks = colocation_fallbacks(self._asked.colocation, plan, state)
+        if fallbacks:
+            plan = replace(plan, colocation_fallbacks=fallbacks)
+            log.warning("round at %.0f s: co-location of %d job(s) rests on predicted profiles (no profile on their "
+                        "GPU type): %s", state.time_s, len(fallbacks), ", ".join(fallbacks[:5]) +
+                        (", ..." if len(fallbacks) > 5 else ""))
         self.solve_log.append({"time_s": state.time_s, "status": plan.status, "solve_time_s": plan.solve_time_s,
                                "build_time_s": plan.build_time_s, "gap": plan.gap, "jobs": len(round_state.jobs),
                                "active_jobs": len(state.jobs), "waiting_jobs": len(state.queued()),
-                               "movers": len(self._movers), "trigger": trigger})
-        return replace(plan, assignments=plan.assignments + kept) if kept else plan
+                               "movers": len(self._movers), "trigger": trigger,
+                               "colocation_fallbacks": len(fallbacks)})
+        return plan
 
     def _start_greedily(self, state: ClusterState) -> Plan:
         """Running jobs stay; waiting jobs start on free GPUs, most urgent first (see module docstring)."""
@@ -272,3 +284,31 @@ def sharing_groups(running: Sequence[JobState]) -> list[list[JobState]]:
         groups.setdefault(root(i), []).append(s)
     return list(groups.values())
 
+
+
+def colocation_fallbacks(colocation: Any, plan: Plan, state: ClusterState) -> tuple[str, ...]:
+    """Ids of the jobs sharing a GPU in ``plan`` whose co-location numbers rest on a fallback: the co-location
+    predictor (found through the wrappers' ``inner``) reports them ``predicted``: it had no profile of the job on
+    that GPU type and predicted its step time, memory and utilisation (``colocation_sources``, the profile model's
+    per-job sources; ``partial``, a profile with some values predicted, is not a fallback). Empty when the
+    predictor reports no sources."""
+    sources = None
+    for _ in range(8):  # memo, profiled and measured wrappers
+        sources = getattr(colocation, "colocation_sources", None)
+        if sources is not None or not hasattr(colocation, "inner"):
+            break
+        colocation = colocation.inner
+    if sources is None:
+        return ()
+    jobs = {s.job.id: s.job for s in state.jobs}
+    out: set[str] = set()
+    for gpu, members in plan.resolved(state).colocation_groups().items():
+        group = [jobs[j] for j in members if j in jobs]
+        if len(group) < 2:
+            continue
+        try:
+            found = sources(group, state.cluster.gpu_type_of(gpu))
+        except ValidationError:  # a group larger than the predictor answers for: not priced by it either
+            continue
+        out.update(j.id for j, src in zip(group, found, strict=True) if src == "predicted")
+    return tuple(sorted(out))

@@ -20,8 +20,9 @@ Lucid's GPU model is not recorded in its repository. Its samples use the pseudo 
 from __future__ import annotations
 
 import csv
+import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -213,46 +214,89 @@ def lucid_job(model: str, dataset: str, batch_size: str | int, amp: str | int | 
     return JobSpec(spec.id, int(batch_size), bool(int(amp)), ds)
 
 
+def _number(text: str | None) -> float | None:
+    """A CSV cell as a float; ``None`` for an empty or ``nan`` cell (not measured)."""
+    if text is None or not text.strip():
+        return None
+    value = float(text)
+    return None if math.isnan(value) else value
+
+
+def _row_gpu(row: Mapping[str, str]) -> str:
+    """The row's ``gpu`` column as a catalog GPU id (the profiling harness writes one); :data:`LUCID_GPU` when
+    the column is absent (Lucid's own files) or names no catalog GPU (a CPU smoke run)."""
+    from dltsched.engine.domain.catalog import gpu_catalog
+
+    name = (row.get("gpu") or "").strip()
+    if not name:
+        return LUCID_GPU
+    try:
+        return gpu_catalog().resolve(name)
+    except ValueError:
+        return LUCID_GPU
+
+
 def _read_lucid_isolated(path: Path) -> dict[tuple[str, JobSpec], IsolatedProfile]:
     out: dict[tuple[str, JobSpec], IsolatedProfile] = {}
     with path.open(newline="") as fh:
         for row in csv.DictReader(fh):
             job = lucid_job(row["model"], row["dataset"], row["batchsize"], row["amp"])
-            out[(LUCID_GPU, job)] = IsolatedProfile(
-                step_time_s=job.batch_size / float(row["speed"]),
-                memory_mib=float(row["gmem"]),
-                gpu_util=float(row["gpu_util"]),
-                mem_bw_util=min(100.0, float(row["gmem_util"])),  # memory-controller busy %, see predictors.profiles
+            speed = _number(row["speed"])
+            bw = _number(row.get("gmem_util"))
+            out[(_row_gpu(row), job)] = IsolatedProfile(
+                step_time_s=job.batch_size / speed if speed else None,
+                memory_mib=_number(row["gmem"]),
+                gpu_util=_number(row["gpu_util"]),
+                mem_bw_util=min(100.0, bw) if bw is not None else None,  # memory-controller busy %, see predictors.profiles
             )
     return out
+
+
+def _group_size(header: Sequence[str]) -> int:
+    size = 0
+    while f"model{size + 1}" in header:
+        size += 1
+    return size
 
 
 def read_lucid_samples(path: str | os.PathLike[str] | None = None, *,
                        isolated_path: str | os.PathLike[str] | None = None,
                        data_dir: str | os.PathLike[str] | None = None) -> ColocDataset:
-    """Lucid's measured pairs (``colocate_info.csv``) with isolated profiles (``single_data.csv``).
+    """Measured groups in Lucid's layout (``colocate_info.csv``: pairs; the profiling harness's
+    ``colocate3_info.csv``: ``model3 ... speed3`` too) with isolated profiles (``single_data.csv`` beside it).
 
-    Every sample's GPU is :data:`LUCID_GPU` (unrecorded GPU model). Lucid's data is licensed for
-    non-commercial use only: read it at run time, never ship a model trained on it.
+    A ``gpu`` column naming a catalog GPU (the harness's files) keys samples and profiles by that GPU; without
+    one every sample's GPU is :data:`LUCID_GPU` (Lucid's GPU model is unrecorded). ``nan`` cells are unmeasured
+    (``None``). Lucid's data is licensed for non-commercial use only: read it at run time, never ship a model
+    trained on it.
     """
     pairs = Path(path) if path is not None else data_file("lucid", "colocate_info.csv", data_dir=data_dir)
     single = (Path(isolated_path) if isolated_path is not None
               else pairs.with_name("single_data.csv") if pairs.with_name("single_data.csv").exists()
               else data_file("lucid", "single_data.csv", data_dir=data_dir))
     isolated = _read_lucid_isolated(single)
-    groups: dict[tuple[JobSpec, ...], list[tuple[tuple[float, ...], float, float]]] = {}
+    groups: dict[tuple[str, tuple[JobSpec, ...]], list[tuple[tuple[float, ...], float | None, float | None]]] = {}
     with pairs.open(newline="") as fh:
-        for row in csv.DictReader(fh):
-            a = lucid_job(row["model1"], row["dataset1"], row["batchsize1"], row["amp1"])
-            b = lucid_job(row["model2"], row["dataset2"], row["batchsize2"], row["amp2"])
-            jobs, speeds = canonical((a, b), (float(row["speed1"]), float(row["speed2"])))
-            groups.setdefault(jobs, []).append((speeds, float(row["gmem"]), float(row["gpu_util"])))
+        reader = csv.DictReader(fh)
+        size = _group_size(reader.fieldnames or ())
+        if size < 2:
+            raise ValidationError("colocation file", f"'{pairs}' has no model1, model2 columns; Lucid's layout "
+                                                     "(see predictors/profiling/dataset.py)")
+        for row in reader:
+            members = [lucid_job(row[f"model{i}"], row[f"dataset{i}"], row[f"batchsize{i}"], row[f"amp{i}"])
+                       for i in range(1, size + 1)]
+            jobs, speeds = canonical(members, [float(row[f"speed{i}"]) for i in range(1, size + 1)])
+            groups.setdefault((_row_gpu(row), jobs), []).append((speeds, _number(row.get("gmem")),
+                                                                 _number(row.get("gpu_util"))))
     samples = []
-    for jobs, runs in sorted(groups.items()):
+    for (gpu, jobs), runs in sorted(groups.items()):
         n = len(runs)
         speeds = tuple(sum(r[0][i] for r in runs) / n for i in range(len(jobs)))
-        samples.append(ColocSample(LUCID_GPU, jobs, speeds, sum(r[1] for r in runs) / n,
-                                   sum(r[2] for r in runs) / n, source="lucid"))
+        memory = [r[1] for r in runs if r[1] is not None]
+        util = [r[2] for r in runs if r[2] is not None]
+        samples.append(ColocSample(gpu, jobs, speeds, sum(memory) / len(memory) if memory else None,
+                                   sum(util) / len(util) if util else None,
+                                   source="lucid" if gpu == LUCID_GPU else "profiled"))
     return ColocDataset(tuple(samples), isolated, "lucid")
 
 

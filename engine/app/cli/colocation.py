@@ -76,12 +76,20 @@ def _print_prediction(payload: dict[str, Any]) -> None:
 
 @click.command("eval-colocation")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["gavel", "lucid"]), required=True)
-@click.option("--gpu", default=None, help="Only the pairs on this GPU (gavel).")
+@click.option("--format", "fmt", type=click.Choice(["gavel", "lucid"]), required=True,
+              help="gavel: Gavel's throughputs JSON; lucid: Lucid's layout (colocate_info.csv, or the profiling "
+                   "harness's colocate3_info.csv; single_data.csv beside it; a gpu column keys the GPU).")
+@click.option("--gpu", default=None, help="Only the groups on this GPU.")
 @click.option("--model", "model_path", default=None, help=_TABLE_HELP)
+@click.option("--rules", is_flag=True,
+              help="Also score the naive rules on the same rows: util_share (speed min(1, 100 / sum of isolated "
+                   "util), memory = sum of isolated memory, util min(100, sum)), and the constant and per-model-mean "
+                   "rules fitted on the Gavel pairs the shipped model is trained on (needs the shared data folder).")
+@click.option("--data-dir", default=None, help="Shared data folder for --rules (default: found automatically).")
 @click.option("--json", "as_json", is_flag=True)
-def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None, as_json: bool) -> None:
-    """Evaluate a trained predictor against every measured pair of FILE."""
+def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None, rules: bool,
+                    data_dir: str | None, as_json: bool) -> None:
+    """Evaluate a trained predictor against every measured group of FILE (pairs or triples)."""
     from dltsched.predictors.colocation.features import resolve_gpu
     from dltsched.predictors.colocation.metrics import evaluate
     from dltsched.predictors.colocation.samples import read_gavel_samples, read_lucid_samples
@@ -91,16 +99,50 @@ def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None
         gpu_id = resolve_gpu(gpu)
         data = data.subset(s for s in data.samples if s.gpu == gpu_id)
         if not len(data):
-            raise ValidationError("gpu", f"'{gpu}' has no measured pairs in {file}")
+            raise ValidationError("gpu", f"'{gpu}' has no measured groups in {file}")
     predictor = _load_predictor(model_path)
     scores = evaluate(predictor, data)
     scores["fallbacks"] = dict(getattr(predictor, "fallbacks", {}))
+    scores["gpus"] = list(data.gpus())
+    scores["group_sizes"] = sorted({len(s.jobs) for s in data.samples})
     trained_on = getattr(predictor, "record", {}).get("data")
     if trained_on is not None:
         scores["trained_on"] = trained_on  # the same data: in-sample figures, not predictions
-    emit(scores, as_json, lambda: click.echo(
-        f"n={scores['n']} speed_mape={scores['speed_mape']} memory_mape={scores['memory_mape']} "
-        f"util_mape={scores['util_mape']}"))
+    if rules:
+        scores["rules"] = _rule_scores(data, data_dir)
+    emit(scores, as_json, lambda: _print_scores(scores))
+
+
+def _rule_scores(data: Any, data_dir: str | None) -> dict[str, Any]:
+    """The naive rules' scores on ``data`` (see ``--rules``); the fitted ones on Gavel's pairs."""
+    from dltsched.predictors.colocation.baselines import ConstantBaseline, PerModelMeanBaseline, UtilShareRule
+    from dltsched.predictors.colocation.metrics import evaluate
+    from dltsched.predictors.colocation.samples import read_gavel_samples, without_absent
+
+    out: dict[str, Any] = {"util_share": evaluate(UtilShareRule(), data)}
+    try:
+        gavel = without_absent(read_gavel_samples(data_dir=data_dir))
+    except (OSError, ValidationError) as err:
+        out["fitted_rules"] = f"not scored: Gavel's pairs not found ({err})"
+        return out
+    for name, rule in (("constant", ConstantBaseline()), ("per_model_mean", PerModelMeanBaseline())):
+        out[name] = evaluate(rule.fit(gavel), data)
+    return out
+
+
+def _print_scores(scores: dict[str, Any]) -> None:
+    def line(name: str, s: dict[str, Any]) -> str:
+        def pct(v: float | None) -> str:
+            return f"{v:.2f}%" if v is not None else "-"
+
+        return (f"{name:<16} n={s['n']} speed {pct(s['speed_mape'])}  memory {pct(s['memory_mape'])}  "
+                f"util {pct(s['util_mape'])}")
+
+    click.echo(line("predictor", scores))
+    for name, s in scores.get("rules", {}).items():
+        click.echo(line(name, s) if isinstance(s, dict) else f"{name}: {s}")
+    if scores["fallbacks"]:
+        click.echo(f"fallbacks: {scores['fallbacks']}")
 
 
 @click.command("train-colocation")

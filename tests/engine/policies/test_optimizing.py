@@ -191,3 +191,34 @@ def test_jobs_sharing_any_gpu_form_one_group():
 def test_bad_working_set_size_names_the_field(analytic, cap):
     with pytest.raises(ValidationError, match="max_round_jobs"):
         optimizing_policy(analytic, max_round_jobs=cap)
+
+
+def test_colocation_on_predicted_profiles_is_marked_in_the_plan_and_the_solve_log(caplog):
+    # resnet18:32 has a Gavel profile on the V100, mobilenet_v2:64 none: sharing one GPU, the second one's
+    # co-location rests on a predicted profile, whichever solver decides
+    import logging
+    from dataclasses import replace
+
+    from dltsched.engine.domain.predictors import Predictors, memoized
+    from dltsched.engine.policies.optimizing import colocation_fallbacks
+    from dltsched.predictors import default_predictors
+
+    bundle = default_predictors()
+    cluster = Cluster((Node("n0", "v100", 1),))
+    jobs = (JobState(Job("a", "resnet18", 32, 1e4), 1e4, assignment=Assignment("a", (0,))),
+            JobState(Job("b", "mobilenet_v2", 64, 1e4), 1e4, assignment=Assignment("b", (0,))),
+            JobState(Job("c", "resnet18", 32, 1e4), 1e4))
+    state = ClusterState(0.0, cluster, jobs)
+    shared = Plan((Assignment("a", (0,)), Assignment("b", (0,))))
+    wrapped = memoized(Predictors(bundle.step_time, bundle.colocation, bundle.freezing)).colocation
+    assert colocation_fallbacks(wrapped, shared, state) == ("b",)
+    alone = Plan((Assignment("a", (0,)),))
+    assert colocation_fallbacks(wrapped, alone, state) == ()
+    assert colocation_fallbacks(object(), shared, state) == ()  # a predictor without sources marks nothing
+    policy = optimizing_policy(bundle, time_limit_s=1.0, min_interval_s=0.0)
+    with caplog.at_level(logging.WARNING, logger="dltsched.engine.policies.optimizing"):
+        plan = policy.schedule(state)
+    assert plan.colocation_groups() == {0: ("a", "b")}  # moving the running pair costs more than c gains
+    assert plan.colocation_fallbacks == ("b",) and plan == replace(plan, colocation_fallbacks=())
+    assert policy.solve_log[-1]["colocation_fallbacks"] == 1
+    assert any("predicted profiles" in r.message and ": b" in r.message for r in caplog.records)

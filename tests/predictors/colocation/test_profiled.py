@@ -257,3 +257,82 @@ def test_engine_default_is_the_shipped_profile_model_and_takes_measured_profiles
     assert busy.group_memory_mib(jobs, "v100") >= 3000.0  # at least the largest member's measured memory
     with pytest.raises(ValidationError, match="strict mode"):
         default_colocation_predictor(strict=True).colocated_speeds(jobs, "v100")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(1.0, 100.0), st.floats(100.0, 30000.0), st.floats(0.001, 2.0)), min_size=2,
+                max_size=3), st.integers(0, 2), st.floats(0.0, 60.0))
+def test_group_utilisation_never_falls_when_a_member_is_busier(profiles: list[tuple[float, float, float]], which: int,
+                                                               more: float) -> None:
+    model = _FITTED
+    assert model.util_trees is not None  # the toy data has measured utilisation: the correction is fitted
+    which %= len(profiles)
+    jobs = tuple(JobSpec("resnet18", 8 * (i + 1)) for i in range(len(profiles)))
+
+    def util(bump: float) -> float:
+        iso = {("v100", j): IsolatedProfile(step, mem, min(100.0, u + (bump if i == which else 0.0)), None)
+               for i, (j, (u, mem, step)) in enumerate(zip(jobs, profiles, strict=True))}
+        return model.estimate_groups([Group("v100", jobs)], iso)[0].gpu_util
+
+    assert util(more) >= util(0.0) - 1e-9
+
+
+def test_profiling_harness_groups_read_with_their_gpu_and_unmeasured_cells(tmp_path: Path) -> None:
+    from dltsched.predictors.colocation.samples import read_lucid_samples
+
+    (tmp_path / "single_data.csv").write_text(
+        "model,dataset,batchsize,amp,speed,gpu_util,gmem_util,gmem,gpu\n"
+        "resnet18,cifar10,32,0,1600,40,10,2000,h100\n"
+        "vgg16,cifar10,64,0,1280,nan,nan,nan,h100\n"
+        "lstm_lm,wikitext2,20,0,400,70,20,3000,h100\n")
+    (tmp_path / "colocate3_info.csv").write_text(
+        ",model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,speed2,"
+        "model3,dataset3,gpu_num3,batchsize3,amp3,speed3,gpu_util,gmem_util,gmem,gpu,sharing,gmem_source\n"
+        "0,vgg16,cifar10,1,64,0,0.5,resnet18,cifar10,1,32,0,0.6,lstm_lm,wikitext2,1,20,0,0.7,95,9,7500,h100,"
+        "timeslice,nvml\n"
+        "1,lstm_lm,wikitext2,1,20,0,0.8,resnet18,cifar10,1,32,0,0.4,vgg16,cifar10,1,64,0,0.6,nan,nan,nan,"
+        "h100,timeslice,torch\n")
+    data = read_lucid_samples(tmp_path / "colocate3_info.csv")
+    (sample,) = data.samples  # the same three jobs twice: one group, runs averaged, unmeasured cells left out
+    assert sample.gpu == "h100" and [j.model for j in sample.jobs] == ["lstm_lm", "resnet18", "vgg16"]
+    assert sample.speeds == pytest.approx((0.75, 0.5, 0.55))
+    assert (sample.memory_mib, sample.gpu_util) == (7500.0, 95.0)
+    vgg = data.isolated[("h100", JobSpec("vgg16", 64, False, "cifar10"))]
+    assert vgg.step_time_s == pytest.approx(0.05) and vgg.memory_mib is None and vgg.gpu_util is None
+    (pred,) = _FITTED.predict([Group("h100", sample.jobs)], data)
+    assert len(pred.speeds) == 3 and 0 < pred.gpu_util <= 100.0
+
+
+def test_a_model_fitted_on_analytic_utilisation_gives_measured_groups_the_rule() -> None:
+    shipped = shipped_profile_predictor()
+    assert not shipped.measured_util_trained  # Gavel measures no utilisation
+    assert _FITTED.measured_util_trained  # the toy set's utilisations are measured
+    jobs = (JobSpec("resnet18", 32), JobSpec("vgg16", 64))
+    iso = {("v100", j): IsolatedProfile(0.05, 2000.0, u, None) for j, u in zip(jobs, (70.0, 60.0), strict=True)}
+    (measured,) = shipped.estimate_groups([Group("v100", jobs)], iso)
+    assert measured.speeds == pytest.approx((100 / 130, 100 / 130))  # min(1, 100 / sum of measured util)
+    partly = {**iso, ("v100", jobs[1]): IsolatedProfile(0.05, 2000.0, None, None)}
+    (corrected,) = shipped.estimate_groups([Group("v100", jobs)], partly)  # an analytic util: the fitted model
+    assert corrected.speeds != measured.speeds
+    again = ProfileColocation.from_json(json.loads(json.dumps(shipped.to_json())))
+    assert not again.measured_util_trained
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(1.0, 100.0), st.floats(100.0, 30000.0), st.floats(0.001, 2.0)), min_size=3,
+                max_size=3))
+def test_a_third_job_never_speeds_the_others_up(profiles: list[tuple[float, float, float]]) -> None:
+    jobs = tuple(JobSpec("resnet18", 8 * (i + 1)) for i in range(3))
+    iso = {("v100", j): IsolatedProfile(step, mem, u, None) for j, (u, mem, step) in zip(jobs, profiles, strict=True)}
+    for model in (_FITTED, shipped_profile_predictor()):
+        (three,) = model.estimate_groups([Group("v100", jobs)], iso)
+        for k in range(3):
+            pair = tuple(j for i, j in enumerate(jobs) if i != k)
+            (two,) = model.estimate_groups([Group("v100", pair)], iso)
+            assert all(three.speeds[jobs.index(j)] <= v + 1e-12 for j, v in zip(pair, two.speeds, strict=True))
+            assert three.memory_mib >= two.memory_mib - 1e-9 and three.gpu_util >= two.gpu_util - 1e-9
+        assert three.gpu_util <= min(100.0, sum(p[0] for p in profiles)) + 1e-9
+        assert max(p[1] for p in profiles) - 1e-6 <= three.memory_mib <= 1.25 * sum(p[1] for p in profiles) + 1e-6
+        engine = model.with_profiles(iso)  # one group at a time, sub-groups remembered: the same answer
+        members = [Job(f"j{i}", j.model, j.batch_size, 1.0) for i, j in enumerate(jobs)]
+        assert engine.estimate(members, "v100") == three

@@ -45,3 +45,27 @@ def test_eval_colocation_on_gavel_pairs(table_path, data_dir) -> None:
     out = json.loads(result.output)
     assert out["n"] > 300 and out["speed_mape"] > 0 and out["memory_mape"] is None
     assert "resnet18" in out["per_model"]
+
+
+def test_eval_colocation_scores_triples_beside_the_rules(tmp_path) -> None:
+    (tmp_path / "single_data.csv").write_text(
+        "model,dataset,batchsize,amp,speed,gpu_util,gmem_util,gmem,gpu\n"
+        "resnet18,cifar10,32,0,1600,40,10,2000,h100\n"
+        "vgg16,cifar10,64,0,1280,50,10,2500,h100\n"
+        "lstm_lm,wikitext2,20,0,400,70,20,3000,h100\n")
+    (tmp_path / "colocate3_info.csv").write_text(
+        ",model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,speed2,"
+        "model3,dataset3,gpu_num3,batchsize3,amp3,speed3,gpu_util,gmem_util,gmem,gpu,sharing,gmem_source\n"
+        "0,vgg16,cifar10,1,64,0,0.5,resnet18,cifar10,1,32,0,0.6,lstm_lm,wikitext2,1,20,0,0.7,95,9,8000,h100,"
+        "timeslice,nvml\n")
+    result = CliRunner().invoke(eval_colocation, [str(tmp_path / "colocate3_info.csv"), "--format", "lucid", "--rules",
+                                                  "--data-dir", str(tmp_path / "none"), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output[result.output.index("{"):])
+    assert out["n"] == 1 and out["gpus"] == ["h100"] and out["group_sizes"] == [3]
+    share = out["rules"]["util_share"]  # 160% summed: every job at 100 / 160; memory 7500 against 8000 measured
+    speeds, measured = [100 / 160] * 3, [0.7, 0.6, 0.5]
+    assert share["speed_mape"] == pytest.approx(100 * sum(abs(p - a) / a for p, a in zip(speeds, measured, strict=True)) / 3)
+    assert share["memory_mape"] == pytest.approx(100 * 500 / 8000) and share["util_mape"] == pytest.approx(500 / 95)
+    assert "not scored" in out["rules"]["fitted_rules"]
+    assert out["fallbacks"] == {} and out["speed_mape"] is not None  # every profile measured: no fallback
