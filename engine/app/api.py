@@ -60,6 +60,7 @@ from dltsched.engine.domain.model import (
     JobState,
     Plan,
 )
+from dltsched.engine.policies.optimizing import colocation_fallbacks
 from dltsched.formulations.backends import BACKENDS
 from dltsched.formulations.problem import RoundOptions
 
@@ -186,6 +187,11 @@ class ConfiguredSolver:
         plan = self._decide(state, preds, warm_start)
         if measured is not None:
             plan = replace(plan, provenance=provenance(plan, state, measured))
+        fallbacks = colocation_fallbacks(preds.colocation, plan, state)
+        if fallbacks:
+            log.info("co-location of %d job(s) priced on predicted profiles (no profile on their GPU type): %s",
+                        len(fallbacks), ", ".join(fallbacks))
+            plan = replace(plan, colocation_fallbacks=fallbacks)
         return plan
 
     def fallback_plan(self, state: ClusterState, message: str, *,
@@ -501,8 +507,9 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     -------
     dict
         ``status``, ``backend``, ``fallback``, ``message``, ``objective``, ``bound``, ``gap`` (``None``
-        when not finite), timings, ``assignments``, ``colocation_groups`` (GPU -> jobs, shared GPUs only)
-        and ``provenance`` (per job: measured / predicted numbers; empty without measurements).
+        when not finite), timings, ``assignments``, ``colocation_groups`` (GPU -> jobs, shared GPUs only),
+        ``colocation_fallbacks`` (co-located jobs priced on a predicted profile: no profile of the job on
+        that GPU type) and ``provenance`` (per job: measured / predicted numbers; empty without measurements).
     """
     return {
         "status": plan.status, "backend": plan.backend, "fallback": plan.fallback, "message": plan.message,
@@ -512,6 +519,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                         for a in plan.assignments],
         "colocation_groups": [{"gpu": g, "job_ids": list(js)} for g, js in plan.colocation_groups().items()
                               if len(js) > 1],
+        "colocation_fallbacks": list(plan.colocation_fallbacks),
         "provenance": {job: dict(entry) for job, entry in plan.provenance.items()},
     }
 

@@ -602,3 +602,24 @@ def test_every_round_setting_reaches_the_solver():
             options.deterministic, options.allow_cross_node, options.migration_penalty, options.starvation_weight,
             options.max_partners, options.max_nodes_per_unit, options.relative_gap, options.time_limit_s) == (
         "makespan", 1, (0, 2), 360.0, 4, False, False, 0.5, 0.1, 2, 2, 0.01, 3.0)
+
+
+def test_colocation_fallbacks_reach_the_api_and_the_service():
+    """A co-located job with no profile on its GPU type is priced on a predicted profile: the plan names it,
+    plan_to_dict and the service's response carry it; a profiled pair is not marked."""
+    from dltsched.engine.app.api import plan_to_dict, solve_round
+    from dltsched.engine.domain.model import Assignment, Cluster, ClusterState, Job, JobState, Node
+
+    def state(second: str) -> ClusterState:
+        return ClusterState(0.0, Cluster((Node("n0", "v100", 1),)), (
+            JobState(Job("a", "resnet18", 32, 1e4), 1e4, assignment=Assignment("a", (0,))),
+            JobState(Job("b", second, 64, 1e4), 1e4, assignment=Assignment("b", (0,))),
+            JobState(Job("c", "resnet18", 32, 1e4), 1e4)))
+
+    unprofiled = solve_round(state("mobilenet_v2"))
+    assert unprofiled.colocation_groups() == {0: ("a", "b")}
+    assert plan_to_dict(unprofiled)["colocation_fallbacks"] == ["b"]
+    profiled = solve_round(state("resnet18"))  # Gavel measured both batch sizes on V100: a profile each
+    assert profiled.colocation_groups() == {0: ("a", "b")} and profiled.colocation_fallbacks == ()
+    r = _client().post("/v1/schedule", json=state_to_request(state("mobilenet_v2")))
+    assert r.status_code == 200 and r.json()["colocation_fallbacks"] == ["b"]

@@ -237,6 +237,9 @@ class ScheduleResponse(BaseModel):
     assignments: list[AssignmentOut]
     colocation_groups: list[ColocationGroupOut]
     queued: list[str] = Field(description="Active jobs the plan leaves waiting.")
+    colocation_fallbacks: list[str] = Field(
+        default_factory=list, description="Co-located jobs priced on a predicted profile (no profile of the job "
+        "on that GPU type): the co-location predictor's fallback, never silent.")
     provenance: dict[str, dict[str, str]] = Field(
         default_factory=dict, description="Per job, where its numbers came from (step_time, memory, colocation: "
         "measured | predicted | scaled | trusted | utilization | time-sliced | alone); with measurements only.")
@@ -387,6 +390,7 @@ def to_response(plan: Plan, state: ClusterState, wall_time_s: float, *, partial:
         colocation_groups=[ColocationGroupOut(gpu=g, job_ids=list(js))
                            for g, js in plan.colocation_groups().items() if len(js) > 1],
         queued=[s.job.id for s in state.jobs if s.job.id not in placed],
+        colocation_fallbacks=list(plan.colocation_fallbacks),
         provenance={job: dict(entry) for job, entry in plan.provenance.items()},
     )
 
