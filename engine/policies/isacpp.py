@@ -12,6 +12,7 @@ Multi-GPU jobs take free GPUs only (a gang runs at its slowest worker). Non-pree
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from dltsched.engine.domain.model import Assignment, ClusterState, Job, JobState, Plan
@@ -66,8 +67,8 @@ class IsacppPolicy:
             return False
         return sum(self.predictors.colocation.colocated_speeds(group, gpu_type)) >= 1.0
 
-    def _best_gpu(self, s: JobState, pool: GpuPool, residents: dict[str, float],
-                  jobs: dict[str, Job], state: ClusterState) -> tuple[int, ...] | None:
+    def _best_gpu(self, s: JobState, pool: GpuPool, residents: dict[str, float], jobs: dict[str, Job],
+                  state: ClusterState, shared: _SharedGpus) -> tuple[int, ...] | None:
         cluster = state.cluster
         best: tuple[float, tuple[int, ...]] | None = None
         types = self._est.candidate_types(s.job, cluster)
@@ -80,22 +81,22 @@ class IsacppPolicy:
         if s.job.num_gpus > 1:
             return None if best is None else best[1]
         seen: dict[tuple[str, tuple[str, ...]], float] = {}
-        for g in range(cluster.num_gpus):
+        for g in shared.open:  # ascending: ties go to the lowest GPU, as a scan over every GPU would
+            gtype = shared.types[g]
+            if gtype not in types:
+                continue
             on = pool.jobs_on[g]
-            gtype = cluster.gpu_type_of(g)
-            if not on or len(on) >= self.max_jobs_per_gpu or gtype not in types:
-                continue
-            if any(jobs[j].num_gpus > 1 for j in on):
-                continue
             key = (gtype, tuple(on))
             if key not in seen:
                 group = [jobs[j] for j in on] + [s.job]
                 if not self._shared_ok(group, gtype, cluster.gpu_types[gtype].memory_mib):
                     seen[key] = float("inf")
                 else:
-                    before = [(jobs[j], residents[j]) for j in on]
-                    seen[key] = self._job_time([*before, (s.job, s.remaining_iterations)], gtype) - \
-                        self._job_time(before, gtype)
+                    before = shared.before.get(key)
+                    if before is None:
+                        before = shared.before[key] = self._job_time([(jobs[j], residents[j]) for j in on], gtype)
+                    seen[key] = self._job_time([*((jobs[j], residents[j]) for j in on),
+                                                (s.job, s.remaining_iterations)], gtype) - before
             if best is None or seen[key] < best[0]:
                 best = (seen[key], (g,))
         return None if best is None or best[0] == float("inf") else best[1]
@@ -122,9 +123,43 @@ class IsacppPolicy:
             assert s.assignment is not None
             pool.occupy(s.job.id, s.assignment.gpus)
             placed.append(s.assignment)
+        shared = _SharedGpus.of(state, pool, jobs, self.max_jobs_per_gpu)
         for s in state.queued():
-            gpus = self._best_gpu(s, pool, residents, jobs, state)
+            gpus = self._best_gpu(s, pool, residents, jobs, state, shared)
             if gpus is not None:
                 pool.occupy(s.job.id, gpus)
                 placed.append(Assignment(s.job.id, gpus))
+                shared.update(gpus, pool, jobs, self.max_jobs_per_gpu)
         return Plan(tuple(placed))
+
+
+@dataclass
+class _SharedGpus:
+    """One round's GPUs a single-GPU job could join (holding 1 to ``max_jobs_per_gpu - 1`` single-GPU jobs),
+    ascending, kept up to date as jobs are placed, with each GPU's type and the predicted job-time of the
+    groups already met (a group's residents do not change within a round)."""
+
+    types: list[str]
+    open: list[int]
+    before: dict[tuple[str, tuple[str, ...]], float] = field(default_factory=dict)
+
+    @staticmethod
+    def _joinable(g: int, pool: GpuPool, jobs: dict[str, Job], max_jobs: int) -> bool:
+        on = pool.jobs_on.get(g)
+        return bool(on) and len(on) < max_jobs and all(jobs[j].num_gpus == 1 for j in on)
+
+    @classmethod
+    def of(cls, state: ClusterState, pool: GpuPool, jobs: dict[str, Job], max_jobs: int) -> _SharedGpus:
+        cluster = state.cluster
+        types = [cluster.gpu_type_of(g) for g in range(cluster.num_gpus)]
+        return cls(types, [g for g in sorted(pool.jobs_on) if cls._joinable(g, pool, jobs, max_jobs)])
+
+    def update(self, gpus: tuple[int, ...], pool: GpuPool, jobs: dict[str, Job], max_jobs: int) -> None:
+        for g in gpus:
+            i = bisect.bisect_left(self.open, g)
+            listed = i < len(self.open) and self.open[i] == g
+            joinable = self._joinable(g, pool, jobs, max_jobs)
+            if listed and not joinable:
+                del self.open[i]
+            elif joinable and not listed:
+                self.open.insert(i, g)
