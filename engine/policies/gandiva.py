@@ -21,7 +21,7 @@ from itertools import compress
 from operator import is_not
 
 from dltsched.engine.domain.model import Assignment, ClusterState, Job, Plan
-from dltsched.engine.domain.predictors import Predictors, memory_observations_version
+from dltsched.engine.domain.predictors import Predictors, memoized, memory_observations_version
 from dltsched.engine.policies.placement import Estimates, GpuPool
 from dltsched.predictors import available_predictors
 
@@ -167,7 +167,8 @@ class GandivaPolicy:
     round_interval_s: float | None = None
 
     def __post_init__(self) -> None:
-        self._est = Estimates(self.predictors)
+        self._asked = memoized(self.predictors)  # rounds ask about the same jobs again and again
+        self._est = Estimates(self._asked)
         #: (GPU type, job kind) -> residents (by number) -> predicted gain of packing, None when it does not fit
         self._verdicts: dict[tuple[str, tuple[object, ...]], dict[int, float | None]] = {}
         self._numbers: dict[tuple[str, tuple[tuple[object, ...], ...]], int] = {}
@@ -188,7 +189,7 @@ class GandivaPolicy:
         used = sum(self._est.memory_mib(r, gtype) for r in residents) + self._est.memory_mib(job, gtype)
         if used > cap_mib:
             return None
-        return sum(self.predictors.colocation.colocated_speeds([*residents, job], gtype)) - 1.0
+        return sum(self._asked.colocation.colocated_speeds([*residents, job], gtype)) - 1.0
 
     def _pack(self, job: Job, rnd: _Round, occ: _Occupancy) -> int | None:
         """The shared GPU with the largest positive predicted gain for ``job``: fastest type first, the

@@ -16,11 +16,13 @@ combined speed, keeping the LP small.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ortools.linear_solver import pywraplp
 
 from dltsched.engine.domain.model import Assignment, ClusterState, JobState, Plan
-from dltsched.engine.domain.predictors import Predictors
+from dltsched.engine.domain.predictors import Predictors, memoized, memory_observations_version
+from dltsched.engine.domain.profiles import profile_version
 from dltsched.engine.policies.placement import Estimates, GpuPool
 from dltsched.predictors import available_predictors
 
@@ -56,8 +58,10 @@ class GavelPolicy:
     max_jobs_per_gpu: int = 2
 
     def __post_init__(self) -> None:
-        self._est = Estimates(self.predictors)
+        self._asked = memoized(self.predictors)  # rounds ask about the same jobs again and again
+        self._est = Estimates(self._asked)
         self._last_solve_s = float("-inf")
+        self._last_allocation: tuple[Any, Any] | None = None  # (what the LP depended on, its answer)
 
     def _pairs(self, jobs: list[JobState], state: ClusterState) -> list[tuple[int, int, str, float, float]]:
         """(i, k, type, speed_i, speed_k) for promising co-location pairs."""
@@ -77,7 +81,7 @@ class GavelPolicy:
                     continue
                 if self._est.memory_mib(jobs[i].job, t) + self._est.memory_mib(jobs[k].job, t) > cap:
                     continue
-                si, sk = self.predictors.colocation.colocated_speeds([jobs[i].job, jobs[k].job], t)
+                si, sk = self._asked.colocation.colocated_speeds([jobs[i].job, jobs[k].job], t)
                 if si + sk > 1.0:
                     scored.append((-(si + sk), k, si, sk))
             for _neg, k, si, sk in sorted(scored)[: self.pair_candidates]:
@@ -104,6 +108,19 @@ class GavelPolicy:
             ``(i, k, type, fraction)`` for each co-located pair.
         """
         jobs = sorted(state.jobs, key=lambda s: (s.job.arrival_time_s, s.job.id))
+        # The LP reads the jobs' specs, the GPUs that are up and predictions (which change only when the run
+        # learns a memory peak or profiles a job), never progress or placement: the same inputs, the same LP.
+        depends_on = (tuple(s.job for s in jobs), tuple(sorted(state.available_by_type().items())),
+                      memory_observations_version(), tuple(profile_version(s.job.id) for s in jobs))
+        if self._last_allocation is not None and self._last_allocation[0] == depends_on:
+            single_x, pair_y = self._last_allocation[1]
+            return jobs, single_x, pair_y
+        single_x, pair_y = self._solve_lp(jobs, state)
+        self._last_allocation = (depends_on, (single_x, pair_y))
+        return jobs, single_x, pair_y
+
+    def _solve_lp(self, jobs: list[JobState], state: ClusterState) -> tuple[dict[tuple[int, str], float],
+                                                                             list[tuple[int, int, str, float]]]:
         solver = pywraplp.Solver.CreateSolver("GLOP")
         avail = state.available_by_type()
         single: dict[tuple[int, str], pywraplp.Variable] = {}
@@ -141,7 +158,7 @@ class GavelPolicy:
                 c.SetCoefficient(v, float(n))
         objective.SetMaximization()
         solver.Solve()
-        return (jobs, {key: v.solution_value() for key, v in single.items()},
+        return ({key: v.solution_value() for key, v in single.items()},
                 [(i, k, t, v.solution_value()) for i, k, t, v in pair_vars])
 
     def schedule(self, state: ClusterState) -> Plan:

@@ -16,7 +16,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from dltsched.engine.domain.model import Assignment, ClusterState, Job, JobState, Plan
-from dltsched.engine.domain.predictors import Predictors
+from dltsched.engine.domain.predictors import Predictors, memoized
 from dltsched.engine.policies.placement import Estimates, GpuPool
 from dltsched.predictors import available_predictors
 
@@ -46,7 +46,8 @@ class IsacppPolicy:
     round_interval_s: float | None = None
 
     def __post_init__(self) -> None:
-        self._est = Estimates(self.predictors)
+        self._asked = memoized(self.predictors)  # rounds ask about the same jobs again and again
+        self._est = Estimates(self._asked)
 
     def _job_time(self, group: list[tuple[Job, float]], gpu_type: str) -> float:
         """Sum of predicted completion times of ``(job, remaining iterations)`` sharing one GPU."""
@@ -58,14 +59,14 @@ class IsacppPolicy:
         rates = [1.0 / self._est.step_time_s(j, gpu_type) for j in jobs]
 
         def speeds(active: tuple[int, ...]) -> tuple[float, ...]:
-            return tuple(self.predictors.colocation.colocated_speeds([jobs[i] for i in active], gpu_type))
+            return tuple(self._asked.colocation.colocated_speeds([jobs[i] for i in active], gpu_type))
 
         return sum(simulate_stages([w for _, w in group], rates, speeds).completion_s)
 
     def _shared_ok(self, group: list[Job], gpu_type: str, cap_mib: float) -> bool:
         if sum(self._est.memory_mib(j, gpu_type) for j in group) > cap_mib * self.memory_margin:
             return False
-        return sum(self.predictors.colocation.colocated_speeds(group, gpu_type)) >= 1.0
+        return sum(self._asked.colocation.colocated_speeds(group, gpu_type)) >= 1.0
 
     def _best_gpu(self, s: JobState, pool: GpuPool, residents: dict[str, float], jobs: dict[str, Job],
                   state: ClusterState, shared: _SharedGpus) -> tuple[int, ...] | None:

@@ -27,7 +27,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from dltsched.engine.domain.model import Assignment, ClusterState, Job, Plan
-from dltsched.engine.domain.predictors import Predictors
+from dltsched.engine.domain.predictors import Predictors, memoized
 from dltsched.engine.policies.placement import Estimates, GpuPool
 from dltsched.predictors import available_predictors
 
@@ -56,7 +56,8 @@ class LucidPolicy:
     class_thresholds: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
-        self._est = Estimates(self.predictors)
+        self._asked = memoized(self.predictors)  # rounds ask about the same jobs again and again
+        self._est = Estimates(self._asked)
         self._mean: dict[tuple[object, ...], float] = {}  # (job kind, GPU type) -> mean co-located speed
         self._seen: dict[str, list[float]] = {}  # GPU type -> sorted mean speeds of the job kinds seen
 
@@ -64,7 +65,7 @@ class LucidPolicy:
         """Predicted mean normalized speed of ``job`` sharing a GPU with each reference partner."""
         key = (*_kind(job), gpu_type)
         if key not in self._mean:
-            speeds = [self.predictors.colocation.colocated_speeds([job, Job("_ref", m, b, 1)], gpu_type)[0]
+            speeds = [self._asked.colocation.colocated_speeds([job, Job("_ref", m, b, 1)], gpu_type)[0]
                       for m, b in _REFERENCE]
             self._mean[key] = mean = sum(speeds) / len(speeds)
             bisect.insort(self._seen.setdefault(gpu_type, []), mean)
@@ -97,6 +98,7 @@ class LucidPolicy:
             pool.occupy(s.job.id, s.assignment.gpus)
             placed.append(s.assignment)
         order = sorted(state.queued(), key=lambda s: (self.priority(s.job, state), s.job.arrival_time_s, s.job.id))
+        holders: _Holders | None = None  # who holds which GPUs; read again only after a placement
         for s in order:
             gpus = None
             for gtype in self._est.candidate_types(s.job, state.cluster):
@@ -104,10 +106,12 @@ class LucidPolicy:
                 if gpus is not None:
                     break
             if gpus is None:
-                gpus = self._partner_gpus(s.job, pool, jobs, state)
+                holders = holders or _holders(pool, state.cluster.num_gpus)
+                gpus = self._partner_gpus(s.job, holders, jobs, state)
             if gpus is not None:
                 pool.occupy(s.job.id, gpus)
                 placed.append(Assignment(s.job.id, gpus))
+                holders = None
         return Plan(tuple(placed))
 
     def priority(self, job: Job, state: ClusterState) -> float:
@@ -117,18 +121,11 @@ class LucidPolicy:
             return float("inf")
         return job.total_iterations * self._est.step_time_s(job, types[0]) * job.num_gpus
 
-    def _partner_gpus(self, job: Job, pool: GpuPool, jobs: dict[str, Job],
+    def _partner_gpus(self, job: Job, holders: _Holders, jobs: dict[str, Job],
                       state: ClusterState) -> tuple[int, ...] | None:
         best: tuple[int, tuple[int, ...]] | None = None
-        holders: dict[str, list[int]] = {}
-        shared: set[str] = set()
-        for g in range(state.cluster.num_gpus):
-            on = pool.jobs_on.get(g, ())
-            for job_id in on:
-                holders.setdefault(job_id, []).append(g)
-                if len(on) > 1:
-                    shared.add(job_id)
-        for partner_id, held in holders.items():
+        held_by, shared = holders
+        for partner_id, held in held_by.items():
             partner = jobs[partner_id]
             if partner_id in shared or partner.num_gpus != job.num_gpus or len(held) != job.num_gpus:
                 continue  # Lucid pairs two jobs of one GPU count, the partner alone on its GPUs
@@ -147,3 +144,19 @@ class LucidPolicy:
             if best is None or classes < best[0]:
                 best = (classes, gpus)
         return None if best is None else best[1]
+
+
+#: per job on some GPU, its GPUs (jobs in order of their lowest GPU), and the jobs that share a GPU
+_Holders = tuple[dict[str, list[int]], set[str]]
+
+
+def _holders(pool: GpuPool, num_gpus: int) -> _Holders:
+    held_by: dict[str, list[int]] = {}
+    shared: set[str] = set()
+    for g in range(num_gpus):
+        on = pool.jobs_on.get(g, ())
+        for job_id in on:
+            held_by.setdefault(job_id, []).append(g)
+            if len(on) > 1:
+                shared.add(job_id)
+    return held_by, shared
