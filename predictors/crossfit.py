@@ -9,18 +9,21 @@ they are scored on their training data. This module refits both K times, once pe
 
 - step time: :func:`~dltsched.predictors.steptime.calibrate.fit` on every step-time row whose model is
   not in the fold (DeepBench's operator micro-benchmarks name no model and stay);
-- co-location: the shipped recipe (ensemble of GBT and E-GGAT, pairs composed into triples; GBT alone
-  without torch) on every Gavel pair with no model of the fold; the table is exported for every job
-  type, and the held-out models' isolated profiles, an input of the table, are replaced by the fold's
-  step-time *predictions*, so no measurement of a held-out model enters its table;
+- co-location: the default family, the profile predictor (:class:`~dltsched.predictors.colocation.profiled.
+  ProfileColocation`, as ``train_profile_table`` fits the shipped one), fitted on every Gavel pair with no
+  model of the fold; it keeps the isolated profiles of the fold's training models only, so a held-out
+  model's step time, memory and utilisation (its inputs) are *predicted* by the fold's step-time predictor,
+  and no measurement of a held-out model enters its answers;
 - memory is the step-time predictor's analytic model (not fitted); freezing is the packaged curve.
 
 :class:`CrossFit` answers each job from the fold that holds its model out; a model in no fold (never
 measured) from the shipped predictors, which were fitted on no measurement of it. A co-located group
 takes each member's speed from that member's fold. Fitting all folds takes minutes (about 80 s per
-step-time fit on two cores), so the folds are built once and kept on disk under
-``$DLTSCHED_CACHE`` (default ``~/.cache/dltsched``)/``crossfit/<key>``, the key hashing the training
-data, the number of folds and the recipe; and in-process.
+step-time fit on two cores; a profile co-location fit takes seconds), so the folds are built once and kept
+on disk under ``$DLTSCHED_CACHE`` (default ``~/.cache/dltsched``): ``crossfit/<key>/fold<i>.json``, the key
+hashing the training data, the folds and the recipe's name (its co-location family included), and the
+step-time factors apart under ``crossfit/steptime-<key>/``, keyed by the step-time data, the folds and the
+step-time recipe's name only, so that a new co-location recipe refits the seconds-long part alone.
 """
 
 from __future__ import annotations
@@ -44,7 +47,12 @@ log = logging.getLogger(__name__)
 #: folds of the model split (GroupKFold; fewer when there are fewer models)
 DEFAULT_FOLDS = 5
 #: version of the fitting recipe, part of the cache key: bump it when a fold is fitted differently
-RECIPE_VERSION = "crossfit/1"
+#: (``crossfit/1`` fitted the older ensemble table; ``crossfit/2`` the profile predictor, the default family)
+RECIPE_VERSION = "crossfit/2"
+#: version of the step-time part of the recipe, the key of the step-time cache
+STEPTIME_RECIPE = "steptime/1"
+#: the co-location predictor family the folds refit (the default bundle's: ``predictors.colocation.profiled``)
+COLOCATION_FAMILY = "profile"
 CACHE_ENV = "DLTSCHED_CACHE"
 #: Gavel scales the step-time factors are fitted on (as ``predict calibrate-steptime``)
 _TRAIN_SCALE = 8
@@ -83,12 +91,17 @@ class TrainingData:
                                        if not any(canonical_model(m) in held for m in s.models))
         return TrainingData(steps, self.kernel_efficiency, coloc)
 
-    def digest(self) -> str:
-        """sha256 of the data's content (order-independent), for the cache key."""
+    def steptime_digest(self) -> str:
+        """sha256 of the step-time part of the data (rows and kernel efficiencies), order-independent."""
         h = hashlib.sha256()
         for line in sorted(repr(m) for m in self.steptime):
             h.update(line.encode())
         h.update(json.dumps(self.kernel_efficiency, sort_keys=True).encode())
+        return h.hexdigest()
+
+    def digest(self) -> str:
+        """sha256 of the data's content (order-independent), for the cache key."""
+        h = hashlib.sha256(self.steptime_digest().encode())
         for line in sorted(repr(s) for s in self.colocation.samples):
             h.update(line.encode())
         for line in sorted(repr(kv) for kv in self.colocation.isolated.items()):
@@ -135,46 +148,33 @@ def fit_steptime_factors(data: TrainingData) -> dict[str, Any]:
     return calibrate.fit(list(data.steptime), {g: dict(v) for g, v in data.kernel_efficiency.items()})
 
 
-def fit_colocation_table(data: TrainingData, held_out: Sequence[str], step: Any) -> dict[str, Any]:
-    """The co-location table (JSON) fitted on ``data``'s pairs by the shipped recipe, tabulated for every job
-    type of the full data; held-out models' isolated profiles are ``step``'s predictions."""
-    from dltsched.predictors.colocation.baselines import GbtBaseline, as_job
-    from dltsched.predictors.colocation.ensemble import EnsemblePredictor, PairwiseComposition
-    from dltsched.predictors.colocation.samples import IsolatedProfile, without_absent
-    from dltsched.predictors.colocation.table import export_table
+def fit_colocation_profile(data: TrainingData, held_out: Sequence[str], step: Any) -> dict[str, Any]:
+    """The profile co-location predictor (JSON; the default bundle's family, fitted as ``train_profile_table``
+    fits the shipped one) on ``data``'s pairs, keeping the isolated profiles of models not in ``held_out``;
+    ``step`` (the fold's step-time predictor) predicts every missing profile value, in fitting and after."""
+    from dltsched.predictors.colocation.profiled import ProfileColocation
+    from dltsched.predictors.colocation.samples import ColocDataset, without_absent
 
     held = set(held_out)
-    isolated = {}
-    for (gpu, job), prof in data.colocation.isolated.items():
-        if canonical_model(job.model) in held:
-            prof = IsolatedProfile(step_time_s=step.step_time_s(as_job(job), gpu, 1))
-        isolated[(gpu, job)] = prof
-    train = without_absent(data.colocation)
-    try:
-        from dltsched.predictors.colocation.experiments import ENSEMBLES, cv_eggat
-
-        members_names, weights = ENSEMBLES["ensemble"]
-        factories: dict[str, Callable[[], Any]] = {"gbt": GbtBaseline, "eggat": lambda: cv_eggat(0)}
-        members = tuple(factories[m]() for m in members_names)
-        recipe = f"ensemble {dict(zip(members_names, weights, strict=True))}"
-    except ImportError:  # no torch: the trees alone
-        members, weights, recipe = (GbtBaseline(),), (1.0,), "gbt (torch not installed)"
-    ensemble = EnsemblePredictor(members, weights).fit(train.subset(train.samples))
-    gpus = sorted({gpu for gpu, _ in isolated})
-    jobs = sorted({job for _, job in isolated})
-    record = {"recipe": recipe, "held_out": sorted(held), "samples": len(train)}
-    table = export_table(PairwiseComposition(ensemble), gpus, jobs, isolated, 3, record)
-    return table.to_json()
+    isolated = {k: p for k, p in data.colocation.isolated.items() if canonical_model(k[1].model) not in held}
+    train = ColocDataset(data.colocation.samples, isolated, data.colocation.name)
+    model = ProfileColocation(seed=0, step_time=step).fit(train)
+    model.profiles = isolated
+    model.record = {"family": COLOCATION_FAMILY, "held_out": sorted(held), "samples": len(without_absent(train)),
+                    "profiles": len(isolated), "alpha": model.alpha}
+    return model.to_json()
 
 
 @dataclass(frozen=True, slots=True)
 class Recipe:
-    """How one fold is fitted: step-time factors from the fold's data, then a co-location table (JSON) from
-    the fold's data, the held-out models and the fold's step-time predictor. ``name`` enters the cache key."""
+    """How one fold is fitted: step-time factors from the fold's data, then a co-location predictor (JSON:
+    a profile model, or a ``ColocationTable``) from the fold's data, the held-out models and the fold's
+    step-time predictor. ``name`` enters the fold cache's key, ``steptime_name`` the step-time cache's."""
 
     name: str = RECIPE_VERSION
     steptime: Callable[[TrainingData], dict[str, Any]] = fit_steptime_factors
-    colocation: Callable[[TrainingData, Sequence[str], Any], dict[str, Any]] = fit_colocation_table
+    colocation: Callable[[TrainingData, Sequence[str], Any], dict[str, Any]] = fit_colocation_profile
+    steptime_name: str = STEPTIME_RECIPE
 
 
 # ---------------------------------------------------------------------------------------- the bundle
@@ -186,7 +186,7 @@ class Fold:
 
     held_out: tuple[str, ...]
     factors: dict[str, Any]
-    table: dict[str, Any]
+    table: dict[str, Any]  # the co-location predictor's JSON: a profile model, or a ``ColocationTable``
 
     def step_time(self) -> Any:
         from dltsched.predictors.steptime import DeletePopStepTime
@@ -194,11 +194,17 @@ class Fold:
         return DeletePopStepTime(factors=self.factors)
 
     def colocation(self, step: Any) -> Any:
+        """The fold's co-location predictor, predicting missing profiles with ``step`` (never the full fit)."""
         from dltsched.predictors.colocation.baselines import AnalyticContention
+        from dltsched.predictors.colocation.profiled import FORMAT, ProfileColocation
         from dltsched.predictors.colocation.table import ColocationTable
 
+        if self.table.get("format") == FORMAT:
+            model = ProfileColocation.from_json(self.table)
+            model.step_time = step
+            return model
         table = ColocationTable.from_json(self.table)
-        table.analytic = AnalyticContention(step_time=step)  # its fallback must not use the full fit either
+        table.analytic = AnalyticContention(step_time=step)
         return table
 
     def to_json(self) -> dict[str, Any]:
@@ -227,8 +233,10 @@ class CrossFitColocation:
     """Each member's co-located speed from the table of the fold that holds the member's model out
     (``ColocationPredictor``); a group's memory is the largest of its members' tables' answers."""
 
-    def __init__(self, by_model: Mapping[str, Any], fallback: Any) -> None:
+    def __init__(self, by_model: Mapping[str, Any], fallback: Any, record: Mapping[str, Any] | None = None) -> None:
         self._by_model, self._fallback = dict(by_model), fallback
+        #: what the bundle is (:meth:`CrossFit.record`), for result files
+        self.record = dict(record or {})
 
     def for_model(self, model: str) -> Any:
         return self._by_model.get(canonical_model(model), self._fallback)
@@ -256,6 +264,7 @@ class CrossFit:
     folds: tuple[Fold, ...]
     key: str
     models: tuple[str, ...]
+    recipe: str = RECIPE_VERSION
     _bundle: Predictors | None = field(default=None, repr=False)
 
     def fold_of(self, model: str) -> Fold | None:
@@ -277,14 +286,20 @@ class CrossFit:
                 for model in fold.held_out:
                     steps[model], tables[model] = step, table
             step_time = CrossFitStepTime(steps, shipped.step_time)
-            self._bundle = Predictors(step_time, CrossFitColocation(tables, shipped.colocation),
+            self._bundle = Predictors(step_time, CrossFitColocation(tables, shipped.colocation, self.record()),
                                       IceFrogFreezing(step_time))  # type: ignore[arg-type]
         return self._bundle
 
+    def colocation_family(self) -> str:
+        """``profile`` when every fold refits the profile predictor (the default's family), else ``table``."""
+        from dltsched.predictors.colocation.profiled import FORMAT
+
+        return COLOCATION_FAMILY if all(f.table.get("format") == FORMAT for f in self.folds) else "table"
+
     def record(self) -> dict[str, Any]:
-        """What the bundle is: its key, folds and recipe (JSON-ready)."""
+        """What the bundle is: its key, folds, recipe and co-location family (JSON-ready)."""
         return {"bundle": "crossfit", "key": self.key, "folds": [list(f.held_out) for f in self.folds],
-                "recipe": RECIPE_VERSION}
+                "recipe": self.recipe, "colocation": self.colocation_family()}
 
 
 def cache_root() -> Path:
@@ -309,30 +324,43 @@ def build_crossfit(data: TrainingData, n_splits: int = DEFAULT_FOLDS, *, recipe:
         for m in set(s.models):
             weights[canonical_model(m)] = weights.get(canonical_model(m), 0) + 1
     splits = model_folds(data.models(), n_splits, weights)
-    key = hashlib.sha256(json.dumps([data.digest(), recipe.name, [list(s) for s in splits]]).encode()).hexdigest()[:20]
+    split_list = [list(s) for s in splits]
+    key = hashlib.sha256(json.dumps([data.digest(), recipe.name, split_list]).encode()).hexdigest()[:20]
+    step_key = hashlib.sha256(json.dumps([data.steptime_digest(), recipe.steptime_name, split_list]).encode()
+                              ).hexdigest()[:20]
     where = Path(cache_dir) if cache_dir is not None else cache_root()
-    folder = where / "crossfit" / key
+    folder, step_folder = where / "crossfit" / key, where / "crossfit" / f"steptime-{step_key}"
     folds = []
     for i, held in enumerate(splits):
         path = folder / f"fold{i}.json"
-        if path.exists():
-            raw = json.loads(path.read_text())
-            if tuple(raw["held_out"]) == held:
-                folds.append(Fold(held, raw["factors"], raw["table"]))
-                continue
+        raw = _read_json(path)
+        if raw is not None and tuple(raw["held_out"]) == held:
+            folds.append(Fold(held, raw["factors"], raw["table"]))
+            continue
         if not fit_missing:
             return None
         log.info("cross-fitting fold %d/%d (without %s)", i + 1, len(splits), ", ".join(held))
         train = data.without(held)
-        factors = recipe.steptime(train)
+        step_path = step_folder / f"fold{i}.json"
+        cached = _read_json(step_path)
+        if cached is not None and tuple(cached["held_out"]) == held:
+            factors = cached["factors"]
+        else:
+            factors = recipe.steptime(train)
+            _write_json(step_path, {"held_out": list(held), "factors": factors})
         from dltsched.predictors.steptime import DeletePopStepTime
 
         table = recipe.colocation(train, held, DeletePopStepTime(factors=factors))
         fold = Fold(held, factors, table)
         _write_json(path, fold.to_json())
         folds.append(fold)
-    _write_json(folder / "folds.json", {"key": key, "recipe": recipe.name, "folds": [list(s) for s in splits]})
-    return CrossFit(tuple(folds), key, data.models())
+    _write_json(folder / "folds.json", {"key": key, "recipe": recipe.name, "steptime_key": step_key,
+                                        "folds": split_list})
+    return CrossFit(tuple(folds), key, data.models(), recipe.name)
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 @cache

@@ -263,12 +263,19 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _bundle(name: str) -> dict[str, str]:
+def _bundle(name: str) -> dict[str, Any]:
+    """The bundle's name, the class of each part and, where the bundle keeps one (``crossfit``: key, folds,
+    recipe and co-location family), its record."""
     from dltsched.engine.app.registry import predictors
 
     preds = predictors(name)
-    return {"name": name, **{part: f"{type(getattr(preds, part)).__module__}.{type(getattr(preds, part)).__name__}"
-                            for part in ("step_time", "colocation", "freezing")}}
+    out: dict[str, Any] = {"name": name, **{part: f"{type(getattr(preds, part)).__module__}."
+                                                  f"{type(getattr(preds, part)).__name__}"
+                                            for part in ("step_time", "colocation", "freezing")}}
+    record = getattr(preds.colocation, "record", None)
+    if isinstance(record, dict) and record.get("bundle"):
+        out["record"] = record
+    return out
 
 
 def summarize_runs(runs: Sequence[dict[str, Any]], policies: Sequence[str]) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ CASES = {
     "freezing_ablation": ({"num_jobs": 8, "num_gpus": 4, "time_limit_s": 1.0, "backend": "greedy"},
                           ["freezing_avg_jct", "freezing_jct_cdf", "freezing_gantt"]),
     "crossfit_evaluation": ({"live_jobs": 20 if HAS_DATA else 0, "live_policies": ["fifo", "sjf"]},
-                            ["crossfit_avg_jct", "crossfit_gain"] + (["live_avg_jct"] if HAS_DATA else [])),
+                            ["crossfit_avg_jct", "crossfit_gain", "crossfit_diagnosis", "crossfit_variants"] + (["live_avg_jct"] if HAS_DATA else [])),
 }
 
 

@@ -166,3 +166,73 @@ def test_bundle_is_registered_and_named_in_results():
 
     with pytest.raises(ValidationError, match="crossfit"):
         check_predictors("crosfit")
+
+
+# ---------------------------------------------------------------------------------------- the default recipe's
+# co-location family: the profile predictor, refitted per fold (its fit takes a second on these rows)
+
+
+def _profile_data(slow: dict[str, float] | None = None) -> TrainingData:
+    """``_data`` with every pair measured at three batch sizes (enough rows for the trees) and each model's
+    isolated profile its (``slow``-scaled) measured step time."""
+    base = _data(slow)
+    slow = slow or {}
+    shipped = DeletePopStepTime()
+    pair_speed = {"resnet18": 0.7, "resnet50": 0.5, "vgg16": 0.4, "transformer": 0.8}
+    samples, isolated = [], {}
+    for batch in (16, 32, 64):
+        specs = {m: JobSpec(m, batch) for m in MODELS}
+        for m, spec in specs.items():
+            isolated[(GPU, spec)] = IsolatedProfile(
+                step_time_s=shipped.step_time_s(Job("m", m, batch, 1.0), GPU, 1) * slow.get(m, 1.0))
+        for i, a in enumerate(MODELS):
+            for b in MODELS[i + 1:]:
+                speeds = (pair_speed[a] / slow.get(a, 1.0) ** 0.5, pair_speed[b] / slow.get(b, 1.0) ** 0.5)
+                samples.append(ColocSample(GPU, (specs[a], specs[b]), speeds, source="test"))
+    return TrainingData(base.steptime, {}, ColocDataset(tuple(samples), isolated, "test"))
+
+
+PROFILE_RECIPE = Recipe("test-profile/1", _fit_steps)  # the default co-location recipe: the profile predictor
+
+
+def test_default_recipe_refits_the_profile_predictor_without_the_held_out_models(tmp_path):
+    from dltsched.predictors.colocation.profiled import ProfileColocation
+
+    cf = _build(_profile_data(), tmp_path, PROFILE_RECIPE)
+    assert cf.record()["colocation"] == "profile" and cf.record()["recipe"] == "test-profile/1"
+    for fold in cf.folds:
+        model = fold.colocation(fold.step_time())
+        assert isinstance(model, ProfileColocation)  # the default bundle's family, not the ensemble table
+        assert model.profiles and not {j.model for _g, j in model.profiles} & set(fold.held_out)
+        assert model.record["held_out"] == list(fold.held_out)
+    bundle = cf.predictors()
+    assert bundle.colocation.record == cf.record()  # the bundle says what it is
+
+
+def test_profile_folds_ignore_the_held_out_models_measurements(tmp_path):
+    """vgg16 measured 3x slower, its pairs and isolated profiles too: its cross-fitted step time and speed beside
+    resnet18 stay; the speed of a model of another fold beside vgg16 moves (it reads vgg16's profile)."""
+    cf0 = _build(_profile_data(), tmp_path / "a", PROFILE_RECIPE)
+    cf1 = _build(_profile_data({"vgg16": 3.0}), tmp_path / "b", PROFILE_RECIPE)
+    b0, b1 = cf0.predictors(), cf1.predictors()
+    assert _answers(b0, "vgg16") == _answers(b1, "vgg16")
+    fold = cf0.fold_of("vgg16")
+    assert fold is not None
+    other = next(m for m in MODELS if m not in fold.held_out)
+    pair = [Job("o", other, 32, 1.0), Job("v", "vgg16", 32, 1.0)]
+    assert b0.colocation.colocated_speeds(pair, GPU)[0] != b1.colocation.colocated_speeds(pair, GPU)[0]
+
+
+def test_a_new_colocation_recipe_refits_the_folds_but_not_the_step_times(tmp_path):
+    first = _build(_profile_data(), tmp_path, PROFILE_RECIPE)
+
+    def refuse(*_args):
+        raise AssertionError("refitted cached step-time factors")
+
+    renamed = replace(PROFILE_RECIPE, name="test-profile/2", steptime=refuse)
+    again = _build(_profile_data(), tmp_path, renamed)  # co-location refitted (new key), step times read back
+    assert again.key != first.key
+    assert [f.factors for f in again.folds] == [f.factors for f in first.folds]
+    # a new step-time recipe invalidates the step-time cache too
+    with pytest.raises(AssertionError, match="refitted cached step-time"):
+        _build(_profile_data(), tmp_path, replace(renamed, name="test-profile/3", steptime_name="test-steptime/2"))
