@@ -42,7 +42,7 @@ import json
 import logging
 import math
 import os
-from collections import Counter
+from collections import ChainMap, Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -54,6 +54,7 @@ import numpy as np
 
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.engine.domain.model import Job
+from dltsched.engine.domain.profiles import ProfileBook, current_profiles
 from dltsched.predictors.colocation.features import Group, check_group, group_of, resolve_gpu
 from dltsched.predictors.colocation.jsontrees import JsonTrees, fit_trees
 from dltsched.predictors.colocation.metrics import GroupPrediction
@@ -324,8 +325,19 @@ class ProfileColocation:
     # ------------------------------------------------------------------ engine interface
     def estimate(self, jobs: Sequence[Job], gpu_type: str) -> ColocationEstimate:
         """One group of engine jobs on ``gpu_type`` with per-job sources (its own ``profiles``; remembered per
-        group, at most ``MAX_REMEMBERED`` groups)."""
-        return self._remembered(gpu_type, tuple(_spec(j) for j in jobs))
+        group, at most ``MAX_REMEMBERED`` groups). Inside a run that profiles jobs on arrival
+        (:func:`~dltsched.engine.domain.profiles.current_profiles`), a member measured alone on one GPU of
+        ``gpu_type`` in this run enters with that measurement (step time, memory, utilisation) instead of the
+        predictor's own profile or prediction for its job type."""
+        specs = tuple(_spec(j) for j in jobs)
+        book = current_profiles()
+        if book is not None:
+            measured = _measured_in_run(book, jobs, specs, gpu_type)
+            if measured:
+                group = Group(gpu_type, specs)
+                check_group(group, self.max_jobs)
+                return self._estimate([group], ChainMap(measured, self.profiles), {})[0]  # type: ignore[arg-type]
+        return self._remembered(gpu_type, specs)
 
     def _remembered(self, gpu_type: str, specs: tuple[JobSpec, ...]) -> ColocationEstimate:
         """One group from the remembered ones, else estimated and remembered; a larger group's sub-groups come
@@ -439,6 +451,19 @@ def isolated_from_profiles(profiles: Iterable[JobProfile]) -> dict[tuple[str, Jo
 
 def _spec(job: Job) -> JobSpec:
     return JobSpec(job.model, job.batch_size, job.amp, job.dataset)
+
+
+def _measured_in_run(book: ProfileBook, jobs: Sequence[Job], specs: Sequence[JobSpec],
+                     gpu_type: str) -> dict[tuple[str, JobSpec], IsolatedProfile]:
+    """The members' isolated profiles measured in this run on one GPU of ``gpu_type`` (utilisation in %), keyed
+    the way the predictor's own profiles are."""
+    out: dict[tuple[str, JobSpec], IsolatedProfile] = {}
+    for job, spec in zip(jobs, specs, strict=True):
+        p = book.isolated(job.id, gpu_type)
+        if p is not None and p.num_gpus == 1:
+            out[(gpu_type, spec)] = IsolatedProfile(p.step_time_s, p.memory_mib,
+                                                    None if p.utilization is None else 100.0 * p.utilization)
+    return out
 
 
 @cache

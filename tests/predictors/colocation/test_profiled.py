@@ -336,3 +336,29 @@ def test_a_third_job_never_speeds_the_others_up(profiles: list[tuple[float, floa
         engine = model.with_profiles(iso)  # one group at a time, sub-groups remembered: the same answer
         members = [Job(f"j{i}", j.model, j.batch_size, 1.0) for i, j in enumerate(jobs)]
         assert engine.estimate(members, "v100") == three
+
+
+def test_profiles_measured_in_the_run_replace_predicted_ones() -> None:
+    """Profiling on arrival: inside a run's profile book a member measured alone on one GPU of the type enters
+    with its measurement (sources ``measured``, its memory counted); outside the book, or measured on two GPUs,
+    the predictor's own answer stands."""
+    from dltsched.engine.domain.profiles import IsolatedProfile as Measured
+    from dltsched.engine.domain.profiles import ProfileBook, observing_profiles
+
+    model = shipped_profile_predictor()
+    a, b = Job("a", "resnet18", 32, 1e4), Job("b", "mobilenet_v2", 64, 1e4)
+    before = model.estimate([a, b], "v100")
+    assert before.sources[1] == "predicted"
+    book = ProfileBook()
+    book.record_isolated(b, "v100", Measured(1, 1, 0.05, 9_000.0, 0.4))
+    with observing_profiles(book):
+        during = model.estimate([a, b], "v100")
+        other_type = model.estimate([a, b], "p100")
+    assert during.sources == (before.sources[0], "measured")
+    assert during.memory_mib >= 9_000.0 > before.memory_mib
+    assert other_type == model.estimate([a, b], "p100")
+    assert model.estimate([a, b], "v100") == before  # the book is gone: remembered answer again
+    wide = ProfileBook()
+    wide.record_isolated(b, "v100", Measured(2, 1, 0.05, 9_000.0, 0.4))
+    with observing_profiles(wide):
+        assert model.estimate([a, b], "v100") == before
