@@ -10,9 +10,13 @@ held-out GPU enters only through its spec sheet. Beside it, on the same rows:
 - ``per_model_mean``: the mean measured step of the same workload and batch size on the other GPUs
   (of the workload at any batch size, scaled by batch, where that batch was not measured elsewhere).
 
+``oracle_mape``: the model's MAPE once each held-out GPU's predictions are multiplied by the one scale
+that fits that GPU's measured rows best (chosen with the held-out labels: a floor, not a prediction).
+
 One-profile transfer (Habitat-style): each held-out row predicted from the same workload's measured
 step at the same batch size on one other GPU (every such GPU in turn), scaled by the ratio of the
-fold's predictions on the two GPUs: ``measured_other * predicted_held / predicted_other``.
+fold's predictions on the two GPUs: ``measured_other * predicted_held / predicted_other``; beside it
+the same with the ratio of the two GPUs' roofline step times.
 """
 
 from __future__ import annotations
@@ -45,13 +49,14 @@ def workload_key(m: Measurement, model_id: str, dataset: str) -> str:
     return kernelstep.workload_key(m.source, model_id, dataset, m.amp)
 
 
-def _row(m: Measurement, km: KernelModel) -> tuple[dict[str, float], str, str, int, str, float]:
+def _row(m: Measurement, km: KernelModel) -> tuple[dict[str, float], str, str, int, str, float, str]:
     from dltsched.predictors.steptime.calibrate import job_of
 
     job = job_of(m)
     model_id, dataset = resolve(job.model, job.dataset)
     work = kernelstep.kernel_work(job, model_id, dataset, gpu_spec_checked(m.gpu), 0, m.scope, km)
-    return work, m.source, workload_key(m, model_id, dataset), m.batch_size, m.scope, m.step_time_s
+    return (work, m.source, workload_key(m, model_id, dataset), m.batch_size, m.scope, m.step_time_s,
+            learned_root(gpu_spec_checked(m.gpu).id))
 
 
 #: the kernel model without ensembles: every kernel at its roofline time
@@ -85,7 +90,7 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
 
     out_rows: list[dict[str, Any]] = []
     params_by_gpu = {}
-    transfer_apes: list[tuple[str, float]] = []
+    transfer_apes: list[tuple[str, float, float]] = []  # source, APE of the model, APE of the roofline ratio
     for held in sorted({root(m) for m in rows}):
         if progress:
             progress(held)
@@ -95,8 +100,8 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
         params = kernelstep.fit([_row(m, km) for m in train])
         params_by_gpu[held] = {k: v for k, v in params.items() if k != "input"}
         for m in test:
-            work, source, wkey, batch, scope, y = _row(m, km)
-            terms = kernelstep.predict_terms(params, work, source, wkey, batch, scope)
+            work, source, wkey, batch, scope, y, gkey = _row(m, km)
+            terms = kernelstep.predict_terms(params, work, source, wkey, batch, scope, gkey)
             pred = sum(terms.values())
             same = [t for t in train if (t.source, t.model, t.dataset, t.num_gpus, t.amp)
                     == (m.source, m.model, m.dataset, m.num_gpus, m.amp)]
@@ -107,35 +112,52 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
                 mean = float(np.mean([t.step_time_s * m.batch_size / t.batch_size for t in same]))
             else:
                 mean = float("nan")
+            roof_held = roofline_step_s(m)
             for t in same:
                 if t.batch_size == m.batch_size:
-                    other = _row(t, kernel_models.get(kernel_family(t.gpu), shipped))
-                    other_pred = sum(kernelstep.predict_terms(params, other[0], source, wkey, batch, scope).values())
-                    transfer_apes.append((m.source, abs(t.step_time_s * pred / other_pred - y) / y * 100.0))
+                    other = _row(t, km)  # the fold's kernel model: the other GPU is one it was fitted on
+                    other_pred = sum(kernelstep.predict_terms(params, other[0], source, wkey, batch, scope,
+                                                              other[6]).values())
+                    by_roof = t.step_time_s * roof_held / roofline_step_s(t)
+                    transfer_apes.append((m.source, abs(t.step_time_s * pred / other_pred - y) / y * 100.0,
+                                          abs(by_roof - y) / y * 100.0))
             setup = [t.step_time_s for t in train if t.source == m.source] or [t.step_time_s for t in train]
             out_rows.append({"gpu": m.gpu, "held_out": held, "model": m.model, "dataset": m.dataset,
                              "batch_size": m.batch_size, "scope": m.scope, "source": m.source, "measured_s": y,
                              "predicted_s": pred, **{f"{k}_s": v for k, v in terms.items()},
-                             "roofline_s": roofline_step_s(m), "constant_s": float(np.median(setup)),
+                             "roofline_s": roof_held, "constant_s": float(np.median(setup)),
                              "per_model_mean_s": mean})
 
     def mape(col: str, sub: list[dict[str, Any]]) -> float | None:
         vals = [abs(r[col] - r["measured_s"]) / r["measured_s"] * 100.0 for r in sub if np.isfinite(r[col])]
         return float(np.mean(vals)) if vals else None
 
+    def oracle(sub: list[dict[str, Any]]) -> float | None:
+        """MAPE once each held-out GPU's predictions get the one scale that fits its measured rows best."""
+        from dltsched.predictors.steptime.calibrate import oracle_scale
+
+        apes = []
+        for g in {r["held_out"] for r in sub}:
+            mine = [r for r in sub if r["held_out"] == g]
+            k = oracle_scale([r["measured_s"] for r in mine], [r["predicted_s"] for r in mine])
+            apes += [abs(k * r["predicted_s"] - r["measured_s"]) / r["measured_s"] * 100.0 for r in mine]
+        return float(np.mean(apes)) if apes else None
+
     def summary(sub: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"n": len(sub), "mape": mape("predicted_s", sub), "roofline_mape": mape("roofline_s", sub),
+        return {"n": len(sub), "mape": mape("predicted_s", sub), "oracle_mape": oracle(sub),
+                "roofline_mape": mape("roofline_s", sub),
                 "constant_mape": mape("constant_s", sub), "per_model_mean_mape": mape("per_model_mean_s", sub),
                 "per_model_mean_n": int(sum(np.isfinite(r["per_model_mean_s"]) for r in sub))}
 
     per_source = {s: summary([r for r in out_rows if r["source"] == s]) for s in sorted({r["source"] for r in out_rows})}
     per_gpu = {g: summary([r for r in out_rows if r["held_out"] == g]) for g in sorted({r["held_out"] for r in out_rows})}
-    def transfer_summary(apes: list[float]) -> dict[str, Any]:
-        return {"n": len(apes), "mape": float(np.mean(apes)) if apes else None}
+    def transfer_summary(sub: list[tuple[str, float, float]]) -> dict[str, Any]:
+        return {"n": len(sub), "mape": float(np.mean([a for _s, a, _r in sub])) if sub else None,
+                "roofline_mape": float(np.mean([r for _s, _a, r in sub])) if sub else None}
 
-    transfer = transfer_summary([a for _s, a in transfer_apes])
-    transfer["per_source"] = {s: transfer_summary([a for src, a in transfer_apes if src == s])
-                              for s in sorted({src for src, _a in transfer_apes})}
+    transfer = transfer_summary(transfer_apes)
+    transfer["per_source"] = {s: transfer_summary([t for t in transfer_apes if t[0] == s])
+                              for s in sorted({t[0] for t in transfer_apes})}
     return {"all": summary(out_rows), "transfer": transfer, "per_source": per_source, "per_gpu": per_gpu, "params": params_by_gpu,
             "rows": out_rows}
 

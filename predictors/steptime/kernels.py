@@ -2,14 +2,21 @@
 
 Per op class (:data:`OP_CLASSES`) the time of one kernel is
 
-    t = t_roof * exp(max(0, f(x)))        t_roof = max(flops / peak, bytes / bandwidth)
+    t = floor + t_roof * exp(max(log r_min, f(x)))    t_roof = max(flops / peak, bytes / bandwidth)
 
-where ``t_roof`` is the roofline time on the GPU's spec sheet (so a prediction can never be faster
-than physics) and ``f`` is a small gradient-boosted tree ensemble over GPU-normalised features:
-log roofline times, the op's intensity against the GPU's ridge point, waves of output tiles over
-the SMs and the tail wave's occupancy, and the op's own dimensions. ``f`` is learned from measured
-kernel latencies (NeuSight's microbenchmarks, five GPUs) with scikit-learn and shipped as plain
-arrays (:data:`KERNEL_MODEL_FILE`); prediction needs numpy only.
+where ``t_roof`` is the roofline time on the GPU's spec sheet, ``r_min`` is 1 (a prediction can never
+be faster than physics) except for convolutions, whose bound is the roofline at Winograd's
+F(2x2, 3x3) multiplication count (2.25x fewer than direct: cuDNN picks Winograd for most 3x3
+convolutions, and measured kernels run up to 2.24x faster than the direct-FLOP roofline), and ``f``
+is a small gradient-boosted tree ensemble over GPU-normalised features (:data:`CLASS_FEATURES`):
+waves of output tiles over the SMs and the tail wave's occupancy, the op's own dimensions, and for
+GEMMs the log roofline time and the op's intensity against the GPU's ridge point. ``floor`` is the
+per-call cost of the measurement (launch and timing; 24 to 58 us in NeuSight's data, by GPU host and
+op class) taken as the median over the GPUs fitted on; ``f`` is learned on the time above that
+floor (NeuSight's microbenchmarks, five GPUs) with scikit-learn and shipped as plain arrays
+(:data:`KERNEL_MODEL_FILE`); prediction needs numpy only. Whole steps (:mod:`opgraph`) use the
+kernel body without the floor: kernels of a training step are queued asynchronously, and the host's
+per-launch cost is a term of its own there.
 
 Math modes: FP32 on CUDA cores by default; ``math="tf32"`` (Ampere and later; cuDNN's default for
 convolutions) and ``math="fp16"`` (tensor cores with AMP) swap the compute peak for the tensor-core
@@ -24,7 +31,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -35,7 +42,7 @@ import numpy as np
 from dltsched.engine.domain.errors import ValidationError
 
 KERNEL_MODEL_FILE = "kernel_model.json"
-KERNEL_FORMAT_VERSION = 1
+KERNEL_FORMAT_VERSION = 2
 #: op class -> NeuSight kernel folders measured for it
 OP_CLASSES: dict[str, tuple[str, ...]] = {
     "bmm": ("bmm",), "linear": ("linear",), "conv": ("conv",),
@@ -149,6 +156,22 @@ def roofline_s(kernel: Kernel, gpu: KernelGpu, math_mode: str = "fp32") -> tuple
 
 FEATURES = ("log_t_roof", "log_ridge_ratio", "log_waves", "tail_occupancy", "log_m", "log_n", "log_k",
             "log_batch", "binary", "heavy", "log_bytes_per_l2", "log_flops")
+#: features of the op's shape and its launch over the SMs only (no roofline time, no L2 fit)
+SHAPE_FEATURES = ("log_waves", "tail_occupancy", "log_m", "log_n", "log_k", "log_batch", "binary", "heavy",
+                  "log_flops")
+#: features per op class, chosen by leave-one-GPU-out on NeuSight's kernels (``predict eval-kernels``):
+#: without the absolute roofline time and the L2 fit the vector classes extrapolate to GPUs outside the
+#: training range (A100's 40 MiB L2) far better (softmax 20.4 -> 18.3%, layer norm 16.1 -> 12.3%,
+#: element-wise 18.1 -> 16.2%, convolutions 22.7 -> 22.3%); the GEMMs keep them (linear 24.6 -> 28.8% without)
+CLASS_FEATURES: dict[str, tuple[str, ...]] = {"bmm": FEATURES, "linear": FEATURES, "conv": SHAPE_FEATURES,
+                                              "elementwise": SHAPE_FEATURES, "softmax": SHAPE_FEATURES,
+                                              "layernorm": SHAPE_FEATURES}
+#: fastest prediction per op class as a fraction of the roofline time (convolutions: Winograd F(2x2, 3x3))
+MIN_ROOFLINE_RATIO = {"conv": 1.0 / 2.25}
+#: percentile of a GPU's measured latencies of an op class taken as its per-call floor
+FLOOR_PERCENTILE = 1.0
+#: the part above the floor is counted as at least this fraction of the measured latency
+MIN_ABOVE_FLOOR = 0.05
 
 
 def _arrays(kernels: Sequence[Kernel]) -> dict[str, np.ndarray]:
@@ -262,13 +285,18 @@ def fit_ensemble(x: np.ndarray, y: np.ndarray, **overrides: Any) -> TreeEnsemble
 
 @dataclass(frozen=True)
 class KernelModel:
-    """Per-op-class tree ensembles; :meth:`predict_s` is bounded below by the roofline."""
+    """Per-op-class tree ensembles, the features each uses and the per-call floor of the measurements;
+    :meth:`predict_s` is bounded below by :func:`lower_bound_s`."""
 
     ensembles: dict[str, TreeEnsemble]
     fitted_on: tuple[str, ...] = ()
+    floor_s: dict[str, float] = field(default_factory=dict)
+    class_features: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def predict_s(self, kernels: Sequence[Kernel], gpu: KernelGpu, math_mode: str = "fp32") -> np.ndarray:
-        """Predicted seconds of each kernel (never below its roofline time)."""
+    def predict_s(self, kernels: Sequence[Kernel], gpu: KernelGpu, math_mode: str = "fp32",
+                  floor: bool = True) -> np.ndarray:
+        """Predicted seconds of each kernel (never below :func:`lower_bound_s`); ``floor=False`` leaves
+        out the measurement's per-call floor (the kernel body alone, as queued in a training step)."""
         out = np.zeros(len(kernels))
         by_class: dict[str, list[int]] = {}
         for i, kn in enumerate(kernels):
@@ -277,13 +305,20 @@ class KernelModel:
             a = _arrays([kernels[i] for i in idx])
             roof = np.maximum(*_roofline_arrays(a, gpu, math_mode))
             ens = self.ensembles.get(cls)
-            slow = np.zeros(len(idx)) if ens is None else np.maximum(ens.predict(_features(a, gpu, math_mode)), 0.0)
-            out[idx] = roof * np.exp(slow)
+            low = math.log(MIN_ROOFLINE_RATIO.get(cls, 1.0))
+            if ens is None:
+                slow = np.zeros(len(idx))
+            else:
+                cols = [FEATURES.index(f) for f in self.class_features.get(cls, FEATURES)]
+                slow = np.maximum(ens.predict(_features(a, gpu, math_mode)[:, cols]), low)
+            out[idx] = roof * np.exp(slow) + (self.floor_s.get(cls, 0.0) if floor else 0.0)
         return out
 
     def to_json(self) -> dict[str, Any]:
         return {"format_version": KERNEL_FORMAT_VERSION, "fitted_on": list(self.fitted_on),
-                "features": list(FEATURES), "gbm": {k: v for k, v in GBM_PARAMS.items() if k != "random_state"},
+                "features": {k: list(self.class_features.get(k, FEATURES)) for k in self.ensembles},
+                "floor_s": self.floor_s, "min_roofline_ratio": MIN_ROOFLINE_RATIO,
+                "gbm": {k: v for k, v in GBM_PARAMS.items() if k != "random_state"},
                 "ensembles": {k: v.to_json() for k, v in self.ensembles.items()}}
 
     @classmethod
@@ -291,7 +326,15 @@ class KernelModel:
         if raw.get("format_version") != KERNEL_FORMAT_VERSION:
             raise ValidationError("kernel_model", f"format_version {raw.get('format_version')}; expected "
                                                   f"{KERNEL_FORMAT_VERSION}: rerun 'dltsched predict fit-kernels'")
-        return cls({k: TreeEnsemble.from_json(v) for k, v in raw["ensembles"].items()}, tuple(raw["fitted_on"]))
+        return cls({k: TreeEnsemble.from_json(v) for k, v in raw["ensembles"].items()}, tuple(raw["fitted_on"]),
+                   {k: float(v) for k, v in raw["floor_s"].items()},
+                   {k: tuple(v) for k, v in raw["features"].items()})
+
+
+def lower_bound_s(kernel: Kernel, gpu: KernelGpu, math_mode: str = "fp32") -> float:
+    """The fastest a kernel model may predict: the roofline time (convolutions: at Winograd's
+    multiplication count, :data:`MIN_ROOFLINE_RATIO`)."""
+    return max(roofline_s(kernel, gpu, math_mode)) * MIN_ROOFLINE_RATIO.get(kernel.op_class, 1.0)
 
 
 def kernel_model_path() -> Path:
@@ -371,22 +414,37 @@ def _subsample(rows: list[KernelSample], cap: int) -> list[KernelSample]:
     return out
 
 
+def floors(samples: Sequence[KernelSample]) -> dict[tuple[str, str], float]:
+    """Per (op class, GPU): the :data:`FLOOR_PERCENTILE` percentile of its measured latencies."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for s in samples:
+        groups.setdefault((s.kernel.op_class, s.gpu), []).append(s.latency_s)
+    return {k: float(np.percentile(v, FLOOR_PERCENTILE)) for k, v in groups.items()}
+
+
 def fit(samples: Sequence[KernelSample], gpus: dict[str, KernelGpu],
         max_per_gpu: int = MAX_TRAIN_PER_GPU) -> KernelModel:
-    """One tree ensemble per op class on ``log(measured / roofline)``."""
-    ensembles = {}
+    """One tree ensemble per op class on ``log((measured - floor) / roofline)`` over the class's
+    :data:`CLASS_FEATURES`; the model's floor per class is the median of the GPUs' floors."""
+    ensembles, floor_by = {}, {}
+    per_gpu_floor = floors(samples)
     for cls in OP_CLASSES:
         rows = _subsample([s for s in samples if s.kernel.op_class == cls], max_per_gpu)
         if not rows:
             continue
-        x = np.zeros((len(rows), len(FEATURES)))
+        cols = [FEATURES.index(f) for f in CLASS_FEATURES[cls]]
+        x = np.zeros((len(rows), len(cols)))
         for gpu_id in {s.gpu for s in rows}:
             idx = [i for i, s in enumerate(rows) if s.gpu == gpu_id]
-            x[idx] = features([rows[i].kernel for i in idx], gpus[gpu_id])
+            x[idx] = features([rows[i].kernel for i in idx], gpus[gpu_id])[:, cols]
         roof = np.array([max(roofline_s(s.kernel, gpus[s.gpu])) for s in rows])
-        y = np.log(np.array([s.latency_s for s in rows]) / roof)
+        lat = np.array([s.latency_s for s in rows])
+        floor = np.array([per_gpu_floor[(cls, s.gpu)] for s in rows])
+        y = np.log(np.maximum(lat - floor, MIN_ABOVE_FLOOR * lat) / roof)
         ensembles[cls] = fit_ensemble(x, y)
-    return KernelModel(ensembles, tuple(sorted({s.gpu for s in samples})))
+        floor_by[cls] = float(np.median([v for (c, _g), v in per_gpu_floor.items() if c == cls]))
+    return KernelModel(ensembles, tuple(sorted({s.gpu for s in samples})), floor_by,
+                       {cls: CLASS_FEATURES[cls] for cls in ensembles})
 
 
 def _score(table: dict[str, dict[str, Any]], cls: str, held: str, model: KernelModel, by_id: dict[str, KernelGpu],

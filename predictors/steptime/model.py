@@ -394,7 +394,7 @@ class DeletePopStepTime:
         source = self.kernel_source(params, model, dataset, job.amp)
         terms = predict_terms(params, work, source,
                               workload_key(source, model, dataset, job.amp),
-                              job.batch_size, scope)
+                              job.batch_size, scope, learned_root(gpu.id))
         optimizer = params["optimizer"] * work["optimizer_s"] * (terms["gpu"] / max(
             params["kernel"] * work["kernel_s"] + params["optimizer"] * work["optimizer_s"], 1e-15))
         compute, memory = terms["gpu"] - optimizer, optimizer

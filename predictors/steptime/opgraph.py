@@ -45,6 +45,9 @@ _SOFTMAX_LIKE = frozenset({"softmax", "_softmax", "log_softmax", "_log_softmax",
 _HEAVY = frozenset({"gelu", "tanh", "sigmoid", "silu", "pow", "exp", "log", "erf", "mish", "softplus", "hardswish",
                     "elu", "div", "sqrt", "rsqrt"})
 _GEMM_CLASSES = frozenset({"bmm", "linear", "conv"})
+#: include the kernel data's per-call floor in each kernel of a step (False: kernel bodies only; the
+#: host's per-launch cost is the step model's dispatch term)
+STEP_FLOOR = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,9 +199,9 @@ def _kernel_times(model: KernelModel, model_id: str, dataset: str, gpu: KernelGp
     gemm = [i for i, kn in enumerate(kernels) if kn.op_class in _GEMM_CLASSES]
     other = [i for i, kn in enumerate(kernels) if kn.op_class not in _GEMM_CLASSES]
     if gemm:
-        times[gemm] = model.predict_s([kernels[i] for i in gemm], gpu, mode)
+        times[gemm] = model.predict_s([kernels[i] for i in gemm], gpu, mode, floor=STEP_FLOOR)
     if other:
-        times[other] = model.predict_s([kernels[i] for i in other], gpu, "fp32")
+        times[other] = model.predict_s([kernels[i] for i in other], gpu, "fp32", floor=STEP_FLOOR)
     per_shape = np.zeros((2, len(BATCH_GRID), len(shapes)))
     idx = np.asarray(where, dtype=float).reshape(-1, 4)
     np.add.at(per_shape, (idx[:, 2].astype(int), idx[:, 0].astype(int), idx[:, 1].astype(int)), times * idx[:, 3])

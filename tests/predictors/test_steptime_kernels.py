@@ -42,6 +42,35 @@ def test_never_faster_than_roofline():
     assert np.allclose(slow.predict_s(kernels, GPU), 2.0 * roof, rtol=1e-6)
 
 
+def test_convolutions_bounded_at_winograd_count_and_floor_is_additive():
+    convs = [kn.conv_kernel(b, 64, 128, 3, 56, 1, 1) for b in (1, 4, 16, 64)]
+    x = kn.features(convs, GPU)[:, [kn.FEATURES.index(f) for f in kn.CLASS_FEATURES["conv"]]]
+    fast = kn.KernelModel({"conv": kn.fit_ensemble(x, np.full(len(convs), -3.0), max_iter=5, min_samples_leaf=1)},
+                          class_features={"conv": kn.CLASS_FEATURES["conv"]}, floor_s={"conv": 2e-5})
+    body = fast.predict_s(convs, GPU, floor=False)
+    bound = np.array([kn.lower_bound_s(k, GPU) for k in convs])
+    assert np.allclose(body, bound, rtol=1e-9)
+    assert np.allclose(bound, [max(kn.roofline_s(k, GPU)) / 2.25 for k in convs])
+    assert np.allclose(fast.predict_s(convs, GPU), body + 2e-5)
+
+
+def test_fit_separates_the_per_call_floor():
+    rng = np.random.default_rng(3)
+    gpus = {"a": GPU, "b": kn.KernelGpu("b", 40, 8.0, 320.0)}
+    samples = []
+    for gid, g in gpus.items():
+        for _ in range(400):
+            k = kn.vector_kernel("layernorm", "ln", float(rng.integers(1, 1 << 14)), 1024.0)
+            samples.append(kn.KernelSample(gid, k, 3e-5 + 1.5 * max(kn.roofline_s(k, g))))
+    model = kn.fit(samples, gpus)
+    assert 2.5e-5 < model.floor_s["layernorm"] < 3.5e-5
+    again = kn.KernelModel.from_json(model.to_json())
+    assert again.floor_s == model.floor_s and again.class_features == model.class_features
+    big = [kn.vector_kernel("layernorm", "ln", 1 << 14, 1024.0)]
+    roof = max(kn.roofline_s(big[0], GPU))
+    assert again.predict_s(big, GPU, floor=False)[0] == pytest.approx(1.5 * roof, rel=0.1)
+
+
 def test_math_modes_change_only_gemm_like_peaks():
     gemm = kn.gemm_kernel("linear", 1, 4096, 4096, 4096)
     soft = kn.vector_kernel("softmax", "softmax", 4096, 4096)
@@ -68,9 +97,9 @@ def test_shipped_kernel_model_bounded_on_unseen_gpus():
     kernels = [*_gemms(50), kn.conv_kernel(32, 64, 64, 3, 56, 1, 1), kn.vector_kernel("layernorm", "ln", 4096, 1024)]
     for gpu in ("h100", "l4", "a10"):
         g = kn.kernel_gpu(gpu_spec(gpu))
-        pred = model.predict_s(kernels, g)
-        roof = np.array([max(kn.roofline_s(k, g)) for k in kernels])
-        assert np.all(pred >= roof * (1 - 1e-12)) and np.all(np.isfinite(pred))
+        pred = model.predict_s(kernels, g, floor=False)
+        bound = np.array([kn.lower_bound_s(k, g) for k in kernels])
+        assert np.all(pred >= bound * (1 - 1e-12)) and np.all(np.isfinite(pred))
 
 
 def test_trace_backward_gemms_have_their_own_shapes():

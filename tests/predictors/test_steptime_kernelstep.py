@@ -81,6 +81,27 @@ def test_fit_recovers_synthetic_host_terms():
     assert params["kernel"] * params["scale"]["a:w1"] == pytest.approx(1.3, rel=0.1)
 
 
+def test_fit_learns_per_gpu_scales_and_unseen_gpus_get_none():
+    rng = np.random.default_rng(1)
+    base = {"kernel": 1.0, "optimizer": 1.5, "dispatch_us": 8.0, "fixed_s": {"a": 0.002}, "fixed_default_s": 0.002,
+            "input": {}, "scale": {}}
+    truth = base | {"gpu_scale": {"slow": 1.6, "fast": 0.8}}
+    rows = []
+    for _ in range(150):
+        work = {"kernel_s": float(rng.uniform(0.01, 0.5)), "optimizer_s": 0.0, "launches": 100.0}
+        gpu = ("slow", "fast")[int(rng.integers(2))]
+        y = sum(kernelstep.predict_terms(truth, work, "a", "a:w", 32, "compute", gpu).values())
+        rows.append((work, "a", "a:w", 32, "compute", y, gpu))
+    params = kernelstep.fit(rows)
+    assert params["gpu_scale"]["slow"] / params["gpu_scale"]["fast"] == pytest.approx(2.0, rel=0.1)
+    work = {"kernel_s": 0.1, "optimizer_s": 0.0, "launches": 100.0}
+    unseen = kernelstep.predict_terms(params, work, "a", "a:w", 32, "compute", "never-measured")
+    assert unseen == kernelstep.predict_terms(params, work, "a", "a:w", 32, "compute")
+    slow = kernelstep.predict_terms(params, work, "a", "a:w", 32, "compute", "slow")["gpu"]
+    fast = kernelstep.predict_terms(params, work, "a", "a:w", 32, "compute", "fast")["gpu"]
+    assert fast < unseen["gpu"] < slow  # unseen GPUs get the shared fit alone
+
+
 def _job(**kw) -> Job:
     base = {"id": "j", "model": "resnet50", "batch_size": 64, "total_iterations": 1.0}
     return Job(**(base | kw))

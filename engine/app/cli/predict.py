@@ -245,7 +245,8 @@ def eval_kernels(data_dir: str | None, op_classes: tuple[str, ...], as_json: boo
                        f"roofline={v['roofline_mape']:.1f}% roofline/eff={v['efficiency_mape']:.1f}%")
         for name, v in out.get("labels", {}).items():  # type: ignore[attr-defined]
             if name not in ("rows", "per_gpu"):
-                click.echo(f"labels {name:>9}: n={v['n']} mape={v['mape']:.1f}% roofline={v['roofline_mape']:.1f}% "
+                click.echo(f"labels {name:>9}: n={v['n']} mape={v['mape']:.1f}% bodies={v['body_mape']:.1f}% "
+                           f"roofline={v['roofline_mape']:.1f}% "
                            f"traced-sum={v['traced_sum_mape']:.1f}%")
 
     emit(out, as_json, text)
@@ -307,11 +308,12 @@ def eval_kernel_step(files: tuple[str, ...], data_dir: str | None, with_rows: bo
         out.pop("rows")
 
     def text() -> None:
-        def line(name: str, v: dict) -> None:
-            def pct(x: float | None) -> str:
-                return "-" if x is None else f"{x:.1f}%"
+        def pct(x: float | None) -> str:
+            return "-" if x is None else f"{x:.1f}%"
 
-            click.echo(f"{name:>16}: n={v['n']} mape={pct(v['mape'])} roofline={pct(v['roofline_mape'])} "
+        def line(name: str, v: dict) -> None:
+            click.echo(f"{name:>16}: n={v['n']} mape={pct(v['mape'])} oracle-scale={pct(v['oracle_mape'])} "
+                       f"roofline={pct(v['roofline_mape'])} "
                        f"constant={pct(v['constant_mape'])} per-model-mean={pct(v['per_model_mean_mape'])}")
 
         line("all", out["all"])
@@ -320,7 +322,9 @@ def eval_kernel_step(files: tuple[str, ...], data_dir: str | None, with_rows: bo
         for name, v in out["per_gpu"].items():
             line(f"held out {name}", v)
         t = out["transfer"]
-        click.echo(f"one-profile transfer: n={t['n']} mape={t['mape'] if t['mape'] is None else round(t['mape'], 1)}%")
+        for name, v in {"all": t, **t["per_source"]}.items():
+            click.echo(f"one-profile transfer {name:>8}: n={v['n']} mape={pct(v['mape'])} "
+                       f"roofline-ratio={pct(v['roofline_mape'])}")
 
     emit(out, as_json, text)
 
