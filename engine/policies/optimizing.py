@@ -23,9 +23,22 @@ the solve log records per solve (``trigger``; :attr:`OptimizingPolicy.triggers` 
   memory peak (:func:`~dltsched.engine.domain.predictors.memory_observations_version`) or a new profile
   (profiling on arrival, :func:`~dltsched.engine.domain.profiles.current_profiles`).
 
+A solve triggered by ``new_waiting`` alone (no movers) is skipped when every waiting job can start alone on
+idle GPUs at its best option - the GPU type and freeze level at which it progresses fastest
+(:func:`~dltsched.formulations.build.best_alone`), in one node when a node of the type is large enough - all
+at once, most urgent first: they start there (``settled_starts`` counts these decision points). No plan of
+the round values such a job higher, and placing it takes only idle GPUs; what a solve could still change is
+the running jobs' freeze levels, which the next solve revisits. On a cluster with room to spare (the full
+Philly trace on 1,024 GPUs runs at about 23% utilisation) most arrivals start this way.
+
 A tick in which only the clock moved re-uses the last plan (running jobs stay; waiting jobs start greedily
 on free GPUs, as between solves): re-solving such a state gives the same plan but for the clock's
-effect on remaining times, which only makes running jobs worth more (``skipped_solves`` counts these ticks). A solving round decides about every
+effect on remaining times, which only makes running jobs worth more (``skipped_solves`` counts these ticks).
+When idle GPUs hold every waiting job alone at once (greedily), a solving round decides about the waiting
+jobs and the movers' groups only; every other running job keeps its GPUs, which the round sees as
+unavailable (a round then costs what its few jobs cost, not what the cluster's running jobs do; it gives
+up preempting or joining a running job that is no mover, which pays only when GPUs are short). Otherwise a
+solving round decides about every
 active job, or, when more than ``max_round_jobs`` are active (``None``: no limit), about that many. The
 set then holds the most urgent waiting jobs (shortest predicted remaining time first under the ``jct``
 objective, else arrival order) - at least half the set, or all the room the running jobs leave - and
@@ -51,7 +64,9 @@ from dltsched.engine.domain.predictors import Predictors, memoized, memory_obser
 from dltsched.engine.domain.profiles import current_profiles
 from dltsched.engine.domain.protocols import RoundSolver
 from dltsched.engine.policies.greedy import place_exclusive
-from dltsched.engine.policies.placement import Estimates
+from dltsched.engine.policies.placement import Estimates, GpuPool
+from dltsched.formulations.build import best_alone, node_classes
+from dltsched.formulations.problem import NodeTypes, RoundOptions
 from dltsched.predictors import available_predictors
 
 
@@ -90,6 +105,12 @@ class OptimizingPolicy:
         self.solve_log: list[dict[str, Any]] = []
         self.triggers: dict[str, int] = {}  #: solves per trigger (see the module docstring)
         self.skipped_solves = 0  #: periodic ticks that re-used the last plan: nothing but the clock changed
+        #: decision points at which every waiting job started alone at its best option on idle GPUs, unsolved
+        self.settled_starts = 0
+        #: which jobs the last working set holds: ``all`` active, the ``roomy`` set or the ``capped`` one
+        self._scope = "all"
+        self._options = getattr(self.solver, "options", None)  # the rounds' RoundOptions, when the solver has them
+        self._classes: tuple[int, frozenset[int], NodeTypes] | None = None  # node types per cluster and down GPUs
 
     def schedule(self, state: ClusterState) -> Plan:
         if not state.jobs:
@@ -99,6 +120,11 @@ class OptimizingPolicy:
         round_state, kept, trigger = self._working_set(state)
         if not round_state.jobs:  # nothing new waits, nobody could move, nothing changed
             return self._start_greedily(state)
+        if trigger == "new_waiting" and not self._movers:
+            settled = self._settled_starts(state)
+            if settled is not None:  # every waiting job starts at its best option: no solve can do better
+                self.settled_starts += 1
+                return settled
         warm = round_state.current_plan() if any(s.assignment is not None for s in round_state.jobs) else None
         plan = self.solver.solve(round_state, warm_start=warm, predictors=self._asked)
         self._last_solve_s = state.time_s
@@ -112,7 +138,7 @@ class OptimizingPolicy:
         self.solve_log.append({"time_s": state.time_s, "status": plan.status, "solve_time_s": plan.solve_time_s,
                                "build_time_s": plan.build_time_s, "gap": plan.gap, "jobs": len(round_state.jobs),
                                "active_jobs": len(state.jobs), "waiting_jobs": len(state.queued()),
-                               "movers": len(self._movers), "trigger": trigger})
+                               "movers": len(self._movers), "trigger": trigger, "scope": self._scope})
         return replace(plan, assignments=plan.assignments + kept) if kept else plan
 
     def _start_greedily(self, state: ClusterState) -> Plan:
@@ -120,6 +146,40 @@ class OptimizingPolicy:
         if not any(state.free_gpus_by_node()):
             return Plan(incremental=True)
         return place_exclusive(state, self._between_solves_order(state), self._est, blocking=False)
+
+    def _settled_starts(self, state: ClusterState) -> Plan | None:
+        """Every waiting job alone on idle GPUs at its best option (fastest GPU type and freeze level a round
+        offers it, :func:`~dltsched.formulations.build.best_alone`; in one node when one of the type is large
+        enough), most urgent first; ``None`` when some waiting job cannot start so, or the solver does not
+        say its round options."""
+        options = self._options
+        if not isinstance(options, RoundOptions):
+            return None
+        waiting = self._between_solves_order(state)
+        pool = GpuPool.current(state)
+        if sum(s.job.num_gpus for s in waiting) > sum(pool.free_by_type.values()):
+            return None
+        types = self._node_types(state)
+        placed: list[Assignment] = []
+        for s in waiting:
+            if s.job.gpu_fraction < 1.0:
+                return None
+            best = best_alone(s, state.time_s, types, self._asked, options)  # type: ignore[arg-type]
+            if best is None:
+                return None
+            gpus = pool.take_free(s.job, best.gpu_type)
+            if gpus is None or (best.cross_step_time_s is None
+                                and len({state.cluster.gpu_node[g] for g in gpus}) > 1):
+                return None
+            pool.occupy(s.job.id, gpus)
+            placed.append(Assignment(s.job.id, gpus, best.freeze_level))
+        return Plan(tuple(placed), incremental=True)
+
+    def _node_types(self, state: ClusterState) -> NodeTypes:
+        down = frozenset(state.down_gpus)
+        if self._classes is None or self._classes[0] != id(state.cluster) or self._classes[1] != down:
+            self._classes = (id(state.cluster), down, NodeTypes.of(node_classes(state)))
+        return self._classes[2]
 
     def _remaining_s(self, s: JobState, state: ClusterState) -> float:
         """Predicted time to finish alone: on its current GPU type when running, else its fastest type."""
@@ -152,7 +212,11 @@ class OptimizingPolicy:
             if _inputs(state) == self._seen_inputs:
                 self.skipped_solves += 1
                 return ClusterState(state.time_s, state.cluster, ()), (), trigger  # only the clock moved
-        if cap is None or len(state.jobs) <= cap:
+        if len(waiting) + movers < len(state.jobs) and self._roomy(state, waiting):
+            self._scope = "roomy"
+            return self._bounded(state, [g for stays, g in groups if not stays], waiting, trigger)
+        self._scope = "all" if cap is None or len(state.jobs) <= cap else "capped"
+        if self._scope == "all":
             return state, (), trigger
         queued = self._between_solves_order(state)
         take_queued = min(len(queued), max(cap - len(running), cap // 2))
@@ -170,6 +234,23 @@ class OptimizingPolicy:
                     held.update(s.assignment.gpus)  # type: ignore[union-attr]
         chosen.extend(queued[:take_queued])
         return ClusterState(state.time_s, state.cluster, tuple(chosen), state.down_gpus | held), tuple(kept), trigger
+
+    def _roomy(self, state: ClusterState, waiting: Sequence[JobState]) -> bool:
+        """Idle GPUs hold every waiting job alone at once (greedily, on a type it fits)."""
+        if not waiting:
+            return True
+        started = place_exclusive(state, waiting, self._est, blocking=True)
+        return len(started.assignments) == len(waiting)
+
+    @staticmethod
+    def _bounded(state: ClusterState, moving: Sequence[Sequence[JobState]], waiting: Sequence[JobState],
+                 trigger: str) -> tuple[ClusterState, tuple[Assignment, ...], str]:
+        """The round of the waiting jobs and the movers' groups; every other running job keeps its GPUs."""
+        chosen = [s for g in moving for s in g]
+        ids = {s.job.id for s in chosen}
+        kept = tuple(s.assignment for s in state.running() if s.job.id not in ids)  # type: ignore[misc]
+        held = {g for a in kept for g in a.gpus}
+        return ClusterState(state.time_s, state.cluster, (*chosen, *waiting), state.down_gpus | held), kept, trigger
 
     def _could_move(self, group: Sequence[JobState], idle: _Idle, state: ClusterState) -> bool:
         """A job could run faster elsewhere now: it shares GPUs and the idle GPUs of its own type or a

@@ -34,7 +34,9 @@ def test_without_a_cap_the_round_sees_every_active_job(analytic, small_instance,
     inst = small_instance(4, num_jobs=40, mean_gap_s=15.0)
     policy = optimizing_policy(analytic, max_round_jobs=None, time_limit_s=0.5, backend=backend)
     simulate(inst, policy, truth=MeasuredTruth(use_measurements=False))
-    assert all(entry["jobs"] == entry["active_jobs"] for entry in policy.solve_log)
+    assert all(entry["jobs"] == entry["active_jobs"] for entry in policy.solve_log if entry["scope"] == "all")
+    assert all(entry["scope"] in ("all", "roomy") for entry in policy.solve_log)
+    assert any(entry["scope"] == "all" and entry["active_jobs"] > 5 for entry in policy.solve_log)
 
 
 def _state(num_gpus: int, left: dict[str, float], on: dict[str, tuple[int, ...]]) -> ClusterState:
@@ -191,3 +193,42 @@ def test_jobs_sharing_any_gpu_form_one_group():
 def test_bad_working_set_size_names_the_field(analytic, cap):
     with pytest.raises(ValidationError, match="max_round_jobs"):
         optimizing_policy(analytic, max_round_jobs=cap)
+
+
+def _arrival_state(busy: tuple[int, ...]) -> ClusterState:
+    # two v100 and two p100 GPUs (p100 1.5x slower); x runs on the GPUs ``busy``; w (freezing allowed) arrives.
+    # w's rate per freeze level: 1 / 1.0, 0.9 / 0.8 = 1.125, 0.85 / 0.7 = 1.21 (best), 0.5 / 0.6 = 0.83
+    cluster = Cluster((Node("v0", "v100", 2), Node("p0", "p100", 2)))
+    x = JobState(Job("x", "resnet18", 32, 1e4), 1e4, assignment=Assignment("x", busy[:1]))
+    filler = [JobState(Job(f"y{g}", "resnet18", 32, 1e4), 1e4, assignment=Assignment(f"y{g}", (g,))) for g in busy[1:]]
+    w = JobState(Job("w", "resnet18", 32, 1e4, freeze_allowed=True, accuracy_budget=0.2), 1e4)
+    return ClusterState(0.0, cluster, (x, *filler, w))
+
+
+def _arrival_tables() -> Tables:
+    steps = {k: [1.0] for k in ("x", "y1", "y2", "y3")}
+    return Tables(step_s={**steps, "w": [1.0, 0.8, 0.7, 0.6]}, penalty={"w": [0.0, 0.1, 0.15, 0.5]},
+                  type_factor={"p100": 1.5})
+
+
+def test_an_arrival_that_idle_gpus_hold_at_its_best_option_starts_there_without_a_solve(backend):
+    state = _arrival_state((0,))
+    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, backend=backend)
+    plan = policy.schedule(state)
+    assert plan.incremental and plan.assignments == (Assignment("w", (1,), 2),)
+    assert not policy.solve_log and policy.settled_starts == 1
+    solved = policy.solver.solve(state).by_job()["w"]  # what a solve of the whole round gives w
+    assert solved.freeze_level == 2 and state.cluster.gpu_type_of(solved.gpus[0]) == "v100"
+
+
+def test_an_arrival_whose_best_type_is_full_is_solved_in_a_round_of_the_waiting_jobs_and_movers(backend):
+    # v100s busy with x and y1 (neither could move faster): w's best type is full, so a solve decides w
+    # alone on the idle p100s while x and y1 keep their GPUs
+    state = _arrival_state((0, 1))
+    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, backend=backend)
+    plan = policy.schedule(state).by_job()
+    assert policy.settled_starts == 0 and len(policy.solve_log) == 1
+    entry = policy.solve_log[0]
+    assert entry["scope"] == "roomy" and entry["jobs"] == 1 and entry["active_jobs"] == 3
+    assert plan["x"] == Assignment("x", (0,)) and plan["y1"] == Assignment("y1", (1,))
+    assert plan["w"].gpus[0] in (2, 3) and plan["w"].freeze_level == 2
