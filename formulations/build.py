@@ -95,6 +95,13 @@ def best_alone(js: JobState, time_s: float, types: NodeTypes, predictors: Predic
     return max(job.options, key=lambda o: o.rate(o.cross_step_time_s is not None))
 
 
+def reference_rate(js: JobState, types: NodeTypes, predictors: Predictors, options: RoundOptions) -> float | None:
+    """The rate (iterations/s) a round of ``options`` on GPU classes ``types`` normalises ``js``'s progress by
+    (:attr:`~dltsched.formulations.problem.RoundJob.reference_rate`); ``None``: the round cannot place it."""
+    job, _ = _round_job(js, 0.0, types, predictors, options)
+    return None if job is None else job.reference_rate
+
+
 def _gang_size(job: Job) -> int:
     """GPUs a job needs; a fractional request is a one-GPU job that may co-locate."""
     return 1 if job.gpu_fraction < 1.0 else job.num_gpus

@@ -54,19 +54,19 @@ again until its placement changes or more GPUs of some type are idle than that s
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from dltsched.engine.domain.errors import ValidationError
-from dltsched.engine.domain.model import Assignment, ClusterState, JobState, Plan
+from dltsched.engine.domain.model import Assignment, ClusterState, Job, JobState, Plan
 from dltsched.engine.domain.predictors import Predictors, memoized, memory_observations_version
 from dltsched.engine.domain.profiles import current_profiles
 from dltsched.engine.domain.protocols import RoundSolver
 from dltsched.engine.policies.greedy import place_exclusive
 from dltsched.engine.policies.placement import Estimates, GpuPool
-from dltsched.formulations.build import best_alone, node_classes
-from dltsched.formulations.problem import NodeTypes, RoundOptions
+from dltsched.formulations.build import best_alone, node_classes, reference_rate
+from dltsched.formulations.problem import JCT_MIN_REMAINING_S, NodeTypes, RoundOptions, median_remaining_s
 from dltsched.predictors import available_predictors
 
 
@@ -110,6 +110,10 @@ class OptimizingPolicy:
         #: which jobs the last working set holds: ``all`` active, the ``roomy`` set or the ``capped`` one
         self._scope = "all"
         self._options = getattr(self.solver, "options", None)  # the rounds' RoundOptions, when the solver has them
+        self._rates: dict[str, float | None] = {}  # reference rate per job, for the node types and memory version:
+        self._rates_version: tuple[int, int] | None = None
+        self._fastest: dict[tuple[str, tuple[int, ...], int], bool] = {}  # alone on its fastest type, per placement
+        self._idle_of: tuple[Any, Any, _Idle] | None = None  # the last snapshot's free GPUs and their summary
         self._classes: tuple[int, frozenset[int], NodeTypes] | None = None  # node types per cluster and down GPUs
 
     def schedule(self, state: ClusterState) -> Plan:
@@ -126,7 +130,7 @@ class OptimizingPolicy:
                 self.settled_starts += 1
                 return settled
         warm = round_state.current_plan() if any(s.assignment is not None for s in round_state.jobs) else None
-        plan = self.solver.solve(round_state, warm_start=warm, predictors=self._asked)
+        plan = self._round_solver(state).solve(round_state, warm_start=warm, predictors=self._asked)
         self._last_solve_s = state.time_s
         self._seen_waiting = frozenset(s.job.id for s in round_state.queued())
         self._seen_inputs = _inputs(state)
@@ -175,6 +179,26 @@ class OptimizingPolicy:
             placed.append(Assignment(s.job.id, gpus, best.freeze_level))
         return Plan(tuple(placed), incremental=True)
 
+    def _round_solver(self, state: ClusterState) -> RoundSolver:
+        """The solver of a ``roomy`` round under ``jct``: the jobs' value scale relative to the median predicted
+        remaining time over every active job, not only the round's (see module docstring)."""
+        with_options = getattr(self.solver, "with_options", None)
+        if self._scope != "roomy" or self.solver.objective != "jct" or with_options is None \
+                or not isinstance(self._options, RoundOptions):
+            return self.solver
+        types = self._node_types(state)
+        version = (id(types), memory_observations_version())
+        if self._rates_version != version:
+            self._rates, self._rates_version = {}, version
+        times = []
+        for s in state.jobs:
+            if s.job.id not in self._rates:
+                self._rates[s.job.id] = reference_rate(s, types, self._asked, self._options)  # type: ignore[arg-type]
+            rate = self._rates[s.job.id]
+            if rate:
+                times.append(max(JCT_MIN_REMAINING_S, s.remaining_iterations / rate))
+        return with_options(value_reference_s=median_remaining_s(times)) if times else self.solver  # type: ignore[no-any-return]
+
     def _node_types(self, state: ClusterState) -> NodeTypes:
         down = frozenset(state.down_gpus)
         if self._classes is None or self._classes[0] != id(state.cluster) or self._classes[1] != down:
@@ -192,15 +216,19 @@ class OptimizingPolicy:
         """The round's jobs (see module docstring), the assignments of the running jobs left out, and what
         triggers the solve (no jobs: no solve)."""
         cap = self.max_round_jobs
-        running = state.running()
-        idle = _Idle.of(state)
+        idle = self._idle(state)
         now = state.placements_by_id()
+        specs = state.running_jobs_by_id()
         self._idle_seen = dict(idle.total)
         self._declined = {k: (gpus, seen) for k, (gpus, seen) in self._declined.items()
                           if k in now and now[k].gpus == gpus and not idle.grew_since(seen)}
-        groups = [(all(s.job.id in self._declined for s in g) or not self._could_move(g, idle, state), g)
-                  for g in sharing_groups(running)]
-        self._movers = {s.job.id for stays, g in groups if not stays for s in g}
+        self._movers = set()
+        for ids in _sharing_ids(now):  # movers first; only placements are read, not the running jobs' progress
+            if len(ids) == 1 and self._on_fastest(specs[ids[0]], now[ids[0]], state):
+                continue
+            if not all(k in self._declined for k in ids) \
+                    and self._could_move([(specs[k], now[k]) for k in ids], idle, state):
+                self._movers.update(ids)
         movers = len(self._movers)
         waiting = state.queued()
         stale = self.round_interval_s is not None and state.time_s - self._last_solve_s >= self.round_interval_s
@@ -212,12 +240,17 @@ class OptimizingPolicy:
             if _inputs(state) == self._seen_inputs:
                 self.skipped_solves += 1
                 return ClusterState(state.time_s, state.cluster, ()), (), trigger  # only the clock moved
-        if len(waiting) + movers < len(state.jobs) and self._roomy(state, waiting):
-            self._scope = "roomy"
-            return self._bounded(state, [g for stays, g in groups if not stays], waiting, trigger)
-        self._scope = "all" if cap is None or len(state.jobs) <= cap else "capped"
+        roomy = 3 * len(waiting) + movers
+        if roomy < len(state.jobs) and (cap is None or roomy < cap) \
+                and self._roomy(state, waiting):
+            self._scope, cap = "roomy", roomy
+        else:
+            self._scope = "all" if cap is None or len(state.jobs) <= cap else "capped"
         if self._scope == "all":
             return state, (), trigger
+        assert cap is not None
+        running = state.running()
+        groups = [(not any(s.job.id in self._movers for s in g), g) for g in sharing_groups(running)]
         queued = self._between_solves_order(state)
         take_queued = min(len(queued), max(cap - len(running), cap // 2))
         groups.sort(key=lambda entry: (entry[0], -max(self._remaining_s(s, state) for s in entry[1])))
@@ -242,27 +275,35 @@ class OptimizingPolicy:
         started = place_exclusive(state, waiting, self._est, blocking=True)
         return len(started.assignments) == len(waiting)
 
-    @staticmethod
-    def _bounded(state: ClusterState, moving: Sequence[Sequence[JobState]], waiting: Sequence[JobState],
-                 trigger: str) -> tuple[ClusterState, tuple[Assignment, ...], str]:
-        """The round of the waiting jobs and the movers' groups; every other running job keeps its GPUs."""
-        chosen = [s for g in moving for s in g]
-        ids = {s.job.id for s in chosen}
-        kept = tuple(s.assignment for s in state.running() if s.job.id not in ids)  # type: ignore[misc]
-        held = {g for a in kept for g in a.gpus}
-        return ClusterState(state.time_s, state.cluster, (*chosen, *waiting), state.down_gpus | held), kept, trigger
-
-    def _could_move(self, group: Sequence[JobState], idle: _Idle, state: ClusterState) -> bool:
+    def _could_move(self, group: Sequence[tuple[Job, Assignment]], idle: _Idle, state: ClusterState) -> bool:
         """A job could run faster elsewhere now: it shares GPUs and the idle GPUs of its own type or a
         faster one can hold it, or a faster type's idle GPUs can hold it (one node, unless it is larger
         than every node of that type)."""
-        for s in group:
-            types = self._est.candidate_types(s.job, state.cluster)
-            now = state.cluster.gpu_type_of(s.assignment.gpus[0])  # type: ignore[union-attr]
+        for job, assignment in group:
+            types = self._est.candidate_types(job, state.cluster)
+            now = state.cluster.gpu_type_of(assignment.gpus[0])
             better = types[: types.index(now) + (len(group) > 1)] if now in types else types
-            if any(idle.can_hold(t, s.job.num_gpus) for t in better):
+            if any(idle.can_hold(t, job.num_gpus) for t in better):
                 return True
         return False
+
+    def _on_fastest(self, job: Job, assignment: Assignment, state: ClusterState) -> bool:
+        """A job alone on its GPUs of its fastest type (it could not move faster; remembered per placement)."""
+        key = (job.id, assignment.gpus, memory_observations_version())
+        hit = self._fastest.get(key)
+        if hit is None:
+            types = self._est.candidate_types(job, state.cluster)
+            if len(self._fastest) > 100_000:
+                self._fastest.clear()
+            hit = self._fastest[key] = bool(types) and state.cluster.gpu_type_of(assignment.gpus[0]) == types[0]
+        return hit
+
+    def _idle(self, state: ClusterState) -> _Idle:
+        """:meth:`_Idle.of`, re-used while the snapshot's free GPUs are the same object (nothing changed)."""
+        free = state.free_gpus_by_node()
+        if self._idle_of is None or self._idle_of[0] is not free or self._idle_of[1] is not state.cluster:
+            self._idle_of = (free, state.cluster, _Idle.of(state))
+        return self._idle_of[2]
 
     def _between_solves_order(self, state: ClusterState) -> Sequence[JobState]:
         """Waiting jobs by urgency: shortest predicted remaining time first under ``jct``, else arrival order."""
@@ -329,6 +370,33 @@ class _Idle:
         if num_gpus <= self.largest_node.get(gpu_type, 0):
             return self.in_one_node.get(gpu_type, 0) >= num_gpus
         return self.total.get(gpu_type, 0) >= num_gpus
+
+
+def _sharing_ids(placements: Mapping[str, Assignment]) -> list[list[str]]:
+    """Running job ids grouped so that jobs sharing any GPU are in one group (stable order)."""
+    ids = list(placements)
+    parent = list(range(len(ids)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[int, int] = {}
+    shared = False
+    for i, k in enumerate(ids):
+        for g in placements[k].gpus:
+            o = owner.setdefault(g, i)
+            if o != i:
+                parent[root(i)] = root(o)
+                shared = True
+    if not shared:
+        return [[k] for k in ids]
+    groups: dict[int, list[str]] = {}
+    for i, k in enumerate(ids):
+        groups.setdefault(root(i), []).append(k)
+    return list(groups.values())
 
 
 def sharing_groups(running: Sequence[JobState]) -> list[list[JobState]]:

@@ -109,7 +109,7 @@ def test_movers_are_jobs_that_idle_gpus_could_really_hold_faster(busy_v100, on, 
             for k, gpus in on.items()]
     state = ClusterState(0.0, cluster, (*fillers, *mine))
     policy = optimizing_policy(tables.bundle(), backend=backend)
-    assert policy._could_move(mine, _Idle.of(state), state) is moves
+    assert policy._could_move([(s.job, s.assignment) for s in mine], _Idle.of(state), state) is moves
 
 
 def test_a_mover_the_solver_keeps_in_place_triggers_no_more_solves_until_it_moves(backend):
@@ -196,9 +196,9 @@ def test_bad_working_set_size_names_the_field(analytic, cap):
 
 
 def _arrival_state(busy: tuple[int, ...]) -> ClusterState:
-    # two v100 and two p100 GPUs (p100 1.5x slower); x runs on the GPUs ``busy``; w (freezing allowed) arrives.
-    # w's rate per freeze level: 1 / 1.0, 0.9 / 0.8 = 1.125, 0.85 / 0.7 = 1.21 (best), 0.5 / 0.6 = 0.83
-    cluster = Cluster((Node("v0", "v100", 2), Node("p0", "p100", 2)))
+    # four v100 and two p100 GPUs (p100 1.5x slower); x, y1, ... run on the GPUs ``busy``; w (freezing
+    # allowed) arrives. w's rate per freeze level: 1 / 1.0, 0.9 / 0.8 = 1.125, 0.85 / 0.7 = 1.21 (best), 0.5 / 0.6
+    cluster = Cluster((Node("v0", "v100", 4), Node("p0", "p100", 2)))
     x = JobState(Job("x", "resnet18", 32, 1e4), 1e4, assignment=Assignment("x", busy[:1]))
     filler = [JobState(Job(f"y{g}", "resnet18", 32, 1e4), 1e4, assignment=Assignment(f"y{g}", (g,))) for g in busy[1:]]
     w = JobState(Job("w", "resnet18", 32, 1e4, freeze_allowed=True, accuracy_budget=0.2), 1e4)
@@ -206,29 +206,30 @@ def _arrival_state(busy: tuple[int, ...]) -> ClusterState:
 
 
 def _arrival_tables() -> Tables:
-    steps = {k: [1.0] for k in ("x", "y1", "y2", "y3")}
+    steps = {k: [1.0] for k in ("x", "y1", "y2", "y3", "y4", "y5")}
     return Tables(step_s={**steps, "w": [1.0, 0.8, 0.7, 0.6]}, penalty={"w": [0.0, 0.1, 0.15, 0.5]},
                   type_factor={"p100": 1.5})
 
 
 def test_an_arrival_that_idle_gpus_hold_at_its_best_option_starts_there_without_a_solve(backend):
-    state = _arrival_state((0,))
+    state = _arrival_state((0, 1, 2))
     policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, backend=backend)
     plan = policy.schedule(state)
-    assert plan.incremental and plan.assignments == (Assignment("w", (1,), 2),)
+    assert plan.incremental and plan.assignments == (Assignment("w", (3,), 2),)
     assert not policy.solve_log and policy.settled_starts == 1
     solved = policy.solver.solve(state).by_job()["w"]  # what a solve of the whole round gives w
     assert solved.freeze_level == 2 and state.cluster.gpu_type_of(solved.gpus[0]) == "v100"
 
 
 def test_an_arrival_whose_best_type_is_full_is_solved_in_a_round_of_the_waiting_jobs_and_movers(backend):
-    # v100s busy with x and y1 (neither could move faster): w's best type is full, so a solve decides w
-    # alone on the idle p100s while x and y1 keep their GPUs
-    state = _arrival_state((0, 1))
+    # v100s busy with x, y1, y2, y3 (none could move faster): w's best type is full, so a solve decides w
+    # with the two longest running jobs (three per waiting job) while the others keep their v100s; w's 1.5x
+    # faster run on a v100 is not worth moving a running job there, so w runs on an idle p100
+    state = _arrival_state((0, 1, 2, 3))
     policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, backend=backend)
     plan = policy.schedule(state).by_job()
     assert policy.settled_starts == 0 and len(policy.solve_log) == 1
     entry = policy.solve_log[0]
-    assert entry["scope"] == "roomy" and entry["jobs"] == 1 and entry["active_jobs"] == 3
-    assert plan["x"] == Assignment("x", (0,)) and plan["y1"] == Assignment("y1", (1,))
-    assert plan["w"].gpus[0] in (2, 3) and plan["w"].freeze_level == 2
+    assert entry["scope"] == "roomy" and entry["jobs"] == 3 and entry["active_jobs"] == 5
+    assert all(plan[k] == Assignment(k, (g,)) for k, g in (("x", 0), ("y1", 1), ("y2", 2), ("y3", 3)))
+    assert plan["w"].gpus[0] in (4, 5) and plan["w"].freeze_level == 2
