@@ -17,7 +17,11 @@ the solve log records per solve (``trigger``; :attr:`OptimizingPolicy.triggers` 
 
 - ``new_waiting``: a job waits that no solve has seen waiting (an arrival, or a job that a failure, an
   out-of-memory crash or a preemption sent back to the queue);
-- ``movers``: a running job could move (see below);
+- ``movers``: a running job could move (see below), and the last solve is ``round_interval_s`` ago: movers
+  wait for the periodic round (or for a ``new_waiting`` solve, which sees them too) - on a large cluster
+  some GPU frees up every few minutes, and re-solving at each for jobs that might move to it would cost a
+  solve per completion (a mover a solve kept in place counts again only when more GPUs of a type it could
+  move to are idle than that solve saw);
 - ``changed``: jobs have waited since a solve ``round_interval_s`` ago *and* the round's inputs changed
   since that solve: a job finished or arrived, GPUs went down or came back, or the run measured a new
   memory peak (:func:`~dltsched.engine.domain.predictors.memory_observations_version`) or a new profile
@@ -48,7 +52,7 @@ idle GPUs could hold them, in one node unless they are larger than every node of
 then the longest predicted remaining time first (the candidates for preemption); at most twice as many
 running jobs as waiting ones, plus the movers. The other running jobs keep their GPUs, which the round
 sees as unavailable. A mover that a solve kept where it was (the move did not pay) triggers no solve
-again until its placement changes or more GPUs of some type are idle than that solve saw. Predictions are memoized per job across rounds.
+again until its placement changes or more GPUs of a type it could move to faster are idle than that solve saw. Predictions are memoized per job across rounds.
 """
 
 from __future__ import annotations
@@ -121,14 +125,15 @@ class OptimizingPolicy:
             return Plan()
         if state.time_s - self._last_solve_s < self.min_interval_s:
             return self._start_greedily(state)
-        round_state, kept, trigger = self._working_set(state)
-        if not round_state.jobs:  # nothing new waits, nobody could move, nothing changed
+        trigger = self._trigger(state)
+        if trigger is None:  # nothing new waits, nobody could move, nothing changed
             return self._start_greedily(state)
-        if trigger == "new_waiting" and not self._movers:
+        if trigger == "new_waiting":
             settled = self._settled_starts(state)
             if settled is not None:  # every waiting job starts at its best option: no solve can do better
                 self.settled_starts += 1
                 return settled
+        round_state, kept = self._select(state)
         warm = round_state.current_plan() if any(s.assignment is not None for s in round_state.jobs) else None
         plan = self._round_solver(state).solve(round_state, warm_start=warm, predictors=self._asked)
         self._last_solve_s = state.time_s
@@ -136,9 +141,9 @@ class OptimizingPolicy:
         self._seen_inputs = _inputs(state)
         self.triggers[trigger] = self.triggers.get(trigger, 0) + 1
         placed, now = plan.by_job(), state.placements_by_id()
-        for job_id in self._movers:
+        for job_id in sorted(self._movers):
             if job_id in placed and set(placed[job_id].gpus) == set(now[job_id].gpus):
-                self._declined[job_id] = (now[job_id].gpus, self._idle_seen)
+                self._declined[job_id] = (now[job_id].gpus, self._seen_for(job_id, state))
         self.solve_log.append({"time_s": state.time_s, "status": plan.status, "solve_time_s": plan.solve_time_s,
                                "build_time_s": plan.build_time_s, "gap": plan.gap, "jobs": len(round_state.jobs),
                                "active_jobs": len(state.jobs), "waiting_jobs": len(state.queued()),
@@ -212,10 +217,17 @@ class OptimizingPolicy:
         types = self._est.candidate_types(s.job, state.cluster)
         return s.remaining_iterations * self._est.step_time_s(s.job, types[0]) if types else math.inf
 
-    def _working_set(self, state: ClusterState) -> tuple[ClusterState, tuple[Assignment, ...], str]:
+    def _working_set(self, state: ClusterState) -> tuple[ClusterState, tuple[Assignment, ...], str | None]:
         """The round's jobs (see module docstring), the assignments of the running jobs left out, and what
-        triggers the solve (no jobs: no solve)."""
-        cap = self.max_round_jobs
+        triggers the solve (``None`` and no jobs: no solve)."""
+        trigger = self._trigger(state)
+        if trigger is None:
+            return ClusterState(state.time_s, state.cluster, ()), (), None
+        round_state, kept = self._select(state)
+        return round_state, kept, trigger
+
+    def _trigger(self, state: ClusterState) -> str | None:
+        """What triggers a solve now (see module docstring; ``None``: no solve); finds the movers."""
         idle = self._idle(state)
         now = state.placements_by_id()
         specs = state.running_jobs_by_id()
@@ -233,13 +245,23 @@ class OptimizingPolicy:
         waiting = state.queued()
         stale = self.round_interval_s is not None and state.time_s - self._last_solve_s >= self.round_interval_s
         news = any(s.job.id not in self._seen_waiting for s in waiting)
+        if movers and not news and not stale:  # movers wait for the periodic round
+            movers = 0
+            self._movers = set()
         trigger = "new_waiting" if news else "movers" if movers else "changed"
         if not news and not movers:
             if not (waiting and stale):
-                return ClusterState(state.time_s, state.cluster, ()), (), trigger  # nothing new waits, nobody moves
+                return None  # nothing new waits, nobody moves
             if _inputs(state) == self._seen_inputs:
                 self.skipped_solves += 1
-                return ClusterState(state.time_s, state.cluster, ()), (), trigger  # only the clock moved
+                return None  # only the clock moved
+        return trigger
+
+    def _select(self, state: ClusterState) -> tuple[ClusterState, tuple[Assignment, ...]]:
+        """The round's jobs (see module docstring) and the assignments of the running jobs left out."""
+        cap = self.max_round_jobs
+        waiting = state.queued()
+        movers = len(self._movers)
         roomy = 3 * len(waiting) + movers
         if roomy < len(state.jobs) and (cap is None or roomy < cap) \
                 and self._roomy(state, waiting):
@@ -247,7 +269,7 @@ class OptimizingPolicy:
         else:
             self._scope = "all" if cap is None or len(state.jobs) <= cap else "capped"
         if self._scope == "all":
-            return state, (), trigger
+            return state, ()
         assert cap is not None
         running = state.running()
         groups = [(not any(s.job.id in self._movers for s in g), g) for g in sharing_groups(running)]
@@ -266,7 +288,7 @@ class OptimizingPolicy:
                     kept.append(s.assignment)  # type: ignore[arg-type]
                     held.update(s.assignment.gpus)  # type: ignore[union-attr]
         chosen.extend(queued[:take_queued])
-        return ClusterState(state.time_s, state.cluster, tuple(chosen), state.down_gpus | held), tuple(kept), trigger
+        return ClusterState(state.time_s, state.cluster, tuple(chosen), state.down_gpus | held), tuple(kept)
 
     def _roomy(self, state: ClusterState, waiting: Sequence[JobState]) -> bool:
         """Idle GPUs hold every waiting job alone at once (greedily, on a type it fits)."""
@@ -286,6 +308,18 @@ class OptimizingPolicy:
             if any(idle.can_hold(t, job.num_gpus) for t in better):
                 return True
         return False
+
+    def _seen_for(self, job_id: str, state: ClusterState) -> dict[str, int]:
+        """The idle GPUs the last working set saw of the types running job ``job_id`` could move to faster: the
+        types faster than its own, and its own when it shares its GPUs (more idle GPUs of another type
+        cannot speed it up)."""
+        placements = state.placements_by_id()
+        job, assignment = state.running_jobs_by_id()[job_id], placements[job_id]
+        types = self._est.candidate_types(job, state.cluster)
+        now = state.cluster.gpu_type_of(assignment.gpus[0])
+        shared = any(k != job_id and not set(a.gpus).isdisjoint(assignment.gpus) for k, a in placements.items())
+        better = types[: types.index(now) + shared] if now in types else types
+        return {t: self._idle_seen.get(t, 0) for t in better}
 
     def _on_fastest(self, job: Job, assignment: Assignment, state: ClusterState) -> bool:
         """A job alone on its GPUs of its fastest type (it could not move faster; remembered per placement)."""
@@ -355,15 +389,20 @@ class _Idle:
         one: dict[str, int] = {}
         largest: dict[str, int] = {}
         for node, free in zip(state.cluster.nodes, state.free_gpus_by_node(), strict=True):
-            t = node.gpu_type
-            total[t] = total.get(t, 0) + len(free)
-            one[t] = max(one.get(t, 0), len(free))
-            largest[t] = max(largest.get(t, 0), node.num_gpus)
+            t, n = node.gpu_type, len(free)
+            if t in total:
+                total[t] += n
+                if n > one[t]:
+                    one[t] = n
+                if node.num_gpus > largest[t]:
+                    largest[t] = node.num_gpus
+            else:
+                total[t], one[t], largest[t] = n, n, node.num_gpus
         return _Idle(total, one, largest)
 
     def grew_since(self, seen: dict[str, int]) -> bool:
-        """Some GPU type has more idle GPUs now than in ``seen`` (idle GPUs per type at an earlier round)."""
-        return any(n > seen.get(t, 0) for t, n in self.total.items())
+        """Some GPU type of ``seen`` (idle GPUs per type at an earlier round) has more idle GPUs now."""
+        return any(self.total.get(t, 0) > n for t, n in seen.items())
 
     def can_hold(self, gpu_type: str, num_gpus: int) -> bool:
         """A gang of ``num_gpus`` fits the idle GPUs of ``gpu_type`` as a placement would use them."""

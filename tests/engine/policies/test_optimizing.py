@@ -233,3 +233,24 @@ def test_an_arrival_whose_best_type_is_full_is_solved_in_a_round_of_the_waiting_
     assert entry["scope"] == "roomy" and entry["jobs"] == 3 and entry["active_jobs"] == 5
     assert all(plan[k] == Assignment(k, (g,)) for k, g in (("x", 0), ("y1", 1), ("y2", 2), ("y3", 3)))
     assert plan["w"].gpus[0] in (4, 5) and plan["w"].freeze_level == 2
+
+
+def test_a_mover_waits_for_the_periodic_round(backend):
+    # v100s hold x and y, j runs on a p100 (2x slower), w arrives: its best type is full, so a solve places it
+    # on the other p100. When y is gone at 600 s, j could move to the idle v100: a mover, but with nothing
+    # new waiting it waits for the periodic round (round_interval_s = 1,800 s after the last solve)
+    tables = Tables(step_s={k: [1.0] for k in ("x", "y", "j", "w")}, type_factor={"p100": 2.0})
+    cluster = Cluster((Node("v0", "v100", 2), Node("p0", "p100", 2)))
+
+    def running(k: str, g: int) -> JobState:
+        return JobState(Job(k, "resnet18", 32, 1e5), 1e5, assignment=Assignment(k, (g,)))
+
+    x, y, j = running("x", 0), running("y", 1), running("j", 2)
+    policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, backend=backend)
+    first = policy.schedule(ClusterState(0.0, cluster, (x, y, j, JobState(Job("w", "resnet18", 32, 1e5), 1e5))))
+    assert first.by_job()["w"].gpus == (3,) and len(policy.solve_log) == 1
+    w = running("w", 3)
+    assert policy.schedule(ClusterState(600.0, cluster, (x, j, w))) == Plan(incremental=True)
+    assert len(policy.solve_log) == 1
+    plan = policy.schedule(ClusterState(1800.0, cluster, (x, j, w)))
+    assert policy.solve_log[-1]["trigger"] == "movers" and plan.by_job()["j"].gpus == (1,)
