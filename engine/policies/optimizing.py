@@ -6,8 +6,9 @@ the snapshot to its :class:`~dltsched.engine.domain.protocols.RoundSolver` (the 
 :class:`~dltsched.formulations.RoundProblem` from the predictors, solves it with ``config.backend`` under
 ``config.time_limit_s`` warm-started from the current placements, checks the plan with the
 solver-independent checker and falls back to a greedy plan when the solver gives nothing usable. A round
-that times out keeps the solver's best plan. Events closer than ``min_interval_s`` to the last solve are
-batched: running jobs stay, new arrivals start greedily on free GPUs (shortest predicted remaining time
+that times out keeps the solver's best plan. Events closer than ``min_interval_s`` (``auto``, the default:
+300 s up to 256 GPUs, 300 s per 256 GPUs above: 1,200 s at 1,024) to the last solve are
+batched: running jobs stay, new arrivals start as settled starts (below) when they can, else greedily on free GPUs (shortest predicted remaining time
 first under the ``jct`` objective, else in arrival order), and the next solve sees everything.
 Migration and preemption are priced by ``config.migration_penalty``; the simulator also charges the
 checkpoint-restore time of every moved job.
@@ -43,7 +44,8 @@ jobs and the movers' groups only; every other running job keeps its GPUs, which 
 unavailable (a round then costs what its few jobs cost, not what the cluster's running jobs do; it gives
 up preempting or joining a running job that is no mover, which pays only when GPUs are short). Otherwise a
 solving round decides about every
-active job, or, when more than ``max_round_jobs`` are active (``None``: no limit), about that many. The
+active job, or, when more than ``max_round_jobs`` are active (``None``: no limit; ``auto``, the default: 256
+up to 256 GPUs, ``256 x 256 / GPUs`` above, at least 64: 64 at 1,024 GPUs), about that many. The
 set then holds the most urgent waiting jobs (shortest predicted remaining time first under the ``jct``
 objective, else arrival order) - at least half the set, or all the room the running jobs leave - and
 running jobs worth reconsidering, jobs sharing GPUs together: first the *movers* (jobs sharing GPUs
@@ -70,8 +72,23 @@ from dltsched.engine.domain.protocols import RoundSolver
 from dltsched.engine.policies.greedy import place_exclusive
 from dltsched.engine.policies.placement import Estimates, GpuPool
 from dltsched.formulations.build import best_alone, node_classes, reference_rate
-from dltsched.formulations.problem import JCT_MIN_REMAINING_S, NodeTypes, RoundOptions, median_remaining_s
+from dltsched.formulations.problem import (
+    JCT_MIN_REMAINING_S,
+    JobOption,
+    NodeTypes,
+    RoundOptions,
+    median_remaining_s,
+)
 from dltsched.predictors import available_predictors
+
+#: the ``auto`` cadence and round size (see :class:`OptimizingPolicy`): up to ``AUTO_GPUS`` GPUs a solve at most
+#: every ``AUTO_INTERVAL_S`` of ``AUTO_ROUND_JOBS`` jobs at most; above, the interval grows and the round shrinks
+#: in proportion to the GPUs (at least ``MIN_AUTO_ROUND_JOBS`` jobs), so that the solves of a simulated hour
+#: cost about the same on a large cluster, whose events come faster, as on a small one
+AUTO_GPUS = 256
+AUTO_INTERVAL_S = 300.0
+AUTO_ROUND_JOBS = 256
+MIN_AUTO_ROUND_JOBS = 64
 
 
 @dataclass
@@ -85,15 +102,20 @@ class OptimizingPolicy:
 
     solver: RoundSolver
     predictors: Predictors | None = None
-    min_interval_s: float = 300.0
+    min_interval_s: float | str = "auto"
     round_interval_s: float | None = 1800.0
-    max_round_jobs: int | None = 256
+    max_round_jobs: int | str | None = "auto"
     name: str = "optimizing"
 
     def __post_init__(self) -> None:
-        if self.max_round_jobs is not None and (not isinstance(self.max_round_jobs, int) or self.max_round_jobs < 2):
-            raise ValidationError("max_round_jobs", f"{self.max_round_jobs!r} not understood; an integer >= 2, "
-                                  "or none for every active job")
+        cap = self.max_round_jobs
+        if cap is not None and cap != "auto" and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 2):
+            raise ValidationError("max_round_jobs", f"{cap!r} not understood; an integer >= 2, auto (256 up to 256 "
+                                  "GPUs, fewer above), or none for every active job")
+        gap = self.min_interval_s
+        if gap != "auto" and (isinstance(gap, bool) or not isinstance(gap, int | float) or not 0 <= gap < math.inf):
+            raise ValidationError("min_interval_s", f"{gap!r} not understood; seconds >= 0, or auto (300 s per 256 "
+                                  "GPUs, at least 300 s)")
         if self.predictors is None:
             self.predictors = available_predictors()
         self._asked = memoized(self.predictors)  # rounds ask about the same jobs again and again
@@ -116,6 +138,7 @@ class OptimizingPolicy:
         self._options = getattr(self.solver, "options", None)  # the rounds' RoundOptions, when the solver has them
         self._rates: dict[str, float | None] = {}  # reference rate per job, for the node types and memory version:
         self._rates_version: tuple[int, int] | None = None
+        self._best: dict[tuple[Any, ...], JobOption | None] = {}  # best option alone per waiting job and inputs
         self._fastest: dict[tuple[str, tuple[int, ...], int], bool] = {}  # alone on its fastest type, per placement
         self._idle_of: tuple[Any, Any, _Idle] | None = None  # the last snapshot's free GPUs and their summary
         self._classes: tuple[int, frozenset[int], NodeTypes] | None = None  # node types per cluster and down GPUs
@@ -123,16 +146,16 @@ class OptimizingPolicy:
     def schedule(self, state: ClusterState) -> Plan:
         if not state.jobs:
             return Plan()
-        if state.time_s - self._last_solve_s < self.min_interval_s:
+        if state.time_s - self._last_solve_s < self._min_interval(state):
             return self._start_greedily(state)
         trigger = self._trigger(state)
         if trigger is None:  # nothing new waits, nobody could move, nothing changed
             return self._start_greedily(state)
         if trigger == "new_waiting":
-            settled = self._settled_starts(state)
-            if settled is not None:  # every waiting job starts at its best option: no solve can do better
+            plan, settled = self._settled_starts(state, fill=False)
+            if settled:  # every new waiting job starts at its best option: no solve can do better for it
                 self.settled_starts += 1
-                return settled
+                return plan
         round_state, kept = self._select(state)
         warm = round_state.current_plan() if any(s.assignment is not None for s in round_state.jobs) else None
         plan = self._round_solver(state).solve(round_state, warm_start=warm, predictors=self._asked)
@@ -151,38 +174,53 @@ class OptimizingPolicy:
         return replace(plan, assignments=plan.assignments + kept) if kept else plan
 
     def _start_greedily(self, state: ClusterState) -> Plan:
-        """Running jobs stay; waiting jobs start on free GPUs, most urgent first (see module docstring)."""
-        if not any(state.free_gpus_by_node()):
+        """Running jobs stay; waiting jobs start on free GPUs, most urgent first: at their best options up to
+        the first that cannot start so, the rest greedily (see module docstring)."""
+        if not state.queued() or not any(state.free_gpus_by_node()):
             return Plan(incremental=True)
-        return place_exclusive(state, self._between_solves_order(state), self._est, blocking=False)
+        return self._settled_starts(state, fill=True)[0]
 
-    def _settled_starts(self, state: ClusterState) -> Plan | None:
-        """Every waiting job alone on idle GPUs at its best option (fastest GPU type and freeze level a round
-        offers it, :func:`~dltsched.formulations.build.best_alone`; in one node when one of the type is large
-        enough), most urgent first; ``None`` when some waiting job cannot start so, or the solver does not
-        say its round options."""
-        options = self._options
-        if not isinstance(options, RoundOptions):
-            return None
+    def _settled_starts(self, state: ClusterState, *, fill: bool) -> tuple[Plan, bool]:
+        """Waiting jobs, most urgent first, alone on idle GPUs at their best option (fastest GPU type and freeze
+        level a round offers them, :func:`~dltsched.formulations.build.best_alone`; in one node when one of the
+        type is large enough), up to the first job no solve has seen waiting that cannot start so (later ones
+        might take the GPUs a solve would give it; one a solve has seen is skipped: that solve let it wait);
+        with ``fill`` the jobs left then start greedily, as between solves. Returns the starts and whether
+        every waiting job no solve has seen started at its best option."""
         waiting = self._between_solves_order(state)
         pool = GpuPool.current(state)
-        if sum(s.job.num_gpus for s in waiting) > sum(pool.free_by_type.values()):
-            return None
-        types = self._node_types(state)
+        options = self._options if isinstance(self._options, RoundOptions) else None
+        types = self._node_types(state) if options is not None else None
         placed: list[Assignment] = []
+        settled, blocked = True, options is None
         for s in waiting:
-            if s.job.gpu_fraction < 1.0:
-                return None
-            best = best_alone(s, state.time_s, types, self._asked, options)  # type: ignore[arg-type]
-            if best is None:
-                return None
-            gpus = pool.take_free(s.job, best.gpu_type)
-            if gpus is None or (best.cross_step_time_s is None
-                                and len({state.cluster.gpu_node[g] for g in gpus}) > 1):
-                return None
-            pool.occupy(s.job.id, gpus)
-            placed.append(Assignment(s.job.id, gpus, best.freeze_level))
-        return Plan(tuple(placed), incremental=True)
+            gpus = None
+            if not blocked and s.job.gpu_fraction >= 1.0:
+                key = (s.job.id, s.remaining_iterations, id(types), memory_observations_version(), _profiles())
+                if key not in self._best:
+                    if len(self._best) > 100_000:
+                        self._best.clear()
+                    self._best[key] = best_alone(s, state.time_s, types, self._asked, options)  # type: ignore[arg-type]
+                best = self._best[key]
+                if best is not None:
+                    gpus = pool.take_free(s.job, best.gpu_type)
+                    if gpus is not None and best.cross_step_time_s is None \
+                            and len({state.cluster.gpu_node[g] for g in gpus}) > 1:
+                        gpus = None
+                if gpus is not None:
+                    pool.occupy(s.job.id, gpus)
+                    placed.append(Assignment(s.job.id, gpus, best.freeze_level))  # type: ignore[union-attr]
+                    continue
+            if s.job.id not in self._seen_waiting:  # a job a solve has seen waiting blocks nobody: it was decided
+                blocked, settled = True, False
+            if fill and max(pool.free_by_type.values(), default=0) >= s.job.num_gpus:
+                for gpu_type in self._est.candidate_types(s.job, state.cluster):
+                    gpus = pool.take_free(s.job, gpu_type)
+                    if gpus is not None:
+                        pool.occupy(s.job.id, gpus)
+                        placed.append(Assignment(s.job.id, gpus))
+                        break
+        return Plan(tuple(placed), incremental=True), settled
 
     def _round_solver(self, state: ClusterState) -> RoundSolver:
         """The solver of a ``roomy`` round under ``jct``: the jobs' value scale relative to the median predicted
@@ -257,9 +295,24 @@ class OptimizingPolicy:
                 return None  # only the clock moved
         return trigger
 
+    def _min_interval(self, state: ClusterState) -> float:
+        """``min_interval_s``; ``auto``: :data:`AUTO_INTERVAL_S` per :data:`AUTO_GPUS` GPUs, at least that."""
+        if self.min_interval_s == "auto":
+            return AUTO_INTERVAL_S * max(1.0, state.cluster.num_gpus / AUTO_GPUS)
+        return float(self.min_interval_s)
+
+    def _cap(self, state: ClusterState) -> int | None:
+        """``max_round_jobs``; ``auto``: :data:`AUTO_ROUND_JOBS` up to :data:`AUTO_GPUS` GPUs, above that
+        ``AUTO_ROUND_JOBS x AUTO_GPUS / GPUs`` but at least :data:`MIN_AUTO_ROUND_JOBS`."""
+        cap = self.max_round_jobs
+        if cap == "auto":
+            gpus = state.cluster.num_gpus
+            return AUTO_ROUND_JOBS if gpus <= AUTO_GPUS else max(MIN_AUTO_ROUND_JOBS, AUTO_ROUND_JOBS * AUTO_GPUS // gpus)
+        return cap  # type: ignore[return-value]
+
     def _select(self, state: ClusterState) -> tuple[ClusterState, tuple[Assignment, ...]]:
         """The round's jobs (see module docstring) and the assignments of the running jobs left out."""
-        cap = self.max_round_jobs
+        cap = self._cap(state)
         waiting = state.queued()
         movers = len(self._movers)
         roomy = 3 * len(waiting) + movers
@@ -364,6 +417,12 @@ class OptimizingPolicy:
         seen = data.get("seen_inputs")
         self._seen_inputs = None if seen is None else (frozenset(seen["jobs"]), frozenset(int(g) for g in seen["down_gpus"]),
                                                        int(seen["memory_version"]), int(seen.get("profiles", 0)))
+
+
+def _profiles() -> int:
+    """How many profiles the run has measured on arrival (0 without profiling)."""
+    book = current_profiles()
+    return 0 if book is None else len(book)
 
 
 def _inputs(state: ClusterState) -> tuple[frozenset[str], frozenset[int], int, int]:

@@ -254,3 +254,28 @@ def test_a_mover_waits_for_the_periodic_round(backend):
     assert len(policy.solve_log) == 1
     plan = policy.schedule(ClusterState(1800.0, cluster, (x, j, w)))
     assert policy.solve_log[-1]["trigger"] == "movers" and plan.by_job()["j"].gpus == (1,)
+
+
+def test_auto_cadence_and_round_size_scale_with_the_cluster(backend):
+    # 512 busy v100 GPUs (64 nodes of 8): auto gives a solve at most every 600 s and rounds of at most
+    # 256 x 256 / 512 = 128 jobs; an arrival 300 s after a solve waits for the next one at 600 s
+    cluster = Cluster(tuple(Node(f"n{i}", "v100", 8) for i in range(64)))
+    busy = tuple(JobState(Job(f"r{g}", "resnet18", 32, 1e6), 1e6 - g, assignment=Assignment(f"r{g}", (g,)))
+                 for g in range(512))
+    tables = Tables(step_s={k: [1.0] for k in (*(f"r{g}" for g in range(512)), "w1", "w2")})
+    policy = optimizing_policy(tables.bundle(), time_limit_s=0.2, max_jobs_per_gpu=1, backend=backend)
+    w1, w2 = (JobState(Job(k, "resnet18", 32, 1e6), 1e6) for k in ("w1", "w2"))
+    policy.schedule(ClusterState(0.0, cluster, (*busy, w1)))
+    assert len(policy.solve_log) == 1 and policy.solve_log[0]["jobs"] <= 128
+    assert policy.solve_log[0]["scope"] == "capped"
+    policy.schedule(ClusterState(300.0, cluster, (*busy, w1, w2)))
+    assert len(policy.solve_log) == 1
+    policy.schedule(ClusterState(600.0, cluster, (*busy, w1, w2)))
+    assert len(policy.solve_log) == 2 and policy.solve_log[1]["trigger"] == "new_waiting"
+
+
+@pytest.mark.parametrize(("key", "value"), [("min_interval_s", -1.0), ("min_interval_s", "soon"),
+                                            ("max_round_jobs", 1), ("max_round_jobs", "many")])
+def test_bad_cadence_or_round_size_names_the_field(analytic, key, value):
+    with pytest.raises(ValidationError, match=key):
+        optimizing_policy(analytic, **{key: value})
