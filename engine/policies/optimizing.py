@@ -7,7 +7,7 @@ the snapshot to its :class:`~dltsched.engine.domain.protocols.RoundSolver` (the 
 ``config.time_limit_s`` warm-started from the current placements, checks the plan with the
 solver-independent checker and falls back to a greedy plan when the solver gives nothing usable. A round
 that times out keeps the solver's best plan. Events closer than ``min_interval_s`` (``auto``, the default:
-300 s up to 256 GPUs, 300 s per 256 GPUs above: 1,200 s at 1,024) to the last solve are
+300 s up to 128 GPUs, 300 s per 128 GPUs above: 2,400 s at 1,024) to the last solve are
 batched: running jobs stay, new arrivals start as settled starts (below) when they can, else greedily on free GPUs (shortest predicted remaining time
 first under the ``jct`` objective, else in arrival order), and the next solve sees everything.
 Migration and preemption are priced by ``config.migration_penalty``; the simulator also charges the
@@ -81,11 +81,12 @@ from dltsched.formulations.problem import (
 )
 from dltsched.predictors import available_predictors
 
-#: the ``auto`` cadence and round size (see :class:`OptimizingPolicy`): up to ``AUTO_GPUS`` GPUs a solve at most
-#: every ``AUTO_INTERVAL_S`` of ``AUTO_ROUND_JOBS`` jobs at most; above, the interval grows and the round shrinks
-#: in proportion to the GPUs (at least ``MIN_AUTO_ROUND_JOBS`` jobs), so that the solves of a simulated hour
-#: cost about the same on a large cluster, whose events come faster, as on a small one
+#: the ``auto`` cadence and round size (see :class:`OptimizingPolicy`): a solve at most every ``AUTO_INTERVAL_S``
+#: per ``AUTO_INTERVAL_GPUS`` GPUs (at least ``AUTO_INTERVAL_S``), of ``AUTO_ROUND_JOBS`` jobs at most up to
+#: ``AUTO_GPUS`` GPUs and fewer in proportion above (at least ``MIN_AUTO_ROUND_JOBS``), so that the solves of a
+#: simulated hour cost about as much on a large cluster, whose events come faster, as on a small one
 AUTO_GPUS = 256
+AUTO_INTERVAL_GPUS = 128
 AUTO_INTERVAL_S = 300.0
 AUTO_ROUND_JOBS = 256
 MIN_AUTO_ROUND_JOBS = 64
@@ -114,7 +115,7 @@ class OptimizingPolicy:
                                   "GPUs, fewer above), or none for every active job")
         gap = self.min_interval_s
         if gap != "auto" and (isinstance(gap, bool) or not isinstance(gap, int | float) or not 0 <= gap < math.inf):
-            raise ValidationError("min_interval_s", f"{gap!r} not understood; seconds >= 0, or auto (300 s per 256 "
+            raise ValidationError("min_interval_s", f"{gap!r} not understood; seconds >= 0, or auto (300 s per 128 "
                                   "GPUs, at least 300 s)")
         if self.predictors is None:
             self.predictors = available_predictors()
@@ -296,9 +297,9 @@ class OptimizingPolicy:
         return trigger
 
     def _min_interval(self, state: ClusterState) -> float:
-        """``min_interval_s``; ``auto``: :data:`AUTO_INTERVAL_S` per :data:`AUTO_GPUS` GPUs, at least that."""
+        """``min_interval_s``; ``auto``: :data:`AUTO_INTERVAL_S` per :data:`AUTO_INTERVAL_GPUS` GPUs, at least that."""
         if self.min_interval_s == "auto":
-            return AUTO_INTERVAL_S * max(1.0, state.cluster.num_gpus / AUTO_GPUS)
+            return AUTO_INTERVAL_S * max(1.0, state.cluster.num_gpus / AUTO_INTERVAL_GPUS)
         return float(self.min_interval_s)
 
     def _cap(self, state: ClusterState) -> int | None:

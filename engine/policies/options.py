@@ -117,7 +117,7 @@ class _Solver(PolicyOptions):
     fallback_policy: str = Field("sjf", max_length=64, description="policy deciding a round the solver misses")
     exact_max_jobs: int = Field(100, ge=1, le=1_000_000, description="backend auto: exact solver up to this size")
     min_interval_s: float | Literal["auto"] = Field(
-        "auto", description="batch events closer than this to the last solve, seconds >= 0 (auto: 300 s per 256 "
+        "auto", description="batch events closer than this to the last solve, seconds >= 0 (auto: 300 s per 128 "
                             "GPUs, at least 300 s)")
     max_round_jobs: int | Literal["auto"] | None = Field(
         "auto", description="jobs one solve decides at most, >= 2 (auto: 256 up to 256 GPUs, 256 x 256 / GPUs above, "

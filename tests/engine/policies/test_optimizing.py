@@ -257,8 +257,8 @@ def test_a_mover_waits_for_the_periodic_round(backend):
 
 
 def test_auto_cadence_and_round_size_scale_with_the_cluster(backend):
-    # 512 busy v100 GPUs (64 nodes of 8): auto gives a solve at most every 600 s and rounds of at most
-    # 256 x 256 / 512 = 128 jobs; an arrival 300 s after a solve waits for the next one at 600 s
+    # 512 busy v100 GPUs (64 nodes of 8): auto gives a solve at most every 300 x 512 / 128 = 1,200 s and
+    # rounds of at most 256 x 256 / 512 = 128 jobs; an arrival 600 s after a solve waits for the next at 1,200 s
     cluster = Cluster(tuple(Node(f"n{i}", "v100", 8) for i in range(64)))
     busy = tuple(JobState(Job(f"r{g}", "resnet18", 32, 1e6), 1e6 - g, assignment=Assignment(f"r{g}", (g,)))
                  for g in range(512))
@@ -268,9 +268,9 @@ def test_auto_cadence_and_round_size_scale_with_the_cluster(backend):
     policy.schedule(ClusterState(0.0, cluster, (*busy, w1)))
     assert len(policy.solve_log) == 1 and policy.solve_log[0]["jobs"] <= 128
     assert policy.solve_log[0]["scope"] == "capped"
-    policy.schedule(ClusterState(300.0, cluster, (*busy, w1, w2)))
-    assert len(policy.solve_log) == 1
     policy.schedule(ClusterState(600.0, cluster, (*busy, w1, w2)))
+    assert len(policy.solve_log) == 1
+    policy.schedule(ClusterState(1200.0, cluster, (*busy, w1, w2)))
     assert len(policy.solve_log) == 2 and policy.solve_log[1]["trigger"] == "new_waiting"
 
 
