@@ -44,8 +44,7 @@ jobs and the movers' groups only; every other running job keeps its GPUs, which 
 unavailable (a round then costs what its few jobs cost, not what the cluster's running jobs do; it gives
 up preempting or joining a running job that is no mover, which pays only when GPUs are short). Otherwise a
 solving round decides about every
-active job, or, when more than ``max_round_jobs`` are active (``None``: no limit; ``auto``, the default: 256
-up to 256 GPUs, ``256 x 256 / GPUs`` above, at least 64: 64 at 1,024 GPUs), about that many. The
+active job, or, when more than ``max_round_jobs`` are active (``None``: no limit), about that many. The
 set then holds the most urgent waiting jobs (shortest predicted remaining time first under the ``jct``
 objective, else arrival order) - at least half the set, or all the room the running jobs leave - and
 running jobs worth reconsidering, jobs sharing GPUs together: first the *movers* (jobs sharing GPUs
@@ -81,15 +80,11 @@ from dltsched.formulations.problem import (
 )
 from dltsched.predictors import available_predictors
 
-#: the ``auto`` cadence and round size (see :class:`OptimizingPolicy`): a solve at most every ``AUTO_INTERVAL_S``
-#: per ``AUTO_INTERVAL_GPUS`` GPUs (at least ``AUTO_INTERVAL_S``), of ``AUTO_ROUND_JOBS`` jobs at most up to
-#: ``AUTO_GPUS`` GPUs and fewer in proportion above (at least ``MIN_AUTO_ROUND_JOBS``), so that the solves of a
-#: simulated hour cost about as much on a large cluster, whose events come faster, as on a small one
-AUTO_GPUS = 256
+#: the ``auto`` cadence (see :class:`OptimizingPolicy`): a solve at most every ``AUTO_INTERVAL_S`` per
+#: ``AUTO_INTERVAL_GPUS`` GPUs (at least ``AUTO_INTERVAL_S``), so that the solves of a simulated hour cost about
+#: as much on a large cluster, whose events come faster, as on a small one
 AUTO_INTERVAL_GPUS = 128
 AUTO_INTERVAL_S = 300.0
-AUTO_ROUND_JOBS = 256
-MIN_AUTO_ROUND_JOBS = 64
 
 
 @dataclass
@@ -105,14 +100,14 @@ class OptimizingPolicy:
     predictors: Predictors | None = None
     min_interval_s: float | str = "auto"
     round_interval_s: float | None = 1800.0
-    max_round_jobs: int | str | None = "auto"
+    max_round_jobs: int | None = 256
     name: str = "optimizing"
 
     def __post_init__(self) -> None:
         cap = self.max_round_jobs
-        if cap is not None and cap != "auto" and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 2):
-            raise ValidationError("max_round_jobs", f"{cap!r} not understood; an integer >= 2, auto (256 up to 256 "
-                                  "GPUs, fewer above), or none for every active job")
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 2):
+            raise ValidationError("max_round_jobs", f"{cap!r} not understood; an integer >= 2, or none for every "
+                                  "active job")
         gap = self.min_interval_s
         if gap != "auto" and (isinstance(gap, bool) or not isinstance(gap, int | float) or not 0 <= gap < math.inf):
             raise ValidationError("min_interval_s", f"{gap!r} not understood; seconds >= 0, or auto (300 s per 128 "
@@ -302,18 +297,9 @@ class OptimizingPolicy:
             return AUTO_INTERVAL_S * max(1.0, state.cluster.num_gpus / AUTO_INTERVAL_GPUS)
         return float(self.min_interval_s)
 
-    def _cap(self, state: ClusterState) -> int | None:
-        """``max_round_jobs``; ``auto``: :data:`AUTO_ROUND_JOBS` up to :data:`AUTO_GPUS` GPUs, above that
-        ``AUTO_ROUND_JOBS x AUTO_GPUS / GPUs`` but at least :data:`MIN_AUTO_ROUND_JOBS`."""
-        cap = self.max_round_jobs
-        if cap == "auto":
-            gpus = state.cluster.num_gpus
-            return AUTO_ROUND_JOBS if gpus <= AUTO_GPUS else max(MIN_AUTO_ROUND_JOBS, AUTO_ROUND_JOBS * AUTO_GPUS // gpus)
-        return cap  # type: ignore[return-value]
-
     def _select(self, state: ClusterState) -> tuple[ClusterState, tuple[Assignment, ...]]:
         """The round's jobs (see module docstring) and the assignments of the running jobs left out."""
-        cap = self._cap(state)
+        cap = self.max_round_jobs
         waiting = state.queued()
         movers = len(self._movers)
         roomy = 3 * len(waiting) + movers

@@ -119,9 +119,8 @@ class _Solver(PolicyOptions):
     min_interval_s: float | Literal["auto"] = Field(
         "auto", description="batch events closer than this to the last solve, seconds >= 0 (auto: 300 s per 128 "
                             "GPUs, at least 300 s)")
-    max_round_jobs: int | Literal["auto"] | None = Field(
-        "auto", description="jobs one solve decides at most, >= 2 (auto: 256 up to 256 GPUs, 256 x 256 / GPUs above, "
-                            "at least 64; none: every active job)")
+    max_round_jobs: int | None = Field(256, ge=2, le=1_000_000, description="jobs one solve decides at most")
+    deterministic: bool = Field(True, description="reproducible solves (one worker, deterministic time budget)")
 
     @field_validator("min_interval_s")
     @classmethod
@@ -129,14 +128,6 @@ class _Solver(PolicyOptions):
         if not isinstance(value, str) and not 0 <= value <= MAX_INTERVAL_S:
             raise ValueError(f"must be auto or seconds in [0, {MAX_INTERVAL_S:g}]")
         return value
-
-    @field_validator("max_round_jobs")
-    @classmethod
-    def _round_jobs(cls, value: int | str | None) -> int | str | None:
-        if isinstance(value, int) and not 2 <= value <= 1_000_000:
-            raise ValueError("must be auto, none or an integer in [2, 1000000]")
-        return value
-    deterministic: bool = Field(True, description="reproducible solves (one worker, deterministic time budget)")
 
 
 class _Freezing(BaseModel):
