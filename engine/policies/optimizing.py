@@ -34,7 +34,7 @@ idle GPUs at its best option - the GPU type and freeze level at which it progres
 at once, most urgent first: they start there (``settled_starts`` counts these decision points). No plan of
 the round values such a job higher, and placing it takes only idle GPUs; what a solve could still change is
 the running jobs' freeze levels, which the next solve revisits. On a cluster with room to spare (the full
-Philly trace on 1,024 GPUs runs at about 23% utilisation) most arrivals start this way.
+Philly trace on 1,024 GPUs keeps them 23-36% busy) most arrivals start this way.
 
 A tick in which only the clock moved re-uses the last plan (running jobs stay; waiting jobs start greedily
 on free GPUs, as between solves): re-solving such a state gives the same plan but for the clock's
