@@ -49,12 +49,7 @@ def build_round(state: ClusterState, predictors: Predictors, options: RoundOptio
         The backend-neutral round, ready for any backend.
     """
     options = options or RoundOptions()
-    cluster = state.cluster
-    nodes = tuple(
-        GpuNode(node.id, node.gpu_type, node.num_gpus, cluster.node_first_gpu[i],
-                cluster.gpu_types[node.gpu_type].memory_mib,
-                tuple(g for g in cluster.node_gpus(i) if g in state.down_gpus))
-        for i, node in enumerate(cluster.nodes))
+    nodes = node_classes(state)
     jobs: list[RoundJob] = []
     unplaceable: list[Unplaceable] = []
     types = NodeTypes.of(nodes)
@@ -71,6 +66,40 @@ def build_round(state: ClusterState, predictors: Predictors, options: RoundOptio
     if options.max_jobs_per_gpu > 1:
         groups = _groups(jobs, [states[j.id] for j in jobs], nodes, predictors, options)
     return RoundProblem(options, nodes, tuple(jobs), groups, state.time_s, tuple(unplaceable))
+
+
+def node_classes(state: ClusterState) -> tuple[GpuNode, ...]:
+    """The round's GPU classes of ``state``: one per node, its down GPUs marked."""
+    cluster = state.cluster
+    down = state.down_gpus
+    return tuple(
+        GpuNode(node.id, node.gpu_type, node.num_gpus, cluster.node_first_gpu[i],
+                cluster.gpu_types[node.gpu_type].memory_mib,
+                tuple(g for g in cluster.node_gpus(i) if g in down) if down else ())
+        for i, node in enumerate(cluster.nodes))
+
+
+def best_alone(js: JobState, time_s: float, types: NodeTypes, predictors: Predictors,
+               options: RoundOptions) -> JobOption | None:
+    """The option (GPU type, freeze level) at which ``js`` progresses fastest running alone, as a round of
+    ``options`` would offer it (memory, accuracy budget, gang size; the cross-node rate when the job is larger
+    than every node of the type); ties go to the first in the round's option order. ``None``: no option.
+
+    No objective of :data:`~dltsched.engine.domain.model.OBJECTIVES` values a job's placement above this
+    option's: each job's term grows with its rate, and sharing a GPU only slows its members (the policy
+    starts a waiting job here without a solve when idle GPUs hold it, see
+    :mod:`dltsched.engine.policies.optimizing`)."""
+    job, _ = _round_job(js, time_s, types, predictors, options)
+    if job is None:
+        return None
+    return max(job.options, key=lambda o: o.rate(o.cross_step_time_s is not None))
+
+
+def reference_rate(js: JobState, types: NodeTypes, predictors: Predictors, options: RoundOptions) -> float | None:
+    """The rate (iterations/s) a round of ``options`` on GPU classes ``types`` normalises ``js``'s progress by
+    (:attr:`~dltsched.formulations.problem.RoundJob.reference_rate`); ``None``: the round cannot place it."""
+    job, _ = _round_job(js, 0.0, types, predictors, options)
+    return None if job is None else job.reference_rate
 
 
 def _gang_size(job: Job) -> int:

@@ -8,8 +8,8 @@ group; per GPU the members' memory at their freeze levels plus the group's overh
 Objective (see ``RoundOptions``): ``effective_progress`` = sum of weight x co-located speed x
 effective rate / reference rate, plus starvation bonuses, minus migration penalties (a running job
 whose GPUs change, or that is left out: :meth:`RoundProblem.migration_cost`); ``jct`` = the same with
-each job's term and migration cost scaled by :meth:`RoundProblem.value_scale` (median over its own
-predicted remaining time); ``weighted_completion`` = sum of weight x predicted completion time
+each job's term and migration cost scaled by :meth:`RoundProblem.value_scale` (the round's median, or
+``RoundOptions.value_reference_s``, over the job's own predicted remaining time); ``weighted_completion`` = sum of weight x predicted completion time
 (multi-stage for co-located jobs; a job left out waits one round, then runs alone), plus penalties,
 minus bonuses; ``makespan`` = the latest predicted completion, plus penalties, minus bonuses.
 """

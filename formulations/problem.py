@@ -30,7 +30,8 @@ class RoundOptions:
     Objectives (maximisation form; see :meth:`RoundProblem.value_scale`): ``effective_progress`` = sum over
     placed jobs of weight x co-located speed x effective rate / reference rate; ``jct`` = the same with each
     job's term scaled by ``T_ref / T_j``, its predicted remaining time ``T_j`` relative to the round's median
-    ``T_ref``: the rate at which the sum of the jobs' log remaining times falls, i.e. shortest remaining
+    ``T_ref`` (``value_reference_s`` when given: a caller deciding some of its jobs passes the median over
+    all of them, so that a job is worth the same whichever of its jobs the round holds): the rate at which the sum of the jobs' log remaining times falls, i.e. shortest remaining
     time first generalised to co-location, GPU types and freezing (for low average completion time);
     ``weighted_completion`` and ``makespan`` are minimised over predicted multi-stage completion times.
 
@@ -62,6 +63,7 @@ class RoundOptions:
     num_workers: int = 2
     max_nodes_per_unit: int = 4
     deterministic: bool = True
+    value_reference_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -84,6 +86,11 @@ class RoundOptions:
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValidationError(f"options.{name}", f"{value!r} not understood; must be >= 0")
+        reference = self.value_reference_s
+        if reference is not None and (isinstance(reference, bool) or not isinstance(reference, int | float)
+                                      or not math.isfinite(reference) or reference <= 0):
+            raise ValidationError("options.value_reference_s", f"{reference!r} not understood; a time > 0 s or none "
+                                  "(the median over the round's jobs)")
         if not isinstance(self.deterministic, bool):
             raise ValidationError("options.deterministic", f"{self.deterministic!r} not understood; true or false")
         for name in ("max_partners", "num_workers", "max_nodes_per_unit"):
@@ -263,7 +270,8 @@ class RoundProblem:
             groups[(group.jobs, group.gpu_type)] = group
         object.__setattr__(self, "_option_index", index)
         object.__setattr__(self, "_group_index", groups)
-        object.__setattr__(self, "_value_scale", _value_scales(self.options.objective, self.jobs))
+        object.__setattr__(self, "_value_scale", _value_scales(self.options.objective, self.jobs,
+                                                               self.options.value_reference_s))
         object.__setattr__(self, "_node_of", tuple(n for n, node in enumerate(self.nodes) for _ in node.gpus))
         object.__setattr__(self, "_types", NodeTypes.of(self.nodes))
         object.__setattr__(self, "_down", frozenset(g for n in self.nodes for g in n.down_gpus))
@@ -365,13 +373,19 @@ def remaining_time_s(job: RoundJob) -> float:
     return max(JCT_MIN_REMAINING_S, job.remaining_iterations / job.reference_rate)
 
 
-def _value_scales(objective: str, jobs: tuple[RoundJob, ...]) -> tuple[float, ...]:
+def _value_scales(objective: str, jobs: tuple[RoundJob, ...], reference_s: float | None) -> tuple[float, ...]:
     if objective != "jct" or not jobs:
         return (1.0,) * len(jobs)
-    times = sorted(remaining_time_s(j) for j in jobs)
+    times = [remaining_time_s(j) for j in jobs]
+    reference = median_remaining_s(times) if reference_s is None else max(JCT_MIN_REMAINING_S, reference_s)
+    return tuple(reference / t for t in times)
+
+
+def median_remaining_s(times: list[float]) -> float:
+    """The median of remaining times (the ``jct`` objective's ``T_ref``)."""
+    times = sorted(times)
     mid = len(times) // 2
-    reference = times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2.0
-    return tuple(reference / remaining_time_s(j) for j in jobs)
+    return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2.0
 
 
 def _plain(value: Any) -> Any:

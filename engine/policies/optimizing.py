@@ -6,8 +6,9 @@ the snapshot to its :class:`~dltsched.engine.domain.protocols.RoundSolver` (the 
 :class:`~dltsched.formulations.RoundProblem` from the predictors, solves it with ``config.backend`` under
 ``config.time_limit_s`` warm-started from the current placements, checks the plan with the
 solver-independent checker and falls back to a greedy plan when the solver gives nothing usable. A round
-that times out keeps the solver's best plan. Events closer than ``min_interval_s`` to the last solve are
-batched: running jobs stay, new arrivals start greedily on free GPUs (shortest predicted remaining time
+that times out keeps the solver's best plan. Events closer than ``min_interval_s`` (``auto``, the default:
+300 s up to 128 GPUs, 300 s per 128 GPUs above: 2,400 s at 1,024) to the last solve are
+batched: running jobs stay, new arrivals start as settled starts (below) when they can, else greedily on free GPUs (shortest predicted remaining time
 first under the ``jct`` objective, else in arrival order), and the next solve sees everything.
 Migration and preemption are priced by ``config.migration_penalty``; the simulator also charges the
 checkpoint-restore time of every moved job.
@@ -17,15 +18,32 @@ the solve log records per solve (``trigger``; :attr:`OptimizingPolicy.triggers` 
 
 - ``new_waiting``: a job waits that no solve has seen waiting (an arrival, or a job that a failure, an
   out-of-memory crash or a preemption sent back to the queue);
-- ``movers``: a running job could move (see below);
+- ``movers``: a running job could move (see below), and the last solve is ``round_interval_s`` ago: movers
+  wait for the periodic round (or for a ``new_waiting`` solve, which sees them too) - on a large cluster
+  some GPU frees up every few minutes, and re-solving at each for jobs that might move to it would cost a
+  solve per completion (a mover a solve kept in place counts again only when more GPUs of a type it could
+  move to are idle than that solve saw);
 - ``changed``: jobs have waited since a solve ``round_interval_s`` ago *and* the round's inputs changed
   since that solve: a job finished or arrived, GPUs went down or came back, or the run measured a new
   memory peak (:func:`~dltsched.engine.domain.predictors.memory_observations_version`) or a new profile
   (profiling on arrival, :func:`~dltsched.engine.domain.profiles.current_profiles`).
 
+A solve triggered by ``new_waiting`` alone (no movers) is skipped when every waiting job can start alone on
+idle GPUs at its best option - the GPU type and freeze level at which it progresses fastest
+(:func:`~dltsched.formulations.build.best_alone`), in one node when a node of the type is large enough - all
+at once, most urgent first: they start there (``settled_starts`` counts these decision points). No plan of
+the round values such a job higher, and placing it takes only idle GPUs; what a solve could still change is
+the running jobs' freeze levels, which the next solve revisits. On a cluster with room to spare (the full
+Philly trace on 1,024 GPUs keeps them 23-36% busy) most arrivals start this way.
+
 A tick in which only the clock moved re-uses the last plan (running jobs stay; waiting jobs start greedily
 on free GPUs, as between solves): re-solving such a state gives the same plan but for the clock's
-effect on remaining times, which only makes running jobs worth more (``skipped_solves`` counts these ticks). A solving round decides about every
+effect on remaining times, which only makes running jobs worth more (``skipped_solves`` counts these ticks).
+When idle GPUs hold every waiting job alone at once (greedily), a solving round decides about the waiting
+jobs and the movers' groups only; every other running job keeps its GPUs, which the round sees as
+unavailable (a round then costs what its few jobs cost, not what the cluster's running jobs do; it gives
+up preempting or joining a running job that is no mover, which pays only when GPUs are short). Otherwise a
+solving round decides about every
 active job, or, when more than ``max_round_jobs`` are active (``None``: no limit), about that many. The
 set then holds the most urgent waiting jobs (shortest predicted remaining time first under the ``jct``
 objective, else arrival order) - at least half the set, or all the room the running jobs leave - and
@@ -35,27 +53,41 @@ idle GPUs could hold them, in one node unless they are larger than every node of
 then the longest predicted remaining time first (the candidates for preemption); at most twice as many
 running jobs as waiting ones, plus the movers. The other running jobs keep their GPUs, which the round
 sees as unavailable. A mover that a solve kept where it was (the move did not pay) triggers no solve
-again until its placement changes or more GPUs of some type are idle than that solve saw. Predictions are memoized per job across rounds.
+again until its placement changes or more GPUs of a type it could move to faster are idle than that solve saw. Predictions are memoized per job across rounds.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from dltsched.engine.domain.errors import ValidationError
-from dltsched.engine.domain.model import Assignment, ClusterState, JobState, Plan
+from dltsched.engine.domain.model import Assignment, ClusterState, Job, JobState, Plan
 from dltsched.engine.domain.predictors import Predictors, memoized, memory_observations_version
 from dltsched.engine.domain.profiles import current_profiles
 from dltsched.engine.domain.protocols import RoundSolver
 from dltsched.engine.policies.greedy import place_exclusive
-from dltsched.engine.policies.placement import Estimates
+from dltsched.engine.policies.placement import Estimates, GpuPool
+from dltsched.formulations.build import best_alone, node_classes, reference_rate
+from dltsched.formulations.problem import (
+    JCT_MIN_REMAINING_S,
+    JobOption,
+    NodeTypes,
+    RoundOptions,
+    median_remaining_s,
+)
 from dltsched.predictors import available_predictors
 
 log = logging.getLogger(__name__)
+
+#: the ``auto`` cadence (see :class:`OptimizingPolicy`): a solve at most every ``AUTO_INTERVAL_S`` per
+#: ``AUTO_INTERVAL_GPUS`` GPUs (at least ``AUTO_INTERVAL_S``), so that the solves of a simulated hour cost about
+#: as much on a large cluster, whose events come faster, as on a small one
+AUTO_INTERVAL_GPUS = 128
+AUTO_INTERVAL_S = 300.0
 
 
 @dataclass
@@ -69,15 +101,20 @@ class OptimizingPolicy:
 
     solver: RoundSolver
     predictors: Predictors | None = None
-    min_interval_s: float = 300.0
+    min_interval_s: float | str = "auto"
     round_interval_s: float | None = 1800.0
     max_round_jobs: int | None = 256
     name: str = "optimizing"
 
     def __post_init__(self) -> None:
-        if self.max_round_jobs is not None and (not isinstance(self.max_round_jobs, int) or self.max_round_jobs < 2):
-            raise ValidationError("max_round_jobs", f"{self.max_round_jobs!r} not understood; an integer >= 2, "
-                                  "or none for every active job")
+        cap = self.max_round_jobs
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 2):
+            raise ValidationError("max_round_jobs", f"{cap!r} not understood; an integer >= 2, or none for every "
+                                  "active job")
+        gap = self.min_interval_s
+        if gap != "auto" and (isinstance(gap, bool) or not isinstance(gap, int | float) or not 0 <= gap < math.inf):
+            raise ValidationError("min_interval_s", f"{gap!r} not understood; seconds >= 0, or auto (300 s per 128 "
+                                  "GPUs, at least 300 s)")
         if self.predictors is None:
             self.predictors = available_predictors()
         self._asked = memoized(self.predictors)  # rounds ask about the same jobs again and again
@@ -93,45 +130,131 @@ class OptimizingPolicy:
         self.solve_log: list[dict[str, Any]] = []
         self.triggers: dict[str, int] = {}  #: solves per trigger (see the module docstring)
         self.skipped_solves = 0  #: periodic ticks that re-used the last plan: nothing but the clock changed
+        #: decision points at which every waiting job started alone at its best option on idle GPUs, unsolved
+        self.settled_starts = 0
+        #: which jobs the last working set holds: ``all`` active, the ``roomy`` set or the ``capped`` one
+        self._scope = "all"
+        self._options = getattr(self.solver, "options", None)  # the rounds' RoundOptions, when the solver has them
+        self._rates: dict[str, float | None] = {}  # reference rate per job, for the node types and memory version:
+        self._rates_version: tuple[int, int] | None = None
+        self._best: dict[tuple[Any, ...], JobOption | None] = {}  # best option alone per waiting job and inputs
+        self._fastest: dict[tuple[str, tuple[int, ...], int], bool] = {}  # alone on its fastest type, per placement
+        self._idle_of: tuple[Any, Any, _Idle] | None = None  # the last snapshot's free GPUs and their summary
+        self._classes: tuple[int, frozenset[int], NodeTypes] | None = None  # node types per cluster and down GPUs
 
     def schedule(self, state: ClusterState) -> Plan:
         if not state.jobs:
             return Plan()
-        if state.time_s - self._last_solve_s < self.min_interval_s:
+        if state.time_s - self._last_solve_s < self._min_interval(state):
             return self._start_greedily(state)
-        round_state, kept, trigger = self._working_set(state)
-        if not round_state.jobs:  # nothing new waits, nobody could move, nothing changed
+        trigger = self._trigger(state)
+        if trigger is None:  # nothing new waits, nobody could move, nothing changed
             return self._start_greedily(state)
+        if trigger == "new_waiting":
+            plan, settled = self._settled_starts(state, fill=False)
+            if settled:  # every new waiting job starts at its best option: no solve can do better for it
+                self.settled_starts += 1
+                return plan
+        round_state, kept = self._select(state)
         warm = round_state.current_plan() if any(s.assignment is not None for s in round_state.jobs) else None
-        plan = self.solver.solve(round_state, warm_start=warm, predictors=self._asked)
+        plan = self._round_solver(state).solve(round_state, warm_start=warm, predictors=self._asked)
         self._last_solve_s = state.time_s
         self._seen_waiting = frozenset(s.job.id for s in round_state.queued())
         self._seen_inputs = _inputs(state)
         self.triggers[trigger] = self.triggers.get(trigger, 0) + 1
         placed, now = plan.by_job(), state.placements_by_id()
-        for job_id in self._movers:
+        for job_id in sorted(self._movers):
             if job_id in placed and set(placed[job_id].gpus) == set(now[job_id].gpus):
-                self._declined[job_id] = (now[job_id].gpus, self._idle_seen)
+                self._declined[job_id] = (now[job_id].gpus, self._seen_for(job_id, state))
         if kept:
             plan = replace(plan, assignments=plan.assignments + kept)
         fallbacks = colocation_fallbacks(self._asked.colocation, plan, state)
-        if fallbacks:
+        if fallbacks:  # the predictor warns once per model and GPU type; the plan names the jobs every round
             plan = replace(plan, colocation_fallbacks=fallbacks)
-            log.warning("round at %.0f s: co-location of %d job(s) rests on predicted profiles (no profile on their "
-                        "GPU type): %s", state.time_s, len(fallbacks), ", ".join(fallbacks[:5]) +
-                        (", ..." if len(fallbacks) > 5 else ""))
+            log.info("round at %.0f s: co-location of %d job(s) rests on predicted profiles (no profile on their "
+                     "GPU type): %s", state.time_s, len(fallbacks), ", ".join(fallbacks[:5]) +
+                     (", ..." if len(fallbacks) > 5 else ""))
         self.solve_log.append({"time_s": state.time_s, "status": plan.status, "solve_time_s": plan.solve_time_s,
                                "build_time_s": plan.build_time_s, "gap": plan.gap, "jobs": len(round_state.jobs),
                                "active_jobs": len(state.jobs), "waiting_jobs": len(state.queued()),
-                               "movers": len(self._movers), "trigger": trigger,
+                               "movers": len(self._movers), "trigger": trigger, "scope": self._scope,
                                "colocation_fallbacks": len(fallbacks)})
         return plan
 
     def _start_greedily(self, state: ClusterState) -> Plan:
-        """Running jobs stay; waiting jobs start on free GPUs, most urgent first (see module docstring)."""
-        if not any(state.free_gpus_by_node()):
+        """Running jobs stay; waiting jobs start on free GPUs, most urgent first: at their best options up to
+        the first that cannot start so, the rest greedily (see module docstring)."""
+        if not state.queued() or not any(state.free_gpus_by_node()):
             return Plan(incremental=True)
-        return place_exclusive(state, self._between_solves_order(state), self._est, blocking=False)
+        return self._settled_starts(state, fill=True)[0]
+
+    def _settled_starts(self, state: ClusterState, *, fill: bool) -> tuple[Plan, bool]:
+        """Waiting jobs, most urgent first, alone on idle GPUs at their best option (fastest GPU type and freeze
+        level a round offers them, :func:`~dltsched.formulations.build.best_alone`; in one node when one of the
+        type is large enough), up to the first job no solve has seen waiting that cannot start so (later ones
+        might take the GPUs a solve would give it; one a solve has seen is skipped: that solve let it wait);
+        with ``fill`` the jobs left then start greedily, as between solves. Returns the starts and whether
+        every waiting job no solve has seen started at its best option."""
+        waiting = self._between_solves_order(state)
+        pool = GpuPool.current(state)
+        options = self._options if isinstance(self._options, RoundOptions) else None
+        types = self._node_types(state) if options is not None else None
+        placed: list[Assignment] = []
+        settled, blocked = True, options is None
+        for s in waiting:
+            gpus = None
+            if not blocked and s.job.gpu_fraction >= 1.0:
+                key = (s.job.id, s.remaining_iterations, id(types), memory_observations_version(), _profiles())
+                if key not in self._best:
+                    if len(self._best) > 100_000:
+                        self._best.clear()
+                    self._best[key] = best_alone(s, state.time_s, types, self._asked, options)  # type: ignore[arg-type]
+                best = self._best[key]
+                if best is not None:
+                    gpus = pool.take_free(s.job, best.gpu_type)
+                    if gpus is not None and best.cross_step_time_s is None \
+                            and len({state.cluster.gpu_node[g] for g in gpus}) > 1:
+                        gpus = None
+                if gpus is not None:
+                    pool.occupy(s.job.id, gpus)
+                    placed.append(Assignment(s.job.id, gpus, best.freeze_level))  # type: ignore[union-attr]
+                    continue
+            if s.job.id not in self._seen_waiting:  # a job a solve has seen waiting blocks nobody: it was decided
+                blocked, settled = True, False
+            if fill and max(pool.free_by_type.values(), default=0) >= s.job.num_gpus:
+                for gpu_type in self._est.candidate_types(s.job, state.cluster):
+                    gpus = pool.take_free(s.job, gpu_type)
+                    if gpus is not None:
+                        pool.occupy(s.job.id, gpus)
+                        placed.append(Assignment(s.job.id, gpus))
+                        break
+        return Plan(tuple(placed), incremental=True), settled
+
+    def _round_solver(self, state: ClusterState) -> RoundSolver:
+        """The solver of a ``roomy`` round under ``jct``: the jobs' value scale relative to the median predicted
+        remaining time over every active job, not only the round's (see module docstring)."""
+        with_options = getattr(self.solver, "with_options", None)
+        if self._scope != "roomy" or self.solver.objective != "jct" or with_options is None \
+                or not isinstance(self._options, RoundOptions):
+            return self.solver
+        types = self._node_types(state)
+        version = (id(types), memory_observations_version())
+        if self._rates_version != version:
+            self._rates, self._rates_version = {}, version
+        times = []
+        for s in state.jobs:
+            if s.job.id not in self._rates:
+                self._rates[s.job.id] = reference_rate(s, types, self._asked, self._options)  # type: ignore[arg-type]
+            rate = self._rates[s.job.id]
+            if rate:
+                times.append(max(JCT_MIN_REMAINING_S, s.remaining_iterations / rate))
+        return with_options(value_reference_s=median_remaining_s(times)) if times else self.solver  # type: ignore[no-any-return]
+
+    def _node_types(self, state: ClusterState) -> NodeTypes:
+        down = frozenset(state.down_gpus)
+        if self._classes is None or self._classes[0] != id(state.cluster) or self._classes[1] != down:
+            self._classes = (id(state.cluster), down, NodeTypes.of(node_classes(state)))
+        return self._classes[2]
 
     def _remaining_s(self, s: JobState, state: ClusterState) -> float:
         """Predicted time to finish alone: on its current GPU type when running, else its fastest type."""
@@ -140,32 +263,68 @@ class OptimizingPolicy:
         types = self._est.candidate_types(s.job, state.cluster)
         return s.remaining_iterations * self._est.step_time_s(s.job, types[0]) if types else math.inf
 
-    def _working_set(self, state: ClusterState) -> tuple[ClusterState, tuple[Assignment, ...], str]:
+    def _working_set(self, state: ClusterState) -> tuple[ClusterState, tuple[Assignment, ...], str | None]:
         """The round's jobs (see module docstring), the assignments of the running jobs left out, and what
-        triggers the solve (no jobs: no solve)."""
-        cap = self.max_round_jobs
-        running = state.running()
-        idle = _Idle.of(state)
+        triggers the solve (``None`` and no jobs: no solve)."""
+        trigger = self._trigger(state)
+        if trigger is None:
+            return ClusterState(state.time_s, state.cluster, ()), (), None
+        round_state, kept = self._select(state)
+        return round_state, kept, trigger
+
+    def _trigger(self, state: ClusterState) -> str | None:
+        """What triggers a solve now (see module docstring; ``None``: no solve); finds the movers."""
+        idle = self._idle(state)
         now = state.placements_by_id()
+        specs = state.running_jobs_by_id()
         self._idle_seen = dict(idle.total)
         self._declined = {k: (gpus, seen) for k, (gpus, seen) in self._declined.items()
                           if k in now and now[k].gpus == gpus and not idle.grew_since(seen)}
-        groups = [(all(s.job.id in self._declined for s in g) or not self._could_move(g, idle, state), g)
-                  for g in sharing_groups(running)]
-        self._movers = {s.job.id for stays, g in groups if not stays for s in g}
+        self._movers = set()
+        for ids in _sharing_ids(now):  # movers first; only placements are read, not the running jobs' progress
+            if len(ids) == 1 and self._on_fastest(specs[ids[0]], now[ids[0]], state):
+                continue
+            if not all(k in self._declined for k in ids) \
+                    and self._could_move([(specs[k], now[k]) for k in ids], idle, state):
+                self._movers.update(ids)
         movers = len(self._movers)
         waiting = state.queued()
         stale = self.round_interval_s is not None and state.time_s - self._last_solve_s >= self.round_interval_s
         news = any(s.job.id not in self._seen_waiting for s in waiting)
+        if movers and not news and not stale:  # movers wait for the periodic round
+            movers = 0
+            self._movers = set()
         trigger = "new_waiting" if news else "movers" if movers else "changed"
         if not news and not movers:
             if not (waiting and stale):
-                return ClusterState(state.time_s, state.cluster, ()), (), trigger  # nothing new waits, nobody moves
+                return None  # nothing new waits, nobody moves
             if _inputs(state) == self._seen_inputs:
                 self.skipped_solves += 1
-                return ClusterState(state.time_s, state.cluster, ()), (), trigger  # only the clock moved
-        if cap is None or len(state.jobs) <= cap:
-            return state, (), trigger
+                return None  # only the clock moved
+        return trigger
+
+    def _min_interval(self, state: ClusterState) -> float:
+        """``min_interval_s``; ``auto``: :data:`AUTO_INTERVAL_S` per :data:`AUTO_INTERVAL_GPUS` GPUs, at least that."""
+        if self.min_interval_s == "auto":
+            return AUTO_INTERVAL_S * max(1.0, state.cluster.num_gpus / AUTO_INTERVAL_GPUS)
+        return float(self.min_interval_s)
+
+    def _select(self, state: ClusterState) -> tuple[ClusterState, tuple[Assignment, ...]]:
+        """The round's jobs (see module docstring) and the assignments of the running jobs left out."""
+        cap = self.max_round_jobs
+        waiting = state.queued()
+        movers = len(self._movers)
+        roomy = 3 * len(waiting) + movers
+        if roomy < len(state.jobs) and (cap is None or roomy < cap) \
+                and self._roomy(state, waiting):
+            self._scope, cap = "roomy", roomy
+        else:
+            self._scope = "all" if cap is None or len(state.jobs) <= cap else "capped"
+        if self._scope == "all":
+            return state, ()
+        assert cap is not None
+        running = state.running()
+        groups = [(not any(s.job.id in self._movers for s in g), g) for g in sharing_groups(running)]
         queued = self._between_solves_order(state)
         take_queued = min(len(queued), max(cap - len(running), cap // 2))
         groups.sort(key=lambda entry: (entry[0], -max(self._remaining_s(s, state) for s in entry[1])))
@@ -181,19 +340,56 @@ class OptimizingPolicy:
                     kept.append(s.assignment)  # type: ignore[arg-type]
                     held.update(s.assignment.gpus)  # type: ignore[union-attr]
         chosen.extend(queued[:take_queued])
-        return ClusterState(state.time_s, state.cluster, tuple(chosen), state.down_gpus | held), tuple(kept), trigger
+        return ClusterState(state.time_s, state.cluster, tuple(chosen), state.down_gpus | held), tuple(kept)
 
-    def _could_move(self, group: Sequence[JobState], idle: _Idle, state: ClusterState) -> bool:
+    def _roomy(self, state: ClusterState, waiting: Sequence[JobState]) -> bool:
+        """Idle GPUs hold every waiting job alone at once (greedily, on a type it fits)."""
+        if not waiting:
+            return True
+        started = place_exclusive(state, waiting, self._est, blocking=True)
+        return len(started.assignments) == len(waiting)
+
+    def _could_move(self, group: Sequence[tuple[Job, Assignment]], idle: _Idle, state: ClusterState) -> bool:
         """A job could run faster elsewhere now: it shares GPUs and the idle GPUs of its own type or a
         faster one can hold it, or a faster type's idle GPUs can hold it (one node, unless it is larger
         than every node of that type)."""
-        for s in group:
-            types = self._est.candidate_types(s.job, state.cluster)
-            now = state.cluster.gpu_type_of(s.assignment.gpus[0])  # type: ignore[union-attr]
+        for job, assignment in group:
+            types = self._est.candidate_types(job, state.cluster)
+            now = state.cluster.gpu_type_of(assignment.gpus[0])
             better = types[: types.index(now) + (len(group) > 1)] if now in types else types
-            if any(idle.can_hold(t, s.job.num_gpus) for t in better):
+            if any(idle.can_hold(t, job.num_gpus) for t in better):
                 return True
         return False
+
+    def _seen_for(self, job_id: str, state: ClusterState) -> dict[str, int]:
+        """The idle GPUs the last working set saw of the types running job ``job_id`` could move to faster: the
+        types faster than its own, and its own when it shares its GPUs (more idle GPUs of another type
+        cannot speed it up)."""
+        placements = state.placements_by_id()
+        job, assignment = state.running_jobs_by_id()[job_id], placements[job_id]
+        types = self._est.candidate_types(job, state.cluster)
+        now = state.cluster.gpu_type_of(assignment.gpus[0])
+        shared = any(k != job_id and not set(a.gpus).isdisjoint(assignment.gpus) for k, a in placements.items())
+        better = types[: types.index(now) + shared] if now in types else types
+        return {t: self._idle_seen.get(t, 0) for t in better}
+
+    def _on_fastest(self, job: Job, assignment: Assignment, state: ClusterState) -> bool:
+        """A job alone on its GPUs of its fastest type (it could not move faster; remembered per placement)."""
+        key = (job.id, assignment.gpus, memory_observations_version())
+        hit = self._fastest.get(key)
+        if hit is None:
+            types = self._est.candidate_types(job, state.cluster)
+            if len(self._fastest) > 100_000:
+                self._fastest.clear()
+            hit = self._fastest[key] = bool(types) and state.cluster.gpu_type_of(assignment.gpus[0]) == types[0]
+        return hit
+
+    def _idle(self, state: ClusterState) -> _Idle:
+        """:meth:`_Idle.of`, re-used while the snapshot's free GPUs are the same object (nothing changed)."""
+        free = state.free_gpus_by_node()
+        if self._idle_of is None or self._idle_of[0] is not free or self._idle_of[1] is not state.cluster:
+            self._idle_of = (free, state.cluster, _Idle.of(state))
+        return self._idle_of[2]
 
     def _between_solves_order(self, state: ClusterState) -> Sequence[JobState]:
         """Waiting jobs by urgency: shortest predicted remaining time first under ``jct``, else arrival order."""
@@ -222,6 +418,12 @@ class OptimizingPolicy:
                                                        int(seen["memory_version"]), int(seen.get("profiles", 0)))
 
 
+def _profiles() -> int:
+    """How many profiles the run has measured on arrival (0 without profiling)."""
+    book = current_profiles()
+    return 0 if book is None else len(book)
+
+
 def _inputs(state: ClusterState) -> tuple[frozenset[str], frozenset[int], int, int]:
     """What a solve's inputs change with besides the clock: the active jobs, the down GPUs, the run's
     memory measurements and its profiles measured on arrival (running jobs' placements change only by the
@@ -245,21 +447,53 @@ class _Idle:
         one: dict[str, int] = {}
         largest: dict[str, int] = {}
         for node, free in zip(state.cluster.nodes, state.free_gpus_by_node(), strict=True):
-            t = node.gpu_type
-            total[t] = total.get(t, 0) + len(free)
-            one[t] = max(one.get(t, 0), len(free))
-            largest[t] = max(largest.get(t, 0), node.num_gpus)
+            t, n = node.gpu_type, len(free)
+            if t in total:
+                total[t] += n
+                if n > one[t]:
+                    one[t] = n
+                if node.num_gpus > largest[t]:
+                    largest[t] = node.num_gpus
+            else:
+                total[t], one[t], largest[t] = n, n, node.num_gpus
         return _Idle(total, one, largest)
 
     def grew_since(self, seen: dict[str, int]) -> bool:
-        """Some GPU type has more idle GPUs now than in ``seen`` (idle GPUs per type at an earlier round)."""
-        return any(n > seen.get(t, 0) for t, n in self.total.items())
+        """Some GPU type of ``seen`` (idle GPUs per type at an earlier round) has more idle GPUs now."""
+        return any(self.total.get(t, 0) > n for t, n in seen.items())
 
     def can_hold(self, gpu_type: str, num_gpus: int) -> bool:
         """A gang of ``num_gpus`` fits the idle GPUs of ``gpu_type`` as a placement would use them."""
         if num_gpus <= self.largest_node.get(gpu_type, 0):
             return self.in_one_node.get(gpu_type, 0) >= num_gpus
         return self.total.get(gpu_type, 0) >= num_gpus
+
+
+def _sharing_ids(placements: Mapping[str, Assignment]) -> list[list[str]]:
+    """Running job ids grouped so that jobs sharing any GPU are in one group (stable order)."""
+    ids = list(placements)
+    parent = list(range(len(ids)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[int, int] = {}
+    shared = False
+    for i, k in enumerate(ids):
+        for g in placements[k].gpus:
+            o = owner.setdefault(g, i)
+            if o != i:
+                parent[root(i)] = root(o)
+                shared = True
+    if not shared:
+        return [[k] for k in ids]
+    groups: dict[int, list[str]] = {}
+    for i, k in enumerate(ids):
+        groups.setdefault(root(i), []).append(k)
+    return list(groups.values())
 
 
 def sharing_groups(running: Sequence[JobState]) -> list[list[JobState]]:

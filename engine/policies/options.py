@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -116,9 +116,18 @@ class _Solver(PolicyOptions):
     migration_penalty: float = Field(0.1, ge=0, le=1e6, description="price of moving or preempting a job")
     fallback_policy: str = Field("sjf", max_length=64, description="policy deciding a round the solver misses")
     exact_max_jobs: int = Field(100, ge=1, le=1_000_000, description="backend auto: exact solver up to this size")
-    min_interval_s: float = Field(300.0, ge=0, le=MAX_INTERVAL_S, description="batch events closer than this")
+    min_interval_s: float | Literal["auto"] = Field(
+        "auto", description="batch events closer than this to the last solve, seconds >= 0 (auto: 300 s per 128 "
+                            "GPUs, at least 300 s)")
     max_round_jobs: int | None = Field(256, ge=2, le=1_000_000, description="jobs one solve decides at most")
     deterministic: bool = Field(True, description="reproducible solves (one worker, deterministic time budget)")
+
+    @field_validator("min_interval_s")
+    @classmethod
+    def _interval(cls, value: float | str) -> float | str:
+        if not isinstance(value, str) and not 0 <= value <= MAX_INTERVAL_S:
+            raise ValueError(f"must be auto or seconds in [0, {MAX_INTERVAL_S:g}]")
+        return value
 
 
 class _Freezing(BaseModel):

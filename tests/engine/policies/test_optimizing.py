@@ -34,7 +34,9 @@ def test_without_a_cap_the_round_sees_every_active_job(analytic, small_instance,
     inst = small_instance(4, num_jobs=40, mean_gap_s=15.0)
     policy = optimizing_policy(analytic, max_round_jobs=None, time_limit_s=0.5, backend=backend)
     simulate(inst, policy, truth=MeasuredTruth(use_measurements=False))
-    assert all(entry["jobs"] == entry["active_jobs"] for entry in policy.solve_log)
+    assert all(entry["jobs"] == entry["active_jobs"] for entry in policy.solve_log if entry["scope"] == "all")
+    assert all(entry["scope"] in ("all", "roomy") for entry in policy.solve_log)
+    assert any(entry["scope"] == "all" and entry["active_jobs"] > 5 for entry in policy.solve_log)
 
 
 def _state(num_gpus: int, left: dict[str, float], on: dict[str, tuple[int, ...]]) -> ClusterState:
@@ -107,7 +109,7 @@ def test_movers_are_jobs_that_idle_gpus_could_really_hold_faster(busy_v100, on, 
             for k, gpus in on.items()]
     state = ClusterState(0.0, cluster, (*fillers, *mine))
     policy = optimizing_policy(tables.bundle(), backend=backend)
-    assert policy._could_move(mine, _Idle.of(state), state) is moves
+    assert policy._could_move([(s.job, s.assignment) for s in mine], _Idle.of(state), state) is moves
 
 
 def test_a_mover_the_solver_keeps_in_place_triggers_no_more_solves_until_it_moves(backend):
@@ -216,9 +218,95 @@ def test_colocation_on_predicted_profiles_is_marked_in_the_plan_and_the_solve_lo
     assert colocation_fallbacks(wrapped, alone, state) == ()
     assert colocation_fallbacks(object(), shared, state) == ()  # a predictor without sources marks nothing
     policy = optimizing_policy(bundle, time_limit_s=1.0, min_interval_s=0.0)
-    with caplog.at_level(logging.WARNING, logger="dltsched.engine.policies.optimizing"):
+    with caplog.at_level(logging.INFO, logger="dltsched.engine.policies.optimizing"):
         plan = policy.schedule(state)
     assert plan.colocation_groups() == {0: ("a", "b")}  # moving the running pair costs more than c gains
     assert plan.colocation_fallbacks == ("b",) and plan == replace(plan, colocation_fallbacks=())
     assert policy.solve_log[-1]["colocation_fallbacks"] == 1
     assert any("predicted profiles" in r.message and ": b" in r.message for r in caplog.records)
+
+
+def _arrival_state(busy: tuple[int, ...]) -> ClusterState:
+    # four v100 and two p100 GPUs (p100 1.5x slower); x, y1, ... run on the GPUs ``busy``; w (freezing
+    # allowed) arrives. w's rate per freeze level: 1 / 1.0, 0.9 / 0.8 = 1.125, 0.85 / 0.7 = 1.21 (best), 0.5 / 0.6
+    cluster = Cluster((Node("v0", "v100", 4), Node("p0", "p100", 2)))
+    x = JobState(Job("x", "resnet18", 32, 1e4), 1e4, assignment=Assignment("x", busy[:1]))
+    filler = [JobState(Job(f"y{g}", "resnet18", 32, 1e4), 1e4, assignment=Assignment(f"y{g}", (g,))) for g in busy[1:]]
+    w = JobState(Job("w", "resnet18", 32, 1e4, freeze_allowed=True, accuracy_budget=0.2), 1e4)
+    return ClusterState(0.0, cluster, (x, *filler, w))
+
+
+def _arrival_tables() -> Tables:
+    steps = {k: [1.0] for k in ("x", "y1", "y2", "y3", "y4", "y5")}
+    return Tables(step_s={**steps, "w": [1.0, 0.8, 0.7, 0.6]}, penalty={"w": [0.0, 0.1, 0.15, 0.5]},
+                  type_factor={"p100": 1.5})
+
+
+def test_an_arrival_that_idle_gpus_hold_at_its_best_option_starts_there_without_a_solve(backend):
+    state = _arrival_state((0, 1, 2))
+    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, backend=backend)
+    plan = policy.schedule(state)
+    assert plan.incremental and plan.assignments == (Assignment("w", (3,), 2),)
+    assert not policy.solve_log and policy.settled_starts == 1
+    solved = policy.solver.solve(state).by_job()["w"]  # what a solve of the whole round gives w
+    assert solved.freeze_level == 2 and state.cluster.gpu_type_of(solved.gpus[0]) == "v100"
+
+
+def test_an_arrival_whose_best_type_is_full_is_solved_in_a_round_of_the_waiting_jobs_and_movers(backend):
+    # v100s busy with x, y1, y2, y3 (none could move faster): w's best type is full, so a solve decides w
+    # with the two longest running jobs (three per waiting job) while the others keep their v100s; w's 1.5x
+    # faster run on a v100 is not worth moving a running job there, so w runs on an idle p100
+    state = _arrival_state((0, 1, 2, 3))
+    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, backend=backend)
+    plan = policy.schedule(state).by_job()
+    assert policy.settled_starts == 0 and len(policy.solve_log) == 1
+    entry = policy.solve_log[0]
+    assert entry["scope"] == "roomy" and entry["jobs"] == 3 and entry["active_jobs"] == 5
+    assert all(plan[k] == Assignment(k, (g,)) for k, g in (("x", 0), ("y1", 1), ("y2", 2), ("y3", 3)))
+    assert plan["w"].gpus[0] in (4, 5) and plan["w"].freeze_level == 2
+
+
+def test_a_mover_waits_for_the_periodic_round(backend):
+    # v100s hold x and y, j runs on a p100 (2x slower), w arrives: its best type is full, so a solve places it
+    # on the other p100. When y is gone at 600 s, j could move to the idle v100: a mover, but with nothing
+    # new waiting it waits for the periodic round (round_interval_s = 1,800 s after the last solve)
+    tables = Tables(step_s={k: [1.0] for k in ("x", "y", "j", "w")}, type_factor={"p100": 2.0})
+    cluster = Cluster((Node("v0", "v100", 2), Node("p0", "p100", 2)))
+
+    def running(k: str, g: int) -> JobState:
+        return JobState(Job(k, "resnet18", 32, 1e5), 1e5, assignment=Assignment(k, (g,)))
+
+    x, y, j = running("x", 0), running("y", 1), running("j", 2)
+    policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, backend=backend)
+    first = policy.schedule(ClusterState(0.0, cluster, (x, y, j, JobState(Job("w", "resnet18", 32, 1e5), 1e5))))
+    assert first.by_job()["w"].gpus == (3,) and len(policy.solve_log) == 1
+    w = running("w", 3)
+    assert policy.schedule(ClusterState(600.0, cluster, (x, j, w))) == Plan(incremental=True)
+    assert len(policy.solve_log) == 1
+    plan = policy.schedule(ClusterState(1800.0, cluster, (x, j, w)))
+    assert policy.solve_log[-1]["trigger"] == "movers" and plan.by_job()["j"].gpus == (1,)
+
+
+def test_auto_cadence_scales_with_the_cluster(backend):
+    # 512 busy v100 GPUs (64 nodes of 8): auto gives a solve at most every 300 x 512 / 128 = 1,200 s; an
+    # arrival 600 s after a solve waits for the next at 1,200 s (rounds stay within max_round_jobs, 256)
+    cluster = Cluster(tuple(Node(f"n{i}", "v100", 8) for i in range(64)))
+    busy = tuple(JobState(Job(f"r{g}", "resnet18", 32, 1e6), 1e6 - g, assignment=Assignment(f"r{g}", (g,)))
+                 for g in range(512))
+    tables = Tables(step_s={k: [1.0] for k in (*(f"r{g}" for g in range(512)), "w1", "w2")})
+    policy = optimizing_policy(tables.bundle(), time_limit_s=0.2, max_jobs_per_gpu=1, backend=backend)
+    w1, w2 = (JobState(Job(k, "resnet18", 32, 1e6), 1e6) for k in ("w1", "w2"))
+    policy.schedule(ClusterState(0.0, cluster, (*busy, w1)))
+    assert len(policy.solve_log) == 1 and policy.solve_log[0]["jobs"] <= 256
+    assert policy.solve_log[0]["scope"] == "capped"
+    policy.schedule(ClusterState(600.0, cluster, (*busy, w1, w2)))
+    assert len(policy.solve_log) == 1
+    policy.schedule(ClusterState(1200.0, cluster, (*busy, w1, w2)))
+    assert len(policy.solve_log) == 2 and policy.solve_log[1]["trigger"] == "new_waiting"
+
+
+@pytest.mark.parametrize(("key", "value"), [("min_interval_s", -1.0), ("min_interval_s", "soon"),
+                                            ("max_round_jobs", 1), ("max_round_jobs", "many")])
+def test_bad_cadence_or_round_size_names_the_field(analytic, key, value):
+    with pytest.raises(ValidationError, match=key):
+        optimizing_policy(analytic, **{key: value})
