@@ -116,7 +116,7 @@ def run_profile(jobs: tuple[ProfiledJob, ...], groups: list[tuple[ProfiledJob, .
     every = sorted(set(jobs) | {j for g in groups for j in g})
     if not every:
         raise ValidationError("profile", "no jobs; give --model, --job or --groups")
-    session = _Session(Path(out_dir), sharing, smoke, steps, warmup,
+    session = ProfileSession(Path(out_dir), sharing, smoke, steps, warmup,
                        None if budget_s is None else time.monotonic() + budget_s)
     with WorkerPool(1, kind, timeout_s) as pool:
         for job in every:
@@ -143,7 +143,7 @@ def run_profile(jobs: tuple[ProfiledJob, ...], groups: list[tuple[ProfiledJob, .
             "groups": session.groups, "failed": session.failed, "stopped": session.stopped}
 
 
-class _Session:
+class ProfileSession:
     """What one ``run_profile`` call has measured so far, written out after every measurement."""
 
     def __init__(self, out_dir: Path, sharing: str, smoke: bool, steps: int, warmup: int,

@@ -157,9 +157,9 @@ class _FailingPool:
 
 
 def test_session_records_failures_and_stops_on_a_timeout(tmp_path):
-    from dltsched.predictors.profiling.session import _Session
+    from dltsched.predictors.profiling.session import ProfileSession
 
-    session = _Session(tmp_path, "timeslice", True, 3, 1, None)
+    session = ProfileSession(tmp_path, "timeslice", True, 3, 1, None)
     pool = _FailingPool(fail={"a:1"}, hang={"c:1"})
     jobs = [ProfiledJob("a", 1), ProfiledJob("b", 1), ProfiledJob("c", 1), ProfiledJob("d", 1)]
     got = [session.measure(pool, (j,)) for j in jobs]
@@ -170,9 +170,9 @@ def test_session_records_failures_and_stops_on_a_timeout(tmp_path):
 
 
 def test_spent_budget_starts_no_measurement(tmp_path):
-    from dltsched.predictors.profiling.session import _Session
+    from dltsched.predictors.profiling.session import ProfileSession
 
-    session = _Session(tmp_path, "timeslice", True, 3, 1, deadline=0.0)
+    session = ProfileSession(tmp_path, "timeslice", True, 3, 1, deadline=0.0)
     pool = _FailingPool()
     assert session.measure(pool, (ProfiledJob("a", 1),)) is None
     assert pool.asked == [] and session.stopped == "budget spent before a:1"
