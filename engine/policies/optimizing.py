@@ -199,7 +199,9 @@ class OptimizingPolicy:
         every waiting job no solve has seen started at its best option."""
         waiting = self._between_solves_order(state)
         pool = GpuPool.current(state)
-        options = self._options if isinstance(self._options, RoundOptions) else None
+        # unfrozen only: a start no solve weighs commits the job to its level until the next round that moves it,
+        # and a mispredicted frozen penalty then slows it for that whole time
+        options = replace(self._options, freeze_levels=1) if isinstance(self._options, RoundOptions) else None
         types = self._node_types(state) if options is not None else None
         placed: list[Assignment] = []
         settled, blocked = True, options is None
