@@ -199,9 +199,7 @@ class OptimizingPolicy:
         every waiting job no solve has seen started at its best option."""
         waiting = self._between_solves_order(state)
         pool = GpuPool.current(state)
-        # unfrozen only: a start no solve weighs commits the job to its level until the next round that moves it,
-        # and a mispredicted frozen penalty then slows it for that whole time
-        options = replace(self._options, freeze_levels=1) if isinstance(self._options, RoundOptions) else None
+        options = self._options if isinstance(self._options, RoundOptions) else None
         types = self._node_types(state) if options is not None else None
         placed: list[Assignment] = []
         settled, blocked = True, options is None
@@ -214,7 +212,9 @@ class OptimizingPolicy:
                         self._best.clear()
                     self._best[key] = best_alone(s, state.time_s, types, self._asked, options)  # type: ignore[arg-type]
                 best = self._best[key]
-                if best is not None:
+                # only unfrozen: a frozen best option is left to a solve, which weighs the frozen penalty against
+                # the other jobs (an unweighed frozen start, mispredicted, slowed the 64-GPU Philly window 2.6x)
+                if best is not None and best.freeze_level == 0:
                     gpus = pool.take_free(s.job, best.gpu_type)
                     if gpus is not None and best.cross_step_time_s is None \
                             and len({state.cluster.gpu_node[g] for g in gpus}) > 1:
