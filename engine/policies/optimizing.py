@@ -29,11 +29,13 @@ the solve log records per solve (``trigger``; :attr:`OptimizingPolicy.triggers` 
   (profiling on arrival, :func:`~dltsched.engine.domain.profiles.current_profiles`).
 
 A solve triggered by ``new_waiting`` alone (no movers) is skipped when every waiting job can start alone on
-idle GPUs at its best option - the GPU type and freeze level at which it progresses fastest
+idle GPUs at its best unfrozen option - the GPU type on which it progresses fastest at freeze level 0
 (:func:`~dltsched.formulations.build.best_alone`), in one node when a node of the type is large enough - all
-at once, most urgent first: they start there (``settled_starts`` counts these decision points). No plan of
-the round values such a job higher, and placing it takes only idle GPUs; what a solve could still change is
-the running jobs' freeze levels, which the next solve revisits. On a cluster with room to spare (the full
+at once, most urgent first: they start there (``settled_starts`` counts these decision points). Placing such a
+job takes only idle GPUs, and no plan values its type higher; what a solve could still change is its freeze
+level, which the next solve revisits. Freezing is left to the solves, which weigh it against the other jobs:
+starting jobs frozen without one (a mispredicted frozen penalty unweighed) cost the cross-fitted 64-GPU Philly
+window 2.3x its makespan. On a cluster with room to spare (the full
 Philly trace on 1,024 GPUs keeps them 23-36% busy) most arrivals start this way.
 
 A tick in which only the clock moved re-uses the last plan (running jobs stay; waiting jobs start greedily
@@ -199,7 +201,10 @@ class OptimizingPolicy:
         every waiting job no solve has seen started at its best option."""
         waiting = self._between_solves_order(state)
         pool = GpuPool.current(state)
-        options = self._options if isinstance(self._options, RoundOptions) else None
+        # unfrozen only (the fastest type at level 0): freezing is left to the solves, which weigh it against the
+        # other jobs; unweighed frozen starts, or roomy solves for them, cost the cross-fitted 64-GPU Philly window
+        # 2.3x its makespan (seed 0)
+        options = replace(self._options, freeze_levels=1) if isinstance(self._options, RoundOptions) else None
         types = self._node_types(state) if options is not None else None
         placed: list[Assignment] = []
         settled, blocked = True, options is None
@@ -212,9 +217,7 @@ class OptimizingPolicy:
                         self._best.clear()
                     self._best[key] = best_alone(s, state.time_s, types, self._asked, options)  # type: ignore[arg-type]
                 best = self._best[key]
-                # only unfrozen: a frozen best option is left to a solve, which weighs the frozen penalty against
-                # the other jobs (an unweighed frozen start, mispredicted, slowed the 64-GPU Philly window 2.6x)
-                if best is not None and best.freeze_level == 0:
+                if best is not None:
                     gpus = pool.take_free(s.job, best.gpu_type)
                     if gpus is not None and best.cross_step_time_s is None \
                             and len({state.cluster.gpu_node[g] for g in gpus}) > 1:
