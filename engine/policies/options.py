@@ -120,6 +120,8 @@ class _Solver(PolicyOptions):
         "auto", description="batch events closer than this to the last solve, seconds >= 0 (auto: 300 s per 128 "
                             "GPUs, at least 300 s)")
     max_round_jobs: int | None = Field(256, ge=2, le=1_000_000, description="jobs one solve decides at most")
+    shortcuts_above_gpus: int = Field(256, ge=0, le=1_000_000, description="clusters above this many GPUs start "
+                                      "arrivals without a solve, solve roomy rounds and let movers wait")
     deterministic: bool = Field(True, description="reproducible solves (one worker, deterministic time budget)")
 
     @field_validator("min_interval_s")

@@ -246,7 +246,7 @@ def test_an_arrival_starts_unfrozen_at_its_fastest_type_without_a_solve(backend)
     """A frozen level would be faster here (a solve picks level 2), but starts no solve weighs stay unfrozen:
     freezing is left to the solves."""
     state = _arrival_state((0, 1, 2))
-    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, backend=backend)
+    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, shortcuts_above_gpus=0, backend=backend)
     plan = policy.schedule(state)
     assert plan.incremental and plan.assignments == (Assignment("w", (3,), 0),)
     assert not policy.solve_log and policy.settled_starts == 1
@@ -256,7 +256,7 @@ def test_an_arrival_starts_unfrozen_at_its_fastest_type_without_a_solve(backend)
 
 def test_an_arrival_that_idle_gpus_hold_unfrozen_at_its_best_option_starts_there_without_a_solve(backend):
     state = _arrival_state((0, 1, 2))
-    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, backend=backend, freeze_levels=1)
+    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, shortcuts_above_gpus=0, backend=backend, freeze_levels=1)
     plan = policy.schedule(state)
     assert plan.incremental and plan.assignments == (Assignment("w", (3,), 0),)
     assert not policy.solve_log and policy.settled_starts == 1
@@ -269,7 +269,7 @@ def test_an_arrival_whose_best_type_is_full_is_solved_in_a_round_of_the_waiting_
     # with the two longest running jobs (three per waiting job) while the others keep their v100s; w's 1.5x
     # faster run on a v100 is not worth moving a running job there, so w runs on an idle p100
     state = _arrival_state((0, 1, 2, 3))
-    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, backend=backend)
+    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, shortcuts_above_gpus=0, backend=backend)
     plan = policy.schedule(state).by_job()
     assert policy.settled_starts == 0 and len(policy.solve_log) == 1
     entry = policy.solve_log[0]
@@ -289,7 +289,7 @@ def test_a_mover_waits_for_the_periodic_round(backend):
         return JobState(Job(k, "resnet18", 32, 1e5), 1e5, assignment=Assignment(k, (g,)))
 
     x, y, j = running("x", 0), running("y", 1), running("j", 2)
-    policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, backend=backend)
+    policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, shortcuts_above_gpus=0, backend=backend)
     first = policy.schedule(ClusterState(0.0, cluster, (x, y, j, JobState(Job("w", "resnet18", 32, 1e5), 1e5))))
     assert first.by_job()["w"].gpus == (3,) and len(policy.solve_log) == 1
     w = running("w", 3)
@@ -322,3 +322,11 @@ def test_auto_cadence_scales_with_the_cluster(backend):
 def test_bad_cadence_or_round_size_names_the_field(analytic, key, value):
     with pytest.raises(ValidationError, match=key):
         optimizing_policy(analytic, **{key: value})
+
+
+def test_small_clusters_take_no_speed_shortcuts(backend):
+    """At or below ``shortcuts_above_gpus`` GPUs (256 by default) an arrival is decided by a solve."""
+    state = _arrival_state((0, 1, 2))
+    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, backend=backend)
+    policy.schedule(state)
+    assert policy.settled_starts == 0 and [e["trigger"] for e in policy.solve_log] == ["new_waiting"]
