@@ -156,7 +156,7 @@ class OptimizingPolicy:
         if trigger is None:  # nothing new waits, nobody could move, nothing changed
             return self._start_greedily(state)
         if trigger == "new_waiting" and self._at_scale(state):
-            plan, settled = self._settled_starts(state, fill=False)
+            plan, settled = self._settled_starts(state)
             if settled:  # every new waiting job starts at its best option: no solve can do better for it
                 self.settled_starts += 1
                 return plan
@@ -195,30 +195,29 @@ class OptimizingPolicy:
             return Plan(incremental=True)
         return place_exclusive(state, self._between_solves_order(state), self._est, blocking=False)
 
-    def _settled_starts(self, state: ClusterState, *, fill: bool) -> tuple[Plan, bool]:
-        """Waiting jobs, most urgent first, alone on idle GPUs at their best option (fastest GPU type and freeze
-        level a round offers them, :func:`~dltsched.formulations.build.best_alone`; in one node when one of the
-        type is large enough), up to the first job no solve has seen waiting that cannot start so (later ones
-        might take the GPUs a solve would give it; one a solve has seen is skipped: that solve let it wait);
-        with ``fill`` the jobs left then start greedily, as between solves. Returns the starts and whether
-        every waiting job no solve has seen started at its best option."""
-        waiting = self._between_solves_order(state)
+    def _settled_starts(self, state: ClusterState) -> tuple[Plan, bool]:
+        """Waiting jobs, most urgent first, alone on idle GPUs at their best unfrozen option (the fastest GPU type a
+        round offers them at freeze level 0, :func:`~dltsched.formulations.build.best_alone`; in one node when one
+        of the type is large enough). A job a solve has seen waiting is skipped (that solve let it wait); the
+        first job no solve has seen that cannot start so ends the attempt (later ones might take the GPUs a solve
+        would give it). Returns the starts and whether every waiting job no solve has seen started so."""
+        options = self._options
+        if not isinstance(options, RoundOptions):
+            return Plan(incremental=True), False
+        # unfrozen only: freezing is left to the solves, which weigh it against the other jobs; unweighed frozen
+        # starts, or roomy solves for them, cost the cross-fitted 64-GPU Philly window 2.3x its makespan (seed 0)
+        options = replace(options, freeze_levels=1)
+        types = self._node_types(state)
         pool = GpuPool.current(state)
-        # unfrozen only (the fastest type at level 0): freezing is left to the solves, which weigh it against the
-        # other jobs; unweighed frozen starts, or roomy solves for them, cost the cross-fitted 64-GPU Philly window
-        # 2.3x its makespan (seed 0)
-        options = replace(self._options, freeze_levels=1) if isinstance(self._options, RoundOptions) else None
-        types = self._node_types(state) if options is not None else None
         placed: list[Assignment] = []
-        settled, blocked = True, options is None
-        for s in waiting:
+        for s in self._between_solves_order(state):
             gpus = None
-            if not blocked and s.job.gpu_fraction >= 1.0:
+            if s.job.gpu_fraction >= 1.0:
                 key = (s.job.id, s.remaining_iterations, id(types), memory_observations_version(), _profiles())
                 if key not in self._best:
                     if len(self._best) > 100_000:
                         self._best.clear()
-                    self._best[key] = best_alone(s, state.time_s, types, self._asked, options)  # type: ignore[arg-type]
+                    self._best[key] = best_alone(s, state.time_s, types, self._asked, options)
                 best = self._best[key]
                 if best is not None:
                     gpus = pool.take_free(s.job, best.gpu_type)
@@ -230,15 +229,8 @@ class OptimizingPolicy:
                     placed.append(Assignment(s.job.id, gpus, best.freeze_level))  # type: ignore[union-attr]
                     continue
             if s.job.id not in self._seen_waiting:  # a job a solve has seen waiting blocks nobody: it was decided
-                blocked, settled = True, False
-            if fill and max(pool.free_by_type.values(), default=0) >= s.job.num_gpus:
-                for gpu_type in self._est.candidate_types(s.job, state.cluster):
-                    gpus = pool.take_free(s.job, gpu_type)
-                    if gpus is not None:
-                        pool.occupy(s.job.id, gpus)
-                        placed.append(Assignment(s.job.id, gpus))
-                        break
-        return Plan(tuple(placed), incremental=True), settled
+                return Plan(incremental=True), False
+        return Plan(tuple(placed), incremental=True), True
 
     def _round_solver(self, state: ClusterState) -> RoundSolver:
         """The solver of a ``roomy`` round under ``jct``: the jobs' value scale relative to the median predicted
