@@ -499,9 +499,8 @@ def _profile_dataset(models: tuple[str, ...], batch_size: int, steps: int, warmu
     from dltsched.predictors.profiling.session import run_profile, sample_groups
 
     bs = 2 if smoke else batch_size
-    explicit = tuple(j for text in job_texts for j in parse_group(text))
-    jobs = tuple(ProfiledJob(m, bs) for m in models) + tuple(replace(j, batch_size=2) if smoke else j
-                                                              for j in explicit)
+    explicit = tuple(replace(j, batch_size=2) if smoke else j for text in job_texts for j in parse_group(text))
+    jobs = tuple(ProfiledJob(m, bs) for m in models) + explicit
     groups = [parse_group(t) for t in group_texts] or (sample_groups(jobs, colocate, num_groups, seed)
                                                       if colocate else [])
     if smoke:
@@ -518,6 +517,6 @@ def _profile_dataset(models: tuple[str, ...], batch_size: int, steps: int, warmu
     if bad:
         raise ValidationError("groups", f"{'+'.join(j.label for j in bad[0])} has {len(bad[0])} jobs; "
                                         f"must be {colocate or '2 or 3'}")
-    isolated = jobs if not group_texts else tuple(replace(j, batch_size=2) if smoke else j for j in explicit)
+    isolated = jobs if not group_texts else explicit
     return run_profile(isolated, groups, out_dir=out_dir, sharing=sharing, steps=steps, warmup=warmup,
                        smoke=smoke, timeout_s=timeout_s, budget_s=budget_s)
