@@ -17,7 +17,7 @@ test: venv
 	$(PY) -m ruff check engine formulations predictors instances tests notebooks
 	$(PY) -m mypy engine formulations
 	.venv/bin/lint-imports
-	$(PY) -m pytest -q -m "not slow and not gpu"
+	$(PY) -m pytest -q -m "not slow and not gpu" -n auto --maxprocesses 4
 
 test-fast: venv
 	$(PY) -m pytest -q -x -m "not slow and not gpu and not data"
