@@ -21,7 +21,8 @@ measured) from the shipped predictors, which were fitted on no measurement of it
 takes each member's speed from that member's fold. Fitting all folds takes minutes (about 80 s per
 step-time fit on two cores; a profile co-location fit takes seconds), so the folds are built once and kept
 on disk under ``$DLTSCHED_CACHE`` (default ``~/.cache/dltsched``): ``crossfit/<key>/fold<i>.json``, the key
-hashing the training data, the folds and the recipe's name (its co-location family included), and the
+hashing the training data, the folds and the recipe's names (its co-location family and step-time part
+included), and the
 step-time factors apart under ``crossfit/steptime-<key>/``, keyed by the step-time data, the folds and the
 step-time recipe's name only, so that a new co-location recipe refits the seconds-long part alone.
 """
@@ -47,10 +48,13 @@ log = logging.getLogger(__name__)
 #: folds of the model split (GroupKFold; fewer when there are fewer models)
 DEFAULT_FOLDS = 5
 #: version of the fitting recipe, part of the cache key: bump it when a fold is fitted differently
-#: (``crossfit/1`` fitted the older ensemble table; ``crossfit/2`` the profile predictor, the default family)
-RECIPE_VERSION = "crossfit/2"
-#: version of the step-time part of the recipe, the key of the step-time cache
-STEPTIME_RECIPE = "steptime/1"
+#: (``crossfit/1`` fitted the older ensemble table; ``crossfit/2`` the profile predictor, the default family;
+#: ``crossfit/3`` the same, its profiles of held-out models predicted with input-pipeline terms learned
+#: across the fold's other workloads, ``model.host_model``)
+RECIPE_VERSION = "crossfit/3"
+#: version of the step-time part of the recipe, the key of the step-time cache (``steptime/2``: a GPU's
+#: compute-group multipliers pulled towards its common scale, ``calibrate._gpu_priors``)
+STEPTIME_RECIPE = "steptime/2"
 #: the co-location predictor family the folds refit (the default bundle's: ``predictors.colocation.profiled``)
 COLOCATION_FAMILY = "profile"
 CACHE_ENV = "DLTSCHED_CACHE"
@@ -302,6 +306,64 @@ class CrossFit:
                 "recipe": self.recipe, "colocation": self.colocation_family()}
 
 
+def steptime_fold_errors(step_time: Any, rows: Sequence[Any], in_sample: Any | None = None,
+                         gpus: tuple[str, str] = ("v100", "k80")) -> dict[str, Any]:
+    """Out-of-fold step-time accuracy on measured rows (``Measurement``), beside rules on the same rows.
+
+    ``step_time``: a :class:`CrossFitStepTime` (each row priced by the fold that holds its model out) or
+    any ``DeletePopStepTime``; each row is predicted with its own setup's host terms where fitted
+    (``calibrate.evaluate``). Beside it: ``in_sample`` (e.g. the shipped fit), the plain roofline (the
+    graph's kernels at the spec peak and bandwidth, nothing fitted) and ``constant``, the median measured
+    step of the same setup and GPU over the *other* models' rows (what a cluster knows of a new model
+    without a predictor). MAPE (%) per source and per model, and per model the geometric mean over batch
+    sizes of the predicted / measured speed-up of ``gpus[0]`` over ``gpus[1]`` (type affinity).
+    """
+    import numpy as np
+
+    from dltsched.predictors.steptime.calibrate import evaluate, job_of
+    from dltsched.predictors.steptime.kernel_logo import roofline_step_s
+
+    def model_predictor(p: Any, model: str) -> Any:
+        return p.for_model(model) if isinstance(p, CrossFitStepTime) else p
+
+    named = {"crossfit": step_time, **({"in_sample": in_sample} if in_sample is not None else {})}
+    apes: dict[str, list[tuple[str, str, float]]] = {k: [] for k in (*named, "roofline", "constant")}
+    for m in rows:
+        model = canonical_model(m.model)
+        for name, p in named.items():
+            apes[name].append((m.source, model, evaluate(model_predictor(p, model), [m]).mape))
+        apes["roofline"].append((m.source, model, abs(roofline_step_s(m) / m.step_time_s - 1.0) * 100.0))
+        others = [o.step_time_s for o in rows if o.source == m.source and o.gpu == m.gpu
+                  and canonical_model(o.model) != model]
+        if others:
+            apes["constant"].append((m.source, model, abs(float(np.median(others)) / m.step_time_s - 1.0) * 100.0))
+    out: dict[str, Any] = {}
+    for name, values in apes.items():
+        out[name] = {"n": len(values), "mape": float(np.mean([v for *_k, v in values])),
+                     "per_source": {s: float(np.mean([v for src, _m, v in values if src == s]))
+                                    for s in sorted({src for src, _m, _v in values})},
+                     "per_model": {mo: float(np.mean([v for _s, m_, v in values if m_ == mo]))
+                                   for mo in sorted({m_ for _s, m_, _v in values})}}
+    speedup: dict[str, dict[str, float]] = {}
+    fast, slow = gpus
+    by_shape: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for m in rows:
+        by_shape.setdefault((m.source, canonical_model(m.model), m.dataset, m.batch_size, m.amp), {})[m.gpu] = m
+    for (_src, model, *_rest), pair in sorted(by_shape.items(), key=lambda kv: repr(kv[0])):
+        if fast not in pair or slow not in pair:
+            continue
+        measured = pair[slow].step_time_s / pair[fast].step_time_s
+        entry = speedup.setdefault(model, {"measured": [], **{k: [] for k in named}})  # type: ignore[dict-item]
+        entry["measured"].append(measured)  # type: ignore[attr-defined]
+        for name, p in named.items():
+            pred = model_predictor(p, model)
+            ratio = pred.step_time_s(job_of(pair[slow]), slow, 1) / pred.step_time_s(job_of(pair[fast]), fast, 1)
+            entry[name].append(ratio / measured)  # type: ignore[attr-defined]
+    out["speedup"] = {model: {k: float(np.exp(np.mean(np.log(v)))) for k, v in entry.items()}
+                      for model, entry in speedup.items()}
+    return out
+
+
 def cache_root() -> Path:
     """Where fitted folds are kept: ``$DLTSCHED_CACHE`` or ``~/.cache/dltsched``."""
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "dltsched")
@@ -325,7 +387,8 @@ def build_crossfit(data: TrainingData, n_splits: int = DEFAULT_FOLDS, *, recipe:
             weights[canonical_model(m)] = weights.get(canonical_model(m), 0) + 1
     splits = model_folds(data.models(), n_splits, weights)
     split_list = [list(s) for s in splits]
-    key = hashlib.sha256(json.dumps([data.digest(), recipe.name, split_list]).encode()).hexdigest()[:20]
+    key = hashlib.sha256(json.dumps([data.digest(), recipe.name, recipe.steptime_name, split_list]).encode()
+                         ).hexdigest()[:20]
     step_key = hashlib.sha256(json.dumps([data.steptime_digest(), recipe.steptime_name, split_list]).encode()
                               ).hexdigest()[:20]
     where = Path(cache_dir) if cache_dir is not None else cache_root()
@@ -397,4 +460,4 @@ def crossfit_predictors(data_dir: str | os.PathLike[str] | None = None) -> Predi
 
 __all__ = ["CrossFit", "Fold", "Recipe", "TrainingData", "build_crossfit", "cached_crossfit", "crossfit",
            "crossfit_predictors",
-           "load_training_data", "model_folds"]
+           "load_training_data", "model_folds", "steptime_fold_errors"]

@@ -7,7 +7,9 @@ minimising the mean absolute percentage error):
 - global inverse efficiencies of the work terms, the CPU time per kernel launch and a fixed step
   overhead, shared by every GPU (weak prior: typical efficiencies);
 - per GPU with measurements, a multiplier per :data:`model.GPU_TERMS` (its compute groups' kernel
-  efficiency and its DRAM efficiency; pulled towards 1). Afterwards each global value is rescaled
+  efficiency, each pulled towards the GPU's common compute scale, which is pulled weakly towards 1, so
+  that a group the GPU has no rows of moves with its other groups; and its DRAM efficiency, pulled
+  towards 1). Afterwards each global value is rescaled
   to the GPU with the median multiplier, so that one odd GPU does not bias unmeasured GPUs;
 - per measurement setup (``source``) and GPU, the ``per_step`` and ``per_sample`` speeds of the
   machines hosting that GPU type (pulled towards 1; their geometric mean per setup is 1, so a GPU
@@ -62,7 +64,8 @@ from dltsched.predictors.zoo.graphs import resolve
 PRIOR_INVERSE_EFFICIENCY = {"conv": 1.4, "gemm": 1.4, "rnn": 2.0, "memory": 1.25, "bound": 1.25}
 PRIOR_DISPATCH_US = 10.0
 _PRIOR_WEIGHT = 0.01  # on log(inverse efficiency / prior): a tie-breaker only
-_GPU_WEIGHT = 0.1  # on log(per-GPU multiplier)
+_GPU_WEIGHT = 0.1  # on log(per-GPU multiplier / the GPU's common compute scale); memory: on log(multiplier)
+_COMMON_WEIGHT = 0.01  # on a GPU's common compute scale (geometric mean of its compute-group multipliers)
 _SPEED_WEIGHT = 0.3  # on log(host speed): machines differ, but host terms should not mimic GPU work
 _HOST_WEIGHT = 0.03  # on host terms (units of 10 ms, 0.1 ms per sample): GPU work explains what it can first
 _IDENTIFY_WEIGHT = 3.0  # on the mean log host speed of each setup
@@ -176,11 +179,21 @@ def _residuals(x: np.ndarray, d: _Design, p: _Params, prior: np.ndarray) -> np.n
                 for kind in HOST_SPEEDS for src in sources]
     return np.concatenate([(_predict(d, p, x) - d.y) / d.y,
                            _PRIOR_WEIGHT * np.log(p.get(x, "theta") / prior),
-                           _GPU_WEIGHT * np.log(p.get(x, "gpu")),
+                           *_gpu_priors(np.log(p.get(x, "gpu")).reshape(p.shape_gpu)),
                            _SPEED_WEIGHT * np.log(p.get(x, "per_step")),
                            _SPEED_WEIGHT * np.log(p.get(x, "per_sample")),
                            _HOST_WEIGHT * p.get(x, "host"),
                            _IDENTIFY_WEIGHT * np.array(identify)])
+
+
+def _gpu_priors(log_mult: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Residuals of the per-GPU multipliers: each compute group's pulled towards the GPU's common compute
+    scale (so that a group with no rows on a GPU moves with the GPU's other groups, not to the average GPU),
+    the common scale weakly towards 1, the DRAM multiplier towards 1."""
+    common = log_mult[:, :_N_COMPUTE].mean(axis=1, keepdims=True)
+    return (np.concatenate([(_GPU_WEIGHT * (log_mult[:, :_N_COMPUTE] - common)).ravel(),
+                            _GPU_WEIGHT * log_mult[:, _N_COMPUTE:].ravel()]),
+            _COMMON_WEIGHT * common.ravel())
 
 
 def _fit_stage1(d: _Design) -> tuple[_Params, np.ndarray]:

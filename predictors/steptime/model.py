@@ -13,7 +13,10 @@ One training iteration on one GPU, from the operator graph (see :mod:`aggregates
   framework time per launch. The host enqueues asynchronously, so the two overlap:
   ``busy = (gpu^p + dispatch^p)^(1/p)`` with :data:`OVERLAP_POWER` (a smooth maximum).
 - Input pipeline: for workloads measured in the calibration data, a fitted host term
-  ``per_step_s + per_sample_s * batch`` of that measurement setup; added to ``busy``.
+  ``per_step_s + per_sample_s * batch`` of that measurement setup; added to ``busy``. A workload
+  never measured gets the terms :func:`host_model` predicts for the setup (``host_source``, else
+  the factors' first source) from what a cluster knows before running it: a robust line of the
+  setup's fitted per-step terms over kernels per step, and the median per-sample term.
 - Host machines: a setup's machines hosting one GPU type have two fitted speeds (1 = the setup's
   average machine): ``per_step`` scales the CPU dispatch and the per-step input term (one CPU
   thread), ``per_sample`` the per-sample input term (the data loader's throughput).
@@ -72,11 +75,16 @@ TF32_ARCHITECTURES = frozenset({"ampere", "ada", "hopper", "blackwell"})
 DEFAULT_COMM_COEFFICIENTS = {"ring": 1.0 / 0.7, "shared_bus": 0.0}
 
 
+#: fewest measured workloads of a setup for a fitted slope of the per-step host term over kernels
+HOST_MODEL_MIN_WORKLOADS = 3
+
 #: remembered step times (see :meth:`DeletePopStepTime.step_time_s`); cleared when full
 _STEP_MEMO: dict[tuple[Any, ...], tuple[dict[str, Any], float]] = {}
 _STEP_MEMO_SIZE = 200_000
 #: work terms per job shape and GPU as (intercept, slope in the batch size), see ``gpu_terms``
 _WORK_MEMO: dict[tuple[Any, ...], tuple[dict[str, Any], dict[str, tuple[float, float]]]] = {}
+#: :func:`host_model` per factors object (keyed by id, the object kept to check identity)
+_HOST_MODEL_MEMO: dict[int, tuple[dict[str, Any], dict[str, dict[str, float]]]] = {}
 
 
 class MemoryFitError(DltschedError, ValueError):
@@ -207,6 +215,73 @@ def host_key(source: str, model: str, dataset: str) -> str:
     return f"{source}:{model}/{dataset}"
 
 
+def workload_kernels(model: str, dataset: str) -> float:
+    """Kernels of one training step of a workload's graph (forward, backward, one SGD update per
+    parameter tensor): the feature of :func:`host_model`, known before the workload ever runs."""
+    table = work_table(model, dataset, (1.0,) * len(COMPUTE_GROUPS), 1.0, 1.0)  # kernels do not depend on peaks
+    return float(table.kernels[0] + aggregates(model, dataset).param_tensors[0])
+
+
+@cache
+def input_bytes(model: str, dataset: str) -> float:
+    """Bytes per sample the graph's first operator reads: the input a data loader produces and copies
+    to the GPU (for an embedding, the rows it gathers)."""
+    from dltsched.predictors.zoo.graphs import graph_record
+
+    nodes = graph_record(model, dataset)["nodes"]
+    return float(nodes[0][5]) if nodes else 0.0
+
+
+def _robust_line(x: Any, y: Any) -> float:
+    """Non-negative Theil-Sen slope of ``y`` over ``x`` (0 with fewer than :data:`HOST_MODEL_MIN_WORKLOADS`
+    points or no spread in ``x``)."""
+    import numpy as np
+
+    if len(x) < HOST_MODEL_MIN_WORKLOADS or np.ptp(x) <= 0:
+        return 0.0
+    from scipy.stats import theilslopes
+
+    return max(0.0, float(theilslopes(y, x).slope))
+
+
+def host_model(factors: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per measurement setup, the input-pipeline terms of a workload it never measured, learned
+    across the workloads it did (the factors' ``host_overhead``):
+
+    - ``per_step_s + per_kernel_s * kernels``: the Theil-Sen line (median of pairwise slopes,
+      robust to a workload such as an RL job whose environment runs on the CPU) of the fitted
+      per-step terms over :func:`workload_kernels`; slope and intercept are kept non-negative.
+      Fewer than :data:`HOST_MODEL_MIN_WORKLOADS` workloads: no slope, the median per-step term.
+    - ``per_sample_s``: the median fitted per-sample term.
+    """
+    hit = _HOST_MODEL_MEMO.get(id(factors))
+    if hit is not None and hit[0] is factors:
+        return hit[1]
+    import numpy as np
+
+    rows: dict[str, list[tuple[float, float, float]]] = {}
+    for key, terms in factors.get("host_overhead", {}).items():
+        setup, workload = key.split(":", 1)
+        model, dataset = workload.rsplit("/", 1)
+        try:
+            kernels = workload_kernels(model, dataset)
+        except (KeyError, ValueError):  # a workload whose graph is not shipped says nothing here
+            continue
+        rows.setdefault(setup, []).append((kernels, input_bytes(model, dataset), float(terms["per_step_s"]),
+                                           float(terms["per_sample_s"])))
+    out = {}
+    for setup, points in rows.items():
+        x, inputs, step, sample = (np.array(c) for c in zip(*points, strict=True))
+        slope, per_byte = _robust_line(x, step), _robust_line(inputs, sample)
+        out[setup] = {"per_step_s": max(0.0, float(np.median(step - slope * x))), "per_kernel_s": slope,
+                      "per_sample_s": max(0.0, float(np.median(sample - per_byte * inputs))),
+                      "per_input_byte_s": per_byte, "workloads": float(len(points))}
+    if len(_HOST_MODEL_MEMO) >= 64:
+        _HOST_MODEL_MEMO.clear()
+    _HOST_MODEL_MEMO[id(factors)] = (factors, out)
+    return out
+
+
 def comm_features(grad_bytes: float, num_gpus: int, link_gbs: float, hop_latency_s: float) -> dict[str, float]:
     """All-reduce work terms of one step: ring (dedicated links) and shared bus (PCIe switch, host).
 
@@ -293,6 +368,26 @@ class DeletePopStepTime:
         host = self.factors.get("host_overhead", {})
         return next((s for s in (*order, *self.factors.get("sources", ())) if host_key(s, model, dataset) in host), None)
 
+    def default_setup(self) -> str | None:
+        """The setup whose machines run a workload never measured: ``host_source``, else the factors'
+        first source (None without any)."""
+        return self.host_source or next(iter(self.factors.get("sources", ())), None)
+
+    def host_terms(self, model: str, dataset: str, kernels: float) -> tuple[str | None, float, float]:
+        """Setup, per-step and per-sample input-pipeline terms of a workload with ``kernels`` per step:
+        fitted where its setup measured it, else predicted by :func:`host_model` for
+        :meth:`default_setup` (0 where that setup has no fitted workload)."""
+        setup = self.setup(model, dataset)
+        if setup is not None:
+            host = self.factors["host_overhead"][host_key(setup, model, dataset)]
+            return setup, float(host["per_step_s"]), float(host["per_sample_s"])
+        setup = self.default_setup()
+        learned = host_model(self.factors).get(setup or "")
+        if learned is None:
+            return setup, 0.0, 0.0
+        return (setup, learned["per_step_s"] + learned["per_kernel_s"] * kernels,
+                learned["per_sample_s"] + learned["per_input_byte_s"] * input_bytes(model, dataset))
+
     def host_speeds(self, setup: str | None, gpu: GpuType) -> dict[str, float]:
         """``per_step`` and ``per_sample`` speed of the machines hosting ``gpu`` in ``setup`` (1: average)."""
         table = self.factors.get("host_speed", {}).get(setup or "", {})
@@ -302,18 +397,16 @@ class DeletePopStepTime:
     def cpu_s(self, kernels: float, model: str, dataset: str, gpu: GpuType, batch_size: int,
               scope: str = "iteration") -> tuple[float, float, float]:
         """CPU time of one step: dispatch of ``kernels``, the fixed per-step host cost, and the input
-        pipeline (scope ``iteration`` only; 0 for workloads never measured), at the speeds of the
-        machine hosting ``gpu``."""
+        pipeline (scope ``iteration`` only; :meth:`host_terms`: predicted for workloads never
+        measured), at the speeds of the machine hosting ``gpu``."""
         f = self.factors
-        setup = self.setup(model, dataset)
+        setup, per_step_s, per_sample_s = self.host_terms(model, dataset, kernels)
         speed = self.host_speeds(setup, gpu)
         dispatch = kernels * f["dispatch_us"] * 1e-6 * speed["per_step"]
         fixed = float(f["step_overhead_s"]) * speed["per_step"]
-        if setup is None or scope != "iteration":
+        if scope != "iteration":
             return dispatch, fixed, 0.0
-        host = f["host_overhead"][host_key(setup, model, dataset)]
-        return dispatch, fixed, (speed["per_step"] * host["per_step_s"]
-                                 + speed["per_sample"] * host["per_sample_s"] * batch_size)
+        return dispatch, fixed, speed["per_step"] * per_step_s + speed["per_sample"] * per_sample_s * batch_size
 
     def calibration_basis(self, gpu_type: str) -> str:
         """What the predictions for ``gpu_type`` rest on: its own step-time measurements, or its

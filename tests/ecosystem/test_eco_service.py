@@ -618,10 +618,10 @@ def test_colocation_fallbacks_reach_the_api_and_the_service():
             JobState(Job("b", second, 64, 1e4), 1e4, assignment=Assignment("b", (0,))),
             JobState(Job("c", "resnet18", 32, 1e4), 1e4)))
 
-    unprofiled = solve_round(state("mobilenet_v2"))
+    unprofiled = solve_round(state("shufflenet_v2"))
     assert unprofiled.colocation_groups() == {0: ("a", "b")}
     assert plan_to_dict(unprofiled)["colocation_fallbacks"] == ["b"]
     profiled = solve_round(state("resnet18"))  # Gavel measured both batch sizes on V100: a profile each
     assert profiled.colocation_groups() == {0: ("a", "b")} and profiled.colocation_fallbacks == ()
-    r = _client().post("/v1/schedule", json=state_to_request(state("mobilenet_v2")))
+    r = _client().post("/v1/schedule", json=state_to_request(state("shufflenet_v2")))
     assert r.status_code == 200 and r.json()["colocation_fallbacks"] == ["b"]

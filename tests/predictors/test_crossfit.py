@@ -233,6 +233,32 @@ def test_a_new_colocation_recipe_refits_the_folds_but_not_the_step_times(tmp_pat
     again = _build(_profile_data(), tmp_path, renamed)  # co-location refitted (new key), step times read back
     assert again.key != first.key
     assert [f.factors for f in again.folds] == [f.factors for f in first.folds]
-    # a new step-time recipe invalidates the step-time cache too
+    # a new step-time recipe invalidates the step-time cache too, also under the same co-location recipe name
     with pytest.raises(AssertionError, match="refitted cached step-time"):
         _build(_profile_data(), tmp_path, replace(renamed, name="test-profile/3", steptime_name="test-steptime/2"))
+    with pytest.raises(AssertionError, match="refitted cached step-time"):
+        _build(_profile_data(), tmp_path, replace(renamed, steptime_name="test-steptime/2"))
+
+
+def test_fold_errors_price_each_row_by_its_predictor_beside_roofline_constant_and_speedups():
+    from dltsched.predictors.crossfit import CrossFitStepTime, steptime_fold_errors
+
+    shipped = DeletePopStepTime()
+    slow = DeletePopStepTime(factors=_scaled_factors([Measurement("resnet50", GPU, 64, 1, 10.0, source="s")]))
+    truth = {(m, g): shipped.step_time_s(Job("j", m, 64, 1.0), g, 1) for m in ("resnet50", "resnet18")
+             for g in ("v100", "k80")}
+    rows = [Measurement(m, g, 64, 1, t, source="s") for (m, g), t in truth.items()]
+    out = steptime_fold_errors(CrossFitStepTime({"resnet18": slow}, shipped), rows, shipped)
+    # resnet50 is priced by the fallback (the truth here, 0% error), resnet18 by its fold's slow predictor
+    assert out["crossfit"]["per_model"]["resnet50"] == pytest.approx(0.0, abs=1e-6)
+    assert out["crossfit"]["per_model"]["resnet18"] > 50.0 and out["in_sample"]["mape"] == pytest.approx(0.0, abs=1e-6)
+    # the constant rule for a row is the other models' median on that GPU: resnet18's row on v100 gets resnet50's
+    expected = abs(truth[("resnet50", "v100")] / truth[("resnet18", "v100")] - 1) * 100
+    assert out["constant"]["n"] == 4 and min(out["constant"]["per_model"].values()) > 0
+    assert out["constant"]["per_model"]["resnet18"] == pytest.approx(
+        (expected + abs(truth[("resnet50", "k80")] / truth[("resnet18", "k80")] - 1) * 100) / 2)
+    assert out["roofline"]["n"] == 4 and out["roofline"]["mape"] > 0
+    # speed-ups: measured k80 / v100, and each predictor's ratio to it (1 = right)
+    assert out["speedup"]["resnet18"]["measured"] == pytest.approx(truth[("resnet18", "k80")] / truth[("resnet18", "v100")])
+    assert out["speedup"]["resnet50"]["crossfit"] == pytest.approx(1.0)
+    assert out["speedup"]["resnet18"]["in_sample"] == pytest.approx(1.0)

@@ -140,3 +140,20 @@ def test_measurements_are_validated():
         Measurement("resnet50", "v100", 32, 1, -0.1)
     with pytest.raises(ValueError, match="batch_size: 0 not understood"):
         Measurement("resnet50", "v100", 0, 1, 0.1)
+
+
+def test_a_compute_group_without_rows_on_a_gpu_follows_the_gpus_other_groups():
+    # the K80 runs every compute group 2.5x slower than its spec sheet; its only recurrent model (lstm_lm) is
+    # measured on the other GPUs alone, so the K80's rnn multiplier has no rows of its own: it must follow the
+    # K80's conv and gemm multipliers (its common scale), not stay at the average GPU's 1
+    factors = _no_host_factors()
+    slowed = {**dict.fromkeys(GPU_TERMS, 2.5), "memory": 1.0}
+    truth = DeletePopStepTime(factors={**factors, "gpu_efficiency": {"k80": slowed}})
+    rows = [m for m in _synthetic(truth, gpus=(*_GPUS, "t4"))
+            if not (m.gpu == "k80" and m.model == "lstm_lm")]
+    fitted = cal.fit(rows)
+    k80 = fitted["gpu_efficiency"]["k80"]
+    assert k80["conv"] > 1.8 and k80["gemm"] > 1.8
+    assert k80["rnn"] > 1.5
+    held = [m for m in _synthetic(truth, gpus=("k80",)) if m.model == "lstm_lm"]
+    assert cal.evaluate(DeletePopStepTime(factors=fitted), held).mape < 30.0

@@ -106,7 +106,31 @@ def test_host_term_adds_to_its_workload_only_scaled_by_its_setups_host_speeds():
     assert gain(replace(with_host, host_source="b"), _job(batch=64)) == pytest.approx(0.164 * 0.5)
     assert gain(with_host, _job(batch=64), "h100") == pytest.approx(0.164)  # no host speed: the average machine
     assert gain(with_host, _job("vgg16", batch=64)) == pytest.approx(0.164 * 0.5)  # only "b" measured it
-    assert gain(with_host, _job("resnet101")) == 0.0
+    # never measured: the terms learned across setup "a"'s workloads (one: its median), at "a"'s speeds
+    assert gain(with_host, _job("resnet101", batch=64)) == pytest.approx(0.1 * 2.0 + 0.064 * 3.0)
+    assert gain(DeletePopStepTime(factors={**factors, "sources": []}), _job("resnet101")) == 0.0
+
+
+def test_host_model_learns_per_step_cost_over_kernels_robustly_and_predicts_unseen_workloads():
+    from dltsched.predictors.steptime.model import host_model, workload_kernels
+
+    base = DeletePopStepTime()
+    loads = [("resnet18", "cifar10"), ("resnet50", "imagenet"), ("transformer", "multi30k"), ("lstm_lm", "wikitext2")]
+    host = {f"s:{m}/{d}": {"per_step_s": 0.004 + 60e-6 * workload_kernels(m, d), "per_sample_s": 1e-5}
+            for m, d in loads}
+    host["s:a3c/pong"] = {"per_step_s": 0.5, "per_sample_s": 0.0}  # an RL environment on the CPU: an outlier
+    factors = {**base.factors, "sources": ["s"], "host_overhead": host, "host_speed": {}, "dispatch_us": 0.0}
+    learned = host_model(factors)["s"]
+    assert learned["per_kernel_s"] == pytest.approx(60e-6, rel=0.05)
+    assert learned["per_step_s"] == pytest.approx(0.004, rel=0.1)
+    assert learned["per_sample_s"] == pytest.approx(1e-5)
+    # resnet101 was never measured: its input term follows the line, not zero and not the RL outlier
+    with_host = DeletePopStepTime(factors=factors)
+    b = with_host.breakdown(_job("resnet101", batch=32), "v100")
+    expected = 0.004 + 60e-6 * workload_kernels("resnet101", "imagenet") + 32 * 1e-5
+    assert b.input_s == pytest.approx(expected, rel=0.1)
+    assert b.step_time_s >= b.input_s  # the host cost is a floor of the step
+    assert with_host.breakdown(_job("resnet101", batch=32), "v100", scope="compute").input_s == 0.0
 
 
 def test_cpu_dispatch_runs_at_the_per_step_speed_of_the_host():
@@ -116,7 +140,8 @@ def test_cpu_dispatch_runs_at_the_per_step_speed_of_the_host():
     factors = {**base.factors, "sources": ["a"], "host_overhead": {"a:ppo/lunarlander": host}, "step_overhead_s": 0.0,
                "host_speed": {"a": {"v100": {"per_step": 2.0, "per_sample": 1.0}}}}
     job = _job("ppo", batch=1)
-    slow, average = DeletePopStepTime(factors=factors).step_time_s(job, "v100"), base.step_time_s(job, "v100")
+    average_host = DeletePopStepTime(factors={**factors, "host_speed": {}})
+    slow, average = DeletePopStepTime(factors=factors).step_time_s(job, "v100"), average_host.step_time_s(job, "v100")
     assert slow == pytest.approx(2.0 * average, rel=0.05)
 
 
@@ -161,8 +186,9 @@ def test_cpu_dispatch_and_gpu_work_overlap_as_a_smooth_maximum():
 
 def test_tiny_jobs_are_bound_by_cpu_dispatch_on_every_gpu():
     # PPO's 64-64 MLP at batch 1: a few hundred kernels of negligible GPU work; the step is the CPU's
-    # launch time, so an H100 is no faster than a K80
-    p = DeletePopStepTime()
+    # launch time, so an H100 is no faster than a K80 (on the same host machines)
+    base = DeletePopStepTime()
+    p = DeletePopStepTime(factors={**base.factors, "host_speed": {}})
     k80, h100 = p.breakdown(_job("ppo", batch=1), "k80"), p.breakdown(_job("ppo", batch=1), "h100")
     assert h100.step_time_s == pytest.approx(k80.step_time_s, rel=0.05)
     assert k80.overhead_s > 10 * (k80.compute_s + k80.memory_s)

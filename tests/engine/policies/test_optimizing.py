@@ -196,7 +196,7 @@ def test_bad_working_set_size_names_the_field(analytic, cap):
 
 
 def test_colocation_on_predicted_profiles_is_marked_in_the_plan_and_the_solve_log(caplog):
-    # resnet18:32 has a Gavel profile on the V100, mobilenet_v2:64 none: sharing one GPU, the second one's
+    # resnet18:32 has a Gavel profile on the V100, shufflenet_v2:64 none: sharing one GPU, the second one's
     # co-location rests on a predicted profile, whichever solver decides
     import logging
     from dataclasses import replace
@@ -208,7 +208,7 @@ def test_colocation_on_predicted_profiles_is_marked_in_the_plan_and_the_solve_lo
     bundle = default_predictors()
     cluster = Cluster((Node("n0", "v100", 1),))
     jobs = (JobState(Job("a", "resnet18", 32, 1e4), 1e4, assignment=Assignment("a", (0,))),
-            JobState(Job("b", "mobilenet_v2", 64, 1e4), 1e4, assignment=Assignment("b", (0,))),
+            JobState(Job("b", "shufflenet_v2", 64, 1e4), 1e4, assignment=Assignment("b", (0,))),
             JobState(Job("c", "resnet18", 32, 1e4), 1e4))
     state = ClusterState(0.0, cluster, jobs)
     shared = Plan((Assignment("a", (0,)), Assignment("b", (0,))))
