@@ -131,3 +131,28 @@ def test_neusight_labels_read(data_dir):
     assert {lb.model for lb in train} == {"bert_large", "gpt2_large"}
     assert all(lb.gpu == "v100-pcie-32gb" and lb.layer and lb.other for lb in train)
     assert len({lb.gpu for lb in labels}) == 5
+
+
+def test_trace_no_op_copies_and_inference_dropout_launch_nothing():
+    def call(fn, ins, out, contiguous="[True]", node="x", dtype="torch.float32"):
+        return {"op": "call_method", "target": fn, "input_shapes": ins, "output_shape": out, "meta": "{}",
+                "Name": fn, "_input_nodes": f"{{{node}: None}}", "input_contiguous": contiguous, "dtype": dtype}
+
+    shape, out = "[[4, 20, 1024, 1024]]", "(4, 20, 1024, 1024)"
+    same = {"x": "torch.float32"}
+    assert ns.op_kernels(call("to", shape, out), False, same) == []
+    assert len(ns.op_kernels(call("to", shape, out), False, {"x": "torch.bool"})) == 1  # a real conversion
+    assert len(ns.op_kernels(call("to", shape, out), False)) == 1  # dtypes unknown: counted
+    assert ns.op_kernels(call("contiguous", shape, out), False, same) == []
+    assert len(ns.op_kernels(call("contiguous", shape, out, contiguous="[False]"), False, same)) == 1
+    drop = {"op": "call_module", "input_shapes": shape, "output_shape": out, "Name": "drop", "target": "drop",
+            "meta": "{'nn_module_stack': OrderedDict([('d', <class 'torch.nn.modules.dropout.Dropout'>)])}"}
+    assert ns.op_kernels(drop, train=False) == []
+    assert len(ns.op_kernels(drop, train=True)) == 2
+
+
+@pytest.mark.data
+def test_p4_has_its_twenty_sms(data_dir):
+    gpus = {g.id: g for g in kn.neusight_gpus(data_dir).values()}
+    assert gpus["p4"].sm_count == gpu_spec("p4").sm_count == 20
+    assert gpus["t4"].sm_count == 40 and gpus["t4"].tdp_w == 70
