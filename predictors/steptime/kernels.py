@@ -191,7 +191,9 @@ FEATURES = ("log_t_roof", "log_ridge_ratio", "log_waves", "tail_occupancy", "log
             # the GPU's own spec sheet, beyond its peaks (power, clocks, per-SM resources)
             "log_watts_per_tflop", "base_boost", "log_watts_per_sm", "log_l2_per_sm", "log_bw_per_sm", "log_sm",
             # waves and tail occupancy of 64 x 64 tiles (smaller problems get smaller tiles from cuBLAS)
-            "log_waves_64", "tail_occupancy_64", "log_k_per_tile")
+            "log_waves_64", "tail_occupancy_64", "log_k_per_tile",
+            # share of the padded output tiles' area that is the output (1: the shape tiles exactly)
+            "tile_fill", "tile_fill_64")
 #: features of the op's shape and its launch over the SMs only (no roofline time, no L2 fit)
 SHAPE_FEATURES = ("log_waves", "tail_occupancy", "log_m", "log_n", "log_k", "log_batch", "binary", "heavy",
                   "log_flops")
@@ -199,7 +201,11 @@ SHAPE_FEATURES = ("log_waves", "tail_occupancy", "log_m", "log_n", "log_k", "log
 #: without the absolute roofline time and the L2 fit the vector classes extrapolate to GPUs outside the
 #: training range (A100's 40 MiB L2) far better (softmax 20.4 -> 18.3%, layer norm 16.1 -> 12.3%,
 #: element-wise 18.1 -> 16.2%, convolutions 22.7 -> 22.3%); the GEMMs keep them (linear 24.6 -> 28.8% without)
-CLASS_FEATURES: dict[str, tuple[str, ...]] = {"bmm": FEATURES[:12], "linear": FEATURES[:12], "conv": SHAPE_FEATURES,
+#: GEMMs also see how well their output tiles the shape (``tile_fill``: the models' aligned shapes tile
+#: exactly where NeuSight's random shapes waste part of a tile row; NeuSight labels 18.1 -> 17.0%)
+_FILL = ("tile_fill", "tile_fill_64")
+CLASS_FEATURES: dict[str, tuple[str, ...]] = {"bmm": FEATURES[:12] + _FILL, "linear": FEATURES[:12] + _FILL,
+                                              "conv": SHAPE_FEATURES + _FILL,
                                               "elementwise": SHAPE_FEATURES, "softmax": SHAPE_FEATURES,
                                               "layernorm": SHAPE_FEATURES}
 #: fastest prediction per op class as a fraction of the roofline time (convolutions: Winograd F(2x2, 3x3))
@@ -228,6 +234,11 @@ def features(kernels: Sequence[Kernel], gpu: KernelGpu, math_mode: str = "fp32")
     return _features(_arrays(kernels), gpu, math_mode)
 
 
+def _fill(x: np.ndarray, tile: float) -> np.ndarray:
+    """Share of ``ceil(x / tile)`` tiles that ``x`` fills."""
+    return x / (np.ceil(x / tile) * tile)
+
+
 def _features(a: dict[str, np.ndarray], gpu: KernelGpu, math_mode: str) -> np.ndarray:
     tc, tm = _roofline_arrays(a, gpu, math_mode)
     gemm_tiles = a["batch"] * np.ceil(a["m"] / TILE) * np.ceil(a["n"] / TILE)
@@ -252,7 +263,8 @@ def _features(a: dict[str, np.ndarray], gpu: KernelGpu, math_mode: str) -> np.nd
                                 math.log10(gpu.watts_per_tflop * gpu.fp32_tflops / gpu.sm_count),
                                 math.log10(gpu.l2_mib / gpu.sm_count),
                                 math.log10(gpu.memory_bandwidth_gbs / gpu.sm_count), math.log10(gpu.sm_count))),
-                            np.log10(waves64), tail64, np.log10(a["k"] / TILE)])
+                            np.log10(waves64), tail64, np.log10(a["k"] / TILE),
+                            _fill(a["m"], TILE) * _fill(a["n"], TILE), _fill(a["m"], 64) * _fill(a["n"], 64)])
 
 
 # ----------------------------------------------------------------------------------------------
