@@ -193,7 +193,9 @@ FEATURES = ("log_t_roof", "log_ridge_ratio", "log_waves", "tail_occupancy", "log
             # waves and tail occupancy of 64 x 64 tiles (smaller problems get smaller tiles from cuBLAS)
             "log_waves_64", "tail_occupancy_64", "log_k_per_tile",
             # share of the padded output tiles' area that is the output (1: the shape tiles exactly)
-            "tile_fill", "tile_fill_64")
+            "tile_fill", "tile_fill_64",
+            # NeuSight's normalisation: one output tile's compute and memory time at the per-SM peaks
+            "log_tile_compute", "log_tile_memory")
 #: features of the op's shape and its launch over the SMs only (no roofline time, no L2 fit)
 SHAPE_FEATURES = ("log_waves", "tail_occupancy", "log_m", "log_n", "log_k", "log_batch", "binary", "heavy",
                   "log_flops")
@@ -246,6 +248,7 @@ def _features(a: dict[str, np.ndarray], gpu: KernelGpu, math_mode: str) -> np.nd
     tiles = np.where(a["gemm"] > 0, gemm_tiles, vector_tiles)
     waves = tiles / gpu.sm_count
     tail = tiles / (np.ceil(waves) * gpu.sm_count)
+    peak_per_sm = gpu.peak_flops(math_mode) / gpu.sm_count
     tiles64 = np.where(a["gemm"] > 0, a["batch"] * np.ceil(a["m"] / 64) * np.ceil(a["n"] / 64),
                        np.ceil(a["m"] * a["n"] / (64 * 32)))
     waves64 = tiles64 / gpu.sm_count
@@ -264,7 +267,10 @@ def _features(a: dict[str, np.ndarray], gpu: KernelGpu, math_mode: str) -> np.nd
                                 math.log10(gpu.l2_mib / gpu.sm_count),
                                 math.log10(gpu.memory_bandwidth_gbs / gpu.sm_count), math.log10(gpu.sm_count))),
                             np.log10(waves64), tail64, np.log10(a["k"] / TILE),
-                            _fill(a["m"], TILE) * _fill(a["n"], TILE), _fill(a["m"], 64) * _fill(a["n"], 64)])
+                            _fill(a["m"], TILE) * _fill(a["n"], TILE), _fill(a["m"], 64) * _fill(a["n"], 64),
+                            np.log10(2.0 * TILE * TILE * a["k"] / (peak_per_sm)),
+                            np.log10(4.0 * (TILE * TILE + 2.0 * TILE * a["k"]) / (gpu.memory_bandwidth_gbs * 1e9
+                                                                                   / gpu.sm_count))])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -317,14 +323,15 @@ GBM_PARAMS: dict[str, Any] = {"max_iter": 120, "max_depth": 5, "learning_rate": 
                               "loss": "squared_error", "early_stopping": False, "random_state": 0}
 
 
-def fit_ensemble(x: np.ndarray, y: np.ndarray, **overrides: Any) -> TreeEnsemble:
+def fit_ensemble(x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None,
+                 **overrides: Any) -> TreeEnsemble:
     """Fit ``y = log(t / t_roof)`` on features ``x`` (scikit-learn's histogram GBM with :data:`GBM_PARAMS`
-    and ``overrides``) and export the trees."""
+    and ``overrides``; rows weighted by ``sample_weight``) and export the trees."""
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):  # small fits: threads only contend
-        gbm = HistGradientBoostingRegressor(**(GBM_PARAMS | overrides)).fit(x, y)
+        gbm = HistGradientBoostingRegressor(**(GBM_PARAMS | overrides)).fit(x, y, sample_weight=sample_weight)
     trees = [p[0].nodes for p in gbm._predictors]  # noqa: SLF001 - the fitted trees, exported as arrays
     width = max(len(t) for t in trees)
 
@@ -411,9 +418,13 @@ def load_kernel_model(path: str | None = None) -> KernelModel:
 
 @dataclass(frozen=True, slots=True)
 class KernelSample:
+    """One measured kernel; ``floor_s``: the per-call cost of its measurement where it is not that of
+    NeuSight's microbenchmarks (None: the microbenchmarks' floor of its op class and GPU)."""
+
     gpu: str
     kernel: Kernel
     latency_s: float
+    floor_s: float | None = None
 
 
 def neusight_gpus(data_dir: str | os.PathLike[str] | None = None) -> dict[str, KernelGpu]:
@@ -484,15 +495,21 @@ def floors(samples: Sequence[KernelSample]) -> dict[tuple[str, str], float]:
 
 
 def fit(samples: Sequence[KernelSample], gpus: dict[str, KernelGpu],
-        max_per_gpu: int = MAX_TRAIN_PER_GPU) -> KernelModel:
+        max_per_gpu: int = MAX_TRAIN_PER_GPU, extra: Sequence[KernelSample] = (),
+        extra_weight: float = 1.0) -> KernelModel:
     """One tree ensemble per op class on ``log((measured - floor) / roofline)`` over the class's
-    :data:`CLASS_FEATURES`; the model's floor per class is the median of the GPUs' floors."""
+    :data:`CLASS_FEATURES`; the model's floor per class is the median of the GPUs' floors.
+
+    ``extra`` (kernels measured inside whole models: :func:`neusight.trace_kernel_samples`) join every
+    class's rows after the subsampling, each weighing ``extra_weight`` rows, with their own floor."""
     ensembles, floor_by = {}, {}
     per_gpu_floor = floors(samples)
     for cls in OP_CLASSES:
         rows = _subsample([s for s in samples if s.kernel.op_class == cls], max_per_gpu)
         if not rows:
             continue
+        n_bench = len(rows)
+        rows += [s for s in extra if s.kernel.op_class == cls and s.gpu in gpus]
         cols = [FEATURES.index(f) for f in CLASS_FEATURES[cls]]
         x = np.zeros((len(rows), len(cols)))
         for gpu_id in {s.gpu for s in rows}:
@@ -500,9 +517,10 @@ def fit(samples: Sequence[KernelSample], gpus: dict[str, KernelGpu],
             x[idx] = features([rows[i].kernel for i in idx], gpus[gpu_id])[:, cols]
         roof = np.array([max(roofline_s(s.kernel, gpus[s.gpu])) for s in rows])
         lat = np.array([s.latency_s for s in rows])
-        floor = np.array([per_gpu_floor[(cls, s.gpu)] for s in rows])
+        floor = np.array([per_gpu_floor[(cls, s.gpu)] if s.floor_s is None else s.floor_s for s in rows])
         y = np.log(np.maximum(lat - floor, MIN_ABOVE_FLOOR * lat) / roof)
-        ensembles[cls] = fit_ensemble(x, y)
+        weight = np.where(np.arange(len(rows)) < n_bench, 1.0, extra_weight)
+        ensembles[cls] = fit_ensemble(x, y, weight if len(rows) > n_bench else None)
         floor_by[cls] = float(np.median([v for (c, _g), v in per_gpu_floor.items() if c == cls]))
     return KernelModel(ensembles, tuple(sorted({s.gpu for s in samples})), floor_by,
                        {cls: CLASS_FEATURES[cls] for cls in ensembles})
@@ -525,18 +543,20 @@ def _score(table: dict[str, dict[str, Any]], cls: str, held: str, model: KernelM
 
 
 def leave_one_gpu_out(samples: Sequence[KernelSample], gpus: dict[str, KernelGpu],
-                      models: dict[str, KernelModel] | None = None) -> dict[str, Any]:
+                      models: dict[str, KernelModel] | None = None, extra: Sequence[KernelSample] = (),
+                      extra_weight: float = 1.0) -> dict[str, Any]:
     """Per op class and held-out GPU: MAPE of the kernel model fitted on the other GPUs, of the plain
     roofline, and of the roofline times one efficiency per class (median fitted on the other GPUs).
 
     ``models``, when given, receives the model fitted without each GPU (keyed by that GPU).
-    The held-out GPU enters only through its spec sheet (SMs, peaks, bandwidth, L2).
+    The held-out GPU enters only through its spec sheet (SMs, peaks, bandwidth, L2); ``extra`` kernels
+    (:func:`fit`) of the other GPUs join each fit, never those of the held-out GPU, and are not scored.
     """
     by_id = {g.id: g for g in gpus.values()}
     table: dict[str, dict[str, Any]] = {}
     for family in sorted({gpu_family(s.gpu) for s in samples}):
         train = [s for s in samples if gpu_family(s.gpu) != family]
-        model = fit(train, by_id)
+        model = fit(train, by_id, extra=[s for s in extra if gpu_family(s.gpu) != family], extra_weight=extra_weight)
         for held in sorted({s.gpu for s in samples if gpu_family(s.gpu) == family}):
             if models is not None:
                 models[held] = model

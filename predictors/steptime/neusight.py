@@ -42,6 +42,7 @@ from dltsched.predictors.steptime.kernels import (
     Kernel,
     KernelGpu,
     KernelModel,
+    KernelSample,
     gemm_kernel,
     roofline_s,
     vector_kernel,
@@ -220,6 +221,37 @@ def read_labels(data_dir: str | os.PathLike[str] | None = None, *, train: bool |
     return out
 
 
+#: per-call cost of the traces' per-op timings: ops that launch nothing (size, getitem, view) measure 0.010-0.011 ms
+TRACE_FLOOR_S = 1.0e-5
+#: traced ops shorter than this are left out of :func:`trace_kernel_samples` (mostly the per-call cost)
+TRACE_MIN_S = 5.0e-5
+
+
+def trace_kernel_samples(data_dir: str | os.PathLike[str] | None = None) -> list[KernelSample]:
+    """Kernels measured inside whole models: every traced operator that launches one kernel forward,
+    with its measured forward latency (the mean over traces where a GPU ran the same shape), as
+    :class:`kernels.KernelSample` with the traces' own per-call floor. They teach the kernel model the
+    aligned shapes of real models, which NeuSight's random-shape microbenchmarks lack."""
+    from dltsched.instances.datadir import data_file
+
+    csv.field_size_limit(1 << 30)
+    found: dict[tuple[str, Kernel], list[float]] = {}
+    base = data_file("neusight", "labels", data_dir=data_dir)
+    for folder, gpu in sorted(LABEL_GPUS.items()):
+        for trace in sorted((base / folder).glob("*.csv")):
+            dtypes: dict[str, str] = {}
+            with trace.open(newline="") as fh:
+                for row in csv.DictReader(fh):
+                    dtypes[row["Name"]] = row.get("dtype", "")
+                    latency = float(row["fw_latency"] or 0) * 1e-3
+                    if latency < TRACE_MIN_S:
+                        continue
+                    ks = op_kernels(row, False, dtypes)
+                    if len(ks) == 1:
+                        found.setdefault((gpu, ks[0]), []).append(latency)
+    return [KernelSample(gpu, k, float(np.mean(v)), TRACE_FLOOR_S) for (gpu, k), v in found.items()]
+
+
 def predict_label(label: Label, model: KernelModel, gpu: KernelGpu, floor: bool = True) -> float:
     """Predicted iteration seconds: kernels outside the layers plus ``num_layer`` times layer 0
     (``floor=False``: kernel bodies without the kernel data's per-call floor)."""
@@ -238,9 +270,8 @@ def roofline_label(label: Label, gpu: KernelGpu) -> float:
 def evaluate_labels(labels: Sequence[Label], models: dict[str, KernelModel],
                     gpus: dict[str, KernelGpu]) -> dict[str, Any]:
     """MAPE of the kernel model (``models[gpu]``: fitted without that GPU; ``body``: without the per-call
-    floor, as in whole steps; ``scaled``: the bodies times one scale fitted on the other GPUs' labels), of
-    the plain roofline and of the sum of the trace's own measured per-op latencies (an upper reference:
-    measured ops, no model)."""
+    floor, as in whole steps), of the plain roofline and of the sum of the trace's own measured per-op
+    latencies (an upper reference: measured ops, no model)."""
     rows = []
     for lb in labels:
         pred = predict_label(lb, models[lb.gpu], gpus[lb.gpu])
@@ -254,17 +285,9 @@ def evaluate_labels(labels: Sequence[Label], models: dict[str, KernelModel],
                      "roofline_ape": abs(roof - lb.e2e_s) / lb.e2e_s * 100.0,
                      "traced_ape": abs(traced - lb.e2e_s) / lb.e2e_s * 100.0})
 
-    # one scale of the kernel bodies per held-out GPU, fitted on the other GPUs' labels only (whole
-    # models' GEMMs run faster than the microbenchmarks' random shapes of the same size: see the README)
-    for r in rows:
-        others = [np.log(q["measured_s"] / q["body_s"]) for q in rows if q["gpu"] != r["gpu"]]
-        r["scaled_s"] = r["body_s"] * float(np.exp(np.mean(others))) if others else r["body_s"]
-        r["scaled_ape"] = abs(r["scaled_s"] - r["measured_s"]) / r["measured_s"] * 100.0
-
     def summary(sub: list[dict[str, Any]]) -> dict[str, Any]:
         return {"n": len(sub), "mape": float(np.mean([r["ape"] for r in sub])),
                 "body_mape": float(np.mean([r["body_ape"] for r in sub])),
-                "scaled_mape": float(np.mean([r["scaled_ape"] for r in sub])),
                 "roofline_mape": float(np.mean([r["roofline_ape"] for r in sub])),
                 "traced_sum_mape": float(np.mean([r["traced_ape"] for r in sub]))}
 
