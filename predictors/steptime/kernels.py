@@ -10,10 +10,12 @@ F(2x2, 3x3) multiplication count (2.25x fewer than direct: cuDNN picks Winograd 
 convolutions, and measured kernels run up to 2.24x faster than the direct-FLOP roofline), and ``f``
 is a small gradient-boosted tree ensemble over GPU-normalised features (:data:`CLASS_FEATURES`):
 waves of output tiles over the SMs and the tail wave's occupancy, the op's own dimensions, and for
-GEMMs the log roofline time and the op's intensity against the GPU's ridge point. ``floor`` is the
-per-call cost of the measurement (launch and timing; 24 to 58 us in NeuSight's data, by GPU host and
-op class) taken as the median over the GPUs fitted on; ``f`` is learned on the time above that
-floor (NeuSight's microbenchmarks, five GPUs) with scikit-learn and shipped as plain arrays
+GEMMs the log roofline time, the op's intensity against the GPU's ridge point and how well the
+output fills its tiles. ``floor`` is the per-call cost of the measurement (launch and timing; 24 to
+58 us in NeuSight's data, by GPU host and op class) taken as the median over the GPUs fitted on;
+``f`` is learned on the time above that floor (NeuSight's microbenchmarks, five GPUs, plus the
+kernels timed inside whole models by NeuSight's traces, above their own 10 us floor:
+:func:`neusight.trace_kernel_samples`) with scikit-learn and shipped as plain arrays
 (:data:`KERNEL_MODEL_FILE`); prediction needs numpy only. Whole steps (:mod:`opgraph`) use the
 kernel body without the floor: kernels of a training step are queued asynchronously, and the host's
 per-launch cost is a term of its own there.

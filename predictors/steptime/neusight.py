@@ -227,11 +227,13 @@ TRACE_FLOOR_S = 1.0e-5
 TRACE_MIN_S = 5.0e-5
 
 
-def trace_kernel_samples(data_dir: str | os.PathLike[str] | None = None) -> list[KernelSample]:
+def trace_kernel_samples(data_dir: str | os.PathLike[str] | None = None,
+                         skip_models: Sequence[str] = ()) -> list[KernelSample]:
     """Kernels measured inside whole models: every traced operator that launches one kernel forward,
     with its measured forward latency (the mean over traces where a GPU ran the same shape), as
     :class:`kernels.KernelSample` with the traces' own per-call floor. They teach the kernel model the
-    aligned shapes of real models, which NeuSight's random-shape microbenchmarks lack."""
+    aligned shapes of real models, which NeuSight's random-shape microbenchmarks lack. Traces of the
+    zoo models in ``skip_models`` are left out."""
     from dltsched.instances.datadir import data_file
 
     csv.field_size_limit(1 << 30)
@@ -239,6 +241,9 @@ def trace_kernel_samples(data_dir: str | os.PathLike[str] | None = None) -> list
     base = data_file("neusight", "labels", data_dir=data_dir)
     for folder, gpu in sorted(LABEL_GPUS.items()):
         for trace in sorted((base / folder).glob("*.csv")):
+            stem = trace.stem.split("-")[0]
+            if LABEL_MODELS.get(stem, stem) in skip_models:
+                continue
             dtypes: dict[str, str] = {}
             with trace.open(newline="") as fh:
                 for row in csv.DictReader(fh):
