@@ -173,8 +173,11 @@ def fit_kernel_step(rows: Sequence[Measurement], kernel_model: KernelModel | Non
 def held_out_kernel_models(data_dir: str | None = None) -> dict[str, KernelModel]:
     """Per GPU family of NeuSight's kernel data, the kernel model fitted without it."""
     from dltsched.predictors.steptime import kernels as kn
+    from dltsched.predictors.steptime import neusight as ns
 
     gpus = {g.id: g for g in kn.neusight_gpus(data_dir).values()}
     samples = kn.neusight_kernels(data_dir)
-    return {family: kn.fit([s for s in samples if kernel_family(s.gpu) != family], gpus)
+    traced = ns.trace_kernel_samples(data_dir)
+    return {family: kn.fit([s for s in samples if kernel_family(s.gpu) != family], gpus,
+                           extra=[s for s in traced if kernel_family(s.gpu) != family])
             for family in sorted({kernel_family(s.gpu) for s in samples})}

@@ -10,10 +10,12 @@ F(2x2, 3x3) multiplication count (2.25x fewer than direct: cuDNN picks Winograd 
 convolutions, and measured kernels run up to 2.24x faster than the direct-FLOP roofline), and ``f``
 is a small gradient-boosted tree ensemble over GPU-normalised features (:data:`CLASS_FEATURES`):
 waves of output tiles over the SMs and the tail wave's occupancy, the op's own dimensions, and for
-GEMMs the log roofline time and the op's intensity against the GPU's ridge point. ``floor`` is the
-per-call cost of the measurement (launch and timing; 24 to 58 us in NeuSight's data, by GPU host and
-op class) taken as the median over the GPUs fitted on; ``f`` is learned on the time above that
-floor (NeuSight's microbenchmarks, five GPUs) with scikit-learn and shipped as plain arrays
+GEMMs the log roofline time, the op's intensity against the GPU's ridge point and how well the
+output fills its tiles. ``floor`` is the per-call cost of the measurement (launch and timing; 24 to
+58 us in NeuSight's data, by GPU host and op class) taken as the median over the GPUs fitted on;
+``f`` is learned on the time above that floor (NeuSight's microbenchmarks, five GPUs, plus the
+kernels timed inside whole models by NeuSight's traces, above their own 10 us floor:
+:func:`neusight.trace_kernel_samples`) with scikit-learn and shipped as plain arrays
 (:data:`KERNEL_MODEL_FILE`); prediction needs numpy only. Whole steps (:mod:`opgraph`) use the
 kernel body without the floor: kernels of a training step are queued asynchronously, and the host's
 per-launch cost is a term of its own there.
@@ -59,6 +61,10 @@ TILE = 128
 NEUSIGHT_GPUS = {"Tesla P100-PCIE-16GB": "p100", "Tesla P4": "p4", "Tesla T4": "t4",
                  "Tesla V100-PCIE-32GB": "v100-pcie-32gb", "NVIDIA A100-PCIE-40GB": "a100-pcie-40gb",
                  "NVIDIA A100 80GB PCIe": "a100-pcie-80gb"}
+#: SM counts where NeuSight's device config is wrong: the Tesla P4 (GP104) has 20 SMs of 128 FP32 cores, its
+#: config lists 40 of 64 (grid blocks / "Blocks per SM" in NeuSight's own P4 kernel rows give 20; so does the
+#: catalog). Waves of tiles over the SMs were off by 2x on P4 without it.
+NEUSIGHT_SM_COUNT = {"Tesla P4": 20}
 MATH_MODES = ("fp32", "tf32", "fp16")
 #: op classes timed on the math mode's peak (the others run FP32 CUDA-core code)
 GEMM_CLASSES = frozenset({"bmm", "linear", "conv"})
@@ -80,6 +86,19 @@ class KernelGpu:
     tf32_tflops: float = 0.0
     fp16_tflops: float = 0.0
     l2_mib: float = 6.0
+    tdp_w: float = 0.0  # board power; 0: unknown (:data:`DEFAULT_WATTS_PER_TFLOP` of the FP32 peak)
+    base_mhz: float = 0.0  # base and boost clocks; 0: unknown (:data:`DEFAULT_BASE_BOOST`)
+    boost_mhz: float = 0.0
+
+    @property
+    def watts_per_tflop(self) -> float:
+        """Board power per FP32 peak TFLOP/s: how far the card can hold its boost clock under load."""
+        return self.tdp_w / self.fp32_tflops if self.tdp_w > 0 else DEFAULT_WATTS_PER_TFLOP
+
+    @property
+    def base_boost(self) -> float:
+        """Base over boost clock: the clock guaranteed within the board power, as a fraction of the peak's."""
+        return self.base_mhz / self.boost_mhz if self.base_mhz > 0 and self.boost_mhz > 0 else DEFAULT_BASE_BOOST
 
     def peak_flops(self, math_mode: str) -> float:
         if math_mode not in MATH_MODES:
@@ -99,13 +118,28 @@ L2_MIB = {"k80": 1.5, "m40": 3, "p100": 4, "p4": 2, "gtx1080ti": 2.75, "titanxp"
           "a40": 6, "rtx4090": 72, "l4": 48, "a100-40gb": 40, "a100-80gb": 40, "a100-pcie-40gb": 40,
           "a100-pcie-80gb": 40, "h100": 50, "h100-pcie": 50, "h200": 50}
 DEFAULT_L2_MIB = 6.0
+#: board power (W), base and boost clock (MHz) of catalog GPUs, from the vendors' datasheets (per GK210 die
+#: for the K80; the PCIe cards' own values where they differ from the SXM modules)
+POWER_CLOCKS: dict[str, tuple[float, float, float]] = {
+    "k80": (150, 560, 875), "m40": (250, 948, 1112), "p100": (250, 1126, 1303), "p4": (75, 810, 1063),
+    "gtx1080ti": (250, 1480, 1582), "titanxp": (250, 1405, 1582), "v100": (300, 1290, 1530),
+    "v100-32gb": (300, 1290, 1530), "v100-pcie": (250, 1245, 1380), "v100-pcie-32gb": (250, 1245, 1380),
+    "t4": (70, 585, 1590), "rtx2080ti": (250, 1350, 1545), "rtx6000": (260, 1440, 1770),
+    "rtx3090": (350, 1395, 1695), "a10": (150, 885, 1695), "a40": (300, 1305, 1740), "l4": (72, 795, 2040),
+    "rtx4090": (450, 2235, 2520), "a100-40gb": (400, 1095, 1410), "a100-80gb": (400, 1275, 1410),
+    "a100-pcie-40gb": (250, 765, 1410), "a100-pcie-80gb": (300, 1065, 1410), "h100": (700, 1590, 1980),
+    "h100-pcie": (350, 1125, 1755), "h200": (700, 1590, 1980)}
+#: what a GPU without :data:`POWER_CLOCKS` gets (the middle of the catalog)
+DEFAULT_WATTS_PER_TFLOP = 15.0
+DEFAULT_BASE_BOOST = 0.8
 
 
 def kernel_gpu(gpu: Any) -> KernelGpu:
     """The :class:`KernelGpu` of a catalog :class:`~dltsched.engine.domain.model.GpuType`."""
     tf32 = gpu.fp16_tensor_tflops / 2.0 if gpu.architecture in TF32_ARCHITECTURES else 0.0
     return KernelGpu(gpu.id, int(gpu.sm_count), float(gpu.fp32_tflops), float(gpu.memory_bandwidth_gbs), tf32,
-                     float(gpu.fp16_tensor_tflops), L2_MIB.get(gpu.id, DEFAULT_L2_MIB))
+                     float(gpu.fp16_tensor_tflops), L2_MIB.get(gpu.id, DEFAULT_L2_MIB),
+                     *POWER_CLOCKS.get(gpu.id, (0.0, 0.0, 0.0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +189,15 @@ def roofline_s(kernel: Kernel, gpu: KernelGpu, math_mode: str = "fp32") -> tuple
 
 
 FEATURES = ("log_t_roof", "log_ridge_ratio", "log_waves", "tail_occupancy", "log_m", "log_n", "log_k",
-            "log_batch", "binary", "heavy", "log_bytes_per_l2", "log_flops")
+            "log_batch", "binary", "heavy", "log_bytes_per_l2", "log_flops",
+            # the GPU's own spec sheet, beyond its peaks (power, clocks, per-SM resources)
+            "log_watts_per_tflop", "base_boost", "log_watts_per_sm", "log_l2_per_sm", "log_bw_per_sm", "log_sm",
+            # waves and tail occupancy of 64 x 64 tiles (smaller problems get smaller tiles from cuBLAS)
+            "log_waves_64", "tail_occupancy_64", "log_k_per_tile",
+            # share of the padded output tiles' area that is the output (1: the shape tiles exactly)
+            "tile_fill", "tile_fill_64",
+            # NeuSight's normalisation: one output tile's compute and memory time at the per-SM peaks
+            "log_tile_compute", "log_tile_memory")
 #: features of the op's shape and its launch over the SMs only (no roofline time, no L2 fit)
 SHAPE_FEATURES = ("log_waves", "tail_occupancy", "log_m", "log_n", "log_k", "log_batch", "binary", "heavy",
                   "log_flops")
@@ -163,7 +205,11 @@ SHAPE_FEATURES = ("log_waves", "tail_occupancy", "log_m", "log_n", "log_k", "log
 #: without the absolute roofline time and the L2 fit the vector classes extrapolate to GPUs outside the
 #: training range (A100's 40 MiB L2) far better (softmax 20.4 -> 18.3%, layer norm 16.1 -> 12.3%,
 #: element-wise 18.1 -> 16.2%, convolutions 22.7 -> 22.3%); the GEMMs keep them (linear 24.6 -> 28.8% without)
-CLASS_FEATURES: dict[str, tuple[str, ...]] = {"bmm": FEATURES, "linear": FEATURES, "conv": SHAPE_FEATURES,
+#: GEMMs also see how well their output tiles the shape (``tile_fill``: the models' aligned shapes tile
+#: exactly where NeuSight's random shapes waste part of a tile row; NeuSight labels 18.1 -> 17.0%)
+_FILL = ("tile_fill", "tile_fill_64")
+CLASS_FEATURES: dict[str, tuple[str, ...]] = {"bmm": FEATURES[:12] + _FILL, "linear": FEATURES[:12] + _FILL,
+                                              "conv": SHAPE_FEATURES + _FILL,
                                               "elementwise": SHAPE_FEATURES, "softmax": SHAPE_FEATURES,
                                               "layernorm": SHAPE_FEATURES}
 #: fastest prediction per op class as a fraction of the roofline time (convolutions: Winograd F(2x2, 3x3))
@@ -192,6 +238,11 @@ def features(kernels: Sequence[Kernel], gpu: KernelGpu, math_mode: str = "fp32")
     return _features(_arrays(kernels), gpu, math_mode)
 
 
+def _fill(x: np.ndarray, tile: float) -> np.ndarray:
+    """Share of ``ceil(x / tile)`` tiles that ``x`` fills."""
+    return x / (np.ceil(x / tile) * tile)
+
+
 def _features(a: dict[str, np.ndarray], gpu: KernelGpu, math_mode: str) -> np.ndarray:
     tc, tm = _roofline_arrays(a, gpu, math_mode)
     gemm_tiles = a["batch"] * np.ceil(a["m"] / TILE) * np.ceil(a["n"] / TILE)
@@ -199,6 +250,11 @@ def _features(a: dict[str, np.ndarray], gpu: KernelGpu, math_mode: str) -> np.nd
     tiles = np.where(a["gemm"] > 0, gemm_tiles, vector_tiles)
     waves = tiles / gpu.sm_count
     tail = tiles / (np.ceil(waves) * gpu.sm_count)
+    peak_per_sm = gpu.peak_flops(math_mode) / gpu.sm_count
+    tiles64 = np.where(a["gemm"] > 0, a["batch"] * np.ceil(a["m"] / 64) * np.ceil(a["n"] / 64),
+                       np.ceil(a["m"] * a["n"] / (64 * 32)))
+    waves64 = tiles64 / gpu.sm_count
+    tail64 = tiles64 / (np.ceil(waves64) * gpu.sm_count)
     return np.column_stack([np.log10(np.maximum(tc, tm)),
                             np.log10(np.maximum(tc, 1e-15) / np.maximum(tm, 1e-15)), np.log10(waves), tail,
                             np.log10(a["m"]), np.log10(a["n"]), np.log10(a["k"]), np.log10(a["batch"]),
@@ -206,7 +262,17 @@ def _features(a: dict[str, np.ndarray], gpu: KernelGpu, math_mode: str) -> np.nd
                             # L2 fit only for vector kernels: GEMMs tile through shared memory (leave-one-GPU-out
                             # linear 28.3 -> 25.7%, bmm 25.1 -> 24.5% without it)
                             np.where(a["gemm"] > 0, 0.0, np.log10(a["bytes"] / (gpu.l2_mib * 1048576.0))),
-                            np.log10(np.maximum(a["flops"], 1.0))])
+                            np.log10(np.maximum(a["flops"], 1.0)),
+                            *(np.full(len(tc), v) for v in (
+                                math.log10(gpu.watts_per_tflop), gpu.base_boost,
+                                math.log10(gpu.watts_per_tflop * gpu.fp32_tflops / gpu.sm_count),
+                                math.log10(gpu.l2_mib / gpu.sm_count),
+                                math.log10(gpu.memory_bandwidth_gbs / gpu.sm_count), math.log10(gpu.sm_count))),
+                            np.log10(waves64), tail64, np.log10(a["k"] / TILE),
+                            _fill(a["m"], TILE) * _fill(a["n"], TILE), _fill(a["m"], 64) * _fill(a["n"], 64),
+                            np.log10(2.0 * TILE * TILE * a["k"] / (peak_per_sm)),
+                            np.log10(4.0 * (TILE * TILE + 2.0 * TILE * a["k"]) / (gpu.memory_bandwidth_gbs * 1e9
+                                                                                   / gpu.sm_count))])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -259,14 +325,15 @@ GBM_PARAMS: dict[str, Any] = {"max_iter": 120, "max_depth": 5, "learning_rate": 
                               "loss": "squared_error", "early_stopping": False, "random_state": 0}
 
 
-def fit_ensemble(x: np.ndarray, y: np.ndarray, **overrides: Any) -> TreeEnsemble:
+def fit_ensemble(x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None,
+                 **overrides: Any) -> TreeEnsemble:
     """Fit ``y = log(t / t_roof)`` on features ``x`` (scikit-learn's histogram GBM with :data:`GBM_PARAMS`
-    and ``overrides``) and export the trees."""
+    and ``overrides``; rows weighted by ``sample_weight``) and export the trees."""
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):  # small fits: threads only contend
-        gbm = HistGradientBoostingRegressor(**(GBM_PARAMS | overrides)).fit(x, y)
+        gbm = HistGradientBoostingRegressor(**(GBM_PARAMS | overrides)).fit(x, y, sample_weight=sample_weight)
     trees = [p[0].nodes for p in gbm._predictors]  # noqa: SLF001 - the fitted trees, exported as arrays
     width = max(len(t) for t in trees)
 
@@ -353,9 +420,13 @@ def load_kernel_model(path: str | None = None) -> KernelModel:
 
 @dataclass(frozen=True, slots=True)
 class KernelSample:
+    """One measured kernel; ``floor_s``: the per-call cost of its measurement where it is not that of
+    NeuSight's microbenchmarks (None: the microbenchmarks' floor of its op class and GPU)."""
+
     gpu: str
     kernel: Kernel
     latency_s: float
+    floor_s: float | None = None
 
 
 def neusight_gpus(data_dir: str | os.PathLike[str] | None = None) -> dict[str, KernelGpu]:
@@ -365,9 +436,12 @@ def neusight_gpus(data_dir: str | os.PathLike[str] | None = None) -> dict[str, K
     out = {}
     for path in sorted(data_file("neusight", "device_configs", data_dir=data_dir).glob("*.json")):
         raw = json.loads(path.read_text())
-        out[raw["Device"]] = KernelGpu(NEUSIGHT_GPUS.get(raw["Device"], path.stem.lower()), int(raw["Num_Sm"]),
+        gpu_id = NEUSIGHT_GPUS.get(raw["Device"], path.stem.lower())
+        out[raw["Device"]] = KernelGpu(gpu_id, NEUSIGHT_SM_COUNT.get(raw["Device"], int(raw["Num_Sm"])),
                                        float(raw["SingleFLOPs"]) / 1e3, float(raw["Mem_Bw"]),
-                                       l2_mib=float(raw["L2Cache"]))
+                                       l2_mib=float(raw["L2Cache"]), tdp_w=POWER_CLOCKS.get(gpu_id, (0.0,))[0],
+                                       base_mhz=POWER_CLOCKS.get(gpu_id, (0.0, 0.0))[1],
+                                       boost_mhz=POWER_CLOCKS.get(gpu_id, (0.0, 0.0, 0.0))[2])
     return out
 
 
@@ -423,15 +497,21 @@ def floors(samples: Sequence[KernelSample]) -> dict[tuple[str, str], float]:
 
 
 def fit(samples: Sequence[KernelSample], gpus: dict[str, KernelGpu],
-        max_per_gpu: int = MAX_TRAIN_PER_GPU) -> KernelModel:
+        max_per_gpu: int = MAX_TRAIN_PER_GPU, extra: Sequence[KernelSample] = (),
+        extra_weight: float = 1.0) -> KernelModel:
     """One tree ensemble per op class on ``log((measured - floor) / roofline)`` over the class's
-    :data:`CLASS_FEATURES`; the model's floor per class is the median of the GPUs' floors."""
+    :data:`CLASS_FEATURES`; the model's floor per class is the median of the GPUs' floors.
+
+    ``extra`` (kernels measured inside whole models: :func:`neusight.trace_kernel_samples`) join every
+    class's rows after the subsampling, each weighing ``extra_weight`` rows, with their own floor."""
     ensembles, floor_by = {}, {}
     per_gpu_floor = floors(samples)
     for cls in OP_CLASSES:
         rows = _subsample([s for s in samples if s.kernel.op_class == cls], max_per_gpu)
         if not rows:
             continue
+        n_bench = len(rows)
+        rows += [s for s in extra if s.kernel.op_class == cls and s.gpu in gpus]
         cols = [FEATURES.index(f) for f in CLASS_FEATURES[cls]]
         x = np.zeros((len(rows), len(cols)))
         for gpu_id in {s.gpu for s in rows}:
@@ -439,9 +519,10 @@ def fit(samples: Sequence[KernelSample], gpus: dict[str, KernelGpu],
             x[idx] = features([rows[i].kernel for i in idx], gpus[gpu_id])[:, cols]
         roof = np.array([max(roofline_s(s.kernel, gpus[s.gpu])) for s in rows])
         lat = np.array([s.latency_s for s in rows])
-        floor = np.array([per_gpu_floor[(cls, s.gpu)] for s in rows])
+        floor = np.array([per_gpu_floor[(cls, s.gpu)] if s.floor_s is None else s.floor_s for s in rows])
         y = np.log(np.maximum(lat - floor, MIN_ABOVE_FLOOR * lat) / roof)
-        ensembles[cls] = fit_ensemble(x, y)
+        weight = np.where(np.arange(len(rows)) < n_bench, 1.0, extra_weight)
+        ensembles[cls] = fit_ensemble(x, y, weight if len(rows) > n_bench else None)
         floor_by[cls] = float(np.median([v for (c, _g), v in per_gpu_floor.items() if c == cls]))
     return KernelModel(ensembles, tuple(sorted({s.gpu for s in samples})), floor_by,
                        {cls: CLASS_FEATURES[cls] for cls in ensembles})
@@ -464,18 +545,20 @@ def _score(table: dict[str, dict[str, Any]], cls: str, held: str, model: KernelM
 
 
 def leave_one_gpu_out(samples: Sequence[KernelSample], gpus: dict[str, KernelGpu],
-                      models: dict[str, KernelModel] | None = None) -> dict[str, Any]:
+                      models: dict[str, KernelModel] | None = None, extra: Sequence[KernelSample] = (),
+                      extra_weight: float = 1.0) -> dict[str, Any]:
     """Per op class and held-out GPU: MAPE of the kernel model fitted on the other GPUs, of the plain
     roofline, and of the roofline times one efficiency per class (median fitted on the other GPUs).
 
     ``models``, when given, receives the model fitted without each GPU (keyed by that GPU).
-    The held-out GPU enters only through its spec sheet (SMs, peaks, bandwidth, L2).
+    The held-out GPU enters only through its spec sheet (SMs, peaks, bandwidth, L2); ``extra`` kernels
+    (:func:`fit`) of the other GPUs join each fit, never those of the held-out GPU, and are not scored.
     """
     by_id = {g.id: g for g in gpus.values()}
     table: dict[str, dict[str, Any]] = {}
     for family in sorted({gpu_family(s.gpu) for s in samples}):
         train = [s for s in samples if gpu_family(s.gpu) != family]
-        model = fit(train, by_id)
+        model = fit(train, by_id, extra=[s for s in extra if gpu_family(s.gpu) != family], extra_weight=extra_weight)
         for held in sorted({s.gpu for s in samples if gpu_family(s.gpu) == family}):
             if models is not None:
                 models[held] = model

@@ -13,7 +13,12 @@ Each traced operator becomes the kernels it launches, forward and (training) bac
 - matmul / bmm: forward batched GEMM; backward two batched GEMMs with their own shapes;
 - softmax, layer norm: their kernel forward; backward one element-wise pass over 3 tensors
   (softmax) or a layer-norm pass plus one (layer norm);
-- element-wise ops and dropout: one element-wise kernel forward, one backward (add: none);
+- element-wise ops and dropout: one element-wise kernel forward, one backward (add: none); in
+  inference dropout is the identity and launches nothing;
+- dtype conversions (``to``, ``type``, ``float``, ...) launch a copy only where the input's dtype
+  differs from the output's, ``contiguous`` only where its input is not contiguous (the traces
+  measure these no-ops at the bare call cost, 0.01 ms, where a copy of an attention score tensor
+  would take 1 ms);
 - embeddings: a gather forward; backward the gradient's zeroing (weight-sized) and a scatter-add;
 - views, shape queries and the like launch nothing.
 """
@@ -37,6 +42,7 @@ from dltsched.predictors.steptime.kernels import (
     Kernel,
     KernelGpu,
     KernelModel,
+    KernelSample,
     gemm_kernel,
     roofline_s,
     vector_kernel,
@@ -54,6 +60,8 @@ _ELEMENTWISE_FUNCS = {"add": "add", "sub": "add", "mul": "mul", "truediv": "div"
                       "tanh": "tanh", "where": "add", "relu": "relu", "dropout": "mul", "masked_fill": "mul",
                       "contiguous": "addu", "to": "addu", "type": "addu", "cumsum": "addu", "float": "addu"}
 _FREE_BACKWARD = {"add", "sub", "contiguous", "to", "type", "where", "cumsum", "float", "masked_fill"}
+#: conversions that launch a copy only when the dtype changes
+_CONVERSIONS = {"to", "type", "float", "type_as", "long", "bool", "half"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +101,15 @@ def _function(row: dict[str, str]) -> str:
     return m.group(1) if m else target.split(".")[-1]
 
 
-def op_kernels(row: dict[str, str], train: bool) -> list[Kernel]:
-    """Kernels (forward, then backward if ``train``) of one traced operator."""
+def _first_input(row: dict[str, str]) -> str:
+    m = re.match(r"\{\s*(\w+)\s*:", row.get("_input_nodes", ""))
+    return m.group(1) if m else ""
+
+
+def op_kernels(row: dict[str, str], train: bool, dtypes: dict[str, str] | None = None) -> list[Kernel]:
+    """Kernels (forward, then backward if ``train``) of one traced operator; ``dtypes``: the output
+    dtype of the trace's earlier nodes by name (a conversion of an input already in the output's
+    dtype launches nothing; without ``dtypes`` every conversion is counted as a copy)."""
     op, ins = row["op"], _shapes(row["input_shapes"])
     out_shape = _shapes(f"[{row['output_shape']}]") if row["output_shape"].startswith("(") else []
     out = out_shape[0] if out_shape else (ins[0] if ins else [])
@@ -112,6 +127,8 @@ def op_kernels(row: dict[str, str], train: bool) -> list[Kernel]:
                 [vector_kernel("layernorm", "ln", rows, out[-1]), vector_kernel("elementwise", "mul", rows, out[-1])]
                 if train else [])
         if "dropout" in kind:
+            if not train:
+                return []
             rows = _numel(out) / out[-1]
             return [vector_kernel("elementwise", "mul", rows, out[-1])] + (
                 [vector_kernel("elementwise", "mul", rows, out[-1])] if train else [])
@@ -144,6 +161,12 @@ def op_kernels(row: dict[str, str], train: bool) -> list[Kernel]:
         rows = _numel(out) / out[-1]
         return [vector_kernel("elementwise", "addu", rows, out[-1])] + (
             [vector_kernel("elementwise", "add", rows, out[-1])] if train else [])
+    if fn == "dropout" and not train:
+        return []
+    if fn in _CONVERSIONS and dtypes is not None and dtypes.get(_first_input(row)) == row.get("dtype"):
+        return []
+    if fn == "contiguous" and row.get("input_contiguous", "").startswith("[True"):
+        return []
     if fn in _ELEMENTWISE_FUNCS and out and _numel(out) > 1:
         kind = _ELEMENTWISE_FUNCS[fn]
         full = [s for s in ins if _numel(s) == _numel(out)]  # broadcast operands (masks, biases) are cached
@@ -181,12 +204,14 @@ def read_labels(data_dir: str | os.PathLike[str] | None = None, *, train: bool |
                 continue
             raw = json.loads(path.read_text())
             layer, other, traced = [], [], [0.0, 0.0]
+            dtypes: dict[str, str] = {}
             with trace.open(newline="") as fh:
                 for row in csv.DictReader(fh):
+                    dtypes[row["Name"]] = row.get("dtype", "")
                     in_layer = bool(_LAYER.search(row["meta"]))
                     if not in_layer and _ANY_LAYER.search(row["meta"]):
                         continue  # another layer traced in full: counted through num_layer
-                    ks = op_kernels(row, is_train)
+                    ks = op_kernels(row, is_train, dtypes)
                     (layer if in_layer else other).extend(ks)
                     fw_bw = float(row["fw_latency"] or 0) + (float(row["bw_latency"] or 0) if is_train else 0.0)
                     traced[0 if in_layer else 1] += fw_bw * 1e-3
@@ -194,6 +219,42 @@ def read_labels(data_dir: str | os.PathLike[str] | None = None, *, train: bool |
                              int(raw["num_layer"]), float(raw["e2e_latency"]) * 1e-3, tuple(layer), tuple(other),
                              (traced[0], traced[1])))
     return out
+
+
+#: per-call cost of the traces' per-op timings: ops that launch nothing (size, getitem, view) measure 0.010-0.011 ms
+TRACE_FLOOR_S = 1.0e-5
+#: traced ops shorter than this are left out of :func:`trace_kernel_samples` (mostly the per-call cost)
+TRACE_MIN_S = 5.0e-5
+
+
+def trace_kernel_samples(data_dir: str | os.PathLike[str] | None = None,
+                         skip_models: Sequence[str] = ()) -> list[KernelSample]:
+    """Kernels measured inside whole models: every traced operator that launches one kernel forward,
+    with its measured forward latency (the mean over traces where a GPU ran the same shape), as
+    :class:`kernels.KernelSample` with the traces' own per-call floor. They teach the kernel model the
+    aligned shapes of real models, which NeuSight's random-shape microbenchmarks lack. Traces of the
+    zoo models in ``skip_models`` are left out."""
+    from dltsched.instances.datadir import data_file
+
+    csv.field_size_limit(1 << 30)
+    found: dict[tuple[str, Kernel], list[float]] = {}
+    base = data_file("neusight", "labels", data_dir=data_dir)
+    for folder, gpu in sorted(LABEL_GPUS.items()):
+        for trace in sorted((base / folder).glob("*.csv")):
+            stem = trace.stem.split("-")[0]
+            if LABEL_MODELS.get(stem, stem) in skip_models:
+                continue
+            dtypes: dict[str, str] = {}
+            with trace.open(newline="") as fh:
+                for row in csv.DictReader(fh):
+                    dtypes[row["Name"]] = row.get("dtype", "")
+                    latency = float(row["fw_latency"] or 0) * 1e-3
+                    if latency < TRACE_MIN_S:
+                        continue
+                    ks = op_kernels(row, False, dtypes)
+                    if len(ks) == 1:
+                        found.setdefault((gpu, ks[0]), []).append(latency)
+    return [KernelSample(gpu, k, float(np.mean(v)), TRACE_FLOOR_S) for (gpu, k), v in found.items()]
 
 
 def predict_label(label: Label, model: KernelModel, gpu: KernelGpu, floor: bool = True) -> float:

@@ -131,3 +131,56 @@ def test_neusight_labels_read(data_dir):
     assert {lb.model for lb in train} == {"bert_large", "gpt2_large"}
     assert all(lb.gpu == "v100-pcie-32gb" and lb.layer and lb.other for lb in train)
     assert len({lb.gpu for lb in labels}) == 5
+
+
+def test_trace_no_op_copies_and_inference_dropout_launch_nothing():
+    def call(fn, ins, out, contiguous="[True]", node="x", dtype="torch.float32"):
+        return {"op": "call_method", "target": fn, "input_shapes": ins, "output_shape": out, "meta": "{}",
+                "Name": fn, "_input_nodes": f"{{{node}: None}}", "input_contiguous": contiguous, "dtype": dtype}
+
+    shape, out = "[[4, 20, 1024, 1024]]", "(4, 20, 1024, 1024)"
+    same = {"x": "torch.float32"}
+    assert ns.op_kernels(call("to", shape, out), False, same) == []
+    assert len(ns.op_kernels(call("to", shape, out), False, {"x": "torch.bool"})) == 1  # a real conversion
+    assert len(ns.op_kernels(call("to", shape, out), False)) == 1  # dtypes unknown: counted
+    assert ns.op_kernels(call("contiguous", shape, out), False, same) == []
+    assert len(ns.op_kernels(call("contiguous", shape, out, contiguous="[False]"), False, same)) == 1
+    drop = {"op": "call_module", "input_shapes": shape, "output_shape": out, "Name": "drop", "target": "drop",
+            "meta": "{'nn_module_stack': OrderedDict([('d', <class 'torch.nn.modules.dropout.Dropout'>)])}"}
+    assert ns.op_kernels(drop, train=False) == []
+    assert len(ns.op_kernels(drop, train=True)) == 2
+
+
+@pytest.mark.data
+def test_p4_has_its_twenty_sms(data_dir):
+    gpus = {g.id: g for g in kn.neusight_gpus(data_dir).values()}
+    assert gpus["p4"].sm_count == gpu_spec("p4").sm_count == 20
+    assert gpus["t4"].sm_count == 40 and gpus["t4"].tdp_w == 70
+
+
+def test_extra_kernels_join_the_fit_with_their_own_floor():
+    rng = np.random.default_rng(5)
+    gpus = {"a": GPU, "b": kn.KernelGpu("b", 40, 8.0, 320.0)}
+    bench, extra = [], []
+    for gid, g in gpus.items():
+        for _ in range(300):
+            k = kn.vector_kernel("layernorm", "ln", float(rng.integers(1, 1 << 14)), 1024.0)
+            bench.append(kn.KernelSample(gid, k, 3e-5 + 2.0 * max(kn.roofline_s(k, g))))
+        for _ in range(300):  # kernels of whole models: 1.0x the roofline above a 1e-5 s floor
+            k = kn.vector_kernel("layernorm", "ln", float(rng.integers(1 << 14, 1 << 16)), 1024.0)
+            extra.append(kn.KernelSample(gid, k, 1e-5 + max(kn.roofline_s(k, g)), floor_s=1e-5))
+    big = [kn.vector_kernel("layernorm", "ln", 1 << 15, 1024.0)]
+    roof = max(kn.roofline_s(big[0], GPU))
+    without = kn.fit(bench, gpus).predict_s(big, GPU, floor=False)[0]
+    with_extra = kn.fit(bench, gpus, extra=extra).predict_s(big, GPU, floor=False)[0]
+    assert without == pytest.approx(2.0 * roof, rel=0.1)
+    assert with_extra == pytest.approx(1.0 * roof, rel=0.1)
+    assert kn.fit(bench, gpus, extra=extra).floor_s == kn.fit(bench, gpus).floor_s  # floors: benchmarks only
+
+
+@pytest.mark.data
+def test_trace_kernels_are_single_kernel_ops_of_the_label_gpus(data_dir):
+    traced = ns.trace_kernel_samples(data_dir)
+    assert {s.gpu for s in traced} == set(ns.LABEL_GPUS.values())
+    assert {s.kernel.op_class for s in traced} >= {"linear", "bmm", "elementwise"}
+    assert all(s.latency_s >= ns.TRACE_MIN_S and s.floor_s == ns.TRACE_FLOOR_S for s in traced)

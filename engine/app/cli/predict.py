@@ -210,9 +210,11 @@ def fit_kernels(data_dir: str | None, output: str | None, overwrite_packaged: bo
 
     _check_writer(output, overwrite_packaged, "the kernel model", "kernel_model.json")
 
+    from dltsched.predictors.steptime import neusight as ns
+
     gpus = kn.neusight_gpus(data_dir)
     samples = kn.neusight_kernels(data_dir)
-    model = kn.fit(samples, {g.id: g for g in gpus.values()})
+    model = kn.fit(samples, {g.id: g for g in gpus.values()}, extra=ns.trace_kernel_samples(data_dir))
     path = Path(output) if output else kn.kernel_model_path()
     path.write_text(json.dumps(model.to_json(), separators=(",", ":")) + "\n")
     kn.load_kernel_model.cache_clear()
@@ -235,7 +237,8 @@ def eval_kernels(data_dir: str | None, op_classes: tuple[str, ...], as_json: boo
     gpus = {g.id: g for g in kn.neusight_gpus(data_dir).values()}
     samples = kn.neusight_kernels(data_dir, op_classes or tuple(kn.OP_CLASSES))
     models: dict[str, kn.KernelModel] = {}
-    out: dict[str, object] = {"kernels": kn.leave_one_gpu_out(samples, gpus, models)}
+    out: dict[str, object] = {"kernels": kn.leave_one_gpu_out(samples, gpus, models,
+                                                             extra=ns.trace_kernel_samples(data_dir))}
     if not op_classes:
         out["labels"] = ns.evaluate_labels(ns.read_labels(data_dir), models, gpus)
 
