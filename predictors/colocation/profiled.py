@@ -11,7 +11,9 @@ Physics-shaped base (``u`` = isolated SM utilisation / 100, ``U`` = sum over the
 - speed of each job ``min(1, 1 / U) ** alpha``: time slicing of a GPU that ``U`` of work keeps busy, with the
   exponent ``alpha`` fitted to the training data (least absolute log error; 1.1 on Gavel, 0.65 on Lucid);
 - group memory = sum of isolated memories (each process keeps its own context and allocator);
-- group utilisation = ``min(100, 100 U)``.
+- group utilisation = ``min(100, 100 U)`` under a learned correction; a model without one (no utilisation
+  measured in training: the shipped one) predicts the busy time of independent members,
+  ``100 (1 - prod(1 - u_i))`` (see :data:`UTIL_UNION`).
 
 Learned corrections (gradient-boosted trees, :mod:`.jsontrees`) fit the log ratio of the measured
 value to the base, on features of the job and its partners (sum of partners' utilisation, bandwidth
@@ -85,6 +87,15 @@ SPEED_FLOOR = 0.02
 #: the group feature the utilisation base is 100x of (capped at 100%): the summed isolated utilisation
 UTIL_BASE = GROUP_FEATURES.index("u_total")
 GROUP_U_PREDICTED = GROUP_FEATURES.index("u_predicted")
+#: A model with no utilisation correction (trained where no group utilisation was measured: the shipped, Gavel-
+#: trained one) predicts a group's utilisation as ``100 (1 - prod(1 - u_i))`` (``u_i`` capped at 0.99): the busy
+#: time of independent members, at least the busiest member's and at most ``min(100, sum)``, non-decreasing in
+#: every member and in the group's size. On Lucid's 1,017 valid pairs (no fitting) 15.59% MAPE against 27.03% for
+#: ``min(100, sum)``; the time-sharing law ``min(100, sum of u_i x speed_i)`` scores 25.15% there even with the
+#: measured speeds. A model with a correction keeps ``min(100, sum)`` as its base: with the trees on top, Lucid's
+#: leave-one-model-out folds give 12.9% MAPE on the valid rows against 13.15% with the union as the base.
+UTIL_UNION = GROUP_FEATURES.index("u_union")
+UTIL_UNCORRECTED = "rule 100 (1 - prod(1 - u_i)) without a utilisation correction"
 #: A model whose speed corrections were fitted on analytic utilisation only (the shipped, Gavel-trained one) has
 #: never seen a group whose utilisations were all measured: its exponent and trees describe the analytic busy
 #: fraction's relation to Gavel's speeds, not a measured utilisation's. Such groups get the rule ``min(1, 100 /
@@ -306,7 +317,10 @@ class ProfileColocation:
         zeros = [0.0] * len(groups)
         mem_corr = self.memory_trees.predict(grows).tolist() if self.memory_trees is not None else zeros
         util_corr = self.util_trees.predict(grows).tolist() if self.util_trees is not None else zeros
-        base_util = np.minimum(100.0, 100.0 * grows[:, UTIL_BASE]).tolist()
+        if self.util_trees is not None:
+            base_util = np.minimum(100.0, 100.0 * grows[:, UTIL_BASE]).tolist()
+        else:  # no utilisation was measured in training: the union rule (UTIL_UNCORRECTED)
+            base_util = (100.0 * grows[:, UTIL_UNION]).tolist()
         out, k = [], 0
         for i, ps in enumerate(profs):
             n = len(ps)

@@ -311,6 +311,8 @@ def test_a_model_fitted_on_analytic_utilisation_gives_measured_groups_the_rule()
     iso = {("v100", j): IsolatedProfile(0.05, 2000.0, u, None) for j, u in zip(jobs, (70.0, 60.0), strict=True)}
     (measured,) = shipped.estimate_groups([Group("v100", jobs)], iso)
     assert measured.speeds == pytest.approx((100 / 130, 100 / 130))  # min(1, 100 / sum of measured util)
+    assert shipped.util_trees is None  # no utilisation correction: independent members' busy time, not the sum
+    assert measured.gpu_util == pytest.approx(100.0 * (1.0 - 0.3 * 0.4))
     partly = {**iso, ("v100", jobs[1]): IsolatedProfile(0.05, 2000.0, None, None)}
     (corrected,) = shipped.estimate_groups([Group("v100", jobs)], partly)  # an analytic util: the fitted model
     assert corrected.speeds != measured.speeds
