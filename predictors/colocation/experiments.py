@@ -51,6 +51,16 @@ class ShippedTable:
         return self.table.predict(groups, data)
 
 
+class ProfileBaseOnly(ProfileColocation):
+    """The profile model's physics-shaped base alone (its exponent fitted, no learned correction): beside
+    ``profile`` on the same folds it says what the trees add out of fold."""
+
+    def fit(self, train: ColocDataset) -> ProfileBaseOnly:
+        super().fit(train)
+        self.speed_trees = self.memory_trees = self.util_trees = None
+        return self
+
+
 BASELINES: dict[str, Callable[[], Any]] = {
     "constant": ConstantBaseline,
     "per_model_mean": PerModelMeanBaseline,
@@ -58,6 +68,7 @@ BASELINES: dict[str, Callable[[], Any]] = {
     "util_share": UtilShareRule,
     "gbt": GbtBaseline,
     "profile": ProfileColocation,
+    "profile_base": ProfileBaseOnly,
     "shipped_table": ShippedTable,
 }
 #: ensembles: name -> (members, weights); speeds are weighted geometric means, memory/util weighted means

@@ -364,3 +364,17 @@ def test_profiles_measured_in_the_run_replace_predicted_ones() -> None:
     wide.record_isolated(b, "v100", Measured(2, 1, 0.05, 9_000.0, 0.4))
     with observing_profiles(wide):
         assert model.estimate([a, b], "v100") == before
+
+
+def test_base_only_comparator_predicts_the_physics_base_without_corrections() -> None:
+    from dltsched.predictors.colocation.experiments import BASELINES
+
+    base = BASELINES["profile_base"]().fit(_toy())
+    assert base.speed_trees is None and base.memory_trees is None and base.util_trees is None
+    jobs = (JOBS[0], JOBS[1])  # utilisations 40% and 90%
+    (est,) = base.estimate_groups([Group("v100", jobs)], ISO)
+    assert est.speeds == pytest.approx(((100.0 / 130.0) ** base.alpha,) * 2)
+    assert est.memory_mib == pytest.approx(MEM[JOBS[0]] + MEM[JOBS[1]])
+    assert est.gpu_util == pytest.approx(100.0 * (1.0 - 0.6 * 0.1))  # independent members' busy time
+    (fitted,) = _FITTED.estimate_groups([Group("v100", jobs)], ISO)
+    assert fitted.gpu_util != est.gpu_util  # the full model's utilisation is corrected on min(100, sum)
