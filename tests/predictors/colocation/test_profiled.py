@@ -378,3 +378,22 @@ def test_base_only_comparator_predicts_the_physics_base_without_corrections() ->
     assert est.gpu_util == pytest.approx(100.0 * (1.0 - 0.6 * 0.1))  # independent members' busy time
     (fitted,) = _FITTED.estimate_groups([Group("v100", jobs)], ISO)
     assert fitted.gpu_util != est.gpu_util  # the full model's utilisation is corrected on min(100, sum)
+
+
+def test_pair_rows_from_kept_job_parts_match_pair_rows() -> None:
+    from dltsched.predictors.colocation.features import job_features, pair_features, pair_rows, pair_rows_from
+
+    group = Group("v100", (JOBS[0], JOBS[1], JOBS[0]))
+    own = [[*job_features(j, ISO[("v100", j)]), *pair_features("v100", j, ISO)] for j in group.jobs]
+    assert pair_rows_from(group, own, [ISO[("v100", j)] for j in group.jobs]) == pair_rows(group, ISO)
+
+
+def test_pair_speed_trees_are_fitted_saved_and_switched_off_by_weight_zero(tmp_path: Path) -> None:
+    assert _FITTED.pair_speed_trees is not None and _FITTED.pair_weight == 0.5
+    _FITTED.save(tmp_path / "m.json")
+    again = ProfileColocation.load(tmp_path / "m.json")
+    groups = [Group("v100", (JOBS[0], JOBS[1])), Group("v100", (JOBS[2], JOBS[3], JOBS[1]))]
+    assert again.estimate_groups(groups, ISO) == _FITTED.estimate_groups(groups, ISO)
+    alone = ProfileColocation(max_iter=20, min_samples_leaf=2, pair_weight=0.0).fit(_toy())
+    assert alone.pair_speed_trees is None
+    assert alone.estimate_groups(groups, ISO)[0].speeds != _FITTED.estimate_groups(groups, ISO)[0].speeds
