@@ -17,7 +17,9 @@ Physics-shaped base (``u`` = isolated SM utilisation / 100, ``U`` = sum over the
 
 Learned corrections (gradient-boosted trees, :mod:`.jsontrees`) fit the log ratio of the measured
 value to the base, on features of the job and its partners (sum of partners' utilisation, bandwidth
-shares, step times, memory). Every prediction is then clamped to the physical bounds: speed in
+shares, step times, memory). A job's log speed is then averaged with a second opinion: trees on the pair
+rows of :func:`~.features.pair_rows` correcting ``log min(1, 100 / sum of measured util)`` (see
+:data:`PAIR_TREES`), which out of fold beats either alone. Every prediction is then clamped to the physical bounds: speed in
 (0, 1]; memory between the largest member and 1.25x the sum; utilisation at most 100% and at most the
 sum of the members'.
 
