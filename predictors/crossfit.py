@@ -47,8 +47,9 @@ log = logging.getLogger(__name__)
 #: folds of the model split (GroupKFold; fewer when there are fewer models)
 DEFAULT_FOLDS = 5
 #: version of the fitting recipe, part of the cache key: bump it when a fold is fitted differently
-#: (``crossfit/1`` fitted the older ensemble table; ``crossfit/2`` the profile predictor, the default family)
-RECIPE_VERSION = "crossfit/2"
+#: (``crossfit/1`` fitted the older ensemble table; ``crossfit/2`` the profile predictor, the default family;
+#: ``crossfit/3`` the profile predictor with its pair speed trees)
+RECIPE_VERSION = "crossfit/3"
 #: version of the step-time part of the recipe, the key of the step-time cache
 STEPTIME_RECIPE = "steptime/1"
 #: the co-location predictor family the folds refit (the default bundle's: ``predictors.colocation.profiled``)
