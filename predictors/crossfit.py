@@ -50,8 +50,9 @@ DEFAULT_FOLDS = 5
 #: version of the fitting recipe, part of the cache key: bump it when a fold is fitted differently
 #: (``crossfit/1`` fitted the older ensemble table; ``crossfit/2`` the profile predictor, the default family;
 #: ``crossfit/3`` the same, its profiles of held-out models predicted with input-pipeline terms learned
-#: across the fold's other workloads, ``model.host_model``)
-RECIPE_VERSION = "crossfit/3"
+#: across the fold's other workloads, ``model.host_model``; ``crossfit/4`` also the profile predictor's pair
+#: speed trees)
+RECIPE_VERSION = "crossfit/4"
 #: version of the step-time part of the recipe, the key of the step-time cache (``steptime/2``: a GPU's
 #: compute-group multipliers pulled towards its common scale, ``calibrate._gpu_priors``)
 STEPTIME_RECIPE = "steptime/2"

@@ -8,8 +8,9 @@ GPU (log step time, memory, utilisation); a missing profile value is NaN plus a 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from dltsched.engine.domain.catalog import gpu_spec, model_spec
 from dltsched.engine.domain.errors import ValidationError
@@ -49,6 +50,7 @@ def resolve_gpu(gpu: str) -> str:
         raise ValidationError("gpu", str(err)) from None
 
 
+@cache
 def gpu_features(gpu: str) -> tuple[float, ...]:
     spec = gpu_spec(LUCID_PROXY_GPU if gpu == LUCID_GPU else gpu)
     return (math.log(spec.fp32_tflops), math.log(spec.fp16_tensor_tflops), math.log(spec.memory_bandwidth_gbs),
@@ -130,7 +132,13 @@ def pair_rows(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfi
     own minus others' log isolated step time, a same-model flag, the utilisation contention prior, group size."""
     own = [[*job_features(j, profile_of(isolated, group.gpu, j)), *pair_features(group.gpu, j, isolated)]
            for j in group.jobs]
-    profiles = [profile_of(isolated, group.gpu, j) for j in group.jobs]
+    return pair_rows_from(group, own, [profile_of(isolated, group.gpu, j) for j in group.jobs])
+
+
+def pair_rows_from(group: Group, own: Sequence[Sequence[float]],
+                   profiles: Sequence[IsolatedProfile | None]) -> list[list[float]]:
+    """:func:`pair_rows` from each member's own features (:func:`job_features` then :func:`pair_features`) and
+    its profile on the group's GPU, for callers that keep the per-job part between groups."""
     step = JOB_FEATURES.index("log_iso_step_s")
     gpu = gpu_features(group.gpu)
     rows = []

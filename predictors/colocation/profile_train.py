@@ -46,6 +46,10 @@ def train_profile_table(out_dir: str | os.PathLike[str], dataset: str = "gavel",
                          "no group of three was measured",
         "figures": figures or {},
         "license": "Gavel data, MIT" if dataset == "gavel" else f"{dataset} data, non-commercial: do not ship"}
+    if not model.measured_util_trained:
+        model.record["measured_util"] = (f"no {dataset.capitalize()} utilisation is measured: groups whose every utilisation is "
+                                         "measured get the rule min(1, 100 / sum of measured util), not the "
+                                         f"{dataset.capitalize()}-fitted corrections")
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"table_profile_{dataset}.json"
     model.save(path)

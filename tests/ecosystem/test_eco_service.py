@@ -622,7 +622,8 @@ def test_colocation_fallbacks_reach_the_api_and_the_service():
     assert unprofiled.colocation_groups() == {0: ("a", "b")}
     assert plan_to_dict(unprofiled)["colocation_fallbacks"] == ["b"]
     profiled = solve_round(state("resnet18"))  # Gavel measured both batch sizes on V100: a profile each
-    assert profiled.colocation_groups() == {0: ("a", "b")} and profiled.colocation_fallbacks == ()
+    groups = profiled.colocation_groups()  # which two of the three share the GPU is the predictor's call
+    assert list(groups) == [0] and len(groups[0]) == 2 and profiled.colocation_fallbacks == ()
     # a generous limit: on a loaded machine the default one can cut the solve short (fallback plan, no co-location)
     r = _client().post("/v1/schedule", json=state_to_request(state("shufflenet_v2"), {"time_limit_s": 20}))
     assert r.status_code == 200 and r.json()["colocation_fallbacks"] == ["b"]

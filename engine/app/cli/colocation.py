@@ -178,7 +178,7 @@ def train_colocation(dataset: str, kind: str, data_dir: str | None, out_dir: str
         if epochs:
             factories["eggat"] = lambda: cv_eggat(seed, epochs=epochs)
         if kind == "profile":
-            names = ["shipped_table", "constant", "per_model_mean", "util_share", "gbt", "profile"]
+            names = ["shipped_table", "constant", "per_model_mean", "util_share", "gbt", "profile_base", "profile"]
             factories = {n: factories[n] for n in names}
         for split in cv_splits:
             result = compare(data, split, list(factories), seed, factories=factories)

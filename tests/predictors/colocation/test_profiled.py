@@ -311,6 +311,8 @@ def test_a_model_fitted_on_analytic_utilisation_gives_measured_groups_the_rule()
     iso = {("v100", j): IsolatedProfile(0.05, 2000.0, u, None) for j, u in zip(jobs, (70.0, 60.0), strict=True)}
     (measured,) = shipped.estimate_groups([Group("v100", jobs)], iso)
     assert measured.speeds == pytest.approx((100 / 130, 100 / 130))  # min(1, 100 / sum of measured util)
+    assert shipped.util_trees is None  # no utilisation correction: independent members' busy time, not the sum
+    assert measured.gpu_util == pytest.approx(100.0 * (1.0 - 0.3 * 0.4))
     partly = {**iso, ("v100", jobs[1]): IsolatedProfile(0.05, 2000.0, None, None)}
     (corrected,) = shipped.estimate_groups([Group("v100", jobs)], partly)  # an analytic util: the fitted model
     assert corrected.speeds != measured.speeds
@@ -362,3 +364,36 @@ def test_profiles_measured_in_the_run_replace_predicted_ones() -> None:
     wide.record_isolated(b, "v100", Measured(2, 1, 0.05, 9_000.0, 0.4))
     with observing_profiles(wide):
         assert model.estimate([a, b], "v100") == before
+
+
+def test_base_only_comparator_predicts_the_physics_base_without_corrections() -> None:
+    from dltsched.predictors.colocation.experiments import BASELINES
+
+    base = BASELINES["profile_base"]().fit(_toy())
+    assert base.speed_trees is None and base.memory_trees is None and base.util_trees is None
+    jobs = (JOBS[0], JOBS[1])  # utilisations 40% and 90%
+    (est,) = base.estimate_groups([Group("v100", jobs)], ISO)
+    assert est.speeds == pytest.approx(((100.0 / 130.0) ** base.alpha,) * 2)
+    assert est.memory_mib == pytest.approx(MEM[JOBS[0]] + MEM[JOBS[1]])
+    assert est.gpu_util == pytest.approx(100.0 * (1.0 - 0.6 * 0.1))  # independent members' busy time
+    (fitted,) = _FITTED.estimate_groups([Group("v100", jobs)], ISO)
+    assert fitted.gpu_util != est.gpu_util  # the full model's utilisation is corrected on min(100, sum)
+
+
+def test_pair_rows_from_kept_job_parts_match_pair_rows() -> None:
+    from dltsched.predictors.colocation.features import job_features, pair_features, pair_rows, pair_rows_from
+
+    group = Group("v100", (JOBS[0], JOBS[1], JOBS[0]))
+    own = [[*job_features(j, ISO[("v100", j)]), *pair_features("v100", j, ISO)] for j in group.jobs]
+    assert pair_rows_from(group, own, [ISO[("v100", j)] for j in group.jobs]) == pair_rows(group, ISO)
+
+
+def test_pair_speed_trees_are_fitted_saved_and_switched_off_by_weight_zero(tmp_path: Path) -> None:
+    assert _FITTED.pair_speed_trees is not None and _FITTED.pair_weight == 0.5
+    _FITTED.save(tmp_path / "m.json")
+    again = ProfileColocation.load(tmp_path / "m.json")
+    groups = [Group("v100", (JOBS[0], JOBS[1])), Group("v100", (JOBS[2], JOBS[3], JOBS[1]))]
+    assert again.estimate_groups(groups, ISO) == _FITTED.estimate_groups(groups, ISO)
+    alone = ProfileColocation(max_iter=20, min_samples_leaf=2, pair_weight=0.0).fit(_toy())
+    assert alone.pair_speed_trees is None
+    assert alone.estimate_groups(groups, ISO)[0].speeds != _FITTED.estimate_groups(groups, ISO)[0].speeds
