@@ -59,6 +59,14 @@ def _load(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
+def bundle_recipe(name: str) -> str:
+    """The fitting recipe behind a bundle's predictions, for result records: ``crossfit``'s fold recipe and
+    step-time recipe (``crossfit/4+steptime/2``); empty for bundles with nothing refitted."""
+    if name != "crossfit":
+        return ""
+    return "+".join(_load(f"dltsched.predictors.crossfit:{attr}") for attr in ("RECIPE_VERSION", "STEPTIME_RECIPE"))
+
+
 def _pick(kind: str, table: dict[str, str], name: str) -> str:
     key = name.lower()
     if key not in table:

@@ -20,7 +20,13 @@ from dltsched.engine.app.cli.simulate import (
     parse_options,
     run_policies,
 )
-from dltsched.engine.app.registry import BUNDLE_FIT, check_predictors, default_bench_predictors, options_for
+from dltsched.engine.app.registry import (
+    BUNDLE_FIT,
+    bundle_recipe,
+    check_predictors,
+    default_bench_predictors,
+    options_for,
+)
 
 _BENCH_COMMANDS = {
     "solve": "dltsched.engine.app.cli.solve:bench_solve",
@@ -107,7 +113,8 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
     rows: list[dict[str, Any]] = []
     for (bundle, _name), runs in per_policy.items():
         row: dict[str, Any] = {"policy": runs[0]["policy"], "predictors": bundle,
-                               "predictors_fit": BUNDLE_FIT.get(bundle, ""), "seeds": list(seeds), **info,
+                               "predictors_fit": BUNDLE_FIT.get(bundle, ""),
+                               "predictors_recipe": bundle_recipe(bundle), "seeds": list(seeds), **info,
                                "num_jobs_finished": min(r["num_jobs_finished"] for r in runs),
                                "prediction_error": prediction_error}
         for m in _METRICS:

@@ -12,7 +12,9 @@ import click
 from dltsched.engine.app.cli.main import FiniteFloat, emit, json_text
 from dltsched.engine.app.registry import (
     BASELINE_POLICIES,
+    BUNDLE_FIT,
     PAPER_POLICIES,
+    bundle_recipe,
     check_predictors,
     make_policy,
     options_for,
@@ -288,8 +290,9 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
                            faults=parse_faults(faults), checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                            lengths=lengths, length_error=length_error, profile_s=profile_s,
                            profile_noise=profile_noise, freeze_penalty_scale=freeze_penalty_scale)
-    payload: Any = [r.to_dict(records=records, utilization=records) | {"predictors": predictor_set}
-                    for r in results]
+    bundle = {"predictors": predictor_set, "predictors_fit": BUNDLE_FIT.get(predictor_set, ""),
+              "predictors_recipe": bundle_recipe(predictor_set)}
+    payload: Any = [r.to_dict(records=records, utilization=records) | bundle for r in results]
     if len(payload) == 1 and len(policies) == 1 and policies[0] not in ("all", "baselines", "papers"):
         payload = payload[0]
     if output:

@@ -47,3 +47,18 @@ def test_an_option_goes_only_to_the_policies_that_take_it(capsys, repo_root):
     assert main(["bench", "simulate", "--instance", inst, "--policy", "fifo", "--policy", "lucid", "--predictors",
                  "analytic", "--option", "class_thresholds=[0.85, 0.95]", "--json"]) == 0
     assert [r["policy"] for r in json.loads(capsys.readouterr().out)] == ["fifo", "lucid"]
+
+
+def test_crossfit_results_name_the_recipe_their_folds_were_fitted_with():
+    from dltsched.engine.app.registry import bundle_recipe
+    from dltsched.predictors import crossfit
+
+    assert bundle_recipe("crossfit") == f"{crossfit.RECIPE_VERSION}+{crossfit.STEPTIME_RECIPE}"
+    assert bundle_recipe("default") == "" and bundle_recipe("analytic") == ""
+
+
+def test_simulate_json_names_bundle_fit_and_recipe(capsys, repo_root):
+    inst = str(repo_root / "instances" / "examples" / "tiny-6jobs-4gpus.json")
+    assert main(["simulate", "--instance", inst, "--policy", "fifo", "--predictors", "default", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert (row["predictors"], row["predictors_fit"], row["predictors_recipe"]) == ("default", "in-sample", "")
