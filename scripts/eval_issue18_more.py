@@ -12,7 +12,9 @@ Parts (``--part``, repeatable):
 * ``p256``: the 10,000-job Philly window from 4,055,952 s at 256 GPUs (v100:11x8,p100:11x8,k80:10x8),
   crossfit, one instance per seed (the seed draws the models, as in the 1,000-job windows).
 * ``batch``: batch arrivals (every job at time 0), makespan: FIFO and the optimizing policy's makespan
-  configurations on the default instance and on 300-job Philly windows, crossfit and default.
+  configurations (``objective=effective_progress``, without and with ``length_weight=1``: longest first) on
+  the default instance and on the 64-GPU Philly window (1,000 jobs, models drawn per seed), crossfit and
+  default.
 
 Usage::
 
@@ -74,9 +76,10 @@ WINDOWS = {
                    ("philly", "--start-s", "4055952", "--max-jobs", "10000", "--cluster",
                     "v100:11x8,p100:11x8,k80:10x8", "--seed", "{seed}"), per_seed=True),
     "dflt": Window("dflt", "instances/examples/default.json (60 jobs, 16 GPUs), every job at time 0", ()),
-    "pb300": Window("pb300", "Philly, 300 jobs from 4,055,952 s, 32 GPUs (v100:2x8,p100:1x8,k80:1x8), every job at time 0",
-                    ("philly", "--start-s", "4055952", "--max-jobs", "300", "--cluster",
-                     "v100:2x8,p100:1x8,k80:1x8", "--seed", "{seed}"), per_seed=True),
+    "p64batch": Window("p64batch", "Philly, 1,000 jobs from 4,055,952 s, 64 GPUs (v100:3x8,p100:3x8,k80:2x8), every "
+                       "job at time 0 (--arrivals batch)",
+                       ("philly", "--start-s", "4055952", "--max-jobs", "1000", "--cluster",
+                        "v100:3x8,p100:3x8,k80:2x8", "--seed", "{seed}"), per_seed=True),
 }
 
 
@@ -105,7 +108,7 @@ class Run:
 
 MAKESPAN_VARIANTS: dict[str, tuple[str, ...]] = {
     "effective_progress": ("--option", "objective=effective_progress"),
-    "makespan": ("--option", "objective=makespan"),
+    "lpt": ("--option", "objective=effective_progress", "--option", "length_weight=1"),
 }
 
 
@@ -125,7 +128,7 @@ def planned(part: str, seeds: list[int], policies: list[str]) -> Iterator[Run]:
                 yield Run(part, "p256", "crossfit", policy, seed)
     elif part == "batch":
         for seed in seeds:
-            for window in ("dflt", "pb300"):
+            for window in ("dflt", "p64batch"):
                 for bundle in ("crossfit", "default"):
                     yield Run(part, window, bundle, "fifo", seed, settings=("--arrivals", "batch"))
                     for variant, opts in MAKESPAN_VARIANTS.items():
