@@ -9,6 +9,9 @@ Parts (``--part``, repeatable):
 * ``muri``: Muri's trace1 at 96 GPUs (v100:4x8,p100:4x8,k80:4x8) and trace3 at 48 GPUs
   (v100:4x8,p100:1x8,k80:1x8), every baseline and the optimizing policy; crossfit for all, default
   (in-sample) for the optimizing policy and the best baselines.
+* ``muriw``: the same two traces cut in thirds (by job count; each third converted with ``--start-s`` at its
+  first job's submit time and ``--max-jobs``), the replicates behind the intervals: Muri's traces name their
+  models and the simulator has no noise, so ``--seed`` changes no row (checked on trace3, seeds 0 and 1).
 * ``p256``: the 10,000-job Philly window from 4,055,952 s at 256 GPUs (v100:11x8,p100:11x8,k80:10x8),
   crossfit, one instance per seed (the seed draws the models, as in the 1,000-job windows).
 * ``batch``: batch arrivals (every job at time 0), makespan: FIFO and the optimizing policy's makespan
@@ -72,6 +75,13 @@ WINDOWS = {
                     ("muri:trace1", "--cluster", "v100:4x8,p100:4x8,k80:4x8")),
     "muri3": Window("muri3", "Muri trace3 (992 jobs), 48 GPUs (v100:4x8,p100:1x8,k80:1x8)",
                     ("muri:trace3", "--cluster", "v100:4x8,p100:1x8,k80:1x8")),
+    **{f"muri{t}{'abc'[i]}": Window(
+        f"muri{t}{'abc'[i]}", f"Muri trace{t}, jobs {i * size + 1}-{min(n, (i + 1) * size)} of {n} (from {start:,.0f} s), "
+        f"{gpus} GPUs ({spec})", (f"muri:trace{t}", "--start-s", f"{start:.0f}", "--max-jobs", str(size), "--cluster", spec))
+       for t, n, size, gpus, spec, starts in (
+           (1, 1494, 498, 96, "v100:4x8,p100:4x8,k80:4x8", (0.0, 5321027.0, 7360462.0)),
+           (3, 992, 331, 48, "v100:4x8,p100:1x8,k80:1x8", (0.0, 2191769.0, 4942249.0)))
+       for i, start in enumerate(starts)},
     "p256": Window("p256", "Philly, 10,000 jobs from 4,055,952 s, 256 GPUs (v100:11x8,p100:11x8,k80:10x8)",
                    ("philly", "--start-s", "4055952", "--max-jobs", "10000", "--cluster",
                     "v100:11x8,p100:11x8,k80:10x8", "--seed", "{seed}"), per_seed=True),
@@ -122,6 +132,13 @@ def planned(part: str, seeds: list[int], policies: list[str]) -> Iterator[Run]:
                 for policy in ("optimizing", "tiresias", "gandiva", "sjf", "gavel"):
                     if policy in policies:
                         yield Run(part, window, "default", policy, seed)
+    elif part == "muriw":  # thirds of each trace: the replicates (Muri names its models, so seeds change nothing)
+        for window in ("muri3a", "muri3b", "muri3c", "muri1a", "muri1b", "muri1c"):
+            for policy in policies:
+                yield Run(part, window, "crossfit", policy, 0)
+            for policy in ("optimizing", "tiresias"):
+                if policy in policies:
+                    yield Run(part, window, "default", policy, 0)
     elif part == "p256":
         for seed in seeds:
             for policy in policies:
@@ -134,7 +151,7 @@ def planned(part: str, seeds: list[int], policies: list[str]) -> Iterator[Run]:
                     for variant, opts in MAKESPAN_VARIANTS.items():
                         yield Run(part, window, bundle, "optimizing", seed, variant, ("--arrivals", "batch", *opts))
     else:
-        raise SystemExit(f"--part: '{part}' not known; one of muri, p256, batch")
+        raise SystemExit(f"--part: '{part}' not known; one of muri, muriw, p256, batch")
 
 
 def load() -> dict:
@@ -268,12 +285,14 @@ def main() -> None:
     parser.add_argument("--part", action="append", default=[], help="muri, p256 or batch (repeatable)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--policy", action="append", default=[], help="restrict to these policies (repeatable)")
+    parser.add_argument("--bundle", action="append", default=[], help="restrict to these bundles (repeatable)")
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--summary", action="store_true")
     parser.add_argument("--metric", default="avg_jct_s")
     args = parser.parse_args()
     policies = args.policy or list(ALL)
-    runs = [run for part in args.part for run in planned(part, args.seeds, policies)]
+    runs = [run for part in args.part for run in planned(part, args.seeds, policies)
+            if not args.bundle or run.predictors in args.bundle]
     if runs:
         run_all(runs, args.parallel)
     if args.summary:
