@@ -280,11 +280,51 @@ def summary(metric: str) -> None:
             print(line)
 
 
+#: replicate groups: name -> (windows, by): rows of these windows are replicates by seed or by window
+GROUPS = {
+    "muri1-thirds": (("muri1a", "muri1b", "muri1c"), "window"),
+    "muri3-thirds": (("muri3a", "muri3b", "muri3c"), "window"),
+    "muri1": (("muri1",), "seed"),
+    "muri3": (("muri3",), "seed"),
+    "p256": (("p256",), "seed"),
+}
+
+
+def compare(metric: str = "avg_jct_s") -> dict:
+    """Per replicate group and bundle: each policy's mean and 95% interval (hours), and the optimizing policy's
+    paired relative difference to the best of FIFO/SJF/Tiresias/Gandiva and to the best of the papers' policies
+    (best per replicate)."""
+    rows = [r for r in load()["rows"] if r["variant"] == ""]
+    out: dict = {}
+    for group, (windows, by) in GROUPS.items():
+        for bundle in ("crossfit", "default"):
+            table: dict[str, dict] = {}
+            for r in rows:
+                if r["window"] in windows and r["predictors"] == bundle:
+                    rep = r["window"] if by == "window" else r["seed"]
+                    table.setdefault(r["policy"], {})[rep] = r[metric]
+            if "optimizing" not in table:
+                continue
+            entry: dict = {"policies": {p: dict(zip(("mean_h", "ci95_h"), interval([v / 3600 for v in t.values()]),
+                                                     strict=True)) | {"n": len(t)} for p, t in table.items()}}
+            for name, pool in (("best_greedy", BASELINES), ("best_paper", PAPERS)):
+                reps = [k for k in table["optimizing"] if all(k in table.get(p, {}) for p in pool)]
+                if not reps:
+                    continue
+                rel = [100 * (table["optimizing"][k] / min(table[p][k] for p in pool) - 1) for k in reps]
+                best = [min(pool, key=lambda p, k=k: table[p][k]) for k in reps]
+                entry[f"vs_{name}_pct"] = dict(zip(("mean", "ci95"), interval(rel), strict=True)) | {
+                    "per_replicate": [round(v, 1) for v in rel], "which": best}
+            out[f"{group}/{bundle}"] = entry
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", action="append", default=[], help="muri, p256 or batch (repeatable)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--policy", action="append", default=[], help="restrict to these policies (repeatable)")
+    parser.add_argument("--window", action="append", default=[], help="restrict to these windows (repeatable)")
     parser.add_argument("--bundle", action="append", default=[], help="restrict to these bundles (repeatable)")
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--summary", action="store_true")
@@ -292,11 +332,12 @@ def main() -> None:
     args = parser.parse_args()
     policies = args.policy or list(ALL)
     runs = [run for part in args.part for run in planned(part, args.seeds, policies)
-            if not args.bundle or run.predictors in args.bundle]
+            if (not args.bundle or run.predictors in args.bundle) and (not args.window or run.window in args.window)]
     if runs:
         run_all(runs, args.parallel)
     if args.summary:
         summary(args.metric)
+        print(json.dumps(compare(args.metric), indent=1))
 
 
 if __name__ == "__main__":
