@@ -119,6 +119,9 @@ class Run:
 MAKESPAN_VARIANTS: dict[str, tuple[str, ...]] = {
     "effective_progress": ("--option", "objective=effective_progress"),
     "lpt": ("--option", "objective=effective_progress", "--option", "length_weight=1"),
+    "lpt_w2": ("--option", "objective=effective_progress", "--option", "length_weight=2"),
+    "lpt_profiled": ("--option", "objective=effective_progress", "--option", "length_weight=1",
+                     "--profile-on-arrival", "300"),
 }
 
 
@@ -324,6 +327,7 @@ def main() -> None:
     parser.add_argument("--part", action="append", default=[], help="muri, p256 or batch (repeatable)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--policy", action="append", default=[], help="restrict to these policies (repeatable)")
+    parser.add_argument("--variant", action="append", default=[], help="restrict to these variants (repeatable)")
     parser.add_argument("--window", action="append", default=[], help="restrict to these windows (repeatable)")
     parser.add_argument("--bundle", action="append", default=[], help="restrict to these bundles (repeatable)")
     parser.add_argument("--parallel", type=int, default=1)
@@ -332,7 +336,8 @@ def main() -> None:
     args = parser.parse_args()
     policies = args.policy or list(ALL)
     runs = [run for part in args.part for run in planned(part, args.seeds, policies)
-            if (not args.bundle or run.predictors in args.bundle) and (not args.window or run.window in args.window)]
+            if (not args.bundle or run.predictors in args.bundle) and (not args.window or run.window in args.window)
+            and (not args.variant or run.variant in args.variant)]
     if runs:
         run_all(runs, args.parallel)
     if args.summary:
