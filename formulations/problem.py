@@ -34,6 +34,9 @@ class RoundOptions:
     all of them, so that a job is worth the same whichever of its jobs the round holds): the rate at which the sum of the jobs' log remaining times falls, i.e. shortest remaining
     time first generalised to co-location, GPU types and freezing (for low average completion time);
     ``weighted_completion`` and ``makespan`` are minimised over predicted multi-stage completion times.
+    ``length_weight`` ``w`` (``effective_progress`` only; default 0: off) scales each job's term by
+    ``(T_j / T_ref) ** w``, longest remaining time first (LPT), the makespan-oriented configuration: for a batch
+    of jobs the makespan is set by the long ones, which the unweighted sum starts in no particular order.
 
     ``freeze_levels`` is either the allowed levels or a count ``n`` (levels spread evenly over the
     model's blocks). ``migration_penalty`` is charged per running job that moves or is preempted, as a
@@ -64,6 +67,7 @@ class RoundOptions:
     max_nodes_per_unit: int = 4
     deterministic: bool = True
     value_reference_s: float | None = None
+    length_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -91,6 +95,12 @@ class RoundOptions:
                                       or not math.isfinite(reference) or reference <= 0):
             raise ValidationError("options.value_reference_s", f"{reference!r} not understood; a time > 0 s or none "
                                   "(the median over the round's jobs)")
+        weight = self.length_weight
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 4:
+            raise ValidationError("options.length_weight", f"{weight!r} not understood; a number in [0, 4] (0: off)")
+        if weight and self.objective != "effective_progress":
+            raise ValidationError("options.length_weight", f"{weight!r} applies to objective effective_progress "
+                                  f"only, not {self.objective}; set objective=effective_progress or length_weight=0")
         if not isinstance(self.deterministic, bool):
             raise ValidationError("options.deterministic", f"{self.deterministic!r} not understood; true or false")
         for name in ("max_partners", "num_workers", "max_nodes_per_unit"):
@@ -271,7 +281,8 @@ class RoundProblem:
         object.__setattr__(self, "_option_index", index)
         object.__setattr__(self, "_group_index", groups)
         object.__setattr__(self, "_value_scale", _value_scales(self.options.objective, self.jobs,
-                                                               self.options.value_reference_s))
+                                                               self.options.value_reference_s,
+                                                               self.options.length_weight))
         object.__setattr__(self, "_node_of", tuple(n for n, node in enumerate(self.nodes) for _ in node.gpus))
         object.__setattr__(self, "_types", NodeTypes.of(self.nodes))
         object.__setattr__(self, "_down", frozenset(g for n in self.nodes for g in n.down_gpus))
@@ -281,7 +292,8 @@ class RoundProblem:
         return sum(n.num_gpus for n in self.nodes)
 
     def value_scale(self, job: int) -> float:
-        """Factor on job ``job``'s progress term: 1, or ``T_ref / T_j`` for the ``jct`` objective."""
+        """Factor on job ``job``'s progress term: 1, ``T_ref / T_j`` for the ``jct`` objective, or
+        ``(T_j / T_ref) ** length_weight`` for ``effective_progress`` with a length weight."""
         return self._value_scale[job]
 
     def migration_cost(self, job: int) -> float:
@@ -373,11 +385,15 @@ def remaining_time_s(job: RoundJob) -> float:
     return max(JCT_MIN_REMAINING_S, job.remaining_iterations / job.reference_rate)
 
 
-def _value_scales(objective: str, jobs: tuple[RoundJob, ...], reference_s: float | None) -> tuple[float, ...]:
-    if objective != "jct" or not jobs:
+def _value_scales(objective: str, jobs: tuple[RoundJob, ...], reference_s: float | None,
+                  length_weight: float = 0.0) -> tuple[float, ...]:
+    longest_first = objective == "effective_progress" and length_weight > 0
+    if (objective != "jct" and not longest_first) or not jobs:
         return (1.0,) * len(jobs)
     times = [remaining_time_s(j) for j in jobs]
     reference = median_remaining_s(times) if reference_s is None else max(JCT_MIN_REMAINING_S, reference_s)
+    if longest_first:
+        return tuple((t / reference) ** length_weight for t in times)
     return tuple(reference / t for t in times)
 
 

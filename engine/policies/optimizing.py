@@ -9,7 +9,8 @@ solver-independent checker and falls back to a greedy plan when the solver gives
 that times out keeps the solver's best plan. Events closer than ``min_interval_s`` (``auto``, the default:
 300 s up to 128 GPUs, 300 s per 128 GPUs above: 2,400 s at 1,024) to the last solve are
 batched: running jobs stay, new arrivals start as settled starts (below) when they can, else greedily on free GPUs (shortest predicted remaining time
-first under the ``jct`` objective, else in arrival order), and the next solve sees everything.
+first under the ``jct`` objective, longest first under the makespan configuration ``effective_progress`` with a
+``length_weight``, else in arrival order), and the next solve sees everything.
 Migration and preemption are priced by ``config.migration_penalty``; the simulator also charges the
 checkpoint-restore time of every moved job.
 
@@ -402,9 +403,12 @@ class OptimizingPolicy:
         return self._idle_of[2]
 
     def _between_solves_order(self, state: ClusterState) -> Sequence[JobState]:
-        """Waiting jobs by urgency: shortest predicted remaining time first under ``jct``, else arrival order."""
+        """Waiting jobs by urgency: shortest predicted remaining time first under ``jct``, longest first under
+        ``effective_progress`` with a ``length_weight`` (the makespan configuration), else arrival order."""
         queued = state.queued()
         if self.solver.objective != "jct":
+            if isinstance(self._options, RoundOptions) and self._options.length_weight > 0:
+                return sorted(queued, key=lambda s: (-self._remaining_s(s, state), s.job.arrival_time_s, s.job.id))
             return queued
         return sorted(queued, key=lambda s: (self._remaining_s(s, state), s.job.arrival_time_s, s.job.id))
 

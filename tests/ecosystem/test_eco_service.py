@@ -594,16 +594,16 @@ def test_every_round_setting_reaches_the_solver():
     server = ServiceConfig().solve
     assert server.objective == "jct"  # the one default objective
     assert set(ROUND_SETTINGS) | {"time_limit_s"} == {f.name for f in dataclasses.fields(RoundOptions)}
-    given = ConfigIn(objective="makespan", max_jobs_per_gpu=1, freeze_levels=[0, 2], round_s=360.0, num_workers=4,
-                     deterministic=False, allow_cross_node=False, migration_penalty=0.5, starvation_weight=0.1,
-                     max_partners=2, max_nodes_per_unit=2, relative_gap=0.01, time_limit_s=3.0,
-                     value_reference_s=3600.0)
+    given = ConfigIn(objective="effective_progress", max_jobs_per_gpu=1, freeze_levels=[0, 2], round_s=360.0,
+                     num_workers=4, deterministic=False, allow_cross_node=False, migration_penalty=0.5,
+                     starvation_weight=0.1, max_partners=2, max_nodes_per_unit=2, relative_gap=0.01, time_limit_s=3.0,
+                     value_reference_s=3600.0, length_weight=0.5)
     options = to_config(given, server, 30.0).options
     assert (options.objective, options.max_jobs_per_gpu, options.freeze_levels, options.round_s, options.num_workers,
             options.deterministic, options.allow_cross_node, options.migration_penalty, options.starvation_weight,
             options.max_partners, options.max_nodes_per_unit, options.relative_gap, options.time_limit_s,
-            options.value_reference_s) == ("makespan", 1, (0, 2), 360.0, 4, False, False, 0.5, 0.1, 2, 2, 0.01, 3.0,
-                                           3600.0)
+            options.value_reference_s, options.length_weight) == (
+                "effective_progress", 1, (0, 2), 360.0, 4, False, False, 0.5, 0.1, 2, 2, 0.01, 3.0, 3600.0, 0.5)
 
 
 def test_colocation_fallbacks_reach_the_api_and_the_service():

@@ -138,3 +138,32 @@ def test_migration_cost_is_amortised_over_long_jobs_under_jct() -> None:
         [0.1 * 450 / 60, 0.1 * 450 / 300, 0.1 * (450 / 600) ** 2, 0.1 * (450 / 1200) ** 2])
     plain = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective="effective_progress", migration_penalty=0.1))
     assert [plain.migration_cost(j) for j in range(4)] == pytest.approx([0.1] * 4)
+
+
+def test_length_weight_scales_effective_progress_longest_first_and_is_refused_elsewhere() -> None:
+    # 1 it/s: remaining 60 (floor), 300, 600, 1200 s -> median 450 s; scale (T_j / 450) ** w
+    tables = Tables(step_s={k: [1.0] for k in "abcd"})
+    jobs = [job("a", iterations=10), job("b", iterations=300), job("c", iterations=600), job("d", iterations=1200)]
+    for weight in (1.0, 0.5):
+        lpt = make_round(tables, [("v100", 1)], jobs,
+                         options=RoundOptions(objective="effective_progress", length_weight=weight))
+        assert [lpt.value_scale(j) for j in range(4)] == pytest.approx(
+            [(t / 450) ** weight for t in (60, 300, 600, 1200)])
+        assert RoundProblem.from_dict(lpt.to_dict()).value_scale(3) == pytest.approx((1200 / 450) ** weight)
+    off = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective="effective_progress", length_weight=0))
+    assert [off.value_scale(j) for j in range(4)] == [1.0] * 4
+    for bad in ({"objective": "jct", "length_weight": 1.0}, {"objective": "effective_progress", "length_weight": -1},
+                {"objective": "effective_progress", "length_weight": True}):
+        with pytest.raises(ValidationError, match="options.length_weight"):
+            RoundOptions(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("backend", ["cpsat", "milp", "greedy"])
+def test_length_weight_places_the_longest_job_on_the_one_gpu(backend: str) -> None:
+    tables = Tables(step_s={k: [1.0] for k in "abcd"})
+    jobs = [job("a", iterations=10), job("b", iterations=300), job("c", iterations=600), job("d", iterations=1200)]
+    options = RoundOptions(objective="effective_progress", length_weight=1.0, max_jobs_per_gpu=1, relative_gap=0.0)
+    problem = make_round(tables, [("v100", 1)], jobs, options=options)
+    result = solve_problem(problem, backend, time_limit_s=30)
+    assert checked(problem, result) == pytest.approx(1200 / 450)
+    assert [a.job_id for a in result.plan.assignments] == ["d"]

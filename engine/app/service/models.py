@@ -134,6 +134,9 @@ class ConfigIn(_Strict):
     max_partners: int | None = Field(default=None, ge=1, le=64)
     max_nodes_per_unit: int | None = Field(default=None, ge=1, le=1024)
     relative_gap: float | None = Field(default=None, ge=0, le=1)
+    length_weight: float | None = Field(default=None, ge=0, le=4, description="effective_progress only: weigh "
+                                        "each job by its predicted remaining time to this power, longest first "
+                                        "(makespan); 0: off.")
     value_reference_s: float | None = Field(default=None, gt=0, le=1e10, description="jct: the remaining time "
                                             "a job's progress is scaled against, seconds; default: the round's median.")
     unknown_memory: Literal["predict", "trust"] = Field(
@@ -337,7 +340,7 @@ def to_state(req: ScheduleRequest) -> ClusterState:
 #: ``ConfigIn`` fields that are ``RoundOptions`` fields of the same name
 ROUND_SETTINGS = ("objective", "max_jobs_per_gpu", "freeze_levels", "round_s", "num_workers", "deterministic",
                   "allow_cross_node", "migration_penalty", "starvation_weight", "max_partners", "max_nodes_per_unit",
-                  "relative_gap", "value_reference_s")
+                  "relative_gap", "value_reference_s", "length_weight")
 
 
 def to_config(data: ConfigIn, default: ConfiguredSolver, max_time_limit_s: float) -> ConfiguredSolver:

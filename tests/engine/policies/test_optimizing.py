@@ -330,3 +330,24 @@ def test_small_clusters_take_no_speed_shortcuts(backend):
     policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, backend=backend)
     policy.schedule(state)
     assert policy.settled_starts == 0 and [e["trigger"] for e in policy.solve_log] == ["new_waiting"]
+
+
+def test_length_weight_starts_the_longest_job_first_and_finishes_the_batch_by_its_length(analytic):
+    # one GPU type, 2 GPUs, no sharing or freezing; 1 h, 1 h and 2 h of work at time 0 (the 2 h job last):
+    # longest first finishes in 2 h; starting the 2 h job after a 1 h one takes 3 h
+    from dataclasses import replace
+
+    from dltsched.engine.domain.model import Instance
+
+    truth = MeasuredTruth(use_measurements=False)
+    probe = Job("p", "resnet18", 32, 1.0)
+    step = truth.step_time_s(probe, "v100", 1)
+    jobs = tuple(replace(probe, id=k, total_iterations=round(h * 3600 / step)) for k, h in (("a", 1), ("b", 1), ("c", 2)))
+    inst = Instance("lpt", Cluster((Node("n0", "v100", 2),)), jobs, {})
+    policy = optimizing_policy(analytic, objective="effective_progress", length_weight=1.0, max_jobs_per_gpu=1,
+                               freeze_levels=1, time_limit_s=1.0)
+    res = simulate(inst, policy, truth=truth)
+    assert {r.job_id: r.first_start_s for r in res.records}["c"] == 0.0
+    assert res.makespan_s == pytest.approx(7200.0, rel=0.01)
+    with pytest.raises(ValidationError, match="length_weight"):
+        optimizing_policy(analytic, length_weight=1.0)  # the default objective is jct
