@@ -483,10 +483,9 @@ class _Idle:
         return self.total.get(gpu_type, 0) >= num_gpus
 
 
-def _sharing_ids(placements: Mapping[str, Assignment]) -> list[list[str]]:
-    """Running job ids grouped so that jobs sharing any GPU are in one group (stable order)."""
-    ids = list(placements)
-    parent = list(range(len(ids)))
+def _shared_gpu_groups(gpu_sets: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Indices of ``gpu_sets`` grouped so that sets sharing any GPU are in one group (stable order, union-find)."""
+    parent = list(range(len(gpu_sets)))
 
     def root(i: int) -> int:
         while parent[i] != i:
@@ -496,42 +495,30 @@ def _sharing_ids(placements: Mapping[str, Assignment]) -> list[list[str]]:
 
     owner: dict[int, int] = {}
     shared = False
-    for i, k in enumerate(ids):
-        for g in placements[k].gpus:
+    for i, gpus in enumerate(gpu_sets):
+        for g in gpus:
             o = owner.setdefault(g, i)
             if o != i:
                 parent[root(i)] = root(o)
                 shared = True
     if not shared:
-        return [[k] for k in ids]
-    groups: dict[int, list[str]] = {}
-    for i, k in enumerate(ids):
-        groups.setdefault(root(i), []).append(k)
+        return [[i] for i in range(len(gpu_sets))]
+    groups: dict[int, list[int]] = {}
+    for i in range(len(gpu_sets)):
+        groups.setdefault(root(i), []).append(i)
     return list(groups.values())
+
+
+def _sharing_ids(placements: Mapping[str, Assignment]) -> list[list[str]]:
+    """Running job ids grouped so that jobs sharing any GPU are in one group (stable order)."""
+    ids = list(placements)
+    return [[ids[i] for i in g] for g in _shared_gpu_groups([placements[k].gpus for k in ids])]
 
 
 def sharing_groups(running: Sequence[JobState]) -> list[list[JobState]]:
     """Running jobs grouped so that jobs sharing any GPU are in one group (stable order)."""
-    parent = list(range(len(running)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    owner: dict[int, int] = {}
-    for i, s in enumerate(running):
-        for g in s.assignment.gpus if s.assignment else ():
-            if g in owner:
-                parent[root(i)] = root(owner[g])
-            else:
-                owner[g] = i
-    groups: dict[int, list[JobState]] = {}
-    for i, s in enumerate(running):
-        groups.setdefault(root(i), []).append(s)
-    return list(groups.values())
-
+    gpu_sets = [s.assignment.gpus if s.assignment else () for s in running]
+    return [[running[i] for i in g] for g in _shared_gpu_groups(gpu_sets)]
 
 
 def colocation_fallbacks(colocation: Any, plan: Plan, state: ClusterState) -> tuple[str, ...]:
