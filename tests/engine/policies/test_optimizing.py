@@ -242,26 +242,21 @@ def _arrival_tables() -> Tables:
                   type_factor={"p100": 1.5})
 
 
-def test_an_arrival_starts_unfrozen_at_its_fastest_type_without_a_solve(backend):
-    """A frozen level would be faster here (a solve picks level 2), but starts no solve weighs stay unfrozen:
-    freezing is left to the solves."""
+@pytest.mark.parametrize(("freeze_levels", "solved_level"), [(None, 2), (1, 0)],
+                         ids=["frozen-would-be-faster", "unfrozen-is-best"])
+def test_an_arrival_starts_unfrozen_at_its_fastest_type_without_a_solve(backend, freeze_levels, solved_level):
+    """Idle GPUs hold the arrival alone at its fastest type: it starts there unfrozen without a solve, whether a
+    frozen level would be faster (a solve picks level 2) or unfrozen is its best option anyway; freezing is left
+    to the solves."""
     state = _arrival_state((0, 1, 2))
-    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, shortcuts_above_gpus=0, backend=backend)
+    levels = {} if freeze_levels is None else {"freeze_levels": freeze_levels}
+    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, shortcuts_above_gpus=0, backend=backend,
+                               **levels)
     plan = policy.schedule(state)
     assert plan.incremental and plan.assignments == (Assignment("w", (3,), 0),)
     assert not policy.solve_log and policy.settled_starts == 1
     solved = policy.solver.solve(state).by_job()["w"]  # what a solve of the whole round gives w
-    assert solved.freeze_level == 2 and state.cluster.gpu_type_of(solved.gpus[0]) == "v100"
-
-
-def test_an_arrival_that_idle_gpus_hold_unfrozen_at_its_best_option_starts_there_without_a_solve(backend):
-    state = _arrival_state((0, 1, 2))
-    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, shortcuts_above_gpus=0, backend=backend, freeze_levels=1)
-    plan = policy.schedule(state)
-    assert plan.incremental and plan.assignments == (Assignment("w", (3,), 0),)
-    assert not policy.solve_log and policy.settled_starts == 1
-    solved = policy.solver.solve(state).by_job()["w"]  # what a solve of the whole round gives w
-    assert solved.freeze_level == 0 and state.cluster.gpu_type_of(solved.gpus[0]) == "v100"
+    assert solved.freeze_level == solved_level and state.cluster.gpu_type_of(solved.gpus[0]) == "v100"
 
 
 def test_an_arrival_whose_best_type_is_full_is_solved_in_a_round_of_the_waiting_jobs_and_movers(backend):
