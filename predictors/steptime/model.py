@@ -16,7 +16,8 @@ One training iteration on one GPU, from the operator graph (see :mod:`aggregates
   ``per_step_s + per_sample_s * batch`` of that measurement setup; added to ``busy``. A workload
   never measured gets the terms :func:`host_model` predicts for the setup (``host_source``, else
   the factors' first source) from what a cluster knows before running it: a robust line of the
-  setup's fitted per-step terms over kernels per step, and the median per-sample term.
+  setup's fitted per-step terms over kernels per step, and one of its per-sample terms over the
+  input bytes per sample.
 - Host machines: a setup's machines hosting one GPU type have two fitted speeds (1 = the setup's
   average machine): ``per_step`` scales the CPU dispatch and the per-step input term (one CPU
   thread), ``per_sample`` the per-sample input term (the data loader's throughput).
@@ -252,7 +253,8 @@ def host_model(factors: dict[str, Any]) -> dict[str, dict[str, float]]:
       robust to a workload such as an RL job whose environment runs on the CPU) of the fitted
       per-step terms over :func:`workload_kernels`; slope and intercept are kept non-negative.
       Fewer than :data:`HOST_MODEL_MIN_WORKLOADS` workloads: no slope, the median per-step term.
-    - ``per_sample_s``: the median fitted per-sample term.
+    - ``per_sample_s + per_input_byte_s * input_bytes``: the same robust line of the fitted per-sample
+      terms over :func:`input_bytes` (no slope with too few workloads or no spread: the median).
     """
     hit = _HOST_MODEL_MEMO.get(id(factors))
     if hit is not None and hit[0] is factors:
