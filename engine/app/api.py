@@ -41,7 +41,7 @@ import math
 import time
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dltsched.engine.app.measured import (
     Measurements,
@@ -109,6 +109,9 @@ class ConfiguredSolver:
     ValidationError
         When a setting is not understood (the message names it).
     """
+
+    #: :meth:`solve` marks the plan's ``colocation_fallbacks`` itself (the optimizing policy reuses them)
+    marks_colocation_fallbacks: ClassVar[bool] = True
 
     options: RoundOptions = DEFAULT_OPTIONS
     backend: str = "cpsat"

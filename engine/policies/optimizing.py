@@ -174,7 +174,10 @@ class OptimizingPolicy:
                 self._declined[job_id] = (now[job_id].gpus, self._seen_for(job_id, state))
         if kept:
             plan = replace(plan, assignments=plan.assignments + kept)
-        fallbacks = colocation_fallbacks(self._asked.colocation, plan, state)
+        if kept or not getattr(self.solver, "marks_colocation_fallbacks", False):
+            fallbacks = colocation_fallbacks(self._asked.colocation, plan, state)
+        else:  # the solver marked them on this very plan: not priced twice
+            fallbacks = plan.colocation_fallbacks
         if fallbacks:  # the predictor warns once per model and GPU type; the plan names the jobs every round
             plan = replace(plan, colocation_fallbacks=fallbacks)
             log.info("round at %.0f s: co-location of %d job(s) rests on predicted profiles (no profile on their "

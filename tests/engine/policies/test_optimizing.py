@@ -225,6 +225,21 @@ def test_colocation_on_predicted_profiles_is_marked_in_the_plan_and_the_solve_lo
     assert policy.solve_log[-1]["colocation_fallbacks"] == 1
     assert any("predicted profiles" in r.message and ": b" in r.message for r in caplog.records)
 
+    class Unmarked:  # a round solver that does not mark fallbacks itself: the policy marks them
+        objective = "jct"
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def solve(self, round_state, **kw):
+            return replace(self.inner.solve(round_state, **kw), colocation_fallbacks=())
+
+    policy = optimizing_policy(bundle, time_limit_s=1.0, min_interval_s=0.0)
+    assert policy.solver.marks_colocation_fallbacks
+    policy.solver = Unmarked(policy.solver)
+    plan = policy.schedule(state)
+    assert plan.colocation_groups() == {0: ("a", "b")} and plan.colocation_fallbacks == ("b",)
+
 
 def _arrival_state(busy: tuple[int, ...]) -> ClusterState:
     # four v100 and two p100 GPUs (p100 1.5x slower); x, y1, ... run on the GPUs ``busy``; w (freezing
