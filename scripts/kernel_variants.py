@@ -1,7 +1,7 @@
 """Leave-one-GPU-out of a variant of the kernel model's features, on NeuSight's kernels and iteration labels.
 
 Usage: ``python scripts/kernel_variants.py [CLASSES=FEATURES ...] [--no-sm-fix] [--no-traces] [--trace-weight=W]
-[--floor=STAT] [--leave-model-out] [--diagnose]``
+[--floor=STAT] [--leave-model-out] [--diagnose] [--inner-floor]``
 
 ``CLASSES`` is one op class or several joined by ``+``; ``FEATURES`` a comma-separated list of names from
 ``kernels.FEATURES``, where ``BASE`` stands for its first twelve and ``SHAPE`` for ``kernels.SHAPE_FEATURES``;
@@ -15,7 +15,10 @@ floors by ``STAT`` (``min``, the shipped ``kernels.FLOOR_STATISTIC``, or ``media
 random 80/20 split within the GPUs (``within_gpu``: every GPU in the fit, each test row with its GPU's own
 floor: what the features leave unexplained), the leave-one-GPU-out MAPE with the held-out GPU's own floor
 (``own_floor``) and after one best scale per held-out GPU (``best_scale``: what is left once the GPU's level
-is known), and the held-out MAPE by the measured latency over the GPU's own floor (``by_latency_over_floor``).
+is known), and the held-out MAPE by the measured latency over the GPU's own floor (``by_latency_over_floor``);
+``--inner-floor`` adds (``inner_floor``) per op class the held-out MAPE when each held-out GPU's floor statistic
+(lowest, median, 25th percentile or geometric mean of the fitted GPUs' floors) is chosen by an inner
+leave-one-GPU-out over the other GPUs, with the statistic picked for each held-out GPU.
 Prints JSON: per op class the kernel MAPE (per held-out GPU: MAPE and median predicted/measured), and the
 iteration labels' MAPE as ``predict eval-kernels`` reports it. It reproduces every variant in the README's
 kernel rows still in the code; with no arguments, ``predict eval-kernels``.
@@ -30,7 +33,7 @@ from dltsched.predictors.steptime import kernels as kn
 from dltsched.predictors.steptime import neusight as ns
 
 args = sys.argv[1:]
-FLAGS = ("--no-sm-fix", "--no-traces", "--leave-model-out", "--diagnose")
+FLAGS = ("--no-sm-fix", "--no-traces", "--leave-model-out", "--diagnose", "--inner-floor")
 for arg in args:
     if arg.startswith(("--trace-weight=", "--floor=")):
         continue
@@ -110,6 +113,48 @@ def diagnose() -> dict[str, dict]:
     return out
 
 
+
+INNER_STATISTICS = {"min": np.min, "median": np.median, "p25": lambda v: np.percentile(v, 25),
+                    "geomean": lambda v: np.exp(np.mean(np.log(v)))}
+
+
+def _bodies(fitted: list[str], held: str) -> dict[str, tuple[np.ndarray, np.ndarray, list[float]]]:
+    """Per op class: predicted bodies and measured latencies on ``held`` of a model fitted on the ``fitted``
+    GPU families, and those GPUs' floors of the class."""
+    keep = [s for s in samples if kn.gpu_family(s.gpu) in fitted]
+    model = kn.fit(keep, gpus, extra=[s for s in traced if kn.gpu_family(s.gpu) in fitted], extra_weight=weight)
+    own = kn.floors(keep)
+    out = {}
+    for cls in kn.OP_CLASSES:
+        test = [s for s in samples if kn.gpu_family(s.gpu) == held and s.kernel.op_class == cls]
+        if test:
+            body = np.concatenate([model.predict_s([s.kernel for s in test if s.gpu == g], gpus[g], floor=False)
+                                   for g in sorted({s.gpu for s in test})])
+            meas = np.concatenate([[s.latency_s for s in test if s.gpu == g] for g in sorted({s.gpu for s in test})])
+            out[cls] = (body, meas, [v for (c, _g), v in own.items() if c == cls])
+    return out
+
+
+def inner_floor() -> dict[str, dict]:
+    """Held-out MAPE per op class with the floor statistic chosen by an inner leave-one-GPU-out."""
+    families = sorted({kn.gpu_family(s.gpu) for s in samples})
+    apes: dict[str, list[np.ndarray]] = {}
+    picks: dict[str, dict[str, str]] = {}
+    for held in families:
+        rest = [f for f in families if f != held]
+        scores: dict[str, dict[str, list[float]]] = {}
+        for inner in rest:
+            for cls, (body, meas, fl) in _bodies([f for f in rest if f != inner], inner).items():
+                for name, stat in INNER_STATISTICS.items():
+                    scores.setdefault(cls, {}).setdefault(name, []).append(
+                        float(np.mean(np.abs(body + stat(fl) - meas) / meas)))
+        for cls, (body, meas, fl) in _bodies(rest, held).items():
+            best = min(scores[cls], key=lambda n, c=cls: float(np.mean(scores[c][n])))
+            picks.setdefault(cls, {})[held] = best
+            apes.setdefault(cls, []).append(np.abs(body + INNER_STATISTICS[best](fl) - meas) / meas * 100.0)
+    return {cls: {"mape": round(float(np.mean(np.concatenate(v))), 2), "picked": picks[cls]} for cls, v in apes.items()}
+
+
 labels = ns.evaluate_labels(ns.read_labels(), models, gpus)
 lomo: dict[str, float] = {}
 if "--leave-model-out" in args:
@@ -134,4 +179,5 @@ print(json.dumps({
     "labels_per_gpu": {g: {a: round(b, 1) for a, b in v.items()} for g, v in labels["per_gpu"].items()},
     "labels_leave_model_out": lomo,
     "diagnosis": diagnose() if "--diagnose" in args else {},
+    "inner_floor": inner_floor() if "--inner-floor" in args else {},
 }, indent=1))

@@ -192,9 +192,10 @@ FLOOR_PERCENTILE = 1.0
 #: how the model's per-call floor of an op class is drawn from the fitted GPUs' floors: the lowest. The floor
 #: is the host's launch-and-timing cost (P100's and V100's hosts add 5-25 us to the others') and no spec
 #: sheet tells it, so the fastest host seen stands for an unseen GPU. Chosen by an inner leave-one-GPU-out
-#: over the four fitted GPUs (min, median, 25th percentile, geometric mean: min in 27 of 30 folds); held out,
-#: element-wise 16.1 -> 13.6%, softmax 19.8 -> 16.8%, conv 22.4 -> 20.6%, linear 24.0 -> 23.7%, layer norm
-#: 12.2 -> 12.0%, bmm 23.8 -> 23.9% (``scripts/kernel_variants.py --floor=median`` gives the old figures)
+#: over the four fitted GPUs (lowest, median, 25th percentile, geometric mean: the lowest in 27 of 30 folds;
+#: ``scripts/kernel_variants.py --inner-floor``); held out (``predict eval-kernels``), element-wise
+#: 16.1 -> 13.6%, softmax 19.8 -> 16.8%, conv 22.4 -> 20.6%, linear 24.0 -> 23.7%, layer norm 12.2 -> 12.0%,
+#: bmm 23.8 -> 23.7% (``scripts/kernel_variants.py --floor=median`` gives the old figures)
 FLOOR_STATISTIC = "min"
 FLOOR_STATISTICS = {"min": np.min, "median": np.median}
 #: the part above the floor is counted as at least this fraction of the measured latency
