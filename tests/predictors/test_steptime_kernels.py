@@ -71,6 +71,20 @@ def test_fit_separates_the_per_call_floor():
     assert again.predict_s(big, GPU, floor=False)[0] == pytest.approx(1.5 * roof, rel=0.1)
 
 
+def test_model_floor_is_the_fastest_hosts_floor():
+    """Hosts add to the per-call floor (no spec sheet tells it): the model takes the lowest GPU's floor."""
+    rng = np.random.default_rng(4)
+    gpus = {"a": GPU, "b": kn.KernelGpu("b", 40, 8.0, 320.0)}
+    samples = []
+    for (gid, g), host in zip(gpus.items(), (2e-5, 5e-5), strict=True):
+        for _ in range(300):
+            k = kn.vector_kernel("softmax", "softmax", float(rng.integers(1, 1 << 14)), 1024.0)
+            samples.append(kn.KernelSample(gid, k, host + 1.5 * max(kn.roofline_s(k, g))))
+    own = kn.floors(samples)
+    assert own[("softmax", "b")] > 2.0 * own[("softmax", "a")]
+    assert kn.fit(samples, gpus).floor_s["softmax"] == pytest.approx(own[("softmax", "a")])
+
+
 def test_math_modes_change_only_gemm_like_peaks():
     gemm = kn.gemm_kernel("linear", 1, 4096, 4096, 4096)
     soft = kn.vector_kernel("softmax", "softmax", 4096, 4096)
@@ -155,7 +169,7 @@ def test_trace_no_op_copies_and_inference_dropout_launch_nothing():
 def test_p4_has_its_twenty_sms(data_dir):
     gpus = {g.id: g for g in kn.neusight_gpus(data_dir).values()}
     assert gpus["p4"].sm_count == gpu_spec("p4").sm_count == 20
-    assert gpus["t4"].sm_count == 40 and gpus["t4"].tdp_w == 70
+    assert gpus["t4"].sm_count == 40 and gpus["t4"].l2_mib == 4
 
 
 def test_extra_kernels_join_the_fit_with_their_own_floor():
