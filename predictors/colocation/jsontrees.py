@@ -19,7 +19,7 @@ import numpy as np
 
 #: at most this many rows decide every node at once before walking (cheaper per call; more rows look up only
 #: the nodes they reach)
-FEW_ROWS = 8
+FEW_ROWS = 12
 
 
 @dataclass(frozen=True, slots=True)

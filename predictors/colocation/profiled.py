@@ -196,6 +196,7 @@ class ProfileColocation:
     _warned: set[tuple[str, str]] = field(default_factory=set)
     _groups: dict[tuple[str, tuple[JobSpec, ...]], ColocationEstimate] = field(default_factory=dict)
     _stacks: dict[str, StackedTrees] = field(default_factory=dict)  # see _stacked
+    _by_fields: dict[tuple[Any, ...], ColocationEstimate] = field(default_factory=dict)  # see estimate
 
     # ------------------------------------------------------------------ profiles
     def _step_time(self) -> Any:
@@ -470,14 +471,22 @@ class ProfileColocation:
         (:func:`~dltsched.engine.domain.profiles.current_profiles`), a member measured alone on one GPU of
         ``gpu_type`` in this run enters with that measurement (step time, memory, utilisation) instead of the
         predictor's own profile or prediction for its job type."""
-        specs = tuple(_spec(j) for j in jobs)
         book = current_profiles()
-        if book is not None:
-            measured = _measured_in_run(book, jobs, specs, gpu_type)
-            if measured:
-                group = Group(gpu_type, specs)
-                check_group(group, self.max_jobs)
-                return self._estimate([group], ChainMap(measured, self.profiles), {})[0]  # type: ignore[arg-type]
+        if book is None:  # the remembered groups by the members' own fields first (no JobSpec to build and hash)
+            key = (gpu_type, *[(j.model, j.batch_size, j.amp, j.dataset) for j in jobs])
+            found = self._by_fields.get(key)
+            if found is None:
+                found = self._remembered(gpu_type, tuple(_spec(j) for j in jobs))
+                if len(self._by_fields) >= MAX_REMEMBERED:
+                    self._by_fields.clear()
+                self._by_fields[key] = found
+            return found
+        specs = tuple(_spec(j) for j in jobs)
+        measured = _measured_in_run(book, jobs, specs, gpu_type)
+        if measured:
+            group = Group(gpu_type, specs)
+            check_group(group, self.max_jobs)
+            return self._estimate([group], ChainMap(measured, self.profiles), {})[0]  # type: ignore[arg-type]
         return self._remembered(gpu_type, specs)
 
     def _remembered(self, gpu_type: str, specs: tuple[JobSpec, ...]) -> ColocationEstimate:
@@ -499,10 +508,15 @@ class ProfileColocation:
             else:
                 group = Group(gpu_type, specs)
                 check_group(group, self.max_jobs)
-                found = self._estimate_flat([group], self.profiles, self._resolved)[0]
-                if len(specs) > 2:
-                    found = _bounded_by_subgroups(found, [self._remembered(gpu_type, specs[:k] + specs[k + 1:])
-                                                          for k in range(len(specs))])
+                subs = [specs[:k] + specs[k + 1:] for k in range(len(specs))] if len(specs) > 2 else []
+                # sub-pairs not yet remembered are estimated in the same call (one walk of the trees for all)
+                pairs = [s for s in dict.fromkeys(subs) if len(s) == 2 and (gpu_type, s) not in self._groups]
+                found, *more = self._estimate_flat([group, *(Group(gpu_type, s) for s in pairs)], self.profiles,
+                                                   self._resolved)
+                for s, e in zip(pairs, more, strict=True):
+                    self._groups[(gpu_type, s)] = e
+                if subs:
+                    found = _bounded_by_subgroups(found, [self._remembered(gpu_type, s) for s in subs])
             if len(self._groups) >= MAX_REMEMBERED:
                 self._groups.clear()
             self._groups[key] = found
