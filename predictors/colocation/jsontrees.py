@@ -46,7 +46,13 @@ class _Nodes:
     def of(cls, parts: Sequence[tuple[JsonTrees, int]]) -> _Nodes:
         """The nodes of every ensemble in ``parts``, each reading its features from its offset on; the splits are
         numbered before the leaves (a few rows then decide the splits only)."""
-        feature, threshold, missing_left, child, value, roots, leaves = [], [], [], [], [], [], []
+        feature: list[int] = []
+        threshold: list[float] = []
+        missing_left: list[bool] = []
+        child: list[int] = []
+        value: list[float] = []
+        roots: list[int] = []
+        leaves: list[bool] = []
         depth = 0
         for trees, first in parts:
             for t in trees.trees:

@@ -4,7 +4,9 @@ Inputs per job: its isolated profile on this GPU type (step time, memory, SM uti
 bandwidth utilisation where measured); where a value is missing it is predicted (step time and memory
 by the step-time predictor, SM utilisation as the analytic busy fraction: compute or memory-traffic
 time over the step time) and the job's ``source`` says so. Catalog features of the model (FLOPs,
-activations, batch size, precision) and the GPU's specs go to the corrections.
+activations, batch size, precision), the GPU's specs and the job's analytic busy fraction (its graph's compute or
+activation traffic at the GPU's peak over its step time, :func:`~.profile_rows.log_busy`: low for an input- or
+host-bound job) go to the corrections.
 
 Physics-shaped base (``u`` = isolated SM utilisation / 100, ``U`` = sum over the group):
 
