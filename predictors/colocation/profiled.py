@@ -500,7 +500,7 @@ class ProfileColocation:
         key = (gpu_type, specs)
         found = self._groups.get(key)
         if found is None:
-            order = sorted(range(len(specs)), key=specs.__getitem__)
+            order = sorted(range(len(specs)), key=lambda i: _order_key(specs[i]))
             if order != sorted(order):
                 canonical = self._remembered(gpu_type, tuple(specs[i] for i in order))
                 at = {i: k for k, i in enumerate(order)}  # caller's index -> position in the sorted group
@@ -644,6 +644,11 @@ def isolated_from_profiles(profiles: Iterable[JobProfile]) -> dict[tuple[str, Jo
     return {(p.key.gpu, JobSpec(p.key.model, p.key.batch_size, p.key.amp, p.key.dataset)):
             IsolatedProfile(p.step_time_s, p.memory_mib, p.gpu_util, p.mem_bw_util)
             for p in profiles if p.source == "measured"}
+
+
+def _order_key(spec: JobSpec) -> tuple[Any, ...]:
+    """A job type's place in a group's canonical order (a dataset may be ``None`` beside a named one)."""
+    return spec.model, spec.batch_size, spec.amp, spec.dataset is not None, spec.dataset or ""
 
 
 def _spec(job: Job) -> JobSpec:

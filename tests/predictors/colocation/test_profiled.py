@@ -440,6 +440,14 @@ def test_one_group_at_a_time_predicts_as_the_batch_path_in_any_order() -> None:
         assert got.memory_mib == pytest.approx(e.memory_mib, rel=1e-9)
 
 
+def test_members_differing_only_by_a_named_dataset_are_ordered() -> None:
+    model = _fitted().with_profiles(ISO)
+    jobs = [Job("a", "resnet18", 32, 1.0, dataset="cifar10"), Job("b", "resnet18", 32, 1.0)]  # dataset None
+    forward, backward = model.estimate(jobs, "v100"), model.estimate(jobs[::-1], "v100")
+    assert forward.speeds == pytest.approx(backward.speeds[::-1], rel=1e-9)
+    assert forward.memory_mib == pytest.approx(backward.memory_mib, rel=1e-9)
+
+
 def test_analytic_busy_fraction_falls_with_the_measured_step_time() -> None:
     from dltsched.predictors.colocation.profile_rows import log_busy
 
