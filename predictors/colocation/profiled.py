@@ -304,7 +304,7 @@ class ProfileColocation:
                     found = memo[(gpu, j, "pair")] = ([*job_features(j, iso), *pair_features(gpu, j, both)], iso)
                 own.append(found[0])
                 mine.append(found[1])
-            rows.extend(_pair_rows_from(gpu, g.jobs, own, mine))
+            rows.extend(pair_rows_of(gpu, g.jobs, own, mine))
         return np.asarray(rows, dtype=float)
 
     # ------------------------------------------------------------------ fitting
@@ -594,7 +594,7 @@ class ProfileColocation:
 _PAIR_STEP = PAIR_JOB_FEATURES.index("log_iso_step_s")
 
 
-def _pair_rows_from(gpu: str, jobs: Sequence[JobSpec], own: Sequence[Sequence[float]],
+def pair_rows_of(gpu: str, jobs: Sequence[JobSpec], own: Sequence[Sequence[float]],
                     profiles: Sequence[IsolatedProfile]) -> list[list[float]]:
     """:func:`~.features.pair_rows_from` for the groups of two or three jobs this model predicts, with the same
     sums in the same order (so the same rows; the tests compare them) and fewer fixed costs per call."""

@@ -389,7 +389,7 @@ def test_pair_rows_from_kept_job_parts_match_pair_rows() -> None:
     group = Group("v100", (JOBS[0], JOBS[1], JOBS[0]))
     own = [[*job_features(j, ISO[("v100", j)]), *pair_features("v100", j, ISO)] for j in group.jobs]
     assert pair_rows_from(group, own, [ISO[("v100", j)] for j in group.jobs]) == pair_rows(group, ISO)
-    from dltsched.predictors.colocation.profiled import _pair_rows_from
+    from dltsched.predictors.colocation.profiled import pair_rows_of
 
     unmeasured = {**ISO, ("v100", JOBS[1]): IsolatedProfile(0.04, 6000.0, None)}  # no utilisation: the flag
     for jobs in (group.jobs, group.jobs[:2], (JOBS[2], JOBS[3])):
@@ -397,7 +397,7 @@ def test_pair_rows_from_kept_job_parts_match_pair_rows() -> None:
             g = Group("v100", jobs)
             own = [[*job_features(j, isolated[("v100", j)]), *pair_features("v100", j, isolated)] for j in jobs]
             profiles = [isolated[("v100", j)] for j in jobs]
-            assert _pair_rows_from("v100", jobs, own, profiles) == pair_rows_from(g, own, profiles)
+            assert pair_rows_of("v100", jobs, own, profiles) == pair_rows_from(g, own, profiles)
 
 
 def test_stacked_trees_give_each_ensembles_own_predictions() -> None:
