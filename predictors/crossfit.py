@@ -52,7 +52,7 @@ DEFAULT_FOLDS = 5
 #: ``crossfit/3`` the same, its profiles of held-out models predicted with input-pipeline terms learned
 #: across the fold's other workloads, ``model.host_model``; ``crossfit/4`` also the profile predictor's pair
 #: speed trees)
-RECIPE_VERSION = "crossfit/4"
+RECIPE_VERSION = "crossfit/5"  # crossfit/5: the profile predictor with its analytic busy-fraction features
 #: version of the step-time part of the recipe, the key of the step-time cache (``steptime/2``: a GPU's
 #: compute-group multipliers pulled towards its common scale, ``calibrate._gpu_priors``)
 STEPTIME_RECIPE = "steptime/2"

@@ -4,7 +4,8 @@
 and copies its trees into a :class:`JsonTrees`: per tree the node arrays (feature, threshold,
 where missing values go, children, leaf values; the learning rate is already in the leaf values).
 :meth:`JsonTrees.predict` walks every row down every tree at once, level by level, on the trees' nodes
-laid end to end; the tests check it against sklearn's own predictions.
+laid end to end (a few rows decide every node first, with one comparison); :class:`StackedTrees` walks several
+ensembles at once for the engine's one-group calls. The tests check both against sklearn's own predictions.
 """
 
 from __future__ import annotations
@@ -16,6 +17,142 @@ from typing import Any
 
 import numpy as np
 
+#: at most this many rows decide every node at once before walking (cheaper per call; more rows look up only
+#: the nodes they reach)
+FEW_ROWS = 12
+
+
+@dataclass(frozen=True, slots=True)
+class _Nodes:
+    """Trees' nodes laid end to end; leaves point to themselves, so that every row walks the same number of levels
+    (the deepest tree's depth) with no test for having arrived. A node's two children sit side by side in
+    ``child`` (right at ``2 n``, left at ``2 n + 1``)."""
+
+    feature: np.ndarray
+    threshold: np.ndarray
+    missing_left: np.ndarray
+    child: np.ndarray
+    value: np.ndarray
+    roots: np.ndarray
+    depth: int
+    #: nodes ``[0, internal)`` split; the leaves follow them
+    internal: int
+    #: per (rows, columns), for a few rows: where each row's value for each split sits in the rows laid end to
+    #: end, each split's left and right child numbered across rows (row r's nodes from r x nodes on), and every
+    #: node's next node with the leaves' filled in (each its own)
+    _few: dict[tuple[int, ...], tuple[np.ndarray, ...]] = field(init=False, repr=False, default_factory=dict)
+
+    @classmethod
+    def of(cls, parts: Sequence[tuple[JsonTrees, int]]) -> _Nodes:
+        """The nodes of every ensemble in ``parts``, each reading its features from its offset on; the splits are
+        numbered before the leaves (a few rows then decide the splits only)."""
+        feature: list[int] = []
+        threshold: list[float] = []
+        missing_left: list[bool] = []
+        child: list[int] = []
+        value: list[float] = []
+        roots: list[int] = []
+        leaves: list[bool] = []
+        depth = 0
+        for trees, first in parts:
+            for t in trees.trees:
+                offset = len(value)
+                roots.append(offset)
+                leaf = t["leaf"]
+                for n in range(len(t["value"])):
+                    at_leaf = bool(leaf[n])
+                    leaves.append(at_leaf)
+                    feature.append(first if at_leaf else first + int(t["feature"][n]))
+                    threshold.append(math.inf if at_leaf else float(t["threshold"][n]))
+                    missing_left.append(True if at_leaf else bool(t["missing_left"][n]))
+                    child += [offset + (n if at_leaf else int(t["right"][n])),
+                              offset + (n if at_leaf else int(t["left"][n]))]
+                    value.append(float(t["value"][n]))
+                depth = max(depth, _depth(t))
+        is_leaf = np.asarray(leaves, dtype=bool)
+        order = np.concatenate((np.flatnonzero(~is_leaf), np.flatnonzero(is_leaf))).astype(np.intp)
+        renumber = np.empty_like(order)
+        renumber[order] = np.arange(len(order), dtype=np.intp)
+        return cls(np.asarray(feature, dtype=np.intp)[order], np.asarray(threshold, dtype=float)[order],
+                   np.asarray(missing_left, dtype=bool)[order],
+                   renumber[np.asarray(child, dtype=np.intp).reshape(-1, 2)[order]].ravel(),
+                   np.asarray(value, dtype=float)[order], renumber[np.asarray(roots, dtype=np.intp)], depth,
+                   int((~is_leaf).sum()))
+
+    def _few_rows(self, shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+        found = self._few.get(shape)
+        if found is None:
+            count, size, splits = shape[0], len(self.value), self.internal
+            offset = (np.arange(count, dtype=np.intp) * size)[:, None]
+            jump = np.broadcast_to(np.arange(size, dtype=np.intp), (count, size)) + offset
+            found = self._few[shape] = (self.feature[:splits] + (np.arange(count, dtype=np.intp) * shape[1])[:, None],
+                                        self.child[1:2 * splits:2] + offset, self.child[0:2 * splits:2] + offset,
+                                        jump, offset, self.threshold[:splits].copy(),
+                                        self.missing_left[:splits].copy())
+        return found
+
+    def leaves(self, rows: np.ndarray) -> np.ndarray:
+        """Each row's leaf value in every tree, ``(rows, trees)``. Up to :data:`FEW_ROWS` rows (the engine's single
+        groups) decide every split for every row first (one comparison over all splits, giving each node's next node
+        for that row), then take ``depth`` steps of one look-up each; more rows take ``depth`` steps that look up
+        only the nodes they are at."""
+        feature, threshold, missing_left, child, roots = (self.feature, self.threshold, self.missing_left,
+                                                           self.child, self.roots)
+        count = rows.shape[0]
+        if count <= FEW_ROWS:
+            at, left, right, template, offset, split_threshold, split_missing = self._few_rows(rows.shape)
+            values = np.ravel(rows)[at]  # (rows, splits): the value each split tests
+            go_left = values <= split_threshold
+            missing = np.isnan(values)
+            if missing.any():
+                go_left |= missing & split_missing
+            jump = template.copy()
+            jump[:, :self.internal] = np.where(go_left, left, right)
+            jump = jump.ravel()
+            node = roots + offset
+            for _ in range(self.depth):
+                node = jump[node]
+            return self.value[node - offset]  # type: ignore[no-any-return]
+        flat = np.ascontiguousarray(rows).ravel()
+        start = (np.arange(count, dtype=np.intp) * rows.shape[1])[:, None]
+        node = np.broadcast_to(roots, (count, len(roots)))
+        for _ in range(self.depth):
+            values = flat[start + feature[node]]
+            at = 2 * node
+            go_left = (values <= threshold[node]) | (np.isnan(values) & missing_left[node])
+            node = child[at + go_left]
+        return self.value[node]  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, slots=True)
+class StackedTrees:
+    """Several fitted ensembles evaluated in one walk, on rows that lay their features side by side (ensemble
+    ``k`` reads its features from ``offsets[k]`` on): one call where a caller predicting a few rows would make one
+    per ensemble. :meth:`predict` gives one column per ensemble, each equal to the ensemble's own prediction."""
+
+    parts: tuple[JsonTrees, ...]
+    offsets: tuple[int, ...]
+    _flat: _Nodes = field(init=False, repr=False, compare=False)
+    _starts: np.ndarray = field(init=False, repr=False, compare=False)
+    _baselines: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.parts) != len(self.offsets) or any(not t.trees for t in self.parts):
+            raise ValueError("one offset per ensemble, and every ensemble with at least one tree")
+        object.__setattr__(self, "_flat", _Nodes.of(list(zip(self.parts, self.offsets, strict=True))))
+        object.__setattr__(self, "_starts", np.cumsum([0, *(len(t.trees) for t in self.parts[:-1])]))
+        object.__setattr__(self, "_baselines", np.asarray([t.baseline for t in self.parts]))
+
+    @property
+    def num_features(self) -> int:
+        return max(o + t.num_features for t, o in zip(self.parts, self.offsets, strict=True))
+
+    def predict(self, x: Any) -> np.ndarray:
+        rows = np.asarray(x, dtype=float)
+        if rows.ndim != 2 or rows.shape[1] < self.num_features:
+            raise ValueError(f"rows of shape {rows.shape} not understood; expected (n, {self.num_features})")
+        return self._baselines + np.add.reduceat(self._flat.leaves(rows), self._starts, axis=1)
+
 
 @dataclass(frozen=True, slots=True)
 class JsonTrees:
@@ -24,46 +161,19 @@ class JsonTrees:
     baseline: float
     num_features: int
     trees: tuple[dict[str, tuple[float, ...] | tuple[int, ...]], ...]
-    _flat: tuple[Any, ...] = field(init=False, repr=False, compare=False)
+    _flat: _Nodes = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        """Lay every tree's nodes end to end; leaves point to themselves, so that every row walks the same
-        number of levels (the deepest tree's depth) with no test for having arrived."""
-        feature, threshold, missing_left, left, right, value, roots = [], [], [], [], [], [], []
-        depth = 0
-        for t in self.trees:
-            offset = len(value)
-            roots.append(offset)
-            leaf = t["leaf"]
-            for n in range(len(t["value"])):
-                at_leaf = bool(leaf[n])
-                feature.append(0 if at_leaf else int(t["feature"][n]))
-                threshold.append(math.inf if at_leaf else float(t["threshold"][n]))
-                missing_left.append(True if at_leaf else bool(t["missing_left"][n]))
-                left.append(offset + (n if at_leaf else int(t["left"][n])))
-                right.append(offset + (n if at_leaf else int(t["right"][n])))
-                value.append(float(t["value"][n]))
-            depth = max(depth, _depth(t))
-        object.__setattr__(self, "_flat", (
-            np.asarray(feature, dtype=np.int64), np.asarray(threshold, dtype=float), np.asarray(missing_left, dtype=bool),
-            np.asarray(left, dtype=np.int64), np.asarray(right, dtype=np.int64), np.asarray(value, dtype=float),
-            np.asarray(roots, dtype=np.int64), depth))
+        object.__setattr__(self, "_flat", _Nodes.of([(self, 0)]))
 
     def predict(self, x: Any) -> np.ndarray:
-        rows = np.ascontiguousarray(x, dtype=float)
+        """Every row down every tree at once (see :meth:`_Nodes.leaves`)."""
+        rows = np.asarray(x, dtype=float)
         if rows.ndim != 2 or rows.shape[1] != self.num_features:
             raise ValueError(f"rows of shape {rows.shape} not understood; expected (n, {self.num_features})")
-        feature, threshold, missing_left, left, right, value, roots, depth = self._flat
-        if not len(roots):
+        if not self.trees:
             return np.full(rows.shape[0], self.baseline)
-        flat = rows.ravel()
-        start = (np.arange(rows.shape[0], dtype=np.int64) * self.num_features)[:, None]
-        node = np.broadcast_to(roots, (rows.shape[0], len(roots))).copy()
-        for _ in range(depth):
-            values = flat[start + feature[node]]
-            go_left = (values <= threshold[node]) | (np.isnan(values) & missing_left[node])
-            node = np.where(go_left, left[node], right[node])
-        return self.baseline + value[node].sum(axis=1)
+        return self.baseline + self._flat.leaves(rows).sum(axis=1)
 
     def to_json(self) -> dict[str, Any]:
         return {"baseline": self.baseline, "num_features": self.num_features,

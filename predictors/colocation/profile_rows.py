@@ -32,11 +32,11 @@ JOB_FEATURES = ("u", "u_partners", "u_total", "bw", "bw_partners", "log_step_s",
                 "log_gflops_sample", "log_act_mib_sample", "log_gpu_tflops", "log_gpu_bandwidth", "u_predicted",
                 "log_step_k80_over_v100", "log_step_p100_over_v100", "log_params_m", "layers_10",
                 "partners_log_gflops_step", "partners_log_params_m", "partners_k80_over_v100",
-                "partners_p100_over_v100", "base_log_speed")
+                "partners_p100_over_v100", "log_busy", "partners_max_log_busy", "base_log_speed")
 GROUP_FEATURES = ("u_total", "u_max", "u_min", "u_union", "bw_total", "bw_max", "memory_share", "max_memory_share",
                   "group_size", "mean_log_step_s", "log_gpu_bandwidth", "memory_predicted", "u_predicted",
                   "min_log_step_s", "max_log_step_s", "mean_log_batch", "amp_share", "mean_log_gflops_sample",
-                  "mean_log_act_mib_sample", "u_of_slowest")
+                  "mean_log_act_mib_sample", "u_of_slowest", "max_log_busy", "min_log_busy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +76,13 @@ class JobVector:
     k80_ratio: float
     p100_ratio: float
     gflops_step: float
+    #: log of the analytic busy fraction, uncapped (:func:`log_busy`)
+    busy: float = 0.0
 
     #: the per-job numbers, in the order of :attr:`numbers`
     NUMBERS: ClassVar[tuple[str, ...]] = ("u", "bw", "log_step", "memory_mib", "log_batch", "amp", "gflops", "act",
                                           "params", "layers", "k80_ratio", "p100_ratio", "gflops_step",
-                                          "u_predicted", "memory_predicted")
+                                          "u_predicted", "memory_predicted", "busy")
 
     @property
     def u_predicted(self) -> float:
@@ -95,7 +97,7 @@ class JobVector:
         predicted = self.profile.predicted
         return (self.u, self.bw, self.log_step, self.memory_mib, self.log_batch, self.amp, self.gflops, self.act,
                 self.params, self.layers, self.k80_ratio, self.p100_ratio, self.gflops_step,
-                float("gpu_util" in predicted), float("memory_mib" in predicted))
+                float("gpu_util" in predicted), float("memory_mib" in predicted), self.busy)
 
 
 def real_gpu(gpu: str) -> str:
@@ -116,6 +118,27 @@ def job_consts(job: JobSpec) -> tuple[float, float, float, float]:
     half = 0.5 if job.amp else 1.0
     return (math.log(data.fwd_gflops), math.log(max(1e-6, data.activation_mib * half)), math.log(spec.params_m),
             spec.layers / 10.0)
+
+
+@cache
+def _log_work_s(gpu: str, job: JobSpec) -> float:
+    """log of the larger of the job's step compute time at the GPU's peak (three times the forward FLOPs) and its
+    activation traffic time at the GPU's peak bandwidth (four passes over the activations)."""
+    spec = gpu_spec(real_gpu(gpu))
+    data = model_spec(job.model).dataset(job.dataset)
+    peak = (spec.fp16_tensor_tflops if job.amp else spec.fp32_tflops) * 1e12
+    compute_s = 3.0 * data.fwd_gflops * 1e9 * job.batch_size / peak
+    traffic_s = 4.0 * data.activation_mib * 1048576.0 * job.batch_size * (0.5 if job.amp else 1.0) / (
+        spec.memory_bandwidth_gbs * 1e9)
+    return math.log(max(compute_s, traffic_s, 1e-9))
+
+
+def log_busy(gpu: str, job: JobSpec, step_time_s: float) -> float:
+    """log of the analytic busy fraction, uncapped: the job's compute (or activation traffic) time at the GPU's
+    peak over its isolated step time. From the catalog's graph and the GPU's spec sheet, so it exists for a job
+    never seen; far below the other jobs' it marks an input- or host-bound job (a busy-looking SM utilisation
+    that the work cannot explain), far above a job that runs faster than its graph says."""
+    return _log_work_s(gpu, job) - math.log(step_time_s)
 
 
 def cross_gpu(job: JobSpec, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> tuple[float, float]:
@@ -168,7 +191,8 @@ def feature_rows(groups: Sequence[Sequence[JobVector]], gpus: Sequence[str]) -> 
                 partners("memory_mib") / gpu_mem, f["log_batch"][:, i], f["amp"][:, i], same, sizes,
                 f["gflops"][:, i], f["act"][:, i], log_tflops, log_bw, f["u_predicted"][:, i],
                 f["k80_ratio"][:, i], f["p100_ratio"][:, i], f["params"][:, i], f["layers"][:, i],
-                partners("gflops_step"), partners("params"), partners("k80_ratio"), partners("p100_ratio"), base]
+                partners("gflops_step"), partners("params"), partners("k80_ratio"), partners("p100_ratio"),
+                f["busy"][:, i], np.where(others, f["busy"], -np.inf).max(axis=1), base]
         columns.append(np.stack(cols, axis=1))
     job_rows = np.stack(columns, axis=1)[mask]  # group by group, jobs in order
     u_max = np.where(mask, f["u"], -np.inf).max(axis=1)
@@ -184,12 +208,20 @@ def feature_rows(groups: Sequence[Sequence[JobVector]], gpus: Sequence[str]) -> 
                            np.where(mask, f["u_predicted"], 0.0).max(axis=1),
                            np.where(mask, f["log_step"], np.inf).min(axis=1), logs.max(axis=1),
                            tot["log_batch"] / sizes, tot["amp"] / sizes, tot["gflops"] / sizes, tot["act"] / sizes,
-                           f["u"][np.arange(count), slowest]], axis=1)
+                           f["u"][np.arange(count), slowest], np.where(mask, f["busy"], -np.inf).max(axis=1),
+                           np.where(mask, f["busy"], np.inf).min(axis=1)], axis=1)
     return job_rows, group_rows
 
 
 def feature_rows_loop(groups: Sequence[Sequence[JobVector]], gpus: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """:func:`feature_rows` in plain Python, one group at a time (fewer fixed costs than numpy for a few groups)."""
+    job_rows, group_rows = feature_lists(groups, gpus)
+    return np.asarray(job_rows, dtype=float), np.asarray(group_rows, dtype=float)
+
+
+def feature_lists(groups: Sequence[Sequence[JobVector]], gpus: Sequence[str]) -> tuple[list[list[float]],
+                                                                                        list[list[float]]]:
+    """:func:`feature_rows_loop` as lists of rows (for callers that join them with rows of their own)."""
     job_rows: list[list[float]] = []
     group_rows: list[list[float]] = []
     for vs, gpu in zip(groups, gpus, strict=True):
@@ -201,14 +233,27 @@ def feature_rows_loop(groups: Sequence[Sequence[JobVector]], gpus: Sequence[str]
         total_log = sum(v.log_step for v in vs)
         base = math.log(min(1.0, 1.0 / total_u))
         for i, v in enumerate(vs):
-            partners = [*vs[:i], *vs[i + 1:]]
-            same = float(any(o.model == v.model for o in partners))
-            job_rows.append([v.u, total_u - v.u, total_u, v.bw, sum(o.bw for o in partners), v.log_step,
-                             v.log_step - (total_log - v.log_step) / (n - 1), v.memory_mib / gpu_mem,
-                             (total_mem - v.memory_mib) / gpu_mem, v.log_batch, v.amp, same, float(n), v.gflops,
+            # partners' sums added up as feature_rows adds them (the same rows to the last bit; the trees were
+            # fitted on those)
+            if n == 2:  # the one partner's own numbers (a sum over one partner is its value)
+                o = vs[1 - i]
+                same = float(o.model == v.model)
+                p_u, p_log, p_mem = o.u, o.log_step, o.memory_mib
+                p_bw, p_gflops, p_params, p_k80, p_p100, p_busy = (o.bw, o.gflops_step, o.params, o.k80_ratio,
+                                                                   o.p100_ratio, o.busy)
+            else:
+                partners = [*vs[:i], *vs[i + 1:]]
+                same = float(any(o.model == v.model for o in partners))
+                p_u, p_log, p_mem = (sum(o.u for o in partners), sum(o.log_step for o in partners),
+                                     sum(o.memory_mib for o in partners))
+                p_bw, p_gflops, p_params = (sum(o.bw for o in partners), sum(o.gflops_step for o in partners),
+                                            sum(o.params for o in partners))
+                p_k80, p_p100, p_busy = (sum(o.k80_ratio for o in partners), sum(o.p100_ratio for o in partners),
+                                         max(o.busy for o in partners))
+            job_rows.append([v.u, p_u, total_u, v.bw, p_bw, v.log_step, v.log_step - p_log / (n - 1),
+                             v.memory_mib / gpu_mem, p_mem / gpu_mem, v.log_batch, v.amp, same, float(n), v.gflops,
                              v.act, log_tflops, log_bw, v.u_predicted, v.k80_ratio, v.p100_ratio, v.params,
-                             v.layers, sum(o.gflops_step for o in partners), sum(o.params for o in partners),
-                             sum(o.k80_ratio for o in partners), sum(o.p100_ratio for o in partners), base])
+                             v.layers, p_gflops, p_params, p_k80, p_p100, v.busy, p_busy, base])
         us = [v.u for v in vs]
         logs = [v.log_step for v in vs]
         union = 1.0 - math.prod(1.0 - min(0.99, u) for u in us)
@@ -218,5 +263,5 @@ def feature_rows_loop(groups: Sequence[Sequence[JobVector]], gpus: Sequence[str]
                            float(any(v.memory_predicted for v in vs)), float(any(v.u_predicted for v in vs)),
                            min(logs), max(logs), sum(v.log_batch for v in vs) / n, sum(v.amp for v in vs) / n,
                            sum(v.gflops for v in vs) / n, sum(v.act for v in vs) / n,
-                           us[max(range(n), key=logs.__getitem__)]])
-    return np.asarray(job_rows, dtype=float), np.asarray(group_rows, dtype=float)
+                           us[max(range(n), key=logs.__getitem__)], max(v.busy for v in vs), min(v.busy for v in vs)])
+    return job_rows, group_rows

@@ -4,7 +4,9 @@ Inputs per job: its isolated profile on this GPU type (step time, memory, SM uti
 bandwidth utilisation where measured); where a value is missing it is predicted (step time and memory
 by the step-time predictor, SM utilisation as the analytic busy fraction: compute or memory-traffic
 time over the step time) and the job's ``source`` says so. Catalog features of the model (FLOPs,
-activations, batch size, precision) and the GPU's specs go to the corrections.
+activations, batch size, precision), the GPU's specs and the job's analytic busy fraction (its graph's compute or
+activation traffic at the GPU's peak over its step time, :func:`~.profile_rows.log_busy`: low for an input- or
+host-bound job) go to the corrections.
 
 Physics-shaped base (``u`` = isolated SM utilisation / 100, ``U`` = sum over the group):
 
@@ -63,13 +65,16 @@ from dltsched.predictors.colocation.features import (
     CONTENTION_LOG_SPEED,
     Group,
     check_group,
+    gpu_features,
     group_of,
     job_features,
     pair_features,
-    pair_rows_from,
     resolve_gpu,
 )
-from dltsched.predictors.colocation.jsontrees import JsonTrees, fit_trees
+from dltsched.predictors.colocation.features import (
+    JOB_FEATURES as PAIR_JOB_FEATURES,
+)
+from dltsched.predictors.colocation.jsontrees import JsonTrees, StackedTrees, fit_trees
 from dltsched.predictors.colocation.metrics import GroupPrediction
 from dltsched.predictors.colocation.profile_rows import (
     GROUP_FEATURES,
@@ -78,9 +83,10 @@ from dltsched.predictors.colocation.profile_rows import (
     JobVector,
     ResolvedProfile,
     cross_gpu,
+    feature_lists,
     feature_rows,
-    feature_rows_loop,
     job_consts,
+    log_busy,
     real_gpu,
 )
 from dltsched.predictors.colocation.samples import ColocDataset, IsolatedProfile, JobSpec, without_absent
@@ -191,6 +197,8 @@ class ProfileColocation:
     _resolved: dict[Any, Any] = field(default_factory=dict)  # resolved profiles and per-job numbers
     _warned: set[tuple[str, str]] = field(default_factory=set)
     _groups: dict[tuple[str, tuple[JobSpec, ...]], ColocationEstimate] = field(default_factory=dict)
+    _stacks: dict[str, StackedTrees] = field(default_factory=dict)  # see _stacked
+    _by_fields: dict[tuple[Any, ...], ColocationEstimate] = field(default_factory=dict)  # see estimate
 
     # ------------------------------------------------------------------ profiles
     def _step_time(self) -> Any:
@@ -258,7 +266,8 @@ class ProfileColocation:
             found = JobVector(p, job.model, p.gpu_util / 100.0,
                               p.mem_bw_util / 100.0 if p.mem_bw_util is not None else math.nan,
                               math.log(p.step_time_s), p.memory_mib, log_batch, float(job.amp), gflops, act, params,
-                              layers, *cross_gpu(job, isolated), gflops + log_batch)
+                              layers, *cross_gpu(job, isolated), gflops + log_batch,
+                              log_busy(gpu, job, p.step_time_s))
             memo[(gpu, job, "vector")] = found
         return found  # type: ignore[no-any-return]
 
@@ -270,8 +279,11 @@ class ProfileColocation:
         names: dict[str, str] = {}
         gpus = [names.get(g.gpu) or names.setdefault(g.gpu, resolve_gpu(g.gpu)) for g in groups]
         vectors = [[self.job_vector(gpu, j, isolated, memo) for j in g.jobs] for g, gpu in zip(groups, gpus, strict=True)]
-        build = feature_rows if len(groups) >= NUMPY_FROM else feature_rows_loop
-        jobs, grows = build(vectors, gpus)
+        if len(groups) >= NUMPY_FROM:
+            jobs, grows = feature_rows(vectors, gpus)
+        else:
+            job_list, group_list = feature_lists(vectors, gpus)
+            jobs, grows = np.asarray(job_list, dtype=float), np.asarray(group_list, dtype=float)
         return jobs, grows, [[v.profile for v in vs] for vs in vectors], gpus
 
     @staticmethod
@@ -292,7 +304,7 @@ class ProfileColocation:
                     found = memo[(gpu, j, "pair")] = ([*job_features(j, iso), *pair_features(gpu, j, both)], iso)
                 own.append(found[0])
                 mine.append(found[1])
-            rows.extend(pair_rows_from(Group(gpu, g.jobs), own, mine))
+            rows.extend(pair_rows_of(gpu, g.jobs, own, mine))
         return np.asarray(rows, dtype=float)
 
     # ------------------------------------------------------------------ fitting
@@ -359,12 +371,15 @@ class ProfileColocation:
 
     def _estimate_flat(self, groups: Sequence[Group], isolated: Mapping[tuple[str, JobSpec], IsolatedProfile],
                        memo: dict[Any, Any]) -> list[ColocationEstimate]:
-        """Every group's prediction from its own rows (see the module docstring)."""
+        """Every group's prediction from its own rows (see the module docstring); fewer than :data:`NUMPY_FROM`
+        groups (the engine asks one at a time) take :meth:`_estimate_few`."""
         jobs, grows, profs, gpus = self._rows(groups, isolated, memo)
+        prows = self._pair_rows(groups, gpus, profs, isolated, memo) if self.pair_speed_trees is not None else None
+        if len(groups) < NUMPY_FROM:
+            return self._estimate_few(jobs, grows, prows, profs)
         log_speed = self.alpha * jobs[:, -1] + (self.speed_trees.predict(jobs) if self.speed_trees is not None else 0.0)
-        if self.pair_speed_trees is not None:
-            prows = self._pair_rows(groups, gpus, profs, isolated, memo)
-            pair = self.pair_speed_trees.predict(prows) + prows[:, CONTENTION_LOG_SPEED]
+        if prows is not None:
+            pair = self.pair_speed_trees.predict(prows) + prows[:, CONTENTION_LOG_SPEED]  # type: ignore[union-attr]
             log_speed = (1.0 - self.pair_weight) * log_speed + self.pair_weight * pair
         if not self.measured_util_trained:  # groups unlike any it was fitted on: the rule (UNSEEN_MEASURED_UTIL)
             measured = np.repeat(grows[:, GROUP_U_PREDICTED] == 0, [len(ps) for ps in profs])
@@ -380,13 +395,72 @@ class ProfileColocation:
         out, k = [], 0
         for i, ps in enumerate(profs):
             n = len(ps)
-            total = sum(p.memory_mib for p in ps)
-            memory = min(max(total * math.exp(mem_corr[i]), max(p.memory_mib for p in ps)), MEMORY_OVER_SUM * total)
-            cap = min(100.0, sum(p.gpu_util for p in ps))
-            util = min(cap, max(0.1, base_util[i] * math.exp(util_corr[i])))
-            out.append(ColocationEstimate(tuple(speeds[k:k + n]), memory, util, tuple(p.source for p in ps)))
+            out.append(self._group_estimate(ps, speeds[k:k + n], mem_corr[i], base_util[i], util_corr[i]))
             k += n
         return out
+
+    @staticmethod
+    def _group_estimate(ps: Sequence[ResolvedProfile], speeds: Sequence[float], mem_corr: float, base_util: float,
+                        util_corr: float) -> ColocationEstimate:
+        """One group's estimate within the physical bounds (see the module docstring)."""
+        total = sum(p.memory_mib for p in ps)
+        memory = min(max(total * math.exp(mem_corr), max(p.memory_mib for p in ps)), MEMORY_OVER_SUM * total)
+        cap = min(100.0, sum(p.gpu_util for p in ps))
+        util = min(cap, max(0.1, base_util * math.exp(util_corr)))
+        return ColocationEstimate(tuple(speeds), memory, util, tuple(p.source for p in ps))
+
+    def _estimate_few(self, jobs: np.ndarray, grows: np.ndarray, prows: np.ndarray | None,
+                      profs: Sequence[Sequence[ResolvedProfile]]) -> list[ColocationEstimate]:
+        """:meth:`_estimate_flat` for a few groups: every ensemble in one walk (:meth:`_stacked`) over rows that
+        join each job's row, its pair row and its group's row, and the rest in plain floats (numpy's fixed costs
+        outweigh its speed on a few rows)."""
+        stack, names = self._stacked()
+        blocks = [jobs] if prows is None else [jobs, prows]
+        if "memory" in names or "util" in names:
+            blocks.append(np.repeat(grows, [len(ps) for ps in profs], axis=0))
+        zeros = [0.0] * len(jobs)
+        cols = stack.predict(np.hstack(blocks)).T.tolist() if stack is not None else []
+        corr = dict(zip(names, cols, strict=True))
+        speed_corr, pair_corr = corr.get("speed", zeros), corr.get("pair", zeros)
+        mem_corr, util_corr = corr.get("memory", zeros), corr.get("util", zeros)
+        base = jobs[:, -1].tolist()
+        contention = prows[:, CONTENTION_LOG_SPEED].tolist() if prows is not None else zeros
+        rule = (grows[:, GROUP_U_PREDICTED] == 0).tolist() if not self.measured_util_trained else [False] * len(grows)
+        base_util = (np.minimum(100.0, 100.0 * grows[:, UTIL_BASE]) if self.util_trees is not None
+                     else 100.0 * grows[:, UTIL_UNION]).tolist()
+        alpha, weight = self.alpha, self.pair_weight
+        out, k = [], 0
+        for i, ps in enumerate(profs):
+            speeds = []
+            for j in range(k, k + len(ps)):
+                if rule[i]:  # groups unlike any it was fitted on: the rule (UNSEEN_MEASURED_UTIL)
+                    log_speed = base[j]
+                else:
+                    log_speed = alpha * base[j] + speed_corr[j]
+                    if prows is not None:
+                        log_speed = (1.0 - weight) * log_speed + weight * (pair_corr[j] + contention[j])
+                speeds.append(min(1.0, max(SPEED_FLOOR, math.exp(log_speed))))
+            out.append(self._group_estimate(ps, speeds, mem_corr[k], base_util[i], util_corr[k]))
+            k += len(ps)
+        return out
+
+    def _stacked(self) -> tuple[StackedTrees | None, tuple[str, ...]]:
+        """Every fitted ensemble as one :class:`~.jsontrees.StackedTrees` on rows of job features, then pair
+        features (where pair trees are fitted), then group features (where memory or utilisation trees are), and
+        the ensembles' names in its columns' order; rebuilt when the trees change (a refit)."""
+        named = [(n, t) for n, t in (("speed", self.speed_trees), ("pair", self.pair_speed_trees),
+                                     ("memory", self.memory_trees), ("util", self.util_trees))
+                 if t is not None and t.trees]
+        found = self._stacks.get("all")
+        if found is not None and len(found.parts) == len(named) and all(
+                a is b for a, (_, b) in zip(found.parts, named, strict=True)):
+            return found, tuple(n for n, _ in named)
+        if not named:
+            return None, ()
+        group_at = len(JOB_FEATURES) + (self.pair_speed_trees.num_features if self.pair_speed_trees is not None else 0)
+        offsets = {"speed": 0, "pair": len(JOB_FEATURES), "memory": group_at, "util": group_at}
+        found = self._stacks["all"] = StackedTrees(tuple(t for _, t in named), tuple(offsets[n] for n, _ in named))
+        return found, tuple(n for n, _ in named)
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
         """:class:`~.metrics.GroupPredictor` interface: ``data.isolated`` supplies the profiles."""
@@ -399,28 +473,52 @@ class ProfileColocation:
         (:func:`~dltsched.engine.domain.profiles.current_profiles`), a member measured alone on one GPU of
         ``gpu_type`` in this run enters with that measurement (step time, memory, utilisation) instead of the
         predictor's own profile or prediction for its job type."""
-        specs = tuple(_spec(j) for j in jobs)
         book = current_profiles()
-        if book is not None:
-            measured = _measured_in_run(book, jobs, specs, gpu_type)
-            if measured:
-                group = Group(gpu_type, specs)
-                check_group(group, self.max_jobs)
-                return self._estimate([group], ChainMap(measured, self.profiles), {})[0]  # type: ignore[arg-type]
+        if book is None:  # the remembered groups by the members' own fields first (no JobSpec to build and hash)
+            key = (gpu_type, *[(j.model, j.batch_size, j.amp, j.dataset) for j in jobs])
+            found = self._by_fields.get(key)
+            if found is None:
+                found = self._remembered(gpu_type, tuple(_spec(j) for j in jobs))
+                if len(self._by_fields) >= MAX_REMEMBERED:
+                    self._by_fields.clear()
+                self._by_fields[key] = found
+            return found
+        specs = tuple(_spec(j) for j in jobs)
+        measured = _measured_in_run(book, jobs, specs, gpu_type)
+        if measured:
+            group = Group(gpu_type, specs)
+            check_group(group, self.max_jobs)
+            return self._estimate([group], ChainMap(measured, self.profiles), {})[0]  # type: ignore[arg-type]
         return self._remembered(gpu_type, specs)
 
     def _remembered(self, gpu_type: str, specs: tuple[JobSpec, ...]) -> ColocationEstimate:
         """One group from the remembered ones, else estimated and remembered; a larger group's sub-groups come
-        from the remembered ones too (the engine asks about the same pairs again and again)."""
+        from the remembered ones too (the engine asks about the same pairs again and again). A group not yet
+        remembered in this order is estimated in its members' sorted order and its speeds and sources put back in
+        the caller's order: the same jobs in another order are the same group (every feature is a sum, maximum or
+        share over the members; only the last bits of a sum over three can differ)."""
         key = (gpu_type, specs)
         found = self._groups.get(key)
         if found is None:
-            group = Group(gpu_type, specs)
-            check_group(group, self.max_jobs)
-            found = self._estimate_flat([group], self.profiles, self._resolved)[0]
-            if len(specs) > 2:
-                found = _bounded_by_subgroups(found, [self._remembered(gpu_type, specs[:k] + specs[k + 1:])
-                                                      for k in range(len(specs))])
+            order = sorted(range(len(specs)), key=lambda i: _order_key(specs[i]))
+            if order != sorted(order):
+                canonical = self._remembered(gpu_type, tuple(specs[i] for i in order))
+                at = {i: k for k, i in enumerate(order)}  # caller's index -> position in the sorted group
+                found = ColocationEstimate(tuple(canonical.speeds[at[i]] for i in range(len(specs))),
+                                           canonical.memory_mib, canonical.gpu_util,
+                                           tuple(canonical.sources[at[i]] for i in range(len(specs))))
+            else:
+                group = Group(gpu_type, specs)
+                check_group(group, self.max_jobs)
+                subs = [specs[:k] + specs[k + 1:] for k in range(len(specs))] if len(specs) > 2 else []
+                # sub-pairs not yet remembered are estimated in the same call (one walk of the trees for all)
+                pairs = [s for s in dict.fromkeys(subs) if len(s) == 2 and (gpu_type, s) not in self._groups]
+                found, *more = self._estimate_flat([group, *(Group(gpu_type, s) for s in pairs)], self.profiles,
+                                                   self._resolved)
+                for s, e in zip(pairs, more, strict=True):
+                    self._groups[(gpu_type, s)] = e
+                if subs:
+                    found = _bounded_by_subgroups(found, [self._remembered(gpu_type, s) for s in subs])
             if len(self._groups) >= MAX_REMEMBERED:
                 self._groups.clear()
             self._groups[key] = found
@@ -493,6 +591,32 @@ class ProfileColocation:
         return cls.from_json(json.loads(Path(path).read_text()))
 
 
+_PAIR_STEP = PAIR_JOB_FEATURES.index("log_iso_step_s")
+
+
+def pair_rows_of(gpu: str, jobs: Sequence[JobSpec], own: Sequence[Sequence[float]],
+                    profiles: Sequence[IsolatedProfile]) -> list[list[float]]:
+    """:func:`~.features.pair_rows_from` for the groups of two or three jobs this model predicts, with the same
+    sums in the same order (so the same rows; the tests compare them) and fewer fixed costs per call."""
+    head = gpu_features(gpu)
+    n = len(own)
+    utils = [p.gpu_util for p in profiles]
+    measured = all(u is not None for u in utils)
+    rows = []
+    for i, feats in enumerate(own):
+        rest = [o for k, o in enumerate(own) if k != i]
+        others: Sequence[float] = rest[0] if n == 2 else [sum(v) for v in zip(*rest, strict=True)]
+        same = float(any(j.model == jobs[i].model for k, j in enumerate(jobs) if k != i))
+        if measured:
+            total = max(1.0, float(sum([utils[i], *(u for k, u in enumerate(utils) if k != i)])))  # type: ignore[misc]
+            contention = (math.log(min(1.0, 100.0 / total)), total / 100.0, 0.0)
+        else:
+            contention = (0.0, 0.0, 1.0)
+        rows.append([*head, *feats, *others, feats[_PAIR_STEP] - others[_PAIR_STEP] / (n - 1), same, *contention,
+                     float(n)])
+    return rows
+
+
 def _bounded_by_subgroups(group: ColocationEstimate, without: Sequence[ColocationEstimate]) -> ColocationEstimate:
     """A group of ``n`` >= 3 jobs bounded by its ``n`` sub-groups (``without[k]``: the group without job ``k``):
     a further job never speeds the others up, frees no memory and idles no GPU time, so each job's speed is at
@@ -520,6 +644,11 @@ def isolated_from_profiles(profiles: Iterable[JobProfile]) -> dict[tuple[str, Jo
     return {(p.key.gpu, JobSpec(p.key.model, p.key.batch_size, p.key.amp, p.key.dataset)):
             IsolatedProfile(p.step_time_s, p.memory_mib, p.gpu_util, p.mem_bw_util)
             for p in profiles if p.source == "measured"}
+
+
+def _order_key(spec: JobSpec) -> tuple[Any, ...]:
+    """A job type's place in a group's canonical order (a dataset may be ``None`` beside a named one)."""
+    return spec.model, spec.batch_size, spec.amp, spec.dataset is not None, spec.dataset or ""
 
 
 def _spec(job: Job) -> JobSpec:
