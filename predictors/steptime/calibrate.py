@@ -65,6 +65,8 @@ PRIOR_INVERSE_EFFICIENCY = {"conv": 1.4, "gemm": 1.4, "rnn": 2.0, "memory": 1.25
 PRIOR_DISPATCH_US = 10.0
 _PRIOR_WEIGHT = 0.01  # on log(inverse efficiency / prior): a tie-breaker only
 _GPU_WEIGHT = 0.1  # on log(per-GPU multiplier / the GPU's common compute scale); memory: on log(multiplier)
+_SINGLE_WEIGHT = 1.0  # the same, for a group that one workload alone informs on that GPU
+_SUPPORT_SHARE = 0.1  # share of a workload's GPU work in a group that makes it inform the group
 _COMMON_WEIGHT = 0.01  # on a GPU's common compute scale (geometric mean of its compute-group multipliers)
 _SPEED_WEIGHT = 0.3  # on log(host speed): machines differ, but host terms should not mimic GPU work
 _HOST_WEIGHT = 0.03  # on host terms (units of 10 ms, 0.1 ms per sample): GPU work explains what it can first
@@ -115,6 +117,7 @@ class _Design:
     cell: np.ndarray  # index into cells (0 for kernel-time rows, unused)
     workloads: tuple[tuple[str, str, str], ...]  # (source, model, dataset) with whole-step rows
     workload: np.ndarray
+    support: np.ndarray  # gpus x compute groups: workloads with a share of GPU time in that group
 
 
 def _design(rows: Sequence[Measurement], efficiency: dict[str, dict[str, float]]) -> _Design:
@@ -135,7 +138,24 @@ def _design(rows: Sequence[Measurement], efficiency: dict[str, dict[str, float]]
                    np.array([m.batch_size for m in rows], float), np.array([m.step_time_s for m in rows]), gpus,
                    np.array([gpus.index(g) for g in gpu_ids]), cell_keys,
                    np.array([cell_keys.index(c) if c else 0 for c in cells]), load_keys,
-                   np.array([load_keys.index(w) if w else 0 for w in loads]))
+                   np.array([load_keys.index(w) if w else 0 for w in loads]),
+                   _group_support(rows, np.array(work), gpus, gpu_ids))
+
+
+def _group_support(rows: Sequence[Measurement], work: np.ndarray, gpus: tuple[str, ...],
+                   gpu_ids: Sequence[str]) -> np.ndarray:
+    """Per GPU and compute group, how many workloads (model, dataset) spend at least
+    :data:`_SUPPORT_SHARE` of their GPU work in that group on that GPU (at the prior efficiencies)."""
+    prior = np.array([PRIOR_INVERSE_EFFICIENCY[t] for t in WORK_TERMS])
+    spec = work[:, :len(WORK_TERMS)] * prior
+    share = spec[:, :_N_COMPUTE] / np.maximum(spec.sum(axis=1, keepdims=True), 1e-30)
+    seen: set[tuple[str, int, str, str | None]] = set()
+    for m, g, row in zip(rows, gpu_ids, share, strict=True):
+        seen.update((g, j, m.model, m.dataset) for j in range(_N_COMPUTE) if row[j] >= _SUPPORT_SHARE)
+    support = np.zeros((len(gpus), _N_COMPUTE))
+    for g, j, _model, _dataset in seen:
+        support[gpus.index(g), j] += 1
+    return support
 
 
 class _Params:
@@ -179,19 +199,23 @@ def _residuals(x: np.ndarray, d: _Design, p: _Params, prior: np.ndarray) -> np.n
                 for kind in HOST_SPEEDS for src in sources]
     return np.concatenate([(_predict(d, p, x) - d.y) / d.y,
                            _PRIOR_WEIGHT * np.log(p.get(x, "theta") / prior),
-                           *_gpu_priors(np.log(p.get(x, "gpu")).reshape(p.shape_gpu)),
+                           *_gpu_priors(np.log(p.get(x, "gpu")).reshape(p.shape_gpu), d.support),
                            _SPEED_WEIGHT * np.log(p.get(x, "per_step")),
                            _SPEED_WEIGHT * np.log(p.get(x, "per_sample")),
                            _HOST_WEIGHT * p.get(x, "host"),
                            _IDENTIFY_WEIGHT * np.array(identify)])
 
 
-def _gpu_priors(log_mult: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _gpu_priors(log_mult: np.ndarray, support: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Residuals of the per-GPU multipliers: each compute group's pulled towards the GPU's common compute
     scale (so that a group with no rows on a GPU moves with the GPU's other groups, not to the average GPU),
-    the common scale weakly towards 1, the DRAM multiplier towards 1."""
+    the common scale weakly towards 1, the DRAM multiplier towards 1. A group that only one workload
+    informs on a GPU (``support``, :func:`_group_support`) is pulled :data:`_SINGLE_WEIGHT` hard: one
+    workload cannot tell the group's efficiency from its own quirks (K80's recurrent group, from lstm_lm
+    alone, was 8x its other groups and put DeepSpeech2 at 66 s a step)."""
     common = log_mult[:, :_N_COMPUTE].mean(axis=1, keepdims=True)
-    return (np.concatenate([(_GPU_WEIGHT * (log_mult[:, :_N_COMPUTE] - common)).ravel(),
+    weight = _GPU_WEIGHT if support is None else np.where(support == 1, _SINGLE_WEIGHT, _GPU_WEIGHT)
+    return (np.concatenate([(weight * (log_mult[:, :_N_COMPUTE] - common)).ravel(),
                             _GPU_WEIGHT * log_mult[:, _N_COMPUTE:].ravel()]),
             _COMMON_WEIGHT * common.ravel())
 
@@ -339,25 +363,40 @@ def oracle_scale(measured_s: Sequence[float], predicted_s: Sequence[float]) -> f
 
 def leave_one_gpu_out(train: Sequence[Measurement], test: Sequence[Measurement],
                       kernel_efficiency: dict[str, dict[str, float]] | None = None,
-                      base: DeletePopStepTime | None = None) -> dict[str, Any]:
+                      base: DeletePopStepTime | None = None, new_jobs: bool = False) -> dict[str, Any]:
     """For each GPU of ``test``: fit on ``train`` without any row of that GPU, evaluate on ``test`` rows of it.
 
     Every row of the held-out GPU leaves ``train`` (step times of every source and kernel sums);
     its DeepBench kernel efficiencies (operator microbenchmarks) stay. Per GPU, ``oracle_scale``
     is the one factor that would fit the held-out GPU best and ``oracle_mape`` the MAPE with it:
     what is left once the GPU's overall speed is known, i.e. the error of the model's shape.
+
+    ``transfer``: one-profile transfer (:mod:`transfer`) of each held-out row from the same workload's
+    measured step on each other GPU, every rule on the same pairs, with the fold's fit (the job's
+    rows on the other GPUs are in it: the profile is partly known to the fit). ``new_jobs``: also
+    ``transfer_new_jobs``, the same pairs with the job's model left out of the fit too (one fit per
+    held-out GPU and model): the profile is then all the predictor knows of the job.
     """
+    from dltsched.predictors.steptime import transfer
+
     base = base or DeletePopStepTime()
-    per_gpu, all_rows, oracle_apes, transfer_apes = {}, [], [], []
+    per_gpu, all_rows, oracle_apes, records, new_records = {}, [], [], [], []
     def root(m: Measurement) -> str:  # GPUs sharing a fit (V100-32GB, PCIe variants) are held out together
         return learned_root(gpu_spec_checked(m.gpu).id)
 
     for gpu in sorted({root(m) for m in test}):
-        factors = fit([m for m in train if root(m) != gpu], kernel_efficiency)
+        fold = [m for m in train if root(m) != gpu]
+        factors = fit(fold, kernel_efficiency)
         held = [m for m in test if root(m) == gpu]
         ev = evaluate(replace(base, factors=factors), held)
-        transfer_apes.extend(transfer_errors(replace(base, factors=factors), held,
-                                             [m for m in test if root(m) != gpu]))
+        others = [m for m in test if root(m) != gpu]
+        records.extend(transfer_records(replace(base, factors=factors), held, others, gpu))
+        if new_jobs:
+            for model in sorted({canonical_model(m.model) for m in held}):
+                mine = [m for m in held if canonical_model(m.model) == model]
+                if any(_workload(o) == _workload(m) for m in mine for o in others):
+                    new = fit([m for m in fold if canonical_model(m.model) != model], kernel_efficiency)
+                    new_records.extend(transfer_records(replace(base, factors=new), mine, others, gpu))
         y, pred = [r["measured_s"] for r in ev.rows], [r["predicted_s"] for r in ev.rows]
         scale = oracle_scale(y, pred)
         apes = [abs(scale * p - m) / m * 100.0 for m, p in zip(y, pred, strict=True)]
@@ -365,27 +404,64 @@ def leave_one_gpu_out(train: Sequence[Measurement], test: Sequence[Measurement],
         all_rows.extend(ev.rows)
         oracle_apes.extend(apes)
     apes = [r["ape"] for r in all_rows]
-    return {"n": len(apes), "mape": float(np.mean(apes)), "p90_ape": float(np.percentile(apes, 90)),
-            "oracle_mape": float(np.mean(oracle_apes)),
-            "transfer_n": len(transfer_apes), "transfer_mape": float(np.mean(transfer_apes)) if transfer_apes else None,
-            "per_gpu": per_gpu, "rows": all_rows}
+    summary = transfer.summarize(records)
+    out = {"n": len(apes), "mape": float(np.mean(apes)), "p90_ape": float(np.percentile(apes, 90)),
+           "oracle_mape": float(np.mean(oracle_apes)),
+           "transfer_n": summary["n"], "transfer_mape": summary["split"], "transfer": summary,
+           "per_gpu": per_gpu, "rows": all_rows}
+    if new_jobs:
+        out["transfer_new_jobs"] = transfer.summarize(new_records)
+    return out
+
+
+def canonical_model(name: str) -> str:
+    """Zoo id of a measured model name (``resolve``; a name the zoo does not know stays as given)."""
+    from dltsched.engine.domain.catalog import model_catalog
+
+    try:
+        return model_catalog().get(name).id
+    except ValueError:
+        return name
 
 
 def _workload(m: Measurement) -> tuple[Any, ...]:
     return (m.source, m.model, m.dataset, m.batch_size, m.num_gpus, m.amp, m.scope)
 
 
-def transfer_errors(predictor: DeletePopStepTime, held: Sequence[Measurement],
-                    others: Sequence[Measurement]) -> list[float]:
-    """APE (%) of one-profile transfer: each held-out row predicted from the same workload's measured
-    step on one other GPU (every such GPU in turn), with :meth:`DeletePopStepTime.transfer_s`."""
+def _profile_key(m: Measurement) -> tuple[Any, ...]:
+    return (m.source, m.model, m.dataset, m.num_gpus, m.amp, m.scope, m.gpu)
+
+
+def transfer_records(predictor: DeletePopStepTime, held: Sequence[Measurement], others: Sequence[Measurement],
+                     held_out: str) -> list[dict[str, Any]]:
+    """Every rule of :func:`transfer.rule_predictions` for each held-out row from the same workload's
+    measured step on each other GPU (``profile``: from all its batch sizes measured on that GPU)."""
+    from dltsched.predictors.steptime.kernel_logo import roofline_step_s
+    from dltsched.predictors.steptime.transfer import rule_predictions
+
     by_workload: dict[tuple[Any, ...], list[Measurement]] = {}
+    by_profile: dict[tuple[Any, ...], list[Measurement]] = {}
     for m in others:
         by_workload.setdefault(_workload(m), []).append(m)
+        by_profile.setdefault(_profile_key(m), []).append(m)
+    memo: dict[Measurement, tuple[float, float]] = {}
+
+    def parts(p: DeletePopStepTime, m: Measurement) -> tuple[float, float]:
+        if m not in memo:
+            b = p.breakdown(job_of(m), m.gpu, m.num_gpus, scope=m.scope)
+            memo[m] = (b.overhead_s, b.step_time_s - b.overhead_s)
+        return memo[m]
+
     out = []
     for m in held:
+        p = replace(predictor, host_source=m.source or None)
         for src in by_workload.get(_workload(m), ()):
-            p = replace(predictor, host_source=m.source or None)
-            pred = p.transfer_s(job_of(m), m.gpu, [(src.gpu, src.batch_size, src.step_time_s)], scope=m.scope)
-            out.append(abs(pred - m.step_time_s) / m.step_time_s * 100.0)
+            profile = [(*parts(p, o), o.step_time_s) for o in by_profile[_profile_key(src)]]
+            rules = rule_predictions(src.step_time_s, parts(p, src), parts(p, m),
+                                     (roofline_step_s(src), roofline_step_s(m)),
+                                     (gpu_spec_checked(src.gpu).fp32_tflops, gpu_spec_checked(m.gpu).fp32_tflops),
+                                     profile)
+            out.append({"source": m.source, "held_out": held_out, "from_gpu": learned_root(
+                gpu_spec_checked(src.gpu).id), "model": m.model, "batch_size": m.batch_size,
+                "measured_s": m.step_time_s, "profile_s": src.step_time_s, **rules})
     return out

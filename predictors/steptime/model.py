@@ -538,11 +538,15 @@ class DeletePopStepTime:
         """Step time on ``gpu_type`` given measured steps of the same job elsewhere (Habitat-style).
 
         ``measured``: ``(gpu, batch_size, seconds)`` of ``job`` (at ``job.num_gpus``). The predictor
-        splits each step into a fixed host part ``F`` (dispatch not hidden, per-step host cost, input
-        pipeline) and a GPU part ``G`` (kernels and all-reduce). One measurement scales both by its
-        measured / predicted ratio; several fit ``t = a F + c G`` (non-negative least squares on
-        relative errors), so that batch sizes separate the fixed from the per-sample cost.
+        splits each step into a host part ``H`` (dispatch not hidden, per-step host cost, input
+        pipeline: the same on any GPU) and a GPU part ``G`` (kernels, optimizer, all-reduce). One
+        measurement scales the GPU part to what the host part leaves of it and keeps the host part
+        (:func:`transfer.split_transfer`); several at different batch sizes fit ``t = h H + c G``
+        (non-negative least squares on relative errors), so that batch sizes separate the fixed from
+        the per-sample cost (:func:`transfer.fit_transfer`).
         """
+        from dltsched.predictors.steptime.transfer import fit_transfer
+
         if not measured:
             raise ValidationError("measured", "give at least one GPU:BATCH:SECONDS measurement")
         rows = []
@@ -551,19 +555,9 @@ class DeletePopStepTime:
                 raise ValidationError("measured", f"{gpu}:{batch}:{seconds} not understood; "
                                                   "need GPU:BATCH:SECONDS with BATCH >= 1 and SECONDS > 0")
             b = self.breakdown(replace(job, batch_size=batch), gpu, num_nodes=num_nodes, scope=scope)
-            rows.append((b.overhead_s, b.step_time_s - b.overhead_s, seconds))
+            rows.append((b.overhead_s, b.step_time_s - b.overhead_s, float(seconds)))
         target = self.breakdown(job, gpu_type, num_gpus, num_nodes=num_nodes, scope=scope)
-        fixed, gpu_part = target.overhead_s, target.step_time_s - target.overhead_s
-        ratio = sum(t / (f + g) for f, g, t in rows) / len(rows)
-        a = c = ratio
-        if len({(f, g) for f, g, _t in rows}) >= 2:
-            from scipy.optimize import nnls
-
-            design = [[f / t, g / t] for f, g, t in rows]
-            (a_fit, c_fit), _res = nnls(design, [1.0] * len(rows))
-            if a_fit + c_fit > 0:
-                a, c = a_fit, c_fit
-        return a * fixed + c * gpu_part
+        return fit_transfer(rows, target.overhead_s, target.step_time_s - target.overhead_s)
 
     def _memory_mib(self, job: Job, agg: Aggregates, freeze_level: int) -> float:
         trainable = agg.param_bytes[freeze_level]

@@ -111,12 +111,15 @@ def _measurements(source: str, data_dir: str | None, scales: tuple[int, int] = (
 @click.option("--format", "source", type=click.Choice(["gavel", "zeus", "orion", "all"]), default=None,
               help="Evaluate on a data-folder source instead of a CSV file (orion: GPU time of V100 steps).")
 @click.option("--leave-one-gpu-out", is_flag=True, help="Refit without each GPU before testing on it.")
+@click.option("--new-jobs", is_flag=True,
+              help="With --leave-one-gpu-out: also one-profile transfer with the job's model out of the fit "
+                   "(one refit per held-out GPU and model; slow).")
 @click.option("--min-scale", type=int, default=1, show_default=True, help="--format gavel: fewest GPUs per job.")
 @click.option("--max-scale", type=int, default=1, show_default=True, help="--format gavel: most GPUs per job.")
 @click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
 @click.option("--json", "as_json", is_flag=True)
-def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: bool, min_scale: int, max_scale: int,
-                  data_dir: str | None, as_json: bool) -> None:
+def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: bool, new_jobs: bool, min_scale: int,
+                  max_scale: int, data_dir: str | None, as_json: bool) -> None:
     """MAPE and p90 APE of step-time predictions against measurements (CSV or --format)."""
     from dltsched.predictors.steptime import DeletePopStepTime
     from dltsched.predictors.steptime import calibrate as cal
@@ -127,11 +130,29 @@ def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: b
     test = ms.read_csv(csv_file) if csv_file else _measurements(source or "all", data_dir, (min_scale, max_scale))
     if leave_one_gpu_out:
         train = _measurements("all", data_dir, TRAIN_SCALES)
-        out = cal.leave_one_gpu_out(train, test, ms.deepbench_kernel_efficiency(data_dir))
+        out = cal.leave_one_gpu_out(train, test, ms.deepbench_kernel_efficiency(data_dir), new_jobs=new_jobs)
+    elif new_jobs:
+        raise ValidationError("--new-jobs", "only with --leave-one-gpu-out")
     else:
         ev = cal.evaluate(DeletePopStepTime(), test)
         out = {**ev.summary(), "rows": list(ev.rows)}
-    emit(out, as_json, lambda: click.echo(f"n={out['n']} mape={out['mape']:.1f}% p90_ape={out['p90_ape']:.1f}%"))
+
+    def text() -> None:
+        click.echo(f"n={out['n']} mape={out['mape']:.1f}% p90_ape={out['p90_ape']:.1f}%")
+        for name in ("transfer", "transfer_new_jobs"):
+            if name in out:
+                _echo_transfer(name, out[name])
+
+    emit(out, as_json, text)
+
+
+def _echo_transfer(name: str, summary: dict) -> None:
+    """One line per rule of a one-profile transfer summary (``transfer.summarize``)."""
+    from dltsched.predictors.steptime.transfer import RULES
+
+    for key, v in {"all": summary, **summary["per_source"], **summary["per_held_out_gpu"]}.items():
+        rules = " ".join(f"{r}={v[r]:.1f}%" for r in RULES if v.get(r) is not None)
+        click.echo(f"{name} {key:>14}: n={v['n']} {rules}")
 
 
 @predict.command("calibrate-steptime")
@@ -299,14 +320,18 @@ def fit_kernel_step(files: tuple[str, ...], data_dir: str | None, output: str | 
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False))
 @click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
 @click.option("--rows", "with_rows", is_flag=True, help="Include every row's prediction in --json output.")
+@click.option("--new-jobs", is_flag=True,
+              help="Also one-profile transfer with the job's model out of the step-model fit (one fit per GPU and model).")
 @click.option("--json", "as_json", is_flag=True)
-def eval_kernel_step(files: tuple[str, ...], data_dir: str | None, with_rows: bool, as_json: bool) -> None:
+def eval_kernel_step(files: tuple[str, ...], data_dir: str | None, with_rows: bool, new_jobs: bool,
+                     as_json: bool) -> None:
     """Leave-one-GPU-out of the kernel step model (gpu_model='kernels') on Gavel, Zeus and NeuSight's training
     labels (or on eval-steptime CSV FILES), beside roofline, constant and per-model mean on the same rows,
     and one-profile transfer. Each held-out GPU's kernels also leave the kernel model's fit."""
     from dltsched.predictors.steptime import kernel_logo as kl
 
-    out = kl.leave_one_gpu_out(_kernel_step_rows(data_dir, files), kl.held_out_kernel_models(data_dir))
+    out = kl.leave_one_gpu_out(_kernel_step_rows(data_dir, files), kl.held_out_kernel_models(data_dir),
+                               new_jobs=new_jobs)
     if not with_rows:
         out.pop("rows")
 
@@ -324,10 +349,9 @@ def eval_kernel_step(files: tuple[str, ...], data_dir: str | None, with_rows: bo
             line(name, v)
         for name, v in out["per_gpu"].items():
             line(f"held out {name}", v)
-        t = out["transfer"]
-        for name, v in {"all": t, **t["per_source"]}.items():
-            click.echo(f"one-profile transfer {name:>8}: n={v['n']} mape={pct(v['mape'])} "
-                       f"roofline-ratio={pct(v['roofline_mape'])}")
+        for name in ("transfer", "transfer_new_jobs"):
+            if name in out:
+                _echo_transfer(name, out[name])
 
     emit(out, as_json, text)
 

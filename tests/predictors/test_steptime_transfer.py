@@ -1,0 +1,64 @@
+"""One-profile transfer rules (``predictors.steptime.transfer``) and the per-GPU group pull of the fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dltsched.predictors.steptime import calibrate as cal
+from dltsched.predictors.steptime import transfer as tr
+
+
+def test_split_keeps_the_host_part_and_scales_the_gpu_part():
+    # measured 0.5 s on a: host 0.1 s predicted, so the GPU part is 0.4 / 0.2 = 2x the prediction
+    assert tr.split_transfer(0.5, 0.1, 0.2, 0.1, 0.05) == pytest.approx(0.1 + 2.0 * 0.05)
+    # the same GPU and batch reproduces the measurement
+    assert tr.split_transfer(0.37, 0.1, 0.2, 0.1, 0.2) == pytest.approx(0.37)
+
+
+def test_split_bounds_the_gpu_scale():
+    assert tr.split_transfer(100.0, 0.1, 0.2, 0.1, 0.05) == pytest.approx(0.1 + tr.C_MAX * 0.05)
+    # below what the host part allows: host and GPU part shrink together, the ratio at C_MIN kept
+    low = tr.split_transfer(0.05, 0.1, 0.2, 0.1, 0.05)
+    assert low == pytest.approx(0.05 * (0.1 + tr.C_MIN * 0.05) / (0.1 + tr.C_MIN * 0.2))
+    assert low < 0.1
+
+
+def test_fit_transfer_separates_host_and_gpu_parts():
+    truth = [(h, g, 3.0 * h + 0.5 * g) for h, g in ((0.01, 0.1), (0.012, 0.4), (0.015, 1.2))]
+    assert tr.fit_transfer(truth, 0.02, 0.3) == pytest.approx(3.0 * 0.02 + 0.5 * 0.3)
+    # one measurement: the split rule
+    assert tr.fit_transfer(truth[:1], 0.02, 0.3) == pytest.approx(tr.split_transfer(truth[0][2], 0.01, 0.1, 0.02, 0.3))
+
+
+def test_rules_and_summary():
+    rules = tr.rule_predictions(0.4, (0.1, 0.3), (0.1, 0.1), roofline=(0.2, 0.1), peak_tflops=(10.0, 20.0))
+    assert set(rules) == set(tr.RULES)
+    assert rules["same"] == 0.4 and rules["none"] == pytest.approx(0.2)
+    assert rules["roofline"] == pytest.approx(0.2) and rules["peak_flops"] == pytest.approx(0.2)
+    assert rules["ratio"] == pytest.approx(0.4 * 0.2 / 0.4) and rules["split"] == pytest.approx(0.2)
+    assert rules["blend"] == pytest.approx(np.sqrt(rules["split"] * rules["none"]))
+    recs = [{"source": "s", "held_out": "b", "from_gpu": "a", "measured_s": 0.25, **rules}]
+    out = tr.summarize(recs)
+    assert out["n"] == 1 and out["same"] == pytest.approx(60.0) and out["none"] == pytest.approx(20.0)
+    assert out["per_pair"]["s:a->b"]["roofline"] == pytest.approx(20.0)
+
+
+def test_a_group_one_workload_informs_is_pulled_harder():
+    log_mult = np.log(np.array([[1.0, 1.0, 8.0, 1.0]]))
+    many = np.concatenate(cal._gpu_priors(log_mult, np.array([[3.0, 3.0, 2.0]])))
+    one = np.concatenate(cal._gpu_priors(log_mult, np.array([[3.0, 3.0, 1.0]])))
+    assert abs(one[2]) == pytest.approx(abs(many[2]) * cal._SINGLE_WEIGHT / cal._GPU_WEIGHT)
+
+
+def test_group_support_counts_workloads_per_gpu_and_group():
+    from dltsched.predictors.steptime.measurements import Measurement
+
+    rows = [Measurement("lstm_lm", "k80", b, 1, 0.1, dataset="wikitext2", source="gavel") for b in (5, 10)]
+    rows += [Measurement("resnet50", "k80", 32, 1, 0.5, dataset="imagenet", source="gavel")]
+    d = cal._design(rows, {})
+    rnn = list(cal.COMPUTE_GROUPS).index("rnn")
+    conv = list(cal.COMPUTE_GROUPS).index("conv")
+    assert d.support.shape == (1, len(cal.COMPUTE_GROUPS))
+    assert d.support[0, conv] == 1  # resnet50 alone; lstm_lm's two batch sizes are one workload
+    assert d.support[0, rnn] <= 1
