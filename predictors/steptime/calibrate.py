@@ -380,7 +380,11 @@ def leave_one_gpu_out(train: Sequence[Measurement], test: Sequence[Measurement],
     from dltsched.predictors.steptime import transfer
 
     base = base or DeletePopStepTime()
-    per_gpu, all_rows, oracle_apes, records, new_records = {}, [], [], [], []
+    per_gpu: dict[str, Any] = {}
+    all_rows: list[dict[str, Any]] = []
+    oracle_apes: list[float] = []
+    records: list[dict[str, Any]] = []
+    new_records: list[dict[str, Any]] = []
     def root(m: Measurement) -> str:  # GPUs sharing a fit (V100-32GB, PCIe variants) are held out together
         return learned_root(gpu_spec_checked(m.gpu).id)
 

@@ -307,6 +307,10 @@ def recurrent_time(flop_s: float, reread_s: float) -> float:
     return (flop_s**RECURRENT_POWER + reread_s**RECURRENT_POWER) ** (1.0 / RECURRENT_POWER)
 
 
+#: how much of a measured step elsewhere :meth:`DeletePopStepTime.transfer_s` takes (geometric weight)
+TRANSFER_WEIGHT = 0.5
+
+
 @dataclass(frozen=True, slots=True)
 class DeletePopStepTime:
     """Operator-level step-time and memory predictor; implements ``StepTimePredictor``.
@@ -534,21 +538,25 @@ class DeletePopStepTime:
         return value
 
     def transfer_s(self, job: Job, gpu_type: str, measured: list[tuple[str, int, float]],
-                   num_gpus: int | None = None, *, num_nodes: int = 1, scope: str = "iteration") -> float:
+                   num_gpus: int | None = None, *, num_nodes: int = 1, scope: str = "iteration",
+                   weight: float = TRANSFER_WEIGHT) -> float:
         """Step time on ``gpu_type`` given measured steps of the same job elsewhere (Habitat-style).
 
         ``measured``: ``(gpu, batch_size, seconds)`` of ``job`` (at ``job.num_gpus``). The predictor
         splits each step into a host part ``H`` (dispatch not hidden, per-step host cost, input
-        pipeline: the same on any GPU) and a GPU part ``G`` (kernels, optimizer, all-reduce). One
-        measurement scales the GPU part to what the host part leaves of it and keeps the host part
-        (:func:`transfer.split_transfer`); several at different batch sizes fit ``t = h H + c G``
-        (non-negative least squares on relative errors), so that batch sizes separate the fixed from
-        the per-sample cost (:func:`transfer.fit_transfer`).
+        pipeline: the same on any GPU) and a GPU part ``G`` (kernels, optimizer, all-reduce). The
+        measurements fit one scale of the GPU part, the host part kept (:func:`transfer.fit_transfer`;
+        batch sizes tell the fixed from the per-sample host cost), and the result is blended with the
+        prediction without them (:func:`transfer.blend`, the geometric mean): on GPUs held out of the
+        fit a job's error on another GPU carries over only partly. ``weight=1`` takes the
+        measurements whole, ``0`` ignores them.
         """
-        from dltsched.predictors.steptime.transfer import fit_transfer
+        from dltsched.predictors.steptime.transfer import blend, fit_transfer
 
         if not measured:
             raise ValidationError("measured", "give at least one GPU:BATCH:SECONDS measurement")
+        if not 0.0 <= weight <= 1.0:
+            raise ValidationError("weight", f"{weight!r} not understood; a number from 0 to 1")
         rows = []
         for gpu, batch, seconds in measured:
             if not isinstance(batch, int) or batch < 1 or not seconds > 0:
@@ -557,7 +565,8 @@ class DeletePopStepTime:
             b = self.breakdown(replace(job, batch_size=batch), gpu, num_nodes=num_nodes, scope=scope)
             rows.append((b.overhead_s, b.step_time_s - b.overhead_s, float(seconds)))
         target = self.breakdown(job, gpu_type, num_gpus, num_nodes=num_nodes, scope=scope)
-        return fit_transfer(rows, target.overhead_s, target.step_time_s - target.overhead_s)
+        fitted = fit_transfer(rows, target.overhead_s, target.step_time_s - target.overhead_s)
+        return blend(fitted, target.step_time_s, weight)
 
     def _memory_mib(self, job: Job, agg: Aggregates, freeze_level: int) -> float:
         trainable = agg.param_bytes[freeze_level]

@@ -95,23 +95,28 @@ def test_csv_reader_errors_are_one_line(tmp_path, text, match):
 def test_transfer_from_one_profile_reproduces_it():
     p = DeletePopStepTime()
     job = _job("resnet50", 64)
-    assert p.transfer_s(job, "v100", [("v100", 64, 0.5)]) == pytest.approx(0.5)
+    assert p.transfer_s(job, "v100", [("v100", 64, 0.5)], weight=1.0) == pytest.approx(0.5)
     a, b = p.breakdown(job, "v100"), p.breakdown(job, "a100")
     # the GPU part takes what the host part leaves of the measurement; the host part keeps its prediction
     scale = (0.5 - a.overhead_s) / (a.step_time_s - a.overhead_s)
-    assert p.transfer_s(job, "a100", [("v100", 64, 0.5)]) == pytest.approx(
-        b.overhead_s + scale * (b.step_time_s - b.overhead_s))
+    whole = b.overhead_s + scale * (b.step_time_s - b.overhead_s)
+    assert p.transfer_s(job, "a100", [("v100", 64, 0.5)], weight=1.0) == pytest.approx(whole)
+    # by default blended halfway (geometrically) with the prediction without the measurement
+    assert p.transfer_s(job, "a100", [("v100", 64, 0.5)]) == pytest.approx((whole * b.step_time_s) ** 0.5)
+    assert p.transfer_s(job, "a100", [("v100", 64, 0.5)], weight=0.0) == pytest.approx(b.step_time_s)
+    with pytest.raises(ValidationError, match="weight"):
+        p.transfer_s(job, "a100", [("v100", 64, 0.5)], weight=2.0)
 
 
-def test_transfer_separates_fixed_and_per_sample_cost():
+def test_transfer_fits_the_gpu_part_over_batch_sizes():
     p = DeletePopStepTime()
     job = _job("resnet50", 64)
 
     def truth(batch, gpu):
         b = p.breakdown(replace(job, batch_size=batch), gpu)
-        return 3.0 * b.overhead_s + 0.5 * (b.step_time_s - b.overhead_s)
+        return b.overhead_s + 0.5 * (b.step_time_s - b.overhead_s)
 
     measured = [("v100", 16, truth(16, "v100")), ("v100", 128, truth(128, "v100"))]
-    assert p.transfer_s(job, "a100", measured) == pytest.approx(truth(64, "a100"), rel=1e-6)
+    assert p.transfer_s(job, "a100", measured, weight=1.0) == pytest.approx(truth(64, "a100"), rel=1e-6)
     with pytest.raises(ValidationError, match="measured"):
         p.transfer_s(job, "a100", [])

@@ -24,11 +24,12 @@ def test_split_bounds_the_gpu_scale():
     assert low < 0.1
 
 
-def test_fit_transfer_separates_host_and_gpu_parts():
-    truth = [(h, g, 3.0 * h + 0.5 * g) for h, g in ((0.01, 0.1), (0.012, 0.4), (0.015, 1.2))]
-    assert tr.fit_transfer(truth, 0.02, 0.3) == pytest.approx(3.0 * 0.02 + 0.5 * 0.3)
+def test_fit_transfer_fits_one_gpu_scale_over_batch_sizes():
+    truth = [(h, g, h + 0.5 * g) for h, g in ((0.01, 0.1), (0.012, 0.4), (0.015, 1.2))]
+    assert tr.fit_transfer(truth, 0.02, 0.3) == pytest.approx(0.02 + 0.5 * 0.3)
     # one measurement: the split rule
     assert tr.fit_transfer(truth[:1], 0.02, 0.3) == pytest.approx(tr.split_transfer(truth[0][2], 0.01, 0.1, 0.02, 0.3))
+    assert tr.blend(4.0, 1.0) == pytest.approx(2.0) and tr.blend(4.0, 1.0, 1.0) == pytest.approx(4.0)
 
 
 def test_rules_and_summary():
@@ -38,6 +39,7 @@ def test_rules_and_summary():
     assert rules["roofline"] == pytest.approx(0.2) and rules["peak_flops"] == pytest.approx(0.2)
     assert rules["ratio"] == pytest.approx(0.4 * 0.2 / 0.4) and rules["split"] == pytest.approx(0.2)
     assert rules["blend"] == pytest.approx(np.sqrt(rules["split"] * rules["none"]))
+    assert rules["profile"] == rules["split"] and rules["profile_blend"] == rules["blend"]
     recs = [{"source": "s", "held_out": "b", "from_gpu": "a", "measured_s": 0.25, **rules}]
     out = tr.summarize(recs)
     assert out["n"] == 1 and out["same"] == pytest.approx(60.0) and out["none"] == pytest.approx(20.0)
@@ -62,3 +64,21 @@ def test_group_support_counts_workloads_per_gpu_and_group():
     assert d.support.shape == (1, len(cal.COMPUTE_GROUPS))
     assert d.support[0, conv] == 1  # resnet50 alone; lstm_lm's two batch sizes are one workload
     assert d.support[0, rnn] <= 1
+
+
+def test_cli_takes_measured_steps_and_their_weight():
+    import json
+
+    from click.testing import CliRunner
+
+    from dltsched.engine.app.cli.main import cli
+
+    args = ["predict", "step-time", "--model", "resnet50", "--gpu", "v100", "--batch-size", "64",
+            "--measured", "v100:64:0.5", "--json"]
+    whole = CliRunner().invoke(cli, [*args, "--measured-weight", "1"])
+    assert whole.exit_code == 0, whole.output
+    assert json.loads(whole.output)["transferred_step_time_s"] == pytest.approx(0.5)
+    half = json.loads(CliRunner().invoke(cli, args).output)
+    assert half["transferred_step_time_s"] == pytest.approx((0.5 * half["step_time_s"]) ** 0.5)
+    bad = CliRunner().invoke(cli, [*args, "--measured-weight", "2"])
+    assert bad.exit_code == 2 and "measured-weight" in bad.output
