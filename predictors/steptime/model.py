@@ -307,7 +307,8 @@ def recurrent_time(flop_s: float, reread_s: float) -> float:
     return (flop_s**RECURRENT_POWER + reread_s**RECURRENT_POWER) ** (1.0 / RECURRENT_POWER)
 
 
-#: how much of a measured step elsewhere :meth:`DeletePopStepTime.transfer_s` takes (geometric weight)
+#: how much of a measured step elsewhere :meth:`DeletePopStepTime.transfer_s` takes (geometric weight) for a
+#: workload the factors were fitted on (1 for one they were not)
 TRANSFER_WEIGHT = 0.5
 
 
@@ -539,22 +540,25 @@ class DeletePopStepTime:
 
     def transfer_s(self, job: Job, gpu_type: str, measured: list[tuple[str, int, float]],
                    num_gpus: int | None = None, *, num_nodes: int = 1, scope: str = "iteration",
-                   weight: float = TRANSFER_WEIGHT) -> float:
+                   weight: float | None = None) -> float:
         """Step time on ``gpu_type`` given measured steps of the same job elsewhere (Habitat-style).
 
         ``measured``: ``(gpu, batch_size, seconds)`` of ``job`` (at ``job.num_gpus``). The predictor
         splits each step into a host part ``H`` (dispatch not hidden, per-step host cost, input
         pipeline: the same on any GPU) and a GPU part ``G`` (kernels, optimizer, all-reduce). The
         measurements fit one scale of the GPU part, the host part kept (:func:`transfer.fit_transfer`;
-        batch sizes tell the fixed from the per-sample host cost), and the result is blended with the
-        prediction without them (:func:`transfer.blend`, the geometric mean): on GPUs held out of the
-        fit a job's error on another GPU carries over only partly. ``weight=1`` takes the
-        measurements whole, ``0`` ignores them.
+        batch sizes tell the fixed from the per-sample host cost). ``weight`` (default: 1 for a workload
+        the factors were never fitted on, whose measurements are all the predictor knows of it;
+        :data:`TRANSFER_WEIGHT` for one they were fitted on, whose measurements are partly in the fit
+        already) blends the result with the prediction without them (:func:`transfer.blend`,
+        geometrically): ``1`` takes the measurements whole, ``0`` ignores them.
         """
         from dltsched.predictors.steptime.transfer import blend, fit_transfer
 
         if not measured:
             raise ValidationError("measured", "give at least one GPU:BATCH:SECONDS measurement")
+        if weight is None:
+            weight = TRANSFER_WEIGHT if self.knows(job) else 1.0
         if not 0.0 <= weight <= 1.0:
             raise ValidationError("weight", f"{weight!r} not understood; a number from 0 to 1")
         rows = []
@@ -567,6 +571,18 @@ class DeletePopStepTime:
         target = self.breakdown(job, gpu_type, num_gpus, num_nodes=num_nodes, scope=scope)
         fitted = fit_transfer(rows, target.overhead_s, target.step_time_s - target.overhead_s)
         return blend(fitted, target.step_time_s, weight)
+
+    def knows(self, job: Job) -> bool:
+        """Whether the factors were fitted on measurements of ``job``'s workload (model and dataset; with
+        ``gpu_model="kernels"`` also its AMP setting)."""
+        model, dataset = resolve(job.model, job.dataset)
+        if self.gpu_model != "kernels":
+            return self.setup(model, dataset) is not None
+        from dltsched.predictors.steptime.kernelstep import workload_key
+
+        params = self.kernel_step_params()
+        key = workload_key(self.kernel_source(params, model, dataset, job.amp), model, dataset, job.amp)
+        return key in params.get("scale", {}) or key in params.get("input", {})
 
     def _memory_mib(self, job: Job, agg: Aggregates, freeze_level: int) -> float:
         trainable = agg.param_bytes[freeze_level]

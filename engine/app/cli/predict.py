@@ -56,14 +56,15 @@ def _job(model: str, batch_size: int, num_gpus: int, amp: bool, dataset: str | N
               show_default=True, help="What the step covers: with input pipeline, without, forward+backward only.")
 @click.option("--measured", "measured_texts", multiple=True, metavar="GPU:BATCH:SECONDS",
               help="A measured step time of this job on some GPU (repeatable): the prediction is scaled from it.")
-@click.option("--measured-weight", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
-              help="How much of the --measured steps to take (geometric blend with the prediction; 1: all).")
+@click.option("--measured-weight", type=click.FloatRange(0.0, 1.0), default=None,
+              help="How much of the --measured steps to take (geometric blend with the prediction; 1: all). "
+                   "Default: 0.5 for a workload the predictor was fitted on, else 1.")
 @click.option("--gpu-model", type=click.Choice(["groups", "kernels"]), default="groups", show_default=True,
               help="GPU time from calibrated work groups, or from every kernel of the graph (kernel model).")
 @click.option("--json", "as_json", is_flag=True)
 def step_time(model: str, gpu: str, batch_size: int, num_gpus: int, num_nodes: int, amp: bool, freeze_level: int,
               dataset: str | None, optimizer: str, scope: str, measured_texts: tuple[str, ...],
-              measured_weight: float, gpu_model: str, as_json: bool) -> None:
+              measured_weight: float | None, gpu_model: str, as_json: bool) -> None:
     """Predicted time of one training iteration and GPU memory of one worker."""
     from dltsched.predictors.steptime import DeletePopStepTime
 
