@@ -65,7 +65,6 @@ PRIOR_INVERSE_EFFICIENCY = {"conv": 1.4, "gemm": 1.4, "rnn": 2.0, "memory": 1.25
 PRIOR_DISPATCH_US = 10.0
 _PRIOR_WEIGHT = 0.01  # on log(inverse efficiency / prior): a tie-breaker only
 _GPU_WEIGHT = 0.1  # on log(per-GPU multiplier / the GPU's common compute scale); memory: on log(multiplier)
-_SINGLE_WEIGHT = 1.0  # the same, for a group that one workload alone informs on that GPU
 _SUPPORT_SHARE = 0.1  # share of a workload's GPU work in a group that makes it inform the group
 _COMMON_WEIGHT = 0.01  # on a GPU's common compute scale (geometric mean of its compute-group multipliers)
 _SPEED_WEIGHT = 0.3  # on log(host speed): machines differ, but host terms should not mimic GPU work
@@ -117,7 +116,7 @@ class _Design:
     cell: np.ndarray  # index into cells (0 for kernel-time rows, unused)
     workloads: tuple[tuple[str, str, str], ...]  # (source, model, dataset) with whole-step rows
     workload: np.ndarray
-    support: np.ndarray  # gpus x compute groups: workloads with a share of GPU time in that group
+    support: dict[tuple[str, str], tuple[str, ...]]  # (gpu, compute group) -> workloads "model/dataset" in it
 
 
 def _design(rows: Sequence[Measurement], efficiency: dict[str, dict[str, float]]) -> _Design:
@@ -143,19 +142,37 @@ def _design(rows: Sequence[Measurement], efficiency: dict[str, dict[str, float]]
 
 
 def _group_support(rows: Sequence[Measurement], work: np.ndarray, gpus: tuple[str, ...],
-                   gpu_ids: Sequence[str]) -> np.ndarray:
-    """Per GPU and compute group, how many workloads (model, dataset) spend at least
+                   gpu_ids: Sequence[str]) -> dict[tuple[str, str], tuple[str, ...]]:
+    """Per GPU and compute group, the workloads (``model/dataset``) that spend at least
     :data:`_SUPPORT_SHARE` of their GPU work in that group on that GPU (at the prior efficiencies)."""
     prior = np.array([PRIOR_INVERSE_EFFICIENCY[t] for t in WORK_TERMS])
     spec = work[:, :len(WORK_TERMS)] * prior
     share = spec[:, :_N_COMPUTE] / np.maximum(spec.sum(axis=1, keepdims=True), 1e-30)
-    seen: set[tuple[str, int, str, str | None]] = set()
+    seen: dict[tuple[str, str], set[str]] = {}
     for m, g, row in zip(rows, gpu_ids, share, strict=True):
-        seen.update((g, j, m.model, m.dataset) for j in range(_N_COMPUTE) if row[j] >= _SUPPORT_SHARE)
-    support = np.zeros((len(gpus), _N_COMPUTE))
-    for g, j, _model, _dataset in seen:
-        support[gpus.index(g), j] += 1
-    return support
+        model, dataset = resolve(m.model, m.dataset)
+        for j, group in enumerate(COMPUTE_GROUPS):
+            if row[j] >= _SUPPORT_SHARE:
+                seen.setdefault((g, group), set()).add(f"{model}/{dataset}")
+    return {k: tuple(sorted(v)) for k, v in sorted(seen.items())}
+
+
+def _single_workload_groups(d: _Design, efficiency: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
+    """Per GPU, the compute groups only one workload informs (:func:`_group_support`), with that workload
+    and the GPU's common scale over its groups that several workloads inform (geometric mean; groups
+    without such a scale are left out). The fitted multiplier of such a group holds for that workload;
+    every other workload gets the common scale (``model.DeletePopStepTime.gpu_terms``): one workload
+    cannot tell a group's efficiency on a GPU from its own quirks (K80's recurrent group, from lstm_lm
+    alone, was 8x its other groups and put DeepSpeech2 at 66 s a step)."""
+    out: dict[str, dict[str, Any]] = {}
+    for gpu in d.gpus:
+        mult = efficiency.get(gpu, {})
+        shared = [mult[g] for g in COMPUTE_GROUPS if len(d.support.get((gpu, g), ())) >= 2 and g in mult]
+        singles = {g: d.support[(gpu, g)][0] for g in COMPUTE_GROUPS if len(d.support.get((gpu, g), ())) == 1}
+        if shared and singles:
+            common = float(np.exp(np.mean(np.log(shared))))
+            out[gpu] = {g: {"workload": w, "shared": round(common, 5)} for g, w in singles.items()}
+    return out
 
 
 class _Params:
@@ -199,23 +216,19 @@ def _residuals(x: np.ndarray, d: _Design, p: _Params, prior: np.ndarray) -> np.n
                 for kind in HOST_SPEEDS for src in sources]
     return np.concatenate([(_predict(d, p, x) - d.y) / d.y,
                            _PRIOR_WEIGHT * np.log(p.get(x, "theta") / prior),
-                           *_gpu_priors(np.log(p.get(x, "gpu")).reshape(p.shape_gpu), d.support),
+                           *_gpu_priors(np.log(p.get(x, "gpu")).reshape(p.shape_gpu)),
                            _SPEED_WEIGHT * np.log(p.get(x, "per_step")),
                            _SPEED_WEIGHT * np.log(p.get(x, "per_sample")),
                            _HOST_WEIGHT * p.get(x, "host"),
                            _IDENTIFY_WEIGHT * np.array(identify)])
 
 
-def _gpu_priors(log_mult: np.ndarray, support: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _gpu_priors(log_mult: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Residuals of the per-GPU multipliers: each compute group's pulled towards the GPU's common compute
     scale (so that a group with no rows on a GPU moves with the GPU's other groups, not to the average GPU),
-    the common scale weakly towards 1, the DRAM multiplier towards 1. A group that only one workload
-    informs on a GPU (``support``, :func:`_group_support`) is pulled :data:`_SINGLE_WEIGHT` hard: one
-    workload cannot tell the group's efficiency from its own quirks (K80's recurrent group, from lstm_lm
-    alone, was 8x its other groups and put DeepSpeech2 at 66 s a step)."""
+    the common scale weakly towards 1, the DRAM multiplier towards 1."""
     common = log_mult[:, :_N_COMPUTE].mean(axis=1, keepdims=True)
-    weight = _GPU_WEIGHT if support is None else np.where(support == 1, _SINGLE_WEIGHT, _GPU_WEIGHT)
-    return (np.concatenate([(weight * (log_mult[:, :_N_COMPUTE] - common)).ravel(),
+    return (np.concatenate([(_GPU_WEIGHT * (log_mult[:, :_N_COMPUTE] - common)).ravel(),
                             _GPU_WEIGHT * log_mult[:, _N_COMPUTE:].ravel()]),
             _COMMON_WEIGHT * common.ravel())
 
@@ -262,12 +275,14 @@ def fit(measurements: Sequence[Measurement],
         "kernel_efficiency": efficiency,
         "gpu_efficiency": {g: {t: round(float(mult[i, j] / typical[t]), 5) for j, t in enumerate(GPU_TERMS)}
                            for i, g in enumerate(d.gpus)},
+        "single_workload_groups": {},
         "sources": sorted(host_speed),
         "host_speed": host_speed,
         "host_overhead": {host_key(*w): {"per_step_s": round(float(h[0]) * _STEP_UNIT_S, 7),
                                          "per_sample_s": round(float(h[1]) * _SAMPLE_UNIT_S, 9)}
                           for w, h in zip(d.workloads, host, strict=True)},
     }
+    factors["single_workload_groups"] = _single_workload_groups(d, factors["gpu_efficiency"])
     multi = [m for m in measurements if m.num_gpus > 1]
     if multi:
         factors.update(_fit_comm(factors, multi))

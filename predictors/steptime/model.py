@@ -27,7 +27,9 @@ One training iteration on one GPU, from the operator graph (see :mod:`aggregates
 The frozen prefix (layers < freeze level) skips its backward and optimizer update. Coefficients
 come from ``factors.json`` (``dltsched predict calibrate-steptime``): global inverse efficiencies
 scale every GPU's spec sheet; GPUs with step-time measurements also get fitted multipliers per
-:data:`GPU_TERMS`. ``job.batch_size`` is the batch of one GPU.
+:data:`GPU_TERMS` (a compute group that one workload alone was fitted on, ``single_workload_groups``,
+holds for that workload; the GPU's other workloads get its common scale). ``job.batch_size`` is the
+batch of one GPU.
 """
 
 from __future__ import annotations
@@ -361,6 +363,9 @@ class DeletePopStepTime:
             hit = _WORK_MEMO[key] = (f, {k: (2.0 * one[k] - two[k], two[k] - one[k]) for k in one})
         work = {k: a + b * job.batch_size for k, (a, b) in hit[1].items()}
         theta, mult = f["inverse_efficiency"], gpu_eff.get(learned_id(gpu.id, gpu_eff), {})
+        single = f.get("single_workload_groups", {}).get(learned_id(gpu.id, gpu_eff), {})
+        if single:  # a group fitted on one workload alone holds for it; others get the GPU's common scale
+            mult = {**mult, **{g: v["shared"] for g, v in single.items() if v["workload"] != f"{model}/{dataset}"}}
         dram = mult.get("memory", 1.0)
         out = {g: work[g] * theta[g] * mult.get(g, 1.0) for g in COMPUTE_GROUPS}
         out["rnn"] = recurrent_time(out["rnn"], work["recurrent"] * theta["memory"] * dram)

@@ -46,24 +46,40 @@ def test_rules_and_summary():
     assert out["per_pair"]["s:a->b"]["roofline"] == pytest.approx(20.0)
 
 
-def test_a_group_one_workload_informs_is_pulled_harder():
-    log_mult = np.log(np.array([[1.0, 1.0, 8.0, 1.0]]))
-    many = np.concatenate(cal._gpu_priors(log_mult, np.array([[3.0, 3.0, 2.0]])))
-    one = np.concatenate(cal._gpu_priors(log_mult, np.array([[3.0, 3.0, 1.0]])))
-    assert abs(one[2]) == pytest.approx(abs(many[2]) * cal._SINGLE_WEIGHT / cal._GPU_WEIGHT)
-
-
-def test_group_support_counts_workloads_per_gpu_and_group():
+def test_group_support_names_the_workloads_per_gpu_and_group():
     from dltsched.predictors.steptime.measurements import Measurement
 
     rows = [Measurement("lstm_lm", "k80", b, 1, 0.1, dataset="wikitext2", source="gavel") for b in (5, 10)]
-    rows += [Measurement("resnet50", "k80", 32, 1, 0.5, dataset="imagenet", source="gavel")]
+    rows += [Measurement("resnet50", "k80", b, 1, 0.5, dataset="imagenet", source="gavel") for b in (16, 32)]
+    rows += [Measurement("resnet18", "k80", 32, 1, 0.05, dataset="cifar10", source="gavel")]
     d = cal._design(rows, {})
-    rnn = list(cal.COMPUTE_GROUPS).index("rnn")
-    conv = list(cal.COMPUTE_GROUPS).index("conv")
-    assert d.support.shape == (1, len(cal.COMPUTE_GROUPS))
-    assert d.support[0, conv] == 1  # resnet50 alone; lstm_lm's two batch sizes are one workload
-    assert d.support[0, rnn] <= 1
+    assert d.support[("k80", "conv")] == ("resnet18/cifar10", "resnet50/imagenet")
+    assert all(len(v) == len(set(v)) for v in d.support.values())  # batch sizes are one workload
+    eff = {"k80": {"conv": 2.0, "gemm": 3.0, "rnn": 17.0, "memory": 1.0}}
+    single = cal._single_workload_groups(d, eff)
+    for group, entry in single.get("k80", {}).items():
+        assert group != "conv" and len(d.support[("k80", group)]) == 1
+        assert entry["shared"] == pytest.approx(2.0)  # the common scale of the groups several workloads inform
+
+
+def test_a_group_one_workload_informs_holds_for_that_workload_only():
+    import copy
+
+    from dltsched.engine.domain.model import Job
+    from dltsched.predictors.steptime import DeletePopStepTime
+    from dltsched.predictors.steptime.model import load_factors
+
+    f = copy.deepcopy(load_factors())
+    f["gpu_efficiency"]["k80"]["rnn"] = 20.0
+    f["single_workload_groups"] = {"k80": {"rnn": {"workload": "lstm_lm/wikitext2", "shared": 2.0}}}
+    plain = copy.deepcopy(f)
+    plain["single_workload_groups"] = {}
+    ds2 = Job(id="d", model="deepspeech2", batch_size=32, total_iterations=1.0, dataset="librispeech")
+    lm = Job(id="l", model="lstm_lm", batch_size=80, total_iterations=1.0)
+    with_rule, without = DeletePopStepTime(factors=f), DeletePopStepTime(factors=plain)
+    assert with_rule.step_time_s(lm, "k80") == pytest.approx(without.step_time_s(lm, "k80"))
+    assert with_rule.step_time_s(ds2, "k80") < 0.5 * without.step_time_s(ds2, "k80")
+    assert with_rule.step_time_s(ds2, "v100") == pytest.approx(without.step_time_s(ds2, "v100"))
 
 
 def test_cli_takes_measured_steps_and_their_weight():
