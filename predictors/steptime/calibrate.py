@@ -455,8 +455,12 @@ def transfer_records(predictor: DeletePopStepTime, held: Sequence[Measurement], 
                      held_out: str) -> list[dict[str, Any]]:
     """Every rule of :func:`transfer.rule_predictions` for each held-out row from the same workload's
     measured step on each other GPU (``profile``: from all its batch sizes measured on that GPU)."""
-    from dltsched.predictors.steptime.kernel_logo import roofline_step_s
+    from dltsched.predictors.steptime.opgraph import roofline_step_s
     from dltsched.predictors.steptime.transfer import rule_predictions
+
+    def roof(m: Measurement) -> float:
+        job = job_of(m)
+        return roofline_step_s(job.model, job.dataset, m.batch_size, gpu_spec_checked(m.gpu), bool(m.amp))
 
     by_workload: dict[tuple[Any, ...], list[Measurement]] = {}
     by_profile: dict[tuple[Any, ...], list[Measurement]] = {}
@@ -477,7 +481,7 @@ def transfer_records(predictor: DeletePopStepTime, held: Sequence[Measurement], 
         for src in by_workload.get(_workload(m), ()):
             profile = [(*parts(p, o), o.step_time_s) for o in by_profile[_profile_key(src)]]
             rules = rule_predictions(src.step_time_s, parts(p, src), parts(p, m),
-                                     (roofline_step_s(src), roofline_step_s(m)),
+                                     (roof(src), roof(m)),
                                      (gpu_spec_checked(src.gpu).fp32_tflops, gpu_spec_checked(m.gpu).fp32_tflops),
                                      profile)
             out.append({"source": m.source, "held_out": held_out, "from_gpu": learned_root(

@@ -31,12 +31,11 @@ from dltsched.predictors.steptime import kernelstep
 from dltsched.predictors.steptime.kernels import (
     KernelModel,
     gpu_family,
-    kernel_gpu,
     load_kernel_model,
 )
 from dltsched.predictors.steptime.measurements import Measurement
 from dltsched.predictors.steptime.model import gpu_spec_checked, learned_root
-from dltsched.predictors.steptime.opgraph import kernel_times, step_kernel_s
+from dltsched.predictors.steptime.opgraph import roofline_step_s as opgraph_roofline_s
 from dltsched.predictors.zoo.graphs import resolve
 
 
@@ -69,9 +68,7 @@ def roofline_step_s(m: Measurement) -> float:
     from dltsched.predictors.steptime.calibrate import job_of
 
     job = job_of(m)
-    model_id, dataset = resolve(job.model, job.dataset)
-    times = kernel_times(ROOFLINE, model_id, dataset, kernel_gpu(gpu_spec_checked(m.gpu)), bool(m.amp))
-    return step_kernel_s(times, m.batch_size)
+    return opgraph_roofline_s(job.model, job.dataset, m.batch_size, gpu_spec_checked(m.gpu), bool(m.amp))
 
 
 def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, KernelModel] | None = None,
