@@ -46,20 +46,21 @@ def test_rules_and_summary():
     assert out["per_pair"]["s:a->b"]["roofline"] == pytest.approx(20.0)
 
 
-def test_group_support_names_the_workloads_per_gpu_and_group():
+def test_fit_names_the_groups_one_workload_alone_informs():
     from dltsched.predictors.steptime.measurements import Measurement
 
-    rows = [Measurement("lstm_lm", "k80", b, 1, 0.1, dataset="wikitext2", source="gavel") for b in (5, 10)]
-    rows += [Measurement("resnet50", "k80", b, 1, 0.5, dataset="imagenet", source="gavel") for b in (16, 32)]
-    rows += [Measurement("resnet18", "k80", 32, 1, 0.05, dataset="cifar10", source="gavel")]
-    d = cal._design(rows, {})
-    assert d.support[("k80", "conv")] == ("resnet18/cifar10", "resnet50/imagenet")
-    assert all(len(v) == len(set(v)) for v in d.support.values())  # batch sizes are one workload
-    eff = {"k80": {"conv": 2.0, "gemm": 3.0, "rnn": 17.0, "memory": 1.0}}
-    single = cal._single_workload_groups(d, eff)
-    for group, entry in single.get("k80", {}).items():
-        assert group != "conv" and len(d.support[("k80", group)]) == 1
-        assert entry["shared"] == pytest.approx(2.0)  # the common scale of the groups several workloads inform
+    rows = [Measurement("lstm_lm", "k80", b, 1, t, dataset="wikitext2", source="gavel", optimizer="sgd")
+            for b, t in ((5, 0.039), (20, 0.058), (80, 0.165))]
+    rows += [Measurement("resnet50", "k80", b, 1, t, dataset="imagenet", source="gavel")
+             for b, t in ((16, 0.43), (64, 1.6))]
+    rows += [Measurement("resnet18", "k80", b, 1, t, dataset="cifar10", source="gavel")
+             for b, t in ((32, 0.14), (128, 0.55))]
+    factors = cal.fit(rows)
+    single = factors["single_workload_groups"]["k80"]
+    assert single["rnn"]["workload"] == "lstm_lm/wikitext2"
+    assert "conv" not in single  # resnet18 and resnet50 both inform it
+    # the common scale is that of the groups several workloads inform
+    assert single["rnn"]["shared"] == pytest.approx(factors["gpu_efficiency"]["k80"]["conv"], rel=1e-3)
 
 
 def test_a_group_one_workload_informs_holds_for_that_workload_only():
