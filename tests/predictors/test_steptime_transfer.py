@@ -99,3 +99,14 @@ def test_cli_takes_measured_steps_and_their_weight():
     assert half["transferred_step_time_s"] == pytest.approx((0.5 * half["step_time_s"]) ** 0.5)
     bad = CliRunner().invoke(cli, [*args, "--measured-weight", "2"])
     assert bad.exit_code == 2 and "measured-weight" in bad.output
+
+
+def test_eval_steptime_new_jobs_needs_leave_one_gpu_out(tmp_path, capsys):
+    from dltsched.engine.app.cli.main import main
+
+    rows = tmp_path / "rows.csv"
+    rows.write_text("model,gpu,batch_size,num_gpus,step_time_s\nresnet50,v100,32,1,0.1\n")
+    assert main(["predict", "eval-steptime", str(rows), "--new-jobs"]) == 2
+    err = capsys.readouterr().err
+    assert "--new-jobs" in err and "leave-one-gpu-out" in err and "Traceback" not in err
+    assert main(["predict", "eval-steptime", str(rows), "--json"]) == 0

@@ -131,12 +131,12 @@ def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: b
 
     if (csv_file is None) == (source is None):
         raise ValidationError("eval-steptime", "give either a CSV file or --format gavel|zeus|all")
+    if new_jobs and not leave_one_gpu_out:
+        raise ValidationError("--new-jobs", "only with --leave-one-gpu-out")
     test = ms.read_csv(csv_file) if csv_file else _measurements(source or "all", data_dir, (min_scale, max_scale))
     if leave_one_gpu_out:
         train = _measurements("all", data_dir, TRAIN_SCALES)
         out = cal.leave_one_gpu_out(train, test, ms.deepbench_kernel_efficiency(data_dir), new_jobs=new_jobs)
-    elif new_jobs:
-        raise ValidationError("--new-jobs", "only with --leave-one-gpu-out")
     else:
         ev = cal.evaluate(DeletePopStepTime(), test)
         out = {**ev.summary(), "rows": list(ev.rows)}
