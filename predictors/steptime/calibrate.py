@@ -65,6 +65,7 @@ PRIOR_INVERSE_EFFICIENCY = {"conv": 1.4, "gemm": 1.4, "rnn": 2.0, "memory": 1.25
 PRIOR_DISPATCH_US = 10.0
 _PRIOR_WEIGHT = 0.01  # on log(inverse efficiency / prior): a tie-breaker only
 _GPU_WEIGHT = 0.1  # on log(per-GPU multiplier / the GPU's common compute scale); memory: on log(multiplier)
+_SUPPORT_SHARE = 0.1  # share of a workload's GPU work in a group that makes it inform the group
 _COMMON_WEIGHT = 0.01  # on a GPU's common compute scale (geometric mean of its compute-group multipliers)
 _SPEED_WEIGHT = 0.3  # on log(host speed): machines differ, but host terms should not mimic GPU work
 _HOST_WEIGHT = 0.03  # on host terms (units of 10 ms, 0.1 ms per sample): GPU work explains what it can first
@@ -115,6 +116,7 @@ class _Design:
     cell: np.ndarray  # index into cells (0 for kernel-time rows, unused)
     workloads: tuple[tuple[str, str, str], ...]  # (source, model, dataset) with whole-step rows
     workload: np.ndarray
+    support: dict[tuple[str, str], tuple[str, ...]]  # (gpu, compute group) -> workloads "model/dataset" in it
 
 
 def _design(rows: Sequence[Measurement], efficiency: dict[str, dict[str, float]]) -> _Design:
@@ -135,7 +137,42 @@ def _design(rows: Sequence[Measurement], efficiency: dict[str, dict[str, float]]
                    np.array([m.batch_size for m in rows], float), np.array([m.step_time_s for m in rows]), gpus,
                    np.array([gpus.index(g) for g in gpu_ids]), cell_keys,
                    np.array([cell_keys.index(c) if c else 0 for c in cells]), load_keys,
-                   np.array([load_keys.index(w) if w else 0 for w in loads]))
+                   np.array([load_keys.index(w) if w else 0 for w in loads]),
+                   _group_support(rows, np.array(work), gpus, gpu_ids))
+
+
+def _group_support(rows: Sequence[Measurement], work: np.ndarray, gpus: tuple[str, ...],
+                   gpu_ids: Sequence[str]) -> dict[tuple[str, str], tuple[str, ...]]:
+    """Per GPU and compute group, the workloads (``model/dataset``) that spend at least
+    :data:`_SUPPORT_SHARE` of their GPU work in that group on that GPU (at the prior efficiencies)."""
+    prior = np.array([PRIOR_INVERSE_EFFICIENCY[t] for t in WORK_TERMS])
+    spec = work[:, :len(WORK_TERMS)] * prior
+    share = spec[:, :_N_COMPUTE] / np.maximum(spec.sum(axis=1, keepdims=True), 1e-30)
+    seen: dict[tuple[str, str], set[str]] = {}
+    for m, g, row in zip(rows, gpu_ids, share, strict=True):
+        model, dataset = resolve(m.model, m.dataset)
+        for j, group in enumerate(COMPUTE_GROUPS):
+            if row[j] >= _SUPPORT_SHARE:
+                seen.setdefault((g, group), set()).add(f"{model}/{dataset}")
+    return {k: tuple(sorted(v)) for k, v in sorted(seen.items())}
+
+
+def _single_workload_groups(d: _Design, efficiency: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
+    """Per GPU, the compute groups only one workload informs (:func:`_group_support`), with that workload
+    and the GPU's common scale over its groups that several workloads inform (geometric mean; groups
+    without such a scale are left out). The fitted multiplier of such a group holds for that workload;
+    every other workload gets the common scale (``model.DeletePopStepTime.gpu_terms``): one workload
+    cannot tell a group's efficiency on a GPU from its own quirks (K80's recurrent group, from lstm_lm
+    alone, was 8x its other groups and put DeepSpeech2 at 66 s a step)."""
+    out: dict[str, dict[str, Any]] = {}
+    for gpu in d.gpus:
+        mult = efficiency.get(gpu, {})
+        shared = [mult[g] for g in COMPUTE_GROUPS if len(d.support.get((gpu, g), ())) >= 2 and g in mult]
+        singles = {g: d.support[(gpu, g)][0] for g in COMPUTE_GROUPS if len(d.support.get((gpu, g), ())) == 1}
+        if shared and singles:
+            common = float(np.exp(np.mean(np.log(shared))))
+            out[gpu] = {g: {"workload": w, "shared": round(common, 5)} for g, w in singles.items()}
+    return out
 
 
 class _Params:
@@ -238,12 +275,14 @@ def fit(measurements: Sequence[Measurement],
         "kernel_efficiency": efficiency,
         "gpu_efficiency": {g: {t: round(float(mult[i, j] / typical[t]), 5) for j, t in enumerate(GPU_TERMS)}
                            for i, g in enumerate(d.gpus)},
+        "single_workload_groups": {},
         "sources": sorted(host_speed),
         "host_speed": host_speed,
         "host_overhead": {host_key(*w): {"per_step_s": round(float(h[0]) * _STEP_UNIT_S, 7),
                                          "per_sample_s": round(float(h[1]) * _SAMPLE_UNIT_S, 9)}
                           for w, h in zip(d.workloads, host, strict=True)},
     }
+    factors["single_workload_groups"] = _single_workload_groups(d, factors["gpu_efficiency"])
     multi = [m for m in measurements if m.num_gpus > 1]
     if multi:
         factors.update(_fit_comm(factors, multi))
@@ -339,25 +378,44 @@ def oracle_scale(measured_s: Sequence[float], predicted_s: Sequence[float]) -> f
 
 def leave_one_gpu_out(train: Sequence[Measurement], test: Sequence[Measurement],
                       kernel_efficiency: dict[str, dict[str, float]] | None = None,
-                      base: DeletePopStepTime | None = None) -> dict[str, Any]:
+                      base: DeletePopStepTime | None = None, new_jobs: bool = False) -> dict[str, Any]:
     """For each GPU of ``test``: fit on ``train`` without any row of that GPU, evaluate on ``test`` rows of it.
 
     Every row of the held-out GPU leaves ``train`` (step times of every source and kernel sums);
     its DeepBench kernel efficiencies (operator microbenchmarks) stay. Per GPU, ``oracle_scale``
     is the one factor that would fit the held-out GPU best and ``oracle_mape`` the MAPE with it:
     what is left once the GPU's overall speed is known, i.e. the error of the model's shape.
+
+    ``transfer``: one-profile transfer (:mod:`transfer`) of each held-out row from the same workload's
+    measured step on each other GPU, every rule on the same pairs, with the fold's fit (the job's
+    rows on the other GPUs are in it: the profile is partly known to the fit). ``new_jobs``: also
+    ``transfer_new_jobs``, the same pairs with the job's model left out of the fit too (one fit per
+    held-out GPU and model): the profile is then all the predictor knows of the job.
     """
+    from dltsched.predictors.steptime import transfer
+
     base = base or DeletePopStepTime()
-    per_gpu, all_rows, oracle_apes, transfer_apes = {}, [], [], []
+    per_gpu: dict[str, Any] = {}
+    all_rows: list[dict[str, Any]] = []
+    oracle_apes: list[float] = []
+    records: list[dict[str, Any]] = []
+    new_records: list[dict[str, Any]] = []
     def root(m: Measurement) -> str:  # GPUs sharing a fit (V100-32GB, PCIe variants) are held out together
         return learned_root(gpu_spec_checked(m.gpu).id)
 
     for gpu in sorted({root(m) for m in test}):
-        factors = fit([m for m in train if root(m) != gpu], kernel_efficiency)
+        fold = [m for m in train if root(m) != gpu]
+        factors = fit(fold, kernel_efficiency)
         held = [m for m in test if root(m) == gpu]
         ev = evaluate(replace(base, factors=factors), held)
-        transfer_apes.extend(transfer_errors(replace(base, factors=factors), held,
-                                             [m for m in test if root(m) != gpu]))
+        others = [m for m in test if root(m) != gpu]
+        records.extend(transfer_records(replace(base, factors=factors), held, others, gpu))
+        if new_jobs:
+            for model in sorted({canonical_model(m.model) for m in held}):
+                mine = [m for m in held if canonical_model(m.model) == model]
+                if any(_workload(o) == _workload(m) for m in mine for o in others):
+                    new = fit([m for m in fold if canonical_model(m.model) != model], kernel_efficiency)
+                    new_records.extend(transfer_records(replace(base, factors=new), mine, others, gpu))
         y, pred = [r["measured_s"] for r in ev.rows], [r["predicted_s"] for r in ev.rows]
         scale = oracle_scale(y, pred)
         apes = [abs(scale * p - m) / m * 100.0 for m, p in zip(y, pred, strict=True)]
@@ -365,27 +423,68 @@ def leave_one_gpu_out(train: Sequence[Measurement], test: Sequence[Measurement],
         all_rows.extend(ev.rows)
         oracle_apes.extend(apes)
     apes = [r["ape"] for r in all_rows]
-    return {"n": len(apes), "mape": float(np.mean(apes)), "p90_ape": float(np.percentile(apes, 90)),
-            "oracle_mape": float(np.mean(oracle_apes)),
-            "transfer_n": len(transfer_apes), "transfer_mape": float(np.mean(transfer_apes)) if transfer_apes else None,
-            "per_gpu": per_gpu, "rows": all_rows}
+    summary = transfer.summarize(records)  # transfer_mape: transfer_s's default for a fitted workload (blend)
+    out = {"n": len(apes), "mape": float(np.mean(apes)), "p90_ape": float(np.percentile(apes, 90)),
+           "oracle_mape": float(np.mean(oracle_apes)),
+           "transfer_n": summary["n"], "transfer_mape": summary["blend"], "transfer": summary,
+           "per_gpu": per_gpu, "rows": all_rows}
+    if new_jobs:
+        out["transfer_new_jobs"] = transfer.summarize(new_records)
+    return out
+
+
+def canonical_model(name: str) -> str:
+    """Zoo id of a measured model name (``resolve``; a name the zoo does not know stays as given)."""
+    from dltsched.engine.domain.catalog import model_catalog
+
+    try:
+        return model_catalog().get(name).id
+    except ValueError:
+        return name
 
 
 def _workload(m: Measurement) -> tuple[Any, ...]:
     return (m.source, m.model, m.dataset, m.batch_size, m.num_gpus, m.amp, m.scope)
 
 
-def transfer_errors(predictor: DeletePopStepTime, held: Sequence[Measurement],
-                    others: Sequence[Measurement]) -> list[float]:
-    """APE (%) of one-profile transfer: each held-out row predicted from the same workload's measured
-    step on one other GPU (every such GPU in turn), with :meth:`DeletePopStepTime.transfer_s`."""
+def _profile_key(m: Measurement) -> tuple[Any, ...]:
+    return (m.source, m.model, m.dataset, m.num_gpus, m.amp, m.scope, m.gpu)
+
+
+def transfer_records(predictor: DeletePopStepTime, held: Sequence[Measurement], others: Sequence[Measurement],
+                     held_out: str) -> list[dict[str, Any]]:
+    """Every rule of :func:`transfer.rule_predictions` for each held-out row from the same workload's
+    measured step on each other GPU (``profile``: from all its batch sizes measured on that GPU)."""
+    from dltsched.predictors.steptime.opgraph import roofline_step_s
+    from dltsched.predictors.steptime.transfer import rule_predictions
+
+    def roof(m: Measurement) -> float:
+        job = job_of(m)
+        return roofline_step_s(job.model, job.dataset, m.batch_size, gpu_spec_checked(m.gpu), bool(m.amp))
+
     by_workload: dict[tuple[Any, ...], list[Measurement]] = {}
+    by_profile: dict[tuple[Any, ...], list[Measurement]] = {}
     for m in others:
         by_workload.setdefault(_workload(m), []).append(m)
+        by_profile.setdefault(_profile_key(m), []).append(m)
+    memo: dict[Measurement, tuple[float, float]] = {}
+
+    def parts(p: DeletePopStepTime, m: Measurement) -> tuple[float, float]:
+        if m not in memo:
+            b = p.breakdown(job_of(m), m.gpu, m.num_gpus, scope=m.scope)
+            memo[m] = (b.overhead_s, b.step_time_s - b.overhead_s)
+        return memo[m]
+
     out = []
     for m in held:
+        p = replace(predictor, host_source=m.source or None)
         for src in by_workload.get(_workload(m), ()):
-            p = replace(predictor, host_source=m.source or None)
-            pred = p.transfer_s(job_of(m), m.gpu, [(src.gpu, src.batch_size, src.step_time_s)], scope=m.scope)
-            out.append(abs(pred - m.step_time_s) / m.step_time_s * 100.0)
+            profile = [(*parts(p, o), o.step_time_s) for o in by_profile[_profile_key(src)]]
+            rules = rule_predictions(src.step_time_s, parts(p, src), parts(p, m),
+                                     (roof(src), roof(m)),
+                                     (gpu_spec_checked(src.gpu).fp32_tflops, gpu_spec_checked(m.gpu).fp32_tflops),
+                                     profile)
+            out.append({"source": m.source, "held_out": held_out, "from_gpu": learned_root(
+                gpu_spec_checked(src.gpu).id), "model": m.model, "batch_size": m.batch_size,
+                "measured_s": m.step_time_s, "profile_s": src.step_time_s, **rules})
     return out

@@ -14,9 +14,10 @@ held-out GPU enters only through its spec sheet. Beside it, on the same rows:
 that fits that GPU's measured rows best (chosen with the held-out labels: a floor, not a prediction).
 
 One-profile transfer (Habitat-style): each held-out row predicted from the same workload's measured
-step at the same batch size on one other GPU (every such GPU in turn), scaled by the ratio of the
-fold's predictions on the two GPUs: ``measured_other * predicted_held / predicted_other``; beside it
-the same with the ratio of the two GPUs' roofline step times.
+step at the same batch size on one other GPU (every such GPU in turn) by every rule of
+:mod:`transfer` (the GPU part scaled to fit the measurement with the host part kept, the fit over
+all the batch sizes measured there, the ratio of the fold's predictions, the measured time unchanged,
+the ratio of peak FLOPS and of roofline step times, and the prediction without the profile).
 """
 
 from __future__ import annotations
@@ -30,12 +31,11 @@ from dltsched.predictors.steptime import kernelstep
 from dltsched.predictors.steptime.kernels import (
     KernelModel,
     gpu_family,
-    kernel_gpu,
     load_kernel_model,
 )
 from dltsched.predictors.steptime.measurements import Measurement
 from dltsched.predictors.steptime.model import gpu_spec_checked, learned_root
-from dltsched.predictors.steptime.opgraph import kernel_times, step_kernel_s
+from dltsched.predictors.steptime.opgraph import roofline_step_s as opgraph_roofline_s
 from dltsched.predictors.zoo.graphs import resolve
 
 
@@ -68,39 +68,75 @@ def roofline_step_s(m: Measurement) -> float:
     from dltsched.predictors.steptime.calibrate import job_of
 
     job = job_of(m)
-    model_id, dataset = resolve(job.model, job.dataset)
-    times = kernel_times(ROOFLINE, model_id, dataset, kernel_gpu(gpu_spec_checked(m.gpu)), bool(m.amp))
-    return step_kernel_s(times, m.batch_size)
+    return opgraph_roofline_s(job.model, job.dataset, m.batch_size, gpu_spec_checked(m.gpu), bool(m.amp))
 
 
 def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, KernelModel] | None = None,
                       train_extra: Sequence[Measurement] = (),
-                      progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                      progress: Callable[[str], None] | None = None, new_jobs: bool = False) -> dict[str, Any]:
     """Per held-out GPU and over all rows: MAPE of the kernel step model and of the simple rules.
 
     ``kernel_models``: GPU family (:func:`kernel_family`) -> kernel model fitted without it;
     families not in it use the shipped model. ``train_extra`` rows join every fit, never the test.
+    ``transfer``: every rule of :mod:`transfer` on the same pairs (the fold's fit, which has the job's
+    rows on the other GPUs); ``new_jobs``: also ``transfer_new_jobs``, with the job's model out of the
+    step-model fit too (one fit per held-out GPU and model).
     """
+    from dltsched.predictors.steptime.calibrate import canonical_model
+    from dltsched.predictors.steptime.transfer import rule_predictions, summarize
+
     kernel_models = kernel_models or {}
     shipped = load_kernel_model()
     everything = [*rows, *train_extra]
+    memo: dict[tuple[int, Measurement], tuple[dict[str, float], str, str, int, str, float, str]] = {}
+
+    def row(m: Measurement, km: KernelModel) -> tuple[dict[str, float], str, str, int, str, float, str]:
+        key = (id(km), m)
+        if key not in memo:
+            memo[key] = _row(m, km)
+        return memo[key]
 
     def root(m: Measurement) -> str:
         return learned_root(gpu_spec_checked(m.gpu).id)
 
+    def parts(params: dict[str, Any], m: Measurement, km: KernelModel, source: str, wkey: str) -> tuple[float, float]:
+        r = row(m, km)
+        terms = kernelstep.predict_terms(params, r[0], source, wkey, r[3], r[4], r[6])
+        return terms["dispatch"] + terms["fixed"] + terms["input"], terms["gpu"]
+
+    def transfers(params: dict[str, Any], km: KernelModel, m: Measurement, train: list[Measurement],
+                  held: str) -> list[dict[str, Any]]:
+        _w, source, wkey, _b, _s, y, _g = row(m, km)
+        out = []
+        for t in train:
+            if (t.source, t.model, t.dataset, t.num_gpus, t.amp, t.batch_size, t.scope) != (
+                    m.source, m.model, m.dataset, m.num_gpus, m.amp, m.batch_size, m.scope):
+                continue
+            profile = [(*parts(params, o, km, source, wkey), o.step_time_s) for o in train
+                       if (o.source, o.model, o.dataset, o.num_gpus, o.amp, o.scope, o.gpu)
+                       == (t.source, t.model, t.dataset, t.num_gpus, t.amp, t.scope, t.gpu)]
+            rules = rule_predictions(t.step_time_s, parts(params, t, km, source, wkey),
+                                     parts(params, m, km, source, wkey), (roofline_step_s(t), roofline_step_s(m)),
+                                     (gpu_spec_checked(t.gpu).fp32_tflops, gpu_spec_checked(m.gpu).fp32_tflops),
+                                     profile)
+            out.append({"source": m.source, "held_out": held, "from_gpu": root(t), "model": m.model,
+                        "batch_size": m.batch_size, "measured_s": y, "profile_s": t.step_time_s, **rules})
+        return out
+
     out_rows: list[dict[str, Any]] = []
     params_by_gpu = {}
-    transfer_apes: list[tuple[str, float, float]] = []  # source, APE of the model, APE of the roofline ratio
+    records: list[dict[str, Any]] = []
+    new_records: list[dict[str, Any]] = []
     for held in sorted({root(m) for m in rows}):
         if progress:
             progress(held)
         km = kernel_models.get(kernel_family(held), shipped)
         train = [m for m in everything if root(m) != held]
         test = [m for m in rows if root(m) == held]
-        params = kernelstep.fit([_row(m, km) for m in train])
+        params = kernelstep.fit([row(m, km) for m in train])
         params_by_gpu[held] = {k: v for k, v in params.items() if k != "input"}
         for m in test:
-            work, source, wkey, batch, scope, y, gkey = _row(m, km)
+            work, source, wkey, batch, scope, y, gkey = row(m, km)
             terms = kernelstep.predict_terms(params, work, source, wkey, batch, scope, gkey)
             pred = sum(terms.values())
             same = [t for t in train if (t.source, t.model, t.dataset, t.num_gpus, t.amp)
@@ -112,21 +148,19 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
                 mean = float(np.mean([t.step_time_s * m.batch_size / t.batch_size for t in same]))
             else:
                 mean = float("nan")
-            roof_held = roofline_step_s(m)
-            for t in same:
-                if t.batch_size == m.batch_size:
-                    other = _row(t, km)  # the fold's kernel model: the other GPU is one it was fitted on
-                    other_pred = sum(kernelstep.predict_terms(params, other[0], source, wkey, batch, scope,
-                                                              other[6]).values())
-                    by_roof = t.step_time_s * roof_held / roofline_step_s(t)
-                    transfer_apes.append((m.source, abs(t.step_time_s * pred / other_pred - y) / y * 100.0,
-                                          abs(by_roof - y) / y * 100.0))
+            records.extend(transfers(params, km, m, train, held))
             setup = [t.step_time_s for t in train if t.source == m.source] or [t.step_time_s for t in train]
             out_rows.append({"gpu": m.gpu, "held_out": held, "model": m.model, "dataset": m.dataset,
                              "batch_size": m.batch_size, "scope": m.scope, "source": m.source, "measured_s": y,
                              "predicted_s": pred, **{f"{k}_s": v for k, v in terms.items()},
-                             "roofline_s": roof_held, "constant_s": float(np.median(setup)),
+                             "roofline_s": roofline_step_s(m), "constant_s": float(np.median(setup)),
                              "per_model_mean_s": mean})
+        if new_jobs:
+            for model in sorted({canonical_model(m.model) for m in test}):
+                new = kernelstep.fit([row(t, km) for t in train if canonical_model(t.model) != model])
+                for m in test:
+                    if canonical_model(m.model) == model:
+                        new_records.extend(transfers(new, km, m, train, held))
 
     def mape(col: str, sub: list[dict[str, Any]]) -> float | None:
         vals = [abs(r[col] - r["measured_s"]) / r["measured_s"] * 100.0 for r in sub if np.isfinite(r[col])]
@@ -151,15 +185,11 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
 
     per_source = {s: summary([r for r in out_rows if r["source"] == s]) for s in sorted({r["source"] for r in out_rows})}
     per_gpu = {g: summary([r for r in out_rows if r["held_out"] == g]) for g in sorted({r["held_out"] for r in out_rows})}
-    def transfer_summary(sub: list[tuple[str, float, float]]) -> dict[str, Any]:
-        return {"n": len(sub), "mape": float(np.mean([a for _s, a, _r in sub])) if sub else None,
-                "roofline_mape": float(np.mean([r for _s, _a, r in sub])) if sub else None}
-
-    transfer = transfer_summary(transfer_apes)
-    transfer["per_source"] = {s: transfer_summary([t for t in transfer_apes if t[0] == s])
-                              for s in sorted({t[0] for t in transfer_apes})}
-    return {"all": summary(out_rows), "transfer": transfer, "per_source": per_source, "per_gpu": per_gpu, "params": params_by_gpu,
-            "rows": out_rows}
+    out = {"all": summary(out_rows), "transfer": summarize(records), "per_source": per_source, "per_gpu": per_gpu,
+           "params": params_by_gpu, "rows": out_rows}
+    if new_jobs:
+        out["transfer_new_jobs"] = summarize(new_records)
+    return out
 
 
 def fit_kernel_step(rows: Sequence[Measurement], kernel_model: KernelModel | None = None) -> dict[str, Any]:

@@ -27,7 +27,9 @@ One training iteration on one GPU, from the operator graph (see :mod:`aggregates
 The frozen prefix (layers < freeze level) skips its backward and optimizer update. Coefficients
 come from ``factors.json`` (``dltsched predict calibrate-steptime``): global inverse efficiencies
 scale every GPU's spec sheet; GPUs with step-time measurements also get fitted multipliers per
-:data:`GPU_TERMS`. ``job.batch_size`` is the batch of one GPU.
+:data:`GPU_TERMS` (a compute group that one workload alone was fitted on, ``single_workload_groups``,
+holds for that workload; the GPU's other workloads get its common scale). ``job.batch_size`` is the
+batch of one GPU.
 """
 
 from __future__ import annotations
@@ -307,6 +309,11 @@ def recurrent_time(flop_s: float, reread_s: float) -> float:
     return (flop_s**RECURRENT_POWER + reread_s**RECURRENT_POWER) ** (1.0 / RECURRENT_POWER)
 
 
+#: how much of a measured step elsewhere :meth:`DeletePopStepTime.transfer_s` takes (geometric weight) for a
+#: workload the factors were fitted on (1 for one they were not)
+TRANSFER_WEIGHT = 0.5
+
+
 @dataclass(frozen=True, slots=True)
 class DeletePopStepTime:
     """Operator-level step-time and memory predictor; implements ``StepTimePredictor``.
@@ -356,6 +363,9 @@ class DeletePopStepTime:
             hit = _WORK_MEMO[key] = (f, {k: (2.0 * one[k] - two[k], two[k] - one[k]) for k in one})
         work = {k: a + b * job.batch_size for k, (a, b) in hit[1].items()}
         theta, mult = f["inverse_efficiency"], gpu_eff.get(learned_id(gpu.id, gpu_eff), {})
+        single = f.get("single_workload_groups", {}).get(learned_id(gpu.id, gpu_eff), {})
+        if single:  # a group fitted on one workload alone holds for it; others get the GPU's common scale
+            mult = {**mult, **{g: v["shared"] for g, v in single.items() if v["workload"] != f"{model}/{dataset}"}}
         dram = mult.get("memory", 1.0)
         out = {g: work[g] * theta[g] * mult.get(g, 1.0) for g in COMPUTE_GROUPS}
         out["rnn"] = recurrent_time(out["rnn"], work["recurrent"] * theta["memory"] * dram)
@@ -534,36 +544,50 @@ class DeletePopStepTime:
         return value
 
     def transfer_s(self, job: Job, gpu_type: str, measured: list[tuple[str, int, float]],
-                   num_gpus: int | None = None, *, num_nodes: int = 1, scope: str = "iteration") -> float:
+                   num_gpus: int | None = None, *, num_nodes: int = 1, scope: str = "iteration",
+                   weight: float | None = None) -> float:
         """Step time on ``gpu_type`` given measured steps of the same job elsewhere (Habitat-style).
 
         ``measured``: ``(gpu, batch_size, seconds)`` of ``job`` (at ``job.num_gpus``). The predictor
-        splits each step into a fixed host part ``F`` (dispatch not hidden, per-step host cost, input
-        pipeline) and a GPU part ``G`` (kernels and all-reduce). One measurement scales both by its
-        measured / predicted ratio; several fit ``t = a F + c G`` (non-negative least squares on
-        relative errors), so that batch sizes separate the fixed from the per-sample cost.
+        splits each step into a host part ``H`` (dispatch not hidden, per-step host cost, input
+        pipeline: the same on any GPU) and a GPU part ``G`` (kernels, optimizer, all-reduce). The
+        measurements fit one scale of the GPU part, the host part kept (:func:`transfer.fit_transfer`;
+        batch sizes tell the fixed from the per-sample host cost). ``weight`` (default: 1 for a workload
+        the factors were never fitted on, whose measurements are all the predictor knows of it;
+        :data:`TRANSFER_WEIGHT` for one they were fitted on, whose measurements are partly in the fit
+        already) blends the result with the prediction without them (:func:`transfer.blend`,
+        geometrically): ``1`` takes the measurements whole, ``0`` ignores them.
         """
+        from dltsched.predictors.steptime.transfer import blend, fit_transfer
+
         if not measured:
             raise ValidationError("measured", "give at least one GPU:BATCH:SECONDS measurement")
+        if weight is None:
+            weight = TRANSFER_WEIGHT if self.knows(job) else 1.0
+        if not 0.0 <= weight <= 1.0:
+            raise ValidationError("weight", f"{weight!r} not understood; a number from 0 to 1")
         rows = []
         for gpu, batch, seconds in measured:
             if not isinstance(batch, int) or batch < 1 or not seconds > 0:
                 raise ValidationError("measured", f"{gpu}:{batch}:{seconds} not understood; "
                                                   "need GPU:BATCH:SECONDS with BATCH >= 1 and SECONDS > 0")
             b = self.breakdown(replace(job, batch_size=batch), gpu, num_nodes=num_nodes, scope=scope)
-            rows.append((b.overhead_s, b.step_time_s - b.overhead_s, seconds))
+            rows.append((b.overhead_s, b.step_time_s - b.overhead_s, float(seconds)))
         target = self.breakdown(job, gpu_type, num_gpus, num_nodes=num_nodes, scope=scope)
-        fixed, gpu_part = target.overhead_s, target.step_time_s - target.overhead_s
-        ratio = sum(t / (f + g) for f, g, t in rows) / len(rows)
-        a = c = ratio
-        if len({(f, g) for f, g, _t in rows}) >= 2:
-            from scipy.optimize import nnls
+        fitted = fit_transfer(rows, target.overhead_s, target.step_time_s - target.overhead_s)
+        return blend(fitted, target.step_time_s, weight)
 
-            design = [[f / t, g / t] for f, g, t in rows]
-            (a_fit, c_fit), _res = nnls(design, [1.0] * len(rows))
-            if a_fit + c_fit > 0:
-                a, c = a_fit, c_fit
-        return a * fixed + c * gpu_part
+    def knows(self, job: Job) -> bool:
+        """Whether the factors were fitted on measurements of ``job``'s workload (model and dataset; with
+        ``gpu_model="kernels"`` also its AMP setting)."""
+        model, dataset = resolve(job.model, job.dataset)
+        if self.gpu_model != "kernels":
+            return self.setup(model, dataset) is not None
+        from dltsched.predictors.steptime.kernelstep import workload_key
+
+        params = self.kernel_step_params()
+        key = workload_key(self.kernel_source(params, model, dataset, job.amp), model, dataset, job.amp)
+        return key in params.get("scale", {}) or key in params.get("input", {})
 
     def _memory_mib(self, job: Job, agg: Aggregates, freeze_level: int) -> float:
         trainable = agg.param_bytes[freeze_level]

@@ -228,3 +228,13 @@ def step_kernel_s(times: KernelTimes, batch: float, freeze_level: int = 0, backw
     if backward:
         per_grid = per_grid + times.backward[:, freeze_level:].sum(axis=1)
     return interpolate(per_grid, batch)
+
+
+def roofline_step_s(model: str, dataset: str | None, batch_size: int, gpu: Any, amp: bool = False) -> float:
+    """Sum of the graph's kernels (forward, backward) at ``gpu``'s (a catalog ``GpuType``) spec-sheet peak
+    and bandwidth, nothing fitted: the plain roofline step."""
+    from dltsched.predictors.steptime.kernels import kernel_gpu
+    from dltsched.predictors.zoo.graphs import resolve
+
+    model_id, ds = resolve(model, dataset)
+    return step_kernel_s(kernel_times(KernelModel({}), model_id, ds, kernel_gpu(gpu), bool(amp)), batch_size)

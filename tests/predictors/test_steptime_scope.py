@@ -95,21 +95,37 @@ def test_csv_reader_errors_are_one_line(tmp_path, text, match):
 def test_transfer_from_one_profile_reproduces_it():
     p = DeletePopStepTime()
     job = _job("resnet50", 64)
-    assert p.transfer_s(job, "v100", [("v100", 64, 0.5)]) == pytest.approx(0.5)
-    direct = p.step_time_s(job, "a100")
-    ratio = 0.5 / p.step_time_s(job, "v100")
-    assert p.transfer_s(job, "a100", [("v100", 64, 0.5)]) == pytest.approx(direct * ratio)
+    assert p.transfer_s(job, "v100", [("v100", 64, 0.5)], weight=1.0) == pytest.approx(0.5)
+    a, b = p.breakdown(job, "v100"), p.breakdown(job, "a100")
+    # the GPU part takes what the host part leaves of the measurement; the host part keeps its prediction
+    scale = (0.5 - a.overhead_s) / (a.step_time_s - a.overhead_s)
+    whole = b.overhead_s + scale * (b.step_time_s - b.overhead_s)
+    assert p.transfer_s(job, "a100", [("v100", 64, 0.5)], weight=1.0) == pytest.approx(whole)
+    # resnet50 is in the fit: by default blended halfway (geometrically) with the prediction without it
+    assert p.knows(job)
+    assert p.transfer_s(job, "a100", [("v100", 64, 0.5)]) == pytest.approx((whole * b.step_time_s) ** 0.5)
+    assert p.transfer_s(job, "a100", [("v100", 64, 0.5)], weight=0.0) == pytest.approx(b.step_time_s)
+    with pytest.raises(ValidationError, match="weight"):
+        p.transfer_s(job, "a100", [("v100", 64, 0.5)], weight=2.0)
 
 
-def test_transfer_separates_fixed_and_per_sample_cost():
+def test_transfer_fits_the_gpu_part_over_batch_sizes():
     p = DeletePopStepTime()
     job = _job("resnet50", 64)
 
     def truth(batch, gpu):
         b = p.breakdown(replace(job, batch_size=batch), gpu)
-        return 3.0 * b.overhead_s + 0.5 * (b.step_time_s - b.overhead_s)
+        return b.overhead_s + 0.5 * (b.step_time_s - b.overhead_s)
 
     measured = [("v100", 16, truth(16, "v100")), ("v100", 128, truth(128, "v100"))]
-    assert p.transfer_s(job, "a100", measured) == pytest.approx(truth(64, "a100"), rel=1e-6)
+    assert p.transfer_s(job, "a100", measured, weight=1.0) == pytest.approx(truth(64, "a100"), rel=1e-6)
+
+
+@pytest.mark.parametrize("gpu_model", ["groups", "kernels"])
+def test_transfer_takes_a_never_fitted_workload_s_measurement_whole(gpu_model):
+    p = DeletePopStepTime(gpu_model=gpu_model)
+    new = _job("gpt2_large", 4, dataset="seq1024")
+    assert not p.knows(new) and p.knows(_job("resnet50", 64))
+    assert p.transfer_s(new, "v100", [("v100", 4, 0.9)]) == pytest.approx(0.9)
     with pytest.raises(ValidationError, match="measured"):
-        p.transfer_s(job, "a100", [])
+        p.transfer_s(new, "a100", [])

@@ -56,12 +56,15 @@ def _job(model: str, batch_size: int, num_gpus: int, amp: bool, dataset: str | N
               show_default=True, help="What the step covers: with input pipeline, without, forward+backward only.")
 @click.option("--measured", "measured_texts", multiple=True, metavar="GPU:BATCH:SECONDS",
               help="A measured step time of this job on some GPU (repeatable): the prediction is scaled from it.")
+@click.option("--measured-weight", type=click.FloatRange(0.0, 1.0), default=None,
+              help="How much of the --measured steps to take (geometric blend with the prediction; 1: all). "
+                   "Default: 0.5 for a workload the predictor was fitted on, else 1.")
 @click.option("--gpu-model", type=click.Choice(["groups", "kernels"]), default="groups", show_default=True,
               help="GPU time from calibrated work groups, or from every kernel of the graph (kernel model).")
 @click.option("--json", "as_json", is_flag=True)
 def step_time(model: str, gpu: str, batch_size: int, num_gpus: int, num_nodes: int, amp: bool, freeze_level: int,
-              dataset: str | None, optimizer: str, scope: str, measured_texts: tuple[str, ...], gpu_model: str,
-              as_json: bool) -> None:
+              dataset: str | None, optimizer: str, scope: str, measured_texts: tuple[str, ...],
+              measured_weight: float | None, gpu_model: str, as_json: bool) -> None:
     """Predicted time of one training iteration and GPU memory of one worker."""
     from dltsched.predictors.steptime import DeletePopStepTime
 
@@ -72,7 +75,8 @@ def step_time(model: str, gpu: str, batch_size: int, num_gpus: int, num_nodes: i
                                    "calibration": predictor.calibration_basis(gpu)}
     if measured_texts:
         measured = [_parse_measured(t) for t in measured_texts]
-        out["transferred_step_time_s"] = predictor.transfer_s(job, gpu, measured, num_nodes=num_nodes, scope=scope)
+        out["transferred_step_time_s"] = predictor.transfer_s(job, gpu, measured, num_nodes=num_nodes, scope=scope,
+                                                              weight=measured_weight)
     emit(out, as_json, lambda: click.echo("\n".join(f"{k:>12}: {v:.6g}" if isinstance(v, float) else f"{k:>12}: {v}"
                                                     for k, v in out.items())))
 
@@ -111,12 +115,15 @@ def _measurements(source: str, data_dir: str | None, scales: tuple[int, int] = (
 @click.option("--format", "source", type=click.Choice(["gavel", "zeus", "orion", "all"]), default=None,
               help="Evaluate on a data-folder source instead of a CSV file (orion: GPU time of V100 steps).")
 @click.option("--leave-one-gpu-out", is_flag=True, help="Refit without each GPU before testing on it.")
+@click.option("--new-jobs", is_flag=True,
+              help="With --leave-one-gpu-out: also one-profile transfer with the job's model out of the fit "
+                   "(one refit per held-out GPU and model; slow).")
 @click.option("--min-scale", type=int, default=1, show_default=True, help="--format gavel: fewest GPUs per job.")
 @click.option("--max-scale", type=int, default=1, show_default=True, help="--format gavel: most GPUs per job.")
 @click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
 @click.option("--json", "as_json", is_flag=True)
-def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: bool, min_scale: int, max_scale: int,
-                  data_dir: str | None, as_json: bool) -> None:
+def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: bool, new_jobs: bool, min_scale: int,
+                  max_scale: int, data_dir: str | None, as_json: bool) -> None:
     """MAPE and p90 APE of step-time predictions against measurements (CSV or --format)."""
     from dltsched.predictors.steptime import DeletePopStepTime
     from dltsched.predictors.steptime import calibrate as cal
@@ -124,14 +131,32 @@ def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: b
 
     if (csv_file is None) == (source is None):
         raise ValidationError("eval-steptime", "give either a CSV file or --format gavel|zeus|all")
+    if new_jobs and not leave_one_gpu_out:
+        raise ValidationError("--new-jobs", "only with --leave-one-gpu-out")
     test = ms.read_csv(csv_file) if csv_file else _measurements(source or "all", data_dir, (min_scale, max_scale))
     if leave_one_gpu_out:
         train = _measurements("all", data_dir, TRAIN_SCALES)
-        out = cal.leave_one_gpu_out(train, test, ms.deepbench_kernel_efficiency(data_dir))
+        out = cal.leave_one_gpu_out(train, test, ms.deepbench_kernel_efficiency(data_dir), new_jobs=new_jobs)
     else:
         ev = cal.evaluate(DeletePopStepTime(), test)
         out = {**ev.summary(), "rows": list(ev.rows)}
-    emit(out, as_json, lambda: click.echo(f"n={out['n']} mape={out['mape']:.1f}% p90_ape={out['p90_ape']:.1f}%"))
+
+    def text() -> None:
+        click.echo(f"n={out['n']} mape={out['mape']:.1f}% p90_ape={out['p90_ape']:.1f}%")
+        for name in ("transfer", "transfer_new_jobs"):
+            if name in out:
+                _echo_transfer(name, out[name])
+
+    emit(out, as_json, text)
+
+
+def _echo_transfer(name: str, summary: dict) -> None:
+    """One line per rule of a one-profile transfer summary (``transfer.summarize``)."""
+    from dltsched.predictors.steptime.transfer import RULES
+
+    for key, v in {"all": summary, **summary["per_source"], **summary["per_held_out_gpu"]}.items():
+        rules = " ".join(f"{r}={v[r]:.1f}%" for r in RULES if v.get(r) is not None)
+        click.echo(f"{name} {key:>14}: n={v['n']} {rules}")
 
 
 @predict.command("calibrate-steptime")
@@ -299,14 +324,18 @@ def fit_kernel_step(files: tuple[str, ...], data_dir: str | None, output: str | 
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False))
 @click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
 @click.option("--rows", "with_rows", is_flag=True, help="Include every row's prediction in --json output.")
+@click.option("--new-jobs", is_flag=True,
+              help="Also one-profile transfer with the job's model out of the step-model fit (one fit per GPU and model).")
 @click.option("--json", "as_json", is_flag=True)
-def eval_kernel_step(files: tuple[str, ...], data_dir: str | None, with_rows: bool, as_json: bool) -> None:
+def eval_kernel_step(files: tuple[str, ...], data_dir: str | None, with_rows: bool, new_jobs: bool,
+                     as_json: bool) -> None:
     """Leave-one-GPU-out of the kernel step model (gpu_model='kernels') on Gavel, Zeus and NeuSight's training
     labels (or on eval-steptime CSV FILES), beside roofline, constant and per-model mean on the same rows,
     and one-profile transfer. Each held-out GPU's kernels also leave the kernel model's fit."""
     from dltsched.predictors.steptime import kernel_logo as kl
 
-    out = kl.leave_one_gpu_out(_kernel_step_rows(data_dir, files), kl.held_out_kernel_models(data_dir))
+    out = kl.leave_one_gpu_out(_kernel_step_rows(data_dir, files), kl.held_out_kernel_models(data_dir),
+                               new_jobs=new_jobs)
     if not with_rows:
         out.pop("rows")
 
@@ -324,10 +353,9 @@ def eval_kernel_step(files: tuple[str, ...], data_dir: str | None, with_rows: bo
             line(name, v)
         for name, v in out["per_gpu"].items():
             line(f"held out {name}", v)
-        t = out["transfer"]
-        for name, v in {"all": t, **t["per_source"]}.items():
-            click.echo(f"one-profile transfer {name:>8}: n={v['n']} mape={pct(v['mape'])} "
-                       f"roofline-ratio={pct(v['roofline_mape'])}")
+        for name in ("transfer", "transfer_new_jobs"):
+            if name in out:
+                _echo_transfer(name, out[name])
 
     emit(out, as_json, text)
 
