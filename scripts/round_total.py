@@ -37,7 +37,11 @@ for _ in range(repeats):
     rep = check_plan(p, r.plan)
     t2 = time.perf_counter()
     assert rep.feasible, rep.violations[:3]
-    totals.append(t2 - t0); builds.append(t1 - t0); gaps.append(r.plan.gap); statuses.append(r.plan.status); objs.append(rep.objective)
+    totals.append(t2 - t0)
+    builds.append(t1 - t0)
+    gaps.append(r.plan.gap)
+    statuses.append(r.plan.status)
+    objs.append(rep.objective)
 print(json.dumps({"size": size, "backend": backend + (":" + solver if solver else ""), "round_total_median_s": statistics.median(totals),
                   "round_total_min_s": min(totals), "round_total_max_s": max(totals), "first_s": totals[0],
                   "round_build_median_s": statistics.median(builds), "gaps": gaps, "statuses": statuses,
