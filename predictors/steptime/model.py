@@ -557,20 +557,37 @@ class DeletePopStepTime:
         :data:`TRANSFER_WEIGHT` for one they were fitted on, whose measurements are partly in the fit
         already) blends the result with the prediction without them (:func:`transfer.blend`,
         geometrically): ``1`` takes the measurements whole, ``0`` ignores them.
+
+        Measurements on ``gpu_type`` itself are what the job does there: by default only they are used,
+        whole (weight 1), and one at the job's own batch size (and GPU count) is returned as measured
+        (the mean of several).
         """
+        import math
+        import statistics
+
         from dltsched.predictors.steptime.transfer import blend, fit_transfer
 
         if not measured:
             raise ValidationError("measured", "give at least one GPU:BATCH:SECONDS measurement")
-        if weight is None:
-            weight = TRANSFER_WEIGHT if self.knows(job) else 1.0
-        if not 0.0 <= weight <= 1.0:
+        if weight is not None and not 0.0 <= weight <= 1.0:
             raise ValidationError("weight", f"{weight!r} not understood; a number from 0 to 1")
+        for gpu, batch, seconds in measured:
+            if not isinstance(batch, int) or batch < 1 or not (isinstance(seconds, (int, float))
+                                                               and math.isfinite(seconds) and seconds > 0):
+                raise ValidationError("measured", f"{gpu}:{batch}:{seconds} not understood; "
+                                                  "need GPU:BATCH:SECONDS with BATCH >= 1 and finite SECONDS > 0")
+        if weight is None:
+            target_id = gpu_spec_checked(gpu_type).id
+            here = [(g, b, t) for g, b, t in measured if gpu_spec_checked(g).id == target_id]
+            exact = [t for _g, b, t in here if b == job.batch_size]
+            if exact and (num_gpus is None or num_gpus == job.num_gpus):
+                return float(statistics.fmean(exact))
+            if here:
+                measured, weight = here, 1.0
+            else:
+                weight = TRANSFER_WEIGHT if self.knows(job) else 1.0
         rows = []
         for gpu, batch, seconds in measured:
-            if not isinstance(batch, int) or batch < 1 or not seconds > 0:
-                raise ValidationError("measured", f"{gpu}:{batch}:{seconds} not understood; "
-                                                  "need GPU:BATCH:SECONDS with BATCH >= 1 and SECONDS > 0")
             b = self.breakdown(replace(job, batch_size=batch), gpu, num_nodes=num_nodes, scope=scope)
             rows.append((b.overhead_s, b.step_time_s - b.overhead_s, float(seconds)))
         target = self.breakdown(job, gpu_type, num_gpus, num_nodes=num_nodes, scope=scope)

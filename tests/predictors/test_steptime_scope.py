@@ -129,3 +129,19 @@ def test_transfer_takes_a_never_fitted_workload_s_measurement_whole(gpu_model):
     assert p.transfer_s(new, "v100", [("v100", 4, 0.9)]) == pytest.approx(0.9)
     with pytest.raises(ValidationError, match="measured"):
         p.transfer_s(new, "a100", [])
+
+
+def test_transfer_takes_measurements_on_the_asked_gpu_whole():
+    p = DeletePopStepTime()
+    job = _job("resnet50", 64)
+    assert p.knows(job)  # a fitted workload: other GPUs' measurements would be blended halfway
+    # measured at this batch on this GPU: that is the answer, whatever else was measured
+    assert p.transfer_s(job, "v100", [("v100", 64, 0.5), ("a100", 64, 0.1)]) == pytest.approx(0.5)
+    assert p.transfer_s(job, "v100", [("v100", 64, 0.5), ("v100", 64, 0.7)]) == pytest.approx(0.6)
+    # at another batch on this GPU: only those measurements, taken whole
+    only_here = p.transfer_s(job, "v100", [("v100", 32, 0.3)], weight=1.0)
+    assert p.transfer_s(job, "v100", [("v100", 32, 0.3), ("a100", 64, 0.1)]) == pytest.approx(only_here)
+    assert only_here != pytest.approx(p.transfer_s(job, "v100", [("v100", 32, 0.3)], weight=0.5))
+    for bad in (float("inf"), float("nan"), 0.0):
+        with pytest.raises(ValidationError, match="measured"):
+            p.transfer_s(job, "v100", [("v100", 64, bad)])
