@@ -56,8 +56,9 @@ RECIPE_VERSION = "crossfit/5"  # crossfit/5: the profile predictor with its anal
 #: version of the step-time part of the recipe, the key of the step-time cache (``steptime/2``: a GPU's
 #: compute-group multipliers pulled towards its common scale, ``calibrate._gpu_priors``; ``steptime/3``: a
 #: group that one workload alone informs on a GPU holds for that workload only, the others get the GPU's
-#: common scale, ``calibrate._single_workload_groups``)
-STEPTIME_RECIPE = "steptime/3"
+#: common scale, ``calibrate._single_workload_groups``; ``steptime/4``: the same for a group's inverse efficiency
+#: that one workload alone informs on every GPU, ``calibrate._single_workload_efficiency``)
+STEPTIME_RECIPE = "steptime/4"
 #: the co-location predictor family the folds refit (the default bundle's: ``predictors.colocation.profiled``)
 COLOCATION_FAMILY = "profile"
 CACHE_ENV = "DLTSCHED_CACHE"

@@ -28,8 +28,9 @@ The frozen prefix (layers < freeze level) skips its backward and optimizer updat
 come from ``factors.json`` (``dltsched predict calibrate-steptime``): global inverse efficiencies
 scale every GPU's spec sheet; GPUs with step-time measurements also get fitted multipliers per
 :data:`GPU_TERMS` (a compute group that one workload alone was fitted on, ``single_workload_groups``,
-holds for that workload; the GPU's other workloads get its common scale). ``job.batch_size`` is the
-batch of one GPU.
+holds for that workload; the GPU's other workloads get its common scale; likewise a global inverse
+efficiency that one workload alone informs, ``single_workload_efficiency``, holds for that workload and
+the others get GEMM's). ``job.batch_size`` is the batch of one GPU.
 """
 
 from __future__ import annotations
@@ -366,6 +367,9 @@ class DeletePopStepTime:
         single = f.get("single_workload_groups", {}).get(learned_id(gpu.id, gpu_eff), {})
         if single:  # a group fitted on one workload alone holds for it; others get the GPU's common scale
             mult = {**mult, **{g: v["shared"] for g, v in single.items() if v["workload"] != f"{model}/{dataset}"}}
+        alone = f.get("single_workload_efficiency", {})
+        if alone:  # the same for a group that one workload alone informs on every GPU: others get GEMM's
+            theta = {**theta, **{g: v["shared"] for g, v in alone.items() if v["workload"] != f"{model}/{dataset}"}}
         dram = mult.get("memory", 1.0)
         out = {g: work[g] * theta[g] * mult.get(g, 1.0) for g in COMPUTE_GROUPS}
         out["rnn"] = recurrent_time(out["rnn"], work["recurrent"] * theta["memory"] * dram)

@@ -61,6 +61,13 @@ def test_fit_names_the_groups_one_workload_alone_informs():
     assert "conv" not in single  # resnet18 and resnet50 both inform it
     # the common scale is that of the groups several workloads inform
     assert single["rnn"]["shared"] == pytest.approx(factors["gpu_efficiency"]["k80"]["conv"], rel=1e-3)
+    # on every GPU together too: lstm_lm alone informs the recurrent efficiency; the others share what several inform
+    alone = factors["single_workload_efficiency"]
+    assert alone["rnn"]["workload"] == "lstm_lm/wikitext2" and "conv" not in alone
+    # GEMM's efficiency where several workloads inform it; here lstm_lm alone does (its output layer), so conv's
+    theta = factors["inverse_efficiency"]
+    assert alone["gemm"]["workload"] == "lstm_lm/wikitext2"
+    assert alone["rnn"]["shared"] == alone["gemm"]["shared"] == pytest.approx(theta["conv"], rel=1e-4)
 
 
 def test_a_group_one_workload_informs_holds_for_that_workload_only():
@@ -83,6 +90,29 @@ def test_a_group_one_workload_informs_holds_for_that_workload_only():
     assert with_rule.step_time_s(ds2, "v100") == pytest.approx(without.step_time_s(ds2, "v100"))
 
 
+def test_an_efficiency_one_workload_alone_informs_holds_for_that_workload_only():
+    import copy
+
+    from dltsched.engine.domain.model import Job
+    from dltsched.predictors.steptime import DeletePopStepTime
+    from dltsched.predictors.steptime.model import load_factors
+
+    f = copy.deepcopy(load_factors())
+    f["inverse_efficiency"]["rnn"] = 15.0  # as lstm_lm alone sets it with DeepSpeech2 held out
+    f["single_workload_efficiency"] = {"rnn": {"workload": "lstm_lm/wikitext2",
+                                               "shared": f["inverse_efficiency"]["gemm"]}}
+    plain = copy.deepcopy(f)
+    plain["single_workload_efficiency"] = {}
+    ds2 = Job(id="d", model="deepspeech2", batch_size=32, total_iterations=1.0, dataset="librispeech")
+    lm = Job(id="l", model="lstm_lm", batch_size=80, total_iterations=1.0)
+    resnet = Job(id="r", model="resnet50", batch_size=64, total_iterations=1.0)
+    with_rule, without = DeletePopStepTime(factors=f), DeletePopStepTime(factors=plain)
+    for gpu in ("v100", "k80"):
+        assert with_rule.step_time_s(lm, gpu) == pytest.approx(without.step_time_s(lm, gpu))
+        assert with_rule.step_time_s(resnet, gpu) == pytest.approx(without.step_time_s(resnet, gpu))
+        assert with_rule.step_time_s(ds2, gpu) < 0.5 * without.step_time_s(ds2, gpu)
+
+
 def test_cli_takes_measured_steps_and_their_weight():
     import json
 
@@ -95,8 +125,15 @@ def test_cli_takes_measured_steps_and_their_weight():
     whole = CliRunner().invoke(cli, [*args, "--measured-weight", "1"])
     assert whole.exit_code == 0, whole.output
     assert json.loads(whole.output)["transferred_step_time_s"] == pytest.approx(0.5)
-    half = json.loads(CliRunner().invoke(cli, args).output)
-    assert half["transferred_step_time_s"] == pytest.approx((0.5 * half["step_time_s"]) ** 0.5)
+    # measured on this very GPU at this batch: the measurement is the answer by default
+    assert json.loads(CliRunner().invoke(cli, args).output)["transferred_step_time_s"] == pytest.approx(0.5)
+    # measured on another GPU: resnet50 is in the fit, so blended halfway with the prediction without it
+    other = ["predict", "step-time", "--model", "resnet50", "--gpu", "a100-40gb", "--batch-size", "64",
+             "--measured", "v100:64:0.5", "--json"]
+    whole = json.loads(CliRunner().invoke(cli, [*other, "--measured-weight", "1"]).output)
+    half = json.loads(CliRunner().invoke(cli, other).output)
+    assert half["transferred_step_time_s"] == pytest.approx(
+        (whole["transferred_step_time_s"] * half["step_time_s"]) ** 0.5)
     bad = CliRunner().invoke(cli, [*args, "--measured-weight", "2"])
     assert bad.exit_code == 2 and "measured-weight" in bad.output
 
