@@ -324,8 +324,7 @@ def steptime_fold_errors(step_time: Any, rows: Sequence[Any], in_sample: Any | N
     """
     import numpy as np
 
-    from dltsched.predictors.steptime.calibrate import evaluate, job_of
-    from dltsched.predictors.steptime.kernel_logo import roofline_step_s
+    from dltsched.predictors.steptime.calibrate import evaluate, job_of, roofline_s
 
     def model_predictor(p: Any, model: str) -> Any:
         return p.for_model(model) if isinstance(p, CrossFitStepTime) else p
@@ -336,7 +335,7 @@ def steptime_fold_errors(step_time: Any, rows: Sequence[Any], in_sample: Any | N
         model = canonical_model(m.model)
         for name, p in named.items():
             apes[name].append((m.source, model, evaluate(model_predictor(p, model), [m]).mape))
-        apes["roofline"].append((m.source, model, abs(roofline_step_s(m) / m.step_time_s - 1.0) * 100.0))
+        apes["roofline"].append((m.source, model, abs(roofline_s(m) / m.step_time_s - 1.0) * 100.0))
         others = [o.step_time_s for o in rows if o.source == m.source and o.gpu == m.gpu
                   and canonical_model(o.model) != model]
         if others:

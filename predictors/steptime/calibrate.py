@@ -474,16 +474,20 @@ def _profile_key(m: Measurement) -> tuple[Any, ...]:
     return (m.source, m.model, m.dataset, m.num_gpus, m.amp, m.scope, m.gpu)
 
 
+def roofline_s(m: Measurement) -> float:
+    """The plain roofline step of a measured row: the graph's kernels (forward, backward) at its GPU's spec-sheet
+    peak and bandwidth, nothing fitted (:func:`opgraph.roofline_step_s`)."""
+    from dltsched.predictors.steptime.opgraph import roofline_step_s
+
+    job = job_of(m)
+    return roofline_step_s(job.model, job.dataset, m.batch_size, gpu_spec_checked(m.gpu), bool(m.amp))
+
+
 def transfer_records(predictor: DeletePopStepTime, held: Sequence[Measurement], others: Sequence[Measurement],
                      held_out: str) -> list[dict[str, Any]]:
     """Every rule of :func:`transfer.rule_predictions` for each held-out row from the same workload's
     measured step on each other GPU (``profile``: from all its batch sizes measured on that GPU)."""
-    from dltsched.predictors.steptime.opgraph import roofline_step_s
     from dltsched.predictors.steptime.transfer import rule_predictions
-
-    def roof(m: Measurement) -> float:
-        job = job_of(m)
-        return roofline_step_s(job.model, job.dataset, m.batch_size, gpu_spec_checked(m.gpu), bool(m.amp))
 
     by_workload: dict[tuple[Any, ...], list[Measurement]] = {}
     by_profile: dict[tuple[Any, ...], list[Measurement]] = {}
@@ -504,7 +508,7 @@ def transfer_records(predictor: DeletePopStepTime, held: Sequence[Measurement], 
         for src in by_workload.get(_workload(m), ()):
             profile = [(*parts(p, o), o.step_time_s) for o in by_profile[_profile_key(src)]]
             rules = rule_predictions(src.step_time_s, parts(p, src), parts(p, m),
-                                     (roof(src), roof(m)),
+                                     (roofline_s(src), roofline_s(m)),
                                      (gpu_spec_checked(src.gpu).fp32_tflops, gpu_spec_checked(m.gpu).fp32_tflops),
                                      profile)
             out.append({"source": m.source, "held_out": held_out, "from_gpu": learned_root(

@@ -35,7 +35,6 @@ from dltsched.predictors.steptime.kernels import (
 )
 from dltsched.predictors.steptime.measurements import Measurement
 from dltsched.predictors.steptime.model import gpu_spec_checked, learned_root
-from dltsched.predictors.steptime.opgraph import roofline_step_s as opgraph_roofline_s
 from dltsched.predictors.zoo.graphs import resolve
 
 
@@ -63,14 +62,6 @@ def _row(m: Measurement, km: KernelModel) -> tuple[dict[str, float], str, str, i
 ROOFLINE = KernelModel({})
 
 
-def roofline_step_s(m: Measurement) -> float:
-    """Sum of the graph's kernels (forward, backward) at the spec sheet's peak and bandwidth."""
-    from dltsched.predictors.steptime.calibrate import job_of
-
-    job = job_of(m)
-    return opgraph_roofline_s(job.model, job.dataset, m.batch_size, gpu_spec_checked(m.gpu), bool(m.amp))
-
-
 def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, KernelModel] | None = None,
                       train_extra: Sequence[Measurement] = (),
                       progress: Callable[[str], None] | None = None, new_jobs: bool = False) -> dict[str, Any]:
@@ -82,7 +73,7 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
     rows on the other GPUs); ``new_jobs``: also ``transfer_new_jobs``, with the job's model out of the
     step-model fit too (one fit per held-out GPU and model).
     """
-    from dltsched.predictors.steptime.calibrate import canonical_model
+    from dltsched.predictors.steptime.calibrate import canonical_model, roofline_s
     from dltsched.predictors.steptime.transfer import rule_predictions, summarize
 
     kernel_models = kernel_models or {}
@@ -116,7 +107,7 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
                        if (o.source, o.model, o.dataset, o.num_gpus, o.amp, o.scope, o.gpu)
                        == (t.source, t.model, t.dataset, t.num_gpus, t.amp, t.scope, t.gpu)]
             rules = rule_predictions(t.step_time_s, parts(params, t, km, source, wkey),
-                                     parts(params, m, km, source, wkey), (roofline_step_s(t), roofline_step_s(m)),
+                                     parts(params, m, km, source, wkey), (roofline_s(t), roofline_s(m)),
                                      (gpu_spec_checked(t.gpu).fp32_tflops, gpu_spec_checked(m.gpu).fp32_tflops),
                                      profile)
             out.append({"source": m.source, "held_out": held, "from_gpu": root(t), "model": m.model,
@@ -153,7 +144,7 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
             out_rows.append({"gpu": m.gpu, "held_out": held, "model": m.model, "dataset": m.dataset,
                              "batch_size": m.batch_size, "scope": m.scope, "source": m.source, "measured_s": y,
                              "predicted_s": pred, **{f"{k}_s": v for k, v in terms.items()},
-                             "roofline_s": roofline_step_s(m), "constant_s": float(np.median(setup)),
+                             "roofline_s": roofline_s(m), "constant_s": float(np.median(setup)),
                              "per_model_mean_s": mean})
         if new_jobs:
             for model in sorted({canonical_model(m.model) for m in test}):
