@@ -177,24 +177,21 @@ def _single_workload_groups(d: _Design, efficiency: dict[str, dict[str, float]])
 
 def _single_workload_efficiency(d: _Design, theta: dict[str, float]) -> dict[str, dict[str, Any]]:
     """The compute groups only one workload informs on every GPU together (:func:`_group_support`), with
-    that workload and the GEMM group's inverse efficiency (the mean of the other groups' for GEMM itself).
+    that workload and the GEMM group's inverse efficiency (where GEMM is not informed by several workloads
+    either: the geometric mean of the groups that are).
     The fitted efficiency of such a group holds for that workload; every other workload gets the shared one
     (``model.DeletePopStepTime.gpu_terms``): with DeepSpeech2 held out, lstm_lm alone set the recurrent
     efficiency at 9x the full fit's (its own slowness, which its host terms absorb when another recurrent
     model is fitted too), and DeepSpeech2 was predicted 8x too slow."""
-    workloads: dict[str, set[str]] = {}
+    workloads: dict[str, set[str]] = {g: set() for g in COMPUTE_GROUPS}
     for (_gpu, group), loads in d.support.items():
-        workloads.setdefault(group, set()).update(loads)
-    out: dict[str, dict[str, Any]] = {}
-    for group in COMPUTE_GROUPS:
-        loads = workloads.get(group, set())
-        if len(loads) == 1:
-            others = [theta[g] for g in COMPUTE_GROUPS if g != group and len(workloads.get(g, ())) >= 2]
-            shared = theta["gemm"] if group != "gemm" and len(workloads.get("gemm", ())) >= 2 else (
-                float(np.exp(np.mean(np.log(others)))) if others else None)
-            if shared is not None:
-                out[group] = {"workload": next(iter(loads)), "shared": round(float(shared), 5)}
-    return out
+        workloads[group].update(loads)
+    several = [g for g in COMPUTE_GROUPS if len(workloads[g]) >= 2]
+    if not several:
+        return {}
+    shared = theta["gemm"] if "gemm" in several else float(np.exp(np.mean(np.log([theta[g] for g in several]))))
+    return {g: {"workload": next(iter(loads)), "shared": round(float(shared), 5)}
+            for g, loads in workloads.items() if len(loads) == 1}
 
 
 class _Params:
