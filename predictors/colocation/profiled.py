@@ -388,16 +388,20 @@ class ProfileColocation:
         zeros = [0.0] * len(groups)
         mem_corr = self.memory_trees.predict(grows).tolist() if self.memory_trees is not None else zeros
         util_corr = self.util_trees.predict(grows).tolist() if self.util_trees is not None else zeros
-        if self.util_trees is not None:
-            base_util = np.minimum(100.0, 100.0 * grows[:, UTIL_BASE]).tolist()
-        else:  # no utilisation was measured in training: the union rule (UTIL_UNCORRECTED)
-            base_util = (100.0 * grows[:, UTIL_UNION]).tolist()
+        base_util = self._base_util(grows)
         out, k = [], 0
         for i, ps in enumerate(profs):
             n = len(ps)
             out.append(self._group_estimate(ps, speeds[k:k + n], mem_corr[i], base_util[i], util_corr[i]))
             k += n
         return out
+
+    def _base_util(self, grows: np.ndarray) -> list[float]:
+        """Each group's utilisation before its correction: ``min(100, 100 U)`` under utilisation trees; without
+        them (no utilisation was measured in training) the union rule (:data:`UTIL_UNCORRECTED`)."""
+        if self.util_trees is not None:
+            return np.minimum(100.0, 100.0 * grows[:, UTIL_BASE]).tolist()
+        return (100.0 * grows[:, UTIL_UNION]).tolist()
 
     @staticmethod
     def _group_estimate(ps: Sequence[ResolvedProfile], speeds: Sequence[float], mem_corr: float, base_util: float,
@@ -426,8 +430,7 @@ class ProfileColocation:
         base = jobs[:, -1].tolist()
         contention = prows[:, CONTENTION_LOG_SPEED].tolist() if prows is not None else zeros
         rule = (grows[:, GROUP_U_PREDICTED] == 0).tolist() if not self.measured_util_trained else [False] * len(grows)
-        base_util = (np.minimum(100.0, 100.0 * grows[:, UTIL_BASE]) if self.util_trees is not None
-                     else 100.0 * grows[:, UTIL_UNION]).tolist()
+        base_util = self._base_util(grows)
         alpha, weight = self.alpha, self.pair_weight
         out, k = [], 0
         for i, ps in enumerate(profs):
