@@ -67,6 +67,12 @@ def bundle_recipe(name: str) -> str:
     return "+".join(_load(f"dltsched.predictors.crossfit:{attr}") for attr in ("RECIPE_VERSION", "STEPTIME_RECIPE"))
 
 
+def bundle_fields(name: str) -> dict[str, str]:
+    """What a result record says of the predictor bundle it used: ``predictors`` (its name), ``predictors_fit``
+    (:data:`BUNDLE_FIT`) and ``predictors_recipe`` (:func:`bundle_recipe`)."""
+    return {"predictors": name, "predictors_fit": BUNDLE_FIT.get(name, ""), "predictors_recipe": bundle_recipe(name)}
+
+
 def _pick(kind: str, table: dict[str, str], name: str) -> str:
     key = name.lower()
     if key not in table:

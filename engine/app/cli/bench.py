@@ -21,8 +21,7 @@ from dltsched.engine.app.cli.simulate import (
     run_policies,
 )
 from dltsched.engine.app.registry import (
-    BUNDLE_FIT,
-    bundle_recipe,
+    bundle_fields,
     check_predictors,
     default_bench_predictors,
     options_for,
@@ -112,9 +111,7 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
                     click.echo(f"seed {seed} {bundle} {name}: {run['simulate_s']:.1f} s", err=True)
     rows: list[dict[str, Any]] = []
     for (bundle, _name), runs in per_policy.items():
-        row: dict[str, Any] = {"policy": runs[0]["policy"], "predictors": bundle,
-                               "predictors_fit": BUNDLE_FIT.get(bundle, ""),
-                               "predictors_recipe": bundle_recipe(bundle), "seeds": list(seeds), **info,
+        row: dict[str, Any] = {"policy": runs[0]["policy"], **bundle_fields(bundle), "seeds": list(seeds), **info,
                                "num_jobs_finished": min(r["num_jobs_finished"] for r in runs),
                                "prediction_error": prediction_error}
         for m in _METRICS:

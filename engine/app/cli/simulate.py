@@ -12,9 +12,8 @@ import click
 from dltsched.engine.app.cli.main import FiniteFloat, emit, json_text
 from dltsched.engine.app.registry import (
     BASELINE_POLICIES,
-    BUNDLE_FIT,
     PAPER_POLICIES,
-    bundle_recipe,
+    bundle_fields,
     check_predictors,
     make_policy,
     options_for,
@@ -290,8 +289,7 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
                            faults=parse_faults(faults), checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                            lengths=lengths, length_error=length_error, profile_s=profile_s,
                            profile_noise=profile_noise, freeze_penalty_scale=freeze_penalty_scale)
-    bundle = {"predictors": predictor_set, "predictors_fit": BUNDLE_FIT.get(predictor_set, ""),
-              "predictors_recipe": bundle_recipe(predictor_set)}
+    bundle = bundle_fields(predictor_set)
     payload: Any = [r.to_dict(records=records, utilization=records) | bundle for r in results]
     if len(payload) == 1 and len(policies) == 1 and policies[0] not in ("all", "baselines", "papers"):
         payload = payload[0]

@@ -50,11 +50,13 @@ def test_an_option_goes_only_to_the_policies_that_take_it(capsys, repo_root):
 
 
 def test_crossfit_results_name_the_recipe_their_folds_were_fitted_with():
-    from dltsched.engine.app.registry import bundle_recipe
+    from dltsched.engine.app.registry import bundle_fields, bundle_recipe
     from dltsched.predictors import crossfit
 
     assert bundle_recipe("crossfit") == f"{crossfit.RECIPE_VERSION}+{crossfit.STEPTIME_RECIPE}"
     assert bundle_recipe("default") == "" and bundle_recipe("analytic") == ""
+    assert bundle_fields("crossfit") == {"predictors": "crossfit", "predictors_fit": "out-of-fold by model",
+                                         "predictors_recipe": bundle_recipe("crossfit")}
 
 
 def test_simulate_json_names_bundle_fit_and_recipe(capsys, repo_root):
