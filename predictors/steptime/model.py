@@ -310,8 +310,9 @@ def recurrent_time(flop_s: float, reread_s: float) -> float:
     return (flop_s**RECURRENT_POWER + reread_s**RECURRENT_POWER) ** (1.0 / RECURRENT_POWER)
 
 
-#: how much of a measured step elsewhere :meth:`DeletePopStepTime.transfer_s` takes (geometric weight) for a
-#: workload the factors were fitted on (1 for one they were not)
+#: how much of a measured step on another GPU :meth:`DeletePopStepTime.transfer_s` takes (geometric weight),
+#: for a workload the factors were fitted on and for a new one alike (leave-one-GPU-out, new jobs: whole
+#: 51.2 / 37.5%, halfway 43.1 / 36.1%, no profile 39.3 / 39.3% on Gavel / Zeus; README)
 TRANSFER_WEIGHT = 0.5
 
 
@@ -556,10 +557,9 @@ class DeletePopStepTime:
         splits each step into a host part ``H`` (dispatch not hidden, per-step host cost, input
         pipeline: the same on any GPU) and a GPU part ``G`` (kernels, optimizer, all-reduce). The
         measurements fit one scale of the GPU part, the host part kept (:func:`transfer.fit_transfer`;
-        batch sizes tell the fixed from the per-sample host cost). ``weight`` (default: 1 for a workload
-        the factors were never fitted on, whose measurements are all the predictor knows of it;
-        :data:`TRANSFER_WEIGHT` for one they were fitted on, whose measurements are partly in the fit
-        already) blends the result with the prediction without them (:func:`transfer.blend`,
+        batch sizes tell the fixed from the per-sample host cost). ``weight`` (default
+        :data:`TRANSFER_WEIGHT`, for a workload the factors were fitted on and for one they were not
+        alike) blends the result with the prediction without them (:func:`transfer.blend`,
         geometrically): ``1`` takes the measurements whole, ``0`` ignores them.
 
         Measurements on ``gpu_type`` itself are what the job does there: by default only they are used,
@@ -589,7 +589,7 @@ class DeletePopStepTime:
             if here:
                 measured, weight = here, 1.0
             else:
-                weight = TRANSFER_WEIGHT if self.knows(job) else 1.0
+                weight = TRANSFER_WEIGHT
         rows = []
         for gpu, batch, seconds in measured:
             b = self.breakdown(replace(job, batch_size=batch), gpu, num_nodes=num_nodes, scope=scope)

@@ -122,11 +122,16 @@ def test_transfer_fits_the_gpu_part_over_batch_sizes():
 
 
 @pytest.mark.parametrize("gpu_model", ["groups", "kernels"])
-def test_transfer_takes_a_never_fitted_workload_s_measurement_whole(gpu_model):
+def test_transfer_blends_a_never_fitted_workload_s_measurement_like_a_fitted_one(gpu_model):
     p = DeletePopStepTime(gpu_model=gpu_model)
     new = _job("gpt2_large", 4, dataset="seq1024")
     assert not p.knows(new) and p.knows(_job("resnet50", 64))
     assert p.transfer_s(new, "v100", [("v100", 4, 0.9)]) == pytest.approx(0.9)
+    # from another GPU: halfway (geometrically) between the whole transfer and the unprofiled prediction
+    whole = p.transfer_s(new, "a100", [("v100", 4, 0.9)], weight=1.0)
+    alone = p.step_time_s(new, "a100")
+    assert whole != pytest.approx(alone)
+    assert p.transfer_s(new, "a100", [("v100", 4, 0.9)]) == pytest.approx((whole * alone) ** 0.5)
     with pytest.raises(ValidationError, match="measured"):
         p.transfer_s(new, "a100", [])
 

@@ -58,7 +58,7 @@ def _job(model: str, batch_size: int, num_gpus: int, amp: bool, dataset: str | N
               help="A measured step time of this job on some GPU (repeatable): the prediction is scaled from it.")
 @click.option("--measured-weight", type=click.FloatRange(0.0, 1.0), default=None,
               help="How much of the --measured steps to take (geometric blend with the prediction; 1: all). "
-                   "Default: 0.5 for a workload the predictor was fitted on, else 1.")
+                   "Default: 0.5 (measurements on the asked GPU itself: 1).")
 @click.option("--gpu-model", type=click.Choice(["groups", "kernels"]), default="groups", show_default=True,
               help="GPU time from calibrated work groups, or from every kernel of the graph (kernel model).")
 @click.option("--json", "as_json", is_flag=True)
