@@ -4,7 +4,7 @@ Usage: ``python scripts/kernel_speed.py [KERNEL_MODEL_JSON]`` (default: the ship
 an older one, e.g. from ``git show REV:predictors/steptime/kernel_model.json``, to compare two kernel
 models in one session). Times the one-off tabling of every zoo graph on six GPUs and then 10,000 distinct
 (job, GPU) predictions (a new batch size each: ``bench predict``'s distinct-pairs loop), for
-``gpu_model="groups"`` and ``gpu_model="kernels"``, and prints JSON.
+``gpu_model="groups"``, ``"auto"`` (the default) and ``"kernels"``, and prints JSON.
 """
 import json
 import sys
@@ -24,7 +24,7 @@ if len(sys.argv) > 1:
 gpus = ("k80", "p100", "v100", "t4", "a100-40gb", "h100")
 jobs = [Job(id=m, model=m, batch_size=8 + 8 * i, total_iterations=1.0) for i, m in enumerate(zoo_models())]
 out = {}
-for gpu_model in ("groups", "kernels"):
+for gpu_model in ("groups", "auto", "kernels"):
     predictor = DeletePopStepTime(gpu_model=gpu_model)
     start = time.perf_counter()
     for job in jobs:

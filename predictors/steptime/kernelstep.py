@@ -64,11 +64,13 @@ def workload_key(source: str, model_id: str, dataset: str, amp: bool) -> str:
 
 
 def kernel_work(job: Job, model_id: str, dataset: str, gpu: GpuType, freeze_level: int = 0,
-                scope: str = "iteration", kernel_model: KernelModel | None = None) -> dict[str, float]:
+                scope: str = "iteration", kernel_model: KernelModel | None = None,
+                tf32: frozenset[str] = frozenset()) -> dict[str, float]:
     """Unscaled work of one step: ``kernel_s`` (sum of predicted kernels), ``optimizer_s`` (parameter
-    passes at the spec bandwidth; 0 for ``fwd_bwd``) and ``launches`` (kernels per step)."""
+    passes at the spec bandwidth; 0 for ``fwd_bwd``) and ``launches`` (kernels per step). ``tf32``: the
+    GEMM-like op classes run in TF32 (:func:`~.opgraph.kernel_times`)."""
     km = kernel_model or load_kernel_model()
-    kt = kernel_times(km, model_id, dataset, kernel_gpu(gpu), bool(job.amp))
+    kt = kernel_times(km, model_id, dataset, kernel_gpu(gpu), bool(job.amp), tf32)
     agg = aggregates(model_id, dataset)
     kernel_s = step_kernel_s(kt, job.batch_size, freeze_level)
     launches = kt.launches_fwd + float(kt.launches_bwd[freeze_level:].sum())

@@ -155,21 +155,25 @@ class KernelTimes:
     launches_bwd: np.ndarray
 
 
-def kernel_times(model: KernelModel, model_id: str, dataset: str, gpu: KernelGpu, amp: bool = False) -> KernelTimes:
-    """Kernel seconds of every layer at every grid batch size (cached per kernel model object)."""
-    key = (id(model), model_id, dataset, gpu, amp)
+def kernel_times(model: KernelModel, model_id: str, dataset: str, gpu: KernelGpu, amp: bool = False,
+                 tf32: frozenset[str] = frozenset()) -> KernelTimes:
+    """Kernel seconds of every layer at every grid batch size (cached per kernel model object).
+    ``tf32``: GEMM-like op classes (``conv``, ``linear``, ``bmm``) run in TF32 without AMP (on GPUs
+    with TF32 tensor cores; elsewhere their FP32 peak)."""
+    key = (id(model), model_id, dataset, gpu, amp, tf32)
     hit = _CACHE.get(key)
     if hit is None or hit[0] is not model:
         if len(_CACHE) > 4096:
             _CACHE.clear()
-        hit = _CACHE[key] = (model, _kernel_times(model, model_id, dataset, gpu, amp))
+        hit = _CACHE[key] = (model, _kernel_times(model, model_id, dataset, gpu, amp, tf32))
     return hit[1]
 
 
 _CACHE: dict[tuple[object, ...], tuple[KernelModel, KernelTimes]] = {}
 
 
-def _kernel_times(model: KernelModel, model_id: str, dataset: str, gpu: KernelGpu, amp: bool) -> KernelTimes:
+def _kernel_times(model: KernelModel, model_id: str, dataset: str, gpu: KernelGpu, amp: bool,
+                  tf32: frozenset[str]) -> KernelTimes:
     rec = graph_record(model_id, dataset)
     n_layers = int(rec["num_layers"])
     # repeated layers have identical ops: time each distinct op shape once, then count it per layer
@@ -194,11 +198,13 @@ def _kernel_times(model: KernelModel, model_id: str, dataset: str, gpu: KernelGp
                     where.append((g, s, phase, count))
                     if g == 0:
                         launches[phase, s] += count
-    mode = "fp16" if amp else "fp32"
     times = np.zeros(len(kernels))
-    gemm = [i for i, kn in enumerate(kernels) if kn.op_class in _GEMM_CLASSES]
+    by_mode: dict[str, list[int]] = {}
+    for i, kn in enumerate(kernels):
+        if kn.op_class in _GEMM_CLASSES:
+            by_mode.setdefault("fp16" if amp else "tf32" if kn.op_class in tf32 else "fp32", []).append(i)
     other = [i for i, kn in enumerate(kernels) if kn.op_class not in _GEMM_CLASSES]
-    if gemm:
+    for mode, gemm in by_mode.items():
         times[gemm] = model.predict_s([kernels[i] for i in gemm], gpu, mode, floor=STEP_FLOOR)
     if other:
         times[other] = model.predict_s([kernels[i] for i in other], gpu, "fp32", floor=STEP_FLOOR)

@@ -123,3 +123,36 @@ def test_csv_round_trip(data_dir, tmp_path):
     assert ms.write_csv(rows, path) == len(rows)
     back = ms.read_csv(path)
     assert [(m.model, m.gpu, m.batch_size) for m in back] == [(m.model, m.gpu, m.batch_size) for m in rows]
+
+
+def test_calibrate_steptime_reproduces_the_packaged_factors_and_keeps_the_kernel_step_block(data_dir, tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from dltsched.engine.app.cli.main import cli
+    from dltsched.predictors.steptime.model import load_factors
+
+    base = ["predict", "calibrate-steptime", "--data-dir", str(data_dir), "--json"]
+    run = CliRunner().invoke(cli, [*base, "--output", str(tmp_path / "f.json")])
+    assert run.exit_code == 0, run.output
+    assert json.loads(run.output)["kernel_step"] == "kept"
+    # the packaged factors are what the shipped data fits (kernel_step carried, fitted apart)
+    assert json.loads((tmp_path / "f.json").read_text()) == load_factors()
+
+
+@pytest.mark.slow
+def test_calibrate_steptime_with_a_held_out_gpu_leaves_the_kernel_step_block_out(data_dir, tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from dltsched.engine.app.cli.main import cli
+
+    # the block was fitted with that GPU's rows: without it every GPU is timed by groups
+    held = CliRunner().invoke(cli, ["predict", "calibrate-steptime", "--data-dir", str(data_dir), "--json",
+                                    "--hold-out-gpu", "v100", "--output", str(tmp_path / "h.json")])
+    assert held.exit_code == 0, held.output
+    factors = json.loads((tmp_path / "h.json").read_text())
+    assert "kernel_step" not in factors and not any(f.endswith(":v100") for f in factors["fitted_on"])
+    assert DeletePopStepTime(factors=factors).gpu_model_for("a100") == "groups"

@@ -35,30 +35,30 @@ def _no_host_factors() -> dict:
 
 
 def test_fit_reproduces_measurements_generated_by_the_model():
-    truth = DeletePopStepTime(factors=_no_host_factors())
+    truth = DeletePopStepTime(gpu_model="groups", factors=_no_host_factors())
     rows = _synthetic(truth)
     fitted = cal.fit(rows)
-    assert cal.evaluate(DeletePopStepTime(factors=fitted), rows).mape < 2.0
+    assert cal.evaluate(DeletePopStepTime(gpu_model="groups", factors=fitted), rows).mape < 2.0
 
 
 def test_host_term_is_recovered_and_independent_of_the_gpu():
     # a3c-like input pipeline: 50 ms per step on top of the GPU work of resnet18, on every GPU
-    truth = DeletePopStepTime(factors=_no_host_factors())
+    truth = DeletePopStepTime(gpu_model="groups", factors=_no_host_factors())
     rows = [replace(m, step_time_s=m.step_time_s + (0.05 if m.model == "resnet18" else 0.0))
             for m in _synthetic(truth)]
     fitted = cal.fit(rows)
     host = fitted["host_overhead"]["synthetic:resnet18/cifar10"]
     assert host["per_step_s"] + 64 * host["per_sample_s"] == pytest.approx(0.05, rel=0.25)
-    assert cal.evaluate(DeletePopStepTime(factors=fitted), rows).mape < 3.0
+    assert cal.evaluate(DeletePopStepTime(gpu_model="groups", factors=fitted), rows).mape < 3.0
 
 
 def test_leave_one_gpu_out_never_sees_the_held_out_gpu():
     # the K80 runs every GPU work term 3x slower than its spec sheet says (CPU dispatch unchanged);
     # four other GPUs follow their spec sheets, so the global fit stays with them
     factors = _no_host_factors()
-    k80_slowed = DeletePopStepTime(factors={**factors, "gpu_efficiency": {"k80": dict.fromkeys(GPU_TERMS, 3.0)}})
+    k80_slowed = DeletePopStepTime(gpu_model="groups", factors={**factors, "gpu_efficiency": {"k80": dict.fromkeys(GPU_TERMS, 3.0)}})
     rows = _synthetic(k80_slowed, gpus=(*_GPUS, "t4", "a100-40gb"))
-    full = cal.evaluate(DeletePopStepTime(factors=cal.fit(rows)), rows)
+    full = cal.evaluate(DeletePopStepTime(gpu_model="groups", factors=cal.fit(rows)), rows)
     loo = cal.leave_one_gpu_out(rows, rows)
     # learnt from the K80's own rows (per-GPU multipliers), but it cannot be guessed without them
     k80 = loo["per_gpu"]["k80"]
@@ -79,11 +79,11 @@ def test_oracle_scale_minimises_the_mape():
 
 def test_communication_coefficients_fitted_from_multi_gpu_rows():
     factors = {**_no_host_factors(), "comm_coefficients": {"ring": 0.5, "shared_bus": 0.25}}
-    truth = DeletePopStepTime(factors=factors)
+    truth = DeletePopStepTime(gpu_model="groups", factors=factors)
     rows = _synthetic(truth, scales=(1, 2, 4, 8))
     fitted = cal.fit(rows)
     multi = [m for m in rows if m.num_gpus > 1]
-    assert cal.evaluate(DeletePopStepTime(factors=fitted), multi).mape < 3.0
+    assert cal.evaluate(DeletePopStepTime(gpu_model="groups", factors=fitted), multi).mape < 3.0
     assert "synthetic:v100" in fitted["fitted_on"] and fitted["num_measurements"] == len(rows)
 
 
@@ -108,7 +108,7 @@ def test_host_speeds_of_each_setup_have_geometric_mean_one():
     # two setups measure the same workloads; setup "b"'s V100 machines load samples 2x slower (fewer
     # loader cores) at the same per-step speed: its per-sample speed rises there, not its per-step
     # speed, and each setup's speeds stay centred on 1
-    truth = DeletePopStepTime(factors=_no_host_factors())
+    truth = DeletePopStepTime(gpu_model="groups", factors=_no_host_factors())
     rows = []
     for source in ("a", "b"):
         for m in _synthetic(truth):
@@ -122,16 +122,16 @@ def test_host_speeds_of_each_setup_have_geometric_mean_one():
     b_v100, a_v100 = speeds["b"]["v100"], speeds["a"]["v100"]
     assert b_v100["per_sample"] > 1.4 * a_v100["per_sample"]
     assert b_v100["per_sample"] / a_v100["per_sample"] > 1.2 * b_v100["per_step"] / a_v100["per_step"]
-    assert cal.evaluate(DeletePopStepTime(factors=fitted), rows).mape < 3.0
+    assert cal.evaluate(DeletePopStepTime(gpu_model="groups", factors=fitted), rows).mape < 3.0
 
 
 def test_evaluation_uses_each_rows_own_setup():
-    base = DeletePopStepTime()
+    base = DeletePopStepTime(gpu_model="groups")
     host = {"per_step_s": 0.0, "per_sample_s": 0.001}
     factors = {**base.factors, "sources": ["a", "b"], "host_speed": {},
                "host_overhead": {"a:resnet18/cifar10": host, "b:resnet18/cifar10": {**host, "per_step_s": 0.5}}}
     m = Measurement("resnet18", "v100", 32, 1, 0.1, dataset="cifar10", source="a")
-    rows = cal.evaluate(DeletePopStepTime(factors=factors), [m, replace(m, source="b")]).rows
+    rows = cal.evaluate(DeletePopStepTime(gpu_model="groups", factors=factors), [m, replace(m, source="b")]).rows
     assert rows[1]["predicted_s"] - rows[0]["predicted_s"] == pytest.approx(0.5)
 
 
@@ -148,7 +148,7 @@ def test_a_compute_group_without_rows_on_a_gpu_follows_the_gpus_other_groups():
     # K80's conv and gemm multipliers (its common scale), not stay at the average GPU's 1
     factors = _no_host_factors()
     slowed = {**dict.fromkeys(GPU_TERMS, 2.5), "memory": 1.0}
-    truth = DeletePopStepTime(factors={**factors, "gpu_efficiency": {"k80": slowed}})
+    truth = DeletePopStepTime(gpu_model="groups", factors={**factors, "gpu_efficiency": {"k80": slowed}})
     rows = [m for m in _synthetic(truth, gpus=(*_GPUS, "t4"))
             if not (m.gpu == "k80" and m.model == "lstm_lm")]
     fitted = cal.fit(rows)
@@ -156,4 +156,4 @@ def test_a_compute_group_without_rows_on_a_gpu_follows_the_gpus_other_groups():
     assert k80["conv"] > 1.8 and k80["gemm"] > 1.8
     assert k80["rnn"] > 1.5
     held = [m for m in _synthetic(truth, gpus=("k80",)) if m.model == "lstm_lm"]
-    assert cal.evaluate(DeletePopStepTime(factors=fitted), held).mape < 30.0
+    assert cal.evaluate(DeletePopStepTime(gpu_model="groups", factors=fitted), held).mape < 30.0

@@ -90,13 +90,13 @@ def test_benchmark_ten_thousand_predictions(benchmark):
 
 
 def test_host_term_adds_to_its_workload_only_scaled_by_its_setups_host_speeds():
-    base = DeletePopStepTime()
+    base = DeletePopStepTime(gpu_model="groups")
     host = {"per_step_s": 0.1, "per_sample_s": 0.001}
     speeds = {"a": {"v100": {"per_step": 2.0, "per_sample": 3.0}}, "b": {"v100": {"per_step": 0.5, "per_sample": 0.5}}}
     factors = {**base.factors, "sources": ["a", "b"], "host_speed": speeds, "dispatch_us": 0.0,
                "host_overhead": {"a:resnet50/imagenet": host, "b:resnet50/imagenet": host, "b:vgg16/cifar10": host}}
-    with_host = DeletePopStepTime(factors=factors)
-    no_host = DeletePopStepTime(factors={**factors, "host_overhead": {}})
+    with_host = DeletePopStepTime(factors=factors, gpu_model="groups")
+    no_host = DeletePopStepTime(factors={**factors, "host_overhead": {}}, gpu_model="groups")
 
     def gain(p: DeletePopStepTime, job: Job, gpu: str = "v100") -> float:
         return p.step_time_s(job, gpu) - no_host.step_time_s(job, gpu)
@@ -114,7 +114,7 @@ def test_host_term_adds_to_its_workload_only_scaled_by_its_setups_host_speeds():
 def test_host_model_learns_per_step_cost_over_kernels_robustly_and_predicts_unseen_workloads():
     from dltsched.predictors.steptime.model import host_model, workload_kernels
 
-    base = DeletePopStepTime()
+    base = DeletePopStepTime(gpu_model="groups")
     loads = [("resnet18", "cifar10"), ("resnet50", "imagenet"), ("transformer", "multi30k"), ("lstm_lm", "wikitext2")]
     host = {f"s:{m}/{d}": {"per_step_s": 0.004 + 60e-6 * workload_kernels(m, d), "per_sample_s": 1e-5}
             for m, d in loads}
@@ -135,7 +135,7 @@ def test_host_model_learns_per_step_cost_over_kernels_robustly_and_predicts_unse
 
 def test_cpu_dispatch_runs_at_the_per_step_speed_of_the_host():
     # PPO at batch 1 is bound by kernel launches: a host twice as slow per step doubles its step
-    base = DeletePopStepTime()
+    base = DeletePopStepTime(gpu_model="groups")
     host = {"per_step_s": 0.0, "per_sample_s": 0.0}
     factors = {**base.factors, "sources": ["a"], "host_overhead": {"a:ppo/lunarlander": host}, "step_overhead_s": 0.0,
                "host_speed": {"a": {"v100": {"per_step": 2.0, "per_sample": 1.0}}}}
@@ -187,8 +187,8 @@ def test_cpu_dispatch_and_gpu_work_overlap_as_a_smooth_maximum():
 def test_tiny_jobs_are_bound_by_cpu_dispatch_on_every_gpu():
     # PPO's 64-64 MLP at batch 1: a few hundred kernels of negligible GPU work; the step is the CPU's
     # launch time, so an H100 is no faster than a K80 (on the same host machines)
-    base = DeletePopStepTime()
-    p = DeletePopStepTime(factors={**base.factors, "host_speed": {}})
+    base = DeletePopStepTime(gpu_model="groups")
+    p = DeletePopStepTime(factors={**base.factors, "host_speed": {}}, gpu_model="groups")
     k80, h100 = p.breakdown(_job("ppo", batch=1), "k80"), p.breakdown(_job("ppo", batch=1), "h100")
     assert h100.step_time_s == pytest.approx(k80.step_time_s, rel=0.05)
     assert k80.overhead_s > 10 * (k80.compute_s + k80.memory_s)
@@ -206,7 +206,28 @@ def test_old_factor_files_are_refused_with_a_hint(tmp_path):
 
 
 def test_calibration_basis_says_what_a_gpu_rests_on():
-    p = DeletePopStepTime()
-    assert p.calibration_basis("V100").startswith("fitted on its step-time measurements (gavel")
-    assert p.calibration_basis("t4") == "spec sheet scaled by its DeepBench kernel efficiencies"
-    assert p.calibration_basis("h100") == "spec sheet only"
+    groups = DeletePopStepTime(gpu_model="groups")
+    assert groups.calibration_basis("V100").startswith("fitted on its step-time measurements (gavel")
+    assert groups.calibration_basis("t4") == "spec sheet scaled by its DeepBench kernel efficiencies"
+    assert groups.calibration_basis("h100") == "spec sheet only"
+    auto = DeletePopStepTime()  # the default: the kernel model on GPUs without fitted step times
+    assert auto.calibration_basis("V100") == groups.calibration_basis("V100")
+    assert auto.calibration_basis("t4") == "kernel model fitted on its measured kernels (NeuSight)"
+    assert auto.calibration_basis("a100-40gb") == "kernel model fitted on its measured kernels (NeuSight)"
+    assert auto.calibration_basis("h100") == "kernel model from its spec sheet"
+
+
+def test_auto_gpu_model_times_unfitted_gpus_with_the_kernel_model():
+    job = _job("resnet50", batch=64)
+    auto, groups, kernels = (DeletePopStepTime(gpu_model=g) for g in ("auto", "groups", "kernels"))
+    assert [auto.gpu_model_for(g) for g in ("k80", "v100-32gb", "a40", "a100", "h100", "l4")] == [
+        "groups", "groups", "groups", "kernels", "kernels", "kernels"]
+    assert auto.step_time_s(job, "v100") == pytest.approx(groups.step_time_s(job, "v100"))
+    assert auto.step_time_s(job, "a100") == pytest.approx(kernels.step_time_s(job, "a100"))
+    assert auto.step_time_s(job, "a100") != pytest.approx(groups.step_time_s(job, "a100"))
+    # factors without a kernel_step block (a cross-fitted fold's) time every GPU by groups
+    bare = DeletePopStepTime(factors={k: v for k, v in auto.factors.items() if k != "kernel_step"})
+    assert bare.gpu_model_for("a100") == "groups"
+    assert bare.step_time_s(job, "a100") == pytest.approx(groups.step_time_s(job, "a100"))
+    with pytest.raises(ValidationError, match="gpu_model"):
+        DeletePopStepTime(gpu_model="flops").gpu_model_for("v100")

@@ -59,7 +59,7 @@ def test_tf32_math_modes_on_ampere_only():
 
 
 def test_fixed_host_cost_is_reported_in_every_scope():
-    p = DeletePopStepTime(factors={**DeletePopStepTime().factors, "step_overhead_s": 0.01})
+    p = DeletePopStepTime(factors={**DeletePopStepTime().factors, "step_overhead_s": 0.01}, gpu_model="groups")
     for scope in ("iteration", "compute", "fwd_bwd"):
         b = p.breakdown(_job("resnet50", 1), "a100", scope=scope)
         assert b.host_s == pytest.approx(0.01, rel=0.5) and b.step_time_s > b.host_s

@@ -59,8 +59,9 @@ def _job(model: str, batch_size: int, num_gpus: int, amp: bool, dataset: str | N
 @click.option("--measured-weight", type=click.FloatRange(0.0, 1.0), default=None,
               help="How much of the --measured steps to take (geometric blend with the prediction; 1: all). "
                    "Default: 0.5 (measurements on the asked GPU itself: 1).")
-@click.option("--gpu-model", type=click.Choice(["groups", "kernels"]), default="groups", show_default=True,
-              help="GPU time from calibrated work groups, or from every kernel of the graph (kernel model).")
+@click.option("--gpu-model", type=click.Choice(["auto", "groups", "kernels"]), default="auto", show_default=True,
+              help="GPU time from calibrated work groups, or from every kernel of the graph (kernel model); "
+                   "auto: groups on GPUs with fitted step times, kernels on the others.")
 @click.option("--json", "as_json", is_flag=True)
 def step_time(model: str, gpu: str, batch_size: int, num_gpus: int, num_nodes: int, amp: bool, freeze_level: int,
               dataset: str | None, optimizer: str, scope: str, measured_texts: tuple[str, ...],
@@ -183,10 +184,16 @@ def calibrate_steptime(data_dir: str | None, hold_out_gpu: str | None, output: s
         held = gpu_spec_checked(hold_out_gpu).id
         rows = [m for m in rows if gpu_spec_checked(m.gpu).id != held]
     factors = cal.fit(rows, ms.deepbench_kernel_efficiency(data_dir))
+    # the kernel step model's block (what gpu_model="auto" times unfitted GPUs with) is fitted apart
+    # (fit-kernel-step); kept from the packaged factors unless a GPU is held out, which it has seen
+    packaged = load_factors()
+    if not hold_out_gpu and "kernel_step" in packaged:
+        factors["kernel_step"] = packaged["kernel_step"]
     path = Path(output) if output else factors_path()
     write_text_file(path, json.dumps(factors, indent=1, allow_nan=False) + "\n", option="--output")
     load_factors.cache_clear()
-    out = {"output": str(path), "num_measurements": factors["num_measurements"], "fitted_on": factors["fitted_on"]}
+    out = {"output": str(path), "num_measurements": factors["num_measurements"], "fitted_on": factors["fitted_on"],
+           "kernel_step": "kept" if "kernel_step" in factors else "none (every GPU timed by groups)"}
     emit(out, as_json)
 
 
