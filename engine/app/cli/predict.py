@@ -138,9 +138,13 @@ def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: b
     if leave_one_gpu_out:
         train = _measurements("all", data_dir, TRAIN_SCALES)
         out = cal.leave_one_gpu_out(train, test, ms.deepbench_kernel_efficiency(data_dir), new_jobs=new_jobs)
+        # a fold's factors carry no kernel_step block: every held-out GPU is timed by groups (the default's
+        # kernel model on a GPU it has never seen: eval-kernel-step)
+        out["gpu_model"] = "groups"
     else:
-        ev = cal.evaluate(DeletePopStepTime(), test)
-        out = {**ev.summary(), "rows": list(ev.rows)}
+        predictor = DeletePopStepTime()
+        ev = cal.evaluate(predictor, test)
+        out = {**ev.summary(), "rows": [{**r, "gpu_model": predictor.gpu_model_for(r["gpu"])} for r in ev.rows]}
 
     def text() -> None:
         click.echo(f"n={out['n']} mape={out['mape']:.1f}% p90_ape={out['p90_ape']:.1f}%")

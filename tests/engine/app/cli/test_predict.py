@@ -49,7 +49,8 @@ def test_eval_steptime_csv(capsys, tmp_path):
     code, out, _err = _run(capsys, "predict", "eval-steptime", str(path), "--json")
     data = json.loads(out)
     assert code == 0 and data["n"] == 2 and data["mape"] == pytest.approx(20.0)
-    assert len(data["rows"]) == 2
+    # each row names what timed it: the V100's fitted groups, the kernel model on the A100 (no fitted steps)
+    assert [r["gpu_model"] for r in data["rows"]] == ["groups", "kernels"]
 
 
 def test_freeze_table_and_bench(capsys):
