@@ -20,10 +20,13 @@ from dltsched.predictors.colocation.samples import JobSpec, without_absent
 
 def train_profile_table(out_dir: str | os.PathLike[str], dataset: str = "gavel",
                         data_dir: str | os.PathLike[str] | None = None, seed: int = 0,
-                        figures: dict[str, Any] | None = None) -> dict[str, Any]:
+                        figures: dict[str, Any] | None = None,
+                        eggat_weight: float | None | str = "off") -> dict[str, Any]:
     """Fit a :class:`ProfileColocation` on every valid sample of ``dataset``, keep its isolated profiles, and write
     ``table_profile_<dataset>.json`` into ``out_dir``; returns the record. A Lucid-trained file (non-commercial
-    data) is refused inside the package folder."""
+    data) is refused inside the package folder. ``eggat_weight`` (a float, or ``None``: chosen by leave-one-model-out
+    inside the data) also fits the E-GGAT (needs torch; :class:`~.train.ProfileWithEggat`), writes its checkpoint
+    ``eggat_<dataset>.safetensors`` beside the file and blends it in; ``"off"``: no E-GGAT."""
     import time
 
     from dltsched.predictors.colocation.samples import read_dataset
@@ -37,7 +40,14 @@ def train_profile_table(out_dir: str | os.PathLike[str], dataset: str = "gavel",
                                      "shipped (non-commercial licence): write it elsewhere")
     data = read_dataset(dataset, data_dir)
     start = time.perf_counter()
-    model = ProfileColocation(seed=seed).fit(data)
+    if eggat_weight == "off":
+        model = ProfileColocation(seed=seed).fit(data)
+    else:
+        from dltsched.predictors.colocation.train import EggatConfig, ProfileWithEggat
+
+        blend = ProfileWithEggat(eggat_weight, EggatConfig(seed=seed)).fit(data)  # type: ignore[arg-type]
+        assert blend.model is not None and blend.eggat is not None
+        model = blend.model
     model.profiles = dict(data.isolated)
     model.record = {"data": dataset, "samples": len(without_absent(data)), "dropped_absent": len(data) - len(
         without_absent(data)), "seed": seed, "train_s": round(time.perf_counter() - start, 1),
@@ -51,9 +61,21 @@ def train_profile_table(out_dir: str | os.PathLike[str], dataset: str = "gavel",
                                          "measured get the rule min(1, 100 / sum of measured util), not the "
                                          f"{dataset.capitalize()}-fitted corrections")
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"table_profile_{dataset}.json"
+    if eggat_weight != "off":
+        checkpoint = f"eggat_{dataset}.safetensors"
+        blend.eggat.record = {**model.record, "figures": {}, "blended": f"weight {model.eggat_weight} in {path_name(dataset)}",
+                              **({"inner_choice": blend.chosen} if blend.chosen else {})}
+        blend.eggat.save(out / checkpoint)
+        model.eggat_checkpoint = checkpoint
+        model.record["eggat"] = {"checkpoint": checkpoint, "weight": model.eggat_weight, "config": blend.eggat.config_dict(),
+                                 **({"inner_choice": blend.chosen} if blend.chosen else {})}
+    path = out / path_name(dataset)
     model.save(path)
     return {**model.record, "path": str(path)}
+
+
+def path_name(dataset: str) -> str:
+    return f"table_profile_{dataset}.json"
 
 
 def time_profile_colocation(groups: int = 10_000, seed: int = 0) -> dict[str, float]:
