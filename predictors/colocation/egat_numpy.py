@@ -168,7 +168,9 @@ def _gelu(x: np.ndarray) -> np.ndarray:
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * x))
+    from scipy.special import expit
+
+    return expit(x)  # type: ignore[no-any-return]
 
 
 def _segment(values: np.ndarray, starts: np.ndarray, ufunc: np.ufunc) -> np.ndarray:
@@ -179,10 +181,11 @@ def _gatv2(w: Mapping[str, np.ndarray], name: str, heads: int, h: np.ndarray, sr
            attr: np.ndarray) -> np.ndarray:
     """``GATv2Conv(edge_dim=...)`` with its defaults (self-loops with mean edge features, concatenated heads)."""
     n = len(h)
+    attr = attr.astype(h.dtype)
     x_l = _linear(w, f"{name}.lin_l", h).reshape(n, heads, -1)
     x_r = _linear(w, f"{name}.lin_r", h).reshape(n, heads, -1)
     count = np.bincount(dst, minlength=n)
-    loop_attr = np.zeros((n, attr.shape[1]))
+    loop_attr = np.zeros((n, attr.shape[1]), dtype=attr.dtype)
     np.add.at(loop_attr, dst, attr)
     loop_attr /= np.maximum(count, 1)[:, None]
     src = np.concatenate((src, np.arange(n)))
@@ -204,9 +207,14 @@ def _logits(w: Mapping[str, np.ndarray], name: str, x_src: np.ndarray, x_dst: np
             attr: np.ndarray) -> np.ndarray:
     """GATv2's attention logits of edges (one row each; ``attr``: one row, or one per edge) per head."""
     heads, c = x_src.shape[-2:]
-    z = x_src + x_dst + (np.atleast_2d(attr) @ w[f"{name}.lin_edge.weight"].T).reshape(-1, heads, c)
-    z = np.maximum(z, 0.2 * z)  # leaky ReLU, slope 0.2
-    return (z * w[f"{name}.att"]).sum(-1)  # type: ignore[no-any-return]
+    edge = (np.atleast_2d(attr).astype(x_src.dtype) @ w[f"{name}.lin_edge.weight"].T).reshape(-1, heads, c)
+    z = x_src + x_dst
+    z += edge
+    np.maximum(z, 0.2 * z, out=z)  # leaky ReLU, slope 0.2
+    att = w[f"{name}.att"][0]  # (H, C): one block per head of a (H C, H) matrix, so one product gives every head
+    block = np.zeros((heads * c, heads), dtype=att.dtype)
+    block[np.arange(heads * c), np.repeat(np.arange(heads), c)] = att.reshape(-1)
+    return z.reshape(len(z), -1) @ block  # type: ignore[no-any-return]
 
 
 Partial = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -288,7 +296,7 @@ class NumpyEggat:
     def from_meta(cls, weights: Mapping[str, Any], meta: Mapping[str, Any]) -> NumpyEggat:
         """From a state dict (numpy arrays) and the checkpoint's metadata (``config``, ``has_memory``, ...)."""
         c = meta["config"]
-        arrays = {k: np.asarray(v, dtype=float) for k, v in weights.items()}
+        arrays = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}  # as trained: float32
         return cls(arrays, int(c["heads"]), int(c["num_layers"]), int(c["max_jobs"]), bool(meta["has_memory"]),
                    bool(meta["has_util"]), tuple(meta["gpus"]), tuple(meta["models"]), dict(meta.get("record", {})))
 
@@ -317,7 +325,7 @@ class NumpyEggat:
         src = np.concatenate([g.src + o for g, o in zip(graphs, offsets, strict=True)])
         dst = np.concatenate([g.dst + o for g, o in zip(graphs, offsets, strict=True)])
         attr = np.concatenate([g.edge_attr for g in graphs])
-        h = _linear(w, "embed", (x - w["x_mean"]) / w["x_std"])
+        h = _linear(w, "embed", ((x - w["x_mean"]) / w["x_std"]).astype(w["embed.weight"].dtype))
         for k in range(self.num_layers):
             m = _gatv2(w, f"layers.{k}.conv", self.heads, h, src, dst, attr)
             g = _sigmoid(_linear(w, f"layers.{k}.gate", np.concatenate((h, m), -1)))
@@ -373,7 +381,7 @@ class NumpyEggat:
         w, heads = self.weights, self.heads
         rows, src, dst, attr = _job_block(gpu, job, isolated)
         n = len(rows) - 1
-        h0 = _linear(w, "embed", (rows - w["x_mean"]) / w["x_std"])
+        h0 = _linear(w, "embed", ((rows - w["x_mean"]) / w["x_std"]).astype(w["embed.weight"].dtype))
         m = _gatv2(w, "layers.0.conv", heads, h0, src, dst, attr)  # exact for the super-nodes: all their edges are here
         g = _sigmoid(_linear(w, "layers.0.gate", np.concatenate((h0, m), -1)))
         h1 = _layer_norm(w, "layers.0.norm", h0 + g * m)[:n]
@@ -434,7 +442,7 @@ class NumpyEggat:
             for i, a in enumerate(ids):  # first layer into each hub: the other members' nodes (padded to max_jobs - 1)
                 others = [self._pair0(jobs[a], jobs[b], ("pair", g.gpu, g.jobs[i], g.jobs[j]), memo)
                           for j, b in enumerate(ids) if j != i]
-                others += [(np.full(heads, -np.inf), np.zeros(heads), np.zeros_like(others[0][2]))] * (
+                others += [(np.full(heads, -np.inf, dtype=np.float32), np.zeros(heads, dtype=np.float32), np.zeros_like(others[0][2]))] * (
                     self.max_jobs - len(ids))
                 pairs_m.append([p[0] for p in others])
                 pairs_b.append([p[1] for p in others])
@@ -454,7 +462,7 @@ class NumpyEggat:
         xl0_hub = np.stack([j.xl0[-1] for j in jobs])[slots]
         xr0_hub = np.stack([j.xr0_hub for j in jobs])[slots]
         own = tuple(np.stack([j.own0[k] for j in jobs])[slots] for k in range(3))
-        loop = (_logits(w, "layers.0.conv", xl0_hub, xr0_hub, loop_attr), np.ones((len(slots), heads)), xl0_hub)
+        loop = (_logits(w, "layers.0.conv", xl0_hub, xr0_hub, loop_attr), np.ones((len(slots), heads), dtype=xl0_hub.dtype), xl0_hub)
         pm, pb, pa = np.asarray(pairs_m), np.asarray(pairs_b), np.asarray(pairs_a)
         cross = [(pm[:, k], pb[:, k], pa[:, k]) for k in range(pm.shape[1])]
         m0 = _merge(own, loop, *cross).reshape(len(slots), -1) + w["layers.0.conv.bias"]  # type: ignore[arg-type]
@@ -471,39 +479,39 @@ class NumpyEggat:
         xr1 = np.concatenate([j.xr1 for j in jobs])
         local = tuple(np.concatenate([j.local1[k] for j in jobs])[inst] for k in range(3))
         hub_edge = (_logits(w, "layers.1.conv", xl1_hub[inst_slot], xr1[inst], np.asarray(_HUB_EDGE)),
-                    np.ones((len(inst), heads)), xl1_hub[inst_slot])
+                    np.ones((len(inst), heads), dtype=xl1_hub.dtype), xl1_hub[inst_slot])
         m1 = _merge(local, hub_edge).reshape(len(inst), -1) + w["layers.1.conv.bias"]  # type: ignore[arg-type]
         g1 = _sigmoid(_linear(w, "layers.1.gate", np.concatenate((h1[inst], m1), -1)))
         h2 = _layer_norm(w, "layers.1.norm", h1[inst] + g1 * m1)
-        # ---- second layer, hubs: every member's super-nodes, the other hubs, the self-loop
-        src, dst, kind = [], [], []
+        # ---- second layer, hubs: own super-nodes (the instances above), the others' super-nodes, every hub of the
+        # group (the others' by cross-job edges, its own by the self-loop); each part already runs by target
+        inst_first = np.cumsum(n_slot) - n_slot
+        own1 = _partial(_logits(w, "layers.1.conv", xl1[inst], xr1_hub[inst_slot], np.asarray(_HUB_EDGE)), xl1[inst],
+                        inst_first)
+        seg_first, seg_len, seg_dst = [], [], []
         for q in range(len(slots)):
             gq = group_of_slot[q]
             for k in range(first_slot[gq], first_slot[gq] + size[gq]):
-                src.append((sup_first[slots[k]], n[slots[k]]))
-                dst.append(q)
-                kind.append(k == q)
-        seg = np.asarray(src)
-        seg_dst, seg_own = np.asarray(dst), np.asarray(kind)
-        e_src = _ranges(seg[:, 0], seg[:, 1])
-        e_dst = np.repeat(seg_dst, seg[:, 1])
-        e_attr = np.where(np.repeat(seg_own, seg[:, 1])[:, None], _HUB_EDGE, _CROSS_EDGE)
-        hub_src = np.concatenate([np.arange(first_slot[group_of_slot[q]], first_slot[group_of_slot[q]]
-                                            + size[group_of_slot[q]]) for q in range(len(slots))])
+                if k != q:
+                    seg_first.append(sup_first[slots[k]])
+                    seg_len.append(n[slots[k]])
+                    seg_dst.append(q)
+        lengths = np.asarray(seg_len)
+        c_src = _ranges(np.asarray(seg_first), lengths)
+        c_dst = np.repeat(np.asarray(seg_dst), lengths)
+        c_counts = np.bincount(c_dst, minlength=len(slots))
+        cross1 = _partial(_logits(w, "layers.1.conv", xl1[c_src], xr1_hub[c_dst], np.asarray(_CROSS_EDGE)), xl1[c_src],
+                          np.cumsum(c_counts) - c_counts)
+        hub_src = _ranges(first_slot[group_of_slot], size[group_of_slot])
         hub_dst = np.repeat(np.arange(len(slots)), size[group_of_slot])
         hub_attr = np.where((hub_src == hub_dst)[:, None], loop_attr[hub_dst], _CROSS_EDGE)
-        values = np.concatenate((xl1[e_src], xl1_hub[hub_src]))
-        all_dst = np.concatenate((e_dst, hub_dst))
-        order = np.argsort(all_dst, kind="stable")
-        values, all_dst = values[order], all_dst[order]
-        attr = np.concatenate((e_attr, hub_attr))[order]
-        starts = np.flatnonzero(np.r_[True, all_dst[1:] != all_dst[:-1]])
-        hub_part = _partial(_logits(w, "layers.1.conv", values, xr1_hub[all_dst], attr), values, starts)
-        m1_hub = _merge(hub_part).reshape(len(slots), -1) + w["layers.1.conv.bias"]
+        hub_part = _partial(_logits(w, "layers.1.conv", xl1_hub[hub_src], xr1_hub[hub_dst], hub_attr),
+                            xl1_hub[hub_src], np.cumsum(size[group_of_slot]) - size[group_of_slot])
+        m1_hub = _merge(own1, cross1, hub_part).reshape(len(slots), -1) + w["layers.1.conv.bias"]
         g1_hub = _sigmoid(_linear(w, "layers.1.gate", np.concatenate((h1_hub, m1_hub), -1)))
         h2_hub = _layer_norm(w, "layers.1.norm", h1_hub + g1_hub * m1_hub)
         # ---- heads
-        inst_sum = np.add.reduceat(h2, np.cumsum(n_slot) - n_slot, 0)
+        inst_sum = np.add.reduceat(h2, inst_first, 0)
         job_mean = (inst_sum + h2_hub) / (n_slot + 1)[:, None]
         group_sum = np.add.reduceat(h2_hub, first_slot, 0)
         g_norm = (np.stack(glob) - w["g_mean"]) / w["g_std"]

@@ -82,9 +82,9 @@ def time_profile_colocation(groups: int = 10_000, seed: int = 0) -> dict[str, fl
     """Seconds for ``groups`` predictions of the shipped profile model: 2- and 3-job groups of Gavel's job types
     and of jobs without a profile, on K80/P100/V100/A100, in one batch call and one call per group (the
     engine's ``colocated_speeds`` + ``group_memory_mib``), each on a fresh model (nothing remembered); wall-clock
-    and CPU seconds of this process (the CPU figure is the steadier one on a shared machine)."""
+    and CPU seconds of this process (the CPU figure is the steadier one on a shared machine). ``profile_*``: the
+    engine's default (the E-GGAT blended in, run in numpy); ``profile_without_eggat_*``: the same groups without it."""
     import random
-    import time
 
     model = shipped_profile_predictor()
     specs = sorted({job for _, job in model.profiles} | {JobSpec("mobilenet_v2", 64), JobSpec("vgg16", 128)})
@@ -92,17 +92,27 @@ def time_profile_colocation(groups: int = 10_000, seed: int = 0) -> dict[str, fl
     rng = random.Random(seed)
     work = [Group(rng.choice(gpus), tuple(rng.choice(specs) for _ in range(rng.choice((2, 3)))))
             for _ in range(groups)]
+    out: dict[str, float] = {"profile_groups": groups, "profile_distinct_groups": len({(g.gpu, g.jobs) for g in work})}
+    for prefix, fresh in (("profile", shipped_profile_predictor),
+                          ("profile_without_eggat", lambda: shipped_profile_predictor().without_eggat())):
+        out |= {f"{prefix}_{k}": v for k, v in _time_groups(fresh, work).items()}
+    return out
+
+
+def _time_groups(fresh: Any, work: list[Group]) -> dict[str, float]:
+    import time
+
+    model = fresh()
     start, cpu = time.perf_counter(), time.process_time()
     model.estimate_groups(work)
     batch_s, batch_cpu = time.perf_counter() - start, time.process_time() - cpu
-    fresh = shipped_profile_predictor()
+    model = fresh()
     jobs = [(tuple(Job(f"j{i}", j.model, j.batch_size, 1.0, amp=j.amp, dataset=j.dataset)
                    for i, j in enumerate(g.jobs)), g.gpu) for g in work]
     start, cpu = time.perf_counter(), time.process_time()
     for members, gpu in jobs:
-        fresh.colocated_speeds(members, gpu)
-        fresh.group_memory_mib(members, gpu)
+        model.colocated_speeds(members, gpu)
+        model.group_memory_mib(members, gpu)
     single_s, single_cpu = time.perf_counter() - start, time.process_time() - cpu
-    return {"profile_groups": groups, "profile_batch_seconds": batch_s, "profile_per_call_seconds": single_s,
-            "profile_batch_cpu_seconds": batch_cpu, "profile_per_call_cpu_seconds": single_cpu,
-            "profile_distinct_groups": len({(g.gpu, g.jobs) for g in work})}
+    return {"batch_seconds": batch_s, "per_call_seconds": single_s, "batch_cpu_seconds": batch_cpu,
+            "per_call_cpu_seconds": single_cpu}

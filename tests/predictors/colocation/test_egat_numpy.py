@@ -38,12 +38,12 @@ def test_two_layer_road_gives_the_plain_forward_pass() -> None:
     net = shipped_eggat()
     plain = net.forward([group_graph_arrays(g, ISO) for g in GROUPS])[0]
     memo: dict = {}
-    assert net.log_speeds(GROUPS, _views(GROUPS), memo) == pytest.approx(plain, abs=1e-12)
+    assert net.log_speeds(GROUPS, _views(GROUPS), memo) == pytest.approx(plain, abs=1e-5)
     # the kept per-job parts give the same numbers again, in another order
     again = net.log_speeds(GROUPS[::-1], _views(GROUPS), memo)
     sizes = [len(g.jobs) for g in GROUPS[::-1]]
     parts = np.split(again, np.cumsum(sizes)[:-1])
-    assert np.concatenate(parts[::-1]) == pytest.approx(plain, abs=1e-12)
+    assert np.concatenate(parts[::-1]) == pytest.approx(plain, abs=1e-5)
 
 
 def test_shipped_network_loads_without_torch_and_names_its_training() -> None:
@@ -86,7 +86,7 @@ def test_engine_default_blends_the_network_within_the_bounds() -> None:
     for e, r, n in zip(both[:2], rest[:2], net, strict=True):
         for got, base, direct in zip(e.speeds, r.speeds, n.speeds, strict=True):
             # measured pairs: the geometric mean of the two opinions at weight 1/2, capped at 1
-            assert got == pytest.approx(min(1.0, math.sqrt(base * direct)), rel=1e-9)
+            assert got == pytest.approx(min(1.0, math.sqrt(base * direct)), rel=1e-5)
     assert any(a != b for e, r in zip(both, rest, strict=True) for a, b in zip(e.speeds, r.speeds, strict=True))
     for e, r in zip(both, rest, strict=True):
         assert all(0.0 < v <= 1.0 for v in e.speeds)
@@ -112,7 +112,7 @@ def test_one_group_at_a_time_predicts_as_the_batch_path_with_the_network() -> No
     batch = shipped_profile_predictor().estimate_groups(groups)
     for g, e in zip(groups, batch, strict=True):
         jobs = [Job(f"j{i}", j.model, j.batch_size, 1.0, amp=j.amp, dataset=j.dataset) for i, j in enumerate(g.jobs)]
-        assert model.colocated_speeds(jobs, g.gpu) == pytest.approx(e.speeds, rel=1e-9)
+        assert model.colocated_speeds(jobs, g.gpu) == pytest.approx(e.speeds, rel=1e-6)  # float32 sums
 
 
 def test_model_file_keeps_its_network_beside_it(tmp_path: Path) -> None:
