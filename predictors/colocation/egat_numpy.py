@@ -424,7 +424,11 @@ class NumpyEggat:
         names: dict[tuple[str, JobSpec], int] = {}  # (GPU, job) -> row of the tables below
         jobs: list[_Job] = []
         slot_job: list[int] = []  # one slot per member of every group
-        glob, prior, pairs_m, pairs_b, pairs_a = [], [], [], [], []
+        glob: list[np.ndarray] = []
+        prior: list[np.ndarray] = []
+        pairs_m: list[list[np.ndarray]] = []
+        pairs_b: list[list[np.ndarray]] = []
+        pairs_a: list[list[np.ndarray]] = []
         sizes = []
         for g, iso in zip(groups, isolated, strict=True):
             ids = []
