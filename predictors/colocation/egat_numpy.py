@@ -316,6 +316,13 @@ class NumpyEggat:
     def check(self, group: Group) -> None:
         check_eggat_group(group, self.max_jobs, self.gpus)
 
+    def saw(self, feature: str) -> bool:
+        """Whether job feature ``feature`` (:data:`~.features.JOB_FEATURES`) ever differed from 0 in training: a
+        network trained where isolated memory or utilisation was never measured (the shipped, Gavel one) keeps
+        them at 0 (its input standardisation would put a measured value tens of deviations out)."""
+        k = NODE_FEATURES + JOB_FEATURES.index(feature)
+        return bool(self.weights["x_mean"][k] != 0.0 or self.weights["x_std"][k] > 0.1 + 1e-6)
+
     def forward(self, graphs: Sequence[GroupGraph]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(log speed per job, in the graphs' order; log memory ratio per group; GPU util fraction per group)."""
         w = self.weights

@@ -437,13 +437,15 @@ class ProfileColocation:
                           isolated: Mapping[tuple[str, JobSpec], IsolatedProfile], memo: dict[Any, Any]) -> np.ndarray | None:
         """The E-GGAT's log speed of every job (``None`` without one; NaN for the jobs of a group it cannot read: a
         GPU or model it cannot featurize, counted in ``fallbacks``). It sees the members' resolved step times (measured
-        or predicted, as the pair trees do), memory and utilisation only where measured (as in its training), and
+        or predicted, as the pair trees do), memory and utilisation only where measured and only if its training saw
+        them measured (:meth:`~.egat_numpy.NumpyEggat.saw`; the shipped network saw neither), and
         ``isolated`` for the other GPUs' step times; each job's graph block is kept in ``memo``."""
         if self.eggat is None or self.eggat_weight <= 0:
             return None
         from dltsched.predictors.colocation.egat_numpy import check_eggat_group
 
         readable, views, out = [], [], []
+        memory_seen, util_seen = self.eggat.saw("iso_memory_gib"), self.eggat.saw("iso_util")
         for g, gpu, ps in zip(groups, gpus, profs, strict=True):
             group = Group(gpu, g.jobs)
             try:
@@ -452,8 +454,10 @@ class ProfileColocation:
                 self.fallbacks["eggat_unreadable_group"] += 1
                 out.append(len(g.jobs))
                 continue
-            own = {(gpu, j): IsolatedProfile(p.step_time_s, None if "memory_mib" in p.predicted else p.memory_mib,
-                                             None if "gpu_util" in p.predicted else p.gpu_util, p.mem_bw_util)
+            own = {(gpu, j): IsolatedProfile(p.step_time_s,
+                                             p.memory_mib if memory_seen and "memory_mib" not in p.predicted else None,
+                                             p.gpu_util if util_seen and "gpu_util" not in p.predicted else None,
+                                             p.mem_bw_util)
                    for j, p in zip(g.jobs, ps, strict=True)}
             readable.append(group)
             views.append(ChainMap(own, isolated))  # type: ignore[arg-type]

@@ -186,3 +186,20 @@ def test_shipped_checkpoint_gives_the_torch_models_predictions() -> None:
     for a, b in zip(shipped_eggat().predict(GROUPS, data), EggatPredictor.load(path).predict(GROUPS, data),
                     strict=True):
         assert a.speeds == pytest.approx(b.speeds, rel=1e-5)
+
+
+def test_the_shipped_network_never_sees_measured_memory_or_utilisation() -> None:
+    # trained on Gavel, where neither was measured: a caller's measured values stay out of its inputs
+    model = shipped_profile_predictor()
+    alone = model.without_eggat()
+    specs = sorted({j for g, j in model.profiles if g == "p100"})
+    a, b = specs[1], specs[6]
+    measured = dict(model.profiles)
+    measured[("p100", a)] = IsolatedProfile(model.profiles[("p100", a)].step_time_s, 5000.0, 70.0)  # b: no util
+    group = Group("p100", (a, b))
+    stripped = {k: IsolatedProfile(p.step_time_s) for k, p in measured.items()}
+    direct = model.eggat.predict([group], ColocDataset((), stripped))[0].speeds
+    got = model.estimate_groups([group], measured)[0].speeds
+    rest = alone.estimate_groups([group], measured)[0].speeds
+    assert got == pytest.approx([min(1.0, math.sqrt(r * d)) for r, d in zip(rest, direct, strict=True)], rel=1e-5)
+    assert not model.eggat.saw("iso_util") and model.eggat.saw("log_iso_step_s")
