@@ -35,10 +35,10 @@ def _read_predictor(path: str | None) -> Any:
 
     if path is None:
         return default_colocation_predictor()
-    if path.endswith(".safetensors"):
-        from dltsched.predictors.colocation.train import EggatPredictor
+    if path.endswith(".safetensors"):  # an E-GGAT checkpoint, run in numpy (no torch)
+        from dltsched.predictors.colocation.egat_numpy import NumpyEggat
 
-        return EggatPredictor.load(path)
+        return NumpyEggat.load(path)
     try:
         raw = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:

@@ -203,3 +203,31 @@ def test_the_shipped_network_never_sees_measured_memory_or_utilisation() -> None
     rest = alone.estimate_groups([group], measured)[0].speeds
     assert got == pytest.approx([min(1.0, math.sqrt(r * d)) for r, d in zip(rest, direct, strict=True)], rel=1e-5)
     assert not model.eggat.saw("iso_util") and model.eggat.saw("log_iso_step_s")
+
+
+def test_cli_predicts_with_and_without_the_network(capsys: pytest.CaptureFixture[str]) -> None:
+    from dltsched.engine.app.cli.main import main
+
+    args = ["predict", "colocation", "--gpu", "k80", "--job", "resnet18:64", "--job", "lstm_lm:20", "--json"]
+    assert main(args) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert main([*args, "--no-eggat"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert [r["speed"] for r in both["jobs"]] != [r["speed"] for r in alone["jobs"]]
+    assert both["memory_mib"] == alone["memory_mib"]
+    table = str(_PACKAGE / "default_table.json")  # the older ensemble table: no network to leave out
+    assert main([*args, "--no-eggat", "--model", table]) == 2
+    assert "--no-eggat applies to table_profile" in capsys.readouterr().err
+    assert main(["predict", "train-colocation", "--eggat-weight", "2", "--out", "/nonexistent"]) == 2
+    assert "eggat-weight" in capsys.readouterr().err
+
+
+def test_cli_reads_a_checkpoint_without_torch() -> None:
+    code = ("import sys, json\n"
+            "from dltsched.engine.app.cli.main import main\n"
+            f"code = main(['predict', 'colocation', '--gpu', 'p100', '--job', 'resnet50:64', '--job', 'lm:20', "
+            f"'--model', {str(_PACKAGE / 'eggat_gavel.safetensors')!r}, '--json'])\n"
+            "print(code, any(m == 'torch' or m.startswith('torch.') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "0 False"
+    assert json.loads(out.stdout[out.stdout.index("{"):out.stdout.rindex("}") + 1])["jobs"][0]["speed"] > 0
