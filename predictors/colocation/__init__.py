@@ -1,14 +1,14 @@
 """Co-location prediction: the profile model the engine uses, E-GGAT, baselines, readers, splits, tables.
 
-Importing this package never imports torch; only ``train`` and ``egat`` need it.
+Importing this package never imports torch; only training (``train``, ``egat``) needs it.
 :func:`default_colocation_predictor` returns the engine-facing
 :class:`~dltsched.engine.domain.predictors.ColocationPredictor`: the shipped profile model of
 :mod:`.profiled` (physics-shaped base from each job's isolated profile, tree corrections fitted on
-Gavel's MIT-licensed pairs only, Gavel's isolated profiles), with the caller's measured job profiles
-added when given. A job with no profile on a GPU has its step time, memory and utilisation predicted,
-counted in ``fallbacks`` and logged (see :mod:`.profiled`). The older ensemble-exported table
-(:func:`~.table.default_table`, ``default_table.json``, with ``eggat_gavel.safetensors`` its E-GGAT
-member) stays available for comparison.
+Gavel's MIT-licensed pairs only, Gavel's isolated profiles) with the E-GGAT trained on the same pairs
+(``eggat_gavel.safetensors``) blended into its speeds, run in numpy (:mod:`.egat_numpy`), and the caller's
+measured job profiles added when given. A job with no profile on a GPU has its step time, memory and
+utilisation predicted, counted in ``fallbacks`` and logged (see :mod:`.profiled`). The older
+ensemble-exported table (:func:`~.table.default_table`, ``default_table.json``) stays available for comparison.
 """
 
 from __future__ import annotations
@@ -20,12 +20,15 @@ from dltsched.predictors.colocation.table import ColocationTable, default_table
 from dltsched.predictors.profiles import JobProfile
 
 
-def default_colocation_predictor(*, strict: bool = False,
-                                 profiles: Iterable[JobProfile] = ()) -> ProfileColocation:
+def default_colocation_predictor(*, strict: bool = False, profiles: Iterable[JobProfile] = (),
+                                 eggat: bool = True) -> ProfileColocation:
     """The shipped profile co-location model, using ``profiles`` (measured :class:`JobProfile` s; they add to
     and replace its own Gavel profiles; ``predicted`` ones are ignored). ``strict``: a job with no profile on
-    the GPU raises a ValidationError instead of having its profile predicted."""
+    the GPU raises a ValidationError instead of having its profile predicted. ``eggat=False``: without the
+    E-GGAT blended into its speeds (see :data:`~.profiled.EGGAT_WEIGHT`)."""
     model = shipped_profile_predictor(strict=strict)
+    if not eggat:
+        model = model.without_eggat()
     profiles = tuple(profiles)
     return model.with_job_profiles(profiles) if profiles else model
 

@@ -10,100 +10,46 @@ GPU features and the group size are global features fed to the heads: per-job lo
 memory (log ratio to the summed isolated memory) and GPU utilisation. The speed and utilisation
 heads are residual over parameter-free priors where isolated utilisation is known (time slicing,
 ``log min(1, 100 / total isolated util)``, and the union of the isolated busy periods); elsewhere the
-priors are 0 and 50%.
+priors are 0 and 50%. The graph is built torch-free (:func:`.egat_numpy.group_graph_arrays`); a trained network
+runs without torch in :class:`.egat_numpy.NumpyEggat`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 from torch_geometric.data import Batch, Data
 from torch_geometric.nn import GATv2Conv
 from torch_geometric.utils import scatter
 
-from dltsched.predictors.colocation.features import (
-    GPU_FEATURES,
-    JOB_FEATURES,
-    PAIR_FEATURES,
-    Group,
-    contention_log_speeds,
-    gpu_features,
-    job_features,
-    pair_features,
-    union_util,
+from dltsched.predictors.colocation.egat_numpy import (
+    EDGE_FEATURES,
+    GLOBAL_FEATURES,
+    IN_FEATURES,
+    LOG_MAX_SPEED,
+    group_graph_arrays,
 )
-from dltsched.predictors.colocation.graphs import NODE_FEATURES, coarse_graph, node_features
+from dltsched.predictors.colocation.features import Group
 from dltsched.predictors.colocation.samples import IsolatedProfile, JobSpec
-
-IN_FEATURES = NODE_FEATURES + len(JOB_FEATURES) + len(PAIR_FEATURES) + 1
-EDGE_FEATURES = 4  # log1p(tensor MiB), flow, hub, cross-job
-GLOBAL_FEATURES = len(GPU_FEATURES) + 1
-_LOG_MAX_SPEED = math.log(2.0)  # co-located speeds stay below 2x isolated
-_UTIL_CLAMP = 0.02  # priors kept inside (2%, 98%) before the logit
-
-
-def _job_nodes(gpu: str, job: JobSpec,
-               isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> tuple[list[list[float]], list[tuple[int, int, float]]]:
-    graph = coarse_graph(job.model, job.dataset)
-    jf = [*job_features(job, isolated.get((gpu, job))), *pair_features(gpu, job, isolated)]
-    rows = [[*node_features(n, job.batch_size, job.amp), *jf, 0.0] for n in graph.nodes]
-    rows.append([0.0] * NODE_FEATURES + jf + [1.0])  # hub
-    return rows, list(graph.edges)
 
 
 def group_graph(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> Data:
-    """The PyG graph of one co-located group (see module docstring)."""
-    x: list[list[float]] = []
-    src: list[int] = []
-    dst: list[int] = []
-    attr: list[list[float]] = []
-    hubs: list[int] = []
-    members: list[range] = []
-
-    def link(s: int, d: int, feats: list[float]) -> None:
-        src.append(s)
-        dst.append(d)
-        attr.append(feats)
-
-    for job in group.jobs:
-        rows, edges = _job_nodes(group.gpu, job, isolated)
-        base = len(x)
-        x.extend(rows)
-        hub = base + len(rows) - 1
-        hubs.append(hub)
-        members.append(range(base, hub))
-        for s, d, mib in edges:
-            w = math.log1p(mib)
-            link(base + s, base + d, [w, 1.0, 0.0, 0.0])
-            link(base + d, base + s, [w, 1.0, 0.0, 0.0])
-        for n in range(base, hub):
-            link(n, hub, [0.0, 0.0, 1.0, 0.0])
-            link(hub, n, [0.0, 0.0, 1.0, 0.0])
-    for i, hub in enumerate(hubs):
-        for j, other in enumerate(hubs):
-            if i != j:
-                link(hub, other, [0.0, 0.0, 0.0, 1.0])
-                for n in members[i]:
-                    link(n, other, [0.0, 0.0, 0.0, 1.0])
-    job_of = [0] * len(x)
-    for i, hub in enumerate(hubs):
-        for n in (*members[i], hub):
-            job_of[n] = i
-    util = union_util(group, isolated)
-    util_prior = min(1.0 - _UTIL_CLAMP, max(_UTIL_CLAMP, util / 100.0)) if util is not None else 0.5
+    """The PyG graph of one co-located group (see module docstring), from :func:`.egat_numpy.group_graph_arrays`
+    (the graph the numpy forward pass runs on)."""
+    g = group_graph_arrays(group, isolated)
     return Data(
-        x=torch.tensor(x, dtype=torch.float32),
-        edge_index=torch.tensor([src, dst], dtype=torch.long),
-        edge_attr=torch.tensor(attr, dtype=torch.float32),
-        hub_mask=torch.tensor([n in hubs for n in range(len(x))]),
-        job_of=torch.tensor(job_of, dtype=torch.long),
-        glob=torch.tensor([[*gpu_features(group.gpu), float(len(group.jobs))]], dtype=torch.float32),
-        speed_prior=torch.tensor(contention_log_speeds(group, isolated), dtype=torch.float32),
-        util_logit_prior=torch.tensor([math.log(util_prior / (1.0 - util_prior))], dtype=torch.float32),
-        num_jobs=len(group.jobs),
+        x=torch.tensor(g.x, dtype=torch.float32),
+        edge_index=torch.tensor(np.stack((g.src, g.dst)), dtype=torch.long),
+        edge_attr=torch.tensor(g.edge_attr, dtype=torch.float32),
+        hub_mask=torch.tensor(g.hub_mask),
+        job_of=torch.tensor(g.job_of, dtype=torch.long),
+        glob=torch.tensor(g.glob[None, :], dtype=torch.float32),
+        speed_prior=torch.tensor(g.speed_prior, dtype=torch.float32),
+        util_logit_prior=torch.tensor([g.util_logit_prior], dtype=torch.float32),
+        num_jobs=g.num_jobs,
     )
 
 
@@ -163,7 +109,7 @@ class EGGAT(nn.Module):
         others = group_sum[graph_of_job] - hub
         prior = batch.speed_prior
         z = self.speed_head(torch.cat([hub, job_mean, others, glob[graph_of_job], prior[:, None]], -1)).squeeze(-1)
-        log_speed = (prior + z).clamp_max(_LOG_MAX_SPEED)
+        log_speed = (prior + z).clamp_max(LOG_MAX_SPEED)
         group_mean = scatter(h, batch.batch, 0, dim_size=len(batch.num_jobs), reduce="mean")
         out = self.group_head(torch.cat([group_sum, group_mean, glob], -1))
         return log_speed, out[:, 0], torch.sigmoid(batch.util_logit_prior + out[:, 1])

@@ -20,10 +20,13 @@ from dltsched.predictors.colocation.samples import JobSpec, without_absent
 
 def train_profile_table(out_dir: str | os.PathLike[str], dataset: str = "gavel",
                         data_dir: str | os.PathLike[str] | None = None, seed: int = 0,
-                        figures: dict[str, Any] | None = None) -> dict[str, Any]:
+                        figures: dict[str, Any] | None = None,
+                        eggat_weight: float | None | str = "off") -> dict[str, Any]:
     """Fit a :class:`ProfileColocation` on every valid sample of ``dataset``, keep its isolated profiles, and write
     ``table_profile_<dataset>.json`` into ``out_dir``; returns the record. A Lucid-trained file (non-commercial
-    data) is refused inside the package folder."""
+    data) is refused inside the package folder. ``eggat_weight`` (a float, or ``None``: chosen by leave-one-model-out
+    inside the data) also fits the E-GGAT (needs torch; :class:`~.train.ProfileWithEggat`), writes its checkpoint
+    ``eggat_<dataset>.safetensors`` beside the file and blends it in; ``"off"``: no E-GGAT."""
     import time
 
     from dltsched.predictors.colocation.samples import read_dataset
@@ -37,7 +40,14 @@ def train_profile_table(out_dir: str | os.PathLike[str], dataset: str = "gavel",
                                      "shipped (non-commercial licence): write it elsewhere")
     data = read_dataset(dataset, data_dir)
     start = time.perf_counter()
-    model = ProfileColocation(seed=seed).fit(data)
+    if eggat_weight == "off":
+        model = ProfileColocation(seed=seed).fit(data)
+    else:
+        from dltsched.predictors.colocation.train import EggatConfig, ProfileWithEggat
+
+        blend = ProfileWithEggat(eggat_weight, EggatConfig(seed=seed)).fit(data)  # type: ignore[arg-type]
+        assert blend.model is not None and blend.eggat is not None
+        model = blend.model
     model.profiles = dict(data.isolated)
     model.record = {"data": dataset, "samples": len(without_absent(data)), "dropped_absent": len(data) - len(
         without_absent(data)), "seed": seed, "train_s": round(time.perf_counter() - start, 1),
@@ -51,18 +61,30 @@ def train_profile_table(out_dir: str | os.PathLike[str], dataset: str = "gavel",
                                          "measured get the rule min(1, 100 / sum of measured util), not the "
                                          f"{dataset.capitalize()}-fitted corrections")
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"table_profile_{dataset}.json"
+    if eggat_weight != "off":
+        checkpoint = f"eggat_{dataset}.safetensors"
+        blend.eggat.record = {**model.record, "figures": {}, "blended": f"weight {model.eggat_weight} in {path_name(dataset)}",
+                              **({"inner_choice": blend.chosen} if blend.chosen else {})}
+        blend.eggat.save(out / checkpoint)
+        model.eggat_checkpoint = checkpoint
+        model.record["eggat"] = {"checkpoint": checkpoint, "weight": model.eggat_weight, "config": blend.eggat.config_dict(),
+                                 **({"inner_choice": blend.chosen} if blend.chosen else {})}
+    path = out / path_name(dataset)
     model.save(path)
     return {**model.record, "path": str(path)}
+
+
+def path_name(dataset: str) -> str:
+    return f"table_profile_{dataset}.json"
 
 
 def time_profile_colocation(groups: int = 10_000, seed: int = 0) -> dict[str, float]:
     """Seconds for ``groups`` predictions of the shipped profile model: 2- and 3-job groups of Gavel's job types
     and of jobs without a profile, on K80/P100/V100/A100, in one batch call and one call per group (the
     engine's ``colocated_speeds`` + ``group_memory_mib``), each on a fresh model (nothing remembered); wall-clock
-    and CPU seconds of this process (the CPU figure is the steadier one on a shared machine)."""
+    and CPU seconds of this process (the CPU figure is the steadier one on a shared machine). ``profile_*``: the
+    engine's default (the E-GGAT blended in, run in numpy); ``profile_without_eggat_*``: the same groups without it."""
     import random
-    import time
 
     model = shipped_profile_predictor()
     specs = sorted({job for _, job in model.profiles} | {JobSpec("mobilenet_v2", 64), JobSpec("vgg16", 128)})
@@ -70,17 +92,27 @@ def time_profile_colocation(groups: int = 10_000, seed: int = 0) -> dict[str, fl
     rng = random.Random(seed)
     work = [Group(rng.choice(gpus), tuple(rng.choice(specs) for _ in range(rng.choice((2, 3)))))
             for _ in range(groups)]
+    out: dict[str, float] = {"profile_groups": groups, "profile_distinct_groups": len({(g.gpu, g.jobs) for g in work})}
+    for prefix, fresh in (("profile", shipped_profile_predictor),
+                          ("profile_without_eggat", lambda: shipped_profile_predictor().without_eggat())):
+        out |= {f"{prefix}_{k}": v for k, v in _time_groups(fresh, work).items()}
+    return out
+
+
+def _time_groups(fresh: Any, work: list[Group]) -> dict[str, float]:
+    import time
+
+    model = fresh()
     start, cpu = time.perf_counter(), time.process_time()
     model.estimate_groups(work)
     batch_s, batch_cpu = time.perf_counter() - start, time.process_time() - cpu
-    fresh = shipped_profile_predictor()
+    model = fresh()
     jobs = [(tuple(Job(f"j{i}", j.model, j.batch_size, 1.0, amp=j.amp, dataset=j.dataset)
                    for i, j in enumerate(g.jobs)), g.gpu) for g in work]
     start, cpu = time.perf_counter(), time.process_time()
     for members, gpu in jobs:
-        fresh.colocated_speeds(members, gpu)
-        fresh.group_memory_mib(members, gpu)
+        model.colocated_speeds(members, gpu)
+        model.group_memory_mib(members, gpu)
     single_s, single_cpu = time.perf_counter() - start, time.process_time() - cpu
-    return {"profile_groups": groups, "profile_batch_seconds": batch_s, "profile_per_call_seconds": single_s,
-            "profile_batch_cpu_seconds": batch_cpu, "profile_per_call_cpu_seconds": single_cpu,
-            "profile_distinct_groups": len({(g.gpu, g.jobs) for g in work})}
+    return {"batch_seconds": batch_s, "per_call_seconds": single_s, "batch_cpu_seconds": batch_cpu,
+            "per_call_cpu_seconds": single_cpu}

@@ -18,18 +18,17 @@ from typing import Any
 
 import torch
 
-from dltsched.engine.domain.catalog import model_spec
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.predictors.colocation.egat import EGGAT, collate, group_graph
+from dltsched.predictors.colocation.egat_numpy import NumpyEggat, check_eggat_group
 from dltsched.predictors.colocation.features import (
     Group,
-    check_group,
     group_of,
-    resolve_gpu,
     summed_isolated_memory_mib,
 )
 from dltsched.predictors.colocation.metrics import GroupPrediction
-from dltsched.predictors.colocation.samples import LUCID_GPU, ColocDataset, JobSpec
+from dltsched.predictors.colocation.profiled import EGGAT_WEIGHT, ProfileColocation
+from dltsched.predictors.colocation.samples import ColocDataset, JobSpec, without_absent
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,19 +123,20 @@ class EggatPredictor:
         return loss
 
     def check(self, group: Group) -> None:
-        """Clear errors for inputs it cannot featurize: GPU or model not in the catalogs, group size.
+        """Clear errors for inputs it cannot featurize (:func:`~.egat_numpy.check_eggat_group`)."""
+        check_eggat_group(group, self.config.max_jobs, self.gpus)
 
-        Catalog GPUs absent from training are predicted from their spec sheet (the leave-one-GPU-out
-        figures say how well); Lucid's unrecorded GPU only by a model trained on it.
-        """
-        check_group(group, self.config.max_jobs)
-        if resolve_gpu(group.gpu) == LUCID_GPU and LUCID_GPU not in self.gpus:
-            raise ValidationError("gpu", f"'{LUCID_GPU}' not understood by a model trained on {', '.join(self.gpus)}")
-        for i, job in enumerate(group.jobs):
-            try:
-                model_spec(job.model).dataset(job.dataset)
-            except ValueError as err:
-                raise ValidationError(f"jobs[{i}].model", str(err)) from None
+    def meta(self) -> dict[str, Any]:
+        """What a checkpoint's metadata holds besides the weights."""
+        return {"config": asdict(self.config), "has_memory": self.has_memory, "has_util": self.has_util,
+                "gpus": list(self.gpus), "models": list(self.models), "record": self.record}
+
+    def to_numpy(self) -> NumpyEggat:
+        """The trained network as a :class:`~.egat_numpy.NumpyEggat` (the same predictions, no torch)."""
+        if self.net is None:
+            raise ValidationError("model", "not trained; call fit() or load a checkpoint")
+        return NumpyEggat.from_meta({k: v.detach().cpu().numpy() for k, v in self.net.state_dict().items()},
+                                    self.meta())
 
     def predict(self, groups: Sequence[Group], data: ColocDataset, chunk: int = 2048) -> list[GroupPrediction]:
         """Predictions for ``groups``; ``data.isolated`` supplies the isolated profiles."""
@@ -167,10 +167,8 @@ class EggatPredictor:
         from safetensors.torch import save_file
 
         assert self.net is not None
-        meta = {"config": asdict(self.config), "has_memory": self.has_memory, "has_util": self.has_util,
-                "gpus": list(self.gpus), "models": list(self.models), "record": self.record}
         state = {k: v.contiguous() for k, v in self.net.state_dict().items()}
-        save_file(state, str(path), metadata={"dltsched": json.dumps(meta)})
+        save_file(state, str(path), metadata={"dltsched": json.dumps(self.meta())})
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> EggatPredictor:
@@ -199,3 +197,55 @@ def all_groups(gpus: Sequence[str], jobs: Sequence[JobSpec], max_jobs: int) -> l
     ordered = sorted(set(jobs))
     return [Group(gpu, combo) for gpu in gpus for k in range(2, max_jobs + 1)
             for combo in combinations_with_replacement(ordered, k)]
+
+
+#: the weights an inner split chooses from (``ProfileWithEggat(weight=None)``)
+WEIGHT_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+@dataclass(slots=True)
+class ProfileWithEggat:
+    """The profile model (:class:`~.profiled.ProfileColocation`) with an E-GGAT fitted on the same data blended into
+    its speeds at ``weight`` (:data:`~.profiled.EGGAT_WEIGHT`): what the engine predicts with. Fitting needs torch;
+    predictions run the network in numpy (:class:`~.egat_numpy.NumpyEggat`), within the profile model's bounds.
+
+    ``weight=None`` chooses it from :data:`WEIGHT_GRID` by leave-one-model-out inside the training data (both models
+    refitted per inner fold; the lowest pooled speed MAPE, ties to the smaller weight), never by a held-out score;
+    the choice is kept in ``chosen``.
+    """
+
+    weight: float | None = EGGAT_WEIGHT
+    config: EggatConfig = field(default_factory=EggatConfig)
+    model: ProfileColocation | None = None
+    eggat: EggatPredictor | None = None
+    chosen: dict[str, Any] = field(default_factory=dict)
+
+    def fit(self, train: ColocDataset) -> ProfileWithEggat:
+        weight = self.weight if self.weight is not None else self._inner_weight(train)
+        self.eggat = EggatPredictor(self.config).fit(without_absent(train))
+        self.model = ProfileColocation(seed=self.config.seed).fit(train).attach_eggat(self.eggat.to_numpy(), weight)
+        return self
+
+    def _inner_weight(self, train: ColocDataset) -> float:
+        from dltsched.predictors.colocation.metrics import scores
+        from dltsched.predictors.colocation.splits import folds
+
+        preds: dict[float, list[GroupPrediction]] = {w: [] for w in WEIGHT_GRID}
+        samples = []
+        for split in folds(train, "model", self.config.seed):
+            inner = ProfileWithEggat(WEIGHT_GRID[-1], self.config).fit(split.train)
+            assert inner.model is not None
+            groups = [group_of(s) for s in split.test.samples]
+            samples.extend(split.test.samples)
+            for w in WEIGHT_GRID:
+                preds[w].extend(inner.model.attach_eggat(inner.model.eggat, w).predict(groups, split.test))
+        mape = {w: scores(samples, p)["speed_mape"] for w, p in preds.items()}
+        best = min(WEIGHT_GRID, key=lambda w: (mape[w] if mape[w] is not None else math.inf, w))
+        self.chosen = {"weight": best, "inner_speed_mape": {str(w): round(v, 2) for w, v in mape.items()
+                                                            if v is not None}}
+        return best
+
+    def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
+        if self.model is None:
+            raise ValidationError("model", "not trained; call fit()")
+        return self.model.predict(groups, data)

@@ -12,9 +12,21 @@ from dltsched.engine.domain.errors import ValidationError
 
 _TABLE_HELP = ("A profile model's table_profile_*.json (default: the shipped one, the engine's co-location "
                "predictor), an ensemble co-location table JSON, or an E-GGAT .safetensors checkpoint.")
+_NO_EGGAT_HELP = ("A profile model without the E-GGAT it blends into its speeds (the shipped one blends the Gavel-"
+                  "trained network, run in numpy, at weight 1/2).")
 
 
-def _load_predictor(path: str | None) -> Any:
+def _load_predictor(path: str | None, eggat: bool = True) -> Any:
+    predictor = _read_predictor(path)
+    if not eggat:
+        if not hasattr(predictor, "without_eggat"):
+            raise ValidationError("no-eggat", f"'{path}' is not a profile model; --no-eggat applies to "
+                                              "table_profile_*.json files")
+        predictor = predictor.without_eggat()
+    return predictor
+
+
+def _read_predictor(path: str | None) -> Any:
     import json
 
     from dltsched.predictors.colocation import default_colocation_predictor
@@ -23,16 +35,16 @@ def _load_predictor(path: str | None) -> Any:
 
     if path is None:
         return default_colocation_predictor()
-    if path.endswith(".safetensors"):
-        from dltsched.predictors.colocation.train import EggatPredictor
+    if path.endswith(".safetensors"):  # an E-GGAT checkpoint, run in numpy (no torch)
+        from dltsched.predictors.colocation.egat_numpy import NumpyEggat
 
-        return EggatPredictor.load(path)
+        return NumpyEggat.load(path)
     try:
         raw = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
         raise ValidationError("model", f"'{path}' not readable as JSON ({err})") from None
     if isinstance(raw, dict) and raw.get("format") in (FORMAT, FORMAT_1):
-        return ProfileColocation.from_json(raw)
+        return ProfileColocation.from_json(raw, Path(path).parent)
     return ColocationTable.from_json(raw)
 
 
@@ -40,8 +52,9 @@ def _load_predictor(path: str | None) -> Any:
 @click.option("--gpu", required=True, help="GPU type (catalog id or alias; 'lucid' for a Lucid-trained model).")
 @click.option("--job", "jobs", multiple=True, required=True, help="MODEL:BATCH[:amp], once per co-located job.")
 @click.option("--model", "model_path", default=None, help=_TABLE_HELP)
+@click.option("--no-eggat", "no_eggat", is_flag=True, help=_NO_EGGAT_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def colocation(gpu: str, jobs: tuple[str, ...], model_path: str | None, as_json: bool) -> None:
+def colocation(gpu: str, jobs: tuple[str, ...], model_path: str | None, no_eggat: bool, as_json: bool) -> None:
     """Predict each job's speed and step time, and the group's memory and GPU utilisation."""
     from dltsched.predictors.colocation.baselines import as_job, default_step_time
     from dltsched.predictors.colocation.features import Group, resolve_gpu
@@ -50,7 +63,7 @@ def colocation(gpu: str, jobs: tuple[str, ...], model_path: str | None, as_json:
 
     specs = tuple(parse_job(j) for j in jobs)
     gpu_id = resolve_gpu(gpu)
-    predictor = _load_predictor(model_path)
+    predictor = _load_predictor(model_path, not no_eggat)
     profiles = getattr(predictor, "profiles", {})  # a profile model predicts from the profiles it carries
     pred = predictor.predict([Group(gpu_id, specs)], ColocDataset((), profiles))[0]
     step = default_step_time()
@@ -86,9 +99,10 @@ def _print_prediction(payload: dict[str, Any]) -> None:
                    "util), memory = sum of isolated memory, util min(100, sum)), and the constant and per-model-mean "
                    "rules fitted on the Gavel pairs the shipped model is trained on (needs the shared data folder).")
 @click.option("--data-dir", default=None, help="Shared data folder for --rules (default: found automatically).")
+@click.option("--no-eggat", "no_eggat", is_flag=True, help=_NO_EGGAT_HELP)
 @click.option("--json", "as_json", is_flag=True)
 def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None, rules: bool,
-                    data_dir: str | None, as_json: bool) -> None:
+                    data_dir: str | None, no_eggat: bool, as_json: bool) -> None:
     """Evaluate a trained predictor against every measured group of FILE (pairs or triples)."""
     from dltsched.predictors.colocation.features import resolve_gpu
     from dltsched.predictors.colocation.metrics import evaluate
@@ -100,7 +114,7 @@ def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None
         data = data.subset(s for s in data.samples if s.gpu == gpu_id)
         if not len(data):
             raise ValidationError("gpu", f"'{gpu}' has no measured groups in {file}")
-    predictor = _load_predictor(model_path)
+    predictor = _load_predictor(model_path, not no_eggat)
     scores = evaluate(predictor, data)
     scores["fallbacks"] = dict(getattr(predictor, "fallbacks", {}))
     scores["gpus"] = list(data.gpus())
@@ -157,9 +171,13 @@ def _print_scores(scores: dict[str, Any]) -> None:
 @click.option("--max-jobs", default=3, show_default=True, help="Largest group the exported table covers.")
 @click.option("--cv", "cv_splits", multiple=True, type=click.Choice(["model", "gpu", "random"]),
               help="Also cross-validate E-GGAT, its ensemble with GBT and the baselines on these split kinds (slow).")
+@click.option("--eggat-weight", default="off", show_default=True,
+              help="profile: also fit the E-GGAT (needs torch), write eggat_<data>.safetensors beside the table and "
+                   "blend its log speed in at this weight (0..1), or 'inner' (chosen by leave-one-model-out inside the "
+                   "training data); with --cv, the E-GGAT alone and the blend are scored on the same folds.")
 @click.option("--json", "as_json", is_flag=True)
 def train_colocation(dataset: str, kind: str, data_dir: str | None, out_dir: str, epochs: int | None, seed: int,
-                     max_jobs: int, cv_splits: tuple[str, ...], as_json: bool) -> None:
+                     max_jobs: int, cv_splits: tuple[str, ...], eggat_weight: str, as_json: bool) -> None:
     """Train a co-location predictor from the data folder and write it into OUT with a record of data, seed and
     cross-validated figures (--cv: the predictor beside the rules on the same folds)."""
     from dltsched.predictors.colocation.experiments import (
@@ -171,6 +189,7 @@ def train_colocation(dataset: str, kind: str, data_dir: str | None, out_dir: str
     )
     from dltsched.predictors.colocation.profile_train import train_profile_table
 
+    weight = _eggat_weight(eggat_weight, kind)
     figures: dict[str, Any] = {}
     if cv_splits:
         data = read_dataset(dataset, data_dir)
@@ -179,12 +198,35 @@ def train_colocation(dataset: str, kind: str, data_dir: str | None, out_dir: str
             factories["eggat"] = lambda: cv_eggat(seed, epochs=epochs)
         if kind == "profile":
             names = ["shipped_table", "constant", "per_model_mean", "util_share", "gbt", "profile_base", "profile"]
+            if weight != "off":
+                from dltsched.predictors.colocation.train import EggatConfig, ProfileWithEggat
+
+                config = EggatConfig(seed=seed, **({"epochs": epochs} if epochs else {}))
+                factories["profile+eggat"] = lambda: ProfileWithEggat(weight, config)  # type: ignore[arg-type]
+                names += ["eggat", "profile+eggat"]
             factories = {n: factories[n] for n in names}
         for split in cv_splits:
             result = compare(data, split, list(factories), seed, factories=factories)
             figures[split] = result
     if kind == "profile":
-        record = train_profile_table(Path(out_dir), dataset, data_dir, seed, figures)
+        record = train_profile_table(Path(out_dir), dataset, data_dir, seed, figures, weight)
     else:
         record = train_default(Path(out_dir), data_dir, dataset, epochs, seed, max_jobs, figures)
     emit(record, as_json)
+
+
+def _eggat_weight(text: str, kind: str) -> float | None | str:
+    """``--eggat-weight``: ``"off"``, ``None`` (``inner``) or a weight in [0, 1]."""
+    if text == "off":
+        return "off"
+    if kind != "profile":
+        raise ValidationError("eggat-weight", "applies to --predictor profile only")
+    if text == "inner":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise ValidationError("eggat-weight", f"'{text}' not understood; a weight in [0, 1], 'inner' or 'off'")
+    return value
