@@ -9,9 +9,10 @@ import logging
 from typing import Any
 
 
-def default_predictors() -> Any:
+def default_predictors(*, eggat: bool = False) -> Any:
     """The packaged predictor bundle (``engine.predict.Predictors``): DeletePop step time, IceFrog
-    freezing, and the co-location predictor of ``predictors.colocation`` when it loads (else analytic)."""
+    freezing, and the co-location predictor of ``predictors.colocation`` when it loads (else analytic);
+    ``eggat``: with the E-GGAT blended into its speeds."""
     from dltsched.engine.domain.predictors import Predictors
     from dltsched.predictors.freezing import IceFrogFreezing
     from dltsched.predictors.steptime import DeletePopStepTime
@@ -20,7 +21,7 @@ def default_predictors() -> Any:
     try:
         from dltsched.predictors.colocation import default_colocation_predictor
 
-        colocation = default_colocation_predictor()
+        colocation = default_colocation_predictor(eggat=eggat)
     except (ImportError, AttributeError):
         from dltsched.predictors.analytic import AnalyticColocation
 
@@ -47,4 +48,9 @@ def available_predictors() -> Any:
         return analytic_predictors()
 
 
-__all__ = ["analytic_predictors", "available_predictors", "default_predictors"]
+def eggat_predictors() -> Any:
+    """:func:`default_predictors` with the shipped E-GGAT blended into the co-location speeds (bundle ``default+eggat``)."""
+    return default_predictors(eggat=True)
+
+
+__all__ = ["analytic_predictors", "available_predictors", "default_predictors", "eggat_predictors"]

@@ -43,6 +43,7 @@ PAPER_POLICIES: tuple[str, ...] = ("isacpp", "icefrog", "lucid", "gavel")
 _PREDICTORS: dict[str, str] = {
     "analytic": "dltsched.predictors:analytic_predictors",
     "default": "dltsched.predictors:available_predictors",
+    "default+eggat": "dltsched.predictors:eggat_predictors",
     "crossfit": "dltsched.predictors.crossfit:crossfit_predictors",
 }
 
@@ -52,7 +53,8 @@ _DATA_BUNDLES: frozenset[str] = frozenset({"crossfit"})
 #: what each bundle is, for result tables: ``default`` is fitted on the very measurements the simulator's
 #: ground truth uses, so its results are in-sample; ``crossfit`` prices each job with predictors fitted
 #: without its model (:mod:`dltsched.predictors.crossfit`); ``analytic`` is fitted on nothing
-BUNDLE_FIT: dict[str, str] = {"default": "in-sample", "crossfit": "out-of-fold by model", "analytic": "not fitted"}
+BUNDLE_FIT: dict[str, str] = {"default": "in-sample", "default+eggat": "in-sample", "crossfit": "out-of-fold by model",
+                               "analytic": "not fitted"}
 
 def _load(path: str) -> Any:
     module, _, attr = path.partition(":")

@@ -4,9 +4,9 @@ Importing this package never imports torch; only training (``train``, ``egat``) 
 :func:`default_colocation_predictor` returns the engine-facing
 :class:`~dltsched.engine.domain.predictors.ColocationPredictor`: the shipped profile model of
 :mod:`.profiled` (physics-shaped base from each job's isolated profile, tree corrections fitted on
-Gavel's MIT-licensed pairs only, Gavel's isolated profiles) with the E-GGAT trained on the same pairs
-(``eggat_gavel.safetensors``) blended into its speeds, run in numpy (:mod:`.egat_numpy`), and the caller's
-measured job profiles added when given. A job with no profile on a GPU has its step time, memory and
+Gavel's MIT-licensed pairs only, Gavel's isolated profiles), with the caller's measured job profiles added
+when given; ``eggat=True`` also blends in the E-GGAT trained on the same pairs (``eggat_gavel.safetensors``),
+run in numpy (:mod:`.egat_numpy`): better out of fold on Gavel, about 5x slower per group (README). A job with no profile on a GPU has its step time, memory and
 utilisation predicted, counted in ``fallbacks`` and logged (see :mod:`.profiled`). The older
 ensemble-exported table (:func:`~.table.default_table`, ``default_table.json``) stays available for comparison.
 """
@@ -21,11 +21,11 @@ from dltsched.predictors.profiles import JobProfile
 
 
 def default_colocation_predictor(*, strict: bool = False, profiles: Iterable[JobProfile] = (),
-                                 eggat: bool = True) -> ProfileColocation:
+                                 eggat: bool = False) -> ProfileColocation:
     """The shipped profile co-location model, using ``profiles`` (measured :class:`JobProfile` s; they add to
     and replace its own Gavel profiles; ``predicted`` ones are ignored). ``strict``: a job with no profile on
-    the GPU raises a ValidationError instead of having its profile predicted. ``eggat=False``: without the
-    E-GGAT blended into its speeds (see :data:`~.profiled.EGGAT_WEIGHT`)."""
+    the GPU raises a ValidationError instead of having its profile predicted. ``eggat=True``: with the
+    E-GGAT the shipped file names blended into its speeds (see :data:`~.profiled.EGGAT_WEIGHT`)."""
     model = shipped_profile_predictor(strict=strict)
     if not eggat:
         model = model.without_eggat()

@@ -12,21 +12,24 @@ from dltsched.engine.domain.errors import ValidationError
 
 _TABLE_HELP = ("A profile model's table_profile_*.json (default: the shipped one, the engine's co-location "
                "predictor), an ensemble co-location table JSON, or an E-GGAT .safetensors checkpoint.")
-_NO_EGGAT_HELP = ("A profile model without the E-GGAT it blends into its speeds (the shipped one blends the Gavel-"
-                  "trained network, run in numpy, at weight 1/2).")
+_EGGAT_HELP = ("--eggat: the profile model with the E-GGAT its file names blended into its speeds (the shipped "
+               "one: the Gavel-trained network, run in numpy, at weight 1/2); --no-eggat: without it. Default: the "
+               "shipped model without it (the engine's default), a --model file as written.")
 
 
-def _load_predictor(path: str | None, eggat: bool = True) -> Any:
-    predictor = _read_predictor(path)
-    if not eggat:
-        if not hasattr(predictor, "without_eggat"):
-            raise ValidationError("no-eggat", f"'{path}' is not a profile model; --no-eggat applies to "
-                                              "table_profile_*.json files")
+def _load_predictor(path: str | None, eggat: bool | None = None) -> Any:
+    predictor = _read_predictor(path, bool(eggat))
+    if eggat is not None and not hasattr(predictor, "without_eggat"):
+        raise ValidationError("eggat", f"'{path}' is not a profile model; --eggat/--no-eggat apply to "
+                                       "table_profile_*.json files")
+    if eggat is False:
         predictor = predictor.without_eggat()
+    elif eggat and predictor.eggat is None:
+        raise ValidationError("eggat", f"'{path}' names no E-GGAT; train one with train-colocation --eggat-weight")
     return predictor
 
 
-def _read_predictor(path: str | None) -> Any:
+def _read_predictor(path: str | None, eggat: bool = False) -> Any:
     import json
 
     from dltsched.predictors.colocation import default_colocation_predictor
@@ -34,7 +37,7 @@ def _read_predictor(path: str | None) -> Any:
     from dltsched.predictors.colocation.table import ColocationTable
 
     if path is None:
-        return default_colocation_predictor()
+        return default_colocation_predictor(eggat=eggat)
     if path.endswith(".safetensors"):  # an E-GGAT checkpoint, run in numpy (no torch)
         from dltsched.predictors.colocation.egat_numpy import NumpyEggat
 
@@ -52,9 +55,9 @@ def _read_predictor(path: str | None) -> Any:
 @click.option("--gpu", required=True, help="GPU type (catalog id or alias; 'lucid' for a Lucid-trained model).")
 @click.option("--job", "jobs", multiple=True, required=True, help="MODEL:BATCH[:amp], once per co-located job.")
 @click.option("--model", "model_path", default=None, help=_TABLE_HELP)
-@click.option("--no-eggat", "no_eggat", is_flag=True, help=_NO_EGGAT_HELP)
+@click.option("--eggat/--no-eggat", "eggat", default=None, help=_EGGAT_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def colocation(gpu: str, jobs: tuple[str, ...], model_path: str | None, no_eggat: bool, as_json: bool) -> None:
+def colocation(gpu: str, jobs: tuple[str, ...], model_path: str | None, eggat: bool | None, as_json: bool) -> None:
     """Predict each job's speed and step time, and the group's memory and GPU utilisation."""
     from dltsched.predictors.colocation.baselines import as_job, default_step_time
     from dltsched.predictors.colocation.features import Group, resolve_gpu
@@ -63,7 +66,7 @@ def colocation(gpu: str, jobs: tuple[str, ...], model_path: str | None, no_eggat
 
     specs = tuple(parse_job(j) for j in jobs)
     gpu_id = resolve_gpu(gpu)
-    predictor = _load_predictor(model_path, not no_eggat)
+    predictor = _load_predictor(model_path, eggat)
     profiles = getattr(predictor, "profiles", {})  # a profile model predicts from the profiles it carries
     pred = predictor.predict([Group(gpu_id, specs)], ColocDataset((), profiles))[0]
     step = default_step_time()
@@ -99,10 +102,10 @@ def _print_prediction(payload: dict[str, Any]) -> None:
                    "util), memory = sum of isolated memory, util min(100, sum)), and the constant and per-model-mean "
                    "rules fitted on the Gavel pairs the shipped model is trained on (needs the shared data folder).")
 @click.option("--data-dir", default=None, help="Shared data folder for --rules (default: found automatically).")
-@click.option("--no-eggat", "no_eggat", is_flag=True, help=_NO_EGGAT_HELP)
+@click.option("--eggat/--no-eggat", "eggat", default=None, help=_EGGAT_HELP)
 @click.option("--json", "as_json", is_flag=True)
 def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None, rules: bool,
-                    data_dir: str | None, no_eggat: bool, as_json: bool) -> None:
+                    data_dir: str | None, eggat: bool | None, as_json: bool) -> None:
     """Evaluate a trained predictor against every measured group of FILE (pairs or triples)."""
     from dltsched.predictors.colocation.features import resolve_gpu
     from dltsched.predictors.colocation.metrics import evaluate
@@ -114,7 +117,7 @@ def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None
         data = data.subset(s for s in data.samples if s.gpu == gpu_id)
         if not len(data):
             raise ValidationError("gpu", f"'{gpu}' has no measured groups in {file}")
-    predictor = _load_predictor(model_path, not no_eggat)
+    predictor = _load_predictor(model_path, eggat)
     scores = evaluate(predictor, data)
     scores["fallbacks"] = dict(getattr(predictor, "fallbacks", {}))
     scores["gpus"] = list(data.gpus())

@@ -65,15 +65,15 @@ def test_importing_and_predicting_needs_no_torch() -> None:
             "from dltsched.engine.domain.model import Job\n"
             "g = Group('k80', (JobSpec('resnet18', 32), JobSpec('lstm_lm', 20)))\n"
             "shipped_eggat().predict([g], ColocDataset(()))\n"
-            "model = default_colocation_predictor()\n"
-            "assert model.eggat is not None\n"
+            "model = default_colocation_predictor(eggat=True)\n"
+            "assert model.eggat is not None and default_colocation_predictor().eggat is None\n"
             "model.colocated_speeds([Job('a', 'resnet50', 64, 1.0), Job('b', 'vgg16', 128, 1.0)], 'v100')\n"
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.') or m.startswith('torch_')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
-def test_engine_default_blends_the_network_within_the_bounds() -> None:
+def test_the_shipped_file_blends_the_network_within_the_bounds() -> None:
     model = shipped_profile_predictor()
     assert model.eggat is not None and model.eggat_weight == EGGAT_WEIGHT
     alone = model.without_eggat()
@@ -209,15 +209,21 @@ def test_cli_predicts_with_and_without_the_network(capsys: pytest.CaptureFixture
     from dltsched.engine.app.cli.main import main
 
     args = ["predict", "colocation", "--gpu", "k80", "--job", "resnet18:64", "--job", "lstm_lm:20", "--json"]
-    assert main(args) == 0
+    assert main([*args, "--eggat"]) == 0
     both = json.loads(capsys.readouterr().out)
-    assert main([*args, "--no-eggat"]) == 0
+    assert main(args) == 0  # the default: the engine's, without the network
     alone = json.loads(capsys.readouterr().out)
+    assert main([*args, "--no-eggat"]) == 0
+    assert json.loads(capsys.readouterr().out) == alone
     assert [r["speed"] for r in both["jobs"]] != [r["speed"] for r in alone["jobs"]]
     assert both["memory_mib"] == alone["memory_mib"]
-    table = str(_PACKAGE / "default_table.json")  # the older ensemble table: no network to leave out
+    # the shipped file names its network: read as written it blends it in
+    shipped = str(_PACKAGE / "table_profile_gavel.json")
+    assert main([*args, "--model", shipped]) == 0
+    assert json.loads(capsys.readouterr().out)["jobs"] == both["jobs"]
+    table = str(_PACKAGE / "default_table.json")  # the older ensemble table: no network to take or leave out
     assert main([*args, "--no-eggat", "--model", table]) == 2
-    assert "--no-eggat applies to table_profile" in capsys.readouterr().err
+    assert "--eggat/--no-eggat apply to table_profile" in capsys.readouterr().err
     assert main(["predict", "train-colocation", "--eggat-weight", "2", "--out", "/nonexistent"]) == 2
     assert "eggat-weight" in capsys.readouterr().err
 
@@ -231,3 +237,12 @@ def test_cli_reads_a_checkpoint_without_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "0 False"
     assert json.loads(out.stdout[out.stdout.index("{"):out.stdout.rindex("}") + 1])["jobs"][0]["speed"] > 0
+
+
+def test_the_default_bundle_leaves_the_network_out_and_default_plus_eggat_blends_it() -> None:
+    from dltsched.engine.app import registry
+
+    assert registry.predictors("default").colocation.eggat is None
+    with_net = registry.predictors("default+eggat")
+    assert with_net.colocation.eggat is not None and with_net.colocation.eggat_weight == EGGAT_WEIGHT
+    assert registry.bundle_fields("default+eggat")["predictors_fit"] == "in-sample"
