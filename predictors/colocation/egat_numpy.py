@@ -541,15 +541,23 @@ class NumpyEggat:
         for start in range(0, len(groups), chunk):
             part = groups[start:start + chunk]
             log_speed, log_mem, util = self.forward([group_graph_arrays(g, data.isolated, memo) for g in part])
-            speeds = np.exp(log_speed).tolist()
-            k = 0
-            for i, g in enumerate(part):
-                base = summed_isolated_memory_mib(g, data.isolated)
-                mem = base * math.exp(float(log_mem[i])) if self.has_memory and base else None
-                out.append(GroupPrediction(tuple(speeds[k:k + len(g.jobs)]), mem,
-                                           100.0 * float(util[i]) if self.has_util else None))
-                k += len(g.jobs)
+            out += head_predictions(part, np.exp(log_speed).tolist(), log_mem, util, data.isolated,
+                                    self.has_memory, self.has_util)
         return out
+
+
+def head_predictions(groups: Sequence[Group], speeds: Sequence[float], log_mem: Sequence[float],
+                     util: Sequence[float], isolated: Mapping[tuple[str, JobSpec], IsolatedProfile],
+                     has_memory: bool, has_util: bool) -> list[GroupPrediction]:
+    """The network's heads as :class:`GroupPrediction` s: ``speeds`` one per member of every group in order,
+    memory as the log ratio to the summed isolated memory, utilisation as a share (numpy and torch roads alike)."""
+    out, k = [], 0
+    for i, g in enumerate(groups):
+        base = summed_isolated_memory_mib(g, isolated)
+        mem = base * math.exp(float(log_mem[i])) if has_memory and base else None
+        out.append(GroupPrediction(tuple(speeds[k:k + len(g.jobs)]), mem, 100.0 * float(util[i]) if has_util else None))
+        k += len(g.jobs)
+    return out
 
 
 @cache

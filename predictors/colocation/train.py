@@ -20,7 +20,7 @@ import torch
 
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.predictors.colocation.egat import EGGAT, collate, group_graph
-from dltsched.predictors.colocation.egat_numpy import NumpyEggat, check_eggat_group
+from dltsched.predictors.colocation.egat_numpy import NumpyEggat, check_eggat_group, head_predictions
 from dltsched.predictors.colocation.features import (
     Group,
     group_of,
@@ -149,14 +149,8 @@ class EggatPredictor:
             for start in range(0, len(groups), chunk):
                 part = groups[start:start + chunk]
                 log_speed, log_mem, util = self.net(collate([group_graph(g, data.isolated) for g in part]))
-                speeds = log_speed.exp().tolist()
-                k = 0
-                for i, g in enumerate(part):
-                    base = summed_isolated_memory_mib(g, data.isolated)
-                    mem = base * math.exp(float(log_mem[i])) if self.has_memory and base else None
-                    out.append(GroupPrediction(tuple(speeds[k:k + len(g.jobs)]), mem,
-                                               100.0 * float(util[i]) if self.has_util else None))
-                    k += len(g.jobs)
+                out += head_predictions(part, log_speed.exp().tolist(), log_mem.tolist(), util.tolist(),
+                                        data.isolated, self.has_memory, self.has_util)
         return out
 
     def config_dict(self) -> dict[str, Any]:
