@@ -26,9 +26,7 @@ def default_colocation_predictor(*, strict: bool = False, profiles: Iterable[Job
     and replace its own Gavel profiles; ``predicted`` ones are ignored). ``strict``: a job with no profile on
     the GPU raises a ValidationError instead of having its profile predicted. ``eggat=True``: with the
     E-GGAT the shipped file names blended into its speeds (see :data:`~.profiled.EGGAT_WEIGHT`)."""
-    model = shipped_profile_predictor(strict=strict)
-    if not eggat:
-        model = model.without_eggat()
+    model = shipped_profile_predictor(strict=strict, eggat=eggat)
     profiles = tuple(profiles)
     return model.with_job_profiles(profiles) if profiles else model
 

@@ -94,7 +94,7 @@ def time_profile_colocation(groups: int = 10_000, seed: int = 0) -> dict[str, fl
     work = [Group(rng.choice(gpus), tuple(rng.choice(specs) for _ in range(rng.choice((2, 3)))))
             for _ in range(groups)]
     out: dict[str, float] = {"profile_groups": groups, "profile_distinct_groups": len({(g.gpu, g.jobs) for g in work})}
-    for prefix, fresh in (("profile", lambda: shipped_profile_predictor().without_eggat()),
+    for prefix, fresh in (("profile", lambda: shipped_profile_predictor(eggat=False)),
                           ("profile_eggat", shipped_profile_predictor)):
         out |= {f"{prefix}_{k}": v for k, v in _time_groups(fresh, work).items()}
     return out

@@ -639,9 +639,11 @@ class ProfileColocation:
         Path(path).write_text(json.dumps(self.to_json(), separators=(",", ":")))
 
     @classmethod
-    def from_json(cls, raw: dict[str, Any], folder: str | os.PathLike[str] | None = None) -> ProfileColocation:
+    def from_json(cls, raw: dict[str, Any], folder: str | os.PathLike[str] | None = None, *,
+                  eggat: bool = True) -> ProfileColocation:
         """A model from its JSON; an ``eggat`` entry names its network's checkpoint, read from ``folder`` (the
-        file's own) when it is there, else from the package (the shipped network)."""
+        file's own) when it is there, else from the package (the shipped network). ``eggat=False``: the
+        network is left unread (the model :meth:`without_eggat` gives)."""
         if raw.get("format") not in (FORMAT, FORMAT_1):
             raise ValidationError("format", f"{raw.get('format')!r} not understood; expected {FORMAT}")
         if raw.get("job_features") != list(JOB_FEATURES) or raw.get("group_features") != list(GROUP_FEATURES):
@@ -657,7 +659,7 @@ class ProfileColocation:
                     alpha=float(raw.get("alpha", 1.0)), measured_util_trained=bool(raw.get("measured_util_trained", True)),
                     memory_trees=trees(raw.get("memory")), util_trees=trees(raw.get("util")), record=raw.get("record", {}),
                     pair_speed_trees=trees(raw.get("pair_speed")))
-        net = raw.get("eggat")
+        net = raw.get("eggat") if eggat else None
         if net:
             model.attach_eggat(_read_eggat(str(net["checkpoint"]), folder), float(net["weight"]), str(net["checkpoint"]))
         return model
@@ -775,8 +777,9 @@ def _shipped_raw() -> dict[str, Any]:
     return json.loads(resources.files("dltsched.predictors.colocation").joinpath(SHIPPED).read_text())
 
 
-def shipped_profile_predictor(*, strict: bool = False) -> ProfileColocation:
-    """The packaged model: corrections fitted on Gavel's MIT-licensed pairs, Gavel's isolated profiles."""
-    model = ProfileColocation.from_json(_shipped_raw())
+def shipped_profile_predictor(*, strict: bool = False, eggat: bool = True) -> ProfileColocation:
+    """The packaged model: corrections fitted on Gavel's MIT-licensed pairs, Gavel's isolated profiles, and
+    (``eggat``) the E-GGAT its file names."""
+    model = ProfileColocation.from_json(_shipped_raw(), eggat=eggat)
     model.strict = strict
     return model

@@ -200,7 +200,7 @@ WEIGHT_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 @dataclass(slots=True)
 class ProfileWithEggat:
     """The profile model (:class:`~.profiled.ProfileColocation`) with an E-GGAT fitted on the same data blended into
-    its speeds at ``weight`` (:data:`~.profiled.EGGAT_WEIGHT`): what the engine predicts with. Fitting needs torch;
+    its speeds at ``weight`` (:data:`~.profiled.EGGAT_WEIGHT`): what bundle ``default+eggat`` predicts with. Fitting needs torch;
     predictions run the network in numpy (:class:`~.egat_numpy.NumpyEggat`), within the profile model's bounds.
 
     ``weight=None`` chooses it from :data:`WEIGHT_GRID` by leave-one-model-out inside the training data (both models
