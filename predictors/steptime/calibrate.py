@@ -433,7 +433,7 @@ def leave_one_gpu_out(train: Sequence[Measurement], test: Sequence[Measurement],
         if new_jobs:
             for model in sorted({canonical_model(m.model) for m in held}):
                 mine = [m for m in held if canonical_model(m.model) == model]
-                if any(_workload(o) == _workload(m) for m in mine for o in others):
+                if any(transfer_workload(o) == transfer_workload(m) for m in mine for o in others):
                     new = fit([m for m in fold if canonical_model(m.model) != model], kernel_efficiency)
                     new_records.extend(transfer_records(replace(base, factors=new), mine, others, gpu))
         y, pred = [r["measured_s"] for r in ev.rows], [r["predicted_s"] for r in ev.rows]
@@ -463,11 +463,13 @@ def canonical_model(name: str) -> str:
         return name
 
 
-def _workload(m: Measurement) -> tuple[Any, ...]:
+def transfer_workload(m: Measurement) -> tuple[Any, ...]:
+    """What a measurement on another GPU must share with a row to transfer to it (the same job and batch)."""
     return (m.source, m.model, m.dataset, m.batch_size, m.num_gpus, m.amp, m.scope)
 
 
-def _profile_key(m: Measurement) -> tuple[Any, ...]:
+def profile_key(m: Measurement) -> tuple[Any, ...]:
+    """The same job on the same GPU at any batch size: the measurements one profile fits over."""
     return (m.source, m.model, m.dataset, m.num_gpus, m.amp, m.scope, m.gpu)
 
 
@@ -489,8 +491,8 @@ def transfer_records(predictor: DeletePopStepTime, held: Sequence[Measurement], 
     by_workload: dict[tuple[Any, ...], list[Measurement]] = {}
     by_profile: dict[tuple[Any, ...], list[Measurement]] = {}
     for m in others:
-        by_workload.setdefault(_workload(m), []).append(m)
-        by_profile.setdefault(_profile_key(m), []).append(m)
+        by_workload.setdefault(transfer_workload(m), []).append(m)
+        by_profile.setdefault(profile_key(m), []).append(m)
     memo: dict[Measurement, tuple[float, float]] = {}
 
     def parts(p: DeletePopStepTime, m: Measurement) -> tuple[float, float]:
@@ -502,8 +504,8 @@ def transfer_records(predictor: DeletePopStepTime, held: Sequence[Measurement], 
     out = []
     for m in held:
         p = replace(predictor, host_source=m.source or None)
-        for src in by_workload.get(_workload(m), ()):
-            profile = [(*parts(p, o), o.step_time_s) for o in by_profile[_profile_key(src)]]
+        for src in by_workload.get(transfer_workload(m), ()):
+            profile = [(*parts(p, o), o.step_time_s) for o in by_profile[profile_key(src)]]
             rules = rule_predictions(src.step_time_s, parts(p, src), parts(p, m),
                                      (roofline_s(src), roofline_s(m)),
                                      (gpu_spec_checked(src.gpu).fp32_tflops, gpu_spec_checked(m.gpu).fp32_tflops),

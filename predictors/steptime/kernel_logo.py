@@ -73,7 +73,12 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
     rows on the other GPUs); ``new_jobs``: also ``transfer_new_jobs``, with the job's model out of the
     step-model fit too (one fit per held-out GPU and model).
     """
-    from dltsched.predictors.steptime.calibrate import canonical_model, roofline_s
+    from dltsched.predictors.steptime.calibrate import (
+        canonical_model,
+        profile_key,
+        roofline_s,
+        transfer_workload,
+    )
     from dltsched.predictors.steptime.transfer import rule_predictions, summarize
 
     kernel_models = kernel_models or {}
@@ -100,12 +105,10 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
         _w, source, wkey, _b, _s, y, _g = row(m, km)
         out = []
         for t in train:
-            if (t.source, t.model, t.dataset, t.num_gpus, t.amp, t.batch_size, t.scope) != (
-                    m.source, m.model, m.dataset, m.num_gpus, m.amp, m.batch_size, m.scope):
+            if transfer_workload(t) != transfer_workload(m):
                 continue
             profile = [(*parts(params, o, km, source, wkey), o.step_time_s) for o in train
-                       if (o.source, o.model, o.dataset, o.num_gpus, o.amp, o.scope, o.gpu)
-                       == (t.source, t.model, t.dataset, t.num_gpus, t.amp, t.scope, t.gpu)]
+                       if profile_key(o) == profile_key(t)]
             rules = rule_predictions(t.step_time_s, parts(params, t, km, source, wkey),
                                      parts(params, m, km, source, wkey), (roofline_s(t), roofline_s(m)),
                                      (gpu_spec_checked(t.gpu).fp32_tflops, gpu_spec_checked(m.gpu).fp32_tflops),
