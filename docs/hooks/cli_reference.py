@@ -1,0 +1,26 @@
+"""MkDocs hook: the command-line reference lists every subcommand, lazy ones included.
+
+mkdocs-click lists a group's ``commands`` dict when it is not empty and asks ``list_commands`` only otherwise;
+the CLI's groups import most subcommands on first use (``LazyGroup``), so a group with one eager command would
+hide its lazy ones. This hook makes mkdocs-click ask ``list_commands`` / ``get_command`` for every group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+
+def _sub_commands(command: click.Command, ctx: click.Context) -> list[click.Command]:
+    if not isinstance(command, click.Group):
+        return []
+    found = (command.get_command(ctx, name) for name in command.list_commands(ctx))
+    return [c for c in found if c is not None and not c.hidden]
+
+
+def on_config(config: Any) -> Any:
+    from mkdocs_click import _docs
+
+    _docs._get_sub_commands = _sub_commands  # type: ignore[assignment]
+    return config
