@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 
-def _sub_commands(command: click.Command, ctx: click.Context) -> list[click.Command]:
+def sub_commands(command: click.Command, ctx: click.Context) -> list[click.Command]:
     if not isinstance(command, click.Group):
         return []
     found = (command.get_command(ctx, name) for name in command.list_commands(ctx))
@@ -22,5 +22,5 @@ def _sub_commands(command: click.Command, ctx: click.Context) -> list[click.Comm
 def on_config(config: Any) -> Any:
     from mkdocs_click import _docs
 
-    _docs._get_sub_commands = _sub_commands  # type: ignore[assignment]
+    _docs._get_sub_commands = sub_commands  # type: ignore[assignment]
     return config

@@ -88,7 +88,7 @@ def test_cli_reference_lists_lazy_subcommands() -> None:
 
     hook = _hook("cli_reference")
     ctx = click.Context(cli)
-    names = {c.name for c in hook._sub_commands(cli, ctx)}
+    names = {c.name for c in hook.sub_commands(cli, ctx)}
     assert {"simulate", "solve", "bench", "predict", "serve", "slurm"} <= names
     bench = cli.get_command(ctx, "bench")
-    assert {c.name for c in hook._sub_commands(bench, click.Context(bench))} >= {"simulate", "solve", "predict"}
+    assert {c.name for c in hook.sub_commands(bench, click.Context(bench))} >= {"simulate", "solve", "predict"}
