@@ -90,5 +90,8 @@ def test_cli_reference_lists_lazy_subcommands() -> None:
     ctx = click.Context(cli)
     names = {c.name for c in hook.sub_commands(cli, ctx)}
     assert {"simulate", "solve", "bench", "predict", "serve", "slurm"} <= names
+    simulate = cli.get_command(ctx, "simulate")
+    no_default = next(p for p in simulate.params if p.name == "instance_path")
+    assert hook.without_unset_default(no_default).default is None  # shown as "None", not click's sentinel
     bench = cli.get_command(ctx, "bench")
     assert {c.name for c in hook.sub_commands(bench, click.Context(bench))} >= {"simulate", "solve", "predict"}
