@@ -30,11 +30,9 @@ if TYPE_CHECKING:
 
 
 def _measured_truth(data_dir: str | None) -> GroundTruth:
-    """The simulator's ground truth: Gavel's measurements in ``data_dir``, the analytic fallback without."""
+    """The simulator's ground truth: Gavel's measurements in ``data_dir``, else the package's copy of them."""
     from dltsched.engine.sim.truth import MeasuredTruth
 
-    if data_dir is None:
-        return MeasuredTruth(use_measurements=False)
     return MeasuredTruth(data_dir=data_dir)
 
 

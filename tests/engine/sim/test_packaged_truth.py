@@ -76,3 +76,31 @@ def test_unreadable_table_falls_back_to_analytic_with_one_warning(tmp_path, monk
     assert first.kind == second.kind == "analytic"
     warnings = [r for r in caplog.records if "analytic" in r.getMessage()]
     assert len(warnings) == 1
+
+
+@pytest.mark.data
+def test_generated_instances_are_the_same_with_or_without_the_data_folder(data_dir, tmp_path, monkeypatch) -> None:
+    """The generator turns durations into iterations with the truth's step times: the packaged Gavel table gives
+    what the data folder's gives, so `instance generate` writes the same instance on a bare clone."""
+    import dltsched.engine  # noqa: F401 (registers the simulator's truth for the generator)
+    from dltsched.instances.generator import GeneratorSpec, generate_instance
+    from dltsched.instances.reference import reference_step_time
+
+    spec = GeneratorSpec(num_jobs=40, num_gpus=16, seed=3)
+    with_folder = generate_instance(spec, data_dir=str(data_dir))
+    monkeypatch.setenv("DLTSCHED_DATA", str(tmp_path))
+    assert reference_step_time().truth.sources == ("gavel:packaged",)  # an empty folder: the packaged table
+    bare = generate_instance(spec)
+    assert [j.total_iterations for j in bare.jobs] == [j.total_iterations for j in with_folder.jobs]
+
+
+def test_reference_step_times_without_any_data_folder_are_the_packaged_measurements(monkeypatch) -> None:
+    import dltsched.engine  # noqa: F401 (registers the simulator's truth)
+    import dltsched.instances.datadir as datadir
+    from dltsched.instances.reference import reference_step_time
+
+    monkeypatch.delenv(datadir.ENV_VAR, raising=False)
+    monkeypatch.setattr(datadir, "_candidates", lambda: [])
+    ref = reference_step_time()
+    assert ref.source == "gavel measured (packaged copy)"
+    assert ref.truth.kind == "measured" and ref.truth.sources == ("gavel:packaged",)
