@@ -7,7 +7,7 @@ they need not import the simulator. Importing this package loads nothing else: t
 (:func:`solve_round`, :class:`RoundOptions`, :class:`ConfiguredSolver`, :class:`Measurements`,
 :class:`JobMeasurement`, :class:`GroupMeasurement`, :func:`simulate_instance`, :func:`plan_to_dict`;
 ``SolveConfig``, deprecated) are resolved from
-:mod:`dltsched.engine.app.api` on first access (PEP 562), so ``import dltsched.engine.domain.model`` stays cheap.
+:mod:`dltsched.engine.app.api` on first access (PEP 562), so ``import dltsched.engine.domain.model`` stays cheap. ``__version__`` is the installed version.
 """
 
 from __future__ import annotations
@@ -30,11 +30,9 @@ if TYPE_CHECKING:
 
 
 def _measured_truth(data_dir: str | None) -> GroundTruth:
-    """The simulator's ground truth: Gavel's measurements in ``data_dir``, the analytic fallback without."""
+    """The simulator's ground truth: Gavel's measurements in ``data_dir``, else the package's copy of them."""
     from dltsched.engine.sim.truth import MeasuredTruth
 
-    if data_dir is None:
-        return MeasuredTruth(use_measurements=False)
     return MeasuredTruth(data_dir=data_dir)
 
 
@@ -46,6 +44,13 @@ _MEASURED = frozenset({"GroupMeasurement", "JobMeasurement", "Measurements"})
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("dltsched")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            return "0+unknown"
     if name in __all__:
         module = "dltsched.engine.app.measured" if name in _MEASURED else "dltsched.engine.app.api"
         return getattr(importlib.import_module(module), name)

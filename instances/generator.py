@@ -13,7 +13,7 @@ The rule, all draws from one ``random.Random(seed)`` in job order (same spec, sa
   ``[max_duration_s / 4, max_duration_s]`` (Gavel's two-class heavy tail, rescaled);
   ``total_iterations = duration / step time on reference_gpu`` at the job's GPU count, the step time
   from :func:`~dltsched.instances.reference.reference_step_time` (the simulator's ground truth:
-  Gavel's measurements when the data folder is found, else its analytic fallback; metadata says which);
+  Gavel's measurements, the data folder's or the package's copy; metadata says which);
 - freezing: a fraction ``freeze_fraction`` of jobs allows it, with an accuracy budget uniform in
   [0.01, 0.05].
 """

@@ -57,12 +57,12 @@ class ReferenceStepTime:
 
 def reference_step_time(data_dir: str | os.PathLike[str] | None = None, *,
                         truth: GroundTruthFactory | None = None) -> ReferenceStepTime:
-    """Measured step times when the data folder is found, else the fallback.
+    """Measured step times: the data folder's when one is found, else the package's copy of Gavel's table.
 
     Parameters
     ----------
     data_dir : str or PathLike, optional
-        The data folder (default: found automatically; none found: the fallback).
+        The data folder (default: found automatically; none found: the packaged Gavel table).
     truth : GroundTruthFactory, optional
         Builds the ground truth from the folder (``None`` when there is none); default: the registered
         one (:func:`~dltsched.engine.domain.protocols.ground_truth_factory`, the simulator's).
@@ -80,5 +80,5 @@ def reference_step_time(data_dir: str | os.PathLike[str] | None = None, *,
     make = truth if truth is not None else ground_truth_factory()
     base = find_data_dir(data_dir, required=False)
     if base is None:
-        return ReferenceStepTime(make(None), "analytic fallback (no data folder)")
+        return ReferenceStepTime(make(None), "gavel measured (packaged copy)")
     return ReferenceStepTime(make(str(base)), "gavel measured (simulation_throughputs.json)")

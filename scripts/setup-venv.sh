@@ -17,5 +17,5 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q "torch==2.13.0"
-"$VENV/bin/python" -m pip install -q -e ".[gnn,notebooks,service,ray,dev]"
+"$VENV/bin/python" -m pip install -q -e ".[gnn,notebooks,service,ray,docs,dev]"
 echo "$WANT" > "$STAMP"

@@ -155,7 +155,8 @@ def predictors(name: str = "default", data_dir: str | None = None) -> Any:
 
 def default_bench_predictors(data_dir: str | None = None) -> str:
     """The bundle ``bench simulate`` uses when none is named: ``crossfit`` whenever the ground truth comes from
-    measurements (a data folder is found), else ``default`` (truth and predictions then share no data)."""
+    measurements of a data folder (one is found), else ``default`` (the cross-fitted bundle needs the data folder;
+    ``default`` is fitted on the Gavel table that the packaged truth also uses, so its results are in-sample)."""
     from dltsched.instances.datadir import find_data_dir
 
     return "crossfit" if find_data_dir(data_dir, required=False) is not None else "default"

@@ -84,6 +84,10 @@ class SimulationResult:
     records: tuple[JobRecord, ...] = ()
     utilization: tuple[tuple[float, float], ...] = ()
     placements: tuple[PlacementInterval, ...] = ()
+    #: the ground truth the run advanced jobs with: ``measured`` or ``analytic`` (another class: its name)
+    truth: str = ""
+    #: the measurements behind a measured truth, e.g. ``("gavel:packaged",)`` or ``("gavel", "lucid")``
+    truth_sources: tuple[str, ...] = ()
 
     @property
     def oom_events(self) -> int:
@@ -121,7 +125,8 @@ def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy
               util_trace: list[tuple[float, float]], decision_times_s: list[float], wall_time_s: float,
               num_oom: int, unfinished: int, ideal_s: dict[str, float] | None = None,
               placements: list[PlacementInterval] | None = None, node_failures: int = 0,
-              fault_interruptions: int = 0, utilization_samples: int = 400) -> SimulationResult:
+              fault_interruptions: int = 0, utilization_samples: int = 400, truth: str = "",
+              truth_sources: tuple[str, ...] = ()) -> SimulationResult:
     """Aggregate per-job records into a :class:`SimulationResult`; the utilisation trace is downsampled
     to at most ``utilization_samples`` points."""
     jct = np.array([r.jct_s for r in records], dtype=float)
@@ -153,5 +158,5 @@ def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy
         decision_time_max_s=float(dec.max()) if dec.size else 0.0, decision_time_total_s=float(dec.sum()),
         wall_time_s=wall_time_s,
         records=tuple(records), utilization=_downsample(util_trace, utilization_samples),
-        placements=tuple(placements or ()),
+        placements=tuple(placements or ()), truth=truth, truth_sources=tuple(truth_sources),
     )

@@ -166,6 +166,8 @@ class SimulationRun(PlacingRun):
             ideal_s=self.ideal_s, placements=self.intervals, node_failures=self.node_failures,
             utilization_samples=self.cfg.utilization_samples,
             fault_interruptions=self.fault_interruptions,
+            truth=str(getattr(self.truth, "kind", type(self.truth).__name__)),
+            truth_sources=tuple(getattr(self.truth, "sources", ())),
         )
 
     def _progress(self) -> tuple[int, int, int]:

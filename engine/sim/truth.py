@@ -25,7 +25,11 @@
   with constants per model family calibrated on FreezeOut, Egeria and AutoFreeze (numbers and sources in that
   module). A penalty ``p`` costs that fraction of each iteration's progress: useful rate x (1 - p).
 
-With ``data_dir=None`` and no data folder found, everything uses the fallback model (a warning is logged).
+Gavel's table comes from the data folder when it has one, else from the copy the package carries, so the
+truth is measured on a bare install too; Lucid's pairs only ever come from a data folder. :attr:`MeasuredTruth.kind`
+(``measured`` or ``analytic``) and :attr:`MeasuredTruth.sources` name what a run used, and every simulation
+result carries them. Without any measurement (``use_measurements=False``, or the table unreadable) everything
+uses the fallback model; the unplanned case logs one warning per process.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ from dltsched.predictors.analytic import AnalyticColocation, AnalyticStepTime
 log = logging.getLogger(__name__)
 
 _MEASURED_GPUS = ("k80", "p100", "v100")
+#: fallbacks already warned about (one warning per process and reason)
+_WARNED: set[str] = set()
 
 
 def _noise(model: str, gpu_type: str, sigma: float = 0.15) -> float:
@@ -79,20 +85,32 @@ class MeasuredTruth:
     _lucid: dict[tuple[str, int, bool, str, int, bool], float] = field(default_factory=dict)
     _lucid_batches: dict[str, list[int]] = field(default_factory=dict)
     _cache: dict[tuple[object, ...], float] = field(default_factory=dict)
+    #: the measurements loaded, e.g. ``("gavel:packaged",)`` or ``("gavel", "lucid")``
+    sources: tuple[str, ...] = field(default=(), init=False)
 
     def __post_init__(self) -> None:
         if self.use_measurements:
             self._load()
+            if not self._isolated and "no-table" not in _WARNED:
+                _WARNED.add("no-table")
+                log.warning("ground truth: Gavel's measured throughputs could not be read; every rate comes "
+                            "from the analytic fallback model (truth 'analytic')")
+
+    @property
+    def kind(self) -> str:
+        """``"measured"`` when measured rates were loaded, else ``"analytic"`` (the fallback model alone)."""
+        return "measured" if self._isolated else "analytic"
 
     def _load(self) -> None:
         from dltsched.instances.datadir import find_data_dir
-        from dltsched.instances.readers.gavel_throughputs import read_gavel_throughputs
+        from dltsched.instances.readers.gavel_throughputs import read_gavel_throughputs, throughputs_file
 
         base = find_data_dir(self.data_dir, required=False)
-        if base is None:
-            log.warning("no data folder found: ground truth uses the fallback model only")
+        path, origin = throughputs_file(base)
+        if not path.is_file():
             return
-        table = read_gavel_throughputs(data_dir=base)
+        table = read_gavel_throughputs(path)
+        self.sources = ("gavel",) if origin == "data folder" else ("gavel:packaged",)
         for (gpu, jt, scale, consolidated), steps_per_s in table.isolated.items():
             key = (gpu, jt.model, jt.dataset, scale, consolidated)
             # a scale-n throughput counts the steps of all n workers: one iteration takes n / throughput
@@ -109,7 +127,8 @@ class MeasuredTruth:
                 batches = self._pair_batches.setdefault((gpu, m), [])
                 if bs not in batches:
                     bisect.insort(batches, bs)
-        self._load_lucid(base)
+        if base is not None:
+            self._load_lucid(base)
 
     def _load_lucid(self, base: Path) -> None:
         from dltsched.engine.domain.catalog import model_catalog
@@ -130,6 +149,7 @@ class MeasuredTruth:
                     batches = self._lucid_batches.setdefault(m, [])
                     if bs not in batches:
                         bisect.insort(batches, bs)
+        self.sources = (*self.sources, "lucid")
 
     # -- isolated step time -------------------------------------------------------------------------
 

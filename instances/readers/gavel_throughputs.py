@@ -3,6 +3,9 @@
 Gavel keys job types as ``"ResNet-18 (batch size 16)"`` with a scale factor (#GPUs); values are
 training steps per second, isolated (``"null"``) and pairwise co-located (scale 1 only, K80/P100 in
 this copy). ``[0, 0]`` marks a pair that was not measured or not feasible and is dropped here.
+
+The package carries a copy of ``simulation_throughputs.json`` (MIT, provenance in ``instances/data/gavel/``):
+:func:`throughputs_file` gives the data folder's file when there is one, else that copy.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ from functools import cache
 from pathlib import Path
 
 from dltsched.engine.domain.catalog import model_catalog
-from dltsched.instances.datadir import data_file
+from dltsched.instances.datadir import data_file, find_data_dir
+
+#: the packaged copy of Gavel's ``simulation_throughputs.json`` (MIT; LICENSE.md and SOURCE.md beside it)
+PACKAGED_THROUGHPUTS = Path(__file__).resolve().parents[1] / "data" / "gavel" / "simulation_throughputs.json"
 
 _JOB_TYPE = re.compile(r"^(?P<name>.+?)(?: \(batch size (?P<bs>\d+)\))?$")
 
@@ -127,6 +133,27 @@ def _read(path: str) -> GavelThroughputs:
                     continue
                 pairs[(gpu, jt, parse_job_type(other_label))] = (float(value[0]), float(value[1]))
     return GavelThroughputs(isolated, pairs)
+
+
+def throughputs_file(data_dir: str | os.PathLike[str] | None = None) -> tuple[Path, str]:
+    """Gavel's ``simulation_throughputs.json``: the data folder's when it has one, else the packaged copy.
+
+    Parameters
+    ----------
+    data_dir : str or PathLike, optional
+        The data folder (default: found automatically; none found is fine).
+
+    Returns
+    -------
+    (Path, str)
+        The file and where it came from: ``"data folder"`` or ``"packaged"``.
+    """
+    base = find_data_dir(data_dir, required=False)
+    if base is not None:
+        candidate = base / "gavel" / "simulation_throughputs.json"
+        if candidate.is_file():
+            return candidate, "data folder"
+    return PACKAGED_THROUGHPUTS, "packaged"
 
 
 def read_gavel_throughputs(path: str | os.PathLike[str] | None = None, *,

@@ -203,6 +203,27 @@ def expand_policies(policies: tuple[str, ...]) -> list[str]:
     return names
 
 
+def truth_label(results: list[Any]) -> str:
+    """The ground truth the results ran on, for a table title: ``measured (gavel:packaged)`` or ``analytic``."""
+    if not results:
+        return "none"
+    first = results[0]
+    return f"{first.truth} ({', '.join(first.truth_sources)})" if first.truth_sources else first.truth
+
+
+def truth_footer(predictor_set: str, results: list[Any]) -> str:
+    """One line under the table: what the predictors were fitted on, beside what drove the truth."""
+    measured = bool(results) and results[0].truth == "measured"
+    if not measured:
+        return ("ground truth: the analytic fallback model (no measured throughputs were read); predictors and "
+                "truth share no data")
+    if predictor_set in ("default", "default+eggat"):
+        return (f"predictors '{predictor_set}' are fitted on Gavel's measurements, which also drive the measured "
+                "ground truth (in-sample); --predictors crossfit prices each job with predictors fitted without "
+                "its model")
+    return f"ground truth: measured ({', '.join(results[0].truth_sources)})"
+
+
 def _cell(value: Any, fmt: str) -> str:
     if fmt == "h":
         return f"{value / 3600.0:.2f}"
@@ -295,14 +316,12 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
         payload = payload[0]
     if output:
         write_text_file(output, json_text(payload) + "\n", option="--output")
+    truth = truth_label(results)
     title = (f"{inst.name}: {len(inst.jobs)} jobs on {inst.cluster.num_gpus} GPUs {inst.cluster.gpus_by_type()}, "
-             f"predictors: {predictor_set}")
+             f"predictors: {predictor_set}, truth: {truth}")
 
     def show() -> None:
         print_table(results, title)
-        if predictor_set == "default":
-            click.echo("predictors 'default' are fitted on measurements that also drive the ground truth where it is "
-                       "measured (in-sample); --predictors crossfit prices each job with predictors fitted without "
-                       "its model")
+        click.echo(truth_footer(predictor_set, results))
 
     emit(payload, as_json, show)

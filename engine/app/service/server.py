@@ -1,6 +1,7 @@
 """HTTP service: ``POST /v1/schedule`` turns a cluster state and queue into a plan (``dltsched serve``).
 
-OpenAPI docs at ``/docs`` (Swagger UI served from the ``swagger-ui-bundle`` package: works offline),
+OpenAPI docs at ``/docs`` (Swagger UI 5, which reads OpenAPI 3.1, served from the ``swagger-ui-py`` package's
+static files: works offline),
 schema at ``/openapi.json``, Prometheus metrics at ``/metrics``, liveness and limits at ``/v1/health``.
 
 Bad input is answered with RFC 9457 problem details (``application/problem+json``: ``type``, ``title``,
@@ -20,11 +21,13 @@ included, from when a solver slot takes the request (the wait before is bounded 
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
@@ -267,10 +270,18 @@ def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
     return out or "body"
 
 
+def swagger_ui_static() -> Path:
+    """The folder of Swagger UI 5's static files (``swagger-ui-bundle.js``, ``swagger-ui.css``) in the
+    ``swagger-ui-py`` package, found without importing it. FastAPI's schema is OpenAPI 3.1, which Swagger UI
+    reads from version 5 on; earlier bundles show "Unable to render this definition"."""
+    spec = importlib.util.find_spec("swagger_ui")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the HTTP service's /docs page needs swagger-ui-py: pip install 'dltsched[service]'")
+    return Path(next(iter(spec.submodule_search_locations))) / "static"
+
+
 def create_app(config: ServiceConfig | None = None) -> FastAPI:
     """The FastAPI application (served by :func:`make_server`; tests use it in-process too)."""
-    import swagger_ui_bundle
-
     cfg = config or ServiceConfig()
     app = FastAPI(title="dltsched", version="1", description=__doc__, docs_url=None, redoc_url=None)
     metrics = ServiceMetrics()
@@ -317,7 +328,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
                                    swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
                                    swagger_ui_parameters={"validatorUrl": None})  # no call to a remote validator
 
-    app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
+    app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_static()), name="docs-assets")
     app.add_middleware(BodyLimit, max_bytes=cfg.max_body_bytes)
     if cfg.token is not None:
         app.add_middleware(BearerAuth, token=cfg.token, open_paths=OPEN_PATHS, open_prefixes=(DOCS_ASSETS,))

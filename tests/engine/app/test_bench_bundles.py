@@ -38,7 +38,7 @@ def test_default_bundle_is_crossfit_only_when_the_truth_is_measured(monkeypatch,
 
     monkeypatch.delenv(datadir.ENV_VAR, raising=False)
     monkeypatch.setattr(datadir, "_candidates", lambda: [])
-    assert default_bench_predictors() == "default"  # no data folder: the truth is the fallback model
+    assert default_bench_predictors() == "default"  # no data folder: no measurements to cross-fit on
     assert default_bench_predictors(str(tmp_path)) == "crossfit"
 
 
