@@ -172,10 +172,18 @@ def test_unpriceable_job_is_flagged_once_and_never_blocks_others(tmp_path: Path)
     assert sorted(a.job_id for a in actions if a.kind == "start") == ["2", "3"]
     (flag,) = [a for a in actions if a.kind == "flag"]
     assert flag.job_id == "1" and "unknown model" in flag.reason and "step_s" in flag.reason
+    assert ["scontrol", "update", "JobId=1", f"Comment={jobs[0]['comment']} # dltsched: {flag.reason}"] in slurm.calls
     assert any(c[:3] == ["scontrol", "update", "JobId=1"] and c[3].startswith("AdminComment=dltsched: ")
                for c in slurm.calls)
     slurm.squeue = {"errors": [], "jobs": [jobs[0]]}
     assert daemon.round() == []  # flagged already: nothing again
+    # a restarted daemon reads the note in the comment: nothing again either, and the note is not the spec
+    jobs[0]["comment"] += f" # dltsched: {flag.reason}"
+    restarted = SlurmDaemon(DaemonOptions(state_file=tmp_path / "s.json"), slurm, clock=lambda: float(T0))
+    assert restarted.round() == []
+    # the user fixes the comment: the job is planned
+    jobs[0]["comment"] = "dltsched:model=my-llama-ft,batch=8,iters=100,step_s=0.3"
+    assert [a.kind for a in daemon.round()] == ["start"]
 
 
 def test_constraint_and_typed_gres_no_node_meets_is_flagged(tmp_path: Path) -> None:

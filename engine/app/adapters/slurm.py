@@ -21,8 +21,9 @@ the plan stops or moves is sent ``SIGUSR1`` (``scancel --signal``: time to check
 drained, down or failed nodes give no GPUs to new jobs.
 
 A job that cannot be planned (malformed comment, a model neither the catalogue nor ``step_s`` prices, a
-gres type or constraint no node meets) stays held, with the reason in its admin comment
-(``squeue -O JobID,State,Reason,AdminComment``), and never holds up the others. A round that fails for
+gres type or constraint no node meets) stays held, with the reason appended to its comment
+(``squeue -o "%i %t %r %k"`` shows ``<its description> # dltsched: <reason>``) and in its admin comment,
+and never holds up the others. A round that fails for
 any reason (controller away, an answer not understood, a bug) is logged and skipped; the daemon goes on.
 
 Never losing a job: Slurm's state is authoritative. The daemon only holds, releases, signals and requeues;
@@ -53,6 +54,7 @@ import click
 from dltsched.engine.app.adapters.slurm_parse import (  # noqa: F401  (the daemon's vocabulary, re-exported)
     ACTIVE_STATES,
     COMMENT_PREFIX,
+    NOTE_MARK,
     JobSpec,
     SlurmJob,
     SlurmNode,
@@ -63,6 +65,7 @@ from dltsched.engine.app.adapters.slurm_parse import (  # noqa: F401  (the daemo
     parse_sinfo_json,
     parse_squeue_json,
     satisfies,
+    strip_note,
 )
 from dltsched.engine.app.adapters.slurm_round import (  # noqa: F401
     Action,
@@ -176,11 +179,12 @@ class SlurmDaemon:
 
     def _unplannable(self, job: SlurmJob, reason: str, flags: list[Action]) -> None:
         """Keep ``job`` out of the round; flag it with ``reason`` once."""
-        if self.unplannable.get(job.job_id) != (job.comment, reason):
+        own = strip_note(job.comment)
+        if self.unplannable.get(job.job_id) != (own, reason):
             log.warning("job %s stays held: %s", job.job_id, reason)
-            self.unplannable[job.job_id] = (job.comment, reason)
-            if job.held:
-                flags.append(Action("flag", job.job_id, reason=reason))
+            self.unplannable[job.job_id] = (own, reason)
+            if job.held and job.comment != f"{own}{NOTE_MARK}{reason[:250]}":
+                flags.append(Action("flag", job.job_id, reason=reason, comment=own))
 
     # --- one round
     def snapshot(self) -> tuple[Snapshot, list[Action]]:

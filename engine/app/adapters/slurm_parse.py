@@ -47,11 +47,21 @@ class JobSpec:
 _SPEC_KEYS = {"model", "batch", "iters", "step_s", "gpu_type", "weight"}
 
 
+#: what the daemon appends to the comment of a job it cannot plan: ``<spec> # dltsched: <reason>``
+NOTE_MARK = " # dltsched: "
+
+
+def strip_note(comment: str | None) -> str:
+    """The comment without the daemon's note (the job's own description)."""
+    return (comment or "").split(NOTE_MARK, 1)[0].strip()
+
+
 def parse_comment(comment: str | None) -> JobSpec | None:
-    """The :class:`JobSpec` of a ``dltsched:key=value,...`` comment; ``None`` for any other comment.
+    """The :class:`JobSpec` of a ``dltsched:key=value,...`` comment (the daemon's ``# dltsched: ...`` note
+    after it ignored); ``None`` for any other comment.
 
     Raises :class:`ValidationError` naming the key when a dltsched comment is malformed."""
-    text = (comment or "").strip()
+    text = strip_note(comment)
     if not text.startswith(COMMENT_PREFIX):
         return None
     fields_: dict[str, str] = {}

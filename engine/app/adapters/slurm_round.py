@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dltsched.engine.app.adapters.gpu_names import catalog_gpu_type
-from dltsched.engine.app.adapters.slurm_parse import JobSpec, SlurmNode
+from dltsched.engine.app.adapters.slurm_parse import NOTE_MARK, JobSpec, SlurmNode
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,9 @@ def node_gpu_type(node: SlurmNode, default: str) -> str:
     return catalog_gpu_type(node.gpu_type) if node.gpu_type else catalog_gpu_type(default)
 
 
-def _job(job_id: str, spec: JobSpec, num_gpus: int, submit_s: float, types: Sequence[str]) -> Any:
+def domain_job(job_id: str, spec: JobSpec, num_gpus: int, submit_s: float, types: Sequence[str]) -> Any:
+    """The domain :class:`~dltsched.engine.domain.model.Job` of a job spec; a model the catalogue does not know
+    becomes a measured-only job when the spec has its own step time (raises ``ValidationError`` otherwise)."""
     from dltsched.engine.domain.errors import ValidationError
     from dltsched.engine.domain.model import MEASURED_ONLY, Job
 
@@ -113,7 +115,7 @@ def price_problem(job_id: str, spec: JobSpec, num_gpus: int, node_count: int, ty
         except ValueError as err:
             return f"comment gpu_type: {err}"
     try:
-        job = _job(job_id, spec, num_gpus, 0.0, types)
+        job = domain_job(job_id, spec, num_gpus, 0.0, types)
     except Exception as err:  # noqa: BLE001 - the reason goes to the job, the round goes on
         if getattr(err, "path", None) == "model":
             return (f"unknown model '{spec.model}': add step_s=<measured seconds per step> to the comment, or "
@@ -159,7 +161,7 @@ def decide(snap: Snapshot, config: RoundConfig, warm_start: Any = None, *,
     for job_id, spec in snap.specs.items():
         allowed = snap.allowed.get(job_id)
         job_types = sorted({types[n] for n in allowed if n in types}) if allowed is not None else []
-        jobs[job_id] = _job(job_id, spec, snap.num_gpus[job_id], float(snap.submit_time[job_id]), job_types)
+        jobs[job_id] = domain_job(job_id, spec, snap.num_gpus[job_id], float(snap.submit_time[job_id]), job_types)
     base = api.load_predictors(config.predictors)
     active = {j for j in snap.queued if j in jobs} | {j for j, p in snap.running.items() if j in jobs}
     preds = measured_predictors(base, _measurements(snap, active))
@@ -273,6 +275,8 @@ class Action:
     node: str = ""
     gpus: tuple[int, ...] = ()
     reason: str = ""
+    #: ``flag``: the job's own comment, to which the reason is appended (so that ``squeue -o %k`` shows it)
+    comment: str = ""
 
     def commands(self, time_limit: str | None = None, signal: str = "USR1") -> list[list[str]]:
         """The Slurm calls of this action, in order."""
@@ -287,8 +291,10 @@ class Action:
         if self.kind == "hold":
             return [["scontrol", "hold", self.job_id]]
         if self.kind == "flag":
-            note = ("dltsched: " + self.reason if self.reason else "").replace("\n", " ")[:250]
-            return [["scontrol", "update", f"JobId={self.job_id}", f"AdminComment={note}"]]
+            reason = self.reason.replace("\n", " ")[:250]
+            out = [["scontrol", "update", f"JobId={self.job_id}", f"Comment={self.comment}{NOTE_MARK}{reason}"]] \
+                if self.comment else []
+            return out + [["scontrol", "update", f"JobId={self.job_id}", f"AdminComment=dltsched: {reason}"]]
         raise ValueError(f"action kind '{self.kind}' not understood; one of start, signal, requeue, hold, flag")
 
 
