@@ -276,6 +276,8 @@ class PodRecord:
     seen_at: float = 0.0
     #: the watch reports it pending (it competes in the plan until bound or gone)
     pending: bool = False
+    #: when the extender first heard of it (plans weigh the longest-waiting pods first)
+    first_seen: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +363,7 @@ class K8sExtender:
             elif known is None or _facts(known) != _facts(record):
                 self.version += 1
             record.seen_at = self.clock()
+            record.first_seen = known.first_seen if known is not None and known.first_seen else record.seen_at
             self.pods[record.uid] = record
             self.pods.move_to_end(record.uid)
             while len(self.pods) > self.limits.max_pods:
@@ -527,7 +530,7 @@ class K8sExtender:
         now, ttl = self.clock(), self.settings.queue_ttl_s
         waiting = [p for p in self.pods.values() if p.node is None and p.spec is not None and p.gpus and
                    p.uid != pod.uid and (p.pending or now - p.seen_at <= ttl)]
-        waiting.sort(key=lambda p: p.seen_at)
+        waiting.sort(key=lambda p: p.first_seen)
         return [pod, *waiting[:self.limits.max_plan_pods - 1]]
 
     def _solve(self, pod: PodRecord, fits: Sequence[str]) -> Decision:
