@@ -180,3 +180,16 @@ def test_own_label_wins_and_unlabelled_gpu_node_needs_a_default() -> None:
     assert node_info(bare, default_gpu_type="t4").gpu_type == "t4"
     with pytest.raises(ValidationError, match="default_gpu_type"):
         ExtenderSettings(default_gpu_type="quantum-9000")
+
+
+def test_refusals_are_counted_in_the_services_metrics() -> None:
+    from dltsched.engine.app.service.server import create_app
+
+    app = create_app(k8s=K8sServing(K8sExtender(), max_body_bytes=1000))
+    http = testclient.TestClient(app)
+    assert http.post("/v1/k8s/filter", content=b"[" + b"0," * 600 + b"0]",
+                     headers={"content-type": "application/json"}).status_code == 413
+    assert http.post("/v1/k8s/filter", json={"Pod": pod("u", "nan"), "NodeNames": []}).status_code == 400
+    metrics = http.get("/metrics").text
+    assert 'path="/v1/k8s/filter",status="413"} 1.0' in metrics
+    assert 'path="/v1/k8s/filter",status="400"} 1.0' in metrics

@@ -96,7 +96,7 @@ class K8sServing:
     watcher: Any = None
 
 
-def k8s_app(serving: K8sServing, metrics: ServiceMetrics | None = None) -> ASGIApp:
+def k8s_app(serving: K8sServing) -> ASGIApp:
     """The FastAPI application of ``/v1/k8s/*``, with the service's error shapes."""
     from fastapi import FastAPI
 
@@ -106,8 +106,6 @@ def k8s_app(serving: K8sServing, metrics: ServiceMetrics | None = None) -> ASGIA
     _install_error_handlers(app)
     app.include_router(k8s_router(serving.extender))
     app.state.extender = serving.extender
-    if metrics is not None:
-        app.add_middleware(Metrics, metrics=metrics, known_paths=K8S_PATHS, known_prefixes=())
     return app  # type: ignore[return-value]
 
 
@@ -118,15 +116,21 @@ class K8sRoutes:
     def __init__(self, app: ASGIApp, serving: K8sServing, metrics: ServiceMetrics | None = None) -> None:
         self.app = app
         self.serving = serving
-        inner = k8s_app(serving, metrics)
+        inner = k8s_app(serving)
         self.k8s: ASGIApp = inner
         if not serving.client_cert and serving.token is not None:
             self.k8s = BearerAuth(inner, token=serving.token, open_paths=frozenset(), open_prefixes=())
+        # every answer of /v1/k8s/* counted, refusals (401, 413) included
+        self.guarded: ASGIApp = self._guarded if metrics is None else \
+            Metrics(self._guarded, metrics=metrics, known_paths=K8S_PATHS, known_prefixes=())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not str(scope.get("path", "")).startswith(PREFIX):
             await self.app(scope, receive, send)
             return
+        await self.guarded(scope, receive, send)
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.serving.client_cert and self.serving.peers.subject(scope.get("client")) is None:
             detail = "a TLS client certificate signed by the server's client CA is required on /v1/k8s/*"
             await problem_response(401, "Unauthorized", detail, [{"field": "client certificate", "message": detail}]
