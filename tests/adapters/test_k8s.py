@@ -57,12 +57,18 @@ def test_pod_and_node_readers() -> None:
         pod_job_spec(pod("d", 1, annotated=False, **{"dltsched.io/model": "resnet50", "dltsched.io/batch": "8"}))
 
 
-def test_filter_keeps_nodes_with_enough_gpus(client: Any) -> None:
+def test_filter_passes_the_plans_node_only(client: Any) -> None:
+    """Both GPU nodes fit 2 GPUs; the plan puts the pod on one of them (resnet50 is faster on the A100): only
+    that node passes, the other fails with the plan's reason, so kube-scheduler cannot send it elsewhere."""
     answer = client.post("/v1/k8s/filter", json={"Pod": pod("p1", 2), "Nodes": NODES})
     assert answer.status_code == 200
     body = answer.json()
-    assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["gpu-v100", "gpu-a100"]
+    assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["gpu-a100"]
+    assert "dltsched plan places this pod on gpu-a100" in body["FailedNodes"]["gpu-v100"]
     assert set(body["FailedAndUnresolvableNodes"]) == {"cpu-only"} and body["Error"] == ""
+    # a pod without dltsched annotations is filtered by free GPUs alone
+    body = client.post("/v1/k8s/filter", json={"Pod": pod("x", 2, annotated=False), "Nodes": NODES}).json()
+    assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["gpu-v100", "gpu-a100"]
 
 
 def test_prioritize_scores_the_plans_node_highest(client: Any) -> None:
@@ -86,7 +92,8 @@ def test_bind_takes_gpus_and_finished_frees_them(client: Any, bound: list[tuple[
     assert {h["Host"]: h["Score"] for h in prio}["gpu-a100"] == 0
     assert client.post("/v1/k8s/finished", json={"PodUID": "p1"}).json() == {"PodUID": "p1", "known": True}
     body = client.post("/v1/k8s/filter", json={"Pod": pod("p2", 1), "NodeNames": ["gpu-v100", "gpu-a100"]}).json()
-    assert body["NodeNames"] == ["gpu-v100", "gpu-a100"]
+    assert body["NodeNames"] == ["gpu-a100"] and body["FailedNodes"] == {
+        "gpu-v100": "dltsched plan places this pod on gpu-a100"}  # the A100 is free again: the plan takes it
 
 
 def test_pod_without_gpu_passes_everywhere(client: Any) -> None:
@@ -149,3 +156,32 @@ def test_service_serves_the_extender_endpoints() -> None:
     answer = client.post("/v1/k8s/filter", json={"Nodes": NODES})
     assert answer.status_code == 400 and "ExtenderArgs.Pod" in answer.text
     assert client.post("/v1/k8s/filter", json={"Pod": pod("p1", 1), "Nodes": NODES}).status_code == 200
+
+
+def test_pod_that_can_never_fit_is_unresolvable_with_the_reason() -> None:
+    """gpt2 at batch 512 needs more memory than any GPU here: not 'wait' but 'never', so kube-scheduler
+    does not retry it on every change."""
+    ext = K8sExtender()
+    big = pod("huge", 1, **{"dltsched.io/model": "gpt2", "dltsched.io/batch": "512"})
+    body = ext.filter({"Pod": big, "Nodes": NODES})
+    assert body["Nodes"]["items"] == [] and body["FailedNodes"] == {}
+    assert "can never run" in body["FailedAndUnresolvableNodes"]["gpu-a100"]
+    assert "memory" in body["FailedAndUnresolvableNodes"]["gpu-v100"]
+
+
+def test_plan_makes_a_pod_wait_with_the_reason() -> None:
+    """One A100 node with 2 GPUs, and two pending pods of 2 GPUs: a short one seen first and a long one. The
+    plan (shortest predicted time first) gives the GPUs to the short one, so the long one's filter fails every
+    node with the reason, and passes once the short one is bound and done."""
+    ext = K8sExtender(binder=lambda *a: None)
+    nodes = {"items": [node("a", "a100", 2)]}
+    short = pod("short", 2, **{"dltsched.io/iters": "100"})
+    long_ = pod("long", 2, **{"dltsched.io/iters": "100000"})
+    assert ext.filter({"Pod": short, "Nodes": nodes})["Nodes"]["items"]  # seen first, would run
+    body = ext.filter({"Pod": long_, "Nodes": nodes})
+    assert body["Nodes"]["items"] == [] and "the pod waits" in body["FailedNodes"]["a"]
+    assert "pod-short" in body["FailedNodes"]["a"]
+    assert ext.bind({"PodName": "pod-short", "PodNamespace": "train", "PodUID": "short", "Node": "a"}) == {"Error": ""}
+    assert ext.filter({"Pod": long_, "Nodes": nodes})["FailedNodes"]["a"] == "pod needs 2 GPUs; 0 free"
+    ext.finish("short")
+    assert [n["metadata"]["name"] for n in ext.filter({"Pod": long_, "Nodes": nodes})["Nodes"]["items"]] == ["a"]

@@ -1,6 +1,7 @@
 """``dltsched slurm`` against a real slurmctld/slurmd (``scripts/slurm-sandbox.sh``; ``make test-slurm``).
 
-Jobs sleep for their duration (measured step time x iterations, in seconds) on the sandbox's fake GPUs.
+Jobs sleep for their duration (measured step time x iterations, in seconds) on the sandbox's fake GPUs; both
+dltsched and Slurm's backfill are told that duration (the comment; the job's time limit).
 Checked: every job completes, on the node and GPU count the plan chose, no GPU index held by two running
 jobs at once; average JCT under dltsched beats Slurm's own backfill on the same job set; a daemon killed
 mid-run (SIGKILL) and restarted still finishes every job. Skipped when no sandbox is running.
@@ -68,9 +69,12 @@ def _wait_idle(timeout_s: float = 120.0) -> None:
 
 
 def _submit(gpus: int, seconds: int, *, hold: bool, tag: str) -> str:
+    """Submit a job sleeping ``seconds``. Both schedulers get the same information: its time limit is its
+    duration (plus 5 s; Slurm takes ``M:SS``), and dltsched's comment says the same (steps x step time)."""
     spec = JobSpec("resnet50", 64, seconds / STEP_S, STEP_S)
+    limit = seconds + 5
     args = ["sbatch", "--parsable", "-p", PARTITION, f"--gres=gpu:{gpus}", "-N1", "-n1", "-c1", "--mem=10",
-            "--time=2", "--requeue", "-o", "/dev/null", "-J", f"{tag}-{gpus}x{seconds}",
+            f"--time={limit // 60}:{limit % 60:02d}", "--requeue", "-o", "/dev/null", "-J", f"{tag}-{gpus}x{seconds}",
             f"--comment={format_comment(spec)}", f"--wrap=sleep {seconds}"]
     return _slurm(*(args[:2] + (["--hold"] if hold else []) + args[2:])).strip().split(";")[0]
 

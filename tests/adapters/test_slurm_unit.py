@@ -129,7 +129,13 @@ def test_plan_to_scontrol_commands() -> None:
 def test_preemption_only_when_asked_and_drained_nodes_take_nothing() -> None:
     moved = {"7": Placement("dl2", (0, 1)), "8": Placement("dl1", (0, 1))}
     assert plan_actions(_snap(), moved, preempt=False) == []  # 8 would need job 7's GPUs
-    assert plan_actions(_snap(), moved, preempt=True) == [Action("requeue", "7"), Action("start", "8", "dl1", (0, 1))]
+    # preempting: signal first, GPUs stay taken through the grace period, then requeue and start
+    assert plan_actions(_snap(), moved, preempt=True, grace_s=30) == [Action("signal", "7")]
+    assert plan_actions(_snap(), moved, preempt=True, signalled={"7": 990.0}, grace_s=30) == []  # 10 s in
+    assert plan_actions(_snap(), moved, preempt=True, signalled={"7": 960.0}, grace_s=30) == [
+        Action("requeue", "7"), Action("start", "8", "dl1", (0, 1))]
+    assert plan_actions(_snap(), moved, preempt=True) == [Action("signal", "7"), Action("requeue", "7"),
+                                                          Action("start", "8", "dl1", (0, 1))]  # no grace
     drained = (SlurmNode("dl1", "v100", 4, True, ("dltsched",)), SlurmNode("dl2", "v100", 4, False, ("dltsched",)))
     assert plan_actions(_snap(nodes=drained), {"9": Placement("dl2", (0, 1, 2, 3))}, preempt=False) == []
 
@@ -220,9 +226,12 @@ def test_malformed_comment_keeps_job_held_and_dry_run_changes_nothing(tmp_path: 
     slurm = FakeSlurm([_job(21, comment="dltsched:model=resnet50"), _job(22)], _idle_sinfo())
     daemon = SlurmDaemon(DaemonOptions(state_file=tmp_path / "s.json", dry_run=True), slurm)
     actions = daemon.round()
-    assert [a.job_id for a in actions] == ["22"]
+    assert [(a.kind, a.job_id) for a in actions] == [("flag", "21"), ("start", "22")]
+    assert "comment.batch: missing" in actions[0].reason
     assert slurm.calls == [] and not (tmp_path / "s.json").exists()
-    assert "scontrol release 22" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "scontrol release 22" in out and "scontrol release 21" not in out
+    assert "JobId=21 AdminComment=dltsched: comment.batch: missing" in out
 
 
 def test_corrupt_state_file_falls_back_to_slurm(tmp_path: Path) -> None:

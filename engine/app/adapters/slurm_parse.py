@@ -1,6 +1,18 @@
 """Reading Slurm for ``dltsched slurm``: the job-comment convention (``dltsched:model=..,batch=..,iters=..``)
-and the answers of ``squeue --json`` / ``sinfo --json`` (OpenAPI v0.0.38 shapes, Slurm 22.05), with Slurm's
-host-list and gres strings. Pure functions; ``tests/adapters/data`` holds answers recorded from a real Slurm."""
+and the answers of ``squeue --json`` / ``sinfo --json``, with Slurm's host-list, gres and constraint strings.
+
+Slurm 22.05 to 24.x answer in different shapes, all read here:
+
+- v0.0.38 (22.05): plain strings and integers; ``job_state: "PENDING"``; node ``state: "idle"`` with
+  ``state_flags: ["DRAIN"]``; node ``features`` a comma-separated string.
+- v0.0.39 (23.02) and later: job and node states are lists (``job_state: ["PENDING"]``,
+  ``state: ["IDLE", "DRAIN"]``); numbers are ``{"set", "infinite", "number"}`` objects; features lists;
+  a ``hold`` flag; ``tres_per_node`` as ``gres/gpu:a100:2`` (23.11+).
+- v0.0.40 / v0.0.41 / v0.0.42 (23.11, 24.05, 24.11): as v0.0.39, with ``job_resources`` nodes and the
+  comment possibly an object (``{"job": ..., "administrator": ..., "system": ...}``).
+
+Pure functions; ``tests/adapters/data`` holds answers recorded from a real Slurm 22.05 and fixtures in each
+later version's documented shape."""
 
 from __future__ import annotations
 
@@ -13,8 +25,6 @@ from typing import Any
 from dltsched.engine.domain.errors import ValidationError
 
 COMMENT_PREFIX = "dltsched:"
-#: job states in which a job holds its resources
-ACTIVE_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"})
 #: node states and flags under which a node takes no new job
 UNUSABLE_NODE = frozenset({"DOWN", "DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING", "NOT_RESPONDING",
                            "MAINTENANCE", "REBOOT_REQUESTED", "INVALID", "FUTURE", "UNKNOWN", "POWERED_DOWN"})
@@ -37,11 +47,21 @@ class JobSpec:
 _SPEC_KEYS = {"model", "batch", "iters", "step_s", "gpu_type", "weight"}
 
 
+#: what the daemon appends to the comment of a job it cannot plan: ``<spec> # dltsched: <reason>``
+NOTE_MARK = " # dltsched: "
+
+
+def strip_note(comment: str | None) -> str:
+    """The comment without the daemon's note (the job's own description)."""
+    return (comment or "").split(NOTE_MARK, 1)[0].strip()
+
+
 def parse_comment(comment: str | None) -> JobSpec | None:
-    """The :class:`JobSpec` of a ``dltsched:key=value,...`` comment; ``None`` for any other comment.
+    """The :class:`JobSpec` of a ``dltsched:key=value,...`` comment (the daemon's ``# dltsched: ...`` note
+    after it ignored); ``None`` for any other comment.
 
     Raises :class:`ValidationError` naming the key when a dltsched comment is malformed."""
-    text = (comment or "").strip()
+    text = strip_note(comment)
     if not text.startswith(COMMENT_PREFIX):
         return None
     fields_: dict[str, str] = {}
@@ -91,6 +111,7 @@ class SlurmNode:
     partitions: tuple[str, ...]
     used_gpus: tuple[int, ...] = ()
     state: str = ""
+    features: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,91 +126,207 @@ class SlurmJob:
     start_time: int = 0
     end_time: int = 0
     restart_count: int = 0
-    #: node -> GPU indices Slurm gave the job there (running jobs only)
+    #: node -> GPU indices Slurm gave the job there (running jobs; ``()`` where Slurm does not say)
     gpus: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     reason: str = ""
+    #: nodes the job asks for (a gang job: ``num_gpus // node_count`` GPUs on each)
+    node_count: int = 1
+    #: the GPU type of a typed gres request (``--gres=gpu:a100:2``), as Slurm spells it
+    gpu_type: str | None = None
+    #: the ``--constraint`` feature expression ("" for none)
+    constraint: str = ""
+    #: Slurm's state flags beside the base state (``COMPLETING``, ``REQUEUED``, ...)
+    flags: frozenset[str] = frozenset()
 
 
-def expand_hostlist(text: str) -> list[str]:
+#: base state a job is in while it still holds (or takes) its nodes' resources
+ACTIVE_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING",
+                           "SIGNALING", "STAGE_OUT"})
+#: states that are pending and held under another name (requeued held, special exit)
+HELD_STATES = frozenset({"REQUEUE_HOLD", "SPECIAL_EXIT"})
+_BASE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
+                "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY")
+
+
+def number(value: Any, default: int = 0) -> int:
+    """An integer field in any version's shape: ``5``, ``"5"``, ``null``, or ``{"set", "infinite", "number"}``
+    (not set or infinite: ``default``)."""
+    if isinstance(value, Mapping):
+        if not value.get("set", True) or value.get("infinite", False):
+            return default
+        value = value.get("number")
+    if value is None or isinstance(value, bool):
+        return default
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return default
+    return int(out) if out == out and abs(out) < 2 ** 62 else default
+
+
+def text(value: Any) -> str:
+    """A string field: a string, or v0.0.40+'s comment object (its ``job`` part)."""
+    if isinstance(value, Mapping):
+        value = value.get("job") or ""
+    return "" if value is None else str(value)
+
+
+def words(value: Any) -> list[str]:
+    """A list-or-comma-string field (states, features) as upper/plain words."""
+    if value is None:
+        return []
+    items = value if isinstance(value, list | tuple) else str(value).split(",")
+    return [str(v).strip() for v in items if str(v).strip()]
+
+
+def job_state(value: Any) -> tuple[str, frozenset[str]]:
+    """The effective state and the flags of a job: ``"RUNNING"`` (v0.0.38) or ``["RUNNING", "COMPLETING"]``
+    (v0.0.39+). A job completing or configuring holds its resources and reads as ``COMPLETING`` /
+    ``CONFIGURING``; one requeued held (``REQUEUE_HOLD``, ``SPECIAL_EXIT``) as held ``PENDING``."""
+    items = [w.upper() for w in words(value)]
+    flags = frozenset(items)
+    for state in ("COMPLETING", "CONFIGURING"):
+        if state in flags:
+            return state, flags
+    if flags & HELD_STATES:
+        return "PENDING", flags | {"HELD"}
+    if "REQUEUED" in flags and "PENDING" in flags:
+        return "PENDING", flags
+    base = next((w for w in items if w in _BASE_STATES), items[0] if items else "")
+    return base, flags
+
+
+def expand_hostlist(text_: str) -> list[str]:
     """``dl[1-3],gpu7`` -> ``['dl1', 'dl2', 'dl3', 'gpu7']`` (Slurm's host-list syntax, one bracket level)."""
     out: list[str] = []
-    for prefix, inner, plain in re.findall(r"([^,\[]*)\[([^\]]*)\]|([^,\[\]]+)", text or ""):
+    for prefix, inner, plain in re.findall(r"([^,\[]*)\[([^\]]*)\]|([^,\[\]]+)", text_ or ""):
         if plain:
             out.append(plain.strip())
             continue
         for item in inner.split(","):
             lo, _, hi = item.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                continue
             width = len(lo)
-            out.extend(f"{prefix}{i:0{width}d}" for i in range(int(lo), int(hi or lo) + 1))
+            out.extend(f"{prefix}{i:0{width}d}" for i in range(int(lo), min(int(hi or lo), int(lo) + 100_000) + 1))
     return [h for h in out if h]
 
 
-def parse_index_list(text: str) -> tuple[int, ...]:
+def parse_index_list(text_: str) -> tuple[int, ...]:
     """``0-1,3`` -> ``(0, 1, 3)``; ``N/A`` or empty -> ``()``."""
     out: list[int] = []
-    for item in (text or "").split(","):
+    for item in (text_ or "").split(","):
         item = item.strip()
-        if not item or not item[0].isdigit():
-            continue
         lo, _, hi = item.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            continue
+        out.extend(range(int(lo), min(int(hi or lo), int(lo) + 4096) + 1))
     return tuple(out)
 
 
-_GRES = re.compile(r"gpu(?::(?P<type>[A-Za-z][\w.-]*))?:(?P<count>\d+)(?:\([^)]*?IDX:(?P<idx>[^)]*)\))?")
+_GRES = re.compile(r"gpu(?::(?P<type>[A-Za-z][\w.-]*?))?(?:[:=](?P<count>\d+))?(?:\([^)]*?IDX:(?P<idx>[^)]*)\)|(?=[,(\s]|$))")
 
 
-def parse_gres(text: str | None) -> tuple[str | None, int, tuple[int, ...]]:
-    """GPU type, count and indices of a gres string (``gpu:v100:4``, ``gres:gpu:2``, ``gpu:v100:2(IDX:0-1)``)."""
+def parse_gres(text_: str | None) -> tuple[str | None, int, tuple[int, ...]]:
+    """GPU type, count and indices of a gres string: ``gpu:v100:4``, ``gres:gpu:2``, ``gres/gpu:a100:2``
+    (23.11+), ``gres/gpu=2``, ``gpu:v100:2(IDX:0-1)``, ``gpu:a100:4(S:0-1)``."""
     gpu_type: str | None = None
     count, idx = 0, ()  # type: tuple[int, tuple[int, ...]]
-    for m in _GRES.finditer(text or ""):
+    for m in _GRES.finditer(text_ or ""):
+        found = parse_index_list(m.group("idx") or "")
+        if m.group("count") is None and m.group("idx") is None:
+            continue
         gpu_type = gpu_type or m.group("type")
-        count += int(m.group("count"))
-        idx += parse_index_list(m.group("idx") or "")
+        count += int(m.group("count")) if m.group("count") is not None else len(found)
+        idx += found
     return gpu_type, count, idx
 
 
-def _answer(text: str, key: str, command: str) -> list[dict[str, Any]]:
+def constraint_features(constraint: str) -> list[set[str]] | None:
+    """A ``--constraint`` expression as alternatives of required feature sets (``a100&ib|h100`` ->
+    ``[{a100, ib}, {h100}]``); ``None`` for syntax beyond AND/OR (counts, brackets are read loosely)."""
+    expr = (constraint or "").strip()
+    if not expr:
+        return []
+    if re.search(r"[^\w.&|,\[\]()*-]", expr):
+        return None
+    expr = re.sub(r"\*\d+", "", expr).replace("[", "").replace("]", "").replace("(", "").replace(")", "")
+    return [{f for f in re.split(r"[&,]", alt) if f} for alt in expr.split("|")]
+
+
+def satisfies(features: tuple[str, ...], constraint: str) -> bool:
+    """Whether a node with ``features`` meets a job's ``--constraint`` (unreadable constraints: never)."""
+    alternatives = constraint_features(constraint)
+    if alternatives is None:
+        return False
+    return not alternatives or any(need <= set(features) for need in alternatives)
+
+
+def _answer(text_: str, key: str, command: str) -> list[dict[str, Any]]:
     try:
-        data = json.loads(text)
+        data = json.loads(text_)
     except json.JSONDecodeError as err:
         raise ValidationError(command, f"answer is not JSON ({err}); is this Slurm >= 21.08 with --json?") from None
     if not isinstance(data, dict) or not isinstance(data.get(key), list):
         raise ValidationError(command, f"answer has no '{key}' list")
     if data.get("errors"):
         raise ValidationError(command, f"Slurm reports errors: {data['errors']}")
-    return data[key]  # type: ignore[no-any-return]
+    return [item for item in data[key] if isinstance(item, dict)]
 
 
-def parse_squeue_json(text: str) -> list[SlurmJob]:
-    """The jobs of a ``squeue --json`` answer."""
-    jobs = []
-    for j in _answer(text, "jobs", "squeue --json"):
-        nodes = expand_hostlist(j.get("nodes") or "")
-        per_node = [parse_gres(d) for d in j.get("gres_detail") or []]
-        gpus = {n: g[2] for n, g in zip(nodes, per_node, strict=False)}
-        req = parse_gres(j.get("tres_per_node") or "")[1] * max(1, int(j.get("node_count") or 1))
-        req = req or parse_gres(j.get("tres_per_job") or "")[1]
-        reason = str(j.get("state_reason") or "")
-        jobs.append(SlurmJob(
-            job_id=str(j["job_id"]), state=str(j.get("job_state") or ""), partition=str(j.get("partition") or ""),
-            comment=str(j.get("comment") or ""), num_gpus=req or sum(len(g) for g in gpus.values()),
-            held=str(j.get("job_state")) == "PENDING" and (reason.startswith("JobHeld") or j.get("priority") == 0),
-            submit_time=int(j.get("submit_time") or 0), start_time=int(j.get("start_time") or 0),
-            end_time=int(j.get("end_time") or 0), restart_count=int(j.get("restart_cnt") or 0), gpus=gpus,
-            reason=reason))
-    return jobs
+def _job_nodes(j: Mapping[str, Any]) -> list[str]:
+    listed = j.get("nodes")
+    if not isinstance(listed, str) or not listed:
+        res = j.get("job_resources")
+        inner = res.get("nodes") if isinstance(res, Mapping) else None
+        listed = inner.get("list") if isinstance(inner, Mapping) else inner
+        if not isinstance(listed, str):
+            listed = ""
+    return expand_hostlist(listed)
 
 
-def parse_sinfo_json(text: str) -> list[SlurmNode]:
-    """The nodes of a ``sinfo --json`` answer (one entry per node)."""
+def parse_job(j: Mapping[str, Any]) -> SlurmJob:
+    """One job of a ``squeue --json`` answer, any version's shape."""
+    state, flags = job_state(j.get("job_state"))
+    nodes = _job_nodes(j)
+    details = [parse_gres(d) for d in j.get("gres_detail") or [] if isinstance(d, str)]
+    gpus = {n: (details[i][2] if i < len(details) else ()) for i, n in enumerate(nodes)}
+    node_count = max(1, number(j.get("node_count"), 1), len(nodes) if state != "PENDING" else 1)
+    per_node_type, per_node, _ = parse_gres(text(j.get("tres_per_node")))
+    job_type, per_job, _ = parse_gres(text(j.get("tres_per_job")))
+    requested = per_node * node_count or per_job
+    reason = text(j.get("state_reason"))
+    hold = j.get("hold")
+    held = state == "PENDING" and (bool(hold) if isinstance(hold, bool) else
+                                   (reason.startswith("JobHeld") or number(j.get("priority"), 1) == 0))
+    held = held or (state == "PENDING" and "HELD" in flags)
+    return SlurmJob(
+        job_id=str(number(j.get("job_id")) or text(j.get("job_id"))), state=state,
+        partition=text(j.get("partition")), comment=text(j.get("comment")),
+        num_gpus=requested or sum(len(g) for g in gpus.values()), held=held,
+        submit_time=number(j.get("submit_time")), start_time=number(j.get("start_time")),
+        end_time=number(j.get("end_time")), restart_count=number(j.get("restart_cnt")), gpus=gpus, reason=reason,
+        node_count=node_count, gpu_type=per_node_type or job_type, constraint=text(j.get("features")),
+        flags=flags)
+
+
+def parse_squeue_json(text_: str) -> list[SlurmJob]:
+    """The jobs of a ``squeue --json`` answer (Slurm 22.05 to 24.x)."""
+    return [parse_job(j) for j in _answer(text_, "jobs", "squeue --json") if j.get("job_id") is not None]
+
+
+def parse_sinfo_json(text_: str) -> list[SlurmNode]:
+    """The nodes of a ``sinfo --json`` answer (one entry per node; Slurm 22.05 to 24.x)."""
     nodes: dict[str, SlurmNode] = {}
-    for n in _answer(text, "nodes", "sinfo --json"):
-        gpu_type, count, _ = parse_gres(n.get("gres"))
-        words = {str(n.get("state") or "").upper(), *(str(f).upper() for f in n.get("state_flags") or [])}
-        nodes[n["name"]] = SlurmNode(
-            name=n["name"], gpu_type=gpu_type, num_gpus=count, usable=not words & UNUSABLE_NODE,
-            partitions=tuple(n.get("partitions") or ()), used_gpus=parse_gres(n.get("gres_used"))[2],
-            state="+".join(sorted(w for w in words if w)))
+    for n in _answer(text_, "nodes", "sinfo --json"):
+        name = text(n.get("name"))
+        if not name:
+            continue
+        gpu_type, count, _ = parse_gres(text(n.get("gres")))
+        states = {w.upper() for w in (*words(n.get("state")), *words(n.get("state_flags")))}
+        features = tuple(words(n.get("active_features")) or words(n.get("features")))
+        nodes[name] = SlurmNode(
+            name=name, gpu_type=gpu_type, num_gpus=count, usable=not states & UNUSABLE_NODE,
+            partitions=tuple(words(n.get("partitions"))), used_gpus=parse_gres(text(n.get("gres_used")))[2],
+            state="+".join(sorted(states)), features=features)
     return list(nodes.values())

@@ -41,7 +41,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
-from dltsched.engine.app.adapters.k8s import k8s_router
 from dltsched.engine.app.api import ConfiguredSolver, load_predictors
 from dltsched.engine.app.service.guard import (
     BearerAuth,
@@ -52,6 +51,7 @@ from dltsched.engine.app.service.guard import (
     guarded_protocol,
     problem_response,
 )
+from dltsched.engine.app.service.k8s import K8sRoutes, K8sServing, recording_peers
 from dltsched.engine.app.service.models import (
     REQUEST_EXAMPLES,
     Problem,
@@ -280,8 +280,10 @@ def swagger_ui_static() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "static"
 
 
-def create_app(config: ServiceConfig | None = None) -> FastAPI:
-    """The FastAPI application (served by :func:`make_server`; tests use it in-process too)."""
+def create_app(config: ServiceConfig | None = None, k8s: K8sServing | None = None) -> FastAPI:
+    """The FastAPI application (served by :func:`make_server`; tests use it in-process too). ``k8s``: the
+    kube-scheduler extender behind ``/v1/k8s/*`` and how it is guarded (default: an extender with no
+    binder, guarded by the service's token)."""
     cfg = config or ServiceConfig()
     app = FastAPI(title="dltsched", version="1", description=__doc__, docs_url=None, redoc_url=None)
     metrics = ServiceMetrics()
@@ -289,7 +291,6 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.admission = admission
     _install_error_handlers(app)
-    app.include_router(k8s_router())  # kube-scheduler extender: /v1/k8s/filter, prioritize, bind, finished
     problems: dict[int | str, dict[str, Any]] = {
         code: {"model": Problem, "description": text, "content": {PROBLEM_JSON: {}}}
         for code, text in ((400, "Malformed JSON"), (401, "Missing or wrong bearer token (when the server has one)"),
@@ -334,22 +335,47 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         app.add_middleware(BearerAuth, token=cfg.token, open_paths=OPEN_PATHS, open_prefixes=(DOCS_ASSETS,))
     app.add_middleware(Metrics, metrics=metrics, known_paths=OPEN_PATHS | {"/v1/schedule", "/metrics"},
                        known_prefixes=(DOCS_ASSETS,))
+    serving = k8s if k8s is not None else K8sServing(token=cfg.token)
+    app.state.k8s = serving  # kube-scheduler extender: /v1/k8s/filter, prioritize, bind, finished
+    app.add_middleware(K8sRoutes, serving=serving, metrics=metrics)
     load_predictors(cfg.solve.predictors)  # load once at start-up, not on the first request
     context(cfg.solve.predictors)  # start the solver workers' fork server now, not on the first request
     return app
 
 
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """HTTPS: the server's certificate and key; with ``client_ca``, clients may present a certificate that CA
+    signed (kube-scheduler's extender ``tlsConfig``), and ``/v1/k8s/*`` require one."""
+
+    cert_file: str
+    key_file: str
+    client_ca: str | None = None
+
+
 def make_server(config: ServiceConfig, host: str = "127.0.0.1", port: int = 8000, *,
-                log_level: str = "info") -> Any:
-    """A ``uvicorn.Server`` for :func:`create_app` with the read timeout, keep-alive and connection limits."""
+                log_level: str = "info", k8s: K8sServing | None = None, tls: TlsFiles | None = None) -> Any:
+    """A ``uvicorn.Server`` for :func:`create_app` with the read timeout, keep-alive and connection limits,
+    served over HTTPS with ``tls``."""
+    import ssl
+
     import uvicorn
 
-    app = create_app(config)
-    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                                         http=guarded_protocol(config.read_timeout_s,
-                                                               app.state.metrics.read_timeouts.inc),
+    serving = k8s if k8s is not None else K8sServing(token=config.token)
+    if tls is not None and tls.client_ca:
+        serving.client_cert = True
+    app = create_app(config, serving)
+    protocol = recording_peers(guarded_protocol(config.read_timeout_s, app.state.metrics.read_timeouts.inc),
+                               serving.peers)
+    secure: dict[str, Any] = {}
+    if tls is not None:
+        secure = {"ssl_certfile": tls.cert_file, "ssl_keyfile": tls.key_file}
+        if tls.client_ca:
+            secure |= {"ssl_ca_certs": tls.client_ca, "ssl_cert_reqs": ssl.CERT_OPTIONAL}
+    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, http=protocol,
                                          timeout_keep_alive=max(1, math.ceil(config.keep_alive_s)),
-                                         limit_concurrency=config.max_connections, timeout_graceful_shutdown=5))
+                                         limit_concurrency=config.max_connections, timeout_graceful_shutdown=5,
+                                         **secure))
 
 
 @click.command("serve")
@@ -372,15 +398,62 @@ def make_server(config: ServiceConfig, host: str = "127.0.0.1", port: int = 8000
               help="Requests waiting for a solver; more get 429 with Retry-After.")
 @click.option("--read-timeout", "read_timeout_s", type=click.FloatRange(min=0, min_open=True, max=3600), default=10.0,
               show_default=True, help="Seconds a request's headers and body may take to arrive.")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Serve HTTPS with this certificate (PEM); needs --tls-key.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="The certificate's key (PEM).")
+@click.option("--tls-client-ca", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="CA of client certificates: /v1/k8s/* then need one (kube-scheduler's extender tlsConfig) "
+                   "instead of the token.")
+@click.option("--k8s", "k8s_watch", is_flag=True,
+              help="Kubernetes extender: watch nodes and pods through the API server and bind through it.")
+@click.option("--kubeconfig", default=None, help="With --k8s outside a cluster: the kubeconfig (default ~/.kube/config).")
+@click.option("--k8s-context", default=None, help="With --k8s: the kubeconfig context.")
+@click.option("--k8s-api-server", default=None,
+              help="With --k8s: this API server URL, without credentials (kubectl proxy, tests).")
+@click.option("--k8s-scheduler-name", default=None,
+              help="Pending pods with this schedulerName compete in the plans (default: every dltsched pod).")
+@click.option("--k8s-gpu-type", default=None,
+              help="GPU type of GPU nodes without an nvidia.com/gpu.product or dltsched.io/gpu-type label.")
+@click.option("--k8s-max-body-mib", type=click.IntRange(1, 1024), default=96, show_default=True,
+              help="Body limit of /v1/k8s/* (a 5,000-node NodeList is about 62 MiB).")
+@click.option("--k8s-max-nodes", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Nodes per request and nodes remembered.")
+@click.option("--k8s-max-pods", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Pods remembered (least recently seen pending pods are forgotten first).")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, backend: str, time_limit_s: float, max_jobs: int,
           max_gpus: int, predictor_set: str, token: str | None, insecure: bool, max_concurrent: int | None,
-          max_queue: int, read_timeout_s: float) -> None:
-    """Serve POST /v1/schedule over HTTP (OpenAPI docs at /docs, Prometheus metrics at /metrics)."""
+          max_queue: int, read_timeout_s: float, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None,
+          k8s_watch: bool, kubeconfig: str | None, k8s_context: str | None, k8s_api_server: str | None,
+          k8s_scheduler_name: str | None, k8s_gpu_type: str | None, k8s_max_body_mib: int, k8s_max_nodes: int,
+          k8s_max_pods: int) -> None:
+    """Serve POST /v1/schedule over HTTP (OpenAPI docs at /docs, Prometheus metrics at /metrics), and the
+    kube-scheduler extender at /v1/k8s/* (with --k8s, fed by the API server)."""
     check_bind(host, token, insecure)
+    if (tls_cert is None) != (tls_key is None):
+        raise ValidationError("--tls-cert", "give --tls-cert and --tls-key together")
+    if tls_client_ca and not tls_cert:
+        raise ValidationError("--tls-client-ca", "client certificates need HTTPS; give --tls-cert and --tls-key")
     solve = ConfiguredSolver.of(backend=backend, time_limit_s=time_limit_s, predictors=predictor_set)
     extra = {"max_concurrent_solves": max_concurrent} if max_concurrent else {}
     config = ServiceConfig(solve=solve, max_jobs=max_jobs, max_gpus=max_gpus, token=token, max_queue=max_queue,
                            read_timeout_s=read_timeout_s, max_time_limit_s=max(30.0, time_limit_s), **extra)
     quiet = bool((ctx.obj or {}).get("quiet"))
-    make_server(config, host, port, log_level="error" if quiet else "info").run()
+    from dltsched.engine.app.adapters.k8s import ExtenderLimits, ExtenderSettings, K8sExtender
+
+    settings = ExtenderSettings(default_gpu_type=k8s_gpu_type, predictors=predictor_set,
+                                backend="cpsat" if backend == "auto" else backend, time_limit_s=min(time_limit_s, 5.0),
+                                limits=ExtenderLimits(max_nodes=k8s_max_nodes, max_pods=k8s_max_pods))
+    extender = K8sExtender(settings)
+    serving = K8sServing(extender, client_cert=bool(tls_client_ca), token=token,
+                         max_body_bytes=k8s_max_body_mib * 1024 * 1024)
+    if k8s_watch:
+        from dltsched.engine.app.adapters.k8s_watch import KubeWatcher, api_client, client_binder
+
+        client = api_client(kubeconfig, k8s_context, k8s_api_server)
+        extender.binder = client_binder(client)
+        serving.watcher = KubeWatcher(extender, client, scheduler_name=k8s_scheduler_name).start()
+        if not serving.watcher.wait_synced(30.0):
+            log.warning("k8s: nodes and pods not listed within 30 s; the watch keeps trying")
+    tls = TlsFiles(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
+    make_server(config, host, port, log_level="error" if quiet else "info", k8s=serving, tls=tls).run()
