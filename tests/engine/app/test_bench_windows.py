@@ -26,6 +26,7 @@ def test_a_window_reports_ratios_of_the_same_run(capsys):
     assert row["optimizing_over_tiresias"] == pytest.approx(opt["simulate_s"] / ref["simulate_s"])
     assert opt["num_jobs_finished"] == ref["num_jobs_finished"] == 12
     assert 1 <= opt["solves"] <= opt["num_rounds"]
+    assert 0.0 < opt["solver_s"] < opt["simulate_s"]
     assert opt["ms_per_round"] == pytest.approx(1e3 * opt["simulate_s"] / opt["num_rounds"])
 
 
