@@ -16,7 +16,8 @@ from dataclasses import replace
 from itertools import combinations
 
 from dltsched.engine.domain.model import ClusterState, Job, JobState
-from dltsched.engine.domain.predictors import Predictors
+from dltsched.engine.domain.predictors import Predictors, memory_observations_version
+from dltsched.engine.domain.profiles import current_profiles
 from dltsched.formulations.problem import (
     ColocGroup,
     GpuNode,
@@ -177,12 +178,18 @@ def _common_types(a: RoundJob, b: RoundJob) -> list[str]:
 
 class _JobMemory:
     """Per (job, GPU type), asked once per round: the level-0 memory predicted for a job alone on the type
-    (a group's overhead is the group's memory beyond its members' own) and its least memory over its options."""
+    (a group's overhead is the group's memory beyond its members' own) and its least memory over its options;
+    and the prices of groups kept across rounds (:class:`GroupPrices`) when the predictors keep them."""
 
     def __init__(self, jobs: list[RoundJob], specs: list[Job], predictors: Predictors) -> None:
         self.jobs, self.specs, self.predictors = jobs, specs, predictors
         self._own: dict[tuple[int, str], float] = {}
         self._least: dict[tuple[int, str], float] = {}
+        self.prices = GroupPrices.of(predictors)
+        if self.prices is not None:
+            book = current_profiles()
+            self.versions = [0] * len(specs) if book is None else [book.version(j.id) for j in specs]
+            self.memory_version = memory_observations_version()
 
     def own(self, m: int, gpu_type: str) -> float:
         key = (m, gpu_type)
@@ -197,7 +204,53 @@ class _JobMemory:
         return self._least[key]
 
 
+class GroupPrices:
+    """Co-location prices (speeds, memory overhead) of groups, kept across rounds on memoized predictors
+    (:func:`~dltsched.engine.domain.predictors.memoized`, whose answers are the same for the same job objects):
+    a round asks about the same pairs again and again, and asking the predictors costs more than the rest of
+    building. An entry holds its member jobs and is used only for the same job objects, the same profile
+    versions of its members and the same version of the run's memory measurements, so that it is exactly
+    what asking again would give."""
+
+    #: entries kept at most; when full, all are dropped
+    MAX_ENTRIES = 500_000
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[object, ...], tuple[tuple[Job, ...], tuple[int, ...], int,
+                                                     tuple[float, ...], float]] = {}
+
+    @staticmethod
+    def of(predictors: Predictors) -> GroupPrices | None:
+        """The prices kept with ``predictors``' co-location predictor (``None``: it is not memoized)."""
+        colocation = predictors.colocation
+        if not hasattr(colocation, "group_prices"):
+            return None
+        found = colocation.group_prices
+        if not isinstance(found, GroupPrices):
+            found = colocation.group_prices = GroupPrices()
+        return found
+
+
 def _group_on(members: tuple[int, ...], gpu_type: str, memory: _JobMemory, allowed: bool) -> ColocGroup:
+    prices = memory.prices
+    if prices is None:
+        return _priced(members, gpu_type, memory, allowed)
+    specs = memory.specs
+    key = (gpu_type, *(id(specs[m]) for m in members))
+    versions = tuple(memory.versions[m] for m in members)
+    hit = prices.entries.get(key)
+    if hit is not None and hit[1] == versions and hit[2] == memory.memory_version \
+            and all(a is specs[m] for a, m in zip(hit[0], members, strict=True)):
+        return ColocGroup(members, gpu_type, hit[3], hit[4], allowed)
+    group = _priced(members, gpu_type, memory, allowed)
+    if len(prices.entries) >= GroupPrices.MAX_ENTRIES:
+        prices.entries.clear()
+    prices.entries[key] = (tuple(specs[m] for m in members), versions, memory.memory_version, group.speeds,
+                           group.overhead_mib)
+    return group
+
+
+def _priced(members: tuple[int, ...], gpu_type: str, memory: _JobMemory, allowed: bool) -> ColocGroup:
     group = [memory.specs[m] for m in members]
     colocation = memory.predictors.colocation
     speeds = tuple(float(s) for s in colocation.colocated_speeds(group, gpu_type))

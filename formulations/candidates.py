@@ -87,11 +87,12 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
         for j in slot.members:
             slots_of_job[j].append(p)
     out: list[Candidate] = []
+    fitting: dict[tuple[str, int], _Fitting] = {}  # per (GPU type, gang size), the same for every unit
     for u, (jobs, group_type) in enumerate(units):
         types = [group_type] if group_type else list(dict.fromkeys(o.gpu_type for o in problem.jobs[jobs[0]].options))
         mine = sorted({p for j in jobs for p in slots_of_job.get(j, ())})
         for gpu_type in types:
-            nodes = _offered_nodes(problem, jobs, gpu_type, free_now, u)
+            nodes = _offered_nodes(problem, jobs, gpu_type, free_now, u, fitting)
             out.extend(_unit_candidates(problem, jobs, gpu_type, slots, waiting, nodes, mine))
     by_job: list[list[int]] = [[] for _ in problem.jobs]
     for c, cand in enumerate(out):
@@ -136,23 +137,35 @@ def _free_now(problem: RoundProblem) -> list[int]:
     return free
 
 
+#: nodes of a type where a gang fits, as a set, the roomy ones (those free now, else all) and the most free
+_Fitting = tuple[list[int], set[int], list[int], int | None]
+
+
 def _offered_nodes(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, free_now: Sequence[int],
-                   unit: int) -> list[int]:
-    """Nodes a multi-GPU unit may use on ``gpu_type`` (see module docstring)."""
+                   unit: int, fitting: dict[tuple[str, int], _Fitting] | None = None) -> list[int]:
+    """Nodes a multi-GPU unit may use on ``gpu_type`` (see module docstring); ``fitting`` keeps what every unit
+    of the same type and gang size shares (the list returned for one-GPU units is shared: do not change it)."""
     size = problem.jobs[jobs[0]].num_gpus
-    fits = [n for n in problem.nodes_of_type(gpu_type) if problem.nodes[n].usable_gpus >= size]
+    found = None if fitting is None else fitting.get((gpu_type, size))
+    if found is None:
+        fits = [n for n in problem.nodes_of_type(gpu_type) if problem.nodes[n].usable_gpus >= size]
+        most = max(fits, key=lambda n: (free_now[n], -n)) if fits else None
+        found = (fits, set(fits), [n for n in fits if free_now[n] >= size] or fits, most)
+        if fitting is not None:
+            fitting[(gpu_type, size)] = found
+    fits, fit_set, roomy, most = found
     limit = problem.options.max_nodes_per_unit
     if size == 1 or len(fits) <= limit:
         return fits
     node_of = problem.node_of
-    chosen = dict.fromkeys(node_of[g] for j in jobs for g in problem.jobs[j].current_gpus if node_of[g] in fits)
-    chosen[max(fits, key=lambda n: (free_now[n], -n))] = None
-    roomy = [n for n in fits if free_now[n] >= size] or fits
+    chosen = dict.fromkeys(node_of[g] for j in jobs for g in problem.jobs[j].current_gpus if node_of[g] in fit_set)
+    assert most is not None  # more nodes fit than the limit
+    chosen[most] = None
     start = (unit * limit) % len(roomy)
-    for n in roomy[start:] + roomy[:start]:
+    for i in range(len(roomy)):
         if len(chosen) >= limit:
             break
-        chosen[n] = None
+        chosen[roomy[(start + i) % len(roomy)]] = None
     return sorted(chosen)
 
 

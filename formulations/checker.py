@@ -97,8 +97,9 @@ def _violations(problem: RoundProblem, plan: Plan) -> list[str]:
 
 def _sharing_violations(problem: RoundProblem, plan: Plan, on_gpu: dict[int, list[int]],
                         type_of: list[str]) -> list[str]:
-    gpus_of = {problem.job_index()[a.job_id]: tuple(sorted(a.gpus)) for a in plan.assignments}
-    level_of = {problem.job_index()[a.job_id]: a.freeze_level for a in plan.assignments}
+    index = problem.job_index()
+    gpus_of = {index[a.job_id]: tuple(sorted(a.gpus)) for a in plan.assignments}
+    level_of = {index[a.job_id]: a.freeze_level for a in plan.assignments}
     out = []
     for g, members in sorted(on_gpu.items()):
         names = [problem.jobs[j].id for j in members]

@@ -409,6 +409,8 @@ class _MemoStepTime:
 class _MemoColocation:
     def __init__(self, inner: ColocationPredictor, memo: _Memo) -> None:
         self.inner, self._memo = inner, memo
+        #: where a round builder keeps what it derives from these answers across rounds (same answers, same jobs)
+        self.group_prices: object | None = None
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
         group = tuple(jobs)

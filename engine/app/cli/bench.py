@@ -31,6 +31,7 @@ _BENCH_COMMANDS = {
     "solve": "dltsched.engine.app.cli.solve:bench_solve",
     "predict": "dltsched.engine.app.cli.predict:bench_predict",
     "service": "dltsched.engine.app.service.bench:bench_service",
+    "windows": "dltsched.engine.app.cli.bench_windows:bench_windows",
 }
 
 

@@ -106,8 +106,9 @@ def _print_result(payload: dict[str, Any]) -> None:
 @click.command("solve")
 @click.option("--sizes", default=",".join(("20x16", "200x256", "1000x1024")), show_default=True,
               help="Comma-separated JOBSxGPUS.")
-@click.option("--backend", type=click.Choice([*EXACT_BACKENDS, "both"]), default="both", show_default=True,
-              help="An exact backend, or both (every exact backend).")
+@click.option("--backend", type=click.Choice([*EXACT_BACKENDS, "both", "decomposed"]), default="both",
+              show_default=True, help="An exact backend, both (every exact backend), or decomposed (an LP "
+              "relaxation rounded, placed per GPU type when that is not within the gap; its bound is the LP's).")
 @click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True)
 @click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.0, 86_400.0, min_open=True), default=10.0,
               show_default=True)
