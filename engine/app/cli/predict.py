@@ -492,7 +492,13 @@ def bench_predict(pairs: int, as_json: bool) -> None:
               help="Zoo models profiled alone at --batch-size and sampled into groups by --colocate (ignored "
                    "with --groups; default resnet18 when neither --job nor --groups is given).")
 @click.option("--batch-size", type=int, default=32, show_default=True)
-@click.option("--steps", type=int, default=20, show_default=True, help="Timed steps (steady window) per job.")
+@click.option("--steps", type=click.IntRange(1, None), default=20, show_default=True,
+              help="Fewest timed steps (steady window) per job; the window then runs on until --precision.")
+@click.option("--precision", type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True), default=0.02,
+              show_default=True, help="Time each job until its median step time is within this relative "
+                                      "half-width at 95% (0.02: +-2%), or --max-window seconds.")
+@click.option("--max-window", "max_window_s", type=click.FloatRange(0.1, None), default=30.0, show_default=True,
+              help="Most seconds one job's timed window may take (the time cap of --precision).")
 @click.option("--warmup", type=int, default=5, show_default=True, help="Untimed steps before the start barrier.")
 @click.option("--colocate", type=click.IntRange(2, 3), default=None,
               help="Co-locate 2 or 3 jobs per GPU; groups sampled from --model unless --groups is given.")
@@ -511,14 +517,26 @@ def bench_predict(pairs: int, as_json: bool) -> None:
 @click.option("--budget", "budget_s", type=click.FloatRange(min=1.0), default=None,
               help="Seconds of measuring after which no new measurement starts (what was measured is kept).")
 @click.option("--smoke", is_flag=True, help="Tiny CPU run (batch 2, 3 steps, 1 warm-up) to check the harness.")
+@click.option("--plan", "plan_only", is_flag=True,
+              help="Print the jobs and groups that would teach calibration most within --budget seconds (from the "
+                   "zoo, or from --job/--groups/--model when given) and run nothing; no GPU needed.")
+@click.option("--gpu", "plan_gpu", default="h200", show_default=True,
+              help="--plan: the GPU type to plan for (its memory bounds the groups; its speed the time estimates).")
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
               help="Without --out: CSV in eval-steptime format of in-process isolated runs.")
 @click.option("--json", "as_json", is_flag=True)
-def profile(models: tuple[str, ...], batch_size: int, steps: int, warmup: int, colocate: int | None,
-            group_texts: tuple[str, ...], job_texts: tuple[str, ...], num_groups: int, seed: int, sharing: str,
-            out_dir: str | None, timeout_s: float, budget_s: float | None, smoke: bool, output: str | None,
-            as_json: bool) -> None:
+def profile(models: tuple[str, ...], batch_size: int, steps: int, precision: float, max_window_s: float,
+            warmup: int, colocate: int | None, group_texts: tuple[str, ...], job_texts: tuple[str, ...],
+            num_groups: int, seed: int, sharing: str, out_dir: str | None, timeout_s: float, budget_s: float | None,
+            smoke: bool, plan_only: bool, plan_gpu: str, output: str | None, as_json: bool) -> None:
     """Run real training steps of zoo models alone or co-located (CUDA GPU; CPU with --smoke)."""
+    if plan_only:
+        from dltsched.predictors.calibration.plan import plan_profile, plan_text
+
+        plan = plan_profile(plan_gpu, budget_s or 600.0, models=models, jobs=job_texts, groups=group_texts,
+                            sharing=sharing, steps=steps, max_window_s=max_window_s)
+        emit(plan, as_json, lambda: click.echo(plan_text(plan)))
+        return
     models = models or (() if job_texts or group_texts else ("resnet18",))
     if out_dir is None and (colocate or group_texts or job_texts):
         raise ValidationError("profile", "--colocate/--groups/--job need --out DIR for the dataset")
@@ -530,7 +548,7 @@ def profile(models: tuple[str, ...], batch_size: int, steps: int, warmup: int, c
         emit(rows, as_json)
         return
     out = _profile_dataset(models, batch_size, steps, warmup, colocate, group_texts, job_texts, num_groups, seed,
-                           sharing, out_dir, timeout_s, budget_s, smoke)
+                           sharing, out_dir, timeout_s, budget_s, smoke, precision, max_window_s)
     emit(out, as_json, lambda: click.echo(
         f"{len(out['isolated'])} isolated, {len(out['groups'])} groups -> {out['out']}: {', '.join(out['files'])}"
         + "".join(f"\nfailed {f['group']}: {f['error']}" for f in out["failed"])
@@ -539,7 +557,8 @@ def profile(models: tuple[str, ...], batch_size: int, steps: int, warmup: int, c
 
 def _profile_dataset(models: tuple[str, ...], batch_size: int, steps: int, warmup: int, colocate: int | None,
                      group_texts: tuple[str, ...], job_texts: tuple[str, ...], num_groups: int, seed: int,
-                     sharing: str, out_dir: str, timeout_s: float, budget_s: float | None, smoke: bool) -> dict:
+                     sharing: str, out_dir: str, timeout_s: float, budget_s: float | None, smoke: bool,
+                     precision: float | None = 0.02, max_window_s: float = 30.0) -> dict:
     """``profile --out``: isolated runs of --model and --job, then the given or sampled groups
     (session.run_profile)."""
     from dataclasses import replace
@@ -567,5 +586,10 @@ def _profile_dataset(models: tuple[str, ...], batch_size: int, steps: int, warmu
         raise ValidationError("groups", f"{'+'.join(j.label for j in bad[0])} has {len(bad[0])} jobs; "
                                         f"must be {colocate or '2 or 3'}")
     isolated = jobs if not group_texts else explicit
+    from dltsched.predictors.profiling.session import typed_command
+
+    argv = (click.get_current_context().find_root().obj or {}).get("argv")
     return run_profile(isolated, groups, out_dir=out_dir, sharing=sharing, steps=steps, warmup=warmup,
-                       smoke=smoke, timeout_s=timeout_s, budget_s=budget_s)
+                       smoke=smoke, timeout_s=timeout_s, budget_s=budget_s,
+                       precision=None if smoke else precision, max_window_s=max_window_s,
+                       command=typed_command(argv) if argv is not None else None)

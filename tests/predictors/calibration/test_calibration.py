@@ -1,0 +1,132 @@
+"""Calibration from profile datasets: fits recover known parameters, sharing modes stay apart, the bundle
+round-trips and prices exactly the GPU types it covers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dltsched.engine.app.cli.main import main
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.model import Job
+from dltsched.predictors.calibration import groups as grp
+from dltsched.predictors.calibration.data import read_datasets
+from dltsched.predictors.calibration.model import fit_gpu
+
+from .conftest import SHARED_MIB, TRUE_MEMORY, TRUE_SPEED, TRUE_STEP
+
+
+@pytest.fixture(scope="module")
+def datasets(synthetic_dir):
+    return read_datasets([synthetic_dir])
+
+
+@pytest.fixture(scope="module")
+def fitted(datasets):
+    return fit_gpu(datasets)
+
+
+def test_reader_keeps_gpu_and_sharing_modes_apart(datasets):
+    assert [(d.gpu, d.sharing) for d in datasets] == [("h200", "mps"), ("h200", "timeslice")]
+    assert all(d.tf32 == frozenset({"conv"}) for d in datasets)  # the record's cuDNN TF32 setting
+    assert all(len(d.isolated) == 8 and {r.scope for r in d.isolated} == {"compute"} for d in datasets)
+
+
+def test_step_fit_recovers_the_synthetic_gpu(fitted):
+    # 8 jobs, 3% noise, parameters pulled towards the uncalibrated model: within 30% of the truth for the op
+    # classes these jobs exercise, and the per-launch host time (the launch-bound jobs pin it)
+    for name in ("s_conv", "dispatch_us"):
+        assert fitted.step[name] == pytest.approx(TRUE_STEP[name], rel=0.3)
+
+
+def test_memory_fit_is_exact_without_noise(fitted):
+    assert fitted.memory["context_mib"] == pytest.approx(TRUE_MEMORY["context_mib"], rel=0.05)
+    assert fitted.memory["activations"] == pytest.approx(TRUE_MEMORY["activations"], rel=0.05)
+
+
+def test_group_models_per_sharing_mode(fitted):
+    ts = fitted.sharing["timeslice"]
+    assert fitted.sharing["mps"].groups == 20 and ts.groups == 20
+    assert ts.shared_memory_mib == pytest.approx(SHARED_MIB, rel=0.02)
+    for term in ("t_both", "t_partner"):
+        assert ts.speed[term] == pytest.approx(TRUE_SPEED[term], abs=0.15)
+    key = ("resnet18", "cifar10", 64, False)
+    other = ("vgg16", "cifar10", 64, False)
+    slow = fitted.group([key, other], "timeslice")["speeds"]
+    fast = fitted.group([key, other], "mps")["speeds"]
+    assert all(f > s for f, s in zip(fast, slow, strict=True))  # MPS measured faster: its own fit says so
+    assert fitted.group([key, other], "nvlink-magic") is None
+
+
+def test_a_third_job_slows_everyone_and_speeds_stay_in_bounds():
+    a, b, c = grp.Member(0.9, 2000.0, 90.0), grp.Member(0.3, 1500.0, 40.0), grp.Member(0.6, 1800.0, 70.0)
+    pair, triple = grp.speeds(TRUE_SPEED, [a, b]), grp.speeds(TRUE_SPEED, [a, b, c])
+    assert all(0.0 < s <= 1.0 for s in (*pair, *triple))
+    assert triple[0] < pair[0] and triple[1] < pair[1]
+    assert grp.group_memory_mib(SHARED_MIB, [a, b, c]) == pytest.approx(5300.0 - 2 * SHARED_MIB)
+    assert 90.0 <= grp.group_util_pct(1.0, [a, b, c]) <= 100.0
+
+
+def test_measured_profile_wins_then_the_calibrated_model(fitted):
+    key = ("resnet18", "cifar10", 64, False)
+    measured, source = fitted.step_s(key)
+    assert source == "measured" and measured == fitted.profiles[key].step_time_s
+    unseen = ("resnet18", "cifar10", 256, False)
+    predicted, source = fitted.step_s(unseen)
+    assert source == "calibrated" and predicted > measured  # four times the batch takes longer
+    assert fitted.step_s(key, freeze_level=2)[1] == "calibrated"  # the profile is of the unfrozen job
+
+
+def test_calibrate_cli_writes_a_bundle_that_round_trips(synthetic_dir, tmp_path, capsys):
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", str(synthetic_dir), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "h200" in text and "timeslice" in text and "mps" in text
+    raw = json.loads(out.read_text())
+    assert raw["format"] == "dltsched-calibration/1" and raw["fitted"]["step_time"]
+    assert {s["path"] for s in raw["data"]} == {str(synthetic_dir), str(synthetic_dir / "mps")}
+    fig = raw["gpus"]["h200"]["figures"]["timeslice"]
+    step = fig["isolated_lomo"]["step_time_s"]
+    assert step["n"] == 8 and step["calibrated_mape"] < step["default_mape"]  # the synthetic GPU is not the default
+    assert fig["groups_logo"]["memory_mib"]["calibrated_mape"] < 1.0  # exact memories: exact groups
+
+
+def test_bundle_prices_covered_gpus_only(synthetic_dir, tmp_path):
+    from dltsched.engine.app.registry import bundle_fields, check_predictors, predictors
+
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", str(synthetic_dir), "--out", str(out), "--no-figures"]) == 0
+    name = check_predictors(f"DEFAULT@{out}")
+    assert name == f"default@{out}"  # the bundle name is lower-cased, the path kept
+    base, cal = predictors("default"), predictors(name)
+    job = Job(id="j", model="resnet18", batch_size=64, total_iterations=1.0, dataset="cifar10")
+    other = Job(id="k", model="vgg16", batch_size=64, total_iterations=1.0, dataset="cifar10")
+    measured = json.loads(out.read_text())["gpus"]["h200"]["profiles"]
+    resnet = next(p for p in measured if p["model"] == "resnet18")
+    assert cal.step_time.step_time_s(job, "h200") == pytest.approx(resnet["step_time_s"])
+    assert cal.step_time.memory_mib(job, "h200") == pytest.approx(resnet["gmem_mib"])
+    assert cal.step_time.step_time_s(job, "v100") == base.step_time.step_time_s(job, "v100")
+    assert cal.colocation.colocated_speeds([job, other], "v100") == base.colocation.colocated_speeds([job, other], "v100")
+    assert cal.colocation.colocated_speeds([job, other], "h200") != base.colocation.colocated_speeds([job, other], "h200")
+    assert cal.colocation.colocation_sources([job, other], "h200") == ("measured", "measured")
+    fields = bundle_fields(name)
+    assert fields["calibration"].startswith("cal.json#") and "h200" in fields["calibration"]
+
+
+@pytest.mark.parametrize("content, problem", [("{}", "format"), ("not json", "not JSON")])
+def test_a_bad_bundle_is_one_clear_error(tmp_path, capsys, content, problem):
+    from dltsched.engine.app.registry import check_predictors
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    with pytest.raises(ValidationError, match=problem):
+        check_predictors(f"default@{bad}")
+    assert main(["solve", str(bad), "--calibration", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: calibration:") and err.count("\n") == 1
+
+
+def test_calibrate_refuses_a_folder_without_profiles(tmp_path, capsys):
+    assert main(["calibrate", str(tmp_path), "--out", str(tmp_path / "x.json")]) == 2
+    assert "holds no profile dataset" in capsys.readouterr().err
