@@ -248,11 +248,37 @@ def read_folder(folder: str | os.PathLike[str]) -> ProfileData:
     return ProfileData(gpu, sharing, tuple(isolated), tuple(groups), _tf32(record), (source,))
 
 
+def read_steptime_csv(path: str | os.PathLike[str]) -> list[ProfileData]:
+    """Jobs alone from an ``eval-steptime`` CSV (``dltsched predict convert-steptime gavel|zeus OUT.csv``, or a
+    profiler's ``steptime.csv``), one :class:`ProfileData` per GPU (one-GPU rows; no groups, no memory)."""
+    from dltsched.predictors.steptime.measurements import read_csv
+
+    by_gpu: dict[str, list[IsolatedRow]] = {}
+    for m in read_csv(path):
+        if m.num_gpus != 1 or m.gpu == "cpu" or m.kernel_time:
+            continue
+        mid, ds = _canonical(m.model, m.dataset)
+        by_gpu.setdefault(m.gpu, []).append(IsolatedRow(mid, ds, m.batch_size, m.step_time_s, m.scope, m.amp))
+    source = {"path": str(path), "files_sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]}
+    return [ProfileData(gpu, "timeslice", tuple(rows), (), frozenset(), ({**source, "jobs": len(rows)},))
+            for gpu, rows in sorted(by_gpu.items())]
+
+
 def read_datasets(paths: Sequence[str | os.PathLike[str]]) -> list[ProfileData]:
-    """Every dataset under ``paths``, merged per (GPU, sharing mode)."""
+    """Every dataset under ``paths`` (folders; or ``eval-steptime`` CSV files: :func:`read_steptime_csv`),
+    merged per (GPU, sharing mode)."""
+    from dltsched.engine.domain.catalog import gpu_catalog
+
     merged: dict[tuple[str, str], ProfileData] = {}
-    for folder in dataset_folders(paths):
-        data = read_folder(folder)
+    found: list[ProfileData] = []
+    for path in paths:
+        if Path(path).is_file():
+            for data in read_steptime_csv(path):
+                found.append(ProfileData(gpu_catalog().resolve(data.gpu), data.sharing, data.isolated, data.groups,
+                                         data.tf32, data.sources))
+    folders = [p for p in paths if not Path(p).is_file()]
+    found += [read_folder(folder) for folder in (dataset_folders(folders) if folders else [])]
+    for data in found:
         key = (data.gpu, data.sharing)
         if key in merged:
             old = merged[key]

@@ -6,6 +6,9 @@
   measured); each group's memory and utilisation are scored once per model of the group.
 - **Leave-one-group-out** (``logo``): for each group, calibrate without it and predict it, every member's
   profile measured (a pair never measured, of jobs profiled alone).
+- **Leave-one-job-out** (``isolated_lojo``, where a model was profiled at several batch sizes, precisions or
+  datasets): calibrate without one job and predict it, its model's other profiles kept (a job never profiled
+  whose model was); ``calibrated_no_model_scale`` is the same fold without the model's scale.
 
 Beside them on the same rows: ``default`` (the shipped predictors, never fitted on this GPU: the kernel step
 model, its memory model and busy fraction; the shipped co-location model given the same profiles as the
@@ -133,6 +136,24 @@ def _group_rows(cal: GpuCalibration, data: ProfileData, groups: Sequence[GroupRo
 
 
 METHODS = ("calibrated", "default", "constant", "per_model_mean")
+
+
+def _lojo_rows(datasets: Sequence[ProfileData], data: ProfileData) -> list[dict[str, Any]]:
+    """Leave-one-job-out rows of ``data``'s jobs whose model has other jobs profiled (module docstring)."""
+    keys: dict[str, set[JobKey]] = {}
+    for d in datasets:
+        for r in d.isolated:
+            keys.setdefault(r.model, set()).add(r.key)
+    out: list[dict[str, Any]] = []
+    for r in data.isolated:
+        if len(keys[r.model]) < 2:
+            continue
+        fold = fit_gpu(datasets, without_jobs=frozenset({r.key}))
+        train = [t for d in datasets for t in d.isolated if t.key != r.key]
+        rows = _isolated_rows(fold, [r], train)
+        rows[0]["calibrated_no_model_scale"] = fold.predicted_step_s(r.key, r.scope, model_scale=False)
+        out += rows
+    return out
 GROUP_METHODS = (*METHODS, "util_share")
 
 
@@ -183,10 +204,14 @@ def _cross_validate(datasets: Sequence[ProfileData], with_rows: bool) -> dict[st
             cal = fit_gpu(datasets, without_groups=[g])
             train = [t for t in data.groups if t is not g]
             logo_rows += _group_rows(cal, data, [g], train, data.isolated_by_key(), lambda _k: True, "group")
+        lojo_rows = _lojo_rows(datasets, data)
         figures = {"isolated_lomo": _by_what(iso_rows, METHODS), "groups_lomo": _by_what(lomo_rows, GROUP_METHODS),
                    "groups_logo": _by_what(logo_rows, GROUP_METHODS), "models": len(models)}
+        if lojo_rows:
+            figures["isolated_lojo"] = _by_what(lojo_rows, (*METHODS, "calibrated_no_model_scale"))
         if with_rows:
-            figures["rows"] = {"isolated_lomo": iso_rows, "groups_lomo": lomo_rows, "groups_logo": logo_rows}
+            figures["rows"] = {"isolated_lomo": iso_rows, "groups_lomo": lomo_rows, "groups_logo": logo_rows,
+                               "isolated_lojo": lojo_rows}
         out[data.sharing] = figures
     return out
 

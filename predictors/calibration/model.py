@@ -6,10 +6,14 @@ sharing mode and a prediction names the mode it assumes.
 
 Precedence, per job: its own measurement on this GPU (``measured``), then the calibrated models
 (``calibrated``). Whatever this GPU type's calibration does not cover stays with the default predictors.
+A job whose model was profiled at other batch sizes (or precisions, datasets) gets that model's scale: the
+geometric mean of measured over calibrated step times of its profiles, shrunk towards 1 by
+:data:`MODEL_SCALE_SHRINK` pseudo-profiles at 1 (what the graph misses of that model, the same at any batch).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +23,8 @@ from dltsched.predictors.calibration import isolated as iso
 from dltsched.predictors.calibration.data import GroupRow, IsolatedRow, ProfileData, mean_row
 
 JobKey = tuple[str, str, int, bool]
+#: pseudo-profiles at scale 1 in each model's scale
+MODEL_SCALE_SHRINK = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +57,7 @@ class GpuCalibration:
     sharing: dict[str, SharingFit]
     tf32: frozenset[str] = frozenset()
     profiles: dict[JobKey, IsolatedRow] = field(default_factory=dict)
+    model_scale: dict[str, float] = field(default_factory=dict)
 
     # -- one job ---------------------------------------------------------------------------------------------
     def features(self, key: JobKey, scope: str = "compute", freeze_level: int = 0,
@@ -59,8 +66,10 @@ class GpuCalibration:
         return iso.job_features(model, dataset, batch, amp, self.gpu, self.tf32, scope, freeze_level, optimizer)
 
     def predicted_step_s(self, key: JobKey, scope: str = "compute", freeze_level: int = 0,
-                         optimizer: str = "sgd") -> float:
-        return iso.step_seconds(self.step, self.features(key, scope, freeze_level, optimizer), key[2], scope)
+                         optimizer: str = "sgd", *, model_scale: bool = True) -> float:
+        """The calibrated step time (times the model's scale where its profiles give one and ``model_scale``)."""
+        step = iso.step_seconds(self.step, self.features(key, scope, freeze_level, optimizer), key[2], scope)
+        return step * (self.model_scale.get(key[0], 1.0) if model_scale else 1.0)
 
     def step_s(self, key: JobKey, scope: str = "compute", freeze_level: int = 0,
                optimizer: str = "sgd") -> tuple[float, str]:
@@ -112,6 +121,7 @@ class GpuCalibration:
     # -- JSON ------------------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         return {"step_time": self.step, "memory": self.memory, "utilisation": self.util, "tf32": sorted(self.tf32),
+                "model_scale": dict(sorted(self.model_scale.items())),
                 "colocation": {mode: fit.to_json() for mode, fit in sorted(self.sharing.items())},
                 "profiles": [{"model": r.model, "dataset": r.dataset, "batch_size": r.batch_size, "amp": r.amp,
                               "scope": r.scope, "step_time_s": r.step_time_s, "gmem_mib": r.gmem_mib,
@@ -129,7 +139,8 @@ class GpuCalibration:
         return cls(gpu, {k: float(v) for k, v in raw["step_time"].items()},
                    {k: float(v) for k, v in raw["memory"].items()}, {k: float(v) for k, v in raw["utilisation"].items()},
                    {m: SharingFit.from_json(v) for m, v in raw.get("colocation", {}).items()},
-                   frozenset(raw.get("tf32", ())), profiles)
+                   frozenset(raw.get("tf32", ())), profiles,
+                   {k: float(v) for k, v in raw.get("model_scale", {}).items()})
 
 
 def _rows(cal_gpu: str, tf32: frozenset[str], isolated: Iterable[IsolatedRow]) -> list[iso.Row]:
@@ -138,30 +149,42 @@ def _rows(cal_gpu: str, tf32: frozenset[str], isolated: Iterable[IsolatedRow]) -
                     r.step_time_s, r.gmem_mib, r.gpu_util) for r in isolated]
 
 
+def _model_scales(step: dict[str, float], rows: Sequence[iso.Row]) -> dict[str, float]:
+    logs: dict[str, list[float]] = {}
+    for r in rows:
+        logs.setdefault(r.model, []).append(math.log(r.step_time_s / iso.step_seconds(step, r.features, r.batch,
+                                                                                      r.scope)))
+    return {m: math.exp(sum(v) / (len(v) + MODEL_SCALE_SHRINK)) for m, v in sorted(logs.items())}
+
+
 def fit_gpu(datasets: Sequence[ProfileData], *, without_models: frozenset[str] = frozenset(),
-            without_groups: Iterable[GroupRow] = ()) -> GpuCalibration:
+            without_groups: Iterable[GroupRow] = (), without_jobs: frozenset[JobKey] = frozenset()) -> GpuCalibration:
     """Fit one GPU type's calibration on ``datasets`` (all of that GPU), leaving out every row of
-    ``without_models`` (isolated and any group holding one) and the groups ``without_groups``."""
+    ``without_models`` (isolated and any group holding one), the groups ``without_groups`` and the jobs
+    ``without_jobs`` (their isolated runs and groups)."""
     gpu = datasets[0].gpu
     tf32 = frozenset().union(*(d.tf32 for d in datasets))
     skip = set(without_groups)
-    isolated = [r for d in datasets for r in d.isolated if r.model not in without_models]
+    isolated = [r for d in datasets for r in d.isolated if r.model not in without_models and r.key not in without_jobs]
     rows = _rows(gpu, tf32, isolated)
     step = iso.fit_step(rows)
+    scales = _model_scales(step, rows)
     memory = iso.fit_memory(rows)
     util = iso.fit_util(rows, step)
     profiles: dict[JobKey, list[IsolatedRow]] = {}
     for r in isolated:
         profiles.setdefault(r.key, []).append(r)
     merged = {k: mean_row(v) for k, v in profiles.items()}
-    partial = GpuCalibration(gpu, step, memory, util, {}, tf32, merged)
+    partial = GpuCalibration(gpu, step, memory, util, {}, tf32, merged, scales)
     sharing: dict[str, SharingFit] = {}
     for mode in sorted({d.sharing for d in datasets}, key=lambda m: m != "timeslice"):  # time-slicing first
         # each mode's groups are normalized by that run's own isolated profiles
         mode_data = [d for d in datasets if d.sharing == mode]
-        own = {k: r for d in mode_data for k, r in d.isolated_by_key().items() if r.model not in without_models}
-        cal = GpuCalibration(gpu, step, memory, util, {}, tf32, {**merged, **own})
-        groups = [g for d in mode_data for g in d.groups if not (g.models & without_models) and g not in skip]
+        own = {k: r for d in mode_data for k, r in d.isolated_by_key().items()
+               if r.model not in without_models and k not in without_jobs}
+        cal = GpuCalibration(gpu, step, memory, util, {}, tf32, {**merged, **own}, scales)
+        groups = [g for d in mode_data for g in d.groups if not (g.models & without_models) and g not in skip
+                  and not set(g.members) & without_jobs]
         members = [[cal.member(k) for k in g.members] for g in groups]
         prior = sharing["timeslice"].speed if "timeslice" in sharing else None
         speed = grp.fit_speed([(m, g.speeds) for m, g in zip(members, groups, strict=True)], prior,
@@ -171,4 +194,4 @@ def fit_gpu(datasets: Sequence[ProfileData], *, without_models: frozenset[str] =
         gamma = grp.fit_group_util([(m, g.gpu_util) for m, g in zip(members, groups, strict=True)
                                     if g.gpu_util is not None])
         sharing[mode] = SharingFit(speed, shared, gamma, len(groups))
-    return GpuCalibration(partial.gpu, step, memory, util, sharing, tf32, merged)
+    return GpuCalibration(partial.gpu, step, memory, util, sharing, tf32, merged, scales)

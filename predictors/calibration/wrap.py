@@ -122,3 +122,34 @@ def calibrated_predictors(base: Any, bundle: CalibrationBundle | str | os.PathLi
     cal = bundle if isinstance(bundle, CalibrationBundle) else CalibrationBundle.load(bundle)
     return Predictors(CalibratedStepTime(base.step_time, cal), CalibratedColocation(base.colocation, cal, sharing),
                       base.freezing)
+
+
+def find_calibrated(step_time: Any) -> CalibratedStepTime | None:
+    """The :class:`CalibratedStepTime` inside ``step_time`` (through wrappers' ``base``), or ``None``."""
+    seen = step_time
+    for _ in range(8):
+        if isinstance(seen, CalibratedStepTime):
+            return seen
+        seen = getattr(seen, "base", None)
+        if seen is None:
+            return None
+    return None
+
+
+def calibration_provenance(predictors: Any, plan: Any, state: Any) -> dict[str, dict[str, str]]:
+    """Per placed job of ``plan``, what priced it: ``calibration`` is the bundle's label with ``measured`` or
+    ``calibrated`` on a GPU type it covers, ``not covered (<type>)`` on another (priced by the bundle
+    underneath); empty when ``predictors`` carry no calibration."""
+    cal = find_calibrated(getattr(predictors, "step_time", None))
+    if cal is None:
+        return {}
+    jobs = {s.job.id: s.job for s in state.jobs}
+    out: dict[str, dict[str, str]] = {}
+    for a in plan.assignments:
+        if a.job_id not in jobs or not a.gpus:
+            continue
+        gpu_type = state.cluster.gpu_type_of(a.gpus[0])
+        source = cal.step_time_source(jobs[a.job_id], gpu_type)
+        out[a.job_id] = {"calibration": f"{cal.bundle.label}: {source}" if source != "default"
+                         else f"{cal.bundle.label}: not covered ({gpu_type})"}
+    return out

@@ -10,6 +10,7 @@ from dltsched.engine.app.cli.main import emit, json_text
 from dltsched.engine.domain.errors import write_text_file
 
 _ROWS = (("isolated_lomo", "step_time_s", "step time (jobs never profiled)"),
+         ("isolated_lojo", "step_time_s", "step time (job never profiled, its model was)"),
          ("isolated_lomo", "memory_mib", "memory alone"),
          ("isolated_lomo", "gpu_util", "utilisation alone"),
          ("groups_lomo", "speed", "co-location speed (model never profiled)"),
@@ -18,7 +19,7 @@ _ROWS = (("isolated_lomo", "step_time_s", "step time (jobs never profiled)"),
          ("groups_logo", "memory_mib", "group memory (group never measured)"),
          ("groups_lomo", "gpu_util", "group utilisation (model never profiled)"),
          ("groups_logo", "gpu_util", "group utilisation (group never measured)"))
-_METHODS = ("calibrated", "default", "constant", "per_model_mean", "util_share")
+_METHODS = ("calibrated", "default", "constant", "per_model_mean", "util_share", "calibrated_no_model_scale")
 
 
 def _pct(value: Any) -> str:
@@ -41,7 +42,7 @@ def _print(bundle: dict[str, Any], out: str) -> None:
 
 
 @click.command("calibrate")
-@click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
               help="The calibration bundle to write (JSON), e.g. h200.json; use it with --calibration.")
 @click.option("--figures/--no-figures", default=True, show_default=True,
@@ -49,8 +50,9 @@ def _print(bundle: dict[str, Any], out: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the whole bundle as JSON.")
 def calibrate(dirs: tuple[str, ...], out: str, figures: bool, as_json: bool) -> None:
     """Fit step time, memory, utilisation and co-location of every GPU and sharing mode measured in the
-    'dltsched profile --out' datasets under DIRS (a Lucid-layout folder with a gpu column reads too), and
-    write one calibration bundle with its data, what was fitted and cross-validated figures.
+    'dltsched profile --out' datasets under DIRS (a Lucid-layout folder with a gpu column reads too; an
+    eval-steptime CSV, e.g. from 'predict convert-steptime zeus', adds jobs alone), and write one calibration
+    bundle with its data, what was fitted and cross-validated figures.
 
     \b
     dltsched calibrate profiles/h200 --out h200.json

@@ -130,3 +130,54 @@ def test_a_bad_bundle_is_one_clear_error(tmp_path, capsys, content, problem):
 def test_calibrate_refuses_a_folder_without_profiles(tmp_path, capsys):
     assert main(["calibrate", str(tmp_path), "--out", str(tmp_path / "x.json")]) == 2
     assert "holds no profile dataset" in capsys.readouterr().err
+
+
+def test_a_model_profiled_at_another_batch_size_lends_its_scale(fitted):
+    unseen = ("transformer", "multi30k", 64, False)  # profiled at batch 32 only
+    scale = fitted.model_scale["transformer"]
+    assert set(fitted.model_scale) == {"resnet18", "vgg16", "mobilenet_v2", "lstm_lm", "neumf", "dcgan", "pointnet",
+                                       "transformer"}
+    assert fitted.predicted_step_s(unseen) == pytest.approx(fitted.predicted_step_s(unseen, model_scale=False) * scale)
+    never = ("bert_base", "squad", 32, False)
+    assert "bert_base" not in fitted.model_scale and fitted.step_s(never)[1] == "calibrated"
+
+
+def test_steptime_csv_calibrates_jobs_alone_with_leave_one_job_out(tmp_path):
+    from dltsched.predictors.calibration.data import read_datasets
+    from dltsched.predictors.calibration.evaluate import cross_validate
+    from dltsched.predictors.calibration.isolated import job_features, step_seconds
+
+    rows = ["model,gpu,batch_size,num_gpus,step_time_s,dataset,scope"]
+    for model, dataset, batches, bias in (("resnet18", "cifar10", (32, 64, 128), 1.3), ("vgg16", "cifar10", (32, 64), 0.8),
+                                          ("lstm_lm", "wikitext2", (20, 40), 1.0)):
+        for b in batches:
+            f = job_features(model, dataset, b, False, "v100", frozenset(), "compute")
+            rows.append(f"{model},v100,{b},1,{step_seconds(TRUE_STEP, f, b) * bias},{dataset},compute")
+    path = tmp_path / "steps.csv"
+    path.write_text("\n".join(rows) + "\n")
+    (data,) = read_datasets([path])
+    assert (data.gpu, data.sharing, len(data.isolated), data.groups) == ("v100", "timeslice", 7, ())
+    fig = cross_validate([data])["timeslice"]["isolated_lojo"]["step_time_s"]
+    # each model's own bias is learned from its other batch sizes: better than the same fold without it
+    assert fig["n"] == 7 and fig["calibrated_mape"] < fig["calibrated_no_model_scale_mape"]
+
+
+def test_api_plans_name_the_calibration_that_priced_them(synthetic_dir, tmp_path):
+    from dltsched.engine.app.api import ConfiguredSolver
+    from dltsched.engine.domain.model import ClusterState, JobState
+    from dltsched.instances.schema import load_instance
+
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", str(synthetic_dir), "--out", str(out), "--no-figures"]) == 0
+    inst_path = tmp_path / "inst.json"
+    assert main(["instance", "generate", "--jobs", "6", "--cluster", "h200:1x2,v100:1x2", "--seed", "3",
+                 "-o", str(inst_path)]) == 0
+    inst = load_instance(inst_path)
+    state = ClusterState(0.0, inst.cluster, tuple(JobState(j, j.total_iterations) for j in inst.jobs))
+    plan = ConfiguredSolver.of(predictors=f"default@{out}", backend="greedy").solve(state)
+    placed = {a.job_id: inst.cluster.gpu_type_of(a.gpus[0]) for a in plan.assignments}
+    assert placed
+    for job_id, gpu_type in placed.items():
+        said = plan.provenance[job_id]["calibration"]
+        assert said.startswith("cal.json#")
+        assert ("not covered (v100)" in said) == (gpu_type == "v100")
