@@ -87,8 +87,19 @@ def with_calibration(name: str, calibration: str | None) -> str:
     base, already = split_bundle(name)
     if already is not None and already != calibration:
         raise ValidationError("calibration", f"'{name}' already names calibration '{already}'; give one of the two")
-    calibration_bundle(calibration)
+    path, mode = calibration_parts(calibration)
+    cal = calibration_bundle(path)
+    if mode != "timeslice" and not any(mode in g.sharing for g in cal.gpus.values()):
+        raise ValidationError("calibration", f"'{path}' has no {mode} groups; profile them with 'dltsched profile "
+                                             f"--sharing {mode}' and calibrate again, or leave out ':{mode}'")
     return f"{base}{CALIBRATION_SEP}{calibration}"
+
+
+def calibration_parts(calibration: str) -> tuple[str, str]:
+    """``"h200.json:mps"`` -> ``("h200.json", "mps")``: the bundle file and the sharing mode its co-location is
+    priced for (default ``timeslice``)."""
+    path, sep, mode = calibration.rpartition(":")
+    return (path, mode) if sep and mode in ("timeslice", "mps") else (calibration, "timeslice")
 
 
 def calibration_bundle(path: str) -> Any:
@@ -116,9 +127,10 @@ def bundle_fields(name: str) -> dict[str, str]:
     base, calibration = split_bundle(name)
     out = {"predictors": name, "predictors_fit": BUNDLE_FIT.get(base, ""), "predictors_recipe": bundle_recipe(base)}
     if calibration is not None:
-        cal = calibration_bundle(calibration)
+        path, mode = calibration_parts(calibration)
+        cal = calibration_bundle(path)
         out["predictors_fit"] += f"; {','.join(cal.covered())} calibrated on {cal.label} (profiled jobs in-sample)"
-        out["calibration"] = f"{cal.label} ({', '.join(cal.covered())}; other GPU types: {base})"
+        out["calibration"] = f"{cal.label} ({', '.join(cal.covered())}, {mode}; other GPU types: {base})"
     return out
 
 
@@ -198,13 +210,15 @@ def check_predictors(name: str) -> str:
 def predictors(name: str = "default", data_dir: str | None = None) -> Any:
     """The predictor bundle registered as ``name``; a bundle fitted on the data folder's measurements
     (``crossfit``) reads them from ``data_dir`` (default: found as the readers find it). ``NAME@CAL.json``: that
-    bundle with the calibration ``CAL.json`` on top (``dltsched calibrate``; the GPU types it covers use it)."""
+    bundle with the calibration ``CAL.json`` on top (``dltsched calibrate``; the GPU types it covers use it;
+    ``CAL.json:mps``: its co-location under MPS instead of time-slicing)."""
     base, calibration = split_bundle(name)
     factory = _load(_pick("predictors", _PREDICTORS, base))
     preds = factory(data_dir) if base.lower() in _DATA_BUNDLES else factory()
     if calibration is None:
         return preds
-    return _load("dltsched.predictors.calibration.wrap:calibrated_predictors")(preds, calibration_bundle(calibration))
+    path, mode = calibration_parts(calibration)
+    return _load("dltsched.predictors.calibration.wrap:calibrated_predictors")(preds, calibration_bundle(path), mode)
 
 
 def default_bench_predictors(data_dir: str | None = None) -> str:

@@ -93,7 +93,7 @@ def test_profile_file_without_scope_reads_as_compute(tmp_path):
     assert read_csv(tmp_path / "steptime.csv")[0].scope == "fwd_bwd"  # a cell wins over the record
 
 
-def test_mps_rows_keep_their_mode(tmp_path):
+def test_mps_rows_keep_their_mode(tmp_path, capsys):
     from dltsched.predictors.colocation.samples import read_lucid_samples
 
     (tmp_path / "single_data.csv").write_text(
@@ -105,3 +105,7 @@ def test_mps_rows_keep_their_mode(tmp_path):
     (tmp_path / "colocate_info.csv").write_text(header + row.format("mps") + row.format("timeslice"))
     data = read_lucid_samples(tmp_path / "colocate_info.csv")
     assert sorted(s.sharing for s in data.samples) == ["mps", "timeslice"]  # not averaged together
+    from dltsched.engine.app.cli.main import main
+
+    assert main(["predict", "eval-colocation", str(tmp_path / "colocate_info.csv"), "--format", "lucid", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sharing"] == ["mps", "timeslice"]

@@ -122,6 +122,7 @@ def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None
     scores["fallbacks"] = dict(getattr(predictor, "fallbacks", {}))
     scores["gpus"] = list(data.gpus())
     scores["group_sizes"] = sorted({len(s.jobs) for s in data.samples})
+    scores["sharing"] = sorted({s.sharing for s in data.samples})  # time-slicing and MPS are different regimes
     trained_on = getattr(predictor, "record", {}).get("data")
     if trained_on is not None:
         scores["trained_on"] = trained_on  # the same data: in-sample figures, not predictions

@@ -241,7 +241,8 @@ def print_table(results: list[Any], title: str,
               help="Predictor bundle the policies use: default (fitted on the truth's measurements: in-sample), "
                    "crossfit (each job priced by predictors fitted without its model) or analytic.")
 @click.option("--calibration", type=click.Path(dir_okay=False), default=None,
-              help="A calibration bundle (dltsched calibrate): the GPU types it covers are priced by it.")
+              help="A calibration bundle (dltsched calibrate): the GPU types it covers are priced by it "
+                   "(CAL.json:mps: co-location under MPS).")
 @click.option("--memory", type=click.Choice(["oom", "reject"]), default="oom", show_default=True,
               help="A job that does not fit in GPU memory: crash it out of memory, re-queue it and learn its "
                    "measured peak (oom), or reject the plan as an error (reject, a strict check).")

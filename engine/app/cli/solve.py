@@ -68,7 +68,8 @@ def load_round(path: Path, options: RoundOptions, predictors_name: str) -> Round
 @click.option("--max-jobs-per-gpu", type=click.IntRange(1, 3), default=2, show_default=True)
 @click.option("--predictors", "predictors_name", default="default", show_default=True)
 @click.option("--calibration", type=click.Path(dir_okay=False), default=None,
-              help="A calibration bundle (dltsched calibrate): the GPU types it covers are priced by it.")
+              help="A calibration bundle (dltsched calibrate): the GPU types it covers are priced by it "
+                   "(CAL.json:mps: co-location under MPS).")
 @click.option("--save-round", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the round as JSON (to re-solve or share).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

@@ -353,7 +353,8 @@ def make_server(config: ServiceConfig, host: str = "127.0.0.1", port: int = 8000
 @click.option("--max-gpus", type=click.IntRange(min=1), default=8192, show_default=True)
 @click.option("--predictors", "predictor_set", default="default", show_default=True)
 @click.option("--calibration", type=click.Path(dir_okay=False), default=None,
-              help="A calibration bundle (dltsched calibrate): the GPU types it covers are priced by it.")
+              help="A calibration bundle (dltsched calibrate): the GPU types it covers are priced by it "
+                   "(CAL.json:mps: co-location under MPS).")
 @click.option("--token", envvar="DLTSCHED_TOKEN", default=None, show_envvar=True,
               help="Require 'Authorization: Bearer TOKEN' on /v1/schedule and /metrics.")
 @click.option("--insecure", is_flag=True, help="Allow listening beyond loopback without a token.")

@@ -181,3 +181,40 @@ def test_api_plans_name_the_calibration_that_priced_them(synthetic_dir, tmp_path
         said = plan.provenance[job_id]["calibration"]
         assert said.startswith("cal.json#")
         assert ("not covered (v100)" in said) == (gpu_type == "v100")
+
+
+def test_experiment_files_take_a_calibration_relative_to_the_file(synthetic_dir, tmp_path):
+    import shutil
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    shutil.copy(repo / "instances" / "examples" / "tiny-6jobs-4gpus.json", tmp_path / "tiny.json")
+    assert main(["calibrate", str(synthetic_dir), "--out", str(tmp_path / "cal.json"), "--no-figures"]) == 0
+    (tmp_path / "exp.toml").write_text('name = "cal"\npolicies = ["fifo"]\nseeds = [0]\ncalibration = "cal.json"\n'
+                                       '[workload]\ninstance = "tiny.json"\n[outputs]\nfigures = []\n')
+    assert main(["experiment", "run", str(tmp_path / "exp.toml"), "-o", str(tmp_path / "out")]) == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["predictors"]["name"] == f"default@{tmp_path / 'cal.json'}"
+    assert results["predictors"]["calibration"].startswith("cal.json#")
+    (tmp_path / "exp.toml").write_text((tmp_path / "exp.toml").read_text().replace("cal.json", "missing.json"))
+    assert main(["experiment", "run", str(tmp_path / "exp.toml"), "-o", str(tmp_path / "out2")]) == 2
+
+
+def test_the_sharing_mode_is_chosen_with_the_calibration(synthetic_dir, tmp_path):
+    from dltsched.engine.app.registry import bundle_fields, check_predictors, predictors
+
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", str(synthetic_dir), "--out", str(out), "--no-figures"]) == 0
+    jobs = [Job(id=m, model=m, batch_size=64, total_iterations=1.0, dataset="cifar10") for m in ("resnet18", "vgg16")]
+    ts = predictors(check_predictors(f"default@{out}")).colocation.colocated_speeds(jobs, "h200")
+    mps = predictors(check_predictors(f"default@{out}:mps")).colocation.colocated_speeds(jobs, "h200")
+    assert all(m > t for m, t in zip(mps, ts, strict=True))
+    assert ", mps;" in bundle_fields(f"default@{out}:mps")["calibration"]
+    (tmp_path / "ts").mkdir()
+    assert main(["calibrate", str(synthetic_dir), "--out", str(tmp_path / "ts.json"), "--no-figures"]) == 0
+    raw = json.loads((tmp_path / "ts.json").read_text())
+    for entry in raw["gpus"].values():
+        entry["colocation"].pop("mps")
+    (tmp_path / "ts.json").write_text(json.dumps(raw))
+    with pytest.raises(ValidationError, match="no mps groups"):
+        check_predictors(f"default@{tmp_path / 'ts.json'}:mps")
