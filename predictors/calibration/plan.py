@@ -104,9 +104,10 @@ def plan_profile(gpu: str, budget_s: float, *, models: Sequence[str] = (), jobs:
     """The plan (module docstring) as a JSON-ready dict with the ``dltsched profile`` command that runs it."""
     from dltsched.engine.domain.catalog import gpu_catalog, gpu_spec
     from dltsched.engine.domain.errors import ValidationError
+    from dltsched.predictors.profiling.session import catalog_gpu
 
     try:
-        gpu = gpu_catalog().resolve(gpu)
+        gpu = gpu_catalog().resolve(catalog_gpu(gpu))  # an id, an alias or a CUDA device name
     except ValueError as err:
         raise ValidationError("--gpu", str(err)) from None
     if not budget_s > 0:
