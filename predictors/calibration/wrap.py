@@ -24,6 +24,9 @@ from typing import Any
 from dltsched.engine.domain.model import Job
 from dltsched.predictors.calibration.bundle import CalibrationBundle
 
+#: remembered predictions per wrapper (cleared when full)
+_MEMO_SIZE = 100_000
+
 
 def _key(job: Job) -> tuple[str, str, int, bool]:
     from dltsched.predictors.zoo.graphs import resolve
@@ -37,6 +40,7 @@ class CalibratedStepTime:
 
     def __init__(self, base: Any, bundle: CalibrationBundle) -> None:
         self.base, self.bundle = base, bundle
+        self._memo: dict[tuple[Any, ...], float] = {}  # a scheduler asks the same jobs round after round
 
     def __getattr__(self, name: str) -> Any:  # the base's other methods (breakdown, knows, ...) for callers
         return getattr(self.__dict__["base"], name)
@@ -60,9 +64,17 @@ class CalibratedStepTime:
                                                    num_nodes=num_nodes))
             return float(self.base.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level,
                                                num_nodes=num_nodes, scope=scope))
-        inner = "fwd_bwd" if scope == "fwd_bwd" else "compute"
-        step, _source = cal.step_s(_key(job), inner, freeze_level, job.optimizer.lower())
-        return step + self._comm_s(job, gpu_type, num_gpus, freeze_level, num_nodes, scope)
+        memo_key = (job.model, job.dataset, job.batch_size, job.amp, job.optimizer, job.num_gpus, gpu_type, num_gpus,
+                    freeze_level, num_nodes, scope)
+        hit = self._memo.get(memo_key)
+        if hit is None:
+            inner = "fwd_bwd" if scope == "fwd_bwd" else "compute"
+            step, _source = cal.step_s(_key(job), inner, freeze_level, job.optimizer.lower())
+            hit = step + self._comm_s(job, gpu_type, num_gpus, freeze_level, num_nodes, scope)
+            if len(self._memo) >= _MEMO_SIZE:
+                self._memo.clear()
+            self._memo[memo_key] = hit
+        return hit
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
         cal = self.bundle.for_gpu(gpu_type)
@@ -82,15 +94,21 @@ class CalibratedColocation:
     def __init__(self, base: Any, bundle: CalibrationBundle, sharing: str = "timeslice") -> None:
         self.base, self.bundle, self.sharing = base, bundle, sharing
         self.inner = base  # the wrappers' chain (policies look for ``colocation_sources`` through it)
+        self._memo: dict[tuple[Any, ...], dict[str, Any] | None] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["base"], name)
 
     def _group(self, jobs: Sequence[Job], gpu_type: str) -> dict[str, Any] | None:
+        memo_key = (gpu_type, *((j.model, j.dataset, j.batch_size, j.amp) for j in jobs))
+        if memo_key in self._memo:
+            return self._memo[memo_key]
         cal = self.bundle.for_gpu(gpu_type)
-        if cal is None:
-            return None
-        return cal.group([_key(j) for j in jobs], self.sharing)
+        got = None if cal is None else cal.group([_key(j) for j in jobs], self.sharing)
+        if len(self._memo) >= _MEMO_SIZE:
+            self._memo.clear()
+        self._memo[memo_key] = got
+        return got
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
         got = self._group(jobs, gpu_type)
