@@ -138,6 +138,20 @@ class CalibrationBundle:
     def covered(self) -> tuple[str, ...]:
         return tuple(sorted(self.gpus))
 
+    def fitted_on(self, path: str | os.PathLike[str]) -> bool:
+        """Whether the dataset folder of ``path`` (a folder, or a file in one) is among the bundle's data (by
+        path or by content): its figures are then in-sample, not predictions."""
+        from dltsched.predictors.calibration.data import files_digest
+
+        p = Path(path)
+        folder = p if p.is_dir() else p.parent
+        digest = files_digest(folder) if folder.is_dir() else None
+        for source in self.raw.get("data", []):
+            same_path = Path(str(source.get("path", ""))).resolve() in (folder.resolve(), p.resolve())
+            if same_path or (digest is not None and source.get("files_sha256") == digest):
+                return True
+        return False
+
     def describe(self) -> dict[str, Any]:
         """What a result record says of the bundle: label, GPUs covered with their sharing modes, data."""
         return {"label": self.label, "path": self.path,

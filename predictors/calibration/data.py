@@ -113,7 +113,8 @@ def _canonical(model: str, dataset: str | None) -> tuple[str, str]:
         raise ValidationError("model", f"'{model}' ({dataset}) is not a zoo model: {err}") from None
 
 
-def _files_digest(folder: Path) -> str:
+def files_digest(folder: Path) -> str:
+    """Short SHA-256 of a dataset folder's CSV and JSON files (names and contents)."""
     digest = hashlib.sha256()
     for name in sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix in (".csv", ".json")):
         digest.update(name.encode())
@@ -241,7 +242,7 @@ def read_folder(folder: str | os.PathLike[str]) -> ProfileData:
     sharing = str(record.get("sharing") or sharing or "timeslice")
     if sharing not in SHARING_MODES:
         raise ValidationError(f"{path}: sharing", f"'{sharing}' not understood; one of {', '.join(SHARING_MODES)}")
-    source = {"path": str(path), "files_sha256": _files_digest(path), "date_utc": record.get("date_utc"),
+    source = {"path": str(path), "files_sha256": files_digest(path), "date_utc": record.get("date_utc"),
               "command": record.get("command"), "device_name": record.get("device_name"),
               "driver": record.get("driver"), "torch": record.get("torch"), "cuda": record.get("cuda"),
               "jobs": len(isolated), "groups": len(groups)}

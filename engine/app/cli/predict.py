@@ -122,9 +122,12 @@ def _measurements(source: str, data_dir: str | None, scales: tuple[int, int] = (
 @click.option("--min-scale", type=int, default=1, show_default=True, help="--format gavel: fewest GPUs per job.")
 @click.option("--max-scale", type=int, default=1, show_default=True, help="--format gavel: most GPUs per job.")
 @click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--calibration", type=click.Path(dir_okay=False), default=None,
+              help="Price the GPU types this calibration bundle covers with it (dltsched calibrate); rows say "
+                   "whether a job's own profile in the bundle (measured) or its models (calibrated) priced them.")
 @click.option("--json", "as_json", is_flag=True)
 def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: bool, new_jobs: bool, min_scale: int,
-                  max_scale: int, data_dir: str | None, as_json: bool) -> None:
+                  max_scale: int, data_dir: str | None, calibration: str | None, as_json: bool) -> None:
     """MAPE and p90 APE of step-time predictions against measurements (CSV or --format)."""
     from dltsched.predictors.steptime import DeletePopStepTime
     from dltsched.predictors.steptime import calibrate as cal
@@ -134,8 +137,17 @@ def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: b
         raise ValidationError("eval-steptime", "give either a CSV file or --format gavel|zeus|all")
     if new_jobs and not leave_one_gpu_out:
         raise ValidationError("--new-jobs", "only with --leave-one-gpu-out")
+    if calibration and leave_one_gpu_out:
+        raise ValidationError("--calibration", "not with --leave-one-gpu-out (a bundle is fitted on its own GPU)")
     test = ms.read_csv(csv_file) if csv_file else _measurements(source or "all", data_dir, (min_scale, max_scale))
-    if leave_one_gpu_out:
+    if calibration:
+        from dltsched.engine.app.registry import calibration_bundle
+        from dltsched.predictors.calibration.check import steptime_rows
+
+        bundle = calibration_bundle(calibration)
+        out = steptime_rows(bundle, test)
+        out["in_sample"] = bool(csv_file) and bundle.fitted_on(csv_file)  # the bundle was fitted on this file
+    elif leave_one_gpu_out:
         train = _measurements("all", data_dir, TRAIN_SCALES)
         out = cal.leave_one_gpu_out(train, test, ms.deepbench_kernel_efficiency(data_dir), new_jobs=new_jobs)
         # a fold's factors carry no kernel_step block: every held-out GPU is timed by groups (the default's
@@ -148,6 +160,10 @@ def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: b
 
     def text() -> None:
         click.echo(f"n={out['n']} mape={out['mape']:.1f}% p90_ape={out['p90_ape']:.1f}%")
+        if "calibration" in out:
+            fresh = "-" if out["calibrated_mape"] is None else f"{out['calibrated_mape']:.1f}%"
+            click.echo(f"{out['calibration']}: {out['calibrated_n']} rows priced by its models, mape={fresh}"
+                       + ("; fitted on this file: in-sample, not a prediction" if out["in_sample"] else ""))
         for name in ("transfer", "transfer_new_jobs"):
             if name in out:
                 _echo_transfer(name, out[name])

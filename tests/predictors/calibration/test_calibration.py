@@ -218,3 +218,28 @@ def test_the_sharing_mode_is_chosen_with_the_calibration(synthetic_dir, tmp_path
     (tmp_path / "ts.json").write_text(json.dumps(raw))
     with pytest.raises(ValidationError, match="no mps groups"):
         check_predictors(f"default@{tmp_path / 'ts.json'}:mps")
+
+
+def test_eval_commands_price_covered_gpus_with_the_bundle(synthetic_dir, tmp_path, capsys):
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", str(synthetic_dir), "--out", str(out), "--no-figures"]) == 0
+    capsys.readouterr()
+    # the same file the bundle was fitted on: every job priced by its own profile, flagged in-sample
+    assert main(["predict", "eval-steptime", str(synthetic_dir / "steptime.csv"), "--calibration", str(out),
+                 "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["in_sample"] and {r["source"] for r in got["rows"]} == {"measured"} and got["calibrated_n"] == 0
+    # new jobs on the covered GPU and one on another GPU
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "steps.csv").write_text("model,gpu,batch_size,num_gpus,step_time_s,dataset,scope\n"
+                                     "resnet18,h200,256,1,0.02,cifar10,compute\nvgg16,v100,64,1,0.05,cifar10,compute\n")
+    assert main(["predict", "eval-steptime", str(fresh / "steps.csv"), "--calibration", str(out), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert not got["in_sample"] and [r["source"] for r in got["rows"]] == ["calibrated", "default"]
+    assert got["calibrated_n"] == 1
+    assert main(["predict", "eval-colocation", str(synthetic_dir / "colocate_info.csv"), "--format", "lucid",
+                 "--calibration", str(out), "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["in_sample"] and scores["calibration"].startswith("cal.json#")
+    assert scores["memory_mape"] < 1.0  # the synthetic groups follow the fitted memory rule exactly
