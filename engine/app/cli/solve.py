@@ -90,7 +90,9 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
     if save_round is not None:
         write_text_file(save_round, problem.to_json(), option="--save-round")
     result = solve_problem(problem, backend, time_limit_s=time_limit_s, solver=solver)
-    payload = result.to_dict() | bundle_fields(predictors_name)
+    payload = result.to_dict()
+    if "@" in predictors_name:  # a calibration priced the round: say which
+        payload |= bundle_fields(predictors_name)
     report = check_plan(problem, result.plan)
     payload["checked"] = {"feasible": report.feasible, "objective": report.objective,
                           "violations": list(report.violations)}
