@@ -79,6 +79,10 @@ def _isolated_rows(cal: GpuCalibration, rows: Sequence[IsolatedRow], train: Sequ
     return out
 
 
+#: the shipped co-location model per set of known profiles (one per fold of a cross-validation)
+_DEFAULT_MEMO: dict[tuple[Any, ...], Any] = {}
+
+
 def _default_colocation(data: ProfileData, known: dict[JobKey, IsolatedRow]) -> Callable[[GroupRow], Any]:
     """The shipped co-location model's prediction of a group, given the profiles ``known``."""
     from dltsched.predictors.colocation import default_colocation_predictor
@@ -86,9 +90,13 @@ def _default_colocation(data: ProfileData, known: dict[JobKey, IsolatedRow]) -> 
     from dltsched.predictors.colocation.samples import JobSpec
     from dltsched.predictors.profiles import JobProfile, ProfileKey
 
-    profiles = [JobProfile(ProfileKey(data.gpu, r.model, r.batch_size, r.amp, r.dataset), r.step_time_s, r.gmem_mib,
-                           None if r.gpu_util is None else min(100.0, r.gpu_util)) for r in known.values()]
-    predictor = default_colocation_predictor(profiles=profiles)
+    memo_key = (data.gpu, tuple(sorted(known)))
+    predictor = _DEFAULT_MEMO.get(memo_key)
+    if predictor is None:
+        profiles = [JobProfile(ProfileKey(data.gpu, r.model, r.batch_size, r.amp, r.dataset), r.step_time_s,
+                               r.gmem_mib, None if r.gpu_util is None else min(100.0, r.gpu_util))
+                    for r in known.values()]
+        predictor = _DEFAULT_MEMO[memo_key] = default_colocation_predictor(profiles=profiles)
 
     def predict(g: GroupRow) -> Any:
         group = Group(data.gpu, tuple(JobSpec(m, b, a, d) for m, d, b, a in g.members))
@@ -179,6 +187,7 @@ def cross_validate(datasets: Sequence[ProfileData], *, with_rows: bool = False) 
         return _cross_validate(datasets, with_rows)
     finally:
         quiet.setLevel(level)
+        _DEFAULT_MEMO.clear()
 
 
 def _cross_validate(datasets: Sequence[ProfileData], with_rows: bool) -> dict[str, Any]:

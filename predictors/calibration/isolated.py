@@ -160,6 +160,26 @@ def _robust(residuals: Any, x0: np.ndarray) -> np.ndarray:
     return np.asarray(least_squares(residuals, x0, loss="soft_l1", f_scale=LOSS_SCALE, max_nfev=2000).x)
 
 
+def _columns(rows: Sequence[Row]) -> dict[str, np.ndarray]:
+    """The rows' features as arrays (one entry per row), with ``batch``, ``step`` and scope masks."""
+    cols = {k: np.array([r.features[k] for r in rows]) for k in rows[0].features}
+    cols["batch"] = np.array([float(r.batch) for r in rows])
+    cols["step"] = np.array([r.step_time_s for r in rows])
+    cols["fwd_bwd"] = np.array([r.scope == "fwd_bwd" for r in rows])
+    cols["iteration"] = np.array([r.scope == "iteration" for r in rows])
+    return cols
+
+
+def _step_array(p: dict[str, float], c: dict[str, np.ndarray]) -> np.ndarray:
+    """:func:`step_seconds` of every row of :func:`_columns` at once."""
+    kernels = sum(p[f"s_{g}"] * c[f"K_{g}"] for g in CLASS_GROUPS)
+    gpu = kernels + np.where(c["fwd_bwd"], 0.0, p["s_optimizer"] * c["optimizer_s"])
+    dispatch = p["dispatch_us"] * 1e-6 * c["launches"]
+    busy = (gpu**_OVERLAP_POWER + dispatch**_OVERLAP_POWER) ** (1.0 / _OVERLAP_POWER) + p["fixed_s"]
+    busy = busy + np.where(c["iteration"], p.get("input_s", 0.0) + p.get("per_sample_s", 0.0) * c["batch"], 0.0)
+    return np.where(c["fwd_bwd"], gpu, busy)
+
+
 def fit_step(rows: Sequence[Row]) -> dict[str, float]:
     """The step-time parameters fitted on ``rows`` (module docstring); the defaults where there are none."""
     prior = default_step_params()
@@ -168,6 +188,7 @@ def fit_step(rows: Sequence[Row]) -> dict[str, float]:
     names = list(STEP_PARAMS)
     iteration = any(r.scope == "iteration" for r in rows)
     x0 = np.log([prior[n] for n in names])
+    cols = _columns(rows)
 
     def unpack(x: np.ndarray) -> dict[str, float]:
         out = {n: float(math.exp(v)) for n, v in zip(names, x[:len(names)], strict=True)}
@@ -176,8 +197,7 @@ def fit_step(rows: Sequence[Row]) -> dict[str, float]:
         return out
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        p = unpack(x)
-        rel = [step_seconds(p, r.features, r.batch, r.scope) / r.step_time_s - 1.0 for r in rows]
+        rel = _step_array(unpack(x), cols) / cols["step"] - 1.0
         reg = PRIOR_WEIGHT * (x[:len(names)] - x0)
         extra = 0.02 * x[len(names):] if iteration else np.zeros(0)
         return np.concatenate([rel, reg, extra])
@@ -208,9 +228,12 @@ def fit_memory(rows: Sequence[Row]) -> dict[str, float]:
         return prior
     x0 = np.log([prior[n] for n in MEMORY_PARAMS])
 
+    cols = _columns(got)
+    measured = np.array([float(r.gmem_mib or 1.0) for r in got])
+
     def residuals(x: np.ndarray) -> np.ndarray:
-        p = dict(zip(MEMORY_PARAMS, np.exp(x), strict=True))
-        rel = [memory_mib(p, r.features) / float(r.gmem_mib or 1.0) - 1.0 for r in got]
+        c, a, b = np.exp(x)
+        rel = (c + a * cols["weights_mib"] + b * cols["activations_mib"]) / measured - 1.0
         return np.concatenate([rel, 0.1 * (x - x0)])
 
     return {n: float(v) for n, v in zip(MEMORY_PARAMS, np.exp(_robust(residuals, x0)), strict=True)}
@@ -232,10 +255,15 @@ def fit_util(rows: Sequence[Row], step_params: dict[str, float]) -> dict[str, fl
         return prior
     x0 = np.log([prior[n] for n in UTIL_PARAMS])
 
+    busy = np.array([gpu_seconds(step_params, r.features, r.scope) for r in got])
+    launches = np.array([r.features["launches"] for r in got])
+    step = np.array([r.step_time_s for r in got])
+    measured = np.array([max(float(r.gpu_util or 0.0), 1.0) for r in got])
+
     def residuals(x: np.ndarray) -> np.ndarray:
-        p = dict(zip(UTIL_PARAMS, np.exp(x), strict=True))
-        rel = [util_pct(p, gpu_seconds(step_params, r.features, r.scope), r.features["launches"], r.step_time_s)
-               / max(float(r.gpu_util or 0.0), 1.0) - 1.0 for r in got]
+        launch_us, gamma = np.exp(x)
+        share = np.maximum((busy + launch_us * 1e-6 * launches) / step, 1e-6)
+        rel = 100.0 * np.minimum(1.0, share**gamma) / measured - 1.0
         return np.concatenate([rel, 0.1 * (x - x0)])
 
     return {n: float(v) for n, v in zip(UTIL_PARAMS, np.exp(_robust(residuals, x0)), strict=True)}

@@ -42,7 +42,7 @@ def _write(folder, sharing: str, noise: float, seed: int) -> None:
                          "gmem_util": 100.0 * gmem / 143771.0, "gmem_mib": gmem})
     groups = []
     names = [j[0] for j in JOBS]
-    combos = [(a, b) for i, a in enumerate(names) for b in names[i:]][::2] + [tuple(names[:3]), tuple(names[3:6])]
+    combos = [(a, b) for i, a in enumerate(names) for b in names[i:]][::4] + [tuple(names[:3]), tuple(names[3:6])]
     for combo in combos:
         ms = [members[m] for m in combo]
         speeds = [s * math.exp(rng.gauss(0.0, noise)) for s in grp.speeds(TRUE_SPEED, ms)]

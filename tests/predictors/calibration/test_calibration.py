@@ -47,7 +47,7 @@ def test_memory_fit_is_exact_without_noise(fitted):
 
 def test_group_models_per_sharing_mode(fitted):
     ts = fitted.sharing["timeslice"]
-    assert fitted.sharing["mps"].groups == 20 and ts.groups == 20
+    assert fitted.sharing["mps"].groups == 11 and ts.groups == 11
     assert ts.shared_memory_mib == pytest.approx(SHARED_MIB, rel=0.02)
     for term in ("t_both", "t_partner"):
         assert ts.speed[term] == pytest.approx(TRUE_SPEED[term], abs=0.15)
