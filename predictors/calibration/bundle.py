@@ -68,12 +68,16 @@ def _version() -> str | None:
         return None
 
 
-def calibrate(paths: Sequence[str | os.PathLike[str]], *, figures: bool = True) -> dict[str, Any]:
-    """The bundle (a JSON-ready dict) of every GPU measured in the datasets under ``paths``; ``figures``:
-    with the cross-validated figures (:func:`~.evaluate.cross_validate`)."""
+def calibrate(paths: Sequence[str | os.PathLike[str]], *, figures: bool = True,
+              sharing: str | None = None) -> dict[str, Any]:
+    """The bundle (a JSON-ready dict) of every GPU measured in the datasets under ``paths`` (``sharing``: only
+    the datasets of that sharing mode); ``figures``: with the cross-validated figures
+    (:func:`~.evaluate.cross_validate`)."""
     from dltsched.predictors.calibration.evaluate import cross_validate
 
-    datasets = read_datasets(paths)
+    datasets = [d for d in read_datasets(paths) if sharing is None or d.sharing == sharing]
+    if not datasets:
+        raise ValidationError("--sharing", f"no {sharing} datasets under {', '.join(map(str, paths))}")
     by_gpu: dict[str, list[ProfileData]] = {}
     for d in datasets:
         by_gpu.setdefault(d.gpu, []).append(d)

@@ -32,12 +32,14 @@ def _print(bundle: dict[str, Any], out: str) -> None:
         groups = ", ".join(f"{n} {mode}" for mode, n in entry["groups"].items())
         click.echo(f"{gpu}: {entry['jobs_alone']} jobs alone, groups: {groups or 'none'}")
         for mode, fig in entry.get("figures", {}).items():
+            methods = [m for m in _METHODS if any(f"{m}_mape" in got for part, what, _ in _ROWS
+                                                  for got in [fig.get(part, {}).get(what) or {}])]
             click.echo(f"  {mode}: MAPE, cross-validated ({fig['models']} models)  "
-                       + "  ".join(f"{m:>14}" for m in _METHODS))
+                       + "  ".join(f"{m:>14}" for m in methods))
             for part, what, label in _ROWS:
                 got = fig.get(part, {}).get(what)
                 if got:
-                    cells = "  ".join(f"{_pct(got.get(f'{m}_mape')):>14}" for m in _METHODS)
+                    cells = "  ".join(f"{_pct(got.get(f'{m}_mape')):>14}" for m in methods)
                     click.echo(f"    {label:<44} n={got['n']:<3} {cells}")
 
 
@@ -45,10 +47,12 @@ def _print(bundle: dict[str, Any], out: str) -> None:
 @click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
               help="The calibration bundle to write (JSON), e.g. h200.json; use it with --calibration.")
+@click.option("--sharing", type=click.Choice(["timeslice", "mps"]), default=None,
+              help="Only the datasets of this sharing mode (default: every mode found, each fitted apart).")
 @click.option("--figures/--no-figures", default=True, show_default=True,
               help="Cross-validate (leave one model out, leave one group out) beside the default and simple rules.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole bundle as JSON.")
-def calibrate(dirs: tuple[str, ...], out: str, figures: bool, as_json: bool) -> None:
+def calibrate(dirs: tuple[str, ...], out: str, sharing: str | None, figures: bool, as_json: bool) -> None:
     """Fit step time, memory, utilisation and co-location of every GPU and sharing mode measured in the
     'dltsched profile --out' datasets under DIRS (a Lucid-layout folder with a gpu column reads too; an
     eval-steptime CSV, e.g. from 'predict convert-steptime zeus', adds jobs alone), and write one calibration
@@ -60,6 +64,6 @@ def calibrate(dirs: tuple[str, ...], out: str, figures: bool, as_json: bool) -> 
     """
     from dltsched.predictors.calibration.bundle import calibrate as fit
 
-    bundle = fit(dirs, figures=figures)
+    bundle = fit(dirs, figures=figures, sharing=sharing)
     write_text_file(out, json_text(bundle) + "\n", option="--out")
     emit(bundle, as_json, lambda: _print(bundle, out))

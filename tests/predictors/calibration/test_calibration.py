@@ -243,3 +243,13 @@ def test_eval_commands_price_covered_gpus_with_the_bundle(synthetic_dir, tmp_pat
     scores = json.loads(capsys.readouterr().out)
     assert scores["in_sample"] and scores["calibration"].startswith("cal.json#")
     assert scores["memory_mape"] < 1.0  # the synthetic groups follow the fitted memory rule exactly
+
+
+def test_calibrate_one_sharing_mode(synthetic_dir, tmp_path, capsys):
+    out = tmp_path / "ts.json"
+    assert main(["calibrate", str(synthetic_dir), "--sharing", "timeslice", "--out", str(out), "--no-figures"]) == 0
+    raw = json.loads(out.read_text())
+    assert raw["gpus"]["h200"]["sharing_modes"] == ["timeslice"] and list(raw["gpus"]["h200"]["colocation"]) == [
+        "timeslice"]
+    assert main(["calibrate", str(synthetic_dir / "mps"), "--sharing", "timeslice", "--out", str(out)]) == 2
+    assert "no timeslice datasets" in capsys.readouterr().err
