@@ -1,13 +1,25 @@
 #!/bin/bash
-# The measurement sweep behind predictors/profiling/measured/: real training steps of zoo models on one GPU.
+# Measurement sweeps of real training steps of zoo models on one GPU (docs/calibration.md).
+#   bash scripts/profile_sweep.sh plan     OUT_DIR [BUDGET_S]   the jobs and groups `dltsched profile --plan` picks for
+#                                                              this GPU within BUDGET_S, then measured
 #   bash scripts/profile_sweep.sh isolated OUT_DIR [BUDGET_S]   ~50 (model, batch) jobs alone
 #   bash scripts/profile_sweep.sh groups   OUT_DIR [BUDGET_S]   16 jobs alone, then 44 pairs and 12 triples co-located
-# Runs `dltsched profile` (DLTSCHED env var: the command to run it, default `dltsched`); needs a CUDA GPU.
+# Runs `dltsched profile` (DLTSCHED env var: the command to run it, default `dltsched`); needs a CUDA GPU. Each job
+# is timed for at least 30 steps, then until its median step is within +-2% at 95% (at most 30 s).
+# Then, on any machine: dltsched calibrate OUT_DIR --out CAL.json
 set -euo pipefail
 mode=$1; out=$2; budget=${3:-480}
 cli=${DLTSCHED:-dltsched}
 common=(--steps 30 --warmup 5 --timeout 180 --budget "$budget" --out "$out" --json)
-if [ "$mode" = isolated ]; then
+if [ "$mode" = plan ]; then
+  # the plan for this GPU (worked out on the CPU), then measured with this run's flags
+  name=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
+  mapfile -t args < <($cli profile --plan --budget "$budget" --gpu "$name" --json | python3 -c "import json, sys
+plan = json.load(sys.stdin)
+print(*[f for j in plan['jobs'] for f in ('--job', j['job'])], *[f for g in plan['groups'] for f in ('--groups', g)],
+      sep='\n')")
+  $cli profile "${args[@]}" "${common[@]}"
+elif [ "$mode" = isolated ]; then
   jobs="resnet18:32 resnet18:64 resnet18:128 resnet18:256 resnet50:32 resnet50:64 resnet50:128 resnet101:32
         resnet101:64 vgg16:64 vgg16:128 vgg19:64 mobilenet_v2:64 mobilenet_v2:256 mobilenet_v3:64 shufflenet_v2:128
         efficientnet_b0:128 vit_b16:32 vit_b16:64 transformer:32 transformer:64 transformer:128 lstm_lm:20
@@ -37,5 +49,5 @@ elif [ "$mode" = groups ]; then
   args=(); for g in $pairs $triples $pairs2 $triples2; do args+=(--groups "$g"); done
   $cli profile "${args[@]}" "${common[@]}"
 else
-  echo "usage: $0 isolated|groups OUT_DIR [BUDGET_S]" >&2; exit 2
+  echo "usage: $0 plan|isolated|groups OUT_DIR [BUDGET_S]" >&2; exit 2
 fi

@@ -98,7 +98,9 @@ class ConfiguredSolver:
         (a registered baseline such as ``greedy:sjf``) | ``auto`` (``cpsat`` for rounds of at most
         ``exact_max_jobs`` active jobs, else ``greedy``: bounded latency).
     predictors
-        Name of the predictor bundle for what is not measured (``default`` or ``analytic``).
+        Name of the predictor bundle for what is not measured (``default`` or ``analytic``); ``NAME@CAL.json``
+        puts the calibration bundle ``CAL.json`` (``dltsched calibrate``) on top: the GPU types it covers are
+        priced by it, and each plan's ``provenance`` names it per placed job.
     fallback_policy
         Decides the round when the solver is missing or fails; the plan is then ``status="fallback"``.
     exact_max_jobs
@@ -190,6 +192,10 @@ class ConfiguredSolver:
         plan = self._decide(state, preds, warm_start)
         if measured is not None:
             plan = replace(plan, provenance=provenance(plan, state, measured))
+        priced = _calibration_provenance(preds, plan, state)
+        if priced:  # a calibration bundle on top: say what it priced
+            plan = replace(plan, provenance={j: {**plan.provenance.get(j, {}), **priced.get(j, {})}
+                                             for j in {*plan.provenance, *priced}})
         fallbacks = colocation_fallbacks(preds.colocation, plan, state)
         if fallbacks:
             log.info("co-location of %d job(s) priced on predicted profiles (no profile on their GPU type): %s",
@@ -253,6 +259,13 @@ def SolveConfig(**settings: Any) -> ConfiguredSolver:  # noqa: N802 (the former 
     ``allow_cross_node``, ...). Returns ``ConfiguredSolver.of(**settings)``; the default objective is ``jct``.
     """
     return ConfiguredSolver.of(**settings)
+
+
+def _calibration_provenance(preds: Predictors, plan: Plan, state: ClusterState) -> dict[str, dict[str, str]]:
+    """Per placed job, the calibration bundle that priced it (empty without one)."""
+    from dltsched.predictors.calibration.wrap import calibration_provenance
+
+    return calibration_provenance(preds, plan, state)
 
 
 @functools.lru_cache(maxsize=8)

@@ -7,6 +7,7 @@ name = "tiny-two-policies"
 policies = ["fifo", "optimizing"]
 seeds = [0, 1]
 predictors = "default"          # predictor bundle the policies see
+calibration = "h200.json"       # optional: a calibration bundle on top (dltsched calibrate), relative to this file
 memory = "reject"               # or "oom"
 
 [workload]                      # exactly one of: instance, generate, trace
@@ -121,6 +122,7 @@ class Experiment(_Strict):
     policies: tuple[str, ...] = Field(min_length=1)
     seeds: tuple[int, ...] = Field((0,), min_length=1)
     predictors: str = "default"
+    calibration: str | None = None
     memory: Literal["reject", "oom"] = "reject"
     prediction_error: float = Field(0.0, ge=0)
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -178,6 +180,15 @@ class LoadedExperiment:
 
     def out_dir(self, override: str | Path | None = None) -> Path:
         return Path(override or self.spec.outputs.dir or Path("results") / self.spec.name)
+
+    def predictor_set(self) -> str:
+        """The bundle the policies see: ``predictors`` with ``calibration`` (relative to this file) on top."""
+        from dltsched.engine.app.registry import check_predictors, with_calibration
+
+        cal = self.spec.calibration
+        if cal is not None and not Path(cal).is_absolute():
+            cal = str((self.path.parent / cal).resolve())
+        return check_predictors(with_calibration(self.spec.predictors, cal))
 
     def runs(self) -> list[tuple[str, int]]:
         """(policy, seed) in the order they run: seeds outer, so every policy sees the same workload draw."""
@@ -266,12 +277,14 @@ def _versions() -> dict[str, str]:
 def _bundle(name: str) -> dict[str, Any]:
     """The bundle's name, the class of each part and, where the bundle keeps one (``crossfit``: key, folds,
     recipe and co-location family), its record."""
-    from dltsched.engine.app.registry import predictors
+    from dltsched.engine.app.registry import bundle_fields, predictors
 
     preds = predictors(name)
     out: dict[str, Any] = {"name": name, **{part: f"{type(getattr(preds, part)).__module__}."
                                                   f"{type(getattr(preds, part)).__name__}"
                                             for part in ("step_time", "colocation", "freezing")}}
+    if "calibration" in (fields := bundle_fields(name)):
+        out["calibration"] = fields["calibration"]
     record = getattr(preds.colocation, "record", None)
     if isinstance(record, dict) and record.get("bundle"):
         out["record"] = record
@@ -319,7 +332,7 @@ def run_experiment(exp: LoadedExperiment, out_dir: str | Path | None = None, *,
         for policy in s.policies:
             if progress:
                 progress(f"{policy} seed {seed}", 0)
-            (res,) = run_policies(inst, [policy], seed=seed, predictor_set=s.predictors, memory=s.memory,
+            (res,) = run_policies(inst, [policy], seed=seed, predictor_set=exp.predictor_set(), memory=s.memory,
                                   data_dir=s.workload.data_dir, prediction_error=s.prediction_error,
                                   options=s.options.get(policy))
             runs.append(res.to_dict(records=True, utilization=True) | {"policy": policy, "seed": seed})
@@ -327,7 +340,7 @@ def run_experiment(exp: LoadedExperiment, out_dir: str | Path | None = None, *,
                 progress(f"{policy} seed {seed}", 1)
     summary = summarize_runs(runs, s.policies)
     payload = {"experiment": describe(exp, out) | {"spec": s.model_dump(mode="json")},
-               "predictors": _bundle(s.predictors), "versions": _versions(), "gpu_types": gpu_types,
+               "predictors": _bundle(exp.predictor_set()), "versions": _versions(), "gpu_types": gpu_types,
                "summary": summary, "runs": runs}
     (out / "results.json").write_text(json.dumps(payload, indent=1, default=_json_value))
     _write_csv(out / "runs.csv", RUN_COLUMNS, runs)

@@ -69,10 +69,69 @@ def bundle_recipe(name: str) -> str:
     return "+".join(_load(f"dltsched.predictors.crossfit:{attr}") for attr in ("RECIPE_VERSION", "STEPTIME_RECIPE"))
 
 
+#: joins a bundle name and a calibration file: ``default@h200.json`` is ``default`` with that calibration on top
+CALIBRATION_SEP = "@"
+
+
+def split_bundle(name: str) -> tuple[str, str | None]:
+    """``"default@cal.json"`` -> ``("default", "cal.json")``; a name without a calibration -> ``(name, None)``."""
+    base, sep, path = name.partition(CALIBRATION_SEP)
+    return base, (path or None) if sep else None
+
+
+def with_calibration(name: str, calibration: str | None) -> str:
+    """The bundle name of ``name`` with the calibration file ``calibration`` on top (``NAME@PATH``; ``name`` as is
+    without one). The file is checked here, so a bad one is one clear line before anything runs."""
+    if not calibration:
+        return name
+    base, already = split_bundle(name)
+    if already is not None and already != calibration:
+        raise ValidationError("calibration", f"'{name}' already names calibration '{already}'; give one of the two")
+    path, mode = calibration_parts(calibration)
+    cal = calibration_bundle(path)
+    if mode != "timeslice" and not any(mode in g.sharing for g in cal.gpus.values()):
+        raise ValidationError("calibration", f"'{path}' has no {mode} groups; profile them with 'dltsched profile "
+                                             f"--sharing {mode}' and calibrate again, or leave out ':{mode}'")
+    return f"{base}{CALIBRATION_SEP}{calibration}"
+
+
+def calibration_parts(calibration: str) -> tuple[str, str]:
+    """``"h200.json:mps"`` -> ``("h200.json", "mps")``: the bundle file and the sharing mode its co-location is
+    priced for (default ``timeslice``)."""
+    path, sep, mode = calibration.rpartition(":")
+    return (path, mode) if sep and mode in ("timeslice", "mps") else (calibration, "timeslice")
+
+
+def calibration_bundle(path: str) -> Any:
+    """The calibration bundle at ``path`` (:class:`~dltsched.predictors.calibration.bundle.CalibrationBundle`),
+    read once per file content."""
+    import os
+
+    try:
+        stamp = os.stat(path).st_mtime_ns
+    except OSError:
+        stamp = -1
+    key = (os.path.abspath(path), stamp)
+    if key not in _CALIBRATIONS:
+        _CALIBRATIONS[key] = _load("dltsched.predictors.calibration.bundle:CalibrationBundle").load(path)
+    return _CALIBRATIONS[key]
+
+
+_CALIBRATIONS: dict[tuple[str, int], Any] = {}
+
+
 def bundle_fields(name: str) -> dict[str, str]:
     """What a result record says of the predictor bundle it used: ``predictors`` (its name), ``predictors_fit``
-    (:data:`BUNDLE_FIT`) and ``predictors_recipe`` (:func:`bundle_recipe`)."""
-    return {"predictors": name, "predictors_fit": BUNDLE_FIT.get(name, ""), "predictors_recipe": bundle_recipe(name)}
+    (:data:`BUNDLE_FIT`) and ``predictors_recipe`` (:func:`bundle_recipe`); with a calibration on top, also
+    ``calibration`` (the bundle's file name and content hash, and the GPU types it prices)."""
+    base, calibration = split_bundle(name)
+    out = {"predictors": name, "predictors_fit": BUNDLE_FIT.get(base, ""), "predictors_recipe": bundle_recipe(base)}
+    if calibration is not None:
+        path, mode = calibration_parts(calibration)
+        cal = calibration_bundle(path)
+        out["predictors_fit"] += f"; {','.join(cal.covered())} calibrated on {cal.label} (profiled jobs in-sample)"
+        out["calibration"] = f"{cal.label} ({', '.join(cal.covered())}, {mode}; other GPU types: {base})"
+    return out
 
 
 def _pick(kind: str, table: dict[str, str], name: str) -> str:
@@ -141,16 +200,25 @@ def predictor_names() -> tuple[str, ...]:
 
 
 def check_predictors(name: str) -> str:
-    """``name`` lower-cased when it is a registered bundle; else a ValidationError with close matches."""
-    _pick("predictors", _PREDICTORS, name)
-    return name.lower()
+    """``name`` lower-cased when it is a registered bundle (``NAME@CAL.json``: the calibration file checked and
+    kept as given); else a ValidationError with close matches."""
+    base, calibration = split_bundle(name)
+    _pick("predictors", _PREDICTORS, base)
+    return with_calibration(base.lower(), calibration)
 
 
 def predictors(name: str = "default", data_dir: str | None = None) -> Any:
     """The predictor bundle registered as ``name``; a bundle fitted on the data folder's measurements
-    (``crossfit``) reads them from ``data_dir`` (default: found as the readers find it)."""
-    factory = _load(_pick("predictors", _PREDICTORS, name))
-    return factory(data_dir) if name.lower() in _DATA_BUNDLES else factory()
+    (``crossfit``) reads them from ``data_dir`` (default: found as the readers find it). ``NAME@CAL.json``: that
+    bundle with the calibration ``CAL.json`` on top (``dltsched calibrate``; the GPU types it covers use it;
+    ``CAL.json:mps``: its co-location under MPS instead of time-slicing)."""
+    base, calibration = split_bundle(name)
+    factory = _load(_pick("predictors", _PREDICTORS, base))
+    preds = factory(data_dir) if base.lower() in _DATA_BUNDLES else factory()
+    if calibration is None:
+        return preds
+    path, mode = calibration_parts(calibration)
+    return _load("dltsched.predictors.calibration.wrap:calibrated_predictors")(preds, calibration_bundle(path), mode)
 
 
 def default_bench_predictors(data_dir: str | None = None) -> str:

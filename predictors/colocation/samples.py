@@ -66,7 +66,8 @@ class IsolatedProfile:
 
 @dataclass(frozen=True, slots=True)
 class ColocSample:
-    """One measured co-location: ``jobs`` share one GPU of type ``gpu``."""
+    """One measured co-location: ``jobs`` share one GPU of type ``gpu`` by ``sharing`` (``timeslice``: several
+    processes time-sliced by the driver; ``mps``: CUDA MPS)."""
 
     gpu: str
     jobs: tuple[JobSpec, ...]
@@ -74,6 +75,7 @@ class ColocSample:
     memory_mib: float | None = None
     gpu_util: float | None = None
     source: str = ""
+    sharing: str = "timeslice"
 
     def __post_init__(self) -> None:
         if len(self.jobs) < 2:
@@ -275,7 +277,7 @@ def read_lucid_samples(path: str | os.PathLike[str] | None = None, *,
               else pairs.with_name("single_data.csv") if pairs.with_name("single_data.csv").exists()
               else data_file("lucid", "single_data.csv", data_dir=data_dir))
     isolated = _read_lucid_isolated(single)
-    groups: dict[tuple[str, tuple[JobSpec, ...]], list[tuple[tuple[float, ...], float | None, float | None]]] = {}
+    groups: dict[tuple[str, str, tuple[JobSpec, ...]], list[tuple[tuple[float, ...], float | None, float | None]]] = {}
     with pairs.open(newline="") as fh:
         reader = csv.DictReader(fh)
         size = _group_size(reader.fieldnames or ())
@@ -286,17 +288,18 @@ def read_lucid_samples(path: str | os.PathLike[str] | None = None, *,
             members = [lucid_job(row[f"model{i}"], row[f"dataset{i}"], row[f"batchsize{i}"], row[f"amp{i}"])
                        for i in range(1, size + 1)]
             jobs, speeds = canonical(members, [float(row[f"speed{i}"]) for i in range(1, size + 1)])
-            groups.setdefault((_row_gpu(row), jobs), []).append((speeds, _number(row.get("gmem")),
-                                                                 _number(row.get("gpu_util"))))
+            sharing = (row.get("sharing") or "").strip() or "timeslice"
+            groups.setdefault((_row_gpu(row), sharing, jobs), []).append((speeds, _number(row.get("gmem")),
+                                                                          _number(row.get("gpu_util"))))
     samples = []
-    for (gpu, jobs), runs in sorted(groups.items()):
+    for (gpu, sharing, jobs), runs in sorted(groups.items()):
         n = len(runs)
         speeds = tuple(sum(r[0][i] for r in runs) / n for i in range(len(jobs)))
         memory = [r[1] for r in runs if r[1] is not None]
         util = [r[2] for r in runs if r[2] is not None]
         samples.append(ColocSample(gpu, jobs, speeds, sum(memory) / len(memory) if memory else None,
                                    sum(util) / len(util) if util else None,
-                                   source="lucid" if gpu == LUCID_GPU else "profiled"))
+                                   source="lucid" if gpu == LUCID_GPU else "profiled", sharing=sharing))
     return ColocDataset(tuple(samples), isolated, "lucid")
 
 

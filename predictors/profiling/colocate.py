@@ -1,8 +1,8 @@
 """Co-located measurement: 1-3 worker processes train zoo models on one device at the same time.
 
 Each worker builds its model, runs ``warmup`` steps and reports ready; once every worker of the
-round is ready the parent sets their start events (the barrier), each times ``steps`` steps (the
-steady window), reports, and keeps training until the parent says stop, so that every job's
+round is ready the parent sets their start events (the barrier), each times steps until its
+:class:`~.precision.StoppingRule` says the median is known well enough (the steady window), reports, and keeps training until the parent says stop, so that every job's
 window overlaps the others' whole windows. The parent samples NVML utilisation while the windows
 run. A group of one job is an isolated run. Workers live in a :class:`WorkerPool` reused across
 rounds, so that spawning (and importing torch) is paid once per pool, not per round.
@@ -19,6 +19,7 @@ from typing import Any
 
 from dltsched.engine.domain.errors import DltschedError, ValidationError
 from dltsched.predictors.profiling.nvml import UtilSampler
+from dltsched.predictors.profiling.precision import StepInterval, StoppingRule, median_interval
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -48,7 +49,8 @@ def parse_group(text: str) -> tuple[ProfiledJob, ...]:
 
 @dataclass(frozen=True, slots=True)
 class JobRun:
-    """One worker's measurement: step times of its steady window (s) and peak CUDA memory (MiB)."""
+    """One worker's measurement: step times of its steady window (s) and peak CUDA memory (MiB);
+    ``stop``: why the window ended (:meth:`StoppingRule.stop_reason`)."""
 
     job: ProfiledJob
     model: str
@@ -57,10 +59,16 @@ class JobRun:
     peak_memory_mib: float | None
     device_name: str
     versions: dict[str, str | None]
+    stop: str = "steps"
 
     @property
     def step_time_s(self) -> float:
         return statistics.median(self.step_times_s)
+
+    @property
+    def interval(self) -> StepInterval:
+        """The median step time's 95% interval."""
+        return median_interval(self.step_times_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +86,13 @@ def _versions(torch: Any) -> dict[str, str | None]:
             "tf32_cudnn": str(torch.backends.cudnn.allow_tf32)}
 
 
-def _measure(index: int, job: ProfiledJob, device: Any, warmup: int, steps: int, go: Any, stop: Any,
+def _measure(index: int, job: ProfiledJob, device: Any, warmup: int, rule: StoppingRule, go: Any, stop: Any,
              results: Any) -> None:
     """One task: build, warm up, report ready, wait for go, time the window, train on until stop."""
     import torch
 
     from dltsched.predictors.profiling.harness import build_training, peak_memory_mib
+    from dltsched.predictors.profiling.precision import time_window
 
     training = build_training(job.model, job.dataset, job.batch_size, device)
     for _ in range(warmup):
@@ -93,25 +102,25 @@ def _measure(index: int, job: ProfiledJob, device: Any, warmup: int, steps: int,
         torch.cuda.reset_peak_memory_stats()
     results.put((index, "ready", None))
     go.wait()
-    times = tuple(training.timed_step_s() for _ in range(steps))
+    times, elapsed_s = time_window(training.timed_step_s, rule)
     name = torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu"
-    results.put((index, "result", JobRun(job, training.model, training.dataset, times, peak_memory_mib(device),
-                                         name, _versions(torch))))
+    results.put((index, "result", JobRun(job, training.model, training.dataset, tuple(times), peak_memory_mib(device),
+                                         name, _versions(torch), rule.stop_reason(times, elapsed_s))))
     while not stop.is_set():
         training.step()
 
 
 def _worker(index: int, device_kind: str, tasks: Any, go: Any, stop: Any, results: Any) -> None:
-    """Worker process body: runs ``(job, warmup, steps)`` tasks until ``None``; errors go to ``results``."""
+    """Worker process body: runs ``(job, warmup, rule)`` tasks until ``None``; errors go to ``results``."""
     import torch
 
     device = torch.device(device_kind)
     if device.type == "cpu":
         torch.set_num_threads(1)  # co-located CPU smoke workers must not oversubscribe the cores
     while (task := tasks.get()) is not None:
-        job, warmup, steps = task
+        job, warmup, rule = task
         try:
-            _measure(index, job, device, warmup, steps, go, stop, results)
+            _measure(index, job, device, warmup, rule, go, stop, results)
             results.put((index, "done", None))
         except BaseException as err:  # noqa: BLE001 - any failure goes back to the parent
             results.put((index, "error", f"{job.label}: {type(err).__name__}: {err}"))
@@ -168,13 +177,15 @@ class WorkerPool:
                 out[index] = value
         return out
 
-    def measure(self, jobs: tuple[ProfiledJob, ...], *, warmup: int, steps: int) -> GroupRun:
-        """Run ``jobs`` at the same time (one per worker) and return their runs and NVML summary."""
+    def measure(self, jobs: tuple[ProfiledJob, ...], *, warmup: int, steps: int | StoppingRule) -> GroupRun:
+        """Run ``jobs`` at the same time (one per worker) and return their runs and NVML summary; ``steps``: a
+        fixed count of timed steps, or the rule that ends each job's window."""
+        rule = steps if isinstance(steps, StoppingRule) else StoppingRule(min_steps=steps, precision=None)
         workers, errors = range(len(jobs)), dict[int, str]()
         for i, job in enumerate(jobs):
             self._go[i].clear()
             self._stop[i].clear()
-            self._tasks[i].put((job, warmup, steps))
+            self._tasks[i].put((job, warmup, rule))
         self._await(workers, "ready", errors)
         with UtilSampler() as sampler:
             for i in workers:

@@ -3,7 +3,11 @@
 Files (CSV cells ``nan`` = not measured, JSON ``null``):
 
 - ``steptime.csv``: isolated runs, ``model,dataset,gpu,batch_size,num_gpus,step_time_s,amp,optimizer,...``
-  (``dltsched predict eval-steptime steptime.csv``).
+  (``dltsched predict eval-steptime steptime.csv``) with ``scope`` (``compute``: synthetic inputs already on
+  the device, no input pipeline), ``n`` (steps timed), ``step_time_ci95_low_s`` and ``step_time_ci95_high_s``
+  (the median's distribution-free 95% interval, :mod:`.precision`) and ``stop`` (why the window ended:
+  ``precision``, ``time_cap``, ``step_cap`` or ``steps``). Files written before these columns existed are
+  read as scope ``compute`` when ``measurement.json`` beside them names ``dltsched profile``.
 - ``single_data.csv``: isolated runs in Lucid's layout ``model,dataset,batchsize,amp,speed,gpu_util,
   gmem_util,gmem`` (+ ``gpu``); ``speed`` in samples/s.
 - ``colocate_info.csv``: 2-job groups in Lucid's layout ``,model1,dataset1,gpu_num1,batchsize1,amp1,speed1,
@@ -46,8 +50,9 @@ def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]])
 
 def write_steptime(path: Path, isolated: Sequence[dict[str, Any]]) -> None:
     keys = ("model", "dataset", "gpu", "batch_size", "num_gpus", "step_time_s", "amp", "optimizer",
-            "peak_memory_mib", "gpu_util", "gmem_used_mib")
-    _write_csv(path, keys, [[r[k] for k in keys] for r in isolated])
+            "peak_memory_mib", "gpu_util", "gmem_used_mib", "scope", "n", "step_time_ci95_low_s",
+            "step_time_ci95_high_s", "stop")
+    _write_csv(path, keys, [[r.get(k) for k in keys] for r in isolated])
 
 
 def write_lucid_single(path: Path, isolated: Sequence[dict[str, Any]]) -> None:

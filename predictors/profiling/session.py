@@ -24,6 +24,17 @@ from dltsched.predictors.profiling.colocate import GroupRun, ProfiledJob, Worker
 from dltsched.predictors.profiling.dataset import write_dataset
 from dltsched.predictors.profiling.mps import mps_control_binary, mps_daemon
 from dltsched.predictors.profiling.nvml import gpu_info
+from dltsched.predictors.profiling.precision import MAX_STEPS, StoppingRule
+
+#: what a profiled step covers: synthetic inputs already on the device, so no input pipeline
+#: (``steptime.csv``'s ``scope`` column; see :data:`dltsched.predictors.steptime.model.SCOPES`)
+PROFILE_SCOPE = "compute"
+
+
+def typed_command(argv: list[str] | None = None) -> str:
+    """The command as the user typed it: ``dltsched`` and the arguments after the program name (not the
+    absolute path of the entry script or of ``main.py``)."""
+    return shlex.join(["dltsched", *(sys.argv[1:] if argv is None else argv)])
 
 SHARING_MODES = ("timeslice", "mps")
 
@@ -63,12 +74,20 @@ def device_kind(smoke: bool) -> str:
     return "cuda"
 
 
+def _window(run: Any) -> dict[str, Any]:
+    """A run's window: steps timed, the median's 95% interval (s; ``None`` below 6 steps) and why it stopped."""
+    ci = run.interval
+    finite = ci.low_s == ci.low_s  # nan below the fewest steps for an interval
+    return {"n": ci.n, "step_time_ci95_low_s": ci.low_s if finite else None,
+            "step_time_ci95_high_s": ci.high_s if finite else None, "stop": run.stop}
+
+
 def _isolated_row(group: GroupRun, gpu: str) -> dict[str, Any]:
     run, nv = group.runs[0], group.nvml
     return {"model": run.model, "dataset": run.dataset, "gpu": gpu, "batch_size": run.job.batch_size,
             "num_gpus": 1, "step_time_s": run.step_time_s, "amp": 0, "optimizer": "sgd",
             "peak_memory_mib": run.peak_memory_mib, "gpu_util": nv["gpu_util"], "gmem_used_mib": nv["gmem_used_mib"],
-            "gmem_util": nv["gmem_util"],
+            "scope": PROFILE_SCOPE, **_window(run), "gmem_util": nv["gmem_util"],
             "gmem_mib": run.peak_memory_mib if nv["gmem_used_mib"] is None else nv["gmem_used_mib"],
             "step_times_s": list(run.step_times_s)}
 
@@ -80,7 +99,7 @@ def _group_row(group: GroupRun, isolated: dict[ProfiledJob, dict[str, Any]], gpu
         jobs.append({"model": run.model, "dataset": run.dataset, "batch_size": run.job.batch_size, "amp": 0,
                      "step_time_s": run.step_time_s, "isolated_step_time_s": alone_s,
                      "speed": alone_s / run.step_time_s, "peak_memory_mib": run.peak_memory_mib,
-                     "step_times_s": list(run.step_times_s)})
+                     **_window(run), "step_times_s": list(run.step_times_s)})
     peaks = [r.peak_memory_mib for r in group.runs]
     torch_sum = None if None in peaks else sum(p for p in peaks if p is not None)
     nvml_used = group.nvml["gmem_used_mib"]
@@ -90,18 +109,28 @@ def _group_row(group: GroupRun, isolated: dict[ProfiledJob, dict[str, Any]], gpu
             "gmem_source": "nvml" if nvml_used is not None else "torch" if torch_sum is not None else None}
 
 
-def _record(first: GroupRun, gpu: str, sharing: str, smoke: bool, steps: int, warmup: int) -> dict[str, Any]:
+def _record(first: GroupRun, gpu: str, sharing: str, smoke: bool, rule: StoppingRule, warmup: int,
+            command: str | None) -> dict[str, Any]:
     run = first.runs[0]
     return {"date_utc": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(),
-            "platform": platform.platform(), "command": shlex.join(sys.argv), "device": "cpu" if smoke else "cuda",
+            "platform": platform.platform(), "command": command or typed_command(),
+            "device": "cpu" if smoke else "cuda",
             "device_name": run.device_name, "gpu": gpu, **gpu_info(), **run.versions, "sharing": sharing,
-            "steps": steps, "warmup": warmup, "smoke": smoke, "nvml": first.nvml["gpu_util"] is not None}
+            "scope": PROFILE_SCOPE, "steps": rule.min_steps, "precision": rule.precision,
+            "min_window_s": rule.min_window_s, "max_window_s": rule.max_window_s, "warmup": warmup, "smoke": smoke,
+            "nvml": first.nvml["gpu_util"] is not None}
 
 
 def run_profile(jobs: tuple[ProfiledJob, ...], groups: list[tuple[ProfiledJob, ...]], *, out_dir: str | Path,
                 sharing: str = "timeslice", steps: int = 20, warmup: int = 5, smoke: bool = False,
-                timeout_s: float = 600.0, budget_s: float | None = None) -> dict[str, Any]:
+                timeout_s: float = 600.0, budget_s: float | None = None, precision: float | None = 0.02,
+                max_window_s: float = 30.0, min_window_s: float = 0.5, command: str | None = None) -> dict[str, Any]:
     """Profile ``jobs`` and every job of ``groups`` alone, then each group co-located; write the dataset.
+
+    Each job's window is at least ``steps`` timed steps and ``min_window_s`` seconds, then runs until its
+    median step time is within ``precision`` at 95% (``None``: exactly ``steps``) or ``max_window_s``
+    seconds (:class:`~.precision.StoppingRule`). ``command``: the command line to record (default: this
+    process's arguments after ``dltsched``).
 
     The dataset is rewritten after every measurement, so a run stopped part-way leaves what it
     measured. A measurement whose worker fails (out of memory, say) is recorded under ``failed`` and
@@ -116,8 +145,10 @@ def run_profile(jobs: tuple[ProfiledJob, ...], groups: list[tuple[ProfiledJob, .
     every = sorted(set(jobs) | {j for g in groups for j in g})
     if not every:
         raise ValidationError("profile", "no jobs; give --model, --job or --groups")
-    session = ProfileSession(Path(out_dir), sharing, smoke, steps, warmup,
-                       None if budget_s is None else time.monotonic() + budget_s)
+    rule = StoppingRule(min_steps=steps, precision=precision, min_window_s=min_window_s, max_window_s=max_window_s,
+                        max_steps=max(steps, MAX_STEPS))
+    session = ProfileSession(Path(out_dir), sharing, smoke, rule, warmup,
+                             None if budget_s is None else time.monotonic() + budget_s, command)
     with WorkerPool(1, kind, timeout_s) as pool:
         for job in every:
             if (run := session.measure(pool, (job,))) is not None:
@@ -146,10 +177,11 @@ def run_profile(jobs: tuple[ProfiledJob, ...], groups: list[tuple[ProfiledJob, .
 class ProfileSession:
     """What one ``run_profile`` call has measured so far, written out after every measurement."""
 
-    def __init__(self, out_dir: Path, sharing: str, smoke: bool, steps: int, warmup: int,
-                 deadline: float | None) -> None:
-        self.out_dir, self.sharing, self.smoke, self.steps, self.warmup = out_dir, sharing, smoke, steps, warmup
-        self.deadline = deadline
+    def __init__(self, out_dir: Path, sharing: str, smoke: bool, steps: int | StoppingRule, warmup: int,
+                 deadline: float | None, command: str | None = None) -> None:
+        self.rule = steps if isinstance(steps, StoppingRule) else StoppingRule(min_steps=steps, precision=None)
+        self.out_dir, self.sharing, self.smoke, self.warmup = out_dir, sharing, smoke, warmup
+        self.deadline, self.command = deadline, command
         self.isolated: dict[ProfiledJob, dict[str, Any]] = {}
         self.groups: list[dict[str, Any]] = []
         self.failed: list[dict[str, str]] = []
@@ -172,7 +204,7 @@ class ProfileSession:
             self.stopped = f"budget spent before {label}"
             return None
         try:
-            return pool.measure(group, warmup=self.warmup, steps=self.steps)
+            return pool.measure(group, warmup=self.warmup, steps=self.rule)
         except WorkerTimeout as err:
             self.stopped = f"{label}: {err}"
         except DltschedError as err:
@@ -182,7 +214,7 @@ class ProfileSession:
     def record(self) -> dict[str, Any]:
         if self.first is None:
             return {}
-        return {**_record(self.first, self.gpu or "", self.sharing, self.smoke, self.steps, self.warmup),
+        return {**_record(self.first, self.gpu or "", self.sharing, self.smoke, self.rule, self.warmup, self.command),
                 "failed": self.failed, "stopped": self.stopped}
 
     def write(self) -> list[str]:

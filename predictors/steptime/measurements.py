@@ -205,15 +205,49 @@ def _check_names(row: dict[str, str], where: str) -> None:
             raise ValidationError(f"{where}.{column}", str(err).split(" (known:")[0]) from None
 
 
-def read_csv(path: str | os.PathLike[str]) -> list[Measurement]:
-    """Read ``model,gpu,batch_size,num_gpus,step_time_s`` rows with optional ``seq_len, scope`` (default
-    ``iteration``), ``dataset, optimizer, amp, source`` columns.
+def profile_record(path: str | os.PathLike[str]) -> dict[str, object] | None:
+    """The ``measurement.json`` beside ``path`` when it is the record of the ``dltsched profile`` run that wrote
+    ``path`` (it lists the file, or its command is a profile command), else ``None``."""
+    import json
 
-    ``source`` defaults to the file name. A bad row raises one :class:`ValidationError` naming the
-    file, row and column (unknown models and GPUs with their close matches).
+    record_path = Path(path).with_name("measurement.json")
+    if not record_path.is_file():
+        return None
+    try:
+        record = json.loads(record_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    files = record.get("files") or []
+    command = str(record.get("command") or "").split()
+    if Path(path).name in files or (len(command) > 1 and command[1] == "profile"):
+        return record
+    return None
+
+
+def default_scope(path: str | os.PathLike[str]) -> str:
+    """The scope of rows of ``path`` without a ``scope`` cell: the profile record's (``compute`` for a file
+    ``dltsched profile`` wrote: synthetic inputs already on the device), else ``iteration``."""
+    record = profile_record(path)
+    if record is None:
+        return "iteration"
+    scope = str(record.get("scope") or "compute")
+    return scope if scope in SCOPES else "compute"
+
+
+def read_csv(path: str | os.PathLike[str]) -> list[Measurement]:
+    """Read ``model,gpu,batch_size,num_gpus,step_time_s`` rows with optional ``seq_len, scope``,
+    ``dataset, optimizer, amp, source`` columns.
+
+    A row without a ``scope`` cell gets :func:`default_scope`: ``compute`` for a file ``dltsched profile``
+    wrote (its ``measurement.json`` beside it), else ``iteration``. ``source`` defaults to the file name. A
+    bad row raises one :class:`ValidationError` naming the file, row and column (unknown models and GPUs
+    with their close matches).
     """
     out = []
     name = Path(path).name
+    scope_default = default_scope(path)
     with Path(path).open(newline="") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or ())]
@@ -229,7 +263,7 @@ def read_csv(path: str | os.PathLike[str]) -> list[Measurement]:
                                        float(row["step_time_s"]), (row.get("amp") or "0").strip().lower() in
                                        ("1", "true", "yes"), row.get("dataset") or None,
                                        row.get("optimizer") or "sgd", row.get("source") or name,
-                                       scope=(row.get("scope") or "iteration").strip(),
+                                       scope=(row.get("scope") or "").strip() or scope_default,
                                        seq_len=int(seq) if seq else None))
             except ValidationError as err:
                 raise err.under(where) from None

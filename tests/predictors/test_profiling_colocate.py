@@ -189,3 +189,19 @@ def test_explicit_jobs_and_failed_list_in_the_dataset(capsys, tmp_path):
     assert result["failed"] == [] and result["stopped"] is None
     record = json.loads((out / "measurement.json").read_text())
     assert record["failed"] == [] and record["stopped"] is None
+
+
+def test_steptime_csv_carries_scope_n_and_interval(smoke_dataset):
+    from dltsched.predictors.steptime.measurements import read_csv
+
+    with (smoke_dataset / "steptime.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["scope"] for r in rows} == {"compute"} and {r["n"] for r in rows} == {"3"}
+    assert {r["stop"] for r in rows} == {"steps"}  # smoke: a fixed window
+    assert {m.scope for m in read_csv(smoke_dataset / "steptime.csv")} == {"compute"}
+
+
+def test_record_names_the_command_as_typed(smoke_dataset):
+    record = json.loads((smoke_dataset / "measurement.json").read_text())
+    assert record["command"].startswith("dltsched profile --smoke --groups neumf:8+a2c:8")
+    assert record["scope"] == "compute" and record["precision"] is None  # smoke: a fixed window

@@ -25,6 +25,7 @@ from dltsched.engine.app.registry import (
     check_predictors,
     default_bench_predictors,
     options_for,
+    with_calibration,
 )
 
 _BENCH_COMMANDS = {
@@ -78,6 +79,9 @@ def _ci95(values: list[float]) -> float:
               help="Predictor bundle, repeatable: each gets its own rows (e.g. --predictors default --predictors "
                    "crossfit: in-sample beside cross-fitted). Default: crossfit when the ground truth comes from "
                    "measurements (a data folder is found), else default.")
+@click.option("--calibration", type=click.Path(dir_okay=False), default=None,
+              help="A calibration bundle (dltsched calibrate) on top of every --predictors bundle; a bundle named "
+                   "NAME@CAL.json gets one of its own.")
 @click.option("--prediction-error", type=FiniteFloat(0.0, 10.0), default=0.0, show_default=True)
 @click.option("--option", "options", multiple=True, help=OPTION_HELP)
 @click.option("--json", "as_json", is_flag=True)
@@ -85,13 +89,14 @@ def _ci95(values: list[float]) -> float:
 def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str | None, data_dir: str | None,
                    jobs: int | None, start_s: float | None, gpus: int | None, gpu_types: str, cluster: str | None,
                    policies: tuple[str, ...], seeds: tuple[int, ...], predictor_sets: tuple[str, ...],
-                   prediction_error: float, options: tuple[str, ...], as_json: bool) -> None:
+                   calibration: str | None, prediction_error: float, options: tuple[str, ...], as_json: bool) -> None:
     """Every policy on the same workload and cluster: one row per predictor bundle and policy, means and 95%
     CIs over seeds; each row names its bundle and whether it is fitted on the truth's measurements."""
     names = expand_policies(policies)
     opts = parse_options(options)
     per_policy_options = options_for(names, opts)  # a bad option fails before any run; each policy gets its own
     bundles = list(dict.fromkeys(check_predictors(p) for p in predictor_sets)) or [default_bench_predictors(data_dir)]
+    bundles = list(dict.fromkeys(check_predictors(with_calibration(b, calibration)) for b in bundles))
     per_policy: dict[tuple[str, str], list[dict[str, Any]]] = {(b, n): [] for b in bundles for n in names}
     info: dict[str, Any] = {}
     for seed in seeds:

@@ -103,9 +103,12 @@ def _print_prediction(payload: dict[str, Any]) -> None:
                    "rules fitted on the Gavel pairs the shipped model is trained on (needs the shared data folder).")
 @click.option("--data-dir", default=None, help="Shared data folder for --rules (default: found automatically).")
 @click.option("--eggat/--no-eggat", "eggat", default=None, help=_EGGAT_HELP)
+@click.option("--calibration", type=click.Path(dir_okay=False), default=None,
+              help="Price the groups on GPU types this calibration bundle covers with it (dltsched calibrate), "
+                   "each under its own sharing mode; the others with the model.")
 @click.option("--json", "as_json", is_flag=True)
 def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None, rules: bool,
-                    data_dir: str | None, eggat: bool | None, as_json: bool) -> None:
+                    data_dir: str | None, eggat: bool | None, calibration: str | None, as_json: bool) -> None:
     """Evaluate a trained predictor against every measured group of FILE (pairs or triples)."""
     from dltsched.predictors.colocation.features import resolve_gpu
     from dltsched.predictors.colocation.metrics import evaluate
@@ -118,10 +121,20 @@ def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None
         if not len(data):
             raise ValidationError("gpu", f"'{gpu}' has no measured groups in {file}")
     predictor = _load_predictor(model_path, eggat)
+    if calibration:
+        from dltsched.engine.app.registry import calibration_bundle
+        from dltsched.predictors.calibration.check import CalibratedGroupPredictor
+
+        bundle = calibration_bundle(calibration)
+        predictor = CalibratedGroupPredictor(bundle, predictor, {(s.gpu, s.jobs): s.sharing for s in data.samples})
     scores = evaluate(predictor, data)
+    if calibration:
+        scores["calibration"] = bundle.label
+        scores["in_sample"] = bundle.fitted_on(file)  # fitted on these groups: not predictions
     scores["fallbacks"] = dict(getattr(predictor, "fallbacks", {}))
     scores["gpus"] = list(data.gpus())
     scores["group_sizes"] = sorted({len(s.jobs) for s in data.samples})
+    scores["sharing"] = sorted({s.sharing for s in data.samples})  # time-slicing and MPS are different regimes
     trained_on = getattr(predictor, "record", {}).get("data")
     if trained_on is not None:
         scores["trained_on"] = trained_on  # the same data: in-sample figures, not predictions
@@ -156,6 +169,9 @@ def _print_scores(scores: dict[str, Any]) -> None:
                 f"util {pct(s['util_mape'])}")
 
     click.echo(line("predictor", scores))
+    if "calibration" in scores:
+        click.echo(f"calibration {scores['calibration']}"
+                   + (": fitted on these groups (in-sample, not a prediction)" if scores["in_sample"] else ""))
     for name, s in scores.get("rules", {}).items():
         click.echo(line(name, s) if isinstance(s, dict) else f"{name}: {s}")
     if scores["fallbacks"]:

@@ -27,6 +27,7 @@ _COMMANDS: dict[str, str] = {
     "solve": "dltsched.engine.app.cli.solve:solve",
     "predict": "dltsched.engine.app.cli.predict:predict",
     "profile": "dltsched.engine.app.cli.predict:profile",
+    "calibrate": "dltsched.engine.app.cli.calibrate:calibrate",
     "bench": "dltsched.engine.app.cli.bench:bench",
     "serve": "dltsched.engine.app.service.server:serve",
     "batch": "dltsched.engine.app.batch:batch",
@@ -42,6 +43,7 @@ _COMMAND_HELP: dict[str, str] = {
     "solve": "Solve one round (ROUND_OR_INSTANCE.json) and print the checked plan.",
     "predict": "Step-time, freezing and co-location predictions, calibration and evaluation.",
     "profile": "Run real training steps of zoo models alone or co-located.",
+    "calibrate": "Fit a calibration bundle for a GPU from 'dltsched profile' datasets (CPU).",
     "bench": "Benchmarks: simulation, solver and predictor speed.",
     "serve": "Serve POST /v1/schedule over HTTP (OpenAPI docs at /docs).",
     "batch": "Solve or simulate every instance in DIR|GLOB x policies x seeds, in parallel.",
@@ -179,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     errors, unreadable or unwritable files, input nested too deeply, too large for memory) exits 2; an
     unexpected internal error exits 1, also as one line (``-vv`` logs its traceback)."""
     try:
-        code = cli.main(args=argv, prog_name="dltsched", standalone_mode=False)
+        args = list(sys.argv[1:] if argv is None else argv)
+        code = cli.main(args=args, prog_name="dltsched", standalone_mode=False, obj={"argv": args})
     except click.exceptions.Exit as exc:
         return int(exc.exit_code or 0)
     except click.ClickException as exc:

@@ -122,9 +122,12 @@ def _measurements(source: str, data_dir: str | None, scales: tuple[int, int] = (
 @click.option("--min-scale", type=int, default=1, show_default=True, help="--format gavel: fewest GPUs per job.")
 @click.option("--max-scale", type=int, default=1, show_default=True, help="--format gavel: most GPUs per job.")
 @click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--calibration", type=click.Path(dir_okay=False), default=None,
+              help="Price the GPU types this calibration bundle covers with it (dltsched calibrate); rows say "
+                   "whether a job's own profile in the bundle (measured) or its models (calibrated) priced them.")
 @click.option("--json", "as_json", is_flag=True)
 def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: bool, new_jobs: bool, min_scale: int,
-                  max_scale: int, data_dir: str | None, as_json: bool) -> None:
+                  max_scale: int, data_dir: str | None, calibration: str | None, as_json: bool) -> None:
     """MAPE and p90 APE of step-time predictions against measurements (CSV or --format)."""
     from dltsched.predictors.steptime import DeletePopStepTime
     from dltsched.predictors.steptime import calibrate as cal
@@ -134,8 +137,17 @@ def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: b
         raise ValidationError("eval-steptime", "give either a CSV file or --format gavel|zeus|all")
     if new_jobs and not leave_one_gpu_out:
         raise ValidationError("--new-jobs", "only with --leave-one-gpu-out")
+    if calibration and leave_one_gpu_out:
+        raise ValidationError("--calibration", "not with --leave-one-gpu-out (a bundle is fitted on its own GPU)")
     test = ms.read_csv(csv_file) if csv_file else _measurements(source or "all", data_dir, (min_scale, max_scale))
-    if leave_one_gpu_out:
+    if calibration:
+        from dltsched.engine.app.registry import calibration_bundle
+        from dltsched.predictors.calibration.check import steptime_rows
+
+        bundle = calibration_bundle(calibration)
+        out = steptime_rows(bundle, test)
+        out["in_sample"] = bool(csv_file) and bundle.fitted_on(csv_file)  # the bundle was fitted on this file
+    elif leave_one_gpu_out:
         train = _measurements("all", data_dir, TRAIN_SCALES)
         out = cal.leave_one_gpu_out(train, test, ms.deepbench_kernel_efficiency(data_dir), new_jobs=new_jobs)
         # a fold's factors carry no kernel_step block: every held-out GPU is timed by groups (the default's
@@ -148,6 +160,10 @@ def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: b
 
     def text() -> None:
         click.echo(f"n={out['n']} mape={out['mape']:.1f}% p90_ape={out['p90_ape']:.1f}%")
+        if "calibration" in out:
+            fresh = "-" if out["calibrated_mape"] is None else f"{out['calibrated_mape']:.1f}%"
+            click.echo(f"{out['calibration']}: {out['calibrated_n']} rows priced by its models, mape={fresh}"
+                       + ("; fitted on this file: in-sample, not a prediction" if out["in_sample"] else ""))
         for name in ("transfer", "transfer_new_jobs"):
             if name in out:
                 _echo_transfer(name, out[name])
@@ -492,7 +508,13 @@ def bench_predict(pairs: int, as_json: bool) -> None:
               help="Zoo models profiled alone at --batch-size and sampled into groups by --colocate (ignored "
                    "with --groups; default resnet18 when neither --job nor --groups is given).")
 @click.option("--batch-size", type=int, default=32, show_default=True)
-@click.option("--steps", type=int, default=20, show_default=True, help="Timed steps (steady window) per job.")
+@click.option("--steps", type=click.IntRange(1, None), default=20, show_default=True,
+              help="Fewest timed steps (steady window) per job; the window then runs on until --precision.")
+@click.option("--precision", type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True), default=0.02,
+              show_default=True, help="Time each job until its median step time is within this relative "
+                                      "half-width at 95% (0.02: +-2%), or --max-window seconds.")
+@click.option("--max-window", "max_window_s", type=click.FloatRange(0.1, None), default=30.0, show_default=True,
+              help="Most seconds one job's timed window may take (the time cap of --precision).")
 @click.option("--warmup", type=int, default=5, show_default=True, help="Untimed steps before the start barrier.")
 @click.option("--colocate", type=click.IntRange(2, 3), default=None,
               help="Co-locate 2 or 3 jobs per GPU; groups sampled from --model unless --groups is given.")
@@ -511,14 +533,26 @@ def bench_predict(pairs: int, as_json: bool) -> None:
 @click.option("--budget", "budget_s", type=click.FloatRange(min=1.0), default=None,
               help="Seconds of measuring after which no new measurement starts (what was measured is kept).")
 @click.option("--smoke", is_flag=True, help="Tiny CPU run (batch 2, 3 steps, 1 warm-up) to check the harness.")
+@click.option("--plan", "plan_only", is_flag=True,
+              help="Print the jobs and groups that would teach calibration most within --budget seconds (from the "
+                   "zoo, or from --job/--groups/--model when given) and run nothing; no GPU needed.")
+@click.option("--gpu", "plan_gpu", default="h200", show_default=True,
+              help="--plan: the GPU type to plan for (its memory bounds the groups; its speed the time estimates).")
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
               help="Without --out: CSV in eval-steptime format of in-process isolated runs.")
 @click.option("--json", "as_json", is_flag=True)
-def profile(models: tuple[str, ...], batch_size: int, steps: int, warmup: int, colocate: int | None,
-            group_texts: tuple[str, ...], job_texts: tuple[str, ...], num_groups: int, seed: int, sharing: str,
-            out_dir: str | None, timeout_s: float, budget_s: float | None, smoke: bool, output: str | None,
-            as_json: bool) -> None:
+def profile(models: tuple[str, ...], batch_size: int, steps: int, precision: float, max_window_s: float,
+            warmup: int, colocate: int | None, group_texts: tuple[str, ...], job_texts: tuple[str, ...],
+            num_groups: int, seed: int, sharing: str, out_dir: str | None, timeout_s: float, budget_s: float | None,
+            smoke: bool, plan_only: bool, plan_gpu: str, output: str | None, as_json: bool) -> None:
     """Run real training steps of zoo models alone or co-located (CUDA GPU; CPU with --smoke)."""
+    if plan_only:
+        from dltsched.predictors.calibration.plan import plan_profile, plan_text
+
+        plan = plan_profile(plan_gpu, budget_s or 600.0, models=models, jobs=job_texts, groups=group_texts,
+                            sharing=sharing, steps=steps, max_window_s=max_window_s)
+        emit(plan, as_json, lambda: click.echo(plan_text(plan)))
+        return
     models = models or (() if job_texts or group_texts else ("resnet18",))
     if out_dir is None and (colocate or group_texts or job_texts):
         raise ValidationError("profile", "--colocate/--groups/--job need --out DIR for the dataset")
@@ -530,7 +564,7 @@ def profile(models: tuple[str, ...], batch_size: int, steps: int, warmup: int, c
         emit(rows, as_json)
         return
     out = _profile_dataset(models, batch_size, steps, warmup, colocate, group_texts, job_texts, num_groups, seed,
-                           sharing, out_dir, timeout_s, budget_s, smoke)
+                           sharing, out_dir, timeout_s, budget_s, smoke, precision, max_window_s)
     emit(out, as_json, lambda: click.echo(
         f"{len(out['isolated'])} isolated, {len(out['groups'])} groups -> {out['out']}: {', '.join(out['files'])}"
         + "".join(f"\nfailed {f['group']}: {f['error']}" for f in out["failed"])
@@ -539,7 +573,8 @@ def profile(models: tuple[str, ...], batch_size: int, steps: int, warmup: int, c
 
 def _profile_dataset(models: tuple[str, ...], batch_size: int, steps: int, warmup: int, colocate: int | None,
                      group_texts: tuple[str, ...], job_texts: tuple[str, ...], num_groups: int, seed: int,
-                     sharing: str, out_dir: str, timeout_s: float, budget_s: float | None, smoke: bool) -> dict:
+                     sharing: str, out_dir: str, timeout_s: float, budget_s: float | None, smoke: bool,
+                     precision: float | None = 0.02, max_window_s: float = 30.0) -> dict:
     """``profile --out``: isolated runs of --model and --job, then the given or sampled groups
     (session.run_profile)."""
     from dataclasses import replace
@@ -567,5 +602,10 @@ def _profile_dataset(models: tuple[str, ...], batch_size: int, steps: int, warmu
         raise ValidationError("groups", f"{'+'.join(j.label for j in bad[0])} has {len(bad[0])} jobs; "
                                         f"must be {colocate or '2 or 3'}")
     isolated = jobs if not group_texts else explicit
+    from dltsched.predictors.profiling.session import typed_command
+
+    argv = (click.get_current_context().find_root().obj or {}).get("argv")
     return run_profile(isolated, groups, out_dir=out_dir, sharing=sharing, steps=steps, warmup=warmup,
-                       smoke=smoke, timeout_s=timeout_s, budget_s=budget_s)
+                       smoke=smoke, timeout_s=timeout_s, budget_s=budget_s,
+                       precision=None if smoke else precision, max_window_s=max_window_s,
+                       command=typed_command(argv) if argv is not None else None)

@@ -19,6 +19,7 @@ from dltsched.engine.app.registry import (
     options_for,
     policy_names,
     predictors,
+    with_calibration,
 )
 from dltsched.engine.domain.errors import ValidationError, write_text_file
 from dltsched.engine.domain.model import Instance
@@ -260,6 +261,9 @@ def print_table(results: list[Any], title: str,
 @click.option("--predictors", "predictor_set", default="default", show_default=True,
               help="Predictor bundle the policies use: default (fitted on the truth's measurements: in-sample), "
                    "crossfit (each job priced by predictors fitted without its model) or analytic.")
+@click.option("--calibration", type=click.Path(dir_okay=False), default=None,
+              help="A calibration bundle (dltsched calibrate): the GPU types it covers are priced by it "
+                   "(CAL.json:mps: co-location under MPS).")
 @click.option("--memory", type=click.Choice(["oom", "reject"]), default="oom", show_default=True,
               help="A job that does not fit in GPU memory: crash it out of memory, re-queue it and learn its "
                    "measured peak (oom), or reject the plan as an error (reject, a strict check).")
@@ -290,7 +294,8 @@ def print_table(results: list[Any], title: str,
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON result to this file.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def simulate(instance_path: str | None, workload: str | None, data_dir: str | None, cluster: str | None,
-             jobs: int | None, policies: tuple[str, ...], predictor_set: str, memory: str, seed: int,
+             jobs: int | None, policies: tuple[str, ...], predictor_set: str, calibration: str | None, memory: str,
+             seed: int,
              prediction_error: float, options: tuple[str, ...], faults: str | None, checkpoint: str | None,
              checkpoint_every: int, lengths: str, length_error: float, profile_s: float | None,
              profile_noise: float, freeze_penalty_scale: float | None, arrivals: str, records: bool,
@@ -299,7 +304,7 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
     names = expand_policies(policies)
     opts = parse_options(options)
     options_for(names, opts)  # a bad option fails before the instance is read
-    predictor_set = check_predictors(predictor_set)
+    predictor_set = check_predictors(with_calibration(predictor_set, calibration))
     inst = load_instance_or_workload(instance_path, workload, data_dir=data_dir, cluster=cluster, jobs=jobs, seed=seed)
     if arrivals == "batch":
         from dltsched.engine.sim.workload import batch_arrivals

@@ -67,24 +67,32 @@ def load_round(path: Path, options: RoundOptions, predictors_name: str) -> Round
               help="For instance files (a round JSON carries its own options).")
 @click.option("--max-jobs-per-gpu", type=click.IntRange(1, 3), default=2, show_default=True)
 @click.option("--predictors", "predictors_name", default="default", show_default=True)
+@click.option("--calibration", type=click.Path(dir_okay=False), default=None,
+              help="A calibration bundle (dltsched calibrate): the GPU types it covers are priced by it "
+                   "(CAL.json:mps: co-location under MPS).")
 @click.option("--save-round", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the round as JSON (to re-solve or share).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, objective: str,
-          max_jobs_per_gpu: int, predictors_name: str, save_round: Path | None, as_json: bool) -> None:
+          max_jobs_per_gpu: int, predictors_name: str, calibration: str | None, save_round: Path | None,
+          as_json: bool) -> None:
     """Solve one round (ROUND_OR_INSTANCE.json) and print the checked plan."""
     from dltsched.engine.app.cli.main import emit
+    from dltsched.engine.app.registry import bundle_fields, check_predictors, with_calibration
     from dltsched.formulations.checker import check_plan
     from dltsched.formulations.solve import solve_problem
 
     if solver is not None and backend != "milp":
         raise ValidationError("--solver", f"'{solver[:60]}' is for --backend milp only; leave it out or add --backend milp")
     options = RoundOptions(objective=objective, max_jobs_per_gpu=max_jobs_per_gpu, time_limit_s=time_limit_s)
+    predictors_name = check_predictors(with_calibration(predictors_name, calibration))
     problem = load_round(path, options, predictors_name)
     if save_round is not None:
         write_text_file(save_round, problem.to_json(), option="--save-round")
     result = solve_problem(problem, backend, time_limit_s=time_limit_s, solver=solver)
     payload = result.to_dict()
+    if "@" in predictors_name:  # a calibration priced the round: say which
+        payload |= bundle_fields(predictors_name)
     report = check_plan(problem, result.plan)
     payload["checked"] = {"feasible": report.feasible, "objective": report.objective,
                           "violations": list(report.violations)}

@@ -389,6 +389,9 @@ def make_server(config: ServiceConfig, host: str = "127.0.0.1", port: int = 8000
 @click.option("--max-jobs", type=click.IntRange(min=1), default=5000, show_default=True)
 @click.option("--max-gpus", type=click.IntRange(min=1), default=8192, show_default=True)
 @click.option("--predictors", "predictor_set", default="default", show_default=True)
+@click.option("--calibration", type=click.Path(dir_okay=False), default=None,
+              help="A calibration bundle (dltsched calibrate): the GPU types it covers are priced by it "
+                   "(CAL.json:mps: co-location under MPS).")
 @click.option("--token", envvar="DLTSCHED_TOKEN", default=None, show_envvar=True,
               help="Require 'Authorization: Bearer TOKEN' on /v1/schedule and /metrics.")
 @click.option("--insecure", is_flag=True, help="Allow listening beyond loopback without a token.")
@@ -422,18 +425,21 @@ def make_server(config: ServiceConfig, host: str = "127.0.0.1", port: int = 8000
               help="Pods remembered (least recently seen pending pods are forgotten first).")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, backend: str, time_limit_s: float, max_jobs: int,
-          max_gpus: int, predictor_set: str, token: str | None, insecure: bool, max_concurrent: int | None,
-          max_queue: int, read_timeout_s: float, tls_cert: str | None, tls_key: str | None, tls_client_ca: str | None,
-          k8s_watch: bool, kubeconfig: str | None, k8s_context: str | None, k8s_api_server: str | None,
-          k8s_scheduler_name: str | None, k8s_gpu_type: str | None, k8s_max_body_mib: int, k8s_max_nodes: int,
-          k8s_max_pods: int) -> None:
+          max_gpus: int, predictor_set: str, calibration: str | None, token: str | None, insecure: bool,
+          max_concurrent: int | None, max_queue: int, read_timeout_s: float, tls_cert: str | None,
+          tls_key: str | None, tls_client_ca: str | None, k8s_watch: bool, kubeconfig: str | None,
+          k8s_context: str | None, k8s_api_server: str | None, k8s_scheduler_name: str | None,
+          k8s_gpu_type: str | None, k8s_max_body_mib: int, k8s_max_nodes: int, k8s_max_pods: int) -> None:
     """Serve POST /v1/schedule over HTTP (OpenAPI docs at /docs, Prometheus metrics at /metrics), and the
     kube-scheduler extender at /v1/k8s/* (with --k8s, fed by the API server)."""
+    from dltsched.engine.app.registry import check_predictors, with_calibration
+
     check_bind(host, token, insecure)
     if (tls_cert is None) != (tls_key is None):
         raise ValidationError("--tls-cert", "give --tls-cert and --tls-key together")
     if tls_client_ca and not tls_cert:
         raise ValidationError("--tls-client-ca", "client certificates need HTTPS; give --tls-cert and --tls-key")
+    predictor_set = check_predictors(with_calibration(predictor_set, calibration))
     solve = ConfiguredSolver.of(backend=backend, time_limit_s=time_limit_s, predictors=predictor_set)
     extra = {"max_concurrent_solves": max_concurrent} if max_concurrent else {}
     config = ServiceConfig(solve=solve, max_jobs=max_jobs, max_gpus=max_gpus, token=token, max_queue=max_queue,

@@ -1,0 +1,289 @@
+"""Profile datasets as calibration reads them: what ``dltsched profile --out`` wrote, per GPU and sharing mode.
+
+A dataset folder holds ``steptime.csv`` (jobs alone), ``colocate_info.csv`` / ``colocate3_info.csv`` (groups),
+``groups.json`` (all of it with every step time) and ``measurement.json`` (GPU, driver, math mode, sharing,
+command). ``groups.json`` is read where it exists, else the CSVs (Lucid's layout, with ``single_data.csv``
+beside them: a folder laid out like Lucid's own data reads the same way when its ``gpu`` column names a
+catalog GPU). Folders are found under each path given (``h200/`` and ``h200/mps/`` alike).
+
+Every row is keyed by GPU and sharing mode: time-slicing (``timeslice``, several processes on one GPU) and
+CUDA MPS (``mps``) are different regimes and are never pooled.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dltsched.engine.domain.errors import ValidationError
+
+SHARING_MODES = ("timeslice", "mps")
+
+
+@dataclass(frozen=True, slots=True)
+class IsolatedRow:
+    """One job measured alone: step time (s) of ``scope``, torch's peak allocation and NVML's whole-GPU used
+    memory (MiB), NVML utilisation (%); ``None`` where not measured."""
+
+    model: str
+    dataset: str
+    batch_size: int
+    step_time_s: float
+    scope: str = "compute"
+    amp: bool = False
+    peak_memory_mib: float | None = None
+    gmem_mib: float | None = None
+    gpu_util: float | None = None
+
+    @property
+    def key(self) -> tuple[str, str, int, bool]:
+        return self.model, self.dataset, self.batch_size, self.amp
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRow:
+    """One co-located group: each member's key and normalized speed, the group's NVML memory and utilisation."""
+
+    members: tuple[tuple[str, str, int, bool], ...]
+    speeds: tuple[float, ...]
+    gmem_mib: float | None = None
+    gpu_util: float | None = None
+
+    @property
+    def models(self) -> frozenset[str]:
+        return frozenset(m[0] for m in self.members)
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileData:
+    """What one GPU type taught under one sharing mode, from one or more dataset folders."""
+
+    gpu: str
+    sharing: str
+    isolated: tuple[IsolatedRow, ...]
+    groups: tuple[GroupRow, ...]
+    tf32: frozenset[str] = frozenset()
+    sources: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+
+    def isolated_by_key(self) -> dict[tuple[str, str, int, bool], IsolatedRow]:
+        """The isolated rows by job key (the mean step time where a job was measured more than once)."""
+        seen: dict[tuple[str, str, int, bool], list[IsolatedRow]] = {}
+        for row in self.isolated:
+            seen.setdefault(row.key, []).append(row)
+        return {k: v[0] if len(v) == 1 else mean_row(v) for k, v in seen.items()}
+
+
+def mean_row(rows: Sequence[IsolatedRow]) -> IsolatedRow:
+    """One row of a job measured several times: the mean of each measured value."""
+
+    def mean(values: Iterable[float | None]) -> float | None:
+        got = [v for v in values if v is not None]
+        return sum(got) / len(got) if got else None
+
+    first = rows[0]
+    return IsolatedRow(first.model, first.dataset, first.batch_size,
+                       float(mean(r.step_time_s for r in rows) or first.step_time_s), first.scope, first.amp,
+                       mean(r.peak_memory_mib for r in rows), mean(r.gmem_mib for r in rows),
+                       mean(r.gpu_util for r in rows))
+
+
+def _number(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _canonical(model: str, dataset: str | None) -> tuple[str, str]:
+    from dltsched.predictors.zoo.graphs import resolve
+
+    try:
+        return resolve(model, dataset or None)
+    except (KeyError, ValueError) as err:
+        raise ValidationError("model", f"'{model}' ({dataset}) is not a zoo model: {err}") from None
+
+
+def files_digest(folder: Path) -> str:
+    """Short SHA-256 of a dataset folder's CSV and JSON files (names and contents)."""
+    digest = hashlib.sha256()
+    for name in sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix in (".csv", ".json")):
+        digest.update(name.encode())
+        digest.update((folder / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def dataset_folders(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """Every folder under ``paths`` that holds a profile dataset (``steptime.csv`` or ``groups.json``)."""
+    out: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        if not path.is_dir():
+            raise ValidationError("DIR", f"'{path}' is not a folder; give a 'dltsched profile --out' folder")
+        found = sorted({p.parent for name in ("steptime.csv", "groups.json", "colocate_info.csv")
+                        for p in path.rglob(name)})
+        if not found:
+            raise ValidationError("DIR", f"'{path}' holds no profile dataset (steptime.csv, groups.json or "
+                                         "colocate_info.csv); give a 'dltsched profile --out' folder")
+        out += [f for f in found if f not in out]
+    return out
+
+
+def _record(folder: Path) -> dict[str, Any]:
+    path = folder / "measurement.json"
+    if not path.is_file():
+        return {}
+    try:
+        record = json.loads(path.read_text())
+    except ValueError as err:
+        raise ValidationError(str(path), f"not JSON ({err}); rewrite it or remove it") from None
+    return record if isinstance(record, dict) else {}
+
+
+def _tf32(record: dict[str, Any]) -> frozenset[str]:
+    """Op classes that ran in TF32 per the record (cuDNN convolutions; matmuls)."""
+    def on(key: str) -> bool:
+        return str(record.get(key, "")).strip().lower() == "true"
+
+    return frozenset(({"conv"} if on("tf32_cudnn") else set()) | ({"linear", "bmm"} if on("tf32_matmul") else set()))
+
+
+def _job_key(model: str, dataset: str | None, batch: Any, amp: Any) -> tuple[str, str, int, bool]:
+    mid, ds = _canonical(str(model), dataset)
+    return mid, ds, int(float(batch)), str(amp).strip().lower() in ("1", "true", "1.0")
+
+
+def _from_groups_json(folder: Path, scope: str) -> tuple[list[IsolatedRow], list[GroupRow], str | None, str | None]:
+    raw = json.loads((folder / "groups.json").read_text())
+    isolated, groups, gpu, sharing = [], [], None, None
+    for r in raw.get("isolated", []):
+        if r.get("gpu") in (None, "", "cpu"):
+            continue
+        gpu = gpu or r["gpu"]
+        mid, ds, batch, amp = _job_key(r["model"], r.get("dataset"), r["batch_size"], r.get("amp", 0))
+        isolated.append(IsolatedRow(mid, ds, batch, float(r["step_time_s"]), r.get("scope") or scope, amp,
+                                    _number(r.get("peak_memory_mib")), _number(r.get("gmem_mib")),
+                                    _number(r.get("gpu_util"))))
+    for g in raw.get("groups", []):
+        if g.get("gpu") in (None, "", "cpu"):
+            continue
+        gpu, sharing = gpu or g["gpu"], sharing or g.get("sharing")
+        members = tuple(_job_key(j["model"], j.get("dataset"), j["batch_size"], j.get("amp", 0)) for j in g["jobs"])
+        groups.append(GroupRow(members, tuple(float(j["speed"]) for j in g["jobs"]), _number(g.get("gmem")),
+                               _number(g.get("gpu_util"))))
+    return isolated, groups, gpu, sharing
+
+
+def _from_csvs(folder: Path, scope: str) -> tuple[list[IsolatedRow], list[GroupRow], str | None, str | None]:
+    isolated, groups, gpu, sharing = [], [], None, None
+    if (folder / "steptime.csv").is_file():
+        with (folder / "steptime.csv").open(newline="") as fh:
+            for r in csv.DictReader(fh):
+                if (r.get("gpu") or "cpu").strip() == "cpu" or int(float(r.get("num_gpus") or 1)) != 1:
+                    continue
+                gpu = gpu or r["gpu"].strip()
+                mid, ds, batch, amp = _job_key(r["model"], r.get("dataset"), r["batch_size"], r.get("amp", 0))
+                isolated.append(IsolatedRow(mid, ds, batch, float(r["step_time_s"]), (r.get("scope") or scope).strip(),
+                                            amp, _number(r.get("peak_memory_mib")), _number(r.get("gmem_used_mib")),
+                                            _number(r.get("gpu_util"))))
+    elif (folder / "single_data.csv").is_file():
+        with (folder / "single_data.csv").open(newline="") as fh:
+            for r in csv.DictReader(fh):
+                if not (r.get("gpu") or "").strip():
+                    continue
+                gpu = gpu or r["gpu"].strip()
+                mid, ds, batch, amp = _job_key(r["model"], r.get("dataset"), r["batchsize"], r.get("amp", 0))
+                speed = _number(r.get("speed"))
+                if speed and speed > 0:
+                    isolated.append(IsolatedRow(mid, ds, batch, batch / speed, scope, amp, None, _number(r.get("gmem")),
+                                                _number(r.get("gpu_util"))))
+    for name in ("colocate_info.csv", "colocate3_info.csv"):
+        if not (folder / name).is_file():
+            continue
+        with (folder / name).open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            size = sum(1 for c in reader.fieldnames or () if c.startswith("model"))
+            for r in reader:
+                if (r.get("gpu") or "").strip() in ("", "cpu"):
+                    continue
+                gpu, sharing = gpu or r["gpu"].strip(), sharing or (r.get("sharing") or "").strip() or None
+                members = tuple(_job_key(r[f"model{i}"], r.get(f"dataset{i}"), r[f"batchsize{i}"], r.get(f"amp{i}", 0))
+                                for i in range(1, size + 1))
+                groups.append(GroupRow(members, tuple(float(r[f"speed{i}"]) for i in range(1, size + 1)),
+                                       _number(r.get("gmem")), _number(r.get("gpu_util"))))
+    return isolated, groups, gpu, sharing
+
+
+def read_folder(folder: str | os.PathLike[str]) -> ProfileData:
+    """One dataset folder (see the module docstring)."""
+    from dltsched.engine.domain.catalog import gpu_catalog
+
+    path = Path(folder)
+    record = _record(path)
+    scope = str(record.get("scope") or "compute") if record else "compute"
+    reader = _from_groups_json if (path / "groups.json").is_file() else _from_csvs
+    isolated, groups, gpu, sharing = reader(path, scope)
+    gpu = str(record.get("gpu") or gpu or "")
+    if not gpu or gpu == "cpu":
+        raise ValidationError(str(path), "no GPU rows (CPU smoke runs calibrate nothing); profile on a GPU")
+    try:
+        gpu = gpu_catalog().resolve(gpu)
+    except ValueError as err:
+        raise ValidationError(f"{path}: gpu", f"{err}; add the GPU to the catalog") from None
+    sharing = str(record.get("sharing") or sharing or "timeslice")
+    if sharing not in SHARING_MODES:
+        raise ValidationError(f"{path}: sharing", f"'{sharing}' not understood; one of {', '.join(SHARING_MODES)}")
+    source = {"path": str(path), "files_sha256": files_digest(path), "date_utc": record.get("date_utc"),
+              "command": record.get("command"), "device_name": record.get("device_name"),
+              "driver": record.get("driver"), "torch": record.get("torch"), "cuda": record.get("cuda"),
+              "jobs": len(isolated), "groups": len(groups)}
+    return ProfileData(gpu, sharing, tuple(isolated), tuple(groups), _tf32(record), (source,))
+
+
+def read_steptime_csv(path: str | os.PathLike[str]) -> list[ProfileData]:
+    """Jobs alone from an ``eval-steptime`` CSV (``dltsched predict convert-steptime gavel|zeus OUT.csv``, or a
+    profiler's ``steptime.csv``), one :class:`ProfileData` per GPU (one-GPU rows; no groups, no memory)."""
+    from dltsched.predictors.steptime.measurements import read_csv
+
+    by_gpu: dict[str, list[IsolatedRow]] = {}
+    for m in read_csv(path):
+        if m.num_gpus != 1 or m.gpu == "cpu" or m.kernel_time:
+            continue
+        mid, ds = _canonical(m.model, m.dataset)
+        by_gpu.setdefault(m.gpu, []).append(IsolatedRow(mid, ds, m.batch_size, m.step_time_s, m.scope, m.amp))
+    source = {"path": str(path), "files_sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]}
+    return [ProfileData(gpu, "timeslice", tuple(rows), (), frozenset(), ({**source, "jobs": len(rows)},))
+            for gpu, rows in sorted(by_gpu.items())]
+
+
+def read_datasets(paths: Sequence[str | os.PathLike[str]]) -> list[ProfileData]:
+    """Every dataset under ``paths`` (folders; or ``eval-steptime`` CSV files: :func:`read_steptime_csv`),
+    merged per (GPU, sharing mode)."""
+    from dltsched.engine.domain.catalog import gpu_catalog
+
+    merged: dict[tuple[str, str], ProfileData] = {}
+    found: list[ProfileData] = []
+    for path in paths:
+        if Path(path).is_file():
+            for data in read_steptime_csv(path):
+                found.append(ProfileData(gpu_catalog().resolve(data.gpu), data.sharing, data.isolated, data.groups,
+                                         data.tf32, data.sources))
+    folders = [p for p in paths if not Path(p).is_file()]
+    found += [read_folder(folder) for folder in (dataset_folders(folders) if folders else [])]
+    for data in found:
+        key = (data.gpu, data.sharing)
+        if key in merged:
+            old = merged[key]
+            data = ProfileData(data.gpu, data.sharing, old.isolated + data.isolated, old.groups + data.groups,
+                               old.tf32 | data.tf32, old.sources + data.sources)
+        merged[key] = data
+    return [merged[k] for k in sorted(merged)]

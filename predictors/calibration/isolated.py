@@ -1,0 +1,269 @@
+"""What jobs alone on one GPU teach: step-time corrections on top of the kernel model, memory, utilisation.
+
+**Step time** (one worker, scope ``compute``: synthetic inputs already on the GPU)::
+
+    gpu  = s_conv K_conv + s_gemm K_gemm + s_vector K_vector + s_opt O      (K: the kernel model's kernels of
+                                                                             each op class, forward and backward;
+                                                                             O: optimizer passes at the spec
+                                                                             bandwidth; TF32 where the record says)
+    step = smooth max(gpu, dispatch_us * launches) + fixed_s                (+ input_s + per_sample_s * batch
+                                                                             for scope ``iteration``)
+
+Each scale is a correction of the op class's kernels on this GPU (conv: convolutions; gemm: linear and batched
+matmul; vector: element-wise, norms, softmax), fitted with the per-launch host time and the fixed per-step cost
+by robust least squares on relative errors, each pulled towards the uncalibrated kernel step model's value
+(:data:`PRIOR_WEIGHT` on its log), so an op class the data barely exercise keeps the default. Scope
+``fwd_bwd`` is ``gpu`` without the optimizer; the input terms are fitted only where rows of scope
+``iteration`` were measured (profiles of synthetic inputs have none).
+
+**Memory** (NVML's used memory of the whole GPU while the job runs alone: what packing needs)::
+
+    memory_mib = context_mib + a * weights_and_state_mib + b * activations_mib
+
+**Utilisation** (NVML's GPU utilisation alone, %)::
+
+    util = 100 * min(1, ((gpu + launch_busy_s * launches) / step) ** gamma)
+
+with ``step`` the measured step time where there is one, else the calibrated prediction. The same
+robust fit, pulled towards ``a = b = 1``, the default's workspace, ``gamma = 1``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from dltsched.engine.domain.model import Job
+
+#: op classes of the kernel model, grouped into the scales fitted per GPU
+CLASS_GROUPS: dict[str, frozenset[str]] = {"conv": frozenset({"conv"}), "gemm": frozenset({"linear", "bmm"}),
+                                           "vector": frozenset({"elementwise", "layernorm", "softmax"})}
+STEP_PARAMS = (*(f"s_{g}" for g in CLASS_GROUPS), "s_optimizer", "dispatch_us", "fixed_s")
+#: weight of the pull of each fitted log-parameter towards the uncalibrated model's value
+PRIOR_WEIGHT = 0.3
+#: soft-L1 scale of the relative residuals
+LOSS_SCALE = 0.05
+_OVERLAP_POWER = 3.0
+_MIB = 1024.0 * 1024.0
+
+
+class _MaskedKernelModel:
+    """The kernel model with every kernel outside ``classes`` timed at zero (one op-class group's share)."""
+
+    def __init__(self, base: Any, classes: frozenset[str]) -> None:
+        self.base, self.classes = base, classes
+
+    def predict_s(self, kernels: Sequence[Any], gpu: Any, math_mode: str = "fp32", floor: bool = True) -> np.ndarray:
+        out = self.base.predict_s(kernels, gpu, math_mode, floor)
+        return out * np.array([k.op_class in self.classes for k in kernels], dtype=float)
+
+
+@cache
+def _masked(group: str) -> _MaskedKernelModel:
+    from dltsched.predictors.steptime.kernels import load_kernel_model
+
+    return _MaskedKernelModel(load_kernel_model(), CLASS_GROUPS[group])
+
+
+def _job(model: str, dataset: str, batch: int, amp: bool) -> Job:
+    return Job(id="calibration", model=model, batch_size=batch, total_iterations=1.0, dataset=dataset, amp=amp)
+
+
+_FEATURE_MEMO: dict[tuple[Any, ...], dict[str, float]] = {}
+
+
+def job_features(model: str, dataset: str, batch: int, amp: bool, gpu: str, tf32: frozenset[str] = frozenset(),
+                 scope: str = "compute", freeze_level: int = 0, optimizer: str = "sgd") -> dict[str, float]:
+    """Kernel seconds per op-class group (``K_conv``...), ``optimizer_s``, ``launches`` of one step, and the
+    memory features (``weights_mib``: weights, gradients and optimizer state; ``activations_mib``)."""
+    key = (model, dataset, batch, amp, gpu, tf32, scope, freeze_level, optimizer)
+    hit = _FEATURE_MEMO.get(key)
+    if hit is not None:
+        return hit
+    from dataclasses import replace
+
+    from dltsched.predictors.steptime.aggregates import aggregates
+    from dltsched.predictors.steptime.kernels import kernel_gpu, load_kernel_model
+    from dltsched.predictors.steptime.kernelstep import kernel_work
+    from dltsched.predictors.steptime.model import gpu_spec_checked
+    from dltsched.predictors.steptime.opgraph import kernel_times, step_kernel_s
+
+    spec = gpu_spec_checked(gpu)
+    job = replace(_job(model, dataset, batch, amp), optimizer=optimizer)
+    work = kernel_work(job, model, dataset, spec, freeze_level, scope, load_kernel_model(), tf32)
+    out = {"optimizer_s": work["optimizer_s"], "launches": work["launches"]}
+    for group in CLASS_GROUPS:
+        kt = kernel_times(_masked(group), model, dataset, kernel_gpu(spec), bool(amp), tf32)  # type: ignore[arg-type]
+        out[f"K_{group}"] = step_kernel_s(kt, batch, freeze_level)
+    agg = aggregates(model, dataset)
+    trainable = agg.param_bytes[freeze_level]
+    out["weights_mib"] = (agg.param_bytes_total * (1.5 if amp else 1.0)
+                          + trainable * (1.0 + job.bytes_per_param / 4.0)) / _MIB
+    out["activations_mib"] = agg.activation_bytes[freeze_level] * batch * (0.6 if amp else 1.0) / _MIB
+    if len(_FEATURE_MEMO) > 100_000:
+        _FEATURE_MEMO.clear()
+    _FEATURE_MEMO[key] = out
+    return out
+
+
+def default_step_params() -> dict[str, float]:
+    """The uncalibrated kernel step model's values of :data:`STEP_PARAMS` (a GPU it was never fitted on)."""
+    from dltsched.predictors.steptime.model import load_factors
+
+    p = load_factors()["kernel_step"]
+    out = {f"s_{g}": float(p["kernel"]) for g in CLASS_GROUPS}
+    out |= {"s_optimizer": float(p["optimizer"]), "dispatch_us": float(p["dispatch_us"]),
+            "fixed_s": float(p["fixed_default_s"])}
+    return out
+
+
+def gpu_seconds(params: dict[str, float], f: dict[str, float], scope: str = "compute") -> float:
+    """Calibrated GPU seconds of one step (kernels and, unless ``fwd_bwd``, the optimizer)."""
+    gpu = sum(params[f"s_{g}"] * f[f"K_{g}"] for g in CLASS_GROUPS)
+    return gpu + (0.0 if scope == "fwd_bwd" else params["s_optimizer"] * f["optimizer_s"])
+
+
+def step_seconds(params: dict[str, float], f: dict[str, float], batch: int, scope: str = "compute") -> float:
+    """Calibrated step time of one worker (see the module docstring)."""
+    gpu = gpu_seconds(params, f, scope)
+    if scope == "fwd_bwd":
+        return gpu
+    dispatch = params["dispatch_us"] * 1e-6 * f["launches"]
+    busy = (gpu**_OVERLAP_POWER + dispatch**_OVERLAP_POWER) ** (1.0 / _OVERLAP_POWER)
+    step = busy + params["fixed_s"]
+    if scope == "iteration":
+        step += params.get("input_s", 0.0) + params.get("per_sample_s", 0.0) * batch
+    return step
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One measured job alone, with its features."""
+
+    model: str
+    batch: int
+    scope: str
+    features: dict[str, float]
+    step_time_s: float
+    gmem_mib: float | None = None
+    gpu_util: float | None = None
+
+
+def _robust(residuals: Any, x0: np.ndarray) -> np.ndarray:
+    from scipy.optimize import least_squares
+
+    return np.asarray(least_squares(residuals, x0, loss="soft_l1", f_scale=LOSS_SCALE, max_nfev=2000).x)
+
+
+def _columns(rows: Sequence[Row]) -> dict[str, np.ndarray]:
+    """The rows' features as arrays (one entry per row), with ``batch``, ``step`` and scope masks."""
+    cols = {k: np.array([r.features[k] for r in rows]) for k in rows[0].features}
+    cols["batch"] = np.array([float(r.batch) for r in rows])
+    cols["step"] = np.array([r.step_time_s for r in rows])
+    cols["fwd_bwd"] = np.array([r.scope == "fwd_bwd" for r in rows])
+    cols["iteration"] = np.array([r.scope == "iteration" for r in rows])
+    return cols
+
+
+def _step_array(p: dict[str, float], c: dict[str, np.ndarray]) -> np.ndarray:
+    """:func:`step_seconds` of every row of :func:`_columns` at once."""
+    kernels = sum(p[f"s_{g}"] * c[f"K_{g}"] for g in CLASS_GROUPS)
+    gpu = kernels + np.where(c["fwd_bwd"], 0.0, p["s_optimizer"] * c["optimizer_s"])
+    dispatch = p["dispatch_us"] * 1e-6 * c["launches"]
+    busy = (gpu**_OVERLAP_POWER + dispatch**_OVERLAP_POWER) ** (1.0 / _OVERLAP_POWER) + p["fixed_s"]
+    busy = busy + np.where(c["iteration"], p.get("input_s", 0.0) + p.get("per_sample_s", 0.0) * c["batch"], 0.0)
+    return np.where(c["fwd_bwd"], gpu, busy)
+
+
+def fit_step(rows: Sequence[Row]) -> dict[str, float]:
+    """The step-time parameters fitted on ``rows`` (module docstring); the defaults where there are none."""
+    prior = default_step_params()
+    if not rows:
+        return prior
+    names = list(STEP_PARAMS)
+    iteration = any(r.scope == "iteration" for r in rows)
+    x0 = np.log([prior[n] for n in names])
+    cols = _columns(rows)
+
+    def unpack(x: np.ndarray) -> dict[str, float]:
+        out = {n: float(math.exp(v)) for n, v in zip(names, x[:len(names)], strict=True)}
+        if iteration:
+            out["input_s"], out["per_sample_s"] = float(x[len(names)] ** 2 * 1e-2), float(x[len(names) + 1] ** 2 * 1e-4)
+        return out
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        rel = _step_array(unpack(x), cols) / cols["step"] - 1.0
+        reg = PRIOR_WEIGHT * (x[:len(names)] - x0)
+        extra = 0.02 * x[len(names):] if iteration else np.zeros(0)
+        return np.concatenate([rel, reg, extra])
+
+    start = np.concatenate([x0, [0.3, 0.3]]) if iteration else x0
+    return unpack(_robust(residuals, start))
+
+
+MEMORY_PARAMS = ("context_mib", "weights", "activations")
+
+
+def default_memory_params() -> dict[str, float]:
+    """The uncalibrated memory model: weights and activations as predicted, the default workspace."""
+    from dltsched.predictors.steptime.model import DeletePopStepTime
+
+    return {"context_mib": DeletePopStepTime().workspace_mib, "weights": 1.0, "activations": 1.0}
+
+
+def memory_mib(params: dict[str, float], f: dict[str, float]) -> float:
+    return params["context_mib"] + params["weights"] * f["weights_mib"] + params["activations"] * f["activations_mib"]
+
+
+def fit_memory(rows: Sequence[Row]) -> dict[str, float]:
+    """The memory parameters fitted on the rows with a measured NVML memory (defaults without any)."""
+    got = [r for r in rows if r.gmem_mib]
+    prior = default_memory_params()
+    if not got:
+        return prior
+    x0 = np.log([prior[n] for n in MEMORY_PARAMS])
+
+    cols = _columns(got)
+    measured = np.array([float(r.gmem_mib or 1.0) for r in got])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        c, a, b = np.exp(x)
+        rel = (c + a * cols["weights_mib"] + b * cols["activations_mib"]) / measured - 1.0
+        return np.concatenate([rel, 0.1 * (x - x0)])
+
+    return {n: float(v) for n, v in zip(MEMORY_PARAMS, np.exp(_robust(residuals, x0)), strict=True)}
+
+
+UTIL_PARAMS = ("launch_busy_us", "gamma")
+
+
+def util_pct(params: dict[str, float], busy_s: float, launches: float, step_s: float) -> float:
+    x = (busy_s + params["launch_busy_us"] * 1e-6 * launches) / max(step_s, 1e-12)
+    return 100.0 * min(1.0, max(x, 1e-6) ** params["gamma"])
+
+
+def fit_util(rows: Sequence[Row], step_params: dict[str, float]) -> dict[str, float]:
+    """The utilisation parameters fitted on rows with a measured utilisation (the step model's busy time)."""
+    got = [r for r in rows if r.gpu_util is not None and r.scope != "fwd_bwd"]
+    prior = {"launch_busy_us": 2.0, "gamma": 1.0}
+    if not got:
+        return prior
+    x0 = np.log([prior[n] for n in UTIL_PARAMS])
+
+    busy = np.array([gpu_seconds(step_params, r.features, r.scope) for r in got])
+    launches = np.array([r.features["launches"] for r in got])
+    step = np.array([r.step_time_s for r in got])
+    measured = np.array([max(float(r.gpu_util or 0.0), 1.0) for r in got])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        launch_us, gamma = np.exp(x)
+        share = np.maximum((busy + launch_us * 1e-6 * launches) / step, 1e-6)
+        rel = 100.0 * np.minimum(1.0, share**gamma) / measured - 1.0
+        return np.concatenate([rel, 0.1 * (x - x0)])
+
+    return {n: float(v) for n, v in zip(UTIL_PARAMS, np.exp(_robust(residuals, x0)), strict=True)}

@@ -1,0 +1,197 @@
+"""One GPU type's calibration: the fitted isolated and group models and the profiles they were fitted on.
+
+Jobs alone are never run under MPS (the profiler measures them without it), so the step-time, memory and
+utilisation models of a GPU pool the isolated runs of every sharing mode; the group models are fitted per
+sharing mode and a prediction names the mode it assumes.
+
+Precedence, per job: its own measurement on this GPU (``measured``), then the calibrated models
+(``calibrated``). Whatever this GPU type's calibration does not cover stays with the default predictors.
+A job whose model was profiled at other batch sizes (or precisions, datasets) gets that model's scale: the
+geometric mean of measured over calibrated step times of its profiles, shrunk towards 1 by
+:data:`MODEL_SCALE_SHRINK` pseudo-profiles at 1 (what the graph misses of that model, the same at any batch).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dltsched.predictors.calibration import groups as grp
+from dltsched.predictors.calibration import isolated as iso
+from dltsched.predictors.calibration.data import GroupRow, IsolatedRow, ProfileData, mean_row
+
+JobKey = tuple[str, str, int, bool]
+#: pseudo-profiles at scale 1 in each model's scale
+MODEL_SCALE_SHRINK = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class SharingFit:
+    """The group models of one sharing mode."""
+
+    speed: dict[str, float]
+    shared_memory_mib: float
+    util_gamma: float
+    groups: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"speed": self.speed, "shared_memory_mib": self.shared_memory_mib, "util_gamma": self.util_gamma,
+                "groups": self.groups}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> SharingFit:
+        return cls({k: float(raw["speed"][k]) for k in grp.SPEED_TERMS}, float(raw["shared_memory_mib"]),
+                   float(raw["util_gamma"]), int(raw.get("groups", 0)))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuCalibration:
+    """A GPU type's fitted models (see the module docstring) and its measured profiles."""
+
+    gpu: str
+    step: dict[str, float]
+    memory: dict[str, float]
+    util: dict[str, float]
+    sharing: dict[str, SharingFit]
+    tf32: frozenset[str] = frozenset()
+    profiles: dict[JobKey, IsolatedRow] = field(default_factory=dict)
+    model_scale: dict[str, float] = field(default_factory=dict)
+
+    # -- one job ---------------------------------------------------------------------------------------------
+    def features(self, key: JobKey, scope: str = "compute", freeze_level: int = 0,
+                 optimizer: str = "sgd") -> dict[str, float]:
+        model, dataset, batch, amp = key
+        return iso.job_features(model, dataset, batch, amp, self.gpu, self.tf32, scope, freeze_level, optimizer)
+
+    def predicted_step_s(self, key: JobKey, scope: str = "compute", freeze_level: int = 0,
+                         optimizer: str = "sgd", *, model_scale: bool = True) -> float:
+        """The calibrated step time (times the model's scale where its profiles give one and ``model_scale``)."""
+        step = iso.step_seconds(self.step, self.features(key, scope, freeze_level, optimizer), key[2], scope)
+        return step * (self.model_scale.get(key[0], 1.0) if model_scale else 1.0)
+
+    def step_s(self, key: JobKey, scope: str = "compute", freeze_level: int = 0,
+               optimizer: str = "sgd") -> tuple[float, str]:
+        """Step time and its source: the profile where this job was measured at this scope (unfrozen, SGD),
+        else the calibrated model."""
+        row = self.profiles.get(key)
+        if row is not None and row.scope == scope and freeze_level == 0 and optimizer == "sgd":
+            return row.step_time_s, "measured"
+        return self.predicted_step_s(key, scope, freeze_level, optimizer), "calibrated"
+
+    def memory_mib(self, key: JobKey, freeze_level: int = 0, optimizer: str = "sgd") -> tuple[float, str]:
+        row = self.profiles.get(key)
+        if row is not None and row.gmem_mib is not None and freeze_level == 0 and optimizer == "sgd":
+            return row.gmem_mib, "measured"
+        return iso.memory_mib(self.memory, self.features(key, "compute", freeze_level, optimizer)), "calibrated"
+
+    def busy(self, key: JobKey) -> float:
+        """Share of the job's step alone that its GPU work takes (0..1)."""
+        f = self.features(key)
+        step, _ = self.step_s(key)
+        return min(1.0, iso.gpu_seconds(self.step, f) / step)
+
+    def util_pct(self, key: JobKey) -> tuple[float, str]:
+        row = self.profiles.get(key)
+        if row is not None and row.gpu_util is not None:
+            return row.gpu_util, "measured"
+        f = self.features(key)
+        step, _ = self.step_s(key)
+        return iso.util_pct(self.util, iso.gpu_seconds(self.step, f), f["launches"], step), "calibrated"
+
+    def member(self, key: JobKey) -> grp.Member:
+        return grp.Member(self.busy(key), self.memory_mib(key)[0], self.util_pct(key)[0])
+
+    # -- a group ---------------------------------------------------------------------------------------------
+    def sharing_fit(self, sharing: str) -> SharingFit | None:
+        return self.sharing.get(sharing)
+
+    def group(self, keys: Sequence[JobKey], sharing: str = "timeslice") -> dict[str, Any] | None:
+        """Speeds, memory (MiB) and utilisation (%) of ``keys`` sharing one GPU by ``sharing`` (``None`` when
+        this calibration has no group model of that mode)."""
+        fit = self.sharing.get(sharing)
+        if fit is None:
+            return None
+        members = [self.member(k) for k in keys]
+        return {"speeds": grp.speeds(fit.speed, members), "memory_mib": grp.group_memory_mib(fit.shared_memory_mib,
+                                                                                             members),
+                "gpu_util": grp.group_util_pct(fit.util_gamma, members), "sharing": sharing}
+
+    # -- JSON ------------------------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {"step_time": self.step, "memory": self.memory, "utilisation": self.util, "tf32": sorted(self.tf32),
+                "model_scale": dict(sorted(self.model_scale.items())),
+                "colocation": {mode: fit.to_json() for mode, fit in sorted(self.sharing.items())},
+                "profiles": [{"model": r.model, "dataset": r.dataset, "batch_size": r.batch_size, "amp": r.amp,
+                              "scope": r.scope, "step_time_s": r.step_time_s, "gmem_mib": r.gmem_mib,
+                              "gpu_util": r.gpu_util, "peak_memory_mib": r.peak_memory_mib}
+                             for r in sorted(self.profiles.values(), key=lambda r: r.key)]}
+
+    @classmethod
+    def from_json(cls, gpu: str, raw: dict[str, Any]) -> GpuCalibration:
+        profiles = {}
+        for p in raw.get("profiles", []):
+            row = IsolatedRow(p["model"], p["dataset"], int(p["batch_size"]), float(p["step_time_s"]),
+                              p.get("scope", "compute"), bool(p.get("amp", False)), p.get("peak_memory_mib"),
+                              p.get("gmem_mib"), p.get("gpu_util"))
+            profiles[row.key] = row
+        return cls(gpu, {k: float(v) for k, v in raw["step_time"].items()},
+                   {k: float(v) for k, v in raw["memory"].items()}, {k: float(v) for k, v in raw["utilisation"].items()},
+                   {m: SharingFit.from_json(v) for m, v in raw.get("colocation", {}).items()},
+                   frozenset(raw.get("tf32", ())), profiles,
+                   {k: float(v) for k, v in raw.get("model_scale", {}).items()})
+
+
+def _rows(cal_gpu: str, tf32: frozenset[str], isolated: Iterable[IsolatedRow]) -> list[iso.Row]:
+    return [iso.Row(r.model, r.batch_size, r.scope,
+                    iso.job_features(r.model, r.dataset, r.batch_size, r.amp, cal_gpu, tf32, r.scope),
+                    r.step_time_s, r.gmem_mib, r.gpu_util) for r in isolated]
+
+
+def _model_scales(step: dict[str, float], rows: Sequence[iso.Row]) -> dict[str, float]:
+    logs: dict[str, list[float]] = {}
+    for r in rows:
+        logs.setdefault(r.model, []).append(math.log(r.step_time_s / iso.step_seconds(step, r.features, r.batch,
+                                                                                      r.scope)))
+    return {m: math.exp(sum(v) / (len(v) + MODEL_SCALE_SHRINK)) for m, v in sorted(logs.items())}
+
+
+def fit_gpu(datasets: Sequence[ProfileData], *, without_models: frozenset[str] = frozenset(),
+            without_groups: Iterable[GroupRow] = (), without_jobs: frozenset[JobKey] = frozenset()) -> GpuCalibration:
+    """Fit one GPU type's calibration on ``datasets`` (all of that GPU), leaving out every row of
+    ``without_models`` (isolated and any group holding one), the groups ``without_groups`` and the jobs
+    ``without_jobs`` (their isolated runs and groups)."""
+    gpu = datasets[0].gpu
+    tf32 = frozenset().union(*(d.tf32 for d in datasets))
+    skip = set(without_groups)
+    isolated = [r for d in datasets for r in d.isolated if r.model not in without_models and r.key not in without_jobs]
+    rows = _rows(gpu, tf32, isolated)
+    step = iso.fit_step(rows)
+    scales = _model_scales(step, rows)
+    memory = iso.fit_memory(rows)
+    util = iso.fit_util(rows, step)
+    profiles: dict[JobKey, list[IsolatedRow]] = {}
+    for r in isolated:
+        profiles.setdefault(r.key, []).append(r)
+    merged = {k: mean_row(v) for k, v in profiles.items()}
+    partial = GpuCalibration(gpu, step, memory, util, {}, tf32, merged, scales)
+    sharing: dict[str, SharingFit] = {}
+    for mode in sorted({d.sharing for d in datasets}, key=lambda m: m != "timeslice"):  # time-slicing first
+        # each mode's groups are normalized by that run's own isolated profiles
+        mode_data = [d for d in datasets if d.sharing == mode]
+        own = {k: r for d in mode_data for k, r in d.isolated_by_key().items()
+               if r.model not in without_models and k not in without_jobs}
+        cal = GpuCalibration(gpu, step, memory, util, {}, tf32, {**merged, **own}, scales)
+        groups = [g for d in mode_data for g in d.groups if not (g.models & without_models) and g not in skip
+                  and not set(g.members) & without_jobs]
+        members = [[cal.member(k) for k in g.members] for g in groups]
+        prior = sharing["timeslice"].speed if "timeslice" in sharing else None
+        speed = grp.fit_speed([(m, g.speeds) for m, g in zip(members, groups, strict=True)], prior,
+                              prior_weight=0.05 if prior is None else 1.0)
+        shared = grp.fit_shared_memory([(m, g.gmem_mib) for m, g in zip(members, groups, strict=True)
+                                        if g.gmem_mib is not None])
+        gamma = grp.fit_group_util([(m, g.gpu_util) for m, g in zip(members, groups, strict=True)
+                                    if g.gpu_util is not None])
+        sharing[mode] = SharingFit(speed, shared, gamma, len(groups))
+    return GpuCalibration(partial.gpu, step, memory, util, sharing, tf32, merged, scales)
