@@ -174,17 +174,15 @@ def parse_json_text(text: str, where: str) -> Any:
 
 
 def _read_json(path: Path) -> Any:
+    from dltsched.engine.domain.limits import read_limited
+
     try:
-        data = path.read_bytes()
+        data = read_limited(path, str(path))
     except FileNotFoundError:
         raise FileNotFoundError(f"instance file '{path}' not found; pass an existing .json file") from None
     except IsADirectoryError:
         raise ValidationError(str(path), "is a folder; pass a .json file") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ValidationError(str(path), f"not UTF-8 text (byte {err.start}); pass a JSON file") from None
-    return parse_json_text(text, str(path))
+    return parse_json_text(data.decode("utf-8"), str(path))
 
 
 def load_instance(source: str | os.PathLike[str] | Mapping[str, Any]) -> Instance:

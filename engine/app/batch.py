@@ -32,6 +32,8 @@ from dltsched.engine.domain.errors import DltschedError, ValidationError, write_
 log = logging.getLogger(__name__)
 
 MODES = ("simulate", "solve")
+#: largest seed (numpy's generators take seeds below 2**32)
+MAX_SEED = 2**32 - 1
 #: columns of every row, in table order; metric columns absent from a mode stay empty
 ID_COLUMNS = ("key", "instance_file", "file_sha256", "instance", "mode", "policy", "predictors", "seed", "error")
 SIMULATE_COLUMNS = ("num_jobs", "num_gpus", "num_jobs_finished", "avg_jct_s", "median_jct_s", "p95_jct_s",
@@ -63,7 +65,10 @@ class BatchItem:
 
 
 def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """SHA-256 of an instance file, read within the ``max_input_mib`` cap."""
+    from dltsched.engine.domain.limits import read_limited
+
+    return hashlib.sha256(read_limited(path, str(path), text=False)).hexdigest()
 
 
 def discover(spec: str) -> list[Path]:
@@ -81,16 +86,33 @@ def discover(spec: str) -> list[Path]:
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
-    """``"0-4"`` -> 0..4, ``"1,5,9"`` -> those; mixed: ``"0-2,7"``."""
-    seeds: list[int] = []
+    """``"0-4"`` -> 0..4, ``"1,5,9"`` -> those; mixed: ``"0-2,7"``. Seeds are integers in [0, 2**32 - 1]; at most
+    ``max_seeds`` of them (:mod:`dltsched.engine.domain.limits`), counted before any is listed."""
+    from dltsched.engine.domain.limits import LIMITS
+
+    cap = int(LIMITS["max_seeds"].value())
+    ranges: list[tuple[int, int]] = []
+    total = 0
     try:
         for part in text.split(","):
-            lo, sep, hi = part.strip().partition("-")
-            seeds.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
-    except ValueError:
-        raise ValidationError("--seeds", f"'{text}' not understood; e.g. '0-4' or '1,5,9'") from None
-    if not seeds:
-        raise ValidationError("--seeds", "empty; give at least one seed")
+            lo_text, sep, hi_text = part.strip().partition("-")
+            if len(lo_text) > 12 or len(hi_text) > 12:
+                raise ValueError
+            lo = int(lo_text)
+            hi = int(hi_text) if sep else lo
+            if not 0 <= lo <= hi <= MAX_SEED:
+                raise ValueError
+            ranges.append((lo, hi))
+            total += hi - lo + 1
+            if total > cap:
+                raise ValidationError("--seeds", f"'{text[:60]}' is more than {cap} seeds; "
+                                      f"{LIMITS['max_seeds'].hint()}")
+    except ValueError as err:
+        if isinstance(err, ValidationError):
+            raise
+        raise ValidationError("--seeds", f"'{text[:60]}' not understood; seeds are integers in 0..{MAX_SEED}, "
+                              "e.g. '0-4' or '1,5,9'") from None
+    seeds = [s for lo, hi in ranges for s in range(lo, hi + 1)]
     return tuple(dict.fromkeys(seeds))
 
 
@@ -99,7 +121,13 @@ def make_items(files: Iterable[Path], policies: Iterable[str], seeds: Iterable[i
     """The cross product files x policies x seeds, in that order."""
     if mode not in MODES:
         raise ValidationError("--mode", f"'{mode}' not understood; one of {', '.join(MODES)}")
-    policies, seeds = tuple(policies), tuple(seeds)
+    from dltsched.engine.domain.limits import LIMITS
+
+    files, policies, seeds = tuple(files), tuple(policies), tuple(seeds)
+    cap = LIMITS["max_batch_items"]
+    if len(files) * len(policies) * len(seeds) > cap.value():
+        raise ValidationError("DIR|GLOB x --policy x --seeds", f"{len(files)} x {len(policies)} x {len(seeds)} "
+                              f"runs is more than {cap.value():g}; {cap.hint()}")
     items: list[BatchItem] = []
     for f in files:
         digest = file_sha256(f)

@@ -189,7 +189,9 @@ def load_experiment(path: str | Path) -> LoadedExperiment:
     path = Path(path)
     if not path.is_file():
         raise ValidationError("EXP.toml", f"{path} does not exist")
-    raw = path.read_bytes()
+    from dltsched.engine.domain.limits import read_limited
+
+    raw = read_limited(path, "EXP.toml")
     try:
         data = tomllib.loads(raw.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:

@@ -41,12 +41,14 @@ from pathlib import Path
 from typing import Any
 
 from dltsched.engine.domain.errors import ValidationError, write_atomically
+from dltsched.engine.domain.limits import read_limited
 from dltsched.engine.sim.run_state_schema import check_state
 from dltsched.engine.sim.simulator import SimulationConfig, SimulationRun, Simulator
 
 FORMAT = "dltsched-sim-checkpoint"
 VERSION = 2
-#: a checkpoint larger than this is refused before it is read (a 100,000-job run writes about 100 MB)
+#: the default cap on a checkpoint's size (a 100,000-job run writes about 100 MB); the cap in force is
+#: ``max_checkpoint_mib`` of :mod:`dltsched.engine.domain.limits` (``DLTSCHED_MAX_CHECKPOINT_MIB``)
 MAX_BYTES = 2 * 1024**3
 #: names of attributes that hold caches or logs, not settings: left out of the fingerprint
 _NOT_SETTINGS = ("cache", "memo", "solve_log")
@@ -166,7 +168,7 @@ def fingerprint(sim: Simulator) -> dict[str, str]:
     cfg = sim.config
     predictors = getattr(sim.policy, "predictors", None)
     others = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(SimulationConfig)
-              if f.name not in ("seed", "memory", "faults")}
+              if f.name not in ("seed", "memory", "faults", "max_wall_s")}
     describe = _Describer()
     return {
         "instance": _digest(sim.instance, describe),
@@ -248,10 +250,10 @@ def read_checkpoint(path: str | os.PathLike[str], sim: Simulator,
     run started; computed here when not given). Raises :class:`CheckpointError` for any unusable file."""
     p = Path(path)
     try:
-        size = p.stat().st_size
-        if size > MAX_BYTES:
-            raise CheckpointError(p, f"{size} bytes, more than the {MAX_BYTES} a checkpoint may have")
-        raw = p.read_bytes()
+        _check_regular(p)
+        raw = read_limited(p, f"checkpoint '{p}'", cap="max_checkpoint_mib", text=False)
+    except ValidationError as err:
+        raise CheckpointError(p, err.problem) from None
     except OSError as err:
         raise CheckpointError(p, f"cannot be read: {err.strerror or err}") from None
     if not raw.strip():
@@ -275,6 +277,13 @@ def read_checkpoint(path: str | os.PathLike[str], sim: Simulator,
         raise CheckpointError(p, "is nested too deeply to be a checkpoint") from None
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
         raise CheckpointError(p, f"does not hold a usable run state ({type(err).__name__}: {err})") from None
+
+
+def _check_regular(p: Path) -> None:
+    """A checkpoint is a regular file (it is replaced by renaming a new one over it): never a device, a pipe
+    or a folder, which could be read without end or clobbered."""
+    if (p.exists() or p.is_symlink()) and not p.is_file():
+        raise CheckpointError(p, "is not a regular file (a device, a pipe or a folder); give a file path")
 
 
 def _check(p: Path, data: Any, sim: Simulator, expected: Mapping[str, str] | None) -> dict[str, Any]:
@@ -338,6 +347,7 @@ class CheckpointStore:
 
     def start(self, sim: Simulator, *, resume: bool) -> SimulationRun | None:
         self._fingerprint = fingerprint(sim)
+        _check_regular(self.path)
         remove_stale_temp_files(self.path)
         if not resume or not self.path.exists():
             return None

@@ -131,7 +131,7 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
                  options: dict[str, Any] | None = None, faults: Any = None, checkpoint: str | None = None,
                  checkpoint_every: int = 200, lengths: str = "known", length_error: float = 0.5,
                  profile_s: float | None = None, profile_noise: float = 0.03,
-                 freeze_penalty_scale: float | None = None) -> list[SimulationResult]:
+                 freeze_penalty_scale: float | None = None, max_wall_s: float | None = None) -> list[SimulationResult]:
     """Simulate each policy in ``names`` on ``inst`` with the same ground truth and seed. Each policy gets
     the ``options`` it takes (see :func:`~dltsched.engine.app.registry.options_for`); all are checked before
     any simulation runs, so a bad option fails at once. With ``checkpoint`` (one policy only) the run saves
@@ -147,7 +147,7 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
     truth = MeasuredTruth(data_dir=data_dir)
     preds, config = simulation_setup(preds, seed=seed, memory=memory, faults=faults, lengths=lengths,
                                      length_error=length_error, profile_s=profile_s, profile_noise=profile_noise,
-                                     freeze_penalty_scale=freeze_penalty_scale)
+                                     freeze_penalty_scale=freeze_penalty_scale, max_wall_s=max_wall_s)
     results = []
     for name in names:
         policy = make_policy(name, predictors=preds, **per_policy[name])
@@ -164,7 +164,8 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
 
 def simulation_setup(preds: Any, *, seed: int = 0, memory: str = "oom", faults: Any = None,
                      lengths: str = "known", length_error: float = 0.5, profile_s: float | None = None,
-                     profile_noise: float = 0.03, freeze_penalty_scale: float | None = None) -> tuple[Any, Any]:
+                     profile_noise: float = 0.03, freeze_penalty_scale: float | None = None,
+                     max_wall_s: float | None = None) -> tuple[Any, Any]:
     """The policies' predictor bundle and the simulation settings for these options.
 
     ``lengths``: what policies are told of job lengths (:mod:`dltsched.engine.sim.lengths`). ``profile_s``: profile
@@ -186,7 +187,7 @@ def simulation_setup(preds: Any, *, seed: int = 0, memory: str = "oom", faults: 
 
         preds = replace(preds, freezing=ScaledFreezing(preds.freezing, freeze_penalty_scale))
     config = SimulationConfig(seed=seed, memory=memory, faults=faults, lengths=lengths,  # type: ignore[arg-type]
-                              length_error=length_error, profiling=profiling)
+                              length_error=length_error, profiling=profiling, max_wall_s=max_wall_s)
     return preds, config
 
 
@@ -265,6 +266,9 @@ def print_table(results: list[Any], title: str,
               help="Policies predict frozen penalties this many times the ground truth's (mismatch sweep).")
 @click.option("--arrivals", type=click.Choice(["trace", "batch"]), default="trace", show_default=True,
               help="Job arrivals: as in the instance (trace) or every job at time 0 (batch, for makespan).")
+@click.option("--max-wall-s", type=FiniteFloat(0.0, 1e9, min_open=True),
+              help="Stop a simulation that runs longer than this many wall-clock seconds (default: the "
+                   "max_sim_wall_s cap, 6 h, or DLTSCHED_MAX_SIM_WALL_S).")
 @click.option("--records", is_flag=True, help="Include per-job records and the utilisation trace in --json.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON result to this file.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -272,8 +276,8 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
              jobs: int | None, policies: tuple[str, ...], predictor_set: str, memory: str, seed: int,
              prediction_error: float, options: tuple[str, ...], faults: str | None, checkpoint: str | None,
              checkpoint_every: int, lengths: str, length_error: float, profile_s: float | None,
-             profile_noise: float, freeze_penalty_scale: float | None, arrivals: str, records: bool,
-             output: str | None, as_json: bool) -> None:
+             profile_noise: float, freeze_penalty_scale: float | None, arrivals: str, max_wall_s: float | None,
+             records: bool, output: str | None, as_json: bool) -> None:
     """Simulate policies on an instance and compare their metrics."""
     names = expand_policies(policies)
     opts = parse_options(options)
@@ -288,7 +292,8 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
                            prediction_error=prediction_error, options=opts,
                            faults=parse_faults(faults), checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                            lengths=lengths, length_error=length_error, profile_s=profile_s,
-                           profile_noise=profile_noise, freeze_penalty_scale=freeze_penalty_scale)
+                           profile_noise=profile_noise, freeze_penalty_scale=freeze_penalty_scale,
+                           max_wall_s=max_wall_s)
     bundle = bundle_fields(predictor_set)
     payload: Any = [r.to_dict(records=records, utilization=records) | bundle for r in results]
     if len(payload) == 1 and len(policies) == 1 and policies[0] not in ("all", "baselines", "papers"):

@@ -22,11 +22,9 @@ from dltsched.formulations.problem import FORMAT, OBJECTIVES, RoundOptions, Roun
 def load_round(path: Path, options: RoundOptions, predictors_name: str) -> RoundProblem:
     """A round from a round JSON, or the time-0 round (all jobs queued) of an instance JSON."""
     from dltsched.engine.domain.errors import ValidationError
+    from dltsched.engine.domain.limits import read_limited
 
-    try:
-        raw = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ValidationError(str(path), f"not UTF-8 text (byte {err.start}); pass a JSON file") from None
+    raw = read_limited(path, str(path)).decode("utf-8")
     try:
         from dltsched.instances.schema import parse_json_text
 

@@ -4,6 +4,7 @@ them, and ``dltsched plot RESULT.json -o DIR``."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -23,11 +24,13 @@ def load_result(path: Path) -> Any:
     """A JSON result file, or a CSV as a list of row dicts."""
     if not path.is_file():
         raise ValidationError("RESULT", f"{path} does not exist; give a JSON (or CSV) result file")
+    from dltsched.engine.domain.limits import read_limited
+
+    text = read_limited(path, "RESULT").decode("utf-8")
     if path.suffix.lower() == ".csv":
-        with path.open(newline="") as fh:
-            return list(csv.DictReader(fh))
+        return list(csv.DictReader(io.StringIO(text, newline="")))
     try:
-        return json.loads(path.read_text())
+        return json.loads(text)
     except json.JSONDecodeError as err:
         raise ValidationError("RESULT", f"{path} is not valid JSON ({err})") from None
 
