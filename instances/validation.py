@@ -365,10 +365,25 @@ class _DuplicateKeys(dict):  # type: ignore[type-arg]
     key: str = ""
 
 
+class _LongInteger:
+    """Where the parser met an integer too long to read (its number of digits)."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+#: the longest integer literal read (Python's own limit on converting text to int)
+MAX_INT_DIGITS = 4300
+
+
 def _first_problem(value: Any, path: str, depth: int = 0) -> tuple[str, str] | None:
     """Path and problem of the first marker the strict parser left in ``value``."""
     if isinstance(value, _NonFinite):
         return path, f"{value.text[:40]} not understood; numbers must be finite (at most about 1.8e308)"
+    if isinstance(value, _LongInteger):
+        return path, f"an integer of {value.digits} digits not understood; at most {MAX_INT_DIGITS} digits"
     if depth > 2 * MAX_DEPTH + 64:
         return None
     if isinstance(value, _DuplicateKeys):
@@ -388,8 +403,8 @@ def _first_problem(value: Any, path: str, depth: int = 0) -> tuple[str, str] | N
 
 
 def parse_strict_json(text: str, where: str) -> Any:
-    """Strict JSON, every refusal naming the field: NaN, Infinity, a number beyond float range or a key given
-    twice are reported at their path (``jobs[0].total_iterations``), with ``where`` (a file name) in the
+    """Strict JSON, every refusal naming the field: NaN, Infinity, a number beyond float range, an integer of
+    more than :data:`MAX_INT_DIGITS` digits or a key given twice are reported at their path (``jobs[0].total_iterations``), with ``where`` (a file name) in the
     message; malformed text, deep nesting and integers too long to read name ``where``.
 
     Parameters
@@ -422,6 +437,14 @@ def parse_strict_json(text: str, where: str) -> Any:
         value = float(token)
         return value if math.isfinite(value) else constant(token)
 
+    def integer(token: str) -> Any:
+        nonlocal marked
+        digits = len(token.lstrip("-"))
+        if digits <= MAX_INT_DIGITS:
+            return int(token)
+        marked = True
+        return _LongInteger(digits)
+
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         nonlocal marked
         out = dict(items)
@@ -434,7 +457,8 @@ def parse_strict_json(text: str, where: str) -> Any:
         return dup
 
     try:
-        data = json.loads(text, parse_constant=constant, parse_float=number, object_pairs_hook=pairs)
+        data = json.loads(text, parse_constant=constant, parse_float=number, parse_int=integer,
+                          object_pairs_hook=pairs)
     except json.JSONDecodeError as err:
         problem = ": empty file" if not text.strip() else f" at line {err.lineno}, column {err.colno}: {err.msg}"
         raise ValidationError(where, f"malformed JSON{problem}") from None

@@ -59,6 +59,11 @@ def load_instance_or_workload(instance: str | None, workload: str | None, *, dat
     if (instance is None) == (workload is None):
         raise ValidationError("--instance/--workload", "give exactly one of them")
     if instance is not None:
+        given = [flag for flag, value in (("--cluster", cluster), ("--jobs", jobs), ("--gpus", gpus),
+                                          ("--start-s", start_s)) if value is not None]
+        if given:
+            raise ValidationError(given[0], f"applies to --workload only; an --instance file brings its own cluster "
+                                  f"and jobs (drop {' and '.join(given)}, or edit the file)")
         from dltsched.instances.schema import load_instance
 
         return load_instance(Path(instance))
@@ -86,6 +91,13 @@ def _reject_constant(name: str) -> Any:
     raise ValidationError("--option", f"{name} not understood; values must be finite numbers")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        _reject_constant(text[:40])
+    return value
+
+
 def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
     """``KEY=VALUE`` policy options; values are read as JSON when they parse (numbers, lists, true/false,
     null), else text. NaN and infinities are refused; a key given twice is an error."""
@@ -98,13 +110,14 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
         if key in out:
             raise ValidationError(f"option {key[:60]}", "given twice; give each option once")
         try:
-            parsed = json.loads(value, parse_constant=_reject_constant)
+            parsed = json.loads(value, parse_constant=_reject_constant, parse_float=_finite_float)
         except json.JSONDecodeError:
             parsed = value
         except RecursionError:
             raise ValidationError(f"option {key[:60]}", "value nested too deeply") from None
-        if isinstance(parsed, float) and not math.isfinite(parsed):
-            _reject_constant(value[:40])
+        except ValueError:  # a NaN or infinity, or an integer too long to read
+            raise ValidationError(f"--option {key[:60]}", f"{value[:40]!r} not understood; values must be finite "
+                                  "numbers (at most about 1.8e308, 4300 digits)") from None
         out[key] = tuple(parsed) if isinstance(parsed, list) else parsed
     return out
 

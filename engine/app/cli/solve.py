@@ -126,6 +126,8 @@ def bench_solve(sizes: str, backend: str, repeats: int, time_limit_s: float, rel
     from dltsched.formulations.bench import bench_size, parse_size, rows_as_dicts, winners
 
     names = [s.strip() for s in sizes.split(",") if s.strip()]
+    if not names:
+        raise ValidationError("--sizes", f"{sizes[:40]!r} names no size; give JOBSxGPUS sizes, e.g. 20x16,200x256")
     for name in names:
         parse_size(name)
     backends = EXACT_BACKENDS if backend == "both" else (backend,)

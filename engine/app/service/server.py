@@ -45,6 +45,7 @@ from dltsched.engine.app.service.guard import (
     BodyLimit,
     Metrics,
     ServiceMetrics,
+    StrictJsonBody,
     check_bind,
     guarded_protocol,
     problem_response,
@@ -318,6 +319,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
                                    swagger_ui_parameters={"validatorUrl": None})  # no call to a remote validator
 
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
+    app.add_middleware(StrictJsonBody)  # inside BodyLimit: it buffers only bodies within the size limit
     app.add_middleware(BodyLimit, max_bytes=cfg.max_body_bytes)
     if cfg.token is not None:
         app.add_middleware(BearerAuth, token=cfg.token, open_paths=OPEN_PATHS, open_prefixes=(DOCS_ASSETS,))
