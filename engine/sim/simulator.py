@@ -75,7 +75,8 @@ class RunStore(Protocol):
 
     ``start`` is called once, before the first event, with the simulator (still untouched by the run); it
     returns the run to continue (``sim.start()`` restored by ``from_dict``), or ``None`` to start afresh.
-    ``save`` gets :meth:`RunState.to_dict`."""
+    ``save`` gets :meth:`RunState.to_dict`. A store may also have ``due(rounds) -> bool``, asked after each
+    round instead of counting ``every_rounds`` (e.g. to save by wall-clock time)."""
 
     every_rounds: int
 
@@ -328,7 +329,8 @@ class SimulationRun(PlacingRun):
         self._apply(plan, state.down_gpus)
         self.rounds += 1
         store = self.sim.store
-        if store is not None and self.rounds % store.every_rounds == 0:
+        if store is not None and (store.due(self.rounds) if hasattr(store, "due")
+                                  else self.rounds % store.every_rounds == 0):
             store.save(self.to_dict())
         if self.sim.on_round is not None:
             self.sim.on_round(self.time, len(self.finished))

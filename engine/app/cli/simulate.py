@@ -142,13 +142,15 @@ def parse_faults(text: str | None) -> Any:
 def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_set: str = "default",
                  memory: str = "oom", data_dir: str | None = None, prediction_error: float = 0.0,
                  options: dict[str, Any] | None = None, faults: Any = None, checkpoint: str | None = None,
-                 checkpoint_every: int = 200, lengths: str = "known", length_error: float = 0.5,
+                 checkpoint_every: int | None = None, checkpoint_overhead: float = 0.03, lengths: str = "known",
+                 length_error: float = 0.5,
                  profile_s: float | None = None, profile_noise: float = 0.03,
                  freeze_penalty_scale: float | None = None, max_wall_s: float | None = None) -> list[SimulationResult]:
     """Simulate each policy in ``names`` on ``inst`` with the same ground truth and seed. Each policy gets
     the ``options`` it takes (see :func:`~dltsched.engine.app.registry.options_for`); all are checked before
     any simulation runs, so a bad option fails at once. With ``checkpoint`` (one policy only) the run saves
-    its state there every ``checkpoint_every`` rounds and continues from it when it exists. ``lengths``,
+    its state there every ``checkpoint_every`` rounds (``None``: as often as ``checkpoint_overhead``, a share of
+    the run's wall-clock time, allows) and continues from it when it exists. ``lengths``,
     ``length_error``, ``profile_s``/``profile_noise`` (profiling on arrival) and ``freeze_penalty_scale`` are
     the settings of :func:`simulation_setup`."""
     from dltsched.predictors.noise import with_prediction_error
@@ -170,7 +172,7 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
         from dltsched.engine.sim.checkpoint import CheckpointStore
         from dltsched.engine.sim.simulator import Simulator
 
-        store = CheckpointStore(checkpoint, checkpoint_every)
+        store = CheckpointStore(checkpoint, checkpoint_every, max_overhead=checkpoint_overhead)
         results.append(Simulator(inst, policy, truth, config, store=store).run(resume=True))
     return results
 
@@ -262,9 +264,11 @@ def print_table(results: list[Any], title: str,
 @click.option("--option", "options", multiple=True, help=OPTION_HELP)
 @click.option("--faults", help="Node failures MTBF_S:MTTR_S:CHECKPOINT_INTERVAL_S (seeded), e.g. 14400:900:600.")
 @click.option("--checkpoint", type=click.Path(dir_okay=False),
-              help="Save the run here every --checkpoint-every rounds; continue from it when it exists (one policy).")
-@click.option("--checkpoint-every", type=click.IntRange(min=1, max=10**9), default=200, show_default=True,
-              help="Rounds between checkpoints.")
+              help="Save the run here (see --checkpoint-every); continue from it when it exists (one policy).")
+@click.option("--checkpoint-every", type=click.IntRange(min=1, max=10**9), default=None,
+              help="Save every N rounds, whatever it costs (default: as often as --checkpoint-overhead allows).")
+@click.option("--checkpoint-overhead", type=FiniteFloat(0.0, 1.0, min_open=True), default=0.03, show_default=True,
+              help="Without --checkpoint-every: the share of the run's wall-clock time checkpoint writes may take.")
 @click.option("--lengths", type=click.Choice(["known", "unknown", "estimate"]), default="known", show_default=True,
               help="What policies are told of job lengths: the truth (known), nothing but attained service "
                    "(unknown, Tiresias' setting), or a user's estimate off by exp(E*z) (estimate).")
@@ -288,7 +292,7 @@ def print_table(results: list[Any], title: str,
 def simulate(instance_path: str | None, workload: str | None, data_dir: str | None, cluster: str | None,
              jobs: int | None, policies: tuple[str, ...], predictor_set: str, memory: str, seed: int,
              prediction_error: float, options: tuple[str, ...], faults: str | None, checkpoint: str | None,
-             checkpoint_every: int, lengths: str, length_error: float, profile_s: float | None,
+             checkpoint_every: int | None, checkpoint_overhead: float, lengths: str, length_error: float, profile_s: float | None,
              profile_noise: float, freeze_penalty_scale: float | None, arrivals: str, max_wall_s: float | None,
              records: bool, output: str | None, as_json: bool) -> None:
     """Simulate policies on an instance and compare their metrics."""
@@ -304,6 +308,7 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
     results = run_policies(inst, names, seed=seed, predictor_set=predictor_set, memory=memory, data_dir=data_dir,
                            prediction_error=prediction_error, options=opts,
                            faults=parse_faults(faults), checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                           checkpoint_overhead=checkpoint_overhead,
                            lengths=lengths, length_error=length_error, profile_s=profile_s,
                            profile_noise=profile_noise, freeze_penalty_scale=freeze_penalty_scale,
                            max_wall_s=max_wall_s)
