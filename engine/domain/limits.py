@@ -61,6 +61,8 @@ class Limit:
 LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
     Limit("max_input_mib", "DLTSCHED_MAX_INPUT_MIB", 256.0, "MiB",
           "size of an input file: instance, round, result, experiment, co-location model"),
+    Limit("max_data_file_mib", "DLTSCHED_MAX_DATA_FILE_MIB", 4096.0, "MiB",
+          "size of a file of the data folder (traces, measurements), read line by line"),
     Limit("max_checkpoint_mib", "DLTSCHED_MAX_CHECKPOINT_MIB", 2048.0, "MiB", "size of a simulation checkpoint"),
     Limit("max_pipe_wait_s", "DLTSCHED_MAX_PIPE_WAIT_S", 10.0, "s",
           "wait for the first bytes from a pipe whose writer is slow to start"),

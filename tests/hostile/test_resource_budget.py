@@ -120,3 +120,13 @@ def test_the_wall_clock_cap_stops_a_simulation(monkeypatch: Any, run_cli: Any, c
         from dltsched.engine.app.api import load_instance_file, simulate_instance
 
         simulate_instance(load_instance_file(medium), "fifo", predictors="analytic")
+
+
+def test_a_pipe_in_the_data_folder_is_refused_not_read(tmp_path: Path) -> None:
+    from dltsched.instances.datadir import data_file
+
+    os.mkfifo(tmp_path / "trace.csv")
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(ValidationError, match="not a regular file"):
+        data_file("trace.csv", data_dir=tmp_path)
+    assert data_file("sub", data_dir=tmp_path).is_dir()
