@@ -66,7 +66,7 @@ def find_data_dir(path: str | os.PathLike[str] | None = None, *, required: bool 
 
 
 def data_file(*parts: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
-    """A file inside the data folder; a clear error when it is missing.
+    """A file (or folder) inside the data folder; a clear error when it is missing or not a regular file.
 
     Parameters
     ----------
@@ -84,10 +84,16 @@ def data_file(*parts: str, data_dir: str | os.PathLike[str] | None = None) -> Pa
     ------
     DataNotFoundError
         When the folder or the file is missing.
+    ValidationError
+        When it is a device or a pipe, or a file larger than the ``max_data_file_mib`` cap.
     """
     base = find_data_dir(data_dir)
     assert base is not None
     p = base.joinpath(*parts)
     if not p.exists():
         raise DataNotFoundError(f"'{p}' not found in the data folder '{base}'")
-    return p
+    if p.is_dir():
+        return p
+    from dltsched.engine.domain.limits import check_regular_file
+
+    return check_regular_file(p, "data file", cap="max_data_file_mib")

@@ -12,7 +12,6 @@ as one-line :class:`~dltsched.engine.domain.errors.ValidationError`, e.g.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,9 +42,12 @@ from dltsched.instances.validation import (
     InstanceModel,
     JobModel,
     NodeModel,
+    check_datasets,
     check_json_value,
+    check_usable,
     convert_pydantic_error,
     json_schema,
+    parse_strict_json,
     shipped_schema_path,
     short_repr,
 )
@@ -120,27 +122,21 @@ def instance_from_model(model: InstanceModel) -> Instance:
     Returns
     -------
     Instance
-        The instance (the domain model checks meaning: catalog names, sizes, duplicates).
+        The instance (the domain model checks meaning: catalog names, sizes, duplicates; and what the
+        predictors and the simulator can use: catalog GPU types only, each job's dataset known for its model).
     """
+    check_usable(model)
     cluster = _cluster(model.cluster)
     jobs = tuple(_job(j, i) for i, j in enumerate(model.jobs))
-    return Instance(model.name, cluster, jobs, dict(model.metadata), dict(model.reference))
-
-
-def _no_constant(name: str) -> Any:
-    raise ValidationError("", f"{name} not understood; JSON numbers must be finite (no NaN or Infinity)")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValidationError("", f"{text[:40]} not understood; numbers must be finite (at most about 1.8e308)")
-    return value
+    inst = Instance(model.name, cluster, jobs, dict(model.metadata), dict(model.reference))
+    check_datasets(inst)
+    return inst
 
 
 def parse_json_text(text: str, where: str) -> Any:
-    """Strict JSON: NaN, Infinity and numbers beyond float range are refused; deep nesting and integers
-    too long to read are one :class:`ValidationError` naming ``where``.
+    """Strict JSON: NaN, Infinity, numbers beyond float range and a key given twice in one object are refused
+    with the field's path; deep nesting and integers too long to read are one :class:`ValidationError`
+    naming ``where``.
 
     Parameters
     ----------
@@ -159,32 +155,19 @@ def parse_json_text(text: str, where: str) -> Any:
     ValidationError
         When the text is not strict JSON.
     """
-    try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
-    except json.JSONDecodeError as err:
-        problem = ": empty file" if not text.strip() else f" at line {err.lineno}, column {err.colno}: {err.msg}"
-        raise ValidationError(where, f"malformed JSON{problem}") from None
-    except ValidationError as err:
-        raise ValidationError(where, err.problem) from None
-    except RecursionError:
-        raise ValidationError(where, "JSON nested too deeply to read; flatten it") from None
-    except ValueError as err:  # e.g. an integer of more than 4300 digits
-        problem = "an integer with more than 4300 digits" if "digits" in str(err) else str(err)
-        raise ValidationError(where, f"JSON not understood: {problem}") from None
+    return parse_strict_json(text, where)
 
 
 def _read_json(path: Path) -> Any:
+    from dltsched.engine.domain.limits import read_limited
+
     try:
-        data = path.read_bytes()
+        data = read_limited(path, str(path))
     except FileNotFoundError:
         raise FileNotFoundError(f"instance file '{path}' not found; pass an existing .json file") from None
     except IsADirectoryError:
         raise ValidationError(str(path), "is a folder; pass a .json file") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ValidationError(str(path), f"not UTF-8 text (byte {err.start}); pass a JSON file") from None
-    return parse_json_text(text, str(path))
+    return parse_json_text(data.decode("utf-8"), str(path))
 
 
 def load_instance(source: str | os.PathLike[str] | Mapping[str, Any]) -> Instance:

@@ -103,7 +103,8 @@ class NodeModel(BaseModel):
 
 
 class GpuTypeModel(BaseModel):
-    """A GPU type that is not in the catalog (spec-sheet values)."""
+    """A GPU type's spec-sheet values. The predictors and the simulator price catalog GPU types only, so an entry
+    must be a catalog type with the catalog's values (anything else is refused at load)."""
 
     model_config = _STRICT
     id: str = _name()
@@ -120,7 +121,7 @@ class GpuTypeModel(BaseModel):
 
 
 class ClusterModel(BaseModel):
-    """Nodes, plus specs of GPU types the catalog does not know."""
+    """Nodes, plus specs of their GPU types (catalog types only; see ``GpuTypeModel``)."""
 
     model_config = _STRICT
     nodes: list[NodeModel] = Field(min_length=1, max_length=MAX_NODES)
@@ -344,3 +345,206 @@ def convert_pydantic_error(err: pydantic.ValidationError) -> ValidationError:
     if kind == "value_error":
         return ValidationError(path, rule)
     return ValidationError(path, f"{short_repr(first.get('input'))} not understood; {rule}")
+
+
+# ---- strict JSON with field paths ----------------------------------------------------------
+
+
+class _NonFinite:
+    """Where the parser met ``NaN``, ``Infinity`` or a number beyond float range (its text)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+class _DuplicateKeys(dict):  # type: ignore[type-arg]
+    """An object in which ``key`` was given more than once."""
+
+    key: str = ""
+
+
+class _LongInteger:
+    """Where the parser met an integer too long to read (its number of digits)."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+#: the longest integer literal read (Python's own limit on converting text to int)
+MAX_INT_DIGITS = 4300
+
+
+def _first_problem(value: Any, path: str, depth: int = 0) -> tuple[str, str] | None:
+    """Path and problem of the first marker the strict parser left in ``value``."""
+    if isinstance(value, _NonFinite):
+        return path, f"{value.text[:40]} not understood; numbers must be finite (at most about 1.8e308)"
+    if isinstance(value, _LongInteger):
+        return path, f"an integer of {value.digits} digits not understood; at most {MAX_INT_DIGITS} digits"
+    if depth > 2 * MAX_DEPTH + 64:
+        return None
+    if isinstance(value, _DuplicateKeys):
+        key = value.key
+        return (f"{path}.{key}" if path else key), "given twice in one object; give each key once"
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _first_problem(v, f"{path}.{k}" if path else str(k), depth + 1)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _first_problem(v, f"{path}[{i}]", depth + 1)
+            if found:
+                return found
+    return None
+
+
+def parse_strict_json(text: str, where: str) -> Any:
+    """Strict JSON, every refusal naming the field: NaN, Infinity, a number beyond float range, an integer of
+    more than :data:`MAX_INT_DIGITS` digits or a key given twice are reported at their path (``jobs[0].total_iterations``), with ``where`` (a file name) in the
+    message; malformed text, deep nesting and integers too long to read name ``where``.
+
+    Parameters
+    ----------
+    text : str
+        The JSON text.
+    where : str
+        What the text is (a file name, ``body``), for messages.
+
+    Returns
+    -------
+    Any
+        The parsed value.
+
+    Raises
+    ------
+    ValidationError
+        When the text is not strict JSON.
+    """
+    import json
+
+    marked = False
+
+    def constant(name: str) -> Any:
+        nonlocal marked
+        marked = True
+        return _NonFinite(name)
+
+    def number(token: str) -> Any:
+        value = float(token)
+        return value if math.isfinite(value) else constant(token)
+
+    def integer(token: str) -> Any:
+        nonlocal marked
+        digits = len(token.lstrip("-"))
+        if digits <= MAX_INT_DIGITS:
+            return int(token)
+        marked = True
+        return _LongInteger(digits)
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal marked
+        out = dict(items)
+        if len(out) == len(items):
+            return out
+        seen: set[str] = set()
+        dup = _DuplicateKeys(out)
+        dup.key = next(k for k, _ in items if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        marked = True
+        return dup
+
+    try:
+        data = json.loads(text, parse_constant=constant, parse_float=number, parse_int=integer,
+                          object_pairs_hook=pairs)
+    except json.JSONDecodeError as err:
+        problem = ": empty file" if not text.strip() else f" at line {err.lineno}, column {err.colno}: {err.msg}"
+        raise ValidationError(where, f"malformed JSON{problem}") from None
+    except RecursionError:
+        raise ValidationError(where, "JSON nested too deeply to read; flatten it") from None
+    except ValueError as err:  # e.g. an integer of more than 4300 digits
+        problem = "an integer with more than 4300 digits" if "digits" in str(err) else str(err)
+        raise ValidationError(where, f"JSON not understood: {problem}") from None
+    if marked:
+        found = _first_problem(data, "")
+        if found is not None:
+            path, problem = found
+            raise ValidationError(path or where, f"{problem} (in {where})" if path else problem)
+    return data
+
+
+# ---- what the predictors and the simulator can use -----------------------------------------
+
+
+def check_usable(model: InstanceModel) -> None:
+    """The checks beyond shape that every reader of an instance runs (``instance validate`` as ``simulate``,
+    ``solve`` and the embedding API): custom GPU types must be usable end to end, and they are not, since the
+    predictors and the ground truth price catalog GPU types only. So a ``cluster.gpu_types`` entry must be a
+    catalog type with the catalog's spec (a copy, harmless); an id given twice, a type the catalog lacks and
+    a catalog type with other values are refused, naming the entry.
+
+    Parameters
+    ----------
+    model : InstanceModel
+        The validated file.
+
+    Raises
+    ------
+    ValidationError
+        Naming the first unusable entry.
+    """
+    from dltsched.engine.domain.catalog import gpu_catalog
+
+    catalog = gpu_catalog()
+    seen: dict[str, int] = {}
+    for k, g in enumerate(model.cluster.gpu_types):
+        for name in (g.id, *g.aliases):
+            key = name.strip().lower()
+            if key in seen and seen[key] != k:
+                raise ValidationError(f"cluster.gpu_types[{k}].id", f"duplicate GPU type id or alias '{name}' (also "
+                                      f"cluster.gpu_types[{seen[key]}]); give each type once")
+            seen[key] = k
+    fields = sorted((f for f in GpuTypeModel.model_fields if f not in ("id", "aliases")),
+                    key=lambda f: f != "memory_gib")
+    for k, g in enumerate(model.cluster.gpu_types):
+        where = f"cluster.gpu_types[{k}]"
+        try:
+            canonical = catalog.resolve(g.id)
+        except ValueError:
+            raise ValidationError(f"{where}.id", f"custom GPU type '{g.id}' cannot be scheduled: the predictors and "
+                                  "the simulator price catalog GPU types only; name a catalog type in the nodes "
+                                  f"(known: {', '.join(sorted(catalog.items))})") from None
+        spec = catalog.items[canonical]
+        differ = [f for f in fields if getattr(g, f) != getattr(spec, f)]
+        if differ:
+            shown = ", ".join(f"{f} {getattr(g, f)!r} (catalog {getattr(spec, f)!r})" for f in differ[:3])
+            raise ValidationError(where, f"redefines catalog GPU type '{canonical}': {shown}; leave it out to use "
+                                  "the catalog's spec (the predictors and the simulator use the catalog's)")
+
+
+def check_datasets(inst: Any) -> None:
+    """Each job's dataset is one its model knows (the predictors price a model on a dataset).
+
+    Parameters
+    ----------
+    inst : Instance
+        The instance.
+
+    Raises
+    ------
+    ValidationError
+        At ``jobs[i].dataset``, listing the model's datasets.
+    """
+    from dltsched.engine.domain.catalog import model_spec
+
+    for i, job in enumerate(inst.jobs):
+        if job.dataset is None:
+            continue
+        try:
+            model_spec(job.model).dataset(job.dataset)
+        except ValueError:
+            known = sorted(model_spec(job.model).datasets)
+            raise ValidationError(f"jobs[{i}].dataset", f"'{job.dataset}' not known for model '{job.model}'; "
+                                  f"one of {', '.join(known)} (or leave it out)") from None

@@ -4,21 +4,24 @@ Items run in a local process pool by default, or on a Ray cluster with ``--ray [
 optional extra). Each finished item appends one row to ``OUT/results.csv`` (flushed at once); at the end
 the table is also written as ``OUT/results.parquet`` when pyarrow is installed. An interrupted batch
 resumes: items whose key (instance file hash + mode + policy + predictor bundle + seed) has a row are not
-run again.
+run again. Batches may run at once into one folder: each item runs under a claim (a lock file), so no
+item runs twice (see :func:`run_batch`).
 """
 
 from __future__ import annotations
 
 import csv
+import fcntl
 import glob
 import hashlib
 import io
+import itertools
 import logging
 import multiprocessing
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +35,8 @@ from dltsched.engine.domain.errors import DltschedError, ValidationError, write_
 log = logging.getLogger(__name__)
 
 MODES = ("simulate", "solve")
+#: largest seed (numpy's generators take seeds below 2**32)
+MAX_SEED = 2**32 - 1
 #: columns of every row, in table order; metric columns absent from a mode stay empty
 ID_COLUMNS = ("key", "instance_file", "file_sha256", "instance", "mode", "policy", "predictors", "seed", "error")
 SIMULATE_COLUMNS = ("num_jobs", "num_gpus", "num_jobs_finished", "avg_jct_s", "median_jct_s", "p95_jct_s",
@@ -43,6 +48,8 @@ TIMING_COLUMNS = ("decision_time_mean_s", "solve_time_s", "build_time_s", "item_
 COLUMNS = ID_COLUMNS + SIMULATE_COLUMNS + SOLVE_COLUMNS + ("item_wall_s",)
 RESULTS_CSV = "results.csv"
 RESULTS_PARQUET = "results.parquet"
+#: folder of the claim files of items being run (see :func:`run_batch`)
+CLAIMS_DIR = "claims"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +70,10 @@ class BatchItem:
 
 
 def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """SHA-256 of an instance file, read within the ``max_input_mib`` cap."""
+    from dltsched.engine.domain.limits import read_limited
+
+    return hashlib.sha256(read_limited(path, str(path), text=False)).hexdigest()
 
 
 def discover(spec: str) -> list[Path]:
@@ -81,16 +91,33 @@ def discover(spec: str) -> list[Path]:
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
-    """``"0-4"`` -> 0..4, ``"1,5,9"`` -> those; mixed: ``"0-2,7"``."""
-    seeds: list[int] = []
+    """``"0-4"`` -> 0..4, ``"1,5,9"`` -> those; mixed: ``"0-2,7"``. Seeds are integers in [0, 2**32 - 1]; at most
+    ``max_seeds`` of them (:mod:`dltsched.engine.domain.limits`), counted before any is listed."""
+    from dltsched.engine.domain.limits import LIMITS
+
+    cap = int(LIMITS["max_seeds"].value())
+    ranges: list[tuple[int, int]] = []
+    total = 0
     try:
         for part in text.split(","):
-            lo, sep, hi = part.strip().partition("-")
-            seeds.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
-    except ValueError:
-        raise ValidationError("--seeds", f"'{text}' not understood; e.g. '0-4' or '1,5,9'") from None
-    if not seeds:
-        raise ValidationError("--seeds", "empty; give at least one seed")
+            lo_text, sep, hi_text = part.strip().partition("-")
+            if len(lo_text) > 12 or len(hi_text) > 12:
+                raise ValueError
+            lo = int(lo_text)
+            hi = int(hi_text) if sep else lo
+            if not 0 <= lo <= hi <= MAX_SEED:
+                raise ValueError
+            ranges.append((lo, hi))
+            total += hi - lo + 1
+            if total > cap:
+                raise ValidationError("--seeds", f"'{text[:60]}' is more than {cap} seeds; "
+                                      f"{LIMITS['max_seeds'].hint()}")
+    except ValueError as err:
+        if isinstance(err, ValidationError):
+            raise
+        raise ValidationError("--seeds", f"'{text[:60]}' not understood; seeds are integers in 0..{MAX_SEED}, "
+                              "e.g. '0-4' or '1,5,9'") from None
+    seeds = [s for lo, hi in ranges for s in range(lo, hi + 1)]
     return tuple(dict.fromkeys(seeds))
 
 
@@ -99,7 +126,13 @@ def make_items(files: Iterable[Path], policies: Iterable[str], seeds: Iterable[i
     """The cross product files x policies x seeds, in that order."""
     if mode not in MODES:
         raise ValidationError("--mode", f"'{mode}' not understood; one of {', '.join(MODES)}")
-    policies, seeds = tuple(policies), tuple(seeds)
+    from dltsched.engine.domain.limits import LIMITS
+
+    files, policies, seeds = tuple(files), tuple(policies), tuple(seeds)
+    cap = LIMITS["max_batch_items"]
+    if len(files) * len(policies) * len(seeds) > cap.value():
+        raise ValidationError("DIR|GLOB x --policy x --seeds", f"{len(files)} x {len(policies)} x {len(seeds)} "
+                              f"runs is more than {cap.value():g}; {cap.hint()}")
     items: list[BatchItem] = []
     for f in files:
         digest = file_sha256(f)
@@ -146,13 +179,38 @@ def _solve_row(item: BatchItem) -> dict[str, Any]:
 
 
 class ResultTable:
-    """``results.csv`` in ``out_dir``: finished keys on open, one flushed row per :meth:`append`."""
+    """``results.csv`` in ``out_dir``: finished keys on open, one flushed row per :meth:`append`.
+
+    Several batches may share one folder: every read-modify-write of the table holds an exclusive lock on
+    ``results.csv.lock`` beside it, so rows appended by another process are never lost."""
 
     def __init__(self, out_dir: Path) -> None:
         self.path = out_dir / RESULTS_CSV
         out_dir.mkdir(parents=True, exist_ok=True)
-        self.rows = self._read_complete_rows()
-        self._rewrite()
+        self._seen: tuple[int, int, int] | None = None
+        self._done: set[str] | None = None
+        with self._locked():
+            self.rows = self._read_complete_rows()
+            self._rewrite()
+
+    def _stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_size, st.st_mtime_ns
+
+    def _refresh(self) -> None:
+        """Re-read the table if another process changed it since this one last wrote or read it."""
+        if self._stamp() != self._seen:
+            self.rows = self._read_complete_rows()
+            self._seen = self._stamp()
+            self._done = None
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with file_lock(self.path.with_name(RESULTS_CSV + ".lock")):
+            yield
 
     def _read_complete_rows(self) -> list[dict[str, str]]:
         """Rows of a previous run; a row cut short by an interruption (missing cells) is dropped."""
@@ -170,22 +228,36 @@ class ResultTable:
         writer.writeheader()
         writer.writerows(self.rows)
         write_atomically(self.path, text.getvalue().encode())
+        self._seen = self._stamp()
 
     def done_keys(self) -> set[str]:
         """Keys of items that finished without error (failed items are retried on resume)."""
         return {r["key"] for r in self.rows if not r["error"]}
 
+    def done_on_disk(self, key: str) -> bool:
+        """Whether ``key`` has a row without error in the file now (another batch may have written it)."""
+        with self._locked():
+            self._refresh()
+        if self._done is None:
+            self._done = self.done_keys()
+        return key in self._done
+
     def append(self, row: dict[str, Any]) -> None:
         clean = {c: "" if row.get(c) is None else str(row[c]) for c in COLUMNS}
-        retried = any(r["key"] == clean["key"] for r in self.rows)
-        self.rows = [r for r in self.rows if r["key"] != clean["key"]] + [clean]
-        if retried:
-            self._rewrite()
-            return
-        with self.path.open("a", newline="") as fh:
-            csv.DictWriter(fh, COLUMNS).writerow(clean)
-            fh.flush()
-            os.fsync(fh.fileno())
+        with self._locked():
+            self._refresh()
+            retried = any(r["key"] == clean["key"] for r in self.rows)
+            self._done = None
+            if retried:
+                self.rows = [r for r in self.rows if r["key"] != clean["key"]] + [clean]
+                self._rewrite()
+                return
+            self.rows.append(clean)
+            with self.path.open("a", newline="") as fh:
+                csv.DictWriter(fh, COLUMNS).writerow(clean)
+                fh.flush()
+                os.fsync(fh.fileno())
+            self._seen = self._stamp()
 
     def write_parquet(self) -> Path | None:
         """``results.parquet`` beside the CSV (typed columns), or ``None`` without pyarrow."""
@@ -200,19 +272,28 @@ class ResultTable:
         return out
 
 
-def run_local(items: list[BatchItem], max_workers: int | None) -> Iterator[dict[str, Any]]:
-    """Rows as items finish, from a pool of spawned processes (``max_workers=1``: in this process)."""
+def run_local(items: Iterable[BatchItem], max_workers: int | None) -> Iterator[dict[str, Any]]:
+    """Rows as items finish, from a pool of spawned processes (``max_workers=1``: in this process). Items are
+    taken from ``items`` as workers free up (at most two per worker in flight), so a claim is taken late."""
     if max_workers == 1:
         yield from map(run_item, items)
         return
-    with ProcessPoolExecutor(max_workers=max_workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(run_item, item) for item in items]
-        for fut in as_completed(futures):
-            yield fut.result()
+    workers = max_workers or os.cpu_count() or 1
+    source = iter(items)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pending = {pool.submit(run_item, item) for item in itertools.islice(source, 2 * workers)}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                yield fut.result()
+                following = next(source, None)
+                if following is not None:
+                    pending.add(pool.submit(run_item, following))
 
 
-def run_ray(items: list[BatchItem], address: str | None) -> Iterator[dict[str, Any]]:
+def run_ray(items: Iterable[BatchItem], address: str | None) -> Iterator[dict[str, Any]]:
     """Rows as items finish, from Ray tasks (``address=None``: start or join a local Ray)."""
+    items = list(items)
     if not items:
         return
     try:
@@ -235,22 +316,90 @@ def run_ray(items: list[BatchItem], address: str | None) -> Iterator[dict[str, A
 
 def run_batch(items: list[BatchItem], out_dir: Path, *, max_workers: int | None = None, ray_address: str | None = None,
               use_ray: bool = False, on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Run the items not yet in ``out_dir``'s table; returns counts and the table paths."""
+    """Run the items not yet in ``out_dir``'s table; returns counts and the table paths.
+
+    Batches may run at once into one folder: an item runs only under its claim, an exclusive lock on
+    ``claims/<key>.lock`` held from before it starts until its row is in the table (the lock goes with a
+    killed process), and only when the table has no row for it; an item claimed by another batch is left
+    to it (``claimed_elsewhere``)."""
     table = ResultTable(out_dir)
     done = table.done_keys()
     todo = [item for item in items if item.key not in done]
-    rows = run_ray(todo, ray_address) if use_ray else run_local(todo, max_workers)
-    failed = 0
-    for row in rows:
-        table.append(row)
-        failed += bool(row["error"])
-        if on_row is not None:
-            on_row(row)
+    claims = Claims(out_dir / CLAIMS_DIR)
+    counts = {"claimed_elsewhere": 0, "done_elsewhere": 0}
+
+    def claimed() -> Iterator[BatchItem]:
+        for item in todo:
+            if not claims.take(item.key):
+                counts["claimed_elsewhere"] += 1
+                continue
+            if table.done_on_disk(item.key):  # another batch finished it after this one started
+                claims.release(item.key)
+                counts["done_elsewhere"] += 1
+                continue
+            yield item
+
+    rows = run_ray(claimed(), ray_address) if use_ray else run_local(claimed(), max_workers)
+    failed = ran = 0
+    try:
+        for row in rows:
+            table.append(row)
+            claims.release(row["key"])
+            ran += 1
+            failed += bool(row["error"])
+            if on_row is not None:
+                on_row(row)
+    finally:
+        claims.release_all()
     parquet = table.write_parquet()
     failures = [f"{r['instance_file']} {r['mode']} {r['policy']} seed {r['seed']}: {r['error']}"
                 for r in table.rows if r["error"]]
-    return {"items": len(items), "skipped": len(items) - len(todo), "ran": len(todo), "failed": failed,
-            "failures": failures, "csv": str(table.path), "parquet": str(parquet) if parquet else None}
+    return {"items": len(items), "skipped": len(items) - len(todo) + counts["done_elsewhere"], "ran": ran,
+            "claimed_elsewhere": counts["claimed_elsewhere"], "failed": failed, "failures": failures,
+            "csv": str(table.path), "parquet": str(parquet) if parquet else None}
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (created if missing) for the ``with`` block; waits for it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the file releases the lock
+
+
+class Claims:
+    """Claims of batch items: a non-blocking exclusive ``flock`` on ``folder/<digest of key>.lock`` per
+    item, held by this process until :meth:`release` (the operating system drops it if the process dies).
+    Claim files stay in place: removing one while another process opens it would let two hold a claim."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self.held: dict[str, int] = {}
+
+    def take(self, key: str) -> bool:
+        """Claim ``key``; ``False`` when another process holds it."""
+        name = hashlib.sha256(key.encode()).hexdigest()[:32] + ".lock"
+        fd = os.open(self.folder / name, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self.held[key] = fd
+        return True
+
+    def release(self, key: str) -> None:
+        fd = self.held.pop(key, None)
+        if fd is not None:
+            os.close(fd)
+
+    def release_all(self) -> None:
+        for key in list(self.held):
+            self.release(key)
 
 
 class BatchFailedError(DltschedError):
@@ -301,7 +450,8 @@ def batch(ctx: click.Context, source: str, mode: str, policies: tuple[str, ...],
         summary = run_batch(items, Path(out_dir), max_workers=workers, use_ray=ray_address is not None,
                             ray_address=address, on_row=lambda _row: advance(1))
     emit(summary, as_json, lambda: click.echo(
-        f"{summary['ran']} ran ({summary['failed']} failed), {summary['skipped']} already done -> {summary['csv']}"))
+        f"{summary['ran']} ran ({summary['failed']} failed), {summary['skipped']} already done, "
+        f"{summary['claimed_elsewhere']} run by another batch -> {summary['csv']}"))
     if summary["failures"]:
         raise BatchFailedError(summary["failures"], summary["items"], summary["csv"])
 

@@ -199,8 +199,10 @@ def load_experiment(path: str | Path) -> LoadedExperiment:
     """Read and validate an experiment TOML file; bad content raises one-line :class:`ValidationError`."""
     path = Path(path)
     if not path.is_file():
-        raise ValidationError("EXP.toml", f"{path} does not exist")
-    raw = path.read_bytes()
+        raise ValidationError("EXP.toml", f"{path} " + ("is not a regular file" if path.exists() else "does not exist"))
+    from dltsched.engine.domain.limits import read_limited
+
+    raw = read_limited(path, "EXP.toml")
     try:
         data = tomllib.loads(raw.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:

@@ -36,18 +36,25 @@ import enum
 import hashlib
 import json
 import os
+import time
 from collections.abc import Mapping
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 from dltsched.engine.domain.errors import ValidationError, write_atomically
+from dltsched.engine.domain.limits import read_limited
+from dltsched.engine.domain.model import Instance, Job
 from dltsched.engine.sim.run_state_schema import check_state
 from dltsched.engine.sim.simulator import SimulationConfig, SimulationRun, Simulator
 
 FORMAT = "dltsched-sim-checkpoint"
 VERSION = 2
-#: a checkpoint larger than this is refused before it is read (a 100,000-job run writes about 100 MB)
+#: the default cap on a checkpoint's size (a 100,000-job run writes about 100 MB); the cap in force is
+#: ``max_checkpoint_mib`` of :mod:`dltsched.engine.domain.limits` (``DLTSCHED_MAX_CHECKPOINT_MIB``)
 MAX_BYTES = 2 * 1024**3
+#: the fields of a job, in the order the instance digest reads them
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 #: names of attributes that hold caches or logs, not settings: left out of the fingerprint
 _NOT_SETTINGS = ("cache", "memo", "solve_log")
 
@@ -159,6 +166,15 @@ def _digest(obj: Any, describe: _Describer | None = None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+def _instance_digest(inst: Instance, describe: _Describer) -> str:
+    """The instance's digest: its jobs as the ``repr`` of their field values (plain numbers, text and tuples of
+    them: exact, and fast for long traces), the rest described field by field."""
+    values = attrgetter(*_JOB_FIELDS)
+    jobs = hashlib.sha256(repr([values(j) for j in inst.jobs]).encode()).hexdigest()
+    rest = {f.name: getattr(inst, f.name) for f in dataclasses.fields(inst) if f.name != "jobs"}
+    return _digest({"jobs": jobs, **rest}, describe)
+
+
 def fingerprint(sim: Simulator) -> dict[str, str]:
     """One hash per thing that changes ``sim``'s result (see the module docstring).
 
@@ -166,10 +182,10 @@ def fingerprint(sim: Simulator) -> dict[str, str]:
     cfg = sim.config
     predictors = getattr(sim.policy, "predictors", None)
     others = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(SimulationConfig)
-              if f.name not in ("seed", "memory", "faults")}
+              if f.name not in ("seed", "memory", "faults", "max_wall_s")}
     describe = _Describer()
     return {
-        "instance": _digest(sim.instance, describe),
+        "instance": _instance_digest(sim.instance, describe),
         "policy": str(getattr(sim.policy, "name", type(sim.policy).__qualname__)),
         "policy_options": _digest({k: v for k, v in _policy_fields(sim.policy).items() if v is not predictors},
                                   describe),
@@ -248,10 +264,10 @@ def read_checkpoint(path: str | os.PathLike[str], sim: Simulator,
     run started; computed here when not given). Raises :class:`CheckpointError` for any unusable file."""
     p = Path(path)
     try:
-        size = p.stat().st_size
-        if size > MAX_BYTES:
-            raise CheckpointError(p, f"{size} bytes, more than the {MAX_BYTES} a checkpoint may have")
-        raw = p.read_bytes()
+        _check_regular(p)
+        raw = read_limited(p, f"checkpoint '{p}'", cap="max_checkpoint_mib", text=False)
+    except ValidationError as err:
+        raise CheckpointError(p, err.problem) from None
     except OSError as err:
         raise CheckpointError(p, f"cannot be read: {err.strerror or err}") from None
     if not raw.strip():
@@ -275,6 +291,13 @@ def read_checkpoint(path: str | os.PathLike[str], sim: Simulator,
         raise CheckpointError(p, "is nested too deeply to be a checkpoint") from None
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
         raise CheckpointError(p, f"does not hold a usable run state ({type(err).__name__}: {err})") from None
+
+
+def _check_regular(p: Path) -> None:
+    """A checkpoint is a regular file (it is replaced by renaming a new one over it): never a device, a pipe
+    or a folder, which could be read without end or clobbered."""
+    if (p.exists() or p.is_symlink()) and not p.is_file():
+        raise CheckpointError(p, "is not a regular file (a device, a pipe or a folder); give a file path")
 
 
 def _check(p: Path, data: Any, sim: Simulator, expected: Mapping[str, str] | None) -> dict[str, Any]:
@@ -323,21 +346,56 @@ def restore(path: str | os.PathLike[str], sim: Simulator, expected: Mapping[str,
 # -- store ----------------------------------------------------------------------------------------------
 
 
+#: the default share of a run's wall-clock time that checkpoint writes may take
+DEFAULT_MAX_OVERHEAD = 0.03
+
+
 class CheckpointStore:
-    """A :class:`~dltsched.engine.sim.simulator.RunStore` writing ``path`` every ``every_rounds`` rounds.
+    """A :class:`~dltsched.engine.sim.simulator.RunStore` writing ``path``.
 
     ``Simulator(..., store=CheckpointStore(path)).run(resume=True)`` continues from ``path`` when it
-    exists (after checking it) and starts afresh otherwise."""
+    exists (after checking it) and starts afresh otherwise.
 
-    def __init__(self, path: str | os.PathLike[str], every_rounds: int = 200) -> None:
-        if isinstance(every_rounds, bool) or not isinstance(every_rounds, int) or every_rounds < 1:
+    When it writes: with ``every_rounds`` (an integer >= 1), every that many rounds, whatever it costs. By
+    default (``every_rounds=None``) after a round whenever the writes so far, plus one more as costly as the
+    last (the run state gathered, encoded, written and synced to disk; with a quarter more for a growing
+    state), stay within ``max_overhead`` of the wall-clock time since the run started: writes take at most
+    that share of the run (3% by default), a cheap run saves every round and a costly state less often. A
+    run resumes from its last write either way, on the same trajectory."""
+
+    def __init__(self, path: str | os.PathLike[str], every_rounds: int | None = None, *,
+                 max_overhead: float = DEFAULT_MAX_OVERHEAD) -> None:
+        if every_rounds is not None and (isinstance(every_rounds, bool) or not isinstance(every_rounds, int)
+                                         or every_rounds < 1):
             raise ValidationError("checkpoint_every_rounds", f"{every_rounds!r} not understood; an integer >= 1")
+        if isinstance(max_overhead, bool) or not isinstance(max_overhead, int | float) or not 0 < max_overhead <= 1:
+            raise ValidationError("checkpoint_max_overhead", f"{max_overhead!r} not understood; a fraction in (0, 1]")
         self.path = Path(path)
-        self.every_rounds = every_rounds
+        self.every_rounds = every_rounds or 1
+        self.max_overhead = None if every_rounds is not None else float(max_overhead)
+        #: writes made, and the wall-clock seconds they took
+        self.writes = 0
+        self.write_s = 0.0
         self._fingerprint: dict[str, str] | None = None
+        self._started = time.perf_counter()
+        self._last_cost = 0.0
+        self._asked_at = 0.0
+
+    def due(self, rounds: int) -> bool:
+        """Whether the run should save after round ``rounds`` (see the class docstring)."""
+        if rounds % self.every_rounds:
+            return False
+        now = time.perf_counter()
+        if self.max_overhead is not None and \
+                self.write_s + 1.25 * self._last_cost > self.max_overhead * (now - self._started):
+            return False
+        self._asked_at = now
+        return True
 
     def start(self, sim: Simulator, *, resume: bool) -> SimulationRun | None:
+        self._started = time.perf_counter()
         self._fingerprint = fingerprint(sim)
+        _check_regular(self.path)
         remove_stale_temp_files(self.path)
         if not resume or not self.path.exists():
             return None
@@ -347,3 +405,7 @@ class CheckpointStore:
         if self._fingerprint is None:
             raise RuntimeError("CheckpointStore.save before start")
         write_checkpoint(self.path, self._fingerprint, state)
+        now = time.perf_counter()
+        self._last_cost = now - self._asked_at if self._asked_at else 0.0
+        self.write_s += self._last_cost
+        self.writes += 1

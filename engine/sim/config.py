@@ -35,12 +35,15 @@ class SimulationConfig:
 
     ``memory``: ``"oom"`` (a misfit crashes and is re-queued, see :mod:`dltsched.engine.sim.simulator`) or ``"reject"`` (raise).
     ``max_time_s``: simulated seconds after the first arrival a run may last; a run that would go beyond
-    raises. ``max_stalled_iterations``: loop iterations without any progress before the run raises."""
+    raises. ``max_stalled_iterations``: loop iterations without any progress (or node failures without durable
+    progress) before the run raises. ``max_wall_s``: wall-clock seconds a run may take before it raises (``None``:
+    the ``max_sim_wall_s`` cap of :mod:`dltsched.engine.domain.limits`); not part of a checkpoint's fingerprint."""
 
     seed: int = 0
     memory: Literal["reject", "oom"] = "oom"
     max_time_s: float = TEN_YEARS_S
     max_stalled_iterations: int = 1000
+    max_wall_s: float | None = None
     utilization_samples: int = 400
     faults: FaultConfig | None = None
     #: what policies are told of job lengths: ``known`` | ``unknown`` | ``estimate``
@@ -51,6 +54,9 @@ class SimulationConfig:
     profiling: ProfilingConfig | None = None
 
     def __post_init__(self) -> None:
+        if self.max_wall_s is not None and not (isinstance(self.max_wall_s, int | float) and self.max_wall_s > 0
+                                                and math.isfinite(self.max_wall_s)):
+            raise ValidationError("max_wall_s", f"{self.max_wall_s!r} not understood; seconds > 0")
         if self.lengths not in LENGTH_MODES:
             raise ValidationError("lengths", f"{self.lengths!r} not understood; one of {', '.join(LENGTH_MODES)}")
         if not (isinstance(self.length_error, int | float) and math.isfinite(self.length_error)

@@ -16,7 +16,8 @@ import bisect
 import heapq
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,13 @@ from dltsched.engine.sim.config import RunSetup
 from dltsched.engine.sim.faults import FaultSchedule
 from dltsched.engine.sim.lengths import LengthEstimates
 from dltsched.engine.sim.metrics import JobRecord, PlacementInterval
+
+#: the fields of finished records and placement intervals in their JSON form, read in one call each
+#: (``dataclasses.asdict`` deep-copies field by field: most of the cost of saving a long run)
+_RECORD_FIELDS = tuple(f.name for f in fields(JobRecord))
+_INTERVAL_FIELDS = tuple(f.name for f in fields(PlacementInterval))
+_record_values = attrgetter(*_RECORD_FIELDS)
+_interval_values = attrgetter(*_INTERVAL_FIELDS)
 
 
 @dataclass(slots=True)
@@ -214,8 +222,9 @@ class RunState:
             "busy_gpu_s": self.busy_gpu_s, "oom_events": self.oom_events, "node_failures": self.node_failures,
             "fault_interruptions": self.fault_interruptions, "decision_times": list(self.decision_times),
             "util_trace": [list(x) for x in self.util_trace], "ideal_s": dict(self.ideal_s),
-            "finished": [asdict(r) for r in self.finished],
-            "intervals": [asdict(p) | {"gpus": list(p.gpus)} for p in self.intervals],
+            "finished": [dict(zip(_RECORD_FIELDS, _record_values(r), strict=True)) for r in self.finished],
+            "intervals": [dict(zip(_INTERVAL_FIELDS, _interval_values(p), strict=True)) | {"gpus": list(p.gpus)}
+                          for p in self.intervals],
             "gpu_jobs": [list(x) for x in self.gpu_jobs],
             "active": [a.to_dict() for a in self.active.values()],
             "running": list(self.running), "read_at": reads,

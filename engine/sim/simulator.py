@@ -17,7 +17,10 @@ waits for the next event; after ``MAX_BLIND_OOMS`` of them for one job the run s
 :class:`~dltsched.engine.domain.errors.InvalidPlanError`.
 ``memory="reject"`` is the strict check: any plan that overfills a GPU raises.
 
-Guards: a run whose loop stops moving (``max_stalled_iterations`` iterations in which the clock moves by less
+Guards: a run that has taken ``max_wall_s`` seconds of wall-clock time (default: the ``max_sim_wall_s`` cap of
+:mod:`dltsched.engine.domain.limits`, 6 hours), a run whose fault process fails nodes faster than jobs reach
+a checkpoint (``max_stalled_iterations`` node failures with no job finishing, arriving or checkpointing
+progress), a run whose loop stops moving (``max_stalled_iterations`` iterations in which the clock moves by less
 than a millisecond and no job arrives, finishes or has its memory measured, e.g. a round interval of 0) or whose simulated time
 would pass ``max_time_s`` after the first arrival (default 10 years) raises
 :class:`~dltsched.engine.domain.errors.SimulationStalledError` naming the policy and the state.
@@ -49,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dltsched.engine.domain.errors import InvalidPlanError, SimulationStalledError
+from dltsched.engine.domain.limits import limit
 from dltsched.engine.domain.model import Instance, Job
 from dltsched.engine.domain.predictors import observing_memory
 from dltsched.engine.domain.profiles import observing_profiles
@@ -71,7 +75,8 @@ class RunStore(Protocol):
 
     ``start`` is called once, before the first event, with the simulator (still untouched by the run); it
     returns the run to continue (``sim.start()`` restored by ``from_dict``), or ``None`` to start afresh.
-    ``save`` gets :meth:`RunState.to_dict`."""
+    ``save`` gets :meth:`RunState.to_dict`. A store may also have ``due(rounds) -> bool``, asked after each
+    round instead of counting ``every_rounds`` (e.g. to save by wall-clock time)."""
 
     every_rounds: int
 
@@ -108,6 +113,9 @@ class SimulationRun(PlacingRun):
     # declared per module: type checkers do not follow the package mapping to the base class
     last_round: float
     started: bool
+    #: node failures in a row without durable progress, and that progress (the fault-churn guard)
+    _churn: int
+    _durable: tuple[int, int, float]
 
     def run(self) -> SimulationResult:
         with observing_memory(self.memory_seen):
@@ -124,7 +132,14 @@ class SimulationRun(PlacingRun):
         interval = getattr(self.policy, "round_interval_s", None)
         origin = self.arrivals[0].arrival_time_s if self.arrivals else 0.0
         stalled, last_progress, last_clock = 0, self._progress(), self.time
+        max_wall_s = self.cfg.max_wall_s if self.cfg.max_wall_s is not None else limit("max_sim_wall_s")
+        self._churn, self._durable = 0, self._durable_progress()
         while self.next_arrival < len(self.arrivals) or self.active:
+            if time.perf_counter() - started > max_wall_s:
+                raise SimulationStalledError(
+                    f"policy '{self.policy.name}': stopped after {max_wall_s:g} s of wall-clock time (max_wall_s), "
+                    f"{self._where()}; raise the cap (simulate --max-wall-s, or DLTSCHED_MAX_SIM_WALL_S), or give "
+                    "--checkpoint to continue a long run in steps")
             changed = self._admit_arrivals()
             changed |= self._complete()
             changed |= self._fault_events()
@@ -197,6 +212,7 @@ class SimulationRun(PlacingRun):
         if self.faults is None:
             return False
         failed, repaired = self.faults.step(self.time)
+        interrupted = self.fault_interruptions
         for n in failed:
             self.node_failures += 1
             gpus = set(self.cluster.node_gpus(n))
@@ -211,7 +227,33 @@ class SimulationRun(PlacingRun):
         self._stale_nodes.update(failed, repaired)
         if failed:
             self._update_rates([])
+        if self.fault_interruptions > interrupted:
+            self._check_fault_churn()
         return bool(failed or repaired)
+
+    def _durable_progress(self) -> tuple[int, int, float]:
+        """What a node failure cannot take back: finished and arrived jobs, and the work the active jobs had
+        done at their last checkpoints."""
+        done = sum(a.job.total_iterations - a.ckpt_remaining for a in self.active.values())
+        return len(self.finished), self.next_arrival, done
+
+    def _check_fault_churn(self) -> None:
+        """A fault process that fails nodes faster than jobs reach a checkpoint rolls every job back forever
+        while the clock moves on: after ``max_stalled_iterations`` node failures in a row that interrupt jobs
+        without durable progress the run stops, naming the fault settings."""
+        durable = self._durable_progress()
+        if durable[:2] != self._durable[:2] or durable[2] > self._durable[2]:
+            self._churn, self._durable = 0, durable
+            return
+        self._churn += 1
+        if self._churn >= self.cfg.max_stalled_iterations:
+            assert self.faults is not None
+            f = self.faults.config
+            raise SimulationStalledError(
+                f"policy '{self.policy.name}': no job finished or reached a checkpoint in {self._churn} node failures, "
+                f"{self._where()}; faults mtbf_s={f.mtbf_s:g} s fail nodes before jobs checkpoint "
+                f"(checkpoint_interval_s={f.checkpoint_interval_s:g} s, mttr_s={f.mttr_s:g} s): raise MTBF_S or "
+                "lower CHECKPOINT_INTERVAL_S in --faults")
 
     def _ideal_s(self, job: Job) -> float:
         """Run time alone on the job's GPUs of the fastest allowed type (Themis' fair baseline)."""
@@ -289,7 +331,8 @@ class SimulationRun(PlacingRun):
         self._apply(plan, state.down_gpus)
         self.rounds += 1
         store = self.sim.store
-        if store is not None and self.rounds % store.every_rounds == 0:
+        if store is not None and (store.due(self.rounds) if hasattr(store, "due")
+                                  else self.rounds % store.every_rounds == 0):
             store.save(self.to_dict())
         if self.sim.on_round is not None:
             self.sim.on_round(self.time, len(self.finished))

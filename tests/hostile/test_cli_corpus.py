@@ -218,7 +218,6 @@ BAD_FILES: list[tuple[str, str | bytes]] = [
 LEGAL_FILES: list[tuple[str, str | dict[str, Any]]] = [
     ("base", BASE),
     ("unicode-name", mutated("name", "r\u00e9seau-\u6e2c\u8a66")),
-    ("duplicate-keys", json.dumps(BASE)[:-1] + ', "name": "last-wins"}'),
     ("metadata-big-array", mutated("metadata", {"xs": list(range(100_000))})),
     ("bounds-at-limit", mutated("jobs.0.total_iterations", 1e10)),
 ]
@@ -229,6 +228,7 @@ CASES += [Case(f"file-missing-{p}", VALIDATE, mutated(p)) for p in MISSING_FIELD
 CASES += [Case(f"file-{cid}", VALIDATE, raw(path, lit)) for cid, path, lit in RAW_LITERALS]
 CASES += [Case(f"file-{cid}", VALIDATE, body) for cid, body in BAD_FILES]
 CASES += [Case(f"file-legal-{cid}", VALIDATE, body, exit_code=0) for cid, body in LEGAL_FILES]
+CASES += [Case("file-duplicate-keys", VALIDATE, json.dumps(BASE)[:-1] + ', "name": "last-wins"}')]
 
 # the same hostile files through the other readers
 CASES += [

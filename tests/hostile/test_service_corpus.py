@@ -62,7 +62,7 @@ BODIES: list[tuple[str, int, bytes]] = [
     ("infinity", 422, json.dumps(_with_job(remaining_iterations=float("inf"))).encode()),
     ("overflowing_float", 422, json.dumps(_body()).replace('"remaining_iterations": 100', '"remaining_iterations": 1e400')
      .encode()),
-    ("huge_int_literal", 400, json.dumps(_body()).replace('"num_gpus": 4', '"num_gpus": ' + "9" * 5000).encode()),
+    ("huge_int_literal", 422, json.dumps(_body()).replace('"num_gpus": 4', '"num_gpus": ' + "9" * 5000).encode()),
     ("batch_size_string", 422, json.dumps(_with_job(batch_size="64")).encode()),
     ("batch_size_bool", 422, json.dumps(_with_job(batch_size=True)).encode()),
     ("num_gpus_float", 422, json.dumps(_with_node(num_gpus=2.0)).encode()),
@@ -99,7 +99,7 @@ BODIES: list[tuple[str, int, bytes]] = [
     ("freeze_level_huge", 422, json.dumps(_with_job(current_gpus=[0], current_freeze_level=10**6)).encode()),
     ("invalid_utf8", 400, b'{"cluster": {"nodes": [{"id": "\xff\xfe", "gpu_type": "v100", "num_gpus": 1}]}}'),
     ("utf8_bom", 200, b"\xef\xbb\xbf" + json.dumps(_body()).encode()),
-    ("duplicate_keys", 200, b'{"cluster": {"nodes": []}, "cluster": {"nodes": [{"id": "a", "gpu_type": "v100", '
+    ("duplicate_keys", 422, b'{"cluster": {"nodes": []}, "cluster": {"nodes": [{"id": "a", "gpu_type": "v100", '
                        b'"num_gpus": 1}]}}'),
     ("too_many_jobs", 413, json.dumps(_body(jobs=[JOB | {"id": f"j{i}"} for i in range(5001)])).encode()),
     ("too_many_nodes", 413, json.dumps(_body(cluster={"nodes": [NODE | {"id": f"n{i}", "num_gpus": 1}

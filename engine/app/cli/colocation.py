@@ -43,7 +43,9 @@ def _read_predictor(path: str | None, eggat: bool = False) -> Any:
 
         return NumpyEggat.load(path)
     try:
-        raw = json.loads(Path(path).read_text())
+        from dltsched.engine.domain.limits import read_limited
+
+        raw = json.loads(read_limited(path, "model"))
     except (OSError, ValueError) as err:
         raise ValidationError("model", f"'{path}' not readable as JSON ({err})") from None
     if isinstance(raw, dict) and raw.get("format") in (FORMAT, FORMAT_1):

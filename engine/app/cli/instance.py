@@ -68,9 +68,16 @@ def _print_summary(summary: dict[str, Any]) -> None:
             click.echo(f"  {key}: {summary['metadata'][key]}")
 
 
-def _write(inst: Instance, output: str, as_json: bool) -> None:
-    from dltsched.instances.schema import save_instance
+def _write(inst: Instance, output: str, as_json: bool, options: dict[str, str]) -> None:
+    """Write ``inst`` after checking it as ``instance validate`` would read it back; ``options`` maps the first
+    part of a field path (``name``, ``cluster``, ``jobs``) to the option that shaped it, for the message."""
+    from dltsched.instances.schema import instance_to_dict, load_instance, save_instance
 
+    try:
+        load_instance(instance_to_dict(inst))
+    except ValidationError as err:
+        option = options.get(err.path.split(".")[0].split("[")[0], "the options")
+        raise ValidationError(option, f"the instance it makes is not valid ({err}); nothing written") from None
     path = save_instance(inst, output)
     summary = {"output": str(path), **summarize(inst)}
 
@@ -173,7 +180,7 @@ def convert(
         if value is not None:
             command.append(f"{flag} {value:.15g}" if isinstance(value, float) else f"{flag} {value}")
     inst = replace(inst, metadata={**inst.metadata, "converted_by": " ".join([*command, "-o", output])})
-    _write(inst, output, as_json)
+    _write(inst, output, as_json, {"cluster": "--cluster"})
 
 
 @instance.command()
@@ -259,7 +266,8 @@ def generate(
     )
     inst = generate_instance(spec, data_dir=data_dir)
     inst = replace(inst, metadata={**inst.metadata, "generated_by": f"{spec.command()} -o {output}"})
-    _write(inst, output, as_json)
+    _write(inst, output, as_json, {"name": "--name",
+                                   "cluster": "--cluster" if cluster else "--gpus/--gpus-per-node/--gpu-types"})
 
 
 @instance.command()

@@ -60,6 +60,11 @@ def load_instance_or_workload(instance: str | None, workload: str | None, *, dat
     if (instance is None) == (workload is None):
         raise ValidationError("--instance/--workload", "give exactly one of them")
     if instance is not None:
+        given = [flag for flag, value in (("--cluster", cluster), ("--jobs", jobs), ("--gpus", gpus),
+                                          ("--start-s", start_s)) if value is not None]
+        if given:
+            raise ValidationError(given[0], f"applies to --workload only; an --instance file brings its own cluster "
+                                  f"and jobs (drop {' and '.join(given)}, or edit the file)")
         from dltsched.instances.schema import load_instance
 
         return load_instance(Path(instance))
@@ -87,6 +92,13 @@ def _reject_constant(name: str) -> Any:
     raise ValidationError("--option", f"{name} not understood; values must be finite numbers")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        _reject_constant(text[:40])
+    return value
+
+
 def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
     """``KEY=VALUE`` policy options; values are read as JSON when they parse (numbers, lists, true/false,
     null), else text. NaN and infinities are refused; a key given twice is an error."""
@@ -99,13 +111,14 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
         if key in out:
             raise ValidationError(f"option {key[:60]}", "given twice; give each option once")
         try:
-            parsed = json.loads(value, parse_constant=_reject_constant)
+            parsed = json.loads(value, parse_constant=_reject_constant, parse_float=_finite_float)
         except json.JSONDecodeError:
             parsed = value
         except RecursionError:
             raise ValidationError(f"option {key[:60]}", "value nested too deeply") from None
-        if isinstance(parsed, float) and not math.isfinite(parsed):
-            _reject_constant(value[:40])
+        except ValueError:  # a NaN or infinity, or an integer too long to read
+            raise ValidationError(f"--option {key[:60]}", f"{value[:40]!r} not understood; values must be finite "
+                                  "numbers (at most about 1.8e308, 4300 digits)") from None
         out[key] = tuple(parsed) if isinstance(parsed, list) else parsed
     return out
 
@@ -130,13 +143,15 @@ def parse_faults(text: str | None) -> Any:
 def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_set: str = "default",
                  memory: str = "oom", data_dir: str | None = None, prediction_error: float = 0.0,
                  options: dict[str, Any] | None = None, faults: Any = None, checkpoint: str | None = None,
-                 checkpoint_every: int = 200, lengths: str = "known", length_error: float = 0.5,
+                 checkpoint_every: int | None = None, checkpoint_overhead: float = 0.03, lengths: str = "known",
+                 length_error: float = 0.5,
                  profile_s: float | None = None, profile_noise: float = 0.03,
-                 freeze_penalty_scale: float | None = None) -> list[SimulationResult]:
+                 freeze_penalty_scale: float | None = None, max_wall_s: float | None = None) -> list[SimulationResult]:
     """Simulate each policy in ``names`` on ``inst`` with the same ground truth and seed. Each policy gets
     the ``options`` it takes (see :func:`~dltsched.engine.app.registry.options_for`); all are checked before
     any simulation runs, so a bad option fails at once. With ``checkpoint`` (one policy only) the run saves
-    its state there every ``checkpoint_every`` rounds and continues from it when it exists. ``lengths``,
+    its state there every ``checkpoint_every`` rounds (``None``: as often as ``checkpoint_overhead``, a share of
+    the run's wall-clock time, allows) and continues from it when it exists. ``lengths``,
     ``length_error``, ``profile_s``/``profile_noise`` (profiling on arrival) and ``freeze_penalty_scale`` are
     the settings of :func:`simulation_setup`."""
     from dltsched.predictors.noise import with_prediction_error
@@ -148,7 +163,7 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
     truth = MeasuredTruth(data_dir=data_dir)
     preds, config = simulation_setup(preds, seed=seed, memory=memory, faults=faults, lengths=lengths,
                                      length_error=length_error, profile_s=profile_s, profile_noise=profile_noise,
-                                     freeze_penalty_scale=freeze_penalty_scale)
+                                     freeze_penalty_scale=freeze_penalty_scale, max_wall_s=max_wall_s)
     results = []
     for name in names:
         policy = make_policy(name, predictors=preds, **per_policy[name])
@@ -158,14 +173,15 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
         from dltsched.engine.sim.checkpoint import CheckpointStore
         from dltsched.engine.sim.simulator import Simulator
 
-        store = CheckpointStore(checkpoint, checkpoint_every)
+        store = CheckpointStore(checkpoint, checkpoint_every, max_overhead=checkpoint_overhead)
         results.append(Simulator(inst, policy, truth, config, store=store).run(resume=True))
     return results
 
 
 def simulation_setup(preds: Any, *, seed: int = 0, memory: str = "oom", faults: Any = None,
                      lengths: str = "known", length_error: float = 0.5, profile_s: float | None = None,
-                     profile_noise: float = 0.03, freeze_penalty_scale: float | None = None) -> tuple[Any, Any]:
+                     profile_noise: float = 0.03, freeze_penalty_scale: float | None = None,
+                     max_wall_s: float | None = None) -> tuple[Any, Any]:
     """The policies' predictor bundle and the simulation settings for these options.
 
     ``lengths``: what policies are told of job lengths (:mod:`dltsched.engine.sim.lengths`). ``profile_s``: profile
@@ -187,7 +203,7 @@ def simulation_setup(preds: Any, *, seed: int = 0, memory: str = "oom", faults: 
 
         preds = replace(preds, freezing=ScaledFreezing(preds.freezing, freeze_penalty_scale))
     config = SimulationConfig(seed=seed, memory=memory, faults=faults, lengths=lengths,  # type: ignore[arg-type]
-                              length_error=length_error, profiling=profiling)
+                              length_error=length_error, profiling=profiling, max_wall_s=max_wall_s)
     return preds, config
 
 
@@ -273,9 +289,11 @@ def print_table(results: list[Any], title: str,
 @click.option("--option", "options", multiple=True, help=OPTION_HELP)
 @click.option("--faults", help="Node failures MTBF_S:MTTR_S:CHECKPOINT_INTERVAL_S (seeded), e.g. 14400:900:600.")
 @click.option("--checkpoint", type=click.Path(dir_okay=False),
-              help="Save the run here every --checkpoint-every rounds; continue from it when it exists (one policy).")
-@click.option("--checkpoint-every", type=click.IntRange(min=1, max=10**9), default=200, show_default=True,
-              help="Rounds between checkpoints.")
+              help="Save the run here (see --checkpoint-every); continue from it when it exists (one policy).")
+@click.option("--checkpoint-every", type=click.IntRange(min=1, max=10**9), default=None,
+              help="Save every N rounds, whatever it costs (default: as often as --checkpoint-overhead allows).")
+@click.option("--checkpoint-overhead", type=FiniteFloat(0.0, 1.0, min_open=True), default=0.03, show_default=True,
+              help="Without --checkpoint-every: the share of the run's wall-clock time checkpoint writes may take.")
 @click.option("--lengths", type=click.Choice(["known", "unknown", "estimate"]), default="known", show_default=True,
               help="What policies are told of job lengths: the truth (known), nothing but attained service "
                    "(unknown, Tiresias' setting), or a user's estimate off by exp(E*z) (estimate).")
@@ -290,6 +308,9 @@ def print_table(results: list[Any], title: str,
               help="Policies predict frozen penalties this many times the ground truth's (mismatch sweep).")
 @click.option("--arrivals", type=click.Choice(["trace", "batch"]), default="trace", show_default=True,
               help="Job arrivals: as in the instance (trace) or every job at time 0 (batch, for makespan).")
+@click.option("--max-wall-s", type=FiniteFloat(0.0, 1e9, min_open=True),
+              help="Stop a simulation that runs longer than this many wall-clock seconds (default: the "
+                   "max_sim_wall_s cap, 6 h, or DLTSCHED_MAX_SIM_WALL_S).")
 @click.option("--records", is_flag=True, help="Include per-job records and the utilisation trace in --json.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON result to this file.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -297,9 +318,9 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
              jobs: int | None, policies: tuple[str, ...], predictor_set: str, calibration: str | None, memory: str,
              seed: int,
              prediction_error: float, options: tuple[str, ...], faults: str | None, checkpoint: str | None,
-             checkpoint_every: int, lengths: str, length_error: float, profile_s: float | None,
-             profile_noise: float, freeze_penalty_scale: float | None, arrivals: str, records: bool,
-             output: str | None, as_json: bool) -> None:
+             checkpoint_every: int | None, checkpoint_overhead: float, lengths: str, length_error: float, profile_s: float | None,
+             profile_noise: float, freeze_penalty_scale: float | None, arrivals: str, max_wall_s: float | None,
+             records: bool, output: str | None, as_json: bool) -> None:
     """Simulate policies on an instance and compare their metrics."""
     names = expand_policies(policies)
     opts = parse_options(options)
@@ -313,8 +334,10 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
     results = run_policies(inst, names, seed=seed, predictor_set=predictor_set, memory=memory, data_dir=data_dir,
                            prediction_error=prediction_error, options=opts,
                            faults=parse_faults(faults), checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                           checkpoint_overhead=checkpoint_overhead,
                            lengths=lengths, length_error=length_error, profile_s=profile_s,
-                           profile_noise=profile_noise, freeze_penalty_scale=freeze_penalty_scale)
+                           profile_noise=profile_noise, freeze_penalty_scale=freeze_penalty_scale,
+                           max_wall_s=max_wall_s)
     bundle = bundle_fields(predictor_set)
     payload: Any = [r.to_dict(records=records, utilization=records) | bundle for r in results]
     if len(payload) == 1 and len(policies) == 1 and policies[0] not in ("all", "baselines", "papers"):

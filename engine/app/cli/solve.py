@@ -22,11 +22,9 @@ from dltsched.formulations.problem import FORMAT, OBJECTIVES, RoundOptions, Roun
 def load_round(path: Path, options: RoundOptions, predictors_name: str) -> RoundProblem:
     """A round from a round JSON, or the time-0 round (all jobs queued) of an instance JSON."""
     from dltsched.engine.domain.errors import ValidationError
+    from dltsched.engine.domain.limits import read_limited
 
-    try:
-        raw = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ValidationError(str(path), f"not UTF-8 text (byte {err.start}); pass a JSON file") from None
+    raw = read_limited(path, str(path)).decode("utf-8")
     try:
         from dltsched.instances.schema import parse_json_text
 
@@ -137,6 +135,8 @@ def bench_solve(sizes: str, backend: str, repeats: int, time_limit_s: float, rel
     from dltsched.formulations.bench import bench_size, parse_size, rows_as_dicts, winners
 
     names = [s.strip() for s in sizes.split(",") if s.strip()]
+    if not names:
+        raise ValidationError("--sizes", f"{sizes[:40]!r} names no size; give JOBSxGPUS sizes, e.g. 20x16,200x256")
     for name in names:
         parse_size(name)
     backends = EXACT_BACKENDS if backend == "both" else (backend,)

@@ -4,9 +4,11 @@ them, and ``dltsched plot RESULT.json -o DIR``."""
 from __future__ import annotations
 
 import csv
+import io
 import json
+import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +25,13 @@ def load_result(path: Path) -> Any:
     """A JSON result file, or a CSV as a list of row dicts."""
     if not path.is_file():
         raise ValidationError("RESULT", f"{path} does not exist; give a JSON (or CSV) result file")
+    from dltsched.engine.domain.limits import read_limited
+
+    text = read_limited(path, "RESULT").decode("utf-8")
     if path.suffix.lower() == ".csv":
-        with path.open(newline="") as fh:
-            return list(csv.DictReader(fh))
+        return list(csv.DictReader(io.StringIO(text, newline="")))
     try:
-        return json.loads(path.read_text())
+        return json.loads(text)
     except json.JSONDecodeError as err:
         raise ValidationError("RESULT", f"{path} is not valid JSON ({err})") from None
 
@@ -50,9 +54,57 @@ def result_kind(data: Any) -> str:
                           "bench solve --json result")
 
 
+def check_simulation_results(results: Sequence[Any], where: str = "RESULT") -> None:
+    """The fields the figures read, in the shape ``simulate --json --records`` writes them: ``records`` a list
+    of objects with numbers ``jct_s`` and ``arrival_s``, ``utilization`` a list of [time, fraction] pairs,
+    ``placements`` a list of objects with ``job_id``, ``gpus`` (integers), ``start_s`` and ``end_s``.
+
+    Raises
+    ------
+    ValidationError
+        Naming the first field out of shape, e.g. ``RESULT: [0].records: 'abc' not understood; ...``.
+    """
+    def number(v: Any) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+    def fail(path: str, value: Any, rule: str) -> ValidationError:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        return ValidationError(where, f"{path}: {shown} not understood; {rule}")
+
+    shapes: dict[str, tuple[str, Callable[[Any], bool]]] = {
+        "records": ("a list of objects with numbers jct_s and arrival_s",
+                    lambda x: isinstance(x, Mapping) and number(x.get("jct_s")) and number(x.get("arrival_s"))),
+        "utilization": ("a list of [time_s, fraction] number pairs",
+                        lambda x: isinstance(x, list) and len(x) == 2 and all(map(number, x))),
+        "placements": ("a list of objects with job_id, gpus (integers), start_s and end_s",
+                       lambda x: isinstance(x, Mapping) and isinstance(x.get("job_id"), str)
+                       and number(x.get("start_s")) and number(x.get("end_s"))
+                       and isinstance(x.get("gpus"), list) and bool(x["gpus"])
+                       and all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 1_000_000 for g in x["gpus"])
+                       and (x.get("freeze_level") is None or number(x["freeze_level"]))),
+    }
+    for i, r in enumerate(results):
+        prefix = f"[{i}]" if len(results) > 1 else ""
+        if not isinstance(r, Mapping):
+            raise fail(prefix or "result", r, "each result must be a JSON object")
+        if not isinstance(r.get("policy", ""), str):
+            raise fail(f"{prefix}.policy".lstrip("."), r["policy"], "must be a string")
+        for name, (rule, ok) in shapes.items():
+            value = r.get(name)
+            if value is None:
+                continue
+            path = f"{prefix}.{name}".lstrip(".")
+            if not isinstance(value, list):
+                raise fail(path, value, f"must be {rule}")
+            for k, item in enumerate(value):
+                if not ok(item):
+                    raise fail(f"{path}[{k}]", item, f"{name} must be {rule}")
+
+
 def simulation_figures(results: Sequence[Result], *, gpu_types: Sequence[str] | None = None,
                        wanted: Sequence[str] = ("jct_cdf", "utilization", "gantt")) -> dict[str, Any]:
     """JCT CDF, utilisation and one Gantt chart per policy, all time axes from one origin."""
+    check_simulation_results(results)
     origin = time_origin_s(results)
     ends = [p["end_s"] for r in results for p in r.get("placements", ())]
     ends += [r["utilization"][-1][0] for r in results if r.get("utilization")]

@@ -175,6 +175,61 @@ class BodyLimit:
         return f"request body over {self.max_bytes} bytes; split the cluster or send fewer jobs"
 
 
+class StrictJsonBody:
+    """ASGI middleware for JSON bodies of ``paths``: a number that is not finite or too long to read (a
+    5,000-digit integer) or a key given twice is a 422 naming its field (``jobs[0].num_gpus``), not the
+    generic parse error; every other body, valid or malformed, goes on to the app unchanged. Put it inside
+    :class:`BodyLimit`, which bounds what is buffered here."""
+
+    def __init__(self, app: ASGIApp, paths: tuple[str, ...] = ("/v1/schedule",)) -> None:
+        self.app = app
+        self.paths = frozenset(paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        messages: list[Message] = []
+        try:
+            while True:
+                message = await receive()
+                messages.append(message)
+                if message["type"] != "http.request" or not message.get("more_body", False):
+                    break
+        except HTTPException as exc:  # BodyLimit's 413 while streaming: answered here, outside the app's handlers
+            detail = str(exc.detail)
+            await problem_response(exc.status_code, "Payload Too Large" if exc.status_code == 413 else "Bad Request",
+                                   detail, [{"field": "body", "message": detail}])(scope, receive, send)
+            return
+        problem = _field_problem(b"".join(m.get("body", b"") for m in messages))
+        if problem is not None:
+            field, message_text = problem
+            await problem_response(422, "Invalid request", f"{field}: {message_text}",
+                                   [{"field": field, "message": message_text}])(scope, receive, send)
+            return
+
+        async def replay() -> Message:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _field_problem(body: bytes) -> tuple[str, str] | None:
+    """(field, problem) of the first non-finite or unreadably long number, or key given twice, in a JSON body;
+    ``None`` when there is none, or when the body is not JSON at all (the app answers that)."""
+    from dltsched.instances.validation import parse_strict_json
+
+    try:
+        text = body.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+    try:
+        parse_strict_json(text, "body")
+    except ValidationError as err:
+        return None if err.path == "body" else (err.path, err.problem.removesuffix(" (in body)"))
+    return None
+
+
 class ServiceMetrics:
     """The Prometheus metrics of one app (its own registry, so several apps in one process stay apart)."""
 

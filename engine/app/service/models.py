@@ -34,6 +34,8 @@ _ID = Field(min_length=1, max_length=128, pattern=_PRINTABLE)
 MAX_GPUS = 8192
 MAX_JOBS = 100_000
 MAX_TIME_S = 1e12
+#: shortest measured step time taken (no training step is faster; below it rates overflow to infinity)
+MIN_STEP_TIME_S = 1e-6
 
 
 class _Strict(BaseModel):
@@ -61,8 +63,9 @@ _GPU_KEY = Annotated[str, Field(min_length=1, max_length=64, pattern=_PRINTABLE)
 class MeasuredIn(_Strict):
     """What the caller measured of a job, per GPU type (catalog id or alias; ``"*"``: every type)."""
 
-    step_time_s: dict[_GPU_KEY, Annotated[float, Field(gt=0, le=1e6)]] = Field(
-        default_factory=dict, max_length=64, description="Isolated seconds per iteration on num_gpus GPUs of the type.")
+    step_time_s: dict[_GPU_KEY, Annotated[float, Field(ge=MIN_STEP_TIME_S, le=1e6)]] = Field(
+        default_factory=dict, max_length=64, description="Isolated seconds per iteration on num_gpus GPUs of the type "
+        "(at least a microsecond).")
     samples_per_s: dict[_GPU_KEY, Annotated[float, Field(gt=0, le=1e12)]] = Field(
         default_factory=dict, max_length=64, description="Isolated samples/s (instead of step_time_s).")
     memory_mib: dict[_GPU_KEY, Annotated[float, Field(gt=0, le=1e9)]] = Field(
@@ -78,8 +81,8 @@ class GroupIn(_Strict):
     gpu_type: str = Field(min_length=1, max_length=64, pattern=_PRINTABLE)
     speeds: list[Annotated[float, Field(gt=0, le=1.5)]] | None = Field(
         default=None, description="Each job's co-located / isolated throughput, in job_ids order.")
-    step_time_s: list[Annotated[float, Field(gt=0, le=1e6)]] | None = Field(
-        default=None, description="Or each job's seconds per iteration while co-located.")
+    step_time_s: list[Annotated[float, Field(ge=MIN_STEP_TIME_S, le=1e6)]] | None = Field(
+        default=None, description="Or each job's seconds per iteration while co-located (at least a microsecond).")
     memory_mib: float | None = Field(default=None, gt=0, le=1e9)
 
 

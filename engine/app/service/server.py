@@ -47,6 +47,7 @@ from dltsched.engine.app.service.guard import (
     BodyLimit,
     Metrics,
     ServiceMetrics,
+    StrictJsonBody,
     check_bind,
     guarded_protocol,
     problem_response,
@@ -330,6 +331,7 @@ def create_app(config: ServiceConfig | None = None, k8s: K8sServing | None = Non
                                    swagger_ui_parameters={"validatorUrl": None})  # no call to a remote validator
 
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_static()), name="docs-assets")
+    app.add_middleware(StrictJsonBody)  # inside BodyLimit: it buffers only bodies within the size limit
     app.add_middleware(BodyLimit, max_bytes=cfg.max_body_bytes)
     if cfg.token is not None:
         app.add_middleware(BearerAuth, token=cfg.token, open_paths=OPEN_PATHS, open_prefixes=(DOCS_ASSETS,))

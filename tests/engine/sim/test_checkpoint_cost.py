@@ -1,0 +1,98 @@
+"""Checkpoints that cost little: by default a run writes its checkpoint as often as a share of its wall-clock time
+(3%) allows, never more, and resumes from such a checkpoint on the same trajectory."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dltsched.engine.app.registry import make_policy
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.sim import checkpoint as ckpt
+from dltsched.engine.sim.checkpoint import DEFAULT_MAX_OVERHEAD, CheckpointStore
+from dltsched.engine.sim.faults import FaultConfig
+from dltsched.engine.sim.simulator import SimulationConfig, Simulator
+from dltsched.engine.sim.truth import MeasuredTruth
+from dltsched.instances.schema import load_instance
+
+TRUTH = MeasuredTruth(use_measurements=False)
+MEDIUM = Path(__file__).parents[3] / "instances" / "examples" / "medium-200jobs-64gpus.json"
+
+
+class Crash(Exception):
+    pass
+
+
+def test_default_writes_take_a_bounded_share_of_the_run(analytic: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    """Every write but the last fits in 5% of the wall-clock time before it (the rule); the run saves more than
+    once, and its result is the one without checkpoints."""
+    costs: list[float] = []
+    write = ckpt.write_checkpoint
+
+    def timed(*args: Any) -> None:
+        t = time.perf_counter()
+        write(*args)
+        costs.append(time.perf_counter() - t)
+
+    monkeypatch.setattr(ckpt, "write_checkpoint", timed)
+    inst = load_instance(MEDIUM)
+    plain = Simulator(inst, make_policy("tiresias", predictors=analytic), TRUTH).run()
+    store = CheckpointStore(tmp_path / "c.json")
+    start = time.perf_counter()
+    saved = Simulator(inst, make_policy("tiresias", predictors=analytic), TRUTH, store=store).run()
+    elapsed = time.perf_counter() - start
+    assert store.writes == len(costs) >= 1
+    assert sum(costs) - max(costs) <= DEFAULT_MAX_OVERHEAD * elapsed, (costs, elapsed)
+    assert store.write_s <= DEFAULT_MAX_OVERHEAD * elapsed + 1.25 * max(costs)
+    assert saved.records == plain.records
+
+
+def test_cheap_writes_come_every_round_and_costly_ones_less(analytic: Any, small_instance: Any, tmp_path: Path,
+                                                            monkeypatch: Any) -> None:
+    inst = small_instance(3, num_jobs=15)
+    written: list[int] = []
+    monkeypatch.setattr(ckpt, "write_checkpoint", lambda _path, _fp, state: written.append(state["rounds"]))
+    store = CheckpointStore(tmp_path / "cheap.json", max_overhead=1.0)
+    result = Simulator(inst, make_policy("fifo", predictors=analytic), TRUTH, store=store).run()
+    assert written[0] == 1 and len(written) >= 0.9 * result.num_rounds  # a write that costs (almost) nothing
+
+    def slow(_path: Any, _fp: Any, state: dict[str, Any]) -> None:  # a disk where each write takes 20 ms
+        time.sleep(0.02)
+        written.append(state["rounds"])
+
+    written.clear()
+    monkeypatch.setattr(ckpt, "write_checkpoint", slow)
+    store = CheckpointStore(tmp_path / "costly.json")
+    result = Simulator(inst, make_policy("fifo", predictors=analytic), TRUTH, store=store).run()
+    assert written[0] == 1 and len(written) < result.num_rounds / 4
+
+
+def test_resume_from_a_time_based_checkpoint_is_the_same_run(analytic: Any, small_instance: Any,
+                                                               tmp_path: Path) -> None:
+    inst = small_instance(5, num_jobs=30, mean_gap_s=20.0)
+    cfg = SimulationConfig(seed=2, faults=FaultConfig(mtbf_s=3 * 3600.0, mttr_s=600.0, checkpoint_interval_s=300.0))
+    plain = Simulator(inst, make_policy("tiresias", predictors=analytic), TRUTH, cfg).run()
+    seen = {"n": 0}
+
+    def crash(_t: float, _finished: int) -> None:
+        seen["n"] += 1
+        if seen["n"] == plain.num_rounds // 2:
+            raise Crash
+
+    path = tmp_path / "c.json"
+    with pytest.raises(Crash):
+        Simulator(inst, make_policy("tiresias", predictors=analytic), TRUTH, cfg, on_round=crash,
+                  store=CheckpointStore(path, max_overhead=1.0)).run()
+    resumed = Simulator(inst, make_policy("tiresias", predictors=analytic), TRUTH, cfg,
+                        store=CheckpointStore(path)).run(resume=True)
+    assert resumed.records == plain.records
+    assert resumed.num_rounds == plain.num_rounds
+
+
+@pytest.mark.parametrize("bad", [0, -0.1, 1.5, float("nan"), True])
+def test_the_overhead_share_is_checked(bad: Any, tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="checkpoint_max_overhead"):
+        CheckpointStore(tmp_path / "c.json", max_overhead=bad)
