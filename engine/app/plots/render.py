@@ -95,7 +95,7 @@ def figures_for(data: Any, *, gpu_types: Sequence[str] | None = None) -> dict[st
         return {"pred_vs_measured": plot_pred_vs_measured(rows)}
     if kind == "scaling":
         return {"solve_scaling": plot_solve_scaling(rows)}
-    figs = simulation_figures([data] if isinstance(data, Mapping) else list(data), gpu_types=gpu_types)
+    figs = simulation_figures([rows] if isinstance(rows, Mapping) else list(rows), gpu_types=gpu_types)
     if not figs:
         raise ValidationError("RESULT", "has no records, utilisation or placements; run simulate --json --records")
     return figs
