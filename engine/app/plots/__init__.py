@@ -6,13 +6,16 @@ and unit) and :mod:`.render` turns result files into figures and files (and the 
 
 Inputs are the JSON the other commands write:
 
-- ``simulate --json --records`` (one dict or a list of per-policy dicts with ``records``, ``utilization``
-  and ``placements``), or an experiment's ``results.json``: JCT CDF per policy (log axis), utilisation
+- ``simulate --json --records`` (an object with ``rows``, one per policy, each with ``records``,
+  ``utilization`` and ``placements``; a bare dict or list of them is read too), or an experiment's ``results.json``: JCT CDF per policy (log axis), utilisation
   (one panel per policy, raw and smoothed), a per-GPU Gantt chart per policy (rows labelled by GPU id and
   type, co-located jobs in lanes of their GPU's row while they overlap, job ids on bars, hatched bars
   frozen, a long tail on a log axis). Every time axis starts at the first arrival of the whole result.
-- pairs of predicted and measured values (JSON list of ``{"predicted", "measured"[, "group",
-  "held_out"]}``, or a CSV with those columns): predicted-vs-measured on log axes, held-out points filled.
+- accuracy results: ``predict eval-steptime --json`` (rows with ``predicted_s``/``measured_s``; a
+  leave-one-GPU-out run's rows are held out), ``predict eval-colocation --json`` (rows per ``quantity``:
+  speed, memory, utilisation) or plain pairs (JSON list of ``{"predicted", "measured"[, "group",
+  "held_out"]}``, or a CSV with those columns): predicted-vs-measured on log axes (one colour per GPU,
+  held-out points filled) and the error per GPU and per model, per quantity.
 - ``bench solve --json`` (``{"rows": [{"size": "200x256", "backend", "solve_time_s", "objective", "gap"}]}``):
   solve and build time, objective and gap beside each other, per backend.
 """
