@@ -22,9 +22,10 @@ Inputs are the JSON the other commands write:
 
 from __future__ import annotations
 
-from dltsched.engine.app.plots.accuracy import plot_pred_vs_measured
+from dltsched.engine.app.plots.accuracy import accuracy_rows, plot_error_breakdown, plot_pred_vs_measured
 from dltsched.engine.app.plots.common import FORMATS, Result, time_origin_s
 from dltsched.engine.app.plots.render import (
+    accuracy_figures,
     experiment_figures,
     figures_for,
     gpu_types_of,
@@ -39,6 +40,6 @@ from dltsched.engine.app.plots.render import (
 from dltsched.engine.app.plots.scaling import plot_solve_scaling
 from dltsched.engine.app.plots.timeline import plot_gantt, plot_jct_cdf, plot_utilization
 
-__all__ = ["FORMATS", "Result", "experiment_figures", "figures_for", "gpu_types_of", "load_result", "plot",
-           "plot_gantt", "plot_jct_cdf", "plot_pred_vs_measured", "plot_solve_scaling", "plot_utilization", "render",
+__all__ = ["FORMATS", "Result", "accuracy_figures", "accuracy_rows", "experiment_figures", "figures_for", "gpu_types_of", "load_result", "plot",
+           "plot_error_breakdown", "plot_gantt", "plot_jct_cdf", "plot_pred_vs_measured", "plot_solve_scaling", "plot_utilization", "render",
            "result_kind", "safe_name", "save_figures", "simulation_figures", "time_origin_s"]
