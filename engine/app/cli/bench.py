@@ -123,8 +123,9 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
     def human() -> None:
         from dltsched.engine.app.cli.simulate import print_table
 
+        types = ", ".join(f"{t} {n}" for t, n in (info.get("gpus_by_type") or {}).items())
         print_table([_Row(r) for r in rows], f"{workload or instance_path}: {info.get('num_jobs')} jobs on "
-                    f"{info.get('num_gpus')} GPUs {info.get('gpus_by_type')}, seeds {list(seeds)}", BENCH_COLUMNS)
+                    f"{info.get('num_gpus')} GPUs ({types}), seeds {', '.join(map(str, seeds))}", BENCH_COLUMNS)
 
     emit({"workload": workload or instance_path, "seeds": list(seeds), **info, "rows": rows}, as_json, human)
 
