@@ -120,6 +120,7 @@ def test_solve_policy_backend_needs_an_instance(tmp_path, capsys):
     ["batch", TINY, "--mode", "solve", "--policy", "cpsta", "-o", "OUT"],
     ["batch", TINY, "--policy", "dltsched:cpsta", "-o", "OUT"],
     ["serve", "--backend", "cpsta", "--port", "0"],
+    ["slurm", "--backend", "cpsta"],
     ["simulate", "--instance", TINY, "--policy", "dltsched", "--option", "backend=cpsta", "--predictors", "analytic"],
 ])
 def test_every_command_refuses_a_misspelt_backend_alike(argv, tmp_path, capsys):
