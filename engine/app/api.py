@@ -51,6 +51,7 @@ from dltsched.engine.app.measured import (
     provenance,
 )
 from dltsched.engine.app.registry import make_policy, policy_names
+from dltsched.engine.app.vocabulary import AUTO, PROJECT_POLICY, parse_backend, parse_policy
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.engine.domain.model import (
     DEFAULT_OBJECTIVE,
@@ -78,7 +79,7 @@ log = logging.getLogger(__name__)
 
 #: the backends :func:`solve_round` accepts: those of ``dltsched.formulations`` (its one registry) and
 #: ``auto``; ``greedy:<policy>`` runs a baseline policy instead
-SOLVER_BACKENDS: tuple[str, ...] = (*BACKENDS, "auto")
+SOLVER_BACKENDS: tuple[str, ...] = (*BACKENDS, AUTO)
 #: round settings when the caller gives none: ``RoundOptions`` with the one default objective (``jct``)
 DEFAULT_OPTIONS = RoundOptions(objective=DEFAULT_OBJECTIVE)
 ROUND_FIELDS = frozenset(f.name for f in fields(RoundOptions))
@@ -128,14 +129,11 @@ class ConfiguredSolver:
                 object.__setattr__(self, f.name, getattr(source, f.name))
         if not isinstance(self.options, RoundOptions):
             raise ValidationError("options", f"{type(self.options).__name__} not understood; a RoundOptions")
-        base, _, policy = self.backend.partition(":")
-        if base not in SOLVER_BACKENDS or (policy and base != "greedy"):
-            raise ValidationError("backend", f"'{self.backend}' not understood; one of {', '.join(BACKENDS)}, "
-                                  "greedy:<policy>, auto")
-        for name in (policy, self.fallback_policy):
-            if name and name.lower() not in policy_names():
-                raise ValidationError("backend" if name == policy else "fallback_policy",
-                                      f"policy '{name}' not understood; known: {', '.join(policy_names())}")
+        choice = parse_backend(self.backend)  # the one parser of backend names (vocabulary)
+        object.__setattr__(self, "backend", str(choice))
+        if not isinstance(self.fallback_policy, str) or self.fallback_policy.lower() not in policy_names():
+            raise ValidationError("fallback_policy", f"policy '{self.fallback_policy}' not understood; known: "
+                                  f"{', '.join(policy_names())}")
         if isinstance(self.exact_max_jobs, bool) or not isinstance(self.exact_max_jobs, int) or self.exact_max_jobs < 1:
             raise ValidationError("exact_max_jobs", f"{self.exact_max_jobs!r} not understood; must be >= 1")
 
@@ -172,14 +170,12 @@ class ConfiguredSolver:
 
     def backend_for(self, num_jobs: int) -> str:
         """The formulation backend that decides a round of ``num_jobs`` active jobs."""
-        if self.backend != "auto":
-            return self.backend
-        return "cpsat" if num_jobs <= self.exact_max_jobs else "greedy"
+        return parse_backend(self.backend).for_jobs(num_jobs, self.exact_max_jobs)
 
     @property
     def baseline_policy(self) -> str | None:
         """The policy name of a ``greedy:<policy>`` backend, else ``None``."""
-        return self.backend.partition(":")[2].lower() or None
+        return parse_backend(self.backend).policy
 
     def with_options(self, **round_settings: Any) -> ConfiguredSolver:
         """This solver with some :class:`RoundOptions` fields changed."""
@@ -375,13 +371,16 @@ def make_named_policy(name: str, preds: Predictors, config: ConfiguredSolver | N
     ValidationError
         When the name is not registered (the message lists close matches).
     """
-    base, _, backend = name.partition(":")
-    if base == "dltsched":
+    choice = parse_policy(name)  # the one parser of policy names (vocabulary)
+    if choice.name.partition(":")[0] == PROJECT_POLICY:
         cfg = config or ConfiguredSolver()
         settings: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "predictors"}
-        settings |= {"backend": backend} if backend else {}  # the predictors are ``preds``
-        return optimizing_policy(preds, name=name, **settings)
-    return make_policy(name, predictors=preds)  # type: ignore[no-any-return]
+        settings |= choice.options()  # the predictors are ``preds``
+        return optimizing_policy(preds, name=choice.name, **settings)
+    policy = make_policy(choice.policy, predictors=preds, **choice.options())
+    if choice.name != choice.policy:
+        policy.name = choice.name
+    return policy  # type: ignore[no-any-return]
 
 
 #: the optimizing policy's solve settings where the caller gives none: rounds aimed at low average completion

@@ -416,7 +416,8 @@ class BatchFailedError(DltschedError):
 @click.option("--mode", type=click.Choice(MODES), default="simulate", show_default=True,
               help="simulate each policy, or solve the first round with each backend.")
 @click.option("--policy", "policies", multiple=True, default=("fifo", "sjf"), show_default=True,
-              help="Policy (simulate; also dltsched[:backend]) or backend (solve), repeatable.")
+              help="Policy (simulate: a name, dltsched[:<backend>] or a group: baselines, papers, all) or "
+                   "backend (solve: cpsat, milp, greedy, greedy:<policy>, auto), repeatable.")
 @click.option("--seeds", default="0", show_default=True, help="Seed sweep, e.g. '0-4' or '1,5,9'.")
 @click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.0, 86_400.0, min_open=True), default=10.0,
               show_default=True, help="Solver time limit per round, seconds.")
@@ -433,13 +434,12 @@ def batch(ctx: click.Context, source: str, mode: str, policies: tuple[str, ...],
           predictor_set: str, out_dir: str, workers: int | None, ray_address: str | None, as_json: bool) -> None:
     """Solve or simulate every instance in DIR|GLOB x policies x seeds, in parallel and resumably."""
     from dltsched.engine.app.cli.main import emit
+    from dltsched.engine.app.vocabulary import expand_policies, parse_backend
 
-    if mode == "simulate":
-        from dltsched.engine.app.registry import policy_option_model
-
-        for p in policies:  # an unknown policy fails at once, not once per item
-            if p.partition(":")[0] != "dltsched":
-                policy_option_model(p)
+    if mode == "simulate":  # an unknown name fails at once, not once per item; names in their canonical form
+        policies = tuple(c.name for c in expand_policies(policies, "--policy"))
+    else:
+        policies = tuple(str(parse_backend(p, "--policy")) for p in policies)
     from dltsched.engine.app.registry import check_predictors
 
     items = make_items(discover(source), policies, parse_seeds(seeds), mode=mode, time_limit_s=time_limit_s,

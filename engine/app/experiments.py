@@ -54,6 +54,7 @@ import click
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from dltsched.engine.app.vocabulary import OPTIMIZING_POLICIES, expand_policies, parse_policy
 from dltsched.engine.domain.errors import ValidationError
 
 FigureName = Literal["jct_cdf", "utilization", "gantt"]
@@ -128,12 +129,18 @@ class Experiment(_Strict):
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     outputs: Outputs = Outputs()
 
+    @pydantic.field_validator("policies")
+    @classmethod
+    def _policy_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """Groups expanded and names in their canonical form (the vocabulary ``simulate --policy`` takes)."""
+        return tuple(choice.name for choice in expand_policies(value, ""))
+
     @pydantic.model_validator(mode="after")
     def _options_for_listed_policies(self) -> Experiment:
         for policy in self.options:
             if policy not in self.policies:
                 raise ValueError(f"options.{policy}: not in policies ({', '.join(self.policies)})")
-            if not policy.startswith("optimizing"):
+            if parse_policy(policy).policy not in OPTIMIZING_POLICIES:
                 raise ValueError(f"options.{policy}: only the optimizing policies take options")
         if len(set(self.seeds)) != len(self.seeds) or len(set(self.policies)) != len(self.policies):
             raise ValueError("policies and seeds must not repeat")
@@ -211,12 +218,6 @@ def load_experiment(path: str | Path) -> LoadedExperiment:
         spec = Experiment.model_validate(data)
     except pydantic.ValidationError as err:
         raise _error_line(err) from None
-    from dltsched.engine.app.cli.simulate import expand_policies
-
-    try:
-        expand_policies(spec.policies)
-    except ValidationError as err:
-        raise err.under("policies") from None
     loaded = LoadedExperiment(spec, path, hashlib.sha256(raw).hexdigest())
     inst = loaded.instance_path()
     if inst is not None and not inst.is_file():

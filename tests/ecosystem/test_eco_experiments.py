@@ -59,7 +59,7 @@ def _direct(seed: int, capsys) -> dict[str, dict]:
     for p in POLICIES:
         argv += ["--policy", p]
     assert main(argv) == 0
-    return {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
+    return {r["policy"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
 
 
 def test_outputs_exist_and_match_direct_simulation(experiment, capsys):
@@ -144,7 +144,7 @@ format = "svg"
      "error: workload: generate.num_jobz: unknown key; allowed: num_jobs,"),
     ('name = "x"\npolicies = ["fifo"]\n[workload]\ninstance = "T"\ntrace = "philly"\n',
      "error: workload: give exactly one of instance, generate, trace"),
-    ('name = "x"\npolicies = ["fifoo"]\n[workload]\ninstance = "T"\n', "error: policies.policy: 'fifoo' not understood"),
+    ('name = "x"\npolicies = ["fifoo"]\n[workload]\ninstance = "T"\n', "error: policies: 'fifoo' not understood; did you mean fifo?"),
     ('name = "x"\npolicies = ["fifo"]\n[workload]\ninstance = "missing.json"\n', "error: workload.instance: "),
     ('name = "x"\npolicies = [fifo]\n', "error: EXP.toml: "),
 ])

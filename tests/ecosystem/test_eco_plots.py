@@ -146,3 +146,86 @@ def test_bad_results_exit_2_with_one_line(tmp_path, capsys):
     assert main(["plot", str(tmp_path / "missing.json")]) == 2
     with pytest.raises(ValueError, match="placements"):
         figures_for([{"policy": "x", "avg_jct_s": 1.0, "placements": []}])
+
+
+def _eval_steptime_payload() -> dict:
+    """``predict eval-steptime --leave-one-gpu-out --json`` in miniature: two GPUs, two models, APEs worked out
+    (k80: 50% and 10% off, MAPE 30%; v100: 0% and 20% off, MAPE 10%)."""
+    rows = [("k80", "resnet18", 1.5, 1.0), ("k80", "lstm", 0.9, 1.0), ("v100", "resnet18", 0.5, 0.5),
+            ("v100", "lstm", 0.24, 0.2)]
+    return {"n": 4, "mape": 20.0, "oracle_mape": 15.0, "per_gpu": {},
+            "rows": [{"model": m, "gpu": g, "batch_size": 32, "predicted_s": p, "measured_s": t,
+                      "ape": 100 * abs(p - t) / t} for g, m, p, t in rows]}
+
+
+def test_plot_draws_eval_steptime_output(tmp_path, capsys):
+    path = tmp_path / "eval.json"
+    path.write_text(json.dumps(_eval_steptime_payload()))
+    assert main(["plot", str(path), "-o", str(tmp_path / "fig"), "--json"]) == 0
+    names = sorted(f["path"].rsplit("/", 1)[-1] for f in json.loads(capsys.readouterr().out)["files"])
+    assert names == ["error_by_gpu_and_model.png", "pred_vs_measured.png"]
+    figs = figures_for(_eval_steptime_payload())
+    per_gpu, per_model = figs["error_by_gpu_and_model"].axes
+    widths = {t.get_text(): round(p.get_width(), 6) for t, p in zip(per_gpu.get_yticklabels(), per_gpu.patches,
+                                                                      strict=True)}
+    assert widths == {"k80": 30.0, "v100": 10.0}
+    widths = {t.get_text(): round(p.get_width(), 6) for t, p in zip(per_model.get_yticklabels(), per_model.patches,
+                                                                      strict=True)}
+    assert widths == {"resnet18": 25.0, "lstm": 15.0}
+    legend = [t.get_text() for t in figs["pred_vs_measured"].axes[0].get_legend().get_texts()]
+    assert "k80, held out: MAPE 30.0% (n=2)" in legend  # leave-one-GPU-out rows are predictions, marked so
+    from dltsched.engine.app.plots.common import pyplot
+
+    pyplot().close("all")
+
+
+def test_plot_draws_eval_colocation_output(tmp_path, capsys):
+    from click.testing import CliRunner
+
+    from dltsched.engine.app.cli.colocation import eval_colocation
+
+    (tmp_path / "single_data.csv").write_text(
+        "model,dataset,batchsize,amp,speed,gpu_util,gmem_util,gmem,gpu\n"
+        "resnet18,cifar10,32,0,1600,40,10,2000,h100\nvgg16,cifar10,64,0,1280,50,10,2500,h100\n")
+    (tmp_path / "colocate_info.csv").write_text(
+        ",model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,speed2,"
+        "gpu_util,gmem_util,gmem,gpu,sharing,gmem_source\n"
+        "0,vgg16,cifar10,1,64,0,0.5,resnet18,cifar10,1,32,0,0.6,85,9,5000,h100,timeslice,nvml\n")
+    result = CliRunner().invoke(eval_colocation, [str(tmp_path / "colocate_info.csv"), "--format", "lucid", "--json"])
+    assert result.exit_code == 0, result.output
+    scores = json.loads(result.output[result.output.index("{"):])
+    speed = [r for r in scores["rows"] if r["quantity"] == "speed"]
+    assert sorted(r["measured"] for r in speed) == [0.5, 0.6] and {r["gpu"] for r in speed} == {"h100"}
+    mape = 100 * sum(abs(r["predicted"] - r["measured"]) / r["measured"] for r in speed) / 2
+    assert mape == pytest.approx(scores["speed_mape"])  # the rows are what the score was computed on
+    path = tmp_path / "coloc.json"
+    path.write_text(json.dumps(scores))
+    written = {p.name for p in render(path, tmp_path / "fig")}
+    assert written == {f"{kind}_{q}.png" for kind in ("pred_vs_measured", "error_by_gpu_and_model")
+                       for q in ("speed", "memory_mib", "gpu_util")}
+
+
+def test_plot_reads_simulate_json_rows(tmp_path, capsys, repo_root):
+    out = tmp_path / "sim.json"
+    assert main(["simulate", "--instance", str(repo_root / "instances/examples/tiny-6jobs-4gpus.json"), "--policy",
+                 "fifo", "--policy", "sjf", "--predictors", "analytic", "--records", "-o", str(out)]) == 0
+    capsys.readouterr()
+    names = {p.name for p in render(out, tmp_path / "fig")}
+    assert names == {"jct_cdf.png", "utilization.png", "gantt_fifo.png", "gantt_sjf.png"}
+
+
+@pytest.mark.parametrize(("payload", "field"), [
+    ({"rows": [{"policy": "x", "avg_jct_s": 1.0, "records": "abc"}]}, "rows[0].records"),
+    ({"rows": "abc"}, "rows"),
+    ([{"policy": "x", "avg_jct_s": 1.0, "records": [{"jct_s": "soon", "arrival_s": 0}]}], "RESULT[0].records[0].jct_s"),
+    ({"policy": "x", "avg_jct_s": 1.0, "placements": [{"gpus": [0], "start_s": 0, "end_s": 1}]}, "placements[0].job_id"),
+    ({"rows": [{"predicted_s": 1.0, "measured_s": "x"}]}, "rows[0]"),
+    ({"rows": [{"predicted": 1.0, "measured": 2.0}, 7]}, "rows[1]"),
+    ({"runs": "abc", "summary": []}, "runs"),
+])
+def test_malformed_results_exit_2_naming_the_field(payload, field, tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(payload))
+    assert main(["plot", str(bad), "-o", str(tmp_path / "fig")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {field}: ") and err.count("\n") == 1 and "internal error" not in err, err

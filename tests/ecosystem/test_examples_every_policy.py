@@ -25,8 +25,7 @@ def _simulate(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, 
     code = main(["simulate", *args, "--json"])
     out, err = capsys.readouterr()
     assert code == 0, f"simulate {' '.join(args)}: exit {code}: {err.strip()[-500:]}"
-    payload = json.loads(out)
-    rows = payload if isinstance(payload, list) else [payload]
+    rows = json.loads(out)["rows"]  # one shape for one policy or many
     for row in rows:
         assert row["num_jobs_finished"] == row["num_jobs"], row["policy"]
         assert row["num_jobs_unfinished"] == 0
@@ -79,8 +78,11 @@ def test_readme_simulate_commands(tmp_path, capsys, monkeypatch):
     capsys.readouterr()
     _simulate(capsys, "--instance", "my.json", "--policy", "optimizing", "--option", "backend=milp",
               "--prediction-error", "0.2")
-    rows = _simulate(capsys, "--instance", "my.json", "--policy", "all", "--records", "-o", "sim.json")
-    assert len(rows) == 9 and json.loads(Path("sim.json").read_text()) == rows
+    assert main(["simulate", "--instance", "my.json", "--policy", "all", "--records", "-o", "sim.json", "--json"]) == 0
+    summary = capsys.readouterr().out  # -o: the file gets the result, stdout one line saying so
+    rows = json.loads(Path("sim.json").read_text())["rows"]
+    assert len(summary.strip().splitlines()) == 1 and json.loads(summary)["rows"] == len(rows) == 9
+    assert all(r["num_jobs_finished"] == r["num_jobs"] and r["records"] for r in rows)
 
 
 @pytest.mark.slow

@@ -49,7 +49,7 @@ def base(tmp_path_factory) -> dict[str, Any]:
     instance = save_instance(small_instance(), folder / "instance.json")
     reference = folder / "reference.json"
     assert main([*cli_args(instance), "-o", str(reference)]) == 0
-    rounds = json.loads(reference.read_text())["num_rounds"]
+    rounds = json.loads(reference.read_text())["rows"][0]["num_rounds"]
     every = rounds // 2 + 1  # one save, mid-run
     ckpt = folder / "base.ckpt.json"
     assert main([*cli_args(instance), "--checkpoint", str(ckpt), "--checkpoint-every", str(every)]) == 0

@@ -193,8 +193,8 @@ def test_cli_workloads_lists_names(
     data_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DLTSCHED_DATA", str(data_dir))
-    assert main(["instance", "workloads", "--json"]) == 0
-    names = json.loads(capsys.readouterr().out)
+    assert main(["instance", "workloads", "--names", "--json"]) == 0
+    names = [row["name"] for row in json.loads(capsys.readouterr().out)["rows"]]
     assert names == list(workload_names(data_dir)) and "philly" in names and "alibaba2023" in names
 
 

@@ -77,6 +77,7 @@ from dltsched.engine.app.adapters.slurm_round import (  # noqa: F401
     plan_actions,
     price_problem,
 )
+from dltsched.engine.app.cli.main import BackendName
 from dltsched.engine.domain.errors import DltschedError, ValidationError, write_atomically
 
 log = logging.getLogger(__name__)
@@ -428,7 +429,8 @@ def _record_nodes(record: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
               default=Path("dltsched-slurm-state.json"), show_default=True, help="Where the daemon keeps what it released.")
 @click.option("--events", "events_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Append one JSON line per action taken.")
-@click.option("--backend", default="cpsat", show_default=True, help="Round solver backend (see SolveConfig).")
+@click.option("--backend", type=BackendName(), default="cpsat", show_default=True,
+              help="Round solver backend: cpsat | milp | greedy | greedy:<policy> | auto.")
 @click.option("--objective", default="jct", show_default=True)
 @click.option("--solver-time-limit", "solver_s", type=click.FloatRange(min=0.01), default=5.0, show_default=True)
 @click.option("--gpu-type", default="v100", show_default=True, help="GPU type of nodes whose gres names none.")

@@ -24,9 +24,9 @@ from dltsched.engine.app.registry import (
     bundle_fields,
     check_predictors,
     default_bench_predictors,
-    options_for,
     with_calibration,
 )
+from dltsched.engine.app.vocabulary import options_by_name
 
 _BENCH_COMMANDS = {
     "solve": "dltsched.engine.app.cli.solve:bench_solve",
@@ -94,7 +94,7 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
     CIs over seeds; each row names its bundle and whether it is fitted on the truth's measurements."""
     names = expand_policies(policies)
     opts = parse_options(options)
-    per_policy_options = options_for(names, opts)  # a bad option fails before any run; each policy gets its own
+    per_policy_options = options_by_name(names, opts, "--policy")  # a bad option fails before any run; each policy gets its own
     bundles = list(dict.fromkeys(check_predictors(p) for p in predictor_sets)) or [default_bench_predictors(data_dir)]
     bundles = list(dict.fromkeys(check_predictors(with_calibration(b, calibration)) for b in bundles))
     per_policy: dict[tuple[str, str], list[dict[str, Any]]] = {(b, n): [] for b in bundles for n in names}
@@ -129,10 +129,11 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
     def human() -> None:
         from dltsched.engine.app.cli.simulate import print_table
 
+        types = ", ".join(f"{t} {n}" for t, n in (info.get("gpus_by_type") or {}).items())
         print_table([_Row(r) for r in rows], f"{workload or instance_path}: {info.get('num_jobs')} jobs on "
-                    f"{info.get('num_gpus')} GPUs {info.get('gpus_by_type')}, seeds {list(seeds)}", BENCH_COLUMNS)
+                    f"{info.get('num_gpus')} GPUs ({types}), seeds {', '.join(map(str, seeds))}", BENCH_COLUMNS)
 
-    emit(rows, as_json, human)
+    emit({"workload": workload or instance_path, "seeds": list(seeds), **info, "rows": rows}, as_json, human)
 
 
 class _Row:

@@ -112,7 +112,7 @@ def _print_prediction(payload: dict[str, Any]) -> None:
 def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None, rules: bool,
                     data_dir: str | None, eggat: bool | None, calibration: str | None, as_json: bool) -> None:
     """Evaluate a trained predictor against every measured group of FILE (pairs or triples)."""
-    from dltsched.predictors.colocation.features import resolve_gpu
+    from dltsched.predictors.colocation.features import group_of, resolve_gpu
     from dltsched.predictors.colocation.metrics import evaluate
     from dltsched.predictors.colocation.samples import read_gavel_samples, read_lucid_samples
 
@@ -129,7 +129,8 @@ def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None
 
         bundle = calibration_bundle(calibration)
         predictor = CalibratedGroupPredictor(bundle, predictor, {(s.gpu, s.jobs): s.sharing for s in data.samples})
-    scores = evaluate(predictor, data)
+    preds = predictor.predict([group_of(s) for s in data.samples], data)
+    scores = evaluate(_Predicted(preds), data)  # scored on the predictions made once, as the rows below
     if calibration:
         scores["calibration"] = bundle.label
         scores["in_sample"] = bundle.fitted_on(file)  # fitted on these groups: not predictions
@@ -142,7 +143,38 @@ def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None
         scores["trained_on"] = trained_on  # the same data: in-sample figures, not predictions
     if rules:
         scores["rules"] = _rule_scores(data, data_dir)
+    held_out = None if trained_on is None else trained_on != fmt  # trained on another source: out of sample
+    scores["rows"] = accuracy_rows(data.samples, preds, held_out)
     emit(scores, as_json, lambda: _print_scores(scores))
+
+
+class _Predicted:
+    """Predictions already made, served to :func:`~dltsched.predictors.colocation.metrics.evaluate`."""
+
+    def __init__(self, preds: list[Any]) -> None:
+        self.preds = preds
+
+    def predict(self, groups: Any, data: Any) -> list[Any]:
+        return self.preds
+
+
+def accuracy_rows(samples: Any, preds: Any, held_out: bool | None) -> list[dict[str, Any]]:
+    """One row per predicted number: each job's speed, and each group's memory and GPU utilisation, with
+    ``predicted``, ``measured``, ``quantity``, ``gpu``, ``model`` (the job's, or ``+``-joined for the group),
+    ``group`` and ``held_out`` (``None``: no claim). ``dltsched plot`` draws them."""
+    rows: list[dict[str, Any]] = []
+    for sample, pred in zip(samples, preds, strict=True):
+        group = "+".join(j.label for j in sample.jobs)
+        base = {"gpu": sample.gpu, "group": group, "held_out": held_out}
+        for job, predicted, measured in zip(sample.jobs, pred.speeds, sample.speeds, strict=True):
+            rows.append({"quantity": "speed", "model": job.model, "predicted": predicted, "measured": measured} | base)
+        models = "+".join(sorted({j.model for j in sample.jobs}))
+        for quantity, predicted, measured in (("memory_mib", pred.memory_mib, sample.memory_mib),
+                                              ("gpu_util", pred.gpu_util, sample.gpu_util)):
+            if predicted is not None and measured is not None:
+                rows.append({"quantity": quantity, "model": models, "predicted": predicted, "measured": measured}
+                            | base)
+    return rows
 
 
 def _rule_scores(data: Any, data_dir: str | None) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from dltsched.engine.app.cli.main import FiniteFloat, emit, json_text
-from dltsched.engine.domain.errors import ValidationError, write_text_file
+from dltsched.engine.domain.errors import DltschedError, ValidationError, write_text_file
 from dltsched.engine.domain.model import Instance
 from dltsched.instances.schema import MAX_GPUS_PER_NODE, MAX_JOBS, MAX_NODES, MAX_TIME_S
 
@@ -184,13 +184,48 @@ def convert(
 
 
 @instance.command()
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def workloads(as_json: bool) -> None:
-    """Names of the real workloads `convert` reads."""
-    from dltsched.instances.readers import workload_names
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Shared data folder (default: $DLTSCHED_DATA).")
+@click.option("--names", "names_only", is_flag=True, help="Only the names (fast: reads no trace).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: an object with one row per workload.")
+def workloads(data_dir: str | None, names_only: bool, as_json: bool) -> None:
+    """The real workloads `convert` reads, each with its size: jobs, GPUs of its cluster, the days its
+    arrivals span and its source file."""
+    from dltsched.instances.readers import read_workload, workload_names
 
-    names = list(workload_names())
-    emit(names, as_json, lambda: click.echo("\n".join(names)))
+    rows: list[dict[str, Any]] = []
+    for name in workload_names(data_dir):
+        if names_only:
+            rows.append({"name": name})
+            continue
+        try:
+            inst = read_workload(name, data_dir=data_dir)
+        except (DltschedError, OSError, ValueError) as err:  # listed, not read: say why instead of a size
+            rows.append({"name": name, "num_jobs": None, "num_gpus": None, "span_days": None, "source": "",
+                         "error": str(err)[:200]})
+            continue
+        arrivals = [j.arrival_time_s for j in inst.jobs]
+        source = inst.metadata.get("source", "")
+        rows.append({"name": name, "num_jobs": len(inst.jobs), "num_gpus": inst.cluster.num_gpus,
+                     "span_days": (max(arrivals) - min(arrivals)) / 86_400.0 if arrivals else 0.0,
+                     "source": str(source).split(" (")[0]})
+
+    def show() -> None:
+        if names_only:
+            click.echo("\n".join(r["name"] for r in rows))
+            return
+        from rich import box
+        from rich.table import Table
+
+        from dltsched.engine.app.cli.output import console, print_fitted
+
+        print_fitted(console(), lambda: Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                                              header_style="bold"),
+                     ("workload", "jobs", "GPUs", "span (days)", "source"),
+                     [[r["name"], f"{r['num_jobs']:,}", f"{r['num_gpus']:,}", f"{r['span_days']:.1f}", r["source"]]
+                      if r["num_jobs"] is not None else [r["name"], "-", "-", "-", f"not readable: {r['error']}"]
+                      for r in rows], right=(1, 2, 3))
+
+    emit({"rows": rows}, as_json, show)
 
 
 @instance.command()

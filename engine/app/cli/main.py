@@ -150,6 +150,24 @@ class FiniteFloat(click.ParamType):
         return f"FiniteFloat({self._range()})"
 
 
+class BackendName(click.ParamType):
+    """A backend name of the one vocabulary (:mod:`dltsched.engine.app.vocabulary`), in its canonical form;
+    a name not understood is a usage error with the close matches."""
+
+    name = "backend"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from dltsched.engine.app.vocabulary import parse_backend
+
+        try:
+            return str(parse_backend(value))
+        except DltschedError as err:
+            self.fail(getattr(err, "problem", str(err)), param, ctx)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "[cpsat|milp|greedy|greedy:<policy>|auto]"
+
+
 @click.group(cls=LazyGroup, lazy=_COMMANDS, lazy_help=_COMMAND_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr; no progress bars.")
@@ -161,6 +179,11 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     ctx.ensure_object(dict)
     ctx.obj["quiet"] = quiet
+    ctx.obj["verbose"] = verbose
+    if not quiet and not verbose:  # warnings counted, one line at the end of the run; -v prints each
+        from dltsched.engine.app.cli.output import tallied_warnings
+
+        ctx.with_resource(tallied_warnings())
 
 
 def _one_line(text: str, limit: int = 500) -> str:

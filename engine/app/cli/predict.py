@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -403,7 +404,8 @@ def freeze_table(model: str, gpu: str, batch_size: int, dataset: str | None, sta
 
     rows = [asdict(r) for r in IceFrogFreezing().freeze_table(_job(model, batch_size, 1, False, dataset, "sgd"),
                                                                gpu, start_progress)]
-    emit(rows, as_json, lambda: click.echo("\n".join("  ".join(f"{k}={v:.4g}" for k, v in r.items()) for r in rows)))
+    emit({"rows": rows}, as_json,
+         lambda: click.echo("\n".join("  ".join(f"{k}={v:.4g}" for k, v in r.items()) for r in rows)))
 
 
 @predict.command("build-graphs")
@@ -561,7 +563,7 @@ def profile(models: tuple[str, ...], batch_size: int, steps: int, precision: flo
 
         rows = profile_models(models, batch_size=2 if smoke else batch_size, steps=2 if smoke else steps,
                               require_gpu=not smoke, output=output)
-        emit(rows, as_json)
+        emit({"rows": rows}, as_json, lambda: _print_profiles(rows, output))
         return
     out = _profile_dataset(models, batch_size, steps, warmup, colocate, group_texts, job_texts, num_groups, seed,
                            sharing, out_dir, timeout_s, budget_s, smoke, precision, max_window_s)
@@ -569,6 +571,29 @@ def profile(models: tuple[str, ...], batch_size: int, steps: int, precision: flo
         f"{len(out['isolated'])} isolated, {len(out['groups'])} groups -> {out['out']}: {', '.join(out['files'])}"
         + "".join(f"\nfailed {f['group']}: {f['error']}" for f in out["failed"])
         + (f"\nstopped early: {out['stopped']}" if out["stopped"] else "")))
+
+
+def _print_profiles(rows: list[dict[str, Any]], output: str | None) -> None:
+    """Isolated profiles for people: one row per model with its step time and peak memory."""
+    from rich import box
+    from rich.table import Table
+
+    from dltsched.engine.app.cli.output import console, print_fitted
+
+    def number(value: Any, fmt: str) -> str:
+        return "-" if value is None else fmt.format(value)
+
+    print_fitted(console(), lambda: Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                                          header_style="bold"),
+                 ("model", "dataset", "device", "batch", "GPUs", "step time (ms)", "peak memory (MiB)", "optimizer",
+                  "amp"),
+                 [[str(r["model"]), str(r.get("dataset") or "-"), str(r["gpu"]), str(r["batch_size"]),
+                   str(r["num_gpus"]), number(r["step_time_s"] and r["step_time_s"] * 1000, "{:.1f}"),
+                   number(r.get("peak_memory_mib"), "{:,.0f}"), str(r.get("optimizer", "")),
+                   "yes" if r.get("amp") else "no"] for r in rows],
+                 priority=(0, 5, 2, 3, 6, 1, 4, 7, 8), right=(3, 4, 5, 6))
+    if output:
+        click.echo(f"wrote {len(rows)} row{'s' if len(rows) != 1 else ''} to {output}")
 
 
 def _profile_dataset(models: tuple[str, ...], batch_size: int, steps: int, warmup: int, colocate: int | None,

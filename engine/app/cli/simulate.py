@@ -9,19 +9,19 @@ from typing import Any
 
 import click
 
-from dltsched.engine.app.cli.main import FiniteFloat, emit, json_text
+from dltsched.engine.app import vocabulary
+from dltsched.engine.app.cli.main import FiniteFloat, emit
+from dltsched.engine.app.cli.output import write_output
 from dltsched.engine.app.registry import (
     BASELINE_POLICIES,
     PAPER_POLICIES,
     bundle_fields,
     check_predictors,
     make_policy,
-    options_for,
-    policy_names,
     predictors,
     with_calibration,
 )
-from dltsched.engine.domain.errors import ValidationError, write_text_file
+from dltsched.engine.domain.errors import ValidationError
 from dltsched.engine.domain.model import Instance
 from dltsched.engine.sim.metrics import SimulationResult
 from dltsched.engine.sim.simulator import SimulationConfig
@@ -148,7 +148,7 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
                  profile_s: float | None = None, profile_noise: float = 0.03,
                  freeze_penalty_scale: float | None = None, max_wall_s: float | None = None) -> list[SimulationResult]:
     """Simulate each policy in ``names`` on ``inst`` with the same ground truth and seed. Each policy gets
-    the ``options`` it takes (see :func:`~dltsched.engine.app.registry.options_for`); all are checked before
+    the ``options`` it takes (see :func:`~dltsched.engine.app.vocabulary.options_by_name`); all are checked before
     any simulation runs, so a bad option fails at once. With ``checkpoint`` (one policy only) the run saves
     its state there every ``checkpoint_every`` rounds (``None``: as often as ``checkpoint_overhead``, a share of
     the run's wall-clock time, allows) and continues from it when it exists. ``lengths``,
@@ -158,7 +158,7 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
 
     if checkpoint is not None and len(names) != 1:
         raise ValidationError("--checkpoint", f"holds one run; give exactly one --policy (got {len(names)})")
-    per_policy = options_for(names, options or {})
+    per_policy = vocabulary.options_by_name(names, options or {}, "--policy")
     preds = with_prediction_error(predictors(predictor_set, data_dir), prediction_error, seed)
     truth = MeasuredTruth(data_dir=data_dir)
     preds, config = simulation_setup(preds, seed=seed, memory=memory, faults=faults, lengths=lengths,
@@ -166,7 +166,10 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
                                      freeze_penalty_scale=freeze_penalty_scale, max_wall_s=max_wall_s)
     results = []
     for name in names:
-        policy = make_policy(name, predictors=preds, **per_policy[name])
+        choice = vocabulary.parse_policy(name, "--policy")
+        policy = make_policy(choice.policy, predictors=preds, **per_policy[name])
+        if choice.name != choice.policy:
+            policy.name = choice.name  # results carry the name the policy was asked for (dltsched:milp)
         if checkpoint is None:
             results.append(run_simulation(inst, policy, truth=truth, config=config))
             continue
@@ -207,17 +210,10 @@ def simulation_setup(preds: Any, *, seed: int = 0, memory: str = "oom", faults: 
     return preds, config
 
 
-def expand_policies(policies: tuple[str, ...]) -> list[str]:
-    """Policy names with the groups ``baselines``, ``papers`` and ``all`` expanded; unknown names raise."""
-    groups = {"baselines": list(BASELINE_POLICIES), "papers": list(PAPER_POLICIES),
-              "all": [*BASELINE_POLICIES, *PAPER_POLICIES, "optimizing"]}
-    names: list[str] = []
-    for p in policies:
-        names.extend(groups.get(p, [p]))
-    for n in names:
-        if n.lower() not in policy_names():
-            make_policy(n)  # raises with the close matches
-    return names
+def expand_policies(policies: tuple[str, ...] | list[str]) -> list[str]:
+    """Policy names with the groups ``baselines``, ``papers`` and ``all`` expanded, each in its canonical
+    form (:mod:`dltsched.engine.app.vocabulary`); a name not understood raises with the close matches."""
+    return [choice.name for choice in vocabulary.expand_policies(policies, "--policy")]
 
 
 def truth_label(results: list[Any]) -> str:
@@ -242,6 +238,8 @@ def truth_footer(predictor_set: str, results: list[Any]) -> str:
 
 
 def _cell(value: Any, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
     if fmt == "h":
         return f"{value / 3600.0:.2f}"
     if fmt == "ms":
@@ -249,20 +247,31 @@ def _cell(value: Any, fmt: str) -> str:
     return fmt.format(value)
 
 
+#: result fields by importance: at a narrow terminal the table leaves out the columns last here first
+TABLE_PRIORITY: tuple[str, ...] = ("policy", "avg_jct_s", "predictors", "avg_jct_s_ci95", "makespan_s", "p99_jct_s",
+                                   "gpu_util", "num_jobs_finished", "avg_queueing_s", "decision_time_mean_s",
+                                   "num_preemptions", "ftf_mean", "predictors_fit", "median_jct_s", "num_oom")
+
+
 def print_table(results: list[Any], title: str,
-                columns: tuple[tuple[str, str, str], ...] = TABLE_COLUMNS) -> None:
-    from rich.console import Console
+                columns: tuple[tuple[str, str, str], ...] = TABLE_COLUMNS) -> list[str]:
+    """The comparison table, one row per result, fitted to the terminal's width (headers wrap; when that is
+    not enough the least important columns, :data:`TABLE_PRIORITY`, are left out and named). Returns the
+    headers left out."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=title)
-    for _field, header, _fmt in columns:
-        table.add_column(header, justify="left" if _field in ("policy", "predictors") else "right")
-    for r in results:
-        table.add_row(*(_cell(getattr(r, f), fmt) for f, _h, fmt in columns))
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)
-    console.print(table)
+    from dltsched.engine.app.cli.output import console, print_fitted
+
+    fields = [f for f, _h, _fmt in columns]
+    rank = {f: i for i, f in enumerate(TABLE_PRIORITY)}
+    priority = sorted(range(len(fields)), key=lambda i: (rank.get(fields[i], len(rank)), i))
+    rows = [[_cell(getattr(r, f), fmt) for f, _h, fmt in columns] for r in results]
+    out = console()
+    return print_fitted(out, lambda: Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                                                header_style="bold"),
+                        [h for _f, h, _fmt in columns], rows, priority=priority,
+                        right=[i for i, f in enumerate(fields) if f not in ("policy", "predictors", "predictors_fit")])
 
 
 @click.command("simulate")
@@ -312,8 +321,11 @@ def print_table(results: list[Any], title: str,
               help="Stop a simulation that runs longer than this many wall-clock seconds (default: the "
                    "max_sim_wall_s cap, 6 h, or DLTSCHED_MAX_SIM_WALL_S).")
 @click.option("--records", is_flag=True, help="Include per-job records and the utilisation trace in --json.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON result to this file.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write the JSON result to this file; stdout then gets the table (or with --json a one-line JSON "
+                   "summary), not the result.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: an object with the run's settings and "
+              "its rows, one per policy (the same shape for one policy or many).")
 def simulate(instance_path: str | None, workload: str | None, data_dir: str | None, cluster: str | None,
              jobs: int | None, policies: tuple[str, ...], predictor_set: str, calibration: str | None, memory: str,
              seed: int,
@@ -324,7 +336,7 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
     """Simulate policies on an instance and compare their metrics."""
     names = expand_policies(policies)
     opts = parse_options(options)
-    options_for(names, opts)  # a bad option fails before the instance is read
+    vocabulary.options_by_name(names, opts, "--policy")  # a bad option fails before the instance is read
     predictor_set = check_predictors(with_calibration(predictor_set, calibration))
     inst = load_instance_or_workload(instance_path, workload, data_dir=data_dir, cluster=cluster, jobs=jobs, seed=seed)
     if arrivals == "batch":
@@ -339,17 +351,21 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
                            profile_noise=profile_noise, freeze_penalty_scale=freeze_penalty_scale,
                            max_wall_s=max_wall_s)
     bundle = bundle_fields(predictor_set)
-    payload: Any = [r.to_dict(records=records, utilization=records) | bundle for r in results]
-    if len(payload) == 1 and len(policies) == 1 and policies[0] not in ("all", "baselines", "papers"):
-        payload = payload[0]
-    if output:
-        write_text_file(output, json_text(payload) + "\n", option="--output")
+    types = ", ".join(f"{t} {n}" for t, n in inst.cluster.gpus_by_type().items())
     truth = truth_label(results)
-    title = (f"{inst.name}: {len(inst.jobs)} jobs on {inst.cluster.num_gpus} GPUs {inst.cluster.gpus_by_type()}, "
-             f"predictors: {predictor_set}, truth: {truth}")
+    payload = {"instance": inst.name, "num_jobs": len(inst.jobs), "num_gpus": inst.cluster.num_gpus,
+               "gpus_by_type": inst.cluster.gpus_by_type(), "seed": seed, **bundle, "truth": truth,
+               "rows": [r.to_dict(records=records, utilization=records) | bundle for r in results]}
+    title = (f"{inst.name}: {len(inst.jobs)} jobs on {inst.cluster.num_gpus} GPUs ({types}), "
+             f"predictors {predictor_set}, truth {truth}")
 
     def show() -> None:
-        print_table(results, title)
-        click.echo(truth_footer(predictor_set, results))
+        from dltsched.engine.app.cli.output import console
 
+        print_table(results, title)
+        console().print(truth_footer(predictor_set, results), highlight=False)
+
+    if output:
+        write_output(output, payload, as_json, show, "simulation results")
+        return
     emit(payload, as_json, show)

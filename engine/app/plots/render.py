@@ -13,8 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import click
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
 
-from dltsched.engine.app.plots.accuracy import plot_pred_vs_measured
+from dltsched.engine.app.plots.accuracy import (
+    QUANTITY_LABELS,
+    accuracy_rows,
+    plot_error_breakdown,
+    plot_pred_vs_measured,
+)
 from dltsched.engine.app.plots.common import FORMATS, Result, pyplot, time_origin_s, time_unit
 from dltsched.engine.app.plots.scaling import plot_solve_scaling
 from dltsched.engine.app.plots.timeline import plot_gantt, plot_jct_cdf, plot_utilization
@@ -37,21 +44,91 @@ def load_result(path: Path) -> Any:
 
 
 def result_kind(data: Any) -> str:
-    """``simulation`` | ``accuracy`` | ``scaling`` | ``experiment`` for a loaded result."""
+    """``simulation`` | ``accuracy`` | ``scaling`` | ``experiment`` for a loaded result; a result whose rows
+    are not a list of objects raises :class:`ValidationError` naming the field."""
     if isinstance(data, Mapping) and "runs" in data and "summary" in data:
         return "experiment"
-    if isinstance(data, Mapping) and "rows" in data:
-        data = data["rows"]
-    first = data[0] if isinstance(data, list) and data else data
+    rows = data["rows"] if isinstance(data, Mapping) and "rows" in data else data
+    if isinstance(data, Mapping) and "rows" in data and not isinstance(rows, list):
+        raise ValidationError("rows", f"{type(rows).__name__} not understood; a list of result rows")
+    if isinstance(rows, list):
+        for i, row in enumerate(rows):
+            if not isinstance(row, Mapping):
+                raise ValidationError(f"rows[{i}]" if rows is not data else f"[{i}]",
+                                      f"{type(row).__name__} not understood; a result row is an object")
+    first = rows[0] if isinstance(rows, list) and rows else rows
     if isinstance(first, Mapping):
         if "avg_jct_s" in first or "records" in first:
             return "simulation"
-        if "predicted" in first and "measured" in first:
+        if "predicted" in first or "predicted_s" in first:
             return "accuracy"
         if "solve_time_s" in first:
             return "scaling"
-    raise ValidationError("RESULT", "not a simulate --json, experiment results.json, predicted/measured or "
-                          "bench solve --json result")
+    raise ValidationError("RESULT", "not a simulate --json, experiment results.json, predict eval-steptime/"
+                          "eval-colocation --json, predicted/measured or bench solve --json result")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    jct_s: float
+    arrival_s: float
+
+
+class _Placement(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    job_id: str
+    gpus: list[int] = Field(min_length=1)
+    start_s: float
+    end_s: float
+    freeze_level: int = 0
+
+
+class _Run(BaseModel):
+    """The fields of a simulation result that the figures read (others are let through)."""
+
+    model_config = ConfigDict(extra="allow")
+    policy: str = ""
+    records: list[_Record] = []
+    utilization: list[tuple[float, float]] = []
+    placements: list[_Placement] = []
+    gpu_util: float | None = None
+
+
+def check_runs(runs: Sequence[Any], path: str) -> None:
+    """Each simulation result in ``runs`` has the fields the figures read, of the right types; else a
+    :class:`ValidationError` naming the first wrong field (``rows[0].records``)."""
+    for i, run in enumerate(runs):
+        try:
+            _Run.model_validate(run)
+        except pydantic.ValidationError as err:
+            first = err.errors()[0]
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
+            head = path if path is not None and len(runs) == 1 and path == "" else f"{path}[{i}]"
+            raise ValidationError((head + where).lstrip("."),
+                                  f"{first['msg']}; plot reads simulate --json --records output") from None
+
+
+def accuracy_figures(data: Any) -> dict[str, Any]:
+    """Predicted vs measured (one colour per GPU) and the error per GPU and per model, for each quantity of
+    an accuracy result (step time; co-located speed, memory and utilisation; or plain pairs)."""
+    rows, what = accuracy_rows(data)
+    quantities = list(dict.fromkeys(r["quantity"] for r in rows))
+    figs: dict[str, Any] = {}
+    for quantity in quantities:
+        mine = [r for r in rows if r["quantity"] == quantity]
+        suffix = "" if len(quantities) == 1 else f"_{safe_name(quantity)}"
+        label = QUANTITY_LABELS.get(quantity, quantity)
+        held = {r["held_out"] for r in mine}
+        if held in ({True}, {False}):  # say what the figures are: predictions, or fits to their own data
+            label += " (held out)" if held == {True} else " (fitted on these rows: in-sample)"
+        coloured = mine if what == "predicted vs measured" else [r | {"group": r["gpu"] or "all"} for r in mine]
+        fig = plot_pred_vs_measured(coloured, quantity=QUANTITY_LABELS.get(quantity, quantity))
+        fig.axes[0].set_title(f"{what}: {label}", fontsize="medium")
+        figs[f"pred_vs_measured{suffix}"] = fig
+        if any(r["gpu"] or r["model"] for r in mine):
+            figs[f"error_by_gpu_and_model{suffix}"] = plot_error_breakdown(mine, quantity=quantity,
+                                                                           title=f"{what}: {label}")
+    return figs
 
 
 def check_simulation_results(results: Sequence[Any], where: str = "RESULT") -> None:
@@ -141,13 +218,19 @@ def figures_for(data: Any, *, gpu_types: Sequence[str] | None = None) -> dict[st
     (GPU index -> type) labels Gantt rows; an experiment's results.json carries its own."""
     kind = result_kind(data)
     if kind == "experiment":
+        if not isinstance(data["runs"], list):
+            raise ValidationError("runs", f"{type(data['runs']).__name__} not understood; a list of runs")
+        check_runs(data["runs"], "runs")
         return experiment_figures(data["runs"], gpu_types=gpu_types or data.get("gpu_types"))
     rows = data["rows"] if isinstance(data, Mapping) and "rows" in data else data
     if kind == "accuracy":
-        return {"pred_vs_measured": plot_pred_vs_measured(rows)}
+        return accuracy_figures(data)
     if kind == "scaling":
         return {"solve_scaling": plot_solve_scaling(rows)}
-    figs = simulation_figures([data] if isinstance(data, Mapping) else list(data), gpu_types=gpu_types)
+    runs = [rows] if isinstance(rows, Mapping) else list(rows)
+    check_runs(runs, "rows" if isinstance(data, Mapping) and "rows" in data else "" if isinstance(rows, Mapping)
+               else "RESULT")
+    figs = simulation_figures(runs, gpu_types=gpu_types)
     if not figs:
         raise ValidationError("RESULT", "has no records, utilisation or placements; run simulate --json --records")
     return figs
@@ -186,7 +269,13 @@ def render(result_path: str | Path, out_dir: str | Path, fmt: str = "png", *,
     """Render every standard figure of a result file into ``out_dir``; ``instance`` (the instance file
     the result was simulated on) labels Gantt rows with GPU types."""
     types = gpu_types_of(instance) if instance is not None else None
-    return save_figures(figures_for(load_result(Path(result_path)), gpu_types=types), Path(out_dir), fmt)
+    data = load_result(Path(result_path))
+    try:
+        figs = figures_for(data, gpu_types=types)
+    except (KeyError, TypeError, IndexError, AttributeError) as err:  # a shape no check above foresaw: one line
+        raise ValidationError("RESULT", f"{result_path} is malformed ({type(err).__name__}: {str(err)[:120]}); "
+                              "give a result file as the commands write it") from None
+    return save_figures(figs, Path(out_dir), fmt)
 
 
 @click.command("plot")

@@ -42,6 +42,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from dltsched.engine.app.api import ConfiguredSolver, load_predictors
+from dltsched.engine.app.cli.main import BackendName
 from dltsched.engine.app.service.guard import (
     BearerAuth,
     BodyLimit,
@@ -384,8 +385,8 @@ def make_server(config: ServiceConfig, host: str = "127.0.0.1", port: int = 8000
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to listen on; beyond loopback needs --token or --insecure.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
-@click.option("--backend", default="auto", show_default=True,
-              help="Default backend: auto | cpsat | milp | greedy[:policy].")
+@click.option("--backend", type=BackendName(), default="auto", show_default=True,
+              help="Default backend: auto | cpsat | milp | greedy | greedy:<policy>.")
 @click.option("--time-limit", "time_limit_s", type=click.FloatRange(min=0, min_open=True, max=3600), default=1.0,
               show_default=True, help="Default time limit of a request (building and solving), in seconds.")
 @click.option("--max-jobs", type=click.IntRange(min=1), default=5000, show_default=True)

@@ -12,7 +12,7 @@ def test_rows_per_bundle_name_their_bundle_and_fit(capsys, repo_root):
     inst = str(repo_root / "instances" / "examples" / "tiny-6jobs-4gpus.json")
     assert main(["bench", "simulate", "--instance", inst, "--policy", "fifo", "--policy", "sjf", "--seed", "0",
                  "--predictors", "analytic", "--predictors", "default", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["rows"]
     assert [(r["predictors"], r["policy"]) for r in rows] == [("analytic", "fifo"), ("analytic", "sjf"),
                                                               ("default", "fifo"), ("default", "sjf")]
     assert {r["predictors"]: r["predictors_fit"] for r in rows} == {"analytic": "not fitted", "default": "in-sample"}
@@ -46,7 +46,7 @@ def test_an_option_goes_only_to_the_policies_that_take_it(capsys, repo_root):
     inst = str(repo_root / "instances" / "examples" / "tiny-6jobs-4gpus.json")
     assert main(["bench", "simulate", "--instance", inst, "--policy", "fifo", "--policy", "lucid", "--predictors",
                  "analytic", "--option", "class_thresholds=[0.85, 0.95]", "--json"]) == 0
-    assert [r["policy"] for r in json.loads(capsys.readouterr().out)] == ["fifo", "lucid"]
+    assert [r["policy"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["fifo", "lucid"]
 
 
 def test_crossfit_results_name_the_recipe_their_folds_were_fitted_with():

@@ -57,7 +57,7 @@ def test_bench_simulate_rows(capsys, repo_root):
     inst = str(repo_root / "instances" / "examples" / "tiny-6jobs-4gpus.json")
     assert main(["bench", "simulate", "--instance", inst, "--policy", "fifo", "--policy", "sjf",
                  "--seed", "0", "--seed", "1", "--predictors", "analytic", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["rows"]
     assert [r["policy"] for r in rows] == ["fifo", "sjf"]
     for r in rows:
         for key in ("avg_jct_s", "p99_jct_s", "makespan_s", "gpu_util", "avg_jct_s_ci95", "seeds"):

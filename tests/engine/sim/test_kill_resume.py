@@ -28,7 +28,7 @@ WALL_CLOCK = ("wall_time_s", "decision_time_")
 
 def comparable(path: Path) -> bytes:
     """The result file without its wall-clock fields, as canonical JSON bytes."""
-    data = json.loads(path.read_text())
+    (data,) = json.loads(path.read_text())["rows"]
     kept = {k: v for k, v in data.items() if not k.startswith(WALL_CLOCK)}
     return json.dumps(kept, sort_keys=True, indent=1).encode()
 
@@ -54,7 +54,7 @@ def reference(tmp_path_factory, small_instance):
     proc = run(instance, "-o", str(out))
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err.decode()
-    result = json.loads(out.read_text())
+    (result,) = json.loads(out.read_text())["rows"]
     assert result["num_jobs_finished"] == 30
     assert result["node_failures"] > 0 and result["fault_interruptions"] > 0, "the run must be a faulted one"
     return instance, comparable(out), result["num_rounds"]

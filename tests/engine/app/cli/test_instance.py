@@ -110,3 +110,18 @@ def test_generate_bad_input_exit_2(
     assert main(["instance", "generate", *args, "-o", str(tmp_path / "x.json")]) == 2
     assert text in _one_error_line(capsys)
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.data
+def test_workloads_show_their_size(capsys, data_dir, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["instance", "workloads", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["gavel:23dbec"]["num_jobs"] == 9 and rows["gavel:23dbec"]["num_gpus"] > 0  # a 9-job trace
+    assert rows["philly"]["num_jobs"] > 10_000 and rows["philly"]["span_days"] > 30
+    assert main(["instance", "workloads"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 80
+    assert any(line.split()[:2] == ["gavel:23dbec", "9"] for line in lines)
+    assert main(["instance", "workloads", "--names"]) == 0
+    assert capsys.readouterr().out.split() == list(rows)

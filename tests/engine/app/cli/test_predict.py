@@ -56,7 +56,7 @@ def test_eval_steptime_csv(capsys, tmp_path):
 def test_freeze_table_and_bench(capsys):
     code, out, _err = _run(capsys, "predict", "freeze-table", "--model", "vgg16", "--gpu", "t4", "--batch-size",
                            "64", "--json")
-    rows = json.loads(out)
+    rows = json.loads(out)["rows"]
     assert code == 0 and len(rows) == 14 and rows[0]["penalty"] == 0
     code, out, _err = _run(capsys, "bench", "predict", "--pairs", "500", "--json")
     figures = json.loads(out)
@@ -64,10 +64,16 @@ def test_freeze_table_and_bench(capsys):
     assert figures["seconds"] > 0 and figures["colocation_seconds"] > 0
 
 
-def test_profile_smoke_on_cpu(capsys, tmp_path):
+def test_profile_smoke_on_cpu(capsys, tmp_path, monkeypatch):
     pytest.importorskip("torch")
     out_csv = tmp_path / "p.csv"
     code, out, _err = _run(capsys, "profile", "--smoke", "--model", "ppo", "--output", str(out_csv), "--json")
-    rows = json.loads(out)
+    rows = json.loads(out)["rows"]
     assert code == 0 and rows[0]["model"] == "ppo" and rows[0]["step_time_s"] > 0
     assert out_csv.read_text().startswith("model,dataset,gpu,batch_size,num_gpus,step_time_s")
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _err = _run(capsys, "profile", "--smoke", "--model", "ppo")  # for people: a table, not a repr
+    lines = out.rstrip("\n").splitlines()
+    assert code == 0 and "[{" not in out and "'model'" not in out and max(map(len, lines)) <= 80
+    assert any(line.split()[:3] == ["ppo", "-", "cpu"] or line.split()[:1] == ["ppo"] for line in lines)
+    assert any("step time" in line or "(ms)" in line for line in lines)

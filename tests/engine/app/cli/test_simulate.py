@@ -18,7 +18,7 @@ def _in_repo(repo_root, monkeypatch):
 
 def test_simulate_one_policy_prints_required_fields(capsys):
     assert main(["simulate", "--instance", DEFAULT, "--policy", "fifo", "--predictors", "analytic", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    (out,) = json.loads(capsys.readouterr().out)["rows"]
     for key in ("policy", "avg_jct_s", "p99_jct_s", "makespan_s", "gpu_util", "num_jobs_finished"):
         assert key in out
     assert out["policy"] == "fifo"
@@ -37,7 +37,7 @@ def test_records_and_output_file(tmp_path, capsys):
     target = tmp_path / "r.json"
     assert main(["simulate", "--instance", DEFAULT, "--policy", "gandiva", "--predictors", "analytic",
                  "--records", "-o", str(target), "--json"]) == 0
-    data = json.loads(target.read_text())
+    (data,) = json.loads(target.read_text())["rows"]
     assert len(data["records"]) == data["num_jobs_finished"]
     assert data["placements"] and data["utilization"]
 

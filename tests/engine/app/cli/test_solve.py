@@ -77,3 +77,47 @@ def test_bench_solve_tiny_sizes(capsys) -> None:  # noqa: ANN001
 def test_bench_rejects_bad_size() -> None:
     with pytest.raises(ValueError, match="JOBSxGPUS"):
         bench_solve.main(["--sizes", "lots"], standalone_mode=False)
+
+
+def test_solve_json_is_the_services_plan(capsys, monkeypatch, repo_root) -> None:  # noqa: ANN001
+    """``solve --json`` carries every field of the service's answer, with the same values the service's
+    conversion gives the same plan: GPU type and nodes per assignment, co-location groups, the queue."""
+    monkeypatch.chdir(repo_root)
+    from pathlib import Path
+
+    from dltsched.engine.app.cli.solve import load_round_state
+    from dltsched.engine.app.service.models import ScheduleResponse, to_response
+
+    instance = Path("instances/examples/default.json")
+    assert main(["solve", str(instance), "--objective", "effective_progress", "--predictors", "analytic",
+                 "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert set(ScheduleResponse.model_fields) <= set(payload)
+    ScheduleResponse.model_validate({k: payload[k] for k in ScheduleResponse.model_fields})
+    # effective progress shares GPUs here (an optimum worth checking: the groups, not an empty list)
+    assert payload["colocation_groups"] and payload["queued"] and payload["checked"]["feasible"]
+    _problem, state, _bundle = load_round_state(instance, RoundOptions(), "analytic")
+    service = to_response(_plan_of(payload), state, 0.0).model_dump()
+    for key in ("assignments", "colocation_groups", "queued"):
+        assert payload[key] == service[key], key
+    placed = {a["job_id"] for a in payload["assignments"]}
+    assert set(payload["queued"]) == {s.job.id for s in state.jobs} - placed
+
+
+def test_solve_shows_queue_types_and_sharing(capsys, monkeypatch, repo_root) -> None:  # noqa: ANN001
+    monkeypatch.chdir(repo_root)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["solve", "instances/examples/default.json", "--objective", "effective_progress", "--predictors",
+                 "analytic", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert main(["solve", "instances/examples/default.json", "--objective", "effective_progress", "--predictors",
+                 "analytic"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= 80
+    assert f"queued ({len(payload['queued'])}): {payload['queued'][0]}" in out
+    assert "v100 (8 GPUs), p100 (4 GPUs), k80 (4 GPUs)" in out
+    group = payload["colocation_groups"][0]
+    row = next(line.split() for line in lines if line.split()[:1] == [group["job_ids"][0]])
+    assert group["job_ids"][1] in row  # "shares GPUs with" names the partner
+    assert f"GPU {group['gpu']}: {' + '.join(group['job_ids'])}" in out
