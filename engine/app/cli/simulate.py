@@ -131,20 +131,22 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
                  options: dict[str, Any] | None = None, faults: Any = None, checkpoint: str | None = None,
                  checkpoint_every: int = 200, lengths: str = "known", length_error: float = 0.5,
                  profile_s: float | None = None, profile_noise: float = 0.03,
-                 freeze_penalty_scale: float | None = None) -> list[SimulationResult]:
+                 freeze_penalty_scale: float | None = None, truth_dirs: tuple[str, ...] = (),
+                 truth_sharing: str | None = None, truth: Any = None) -> list[SimulationResult]:
     """Simulate each policy in ``names`` on ``inst`` with the same ground truth and seed. Each policy gets
     the ``options`` it takes (see :func:`~dltsched.engine.app.registry.options_for`); all are checked before
     any simulation runs, so a bad option fails at once. With ``checkpoint`` (one policy only) the run saves
     its state there every ``checkpoint_every`` rounds and continues from it when it exists. ``lengths``,
     ``length_error``, ``profile_s``/``profile_noise`` (profiling on arrival) and ``freeze_penalty_scale`` are
-    the settings of :func:`simulation_setup`."""
+    the settings of :func:`simulation_setup`. ``truth_dirs``: profile datasets whose GPU types take their ground
+    truth from them (:func:`make_truth`); ``truth``: a ground truth built by the caller instead."""
     from dltsched.predictors.noise import with_prediction_error
 
     if checkpoint is not None and len(names) != 1:
         raise ValidationError("--checkpoint", f"holds one run; give exactly one --policy (got {len(names)})")
     per_policy = options_for(names, options or {})
     preds = with_prediction_error(predictors(predictor_set, data_dir), prediction_error, seed)
-    truth = MeasuredTruth(data_dir=data_dir)
+    truth = truth if truth is not None else make_truth(data_dir, truth_dirs, truth_sharing)
     preds, config = simulation_setup(preds, seed=seed, memory=memory, faults=faults, lengths=lengths,
                                      length_error=length_error, profile_s=profile_s, profile_noise=profile_noise,
                                      freeze_penalty_scale=freeze_penalty_scale)
@@ -160,6 +162,18 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
         store = CheckpointStore(checkpoint, checkpoint_every)
         results.append(Simulator(inst, policy, truth, config, store=store).run(resume=True))
     return results
+
+
+def make_truth(data_dir: str | None, truth_dirs: tuple[str, ...] = (), sharing: str | None = None) -> Any:
+    """The ground truth: Gavel's measurements (:class:`MeasuredTruth`), and for the GPU types that ``truth_dirs``
+    (``dltsched profile --out`` datasets) measured, those measurements in ``sharing`` mode
+    (:class:`~dltsched.engine.sim.profile_truth.ProfileTruth`)."""
+    base = MeasuredTruth(data_dir=data_dir)
+    if not truth_dirs:
+        return base
+    from dltsched.engine.sim.profile_truth import ProfileTruth
+
+    return ProfileTruth(truth_dirs, sharing, base)  # type: ignore[arg-type]
 
 
 def simulation_setup(preds: Any, *, seed: int = 0, memory: str = "oom", faults: Any = None,
@@ -265,6 +279,10 @@ def print_table(results: list[Any], title: str,
               help="Policies predict frozen penalties this many times the ground truth's (mismatch sweep).")
 @click.option("--arrivals", type=click.Choice(["trace", "batch"]), default="trace", show_default=True,
               help="Job arrivals: as in the instance (trace) or every job at time 0 (batch, for makespan).")
+@click.option("--truth", "truth_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="A `dltsched profile --out` dataset (repeatable): its GPU types run on its measurements.")
+@click.option("--truth-sharing", type=click.Choice(["timeslice", "mps"]),
+              help="Sharing mode of the --truth co-location measurements (default: the one measured).")
 @click.option("--records", is_flag=True, help="Include per-job records and the utilisation trace in --json.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON result to this file.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -272,7 +290,8 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
              jobs: int | None, policies: tuple[str, ...], predictor_set: str, memory: str, seed: int,
              prediction_error: float, options: tuple[str, ...], faults: str | None, checkpoint: str | None,
              checkpoint_every: int, lengths: str, length_error: float, profile_s: float | None,
-             profile_noise: float, freeze_penalty_scale: float | None, arrivals: str, records: bool,
+             profile_noise: float, freeze_penalty_scale: float | None, arrivals: str,
+             truth_dirs: tuple[str, ...], truth_sharing: str | None, records: bool,
              output: str | None, as_json: bool) -> None:
     """Simulate policies on an instance and compare their metrics."""
     names = expand_policies(policies)
@@ -284,12 +303,14 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
         from dltsched.engine.sim.workload import batch_arrivals
 
         inst = batch_arrivals(inst)
+    truth = make_truth(data_dir, truth_dirs, truth_sharing)
     results = run_policies(inst, names, seed=seed, predictor_set=predictor_set, memory=memory, data_dir=data_dir,
                            prediction_error=prediction_error, options=opts,
                            faults=parse_faults(faults), checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                            lengths=lengths, length_error=length_error, profile_s=profile_s,
-                           profile_noise=profile_noise, freeze_penalty_scale=freeze_penalty_scale)
-    bundle = bundle_fields(predictor_set)
+                           profile_noise=profile_noise, freeze_penalty_scale=freeze_penalty_scale,
+                           truth=truth)
+    bundle = bundle_fields(predictor_set) | ({"truth": truth.record()} if truth_dirs else {})
     payload: Any = [r.to_dict(records=records, utilization=records) | bundle for r in results]
     if len(payload) == 1 and len(policies) == 1 and policies[0] not in ("all", "baselines", "papers"):
         payload = payload[0]
