@@ -442,7 +442,7 @@ def _value_scales(objective: str, jobs: tuple[RoundJob, ...], reference_s: float
     times = [remaining_time_s(j) for j in jobs]
     reference = median_remaining_s(times) if reference_s is None else max(JCT_MIN_REMAINING_S, reference_s)
     if longest_first:
-        return tuple((t / reference) ** length_weight for t in times)
+        return tuple(j.num_gpus * (t / reference) ** length_weight for j, t in zip(jobs, times, strict=True))
     return tuple(reference / t for t in times)
 
 

@@ -165,7 +165,7 @@ class SimulationRun(PlacingRun):
             num_oom=self.oom_events, unfinished=len(self.active) + len(self.arrivals) - self.next_arrival,
             ideal_s=self.ideal_s, placements=self.intervals, node_failures=self.node_failures,
             utilization_samples=self.cfg.utilization_samples,
-            fault_interruptions=self.fault_interruptions,
+            fault_interruptions=self.fault_interruptions, times_s={j.id: self._times_by_type(j) for j in self.inst.jobs},
         )
 
     def _progress(self) -> tuple[int, int, int]:
@@ -210,6 +210,13 @@ class SimulationRun(PlacingRun):
         if failed:
             self._update_rates([])
         return bool(failed or repaired)
+
+    def _times_by_type(self, job: Job) -> dict[str, float]:
+        """Run time alone on the job's GPUs of each allowed type it fits (ground truth), for the makespan bound."""
+        by_type = self.cluster.gpus_by_type()
+        nodes = max(1, math.ceil(job.num_gpus / self._gpus_per_node))
+        return {t: self.truth.step_time_s(job, t, job.num_gpus, nodes) * job.total_iterations
+                for t in (job.gpu_types or by_type) if by_type.get(t, 0) >= job.num_gpus}
 
     def _ideal_s(self, job: Job) -> float:
         """Run time alone on the job's GPUs of the fastest allowed type (Themis' fair baseline)."""
