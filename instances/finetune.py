@@ -1,10 +1,11 @@
 """An LLM fine-tuning mix: many small one-GPU jobs (BERT, GPT-2, Transformer, LSTM LM) arriving as a Poisson stream.
 
-Each job picks one of :data:`FINETUNE_JOB_TYPES` uniformly (the batch sizes of the shared H200 profile where it
+Each job picks one of :data:`FINETUNE_JOB_TYPES` uniformly, among those whose memory (by the registered ground
+truth, on ``reference_gpu``) fits the cluster's largest GPU (the batch sizes of the shared H200 profile where it
 measured the model, so a cluster of H200s runs most of them on measured step times), a duration log-uniform in
 ``[min_duration_s, max_duration_s]`` on ``reference_gpu`` (converted to iterations with the registered ground
 truth's step time there, as :mod:`dltsched.instances.generator` does) and one GPU (two for
-``two_gpu_fraction`` of them). A third allow freezing within a 1-5% accuracy budget. Same arguments and seed,
+``two_gpu_fraction`` of them, where a GPU type has two). A third allow freezing within a 1-5% accuracy budget. Same arguments and seed,
 same instance.
 """
 
@@ -14,6 +15,7 @@ import math
 import random
 from dataclasses import replace
 
+from dltsched.engine.domain.catalog import gpu_spec
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.engine.domain.model import Instance, Job
 from dltsched.instances.clusters import parse_cluster_spec
@@ -45,15 +47,21 @@ def finetune_mix(num_jobs: int = 100, cluster: str = "h200:2x8", *, seed: int = 
     if not 0 <= two_gpu_fraction <= 1:
         raise ValidationError("two_gpu_fraction", f"{two_gpu_fraction!r} not understood; in [0, 1]")
     where = parse_cluster_spec(cluster)
+    largest = max(where.gpus_by_type().values())
     step_time = reference_step_time(data_dir)
+    roomiest_mib = max(gpu_spec(t).memory_mib for t in where.gpus_by_type())
+    kinds = [k for k in FINETUNE_JOB_TYPES
+             if step_time.truth.memory_mib(Job("x", k[0], k[1], 1.0, optimizer=k[2]), reference_gpu) <= roomiest_mib]
+    if not kinds:
+        raise ValidationError("cluster", f"{cluster}: no fine-tuning job fits its GPUs' memory; add larger GPUs")
     rng = random.Random(seed)
     jobs = []
     arrival_s = 0.0
     for k in range(num_jobs):
         if k:
             arrival_s += rng.expovariate(arrival_rate_per_h / 3600.0)
-        model, batch, optimizer = rng.choice(FINETUNE_JOB_TYPES)
-        num_gpus = 2 if rng.random() < two_gpu_fraction else 1
+        model, batch, optimizer = rng.choice(kinds)
+        num_gpus = 2 if rng.random() < two_gpu_fraction and largest >= 2 else 1
         duration_s = 10.0 ** rng.uniform(math.log10(min_duration_s), math.log10(max_duration_s))
         freeze = rng.random() < 1 / 3
         draft = Job(f"ft{k}", model, batch, 1.0, num_gpus=num_gpus, optimizer=optimizer)

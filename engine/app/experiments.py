@@ -567,7 +567,8 @@ def show(exp_file: str, out_dir: str | None, as_json: bool) -> None:
 @click.pass_context
 def run(ctx: click.Context, exp_files: tuple[str, ...], out_dir: str | None, as_json: bool) -> None:
     """Run every policy and seed of each EXP.toml; write tables, per-job CSV, results.json and figures (and
-    ablation.csv: each variant's change against the optimizing policy, seed by seed)."""
+    ablation.csv: each variant's change against the optimizing policy, seed by seed; with several files and -o,
+    OUT/ablation.csv holds every experiment's rows)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from dltsched.engine.app.cli.main import emit
@@ -585,6 +586,11 @@ def run(ctx: click.Context, exp_files: tuple[str, ...], out_dir: str | None, as_
                 bar.update(task, advance=done, description=f"experiment {name}: {label}")
 
             payloads.append(run_experiment(exp, where, progress=step))
+    combined = [{"experiment": e.spec.name} | row for e, p in zip(exps, payloads, strict=True) for row in p.get("ablation", [])]
+    if out_dir and len(exps) > 1 and combined:
+        from dltsched.engine.app.ablation import ABLATION_TABLE
+
+        _write_csv(Path(out_dir) / "ablation.csv", ("experiment", *ABLATION_TABLE), combined)
 
     def human() -> None:
         for exp, payload in zip(exps, payloads, strict=True):
