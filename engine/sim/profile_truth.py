@@ -98,6 +98,7 @@ class ProfileTruth:
     _used: Counter[str] = field(default_factory=Counter)
     _cache: dict[tuple[object, ...], Any] = field(default_factory=dict)
     _fit_error: dict[str, float] = field(default_factory=dict)
+    _loo_error: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         folders = [Path(d) for d in self.dirs]
@@ -152,21 +153,21 @@ class ProfileTruth:
         ratios = [a.step_time_s / fallback.step_time_s(Job("x", model, batch, 1.0), gpu, 1)
                   for (g, model, batch), a in self._alone.items() if g == gpu]
         self._correction[gpu] = statistics.median(ratios) if ratios else 1.0
-        xs, ys = [], []
+        points: list[list[tuple[float, float]]] = []  # per measured group: (partners' utilisation, 1/speed - 1)
         for (g, _), found in self._groups.items():
             if g != gpu:
                 continue
             for group in found:
                 utils = [self._utilization_of(model, batch, gpu) for model, batch in group.members]
-                for i, s in enumerate(group.speeds):
-                    xs.append(sum(u for k, u in enumerate(utils) if k != i))
-                    ys.append(1.0 / s - 1.0)
-        slope = sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs) if xs else 1.0
-        self._slope[gpu] = max(slope, 0.0)
-        if xs:
-            errors = [abs(1.0 / (1.0 + self._slope[gpu] * x) - 1.0 / (1.0 + y)) * (1.0 + y) for x, y in zip(xs, ys,
-                                                                                                          strict=True)]
-            self._fit_error[gpu] = statistics.fmean(errors)
+                points.append([(sum(u for k, u in enumerate(utils) if k != i), 1.0 / s - 1.0)
+                               for i, s in enumerate(group.speeds)])
+        self._slope[gpu] = _slope([p for group in points for p in group])
+        if points:
+            self._fit_error[gpu] = statistics.fmean(_error(self._slope[gpu], p) for group in points for p in group)
+        if len(points) > 1:  # each group predicted by the slope fitted on the others
+            self._loo_error[gpu] = statistics.fmean(
+                _error(_slope([p for k, other in enumerate(points) if k != i for p in other]), p)
+                for i, group in enumerate(points) for p in group)
 
     def _fallback(self) -> Any:
         fallback = getattr(self.base, "fallback", None)
@@ -195,6 +196,7 @@ class ProfileTruth:
                 "groups_measured": sum(len(v) for v in self._groups.values()),
                 "utilization_slope": {g: round(s, 4) for g, s in self._slope.items()},
                 "utilization_model_fit_mape": {g: round(e, 4) for g, e in self._fit_error.items()},
+                "utilization_model_leave_one_group_out_mape": {g: round(e, 4) for g, e in self._loo_error.items()},
                 "step_correction": {g: round(c, 4) for g, c in self._correction.items()},
                 "lookups": dict(sorted(self._used.items()))}
 
@@ -320,6 +322,18 @@ class ProfileTruth:
         self._cache[key] = (source, speeds)
         self._used[source] += 1
         return speeds
+
+
+def _slope(points: Sequence[tuple[float, float]]) -> float:
+    """Least-squares slope through the origin of ``1/speed - 1`` on the partners' utilisation (>= 0)."""
+    denominator = sum(x * x for x, _ in points)
+    return max(sum(x * y for x, y in points) / denominator, 0.0) if denominator > 0 else 1.0
+
+
+def _error(slope: float, point: tuple[float, float]) -> float:
+    """Relative error of the utilisation model's speed at ``point`` = (utilisation, 1/speed - 1)."""
+    x, y = point
+    return abs(1.0 / (1.0 + slope * x) - 1.0 / (1.0 + y)) * (1.0 + y)
 
 
 def replace_batch(job: Job, batch_size: int) -> Job:
