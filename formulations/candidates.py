@@ -207,7 +207,7 @@ def _best_freeze(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, cr
     overhead = group.overhead_mib if group else 0.0
     choices = [[o for o in problem.jobs[j].options if o.gpu_type == gpu_type] for j in jobs]
     if not problem.options.minimize:  # one term per member and option, summed per combination (as unit_score)
-        return _best_progress(problem, jobs, group.speeds if group else (1.0,), choices, cross, overhead,
+        return _best_progress(problem, jobs, problem.value_speeds(group) if group else (1.0,), choices, cross, overhead,
                               memory_mib)
     best: tuple[tuple[float, float], tuple[int, ...], float, tuple[float, ...]] | None = None
     for combo in product(*choices):
@@ -246,7 +246,8 @@ def unit_score(problem: RoundProblem, jobs: tuple[int, ...], combo: Sequence[Job
     """Score (maximisation form, without migration) and completion times of a placed unit."""
     objective = problem.options.objective
     gpu_type = combo[0].gpu_type
-    speeds = problem.group(jobs, gpu_type).speeds if len(jobs) > 1 else (1.0,)  # type: ignore[union-attr]
+    group = problem.group(jobs, gpu_type) if len(jobs) > 1 else None
+    speeds = problem.value_speeds(group) if group is not None else (1.0,)
     rates = [o.rate(cross) for o in combo]
     bonus = sum(starvation_bonus(problem, j) for j in jobs)
     if not problem.options.minimize:

@@ -8,7 +8,7 @@ group; per GPU the members' memory at their freeze levels plus the group's overh
 Objective (see ``RoundOptions``): ``effective_progress`` = sum of weight x co-located speed x
 effective rate / reference rate, plus starvation bonuses, minus migration penalties (a running job
 whose GPUs change, or that is left out: :meth:`RoundProblem.migration_cost`); ``jct`` = the same with
-each job's term and migration cost scaled by :meth:`RoundProblem.value_scale` (the round's median, or
+each job's term (co-located speeds as :meth:`RoundProblem.value_speeds` credits them) and migration cost scaled by :meth:`RoundProblem.value_scale` (the round's median, or
 ``RoundOptions.value_reference_s``, over the job's own predicted remaining time); ``weighted_completion`` = sum of weight x predicted completion time
 (multi-stage for co-located jobs; a job left out waits one round, then runs alone), plus penalties,
 minus bonuses; ``makespan`` = the latest predicted completion, plus penalties, minus bonuses.
@@ -140,7 +140,9 @@ def _objective(problem: RoundProblem, plan: Plan) -> float:
         cross = len({node_of[g] for g in gpus}) > 1
         rates = [problem.option(j, gpu_type, level[j]).rate(cross) for j in members]  # type: ignore[union-attr]
         speeds = _speeds(problem, members, gpu_type)
-        for j, s, r in zip(members, speeds(tuple(range(len(members)))), rates, strict=True):
+        group = problem.group(members, gpu_type) if len(members) > 1 else None
+        credited = problem.value_speeds(group) if group is not None else speeds(tuple(range(len(members))))
+        for j, s, r in zip(members, credited, rates, strict=True):
             progress += problem.jobs[j].weight * s * r / problem.jobs[j].reference_rate * problem.value_scale(j)
         if options.minimize:
             done = simulate_stages([problem.jobs[j].remaining_iterations for j in members], rates, speeds)

@@ -68,6 +68,31 @@ def simulate_stages(remaining: Sequence[float], rates: Sequence[float], speeds: 
     return StageSchedule(tuple(stages), tuple(completion), isolated)
 
 
+def horizon_speeds(remaining: Sequence[float], rates: Sequence[float], speeds: SpeedFn,
+                   horizon_s: float) -> tuple[float, ...]:
+    """Each job's mean speed from now until it completes or ``horizon_s`` passes, whichever is first: the
+    multi-stage value of a co-located group. The first job to complete keeps its first-stage speed; a survivor
+    is credited with the speed-up it gets, within the horizon, as its partners finish. ``horizon_s = 0`` gives
+    the first-stage speeds; ``inf`` averages over each job's whole remaining run."""
+    if horizon_s < 0:
+        raise ValueError(f"horizon_s: {horizon_s!r} must be >= 0")
+    if horizon_s == 0 or len(remaining) < 2:
+        first = tuple(i for i, w in enumerate(remaining) if w > 0)
+        at = dict(zip(first, speeds(first) if len(first) > 1 else (1.0,) * len(first), strict=True))
+        return tuple(float(at.get(i, 1.0)) for i in range(len(remaining)))
+    schedule = simulate_stages(remaining, rates, speeds)
+    out = []
+    for i in range(len(remaining)):
+        until = min(schedule.completion_s[i], horizon_s)
+        if until <= 0:
+            out.append(1.0)
+            continue
+        done = sum((min(st.end_s, until) - st.start_s) * st.speeds[st.active.index(i)]
+                   for st in schedule.stages if i in st.active and st.start_s < until)
+        out.append(done / until)
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class Resident:
     """A job already on a GPU: remaining work (iterations) and isolated rate (iterations/s)."""

@@ -60,7 +60,8 @@ from dltsched.engine.domain.errors import ValidationError
 FigureName = Literal["jct_cdf", "utilization", "gantt"]
 FIGURES: tuple[FigureName, ...] = ("jct_cdf", "utilization", "gantt")
 #: metrics of the summary table (means and 95% intervals over seeds)
-SUMMARY_METRICS = ("avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "avg_queueing_s", "gpu_util",
+SUMMARY_METRICS = ("avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "makespan_bound_s", "makespan_gap",
+                   "avg_queueing_s", "gpu_util",
                    "ftf_mean", "num_preemptions", "decision_time_mean_s")
 RUN_COLUMNS = ("policy", "seed", "num_jobs", "num_jobs_finished", *SUMMARY_METRICS, "wall_time_s")
 RECORD_COLUMNS = ("policy", "seed", "job_id", "arrival_s", "first_start_s", "finish_s", "jct_s", "queueing_s",
@@ -77,12 +78,21 @@ def _generator_fields() -> tuple[str, ...]:
     return tuple(f.name for f in fields(GeneratorSpec) if f.name != "seed")
 
 
+def _finetune_fields() -> tuple[str, ...]:
+    import inspect
+
+    from dltsched.instances.finetune import finetune_mix
+
+    return tuple(n for n in inspect.signature(finetune_mix).parameters if n not in ("seed", "data_dir"))
+
+
 class Workload(_Strict):
     """Exactly one of ``instance`` (file), ``generate`` (generator fields) or ``trace`` (a real workload)."""
 
     instance: str | None = None
     generate: dict[str, Any] | None = None
     trace: str | None = None
+    finetune: dict[str, Any] | None = None
     start_s: float | None = Field(None, ge=0)
     jobs: int | None = Field(None, ge=1)
     gpus: int | None = Field(None, ge=1)
@@ -92,9 +102,14 @@ class Workload(_Strict):
 
     @pydantic.model_validator(mode="after")
     def _one_source(self) -> Workload:
-        given = [k for k in ("instance", "generate", "trace") if getattr(self, k) is not None]
+        given = [k for k in ("instance", "generate", "trace", "finetune") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of instance, generate, trace (got {', '.join(given) or 'none'})")
+            raise ValueError(f"give exactly one of instance, generate, trace, finetune (got {', '.join(given) or 'none'})")
+        if self.finetune is not None:
+            allowed = _finetune_fields()
+            for key in self.finetune:
+                if key not in allowed:
+                    raise ValueError(f"finetune.{key}: unknown key; allowed: {', '.join(allowed)}")
         if self.generate is not None:
             allowed = _generator_fields()
             for key in self.generate:
@@ -114,19 +129,33 @@ class Outputs(_Strict):
     format: Literal["png", "svg"] = "png"
 
 
+class Variant(_Strict):
+    """A labelled policy configuration: ``policy`` with ``options``; ``type_blind`` predicts every GPU type at
+    the mean over the cluster's types (:func:`dltsched.engine.app.ablation.type_blind`)."""
+
+    policy: str = "optimizing"
+    options: dict[str, Any] = Field(default_factory=dict)
+    type_blind: bool = False
+
+
 class Experiment(_Strict):
     """A validated experiment file."""
 
     name: str = Field(min_length=1)
     description: str = ""
     workload: Workload
-    policies: tuple[str, ...] = Field(min_length=1)
+    policies: tuple[str, ...] = ()
     seeds: tuple[int, ...] = Field((0,), min_length=1)
     predictors: str = "default"
     calibration: str | None = None
     memory: Literal["reject", "oom"] = "reject"
     prediction_error: float = Field(0.0, ge=0)
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    variants: dict[str, Variant] = Field(default_factory=dict)
+    ablation: bool = False
+    truth: tuple[str, ...] = ()
+    truth_sharing: Literal["timeslice", "mps"] | None = None
+    arrivals: Literal["trace", "batch"] = "trace"
     outputs: Outputs = Outputs()
 
     @pydantic.field_validator("policies")
@@ -135,8 +164,22 @@ class Experiment(_Strict):
         """Groups expanded and names in their canonical form (the vocabulary ``simulate --policy`` takes)."""
         return tuple(choice.name for choice in expand_policies(value, ""))
 
+    def labels(self) -> list[str]:
+        """Every run label in table order: the policies, the variants, then the ablation's."""
+        from dltsched.engine.app.ablation import ablation_variants
+
+        extra = list(ablation_variants(self.options.get("optimizing", {}))) if self.ablation else []
+        return [*self.policies, *self.variants, *extra]
+
     @pydantic.model_validator(mode="after")
     def _options_for_listed_policies(self) -> Experiment:
+        if self.ablation and "optimizing" not in self.policies:
+            raise ValueError("ablation: compares against the optimizing policy; list it in policies")
+        if not self.policies and not self.variants:
+            raise ValueError("policies: give at least one policy or variant")
+        labels = self.labels()
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"variants: labels repeat a policy or an ablation label ({', '.join(labels)})")
         for policy in self.options:
             if policy not in self.policies:
                 raise ValueError(f"options.{policy}: not in policies ({', '.join(self.policies)})")
@@ -168,6 +211,8 @@ def _error_line(err: pydantic.ValidationError) -> ValidationError:
 
 def _model_at(loc: tuple[str, ...]) -> type[BaseModel] | None:
     models: dict[tuple[str, ...], type[BaseModel]] = {(): Experiment, ("workload",): Workload, ("outputs",): Outputs}
+    if len(loc) == 2 and loc[0] == "variants":
+        return Variant
     return models.get(loc)
 
 
@@ -193,13 +238,44 @@ class LoadedExperiment:
         from dltsched.engine.app.registry import check_predictors, with_calibration
 
         cal = self.spec.calibration
+        if self.spec.predictors == "exact":  # the truth itself (exact predictions), no bundle to calibrate
+            return "exact"
         if cal is not None and not Path(cal).is_absolute():
             cal = str((self.path.parent / cal).resolve())
         return check_predictors(with_calibration(self.spec.predictors, cal))
 
     def runs(self) -> list[tuple[str, int]]:
-        """(policy, seed) in the order they run: seeds outer, so every policy sees the same workload draw."""
-        return [(p, s) for s in self.spec.seeds for p in self.spec.policies]
+        """(label, seed) in the order they run: seeds outer, so every policy sees the same workload draw."""
+        return [(p, s) for s in self.spec.seeds for p in self.spec.labels()]
+
+    def truth_dirs(self) -> tuple[str, ...]:
+        """The ``truth`` datasets: absolute, else relative to this file, else to the shared data folder."""
+        out = []
+        for entry in self.spec.truth:
+            path = Path(entry)
+            if not path.is_absolute() and not (self.path.parent / path).is_dir():
+                from dltsched.instances.datadir import find_data_dir
+
+                base = find_data_dir(self.spec.workload.data_dir, required=False)
+                path = (Path(base) / path) if base is not None else self.path.parent / path
+            elif not path.is_absolute():
+                path = self.path.parent / path
+            if not path.is_dir():
+                raise ValidationError("truth", f"{entry} is not a folder (absolute, relative to the experiment "
+                                      "file, or to the shared data folder)")
+            out.append(str(path.resolve()))
+        return tuple(out)
+
+    def entries(self) -> dict[str, tuple[str, dict[str, Any], bool]]:
+        """label -> (policy, options, type_blind) for every label."""
+        from dltsched.engine.app.ablation import ablation_variants
+
+        s = self.spec
+        out = {p: (p, dict(s.options.get(p, {})), False) for p in s.policies}
+        out |= {label: (v.policy, dict(v.options), v.type_blind) for label, v in s.variants.items()}
+        if s.ablation:
+            out |= ablation_variants(s.options.get("optimizing", {}))
+        return out
 
 
 def load_experiment(path: str | Path) -> LoadedExperiment:
@@ -218,6 +294,17 @@ def load_experiment(path: str | Path) -> LoadedExperiment:
         spec = Experiment.model_validate(data)
     except pydantic.ValidationError as err:
         raise _error_line(err) from None
+    from dltsched.engine.app.cli.simulate import expand_policies
+
+    try:
+        expand_policies(spec.policies)
+    except ValidationError as err:
+        raise err.under("policies") from None
+    for label, variant in spec.variants.items():
+        try:
+            expand_policies((variant.policy,))
+        except ValidationError as err:
+            raise err.under(f"variants.{label}.policy") from None
     loaded = LoadedExperiment(spec, path, hashlib.sha256(raw).hexdigest())
     inst = loaded.instance_path()
     if inst is not None and not inst.is_file():
@@ -227,7 +314,25 @@ def load_experiment(path: str | Path) -> LoadedExperiment:
 
 def load_workload(exp: LoadedExperiment, seed: int) -> Any:
     """The instance of ``seed``: the file, a generated instance, or a trace window."""
+    inst = _workload(exp, seed)
+    if exp.spec.arrivals == "batch":
+        from dltsched.engine.sim.workload import batch_arrivals
+
+        inst = batch_arrivals(inst)
+    return inst
+
+
+def _workload(exp: LoadedExperiment, seed: int) -> Any:
     w = exp.spec.workload
+    if w.finetune is not None:
+        from dltsched.instances.finetune import finetune_mix
+
+        try:
+            return finetune_mix(**w.finetune, seed=seed, data_dir=w.data_dir)
+        except (TypeError, ValidationError) as err:
+            if isinstance(err, ValidationError):
+                raise err.under("workload.finetune") from None
+            raise ValidationError("workload.finetune", str(err)) from None
     if w.generate is not None:
         from dltsched.instances.generator import GeneratorSpec, generate_instance
 
@@ -251,6 +356,8 @@ def describe(exp: LoadedExperiment, out_dir: str | Path | None = None) -> dict[s
         workload = {"instance": str(exp.instance_path())}
     elif w.generate is not None:
         workload = {"generate": dict(w.generate), "redrawn_per_seed": True}
+    elif w.finetune is not None:
+        workload = {"finetune": dict(w.finetune), "redrawn_per_seed": True}
     else:
         workload = {"trace": w.trace, "start_s": w.start_s, "jobs": w.jobs, "gpus": w.gpus,
                     "cluster": w.cluster, "redrawn_per_seed": True}
@@ -258,10 +365,11 @@ def describe(exp: LoadedExperiment, out_dir: str | Path | None = None) -> dict[s
     files = ["results.json", "runs.csv"] + (["summary.csv"] if s.outputs.tables else []) + \
         (["records.csv"] if s.outputs.records_csv else [])
     for fig in s.outputs.figures:
-        names = [f"gantt_{p}" for p in s.policies] if fig == "gantt" else [fig]
+        names = [f"gantt_{p}" for p in s.labels()] if fig == "gantt" else [fig]
         files += [f"{n}.{s.outputs.format}" for n in names]
     return {"name": s.name, "file": str(exp.path), "sha256": exp.sha256, "workload": workload,
-            "policies": list(s.policies), "seeds": list(s.seeds), "predictors": s.predictors, "memory": s.memory,
+            "policies": s.labels(), "seeds": list(s.seeds), "predictors": s.predictors, "memory": s.memory,
+            "truth": list(s.truth), "truth_sharing": s.truth_sharing, "arrivals": s.arrivals,
             "prediction_error": s.prediction_error, "options": s.options,
             "runs": [{"policy": p, "seed": seed} for p, seed in exp.runs()],
             "outputs": {"dir": str(out), "files": files}}
@@ -282,6 +390,8 @@ def _bundle(name: str) -> dict[str, Any]:
     recipe and co-location family), its record."""
     from dltsched.engine.app.registry import bundle_fields, predictors
 
+    if name == "exact":
+        return {"name": "exact", "fit": "the ground truth itself (exact predictions; not a prediction result)"}
     preds = predictors(name)
     out: dict[str, Any] = {"name": name, **{part: f"{type(getattr(preds, part)).__module__}."
                                                   f"{type(getattr(preds, part)).__name__}"
@@ -322,29 +432,36 @@ def run_experiment(exp: LoadedExperiment, out_dir: str | Path | None = None, *,
                    progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
     """Run every (policy, seed) of ``exp``, write the outputs and return ``results.json``'s content.
     ``progress(label, done)`` is called before (``done=0``) and after (``done=1``) each run."""
-    from dltsched.engine.app.cli.simulate import run_policies
+    from dltsched.engine.app.cli.simulate import make_truth
 
     s = exp.spec
     out = exp.out_dir(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runs: list[dict[str, Any]] = []
     gpu_types: list[str] = []
+    truth = make_truth(s.workload.data_dir, exp.truth_dirs(), s.truth_sharing)
+    entries = exp.entries()
     for seed in s.seeds:
         inst = load_workload(exp, seed)
         gpu_types = gpu_types or [inst.cluster.gpu_type_of(g) for g in range(inst.cluster.num_gpus)]
-        for policy in s.policies:
+        for label in s.labels():
             if progress:
-                progress(f"{policy} seed {seed}", 0)
-            (res,) = run_policies(inst, [policy], seed=seed, predictor_set=exp.predictor_set(), memory=s.memory,
-                                  data_dir=s.workload.data_dir, prediction_error=s.prediction_error,
-                                  options=s.options.get(policy))
-            runs.append(res.to_dict(records=True, utilization=True) | {"policy": policy, "seed": seed})
+                progress(f"{label} seed {seed}", 0)
+            res = _run_one(exp, inst, entries[label], seed, truth)
+            runs.append(res.to_dict(records=True, utilization=True) | {"policy": label, "seed": seed})
             if progress:
-                progress(f"{policy} seed {seed}", 1)
-    summary = summarize_runs(runs, s.policies)
+                progress(f"{label} seed {seed}", 1)
+    summary = summarize_runs(runs, s.labels())
     payload = {"experiment": describe(exp, out) | {"spec": s.model_dump(mode="json")},
                "predictors": _bundle(exp.predictor_set()), "versions": _versions(), "gpu_types": gpu_types,
+               "truth": truth.record() if hasattr(truth, "record") else {"kind": "measured", "gpu_types": "all"},
                "summary": summary, "runs": runs}
+    if "optimizing" in s.labels() and len(s.labels()) > 1:
+        from dltsched.engine.app.ablation import ABLATION_TABLE, paired_changes
+
+        ablation = paired_changes(runs, [label for label in s.labels() if label != "optimizing"])
+        payload["ablation"] = ablation
+        _write_csv(out / "ablation.csv", ABLATION_TABLE, ablation)
     (out / "results.json").write_text(json.dumps(payload, indent=1, default=_json_value))
     _write_csv(out / "runs.csv", RUN_COLUMNS, runs)
     if s.outputs.tables:
@@ -356,6 +473,33 @@ def run_experiment(exp: LoadedExperiment, out_dir: str | Path | None = None, *,
                     for r in runs for rec in r["records"]])
     payload["files"] = [str(p) for p in sorted(out.iterdir())] + [str(p) for p in _figures(exp, runs, gpu_types, out)]
     return payload
+
+
+def _run_one(exp: LoadedExperiment, inst: Any, entry: tuple[str, dict[str, Any], bool], seed: int,
+             truth: Any) -> Any:
+    """One simulation of ``entry`` (policy, options, type-blind) on ``inst`` with ``truth``: the bundle of the
+    experiment (``exact``: the truth itself), its prediction error, then the simulation settings."""
+    from dltsched.engine.app.cli.simulate import simulation_setup
+    from dltsched.engine.app.registry import make_policy, predictors
+    from dltsched.engine.sim.simulator import simulate
+    from dltsched.predictors.noise import with_prediction_error
+
+    s = exp.spec
+    policy, options, blind = entry
+    if s.predictors == "exact":
+        from dltsched.engine.sim.exact import exact_predictors
+
+        preds = exact_predictors(truth)
+    else:
+        preds = predictors(exp.predictor_set(), s.workload.data_dir)
+    preds = with_prediction_error(preds, s.prediction_error, seed)
+    if blind:
+        from dltsched.engine.app.ablation import type_blind
+
+        preds = type_blind(preds, [inst.cluster.gpu_type_of(g) for g in range(inst.cluster.num_gpus)])
+    preds, config = simulation_setup(preds, seed=seed, memory=s.memory)
+    opts = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+    return simulate(inst, make_policy(policy, predictors=preds, **opts), truth=truth, config=config)
 
 
 def _json_value(obj: Any) -> Any:
@@ -374,7 +518,7 @@ def _figures(exp: LoadedExperiment, runs: Sequence[dict[str, Any]], gpu_types: S
 
 
 #: how the summary table shows each metric: (header, scale, decimals); times get the unit of the table
-_DISPLAY = {"gpu_util": ("GPU util (%)", 100.0, 1), "ftf_mean": ("FTF mean", 1.0, 2),
+_DISPLAY = {"gpu_util": ("GPU util (%)", 100.0, 1), "makespan_gap": ("makespan gap (%)", 100.0, 1), "ftf_mean": ("FTF mean", 1.0, 2),
             "num_preemptions": ("preemptions", 1.0, 1), "decision_time_mean_s": ("decision (ms)", 1000.0, 1)}
 
 
@@ -429,6 +573,8 @@ def show(exp_file: str, out_dir: str | None, as_json: bool) -> None:
         click.echo(f"workload: {json.dumps(info['workload'])}")
         click.echo(f"predictors: {info['predictors']}, memory: {info['memory']}, "
                    f"prediction error: {info['prediction_error']}")
+        if info["truth"]:
+            click.echo(f"truth: {', '.join(info['truth'])} ({info['truth_sharing'] or 'sharing as measured'})")
         for policy, opts in info["options"].items():
             click.echo(f"options for {policy}: {json.dumps(opts)}")
         click.echo(f"{len(info['runs'])} runs: policies {', '.join(info['policies'])} x seeds {info['seeds']}")
@@ -438,30 +584,68 @@ def show(exp_file: str, out_dir: str | None, as_json: bool) -> None:
 
 
 @experiment.command("run")
-@click.argument("exp_file", metavar="EXP.toml", type=click.Path(dir_okay=False))
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output folder (overrides outputs.dir).")
+@click.argument("exp_files", metavar="EXP.toml...", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False),
+              help="Output folder (overrides outputs.dir; with several files, one sub-folder per experiment name).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary rows and written files as JSON.")
 @click.pass_context
-def run(ctx: click.Context, exp_file: str, out_dir: str | None, as_json: bool) -> None:
-    """Run every policy and seed of EXP.toml; write tables, per-job CSV, results.json and figures."""
+def run(ctx: click.Context, exp_files: tuple[str, ...], out_dir: str | None, as_json: bool) -> None:
+    """Run every policy and seed of each EXP.toml; write tables, per-job CSV, results.json and figures (and
+    ablation.csv: each variant's change against the optimizing policy, seed by seed; with several files and -o,
+    OUT/ablation.csv holds every experiment's rows)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from dltsched.engine.app.cli.main import emit
 
-    exp = load_experiment(exp_file)
+    exps = [load_experiment(f) for f in exp_files]  # every file is checked before anything runs
     quiet = bool((ctx.find_root().obj or {}).get("quiet")) or as_json
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  disable=quiet, transient=True) as bar:
-        task = bar.add_task(f"experiment {exp.spec.name}", total=len(exp.runs()))
-        payload = run_experiment(exp, out_dir, progress=lambda label, done: bar.update(
-            task, advance=done, description=f"experiment {exp.spec.name}: {label}"))
-    def human() -> None:
-        print_summary(payload["summary"], f"{exp.spec.name}: mean ± 95% interval over seeds "
-                      f"{list(exp.spec.seeds)} (predictors: {exp.spec.predictors})")
-        click.echo("\n".join(payload["files"]))
+    payloads = []
+    for exp in exps:
+        where = Path(out_dir) / exp.spec.name if out_dir and len(exps) > 1 else out_dir
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      disable=quiet, transient=True) as bar:
+            task = bar.add_task(f"experiment {exp.spec.name}", total=len(exp.runs()))
 
-    emit({"summary": payload["summary"], "predictors": payload["predictors"], "files": payload["files"]}, as_json,
-         human)
+            def step(label: str, done: int, name: str = exp.spec.name, task: Any = task, bar: Any = bar) -> None:
+                bar.update(task, advance=done, description=f"experiment {name}: {label}")
+
+            payloads.append(run_experiment(exp, where, progress=step))
+    combined = [{"experiment": e.spec.name} | row for e, p in zip(exps, payloads, strict=True) for row in p.get("ablation", [])]
+    if out_dir and len(exps) > 1 and combined:
+        from dltsched.engine.app.ablation import ABLATION_TABLE
+
+        _write_csv(Path(out_dir) / "ablation.csv", ("experiment", *ABLATION_TABLE), combined)
+
+    def human() -> None:
+        for exp, payload in zip(exps, payloads, strict=True):
+            print_summary(payload["summary"], f"{exp.spec.name}: mean ± 95% interval over seeds "
+                          f"{list(exp.spec.seeds)} (predictors: {exp.spec.predictors})")
+            if payload.get("ablation"):
+                print_ablation(payload["ablation"], f"{exp.spec.name}: change against optimizing, same seed")
+            click.echo("\n".join(payload["files"]))
+
+    shown = [{"name": e.spec.name, "summary": p["summary"], "ablation": p.get("ablation"),
+              "predictors": p["predictors"], "truth": p["truth"], "files": p["files"]}
+             for e, p in zip(exps, payloads, strict=True)]
+    emit(shown[0] if len(shown) == 1 else shown, as_json, human)
+
+
+def print_ablation(rows: Sequence[dict[str, Any]], title: str) -> None:
+    """The ablation rows as a rich table: change of average JCT and makespan, mean ± 95% interval."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for header in ("variant", "seeds", "avg JCT change (%)", "makespan change (%)"):
+        table.add_column(header, justify="left" if header == "variant" else "right")
+    for row in rows:
+        cells = [f"{100 * row[m]:+.1f} ± {100 * row[m + '_ci95']:.1f}" if math.isfinite(row[m]) else "-"
+                 for m in ("avg_jct_s_change", "makespan_s_change")]
+        table.add_row(row["policy"], str(row["seeds"]), *cells)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    console.print(table)
 
 
 __all__ = ["Experiment", "LoadedExperiment", "describe", "load_experiment", "run_experiment", "summarize_runs"]

@@ -114,6 +114,9 @@ class _Solver(PolicyOptions):
     objective: str = Field("jct", max_length=64, description="round objective")
     length_weight: float = Field(0.0, ge=0, le=4, description="effective_progress only: weigh each job by its "
                                  "predicted remaining time to this power, longest first (makespan; 0: off)")
+    stage_horizon_s: float = Field(0.0, ge=0, le=MAX_INTERVAL_S, description="effective_progress and jct: credit a "
+                                   "co-located job with its mean speed until it completes or this many seconds pass, "
+                                   "as partners finish (multi-stage values; 0: first-stage speeds)")
     time_limit_s: float = Field(1.0, gt=0, le=MAX_TIME_LIMIT_S, description="solver time limit per round, s")
     migration_penalty: float = Field(0.1, ge=0, le=1e6, description="price of moving or preempting a job")
     fallback_policy: str = Field("sjf", max_length=64, description="policy deciding a round the solver misses")

@@ -3,6 +3,15 @@
 Finish-time fairness follows Themis (Mahajan et al., NSDI'20): ``rho = JCT / ideal``, where ``ideal`` is the
 job's run time alone on its requested GPUs of the fastest type in the cluster (ground-truth rates), with
 no queueing. ``rho <= 1`` is fair; we report the mean and the maximum.
+
+Every makespan comes with a lower bound and the gap to it (``makespan / bound - 1``): the bound is the larger
+of the work bound (total work over capacity: on one GPU type, each job's GPUs x its time alone, summed, over
+the GPUs; on several, the least time in which each type's GPUs can do the work, each job's work divisible over
+the types at its speed there, :func:`work_bound_s`) and the latest ``arrival + ideal`` (the longest job alone on
+its fastest GPUs), both counted from the first arrival.
+It holds for every schedule in which GPUs run one job at a time at no more than the job's isolated speed;
+freezing (fewer useful iterations per step, faster steps) and co-location whose speeds sum above 1 can beat
+it, so a negative gap is possible and says so.
 """
 
 from __future__ import annotations
@@ -12,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from dltsched.engine.domain.model import Instance
+from dltsched.engine.domain.model import Instance, Job
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +90,9 @@ class SimulationResult:
     decision_time_max_s: float
     decision_time_total_s: float
     wall_time_s: float
+    #: lower bound on the makespan (:func:`makespan_lower_bound_s`) and the makespan's gap to it
+    makespan_bound_s: float = float("nan")
+    makespan_gap: float = float("nan")
     records: tuple[JobRecord, ...] = ()
     utilization: tuple[tuple[float, float], ...] = ()
     placements: tuple[PlacementInterval, ...] = ()
@@ -110,6 +122,44 @@ class SimulationResult:
         return {k: (None if isinstance(v, float) and v != v else v) for k, v in out.items()}
 
 
+def makespan_lower_bound_s(instance: Instance, times_s: dict[str, dict[str, float]]) -> float:
+    """max(work bound, latest arrival + fastest time alone), from the first arrival (module docstring); NaN
+    when no job has a time. ``times_s``: job id -> GPU type -> its run time alone on its GPUs of that type."""
+    jobs = [j for j in instance.jobs if times_s.get(j.id)]
+    if not jobs:
+        return float("nan")
+    first = min(j.arrival_time_s for j in instance.jobs)
+    longest = max(j.arrival_time_s - first + min(times_s[j.id].values()) for j in jobs)
+    return float(max(work_bound_s(jobs, times_s, instance.cluster.gpus_by_type()), longest))
+
+
+def work_bound_s(jobs: Sequence[Job], times_s: dict[str, dict[str, float]], gpus_by_type: dict[str, int]) -> float:
+    """Least time in which the GPUs of each type can do all the work, each job's work divisible over types at
+    its speed on each (an LP: min T with sum_t x_jt = 1 and sum_j x_jt n_j d_jt <= G_t T). On one GPU type it is
+    total work / capacity."""
+    from scipy.optimize import linprog
+
+    types = sorted({t for j in jobs for t in times_s[j.id]})
+    if len(types) == 1:
+        return sum(j.num_gpus * times_s[j.id][types[0]] for j in jobs) / gpus_by_type[types[0]]
+    cols = [(k, t) for k, j in enumerate(jobs) for t in types if t in times_s[j.id]]
+    n = len(cols)
+    cost = np.zeros(n + 1)
+    cost[n] = 1.0
+    a_eq = np.zeros((len(jobs), n + 1))
+    a_ub = np.zeros((len(types), n + 1))
+    for c, (k, t) in enumerate(cols):
+        a_eq[k, c] = 1.0
+        a_ub[types.index(t), c] = jobs[k].num_gpus * times_s[jobs[k].id][t]
+    for i, t in enumerate(types):
+        a_ub[i, n] = -float(gpus_by_type[t])
+    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(len(types)), A_eq=a_eq, b_eq=np.ones(len(jobs)),
+                  bounds=[(0, None)] * (n + 1), method="highs")
+    if res.status != 0:
+        return sum(j.num_gpus * min(times_s[j.id].values()) for j in jobs) / sum(gpus_by_type.values())
+    return float(res.x[n])
+
+
 def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if values.size else 0.0
 
@@ -126,9 +176,11 @@ def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy
               num_oom: int, unfinished: int, ideal_s: dict[str, float] | None = None,
               placements: list[PlacementInterval] | None = None, node_failures: int = 0,
               fault_interruptions: int = 0, utilization_samples: int = 400, truth: str = "",
-              truth_sources: tuple[str, ...] = ()) -> SimulationResult:
+              truth_sources: tuple[str, ...] = (),
+              times_s: dict[str, dict[str, float]] | None = None) -> SimulationResult:
     """Aggregate per-job records into a :class:`SimulationResult`; the utilisation trace is downsampled
-    to at most ``utilization_samples`` points."""
+    to at most ``utilization_samples`` points. ``times_s`` (job id -> GPU type -> run time alone) gives the
+    makespan's lower bound."""
     jct = np.array([r.jct_s for r in records], dtype=float)
     weights = np.array([r.weight for r in records], dtype=float)
     queue = np.array([r.queueing_s for r in records], dtype=float)
@@ -141,6 +193,7 @@ def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy
     else:
         rho = np.array([], dtype=float)
     dec = np.array(decision_times_s, dtype=float)
+    bound = makespan_lower_bound_s(instance, times_s or {})
     return SimulationResult(
         policy=policy, instance=instance.name, num_jobs=len(instance.jobs), num_jobs_finished=len(records),
         num_jobs_unfinished=unfinished,
@@ -156,7 +209,8 @@ def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy
         num_rounds=len(decision_times_s), decision_time_mean_s=float(dec.mean()) if dec.size else 0.0,
         decision_time_p50_s=_pct(dec, 50), decision_time_p90_s=_pct(dec, 90), decision_time_p99_s=_pct(dec, 99),
         decision_time_max_s=float(dec.max()) if dec.size else 0.0, decision_time_total_s=float(dec.sum()),
-        wall_time_s=wall_time_s,
+        wall_time_s=wall_time_s, makespan_bound_s=bound,
+        makespan_gap=makespan / bound - 1.0 if bound > 0 and records and not unfinished else float("nan"),
         records=tuple(records), utilization=_downsample(util_trace, utilization_samples),
         placements=tuple(placements or ()), truth=truth, truth_sources=tuple(truth_sources),
     )

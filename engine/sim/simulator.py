@@ -183,6 +183,7 @@ class SimulationRun(PlacingRun):
             fault_interruptions=self.fault_interruptions,
             truth=str(getattr(self.truth, "kind", type(self.truth).__name__)),
             truth_sources=tuple(getattr(self.truth, "sources", ())),
+            times_s={j.id: self._times_by_type(j) for j in self.inst.jobs},
         )
 
     def _progress(self) -> tuple[int, int, int]:
@@ -254,6 +255,13 @@ class SimulationRun(PlacingRun):
                 f"{self._where()}; faults mtbf_s={f.mtbf_s:g} s fail nodes before jobs checkpoint "
                 f"(checkpoint_interval_s={f.checkpoint_interval_s:g} s, mttr_s={f.mttr_s:g} s): raise MTBF_S or "
                 "lower CHECKPOINT_INTERVAL_S in --faults")
+
+    def _times_by_type(self, job: Job) -> dict[str, float]:
+        """Run time alone on the job's GPUs of each allowed type it fits (ground truth), for the makespan bound."""
+        by_type = self.cluster.gpus_by_type()
+        nodes = max(1, math.ceil(job.num_gpus / self._gpus_per_node))
+        return {t: self.truth.step_time_s(job, t, job.num_gpus, nodes) * job.total_iterations
+                for t in (job.gpu_types or by_type) if by_type.get(t, 0) >= job.num_gpus}
 
     def _ideal_s(self, job: Job) -> float:
         """Run time alone on the job's GPUs of the fastest allowed type (Themis' fair baseline)."""

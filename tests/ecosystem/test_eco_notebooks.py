@@ -14,6 +14,7 @@ HAS_DATA = find_data_dir(required=False) is not None
 
 #: notebook -> (small parameters, figures it must write)
 CASES = {
+    "ablation": ({"table_csv": "", "tiny_jobs": 6}, ["ablation_changes"]),
     "policy_comparison": ({"instance_path": "../instances/examples/tiny-6jobs-4gpus.json",
                            "policies": ["fifo", "sjf", "dltsched:greedy"], "philly_jobs": 20 if HAS_DATA else 0,
                            "philly_policies": ["fifo", "sjf"],

@@ -17,6 +17,7 @@ from dltsched.engine.app.cli.simulate import (
     TABLE_COLUMNS,
     expand_policies,
     load_instance_or_workload,
+    make_truth,
     parse_options,
     run_policies,
 )
@@ -84,12 +85,17 @@ def _ci95(values: list[float]) -> float:
                    "NAME@CAL.json gets one of its own.")
 @click.option("--prediction-error", type=FiniteFloat(0.0, 10.0), default=0.0, show_default=True)
 @click.option("--option", "options", multiple=True, help=OPTION_HELP)
+@click.option("--truth", "truth_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="A `dltsched profile --out` dataset (repeatable): its GPU types run on its measurements.")
+@click.option("--truth-sharing", type=click.Choice(["timeslice", "mps"]),
+              help="Sharing mode of the --truth co-location measurements (default: the one measured).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str | None, data_dir: str | None,
                    jobs: int | None, start_s: float | None, gpus: int | None, gpu_types: str, cluster: str | None,
                    policies: tuple[str, ...], seeds: tuple[int, ...], predictor_sets: tuple[str, ...],
-                   calibration: str | None, prediction_error: float, options: tuple[str, ...], as_json: bool) -> None:
+                   calibration: str | None, prediction_error: float, options: tuple[str, ...],
+                   truth_dirs: tuple[str, ...], truth_sharing: str | None, as_json: bool) -> None:
     """Every policy on the same workload and cluster: one row per predictor bundle and policy, means and 95%
     CIs over seeds; each row names its bundle and whether it is fitted on the truth's measurements."""
     names = expand_policies(policies)
@@ -99,6 +105,7 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
     bundles = list(dict.fromkeys(check_predictors(with_calibration(b, calibration)) for b in bundles))
     per_policy: dict[tuple[str, str], list[dict[str, Any]]] = {(b, n): [] for b in bundles for n in names}
     info: dict[str, Any] = {}
+    truth = make_truth(data_dir, truth_dirs, truth_sharing)
     for seed in seeds:
         t0 = time.perf_counter()
         inst = load_instance_or_workload(instance_path, workload, data_dir=data_dir, cluster=cluster, jobs=jobs,
@@ -110,7 +117,7 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
                 t1 = time.perf_counter()
                 (res,) = run_policies(inst, [name], seed=seed, predictor_set=bundle, memory="oom",
                                       data_dir=data_dir, prediction_error=prediction_error,
-                                      options=per_policy_options[name])
+                                      options=per_policy_options[name], truth=truth)
                 run = res.to_dict() | {"simulate_s": time.perf_counter() - t1}
                 per_policy[(bundle, name)].append(run)
                 if not (ctx.obj or {}).get("quiet") and not as_json:
@@ -118,6 +125,7 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
     rows: list[dict[str, Any]] = []
     for (bundle, _name), runs in per_policy.items():
         row: dict[str, Any] = {"policy": runs[0]["policy"], **bundle_fields(bundle), "seeds": list(seeds), **info,
+                               **({"truth": truth.record()} if truth_dirs else {}),
                                "num_jobs_finished": min(r["num_jobs_finished"] for r in runs),
                                "prediction_error": prediction_error}
         for m in _METRICS:

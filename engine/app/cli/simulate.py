@@ -146,21 +146,24 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
                  checkpoint_every: int | None = None, checkpoint_overhead: float = 0.03, lengths: str = "known",
                  length_error: float = 0.5,
                  profile_s: float | None = None, profile_noise: float = 0.03,
-                 freeze_penalty_scale: float | None = None, max_wall_s: float | None = None) -> list[SimulationResult]:
+                 freeze_penalty_scale: float | None = None, max_wall_s: float | None = None,
+                 truth_dirs: tuple[str, ...] = (), truth_sharing: str | None = None,
+                 truth: Any = None) -> list[SimulationResult]:
     """Simulate each policy in ``names`` on ``inst`` with the same ground truth and seed. Each policy gets
     the ``options`` it takes (see :func:`~dltsched.engine.app.vocabulary.options_by_name`); all are checked before
     any simulation runs, so a bad option fails at once. With ``checkpoint`` (one policy only) the run saves
     its state there every ``checkpoint_every`` rounds (``None``: as often as ``checkpoint_overhead``, a share of
     the run's wall-clock time, allows) and continues from it when it exists. ``lengths``,
     ``length_error``, ``profile_s``/``profile_noise`` (profiling on arrival) and ``freeze_penalty_scale`` are
-    the settings of :func:`simulation_setup`."""
+    the settings of :func:`simulation_setup`. ``truth_dirs``: profile datasets whose GPU types take their ground
+    truth from them (:func:`make_truth`); ``truth``: a ground truth built by the caller instead."""
     from dltsched.predictors.noise import with_prediction_error
 
     if checkpoint is not None and len(names) != 1:
         raise ValidationError("--checkpoint", f"holds one run; give exactly one --policy (got {len(names)})")
     per_policy = vocabulary.options_by_name(names, options or {}, "--policy")
     preds = with_prediction_error(predictors(predictor_set, data_dir), prediction_error, seed)
-    truth = MeasuredTruth(data_dir=data_dir)
+    truth = truth if truth is not None else make_truth(data_dir, truth_dirs, truth_sharing)
     preds, config = simulation_setup(preds, seed=seed, memory=memory, faults=faults, lengths=lengths,
                                      length_error=length_error, profile_s=profile_s, profile_noise=profile_noise,
                                      freeze_penalty_scale=freeze_penalty_scale, max_wall_s=max_wall_s)
@@ -179,6 +182,18 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
         store = CheckpointStore(checkpoint, checkpoint_every, max_overhead=checkpoint_overhead)
         results.append(Simulator(inst, policy, truth, config, store=store).run(resume=True))
     return results
+
+
+def make_truth(data_dir: str | None, truth_dirs: tuple[str, ...] = (), sharing: str | None = None) -> Any:
+    """The ground truth: Gavel's measurements (:class:`MeasuredTruth`), and for the GPU types that ``truth_dirs``
+    (``dltsched profile --out`` datasets) measured, those measurements in ``sharing`` mode
+    (:class:`~dltsched.engine.sim.profile_truth.ProfileTruth`)."""
+    base = MeasuredTruth(data_dir=data_dir)
+    if not truth_dirs:
+        return base
+    from dltsched.engine.sim.profile_truth import ProfileTruth
+
+    return ProfileTruth(truth_dirs, sharing, base)  # type: ignore[arg-type]
 
 
 def simulation_setup(preds: Any, *, seed: int = 0, memory: str = "oom", faults: Any = None,
@@ -320,6 +335,10 @@ def print_table(results: list[Any], title: str,
 @click.option("--max-wall-s", type=FiniteFloat(0.0, 1e9, min_open=True),
               help="Stop a simulation that runs longer than this many wall-clock seconds (default: the "
                    "max_sim_wall_s cap, 6 h, or DLTSCHED_MAX_SIM_WALL_S).")
+@click.option("--truth", "truth_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="A `dltsched profile --out` dataset (repeatable): its GPU types run on its measurements.")
+@click.option("--truth-sharing", type=click.Choice(["timeslice", "mps"]),
+              help="Sharing mode of the --truth co-location measurements (default: the one measured).")
 @click.option("--records", is_flag=True, help="Include per-job records and the utilisation trace in --json.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Write the JSON result to this file; stdout then gets the table (or with --json a one-line JSON "
@@ -330,9 +349,10 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
              jobs: int | None, policies: tuple[str, ...], predictor_set: str, calibration: str | None, memory: str,
              seed: int,
              prediction_error: float, options: tuple[str, ...], faults: str | None, checkpoint: str | None,
-             checkpoint_every: int | None, checkpoint_overhead: float, lengths: str, length_error: float, profile_s: float | None,
-             profile_noise: float, freeze_penalty_scale: float | None, arrivals: str, max_wall_s: float | None,
-             records: bool, output: str | None, as_json: bool) -> None:
+             checkpoint_every: int | None, checkpoint_overhead: float, lengths: str, length_error: float,
+             profile_s: float | None, profile_noise: float, freeze_penalty_scale: float | None, arrivals: str,
+             max_wall_s: float | None, truth_dirs: tuple[str, ...], truth_sharing: str | None, records: bool,
+             output: str | None, as_json: bool) -> None:
     """Simulate policies on an instance and compare their metrics."""
     names = expand_policies(policies)
     opts = parse_options(options)
@@ -343,21 +363,22 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
         from dltsched.engine.sim.workload import batch_arrivals
 
         inst = batch_arrivals(inst)
+    truth = make_truth(data_dir, truth_dirs, truth_sharing)
     results = run_policies(inst, names, seed=seed, predictor_set=predictor_set, memory=memory, data_dir=data_dir,
                            prediction_error=prediction_error, options=opts,
                            faults=parse_faults(faults), checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                            checkpoint_overhead=checkpoint_overhead,
                            lengths=lengths, length_error=length_error, profile_s=profile_s,
                            profile_noise=profile_noise, freeze_penalty_scale=freeze_penalty_scale,
-                           max_wall_s=max_wall_s)
-    bundle = bundle_fields(predictor_set)
+                           max_wall_s=max_wall_s, truth=truth)
+    bundle = bundle_fields(predictor_set) | ({"truth": truth.record()} if truth_dirs else {})
     types = ", ".join(f"{t} {n}" for t, n in inst.cluster.gpus_by_type().items())
-    truth = truth_label(results)
+    truth_name = truth_label(results)
     payload = {"instance": inst.name, "num_jobs": len(inst.jobs), "num_gpus": inst.cluster.num_gpus,
-               "gpus_by_type": inst.cluster.gpus_by_type(), "seed": seed, **bundle, "truth": truth,
+               "gpus_by_type": inst.cluster.gpus_by_type(), "seed": seed, "truth": truth_name, **bundle,
                "rows": [r.to_dict(records=records, utilization=records) | bundle for r in results]}
     title = (f"{inst.name}: {len(inst.jobs)} jobs on {inst.cluster.num_gpus} GPUs ({types}), "
-             f"predictors {predictor_set}, truth {truth}")
+             f"predictors {predictor_set}, truth {truth_name}")
 
     def show() -> None:
         from dltsched.engine.app.cli.output import console
