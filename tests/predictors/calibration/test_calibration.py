@@ -253,3 +253,22 @@ def test_calibrate_one_sharing_mode(synthetic_dir, tmp_path, capsys):
         "timeslice"]
     assert main(["calibrate", str(synthetic_dir / "mps"), "--sharing", "timeslice", "--out", str(out)]) == 2
     assert "no timeslice datasets" in capsys.readouterr().err
+
+
+def test_a_folder_of_csvs_alone_reads_like_groups_json(synthetic_dir, tmp_path):
+    import shutil
+
+    from dltsched.predictors.calibration.data import read_folder
+
+    csvs = tmp_path / "csvs"
+    shutil.copytree(synthetic_dir, csvs, ignore=shutil.ignore_patterns("mps"))
+    (csvs / "groups.json").unlink()
+    from_json, from_csv = read_folder(synthetic_dir), read_folder(csvs)
+    assert from_csv.sharing == "timeslice" and from_csv.tf32 == from_json.tf32
+    assert sorted(r.key for r in from_csv.isolated) == sorted(r.key for r in from_json.isolated)
+    assert [g.members for g in from_csv.groups] == [g.members for g in from_json.groups]
+    assert [s for g in from_csv.groups for s in g.speeds] == pytest.approx([s for g in from_json.groups
+                                                                            for s in g.speeds])
+    (csvs / "steptime.csv").unlink()  # Lucid's layout: single_data.csv with a gpu column
+    lucid = read_folder(csvs)
+    assert [r.step_time_s for r in lucid.isolated] == pytest.approx([r.step_time_s for r in from_json.isolated])
