@@ -15,7 +15,19 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"engine": "engine", "formulations": "formulations", "predictors": "predictors", "instances": "instances"}
 
 
+def on_startup(command: str, dirty: bool) -> None:
+    """Link the folders before any plugin reads its configuration: mkdocstrings drops a search path that
+    does not exist yet when it configures itself (a fresh clone has no build/ folder)."""
+    link_source_tree()
+
+
 def on_config(config: Any) -> Any:
+    link_source_tree()
+    return config
+
+
+def link_source_tree() -> None:
+    """``build/docs-src/dltsched/<name>`` -> the package's folder, for each of the four code folders."""
     package = ROOT / "build" / "docs-src" / "dltsched"
     package.mkdir(parents=True, exist_ok=True)
     for name, folder in FOLDERS.items():
@@ -25,7 +37,6 @@ def on_config(config: Any) -> Any:
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(ROOT / folder, target_is_directory=True)
-    return config
 
 
 _ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):<code>~?([\w.]+)</code>")
