@@ -1,7 +1,7 @@
-"""Issue 18's remaining evaluation runs: Muri's traces, the 10,000-job Philly window at 256 GPUs, batch makespan.
+"""The remaining evaluation runs: Muri's traces, the 10,000-job Philly window at 256 GPUs, batch makespan.
 
 Every run is one ``dltsched simulate`` process (the command is stored with its row), so any row can be
-re-run by hand. Rows go to ``notebooks/results/issue18_more.json`` as they finish; a row already there
+re-run by hand. Rows go to ``notebooks/results/more_windows.json`` as they finish; a row already there
 (same part, window, bundle, policy, variant and seed) is not run again, so the script resumes.
 
 Parts (``--part``, repeatable):
@@ -21,8 +21,8 @@ Parts (``--part``, repeatable):
 
 Usage::
 
-    python scripts/eval_issue18_more.py --part muri --seeds 0 1 2 --parallel 2
-    python scripts/eval_issue18_more.py --summary        # means and 95% intervals of what is stored
+    python scripts/eval_more_windows.py --part muri --seeds 0 1 2 --parallel 2
+    python scripts/eval_more_windows.py --summary        # means and 95% intervals of what is stored
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "notebooks" / "results" / "issue18_more.json"
-WORK = Path(os.environ.get("DLTSCHED_EVAL_DIR", Path(tempfile.gettempdir()) / "dltsched-issue18-more"))
+RESULTS = ROOT / "notebooks" / "results" / "more_windows.json"
+WORK = Path(os.environ.get("DLTSCHED_EVAL_DIR", Path(tempfile.gettempdir()) / "dltsched-more-windows"))
 CLI = [sys.executable, "-m", "dltsched.engine.app.cli.main"]
 
 BASELINES = ("fifo", "sjf", "tiresias", "gandiva")
@@ -185,7 +185,7 @@ def save(data: dict) -> None:
                     for k, w in WINDOWS.items() if w.convert},
         "bundles": {"default": "in-sample: fitted on the truth's measurements",
                     "crossfit": "out-of-fold by model (predictors/crossfit.py)"},
-        "script": "scripts/eval_issue18_more.py",
+        "script": "scripts/eval_more_windows.py",
     }
     tmp = RESULTS.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
