@@ -71,13 +71,17 @@ class CheckpointError(ValidationError):
 
 
 _PLAIN = (type(None), bool, int, float, str)
+_PLAIN_TYPES = frozenset(_PLAIN)
 
 
 def _plain(obj: Any, depth: int = 0) -> bool:
     """A number, text or a short tuple of them: its ``repr`` is its value, in every process."""
-    if isinstance(obj, _PLAIN):
+    kind = type(obj)
+    if kind in _PLAIN_TYPES:  # the common case, without isinstance's walk of the class tree
         return True
-    return type(obj) is tuple and depth < 3 and all(_plain(v, depth + 1) for v in obj)
+    if kind is tuple:
+        return depth < 3 and all(_plain(v, depth + 1) for v in obj)
+    return isinstance(obj, _PLAIN)
 
 
 def _plain_digest(items: Any) -> str:
