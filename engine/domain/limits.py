@@ -25,7 +25,21 @@ _CHUNK = 1 << 16
 
 @dataclass(frozen=True, slots=True)
 class Limit:
-    """One cap: its ``name`` (as messages say it), environment variable, default and unit."""
+    """One cap on what a command or request may read, run or remember.
+
+    Parameters
+    ----------
+    name : str
+        The cap as messages name it, e.g. ``max_input_mib``.
+    env : str
+        The environment variable that overrides the default.
+    default : float
+        The value when the variable is not set.
+    unit : str
+        The unit of the value (``MiB``, ``s``, ``seeds``).
+    what : str
+        What the cap bounds, for the documentation.
+    """
 
     name: str
     env: str
@@ -35,6 +49,11 @@ class Limit:
 
     def value(self) -> float:
         """The cap now: the environment variable when set (a finite number > 0), else the default.
+
+        Returns
+        -------
+        float
+            The value, in the cap's unit.
 
         Raises
         ------
@@ -53,7 +72,13 @@ class Limit:
         return number
 
     def hint(self) -> str:
-        """How to raise the cap, for messages."""
+        """How to raise the cap, for messages.
+
+        Returns
+        -------
+        str
+            E.g. ``max_seeds is 10000 seeds; set DLTSCHED_MAX_SEEDS to change it``.
+        """
         return f"{self.name} is {self.value():g} {self.unit}; set {self.env} to change it"
 
 

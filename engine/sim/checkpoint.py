@@ -71,13 +71,17 @@ class CheckpointError(ValidationError):
 
 
 _PLAIN = (type(None), bool, int, float, str)
+_PLAIN_TYPES = frozenset(_PLAIN)
 
 
 def _plain(obj: Any, depth: int = 0) -> bool:
     """A number, text or a short tuple of them: its ``repr`` is its value, in every process."""
-    if isinstance(obj, _PLAIN):
+    kind = type(obj)
+    if kind in _PLAIN_TYPES:  # the common case, without isinstance's walk of the class tree
         return True
-    return type(obj) is tuple and depth < 3 and all(_plain(v, depth + 1) for v in obj)
+    if kind is tuple:
+        return depth < 3 and all(_plain(v, depth + 1) for v in obj)
+    return isinstance(obj, _PLAIN)
 
 
 def _plain_digest(items: Any) -> str:
@@ -348,6 +352,8 @@ def restore(path: str | os.PathLike[str], sim: Simulator, expected: Mapping[str,
 
 #: the default share of a run's wall-clock time that checkpoint writes may take
 DEFAULT_MAX_OVERHEAD = 0.03
+#: what the first write is expected to cost, seconds (a small file synced to disk), before one is measured
+FIRST_WRITE_GUESS_S = 0.01
 
 
 class CheckpointStore:
@@ -359,7 +365,7 @@ class CheckpointStore:
     When it writes: with ``every_rounds`` (an integer >= 1), every that many rounds, whatever it costs. By
     default (``every_rounds=None``) after a round whenever the writes so far, plus one more as costly as the
     last (the run state gathered, encoded, written and synced to disk; with a quarter more for a growing
-    state), stay within ``max_overhead`` of the wall-clock time since the run started: writes take at most
+    state; 10 ms before the first), stay within ``max_overhead`` of the wall-clock time since the run started: writes take at most
     that share of the run (3% by default), a cheap run saves every round and a costly state less often. A
     run resumes from its last write either way, on the same trajectory."""
 
@@ -378,7 +384,7 @@ class CheckpointStore:
         self.write_s = 0.0
         self._fingerprint: dict[str, str] | None = None
         self._started = time.perf_counter()
-        self._last_cost = 0.0
+        self._last_cost = FIRST_WRITE_GUESS_S
         self._asked_at = 0.0
 
     def due(self, rounds: int) -> bool:

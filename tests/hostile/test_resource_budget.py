@@ -5,6 +5,8 @@ naming the cap (or the setting) and how to change it, exit code 2, and comes qui
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -57,22 +59,15 @@ def test_a_file_over_the_cap_names_the_cap_and_its_variable(tmp_path: Path, monk
 
 def test_a_streamed_pipe_over_the_cap_stops_at_the_cap(monkeypatch: Any) -> None:
     monkeypatch.setenv("DLTSCHED_MAX_INPUT_MIB", "1")
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the writer: more spaces than the cap, then it is killed with the pipe closed
-        os.close(read_fd)
-        try:
-            for _ in range(64):
-                os.write(write_fd, b" " * (64 * 1024))
-        finally:
-            os._exit(0)
-    os.close(write_fd)
+    writer = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdout.buffer.write(b' ' * (4 << 20))"],
+                              stdout=subprocess.PIPE)
+    assert writer.stdout is not None
     try:
         with pytest.raises(ValidationError, match="larger than 1 MiB; max_input_mib"):
-            read_limited(f"/dev/fd/{read_fd}", "stdin")
+            read_limited(f"/dev/fd/{writer.stdout.fileno()}", "stdin")
     finally:
-        os.close(read_fd)
-        os.waitpid(pid, 0)
+        writer.kill()
+        writer.communicate()
 
 
 def test_a_bad_cap_setting_names_the_variable(monkeypatch: Any) -> None:

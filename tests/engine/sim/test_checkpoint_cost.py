@@ -27,8 +27,8 @@ class Crash(Exception):
 
 
 def test_default_writes_take_a_bounded_share_of_the_run(analytic: Any, tmp_path: Path, monkeypatch: Any) -> None:
-    """Every write but the last fits in 5% of the wall-clock time before it (the rule); the run saves more than
-    once, and its result is the one without checkpoints."""
+    """Every write but the last fits in the share of the wall-clock time before it (the rule); the run saves,
+    and its result is the one without checkpoints."""
     costs: list[float] = []
     write = ckpt.write_checkpoint
 
@@ -40,13 +40,15 @@ def test_default_writes_take_a_bounded_share_of_the_run(analytic: Any, tmp_path:
     monkeypatch.setattr(ckpt, "write_checkpoint", timed)
     inst = load_instance(MEDIUM)
     plain = Simulator(inst, make_policy("tiresias", predictors=analytic), TRUTH).run()
-    store = CheckpointStore(tmp_path / "c.json")
+    share = 0.2  # the rule at any share; the default (3%) lets this short run write once or not at all
+    store = CheckpointStore(tmp_path / "c.json", max_overhead=share)
     start = time.perf_counter()
     saved = Simulator(inst, make_policy("tiresias", predictors=analytic), TRUTH, store=store).run()
     elapsed = time.perf_counter() - start
     assert store.writes == len(costs) >= 1
-    assert sum(costs) - max(costs) <= DEFAULT_MAX_OVERHEAD * elapsed, (costs, elapsed)
-    assert store.write_s <= DEFAULT_MAX_OVERHEAD * elapsed + 1.25 * max(costs)
+    assert sum(costs) - max(costs) <= share * elapsed, (costs, elapsed)
+    assert store.write_s <= share * elapsed + 1.25 * max(costs)
+    assert CheckpointStore(tmp_path / "d.json").max_overhead == DEFAULT_MAX_OVERHEAD == 0.03
     assert saved.records == plain.records
 
 
@@ -55,6 +57,7 @@ def test_cheap_writes_come_every_round_and_costly_ones_less(analytic: Any, small
     inst = small_instance(3, num_jobs=15)
     written: list[int] = []
     monkeypatch.setattr(ckpt, "write_checkpoint", lambda _path, _fp, state: written.append(state["rounds"]))
+    monkeypatch.setattr(ckpt, "FIRST_WRITE_GUESS_S", 0.0)
     store = CheckpointStore(tmp_path / "cheap.json", max_overhead=1.0)
     result = Simulator(inst, make_policy("fifo", predictors=analytic), TRUTH, store=store).run()
     assert written[0] == 1 and len(written) >= 0.9 * result.num_rounds  # a write that costs (almost) nothing
@@ -67,7 +70,7 @@ def test_cheap_writes_come_every_round_and_costly_ones_less(analytic: Any, small
     monkeypatch.setattr(ckpt, "write_checkpoint", slow)
     store = CheckpointStore(tmp_path / "costly.json")
     result = Simulator(inst, make_policy("fifo", predictors=analytic), TRUTH, store=store).run()
-    assert written[0] == 1 and len(written) < result.num_rounds / 4
+    assert len(written) < result.num_rounds / 4
 
 
 def test_resume_from_a_time_based_checkpoint_is_the_same_run(analytic: Any, small_instance: Any,
