@@ -229,8 +229,9 @@ class LoadedExperiment:
         """(label, seed) in the order they run: seeds outer, so every policy sees the same workload draw."""
         return [(p, s) for s in self.spec.seeds for p in self.spec.labels()]
 
-    def truth_dirs(self) -> tuple[str, ...]:
-        """The ``truth`` datasets: absolute, else relative to this file, else to the shared data folder."""
+    def truth_dirs(self, required: bool = True) -> tuple[str, ...]:
+        """The ``truth`` datasets: absolute, else relative to this file, else to the shared data folder
+        (``required=False``: an entry left for a data folder that is not found is skipped, not an error)."""
         out = []
         for entry in self.spec.truth:
             path = Path(entry)
@@ -238,6 +239,8 @@ class LoadedExperiment:
                 from dltsched.instances.datadir import find_data_dir
 
                 base = find_data_dir(self.spec.workload.data_dir, required=False)
+                if base is None and not required:
+                    continue
                 path = (Path(base) / path) if base is not None else self.path.parent / path
             elif not path.is_absolute():
                 path = self.path.parent / path
@@ -285,7 +288,7 @@ def load_experiment(path: str | Path) -> LoadedExperiment:
         except ValidationError as err:
             raise err.under(f"variants.{label}.policy") from None
     loaded = LoadedExperiment(spec, path, hashlib.sha256(raw).hexdigest())
-    loaded.truth_dirs()  # a missing dataset fails before anything runs
+    loaded.truth_dirs(required=False)  # a missing dataset fails before anything runs
     inst = loaded.instance_path()
     if inst is not None and not inst.is_file():
         raise ValidationError("workload.instance", f"{inst} does not exist (paths are relative to the experiment file)")

@@ -115,7 +115,7 @@ def test_experiment_settings_are_checked(tmp_path: Path) -> None:
     exp.write_text('name = "bad"\npolicies = ["fifo"]\nprofile_on_arrival_s = -1\n[workload]\ntrace = "philly"\n')
     with pytest.raises(ValidationError, match="profile_on_arrival_s"):
         load_experiment(exp)
-    exp.write_text('name = "bad"\npolicies = ["fifo"]\ntruth = ["no-such-folder"]\n[workload]\ntrace = "philly"\n')
+    exp.write_text(f'name = "bad"\npolicies = ["fifo"]\ntruth = ["{tmp_path / "missing"}"]\n[workload]\ntrace = "philly"\n')
     with pytest.raises(ValidationError, match="truth"):
         load_experiment(exp)
     exp.write_text('name = "bad"\npolicies = ["optimizing"]\n[variants.x]\npolicy = "nope"\n[workload]\ntrace = "philly"\n')
