@@ -31,7 +31,31 @@ FINETUNE_JOB_TYPES: tuple[tuple[str, int, str], ...] = (
 def finetune_mix(num_jobs: int = 100, cluster: str = "h200:2x8", *, seed: int = 0, arrival_rate_per_h: float = 60.0,
                  min_duration_s: float = 600.0, max_duration_s: float = 3 * 3600.0, two_gpu_fraction: float = 0.1,
                  reference_gpu: str = "v100", data_dir: str | None = None) -> Instance:
-    """The mix (module docstring) on ``cluster`` (a spec such as ``h200:2x8``).
+    """The mix (module docstring) on ``cluster``.
+
+    Parameters
+    ----------
+    num_jobs : int
+        Jobs to generate.
+    cluster : str
+        A cluster spec such as ``h200:2x8``.
+    seed : int
+        The random seed (same arguments and seed, same instance).
+    arrival_rate_per_h : float
+        Mean arrivals per hour (Poisson).
+    min_duration_s, max_duration_s : float
+        The range of durations on ``reference_gpu`` (log-uniform).
+    two_gpu_fraction : float
+        Share of jobs that ask for two GPUs.
+    reference_gpu : str
+        The GPU type durations are measured on.
+    data_dir : str, optional
+        The data folder with the reference step times (default: found automatically).
+
+    Returns
+    -------
+    Instance
+        The instance.
 
     Raises
     ------

@@ -156,6 +156,7 @@ class Experiment(_Strict):
     truth: tuple[str, ...] = ()
     truth_sharing: Literal["timeslice", "mps"] | None = None
     arrivals: Literal["trace", "batch"] = "trace"
+    profile_on_arrival_s: float | None = Field(None, ge=0, le=1e6)
     outputs: Outputs = Outputs()
 
     @pydantic.field_validator("policies")
@@ -248,8 +249,9 @@ class LoadedExperiment:
         """(label, seed) in the order they run: seeds outer, so every policy sees the same workload draw."""
         return [(p, s) for s in self.spec.seeds for p in self.spec.labels()]
 
-    def truth_dirs(self) -> tuple[str, ...]:
-        """The ``truth`` datasets: absolute, else relative to this file, else to the shared data folder."""
+    def truth_dirs(self, required: bool = True) -> tuple[str, ...]:
+        """The ``truth`` datasets: absolute, else relative to this file, else to the shared data folder
+        (``required=False``: an entry left for a data folder that is not found is skipped, not an error)."""
         out = []
         for entry in self.spec.truth:
             path = Path(entry)
@@ -257,6 +259,8 @@ class LoadedExperiment:
                 from dltsched.instances.datadir import find_data_dir
 
                 base = find_data_dir(self.spec.workload.data_dir, required=False)
+                if base is None and not required:
+                    continue
                 path = (Path(base) / path) if base is not None else self.path.parent / path
             elif not path.is_absolute():
                 path = self.path.parent / path
@@ -306,6 +310,7 @@ def load_experiment(path: str | Path) -> LoadedExperiment:
         except ValidationError as err:
             raise err.under(f"variants.{label}.policy") from None
     loaded = LoadedExperiment(spec, path, hashlib.sha256(raw).hexdigest())
+    loaded.truth_dirs(required=False)  # a missing dataset fails before anything runs
     inst = loaded.instance_path()
     if inst is not None and not inst.is_file():
         raise ValidationError("workload.instance", f"{inst} does not exist (paths are relative to the experiment file)")
@@ -370,6 +375,7 @@ def describe(exp: LoadedExperiment, out_dir: str | Path | None = None) -> dict[s
     return {"name": s.name, "file": str(exp.path), "sha256": exp.sha256, "workload": workload,
             "policies": s.labels(), "seeds": list(s.seeds), "predictors": s.predictors, "memory": s.memory,
             "truth": list(s.truth), "truth_sharing": s.truth_sharing, "arrivals": s.arrivals,
+            "profile_on_arrival_s": s.profile_on_arrival_s,
             "prediction_error": s.prediction_error, "options": s.options,
             "runs": [{"policy": p, "seed": seed} for p, seed in exp.runs()],
             "outputs": {"dir": str(out), "files": files}}
@@ -497,7 +503,7 @@ def _run_one(exp: LoadedExperiment, inst: Any, entry: tuple[str, dict[str, Any],
         from dltsched.engine.app.ablation import type_blind
 
         preds = type_blind(preds, [inst.cluster.gpu_type_of(g) for g in range(inst.cluster.num_gpus)])
-    preds, config = simulation_setup(preds, seed=seed, memory=s.memory)
+    preds, config = simulation_setup(preds, seed=seed, memory=s.memory, profile_s=s.profile_on_arrival_s)
     opts = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
     return simulate(inst, make_policy(policy, predictors=preds, **opts), truth=truth, config=config)
 

@@ -305,7 +305,8 @@ def test_every_round_setting_is_reachable_and_one_default_objective():
     everything = {"round_s": 360.0, "num_workers": 4, "deterministic": False, "time_limit_s": 3.0,
                   "allow_cross_node": False, "objective": "effective_progress", "freeze_levels": (0, 2),
                   "max_jobs_per_gpu": 1, "migration_penalty": 0.5, "starvation_weight": 0.1, "max_partners": 2,
-                  "relative_gap": 0.01, "max_nodes_per_unit": 2, "value_reference_s": 3600.0, "length_weight": 0.5}
+                  "relative_gap": 0.01, "max_nodes_per_unit": 2, "value_reference_s": 3600.0, "length_weight": 0.5,
+                  "stage_horizon_s": 600.0}
     assert set(everything) == {f.name for f in fields(RoundOptions)}
     solver = ConfiguredSolver.of(backend="greedy", **everything)
     assert all(getattr(solver.options, k) == v for k, v in everything.items())

@@ -597,8 +597,9 @@ def test_every_round_setting_reaches_the_solver():
     given = ConfigIn(objective="effective_progress", max_jobs_per_gpu=1, freeze_levels=[0, 2], round_s=360.0,
                      num_workers=4, deterministic=False, allow_cross_node=False, migration_penalty=0.5,
                      starvation_weight=0.1, max_partners=2, max_nodes_per_unit=2, relative_gap=0.01, time_limit_s=3.0,
-                     value_reference_s=3600.0, length_weight=0.5)
+                     value_reference_s=3600.0, length_weight=0.5, stage_horizon_s=600.0)
     options = to_config(given, server, 30.0).options
+    assert options.stage_horizon_s == 600.0
     assert (options.objective, options.max_jobs_per_gpu, options.freeze_levels, options.round_s, options.num_workers,
             options.deterministic, options.allow_cross_node, options.migration_penalty, options.starvation_weight,
             options.max_partners, options.max_nodes_per_unit, options.relative_gap, options.time_limit_s,

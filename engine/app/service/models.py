@@ -140,6 +140,9 @@ class ConfigIn(_Strict):
     length_weight: float | None = Field(default=None, ge=0, le=4, description="effective_progress only: weigh "
                                         "each job by its predicted remaining time to this power, longest first "
                                         "(makespan); 0: off.")
+    stage_horizon_s: float | None = Field(default=None, ge=0, le=1e7, description="effective_progress and jct: "
+                                          "credit a co-located job with its mean speed until it completes or this "
+                                          "many seconds pass (multi-stage values); 0: first-stage speeds.")
     value_reference_s: float | None = Field(default=None, gt=0, le=1e10, description="jct: the remaining time "
                                             "a job's progress is scaled against, seconds; default: the round's median.")
     unknown_memory: Literal["predict", "trust"] = Field(
@@ -343,7 +346,7 @@ def to_state(req: ScheduleRequest) -> ClusterState:
 #: ``ConfigIn`` fields that are ``RoundOptions`` fields of the same name
 ROUND_SETTINGS = ("objective", "max_jobs_per_gpu", "freeze_levels", "round_s", "num_workers", "deterministic",
                   "allow_cross_node", "migration_penalty", "starvation_weight", "max_partners", "max_nodes_per_unit",
-                  "relative_gap", "value_reference_s", "length_weight")
+                  "relative_gap", "value_reference_s", "length_weight", "stage_horizon_s")
 
 
 def to_config(data: ConfigIn, default: ConfiguredSolver, max_time_limit_s: float) -> ConfiguredSolver:

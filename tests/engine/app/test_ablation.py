@@ -108,3 +108,16 @@ def test_an_ablation_needs_the_optimizing_policy(tmp_path: Path) -> None:
     exp.write_text('name = "bad"\npolicies = ["fifo"]\nablation = true\n[workload]\ntrace = "philly"\n')
     with pytest.raises(ValidationError, match="ablation"):
         load_experiment(exp)
+
+
+def test_experiment_settings_are_checked(tmp_path: Path) -> None:
+    exp = tmp_path / "bad.toml"
+    exp.write_text('name = "bad"\npolicies = ["fifo"]\nprofile_on_arrival_s = -1\n[workload]\ntrace = "philly"\n')
+    with pytest.raises(ValidationError, match="profile_on_arrival_s"):
+        load_experiment(exp)
+    exp.write_text(f'name = "bad"\npolicies = ["fifo"]\ntruth = ["{tmp_path / "missing"}"]\n[workload]\ntrace = "philly"\n')
+    with pytest.raises(ValidationError, match="truth"):
+        load_experiment(exp)
+    exp.write_text('name = "bad"\npolicies = ["optimizing"]\n[variants.x]\npolicy = "nope"\n[workload]\ntrace = "philly"\n')
+    with pytest.raises(ValidationError, match="variants.x.policy"):
+        load_experiment(exp)
