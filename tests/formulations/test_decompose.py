@@ -59,3 +59,17 @@ def test_makespan_is_not_decomposed(asked):
     problem = build_round(synthetic_state(10, 16), asked, RoundOptions(objective="makespan"))
     with pytest.raises(ValueError, match="makespan"):
         solve_decomposed(problem)
+
+
+def test_bench_solve_times_the_decomposed_round(capsys):
+    import json
+
+    from dltsched.engine.app.cli.solve import bench_solve
+
+    with pytest.raises(SystemExit) as exit_info:
+        bench_solve.main(["--sizes", "40x48", "--backend", "decomposed", "--repeats", "2", "--gap", "0.01",
+                          "--json"], standalone_mode=True)
+    assert exit_info.value.code == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["backend"] == "decomposed" and row["gap"] is not None and row["gap"] <= 0.01
+    assert row["round_total_s"] >= row["start_s"] > 0.0  # the LP is the start stage
