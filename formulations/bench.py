@@ -22,9 +22,6 @@ GPU_TYPES = ("v100", "a100-40gb", "h100")
 MODELS = ("resnet18", "resnet50", "vgg16", "mobilenet_v2", "bert_base", "transformer", "lstm_lm", "dcgan",
           "neumf", "pointnet", "a3c", "shufflenet_v2")
 DEFAULT_SIZES = ("20x16", "200x256", "1000x1024")
-#: the name :func:`bench_size` takes, beside the backends, for rounds solved by decomposition
-#: (:mod:`~dltsched.formulations.decompose`)
-DECOMPOSED = "decomposed"
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -114,33 +111,24 @@ def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, rep
     memoised across a backend's repeats, as the optimizing policy keeps them across rounds (its first round
     pays them: ``first_round_total_s``). A tiny round solved first loads the backend's solver, as in a
     running scheduler. ``milp_solver``: the ``milp`` backend's solver (``highspy``: HiGHS without Pyomo; its
-    rows are named ``milp:highspy``); the backend :data:`DECOMPOSED` solves by decomposition."""
+    rows are named ``milp:highspy``)."""
     from dltsched.engine.domain.predictors import memoized
     from dltsched.formulations.checker import check_plan
-    from dltsched.formulations.decompose import solve_decomposed
     from dltsched.formulations.solve import solve_problem
 
     jobs, gpus = parse_size(size)
     state = synthetic_state(jobs, gpus)
     rows = []
     for backend in backends:
-        decomposed = backend == DECOMPOSED
-        warm = build_round(synthetic_state(4, 8), predictors, options)  # solver imported and loaded
-        if decomposed:
-            solve_decomposed(warm)
-        else:
-            solve_problem(warm, backend)
+        solve_problem(build_round(synthetic_state(4, 8), predictors, options), backend)  # solver imported and loaded
         asked = memoized(predictors)  # each backend's first round pays its predictions
         per_stage: dict[str, list[float]] = {stage: [] for stage in STAGES}
         for _ in range(repeats):
             began = time.perf_counter()
             problem: RoundProblem = build_round(state, asked, options)
             built = time.perf_counter()
-            if decomposed:
-                result = solve_decomposed(problem, time_limit_s=time_limit_s, started_s=began)
-            else:
-                result = solve_problem(problem, backend, time_limit_s=time_limit_s, started_s=began,
-                                       solver=milp_solver if backend == "milp" else None)
+            result = solve_problem(problem, backend, time_limit_s=time_limit_s, started_s=began,
+                                   solver=milp_solver if backend == "milp" else None)
             solved = time.perf_counter()
             report = check_plan(problem, result.plan)
             done = time.perf_counter()

@@ -1,21 +1,19 @@
-"""Large rounds by decomposition: a type-level assignment, then placement within each GPU type.
+"""Large rounds by decomposition (the ``decomposed`` backend): the round's LP relaxation, rounded, and placed per
+GPU type when the rounding is not within the gap.
 
-A round's constraints tie GPU types together only through "each job at most once"; capacity, kept slots and
-their conflicts are per type. So a large round is solved in two steps:
+1. **LP relaxation.** Every row of the round (each job at most once, node and type capacity, kept slots) over
+   0 <= x <= 1, solved by HiGHS. Its optimum bounds every plan of the round, so the gap the plan reports is a
+   true gap, and the plan says when it is exact (its objective meets the bound).
+2. **Rounding.** The LP's candidates taken greedily in decreasing LP value, then whatever else fits.
+3. **Placement per GPU type**, only when the rounding is not within ``relative_gap`` of the bound. A round's
+   constraints tie GPU types together only through "each job at most once", so each job goes to the type
+   that holds most of its LP mass (a job the LP leaves out: where it alone is worth most per GPU) and each type
+   is solved by CP-SAT on the candidates whose members all went there, the types side by side in threads
+   (CP-SAT releases the interpreter while it searches). The union satisfies every row of the round; a greedy
+   pass adds what still fits, and the better of this and the rounding is the plan.
 
-1. **Type level.** The LP relaxation of the round aggregated by GPU type: one column per unit (a job alone or
-   an allowed co-location group) and type, worth the unit's best candidate there (stays included); rows: each
-   job at most once, each type's usable GPUs. Every plan of the round maps to a feasible point of this LP at
-   no less value, so its optimum bounds the round's (:attr:`Decomposition.bound`). Each job goes to the type
-   that holds most of its LP mass; a job the LP leaves out goes to the type of its best candidate.
-2. **Placement.** Per type, the exact backend (CP-SAT) on the candidates whose members all went to that type,
-   the types solved side by side in threads (CP-SAT releases the interpreter while it searches). The union of
-   the per-type selections satisfies every row of the round; a greedy pass then adds what still fits.
-
-The caller checks the plan with the independent checker (every plan is). The result says whether the
-decomposition is exact (its objective meets the bound: no plan of the round is better) and its gap against the
-bound otherwise. Only objectives in maximisation form without a makespan term are decomposed (``makespan``
-couples every job through one variable); :func:`solve_decomposed` raises ``ValueError`` for it.
+Like every backend's, the plan goes through the independent checker (:mod:`~dltsched.formulations.decide`).
+The ``makespan`` objective (one variable couples every job) is not decomposed: ``ValueError``.
 """
 
 from __future__ import annotations
@@ -28,10 +26,10 @@ from dataclasses import dataclass
 
 from dltsched.formulations.backends import BackendOutcome
 from dltsched.formulations.backends.greedy import greedy_selection
-from dltsched.formulations.candidates import CandidateSet, build_candidates, objective_of, to_reported
+from dltsched.formulations.candidates import CandidateSet, objective_of, to_reported
 from dltsched.formulations.problem import RoundProblem
 from dltsched.formulations.result import RoundResult, Termination
-from dltsched.formulations.solve import finish, relative_gap
+from dltsched.formulations.solve import relative_gap
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,24 +91,20 @@ def restrict(cset: CandidateSet, keep: Sequence[int]) -> CandidateSet:
                         by_job, cset.unplaced_completion_s)
 
 
-def solve_decomposed(problem: RoundProblem, *, time_limit_s: float | None = None,
-                     started_s: float | None = None) -> RoundResult:
-    """Solve ``problem`` by decomposition (see the module docstring); the plan's ``bound`` is the type-level LP's
-    and its ``gap`` is measured against it; the message says whether the decomposition is exact."""
+def solve(cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int] = (), solver: str | None = None,
+          spent_s: float = 0.0) -> BackendOutcome:
+    """The decomposition as a backend (see the module docstring): the chosen candidates, the LP bound (its
+    build time is the LP's), and whether the plan is exact. ``hint`` is not used."""
     from dltsched.formulations.backends import cpsat
 
+    problem = cset.problem
     if problem.options.objective == "makespan":
         raise ValueError("objective: 'makespan' is not decomposed (one variable couples every job); "
                          "solve the round whole")
-    began = time.perf_counter()
-    limit = problem.options.time_limit_s if time_limit_s is None else time_limit_s
-    cset = build_candidates(problem)
-    candidates_s = time.perf_counter() - began
-    if not cset.candidates:
-        return finish(cset, BackendOutcome((), Termination.OPTIMAL, None, 0.0, 0.0, "no candidate placements"),
-                      "cpsat", candidates_s, [], {"candidates_s": candidates_s})
+    if solver not in (None, "cpsat", "cp-sat"):
+        raise ValueError(f"solver: '{solver}' not understood for backend decomposed; leave it out")
     level = type_level(cset)
-    solve_began = time.perf_counter()
+    began = time.perf_counter()
     sign = -1.0 if problem.options.minimize else 1.0
     bound = to_reported(cset, level.bound)
     selected = greedy_selection(cset, first=level.by_value)  # the LP rounded: its candidates by value first
@@ -121,10 +115,10 @@ def solve_decomposed(problem: RoundProblem, *, time_limit_s: float | None = None
             if all(level.job_type[j] == cand.gpu_type for j in cand.jobs):
                 by_type[cand.gpu_type].append(c)
         parts = {t: restrict(cset, keep) for t, keep in sorted(by_type.items())}
-        spent = time.perf_counter() - (began if started_s is None else started_s)
+        spent = spent_s + level.lp_s
 
         def place(part: CandidateSet) -> list[int]:
-            outcome = cpsat.solve(part, time_limit_s=limit, hint=(), spent_s=spent)
+            outcome = cpsat.solve(part, time_limit_s=time_limit_s, hint=(), spent_s=spent)
             return list(outcome.selected) if outcome.selected is not None else greedy_selection(part)
 
         with ThreadPoolExecutor(max_workers=max(1, len(parts))) as pool:
@@ -133,16 +127,21 @@ def solve_decomposed(problem: RoundProblem, *, time_limit_s: float | None = None
         placed = greedy_selection(cset, first=union)  # keeps the union (feasible) and adds what still fits
         if sign * objective_of(cset, placed) > sign * objective_of(cset, selected):
             selected = placed
-    solve_s = time.perf_counter() - solve_began
-    objective = objective_of(cset, selected)
-    gap = relative_gap(objective, bound, problem.options.minimize)
+    gap = relative_gap(objective_of(cset, selected), bound, problem.options.minimize)
     exact = gap <= 1e-9
     termination = Termination.OPTIMAL if exact else (
         Termination.GAP_LIMIT if gap <= problem.options.relative_gap else Termination.TIME_LIMIT)
     how = f"placed per GPU type ({len(parts)} part(s))" if parts else "the LP rounded greedily"
     message = (f"LP relaxation ({level.lp_s:.3f} s), {how}: "
-               + ("exact, the objective meets the LP bound" if exact else "gap measured against the type-level "
-                  "LP bound"))
-    outcome = BackendOutcome(tuple(selected), termination, level.bound, 0.0, solve_s, message)
-    stages = {"candidates_s": candidates_s, "start_s": level.lp_s, "model_build_s": 0.0, "solve_s": solve_s}
-    return finish(cset, outcome, "cpsat", candidates_s + level.lp_s, [], stages)
+               + ("exact, the objective meets the LP bound" if exact else "gap measured against the LP bound"))
+    return BackendOutcome(tuple(selected), termination, level.bound, level.lp_s, time.perf_counter() - began,
+                          message)
+
+
+def solve_decomposed(problem: RoundProblem, *, time_limit_s: float | None = None,
+                     started_s: float | None = None) -> RoundResult:
+    """:func:`~dltsched.formulations.solve.solve_problem` with the ``decomposed`` backend: the plan's ``bound`` is
+    the LP's and its ``gap`` is measured against it; the message says whether the plan is exact."""
+    from dltsched.formulations.solve import solve_problem
+
+    return solve_problem(problem, "decomposed", time_limit_s=time_limit_s, started_s=started_s)

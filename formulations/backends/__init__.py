@@ -28,6 +28,9 @@ BACKENDS: dict[str, BackendEntry] = {
     "cpsat": BackendEntry("dltsched.formulations.backends.cpsat:solve", exact=True),
     "milp": BackendEntry("dltsched.formulations.backends.milp:solve", exact=True),
     "greedy": BackendEntry("dltsched.formulations.solve:solve_greedy", exact=False),
+    # large rounds: the LP relaxation rounded, placed per GPU type; its bound is the LP's (not exact: no proof
+    # of optimality within the gap limit, but a true gap)
+    "decomposed": BackendEntry("dltsched.formulations.decompose:solve", exact=False),
 }
 
 #: the backends that solve a round exactly

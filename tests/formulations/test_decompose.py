@@ -33,7 +33,7 @@ def test_plan_is_checked_and_its_bound_holds_the_whole_round(asked):
     assert plan.objective <= plan.bound + 1e-6
     assert plan.gap == pytest.approx((plan.bound - plan.objective) / plan.bound, abs=1e-9)
     assert plan.objective >= 0.99 * whole.plan.objective  # within 1% of the undecomposed optimum here
-    assert "LP relaxation" in plan.message
+    assert "LP relaxation" in plan.message and plan.backend == "decomposed"
 
 
 def test_a_round_with_room_for_everyone_is_exact(asked):
@@ -59,3 +59,17 @@ def test_makespan_is_not_decomposed(asked):
     problem = build_round(synthetic_state(10, 16), asked, RoundOptions(objective="makespan"))
     with pytest.raises(ValueError, match="makespan"):
         solve_decomposed(problem)
+
+
+def test_bench_solve_times_the_decomposed_round(capsys):
+    import json
+
+    from dltsched.engine.app.cli.solve import bench_solve
+
+    with pytest.raises(SystemExit) as exit_info:
+        bench_solve.main(["--sizes", "40x48", "--backend", "decomposed", "--repeats", "2", "--gap", "0.01",
+                          "--json"], standalone_mode=True)
+    assert exit_info.value.code == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["backend"] == "decomposed" and row["gap"] is not None and row["gap"] <= 0.01
+    assert row["round_total_s"] >= row["model_build_s"] > 0.0  # the LP is the model's building
