@@ -58,13 +58,13 @@ def test_plot_of_a_result_with_records_out_of_shape_names_the_field(tmp_path: Pa
                    "--json", "-o", str(good)])
     check_cli_outcome(got, 0)
     data = json.loads(good.read_text())
-    for field, value, expected in (("records", "abc", "RESULT: records: 'abc' not understood"),
-                                   ("records", [{"jct_s": "1"}], "RESULT: records[0]: "),
-                                   ("utilization", [[0.0]], "RESULT: utilization[0]: "),
+    for field, value, expected in (("records", "abc", "rows[0].records: "),
+                                   ("records", [{"jct_s": "1"}], "rows[0].records[0]"),
+                                   ("utilization", [[0.0]], "rows[0].utilization[0]"),
                                    ("placements", [{"job_id": "a", "gpus": "x", "start_s": 0, "end_s": 1}],
-                                    "RESULT: placements[0]: ")):
+                                    "rows[0].placements[0]")):
         bad = tmp_path / f"bad-{field}.json"
-        bad.write_text(json.dumps(data | {field: value}))
+        bad.write_text(json.dumps(data | {"rows": [data["rows"][0] | {field: value}]}))
         line = _error(run_cli, check_cli_outcome, ["plot", str(bad), "-o", str(tmp_path / "figs")])
         assert line.startswith(f"error: {expected}"), line
     check_cli_outcome(run_cli(["plot", str(good), "-o", str(tmp_path / "figs")]), 0)
