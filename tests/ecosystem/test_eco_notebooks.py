@@ -48,7 +48,7 @@ def test_notebook_executes_and_writes_figures(name, repo_root, tmp_path):
 
 #: figures each stored notebook shows inline at its own parameters (executed with the shared data folder)
 STORED_FIGURES = {"policy_comparison": 4, "predictor_accuracy": 3, "solver_scaling": 1, "freezing_ablation": 3,
-                  "crossfit_evaluation": 4}
+                  "crossfit_evaluation": 4, "ablation": 1}
 #: the most a stored notebook may weigh (figures as PNG at a modest resolution)
 MAX_STORED_BYTES = 1_500_000
 
