@@ -75,7 +75,7 @@ def _submit(gpus: int, seconds: int, *, hold: bool, tag: str) -> str:
     limit = seconds + 15
     args = ["sbatch", "--parsable", "-p", PARTITION, f"--gres=gpu:{gpus}", "-N1", "-n1", "-c1", "--mem=10",
             f"--time={limit // 60}:{limit % 60:02d}", "--requeue", "-o", "/dev/null", "-J", f"{tag}-{gpus}x{seconds}",
-            f"--comment={format_comment(spec)}", f"--wrap=sleep {seconds}"]
+            f"--comment={format_comment(spec)}", f"--wrap=trap '' USR1; sleep {seconds}"]
     return _slurm(*(args[:2] + (["--hold"] if hold else []) + args[2:])).strip().split(";")[0]
 
 

@@ -233,6 +233,12 @@ def test_requeued_job_is_not_held_again_forever(tmp_path: Path) -> None:
         now[0] += 1.2
         assert daemon.round() == []
     assert sum(1 for c in slurm.calls if c[:2] == ["scontrol", "hold"]) == 0
+    # past the start timeout it is taken back, unless Slurm says it waits for its begin time (requeue delay)
+    slurm.squeue = {"errors": [], "jobs": [_job(5, GOOD, restarts=1, hold=False, state_reason="BeginTime")]}
+    now[0] += 120
+    assert daemon.round() == []
+    slurm.squeue = {"errors": [], "jobs": [_job(5, GOOD, restarts=1, hold=False, state_reason="Resources")]}
+    assert [a.kind for a in daemon.round()][:1] == ["hold"]
 
 
 def test_preemption_signals_waits_and_requeues_once(tmp_path: Path) -> None:
