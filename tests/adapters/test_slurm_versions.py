@@ -313,3 +313,23 @@ def test_used_gpus_of_an_idle_node_stay_taken() -> None:
          "partitions": ["dltsched"]}]}
     nodes = {n.name: n for n in parse_sinfo_json(json.dumps(answer))}
     assert nodes["dl2"].used_gpus == (0, 1) and nodes["dl4"].used_gpus == (3,)
+
+
+def test_progress_file_gives_running_jobs_their_measured_progress(tmp_path: Path) -> None:
+    """Jobs report iterations done to --progress-file; a running job's remaining work then comes from it (not
+    from elapsed time). A file that cannot be read, or values that are not numbers, are ignored."""
+    running = _job(1, GOOD, state="RUNNING", hold=False, nodes="n1", gres_detail=["gpu:v100:1(IDX:0)"],
+                   start_time={"set": True, "infinite": False, "number": T0 - 50})
+    slurm = FakeSlurm({"errors": [], "jobs": [running, _job(2, GOOD)]}, _sinfo(("n1", "v100", 2, [])))
+    progress = tmp_path / "progress.json"
+    options = DaemonOptions(state_file=tmp_path / "s.json", progress_file=progress)
+    daemon = SlurmDaemon(options, slurm, clock=lambda: float(T0))
+    progress.write_text(json.dumps({"1": 900, "2": "lots", "99": 5}))
+    snap, _ = daemon.snapshot()
+    assert snap.progress == {"1": 900.0}  # job 2 is not running, job 99 is unknown, "lots" is no number
+    from dltsched.engine.app.adapters.slurm_round import RoundConfig, decide
+
+    placements, plan = decide(snap, RoundConfig())
+    assert "2" in placements and placements["2"].gpus == (1,)
+    progress.write_text("{not json")
+    assert daemon.snapshot()[0].progress == {}
