@@ -70,12 +70,12 @@ def _wait_idle(timeout_s: float = 120.0) -> None:
 
 def _submit(gpus: int, seconds: int, *, hold: bool, tag: str) -> str:
     """Submit a job sleeping ``seconds``. Both schedulers get the same information: its time limit is its
-    duration (plus 5 s; Slurm takes ``M:SS``), and dltsched's comment says the same (steps x step time)."""
+    duration (plus 15 s; Slurm takes ``M:SS``), and dltsched's comment says the same (steps x step time)."""
     spec = JobSpec("resnet50", 64, seconds / STEP_S, STEP_S)
-    limit = seconds + 5
+    limit = seconds + 15
     args = ["sbatch", "--parsable", "-p", PARTITION, f"--gres=gpu:{gpus}", "-N1", "-n1", "-c1", "--mem=10",
             f"--time={limit // 60}:{limit % 60:02d}", "--requeue", "-o", "/dev/null", "-J", f"{tag}-{gpus}x{seconds}",
-            f"--comment={format_comment(spec)}", f"--wrap=sleep {seconds}"]
+            f"--comment={format_comment(spec)}", f"--wrap=trap '' USR1; sleep {seconds}"]
     return _slurm(*(args[:2] + (["--hold"] if hold else []) + args[2:])).strip().split(";")[0]
 
 
@@ -96,8 +96,8 @@ class Watcher:
                 continue
             held: dict[tuple[str, int], str] = {}
             for j in jobs:
-                if j.job_id not in self.ids or not j.gpus:
-                    continue
+                if j.job_id not in self.ids or not j.gpus or not all(j.gpus.values()):
+                    continue  # Slurm 22.05 shows some running jobs without GPU indices for a moment
                 self.seen[j.job_id] = dict(j.gpus)
                 for node, idx in j.gpus.items():
                     for g in idx:

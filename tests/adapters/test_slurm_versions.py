@@ -233,6 +233,12 @@ def test_requeued_job_is_not_held_again_forever(tmp_path: Path) -> None:
         now[0] += 1.2
         assert daemon.round() == []
     assert sum(1 for c in slurm.calls if c[:2] == ["scontrol", "hold"]) == 0
+    # past the start timeout it is taken back, unless Slurm says it waits for its begin time (requeue delay)
+    slurm.squeue = {"errors": [], "jobs": [_job(5, GOOD, restarts=1, hold=False, state_reason="BeginTime")]}
+    now[0] += 120
+    assert daemon.round() == []
+    slurm.squeue = {"errors": [], "jobs": [_job(5, GOOD, restarts=1, hold=False, state_reason="Resources")]}
+    assert [a.kind for a in daemon.round()][:1] == ["hold"]
 
 
 def test_preemption_signals_waits_and_requeues_once(tmp_path: Path) -> None:
@@ -295,3 +301,35 @@ def test_running_job_on_a_node_outside_the_partition_and_garbage_fields(tmp_path
     snap, _ = daemon.snapshot()
     assert set(snap.running) == {"2"} and snap.running["2"].gpus == (0,)
     assert [a.job_id for a in daemon.round() if a.kind == "start"] == ["4"]
+
+
+def test_used_gpus_of_an_idle_node_stay_taken() -> None:
+    """Seen on the sandbox's Slurm 22.05 after a slurmd restart: an idle node still listing used GPUs, and Slurm
+    not allocating them (a job released there did not start). They count as taken, as Slurm counts them."""
+    answer = {"errors": [], "nodes": [
+        {"name": "dl2", "state": "idle", "state_flags": [], "gres": "gpu:v100:4", "gres_used": "gpu:v100:2(IDX:0-1)",
+         "partitions": ["dltsched"]},
+        {"name": "dl4", "state": ["IDLE", "COMPLETING"], "gres": "gpu:v100:4", "gres_used": "gpu:v100:1(IDX:3)",
+         "partitions": ["dltsched"]}]}
+    nodes = {n.name: n for n in parse_sinfo_json(json.dumps(answer))}
+    assert nodes["dl2"].used_gpus == (0, 1) and nodes["dl4"].used_gpus == (3,)
+
+
+def test_progress_file_gives_running_jobs_their_measured_progress(tmp_path: Path) -> None:
+    """Jobs report iterations done to --progress-file; a running job's remaining work then comes from it (not
+    from elapsed time). A file that cannot be read, or values that are not numbers, are ignored."""
+    running = _job(1, GOOD, state="RUNNING", hold=False, nodes="n1", gres_detail=["gpu:v100:1(IDX:0)"],
+                   start_time={"set": True, "infinite": False, "number": T0 - 50})
+    slurm = FakeSlurm({"errors": [], "jobs": [running, _job(2, GOOD)]}, _sinfo(("n1", "v100", 2, [])))
+    progress = tmp_path / "progress.json"
+    options = DaemonOptions(state_file=tmp_path / "s.json", progress_file=progress)
+    daemon = SlurmDaemon(options, slurm, clock=lambda: float(T0))
+    progress.write_text(json.dumps({"1": 900, "2": "lots", "99": 5}))
+    snap, _ = daemon.snapshot()
+    assert snap.progress == {"1": 900.0}  # job 2 is not running, job 99 is unknown, "lots" is no number
+    from dltsched.engine.app.adapters.slurm_round import RoundConfig, decide
+
+    placements, plan = decide(snap, RoundConfig())
+    assert "2" in placements and placements["2"].gpus == (1,)
+    progress.write_text("{not json")
+    assert daemon.snapshot()[0].progress == {}

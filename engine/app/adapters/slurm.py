@@ -237,7 +237,8 @@ class SlurmDaemon:
                     self.released.pop(j.job_id, None)
                     queued.append(j.job_id)
                 elif record is None or int(record.get("restarts", 0)) != j.restart_count \
-                        or now - float(record.get("at", now)) > self.options.start_timeout_s:
+                        or (now - float(record.get("at", now)) > self.options.start_timeout_s
+                            and j.reason != "BeginTime"):  # a requeued job waits out Slurm's delay: not late
                     fixes.append(Action("hold", j.job_id))  # not started as planned: back under our control
                     self.released.pop(j.job_id, None)
                     continue

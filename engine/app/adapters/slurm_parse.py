@@ -325,6 +325,8 @@ def parse_sinfo_json(text_: str) -> list[SlurmNode]:
         gpu_type, count, _ = parse_gres(text(n.get("gres")))
         states = {w.upper() for w in (*words(n.get("state")), *words(n.get("state_flags")))}
         features = tuple(words(n.get("active_features")) or words(n.get("features")))
+        # gres_used is what Slurm's allocator goes by: GPUs it lists stay taken even on an idle node (Slurm
+        # 22.05 keeps listing them there after a slurmd restart, and will not allocate them)
         nodes[name] = SlurmNode(
             name=name, gpu_type=gpu_type, num_gpus=count, usable=not states & UNUSABLE_NODE,
             partitions=tuple(words(n.get("partitions"))), used_gpus=parse_gres(text(n.get("gres_used")))[2],
