@@ -41,11 +41,13 @@ MAX_SEED = 2**32 - 1
 ID_COLUMNS = ("key", "instance_file", "file_sha256", "instance", "mode", "policy", "predictors", "seed", "error")
 SIMULATE_COLUMNS = ("num_jobs", "num_gpus", "num_jobs_finished", "avg_jct_s", "median_jct_s", "p95_jct_s",
                     "p99_jct_s", "makespan_s", "avg_queueing_s", "gpu_util", "ftf_mean", "ftf_max",
-                    "num_preemptions", "num_oom", "num_rounds", "decision_time_mean_s")
+                    "num_preemptions", "num_oom", "num_rounds", "decision_time_mean_s", "truth", "truth_sources")
 SOLVE_COLUMNS = ("status", "backend", "objective", "bound", "gap", "num_placed", "solve_time_s", "build_time_s")
 #: columns that measure time on this machine: they differ between runs and are not compared
 TIMING_COLUMNS = ("decision_time_mean_s", "solve_time_s", "build_time_s", "item_wall_s")
 COLUMNS = ID_COLUMNS + SIMULATE_COLUMNS + SOLVE_COLUMNS + ("item_wall_s",)
+#: the columns of a table written before the ground truth had its columns: such a table is read and rewritten
+EARLIER_COLUMNS = tuple(c for c in COLUMNS if c not in ("truth", "truth_sources"))
 RESULTS_CSV = "results.csv"
 RESULTS_PARQUET = "results.parquet"
 #: folder of the claim files of items being run (see :func:`run_batch`)
@@ -160,7 +162,7 @@ def _simulate_row(item: BatchItem) -> dict[str, Any]:
     inst = load_instance_file(item.instance_file)
     result = simulate_instance(inst, item.policy, seed=item.seed, predictors=item.predictors,
                                config=SolveConfig(time_limit_s=item.time_limit_s, predictors=item.predictors))
-    data = result.to_dict()
+    data = result.to_dict() | {"truth_sources": ";".join(result.truth_sources)}
     row = {c: data.get(c) for c in SIMULATE_COLUMNS}
     return row | {"instance": inst.name, "num_gpus": inst.cluster.num_gpus}
 
@@ -218,9 +220,10 @@ class ResultTable:
             return []
         with self.path.open(newline="") as fh:
             reader = csv.DictReader(fh)
-            if tuple(reader.fieldnames or ()) != COLUMNS:
+            if tuple(reader.fieldnames or ()) not in (COLUMNS, EARLIER_COLUMNS):
                 raise ValidationError("--out", f"{self.path} has other columns; use a new --out folder")
-            return [r for r in reader if None not in r.values() and None not in r and r["key"]]
+            return [{c: r.get(c, "") for c in COLUMNS} for r in reader
+                    if None not in r.values() and None not in r and r["key"]]
 
     def _rewrite(self) -> None:
         text = io.StringIO(newline="")

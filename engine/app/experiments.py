@@ -63,7 +63,8 @@ FIGURES: tuple[FigureName, ...] = ("jct_cdf", "utilization", "gantt")
 SUMMARY_METRICS = ("avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "makespan_bound_s", "makespan_gap",
                    "avg_queueing_s", "gpu_util",
                    "ftf_mean", "num_preemptions", "decision_time_mean_s")
-RUN_COLUMNS = ("policy", "seed", "num_jobs", "num_jobs_finished", *SUMMARY_METRICS, "wall_time_s")
+RUN_COLUMNS = ("policy", "seed", "num_jobs", "num_jobs_finished", *SUMMARY_METRICS, "wall_time_s", "truth",
+               "truth_sources")
 RECORD_COLUMNS = ("policy", "seed", "job_id", "arrival_s", "first_start_s", "finish_s", "jct_s", "queueing_s",
                   "num_gpus", "preemptions", "attained_gpu_s", "weight")
 
@@ -418,7 +419,8 @@ def summarize_runs(runs: Sequence[dict[str, Any]], policies: Sequence[str]) -> l
     for policy in policies:
         mine = [r for r in runs if r["policy"] == policy]
         row: dict[str, Any] = {"policy": policy, "seeds": len(mine),
-                               "num_jobs_finished": min(r["num_jobs_finished"] for r in mine)}
+                               "num_jobs_finished": min(r["num_jobs_finished"] for r in mine),
+                               "truth": mine[0].get("truth", ""), "truth_sources": list(mine[0].get("truth_sources", ()))}
         for m in SUMMARY_METRICS:
             values = [float(r[m]) for r in mine if r[m] is not None]
             row[m] = statistics.fmean(values) if values else math.nan
@@ -460,7 +462,8 @@ def run_experiment(exp: LoadedExperiment, out_dir: str | Path | None = None, *,
     summary = summarize_runs(runs, s.labels())
     payload = {"experiment": describe(exp, out) | {"spec": s.model_dump(mode="json")},
                "predictors": _bundle(exp.predictor_set()), "versions": _versions(), "gpu_types": gpu_types,
-               "truth": truth.record() if hasattr(truth, "record") else {"kind": "measured", "gpu_types": "all"},
+               "truth": truth.record() if hasattr(truth, "record") else {"kind": truth.kind, "sources": list(truth.sources),
+                                                                         "gpu_types": "all"},
                "summary": summary, "runs": runs}
     if "optimizing" in s.labels() and len(s.labels()) > 1:
         from dltsched.engine.app.ablation import ABLATION_TABLE, paired_changes
@@ -469,10 +472,12 @@ def run_experiment(exp: LoadedExperiment, out_dir: str | Path | None = None, *,
         payload["ablation"] = ablation
         _write_csv(out / "ablation.csv", ABLATION_TABLE, ablation)
     (out / "results.json").write_text(json.dumps(payload, indent=1, default=_json_value))
-    _write_csv(out / "runs.csv", RUN_COLUMNS, runs)
+    _write_csv(out / "runs.csv", RUN_COLUMNS, [r | {"truth_sources": ";".join(r["truth_sources"])} for r in runs])
     if s.outputs.tables:
         _write_csv(out / "summary.csv", ["policy", "seeds", "num_jobs_finished",
-                                         *(c for m in SUMMARY_METRICS for c in (m, f"{m}_ci95"))], summary)
+                                         *(c for m in SUMMARY_METRICS for c in (m, f"{m}_ci95")), "truth",
+                                         "truth_sources"],
+                   [r | {"truth_sources": ";".join(r["truth_sources"])} for r in summary])
     if s.outputs.records_csv:
         _write_csv(out / "records.csv", RECORD_COLUMNS,
                    [rec | {"policy": r["policy"], "seed": r["seed"], "queueing_s": rec["first_start_s"] - rec["arrival_s"]}

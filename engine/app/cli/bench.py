@@ -20,6 +20,7 @@ from dltsched.engine.app.cli.simulate import (
     make_truth,
     parse_options,
     run_policies,
+    truth_label,
 )
 from dltsched.engine.app.registry import (
     bundle_fields,
@@ -105,6 +106,7 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
     bundles = list(dict.fromkeys(check_predictors(with_calibration(b, calibration)) for b in bundles))
     per_policy: dict[tuple[str, str], list[dict[str, Any]]] = {(b, n): [] for b in bundles for n in names}
     info: dict[str, Any] = {}
+    truth_name = "none"
     truth = make_truth(data_dir, truth_dirs, truth_sharing)
     for seed in seeds:
         t0 = time.perf_counter()
@@ -119,12 +121,14 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
                                       data_dir=data_dir, prediction_error=prediction_error,
                                       options=per_policy_options[name], truth=truth)
                 run = res.to_dict() | {"simulate_s": time.perf_counter() - t1}
+                truth_name = truth_label([res])
                 per_policy[(bundle, name)].append(run)
                 if not (ctx.obj or {}).get("quiet") and not as_json:
                     click.echo(f"seed {seed} {bundle} {name}: {run['simulate_s']:.1f} s", err=True)
     rows: list[dict[str, Any]] = []
     for (bundle, _name), runs in per_policy.items():
         row: dict[str, Any] = {"policy": runs[0]["policy"], **bundle_fields(bundle), "seeds": list(seeds), **info,
+                               "truth": runs[0]["truth"], "truth_sources": list(runs[0]["truth_sources"]),
                                **({"truth": truth.record()} if truth_dirs else {}),
                                "num_jobs_finished": min(r["num_jobs_finished"] for r in runs),
                                "prediction_error": prediction_error}
@@ -139,9 +143,10 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
 
         types = ", ".join(f"{t} {n}" for t, n in (info.get("gpus_by_type") or {}).items())
         print_table([_Row(r) for r in rows], f"{workload or instance_path}: {info.get('num_jobs')} jobs on "
-                    f"{info.get('num_gpus')} GPUs ({types}), seeds {', '.join(map(str, seeds))}", BENCH_COLUMNS)
+                    f"{info.get('num_gpus')} GPUs ({types}), seeds {', '.join(map(str, seeds))}, "
+                    f"truth {truth_name}", BENCH_COLUMNS)
 
-    emit({"workload": workload or instance_path, "seeds": list(seeds), **info, "rows": rows}, as_json, human)
+    emit({"workload": workload or instance_path, "seeds": list(seeds), **info, "truth": truth_name, "rows": rows}, as_json, human)
 
 
 class _Row:
