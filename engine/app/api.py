@@ -39,6 +39,7 @@ import functools
 import logging
 import math
 import time
+import warnings
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -247,13 +248,21 @@ class ConfiguredSolver:
                             warm_start=warm_start, fallback_name=self.fallback_policy)
 
 
+#: the warning of :func:`SolveConfig`
+SOLVE_CONFIG_DEPRECATED = ("SolveConfig is deprecated and will be removed in 0.3.0; use "
+                           "ConfiguredSolver.of(**fields) or ConfiguredSolver(RoundOptions(...), backend=...) "
+                           "from dltsched.engine")
+
+
 def SolveConfig(**settings: Any) -> ConfiguredSolver:  # noqa: N802 (the former class's name)
-    """Deprecated: use ``ConfiguredSolver(RoundOptions(...), backend=...)`` or :meth:`ConfiguredSolver.of`.
+    """Deprecated (warns; removed in 0.3.0): use ``ConfiguredSolver(RoundOptions(...), backend=...)`` or
+    :meth:`ConfiguredSolver.of`.
 
     Kept for callers of the former ``SolveConfig`` class, whose round fields are now those of
     :class:`RoundOptions` (every one reachable: ``round_s``, ``num_workers``, ``deterministic``,
     ``allow_cross_node``, ...). Returns ``ConfiguredSolver.of(**settings)``; the default objective is ``jct``.
     """
+    warnings.warn(SOLVE_CONFIG_DEPRECATED, DeprecationWarning, stacklevel=2)
     return ConfiguredSolver.of(**settings)
 
 

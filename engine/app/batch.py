@@ -157,23 +157,23 @@ def run_item(item: BatchItem) -> dict[str, Any]:
 
 
 def _simulate_row(item: BatchItem) -> dict[str, Any]:
-    from dltsched.engine.app.api import SolveConfig, load_instance_file, simulate_instance
+    from dltsched.engine.app.api import ConfiguredSolver, load_instance_file, simulate_instance
 
     inst = load_instance_file(item.instance_file)
     result = simulate_instance(inst, item.policy, seed=item.seed, predictors=item.predictors,
-                               config=SolveConfig(time_limit_s=item.time_limit_s, predictors=item.predictors))
+                               config=ConfiguredSolver.of(time_limit_s=item.time_limit_s, predictors=item.predictors))
     data = result.to_dict() | {"truth_sources": ";".join(result.truth_sources)}
     row = {c: data.get(c) for c in SIMULATE_COLUMNS}
     return row | {"instance": inst.name, "num_gpus": inst.cluster.num_gpus}
 
 
 def _solve_row(item: BatchItem) -> dict[str, Any]:
-    from dltsched.engine.app.api import SolveConfig, initial_state, load_instance_file, solve_round
+    from dltsched.engine.app.api import ConfiguredSolver, initial_state, load_instance_file, solve_round
 
     inst = load_instance_file(item.instance_file)
     state = initial_state(inst)
-    plan = solve_round(state, SolveConfig(backend=item.policy, time_limit_s=item.time_limit_s,
-                                          predictors=item.predictors))
+    plan = solve_round(state, ConfiguredSolver.of(backend=item.policy, time_limit_s=item.time_limit_s,
+                                                  predictors=item.predictors))
     return {"instance": inst.name, "num_jobs": len(inst.jobs), "num_gpus": inst.cluster.num_gpus,
             "status": plan.status, "backend": plan.backend, "objective": plan.objective, "bound": plan.bound,
             "gap": plan.gap, "num_placed": len(plan.assignments), "solve_time_s": plan.solve_time_s,

@@ -54,7 +54,7 @@ def _feasible(plan: Plan, state: ClusterState, max_jobs_per_gpu: int = 2) -> Non
 @pytest.mark.parametrize("backend", ["cpsat", "milp", "greedy", "greedy:sjf", "greedy:gandiva", "auto"])
 def test_solve_round_every_backend_gives_a_feasible_marked_plan(make_state, backend):
     state = make_state(10, 8, seed=3)
-    plan = solve_round(state, SolveConfig(backend=backend, time_limit_s=5.0))
+    plan = solve_round(state, ConfiguredSolver.of(backend=backend, time_limit_s=5.0))
     _feasible(plan, state)
     assert plan.assignments, "8 free GPUs and 10 jobs: something must run"
     expected = {"cpsat": "cpsat", "milp": "milp", "greedy": "greedy", "auto": "cpsat"}.get(backend, backend)
@@ -69,7 +69,7 @@ def test_solve_round_never_uses_down_gpus(make_state, backend):
     down = frozenset(range(4, 8))  # GPUs no running job holds failed
     assert not {g for s in base.running() for g in s.assignment.gpus} & down
     state = ClusterState(base.time_s, base.cluster, base.jobs, down)
-    plan = solve_round(state, SolveConfig(backend=backend, time_limit_s=5.0))
+    plan = solve_round(state, ConfiguredSolver.of(backend=backend, time_limit_s=5.0))
     _feasible(plan, state)
     assert plan.assignments, "4 GPUs are up and 10 jobs wait: something must run"
     assert not {g for a in plan.assignments for g in a.gpus} & down
@@ -80,13 +80,13 @@ def test_a_running_job_on_a_down_gpu_is_a_clear_error(make_state):
     job = base.running()[0]
     state = ClusterState(base.time_s, base.cluster, base.jobs, frozenset(job.assignment.gpus))
     with pytest.raises(ValidationError, match=f"job '{job.job.id}' runs on down GPU"):
-        solve_round(state, SolveConfig(backend="greedy"))
+        solve_round(state, ConfiguredSolver.of(backend="greedy"))
 
 
 def test_exact_backend_at_least_as_good_as_its_heuristic(make_state):
     state = make_state(6, 8, seed=5)
-    exact = solve_round(state, SolveConfig(backend="cpsat", time_limit_s=10.0))
-    greedy = solve_round(state, SolveConfig(backend="greedy"))
+    exact = solve_round(state, ConfiguredSolver.of(backend="cpsat", time_limit_s=10.0))
+    greedy = solve_round(state, ConfiguredSolver.of(backend="greedy"))
     assert exact.status == "optimal"
     assert exact.objective is not None and greedy.objective is not None
     assert exact.objective >= greedy.objective - 1e-6  # effective progress is maximised
@@ -100,7 +100,7 @@ def test_solver_failure_falls_back_to_a_marked_greedy_plan(make_state, monkeypat
 
     monkeypatch.setattr(decide, "solve_problem", broken)
     state = make_state(5, 8, seed=1)
-    plan = solve_round(state, SolveConfig(backend="cpsat"))
+    plan = solve_round(state, ConfiguredSolver.of(backend="cpsat"))
     assert plan.status == "fallback" and plan.fallback and "solver exploded" in plan.message
     assert plan.backend == "greedy:sjf"
     _feasible(plan, state, max_jobs_per_gpu=1)
@@ -113,12 +113,12 @@ def test_solver_failure_falls_back_to_a_marked_greedy_plan(make_state, monkeypat
 ])
 def test_config_errors_name_the_field(field, kwargs):
     with pytest.raises(ValidationError, match=field):
-        SolveConfig(**kwargs)
+        ConfiguredSolver.of(**kwargs)
 
 
 def test_plan_to_dict_reports_colocation_groups(make_state):
     state = make_state(16, 8, seed=2, running_fraction=0.0)
-    plan = solve_round(state, SolveConfig(backend="greedy:gandiva"))
+    plan = solve_round(state, ConfiguredSolver.of(backend="greedy:gandiva"))
     data = plan_to_dict(plan)
     assert len(data["assignments"]) == len(plan.assignments)
     shared = {g for g, jobs in plan.colocation_groups().items() if len(jobs) > 1}
@@ -126,7 +126,7 @@ def test_plan_to_dict_reports_colocation_groups(make_state):
 
 
 def test_optimizer_policy_finishes_every_job(instance_dir):
-    policy = OptimizingPolicy(ConfiguredSolver(SolveConfig(backend="cpsat", time_limit_s=2.0)))
+    policy = OptimizingPolicy(ConfiguredSolver.of(backend="cpsat", time_limit_s=2.0))
     result = simulate_instance(instance_dir / "eco-0.json", policy)
     assert result.num_jobs_finished == result.num_jobs == 6
     assert policy.solve_log and {r["status"] for r in policy.solve_log} <= {"optimal", "feasible", "timeout"}
@@ -136,7 +136,7 @@ def test_optimizer_policy_finishes_every_job(instance_dir):
 def test_optimizer_policy_beats_fifo_on_the_default_instance(repo_root):
     # measured: avg JCT 5,264 s (dltsched:cpsat) vs 13,103 s (fifo); the margin leaves room for solver noise
     path = repo_root / "instances" / "examples" / "default.json"
-    ours = simulate_instance(path, "dltsched:cpsat", config=SolveConfig(time_limit_s=2.0))
+    ours = simulate_instance(path, "dltsched:cpsat", config=ConfiguredSolver.of(time_limit_s=2.0))
     fifo = simulate_instance(path, "fifo")
     assert ours.num_jobs_finished == ours.num_jobs
     assert ours.avg_jct_s < fifo.avg_jct_s
@@ -154,7 +154,7 @@ class GavelStylePolicy:
     """The adapter of the engine.api docstring: a Gavel-style policy that owns its job table."""
 
     def __init__(self, cluster: Cluster) -> None:
-        self.cluster, self.config = cluster, SolveConfig(backend="cpsat", time_limit_s=2.0)
+        self.cluster, self.config = cluster, ConfiguredSolver.of(backend="cpsat", time_limit_s=2.0)
         self.last: Plan | None = None
 
     def allocate(self, jobs: dict[str, Job], remaining: dict[str, float], now_s: float) -> dict[str, tuple[int, ...]]:
@@ -300,7 +300,7 @@ def test_measurements_as_plain_dicts():
 
 def test_every_round_setting_is_reachable_and_one_default_objective():
     assert DEFAULT_OPTIONS.objective == DEFAULT_OBJECTIVE == "jct"
-    assert ConfiguredSolver().objective == SolveConfig().objective == optimizing_policy(
+    assert ConfiguredSolver().objective == ConfiguredSolver.of().objective == optimizing_policy(
         load_predictors("analytic")).solver.objective == DEFAULT_OBJECTIVE
     everything = {"round_s": 360.0, "num_workers": 4, "deterministic": False, "time_limit_s": 3.0,
                   "allow_cross_node": False, "objective": "effective_progress", "freeze_levels": (0, 2),
@@ -318,10 +318,12 @@ def test_every_round_setting_is_reachable_and_one_default_objective():
 
 
 def test_solve_config_is_a_deprecated_alias_of_configured_solver():
-    old = SolveConfig(backend="auto", time_limit_s=2.0, round_s=360.0)
+    with pytest.warns(DeprecationWarning, match=r"SolveConfig is deprecated.*ConfiguredSolver[.]of"):
+        old = SolveConfig(backend="auto", time_limit_s=2.0, round_s=360.0)
     assert isinstance(old, ConfiguredSolver) and old.options.round_s == 360.0 and old.backend == "auto"
+    assert old == ConfiguredSolver.of(backend="auto", time_limit_s=2.0, round_s=360.0)
     assert ConfiguredSolver(old) == old  # the former ConfiguredSolver(SolveConfig(...)) still works
-    with pytest.raises(ValidationError, match="round_length"):
+    with pytest.raises(ValidationError, match="round_length"), pytest.warns(DeprecationWarning):
         SolveConfig(round_length=3)
 
 

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from dltsched.engine.app.api import SolveConfig
+from dltsched.engine.app.api import ConfiguredSolver
 from dltsched.engine.app.cli.main import main
 from dltsched.engine.app.service import server as service
 from dltsched.engine.app.service.guard import check_bind
@@ -298,7 +298,7 @@ def test_time_limit_bounds_building_and_the_answer_says_so(make_state):
 
 
 def test_time_limit_is_capped_by_the_server():
-    app = create_app(ServiceConfig(solve=SolveConfig(backend="greedy", time_limit_s=1.0), max_time_limit_s=2.0))
+    app = create_app(ServiceConfig(solve=ConfiguredSolver.of(backend="greedy", time_limit_s=1.0), max_time_limit_s=2.0))
     from fastapi.testclient import TestClient
 
     body = {"cluster": {"nodes": [{"id": "a", "gpu_type": "v100", "num_gpus": 2}]}, "jobs": [_job()],
@@ -331,7 +331,7 @@ def _wait_for(predicate: Callable[[], bool], what: str) -> None:
 
 @pytest.mark.timeout(120)
 def test_full_queue_answers_429_with_retry_after(blocked_solves):
-    url, stop = _serve(ServiceConfig(solve=SolveConfig(backend="greedy"), max_concurrent_solves=1, max_queue=1))
+    url, stop = _serve(ServiceConfig(solve=ConfiguredSolver.of(backend="greedy"), max_concurrent_solves=1, max_queue=1))
     body = {"cluster": {"nodes": [{"id": "a", "gpu_type": "v100", "num_gpus": 2}]}, "jobs": [_job()]}
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
@@ -353,7 +353,7 @@ def test_full_queue_answers_429_with_retry_after(blocked_solves):
 
 @pytest.mark.timeout(120)
 def test_queue_wait_over_the_limit_answers_503_with_retry_after(blocked_solves):
-    url, stop = _serve(ServiceConfig(solve=SolveConfig(backend="greedy"), max_concurrent_solves=1, max_queue=4,
+    url, stop = _serve(ServiceConfig(solve=ConfiguredSolver.of(backend="greedy"), max_concurrent_solves=1, max_queue=4,
                                      max_queue_wait_s=0.5))
     body = {"cluster": {"nodes": [{"id": "a", "gpu_type": "v100", "num_gpus": 2}]}, "jobs": [_job()]}
     try:
@@ -496,7 +496,7 @@ def test_solver_failure_answers_the_fallback_plan(make_state, monkeypatch):
 
     monkeypatch.setattr(decide, "solve_problem", broken)  # the one round pipeline's solver call
     state = make_state(10, 8, seed=6)
-    outcome = solve_until(state, SolveConfig(backend="cpsat", time_limit_s=5), time.monotonic() + 5)
+    outcome = solve_until(state, ConfiguredSolver.of(backend="cpsat", time_limit_s=5), time.monotonic() + 5)
     assert outcome.reason == "solver_failed" and outcome.plan.fallback and not outcome.partial
     assert "solver exploded" in outcome.plan.message and outcome.plan.assignments
 
@@ -506,7 +506,7 @@ def test_worker_out_of_memory_answers_the_fallback_plan(make_state):
     from dltsched.engine.app.service.worker import solve_in_worker
 
     state = make_state(200, 256, seed=8)
-    outcome = solve_in_worker(state, SolveConfig(backend="cpsat", time_limit_s=20), time.monotonic() + 20,
+    outcome = solve_in_worker(state, ConfiguredSolver.of(backend="cpsat", time_limit_s=20), time.monotonic() + 20,
                               memory_mib=64)
     assert outcome.reason in ("worker_died", "solver_failed"), outcome  # killed, or MemoryError caught
     assert outcome.plan.fallback and outcome.plan.status == "fallback" and outcome.plan.assignments

@@ -57,7 +57,7 @@ def test_earlier_gavel_policy_imports_work_with_deprecation_warnings() -> None:
     done = subprocess.run([sys.executable, "-c", EARLIER_GAVEL_POLICY], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     warned = set(done.stdout.split("\n"))
-    assert {"dltsched.engine.api", "dltsched.engine.predict"} <= warned
+    assert {"dltsched.engine.api", "dltsched.engine.predict", "SolveConfig"} <= warned
     assert {"dltsched.engine.domain.Cluster", "dltsched.engine.domain.ClusterState", "dltsched.engine.domain.Job",
             "dltsched.engine.domain.JobState", "dltsched.engine.domain.MEASURED_ONLY"} <= warned
 

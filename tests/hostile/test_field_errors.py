@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from dltsched.engine.app.api import SolveConfig
+from dltsched.engine.app.api import ConfiguredSolver
 from dltsched.engine.app.service.server import ServiceConfig, create_app
 
 pytestmark = pytest.mark.timeout(120)
@@ -89,7 +89,7 @@ JOB = {"id": "j0", "model": "resnet18", "batch_size": 32, "remaining_iterations"
 
 @pytest.fixture(scope="module")
 def client() -> TestClient:
-    return TestClient(create_app(ServiceConfig(solve=SolveConfig(time_limit_s=5.0, predictors="analytic"))))
+    return TestClient(create_app(ServiceConfig(solve=ConfiguredSolver.of(time_limit_s=5.0, predictors="analytic"))))
 
 
 @pytest.mark.parametrize(("body", "field"), [

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dltsched.engine.app.api import SolveConfig
+from dltsched.engine.app.api import ConfiguredSolver
 from dltsched.engine.app.service.server import ServiceConfig, make_server
 
 pytestmark = pytest.mark.timeout(120)
@@ -151,7 +151,7 @@ RAW: list[tuple[str, bytes]] = [
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, int]]:
     """The service as ``dltsched serve`` runs it, on a free 127.0.0.1 port, in a background thread."""
-    config = ServiceConfig(solve=SolveConfig(backend="auto", time_limit_s=2.0), read_timeout_s=READ_TIMEOUT_S,
+    config = ServiceConfig(solve=ConfiguredSolver.of(backend="auto", time_limit_s=2.0), read_timeout_s=READ_TIMEOUT_S,
                            keep_alive_s=1.0, max_body_bytes=1024 * 1024)
     srv = make_server(config, "127.0.0.1", 0, log_level="critical")
     sock = socket.socket()

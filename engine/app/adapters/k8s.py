@@ -562,8 +562,9 @@ class K8sExtender:
             states.append(JobState(job, job.total_iterations))
         state = ClusterState(self.clock(), cluster, tuple(states), down_gpus=frozenset(taken))
         preds = api.load_predictors(self.settings.predictors)
-        config = api.SolveConfig(backend=self.settings.backend, objective=self.settings.objective, max_jobs_per_gpu=1,
-                                 freeze_levels=(0,), time_limit_s=self.settings.time_limit_s, allow_cross_node=False)
+        config = api.ConfiguredSolver.of(backend=self.settings.backend, objective=self.settings.objective,
+                                         max_jobs_per_gpu=1, freeze_levels=(0,),
+                                         time_limit_s=self.settings.time_limit_s, allow_cross_node=False)
         try:
             plan = api.solve_round(state, config, predictors=preds, measurements=Measurements(measured).checked())
             speed = {}

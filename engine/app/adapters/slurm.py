@@ -454,9 +454,9 @@ def slurm(partition: str, poll_s: float, state_file: Path, events_file: Path | N
           preempt_signal: str, progress_file: Path | None, start_timeout_s: float, once: bool, dry_run: bool,
           slurm_conf: str | None) -> None:
     """Schedule a Slurm partition's held GPU jobs with dltsched, round by round."""
-    from dltsched.engine.app.api import SolveConfig
+    from dltsched.engine.app.api import ConfiguredSolver
 
-    SolveConfig(backend=backend, objective=objective, time_limit_s=solver_s)  # bad settings fail here, exit 2
+    ConfiguredSolver.of(backend=backend, objective=objective, time_limit_s=solver_s)  # bad settings fail here, exit 2
     options = DaemonOptions(partition=partition, state_file=state_file, events_file=events_file, poll_s=poll_s,
                             preempt=preempt, preempt_grace_s=preempt_grace_s, preempt_signal=preempt_signal,
                             progress_file=progress_file, dry_run=dry_run, time_limit=time_limit,

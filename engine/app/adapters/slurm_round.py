@@ -58,7 +58,7 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class RoundConfig:
-    """How the daemon solves a round (passed to :class:`~dltsched.engine.app.api.SolveConfig`)."""
+    """How the daemon solves a round (passed to :meth:`~dltsched.engine.app.api.ConfiguredSolver.of`)."""
 
     backend: str = "cpsat"
     objective: str = "jct"
@@ -190,8 +190,8 @@ def decide(snap: Snapshot, config: RoundConfig, warm_start: Any = None, *,
              if i < cluster.nodes[cluster_index(cluster, name)].num_gpus}
     state = ClusterState(snap.time_s, cluster, tuple(states), down_gpus=frozenset(down | held if pin_running
                                                                                   else down - held))
-    solve = api.SolveConfig(backend=config.backend, objective=config.objective, max_jobs_per_gpu=1,
-                            freeze_levels=(0,), time_limit_s=config.time_limit_s)
+    solve = api.ConfiguredSolver.of(backend=config.backend, objective=config.objective, max_jobs_per_gpu=1,
+                                    freeze_levels=(0,), time_limit_s=config.time_limit_s)
     plan = api.solve_round(state, solve, warm_start=warm_start, predictors=base, measurements=measured)
     wanted: dict[str, dict[str, tuple[int, ...]]] = {}
     for a in plan.assignments:
