@@ -184,6 +184,17 @@ class ProfileTruth:
         """GPU types the datasets measured."""
         return tuple(sorted({g for g, _, _ in self._alone}))
 
+    @property
+    def kind(self) -> str:
+        """``"measured"``: the datasets' GPU types run on their measurements (the others on ``base``'s)."""
+        return "measured"
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """``profile:<folder name>[:<sharing>]`` for each dataset, then the sources of ``base``."""
+        own = tuple(f"profile:{Path(d).name}" + (f":{self.sharing}" if self.sharing else "") for d in self.dirs)
+        return own + tuple(getattr(self.base, "sources", ()))
+
     def covers(self, gpu_type: str) -> bool:
         return gpu_type.lower() in self._correction
 

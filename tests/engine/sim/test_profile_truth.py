@@ -105,3 +105,17 @@ def test_simulate_takes_truth_and_names_it(tmp_path: Path, repo_root: Path, monk
     assert main([*args[:-1], str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "steptime.csv" in err[0]
+
+
+def test_results_name_a_profile_truth_as_measured_with_its_datasets(tmp_path):
+    """A simulation on profile datasets says its truth is measured and names each dataset beside Gavel's."""
+    from dltsched.engine.sim.profile_truth import ProfileTruth
+
+    folder = tmp_path / "h200"
+    folder.mkdir()
+    (folder / "steptime.csv").write_text(
+        "model,dataset,gpu,batch_size,num_gpus,step_time_s,amp,optimizer,peak_memory_mib,gpu_util\n"
+        "resnet18,imagenet,h200,64,1,0.01,0,sgd,4000,60\n")
+    truth = ProfileTruth([folder], "mps")
+    assert truth.kind == "measured"
+    assert truth.sources[0] == "profile:h200:mps" and "profile:h200:mps" not in truth.sources[1:]
