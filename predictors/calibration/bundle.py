@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import dltsched.predictors.calibration.groups as grp
+import dltsched.predictors.calibration.isolated as iso
 from dltsched.engine.domain.errors import ValidationError
-from dltsched.predictors.calibration import groups as grp
-from dltsched.predictors.calibration import isolated as iso
 from dltsched.predictors.calibration.data import ProfileData, read_datasets
 from dltsched.predictors.calibration.model import GpuCalibration, fit_gpu
 

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dltsched.predictors.calibration import groups as grp
-from dltsched.predictors.calibration import isolated as iso
+import dltsched.predictors.calibration.groups as grp
+import dltsched.predictors.calibration.isolated as iso
 from dltsched.predictors.calibration.data import GroupRow, IsolatedRow, ProfileData, mean_row
 
 JobKey = tuple[str, str, int, bool]

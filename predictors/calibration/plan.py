@@ -55,8 +55,8 @@ def _bin(value: float, edges: Sequence[float]) -> int:
 
 def describe(model: str, batch: int, gpu: str) -> Candidate:
     """A zoo job as :class:`Candidate` on ``gpu`` from the uncalibrated kernel step model and memory model."""
+    import dltsched.predictors.calibration.isolated as iso
     from dltsched.engine.domain.catalog import model_catalog
-    from dltsched.predictors.calibration import isolated as iso
     from dltsched.predictors.zoo.graphs import resolve
 
     mid, ds = resolve(model, None)

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from dltsched.engine.app.cli.output import json_text as json_text  # every JSON the CLI writes
 from dltsched.engine.domain.errors import DltschedError
 
 log = logging.getLogger(__name__)
@@ -95,26 +96,6 @@ def emit(payload: Any, as_json: bool, human: Any = None) -> None:
         human()
     else:
         click.echo(payload)
-
-
-def json_text(payload: Any, indent: int | None = 2) -> str:
-    """``payload`` as strict JSON text: NaN and infinities become ``null`` (never bare ``NaN``), numpy
-    scalars become Python numbers, tuples and sets lists. Every JSON the CLI prints or writes goes through here."""
-    return json.dumps(_finite(payload), indent=indent, allow_nan=False)
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple | set | frozenset):
-        return [_finite(v) for v in obj]
-    if isinstance(obj, str | int | bool) or obj is None:
-        return obj
-    if hasattr(obj, "item"):
-        return _finite(obj.item())
-    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
 class FiniteFloat(click.ParamType):

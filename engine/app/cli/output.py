@@ -3,7 +3,9 @@ with ``-o`` (and the one line saying so), and warnings counted per run instead o
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -79,10 +81,29 @@ def print_fitted(out: Console, make_table: Callable[[], Table], headers: Sequenc
     return dropped
 
 
+def json_text(payload: Any, indent: int | None = 2) -> str:
+    """``payload`` as strict JSON text: NaN and infinities become ``null`` (never bare ``NaN``), numpy
+    scalars become Python numbers, tuples and sets lists. Every JSON the CLI prints or writes goes through here."""
+    return json.dumps(_finite(payload), indent=indent, allow_nan=False)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, str | int | bool) or obj is None:
+        return obj
+    if hasattr(obj, "item"):
+        return _finite(obj.item())
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
 def write_output(path: str, payload: Any, as_json: bool, human: Callable[[], None], what: str) -> None:
     """``-o FILE``: write ``payload`` as JSON to ``path``; print for people ``human()`` and one line saying
     what was written, or with ``as_json`` that line as a one-line JSON object (never the whole result)."""
-    from dltsched.engine.app.cli.main import json_text
     from dltsched.engine.domain.errors import write_text_file
 
     write_text_file(path, json_text(payload) + "\n", option="--output")

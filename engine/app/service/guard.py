@@ -7,6 +7,8 @@
 - :func:`check_bind`: refuse to listen beyond loopback without a token, unless told ``insecure``.
 - :class:`BearerAuth`, :class:`BodyLimit`, :class:`Metrics`: ASGI middleware for the optional bearer
   token (401), the body size limit (413) and the Prometheus counters of every request.
+- :func:`install_error_handlers`: the problem-details answers (400, 413, 422, 429/503, 500) that the
+  scheduling service and the kube-scheduler extender share.
 """
 
 from __future__ import annotations
@@ -14,17 +16,21 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
+import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import h11
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from dltsched.engine.domain.errors import ValidationError
+from dltsched.engine.domain.errors import DltschedError, ValidationError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -33,6 +39,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PROBLEM_JSON = "application/problem+json"
+#: the service's log, for the scheduling service and the kube-scheduler extender alike
+log = logging.getLogger("dltsched.engine.app.service.server")
 _TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/problem+json\r\n"
                      b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
 
@@ -295,3 +303,90 @@ class Metrics:
             path = self._label(scope.get("path", ""))
             self.metrics.requests.labels(path, method, str(status or "none")).inc()
             self.metrics.latency.labels(path).observe(time.perf_counter() - start)
+
+
+class LimitExceeded(Exception):
+    """A request over the service's size limits (413)."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        self.field_name = field_name
+        self.message = message
+        super().__init__(message)
+
+
+class Overloaded(Exception):
+    """The queue is full (429) or the wait for a solver slot ran out (503); ``retry_after_s`` is a hint."""
+
+    def __init__(self, status: int, message: str, retry_after_s: int) -> None:
+        self.status = status
+        self.message = message
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
+
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """The service's answers to what goes wrong, as RFC 9457 problem details: 400 malformed JSON, 413 over a
+    limit, 422 invalid fields or domain errors, 429/503 overloaded, 500 (logged) for a bug of ours. The
+    scheduling service and the kube-scheduler extender install the same handlers."""
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        bad_json = [e for e in exc.errors() if e.get("type") == "json_invalid"]
+        if bad_json:
+            where = bad_json[0].get("loc", ("body", "?"))[-1]
+            detail = f"the body is not valid JSON ({bad_json[0].get('ctx', {}).get('error', 'decode error')} at {where})"
+            return problem_response(400, "Malformed JSON", detail, [{"field": "body", "message": detail}])
+        errors = [{"field": field_path(e.get("loc", ())), "message": _message(e)} for e in exc.errors()]
+        return problem_response(422, "Invalid request", f"{len(errors)} invalid field(s): "
+                                + "; ".join(f"{e['field']}: {e['message']}" for e in errors[:3]), errors)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        title = {400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large"}
+        errors = [{"field": "body", "message": str(exc.detail)}] if exc.status_code in (400, 413) else []
+        return problem_response(exc.status_code, title.get(exc.status_code, "HTTP error"), str(exc.detail), errors,
+                                dict(exc.headers or {}))
+
+    @app.exception_handler(LimitExceeded)
+    async def too_many(_: Request, exc: LimitExceeded) -> JSONResponse:
+        return problem_response(413, "Payload Too Large", exc.message, [{"field": exc.field_name,
+                                                                         "message": exc.message}])
+
+    @app.exception_handler(Overloaded)
+    async def overloaded(_: Request, exc: Overloaded) -> JSONResponse:
+        title = "Too Many Requests" if exc.status == 429 else "Service Unavailable"
+        return problem_response(exc.status, title, exc.message, headers={"Retry-After": str(exc.retry_after_s)})
+
+    @app.exception_handler(DltschedError)
+    async def domain_error(_: Request, exc: DltschedError) -> JSONResponse:
+        path = exc.path if isinstance(exc, ValidationError) else "body"
+        message = exc.problem if isinstance(exc, ValidationError) else str(exc)
+        return problem_response(422, "Invalid request", str(exc), [{"field": path, "message": message}])
+
+    @app.exception_handler(ClientDisconnect)
+    async def gone(_: Request, exc: ClientDisconnect) -> JSONResponse:
+        return problem_response(400, "Bad Request", "the client closed the connection before sending the body")
+
+    @app.exception_handler(Exception)
+    async def internal(_: Request, exc: Exception) -> JSONResponse:  # a bug of ours: logged, never silent
+        log.exception("internal error while scheduling")
+        return problem_response(500, "Internal Server Error", f"{type(exc).__name__}; see the server log")
+
+
+def _message(error: Any) -> str:
+    """pydantic's message, with the allowed range spelled out for bound errors."""
+    msg = str(error.get("msg", ""))
+    if error.get("type", "").endswith("_type") and "input" in error:
+        msg += f" (got {type(error['input']).__name__}; types are strict: no strings or booleans for numbers)"
+    return msg
+
+
+def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
+    """``("body", "jobs", 3, "model")`` -> ``jobs[3].model``."""
+    out = ""
+    for part in loc:
+        if part == "body" and not out:
+            continue
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"

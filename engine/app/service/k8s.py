@@ -31,6 +31,7 @@ from dltsched.engine.app.service.guard import (
     Scope,
     Send,
     ServiceMetrics,
+    install_error_handlers,
     problem_response,
 )
 
@@ -100,10 +101,8 @@ def k8s_app(serving: K8sServing) -> ASGIApp:
     """The FastAPI application of ``/v1/k8s/*``, with the service's error shapes."""
     from fastapi import FastAPI
 
-    from dltsched.engine.app.service.server import _install_error_handlers
-
     app = FastAPI(title="dltsched kube-scheduler extender", docs_url=None, redoc_url=None, openapi_url=None)
-    _install_error_handlers(app)
+    install_error_handlers(app)
     app.include_router(k8s_router(serving.extender))
     app.state.extender = serving.extender
     return app  # type: ignore[return-value]

@@ -32,26 +32,26 @@ from typing import Annotated, Any
 
 import anyio
 import click
-from fastapi import Body, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import Body, FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect
 
 from dltsched.engine.app.api import ConfiguredSolver, load_predictors
 from dltsched.engine.app.cli.main import BackendName
 from dltsched.engine.app.service.guard import (
+    PROBLEM_JSON,
     BearerAuth,
     BodyLimit,
+    LimitExceeded,
     Metrics,
+    Overloaded,
     ServiceMetrics,
     StrictJsonBody,
     check_bind,
     guarded_protocol,
-    problem_response,
+    install_error_handlers,
 )
 from dltsched.engine.app.service.k8s import K8sRoutes, K8sServing, recording_peers
 from dltsched.engine.app.service.models import (
@@ -65,11 +65,10 @@ from dltsched.engine.app.service.models import (
     to_state,
 )
 from dltsched.engine.app.service.worker import context, solve_in_worker
-from dltsched.engine.domain.errors import DltschedError, ValidationError
+from dltsched.engine.domain.errors import ValidationError
 
 log = logging.getLogger(__name__)
 
-PROBLEM_JSON = "application/problem+json"
 DOCS_ASSETS = "/docs-assets"
 OPEN_PATHS = frozenset({"/v1/health", "/docs", "/openapi.json"})
 
@@ -110,25 +109,6 @@ class ServiceConfig:
                 raise ValidationError(name, f"{value!r} not understood; must be a finite number > 0")
         if self.token is not None and not self.token.strip():
             raise ValidationError("token", "empty; give a non-empty token or none")
-
-
-class LimitExceeded(Exception):
-    """A request over the service's size limits (413)."""
-
-    def __init__(self, field_name: str, message: str) -> None:
-        self.field_name = field_name
-        self.message = message
-        super().__init__(message)
-
-
-class Overloaded(Exception):
-    """The queue is full (429) or the wait for a solver slot ran out (503); ``retry_after_s`` is a hint."""
-
-    def __init__(self, status: int, message: str, retry_after_s: int) -> None:
-        self.status = status
-        self.message = message
-        self.retry_after_s = retry_after_s
-        super().__init__(message)
 
 
 def check_limits(req: ScheduleRequest, config: ServiceConfig) -> None:
@@ -209,69 +189,6 @@ def record(metrics: ServiceMetrics, response: ScheduleResponse) -> None:
         metrics.gap.observe(response.gap)
 
 
-def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        bad_json = [e for e in exc.errors() if e.get("type") == "json_invalid"]
-        if bad_json:
-            where = bad_json[0].get("loc", ("body", "?"))[-1]
-            detail = f"the body is not valid JSON ({bad_json[0].get('ctx', {}).get('error', 'decode error')} at {where})"
-            return problem_response(400, "Malformed JSON", detail, [{"field": "body", "message": detail}])
-        errors = [{"field": field_path(e.get("loc", ())), "message": _message(e)} for e in exc.errors()]
-        return problem_response(422, "Invalid request", f"{len(errors)} invalid field(s): "
-                                + "; ".join(f"{e['field']}: {e['message']}" for e in errors[:3]), errors)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        title = {400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large"}
-        errors = [{"field": "body", "message": str(exc.detail)}] if exc.status_code in (400, 413) else []
-        return problem_response(exc.status_code, title.get(exc.status_code, "HTTP error"), str(exc.detail), errors,
-                                dict(exc.headers or {}))
-
-    @app.exception_handler(LimitExceeded)
-    async def too_many(_: Request, exc: LimitExceeded) -> JSONResponse:
-        return problem_response(413, "Payload Too Large", exc.message, [{"field": exc.field_name,
-                                                                         "message": exc.message}])
-
-    @app.exception_handler(Overloaded)
-    async def overloaded(_: Request, exc: Overloaded) -> JSONResponse:
-        title = "Too Many Requests" if exc.status == 429 else "Service Unavailable"
-        return problem_response(exc.status, title, exc.message, headers={"Retry-After": str(exc.retry_after_s)})
-
-    @app.exception_handler(DltschedError)
-    async def domain_error(_: Request, exc: DltschedError) -> JSONResponse:
-        path = exc.path if isinstance(exc, ValidationError) else "body"
-        message = exc.problem if isinstance(exc, ValidationError) else str(exc)
-        return problem_response(422, "Invalid request", str(exc), [{"field": path, "message": message}])
-
-    @app.exception_handler(ClientDisconnect)
-    async def gone(_: Request, exc: ClientDisconnect) -> JSONResponse:
-        return problem_response(400, "Bad Request", "the client closed the connection before sending the body")
-
-    @app.exception_handler(Exception)
-    async def internal(_: Request, exc: Exception) -> JSONResponse:  # a bug of ours: logged, never silent
-        log.exception("internal error while scheduling")
-        return problem_response(500, "Internal Server Error", f"{type(exc).__name__}; see the server log")
-
-
-def _message(error: Any) -> str:
-    """pydantic's message, with the allowed range spelled out for bound errors."""
-    msg = str(error.get("msg", ""))
-    if error.get("type", "").endswith("_type") and "input" in error:
-        msg += f" (got {type(error['input']).__name__}; types are strict: no strings or booleans for numbers)"
-    return msg
-
-
-def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
-    """``("body", "jobs", 3, "model")`` -> ``jobs[3].model``."""
-    out = ""
-    for part in loc:
-        if part == "body" and not out:
-            continue
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "body"
-
-
 def swagger_ui_static() -> Path:
     """The folder of Swagger UI 5's static files (``swagger-ui-bundle.js``, ``swagger-ui.css``) in the
     ``swagger-ui-py`` package, found without importing it. FastAPI's schema is OpenAPI 3.1, which Swagger UI
@@ -292,7 +209,7 @@ def create_app(config: ServiceConfig | None = None, k8s: K8sServing | None = Non
     admission = Admission(cfg, metrics)
     app.state.metrics = metrics
     app.state.admission = admission
-    _install_error_handlers(app)
+    install_error_handlers(app)
     problems: dict[int | str, dict[str, Any]] = {
         code: {"model": Problem, "description": text, "content": {PROBLEM_JSON: {}}}
         for code, text in ((400, "Malformed JSON"), (401, "Missing or wrong bearer token (when the server has one)"),
