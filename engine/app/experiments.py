@@ -138,6 +138,13 @@ class Variant(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     type_blind: bool = False
 
+    @pydantic.field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        """A name the vocabulary understands (``simulate --policy``'s), kept as written."""
+        parse_policy(value, "")
+        return value
+
 
 class Experiment(_Strict):
     """A validated experiment file."""
@@ -299,17 +306,6 @@ def load_experiment(path: str | Path) -> LoadedExperiment:
         spec = Experiment.model_validate(data)
     except pydantic.ValidationError as err:
         raise _error_line(err) from None
-    from dltsched.engine.app.cli.simulate import expand_policies
-
-    try:
-        expand_policies(spec.policies)
-    except ValidationError as err:
-        raise err.under("policies") from None
-    for label, variant in spec.variants.items():
-        try:
-            expand_policies((variant.policy,))
-        except ValidationError as err:
-            raise err.under(f"variants.{label}.policy") from None
     loaded = LoadedExperiment(spec, path, hashlib.sha256(raw).hexdigest())
     loaded.truth_dirs(required=False)  # a missing dataset fails before anything runs
     inst = loaded.instance_path()
