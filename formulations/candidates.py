@@ -24,10 +24,21 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from itertools import product
 
+from dltsched.engine.domain.model import Objective
 from dltsched.formulations.interference import simulate_stages
 from dltsched.formulations.problem import JobOption, RoundProblem
+
+
+class CandidateKind(StrEnum):
+    """Where a candidate places its unit (see the module docstring); a ``str``, so ``kind == "node"`` holds."""
+
+    TYPE = "type"
+    NODE = "node"
+    CROSS = "cross"
+    STAY = "stay"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +58,7 @@ class Candidate:
     jobs: tuple[int, ...]
     freeze: tuple[int, ...]
     gpu_type: str
-    kind: str
+    kind: CandidateKind
     where: int
     num_gpus: int
     gain: float
@@ -181,21 +192,21 @@ def _unit_candidates(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str
     freeze, score, completion = best
     running = {j for j in jobs if problem.jobs[j].running}
 
-    def make(kind: str, where: int, saved: float) -> Candidate:
+    def make(kind: CandidateKind, where: int, saved: float) -> Candidate:
         return Candidate(jobs, freeze, gpu_type, kind, where, size, score + saved, completion)
 
     out = []
     if size == 1:
-        out.append(make("type", -1, 0.0))
+        out.append(make(CandidateKind.TYPE, -1, 0.0))
     elif cross:
-        out.append(make("cross", -1, 0.0))
+        out.append(make(CandidateKind.CROSS, -1, 0.0))
     else:
-        out += [make("node", n, 0.0) for n in nodes]
+        out += [make(CandidateKind.NODE, n, 0.0) for n in nodes]
     for p in mine:
         slot = slots[p]
         stayers = running & set(slot.members)
         if stayers and slot.gpu_type == gpu_type and len(slot.gpus) == size:
-            out.append(make("stay", p, sum(problem.migration_cost(j) for j in stayers)))
+            out.append(make(CandidateKind.STAY, p, sum(problem.migration_cost(j) for j in stayers)))
     return out
 
 
@@ -214,7 +225,7 @@ def _best_freeze(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, cr
         if sum(o.memory_mib for o in combo) + overhead > memory_mib:
             continue
         score, completion = unit_score(problem, jobs, combo, cross, waiting)
-        key = (-max(completion), score) if problem.options.objective == "makespan" else (score, 0.0)
+        key = (-max(completion), score) if problem.options.objective is Objective.MAKESPAN else (score, 0.0)
         if best is None or key > best[0]:
             best = (key, tuple(o.freeze_level for o in combo), score, completion)
     return None if best is None else best[1:]
@@ -255,7 +266,7 @@ def unit_score(problem: RoundProblem, jobs: tuple[int, ...], combo: Sequence[Job
                        for j, s, r in zip(jobs, speeds, rates, strict=True))
         return progress + bonus, ()
     completion = stage_completion_s(problem, jobs, gpu_type, rates)
-    if objective == "weighted_completion":
+    if objective is Objective.WEIGHTED_COMPLETION:
         saved = sum(problem.jobs[j].weight * (waiting[j] - c) for j, c in zip(jobs, completion, strict=True))
         return saved + bonus, completion
     return bonus, completion
@@ -284,7 +295,7 @@ def objective_of(cset: CandidateSet, selected: Sequence[int]) -> float:
     objective = problem.options.objective
     if not problem.options.minimize:
         return value
-    if objective == "weighted_completion":
+    if objective is Objective.WEIGHTED_COMPLETION:
         return sum(j.weight * w for j, w in zip(problem.jobs, cset.unplaced_completion_s, strict=True)) - value
     finish = list(cset.unplaced_completion_s)
     for cand in chosen:
@@ -300,6 +311,6 @@ def to_reported(cset: CandidateSet, max_form: float) -> float:
     objective = problem.options.objective
     if not problem.options.minimize:
         return value
-    if objective == "weighted_completion":
+    if objective is Objective.WEIGHTED_COMPLETION:
         return sum(j.weight * w for j, w in zip(problem.jobs, cset.unplaced_completion_s, strict=True)) - value
     return -value

@@ -52,7 +52,7 @@ from dltsched.engine.app.measured import (
     provenance,
 )
 from dltsched.engine.app.registry import make_policy, policy_names
-from dltsched.engine.app.vocabulary import AUTO, PROJECT_POLICY, parse_backend, parse_policy
+from dltsched.engine.app.vocabulary import AUTO, BackendChoice, parse_backend, parse_policy
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.engine.domain.model import (
     DEFAULT_OBJECTIVE,
@@ -61,6 +61,7 @@ from dltsched.engine.domain.model import (
     Instance,
     JobState,
     Plan,
+    PlanStatus,
 )
 from dltsched.engine.policies.optimizing import colocation_fallbacks
 from dltsched.formulations.backends import BACKENDS
@@ -204,7 +205,7 @@ class ConfiguredSolver:
                       measurements: Measurements | dict[str, Any] | None = None) -> Plan:
         """The fallback policy's plan for ``state`` (``status="fallback"``), priced like :meth:`solve`."""
         state, preds, _ = self.prepare(state, None, measurements)
-        return baseline_plan(state, self.fallback_policy, preds, status="fallback", message=message)
+        return baseline_plan(state, self.fallback_policy, preds, status=PlanStatus.FALLBACK, message=message)
 
     def prepare(self, state: ClusterState, predictors: Predictors | None,
                 measurements: Measurements | dict[str, Any] | None) -> tuple[ClusterState, Predictors, Measurements | None]:
@@ -234,15 +235,15 @@ class ConfiguredSolver:
 
     def _decide(self, state: ClusterState, preds: Predictors, warm_start: Plan | None) -> Plan:
         if self.baseline_policy is not None:
-            return baseline_plan(state, self.baseline_policy, preds, status="heuristic")
+            return baseline_plan(state, self.baseline_policy, preds, status=PlanStatus.HEURISTIC)
         try:
             from dltsched.formulations.decide import decide_round
         except ImportError as err:
-            return baseline_plan(state, self.fallback_policy, preds, status="fallback",
+            return baseline_plan(state, self.fallback_policy, preds, status=PlanStatus.FALLBACK,
                                  message=f"dltsched.formulations not available ({err})")
 
         def fallback(message: str) -> Plan:
-            return baseline_plan(state, self.fallback_policy, preds, status="fallback", message=message)
+            return baseline_plan(state, self.fallback_policy, preds, status=PlanStatus.FALLBACK, message=message)
 
         return decide_round(state, preds, self.options, self.backend_for(len(state.jobs)), fallback=fallback,
                             warm_start=warm_start, fallback_name=self.fallback_policy)
@@ -349,12 +350,13 @@ def _check_down_gpus(state: ClusterState) -> None:
                                   "stop with it: pass them as queued (assignment none)")
 
 
-def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *, status: str, message: str = "") -> Plan:
+def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *, status: PlanStatus,
+                  message: str = "") -> Plan:
     """The plan of baseline ``policy`` for ``state``, timed and marked with ``status``."""
     start = time.perf_counter()
     plan: Plan = make_policy(policy, predictors=preds).schedule(state).resolved(state)
-    return replace(plan, status=status, solve_time_s=time.perf_counter() - start, backend=f"greedy:{policy}",
-                   fallback=status == "fallback", message=message)
+    return replace(plan, status=status, solve_time_s=time.perf_counter() - start,
+                   backend=str(BackendChoice.baseline(policy)), fallback=status == PlanStatus.FALLBACK, message=message)
 
 
 def make_named_policy(name: str, preds: Predictors, config: ConfiguredSolver | None = None) -> Policy:
@@ -381,7 +383,7 @@ def make_named_policy(name: str, preds: Predictors, config: ConfiguredSolver | N
         When the name is not registered (the message lists close matches).
     """
     choice = parse_policy(name)  # the one parser of policy names (vocabulary)
-    if choice.name.partition(":")[0] == PROJECT_POLICY:
+    if choice.project:
         cfg = config or ConfiguredSolver()
         settings: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "predictors"}
         settings |= choice.options()  # the predictors are ``preds``

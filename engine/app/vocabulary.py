@@ -62,6 +62,22 @@ class BackendChoice:
     def __str__(self) -> str:
         return f"greedy:{self.policy}" if self.policy else self.name
 
+    @classmethod
+    def baseline(cls, policy: str) -> BackendChoice:
+        """The choice ``greedy:<policy>``: the registered baseline ``policy`` decides the round.
+
+        Parameters
+        ----------
+        policy
+            A registered policy name, as it is to appear in the plan's ``backend``.
+        """
+        return cls("greedy", policy)
+
+    @property
+    def auto(self) -> bool:
+        """Whether the round's size picks the backend (``auto``; see :meth:`for_jobs`)."""
+        return self.name == AUTO
+
     @property
     def exact(self) -> bool:
         """Whether the backend proves optimality (within the gap limit) on every round it decides."""
@@ -70,7 +86,7 @@ class BackendChoice:
     def for_jobs(self, num_jobs: int, exact_max_jobs: int = 100) -> str:
         """The formulation backend deciding a round of ``num_jobs`` active jobs (``auto`` resolved); a
         ``greedy:<policy>`` choice has none (its policy decides) and gives ``greedy``."""
-        if self.name == AUTO:
+        if self.auto:
             return "cpsat" if num_jobs <= exact_max_jobs else "greedy"
         return self.name
 
@@ -106,17 +122,19 @@ def parse_backend(text: str | BackendChoice, field: str = "backend", within: str
     if base != "greedy" or not policy:
         raise _unknown(field, text, backend_names(), f"'{text[:60]}' (only greedy takes a policy, e.g. "
                        "greedy:sjf)")
-    return BackendChoice("greedy", _policy_name(policy, field, text))
+    return BackendChoice.baseline(_policy_name(policy, field, text))
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyChoice:
     """A parsed policy name: ``policy`` is the registered policy, ``backend`` the backend an optimizing policy
-    was named with (``dltsched:milp``; else ``None``) and ``name`` what its results are called."""
+    was named with (``dltsched:milp``; else ``None``), ``name`` what its results are called and ``project``
+    whether it was named ``dltsched[:<backend>]`` (the embedding API then decides with its configured solver)."""
 
     policy: str
     backend: BackendChoice | None = None
     name: str = ""
+    project: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -143,13 +161,14 @@ def parse_policy(text: str | PolicyChoice, field: str = "policy") -> PolicyChoic
         base_policy = base
     else:
         raise _unknown(field, base if sep else text, known, f"policy '{base[:60]}' in '{text[:60]}'" if sep else "")
+    project = base == PROJECT_POLICY
     if not sep:
-        return PolicyChoice(base_policy, None, key)
+        return PolicyChoice(base_policy, None, key, project)
     if base_policy not in OPTIMIZING_POLICIES:
         raise ValidationError(field, f"'{text[:60]}' not understood: only the optimizing policies take a backend "
                               f"(dltsched:<backend>, e.g. dltsched:milp); give '{base}' alone")
     choice = parse_backend(backend, field, within=text)
-    return PolicyChoice(base_policy, choice, f"{base}:{choice}")
+    return PolicyChoice(base_policy, choice, f"{base}:{choice}", project)
 
 
 def expand_policies(names: Iterable[str], field: str = "policy") -> list[PolicyChoice]:

@@ -202,7 +202,8 @@ class _Catalog(Generic[T]):
 
 
 def _read(name: str) -> dict[str, Any]:
-    return json.loads(resources.files(_DATA).joinpath("data", name).read_text())
+    data: dict[str, Any] = json.loads(resources.files(_DATA).joinpath("data", name).read_text())
+    return data
 
 
 @cache

@@ -5,8 +5,8 @@ All types are frozen, slotted dataclasses validated in their constructors; error
 by a global index ``0 .. cluster.num_gpus - 1``, node by node in the order of ``Cluster.nodes``.
 
 This module is the one place to import domain types from: it re-exports the names of
-:mod:`~dltsched.engine.domain.vocabulary` (objectives, optimizers, name resolution),
-:mod:`~dltsched.engine.domain.plan` (:class:`Plan`, :class:`Assignment`, :class:`PlanStatus`) and
+:mod:`~dltsched.engine.domain.vocabulary` (:class:`Objective` and its :class:`Sense`, optimizers, name
+resolution), :mod:`~dltsched.engine.domain.plan` (:class:`Plan`, :class:`Assignment`, :class:`PlanStatus`) and
 :mod:`~dltsched.engine.domain.state` (:class:`ClusterState`, :class:`JobState`). :class:`Node`,
 :class:`Cluster`, :class:`Job` and :class:`Instance` are defined here, and stay here: their module path is
 part of a checkpoint's instance fingerprint.
@@ -27,13 +27,16 @@ from dltsched.engine.domain.vocabulary import (
     MEASURED_ONLY,
     OBJECTIVES,
     OPTIMIZERS,
+    Objective,
+    Sense,
     resolve_gpu_type,
     resolve_model,
 )
 
 __all__ = [
     "DEFAULT_OBJECTIVE", "MEASURED_ONLY", "OBJECTIVES", "OPTIMIZERS", "Assignment", "Cluster", "ClusterState",
-    "GpuType", "Instance", "Job", "JobState", "Node", "Plan", "PlanStatus", "resolve_gpu_type", "resolve_model",
+    "GpuType", "Instance", "Job", "JobState", "Node", "Objective", "Plan", "PlanStatus", "Sense", "resolve_gpu_type",
+    "resolve_model",
 ]
 
 
@@ -222,7 +225,8 @@ class Cluster:
         float
             Its memory, MiB.
         """
-        return self.gpu_types[self.gpu_type_of(gpu)].memory_mib
+        memory_mib: float = self.gpu_types[self.gpu_type_of(gpu)].memory_mib
+        return memory_mib
 
     @staticmethod
     def homogeneous(gpu_type: str, num_nodes: int, gpus_per_node: int = 8, network_gbps: float = 100.0) -> Cluster:
@@ -351,7 +355,8 @@ class Job:
     @property
     def bytes_per_param(self) -> int:
         """Optimizer-state bytes per parameter beyond weight and gradient (FP32 master copies)."""
-        return OPTIMIZERS[self.optimizer.lower()]
+        state_bytes: int = OPTIMIZERS[self.optimizer.lower()]
+        return state_bytes
 
     def hyperparameter(self, name: str, default: float | str | None = None) -> float | str | None:
         """The value of hyperparameter ``name``.

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 
 class PlanStatus(StrEnum):
-    """How a plan came about (``Plan.status``; a ``str``, so ``plan.status == "optimal"`` holds).
+    """How a plan came about (``Plan.status``; a ``str``, so ``plan.status == "optimal"`` holds and JSON
+    writes the plain name).
 
     ``optimal`` | ``feasible`` (a solver stopped at its gap limit) | ``timeout`` (time limit, incumbent
     returned) | ``infeasible`` (some jobs can never be placed; the plan places the others) | ``heuristic``
@@ -80,8 +81,8 @@ class Plan:
     ----------
     assignments : tuple of Assignment, default ()
         Where each placed job runs; a job at most once.
-    status : str, default ``PlanStatus.HEURISTIC``
-        How the plan came about, one of :class:`PlanStatus`.
+    status : PlanStatus, default ``PlanStatus.HEURISTIC``
+        How the plan came about.
     objective, bound, gap : float or None, default None
         The solver's objective value, its best bound and their relative gap (``None``: no solver ran).
     solve_time_s, build_time_s : float, default 0.0
@@ -108,11 +109,11 @@ class Plan:
     Raises
     ------
     ValidationError
-        When ``status`` is not a :class:`PlanStatus` or a job is placed more than once.
+        When a job is placed more than once.
     """
 
     assignments: tuple[Assignment, ...] = ()
-    status: str = PlanStatus.HEURISTIC
+    status: PlanStatus = PlanStatus.HEURISTIC
     objective: float | None = None
     bound: float | None = None
     gap: float | None = None
@@ -127,10 +128,6 @@ class Plan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "assignments", tuple(self.assignments))
-        try:
-            PlanStatus(self.status)
-        except ValueError:
-            raise ValidationError("plan.status", f"'{self.status}' not understood; one of {', '.join(PlanStatus)}") from None
         ids = [a.job_id for a in self.assignments]
         if len(set(ids)) != len(ids):
             dup = sorted({i for i in ids if ids.count(i) > 1})

@@ -397,8 +397,9 @@ class _MemoStepTime:
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
         key = ("step", job, gpu_type, num_gpus, freeze_level, num_nodes, profile_version(job.id))
-        return self._memo.get(key, lambda: self.inner.step_time_s(
-            job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes))  # type: ignore[no-any-return]
+        step_s: float = self._memo.get(key, lambda: self.inner.step_time_s(
+            job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes))
+        return step_s
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
         predicted: float = self._memo.get(("memory", job, gpu_type, freeze_level, profile_version(job.id)),

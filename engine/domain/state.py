@@ -54,7 +54,8 @@ class JobState:
     @property
     def progress(self) -> float:
         """The finished fraction of the job's iterations."""
-        return 1.0 - self.remaining_iterations / self.job.total_iterations
+        total: float = self.job.total_iterations
+        return 1.0 - self.remaining_iterations / total
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +192,8 @@ class ClusterState:
         held = self.num_held_gpus
         if held is None:
             held = sum(len(a.gpus) for a in self.placements_by_id().values())
-        return held == self.cluster.num_gpus - len(self.down_gpus) - sum(map(len, self.free_gpus_by_node()))
+        busy: int = self.cluster.num_gpus - len(self.down_gpus) - sum(map(len, self.free_gpus_by_node()))
+        return held == busy
 
     def available_by_type(self) -> dict[str, int]:
         """Number of GPUs of each type that are up (not on a failed node).
@@ -201,7 +203,7 @@ class ClusterState:
         dict of str to int
             Per GPU type of the cluster, its GPUs that are up (a fresh dict).
         """
-        out = self.cluster.gpus_by_type()
+        out: dict[str, int] = self.cluster.gpus_by_type()
         for g in self.down_gpus:
             out[self.cluster.gpu_type_of(g)] -= 1
         return out

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from dltsched.engine.domain.model import Plan
     from dltsched.formulations.candidates import CandidateSet
+    from dltsched.formulations.result import Termination
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,7 @@ class BackendOutcome:
     (an upper bound on ``sum gain [- makespan]``, before the constant migration term)."""
 
     selected: tuple[int, ...] | None
-    termination: str
+    termination: Termination
     bound: float | None
     build_time_s: float
     solve_time_s: float

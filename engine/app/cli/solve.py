@@ -17,7 +17,7 @@ import click
 
 from dltsched.engine.app.cli.main import BackendName, FiniteFloat
 from dltsched.engine.domain.errors import InfeasibleRoundError, ValidationError, write_text_file
-from dltsched.engine.domain.model import DEFAULT_OBJECTIVE, ClusterState, Plan
+from dltsched.engine.domain.model import DEFAULT_OBJECTIVE, ClusterState, Objective, Plan, PlanStatus
 from dltsched.formulations.backends import EXACT_BACKENDS
 from dltsched.formulations.problem import FORMAT, OBJECTIVES, GpuNode, RoundOptions, RoundProblem
 
@@ -81,7 +81,8 @@ BACKEND_HELP = ("cpsat | milp (Pyomo -> HiGHS) | greedy (the formulation's heuri
 @click.option("--solver", default=None, help="Pyomo solver for --backend milp (default HiGHS).")
 @click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.0, 86_400.0, min_open=True), default=10.0,
               show_default=True, help="Seconds (at most one day).")
-@click.option("--objective", type=click.Choice(OBJECTIVES), default=DEFAULT_OBJECTIVE, show_default=True,
+@click.option("--objective", type=click.Choice([str(o) for o in OBJECTIVES]), default=str(DEFAULT_OBJECTIVE),
+              show_default=True,
               help="For instance files (a round JSON carries its own options).")
 @click.option("--max-jobs-per-gpu", type=click.IntRange(1, 3), default=2, show_default=True)
 @click.option("--predictors", "predictors_name", default="default", show_default=True)
@@ -105,7 +106,7 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
     choice = parse_backend(backend, "--backend")
     if solver is not None and choice.name != "milp":
         raise ValidationError("--solver", f"'{solver[:60]}' is for --backend milp only; leave it out or add --backend milp")
-    options = RoundOptions(objective=objective, max_jobs_per_gpu=max_jobs_per_gpu, time_limit_s=time_limit_s)
+    options = RoundOptions(objective=Objective(objective), max_jobs_per_gpu=max_jobs_per_gpu, time_limit_s=time_limit_s)
     predictors_name = check_predictors(with_calibration(predictors_name, calibration))
     began = time.perf_counter()
     problem, state, bundle = load_round_state(path, options, predictors_name)
@@ -117,7 +118,7 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
                                   "use --backend greedy on a round JSON")
         from dltsched.engine.app.api import baseline_plan
 
-        plan = baseline_plan(state, choice.policy, bundle, status="heuristic")
+        plan = baseline_plan(state, choice.policy, bundle, status=PlanStatus.HEURISTIC)
         solver_fields: dict[str, Any] = {"termination": None, "solution_status": None, "num_candidates": None,
                                          "infeasible_jobs": []}
         infeasible: tuple[str, ...] = ()

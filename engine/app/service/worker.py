@@ -24,8 +24,9 @@ from typing import Any
 
 from dltsched.engine.app.api import ConfiguredSolver, load_predictors
 from dltsched.engine.app.measured import Measurements
+from dltsched.engine.app.vocabulary import BackendChoice
 from dltsched.engine.domain.errors import ValidationError
-from dltsched.engine.domain.model import ClusterState, Plan
+from dltsched.engine.domain.model import ClusterState, Plan, PlanStatus
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 SOLVE_SHARE = 0.8
 #: plan status of a solver stopped by its time limit before proving optimality: the best plan so far
 #: (``feasible`` is a solver stopped by its gap limit: done, not cut short)
-STOPPED_BY_LIMIT = ("timeout",)
+STOPPED_BY_LIMIT = (PlanStatus.TIMEOUT,)
 #: building time expected per active job, seconds (measured on one core: 0.35 s for 200 jobs, 2 s for
 #: 1,000, 11 s for 5,000), kept out of the solver's share of the deadline
 BUILD_S_PER_JOB = 0.0025
@@ -66,9 +67,9 @@ def solve_until(state: ClusterState, config: ConfiguredSolver, deadline: float,
     share = SOLVE_SHARE * (left - BUILD_S_PER_JOB * len(state.jobs))
     solver = config.with_options(time_limit_s=max(1e-3, min(config.time_limit_s, share)))
     plan = solver.solve(state, measurements=measurements)
-    if plan.fallback and plan.backend == f"greedy:{config.fallback_policy}":  # decided by the fallback policy
+    if plan.fallback and plan.backend == str(BackendChoice.baseline(config.fallback_policy)):  # the fallback policy
         return Outcome(plan, False, "checker" if "failed the checker" in plan.message else "solver_failed")
-    partial = plan.status in STOPPED_BY_LIMIT or (plan.fallback and plan.status == "fallback")
+    partial = plan.status in STOPPED_BY_LIMIT or (plan.fallback and plan.status == PlanStatus.FALLBACK)
     return Outcome(plan, partial, "deadline" if plan.fallback else "")
 
 
