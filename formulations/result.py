@@ -2,11 +2,11 @@
 
 ``termination`` (:class:`Termination`) says why the solver stopped (``optimal``, ``gap_limit``,
 ``time_limit``, ``infeasible``, ``error``, ``not_run``); ``solution_status`` (:class:`SolutionStatus`)
-says what came back (``optimal``, ``feasible``, ``fallback``, ``none``), kept apart as in Pyomo. ``plan.status`` combines them for
-users: ``optimal`` | ``feasible`` (stopped at the gap limit) | ``timeout`` (time limit, incumbent
-returned) | ``fallback`` (greedy plan, nothing usable from the solver) | ``infeasible`` (some jobs
-can never be placed: ``infeasible_jobs`` names them; the plan places the others). Jobs that only the
-GPUs down now keep out are in ``infeasible_jobs`` too (``while_down``) but leave the status alone.
+says what came back (``optimal``, ``feasible``, ``fallback``, ``none``), kept apart as in Pyomo.
+``plan.status`` combines them for users: ``optimal`` | ``feasible`` (stopped at the gap limit) | ``timeout``
+(time limit, incumbent returned) | ``fallback`` (greedy plan, nothing usable from the solver) | ``infeasible``
+(some jobs can never be placed: ``infeasible_jobs`` names them; the plan places the others). Jobs that only
+the GPUs down now keep out are in ``infeasible_jobs`` too (``while_down``) but leave the status alone.
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ POLICY_GROUPS: dict[str, tuple[str, ...]] = {
 
 
 def backend_names() -> tuple[str, ...]:
-    """Every backend name, as help texts list them: the formulation backends, ``auto`` and ``greedy:<policy>``."""
+    """Every backend name, as help texts list them: the formulation backends, ``auto`` and
+    ``greedy:<policy>``."""
     return (*BACKENDS, AUTO, "greedy:<policy>")
 
 
@@ -96,13 +97,15 @@ def _unknown(field: str, text: str, known: Iterable[str], what: str = "") -> Val
     known = list(known)
     close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(close)}? " if close else ""
-    return ValidationError(field, f"{what or repr(text[:60])} not understood; {hint}known: {', '.join(known)}")
+    subject = what or repr(text[:60])
+    return ValidationError(field, f"{subject} not understood; {hint}known: {', '.join(known)}")
 
 
 def _policy_name(text: str, field: str, whole: str) -> str:
     key = text.strip().lower()
     if key not in policy_names():
-        raise _unknown(field, key, policy_names(), f"policy '{key[:60]}' in '{whole[:60]}'" if whole != text else "")
+        within = f"policy '{key[:60]}' in '{whole[:60]}'" if whole != text else ""
+        raise _unknown(field, key, policy_names(), within)
     return key
 
 
@@ -117,7 +120,8 @@ def parse_backend(text: str | BackendChoice, field: str = "backend", within: str
     base, sep, policy = key.partition(":")
     if not sep:
         if key not in (*BACKENDS, AUTO):
-            raise _unknown(field, text, backend_names(), f"backend '{key[:60]}' in '{within[:60]}'" if within else "")
+            inside = f"backend '{key[:60]}' in '{within[:60]}'" if within else ""
+            raise _unknown(field, text, backend_names(), inside)
         return BackendChoice(key)
     if base != "greedy" or not policy:
         raise _unknown(field, text, backend_names(), f"'{text[:60]}' (only greedy takes a policy, e.g. "
@@ -127,9 +131,20 @@ def parse_backend(text: str | BackendChoice, field: str = "backend", within: str
 
 @dataclass(frozen=True, slots=True)
 class PolicyChoice:
-    """A parsed policy name: ``policy`` is the registered policy, ``backend`` the backend an optimizing policy
-    was named with (``dltsched:milp``; else ``None``), ``name`` what its results are called and ``project``
-    whether it was named ``dltsched[:<backend>]`` (the embedding API then decides with its configured solver)."""
+    """A parsed policy name.
+
+    Parameters
+    ----------
+    policy
+        The registered policy.
+    backend
+        The backend an optimizing policy was named with (``dltsched:milp``; else ``None``).
+    name
+        What its results are called (default: ``policy``).
+    project
+        Whether it was named ``dltsched[:<backend>]``: the embedding API then decides with its configured
+        solver.
+    """
 
     policy: str
     backend: BackendChoice | None = None
@@ -160,13 +175,14 @@ def parse_policy(text: str | PolicyChoice, field: str = "policy") -> PolicyChoic
     elif base in policy_names():
         base_policy = base
     else:
-        raise _unknown(field, base if sep else text, known, f"policy '{base[:60]}' in '{text[:60]}'" if sep else "")
+        within = f"policy '{base[:60]}' in '{text[:60]}'" if sep else ""
+        raise _unknown(field, base if sep else text, known, within)
     project = base == PROJECT_POLICY
     if not sep:
         return PolicyChoice(base_policy, None, key, project)
     if base_policy not in OPTIMIZING_POLICIES:
-        raise ValidationError(field, f"'{text[:60]}' not understood: only the optimizing policies take a backend "
-                              f"(dltsched:<backend>, e.g. dltsched:milp); give '{base}' alone")
+        raise ValidationError(field, f"'{text[:60]}' not understood: only the optimizing policies take a "
+                              f"backend (dltsched:<backend>, e.g. dltsched:milp); give '{base}' alone")
     choice = parse_backend(backend, field, within=text)
     return PolicyChoice(base_policy, choice, f"{base}:{choice}", project)
 

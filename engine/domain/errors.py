@@ -44,7 +44,8 @@ class ValidationError(DltschedError, ValueError):
         ValidationError
             The error at ``prefix.path``.
         """
-        path = f"{prefix}.{self.path}" if self.path and not self.path.startswith("[") else f"{prefix}{self.path}"
+        dotted = self.path and not self.path.startswith("[")
+        path = f"{prefix}.{self.path}" if dotted else f"{prefix}{self.path}"
         return ValidationError(path, self.problem)
 
 
@@ -67,7 +68,8 @@ def check_positive(path: str, value: float, *, integer: bool = False) -> None:
     """
     if integer and (not isinstance(value, int) or isinstance(value, bool)):
         raise ValidationError(path, f"{value!r} not understood; must be an integer >= 1")
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+    if (not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value)
+            or value <= 0):
         raise ValidationError(path, f"{value!r} not understood; must be {'>= 1' if integer else '> 0'}")
 
 
@@ -136,7 +138,9 @@ def write_problem(path: Path, err: OSError) -> str:
     """
     for parent in path.parents:
         if parent.exists():
-            return f"'{parent}' is a file, not a folder" if not parent.is_dir() else (err.strerror or str(err))
+            if not parent.is_dir():
+                return f"'{parent}' is a file, not a folder"
+            return err.strerror or str(err)
     return err.strerror or str(err)
 
 
@@ -167,7 +171,8 @@ def write_text_file(path: str | os.PathLike[str], text: str, *, option: str = "-
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
     except OSError as err:
-        raise ValidationError(option, f"cannot write '{path}': {write_problem(p, err)}; give a writable file path") from None
+        raise ValidationError(option, f"cannot write '{path}': {write_problem(p, err)}; give a writable "
+                              "file path") from None
     return p
 
 

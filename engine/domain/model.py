@@ -1,4 +1,5 @@
-"""Domain model: GPU types, nodes, clusters, jobs and instances; plans and cluster-state snapshots re-exported.
+"""Domain model: GPU types, nodes, clusters, jobs and instances; plans and cluster-state snapshots
+re-exported.
 
 All types are frozen, slotted dataclasses validated in their constructors; errors are
 :class:`~dltsched.engine.domain.errors.ValidationError` with a field path. GPUs of a cluster are addressed
@@ -35,8 +36,8 @@ from dltsched.engine.domain.vocabulary import (
 
 __all__ = [
     "DEFAULT_OBJECTIVE", "MEASURED_ONLY", "OBJECTIVES", "OPTIMIZERS", "Assignment", "Cluster", "ClusterState",
-    "GpuType", "Instance", "Job", "JobState", "Node", "Objective", "Plan", "PlanStatus", "Sense", "resolve_gpu_type",
-    "resolve_model",
+    "GpuType", "Instance", "Job", "JobState", "Node", "Objective", "Plan", "PlanStatus", "Sense",
+    "resolve_gpu_type", "resolve_model",
 ]
 
 
@@ -229,7 +230,8 @@ class Cluster:
         return memory_mib
 
     @staticmethod
-    def homogeneous(gpu_type: str, num_nodes: int, gpus_per_node: int = 8, network_gbps: float = 100.0) -> Cluster:
+    def homogeneous(gpu_type: str, num_nodes: int, gpus_per_node: int = 8,
+                    network_gbps: float = 100.0) -> Cluster:
         """A cluster of ``num_nodes`` identical nodes, named ``<type>-<i>``.
 
         Parameters
@@ -334,9 +336,11 @@ class Job:
         check_non_negative("arrival_time_s", self.arrival_time_s)
         check_positive("weight", self.weight)
         if self.optimizer.lower() not in OPTIMIZERS:
-            raise ValidationError("optimizer", f"'{self.optimizer}' not understood; one of {', '.join(OPTIMIZERS)}")
+            raise ValidationError("optimizer", f"'{self.optimizer}' not understood; one of "
+                                  f"{', '.join(OPTIMIZERS)}")
         if not 0.0 <= self.accuracy_budget < 1.0:
-            raise ValidationError("accuracy_budget", f"{self.accuracy_budget!r} not understood; must be in [0, 1)")
+            raise ValidationError("accuracy_budget", f"{self.accuracy_budget!r} not understood; must be in "
+                                  "[0, 1)")
         if self.deadline_s is not None:
             check_positive("deadline_s", self.deadline_s)
         if not 0.0 < self.gpu_fraction <= 1.0:
@@ -419,7 +423,8 @@ class Instance:
         seen: dict[str, int] = {}
         for i, job in enumerate(jobs):
             if job.id in seen:
-                raise ValidationError(f"jobs[{i}].id", f"duplicate job id '{job.id}' (also jobs[{seen[job.id]}])")
+                raise ValidationError(f"jobs[{i}].id", f"duplicate job id '{job.id}' (also "
+                                      f"jobs[{seen[job.id]}])")
             seen[job.id] = i
             allowed = job.gpu_types or tuple(by_type)
             largest = max((by_type.get(t, 0) for t in allowed), default=0)

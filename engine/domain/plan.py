@@ -160,7 +160,8 @@ class Plan:
         if not self.incremental:
             return self
         listed = {a.job_id for a in self.assignments}
-        keep = tuple(s.assignment for s in state.running() if s.assignment is not None and s.job.id not in listed)
+        keep = tuple(s.assignment for s in state.running()
+                     if s.assignment is not None and s.job.id not in listed)
         return replace(self, assignments=keep + self.assignments, incremental=False)
 
     def colocation_groups(self) -> dict[int, tuple[str, ...]]:

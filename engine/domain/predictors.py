@@ -214,8 +214,9 @@ class MemoryObservations:
 
     A job that crashes out of memory has shown its real footprint on that GPU type, and so have the jobs
     it shared the GPU with: the simulator records them here, and every memory prediction a policy asks for
-    while the run is on (:func:`observing_memory`) is raised to the measured peak (:func:`learned_memory_mib`),
-    as a real scheduler learns from a crashed job. Levels never measured keep their prediction."""
+    while the run is on (:func:`observing_memory`) is raised to the measured peak
+    (:func:`learned_memory_mib`), as a real scheduler learns from a crashed job. Levels never measured keep
+    their prediction."""
 
     __slots__ = ("_peak", "changes")
 
@@ -402,15 +403,17 @@ class _MemoStepTime:
         return step_s
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
-        predicted: float = self._memo.get(("memory", job, gpu_type, freeze_level, profile_version(job.id)),
-                                          lambda: self.inner.memory_mib(job, gpu_type, freeze_level=freeze_level))
+        key = ("memory", job, gpu_type, freeze_level, profile_version(job.id))
+        predicted: float = self._memo.get(key, lambda: self.inner.memory_mib(job, gpu_type,
+                                                                             freeze_level=freeze_level))
         return learned_memory_mib(predicted, job, gpu_type, freeze_level)  # measured peaks are never memoized
 
 
 class _MemoColocation:
     def __init__(self, inner: ColocationPredictor, memo: _Memo) -> None:
         self.inner, self._memo = inner, memo
-        #: where a round builder keeps what it derives from these answers across rounds (same answers, same jobs)
+        #: where a round builder keeps what it derives from these answers across rounds (same answers, same
+        #: jobs)
         self.group_prices: object | None = None
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
@@ -439,9 +442,9 @@ class _MemoFreezing:
 def memoized(predictors: Predictors, max_entries: int = 1_000_000) -> Predictors:
     """``predictors`` with their answers remembered per job (the immutable :class:`Job` itself is the
     key, so a job whose spec changes is a new key), for a policy that asks about the same jobs every
-    round. Answers about a job profiled since (:func:`~dltsched.engine.domain.profiles.profile_version`) are asked
-    again. Frozen penalties depend on training progress and are not kept; memory answers are raised to the
-    peaks measured in the current run (:func:`learned_memory_mib`) on every call. At most ``max_entries``
+    round. Answers about a job profiled since (:func:`~dltsched.engine.domain.profiles.profile_version`) are
+    asked again. Frozen penalties depend on training progress and are not kept; memory answers are raised to
+    the peaks measured in the current run (:func:`learned_memory_mib`) on every call. At most ``max_entries``
     answers are kept (the older half is dropped when full).
 
     Parameters

@@ -4,8 +4,9 @@ Gavel, Lucid and Sia profile a job when it arrives: its first minutes on a GPU t
 time, peak memory and GPU utilisation there, and a group of co-located jobs, once it has run together, shows
 each member's speed. A :class:`ProfileBook` holds such measurements for one run; whoever measures (the
 simulator, or a cluster's monitoring) feeds it through the :class:`ProfileSink` protocol, and
-:func:`dltsched.engine.domain.profiled.profiled` wraps a policy's :class:`~dltsched.engine.domain.predictors.Predictors` so that every
-prediction about a profiled job uses the measurement where there is one and predicts only what is missing:
+:func:`dltsched.engine.domain.profiled.profiled` wraps a policy's
+:class:`~dltsched.engine.domain.predictors.Predictors` so that every prediction about a profiled job uses
+the measurement where there is one and predicts only what is missing:
 
 * step time on a profiled GPU type: the prediction scaled by measured / predicted at the measured
   configuration (so other GPU counts and freeze levels keep the predictor's relative shape);
