@@ -22,12 +22,12 @@ def to_plan(cset: CandidateSet, selected: Sequence[int], **fields: object) -> Pl
     problem = cset.problem
     node_of = problem.node_of
     chosen = sorted((cset.candidates[c] for c in selected), key=lambda c: (_ORDER[c.kind], -c.num_gpus, c.jobs))
-    taken = {g for c in chosen if c.kind is CandidateKind.STAY for g in cset.slots[c.where].gpus}
+    taken = {g for c in chosen if c.kind == "stay" for g in cset.slots[c.where].gpus}
     unusable = taken | problem.down_gpus()
     free = [[g for g in node.gpus if g not in unusable] for node in problem.nodes]  # per node, ascending
     assignments: list[Assignment] = []
     for cand in chosen:
-        if cand.kind is CandidateKind.STAY:
+        if cand.kind == CandidateKind.STAY:
             gpus = cset.slots[cand.where].gpus
         else:
             gpus = _pick(_pool(problem, free, cand), cand.num_gpus, _avoid(cset, cand))
@@ -42,7 +42,7 @@ def to_plan(cset: CandidateSet, selected: Sequence[int], **fields: object) -> Pl
 def _pool(problem: RoundProblem, free: list[list[int]], cand: Candidate) -> list[int]:
     """The lowest free GPUs where ``cand`` may go (its node, or every node of its type in index order, hence
     ascending), one more than it needs where there are (all that :func:`_pick` looks at)."""
-    if cand.kind is CandidateKind.NODE:
+    if cand.kind == CandidateKind.NODE:
         return free[cand.where][: cand.num_gpus + 1]
     pool: list[int] = []
     for n in problem.nodes_of_type(cand.gpu_type):

@@ -61,7 +61,6 @@ from dltsched.engine.domain.model import (
     Instance,
     JobState,
     Plan,
-    PlanStatus,
 )
 from dltsched.engine.policies.optimizing import colocation_fallbacks
 from dltsched.formulations.backends import BACKENDS
@@ -205,7 +204,7 @@ class ConfiguredSolver:
                       measurements: Measurements | dict[str, Any] | None = None) -> Plan:
         """The fallback policy's plan for ``state`` (``status="fallback"``), priced like :meth:`solve`."""
         state, preds, _ = self.prepare(state, None, measurements)
-        return baseline_plan(state, self.fallback_policy, preds, status=PlanStatus.FALLBACK, message=message)
+        return baseline_plan(state, self.fallback_policy, preds, status="fallback", message=message)
 
     def prepare(self, state: ClusterState, predictors: Predictors | None,
                 measurements: Measurements | dict[str, Any] | None) -> tuple[ClusterState, Predictors, Measurements | None]:
@@ -235,15 +234,15 @@ class ConfiguredSolver:
 
     def _decide(self, state: ClusterState, preds: Predictors, warm_start: Plan | None) -> Plan:
         if self.baseline_policy is not None:
-            return baseline_plan(state, self.baseline_policy, preds, status=PlanStatus.HEURISTIC)
+            return baseline_plan(state, self.baseline_policy, preds, status="heuristic")
         try:
             from dltsched.formulations.decide import decide_round
         except ImportError as err:
-            return baseline_plan(state, self.fallback_policy, preds, status=PlanStatus.FALLBACK,
+            return baseline_plan(state, self.fallback_policy, preds, status="fallback",
                                  message=f"dltsched.formulations not available ({err})")
 
         def fallback(message: str) -> Plan:
-            return baseline_plan(state, self.fallback_policy, preds, status=PlanStatus.FALLBACK, message=message)
+            return baseline_plan(state, self.fallback_policy, preds, status="fallback", message=message)
 
         return decide_round(state, preds, self.options, self.backend_for(len(state.jobs)), fallback=fallback,
                             warm_start=warm_start, fallback_name=self.fallback_policy)
@@ -350,13 +349,16 @@ def _check_down_gpus(state: ClusterState) -> None:
                                   "stop with it: pass them as queued (assignment none)")
 
 
-def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *, status: PlanStatus,
-                  message: str = "") -> Plan:
-    """The plan of baseline ``policy`` for ``state``, timed and marked with ``status``."""
+def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *, status: str, message: str = "") -> Plan:
+    """The plan of baseline ``policy`` for ``state``, timed and marked with ``status`` (a
+    :class:`~dltsched.engine.domain.model.PlanStatus` or its name, made the enum here)."""
+    from dltsched.engine.domain.model import PlanStatus
+
+    marked = PlanStatus(status)
     start = time.perf_counter()
     plan: Plan = make_policy(policy, predictors=preds).schedule(state).resolved(state)
-    return replace(plan, status=status, solve_time_s=time.perf_counter() - start,
-                   backend=str(BackendChoice.baseline(policy)), fallback=status == PlanStatus.FALLBACK, message=message)
+    return replace(plan, status=marked, solve_time_s=time.perf_counter() - start,
+                   backend=str(BackendChoice.baseline(policy)), fallback=marked is PlanStatus.FALLBACK, message=message)
 
 
 def make_named_policy(name: str, preds: Predictors, config: ConfiguredSolver | None = None) -> Policy:

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from dltsched.engine.domain.model import Plan
     from dltsched.formulations.candidates import CandidateSet
-    from dltsched.formulations.result import Termination
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +43,7 @@ class BackendOutcome:
     (an upper bound on ``sum gain [- makespan]``, before the constant migration term)."""
 
     selected: tuple[int, ...] | None
-    termination: Termination
+    termination: str
     bound: float | None
     build_time_s: float
     solve_time_s: float

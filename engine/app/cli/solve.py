@@ -17,7 +17,7 @@ import click
 
 from dltsched.engine.app.cli.main import BackendName, FiniteFloat
 from dltsched.engine.domain.errors import InfeasibleRoundError, ValidationError, write_text_file
-from dltsched.engine.domain.model import DEFAULT_OBJECTIVE, ClusterState, Objective, Plan, PlanStatus
+from dltsched.engine.domain.model import DEFAULT_OBJECTIVE, ClusterState, Plan
 from dltsched.formulations.backends import EXACT_BACKENDS
 from dltsched.formulations.problem import FORMAT, OBJECTIVES, GpuNode, RoundOptions, RoundProblem
 
@@ -106,7 +106,7 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
     choice = parse_backend(backend, "--backend")
     if solver is not None and choice.name != "milp":
         raise ValidationError("--solver", f"'{solver[:60]}' is for --backend milp only; leave it out or add --backend milp")
-    options = RoundOptions(objective=Objective(objective), max_jobs_per_gpu=max_jobs_per_gpu, time_limit_s=time_limit_s)
+    options = RoundOptions(objective=objective, max_jobs_per_gpu=max_jobs_per_gpu, time_limit_s=time_limit_s)
     predictors_name = check_predictors(with_calibration(predictors_name, calibration))
     began = time.perf_counter()
     problem, state, bundle = load_round_state(path, options, predictors_name)
@@ -118,7 +118,7 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
                                   "use --backend greedy on a round JSON")
         from dltsched.engine.app.api import baseline_plan
 
-        plan = baseline_plan(state, choice.policy, bundle, status=PlanStatus.HEURISTIC)
+        plan = baseline_plan(state, choice.policy, bundle, status="heuristic")
         solver_fields: dict[str, Any] = {"termination": None, "solution_status": None, "num_candidates": None,
                                          "infeasible_jobs": []}
         infeasible: tuple[str, ...] = ()

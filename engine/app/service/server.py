@@ -65,7 +65,6 @@ from dltsched.engine.app.service.models import (
     to_state,
 )
 from dltsched.engine.app.service.worker import context, solve_in_worker
-from dltsched.engine.app.vocabulary import parse_backend
 from dltsched.engine.domain.errors import ValidationError
 
 log = logging.getLogger(__name__)
@@ -354,6 +353,7 @@ def serve(ctx: click.Context, host: str, port: int, backend: str, time_limit_s: 
     """Serve POST /v1/schedule over HTTP (OpenAPI docs at /docs, Prometheus metrics at /metrics), and the
     kube-scheduler extender at /v1/k8s/* (with --k8s, fed by the API server)."""
     from dltsched.engine.app.registry import check_predictors, with_calibration
+    from dltsched.engine.app.vocabulary import parse_backend
 
     check_bind(host, token, insecure)
     if (tls_cert is None) != (tls_key is None):

@@ -24,9 +24,8 @@ from typing import Any
 
 from dltsched.engine.app.api import ConfiguredSolver, load_predictors
 from dltsched.engine.app.measured import Measurements
-from dltsched.engine.app.vocabulary import BackendChoice
 from dltsched.engine.domain.errors import ValidationError
-from dltsched.engine.domain.model import ClusterState, Plan, PlanStatus
+from dltsched.engine.domain.model import ClusterState, Plan
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +33,7 @@ log = logging.getLogger(__name__)
 SOLVE_SHARE = 0.8
 #: plan status of a solver stopped by its time limit before proving optimality: the best plan so far
 #: (``feasible`` is a solver stopped by its gap limit: done, not cut short)
-STOPPED_BY_LIMIT = (PlanStatus.TIMEOUT,)
+STOPPED_BY_LIMIT = ("timeout",)
 #: building time expected per active job, seconds (measured on one core: 0.35 s for 200 jobs, 2 s for
 #: 1,000, 11 s for 5,000), kept out of the solver's share of the deadline
 BUILD_S_PER_JOB = 0.0025
@@ -60,6 +59,8 @@ def solve_until(state: ClusterState, config: ConfiguredSolver, deadline: float,
     fallback plan). A solver failure or a plan the checker
     rejects gives the fallback policy's plan; a :class:`ValidationError` propagates (the client's fault).
     """
+    from dltsched.engine.app.vocabulary import BackendChoice
+
     left = deadline - time.monotonic()
     if left <= 0:
         return fallback(state, config, "deadline", f"time limit {config.time_limit_s:g} s reached before solving",
@@ -67,9 +68,9 @@ def solve_until(state: ClusterState, config: ConfiguredSolver, deadline: float,
     share = SOLVE_SHARE * (left - BUILD_S_PER_JOB * len(state.jobs))
     solver = config.with_options(time_limit_s=max(1e-3, min(config.time_limit_s, share)))
     plan = solver.solve(state, measurements=measurements)
-    if plan.fallback and plan.backend == str(BackendChoice.baseline(config.fallback_policy)):  # the fallback policy
+    if plan.fallback and plan.backend == str(BackendChoice.baseline(config.fallback_policy)):  # fallback's plan
         return Outcome(plan, False, "checker" if "failed the checker" in plan.message else "solver_failed")
-    partial = plan.status in STOPPED_BY_LIMIT or (plan.fallback and plan.status == PlanStatus.FALLBACK)
+    partial = plan.status in STOPPED_BY_LIMIT or (plan.fallback and plan.status == "fallback")
     return Outcome(plan, partial, "deadline" if plan.fallback else "")
 
 
