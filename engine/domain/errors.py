@@ -20,9 +20,9 @@ class ValidationError(DltschedError, ValueError):
 
     Parameters
     ----------
-    path : str
+    path
         The field path (empty: the input as a whole).
-    problem : str
+    problem
         What is wrong and what is allowed.
     """
 
@@ -36,7 +36,7 @@ class ValidationError(DltschedError, ValueError):
 
         Parameters
         ----------
-        prefix : str
+        prefix
             The path of the enclosing field, e.g. ``jobs[3]``.
 
         Returns
@@ -54,11 +54,11 @@ def check_positive(path: str, value: float, *, integer: bool = False) -> None:
 
     Parameters
     ----------
-    path : str
+    path
         The field path errors carry.
-    value : float
+    value
         The value.
-    integer : bool
+    integer
         Require an integer.
 
     Raises
@@ -78,9 +78,9 @@ def check_non_negative(path: str, value: float) -> None:
 
     Parameters
     ----------
-    path : str
+    path
         The field path errors carry.
-    value : float
+    value
         The value.
 
     Raises
@@ -106,9 +106,9 @@ class InfeasibleRoundError(DltschedError):
 
     Parameters
     ----------
-    message : str
+    message
         The message.
-    jobs : tuple of str
+    jobs
         The ids of the jobs that can never be placed.
     """
 
@@ -126,9 +126,9 @@ def write_problem(path: Path, err: OSError) -> str:
 
     Parameters
     ----------
-    path : Path
+    path
         The file that could not be written.
-    err : OSError
+    err
         The error writing it gave.
 
     Returns
@@ -149,11 +149,11 @@ def write_text_file(path: str | os.PathLike[str], text: str, *, option: str = "-
 
     Parameters
     ----------
-    path : str or PathLike
+    path
         The file.
-    text : str
+    text
         The text.
-    option : str
+    option
         The option or field that named the file, for the message.
 
     Returns
@@ -183,9 +183,9 @@ def write_atomically(path: str | os.PathLike[str], data: bytes) -> Path:
 
     Parameters
     ----------
-    path : str or PathLike
+    path
         The file.
-    data : bytes
+    data
         Its new contents.
 
     Returns

@@ -29,15 +29,15 @@ class Limit:
 
     Parameters
     ----------
-    name : str
+    name
         The cap as messages name it, e.g. ``max_input_mib``.
-    env : str
+    env
         The environment variable that overrides the default.
-    default : float
+    default
         The value when the variable is not set.
-    unit : str
+    unit
         The unit of the value (``MiB``, ``s``, ``seeds``).
-    what : str
+    what
         What the cap bounds, for the documentation.
     """
 
@@ -104,7 +104,7 @@ def limit(name: str) -> float:
 
     Parameters
     ----------
-    name : str
+    name
         The cap, e.g. ``"max_input_mib"``.
 
     Returns
@@ -130,13 +130,13 @@ def read_limited(path: str | os.PathLike[str], where: str | None = None, *, cap:
 
     Parameters
     ----------
-    path : str or PathLike
+    path
         The file.
-    where : str, optional
+    where
         What messages call the file (default: its path).
-    cap : str
+    cap
         The size cap in :data:`LIMITS` (in MiB).
-    text : bool
+    text
         Refuse bytes that are not UTF-8 text as soon as they arrive.
 
     Returns
@@ -219,11 +219,11 @@ def check_regular_file(path: str | os.PathLike[str], where: str, *, cap: str = "
 
     Parameters
     ----------
-    path : str or PathLike
+    path
         The file.
-    where : str
+    where
         What messages call it.
-    cap : str
+    cap
         The size cap in :data:`LIMITS` (in MiB).
 
     Returns

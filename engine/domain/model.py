@@ -47,13 +47,13 @@ class Node:
 
     Parameters
     ----------
-    id : str
+    id
         The node's id, non-empty and unique in its cluster.
-    gpu_type : str
+    gpu_type
         Its GPUs' type, an id or alias (a :class:`Cluster` stores the canonical id).
-    num_gpus : int
+    num_gpus
         Its GPUs, >= 1.
-    network_gbps : float, default 100.0
+    network_gbps
         Its link to the other nodes, Gbit/s.
 
     Raises
@@ -82,9 +82,9 @@ class Cluster:
 
     Parameters
     ----------
-    nodes : tuple of Node
+    nodes
         At least one node, ids unique; their GPU types are stored as canonical ids.
-    gpu_types : Mapping of str to GpuType, default {}
+    gpu_types
         Specs of the GPU types; a type the nodes name and this lacks is taken from the catalog.
 
     Raises
@@ -147,7 +147,7 @@ class Cluster:
 
         Parameters
         ----------
-        gpu : int
+        gpu
             A global GPU index.
 
         Returns
@@ -162,7 +162,7 @@ class Cluster:
 
         Parameters
         ----------
-        node_index : int
+        node_index
             The node's position in ``nodes``.
 
         Returns
@@ -178,7 +178,7 @@ class Cluster:
 
         Parameters
         ----------
-        gpu_type : str
+        gpu_type
             A canonical GPU-type id.
 
         Returns
@@ -203,7 +203,7 @@ class Cluster:
 
         Parameters
         ----------
-        gpu_type : str
+        gpu_type
             A canonical GPU-type id.
 
         Returns
@@ -218,7 +218,7 @@ class Cluster:
 
         Parameters
         ----------
-        gpu : int
+        gpu
             A global GPU index.
 
         Returns
@@ -236,13 +236,13 @@ class Cluster:
 
         Parameters
         ----------
-        gpu_type : str
+        gpu_type
             The GPU type, an id or alias.
-        num_nodes : int
+        num_nodes
             How many nodes.
-        gpus_per_node : int, default 8
+        gpus_per_node
             GPUs per node.
-        network_gbps : float, default 100.0
+        network_gbps
             Each node's link, Gbit/s.
 
         Returns
@@ -261,40 +261,40 @@ class Job:
 
     Parameters
     ----------
-    id : str
+    id
         The job's id, non-empty and unique in its instance.
-    model : str
+    model
         A model-zoo id or alias (stored as the canonical id), or :data:`MEASURED_ONLY`.
-    batch_size : int
+    batch_size
         The global batch size, >= 1.
-    total_iterations : float
+    total_iterations
         The work, in training steps at ``batch_size``, > 0.
-    num_gpus : int, default 1
+    num_gpus
         GPUs, gang-scheduled (all or none, one GPU type).
-    arrival_time_s : float, default 0.0
+    arrival_time_s
         When it is submitted, seconds, >= 0.
-    amp : bool, default False
+    amp
         Whether it trains in mixed precision.
-    optimizer : str, default "sgd"
+    optimizer
         Its optimizer, one of :data:`OPTIMIZERS` (any case).
-    dataset : str or None, default None
+    dataset
         Its dataset, when known.
-    weight : float, default 1.0
+    weight
         Its weight in weighted objectives, > 0.
-    freeze_allowed : bool, default False
+    freeze_allowed
         Whether the scheduler may freeze its layers.
-    accuracy_budget : float, default 0.0
+    accuracy_budget
         The largest frozen penalty (fraction of each iteration's progress lost to freezing: useful
         progress x (1 - penalty)) its owner accepts when ``freeze_allowed``, in [0, 1).
-    deadline_s : float or None, default None
+    deadline_s
         Its deadline, seconds, > 0.
-    gpu_types : tuple of str, default ()
+    gpu_types
         The GPU types it may run on, ids or aliases (stored as canonical ids); empty: any.
-    gpu_fraction : float, default 1.0
+    gpu_fraction
         In (0, 1]; < 1 asks for a share of one GPU (traces with GPU sharing; needs ``num_gpus == 1``).
-    hyperparameters : tuple of (str, float or str) pairs, default ()
+    hyperparameters
         Further training settings, by name.
-    duration_hint_s : float or None, default None
+    duration_hint_s
         The duration the trace recorded, when it did.
 
     Raises
@@ -367,9 +367,9 @@ class Job:
 
         Parameters
         ----------
-        name : str
+        name
             The hyperparameter.
-        default : float or str or None, default None
+        default
             What to return when the job does not set it.
 
         Returns
@@ -390,15 +390,15 @@ class Instance:
 
     Parameters
     ----------
-    name : str
+    name
         The instance's name.
-    cluster : Cluster
+    cluster
         The cluster.
-    jobs : tuple of Job
+    jobs
         At least one job, ids unique, each small enough for the cluster's GPUs of one (allowed) type.
-    metadata : Mapping of str to Any, default {}
+    metadata
         Where it came from (source trace, generator command, seed).
-    reference : Mapping of str to Any, default {}
+    reference
         Reference values tests can assert (known optimum, bounds).
 
     Raises
@@ -441,7 +441,7 @@ class Instance:
 
         Parameters
         ----------
-        job_id : str
+        job_id
             The job's id.
 
         Returns

@@ -43,11 +43,11 @@ class Assignment:
 
     Parameters
     ----------
-    job_id : str
+    job_id
         The job's id.
-    gpus : tuple of int
+    gpus
         The GPUs it holds, global indices ``0 .. cluster.num_gpus - 1``; at least one, none twice.
-    freeze_level : int, default 0
+    freeze_level
         How many of the model's layer groups are frozen (0: none).
 
     Raises
@@ -79,29 +79,29 @@ class Plan:
 
     Parameters
     ----------
-    assignments : tuple of Assignment, default ()
+    assignments
         Where each placed job runs; a job at most once.
-    status : PlanStatus, default ``PlanStatus.HEURISTIC``
+    status
         How the plan came about.
-    objective, bound, gap : float or None, default None
+    objective, bound, gap
         The solver's objective value, its best bound and their relative gap (``None``: no solver ran).
-    solve_time_s, build_time_s : float, default 0.0
+    solve_time_s, build_time_s
         Seconds spent solving and building the model.
-    backend : str, default ""
+    backend
         The solver backend that decided (empty: none).
-    fallback : bool, default False
+    fallback
         Whether the fallback policy decided.
-    message : str, default ""
+    message
         A note on how the plan came about (why a solver fell back, for instance).
-    incremental : bool, default False
+    incremental
         ``True``: ``assignments`` only lists the jobs to start or move; every running job it does not list
         keeps its current placement (a non-preemptive policy's round costs O(changes), not O(running
         jobs)). An incremental plan cannot preempt. See :meth:`resolved`.
-    provenance : Mapping of str to Mapping of str to str, default {}
+    provenance
         Per job id, where the round's numbers for it came from, e.g. ``{"step_time": "measured",
         "memory": "trusted", "colocation": "predicted"}`` (filled by the embedding API when the caller
         passes measurements). Not part of equality or the hash.
-    colocation_fallbacks : tuple of str, default ()
+    colocation_fallbacks
         Ids of the co-located jobs whose co-location numbers rest on a fallback: the co-location predictor had
         no profile of the job on its GPU type and predicted it (filled by the optimizing policy, which also
         counts them in its solve log). Not part of equality or the hash.
@@ -148,7 +148,7 @@ class Plan:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The snapshot the plan was decided on.
 
         Returns

@@ -28,15 +28,15 @@ class StepTimePredictor(Protocol):
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        num_gpus : int, optional
+        num_gpus
             GPUs (default: the job's).
-        freeze_level : int
+        freeze_level
             Leading blocks frozen.
-        num_nodes : int
+        num_nodes
             Nodes the GPUs span.
 
         Returns
@@ -51,11 +51,11 @@ class StepTimePredictor(Protocol):
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        freeze_level : int
+        freeze_level
             Leading blocks frozen.
 
         Returns
@@ -75,7 +75,7 @@ class FreezingPredictor(Protocol):
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
 
         Returns
@@ -92,11 +92,11 @@ class FreezingPredictor(Protocol):
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        freeze_level : int
+        freeze_level
             Leading blocks frozen.
-        start_progress : float
+        start_progress
             Training progress (0..1) when freezing starts.
 
         Returns
@@ -116,9 +116,9 @@ class ColocationPredictor(Protocol):
 
         Parameters
         ----------
-        jobs : Sequence of Job
+        jobs
             The jobs sharing one GPU.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -133,9 +133,9 @@ class ColocationPredictor(Protocol):
 
         Parameters
         ----------
-        jobs : Sequence of Job
+        jobs
             The jobs sharing one GPU.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -152,11 +152,11 @@ class Predictors:
 
     Parameters
     ----------
-    step_time : StepTimePredictor
+    step_time
         Step time and memory.
-    colocation : ColocationPredictor
+    colocation
         Speeds of jobs sharing a GPU.
-    freezing : FreezingPredictor
+    freezing
         Freeze levels and their accuracy penalty.
     """
 
@@ -170,15 +170,15 @@ class Predictors:
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        freeze_level : int
+        freeze_level
             Leading blocks frozen.
-        start_progress : float
+        start_progress
             Training progress (0..1) when freezing starts.
-        num_nodes : int
+        num_nodes
             Nodes the job's GPUs span.
 
         Returns
@@ -197,7 +197,7 @@ def memory_kind(job: Job) -> tuple[str, int, bool, str | None, str]:
 
     Parameters
     ----------
-    job : Job
+    job
         The job.
 
     Returns
@@ -229,13 +229,13 @@ class MemoryObservations:
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        freeze_level : int
+        freeze_level
             Its freeze level.
-        peak_mib : float
+        peak_mib
             The measured peak per worker, MiB.
 
         Returns
@@ -255,11 +255,11 @@ class MemoryObservations:
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        freeze_level : int
+        freeze_level
             The freeze level.
 
         Returns
@@ -289,7 +289,7 @@ class MemoryObservations:
 
         Parameters
         ----------
-        rows : Sequence of Sequence
+        rows
             Its rows.
 
         Returns
@@ -314,7 +314,7 @@ def observing_memory(observations: MemoryObservations) -> Iterator[MemoryObserva
 
     Parameters
     ----------
-    observations : MemoryObservations
+    observations
         The run's observations.
 
     Yields
@@ -335,13 +335,13 @@ def learned_memory_mib(predicted_mib: float, job: Job, gpu_type: str, freeze_lev
 
     Parameters
     ----------
-    predicted_mib : float
+    predicted_mib
         The prediction, MiB.
-    job : Job
+    job
         The job.
-    gpu_type : str
+    gpu_type
         The GPU type.
-    freeze_level : int
+    freeze_level
         The freeze level.
 
     Returns
@@ -449,9 +449,9 @@ def memoized(predictors: Predictors, max_entries: int = 1_000_000) -> Predictors
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         The predictors.
-    max_entries : int
+    max_entries
         Answers kept at most.
 
     Returns

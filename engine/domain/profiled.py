@@ -63,7 +63,7 @@ def profiled(predictors: Predictors) -> Predictors:
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         The bundle asked for everything no profile answers.
 
     Returns

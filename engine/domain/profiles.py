@@ -36,15 +36,15 @@ class IsolatedProfile:
 
     Parameters
     ----------
-    num_gpus : int
+    num_gpus
         GPUs the job ran on while measured.
-    num_nodes : int
+    num_nodes
         Nodes those GPUs spanned.
-    step_time_s : float
+    step_time_s
         Measured seconds per iteration.
-    memory_mib : float
+    memory_mib
         Measured peak memory per GPU, MiB.
-    utilization : float or None
+    utilization
         Measured GPU utilisation (0..1); ``None`` when not measured.
     """
 
@@ -63,11 +63,11 @@ class ProfileSink(Protocol):
 
         Parameters
         ----------
-        job : Job
+        job
             The measured job.
-        gpu_type : str
+        gpu_type
             The GPU type it ran on.
-        profile : IsolatedProfile
+        profile
             What was measured.
 
         Returns
@@ -82,11 +82,11 @@ class ProfileSink(Protocol):
 
         Parameters
         ----------
-        jobs : sequence of Job
+        jobs
             The co-located jobs (two or more).
-        gpu_type : str
+        gpu_type
             The GPU type they shared.
-        speeds : sequence of float
+        speeds
             Each job's speed relative to running alone, in the order of ``jobs``.
 
         Returns
@@ -112,11 +112,11 @@ class ProfileBook:
 
         Parameters
         ----------
-        job : Job
+        job
             The measured job.
-        gpu_type : str
+        gpu_type
             The GPU type it ran on.
-        profile : IsolatedProfile
+        profile
             What was measured.
 
         Returns
@@ -136,11 +136,11 @@ class ProfileBook:
 
         Parameters
         ----------
-        jobs : sequence of Job
+        jobs
             The co-located jobs; fewer than two are ignored.
-        gpu_type : str
+        gpu_type
             The GPU type they shared.
-        speeds : sequence of float
+        speeds
             Each job's relative speed, in the order of ``jobs``.
 
         Returns
@@ -162,9 +162,9 @@ class ProfileBook:
 
         Parameters
         ----------
-        job_id : str
+        job_id
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -179,9 +179,9 @@ class ProfileBook:
 
         Parameters
         ----------
-        job_id : str
+        job_id
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -196,9 +196,9 @@ class ProfileBook:
 
         Parameters
         ----------
-        job_ids : sequence of str
+        job_ids
             The group's jobs, in any order.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -213,9 +213,9 @@ class ProfileBook:
 
         Parameters
         ----------
-        job_ids : sequence of str
+        job_ids
             The group's jobs, in any order.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -237,7 +237,7 @@ class ProfileBook:
 
         Parameters
         ----------
-        job_id : str
+        job_id
             The job.
 
         Returns
@@ -270,7 +270,7 @@ class ProfileBook:
 
         Parameters
         ----------
-        rows : sequence of sequence
+        rows
             Rows as :meth:`to_list` returns them.
 
         Returns
@@ -302,7 +302,7 @@ def observing_profiles(book: ProfileBook) -> Iterator[ProfileBook]:
 
     Parameters
     ----------
-    book : ProfileBook
+    book
         The run's profiles.
 
     Returns
@@ -322,7 +322,7 @@ def profile_version(job_id: str) -> int:
 
     Parameters
     ----------
-    job_id : str
+    job_id
         The job.
 
     Returns

@@ -68,7 +68,7 @@ def resolve_gpu_type(name: str) -> GpuType:
 
     Parameters
     ----------
-    name : str
+    name
         A GPU-type id or alias, any spelling (``V100``, ``tesla-v100``).
 
     Returns
@@ -89,7 +89,7 @@ def resolve_model(name: str) -> str:
 
     Parameters
     ----------
-    name : str
+    name
         A model id or alias, any spelling.
 
     Returns
