@@ -83,6 +83,8 @@ def unplaced_completion_s(problem: RoundProblem) -> tuple[float, ...]:
 
 
 def starvation_bonus(problem: RoundProblem, job: int) -> float:
+    """What placing queued job ``job`` is worth for the time it waited: ``starvation_weight`` per hour of its
+    age, in objective units."""
     return problem.options.starvation_weight * problem.jobs[job].age_s / 3600.0
 
 
