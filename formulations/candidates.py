@@ -12,9 +12,9 @@ the same ``num_gpus`` GPUs) on one GPU type at one location:
 A multi-GPU unit is offered at most ``max_nodes_per_unit`` nodes per type: its members' current
 nodes, the node with the most GPUs free of running jobs, and nodes that can host it without
 preemption, spread over units deterministically (a restriction of the candidate set; rounds with
-few nodes see every node). Memory is a per-GPU filter, not a shared resource, so each (unit, type, location) keeps only its
-best memory-feasible freeze levels. Objectives are handled in maximisation form: a candidate's
-``gain`` is its score plus the migration penalty its staying members save; see
+few nodes see every node). Memory is a per-GPU filter, not a shared resource, so each (unit, type,
+location) keeps only its best memory-feasible freeze levels. Objectives are handled in maximisation form:
+a candidate's ``gain`` is its score plus the migration penalty its staying members save; see
 :func:`objective_of`. Capacity is then exact with per-node counts for multi-GPU units and per-type
 counts for everything (one-GPU units fit in any free GPU).
 """
@@ -24,10 +24,21 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from itertools import product
 
+from dltsched.engine.domain.model import Objective
 from dltsched.formulations.interference import simulate_stages
 from dltsched.formulations.problem import JobOption, RoundProblem
+
+
+class CandidateKind(StrEnum):
+    """Where a candidate places its unit (see the module docstring); a ``str``: ``kind == "node"`` holds."""
+
+    TYPE = "type"
+    NODE = "node"
+    CROSS = "cross"
+    STAY = "stay"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +58,7 @@ class Candidate:
     jobs: tuple[int, ...]
     freeze: tuple[int, ...]
     gpu_type: str
-    kind: str
+    kind: CandidateKind
     where: int
     num_gpus: int
     gain: float
@@ -72,6 +83,8 @@ def unplaced_completion_s(problem: RoundProblem) -> tuple[float, ...]:
 
 
 def starvation_bonus(problem: RoundProblem, job: int) -> float:
+    """What placing queued job ``job`` is worth for the time it waited: ``starvation_weight`` per hour of its
+    age, in objective units."""
     return problem.options.starvation_weight * problem.jobs[job].age_s / 3600.0
 
 
@@ -82,14 +95,15 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
     units += [(g.jobs, g.gpu_type) for g in problem.groups if g.allowed]
     waiting = unplaced_completion_s(problem)
     free_now = _free_now(problem)
-    slots_of_job: dict[int, list[int]] = defaultdict(list)  # slots a running job sits in (only those can keep it)
+    slots_of_job: dict[int, list[int]] = defaultdict(list)  # slots a running job sits in (only they keep it)
     for p, slot in enumerate(slots):
         for j in slot.members:
             slots_of_job[j].append(p)
     out: list[Candidate] = []
     fitting: dict[tuple[str, int], _Fitting] = {}  # per (GPU type, gang size), the same for every unit
     for u, (jobs, group_type) in enumerate(units):
-        types = [group_type] if group_type else list(dict.fromkeys(o.gpu_type for o in problem.jobs[jobs[0]].options))
+        types = [group_type] if group_type else list(dict.fromkeys(o.gpu_type
+                                                                   for o in problem.jobs[jobs[0]].options))
         mine = sorted({p for j in jobs for p in slots_of_job.get(j, ())})
         for gpu_type in types:
             nodes = _offered_nodes(problem, jobs, gpu_type, free_now, u, fitting)
@@ -102,7 +116,8 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
     for p, slot in enumerate(slots):
         for g in slot.gpus:
             on_gpu[g].append(p)
-    conflicts = tuple(sorted({(a, b) for held in on_gpu.values() for i, a in enumerate(held) for b in held[i + 1:]}))
+    conflicts = tuple(sorted({(a, b) for held in on_gpu.values()
+                              for i, a in enumerate(held) for b in held[i + 1:]}))
     return CandidateSet(problem, tuple(out), slots, conflicts, tuple(tuple(b) for b in by_job), waiting)
 
 
@@ -143,8 +158,9 @@ _Fitting = tuple[list[int], set[int], list[int], int | None]
 
 def _offered_nodes(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, free_now: Sequence[int],
                    unit: int, fitting: dict[tuple[str, int], _Fitting] | None = None) -> list[int]:
-    """Nodes a multi-GPU unit may use on ``gpu_type`` (see module docstring); ``fitting`` keeps what every unit
-    of the same type and gang size shares (the list returned for one-GPU units is shared: do not change it)."""
+    """Nodes a multi-GPU unit may use on ``gpu_type`` (see module docstring); ``fitting`` keeps what every
+    unit of the same type and gang size shares (the list returned for one-GPU units is shared: do not change
+    it)."""
     size = problem.jobs[jobs[0]].num_gpus
     found = None if fitting is None else fitting.get((gpu_type, size))
     if found is None:
@@ -158,7 +174,8 @@ def _offered_nodes(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, 
     if size == 1 or len(fits) <= limit:
         return fits
     node_of = problem.node_of
-    chosen = dict.fromkeys(node_of[g] for j in jobs for g in problem.jobs[j].current_gpus if node_of[g] in fit_set)
+    chosen = dict.fromkeys(node_of[g] for j in jobs for g in problem.jobs[j].current_gpus
+                           if node_of[g] in fit_set)
     assert most is not None  # more nodes fit than the limit
     chosen[most] = None
     start = (unit * limit) % len(roomy)
@@ -181,21 +198,21 @@ def _unit_candidates(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str
     freeze, score, completion = best
     running = {j for j in jobs if problem.jobs[j].running}
 
-    def make(kind: str, where: int, saved: float) -> Candidate:
+    def make(kind: CandidateKind, where: int, saved: float) -> Candidate:
         return Candidate(jobs, freeze, gpu_type, kind, where, size, score + saved, completion)
 
     out = []
     if size == 1:
-        out.append(make("type", -1, 0.0))
+        out.append(make(CandidateKind.TYPE, -1, 0.0))
     elif cross:
-        out.append(make("cross", -1, 0.0))
+        out.append(make(CandidateKind.CROSS, -1, 0.0))
     else:
-        out += [make("node", n, 0.0) for n in nodes]
+        out += [make(CandidateKind.NODE, n, 0.0) for n in nodes]
     for p in mine:
         slot = slots[p]
         stayers = running & set(slot.members)
         if stayers and slot.gpu_type == gpu_type and len(slot.gpus) == size:
-            out.append(make("stay", p, sum(problem.migration_cost(j) for j in stayers)))
+            out.append(make(CandidateKind.STAY, p, sum(problem.migration_cost(j) for j in stayers)))
     return out
 
 
@@ -207,14 +224,14 @@ def _best_freeze(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, cr
     overhead = group.overhead_mib if group else 0.0
     choices = [[o for o in problem.jobs[j].options if o.gpu_type == gpu_type] for j in jobs]
     if not problem.options.minimize:  # one term per member and option, summed per combination (as unit_score)
-        return _best_progress(problem, jobs, problem.value_speeds(group) if group else (1.0,), choices, cross, overhead,
-                              memory_mib)
+        speeds = problem.value_speeds(group) if group else (1.0,)
+        return _best_progress(problem, jobs, speeds, choices, cross, overhead, memory_mib)
     best: tuple[tuple[float, float], tuple[int, ...], float, tuple[float, ...]] | None = None
     for combo in product(*choices):
         if sum(o.memory_mib for o in combo) + overhead > memory_mib:
             continue
         score, completion = unit_score(problem, jobs, combo, cross, waiting)
-        key = (-max(completion), score) if problem.options.objective == "makespan" else (score, 0.0)
+        key = (-max(completion), score) if problem.options.objective is Objective.MAKESPAN else (score, 0.0)
         if best is None or key > best[0]:
             best = (key, tuple(o.freeze_level for o in combo), score, completion)
     return None if best is None else best[1:]
@@ -224,12 +241,13 @@ def _best_progress(problem: RoundProblem, jobs: tuple[int, ...], speeds: Sequenc
                    choices: Sequence[Sequence[JobOption]], cross: bool, overhead_mib: float,
                    memory_mib: float) -> tuple[tuple[int, ...], float, tuple[float, ...]] | None:
     """:func:`_best_freeze` for the maximised objectives: each member's progress term per option computed once
-    (the same floating-point operations as :func:`unit_score`), the first best combination in product order."""
+    (the same floating-point operations as :func:`unit_score`), the first best combination in product
+    order."""
     terms = []
     for j, speed, options in zip(jobs, speeds, choices, strict=True):
         job, scale = problem.jobs[j], problem.value_scale(j)
-        terms.append([(job.weight * speed * o.rate(cross) / job.reference_rate * scale, o.memory_mib, o.freeze_level)
-                      for o in options])
+        terms.append([(job.weight * speed * o.rate(cross) / job.reference_rate * scale, o.memory_mib,
+                       o.freeze_level) for o in options])
     bonus = sum(starvation_bonus(problem, j) for j in jobs)
     best: tuple[float, tuple[int, ...]] | None = None
     for combo in product(*terms):
@@ -251,11 +269,11 @@ def unit_score(problem: RoundProblem, jobs: tuple[int, ...], combo: Sequence[Job
     rates = [o.rate(cross) for o in combo]
     bonus = sum(starvation_bonus(problem, j) for j in jobs)
     if not problem.options.minimize:
-        progress = sum(problem.jobs[j].weight * s * r / problem.jobs[j].reference_rate * problem.value_scale(j)
-                       for j, s, r in zip(jobs, speeds, rates, strict=True))
+        progress = sum(problem.jobs[j].weight * s * r / problem.jobs[j].reference_rate
+                       * problem.value_scale(j) for j, s, r in zip(jobs, speeds, rates, strict=True))
         return progress + bonus, ()
     completion = stage_completion_s(problem, jobs, gpu_type, rates)
-    if objective == "weighted_completion":
+    if objective is Objective.WEIGHTED_COMPLETION:
         saved = sum(problem.jobs[j].weight * (waiting[j] - c) for j, c in zip(jobs, completion, strict=True))
         return saved + bonus, completion
     return bonus, completion
@@ -268,7 +286,8 @@ def stage_completion_s(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: s
     def speeds(active: tuple[int, ...]) -> Sequence[float]:
         group = problem.group(tuple(jobs[a] for a in active), gpu_type)
         if group is None:
-            raise ValueError(f"round has no co-location speeds for jobs {[jobs[a] for a in active]} on {gpu_type}")
+            raise ValueError(f"round has no co-location speeds for jobs {[jobs[a] for a in active]} "
+                             f"on {gpu_type}")
         order = {j: i for i, j in enumerate(group.jobs)}
         return [group.speeds[order[jobs[a]]] for a in active]
 
@@ -284,8 +303,9 @@ def objective_of(cset: CandidateSet, selected: Sequence[int]) -> float:
     objective = problem.options.objective
     if not problem.options.minimize:
         return value
-    if objective == "weighted_completion":
-        return sum(j.weight * w for j, w in zip(problem.jobs, cset.unplaced_completion_s, strict=True)) - value
+    if objective is Objective.WEIGHTED_COMPLETION:
+        waiting = zip(problem.jobs, cset.unplaced_completion_s, strict=True)
+        return sum(j.weight * w for j, w in waiting) - value
     finish = list(cset.unplaced_completion_s)
     for cand in chosen:
         for j, c in zip(cand.jobs, cand.completion_s, strict=True):
@@ -300,6 +320,7 @@ def to_reported(cset: CandidateSet, max_form: float) -> float:
     objective = problem.options.objective
     if not problem.options.minimize:
         return value
-    if objective == "weighted_completion":
-        return sum(j.weight * w for j, w in zip(problem.jobs, cset.unplaced_completion_s, strict=True)) - value
+    if objective is Objective.WEIGHTED_COMPLETION:
+        waiting = zip(problem.jobs, cset.unplaced_completion_s, strict=True)
+        return sum(j.weight * w for j, w in waiting) - value
     return -value

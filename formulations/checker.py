@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from dltsched.engine.domain.errors import InvalidPlanError
-from dltsched.engine.domain.model import Plan
+from dltsched.engine.domain.model import Objective, Plan
 from dltsched.formulations.interference import simulate_stages
 from dltsched.formulations.problem import RoundProblem
 
@@ -155,7 +155,7 @@ def _objective(problem: RoundProblem, plan: Plan) -> float:
     penalty = sum(problem.migration_cost(j) for j in moved)
     if not options.minimize:
         return progress + bonus - penalty
-    if options.objective == "weighted_completion":
+    if options.objective is Objective.WEIGHTED_COMPLETION:
         return sum(job.weight * f for job, f in zip(problem.jobs, finish, strict=True)) + penalty - bonus
     return max(finish, default=0.0) + penalty - bonus
 

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from dltsched.engine.domain.model import Assignment, Plan
-from dltsched.formulations.candidates import Candidate, CandidateSet
+from dltsched.formulations.candidates import Candidate, CandidateKind, CandidateSet
 from dltsched.formulations.problem import RoundProblem
 
-_ORDER = {"stay": 0, "node": 1, "cross": 2, "type": 3}
+_ORDER = {CandidateKind.STAY: 0, CandidateKind.NODE: 1, CandidateKind.CROSS: 2, CandidateKind.TYPE: 3}
 
 
 def to_plan(cset: CandidateSet, selected: Sequence[int], **fields: object) -> Plan:
@@ -27,7 +27,7 @@ def to_plan(cset: CandidateSet, selected: Sequence[int], **fields: object) -> Pl
     free = [[g for g in node.gpus if g not in unusable] for node in problem.nodes]  # per node, ascending
     assignments: list[Assignment] = []
     for cand in chosen:
-        if cand.kind == "stay":
+        if cand.kind == CandidateKind.STAY:
             gpus = cset.slots[cand.where].gpus
         else:
             gpus = _pick(_pool(problem, free, cand), cand.num_gpus, _avoid(cset, cand))
@@ -42,7 +42,7 @@ def to_plan(cset: CandidateSet, selected: Sequence[int], **fields: object) -> Pl
 def _pool(problem: RoundProblem, free: list[list[int]], cand: Candidate) -> list[int]:
     """The lowest free GPUs where ``cand`` may go (its node, or every node of its type in index order, hence
     ascending), one more than it needs where there are (all that :func:`_pick` looks at)."""
-    if cand.kind == "node":
+    if cand.kind == CandidateKind.NODE:
         return free[cand.where][: cand.num_gpus + 1]
     pool: list[int] = []
     for n in problem.nodes_of_type(cand.gpu_type):

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
 from pathlib import Path
 from typing import Any
 
 from dltsched.engine.domain.errors import ValidationError
-from dltsched.engine.domain.model import DEFAULT_OBJECTIVE, OBJECTIVES
+from dltsched.engine.domain.model import DEFAULT_OBJECTIVE, OBJECTIVES, Objective
 
-#: objectives that are minimised; ``effective_progress`` and ``jct`` are maximised
-MINIMIZE = frozenset({"weighted_completion", "makespan"})
 FORMAT = "dltsched-round/1"
 #: shortest remaining time the ``jct`` objective distinguishes (keeps job values within a bounded ratio)
 JCT_MIN_REMAINING_S = 60.0
@@ -60,7 +59,7 @@ class RoundOptions:
     limit (faster on a large round, but two runs may return different plans).
     """
 
-    objective: str = DEFAULT_OBJECTIVE
+    objective: Objective = DEFAULT_OBJECTIVE
     max_jobs_per_gpu: int = 2
     freeze_levels: tuple[int, ...] | int = 4
     time_limit_s: float = 10.0
@@ -78,8 +77,11 @@ class RoundOptions:
     stage_horizon_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ValidationError("options.objective", f"'{self.objective}' not understood; one of {', '.join(OBJECTIVES)}")
+        try:  # a name from a round file, the service or the API becomes the enum here, once
+            object.__setattr__(self, "objective", Objective(self.objective))
+        except ValueError:
+            raise ValidationError("options.objective", f"'{self.objective}' not understood; one of "
+                                  f"{', '.join(OBJECTIVES)}") from None
         if self.max_jobs_per_gpu not in (1, 2, 3):
             raise ValidationError("options.max_jobs_per_gpu", f"{self.max_jobs_per_gpu!r} not understood; must be 1, 2 or 3")
         levels = self.freeze_levels
@@ -106,7 +108,7 @@ class RoundOptions:
         weight = self.length_weight
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 4:
             raise ValidationError("options.length_weight", f"{weight!r} not understood; a number in [0, 4] (0: off)")
-        if weight and self.objective != "effective_progress":
+        if weight and self.objective is not Objective.EFFECTIVE_PROGRESS:
             raise ValidationError("options.length_weight", f"{weight!r} applies to objective effective_progress "
                                   f"only, not {self.objective}; set objective=effective_progress or length_weight=0")
         horizon = self.stage_horizon_s
@@ -121,7 +123,8 @@ class RoundOptions:
 
     @property
     def minimize(self) -> bool:
-        return self.objective in MINIMIZE
+        """Whether the objective is minimised (:attr:`Objective.sense`)."""
+        return self.objective.minimize
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,10 +437,10 @@ def remaining_time_s(job: RoundJob) -> float:
     return max(JCT_MIN_REMAINING_S, job.remaining_iterations / job.reference_rate)
 
 
-def _value_scales(objective: str, jobs: tuple[RoundJob, ...], reference_s: float | None,
+def _value_scales(objective: Objective, jobs: tuple[RoundJob, ...], reference_s: float | None,
                   length_weight: float = 0.0) -> tuple[float, ...]:
-    longest_first = objective == "effective_progress" and length_weight > 0
-    if (objective != "jct" and not longest_first) or not jobs:
+    longest_first = objective is Objective.EFFECTIVE_PROGRESS and length_weight > 0
+    if (objective is not Objective.JCT and not longest_first) or not jobs:
         return (1.0,) * len(jobs)
     times = [remaining_time_s(j) for j in jobs]
     reference = median_remaining_s(times) if reference_s is None else max(JCT_MIN_REMAINING_S, reference_s)
@@ -460,3 +463,10 @@ def _plain(value: Any) -> Any:
         return {k: _plain(v) for k, v in asdict(value).items()}
     return value
 
+
+def __getattr__(name: str) -> Any:
+    if name == "MINIMIZE":  # the set of minimised objectives, before Objective knew its sense
+        warnings.warn("dltsched.formulations.problem.MINIMIZE is deprecated and will be removed in 0.3.0; use "
+                      "Objective.minimize (dltsched.engine.domain.model.Objective)", DeprecationWarning, stacklevel=2)
+        return frozenset(o for o in Objective if o.minimize)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,11 +2,11 @@
 
 ``termination`` (:class:`Termination`) says why the solver stopped (``optimal``, ``gap_limit``,
 ``time_limit``, ``infeasible``, ``error``, ``not_run``); ``solution_status`` (:class:`SolutionStatus`)
-says what came back (``optimal``, ``feasible``, ``fallback``, ``none``), kept apart as in Pyomo. ``plan.status`` combines them for
-users: ``optimal`` | ``feasible`` (stopped at the gap limit) | ``timeout`` (time limit, incumbent
-returned) | ``fallback`` (greedy plan, nothing usable from the solver) | ``infeasible`` (some jobs
-can never be placed: ``infeasible_jobs`` names them; the plan places the others). Jobs that only the
-GPUs down now keep out are in ``infeasible_jobs`` too (``while_down``) but leave the status alone.
+says what came back (``optimal``, ``feasible``, ``fallback``, ``none``), kept apart as in Pyomo.
+``plan.status`` combines them for users: ``optimal`` | ``feasible`` (stopped at the gap limit) | ``timeout``
+(time limit, incumbent returned) | ``fallback`` (greedy plan, nothing usable from the solver) | ``infeasible``
+(some jobs can never be placed: ``infeasible_jobs`` names them; the plan places the others). Jobs that only
+the GPUs down now keep out are in ``infeasible_jobs`` too (``while_down``) but leave the status alone.
 """
 
 from __future__ import annotations
@@ -41,33 +41,40 @@ class SolutionStatus(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RoundResult:
-    """A solved round; ``plan`` carries status, objective, bound, gap, times, backend, fallback."""
+    """A solved round; ``plan`` carries status, objective, bound, gap, times, backend, fallback.
+
+    Parameters
+    ----------
+    plan
+        The round's plan.
+    termination
+        Why the backend stopped.
+    solution_status
+        What the backend returned.
+    infeasible_jobs
+        The jobs no plan can place (and those only down GPUs keep out, ``while_down``).
+    num_candidates
+        The candidate placements the backend chose from.
+    stages
+        Seconds per stage of the solve (see :func:`~dltsched.formulations.solve.solve_problem`).
+    """
 
     plan: Plan
-    termination: str
-    solution_status: str
+    termination: Termination
+    solution_status: SolutionStatus
     infeasible_jobs: tuple[Unplaceable, ...] = ()
     num_candidates: int = 0
-    #: seconds per stage of the solve (see :func:`~dltsched.formulations.solve.solve_problem`)
     stages: dict[str, float] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        try:
-            Termination(self.termination)
-        except ValueError:
-            raise ValueError(f"termination: '{self.termination}' not understood; one of {', '.join(Termination)}") from None
-        try:
-            SolutionStatus(self.solution_status)
-        except ValueError:
-            raise ValueError(f"solution_status: '{self.solution_status}' not understood; one of "
-                             f"{', '.join(SolutionStatus)}") from None
-
     def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready values: the plan's figures, termination, solution status, the jobs no plan
+        can place and the assignments (enums as their plain names)."""
         plan = self.plan
         return {
-            "status": plan.status, "objective": plan.objective, "bound": plan.bound, "gap": plan.gap,
+            "status": str(plan.status), "objective": plan.objective, "bound": plan.bound, "gap": plan.gap,
             "solve_time_s": plan.solve_time_s, "build_time_s": plan.build_time_s, "backend": plan.backend,
-            "fallback": plan.fallback, "termination": self.termination, "solution_status": self.solution_status,
+            "fallback": plan.fallback, "termination": str(self.termination),
+            "solution_status": str(self.solution_status),
             "message": plan.message, "num_candidates": self.num_candidates,
             "infeasible_jobs": [{"job_id": u.job_id, "reason": u.reason, "while_down": u.while_down}
                                 for u in self.infeasible_jobs],

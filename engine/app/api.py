@@ -52,7 +52,7 @@ from dltsched.engine.app.measured import (
     provenance,
 )
 from dltsched.engine.app.registry import make_policy, policy_names
-from dltsched.engine.app.vocabulary import AUTO, PROJECT_POLICY, parse_backend, parse_policy
+from dltsched.engine.app.vocabulary import AUTO, BackendChoice, parse_backend, parse_policy
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.engine.domain.model import (
     DEFAULT_OBJECTIVE,
@@ -350,11 +350,15 @@ def _check_down_gpus(state: ClusterState) -> None:
 
 
 def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *, status: str, message: str = "") -> Plan:
-    """The plan of baseline ``policy`` for ``state``, timed and marked with ``status``."""
+    """The plan of baseline ``policy`` for ``state``, timed and marked with ``status`` (a
+    :class:`~dltsched.engine.domain.model.PlanStatus` or its name, made the enum here)."""
+    from dltsched.engine.domain.model import PlanStatus
+
+    marked = PlanStatus(status)
     start = time.perf_counter()
     plan: Plan = make_policy(policy, predictors=preds).schedule(state).resolved(state)
-    return replace(plan, status=status, solve_time_s=time.perf_counter() - start, backend=f"greedy:{policy}",
-                   fallback=status == "fallback", message=message)
+    return replace(plan, status=marked, solve_time_s=time.perf_counter() - start,
+                   backend=str(BackendChoice.baseline(policy)), fallback=marked is PlanStatus.FALLBACK, message=message)
 
 
 def make_named_policy(name: str, preds: Predictors, config: ConfiguredSolver | None = None) -> Policy:
@@ -381,7 +385,7 @@ def make_named_policy(name: str, preds: Predictors, config: ConfiguredSolver | N
         When the name is not registered (the message lists close matches).
     """
     choice = parse_policy(name)  # the one parser of policy names (vocabulary)
-    if choice.name.partition(":")[0] == PROJECT_POLICY:
+    if choice.project:
         cfg = config or ConfiguredSolver()
         settings: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "predictors"}
         settings |= choice.options()  # the predictors are ``preds``

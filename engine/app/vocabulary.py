@@ -47,7 +47,8 @@ POLICY_GROUPS: dict[str, tuple[str, ...]] = {
 
 
 def backend_names() -> tuple[str, ...]:
-    """Every backend name, as help texts list them: the formulation backends, ``auto`` and ``greedy:<policy>``."""
+    """Every backend name, as help texts list them: the formulation backends, ``auto`` and
+    ``greedy:<policy>``."""
     return (*BACKENDS, AUTO, "greedy:<policy>")
 
 
@@ -62,6 +63,22 @@ class BackendChoice:
     def __str__(self) -> str:
         return f"greedy:{self.policy}" if self.policy else self.name
 
+    @classmethod
+    def baseline(cls, policy: str) -> BackendChoice:
+        """The choice ``greedy:<policy>``: the registered baseline ``policy`` decides the round.
+
+        Parameters
+        ----------
+        policy
+            A registered policy name, as it is to appear in the plan's ``backend``.
+        """
+        return cls("greedy", policy)
+
+    @property
+    def auto(self) -> bool:
+        """Whether the round's size picks the backend (``auto``; see :meth:`for_jobs`)."""
+        return self.name == AUTO
+
     @property
     def exact(self) -> bool:
         """Whether the backend proves optimality (within the gap limit) on every round it decides."""
@@ -70,7 +87,7 @@ class BackendChoice:
     def for_jobs(self, num_jobs: int, exact_max_jobs: int = 100) -> str:
         """The formulation backend deciding a round of ``num_jobs`` active jobs (``auto`` resolved); a
         ``greedy:<policy>`` choice has none (its policy decides) and gives ``greedy``."""
-        if self.name == AUTO:
+        if self.auto:
             return "cpsat" if num_jobs <= exact_max_jobs else "greedy"
         return self.name
 
@@ -80,13 +97,15 @@ def _unknown(field: str, text: str, known: Iterable[str], what: str = "") -> Val
     known = list(known)
     close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(close)}? " if close else ""
-    return ValidationError(field, f"{what or repr(text[:60])} not understood; {hint}known: {', '.join(known)}")
+    subject = what or repr(text[:60])
+    return ValidationError(field, f"{subject} not understood; {hint}known: {', '.join(known)}")
 
 
 def _policy_name(text: str, field: str, whole: str) -> str:
     key = text.strip().lower()
     if key not in policy_names():
-        raise _unknown(field, key, policy_names(), f"policy '{key[:60]}' in '{whole[:60]}'" if whole != text else "")
+        within = f"policy '{key[:60]}' in '{whole[:60]}'" if whole != text else ""
+        raise _unknown(field, key, policy_names(), within)
     return key
 
 
@@ -101,22 +120,36 @@ def parse_backend(text: str | BackendChoice, field: str = "backend", within: str
     base, sep, policy = key.partition(":")
     if not sep:
         if key not in (*BACKENDS, AUTO):
-            raise _unknown(field, text, backend_names(), f"backend '{key[:60]}' in '{within[:60]}'" if within else "")
+            inside = f"backend '{key[:60]}' in '{within[:60]}'" if within else ""
+            raise _unknown(field, text, backend_names(), inside)
         return BackendChoice(key)
     if base != "greedy" or not policy:
         raise _unknown(field, text, backend_names(), f"'{text[:60]}' (only greedy takes a policy, e.g. "
                        "greedy:sjf)")
-    return BackendChoice("greedy", _policy_name(policy, field, text))
+    return BackendChoice.baseline(_policy_name(policy, field, text))
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyChoice:
-    """A parsed policy name: ``policy`` is the registered policy, ``backend`` the backend an optimizing policy
-    was named with (``dltsched:milp``; else ``None``) and ``name`` what its results are called."""
+    """A parsed policy name.
+
+    Parameters
+    ----------
+    policy
+        The registered policy.
+    backend
+        The backend an optimizing policy was named with (``dltsched:milp``; else ``None``).
+    name
+        What its results are called (default: ``policy``).
+    project
+        Whether it was named ``dltsched[:<backend>]``: the embedding API then decides with its configured
+        solver.
+    """
 
     policy: str
     backend: BackendChoice | None = None
     name: str = ""
+    project: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -142,14 +175,16 @@ def parse_policy(text: str | PolicyChoice, field: str = "policy") -> PolicyChoic
     elif base in policy_names():
         base_policy = base
     else:
-        raise _unknown(field, base if sep else text, known, f"policy '{base[:60]}' in '{text[:60]}'" if sep else "")
+        within = f"policy '{base[:60]}' in '{text[:60]}'" if sep else ""
+        raise _unknown(field, base if sep else text, known, within)
+    project = base == PROJECT_POLICY
     if not sep:
-        return PolicyChoice(base_policy, None, key)
+        return PolicyChoice(base_policy, None, key, project)
     if base_policy not in OPTIMIZING_POLICIES:
-        raise ValidationError(field, f"'{text[:60]}' not understood: only the optimizing policies take a backend "
-                              f"(dltsched:<backend>, e.g. dltsched:milp); give '{base}' alone")
+        raise ValidationError(field, f"'{text[:60]}' not understood: only the optimizing policies take a "
+                              f"backend (dltsched:<backend>, e.g. dltsched:milp); give '{base}' alone")
     choice = parse_backend(backend, field, within=text)
-    return PolicyChoice(base_policy, choice, f"{base}:{choice}")
+    return PolicyChoice(base_policy, choice, f"{base}:{choice}", project)
 
 
 def expand_policies(names: Iterable[str], field: str = "policy") -> list[PolicyChoice]:

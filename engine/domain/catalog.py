@@ -28,25 +28,25 @@ class GpuType:
 
     Parameters
     ----------
-    id : str
+    id
         The canonical id, e.g. ``v100``.
-    name : str
+    name
         The product name.
-    architecture : str
+    architecture
         The architecture, e.g. ``volta``.
-    memory_gib : float
+    memory_gib
         Memory, GiB.
-    memory_bandwidth_gbs : float
+    memory_bandwidth_gbs
         Memory bandwidth, GB/s.
-    fp32_tflops, fp16_tensor_tflops : float
+    fp32_tflops, fp16_tensor_tflops
         Peak FP32 and FP16 tensor throughput, TFLOP/s.
-    sm_count : int
+    sm_count
         Streaming multiprocessors.
-    interconnect : str
+    interconnect
         The intra-node link, e.g. ``nvlink``.
-    intra_node_bandwidth_gbs : float
+    intra_node_bandwidth_gbs
         Its bandwidth, GB/s.
-    aliases : tuple of str
+    aliases
         Other names it is known by.
 
     Raises
@@ -88,7 +88,7 @@ def normalize_name(name: str) -> str:
 
     Parameters
     ----------
-    name : str
+    name
         A name.
 
     Returns
@@ -105,9 +105,9 @@ class DatasetSpec:
 
     Parameters
     ----------
-    fwd_gflops : float
+    fwd_gflops
         Forward pass, GFLOP per sample.
-    activation_mib : float
+    activation_mib
         Activations kept for the backward pass, MiB per sample.
     """
 
@@ -121,21 +121,21 @@ class ModelSpec:
 
     Parameters
     ----------
-    id : str
+    id
         The canonical id, e.g. ``resnet50``.
-    family : str
+    family
         Its family (``cnn``, ``transformer``, ...).
-    aliases : tuple of str
+    aliases
         Other names it is known by.
-    default_dataset : str
+    default_dataset
         The dataset a job trains on when it names none.
-    datasets : dict of str to DatasetSpec
+    datasets
         Per-sample costs per dataset.
-    params_m : float
+    params_m
         Parameters, millions.
-    layers : int
+    layers
         Layers (the unit of freezing).
-    default_batch_size : int
+    default_batch_size
         The batch size per GPU a job uses when it names none.
     """
 
@@ -153,7 +153,7 @@ class ModelSpec:
 
         Parameters
         ----------
-        name : str or None
+        name
             The dataset (``None``: the default one).
 
         Returns
@@ -202,7 +202,8 @@ class _Catalog(Generic[T]):
 
 
 def _read(name: str) -> dict[str, Any]:
-    return json.loads(resources.files(_DATA).joinpath("data", name).read_text())
+    data: dict[str, Any] = json.loads(resources.files(_DATA).joinpath("data", name).read_text())
+    return data
 
 
 @cache
@@ -249,7 +250,7 @@ def gpu_spec(name: str) -> GpuType:
 
     Parameters
     ----------
-    name : str
+    name
         An id or alias, any spelling (``V100``, ``tesla-v100``).
 
     Returns
@@ -270,7 +271,7 @@ def model_spec(name: str) -> ModelSpec:
 
     Parameters
     ----------
-    name : str
+    name
         An id or alias, any spelling (``ResNet-50``).
 
     Returns

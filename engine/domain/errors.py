@@ -20,9 +20,9 @@ class ValidationError(DltschedError, ValueError):
 
     Parameters
     ----------
-    path : str
+    path
         The field path (empty: the input as a whole).
-    problem : str
+    problem
         What is wrong and what is allowed.
     """
 
@@ -36,7 +36,7 @@ class ValidationError(DltschedError, ValueError):
 
         Parameters
         ----------
-        prefix : str
+        prefix
             The path of the enclosing field, e.g. ``jobs[3]``.
 
         Returns
@@ -44,7 +44,8 @@ class ValidationError(DltschedError, ValueError):
         ValidationError
             The error at ``prefix.path``.
         """
-        path = f"{prefix}.{self.path}" if self.path and not self.path.startswith("[") else f"{prefix}{self.path}"
+        dotted = self.path and not self.path.startswith("[")
+        path = f"{prefix}.{self.path}" if dotted else f"{prefix}{self.path}"
         return ValidationError(path, self.problem)
 
 
@@ -53,11 +54,11 @@ def check_positive(path: str, value: float, *, integer: bool = False) -> None:
 
     Parameters
     ----------
-    path : str
+    path
         The field path errors carry.
-    value : float
+    value
         The value.
-    integer : bool
+    integer
         Require an integer.
 
     Raises
@@ -67,7 +68,8 @@ def check_positive(path: str, value: float, *, integer: bool = False) -> None:
     """
     if integer and (not isinstance(value, int) or isinstance(value, bool)):
         raise ValidationError(path, f"{value!r} not understood; must be an integer >= 1")
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+    if (not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value)
+            or value <= 0):
         raise ValidationError(path, f"{value!r} not understood; must be {'>= 1' if integer else '> 0'}")
 
 
@@ -76,9 +78,9 @@ def check_non_negative(path: str, value: float) -> None:
 
     Parameters
     ----------
-    path : str
+    path
         The field path errors carry.
-    value : float
+    value
         The value.
 
     Raises
@@ -104,9 +106,9 @@ class InfeasibleRoundError(DltschedError):
 
     Parameters
     ----------
-    message : str
+    message
         The message.
-    jobs : tuple of str
+    jobs
         The ids of the jobs that can never be placed.
     """
 
@@ -124,9 +126,9 @@ def write_problem(path: Path, err: OSError) -> str:
 
     Parameters
     ----------
-    path : Path
+    path
         The file that could not be written.
-    err : OSError
+    err
         The error writing it gave.
 
     Returns
@@ -136,7 +138,9 @@ def write_problem(path: Path, err: OSError) -> str:
     """
     for parent in path.parents:
         if parent.exists():
-            return f"'{parent}' is a file, not a folder" if not parent.is_dir() else (err.strerror or str(err))
+            if not parent.is_dir():
+                return f"'{parent}' is a file, not a folder"
+            return err.strerror or str(err)
     return err.strerror or str(err)
 
 
@@ -145,11 +149,11 @@ def write_text_file(path: str | os.PathLike[str], text: str, *, option: str = "-
 
     Parameters
     ----------
-    path : str or PathLike
+    path
         The file.
-    text : str
+    text
         The text.
-    option : str
+    option
         The option or field that named the file, for the message.
 
     Returns
@@ -167,7 +171,8 @@ def write_text_file(path: str | os.PathLike[str], text: str, *, option: str = "-
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
     except OSError as err:
-        raise ValidationError(option, f"cannot write '{path}': {write_problem(p, err)}; give a writable file path") from None
+        raise ValidationError(option, f"cannot write '{path}': {write_problem(p, err)}; give a writable "
+                              "file path") from None
     return p
 
 
@@ -178,9 +183,9 @@ def write_atomically(path: str | os.PathLike[str], data: bytes) -> Path:
 
     Parameters
     ----------
-    path : str or PathLike
+    path
         The file.
-    data : bytes
+    data
         Its new contents.
 
     Returns

@@ -16,7 +16,7 @@ def hash_unit(key: str) -> float:
 
     Parameters
     ----------
-    key : str
+    key
         The key.
 
     Returns
@@ -32,7 +32,7 @@ def hash_normal(key: str) -> float:
 
     Parameters
     ----------
-    key : str
+    key
         The key.
 
     Returns

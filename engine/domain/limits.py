@@ -29,15 +29,15 @@ class Limit:
 
     Parameters
     ----------
-    name : str
+    name
         The cap as messages name it, e.g. ``max_input_mib``.
-    env : str
+    env
         The environment variable that overrides the default.
-    default : float
+    default
         The value when the variable is not set.
-    unit : str
+    unit
         The unit of the value (``MiB``, ``s``, ``seeds``).
-    what : str
+    what
         What the cap bounds, for the documentation.
     """
 
@@ -88,7 +88,8 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
           "size of an input file: instance, round, result, experiment, co-location model"),
     Limit("max_data_file_mib", "DLTSCHED_MAX_DATA_FILE_MIB", 4096.0, "MiB",
           "size of a file of the data folder (traces, measurements), read line by line"),
-    Limit("max_checkpoint_mib", "DLTSCHED_MAX_CHECKPOINT_MIB", 2048.0, "MiB", "size of a simulation checkpoint"),
+    Limit("max_checkpoint_mib", "DLTSCHED_MAX_CHECKPOINT_MIB", 2048.0, "MiB",
+          "size of a simulation checkpoint"),
     Limit("max_pipe_wait_s", "DLTSCHED_MAX_PIPE_WAIT_S", 10.0, "s",
           "wait for the first bytes from a pipe whose writer is slow to start"),
     Limit("max_seeds", "DLTSCHED_MAX_SEEDS", 10_000.0, "seeds", "seeds in one batch --seeds sweep"),
@@ -103,7 +104,7 @@ def limit(name: str) -> float:
 
     Parameters
     ----------
-    name : str
+    name
         The cap, e.g. ``"max_input_mib"``.
 
     Returns
@@ -129,13 +130,13 @@ def read_limited(path: str | os.PathLike[str], where: str | None = None, *, cap:
 
     Parameters
     ----------
-    path : str or PathLike
+    path
         The file.
-    where : str, optional
+    where
         What messages call the file (default: its path).
-    cap : str
+    cap
         The size cap in :data:`LIMITS` (in MiB).
-    text : bool
+    text
         Refuse bytes that are not UTF-8 text as soon as they arrive.
 
     Returns
@@ -179,20 +180,22 @@ def _read_chunks(fd: int, where: str, max_bytes: int, limit_: Limit, text: bool,
         except BlockingIOError:  # a pipe or device with a writer that has sent nothing yet
             ready, _, _ = select.select([fd], [], [], wait_s)
             if not ready:
-                raise ValidationError(where, f"nothing to read for {wait_s:g} s (a pipe with a silent writer?); "
-                                      f"max_pipe_wait_s is {wait_s:g} s, set DLTSCHED_MAX_PIPE_WAIT_S to "
-                                      "change it") from None
+                raise ValidationError(where, f"nothing to read for {wait_s:g} s (a pipe with a silent "
+                                      f"writer?); max_pipe_wait_s is {wait_s:g} s, set "
+                                      "DLTSCHED_MAX_PIPE_WAIT_S to change it") from None
             continue
         if not chunk:
             break
         if decoder is not None:
             nul = chunk.find(b"\x00")
             if nul >= 0:
-                raise ValidationError(where, f"binary data (a NUL byte at byte {size + nul}); pass a text file")
+                raise ValidationError(where, f"binary data (a NUL byte at byte {size + nul}); pass a text "
+                                      "file")
             try:
                 decoder.decode(chunk)
             except UnicodeDecodeError as err:
-                raise ValidationError(where, f"not UTF-8 text (byte {size + err.start}); pass a text file") from None
+                raise ValidationError(where, f"not UTF-8 text (byte {size + err.start}); pass a text "
+                                      "file") from None
         size += len(chunk)
         if size > max_bytes:
             raise _over(where, f"{max_bytes // _MIB} MiB", limit_)
@@ -204,7 +207,8 @@ def _read_chunks(fd: int, where: str, max_bytes: int, limit_: Limit, text: bool,
             raise ValidationError(where, f"not UTF-8 text (it ends inside a character at byte {size}); "
                                   "pass a text file") from None
     if pipe and size == 0:
-        raise ValidationError(where, "is a pipe with nothing written to it; pass a file, or start its writer first")
+        raise ValidationError(where, "is a pipe with nothing written to it; pass a file, or start its "
+                              "writer first")
     return b"".join(chunks)
 
 
@@ -215,11 +219,11 @@ def check_regular_file(path: str | os.PathLike[str], where: str, *, cap: str = "
 
     Parameters
     ----------
-    path : str or PathLike
+    path
         The file.
-    where : str
+    where
         What messages call it.
-    cap : str
+    cap
         The size cap in :data:`LIMITS` (in MiB).
 
     Returns

@@ -1,12 +1,13 @@
-"""Domain model: GPU types, nodes, clusters, jobs and instances; plans and cluster-state snapshots re-exported.
+"""Domain model: GPU types, nodes, clusters, jobs and instances; plans and cluster-state snapshots
+re-exported.
 
 All types are frozen, slotted dataclasses validated in their constructors; errors are
 :class:`~dltsched.engine.domain.errors.ValidationError` with a field path. GPUs of a cluster are addressed
 by a global index ``0 .. cluster.num_gpus - 1``, node by node in the order of ``Cluster.nodes``.
 
 This module is the one place to import domain types from: it re-exports the names of
-:mod:`~dltsched.engine.domain.vocabulary` (objectives, optimizers, name resolution),
-:mod:`~dltsched.engine.domain.plan` (:class:`Plan`, :class:`Assignment`, :class:`PlanStatus`) and
+:mod:`~dltsched.engine.domain.vocabulary` (:class:`Objective` and its :class:`Sense`, optimizers, name
+resolution), :mod:`~dltsched.engine.domain.plan` (:class:`Plan`, :class:`Assignment`, :class:`PlanStatus`) and
 :mod:`~dltsched.engine.domain.state` (:class:`ClusterState`, :class:`JobState`). :class:`Node`,
 :class:`Cluster`, :class:`Job` and :class:`Instance` are defined here, and stay here: their module path is
 part of a checkpoint's instance fingerprint.
@@ -27,13 +28,16 @@ from dltsched.engine.domain.vocabulary import (
     MEASURED_ONLY,
     OBJECTIVES,
     OPTIMIZERS,
+    Objective,
+    Sense,
     resolve_gpu_type,
     resolve_model,
 )
 
 __all__ = [
     "DEFAULT_OBJECTIVE", "MEASURED_ONLY", "OBJECTIVES", "OPTIMIZERS", "Assignment", "Cluster", "ClusterState",
-    "GpuType", "Instance", "Job", "JobState", "Node", "Plan", "PlanStatus", "resolve_gpu_type", "resolve_model",
+    "GpuType", "Instance", "Job", "JobState", "Node", "Objective", "Plan", "PlanStatus", "Sense",
+    "resolve_gpu_type", "resolve_model",
 ]
 
 
@@ -43,13 +47,13 @@ class Node:
 
     Parameters
     ----------
-    id : str
+    id
         The node's id, non-empty and unique in its cluster.
-    gpu_type : str
+    gpu_type
         Its GPUs' type, an id or alias (a :class:`Cluster` stores the canonical id).
-    num_gpus : int
+    num_gpus
         Its GPUs, >= 1.
-    network_gbps : float, default 100.0
+    network_gbps
         Its link to the other nodes, Gbit/s.
 
     Raises
@@ -78,9 +82,9 @@ class Cluster:
 
     Parameters
     ----------
-    nodes : tuple of Node
+    nodes
         At least one node, ids unique; their GPU types are stored as canonical ids.
-    gpu_types : Mapping of str to GpuType, default {}
+    gpu_types
         Specs of the GPU types; a type the nodes name and this lacks is taken from the catalog.
 
     Raises
@@ -143,7 +147,7 @@ class Cluster:
 
         Parameters
         ----------
-        gpu : int
+        gpu
             A global GPU index.
 
         Returns
@@ -158,7 +162,7 @@ class Cluster:
 
         Parameters
         ----------
-        node_index : int
+        node_index
             The node's position in ``nodes``.
 
         Returns
@@ -174,7 +178,7 @@ class Cluster:
 
         Parameters
         ----------
-        gpu_type : str
+        gpu_type
             A canonical GPU-type id.
 
         Returns
@@ -199,7 +203,7 @@ class Cluster:
 
         Parameters
         ----------
-        gpu_type : str
+        gpu_type
             A canonical GPU-type id.
 
         Returns
@@ -214,7 +218,7 @@ class Cluster:
 
         Parameters
         ----------
-        gpu : int
+        gpu
             A global GPU index.
 
         Returns
@@ -222,21 +226,23 @@ class Cluster:
         float
             Its memory, MiB.
         """
-        return self.gpu_types[self.gpu_type_of(gpu)].memory_mib
+        memory_mib: float = self.gpu_types[self.gpu_type_of(gpu)].memory_mib
+        return memory_mib
 
     @staticmethod
-    def homogeneous(gpu_type: str, num_nodes: int, gpus_per_node: int = 8, network_gbps: float = 100.0) -> Cluster:
+    def homogeneous(gpu_type: str, num_nodes: int, gpus_per_node: int = 8,
+                    network_gbps: float = 100.0) -> Cluster:
         """A cluster of ``num_nodes`` identical nodes, named ``<type>-<i>``.
 
         Parameters
         ----------
-        gpu_type : str
+        gpu_type
             The GPU type, an id or alias.
-        num_nodes : int
+        num_nodes
             How many nodes.
-        gpus_per_node : int, default 8
+        gpus_per_node
             GPUs per node.
-        network_gbps : float, default 100.0
+        network_gbps
             Each node's link, Gbit/s.
 
         Returns
@@ -255,40 +261,40 @@ class Job:
 
     Parameters
     ----------
-    id : str
+    id
         The job's id, non-empty and unique in its instance.
-    model : str
+    model
         A model-zoo id or alias (stored as the canonical id), or :data:`MEASURED_ONLY`.
-    batch_size : int
+    batch_size
         The global batch size, >= 1.
-    total_iterations : float
+    total_iterations
         The work, in training steps at ``batch_size``, > 0.
-    num_gpus : int, default 1
+    num_gpus
         GPUs, gang-scheduled (all or none, one GPU type).
-    arrival_time_s : float, default 0.0
+    arrival_time_s
         When it is submitted, seconds, >= 0.
-    amp : bool, default False
+    amp
         Whether it trains in mixed precision.
-    optimizer : str, default "sgd"
+    optimizer
         Its optimizer, one of :data:`OPTIMIZERS` (any case).
-    dataset : str or None, default None
+    dataset
         Its dataset, when known.
-    weight : float, default 1.0
+    weight
         Its weight in weighted objectives, > 0.
-    freeze_allowed : bool, default False
+    freeze_allowed
         Whether the scheduler may freeze its layers.
-    accuracy_budget : float, default 0.0
+    accuracy_budget
         The largest frozen penalty (fraction of each iteration's progress lost to freezing: useful
         progress x (1 - penalty)) its owner accepts when ``freeze_allowed``, in [0, 1).
-    deadline_s : float or None, default None
+    deadline_s
         Its deadline, seconds, > 0.
-    gpu_types : tuple of str, default ()
+    gpu_types
         The GPU types it may run on, ids or aliases (stored as canonical ids); empty: any.
-    gpu_fraction : float, default 1.0
+    gpu_fraction
         In (0, 1]; < 1 asks for a share of one GPU (traces with GPU sharing; needs ``num_gpus == 1``).
-    hyperparameters : tuple of (str, float or str) pairs, default ()
+    hyperparameters
         Further training settings, by name.
-    duration_hint_s : float or None, default None
+    duration_hint_s
         The duration the trace recorded, when it did.
 
     Raises
@@ -330,9 +336,11 @@ class Job:
         check_non_negative("arrival_time_s", self.arrival_time_s)
         check_positive("weight", self.weight)
         if self.optimizer.lower() not in OPTIMIZERS:
-            raise ValidationError("optimizer", f"'{self.optimizer}' not understood; one of {', '.join(OPTIMIZERS)}")
+            raise ValidationError("optimizer", f"'{self.optimizer}' not understood; one of "
+                                  f"{', '.join(OPTIMIZERS)}")
         if not 0.0 <= self.accuracy_budget < 1.0:
-            raise ValidationError("accuracy_budget", f"{self.accuracy_budget!r} not understood; must be in [0, 1)")
+            raise ValidationError("accuracy_budget", f"{self.accuracy_budget!r} not understood; must be in "
+                                  "[0, 1)")
         if self.deadline_s is not None:
             check_positive("deadline_s", self.deadline_s)
         if not 0.0 < self.gpu_fraction <= 1.0:
@@ -351,16 +359,17 @@ class Job:
     @property
     def bytes_per_param(self) -> int:
         """Optimizer-state bytes per parameter beyond weight and gradient (FP32 master copies)."""
-        return OPTIMIZERS[self.optimizer.lower()]
+        state_bytes: int = OPTIMIZERS[self.optimizer.lower()]
+        return state_bytes
 
     def hyperparameter(self, name: str, default: float | str | None = None) -> float | str | None:
         """The value of hyperparameter ``name``.
 
         Parameters
         ----------
-        name : str
+        name
             The hyperparameter.
-        default : float or str or None, default None
+        default
             What to return when the job does not set it.
 
         Returns
@@ -381,15 +390,15 @@ class Instance:
 
     Parameters
     ----------
-    name : str
+    name
         The instance's name.
-    cluster : Cluster
+    cluster
         The cluster.
-    jobs : tuple of Job
+    jobs
         At least one job, ids unique, each small enough for the cluster's GPUs of one (allowed) type.
-    metadata : Mapping of str to Any, default {}
+    metadata
         Where it came from (source trace, generator command, seed).
-    reference : Mapping of str to Any, default {}
+    reference
         Reference values tests can assert (known optimum, bounds).
 
     Raises
@@ -414,7 +423,8 @@ class Instance:
         seen: dict[str, int] = {}
         for i, job in enumerate(jobs):
             if job.id in seen:
-                raise ValidationError(f"jobs[{i}].id", f"duplicate job id '{job.id}' (also jobs[{seen[job.id]}])")
+                raise ValidationError(f"jobs[{i}].id", f"duplicate job id '{job.id}' (also "
+                                      f"jobs[{seen[job.id]}])")
             seen[job.id] = i
             allowed = job.gpu_types or tuple(by_type)
             largest = max((by_type.get(t, 0) for t in allowed), default=0)
@@ -431,7 +441,7 @@ class Instance:
 
         Parameters
         ----------
-        job_id : str
+        job_id
             The job's id.
 
         Returns

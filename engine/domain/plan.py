@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 
 class PlanStatus(StrEnum):
-    """How a plan came about (``Plan.status``; a ``str``, so ``plan.status == "optimal"`` holds).
+    """How a plan came about (``Plan.status``; a ``str``, so ``plan.status == "optimal"`` holds and JSON
+    writes the plain name).
 
     ``optimal`` | ``feasible`` (a solver stopped at its gap limit) | ``timeout`` (time limit, incumbent
     returned) | ``infeasible`` (some jobs can never be placed; the plan places the others) | ``heuristic``
@@ -42,11 +43,11 @@ class Assignment:
 
     Parameters
     ----------
-    job_id : str
+    job_id
         The job's id.
-    gpus : tuple of int
+    gpus
         The GPUs it holds, global indices ``0 .. cluster.num_gpus - 1``; at least one, none twice.
-    freeze_level : int, default 0
+    freeze_level
         How many of the model's layer groups are frozen (0: none).
 
     Raises
@@ -78,29 +79,29 @@ class Plan:
 
     Parameters
     ----------
-    assignments : tuple of Assignment, default ()
+    assignments
         Where each placed job runs; a job at most once.
-    status : str, default ``PlanStatus.HEURISTIC``
-        How the plan came about, one of :class:`PlanStatus`.
-    objective, bound, gap : float or None, default None
+    status
+        How the plan came about.
+    objective, bound, gap
         The solver's objective value, its best bound and their relative gap (``None``: no solver ran).
-    solve_time_s, build_time_s : float, default 0.0
+    solve_time_s, build_time_s
         Seconds spent solving and building the model.
-    backend : str, default ""
+    backend
         The solver backend that decided (empty: none).
-    fallback : bool, default False
+    fallback
         Whether the fallback policy decided.
-    message : str, default ""
+    message
         A note on how the plan came about (why a solver fell back, for instance).
-    incremental : bool, default False
+    incremental
         ``True``: ``assignments`` only lists the jobs to start or move; every running job it does not list
         keeps its current placement (a non-preemptive policy's round costs O(changes), not O(running
         jobs)). An incremental plan cannot preempt. See :meth:`resolved`.
-    provenance : Mapping of str to Mapping of str to str, default {}
+    provenance
         Per job id, where the round's numbers for it came from, e.g. ``{"step_time": "measured",
         "memory": "trusted", "colocation": "predicted"}`` (filled by the embedding API when the caller
         passes measurements). Not part of equality or the hash.
-    colocation_fallbacks : tuple of str, default ()
+    colocation_fallbacks
         Ids of the co-located jobs whose co-location numbers rest on a fallback: the co-location predictor had
         no profile of the job on its GPU type and predicted it (filled by the optimizing policy, which also
         counts them in its solve log). Not part of equality or the hash.
@@ -108,11 +109,11 @@ class Plan:
     Raises
     ------
     ValidationError
-        When ``status`` is not a :class:`PlanStatus` or a job is placed more than once.
+        When a job is placed more than once.
     """
 
     assignments: tuple[Assignment, ...] = ()
-    status: str = PlanStatus.HEURISTIC
+    status: PlanStatus = PlanStatus.HEURISTIC
     objective: float | None = None
     bound: float | None = None
     gap: float | None = None
@@ -127,10 +128,6 @@ class Plan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "assignments", tuple(self.assignments))
-        try:
-            PlanStatus(self.status)
-        except ValueError:
-            raise ValidationError("plan.status", f"'{self.status}' not understood; one of {', '.join(PlanStatus)}") from None
         ids = [a.job_id for a in self.assignments]
         if len(set(ids)) != len(ids):
             dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -151,7 +148,7 @@ class Plan:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The snapshot the plan was decided on.
 
         Returns
@@ -163,7 +160,8 @@ class Plan:
         if not self.incremental:
             return self
         listed = {a.job_id for a in self.assignments}
-        keep = tuple(s.assignment for s in state.running() if s.assignment is not None and s.job.id not in listed)
+        keep = tuple(s.assignment for s in state.running()
+                     if s.assignment is not None and s.job.id not in listed)
         return replace(self, assignments=keep + self.assignments, incremental=False)
 
     def colocation_groups(self) -> dict[int, tuple[str, ...]]:

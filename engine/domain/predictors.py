@@ -28,15 +28,15 @@ class StepTimePredictor(Protocol):
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        num_gpus : int, optional
+        num_gpus
             GPUs (default: the job's).
-        freeze_level : int
+        freeze_level
             Leading blocks frozen.
-        num_nodes : int
+        num_nodes
             Nodes the GPUs span.
 
         Returns
@@ -51,11 +51,11 @@ class StepTimePredictor(Protocol):
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        freeze_level : int
+        freeze_level
             Leading blocks frozen.
 
         Returns
@@ -75,7 +75,7 @@ class FreezingPredictor(Protocol):
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
 
         Returns
@@ -92,11 +92,11 @@ class FreezingPredictor(Protocol):
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        freeze_level : int
+        freeze_level
             Leading blocks frozen.
-        start_progress : float
+        start_progress
             Training progress (0..1) when freezing starts.
 
         Returns
@@ -116,9 +116,9 @@ class ColocationPredictor(Protocol):
 
         Parameters
         ----------
-        jobs : Sequence of Job
+        jobs
             The jobs sharing one GPU.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -133,9 +133,9 @@ class ColocationPredictor(Protocol):
 
         Parameters
         ----------
-        jobs : Sequence of Job
+        jobs
             The jobs sharing one GPU.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -152,11 +152,11 @@ class Predictors:
 
     Parameters
     ----------
-    step_time : StepTimePredictor
+    step_time
         Step time and memory.
-    colocation : ColocationPredictor
+    colocation
         Speeds of jobs sharing a GPU.
-    freezing : FreezingPredictor
+    freezing
         Freeze levels and their accuracy penalty.
     """
 
@@ -170,15 +170,15 @@ class Predictors:
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        freeze_level : int
+        freeze_level
             Leading blocks frozen.
-        start_progress : float
+        start_progress
             Training progress (0..1) when freezing starts.
-        num_nodes : int
+        num_nodes
             Nodes the job's GPUs span.
 
         Returns
@@ -197,7 +197,7 @@ def memory_kind(job: Job) -> tuple[str, int, bool, str | None, str]:
 
     Parameters
     ----------
-    job : Job
+    job
         The job.
 
     Returns
@@ -214,8 +214,9 @@ class MemoryObservations:
 
     A job that crashes out of memory has shown its real footprint on that GPU type, and so have the jobs
     it shared the GPU with: the simulator records them here, and every memory prediction a policy asks for
-    while the run is on (:func:`observing_memory`) is raised to the measured peak (:func:`learned_memory_mib`),
-    as a real scheduler learns from a crashed job. Levels never measured keep their prediction."""
+    while the run is on (:func:`observing_memory`) is raised to the measured peak
+    (:func:`learned_memory_mib`), as a real scheduler learns from a crashed job. Levels never measured keep
+    their prediction."""
 
     __slots__ = ("_peak", "changes")
 
@@ -228,13 +229,13 @@ class MemoryObservations:
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        freeze_level : int
+        freeze_level
             Its freeze level.
-        peak_mib : float
+        peak_mib
             The measured peak per worker, MiB.
 
         Returns
@@ -254,11 +255,11 @@ class MemoryObservations:
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        freeze_level : int
+        freeze_level
             The freeze level.
 
         Returns
@@ -288,7 +289,7 @@ class MemoryObservations:
 
         Parameters
         ----------
-        rows : Sequence of Sequence
+        rows
             Its rows.
 
         Returns
@@ -313,7 +314,7 @@ def observing_memory(observations: MemoryObservations) -> Iterator[MemoryObserva
 
     Parameters
     ----------
-    observations : MemoryObservations
+    observations
         The run's observations.
 
     Yields
@@ -334,13 +335,13 @@ def learned_memory_mib(predicted_mib: float, job: Job, gpu_type: str, freeze_lev
 
     Parameters
     ----------
-    predicted_mib : float
+    predicted_mib
         The prediction, MiB.
-    job : Job
+    job
         The job.
-    gpu_type : str
+    gpu_type
         The GPU type.
-    freeze_level : int
+    freeze_level
         The freeze level.
 
     Returns
@@ -397,19 +398,22 @@ class _MemoStepTime:
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
         key = ("step", job, gpu_type, num_gpus, freeze_level, num_nodes, profile_version(job.id))
-        return self._memo.get(key, lambda: self.inner.step_time_s(
-            job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes))  # type: ignore[no-any-return]
+        step_s: float = self._memo.get(key, lambda: self.inner.step_time_s(
+            job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes))
+        return step_s
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
-        predicted: float = self._memo.get(("memory", job, gpu_type, freeze_level, profile_version(job.id)),
-                                          lambda: self.inner.memory_mib(job, gpu_type, freeze_level=freeze_level))
+        key = ("memory", job, gpu_type, freeze_level, profile_version(job.id))
+        predicted: float = self._memo.get(key, lambda: self.inner.memory_mib(job, gpu_type,
+                                                                             freeze_level=freeze_level))
         return learned_memory_mib(predicted, job, gpu_type, freeze_level)  # measured peaks are never memoized
 
 
 class _MemoColocation:
     def __init__(self, inner: ColocationPredictor, memo: _Memo) -> None:
         self.inner, self._memo = inner, memo
-        #: where a round builder keeps what it derives from these answers across rounds (same answers, same jobs)
+        #: where a round builder keeps what it derives from these answers across rounds (same answers, same
+        #: jobs)
         self.group_prices: object | None = None
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
@@ -438,16 +442,16 @@ class _MemoFreezing:
 def memoized(predictors: Predictors, max_entries: int = 1_000_000) -> Predictors:
     """``predictors`` with their answers remembered per job (the immutable :class:`Job` itself is the
     key, so a job whose spec changes is a new key), for a policy that asks about the same jobs every
-    round. Answers about a job profiled since (:func:`~dltsched.engine.domain.profiles.profile_version`) are asked
-    again. Frozen penalties depend on training progress and are not kept; memory answers are raised to the
-    peaks measured in the current run (:func:`learned_memory_mib`) on every call. At most ``max_entries``
+    round. Answers about a job profiled since (:func:`~dltsched.engine.domain.profiles.profile_version`) are
+    asked again. Frozen penalties depend on training progress and are not kept; memory answers are raised to
+    the peaks measured in the current run (:func:`learned_memory_mib`) on every call. At most ``max_entries``
     answers are kept (the older half is dropped when full).
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         The predictors.
-    max_entries : int
+    max_entries
         Answers kept at most.
 
     Returns

@@ -20,21 +20,25 @@ class _ProfiledStepTime:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
-        predicted = self.inner.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes)
+        predicted: float = self.inner.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level,
+                                                  num_nodes=num_nodes)
         p = _isolated(job, gpu_type)
         if p is None:
             return predicted
-        at_profile = self.inner.step_time_s(job, gpu_type, p.num_gpus, num_nodes=p.num_nodes)
-        return predicted * p.step_time_s / at_profile
+        at_profile: float = self.inner.step_time_s(job, gpu_type, p.num_gpus, num_nodes=p.num_nodes)
+        measured: float = p.step_time_s
+        return predicted * measured / at_profile
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
-        predicted = self.inner.memory_mib(job, gpu_type, freeze_level=freeze_level)
+        predicted: float = self.inner.memory_mib(job, gpu_type, freeze_level=freeze_level)
         p = _isolated(job, gpu_type)
         if p is None:
             return predicted
+        measured: float = p.memory_mib
         if freeze_level == 0:
-            return p.memory_mib
-        return predicted * p.memory_mib / self.inner.memory_mib(job, gpu_type)
+            return measured
+        unfrozen: float = self.inner.memory_mib(job, gpu_type)
+        return predicted * measured / unfrozen
 
 
 class _ProfiledColocation:
@@ -44,13 +48,14 @@ class _ProfiledColocation:
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
         book = current_profiles()
         if book is not None and len(jobs) > 1:
-            hit = book.colocated([j.id for j in jobs], gpu_type)
+            hit: tuple[float, ...] | None = book.colocated([j.id for j in jobs], gpu_type)
             if hit is not None:
                 return hit
         return tuple(self.inner.colocated_speeds(jobs, gpu_type))
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
-        return self.inner.group_memory_mib(jobs, gpu_type)
+        memory_mib: float = self.inner.group_memory_mib(jobs, gpu_type)
+        return memory_mib
 
 
 def profiled(predictors: Predictors) -> Predictors:
@@ -58,7 +63,7 @@ def profiled(predictors: Predictors) -> Predictors:
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         The bundle asked for everything no profile answers.
 
     Returns

@@ -4,8 +4,9 @@ Gavel, Lucid and Sia profile a job when it arrives: its first minutes on a GPU t
 time, peak memory and GPU utilisation there, and a group of co-located jobs, once it has run together, shows
 each member's speed. A :class:`ProfileBook` holds such measurements for one run; whoever measures (the
 simulator, or a cluster's monitoring) feeds it through the :class:`ProfileSink` protocol, and
-:func:`dltsched.engine.domain.profiled.profiled` wraps a policy's :class:`~dltsched.engine.domain.predictors.Predictors` so that every
-prediction about a profiled job uses the measurement where there is one and predicts only what is missing:
+:func:`dltsched.engine.domain.profiled.profiled` wraps a policy's
+:class:`~dltsched.engine.domain.predictors.Predictors` so that every prediction about a profiled job uses
+the measurement where there is one and predicts only what is missing:
 
 * step time on a profiled GPU type: the prediction scaled by measured / predicted at the measured
   configuration (so other GPU counts and freeze levels keep the predictor's relative shape);
@@ -35,15 +36,15 @@ class IsolatedProfile:
 
     Parameters
     ----------
-    num_gpus : int
+    num_gpus
         GPUs the job ran on while measured.
-    num_nodes : int
+    num_nodes
         Nodes those GPUs spanned.
-    step_time_s : float
+    step_time_s
         Measured seconds per iteration.
-    memory_mib : float
+    memory_mib
         Measured peak memory per GPU, MiB.
-    utilization : float or None
+    utilization
         Measured GPU utilisation (0..1); ``None`` when not measured.
     """
 
@@ -62,11 +63,11 @@ class ProfileSink(Protocol):
 
         Parameters
         ----------
-        job : Job
+        job
             The measured job.
-        gpu_type : str
+        gpu_type
             The GPU type it ran on.
-        profile : IsolatedProfile
+        profile
             What was measured.
 
         Returns
@@ -81,11 +82,11 @@ class ProfileSink(Protocol):
 
         Parameters
         ----------
-        jobs : sequence of Job
+        jobs
             The co-located jobs (two or more).
-        gpu_type : str
+        gpu_type
             The GPU type they shared.
-        speeds : sequence of float
+        speeds
             Each job's speed relative to running alone, in the order of ``jobs``.
 
         Returns
@@ -111,11 +112,11 @@ class ProfileBook:
 
         Parameters
         ----------
-        job : Job
+        job
             The measured job.
-        gpu_type : str
+        gpu_type
             The GPU type it ran on.
-        profile : IsolatedProfile
+        profile
             What was measured.
 
         Returns
@@ -135,11 +136,11 @@ class ProfileBook:
 
         Parameters
         ----------
-        jobs : sequence of Job
+        jobs
             The co-located jobs; fewer than two are ignored.
-        gpu_type : str
+        gpu_type
             The GPU type they shared.
-        speeds : sequence of float
+        speeds
             Each job's relative speed, in the order of ``jobs``.
 
         Returns
@@ -161,9 +162,9 @@ class ProfileBook:
 
         Parameters
         ----------
-        job_id : str
+        job_id
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -178,9 +179,9 @@ class ProfileBook:
 
         Parameters
         ----------
-        job_id : str
+        job_id
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -195,9 +196,9 @@ class ProfileBook:
 
         Parameters
         ----------
-        job_ids : sequence of str
+        job_ids
             The group's jobs, in any order.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -212,9 +213,9 @@ class ProfileBook:
 
         Parameters
         ----------
-        job_ids : sequence of str
+        job_ids
             The group's jobs, in any order.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -236,7 +237,7 @@ class ProfileBook:
 
         Parameters
         ----------
-        job_id : str
+        job_id
             The job.
 
         Returns
@@ -269,7 +270,7 @@ class ProfileBook:
 
         Parameters
         ----------
-        rows : sequence of sequence
+        rows
             Rows as :meth:`to_list` returns them.
 
         Returns
@@ -301,7 +302,7 @@ def observing_profiles(book: ProfileBook) -> Iterator[ProfileBook]:
 
     Parameters
     ----------
-    book : ProfileBook
+    book
         The run's profiles.
 
     Returns
@@ -321,7 +322,7 @@ def profile_version(job_id: str) -> int:
 
     Parameters
     ----------
-    job_id : str
+    job_id
         The job.
 
     Returns

@@ -22,19 +22,19 @@ class JobState:
 
     Parameters
     ----------
-    job : Job
+    job
         The job as submitted.
-    remaining_iterations : float
+    remaining_iterations
         Training steps still to run.
-    attained_service_s : float, default 0.0
+    attained_service_s
         GPU-seconds received so far (Tiresias' 2D attained service).
-    assignment : Assignment or None, default None
+    assignment
         Where it runs now (``None``: queued).
-    num_preemptions : int, default 0
+    num_preemptions
         How often it was preempted so far.
-    first_start_s : float or None, default None
+    first_start_s
         When it first started (``None``: never yet).
-    queued_since_s : float, default 0.0
+    queued_since_s
         When it last entered the queue.
     """
 
@@ -54,7 +54,8 @@ class JobState:
     @property
     def progress(self) -> float:
         """The finished fraction of the job's iterations."""
-        return 1.0 - self.remaining_iterations / self.job.total_iterations
+        total: float = self.job.total_iterations
+        return 1.0 - self.remaining_iterations / total
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,27 +71,27 @@ class ClusterState:
 
     Parameters
     ----------
-    time_s : float
+    time_s
         The simulated time of the snapshot, seconds.
-    cluster : Cluster
+    cluster
         The cluster.
-    jobs : Sequence of JobState
+    jobs
         Every active job.
-    down_gpus : frozenset of int, default frozenset()
+    down_gpus
         The GPUs on failed nodes; they must not be used.
-    num_running : int or None, default None
+    num_running
         How many of ``jobs`` (the first ones) run.
-    free_gpus : tuple of tuple of int, or None, default None
+    free_gpus
         Per node, the GPUs that are up and hold no job.
-    gpu_jobs : Sequence of tuple of str, or None, default None
+    gpu_jobs
         Per GPU, the ids of the running jobs on it, in the order they were placed.
-    running_jobs : Mapping of str to Job, or None, default None
+    running_jobs
         The running jobs by id.
-    placements : Mapping of str to Assignment, or None, default None
+    placements
         The running jobs' assignments by id.
-    running_progress : callable returning a Mapping of str to JobState, or None, default None
+    running_progress
         Returns the running jobs' states by id, each built when first read (see :meth:`running_states`).
-    num_held_gpus : int or None, default None
+    num_held_gpus
         The running jobs' GPUs (a GPU that k jobs share counts k times).
     """
 
@@ -191,7 +192,8 @@ class ClusterState:
         held = self.num_held_gpus
         if held is None:
             held = sum(len(a.gpus) for a in self.placements_by_id().values())
-        return held == self.cluster.num_gpus - len(self.down_gpus) - sum(map(len, self.free_gpus_by_node()))
+        busy: int = self.cluster.num_gpus - len(self.down_gpus) - sum(map(len, self.free_gpus_by_node()))
+        return held == busy
 
     def available_by_type(self) -> dict[str, int]:
         """Number of GPUs of each type that are up (not on a failed node).
@@ -201,7 +203,7 @@ class ClusterState:
         dict of str to int
             Per GPU type of the cluster, its GPUs that are up (a fresh dict).
         """
-        out = self.cluster.gpus_by_type()
+        out: dict[str, int] = self.cluster.gpus_by_type()
         for g in self.down_gpus:
             out[self.cluster.gpu_type_of(g)] -= 1
         return out

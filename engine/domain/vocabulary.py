@@ -1,21 +1,60 @@
-"""The names the domain types accept: round objectives, optimizers, the measured-only model, and the
-resolution of GPU-type and model names to the catalog's canonical ids.
+"""The names the domain types accept: round objectives (with their sense), optimizers, the measured-only
+model, and the resolution of GPU-type and model names to the catalog's canonical ids.
 
 :mod:`dltsched.engine.domain.model` re-exports every name here; import them from there.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from dltsched.engine.domain.catalog import GpuType, gpu_spec, model_catalog
 
-#: what a scheduling round can optimise (see ``dltsched.formulations.RoundOptions``): ``effective_progress``
-#: (max, normalized throughput), ``jct`` (max, throughput relative to each job's remaining time: SRPT
-#: generalised to co-location, GPU types and freezing, for low average job completion time),
-#: ``weighted_completion`` and ``makespan`` (min)
-OBJECTIVES = ("effective_progress", "jct", "weighted_completion", "makespan")
+
+class Sense(StrEnum):
+    """Whether an objective is minimised or maximised."""
+
+    MINIMIZE = "minimize"
+    MAXIMIZE = "maximize"
+
+
+class Objective(StrEnum):
+    """What a scheduling round optimises (see ``dltsched.formulations.RoundOptions``), with its sense.
+
+    A ``str``, so ``objective == "jct"`` holds and JSON writes the plain name. ``effective_progress``
+    (maximised: normalized throughput); ``jct`` (maximised: throughput relative to each job's remaining time,
+    shortest remaining time first generalised to co-location, GPU types and freezing, for low average job
+    completion time); ``weighted_completion`` and ``makespan`` (minimised, over predicted completion times).
+    """
+
+    EFFECTIVE_PROGRESS = "effective_progress"
+    JCT = "jct"
+    WEIGHTED_COMPLETION = "weighted_completion"
+    MAKESPAN = "makespan"
+
+    @property
+    def sense(self) -> Sense:
+        """Whether the round minimises or maximises this objective."""
+        return _SENSE[self]
+
+    @property
+    def minimize(self) -> bool:
+        """Whether the round minimises this objective (``sense`` is :attr:`Sense.MINIMIZE`)."""
+        return _SENSE[self] is Sense.MINIMIZE
+
+
+_SENSE: dict[Objective, Sense] = {
+    Objective.EFFECTIVE_PROGRESS: Sense.MAXIMIZE,
+    Objective.JCT: Sense.MAXIMIZE,
+    Objective.WEIGHTED_COMPLETION: Sense.MINIMIZE,
+    Objective.MAKESPAN: Sense.MINIMIZE,
+}
+
+#: every :class:`Objective`, in the order help texts list them
+OBJECTIVES: tuple[Objective, ...] = tuple(Objective)
 #: the objective every entry point uses when the caller names none (the embedding API, the service, the
 #: optimizing policy): ``jct``, for low average job completion time
-DEFAULT_OBJECTIVE = "jct"
+DEFAULT_OBJECTIVE = Objective.JCT
 #: ``Job.model`` of a job described by the caller's measurements alone (no model-zoo entry): predictors
 #: cannot price it, so every number it needs comes from ``dltsched.engine.app.measured``
 MEASURED_ONLY = "measured-only"
@@ -29,7 +68,7 @@ def resolve_gpu_type(name: str) -> GpuType:
 
     Parameters
     ----------
-    name : str
+    name
         A GPU-type id or alias, any spelling (``V100``, ``tesla-v100``).
 
     Returns
@@ -50,7 +89,7 @@ def resolve_model(name: str) -> str:
 
     Parameters
     ----------
-    name : str
+    name
         A model id or alias, any spelling.
 
     Returns
@@ -63,4 +102,5 @@ def resolve_model(name: str) -> str:
     UnknownNameError
         (a ``ValueError``) When the zoo has no such model; the message lists close matches.
     """
-    return model_catalog().resolve(name)
+    canonical: str = model_catalog().resolve(name)
+    return canonical

@@ -146,7 +146,9 @@ class BackendName(click.ParamType):
             self.fail(getattr(err, "problem", str(err)), param, ctx)
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        return "[cpsat|milp|greedy|greedy:<policy>|auto]"
+        from dltsched.engine.app.vocabulary import backend_names
+
+        return f"[{'|'.join(backend_names())}]"
 
 
 @click.group(cls=LazyGroup, lazy=_COMMANDS, lazy_help=_COMMAND_HELP, context_settings={"help_option_names": ["-h", "--help"]})

@@ -81,7 +81,8 @@ BACKEND_HELP = ("cpsat | milp (Pyomo -> HiGHS) | greedy (the formulation's heuri
 @click.option("--solver", default=None, help="Pyomo solver for --backend milp (default HiGHS).")
 @click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.0, 86_400.0, min_open=True), default=10.0,
               show_default=True, help="Seconds (at most one day).")
-@click.option("--objective", type=click.Choice(OBJECTIVES), default=DEFAULT_OBJECTIVE, show_default=True,
+@click.option("--objective", type=click.Choice([str(o) for o in OBJECTIVES]), default=str(DEFAULT_OBJECTIVE),
+              show_default=True,
               help="For instance files (a round JSON carries its own options).")
 @click.option("--max-jobs-per-gpu", type=click.IntRange(1, 3), default=2, show_default=True)
 @click.option("--predictors", "predictors_name", default="default", show_default=True)

@@ -353,6 +353,7 @@ def serve(ctx: click.Context, host: str, port: int, backend: str, time_limit_s: 
     """Serve POST /v1/schedule over HTTP (OpenAPI docs at /docs, Prometheus metrics at /metrics), and the
     kube-scheduler extender at /v1/k8s/* (with --k8s, fed by the API server)."""
     from dltsched.engine.app.registry import check_predictors, with_calibration
+    from dltsched.engine.app.vocabulary import parse_backend
 
     check_bind(host, token, insecure)
     if (tls_cert is None) != (tls_key is None):
@@ -368,7 +369,8 @@ def serve(ctx: click.Context, host: str, port: int, backend: str, time_limit_s: 
     from dltsched.engine.app.adapters.k8s import ExtenderLimits, ExtenderSettings, K8sExtender
 
     settings = ExtenderSettings(default_gpu_type=k8s_gpu_type, predictors=predictor_set,
-                                backend="cpsat" if backend == "auto" else backend, time_limit_s=min(time_limit_s, 5.0),
+                                backend="cpsat" if parse_backend(backend).auto else backend,
+                                time_limit_s=min(time_limit_s, 5.0),
                                 limits=ExtenderLimits(max_nodes=k8s_max_nodes, max_pods=k8s_max_pods))
     extender = K8sExtender(settings)
     serving = K8sServing(extender, client_cert=bool(tls_client_ca), token=token,

@@ -59,6 +59,8 @@ def solve_until(state: ClusterState, config: ConfiguredSolver, deadline: float,
     fallback plan). A solver failure or a plan the checker
     rejects gives the fallback policy's plan; a :class:`ValidationError` propagates (the client's fault).
     """
+    from dltsched.engine.app.vocabulary import BackendChoice
+
     left = deadline - time.monotonic()
     if left <= 0:
         return fallback(state, config, "deadline", f"time limit {config.time_limit_s:g} s reached before solving",
@@ -66,7 +68,7 @@ def solve_until(state: ClusterState, config: ConfiguredSolver, deadline: float,
     share = SOLVE_SHARE * (left - BUILD_S_PER_JOB * len(state.jobs))
     solver = config.with_options(time_limit_s=max(1e-3, min(config.time_limit_s, share)))
     plan = solver.solve(state, measurements=measurements)
-    if plan.fallback and plan.backend == f"greedy:{config.fallback_policy}":  # decided by the fallback policy
+    if plan.fallback and plan.backend == str(BackendChoice.baseline(config.fallback_policy)):  # fallback's plan
         return Outcome(plan, False, "checker" if "failed the checker" in plan.message else "solver_failed")
     partial = plan.status in STOPPED_BY_LIMIT or (plan.fallback and plan.status == "fallback")
     return Outcome(plan, partial, "deadline" if plan.fallback else "")
