@@ -24,12 +24,19 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from dltsched.formulations.backends import BackendOutcome
+from dltsched.formulations.backends.base import (
+    Backend,
+    BackendOutcome,
+    SolveParams,
+    get_backend,
+    legacy_solve,
+    register,
+)
 from dltsched.formulations.backends.greedy import greedy_selection
 from dltsched.formulations.candidates import CandidateSet, objective_of, to_reported
+from dltsched.formulations.model import RoundModel
 from dltsched.formulations.problem import RoundProblem
 from dltsched.formulations.result import RoundResult, Termination
-from dltsched.formulations.solve import relative_gap
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,19 +50,22 @@ class Decomposition:
     lp_s: float
 
 
-def type_level(cset: CandidateSet) -> Decomposition:
-    """Solve the LP relaxation of ``cset`` (every row of the round, see the module docstring) with HiGHS and
+def type_level(cset: CandidateSet | RoundModel) -> Decomposition:
+    """Solve the LP relaxation of the round (every row of its model, see the module docstring) with HiGHS and
     assign each job to a GPU type."""
     import numpy as np
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
-    from dltsched.formulations.backends.rows import model_rows
-
     began = time.perf_counter()
+    model = cset if isinstance(cset, RoundModel) else RoundModel(cset)
+    cset = model.cset
     problem = cset.problem
-    rows, cols, vals, upper = [], [], [], []
-    for r, row in enumerate(model_rows(cset, every_type_row=False)):
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    upper: list[float] = []
+    for r, row in enumerate(model.linear_rows()):
         rows += [r] * len(row.cols)
         cols += row.cols
         vals += row.coefs
@@ -91,51 +101,69 @@ def restrict(cset: CandidateSet, keep: Sequence[int]) -> CandidateSet:
                         by_job, cset.unplaced_completion_s)
 
 
-def solve(cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int] = (), solver: str | None = None,
-          spent_s: float = 0.0) -> BackendOutcome:
+@register
+class Decomposed(Backend):
     """The decomposition as a backend (see the module docstring): the chosen candidates, the LP bound (its
-    build time is the LP's), and whether the plan is exact. ``hint`` is not used."""
-    from dltsched.formulations.backends import cpsat
+    build time is the LP's), and whether the plan is exact. The hint is not used."""
 
-    problem = cset.problem
-    if problem.options.objective == "makespan":
-        raise ValueError("objective: 'makespan' is not decomposed (one variable couples every job); "
-                         "solve the round whole")
-    if solver not in (None, "cpsat", "cp-sat"):
-        raise ValueError(f"solver: '{solver}' not understood for backend decomposed; leave it out")
-    level = type_level(cset)
-    began = time.perf_counter()
-    sign = -1.0 if problem.options.minimize else 1.0
-    bound = to_reported(cset, level.bound)
-    selected = greedy_selection(cset, first=level.by_value)  # the LP rounded: its candidates by value first
-    parts: dict[str, CandidateSet] = {}
-    if relative_gap(objective_of(cset, selected), bound, problem.options.minimize) > problem.options.relative_gap:
-        by_type: dict[str, list[int]] = defaultdict(list)
-        for c, cand in enumerate(cset.candidates):
-            if all(level.job_type[j] == cand.gpu_type for j in cand.jobs):
-                by_type[cand.gpu_type].append(c)
-        parts = {t: restrict(cset, keep) for t, keep in sorted(by_type.items())}
-        spent = spent_s + level.lp_s
+    name = "decomposed"
+    exact = False
 
-        def place(part: CandidateSet) -> list[int]:
-            outcome = cpsat.solve(part, time_limit_s=time_limit_s, hint=(), spent_s=spent)
-            return list(outcome.selected) if outcome.selected is not None else greedy_selection(part)
+    def available(self) -> bool:
+        """Whether SciPy (the LP) and CP-SAT (the parts) are available."""
+        import importlib.util
 
-        with ThreadPoolExecutor(max_workers=max(1, len(parts))) as pool:
-            chosen = dict(zip(parts, pool.map(place, parts.values()), strict=True))
-        union = sorted(by_type[t][i] for t, picked in chosen.items() for i in picked)
-        placed = greedy_selection(cset, first=union)  # keeps the union (feasible) and adds what still fits
-        if sign * objective_of(cset, placed) > sign * objective_of(cset, selected):
-            selected = placed
-    gap = relative_gap(objective_of(cset, selected), bound, problem.options.minimize)
-    exact = gap <= 1e-9
-    termination = Termination.OPTIMAL if exact else (
-        Termination.GAP_LIMIT if gap <= problem.options.relative_gap else Termination.TIME_LIMIT)
-    how = f"placed per GPU type ({len(parts)} part(s))" if parts else "the LP rounded greedily"
-    message = (f"LP relaxation ({level.lp_s:.3f} s), {how}: "
-               + ("exact, the objective meets the LP bound" if exact else "gap measured against the LP bound"))
-    return BackendOutcome(tuple(selected), termination, level.bound, level.lp_s, time.perf_counter() - began,
-                          message)
+        return all(importlib.util.find_spec(m) is not None for m in ("scipy", "ortools"))
+
+    def solve(self, model: RoundModel, params: SolveParams) -> BackendOutcome:
+        """Decompose and solve (see the class); ``params.solver`` must be ``None`` or ``"cpsat"``."""
+        from dltsched.formulations.solve import relative_gap
+
+        cset = model.cset
+        problem = cset.problem
+        if problem.options.objective == "makespan":
+            raise ValueError("objective: 'makespan' is not decomposed (one variable couples every job); "
+                             "solve the round whole")
+        if params.solver not in (None, "cpsat", "cp-sat"):
+            raise ValueError(f"solver: '{params.solver}' not understood for backend decomposed; leave it out")
+        level = type_level(model)
+        began = time.perf_counter()
+        sign = -1.0 if problem.options.minimize else 1.0
+        bound = to_reported(cset, level.bound)
+        selected = greedy_selection(cset, first=level.by_value)  # the LP rounded: its candidates by value first
+        parts: dict[str, CandidateSet] = {}
+        if relative_gap(objective_of(cset, selected), bound, problem.options.minimize) > problem.options.relative_gap:
+            by_type: dict[str, list[int]] = defaultdict(list)
+            for c, cand in enumerate(cset.candidates):
+                if all(level.job_type[j] == cand.gpu_type for j in cand.jobs):
+                    by_type[cand.gpu_type].append(c)
+            parts = {t: restrict(cset, keep) for t, keep in sorted(by_type.items())}
+            inner = get_backend("cpsat")
+            part_params = SolveParams(params.time_limit_s, spent_s=params.spent_s + level.lp_s)
+
+            def place(part: CandidateSet) -> list[int]:
+                outcome = inner.solve(RoundModel(part), part_params)
+                return list(outcome.selected) if outcome.selected is not None else greedy_selection(part)
+
+            with ThreadPoolExecutor(max_workers=max(1, len(parts))) as pool:
+                chosen = dict(zip(parts, pool.map(place, parts.values()), strict=True))
+            union = sorted(by_type[t][i] for t, picked in chosen.items() for i in picked)
+            placed = greedy_selection(cset, first=union)  # keeps the union (feasible) and adds what still fits
+            if sign * objective_of(cset, placed) > sign * objective_of(cset, selected):
+                selected = placed
+        gap = relative_gap(objective_of(cset, selected), bound, problem.options.minimize)
+        exact = gap <= 1e-9
+        termination = Termination.OPTIMAL if exact else (
+            Termination.GAP_LIMIT if gap <= problem.options.relative_gap else Termination.TIME_LIMIT)
+        how = f"placed per GPU type ({len(parts)} part(s))" if parts else "the LP rounded greedily"
+        message = (f"LP relaxation ({level.lp_s:.3f} s), {how}: "
+                   + ("exact, the objective meets the LP bound" if exact else "gap measured against the LP bound"))
+        return BackendOutcome(tuple(selected), termination, level.bound, level.lp_s, time.perf_counter() - began,
+                              message)
+
+
+#: the former module-level entry point, kept for a release
+solve = legacy_solve("decomposed")
 
 
 def solve_decomposed(problem: RoundProblem, *, time_limit_s: float | None = None,
