@@ -113,12 +113,13 @@ _B = TypeVar("_B", bound=type[Backend])
 def register(cls: _B) -> _B:
     """Class decorator: add one instance of the backend ``cls`` to :data:`REGISTRY`, under its name and
     aliases (a name taken by another backend raises ``ValueError``)."""
-    backend = cls()
-    for key in (cls.name, *cls.aliases):
+    keys = (cls.name, *cls.aliases)
+    for key in keys:
         held = REGISTRY.get(key)
-        if held is not None and type(held).__qualname__ != cls.__qualname__:
+        if held is not None and type(held).__qualname__ != cls.__qualname__:  # a module imported twice re-registers
             raise ValueError(f"backend name '{key}' is taken by {type(held).__qualname__}; choose another")
-        REGISTRY[key] = backend
+    backend = cls()
+    REGISTRY.update(dict.fromkeys(keys, backend))
     return cls
 
 

@@ -219,7 +219,8 @@ def test_ortools_and_highspy_load_in_one_process() -> None:
     import highspy
     from ortools.sat.python import cp_model
 
-    from dltsched.formulations.backends.milp import solve as milp_solve
+    from dltsched.formulations.backends import SolveParams, get_backend
+    from dltsched.formulations.model import RoundModel
 
     model = cp_model.CpModel()
     x = model.new_bool_var("x")
@@ -228,4 +229,4 @@ def test_ortools_and_highspy_load_in_one_process() -> None:
     assert highspy.Highs().version()
     tables = Tables(step_s={"a": [1.0]})
     problem = make_round(tables, [("v100", 1)], [job("a")])
-    assert milp_solve(build_candidates(problem), time_limit_s=5, hint=[]).selected is not None
+    assert get_backend("pyomo").solve(RoundModel(build_candidates(problem)), SolveParams(5.0)).selected is not None
