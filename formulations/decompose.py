@@ -1,5 +1,5 @@
-"""Large rounds by decomposition (the ``decomposed`` backend): the round's LP relaxation, rounded, and placed per
-GPU type when the rounding is not within the gap.
+"""Large rounds by decomposition (the ``decomposed`` backend): the round's LP relaxation, rounded, and placed
+per GPU type when the rounding is not within the gap.
 
 1. **LP relaxation.** Every row of the round (each job at most once, node and type capacity, kept slots) over
    0 <= x <= 1, solved by HiGHS. Its optimum bounds every plan of the round, so the gap the plan reports is a
@@ -7,8 +7,8 @@ GPU type when the rounding is not within the gap.
 2. **Rounding.** The LP's candidates taken greedily in decreasing LP value, then whatever else fits.
 3. **Placement per GPU type**, only when the rounding is not within ``relative_gap`` of the bound. A round's
    constraints tie GPU types together only through "each job at most once", so each job goes to the type
-   that holds most of its LP mass (a job the LP leaves out: where it alone is worth most per GPU) and each type
-   is solved by CP-SAT on the candidates whose members all went there, the types side by side in threads
+   that holds most of its LP mass (a job the LP leaves out: where it alone is worth most per GPU) and each
+   type is solved by CP-SAT on the candidates whose members all went there, the types side by side in threads
    (CP-SAT releases the interpreter while it searches). The union satisfies every row of the round; a greedy
    pass adds what still fits, and the better of this and the rounding is the plan.
 
@@ -97,8 +97,8 @@ def restrict(cset: CandidateSet, keep: Sequence[int]) -> CandidateSet:
     """``cset`` with only the candidates ``keep`` (ascending); slots and their conflicts stay."""
     local = {c: i for i, c in enumerate(keep)}
     by_job = tuple(tuple(local[c] for c in cands if c in local) for cands in cset.by_job)
-    return CandidateSet(cset.problem, tuple(cset.candidates[c] for c in keep), cset.slots, cset.slot_conflicts,
-                        by_job, cset.unplaced_completion_s)
+    return CandidateSet(cset.problem, tuple(cset.candidates[c] for c in keep), cset.slots,
+                        cset.slot_conflicts, by_job, cset.unplaced_completion_s)
 
 
 @register
@@ -130,9 +130,11 @@ class Decomposed(Backend):
         began = time.perf_counter()
         sign = -1.0 if problem.options.minimize else 1.0
         bound = to_reported(cset, level.bound)
-        selected = greedy_selection(cset, first=level.by_value)  # the LP rounded: its candidates by value first
+        # the LP rounded: its candidates by value first
+        selected = greedy_selection(cset, first=level.by_value)
         parts: dict[str, CandidateSet] = {}
-        if relative_gap(objective_of(cset, selected), bound, problem.options.minimize) > problem.options.relative_gap:
+        minimize = problem.options.minimize
+        if relative_gap(objective_of(cset, selected), bound, minimize) > problem.options.relative_gap:
             by_type: dict[str, list[int]] = defaultdict(list)
             for c, cand in enumerate(cset.candidates):
                 if all(level.job_type[j] == cand.gpu_type for j in cand.jobs):
@@ -148,18 +150,19 @@ class Decomposed(Backend):
             with ThreadPoolExecutor(max_workers=max(1, len(parts))) as pool:
                 chosen = dict(zip(parts, pool.map(place, parts.values()), strict=True))
             union = sorted(by_type[t][i] for t, picked in chosen.items() for i in picked)
-            placed = greedy_selection(cset, first=union)  # keeps the union (feasible) and adds what still fits
+            # keeps the union (feasible) and adds what still fits
+            placed = greedy_selection(cset, first=union)
             if sign * objective_of(cset, placed) > sign * objective_of(cset, selected):
                 selected = placed
-        gap = relative_gap(objective_of(cset, selected), bound, problem.options.minimize)
+        gap = relative_gap(objective_of(cset, selected), bound, minimize)
         exact = gap <= 1e-9
         termination = Termination.OPTIMAL if exact else (
             Termination.GAP_LIMIT if gap <= problem.options.relative_gap else Termination.TIME_LIMIT)
         how = f"placed per GPU type ({len(parts)} part(s))" if parts else "the LP rounded greedily"
-        message = (f"LP relaxation ({level.lp_s:.3f} s), {how}: "
-                   + ("exact, the objective meets the LP bound" if exact else "gap measured against the LP bound"))
-        return BackendOutcome(tuple(selected), termination, level.bound, level.lp_s, time.perf_counter() - began,
-                              message)
+        verdict = "exact, the objective meets the LP bound" if exact else "gap measured against the LP bound"
+        message = f"LP relaxation ({level.lp_s:.3f} s), {how}: {verdict}"
+        return BackendOutcome(tuple(selected), termination, level.bound, level.lp_s,
+                              time.perf_counter() - began, message)
 
 
 #: the former module-level entry point, kept for a release
@@ -168,8 +171,8 @@ solve = legacy_solve("decomposed")
 
 def solve_decomposed(problem: RoundProblem, *, time_limit_s: float | None = None,
                      started_s: float | None = None) -> RoundResult:
-    """:func:`~dltsched.formulations.solve.solve_problem` with the ``decomposed`` backend: the plan's ``bound`` is
-    the LP's and its ``gap`` is measured against it; the message says whether the plan is exact."""
+    """:func:`~dltsched.formulations.solve.solve_problem` with the ``decomposed`` backend: the plan's
+    ``bound`` is the LP's and its ``gap`` is measured against it; its message says whether it is exact."""
     from dltsched.formulations.solve import solve_problem
 
     return solve_problem(problem, "decomposed", time_limit_s=time_limit_s, started_s=started_s)

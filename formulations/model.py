@@ -55,7 +55,7 @@ class Row:
 
 @dataclass(frozen=True, slots=True)
 class MakespanRow:
-    """``M + sum_c (wait_s - finish_s[c]) x_c >= wait_s`` for one job: the makespan is at least its completion.
+    """``M + sum_c (wait_s - finish_s[c]) x_c >= wait_s`` for one job: ``M`` is at least its completion.
 
     Attributes
     ----------
@@ -131,7 +131,7 @@ class RoundModel:
             limit = type_limit[gpu_type]
             rows.append(_capacity(terms, limit, redundant=sum(k for _, k in terms) <= limit))
         stays = stays_by_slot(cset)
-        rows += [_packing(cands) for cands in stays.values() if len(cands) > 1]
+        rows += [_packing(tuple(cands)) for cands in stays.values() if len(cands) > 1]
         for p, q in cset.slot_conflicts:
             both = (*stays.get(p, ()), *stays.get(q, ()))
             if both:
@@ -143,10 +143,11 @@ class RoundModel:
         """Row 4 of the module docstring, one per job (empty without the ``makespan`` objective)."""
         if self.makespan_column is None:
             return ()
-        cset = self.cset
+        cands = self.cset.candidates
         return tuple(
-            MakespanRow(j, tuple(cands), tuple(_finish(cset, c, j) for c in cands), cset.unplaced_completion_s[j])
-            for j, cands in enumerate(cset.by_job))
+            MakespanRow(j, tuple(cols), tuple(cands[c].completion_s[cands[c].jobs.index(j)] for c in cols),
+                        self.cset.unplaced_completion_s[j])
+            for j, cols in enumerate(self.cset.by_job))
 
     @cached_property
     def makespan_upper_s(self) -> float:
@@ -172,11 +173,6 @@ def _capacity(terms: list[tuple[int, int]], limit: int, *, redundant: bool) -> R
                redundant=redundant)
 
 
-def _finish(cset: CandidateSet, c: int, job: int) -> float:
-    cand = cset.candidates[c]
-    return cand.completion_s[cand.jobs.index(job)]
-
-
 def capacity_limits(cset: CandidateSet) -> tuple[list[int], dict[str, int]]:
     """Usable GPUs per node and per GPU type (down GPUs excluded): the right-hand sides of capacity."""
     per_node = [node.usable_gpus for node in cset.problem.nodes]
@@ -186,7 +182,8 @@ def capacity_limits(cset: CandidateSet) -> tuple[list[int], dict[str, int]]:
     return per_node, dict(per_type)
 
 
-def capacity_rows(cset: CandidateSet) -> tuple[dict[int, list[tuple[int, int]]], dict[str, list[tuple[int, int]]]]:
+def capacity_rows(
+        cset: CandidateSet) -> tuple[dict[int, list[tuple[int, int]]], dict[str, list[tuple[int, int]]]]:
     """(node -> [(candidate, GPUs used on it)], type -> [(candidate, GPUs)]): the capacity constraints."""
     per_node: dict[int, list[tuple[int, int]]] = defaultdict(list)
     per_type: dict[str, list[tuple[int, int]]] = defaultdict(list)

@@ -1,6 +1,8 @@
-"""``solve_problem``: one round problem -> candidates -> backend -> concrete plan, with a greedy start and fallback.
+"""``solve_problem``: one round problem -> candidates -> backend -> concrete plan, with a greedy start and
+fallback.
 
-The whole round pipeline of a cluster snapshot (build, solve, check, fall back) is :mod:`dltsched.formulations.decide`.
+The whole round pipeline of a cluster snapshot (build, solve, check, fall back) is
+:mod:`dltsched.formulations.decide`.
 """
 
 from __future__ import annotations
@@ -54,12 +56,13 @@ def solve_problem(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s
     time_limit_s
         Wall-clock limit of the round from ``started_s``; default ``problem.options.time_limit_s``.
     warm_start
-        A plan to start from; the starting selection is the better of it (extended greedily) and the greedy one.
+        A plan to start from; the starting selection is the better of it (extended greedily) and the greedy
+        one.
     solver
         The Pyomo solver of ``pyomo`` / ``milp`` (default HiGHS).
     started_s
-        ``time.perf_counter()`` when the round began (e.g. before :func:`~dltsched.formulations.build.build_round`);
-        default: now.
+        ``time.perf_counter()`` when the round began (e.g. before
+        :func:`~dltsched.formulations.build.build_round`); default: now.
 
     Returns
     -------
@@ -82,14 +85,14 @@ def solve_problem(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s
     cset = build_candidates(problem)
     candidates_s = time.perf_counter() - began
     if not cset.candidates:  # nothing can be placed: the empty plan is the only one, hence optimal
-        return finish(cset, BackendOutcome((), Termination.OPTIMAL, None, 0.0, 0.0, "no candidate placements"), backend,
-                      candidates_s, [], {"candidates_s": candidates_s})
+        empty = BackendOutcome((), Termination.OPTIMAL, None, 0.0, 0.0, "no candidate placements")
+        return finish(cset, empty, backend, candidates_s, [], {"candidates_s": candidates_s})
     start = starting_selection(cset, warm_start)
     start_s = time.perf_counter() - began - candidates_s
     left = limit - (time.perf_counter() - (began if started_s is None else started_s))
     if left < MIN_SOLVE_SHARE * limit and not (problem.options.deterministic and engine.work_limited):
-        outcome = BackendOutcome(None, Termination.TIME_LIMIT, None, 0.0, 0.0,
-                                 f"round time limit of {limit:g} s spent before solving: the greedy start is the plan")
+        why = f"round time limit of {limit:g} s spent before solving: the greedy start is the plan"
+        outcome = BackendOutcome(None, Termination.TIME_LIMIT, None, 0.0, 0.0, why)
     else:
         params = SolveParams(limit, tuple(start), solver, limit - left)
         outcome = engine.solve(RoundModel(cset), params)
@@ -137,8 +140,8 @@ def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s:
         begun = objective_of(cset, start)
         if sign * (begun - objective) > 1e-9 * max(1.0, abs(objective)):
             selected, objective = list(start), begun
-            message = "; ".join(filter(None, (message, "kept the starting selection: better than the solver's "
-                                                        "incumbent")))
+            kept = "kept the starting selection: better than the solver's incumbent"
+            message = "; ".join(filter(None, (message, kept)))
     bound = None if fallback or outcome.bound is None else to_reported(cset, outcome.bound)
     if bound is not None and not math.isfinite(bound):  # stopped without a bound: the gap is unknown
         bound = None
@@ -163,7 +166,8 @@ def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s:
 
 
 def relative_gap(objective: float, bound: float, minimize: bool) -> float:
-    """``(bound - objective) / max(|objective|, |bound|)`` in the objective's sense, at least 0 (0 when both are 0).
+    """``(bound - objective) / max(|objective|, |bound|)`` in the objective's sense, at least 0 (0 when both
+    are 0).
 
     Never better than the truth: a bound or objective that is not finite (a solver stopped without a
     bound) gives ``inf``, not the 0 that ``max(0.0, inf / inf)`` would (``NaN`` compares false), and the

@@ -3,7 +3,8 @@ solver ``backend`` every round and policy test runs on: each selected backend in
 
 ``--backends cpsat,highs`` selects them (default: every built-in exact backend,
 ``dltsched.formulations.backends.EXACT_BACKENDS``); any exact backend of the registry is accepted, one
-registered by a plugin module too (``-p my_backend --backends mine``: see ``tests/formulations/toy_backend.py``).
+registered by a plugin module too (``-p my_backend --backends mine``: see
+``tests/formulations/toy_backend.py``).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ def selected_backends(config: pytest.Config) -> tuple[str, ...]:
     exact = backend_names(exact=True)
     unknown = [n for n in names if n not in exact]
     if unknown or not names:
-        raise pytest.UsageError(f"--backends: {', '.join(unknown) or 'none'} not understood; exact backends of "
-                                f"the registry ({', '.join(backend_names())}): {', '.join(exact)}")
+        raise pytest.UsageError(f"--backends: {', '.join(unknown) or 'none'} not understood; exact backends "
+                                f"of the registry ({', '.join(backend_names())}): {', '.join(exact)}")
     return names
 
 

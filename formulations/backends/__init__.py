@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from dltsched.engine.domain.model import Plan
     from dltsched.formulations.candidates import CandidateSet
 
-__all__ = ["BACKENDS", "EXACT_BACKENDS", "REGISTRY", "Backend", "BackendOutcome", "SolveParams", "backend_names",
-           "get_backend", "hint_from_plan", "register"]
+__all__ = ["BACKENDS", "EXACT_BACKENDS", "REGISTRY", "Backend", "BackendOutcome", "SolveParams",
+           "backend_names", "get_backend", "hint_from_plan", "register"]
 
 _MOVED = {"capacity_limits": "dltsched.formulations.model", "capacity_rows": "dltsched.formulations.model",
           "stays_by_slot": "dltsched.formulations.model"}

@@ -116,7 +116,8 @@ def register(cls: _B) -> _B:
     keys = (cls.name, *cls.aliases)
     for key in keys:
         held = REGISTRY.get(key)
-        if held is not None and type(held).__qualname__ != cls.__qualname__:  # a module imported twice re-registers
+        # the same class again (its module imported twice) registers again; another class is refused
+        if held is not None and type(held).__qualname__ != cls.__qualname__:
             raise ValueError(f"backend name '{key}' is taken by {type(held).__qualname__}; choose another")
     backend = cls()
     REGISTRY.update(dict.fromkeys(keys, backend))

@@ -89,16 +89,17 @@ class CpSat(Backend):
         solve_s = engine.wall_time
         capped = (options.deterministic and status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
                   and engine.deterministic_time < det_budget)
-        note = "stopped by the wall-clock cap, not the deterministic budget: not reproducible" if capped else ""
-        stop = {cp_model.OPTIMAL: Stop.CONVERGED, cp_model.FEASIBLE: Stop.TIME_LIMIT,
-                cp_model.UNKNOWN: Stop.TIME_LIMIT, cp_model.INFEASIBLE: Stop.INFEASIBLE}.get(status, Stop.OTHER)
+        note = ("stopped by the wall-clock cap, not the deterministic budget: not reproducible" if capped
+                else "")
+        stop = {cp_model.OPTIMAL: Stop.CONVERGED, cp_model.FEASIBLE: Stop.TIME_LIMIT, cp_model.UNKNOWN:
+                Stop.TIME_LIMIT, cp_model.INFEASIBLE: Stop.INFEASIBLE}.get(status, Stop.OTHER)
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             values = engine.response_proto.solution
             selected = tuple(c for c, v in zip(range(model.num_candidates), values, strict=False) if v)
             ended = termination(stop, engine.objective_value, engine.best_objective_bound, tolerance=0.5,
                                 relative=0.0)
-            return BackendOutcome(selected, ended, engine.best_objective_bound / _scale(model), build_s, solve_s,
-                                  note)
+            bound = engine.best_objective_bound / _scale(model)
+            return BackendOutcome(selected, ended, bound, build_s, solve_s, note)
         return BackendOutcome(None, termination(stop), None, build_s, solve_s,
                               "; ".join(filter(None, (engine.status_name(status), note))))
 
@@ -145,10 +146,10 @@ def model_text(model: RoundModel, hint: Sequence[int] = ()) -> str:
     makespan = model.makespan_column
     if makespan is not None:
         lines.insert(1, f"variables {{ domain: 0 domain: {round(model.makespan_upper_s * scale) + 1} }}\n")
-        for row in model.makespan_rows:  # M + sum saved_c x_c >= wait_j, each time rounded on its own
-            wait = round(row.wait_s * scale)
-            saved = [wait - round(t * scale) for t in row.finish_s]
-            lines.append(_linear([*row.cols, makespan], [*saved, 1], wait, _HIGHEST))
+        for job_row in model.makespan_rows:  # M + sum saved_c x_c >= wait_j, each time rounded on its own
+            wait = round(job_row.wait_s * scale)
+            saved = [wait - round(t * scale) for t in job_row.finish_s]
+            lines.append(_linear([*job_row.cols, makespan], [*saved, 1], wait, _HIGHEST))
         cols.append(makespan)
         coefs.append(1)
     if cols:

@@ -1,4 +1,4 @@
-"""Greedy heuristic and fallback: best gain per GPU first, within capacity; always feasible (possibly empty)."""
+"""Greedy heuristic and fallback: best gain per GPU first, within capacity; always feasible (maybe empty)."""
 
 from __future__ import annotations
 
@@ -46,8 +46,8 @@ def greedy_selection(cset: CandidateSet, first: Sequence[int] = ()) -> list[int]
         cand = cset.candidates[c]
         if used_jobs & set(cand.jobs) or type_left[cand.gpu_type] < cand.num_gpus:
             continue
-        if cand.gain < 0 or (makespan and any(
-                t > cset.unplaced_completion_s[j] for j, t in zip(cand.jobs, cand.completion_s, strict=True))):
+        if cand.gain < 0 or (makespan and any(t > cset.unplaced_completion_s[j]
+                                              for j, t in zip(cand.jobs, cand.completion_s, strict=True))):
             continue
         if cand.kind == "stay":
             slot = cset.slots[cand.where]

@@ -48,7 +48,7 @@ class Highs(Backend):
         if params.solver not in (None, "highs", "highspy"):
             raise ValueError(f"solver: '{params.solver}' not understood for backend highs; leave it out")
         start = time.perf_counter()
-        engine = highspy.Highs()
+        engine = highspy.Highs()  # type: ignore[no-untyped-call]
         engine.setOptionValue("output_flag", False)
         engine.passModel(highs_lp(model))
         if params.hint:
@@ -101,7 +101,8 @@ def highs_lp(model: RoundModel) -> Any:
     lp.a_matrix_.start_ = np.concatenate(([0], np.cumsum([len(r.cols) for r in rows]))).astype(np.int32)
     lp.a_matrix_.index_ = np.fromiter((c for r in rows for c in r.cols), dtype=np.int32)
     lp.a_matrix_.value_ = np.fromiter((v for r in rows for v in r.coefs), dtype=float)
-    lp.integrality_ = [highspy.HighsVarType.kInteger] * num + [highspy.HighsVarType.kContinuous] * (width - num)
+    kinds = highspy.HighsVarType
+    lp.integrality_ = [kinds.kInteger] * num + [kinds.kContinuous] * (width - num)
     lp.sense_ = highspy.ObjSense.kMaximize
     return lp
 

@@ -11,14 +11,16 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 #: the tests that run on every backend and assert optima (constraint behaviour, the oracle, instances)
-SUITE = ("test_round_backends.py", "test_round_oracle.py", "test_multi_stage_values.py", "test_round_instances.py")
+SUITE = ("test_round_backends.py", "test_round_oracle.py", "test_multi_stage_values.py",
+         "test_round_instances.py")
 
 
 def test_a_backend_in_one_file_passes_the_backend_suite() -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(HERE), os.environ.get("PYTHONPATH"))))}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "toy_backend",
-                          "--backends", "toy", *(str(HERE / f) for f in SUITE)],
-                         capture_output=True, text=True, env=env, cwd=HERE.parents[1], timeout=240)
+    path = os.pathsep.join(filter(None, (str(HERE), os.environ.get("PYTHONPATH"))))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
+                          "-p", "toy_backend", "--backends", "toy", *(str(HERE / f) for f in SUITE)],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path},
+                         cwd=HERE.parents[1], timeout=240)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-3000:]
     ran_on_toy = re.findall(r"^PASSED \S+\[toy[^\]]*\]", out, flags=re.MULTILINE)
