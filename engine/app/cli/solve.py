@@ -18,7 +18,7 @@ import click
 from dltsched.engine.app.cli.main import BackendName, FiniteFloat
 from dltsched.engine.domain.errors import InfeasibleRoundError, ValidationError, write_text_file
 from dltsched.engine.domain.model import DEFAULT_OBJECTIVE, ClusterState, Plan
-from dltsched.formulations.backends import EXACT_BACKENDS
+from dltsched.formulations.backends import EXACT_BACKENDS, backend_names
 from dltsched.formulations.problem import FORMAT, OBJECTIVES, GpuNode, RoundOptions, RoundProblem
 
 
@@ -224,7 +224,8 @@ def _gpu_ranges(gpus: list[int]) -> str:
 @click.command("solve")
 @click.option("--sizes", default=",".join(("20x16", "200x256", "1000x1024")), show_default=True,
               help="Comma-separated JOBSxGPUS.")
-@click.option("--backend", type=click.Choice([*EXACT_BACKENDS, "both", "decomposed"]), default="both",
+@click.option("--backend", type=click.Choice([*backend_names(exact=True), "both", "decomposed"]),
+              default="both",
               show_default=True, help="An exact backend, both (every exact backend), or decomposed (an LP "
               "relaxation rounded, placed per GPU type when that is not within the gap; its bound is the LP's).")
 @click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True)
