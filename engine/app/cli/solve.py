@@ -78,7 +78,7 @@ BACKEND_HELP = ("cpsat | milp (Pyomo -> HiGHS) | greedy (the formulation's heuri
 @click.command("solve")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--backend", type=BackendName(), default="cpsat", show_default=True, help=BACKEND_HELP)
-@click.option("--solver", default=None, help="Pyomo solver for --backend milp (default HiGHS).")
+@click.option("--solver", default=None, help="Pyomo solver for --backend pyomo or milp (default HiGHS).")
 @click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.0, 86_400.0, min_open=True), default=10.0,
               show_default=True, help="Seconds (at most one day).")
 @click.option("--objective", type=click.Choice(OBJECTIVES), default=DEFAULT_OBJECTIVE, show_default=True,
@@ -103,8 +103,9 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
     from dltsched.formulations.solve import solve_problem
 
     choice = parse_backend(backend, "--backend")
-    if solver is not None and choice.name != "milp":
-        raise ValidationError("--solver", f"'{solver[:60]}' is for --backend milp only; leave it out or add --backend milp")
+    if solver is not None and choice.name not in ("pyomo", "milp"):
+        raise ValidationError("--solver", f"'{solver[:60]}' is for --backend pyomo (or milp) only; leave it out or "
+                              "add --backend pyomo")
     options = RoundOptions(objective=objective, max_jobs_per_gpu=max_jobs_per_gpu, time_limit_s=time_limit_s)
     predictors_name = check_predictors(with_calibration(predictors_name, calibration))
     began = time.perf_counter()
