@@ -1,20 +1,24 @@
-"""``solve_problem``: one round problem -> candidates -> backend -> concrete plan, with a greedy start and fallback.
+"""``solve_problem``: one round problem -> candidates -> backend -> concrete plan, with a greedy start and
+fallback.
 
-The whole round pipeline of a cluster snapshot (build, solve, check, fall back) is :mod:`dltsched.formulations.decide`.
+The whole round pipeline of a cluster snapshot (build, solve, check, fall back) is
+:mod:`dltsched.formulations.decide`.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 import time
+import warnings
 from collections.abc import Sequence
 
 from dltsched.engine.domain.model import Plan, PlanStatus
-from dltsched.formulations.backends import BACKENDS, Backend, BackendOutcome, hint_from_plan
+from dltsched.formulations.backends import BackendOutcome, SolveParams, get_backend, hint_from_plan
+from dltsched.formulations.backends.base import legacy_solve
 from dltsched.formulations.backends.greedy import greedy_selection
 from dltsched.formulations.candidates import CandidateSet, build_candidates, objective_of, to_reported
 from dltsched.formulations.mapping import to_plan
+from dltsched.formulations.model import RoundModel
 from dltsched.formulations.problem import RoundProblem
 from dltsched.formulations.result import RoundResult, SolutionStatus, Termination
 
@@ -28,9 +32,10 @@ def solve_problem(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s
     """Solve one round with ``backend`` (a name of :data:`~dltsched.formulations.backends.BACKENDS`).
 
     ``time_limit_s`` defaults to ``problem.options.time_limit_s``; ``solver`` names the Pyomo solver
-    for ``milp`` (default HiGHS). The round's starting selection is the better of ``warm_start`` (e.g. the
-    last round's plan) extended greedily and the plain greedy one: MILP solvers get it as their MIP start
-    (CP-SAT searches better without, see its module); when the solver returns nothing feasible in time it
+    for ``pyomo`` (alias ``milp``; default HiGHS). The round's starting selection is the better of
+    ``warm_start`` (e.g. the last round's plan) extended greedily and the plain greedy one: every backend
+    gets it as its hint (MILP solvers use it as their MIP start; CP-SAT, see its module); when the solver
+    returns nothing feasible in time it
     is the plan, with ``status="fallback"`` and ``fallback=True``, and when the solver's incumbent is worse
     (a time limit hit early in the search) the plan keeps the start, saying so in its message.
 
@@ -51,12 +56,13 @@ def solve_problem(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s
     time_limit_s
         Wall-clock limit of the round from ``started_s``; default ``problem.options.time_limit_s``.
     warm_start
-        A plan to start from; the starting selection is the better of it (extended greedily) and the greedy one.
+        A plan to start from; the starting selection is the better of it (extended greedily) and the greedy
+        one.
     solver
-        The Pyomo solver of ``milp`` (default HiGHS).
+        The Pyomo solver of ``pyomo`` / ``milp`` (default HiGHS).
     started_s
-        ``time.perf_counter()`` when the round began (e.g. before :func:`~dltsched.formulations.build.build_round`);
-        default: now.
+        ``time.perf_counter()`` when the round began (e.g. before
+        :func:`~dltsched.formulations.build.build_round`); default: now.
 
     Returns
     -------
@@ -75,20 +81,21 @@ def solve_problem(problem: RoundProblem, backend: str = "cpsat", *, time_limit_s
     limit = problem.options.time_limit_s if time_limit_s is None else time_limit_s
     if limit <= 0:
         raise ValueError(f"time_limit_s: {limit} not understood; must be > 0")
-    solve = load_backend(backend)
+    engine = get_backend(backend)
     cset = build_candidates(problem)
     candidates_s = time.perf_counter() - began
     if not cset.candidates:  # nothing can be placed: the empty plan is the only one, hence optimal
-        return finish(cset, BackendOutcome((), Termination.OPTIMAL, None, 0.0, 0.0, "no candidate placements"), backend,
-                      candidates_s, [], {"candidates_s": candidates_s})
+        empty = BackendOutcome((), Termination.OPTIMAL, None, 0.0, 0.0, "no candidate placements")
+        return finish(cset, empty, backend, candidates_s, [], {"candidates_s": candidates_s})
     start = starting_selection(cset, warm_start)
     start_s = time.perf_counter() - began - candidates_s
     left = limit - (time.perf_counter() - (began if started_s is None else started_s))
-    if left < MIN_SOLVE_SHARE * limit and not (problem.options.deterministic and backend == "cpsat"):
-        outcome = BackendOutcome(None, Termination.TIME_LIMIT, None, 0.0, 0.0,
-                                 f"round time limit of {limit:g} s spent before solving: the greedy start is the plan")
+    if left < MIN_SOLVE_SHARE * limit and not (problem.options.deterministic and engine.work_limited):
+        why = f"round time limit of {limit:g} s spent before solving: the greedy start is the plan"
+        outcome = BackendOutcome(None, Termination.TIME_LIMIT, None, 0.0, 0.0, why)
     else:
-        outcome = solve(cset, time_limit_s=limit, hint=start, solver=solver, spent_s=limit - left)
+        params = SolveParams(limit, tuple(start), solver, limit - left)
+        outcome = engine.solve(RoundModel(cset), params)
     stages = {"candidates_s": candidates_s, "start_s": start_s, "model_build_s": outcome.build_time_s,
               "solve_s": outcome.solve_time_s}
     return finish(cset, outcome, backend, candidates_s + start_s, start, stages)
@@ -104,19 +111,17 @@ def starting_selection(cset: CandidateSet, warm_start: Plan | None) -> list[int]
     return max(options, key=lambda selected: sign * objective_of(cset, selected))
 
 
-def load_backend(name: str) -> Backend:
-    if name not in BACKENDS:
-        raise ValueError(f"backend: '{name}' not understood; one of {', '.join(BACKENDS)}")
-    module, _, attr = BACKENDS[name].target.partition(":")
-    return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+def load_backend(name: str) -> object:
+    """Deprecated: the registered backend object is :func:`~dltsched.formulations.backends.get_backend`'s;
+    this returns its former module-level ``solve`` function."""
+    warnings.warn("load_backend() is deprecated; use dltsched.formulations.backends.get_backend()",
+                  DeprecationWarning, stacklevel=2)
+    get_backend(name)
+    return legacy_solve(name)
 
 
-def solve_greedy(cset: CandidateSet, *, time_limit_s: float, hint: object = (), solver: str | None = None,
-                 spent_s: float = 0.0) -> BackendOutcome:
-    """The greedy heuristic as a backend (no bound)."""
-    start = time.perf_counter()
-    selected = tuple(greedy_selection(cset))
-    return BackendOutcome(selected, Termination.NOT_RUN, None, 0.0, time.perf_counter() - start, "greedy heuristic")
+#: the greedy heuristic's former module-level entry point, kept for a release
+solve_greedy = legacy_solve("greedy")
 
 
 def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s: float,
@@ -135,8 +140,8 @@ def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s:
         begun = objective_of(cset, start)
         if sign * (begun - objective) > 1e-9 * max(1.0, abs(objective)):
             selected, objective = list(start), begun
-            message = "; ".join(filter(None, (message, "kept the starting selection: better than the solver's "
-                                                        "incumbent")))
+            kept = "kept the starting selection: better than the solver's incumbent"
+            message = "; ".join(filter(None, (message, kept)))
     bound = None if fallback or outcome.bound is None else to_reported(cset, outcome.bound)
     if bound is not None and not math.isfinite(bound):  # stopped without a bound: the gap is unknown
         bound = None
@@ -161,7 +166,8 @@ def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s:
 
 
 def relative_gap(objective: float, bound: float, minimize: bool) -> float:
-    """``(bound - objective) / max(|objective|, |bound|)`` in the objective's sense, at least 0 (0 when both are 0).
+    """``(bound - objective) / max(|objective|, |bound|)`` in the objective's sense, at least 0 (0 when both
+    are 0).
 
     Never better than the truth: a bound or objective that is not finite (a solver stopped without a
     bound) gives ``inf``, not the 0 that ``max(0.0, inf / inf)`` would (``NaN`` compares false), and the
@@ -177,7 +183,7 @@ def relative_gap(objective: float, bound: float, minimize: bool) -> float:
 def _status(termination: str, fallback: bool, backend: str) -> tuple[PlanStatus, SolutionStatus]:
     if fallback:
         return PlanStatus.FALLBACK, SolutionStatus.FALLBACK
-    if not BACKENDS[backend].exact:
+    if not get_backend(backend).exact:
         return PlanStatus.HEURISTIC, SolutionStatus.FEASIBLE
     return {Termination.OPTIMAL: (PlanStatus.OPTIMAL, SolutionStatus.OPTIMAL),
             Termination.GAP_LIMIT: (PlanStatus.FEASIBLE, SolutionStatus.FEASIBLE)}.get(

@@ -1,8 +1,10 @@
 """Shared fixtures: the real-data folder (tests marked ``data`` skip cleanly without it), and the
 solver ``backend`` every round and policy test runs on: each selected backend in turn.
 
-``--backends cpsat,milp`` selects them (default: every exact backend of the formulations' registry,
-``dltsched.formulations.backends.EXACT_BACKENDS``).
+``--backends cpsat,highs`` selects them (default: every built-in exact backend,
+``dltsched.formulations.backends.EXACT_BACKENDS``); any exact backend of the registry is accepted, one
+registered by a plugin module too (``-p my_backend --backends mine``: see
+``tests/formulations/toy_backend.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="dltsched-mpl-"))
 os.environ.setdefault("IPYTHONDIR", tempfile.mkdtemp(prefix="dltsched-ipy-"))
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from dltsched.formulations.backends import BACKENDS, EXACT_BACKENDS  # noqa: E402
+from dltsched.formulations.backends import EXACT_BACKENDS, backend_names  # noqa: E402
 from dltsched.instances.datadir import find_data_dir  # noqa: E402
 
 _DATA = find_data_dir(required=False)
@@ -31,12 +33,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def selected_backends(config: pytest.Config) -> tuple[str, ...]:
-    """The backends chosen with ``--backends``: exact backends of the registry (the tests assert optima)."""
+    """The backends chosen with ``--backends``: exact backends of the registry (the tests assert optima),
+    read when the tests are collected, so that a backend registered by a plugin module counts."""
     names = tuple(n.strip() for n in str(config.getoption("backends")).split(",") if n.strip())
-    unknown = [n for n in names if n not in EXACT_BACKENDS]
+    exact = backend_names(exact=True)
+    unknown = [n for n in names if n not in exact]
     if unknown or not names:
-        raise pytest.UsageError(f"--backends: {', '.join(unknown) or 'none'} not understood; exact backends of "
-                                f"the registry ({', '.join(BACKENDS)}): {', '.join(EXACT_BACKENDS)}")
+        raise pytest.UsageError(f"--backends: {', '.join(unknown) or 'none'} not understood; exact backends "
+                                f"of the registry ({', '.join(backend_names())}): {', '.join(exact)}")
     return names
 
 

@@ -1,92 +1,47 @@
-"""What a backend is (a function from a candidate set to chosen candidates and solve figures), and the
-one table of backends: :data:`BACKENDS`, from which every list of backend names is derived."""
+"""The round's backends: objects over the one :class:`~dltsched.formulations.model.RoundModel`, registered
+by :func:`register` (see :mod:`~dltsched.formulations.backends.base`).
+
+Built in: ``cpsat`` (OR-Tools CP-SAT), ``highs`` (HiGHS through highspy), ``pyomo`` (any Pyomo solver, HiGHS
+by default; also known as ``milp``), ``greedy`` (the heuristic) and ``decomposed`` (large rounds: the LP
+relaxation rounded, placed per GPU type). A new backend is one module with one class under ``@register``;
+importing the module registers it.
+"""
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any
+
+from dltsched.formulations.backends.base import (
+    REGISTRY,
+    Backend,
+    BackendOutcome,
+    SolveParams,
+    backend_names,
+    get_backend,
+    register,
+)
 
 if TYPE_CHECKING:
     from dltsched.engine.domain.model import Plan
     from dltsched.formulations.candidates import CandidateSet
 
+__all__ = ["BACKENDS", "EXACT_BACKENDS", "REGISTRY", "Backend", "BackendOutcome", "SolveParams",
+           "backend_names", "get_backend", "hint_from_plan", "register"]
 
-@dataclass(frozen=True, slots=True)
-class BackendEntry:
-    """One backend: its ``"module:function"`` (imported on first use, so ortools and pyomo load lazily)
-    and whether it solves the round exactly (proves optimality within the gap limit) or heuristically."""
-
-    target: str
-    exact: bool
+_MOVED = {"capacity_limits": "dltsched.formulations.model", "capacity_rows": "dltsched.formulations.model",
+          "stays_by_slot": "dltsched.formulations.model"}
 
 
-#: backend name -> entry; the one registry of backends (CLI choices, the API's accepted names and the
-#: test suite's ``--backends`` all come from here)
-BACKENDS: dict[str, BackendEntry] = {
-    "cpsat": BackendEntry("dltsched.formulations.backends.cpsat:solve", exact=True),
-    "milp": BackendEntry("dltsched.formulations.backends.milp:solve", exact=True),
-    "greedy": BackendEntry("dltsched.formulations.solve:solve_greedy", exact=False),
-    # large rounds: the LP relaxation rounded, placed per GPU type; its bound is the LP's (not exact: no proof
-    # of optimality within the gap limit, but a true gap)
-    "decomposed": BackendEntry("dltsched.formulations.decompose:solve", exact=False),
-}
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        import importlib
 
-#: the backends that solve a round exactly
-EXACT_BACKENDS: tuple[str, ...] = tuple(name for name, entry in BACKENDS.items() if entry.exact)
-
-
-@dataclass(frozen=True, slots=True)
-class BackendOutcome:
-    """Chosen candidates (``None``: no solution), termination, and the bound in maximisation form
-    (an upper bound on ``sum gain [- makespan]``, before the constant migration term)."""
-
-    selected: tuple[int, ...] | None
-    termination: str
-    bound: float | None
-    build_time_s: float
-    solve_time_s: float
-    message: str = ""
-
-
-class Backend(Protocol):
-    """``time_limit_s`` bounds the whole round, of which ``spent_s`` seconds went before the call (building):
-    a wall-clock limit is what is left; CP-SAT's deterministic budget stays whole (see its module)."""
-
-    def __call__(self, cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int],
-                 solver: str | None = None, spent_s: float = 0.0) -> BackendOutcome: ...
-
-
-def capacity_limits(cset: CandidateSet) -> tuple[list[int], dict[str, int]]:
-    """Usable GPUs per node and per GPU type (down GPUs excluded): the right-hand sides of capacity."""
-    per_node = [node.usable_gpus for node in cset.problem.nodes]
-    per_type: dict[str, int] = defaultdict(int)
-    for node in cset.problem.nodes:
-        per_type[node.gpu_type] += node.usable_gpus
-    return per_node, dict(per_type)
-
-
-def capacity_rows(cset: CandidateSet) -> tuple[dict[int, list[tuple[int, int]]], dict[str, list[tuple[int, int]]]]:
-    """(node -> [(candidate, GPUs used on it)], type -> [(candidate, GPUs)]): the capacity constraints."""
-    per_node: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    per_type: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for c, cand in enumerate(cset.candidates):
-        per_type[cand.gpu_type].append((c, cand.num_gpus))
-        if cand.kind == "node":
-            per_node[cand.where].append((c, cand.num_gpus))
-        elif cand.kind == "stay":
-            for n, k in cset.slots[cand.where].node_gpus:
-                per_node[n].append((c, k))
-    return per_node, per_type
-
-
-def stays_by_slot(cset: CandidateSet) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = defaultdict(list)
-    for c, cand in enumerate(cset.candidates):
-        if cand.kind == "stay":
-            out[cand.where].append(c)
-    return out
+        warnings.warn(f"dltsched.formulations.backends.{name} moved to {_MOVED[name]}", DeprecationWarning,
+                      stacklevel=2)
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def hint_from_plan(cset: CandidateSet, plan: Plan) -> list[int]:
@@ -118,3 +73,13 @@ def hint_from_plan(cset: CandidateSet, plan: Plan) -> list[int]:
         if found is not None:
             out.append(found)
     return out
+
+
+# the built-in backends register themselves on import (their solvers load on first use)
+from dltsched.formulations.backends import cpsat, highs, milp, greedy  # noqa: E402, F401, I001
+from dltsched.formulations import decompose  # noqa: E402, F401
+
+#: backend name (aliases included) -> backend: every name the registry accepts
+BACKENDS = REGISTRY
+#: the exact backends, each once by its own name (the test suite's and ``bench solve``'s default set)
+EXACT_BACKENDS: tuple[str, ...] = backend_names(exact=True, aliases=False)

@@ -1,44 +1,45 @@
-"""CP-SAT translation of a candidate set: one Boolean per candidate, integer-scaled coefficients.
+"""CP-SAT translation of the round model: one Boolean per candidate, integer-scaled coefficients.
 
 Coefficients are scaled to integers (the largest to about 1e7); the objective reported to users is
 re-computed in floating point from the chosen candidates, the bound is scaled back.
 
-CP-SAT gets no solution hint: on these models it searches better without one. Measured on the
-synthetic 1,000-job / 1,024-GPU round of ``bench solve`` (10 s, 2 workers, ``jct`` objective): no hint
-2,115.7 (gap 0.6%); the complete greedy selection as hint 1,863.9 (no better than the hint); the
-running jobs' placements as a partial hint 1,400.3. ``solve_problem`` keeps its starting selection as
-the plan when CP-SAT returns nothing in time.
-
 Determinism (``RoundOptions.deterministic``, the default): CP-SAT with several workers, or stopped by a
 wall-clock limit, returns whatever the search had found when the clock ran out, so two runs of the same
-round can differ and a simulation with the optimizing policy does not repeat (avg JCT 2,989.3 vs 3,000.8 s
-on the medium example before this setting). Deterministic solves use one worker and stop on CP-SAT's
-*deterministic time* (a count of work, the same on every run): ``time_limit_s`` seconds buy
-:data:`DETERMINISTIC_TIME_PER_S` units each, about what one worker does in a second on the 2-core
-development machine under load (measured: 0.07 units in 1 s with 2 workers, 0.10 units in 0.9 s with 1 on
-the 200-job / 256-GPU round of ``bench solve``). The rate is 0.2, not 0.1: at 0.1 the 1,000-job / 1,024-GPU
-round of ``bench solve`` (10 s limit) found no plan in its 1.0 unit and fell back to the greedy start; at 0.2
-it reaches a 1% gap in about 3 s, and smaller rounds stop on their gap long before the budget. A wall-clock cap of :data:`WALL_CAP_FACTOR` x
-``time_limit_s`` only guards against a machine far slower than that; a round stopped by it is not
-reproducible and says so in its message. The cost: one worker instead of two, and on a fast machine a
-round may stop earlier than its wall-clock limit would have (figures in the README). ``deterministic=False``
-restores ``num_workers`` workers under a wall-clock limit.
+round can differ. Deterministic solves use one worker and stop on CP-SAT's *deterministic time* (a count of
+work, the same on every run): ``time_limit_s`` seconds buy :data:`DETERMINISTIC_TIME_PER_S` units each. A
+wall-clock cap of :data:`WALL_CAP_FACTOR` x ``time_limit_s`` only guards against a machine far slower than
+that; a round stopped by it is not reproducible and says so in its message. ``deterministic=False`` gives
+``num_workers`` workers under a wall-clock limit. How these figures were chosen: ``docs/backends.md``.
+
+The hint (the round's starting selection) is handed to CP-SAT as a solution hint when
+:attr:`CpSat.use_hint` is set; the registered backend leaves it unset, as it searches better without one
+(``docs/backends.md``). ``solve_problem`` keeps its starting selection as the plan when CP-SAT returns
+nothing in time.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Sequence
 
-from dltsched.formulations.backends import BackendOutcome
-from dltsched.formulations.backends.rows import model_rows
-from dltsched.formulations.candidates import CandidateSet
-from dltsched.formulations.result import Termination
+from dltsched.formulations.backends.base import (
+    Backend,
+    BackendOutcome,
+    SolveParams,
+    Stop,
+    legacy_solve,
+    register,
+    remaining_s,
+    termination,
+)
+from dltsched.formulations.model import RoundModel
 
 _TARGET = 1e7
 #: deterministic-time units CP-SAT may spend per second of ``time_limit_s`` in deterministic mode
 DETERMINISTIC_TIME_PER_S = 0.2
-#: CP-SAT's own gap limit as a fraction of the requested one (see :func:`solve`)
+#: CP-SAT's own gap limit as a fraction of the requested one: CP-SAT measures its gap on the integer-scaled
+#: objective, the gap reported (and promised) is on the real objective re-computed from the chosen candidates
 GAP_MARGIN = 0.9
 #: in deterministic mode, the wall-clock cap is this many times ``time_limit_s``
 WALL_CAP_FACTOR = 10.0
@@ -46,60 +47,72 @@ WALL_CAP_FACTOR = 10.0
 _LEAST_S = 0.01
 
 
-def solve(cset: CandidateSet, *, time_limit_s: float, hint: Sequence[int], solver: str | None = None,
-          spent_s: float = 0.0) -> BackendOutcome:
-    """Solve ``cset`` with CP-SAT (``solver`` must be ``None`` or ``"cpsat"``; ``hint`` is not used, see
-    the module docstring). The wall-clock limit (non-deterministic) or cap (deterministic) is what is left of
-    the round's after ``spent_s`` seconds and the model's building; the deterministic budget is whole."""
-    from ortools.sat.python import cp_model
+@register
+class CpSat(Backend):
+    """OR-Tools CP-SAT (see the module docstring)."""
 
-    if solver not in (None, "cpsat", "cp-sat"):
-        raise ValueError(f"solver: '{solver}' not understood for backend cpsat; leave it out")
-    start = time.perf_counter()
-    model = cp_model.CpModel()
-    model.proto.parse_text_format(model_text(cset))
-    num = len(cset.candidates)
-    build_s = time.perf_counter() - start
-    engine = cp_model.CpSolver()
-    options = cset.problem.options
-    spent = spent_s + build_s
-    det_budget = float(time_limit_s) * DETERMINISTIC_TIME_PER_S
-    if options.deterministic:
-        engine.parameters.num_workers = 1
-        engine.parameters.max_deterministic_time = det_budget
-        engine.parameters.max_time_in_seconds = max(_LEAST_S, float(time_limit_s) * WALL_CAP_FACTOR - spent)
-    else:
-        engine.parameters.max_time_in_seconds = max(_LEAST_S, float(time_limit_s) - spent)
-        engine.parameters.num_workers = options.num_workers
-    # CP-SAT measures its gap on the integer-scaled objective; the gap reported (and promised) is on the real
-    # objective re-computed from the chosen candidates. A 10% margin keeps the one within the other (1,000-job
-    # round, limit 1%: reported 1.02% without the margin, 0.91% with it).
-    engine.parameters.relative_gap_limit = options.relative_gap * GAP_MARGIN
-    status = engine.solve(model)
-    solve_s = engine.wall_time
-    capped = (options.deterministic and status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
-              and engine.deterministic_time < det_budget)
-    note = "stopped by the wall-clock cap, not the deterministic budget: not reproducible" if capped else ""
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        values = engine.response_proto.solution
-        selected = tuple(c for c, v in zip(range(num), values, strict=False) if v)
-        if status == cp_model.OPTIMAL:
-            termination = (Termination.OPTIMAL if engine.objective_value >= engine.best_objective_bound - 0.5
-                           else Termination.GAP_LIMIT)
+    name = "cpsat"
+    exact = True
+    work_limited = True
+    #: hand the hint to CP-SAT as a solution hint
+    use_hint = False
+
+    def available(self) -> bool:
+        """Whether OR-Tools is installed."""
+        return importlib.util.find_spec("ortools") is not None
+
+    def solve(self, model: RoundModel, params: SolveParams) -> BackendOutcome:
+        """Solve with CP-SAT (``params.solver`` must be ``None`` or ``"cpsat"``). The wall-clock limit
+        (non-deterministic) or cap (deterministic) is what is left of the round's after ``params.spent_s``
+        and the model's building; the deterministic budget is whole."""
+        from ortools.sat.python import cp_model
+
+        if params.solver not in (None, "cpsat", "cp-sat"):
+            raise ValueError(f"solver: '{params.solver}' not understood for backend cpsat; leave it out")
+        start = time.perf_counter()
+        proto = cp_model.CpModel()
+        proto.proto.parse_text_format(model_text(model, params.hint if self.use_hint else ()))
+        build_s = time.perf_counter() - start
+        engine = cp_model.CpSolver()
+        options = model.options
+        det_budget = float(params.time_limit_s) * DETERMINISTIC_TIME_PER_S
+        if options.deterministic:
+            engine.parameters.num_workers = 1
+            engine.parameters.max_deterministic_time = det_budget
+            cap = float(params.time_limit_s) * WALL_CAP_FACTOR
+            engine.parameters.max_time_in_seconds = max(_LEAST_S, cap - params.spent_s - build_s)
         else:
-            termination = Termination.TIME_LIMIT
-        return BackendOutcome(selected, termination, engine.best_objective_bound / _scale(cset), build_s, solve_s,
-                              note)
-    termination = {cp_model.INFEASIBLE: Termination.INFEASIBLE, cp_model.UNKNOWN: Termination.TIME_LIMIT}.get(
-        status, Termination.ERROR)
-    return BackendOutcome(None, termination, None, build_s, solve_s,
-                          "; ".join(filter(None, (engine.status_name(status), note))))
+            engine.parameters.max_time_in_seconds = remaining_s(params, build_s, _LEAST_S)
+            engine.parameters.num_workers = options.num_workers
+        engine.parameters.relative_gap_limit = options.relative_gap * GAP_MARGIN
+        status = engine.solve(proto)
+        solve_s = engine.wall_time
+        capped = (options.deterministic and status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
+                  and engine.deterministic_time < det_budget)
+        note = ("stopped by the wall-clock cap, not the deterministic budget: not reproducible" if capped
+                else "")
+        stop = {cp_model.OPTIMAL: Stop.CONVERGED, cp_model.FEASIBLE: Stop.TIME_LIMIT, cp_model.UNKNOWN:
+                Stop.TIME_LIMIT, cp_model.INFEASIBLE: Stop.INFEASIBLE}.get(status, Stop.OTHER)
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            values = engine.response_proto.solution
+            selected = tuple(c for c, v in zip(range(model.num_candidates), values, strict=False) if v)
+            ended = termination(stop, engine.objective_value, engine.best_objective_bound, tolerance=0.5,
+                                relative=0.0)
+            bound = engine.best_objective_bound / _scale(model)
+            return BackendOutcome(selected, ended, bound, build_s, solve_s, note)
+        return BackendOutcome(None, termination(stop), None, build_s, solve_s,
+                              "; ".join(filter(None, (engine.status_name(status), note))))
 
 
-def _scale(cset: CandidateSet) -> float:
-    largest = max((abs(c.gain) for c in cset.candidates), default=0.0)
-    if cset.problem.options.objective == "makespan":
-        largest = max(largest, *cset.unplaced_completion_s) if cset.unplaced_completion_s else largest
+#: the former module-level entry point, kept for a release
+solve = legacy_solve("cpsat")
+
+
+def _scale(model: RoundModel) -> float:
+    cset = model.cset
+    largest = max((abs(g) for g in model.gains), default=0.0)
+    if model.makespan_column is not None and cset.unplaced_completion_s:
+        largest = max(largest, *cset.unplaced_completion_s)
     return _TARGET / max(largest, 1e-12)
 
 
@@ -115,34 +128,35 @@ def _at_most_one(cols: Sequence[int]) -> str:
     return f"constraints {{ at_most_one {{ literals: {' literals: '.join(map(str, cols))} }} }}"
 
 
-def model_text(cset: CandidateSet) -> str:
-    """The CP-SAT model of ``cset`` in protobuf text format, written from the index lists of
-    :func:`~dltsched.formulations.backends.rows.model_rows` in one pass and parsed by CP-SAT in C++ (a Python
-    call per variable and term costs several times more on large rounds). Coefficients are integer-scaled;
-    the objective maximises the gains (minus the makespan variable, the last one)."""
-    num = len(cset.candidates)
-    scale = _scale(cset)
+def model_text(model: RoundModel, hint: Sequence[int] = ()) -> str:
+    """The CP-SAT model of ``model`` in protobuf text format, written from its rows (redundant ones
+    included) in one pass and parsed by CP-SAT in C++ (a Python call per variable and term costs several
+    times more on large rounds). Coefficients are integer-scaled; the objective maximises the gains (minus
+    the makespan column, the last one). ``hint``: candidates set to 1 in a complete solution hint."""
+    num = model.num_candidates
+    scale = _scale(model)
     lines = ["variables { domain: 0 domain: 1 }\n" * num]
-    for row in model_rows(cset):
+    for row in model.rows:
         if row.at_most_one:
             lines.append(_at_most_one(row.cols))
         else:
             lines.append(_linear(row.cols, [round(k) for k in row.coefs], _LOWEST, round(row.upper or 0)))
-    cols = [c for c, cand in enumerate(cset.candidates) if cand.gain]
-    coefs = [-round(cset.candidates[c].gain * scale) for c in cols]  # maximise: CP-SAT minimises -gain
-    if cset.problem.options.objective == "makespan":
-        makespan = num
-        waits = [round(w * scale) for w in cset.unplaced_completion_s]
-        latest = max([*cset.unplaced_completion_s, *(t for c in cset.candidates for t in c.completion_s)],
-                     default=0.0)
-        lines.insert(1, f"variables {{ domain: 0 domain: {round(latest * scale) + 1} }}\n")
-        for j, cands in enumerate(cset.by_job):  # M + sum saved_c x_c >= wait_j
-            saved = [waits[j] - round(cset.candidates[c].completion_s[cset.candidates[c].jobs.index(j)] * scale)
-                     for c in cands]
-            lines.append(_linear([*cands, makespan], [*saved, 1], waits[j], _HIGHEST))
+    cols = [c for c, gain in enumerate(model.gains) if gain]
+    coefs = [-round(model.gains[c] * scale) for c in cols]  # maximise: CP-SAT minimises -gain
+    makespan = model.makespan_column
+    if makespan is not None:
+        lines.insert(1, f"variables {{ domain: 0 domain: {round(model.makespan_upper_s * scale) + 1} }}\n")
+        for job_row in model.makespan_rows:  # M + sum saved_c x_c >= wait_j, each time rounded on its own
+            wait = round(job_row.wait_s * scale)
+            saved = [wait - round(t * scale) for t in job_row.finish_s]
+            lines.append(_linear([*job_row.cols, makespan], [*saved, 1], wait, _HIGHEST))
         cols.append(makespan)
         coefs.append(1)
     if cols:
         lines.append(f"objective {{ vars: {' vars: '.join(map(str, cols))} scaling_factor: -1 "
                      f"coeffs: {' coeffs: '.join(map(str, coefs))} }}")
+    if hint:
+        chosen = set(hint)
+        lines.append(f"solution_hint {{ vars: {' vars: '.join(map(str, range(num)))} "
+                     f"values: {' values: '.join('1' if c in chosen else '0' for c in range(num))} }}")
     return "\n".join(lines)

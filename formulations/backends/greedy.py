@@ -1,11 +1,29 @@
-"""Greedy fallback: best gain per GPU first, within capacity; always feasible (possibly empty)."""
+"""Greedy heuristic and fallback: best gain per GPU first, within capacity; always feasible (maybe empty)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
-from dltsched.formulations.backends import capacity_limits
+from dltsched.formulations.backends.base import Backend, BackendOutcome, SolveParams, register
 from dltsched.formulations.candidates import CandidateSet
+from dltsched.formulations.model import RoundModel, capacity_limits
+from dltsched.formulations.result import Termination
+
+
+@register
+class Greedy(Backend):
+    """The greedy heuristic as a backend: no bound, no solver; ``params`` are not used."""
+
+    name = "greedy"
+    exact = False
+
+    def solve(self, model: RoundModel, params: SolveParams) -> BackendOutcome:
+        """The greedy selection of :func:`greedy_selection`."""
+        start = time.perf_counter()
+        selected = tuple(greedy_selection(model.cset))
+        return BackendOutcome(selected, Termination.NOT_RUN, None, 0.0, time.perf_counter() - start,
+                              "greedy heuristic")
 
 
 def greedy_selection(cset: CandidateSet, first: Sequence[int] = ()) -> list[int]:
@@ -28,8 +46,8 @@ def greedy_selection(cset: CandidateSet, first: Sequence[int] = ()) -> list[int]
         cand = cset.candidates[c]
         if used_jobs & set(cand.jobs) or type_left[cand.gpu_type] < cand.num_gpus:
             continue
-        if cand.gain < 0 or (makespan and any(
-                t > cset.unplaced_completion_s[j] for j, t in zip(cand.jobs, cand.completion_s, strict=True))):
+        if cand.gain < 0 or (makespan and any(t > cset.unplaced_completion_s[j]
+                                              for j, t in zip(cand.jobs, cand.completion_s, strict=True))):
             continue
         if cand.kind == "stay":
             slot = cset.slots[cand.where]

@@ -49,7 +49,8 @@ def test_gang_stays_in_one_node_or_pays_cross_node(backend: str) -> None:
     # nodes of 2 + 2 GPUs: the 2-GPU job fits one node; the 3-GPU job must span both (normalised to 1).
     tables = Tables(step_s={"g2": [1.0], "g3": [1.0]})
     problem = make_round(tables, [("v100", 2), ("v100", 2)], [job("g2", 2), job("g3", 3)],
-                         options=RoundOptions(objective="effective_progress", max_jobs_per_gpu=1, relative_gap=0.0))
+                         options=RoundOptions(objective="effective_progress", max_jobs_per_gpu=1,
+                                              relative_gap=0.0))
     result = solve_problem(problem, backend)
     assert checked(problem, result) == pytest.approx(1.0)
     placed = result.plan.by_job()
@@ -106,7 +107,8 @@ def test_jct_moves_a_long_job_to_a_faster_gpu_when_the_move_pays_for_itself(
     tables = Tables(step_s={"a": [1.0], "c": [1.0]}, type_factor={"k80": 3.0})
     jobs = [job("a", iterations=100, gpu_types=("k80",)), job("c", iterations=long_iterations)]
     options = RoundOptions(objective="jct", max_jobs_per_gpu=1, migration_penalty=penalty, relative_gap=0.0)
-    problem = make_round(tables, [("v100", 1), ("k80", 2)], jobs, running={"a": (1,), "c": (2,)}, options=options)
+    problem = make_round(tables, [("v100", 1), ("k80", 2)], jobs, running={"a": (1,), "c": (2,)},
+                         options=options)
     result = solve_problem(problem, backend)
     reference = (300.0 + long_iterations) / 2.0  # median of the remaining times 300 s and c's
     scale_a, scale_c = reference / 300.0, reference / long_iterations
@@ -123,7 +125,8 @@ def test_multi_stage_objectives(backend: str, objective: str, expected: float) -
     # alone: a first -> 2 * 100 + (300 + 200) = 700, makespan 500; b first -> 1000, makespan 400.
     tables = Tables(step_s={"a": [1.0], "b": [1.0]}, speeds={("a", "b"): [0.6, 0.6]})
     jobs = [job("a", weight=2.0, iterations=100), job("b", iterations=200)]
-    problem = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective=objective, relative_gap=0.0))
+    problem = make_round(tables, [("v100", 1)], jobs,
+                         options=RoundOptions(objective=objective, relative_gap=0.0))
     result = solve_problem(problem, backend)
     assert checked(problem, result) == pytest.approx(expected)
     assert result.plan.bound == pytest.approx(expected, rel=1e-5)
@@ -158,7 +161,8 @@ def test_jct_shares_a_gpu_only_when_the_short_job_loses_little(backend: str, spe
 def test_infeasible_jobs_are_named_not_crashed(backend: str) -> None:
     tables = Tables(step_s={"ok": [1.0], "huge": [1.0], "fat": [1.0]}, memory={"fat": [20000.0]})
     options = RoundOptions(allow_cross_node=False, relative_gap=0.0)
-    problem = make_round(tables, [("v100", 2), ("v100", 2)], [job("ok"), job("huge", 3), job("fat")], options=options)
+    problem = make_round(tables, [("v100", 2), ("v100", 2)], [job("ok"), job("huge", 3), job("fat")],
+                         options=options)
     result = solve_problem(problem, backend)
     assert result.plan.status == "infeasible"
     assert {u.job_id for u in result.infeasible_jobs} == {"huge", "fat"}
@@ -219,7 +223,8 @@ def test_ortools_and_highspy_load_in_one_process() -> None:
     import highspy
     from ortools.sat.python import cp_model
 
-    from dltsched.formulations.backends.milp import solve as milp_solve
+    from dltsched.formulations.backends import SolveParams, get_backend
+    from dltsched.formulations.model import RoundModel
 
     model = cp_model.CpModel()
     x = model.new_bool_var("x")
@@ -228,4 +233,5 @@ def test_ortools_and_highspy_load_in_one_process() -> None:
     assert highspy.Highs().version()
     tables = Tables(step_s={"a": [1.0]})
     problem = make_round(tables, [("v100", 1)], [job("a")])
-    assert milp_solve(build_candidates(problem), time_limit_s=5, hint=[]).selected is not None
+    outcome = get_backend("pyomo").solve(RoundModel(build_candidates(problem)), SolveParams(5.0))
+    assert outcome.selected is not None

@@ -18,7 +18,7 @@ import click
 from dltsched.engine.app.cli.main import BackendName, FiniteFloat
 from dltsched.engine.domain.errors import InfeasibleRoundError, ValidationError, write_text_file
 from dltsched.engine.domain.model import DEFAULT_OBJECTIVE, ClusterState, Plan
-from dltsched.formulations.backends import EXACT_BACKENDS
+from dltsched.formulations.backends import EXACT_BACKENDS, backend_names
 from dltsched.formulations.problem import FORMAT, OBJECTIVES, GpuNode, RoundOptions, RoundProblem
 
 
@@ -78,7 +78,7 @@ BACKEND_HELP = ("cpsat | milp (Pyomo -> HiGHS) | greedy (the formulation's heuri
 @click.command("solve")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--backend", type=BackendName(), default="cpsat", show_default=True, help=BACKEND_HELP)
-@click.option("--solver", default=None, help="Pyomo solver for --backend milp (default HiGHS).")
+@click.option("--solver", default=None, help="Pyomo solver for --backend pyomo or milp (default HiGHS).")
 @click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.0, 86_400.0, min_open=True), default=10.0,
               show_default=True, help="Seconds (at most one day).")
 @click.option("--objective", type=click.Choice([str(o) for o in OBJECTIVES]), default=str(DEFAULT_OBJECTIVE),
@@ -104,8 +104,9 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
     from dltsched.formulations.solve import solve_problem
 
     choice = parse_backend(backend, "--backend")
-    if solver is not None and choice.name != "milp":
-        raise ValidationError("--solver", f"'{solver[:60]}' is for --backend milp only; leave it out or add --backend milp")
+    if solver is not None and choice.name not in ("pyomo", "milp"):
+        raise ValidationError("--solver", f"'{solver[:60]}' is for --backend pyomo (or milp) only; leave it out or "
+                              "add --backend pyomo")
     options = RoundOptions(objective=objective, max_jobs_per_gpu=max_jobs_per_gpu, time_limit_s=time_limit_s)
     predictors_name = check_predictors(with_calibration(predictors_name, calibration))
     began = time.perf_counter()
@@ -225,7 +226,8 @@ def _gpu_ranges(gpus: list[int]) -> str:
 @click.command("solve")
 @click.option("--sizes", default=",".join(("20x16", "200x256", "1000x1024")), show_default=True,
               help="Comma-separated JOBSxGPUS.")
-@click.option("--backend", type=click.Choice([*EXACT_BACKENDS, "both", "decomposed"]), default="both",
+@click.option("--backend", type=click.Choice([*backend_names(exact=True), "both", "decomposed"]),
+              default="both",
               show_default=True, help="An exact backend, both (every exact backend), or decomposed (an LP "
               "relaxation rounded, placed per GPU type when that is not within the gap; its bound is the LP's).")
 @click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True)

@@ -1,0 +1,206 @@
+"""The round model of a candidate set: columns, rows and objective, stated once and read by every backend.
+
+Columns: candidate ``c`` is column ``c`` (0 or 1); with the ``makespan`` objective one more column ``M``
+(the last, at least 0). Objective: maximise ``sum gain_c x_c`` (``- M`` with ``makespan``).
+
+Rows, in this order:
+
+1. at most one candidate per job;
+2. usable GPUs per node (multi-GPU units and kept slots, where the candidates could exceed them) and per
+   GPU type (every candidate; a row the candidates cannot exceed is marked ``redundant``);
+3. a slot kept by at most one unit; overlapping slots not both kept;
+4. with ``makespan``: ``M + sum_c (wait_j - finish_jc) x_c >= wait_j`` per job ``j`` (a job left out
+   finishes at ``wait_j``: one round later, then alone), kept apart as :class:`MakespanRow` so that a
+   backend scaling to integers rounds the times themselves.
+
+A backend translates these rows; it states no constraint of its own. The rows are built on first use, so a
+backend that never reads them (the greedy heuristic) never pays for them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cached_property
+
+from dltsched.formulations.candidates import CandidateSet
+from dltsched.formulations.problem import RoundOptions
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """``lower <= sum coefs[i] x[cols[i]] <= upper``.
+
+    Attributes
+    ----------
+    cols
+        The columns of the row's terms.
+    coefs
+        Their coefficients.
+    lower, upper
+        The bounds; ``None``: none on that side.
+    at_most_one
+        Every coefficient is 1 and ``upper`` is 1 (a set-packing row).
+    redundant
+        The candidates cannot violate the row; a backend may leave it out.
+    """
+
+    cols: tuple[int, ...]
+    coefs: tuple[float, ...]
+    lower: float | None
+    upper: float | None
+    at_most_one: bool = False
+    redundant: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MakespanRow:
+    """``M + sum_c (wait_s - finish_s[c]) x_c >= wait_s`` for one job: ``M`` is at least its completion.
+
+    Attributes
+    ----------
+    job
+        The job's index in the round.
+    cols
+        The job's candidates.
+    finish_s
+        When the job finishes on each of them, predicted.
+    wait_s
+        When it finishes if left out.
+    """
+
+    job: int
+    cols: tuple[int, ...]
+    finish_s: tuple[float, ...]
+    wait_s: float
+
+    def as_row(self, makespan_column: int) -> Row:
+        """The row over the candidates and the makespan column, with floating-point coefficients."""
+        saved = tuple(self.wait_s - t for t in self.finish_s)
+        return Row((*self.cols, makespan_column), (*saved, 1.0), self.wait_s, None)
+
+
+@dataclass(frozen=True)
+class RoundModel:
+    """The model of one round (see the module docstring), built from its candidate set.
+
+    Attributes
+    ----------
+    cset
+        The candidate set; candidate ``c`` is column ``c``.
+    """
+
+    cset: CandidateSet
+
+    @property
+    def options(self) -> RoundOptions:
+        """The round's options (objective, gap, time limit, determinism, workers)."""
+        return self.cset.problem.options
+
+    @property
+    def num_candidates(self) -> int:
+        """The number of 0/1 columns."""
+        return len(self.cset.candidates)
+
+    @property
+    def makespan_column(self) -> int | None:
+        """The column ``M`` (the last) with the ``makespan`` objective, else ``None``."""
+        return self.num_candidates if self.options.objective == "makespan" else None
+
+    @property
+    def num_columns(self) -> int:
+        """Candidates plus the makespan column, if any."""
+        return self.num_candidates + (self.makespan_column is not None)
+
+    @cached_property
+    def gains(self) -> tuple[float, ...]:
+        """The objective coefficient of each candidate (maximised; ``M``, if any, has -1)."""
+        return tuple(c.gain for c in self.cset.candidates)
+
+    @cached_property
+    def rows(self) -> tuple[Row, ...]:
+        """Rows 1 to 3 of the module docstring (redundant ones included), in that order."""
+        cset = self.cset
+        rows = [_packing(cands) for cands in cset.by_job if len(cands) > 1]
+        per_node, per_type = capacity_rows(cset)
+        node_limit, type_limit = capacity_limits(cset)
+        for n, terms in per_node.items():
+            if sum(k for _, k in terms) > node_limit[n]:
+                rows.append(_capacity(terms, node_limit[n], redundant=False))
+        for gpu_type, terms in per_type.items():
+            limit = type_limit[gpu_type]
+            rows.append(_capacity(terms, limit, redundant=sum(k for _, k in terms) <= limit))
+        stays = stays_by_slot(cset)
+        rows += [_packing(tuple(cands)) for cands in stays.values() if len(cands) > 1]
+        for p, q in cset.slot_conflicts:
+            both = (*stays.get(p, ()), *stays.get(q, ()))
+            if both:
+                rows.append(Row(both, (1.0,) * len(both), None, 1.0))
+        return tuple(rows)
+
+    @cached_property
+    def makespan_rows(self) -> tuple[MakespanRow, ...]:
+        """Row 4 of the module docstring, one per job (empty without the ``makespan`` objective)."""
+        if self.makespan_column is None:
+            return ()
+        cands = self.cset.candidates
+        return tuple(
+            MakespanRow(j, tuple(cols), tuple(cands[c].completion_s[cands[c].jobs.index(j)] for c in cols),
+                        self.cset.unplaced_completion_s[j])
+            for j, cols in enumerate(self.cset.by_job))
+
+    @cached_property
+    def makespan_upper_s(self) -> float:
+        """The latest completion any job can have: an upper bound on ``M``."""
+        cset = self.cset
+        return max([*cset.unplaced_completion_s, *(t for c in cset.candidates for t in c.completion_s)],
+                   default=0.0)
+
+    def linear_rows(self, redundant: bool = False) -> list[Row]:
+        """Every row, the makespan rows as plain rows; ``redundant``: keep the rows that cannot bind."""
+        rows = [r for r in self.rows if redundant or not r.redundant]
+        if self.makespan_column is not None:
+            rows += [r.as_row(self.makespan_column) for r in self.makespan_rows]
+        return rows
+
+
+def _packing(cols: tuple[int, ...]) -> Row:
+    return Row(cols, (1.0,) * len(cols), None, 1.0, at_most_one=True)
+
+
+def _capacity(terms: list[tuple[int, int]], limit: int, *, redundant: bool) -> Row:
+    return Row(tuple(c for c, _ in terms), tuple(float(k) for _, k in terms), None, float(limit),
+               redundant=redundant)
+
+
+def capacity_limits(cset: CandidateSet) -> tuple[list[int], dict[str, int]]:
+    """Usable GPUs per node and per GPU type (down GPUs excluded): the right-hand sides of capacity."""
+    per_node = [node.usable_gpus for node in cset.problem.nodes]
+    per_type: dict[str, int] = defaultdict(int)
+    for node in cset.problem.nodes:
+        per_type[node.gpu_type] += node.usable_gpus
+    return per_node, dict(per_type)
+
+
+def capacity_rows(
+        cset: CandidateSet) -> tuple[dict[int, list[tuple[int, int]]], dict[str, list[tuple[int, int]]]]:
+    """(node -> [(candidate, GPUs used on it)], type -> [(candidate, GPUs)]): the capacity constraints."""
+    per_node: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    per_type: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for c, cand in enumerate(cset.candidates):
+        per_type[cand.gpu_type].append((c, cand.num_gpus))
+        if cand.kind == "node":
+            per_node[cand.where].append((c, cand.num_gpus))
+        elif cand.kind == "stay":
+            for n, k in cset.slots[cand.where].node_gpus:
+                per_node[n].append((c, k))
+    return per_node, per_type
+
+
+def stays_by_slot(cset: CandidateSet) -> dict[int, list[int]]:
+    """Slot -> the candidates that keep it."""
+    out: dict[int, list[int]] = defaultdict(list)
+    for c, cand in enumerate(cset.candidates):
+        if cand.kind == "stay":
+            out[cand.where].append(c)
+    return out
