@@ -51,6 +51,7 @@ from typing import Any
 
 import click
 
+from dltsched.engine.app.adapters.slurm_job import read_progress_folder
 from dltsched.engine.app.adapters.slurm_parse import (  # noqa: F401  (the daemon's vocabulary, re-exported)
     ACTIVE_STATES,
     COMMENT_PREFIX,
@@ -62,6 +63,7 @@ from dltsched.engine.app.adapters.slurm_parse import (  # noqa: F401  (the daemo
     format_comment,
     parse_comment,
     parse_gres,
+    parse_oversubscribe,
     parse_sinfo_json,
     parse_squeue_json,
     satisfies,
@@ -81,6 +83,10 @@ from dltsched.engine.app.cli.main import BackendName
 from dltsched.engine.domain.errors import DltschedError, ValidationError, write_atomically
 
 log = logging.getLogger(__name__)
+
+#: a progress record written this many seconds before Slurm's start time still counts as the current run's
+#: (Slurm's start time has one-second resolution; the job writes its first record as it starts)
+PROGRESS_SLACK_S = 2.0
 
 # ----------------------------------------------------------------------------- the daemon
 
@@ -121,7 +127,7 @@ class DaemonOptions:
     dry_run: bool = False
     time_limit: str | None = None
     start_timeout_s: float = 60.0
-    #: a file of ``{"<job id>": iterations done}`` the jobs report to (progress instead of elapsed time)
+    #: the jobs' progress records (a folder, :mod:`.slurm_job`), or a file of ``{"<job id>": iterations done}``
     progress_file: Path | None = None
     round: RoundConfig = field(default_factory=RoundConfig)
 
@@ -166,17 +172,39 @@ class SlurmDaemon:
             with self.options.events_file.open("a") as f:
                 f.write(json.dumps(record, sort_keys=True) + "\n")
 
-    def _progress(self) -> dict[str, float]:
+    def _progress(self, start: Mapping[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+        """Iterations done and measured seconds per step, by job, from ``--progress-file``: a folder of the
+        jobs' own records (:mod:`.slurm_job`; a record written before the job's current start is from an
+        earlier run and counts as its checkpoint only), or one ``{job id: iterations}`` file."""
         path = self.options.progress_file
         if path is None:
-            return {}
+            return {}, {}
+        if path.is_dir():
+            done: dict[str, float] = {}
+            speed: dict[str, float] = {}
+            for job_id, record in read_progress_folder(path).items():
+                current = record.time >= start.get(job_id, float("inf")) - PROGRESS_SLACK_S
+                done[job_id] = float(min(record.iterations if current else record.checkpoint, record.total))
+                if current and record.step_s is not None:
+                    speed[job_id] = record.step_s
+            return done, speed
         try:
             data = json.loads(path.read_text()[:10_000_000])
         except (OSError, ValueError) as err:
             log.debug("progress file %s unreadable: %s", path, err)
-            return {}
-        return {str(k): float(v) for k, v in data.items() if isinstance(v, int | float) and v >= 0} \
-            if isinstance(data, dict) else {}
+            return {}, {}
+        return ({str(k): float(v) for k, v in data.items() if isinstance(v, int | float) and v >= 0}
+                if isinstance(data, dict) else {}), {}
+
+    def _partition_exclusive(self) -> bool:
+        """Whether the partition gives every job whole nodes (``OverSubscribe=EXCLUSIVE``); an answer not
+        understood counts as no (GPUs stay exclusive either way)."""
+        try:
+            answer = self.run(["sinfo", "-h", "--partition", self.options.partition, "-o", "%h"])
+        except SlurmCommandError as err:
+            log.debug("partition OverSubscribe unknown: %s", err)
+            return False
+        return parse_oversubscribe(answer) == "EXCLUSIVE"
 
     def _unplannable(self, job: SlurmJob, reason: str, flags: list[Action]) -> None:
         """Keep ``job`` out of the round; flag it with ``reason`` once."""
@@ -196,6 +224,7 @@ class SlurmDaemon:
         nodes = tuple(n for n in parse_sinfo_json(self.run(["sinfo", "--json", "--partition", part]))
                       if part in n.partitions)
         by_name = {n.name: n for n in nodes}
+        whole_nodes = self._partition_exclusive()
         now = self.clock()
         running: dict[str, Placement] = {}
         queued: list[str] = []
@@ -209,6 +238,7 @@ class SlurmDaemon:
         foreign: dict[str, set[int]] = {n.name: set(n.used_gpus) for n in nodes}
         promised: list[tuple[str, Mapping[str, Any]]] = []
         unindexed: list[SlurmJob] = []
+        exclusive: set[str] = set()
         seen = set()
         mine = [j for j in jobs if j.partition == part]
         for j in sorted(mine, key=lambda j: any(not i for i in j.gpus.values())):  # indexed jobs first
@@ -248,6 +278,8 @@ class SlurmDaemon:
                 self.released.pop(j.job_id, None)
                 continue
             specs[j.job_id] = spec
+            if j.exclusive or whole_nodes:
+                exclusive.add(j.job_id)
             node_count[j.job_id] = j.node_count
             num_gpus[j.job_id] = max(1, j.num_gpus)
             submit[j.job_id] = float(j.submit_time)
@@ -294,6 +326,13 @@ class SlurmDaemon:
             running[job_id] = _placement(got)
             for n, idx in got.items():
                 taken.setdefault(n, set()).update(idx)
+        # nodes no new job can share: one an exclusive job holds (or was promised), one with no CPU or memory
+        # left; their GPUs that no job of ours runs on count as taken by others
+        whole = {n for job_id, p in running.items() if job_id in exclusive for n in p.per_node}
+        whole |= {n.name for n in nodes if n.full}
+        for name in whole:
+            ours = {g for p in running.values() for g in p.per_node.get(name, ())}
+            foreign.setdefault(name, set()).update(set(range(by_name[name].num_gpus)) - ours)
         # jobs that cannot be planned stay held, flagged, out of the round; running ones count as others'
         types = sorted({n.gpu_type or "" for n in nodes})
         by_id = {j.job_id: j for j in mine}
@@ -321,9 +360,12 @@ class SlurmDaemon:
                 self.unplannable.pop(job_id, None)
         for job_id in set(self.unplannable) - set(by_id):
             self.unplannable.pop(job_id)
-        progress = {k: v for k, v in self._progress().items() if k in running}
+        done, speed = self._progress(start)
         snap = Snapshot(now, nodes, running, tuple(queued), specs, num_gpus, submit, start,
-                        {k: tuple(sorted(v)) for k, v in foreign.items() if v}, allowed, node_count, progress)
+                        {k: tuple(sorted(v)) for k, v in foreign.items() if v}, allowed, node_count,
+                        {k: v for k, v in done.items() if k in running or k in queued},
+                        {k: v for k, v in speed.items() if k in running},
+                        frozenset(exclusive & (set(running) | set(queued))))
         return snap, fixes
 
     def round(self) -> list[Action]:
@@ -435,6 +477,11 @@ def _record_nodes(record: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
 @click.option("--objective", default="jct", show_default=True)
 @click.option("--solver-time-limit", "solver_s", type=click.FloatRange(min=0.01), default=5.0, show_default=True)
 @click.option("--gpu-type", default="v100", show_default=True, help="GPU type of nodes whose gres names none.")
+@click.option("--predictors", "predictor_set", default="default", show_default=True,
+              help="Predictor bundle that prices jobs without their own step_s (default, crossfit, analytic).")
+@click.option("--calibration", type=click.Path(dir_okay=False), default=None,
+              help="A calibration bundle (dltsched calibrate): the GPU types it covers are priced by it "
+                   "(CAL.json:mps: co-location under MPS).")
 @click.option("--time-limit", default=None, help="Slurm TimeLimit set on each job it starts (e.g. 2:00:00).")
 @click.option("--preempt/--no-preempt", default=False, show_default=True,
               help="Requeue (held) running jobs the plan stops or moves; they restart from their checkpoint.")
@@ -442,27 +489,31 @@ def _record_nodes(record: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
               show_default=True, help="Seconds between the signal to a preempted job and its requeue (to checkpoint).")
 @click.option("--preempt-signal", default="USR1", show_default=True,
               help="Signal sent to a job before it is preempted (scancel --signal).")
-@click.option("--progress-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="JSON {job id: iterations done} the jobs report to; progress then comes from it.")
+@click.option("--progress-file", type=click.Path(path_type=Path), default=None,
+              help="Where jobs report progress: a folder of <job id>.json records (python -m "
+                   "dltsched.engine.app.adapters.slurm_job writes them), or one JSON {job id: iterations done}. "
+                   "Remaining work and running jobs' speed then come from it.")
 @click.option("--start-timeout", "start_timeout_s", type=click.FloatRange(min=1), default=60.0, show_default=True,
               help="A released job Slurm has not started after this many seconds is held and re-planned.")
 @click.option("--once", is_flag=True, help="One round, then exit.")
 @click.option("--dry-run", is_flag=True, help="Print the scontrol commands instead of running them.")
 @click.option("--slurm-conf", default=None, help="SLURM_CONF for the Slurm commands (default: the environment's).")
 def slurm(partition: str, poll_s: float, state_file: Path, events_file: Path | None, backend: str, objective: str,
-          solver_s: float, gpu_type: str, time_limit: str | None, preempt: bool, preempt_grace_s: float,
-          preempt_signal: str, progress_file: Path | None, start_timeout_s: float, once: bool, dry_run: bool,
+          solver_s: float, gpu_type: str, predictor_set: str, calibration: str | None, time_limit: str | None,
+          preempt: bool, preempt_grace_s: float, preempt_signal: str, progress_file: Path | None, start_timeout_s: float, once: bool, dry_run: bool,
           slurm_conf: str | None) -> None:
     """Schedule a Slurm partition's held GPU jobs with dltsched, round by round."""
     from dltsched.engine.app.api import ConfiguredSolver
+    from dltsched.engine.app.registry import check_predictors, with_calibration
 
     ConfiguredSolver.of(backend=backend, objective=objective, time_limit_s=solver_s)  # bad settings fail here, exit 2
+    predictor_set = check_predictors(with_calibration(predictor_set, calibration))
     options = DaemonOptions(partition=partition, state_file=state_file, events_file=events_file, poll_s=poll_s,
                             preempt=preempt, preempt_grace_s=preempt_grace_s, preempt_signal=preempt_signal,
                             progress_file=progress_file, dry_run=dry_run, time_limit=time_limit,
                             start_timeout_s=start_timeout_s,
                             round=RoundConfig(backend=backend, objective=objective, time_limit_s=solver_s,
-                                              default_gpu_type=gpu_type))
+                                              default_gpu_type=gpu_type, predictors=predictor_set))
     daemon = SlurmDaemon(options, SlurmCommands(slurm_conf))
     daemon.warm_up()
     daemon.run_forever(once=once)

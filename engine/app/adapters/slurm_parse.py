@@ -112,6 +112,8 @@ class SlurmNode:
     used_gpus: tuple[int, ...] = ()
     state: str = ""
     features: tuple[str, ...] = ()
+    #: no CPU or no memory left for another job (an exclusive job holds it whole, or its cores are all taken)
+    full: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,8 @@ class SlurmJob:
     constraint: str = ""
     #: Slurm's state flags beside the base state (``COMPLETING``, ``REQUEUED``, ...)
     flags: frozenset[str] = frozenset()
+    #: the job asked for whole nodes (``--exclusive``): no other job may share them
+    exclusive: bool = False
 
 
 #: base state a job is in while it still holds (or takes) its nodes' resources
@@ -307,12 +311,35 @@ def parse_job(j: Mapping[str, Any]) -> SlurmJob:
         submit_time=number(j.get("submit_time")), start_time=number(j.get("start_time")),
         end_time=number(j.get("end_time")), restart_count=number(j.get("restart_cnt")), gpus=gpus, reason=reason,
         node_count=node_count, gpu_type=per_node_type or job_type, constraint=text(j.get("features")),
-        flags=flags)
+        flags=flags, exclusive=job_exclusive(j))
+
+
+def job_exclusive(j: Mapping[str, Any]) -> bool:
+    """Whether a job asked for whole nodes: ``shared`` is ``"none"`` (22.05) or lists ``none`` (23.02+), or
+    ``exclusive`` says so (24.x: ``["true"]``, ``["user"]``, ``["mcs"]``, ``["topo"]``; read as whole nodes)."""
+    shared = {w.lower() for w in words(j.get("shared"))}
+    exclusive = {w.lower() for w in words(j.get("exclusive"))} - {"false", "0", "no"}
+    return "none" in shared or bool(exclusive)
+
+
+def parse_oversubscribe(text_: str) -> str:
+    """A partition's ``OverSubscribe`` from ``sinfo -h -o %h`` (``no``, ``exclusive``, ``yes:4``, ``force:4``),
+    as ``NO``, ``EXCLUSIVE``, ``YES`` or ``FORCE``; ``""`` for an answer not understood."""
+    first = (text_ or "").split()[:1]
+    word = first[0].split(":")[0].upper() if first else ""
+    return word if word in ("NO", "EXCLUSIVE", "YES", "FORCE") else ""
 
 
 def parse_squeue_json(text_: str) -> list[SlurmJob]:
     """The jobs of a ``squeue --json`` answer (Slurm 22.05 to 24.x)."""
     return [parse_job(j) for j in _answer(text_, "jobs", "squeue --json") if j.get("job_id") is not None]
+
+
+def _node_full(n: Mapping[str, Any], states: set[str]) -> bool:
+    """No CPU or no memory left on the node (all of it allocated), as Slurm counts it."""
+    cpus, alloc_cpus = number(n.get("cpus")), number(n.get("alloc_cpus"))
+    memory, alloc_memory = number(n.get("real_memory")), number(n.get("alloc_memory"))
+    return "ALLOCATED" in states or 0 < cpus <= alloc_cpus or 0 < memory <= alloc_memory
 
 
 def parse_sinfo_json(text_: str) -> list[SlurmNode]:
@@ -330,5 +357,5 @@ def parse_sinfo_json(text_: str) -> list[SlurmNode]:
         nodes[name] = SlurmNode(
             name=name, gpu_type=gpu_type, num_gpus=count, usable=not states & UNUSABLE_NODE,
             partitions=tuple(words(n.get("partitions"))), used_gpus=parse_gres(text(n.get("gres_used")))[2],
-            state="+".join(sorted(states)), features=features)
+            state="+".join(sorted(states)), features=features, full=_node_full(n, states))
     return list(nodes.values())

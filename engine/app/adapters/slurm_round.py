@@ -52,8 +52,13 @@ class Snapshot:
     allowed: Mapping[str, frozenset[str]] = field(default_factory=dict)
     #: job -> nodes of a gang job (absent: 1)
     node_count: Mapping[str, int] = field(default_factory=dict)
-    #: job -> iterations done, as the job reported them (absent: estimated from elapsed time)
+    #: job -> iterations done, as the job reported them (a queued job: its checkpoint; absent: a running job's
+    #: estimated from elapsed time, a queued job's none)
     progress: Mapping[str, float] = field(default_factory=dict)
+    #: running job -> its measured seconds per step on the GPUs it runs on (absent: predicted)
+    speed: Mapping[str, float] = field(default_factory=dict)
+    #: jobs that take whole nodes (``--exclusive``, or a partition with ``OverSubscribe=EXCLUSIVE``)
+    exclusive: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,14 +94,23 @@ def domain_job(job_id: str, spec: JobSpec, num_gpus: int, submit_s: float, types
                    arrival_time_s=submit_s, weight=spec.weight, gpu_types=tuple(types))
 
 
-def _measurements(snap: Snapshot, active: set[str]) -> Any:
+def _measurements(snap: Snapshot, active: set[str], run_types: Mapping[str, str] | None = None) -> Any:
+    """The jobs' own step times: the comment's ``step_s`` (on its ``gpu_type``, else every type), and a running
+    job's measured speed on the GPU type it runs on (``run_types``), which wins over the comment there."""
     from dltsched.engine.app.measured import JobMeasurement, Measurements
 
     jobs = {}
     for job_id, spec in snap.specs.items():
-        if spec.step_time_s is not None and job_id in active:
-            key = catalog_gpu_type(spec.gpu_type) if spec.gpu_type else "*"
-            jobs[job_id] = JobMeasurement(step_time_s={key: spec.step_time_s})
+        if job_id not in active:
+            continue
+        steps: dict[str, float] = {}
+        if spec.step_time_s is not None:
+            steps[catalog_gpu_type(spec.gpu_type) if spec.gpu_type else "*"] = spec.step_time_s
+        measured, gpu_type = snap.speed.get(job_id), (run_types or {}).get(job_id)
+        if measured is not None and gpu_type is not None:
+            steps[gpu_type] = measured
+        if steps:
+            jobs[job_id] = JobMeasurement(step_time_s=steps)
     return Measurements(jobs, unknown_memory="predict").checked()
 
 
@@ -166,6 +180,7 @@ def decide(snap: Snapshot, config: RoundConfig, warm_start: Any = None, *,
     active = {j for j in snap.queued if j in jobs} | {j for j, p in snap.running.items() if j in jobs}
     preds = measured_predictors(base, _measurements(snap, active))
     held: set[int] = set()
+    run_types: dict[str, str] = {}
     states = []
     for job_id, p in snap.running.items():
         gpus = tuple(first[node] + i for node, idx in p.per_node.items() if node in first for i in idx
@@ -173,18 +188,21 @@ def decide(snap: Snapshot, config: RoundConfig, warm_start: Any = None, *,
         if job_id not in jobs or len(gpus) != jobs[job_id].num_gpus:
             continue  # on nodes outside the model: its GPUs are not ours to plan
         held.update(gpus)
+        run_types[job_id] = cluster.gpu_type_of(gpus[0])
         if pin_running:
             continue
         spec, elapsed = snap.specs[job_id], max(0.0, snap.time_s - snap.start_time.get(job_id, snap.time_s))
         done = snap.progress.get(job_id)
         if done is None:
-            done = elapsed / preds.step_time.step_time_s(jobs[job_id], cluster.gpu_type_of(gpus[0]))
+            done = elapsed / preds.step_time.step_time_s(jobs[job_id], run_types[job_id])
         left = max(spec.iterations * 0.01, spec.iterations - done)
         states.append(JobState(jobs[job_id], left, attained_service_s=elapsed * len(gpus),
                                assignment=Assignment(job_id, gpus), first_start_s=snap.start_time.get(job_id),
                                queued_since_s=float(snap.submit_time[job_id])))
-    states += [JobState(jobs[j], jobs[j].total_iterations, queued_since_s=jobs[j].arrival_time_s) for j in snap.queued]
-    measured = _measurements(snap, {s.job.id for s in states})
+    states += [JobState(jobs[j], max(jobs[j].total_iterations * 0.01,
+                                     jobs[j].total_iterations - snap.progress.get(j, 0.0)),
+                        queued_since_s=jobs[j].arrival_time_s) for j in snap.queued]
+    measured = _measurements(snap, {s.job.id for s in states}, run_types)
     down = {first[n.name] + i for n in nodes for i in range(n.num_gpus) if not n.usable}
     down |= {first[name] + i for name, idx in snap.foreign.items() if name in first for i in idx
              if i < cluster.nodes[cluster_index(cluster, name)].num_gpus}
@@ -225,6 +243,17 @@ def realize(snap: Snapshot, wanted: Mapping[str, Mapping[str, tuple[int, ...]]],
             taken.setdefault(node, set()).update(idx)
     out: dict[str, Placement] = {}
     retry = []
+
+    def fits(job_id: str, per: Mapping[str, tuple[int, ...]]) -> bool:
+        """Nobody holds the GPUs (an exclusive job: nobody holds anything on its nodes)."""
+        if job_id in snap.exclusive:
+            return not any(taken.get(n) for n in per)
+        return not any(taken.get(n, set()) & set(i) for n, i in per.items())
+
+    def take(job_id: str, per: Mapping[str, tuple[int, ...]]) -> None:
+        for node, idx in per.items():
+            taken.setdefault(node, set()).update(range(size[node]) if job_id in snap.exclusive else idx)
+
     for job_id, per in wanted.items():
         if job_id in snap.running:
             running = snap.running[job_id]
@@ -234,10 +263,9 @@ def realize(snap: Snapshot, wanted: Mapping[str, Mapping[str, tuple[int, ...]]],
         allowed = snap.allowed.get(job_id)
         each = snap.num_gpus[job_id] // count
         if len(per) == count and all(len(i) == each for i in per.values()) \
-                and (allowed is None or set(per) <= allowed):
+                and (allowed is None or set(per) <= allowed) and fits(job_id, per):
             out[job_id] = _placement(per)
-            for node, idx in per.items():
-                taken.setdefault(node, set()).update(idx)
+            take(job_id, per)
         else:
             retry.append((job_id, per))
     for job_id, per in retry:
@@ -246,14 +274,15 @@ def realize(snap: Snapshot, wanted: Mapping[str, Mapping[str, tuple[int, ...]]],
         gpu_type = types.get(next(iter(per)))
         free = {n: [g for g in range(size[n]) if g not in taken.get(n, set())] for n in size
                 if types.get(n) == gpu_type and (allowed is None or n in allowed)}
-        fits = sorted((n for n, f in free.items() if len(f) >= each), key=lambda n: (n not in per, len(free[n]), n))
-        if len(fits) < count:
+        need = {n: size[n] if job_id in snap.exclusive else each for n in free}
+        fit = sorted((n for n, f in free.items() if len(f) >= max(each, need[n])),
+                     key=lambda n: (n not in per, len(free[n]), n))
+        if len(fit) < count:
             log.info("job %s: the plan's placement %s does not fit Slurm's request; it waits", job_id, dict(per))
             continue
-        chosen = {n: tuple(free[n][:each]) for n in fits[:count]}
+        chosen = {n: tuple(free[n][:each]) for n in fit[:count]}
         out[job_id] = _placement(chosen)
-        for node, idx in chosen.items():
-            taken.setdefault(node, set()).update(idx)
+        take(job_id, chosen)
     return out
 
 
@@ -322,11 +351,14 @@ def plan_actions(snap: Snapshot, placements: Mapping[str, Placement], *, preempt
             continue
         for node, idx in p.per_node.items():
             busy.setdefault(node, set()).update(idx)
+    size = {n.name: n.num_gpus for n in snap.nodes}
     for job_id in snap.queued:
         place = placements.get(job_id)
         if place is None or any(n not in usable or busy.get(n, set()) & set(i) for n, i in place.per_node.items()):
             continue
+        if job_id in snap.exclusive and any(busy.get(n) for n in place.per_node):
+            continue  # whole nodes: nothing else may run there
         for node, idx in place.per_node.items():
-            busy[node].update(idx)
+            busy[node].update(range(size[node]) if job_id in snap.exclusive else idx)
         actions.append(Action("start", job_id, place.node_list, tuple(g for i in place.per_node.values() for g in i)))
     return actions
