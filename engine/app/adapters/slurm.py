@@ -33,7 +33,13 @@ count they had) and the jobs it is preempting; a released job that Slurm has not
 re-planned; a dltsched job found pending and not held that the daemon did not release (after a crash
 between release and state write) is held again. So a crash at any point and a restart pick up where it was.
 
-Slurm GPU gres are exclusive, so rounds are solved with one job per GPU and no layer freezing.
+Progress: with ``--progress-file``, jobs report iterations done and their measured seconds per step
+(:mod:`.slurm_job` defines the records and a CPU training job that writes them); running jobs' remaining work
+and speed then come from those reports instead of elapsed time and predictions.
+
+Shared nodes: Slurm GPU gres are exclusive, so rounds are solved with one job per GPU and no layer freezing.
+A job that takes whole nodes (``--exclusive``, or a partition with ``OverSubscribe=EXCLUSIVE``) starts only
+on nodes where nothing runs and keeps them to itself; a node with no CPU or memory left takes no new job.
 """
 
 from __future__ import annotations
