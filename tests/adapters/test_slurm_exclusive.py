@@ -32,14 +32,30 @@ class SharedSlurm(FakeSlurm):
 
 
 def _node(name: str, gpus: int, *, alloc_cpus: int = 0, used: str = "N/A", state: str = "IDLE") -> dict:
-    return {"name": name, "gres": f"gpu:v100:{gpus}", "gres_used": f"gpu:v100:0(IDX:{used})", "state": [state],
-            "partitions": ["dltsched"], "cpus": 8, "alloc_cpus": alloc_cpus, "real_memory": 16000,
-            "alloc_memory": 0}
+    return {
+        "name": name,
+        "gres": f"gpu:v100:{gpus}",
+        "gres_used": f"gpu:v100:0(IDX:{used})",
+        "state": [state],
+        "partitions": ["dltsched"],
+        "cpus": 8,
+        "alloc_cpus": alloc_cpus,
+        "real_memory": 16000,
+        "alloc_memory": 0,
+    }
 
 
 def _running(job_id: int, node: str, idx: str, **extra: object) -> dict:
-    return _job(job_id, GOOD, state="RUNNING", hold=False, nodes=node, gres_detail=[f"gpu:v100:1(IDX:{idx})"],
-                start_time={"set": True, "infinite": False, "number": T0 - 5}, **extra)
+    return _job(
+        job_id,
+        GOOD,
+        state="RUNNING",
+        hold=False,
+        nodes=node,
+        gres_detail=[f"gpu:v100:1(IDX:{idx})"],
+        start_time={"set": True, "infinite": False, "number": T0 - 5},
+        **extra,
+    )
 
 
 def _starts(tmp_path: Path, slurm: FakeSlurm) -> dict[str, str]:
@@ -48,6 +64,7 @@ def _starts(tmp_path: Path, slurm: FakeSlurm) -> dict[str, str]:
 
 
 # --- reading it
+
 
 def test_exclusive_jobs_and_partitions_in_every_shape() -> None:
     assert job_exclusive({"shared": "none"})  # 22.05, sbatch --exclusive
@@ -59,13 +76,34 @@ def test_exclusive_jobs_and_partitions_in_every_shape() -> None:
 
 
 def test_a_node_with_no_cpu_or_memory_left_is_full() -> None:
-    nodes = {n.name: n for n in parse_sinfo_json(json.dumps({"errors": [], "nodes": [
-        _node("a", 4, alloc_cpus=8), _node("b", 4, alloc_cpus=3, state="MIXED"), _node("c", 4, state="ALLOCATED"),
-        {**_node("d", 4), "alloc_memory": 16000}, {"name": "e", "gres": "gpu:2", "state": "idle"}]}))}
-    assert {name: n.full for name, n in nodes.items()} == {"a": True, "b": False, "c": True, "d": True, "e": False}
+    nodes = {
+        n.name: n
+        for n in parse_sinfo_json(
+            json.dumps(
+                {
+                    "errors": [],
+                    "nodes": [
+                        _node("a", 4, alloc_cpus=8),
+                        _node("b", 4, alloc_cpus=3, state="MIXED"),
+                        _node("c", 4, state="ALLOCATED"),
+                        {**_node("d", 4), "alloc_memory": 16000},
+                        {"name": "e", "gres": "gpu:2", "state": "idle"},
+                    ],
+                }
+            )
+        )
+    }
+    assert {name: n.full for name, n in nodes.items()} == {
+        "a": True,
+        "b": False,
+        "c": True,
+        "d": True,
+        "e": False,
+    }
 
 
 # --- planning with it
+
 
 @pytest.mark.parametrize("full", [True, False])
 def test_no_job_on_a_node_another_job_holds_whole(tmp_path: Path, full: bool) -> None:
@@ -85,8 +123,8 @@ def test_running_exclusive_job_keeps_its_node_whole(tmp_path: Path) -> None:
 
 
 def test_queued_exclusive_jobs_get_nodes_of_their_own(tmp_path: Path) -> None:
-    """Three --exclusive 1-GPU jobs and one shared job on two empty 4-GPU nodes: two exclusive jobs start, each
-    alone on its node; nothing else starts with them."""
+    """Three --exclusive 1-GPU jobs and one shared job on two empty 4-GPU nodes: two exclusive jobs start,
+    each alone on its node; nothing else starts with them."""
     jobs = [_job(i, GOOD, shared="none") for i in (1, 2, 3)] + [_job(4, GOOD)]
     starts = _starts(tmp_path, SharedSlurm(jobs, [_node("n1", 4), _node("n2", 4)]))
     assert sorted(starts.values()) == ["n1", "n2"] and set(starts) <= {"1", "2", "3"}
@@ -105,10 +143,12 @@ def test_exclusive_partition_gives_every_job_whole_nodes(tmp_path: Path) -> None
 
 # --- the daemon's predictors
 
-def test_calibration_reaches_the_rounds_and_a_bad_one_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """``slurm --calibration CAL.json:mps`` prices the rounds with ``default@CAL.json:mps``, as simulate and solve
-    do; a file that is no calibration bundle exits 2 with one line naming the option."""
+
+def test_calibration_reaches_the_rounds_and_a_bad_one_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``slurm --calibration CAL.json:mps`` prices the rounds with ``default@CAL.json:mps``, as simulate and
+    solve do; a file that is no calibration bundle exits 2 with one line naming the option."""
     from dltsched.engine.app import registry
     from dltsched.engine.app.adapters import slurm
     from dltsched.engine.app.cli.main import main
@@ -122,7 +162,9 @@ def test_calibration_reaches_the_rounds_and_a_bad_one_is_one_line(tmp_path: Path
     monkeypatch.setattr(registry, "calibration_bundle", lambda path: type("Bundle", (), {"gpus": {}})())
     monkeypatch.setattr(registry, "with_calibration", lambda name, cal: f"{name}@{cal}" if cal else name)
     monkeypatch.setattr(slurm.SlurmDaemon, "warm_up", lambda self: None)
-    monkeypatch.setattr(slurm.SlurmDaemon, "run_forever", lambda self, once=False: seen.setdefault("o", self.options))
+    monkeypatch.setattr(
+        slurm.SlurmDaemon, "run_forever", lambda self, once=False: seen.setdefault("o", self.options)
+    )
     cal = tmp_path / "h200.json"
     assert main(["slurm", "--once", "--predictors", "crossfit", "--calibration", f"{cal}:mps"]) == 0
     assert seen["o"].round.predictors == f"crossfit@{cal}:mps"

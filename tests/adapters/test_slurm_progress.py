@@ -1,5 +1,5 @@
-"""The progress protocol between a training job and ``dltsched slurm``, without a Slurm: the record and its file
-(written atomically, read without ever failing), the job's reporter (checkpoints, resume after a requeue,
+"""The progress protocol between a training job and ``dltsched slurm``, without a Slurm: the record and its
+file (written atomically, read without ever failing), the job's reporter (checkpoints, resume after a requeue,
 pacing, its measured speed), and the daemon reading a folder of records into its round."""
 
 from __future__ import annotations
@@ -44,19 +44,23 @@ class Clock:
 
 # --- the record and its file
 
+
 def test_record_round_trip_and_errors_name_the_field(tmp_path: Path) -> None:
     record = ProgressRecord("42", 310, 600, 300, 0.1012, 1764180000.5)
     assert ProgressRecord.from_json(record.to_json()) == record
     write_progress(tmp_path, record)
     assert json.loads((tmp_path / "42.json").read_text())["iterations"] == 310
     assert read_progress(tmp_path, "42") == record
-    for text, path in [('{"iterations": -1, "total": 5}', "progress.iterations"),
-                       ('{"iterations": NaN, "total": 5}', "progress.iterations"),
-                       ('{"iterations": true, "total": 5}', "progress.iterations"),
-                       ('{"iterations": 1}', "progress.total"),
-                       ('{"iterations": 1, "total": 5, "step_s": 0}', "progress.step_s"),
-                       ('{"iterations": 1, "total": 5, "time": "noon"}', "progress.time"),
-                       ("[1, 2]", "progress"), ("{torn", "progress")]:
+    for text, path in [
+        ('{"iterations": -1, "total": 5}', "progress.iterations"),
+        ('{"iterations": NaN, "total": 5}', "progress.iterations"),
+        ('{"iterations": true, "total": 5}', "progress.iterations"),
+        ('{"iterations": 1}', "progress.total"),
+        ('{"iterations": 1, "total": 5, "step_s": 0}', "progress.step_s"),
+        ('{"iterations": 1, "total": 5, "time": "noon"}', "progress.time"),
+        ("[1, 2]", "progress"),
+        ("{torn", "progress"),
+    ]:
         with pytest.raises(ValidationError) as err:
             ProgressRecord.from_json(text)
         assert err.value.path == path, text
@@ -90,16 +94,21 @@ def test_a_reader_never_sees_a_torn_record(tmp_path: Path) -> None:
     stop.set()
     thread.join()
     assert seen and None not in seen
-    assert [r.iterations for r in seen if r is not None] == sorted(r.iterations for r in seen if r is not None)
+    assert [r.iterations for r in seen if r is not None] == sorted(
+        r.iterations for r in seen if r is not None
+    )
 
 
 def test_job_id_from_slurm_environment() -> None:
     assert job_id_from({"SLURM_JOB_ID": "12"}) == "12"
-    assert job_id_from({"SLURM_JOB_ID": "13", "SLURM_ARRAY_JOB_ID": "10", "SLURM_ARRAY_TASK_ID": "3"}) == "10_3"
+    assert (
+        job_id_from({"SLURM_JOB_ID": "13", "SLURM_ARRAY_JOB_ID": "10", "SLURM_ARRAY_TASK_ID": "3"}) == "10_3"
+    )
     assert job_id_from({}) == ""
 
 
 # --- the job's side
+
 
 def test_reporter_checkpoints_and_resumes_after_a_requeue(tmp_path: Path) -> None:
     """Reports every 0.5 s, checkpoints every 10 s and at once when asked (the preemption signal); a restart
@@ -120,7 +129,8 @@ def test_reporter_checkpoints_and_resumes_after_a_requeue(tmp_path: Path) -> Non
     for _ in range(5):
         clock.now += 0.2
         rep.step_done(0.2)
-    assert read_progress(tmp_path, "5").iterations == 34  # type: ignore[union-attr]  # reported 0.6 s on, not 1 s
+    # reported 0.6 s after the checkpoint (every 0.5 s), not after each step
+    assert read_progress(tmp_path, "5").iterations == 34  # type: ignore[union-attr]
     again = ProgressReporter(tmp_path, "5", 100, clock=clock)  # requeued: starts again
     assert (again.iterations, again.checkpoint) == (31, 31)
     assert read_progress(tmp_path, "5").iterations == 31  # type: ignore[union-attr]
@@ -153,17 +163,23 @@ def test_training_is_paced_and_its_speed_measured(tmp_path: Path) -> None:
 @pytest.mark.slow  # imports torch: seconds
 def test_job_cli_trains_a_zoo_model_and_reports(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    out = CliRunner().invoke(main, ["--model", "ppo", "--batch", "4", "--iters", "3", "--progress", str(tmp_path),
-                                    "--job-id", "77"])
+    out = CliRunner().invoke(
+        main,
+        ["--model", "ppo", "--batch", "4", "--iters", "3", "--progress", str(tmp_path), "--job-id", "77"],
+    )
     assert out.exit_code == 0, out.output
     record = read_progress(tmp_path, "77")
     assert record is not None and record.iterations == record.total == 3 and record.step_s is not None
-    missing = CliRunner().invoke(main, ["--model", "ppo", "--batch", "4", "--iters", "3", "--progress",
-                                        str(tmp_path)], env={"SLURM_JOB_ID": ""})
+    missing = CliRunner().invoke(
+        main,
+        ["--model", "ppo", "--batch", "4", "--iters", "3", "--progress", str(tmp_path)],
+        env={"SLURM_JOB_ID": ""},
+    )
     assert missing.exit_code == 2 and "--job-id" in missing.output
 
 
 # --- the daemon's side
+
 
 def _daemon(tmp_path: Path, jobs: list[dict], preempt: bool = False) -> tuple[SlurmDaemon, Path]:
     folder = tmp_path / "progress"
@@ -174,8 +190,15 @@ def _daemon(tmp_path: Path, jobs: list[dict], preempt: bool = False) -> tuple[Sl
 
 
 def _running(job_id: int, started: int, gpu: int = 0, comment: str = GOOD) -> dict:
-    return _job(job_id, comment, state="RUNNING", hold=False, nodes="n1", gres_detail=[f"gpu:v100:1(IDX:{gpu})"],
-                start_time={"set": True, "infinite": False, "number": started})
+    return _job(
+        job_id,
+        comment,
+        state="RUNNING",
+        hold=False,
+        nodes="n1",
+        gres_detail=[f"gpu:v100:1(IDX:{gpu})"],
+        start_time={"set": True, "infinite": False, "number": started},
+    )
 
 
 def test_daemon_reads_progress_and_speed_from_the_jobs_records(tmp_path: Path) -> None:

@@ -94,21 +94,34 @@ class ProgressRecord:
 
         def count(key: str, default: int | None = None) -> int:
             value = data.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-                    or value < 0:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+            ):
                 raise ValidationError(f"{path}.{key}", f"{value!r} not understood; a number >= 0")
             return int(value)
 
         step = data.get("step_s")
-        if step is not None and (isinstance(step, bool) or not isinstance(step, int | float)
-                                 or not math.isfinite(step) or step <= 0):
+        if step is not None and (
+            isinstance(step, bool)
+            or not isinstance(step, int | float)
+            or not math.isfinite(step)
+            or step <= 0
+        ):
             raise ValidationError(f"{path}.step_s", f"{step!r} not understood; seconds > 0, or null")
         stamp = data.get("time", 0.0)
         if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not math.isfinite(stamp):
             raise ValidationError(f"{path}.time", f"{stamp!r} not understood; Unix seconds")
-        return cls(job=str(data.get("job", "")), iterations=count("iterations"), total=count("total"),
-                   checkpoint=count("checkpoint", 0), step_s=None if step is None else float(step),
-                   time=float(stamp))
+        return cls(
+            job=str(data.get("job", "")),
+            iterations=count("iterations"),
+            total=count("total"),
+            checkpoint=count("checkpoint", 0),
+            step_s=None if step is None else float(step),
+            time=float(stamp),
+        )
 
 
 def progress_path(folder: str | os.PathLike[str], job_id: str) -> Path:
@@ -138,8 +151,9 @@ def read_progress(folder: str | os.PathLike[str], job_id: str) -> ProgressRecord
         return None
 
 
-def read_progress_folder(folder: str | os.PathLike[str], job_ids: set[str] | None = None
-                         ) -> dict[str, ProgressRecord]:
+def read_progress_folder(
+    folder: str | os.PathLike[str], job_ids: set[str] | None = None
+) -> dict[str, ProgressRecord]:
     """Job id -> record, for the readable records in ``folder`` (only ``job_ids`` when given)."""
     root = Path(folder)
     if job_ids is None:
@@ -159,8 +173,16 @@ class ProgressReporter:
     """Counts a job's steps and writes its record: at start, every ``report_every_s``, on checkpoints and at
     the end. ``checkpoint_requested`` is set by the signal handler; the next step boundary records it."""
 
-    def __init__(self, folder: str | os.PathLike[str], job_id: str, total: int, *, report_every_s: float = 0.5,
-                 checkpoint_every_s: float = 30.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        job_id: str,
+        total: int,
+        *,
+        report_every_s: float = 0.5,
+        checkpoint_every_s: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.folder, self.job_id, self.total, self.clock = Path(folder), job_id, total, clock
         self.report_every_s, self.checkpoint_every_s = report_every_s, checkpoint_every_s
         previous = read_progress(self.folder, job_id)
@@ -178,8 +200,12 @@ class ProgressReporter:
 
     def report(self) -> None:
         """Write the record now."""
-        write_progress(self.folder, ProgressRecord(self.job_id, self.iterations, self.total, self.checkpoint,
-                                                   self.step_s, self.clock()))
+        write_progress(
+            self.folder,
+            ProgressRecord(
+                self.job_id, self.iterations, self.total, self.checkpoint, self.step_s, self.clock()
+            ),
+        )
         self.last_report = self.clock()
 
     def step_done(self, seconds: float) -> None:
@@ -187,16 +213,25 @@ class ProgressReporter:
         self.iterations += 1
         self.steps.append(seconds)
         now = self.clock()
-        if self.checkpoint_requested or now - self.last_checkpoint >= self.checkpoint_every_s \
-                or self.iterations >= self.total:
+        if (
+            self.checkpoint_requested
+            or now - self.last_checkpoint >= self.checkpoint_every_s
+            or self.iterations >= self.total
+        ):
             self.checkpoint, self.checkpoint_requested, self.last_checkpoint = self.iterations, False, now
             self.report()
         elif now - self.last_report >= self.report_every_s:
             self.report()
 
 
-def run_training(step: Callable[[], Any], reporter: ProgressReporter, *, pace_s: float = 0.0,
-                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.perf_counter) -> int:
+def run_training(
+    step: Callable[[], Any],
+    reporter: ProgressReporter,
+    *,
+    pace_s: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.perf_counter,
+) -> int:
     """Step until the reporter's total; each step lasts at least ``pace_s``. Returns the iterations done."""
     while reporter.iterations < reporter.total:
         start = clock()
@@ -219,19 +254,56 @@ def job_id_from(environ: Mapping[str, str]) -> str:
 @click.option("--model", required=True, help="Zoo model id or alias (as the job's comment names it).")
 @click.option("--batch", "batch_size", type=click.IntRange(min=1), required=True, help="Batch size.")
 @click.option("--iters", "iterations", type=click.IntRange(min=1), required=True, help="Iterations to train.")
-@click.option("--progress", "folder", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder of progress files (the daemon's --progress-file).")
+@click.option(
+    "--progress",
+    "folder",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Folder of progress files (the daemon's --progress-file).",
+)
 @click.option("--job-id", default=None, help="Job id (default: $SLURM_JOB_ID).")
-@click.option("--pace", "pace_s", type=click.FloatRange(min=0, max=3600), default=0.0, show_default=True,
-              help="Seconds each step lasts at least (the step time of the GPU the job stands for).")
-@click.option("--checkpoint-every", "checkpoint_every_s", type=click.FloatRange(min=0.1), default=30.0,
-              show_default=True, help="Seconds between checkpoints (and at once on SIGUSR1).")
-@click.option("--report-every", "report_every_s", type=click.FloatRange(min=0.05), default=0.5, show_default=True,
-              help="Seconds between progress records.")
-@click.option("--threads", type=click.IntRange(min=1, max=256), default=1, show_default=True,
-              help="CPU threads for the training steps.")
-def main(model: str, batch_size: int, iterations: int, folder: Path, job_id: str | None, pace_s: float,
-         checkpoint_every_s: float, report_every_s: float, threads: int) -> None:
+@click.option(
+    "--pace",
+    "pace_s",
+    type=click.FloatRange(min=0, max=3600),
+    default=0.0,
+    show_default=True,
+    help="Seconds each step lasts at least (the step time of the GPU the job stands for).",
+)
+@click.option(
+    "--checkpoint-every",
+    "checkpoint_every_s",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="Seconds between checkpoints (and at once on SIGUSR1).",
+)
+@click.option(
+    "--report-every",
+    "report_every_s",
+    type=click.FloatRange(min=0.05),
+    default=0.5,
+    show_default=True,
+    help="Seconds between progress records.",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1, max=256),
+    default=1,
+    show_default=True,
+    help="CPU threads for the training steps.",
+)
+def main(
+    model: str,
+    batch_size: int,
+    iterations: int,
+    folder: Path,
+    job_id: str | None,
+    pace_s: float,
+    checkpoint_every_s: float,
+    report_every_s: float,
+    threads: int,
+) -> None:
     """Train a zoo model for ITERS steps on CPU, reporting progress for ``dltsched slurm``."""
     job = job_id or job_id_from(os.environ)
     if not job:
@@ -255,12 +327,17 @@ def main(model: str, batch_size: int, iterations: int, folder: Path, job_id: str
         training = build_training(model, None, batch_size, torch.device("cpu"))
     except (KeyError, ValidationError) as err:
         raise click.BadParameter(str(err), param_hint="--model") from None
-    reporter = ProgressReporter(folder, job, iterations, report_every_s=report_every_s,
-                                checkpoint_every_s=checkpoint_every_s)
+    reporter = ProgressReporter(
+        folder, job, iterations, report_every_s=report_every_s, checkpoint_every_s=checkpoint_every_s
+    )
     reporter.checkpoint_requested = bool(asked)
+    if reporter.checkpoint:
+        click.echo(f"job {job}: resumes at checkpoint {reporter.checkpoint} of {iterations}", err=True)
     done = run_training(training.step, reporter, pace_s=pace_s)
-    click.echo(f"job {job}: {training.model} batch {batch_size}: {done} iterations, "
-               f"{reporter.step_s or 0:.4f} s/step")
+    click.echo(
+        f"job {job}: {training.model} batch {batch_size}: {done} iterations, "
+        f"{reporter.step_s or 0:.4f} s/step"
+    )
 
 
 if __name__ == "__main__":

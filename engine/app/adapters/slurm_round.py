@@ -73,30 +73,49 @@ class RoundConfig:
 
 
 def node_gpu_type(node: SlurmNode, default: str) -> str:
-    """The catalog type of a node's gres type (``default`` when its gres names none); raises ``ValueError``."""
+    """The catalog type of a node's gres type (``default`` when its gres names none); raises
+    ``ValueError``."""
     return catalog_gpu_type(node.gpu_type) if node.gpu_type else catalog_gpu_type(default)
 
 
 def domain_job(job_id: str, spec: JobSpec, num_gpus: int, submit_s: float, types: Sequence[str]) -> Any:
-    """The domain :class:`~dltsched.engine.domain.model.Job` of a job spec; a model the catalogue does not know
-    becomes a measured-only job when the spec has its own step time (raises ``ValidationError`` otherwise)."""
+    """The domain :class:`~dltsched.engine.domain.model.Job` of a job spec; a model the catalogue does not
+    know becomes a measured-only job when the spec has its own step time (raises ``ValidationError``
+    otherwise)."""
     from dltsched.engine.domain.errors import ValidationError
     from dltsched.engine.domain.model import MEASURED_ONLY, Job
 
     try:
-        return Job(job_id, spec.model, spec.batch_size, spec.iterations, num_gpus=num_gpus, arrival_time_s=submit_s,
-                   weight=spec.weight, gpu_types=tuple(types))
+        return Job(
+            job_id,
+            spec.model,
+            spec.batch_size,
+            spec.iterations,
+            num_gpus=num_gpus,
+            arrival_time_s=submit_s,
+            weight=spec.weight,
+            gpu_types=tuple(types),
+        )
     except ValidationError as err:
         if err.path != "model" or spec.step_time_s is None:
             raise
         # a model the catalogue does not know, with the job's own step time: priced by that alone
-        return Job(job_id, MEASURED_ONLY, spec.batch_size, spec.iterations, num_gpus=num_gpus,
-                   arrival_time_s=submit_s, weight=spec.weight, gpu_types=tuple(types))
+        return Job(
+            job_id,
+            MEASURED_ONLY,
+            spec.batch_size,
+            spec.iterations,
+            num_gpus=num_gpus,
+            arrival_time_s=submit_s,
+            weight=spec.weight,
+            gpu_types=tuple(types),
+        )
 
 
 def _measurements(snap: Snapshot, active: set[str], run_types: Mapping[str, str] | None = None) -> Any:
-    """The jobs' own step times: the comment's ``step_s`` (on its ``gpu_type``, else every type), and a running
-    job's measured speed on the GPU type it runs on (``run_types``), which wins over the comment there."""
+    """The jobs' own step times: the comment's ``step_s`` (on its ``gpu_type``, else every type), and a
+    running job's measured speed on the GPU type it runs on (``run_types``), which wins over the comment
+    there."""
     from dltsched.engine.app.measured import JobMeasurement, Measurements
 
     jobs = {}
@@ -114,8 +133,9 @@ def _measurements(snap: Snapshot, active: set[str], run_types: Mapping[str, str]
     return Measurements(jobs, unknown_memory="predict").checked()
 
 
-def price_problem(job_id: str, spec: JobSpec, num_gpus: int, node_count: int, types: Sequence[str],
-                  config: RoundConfig) -> str | None:
+def price_problem(
+    job_id: str, spec: JobSpec, num_gpus: int, node_count: int, types: Sequence[str], config: RoundConfig
+) -> str | None:
     """Why the job cannot be priced or placed (one line for ``squeue``), or ``None`` when it can."""
     from dltsched.engine.app import api
 
@@ -132,8 +152,10 @@ def price_problem(job_id: str, spec: JobSpec, num_gpus: int, node_count: int, ty
         job = domain_job(job_id, spec, num_gpus, 0.0, types)
     except Exception as err:  # noqa: BLE001 - the reason goes to the job, the round goes on
         if getattr(err, "path", None) == "model":
-            return (f"unknown model '{spec.model}': add step_s=<measured seconds per step> to the comment, or "
-                    "name a model of the catalogue")
+            return (
+                f"unknown model '{spec.model}': add step_s=<measured seconds per step> to the comment, or "
+                "name a model of the catalogue"
+            )
         return f"{getattr(err, 'path', 'job')}: {getattr(err, 'problem', err)}"
     if spec.step_time_s is not None:
         return None
@@ -145,14 +167,19 @@ def price_problem(job_id: str, spec: JobSpec, num_gpus: int, node_count: int, ty
                 return None
         except Exception as err:  # noqa: BLE001
             problems.append(f"{gpu_type}: {err}")
-    return "cannot predict its step time (" + "; ".join(problems)[:200] + "); give step_s=<seconds> in the comment"
+    return (
+        "cannot predict its step time ("
+        + "; ".join(problems)[:200]
+        + "); give step_s=<seconds> in the comment"
+    )
 
 
-def decide(snap: Snapshot, config: RoundConfig, warm_start: Any = None, *,
-           pin_running: bool = True) -> tuple[dict[str, Placement], Any]:
-    """Solve the round of ``snap`` with :func:`~dltsched.engine.app.api.solve_round`: job -> placement for every
-    job the plan runs, and the plan itself (the next round's warm start). The only function here that
-    touches dltsched's domain types. Jobs must be priceable (:func:`price_problem`).
+def decide(
+    snap: Snapshot, config: RoundConfig, warm_start: Any = None, *, pin_running: bool = True
+) -> tuple[dict[str, Placement], Any]:
+    """Solve the round of ``snap`` with :func:`~dltsched.engine.app.api.solve_round`: job -> placement for
+    every job the plan runs, and the plan itself (the next round's warm start). The only function here
+    that touches dltsched's domain types. Jobs must be priceable (:func:`price_problem`).
 
     ``pin_running``: running jobs stay where they are (their GPUs are simply taken), as without preemption;
     ``False`` lets the plan stop or move them (at the migration penalty)."""
@@ -170,12 +197,18 @@ def decide(snap: Snapshot, config: RoundConfig, warm_start: Any = None, *,
     nodes = [n for n in snap.nodes if n.name in types]
     cluster = Cluster(tuple(Node(n.name, types[n.name], n.num_gpus) for n in nodes))
     first = {n.name: cluster.node_first_gpu[i] for i, n in enumerate(nodes)}
-    where = {g: (n.name, g - first[n.name]) for n in nodes for g in range(first[n.name], first[n.name] + n.num_gpus)}
+    where = {
+        g: (n.name, g - first[n.name])
+        for n in nodes
+        for g in range(first[n.name], first[n.name] + n.num_gpus)
+    }
     jobs = {}
     for job_id, spec in snap.specs.items():
         allowed = snap.allowed.get(job_id)
         job_types = sorted({types[n] for n in allowed if n in types}) if allowed is not None else []
-        jobs[job_id] = domain_job(job_id, spec, snap.num_gpus[job_id], float(snap.submit_time[job_id]), job_types)
+        jobs[job_id] = domain_job(
+            job_id, spec, snap.num_gpus[job_id], float(snap.submit_time[job_id]), job_types
+        )
     base = api.load_predictors(config.predictors)
     active = {j for j in snap.queued if j in jobs} | {j for j, p in snap.running.items() if j in jobs}
     preds = measured_predictors(base, _measurements(snap, active))
@@ -183,8 +216,13 @@ def decide(snap: Snapshot, config: RoundConfig, warm_start: Any = None, *,
     run_types: dict[str, str] = {}
     states = []
     for job_id, p in snap.running.items():
-        gpus = tuple(first[node] + i for node, idx in p.per_node.items() if node in first for i in idx
-                     if i < cluster.nodes[cluster_index(cluster, node)].num_gpus)
+        gpus = tuple(
+            first[node] + i
+            for node, idx in p.per_node.items()
+            if node in first
+            for i in idx
+            if i < cluster.nodes[cluster_index(cluster, node)].num_gpus
+        )
         if job_id not in jobs or len(gpus) != jobs[job_id].num_gpus:
             continue  # on nodes outside the model: its GPUs are not ours to plan
         held.update(gpus)
@@ -196,20 +234,43 @@ def decide(snap: Snapshot, config: RoundConfig, warm_start: Any = None, *,
         if done is None:
             done = elapsed / preds.step_time.step_time_s(jobs[job_id], run_types[job_id])
         left = max(spec.iterations * 0.01, spec.iterations - done)
-        states.append(JobState(jobs[job_id], left, attained_service_s=elapsed * len(gpus),
-                               assignment=Assignment(job_id, gpus), first_start_s=snap.start_time.get(job_id),
-                               queued_since_s=float(snap.submit_time[job_id])))
-    states += [JobState(jobs[j], max(jobs[j].total_iterations * 0.01,
-                                     jobs[j].total_iterations - snap.progress.get(j, 0.0)),
-                        queued_since_s=jobs[j].arrival_time_s) for j in snap.queued]
+        states.append(
+            JobState(
+                jobs[job_id],
+                left,
+                attained_service_s=elapsed * len(gpus),
+                assignment=Assignment(job_id, gpus),
+                first_start_s=snap.start_time.get(job_id),
+                queued_since_s=float(snap.submit_time[job_id]),
+            )
+        )
+    states += [
+        JobState(
+            jobs[j],
+            max(jobs[j].total_iterations * 0.01, jobs[j].total_iterations - snap.progress.get(j, 0.0)),
+            queued_since_s=jobs[j].arrival_time_s,
+        )
+        for j in snap.queued
+    ]
     measured = _measurements(snap, {s.job.id for s in states}, run_types)
     down = {first[n.name] + i for n in nodes for i in range(n.num_gpus) if not n.usable}
-    down |= {first[name] + i for name, idx in snap.foreign.items() if name in first for i in idx
-             if i < cluster.nodes[cluster_index(cluster, name)].num_gpus}
-    state = ClusterState(snap.time_s, cluster, tuple(states), down_gpus=frozenset(down | held if pin_running
-                                                                                  else down - held))
-    solve = api.ConfiguredSolver.of(backend=config.backend, objective=config.objective, max_jobs_per_gpu=1,
-                                    freeze_levels=(0,), time_limit_s=config.time_limit_s)
+    down |= {
+        first[name] + i
+        for name, idx in snap.foreign.items()
+        if name in first
+        for i in idx
+        if i < cluster.nodes[cluster_index(cluster, name)].num_gpus
+    }
+    state = ClusterState(
+        snap.time_s, cluster, tuple(states), down_gpus=frozenset(down | held if pin_running else down - held)
+    )
+    solve = api.ConfiguredSolver.of(
+        backend=config.backend,
+        objective=config.objective,
+        max_jobs_per_gpu=1,
+        freeze_levels=(0,),
+        time_limit_s=config.time_limit_s,
+    )
     plan = api.solve_round(state, solve, warm_start=warm_start, predictors=base, measurements=measured)
     wanted: dict[str, dict[str, tuple[int, ...]]] = {}
     for a in plan.assignments:
@@ -220,8 +281,15 @@ def decide(snap: Snapshot, config: RoundConfig, warm_start: Any = None, *,
     if pin_running:
         wanted.update({j: p.per_node for j, p in snap.running.items()})
     out = realize(snap, wanted, {g for g in down - held}, where, types)
-    log.info("round: %d running, %d queued -> plan %s (%s, %.2fs), %d placed", len(snap.running), len(snap.queued),
-             plan.status, plan.backend, plan.solve_time_s, len(out))
+    log.info(
+        "round: %d running, %d queued -> plan %s (%s, %.2fs), %d placed",
+        len(snap.running),
+        len(snap.queued),
+        plan.status,
+        plan.backend,
+        plan.solve_time_s,
+        len(out),
+    )
     return out, plan
 
 
@@ -229,8 +297,13 @@ def cluster_index(cluster: Any, node: str) -> int:
     return next(i for i, n in enumerate(cluster.nodes) if n.id == node)
 
 
-def realize(snap: Snapshot, wanted: Mapping[str, Mapping[str, tuple[int, ...]]], down: set[int],
-            where: Mapping[int, tuple[str, int]], types: Mapping[str, str]) -> dict[str, Placement]:
+def realize(
+    snap: Snapshot,
+    wanted: Mapping[str, Mapping[str, tuple[int, ...]]],
+    down: set[int],
+    where: Mapping[int, tuple[str, int]],
+    types: Mapping[str, str],
+) -> dict[str, Placement]:
     """Placements Slurm can run from the plan's GPU sets: a job's nodes within its allowed set, a gang job on
     exactly its node count with the same GPU count on each. A plan placement that breaks that is moved to
     GPUs of the same type that nobody else takes, else the job waits this round."""
@@ -262,8 +335,12 @@ def realize(snap: Snapshot, wanted: Mapping[str, Mapping[str, tuple[int, ...]]],
         count = snap.node_count.get(job_id, 1)
         allowed = snap.allowed.get(job_id)
         each = snap.num_gpus[job_id] // count
-        if len(per) == count and all(len(i) == each for i in per.values()) \
-                and (allowed is None or set(per) <= allowed) and fits(job_id, per):
+        if (
+            len(per) == count
+            and all(len(i) == each for i in per.values())
+            and (allowed is None or set(per) <= allowed)
+            and fits(job_id, per)
+        ):
             out[job_id] = _placement(per)
             take(job_id, per)
         else:
@@ -272,13 +349,20 @@ def realize(snap: Snapshot, wanted: Mapping[str, Mapping[str, tuple[int, ...]]],
         count, allowed = snap.node_count.get(job_id, 1), snap.allowed.get(job_id)
         each = snap.num_gpus[job_id] // count
         gpu_type = types.get(next(iter(per)))
-        free = {n: [g for g in range(size[n]) if g not in taken.get(n, set())] for n in size
-                if types.get(n) == gpu_type and (allowed is None or n in allowed)}
+        free = {
+            n: [g for g in range(size[n]) if g not in taken.get(n, set())]
+            for n in size
+            if types.get(n) == gpu_type and (allowed is None or n in allowed)
+        }
         need = {n: size[n] if job_id in snap.exclusive else each for n in free}
-        fit = sorted((n for n, f in free.items() if len(f) >= max(each, need[n])),
-                     key=lambda n: (n not in per, len(free[n]), n))
+        fit = sorted(
+            (n for n, f in free.items() if len(f) >= max(each, need[n])),
+            key=lambda n: (n not in per, len(free[n]), n),
+        )
         if len(fit) < count:
-            log.info("job %s: the plan's placement %s does not fit Slurm's request; it waits", job_id, dict(per))
+            log.info(
+                "job %s: the plan's placement %s does not fit Slurm's request; it waits", job_id, dict(per)
+            )
             continue
         chosen = {n: tuple(free[n][:each]) for n in fit[:count]}
         out[job_id] = _placement(chosen)
@@ -292,6 +376,7 @@ def _placement(per: Mapping[str, tuple[int, ...]]) -> Placement:
 
 
 # ----------------------------------------------------------------------------- plan -> scontrol
+
 
 @dataclass(frozen=True, slots=True)
 class Action:
@@ -321,14 +406,25 @@ class Action:
             return [["scontrol", "hold", self.job_id]]
         if self.kind == "flag":
             reason = self.reason.replace("\n", " ")[:250]
-            out = [["scontrol", "update", f"JobId={self.job_id}", f"Comment={self.comment}{NOTE_MARK}{reason}"]] \
-                if self.comment else []
+            out = (
+                [["scontrol", "update", f"JobId={self.job_id}", f"Comment={self.comment}{NOTE_MARK}{reason}"]]
+                if self.comment
+                else []
+            )
             return out + [["scontrol", "update", f"JobId={self.job_id}", f"AdminComment=dltsched: {reason}"]]
-        raise ValueError(f"action kind '{self.kind}' not understood; one of start, signal, requeue, hold, flag")
+        raise ValueError(
+            f"action kind '{self.kind}' not understood; one of start, signal, requeue, hold, flag"
+        )
 
 
-def plan_actions(snap: Snapshot, placements: Mapping[str, Placement], *, preempt: bool,
-                 signalled: Mapping[str, float] | None = None, grace_s: float = 0.0) -> list[Action]:
+def plan_actions(
+    snap: Snapshot,
+    placements: Mapping[str, Placement],
+    *,
+    preempt: bool,
+    signalled: Mapping[str, float] | None = None,
+    grace_s: float = 0.0,
+) -> list[Action]:
     """The actions that carry out ``placements``: start each queued job the plan places on GPUs that are
     free now (not held, not on an unusable node, not taken by others). With ``preempt``, each running job
     the plan stops or moves is signalled first and requeued (held) ``grace_s`` after its signal
@@ -354,11 +450,15 @@ def plan_actions(snap: Snapshot, placements: Mapping[str, Placement], *, preempt
     size = {n.name: n.num_gpus for n in snap.nodes}
     for job_id in snap.queued:
         place = placements.get(job_id)
-        if place is None or any(n not in usable or busy.get(n, set()) & set(i) for n, i in place.per_node.items()):
+        if place is None or any(
+            n not in usable or busy.get(n, set()) & set(i) for n, i in place.per_node.items()
+        ):
             continue
         if job_id in snap.exclusive and any(busy.get(n) for n in place.per_node):
             continue  # whole nodes: nothing else may run there
         for node, idx in place.per_node.items():
             busy[node].update(range(size[node]) if job_id in snap.exclusive else idx)
-        actions.append(Action("start", job_id, place.node_list, tuple(g for i in place.per_node.values() for g in i)))
+        actions.append(
+            Action("start", job_id, place.node_list, tuple(g for i in place.per_node.values() for g in i))
+        )
     return actions
