@@ -652,6 +652,14 @@ def _record_nodes(record: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     show_default=True,
     help="A released job Slurm has not started after this many seconds is held and re-planned.",
 )
+@click.option(
+    "--starvation-factor",
+    type=click.FloatRange(min=0, max=1e6),
+    default=0.0,
+    show_default=True,
+    help="A queued job that has waited this many times its predicted run time gets the nodes that free up "
+    "first kept for it (backfill around it); 0: never.",
+)
 @click.option("--once", is_flag=True, help="One round, then exit.")
 @click.option("--dry-run", is_flag=True, help="Print the scontrol commands instead of running them.")
 @click.option(
@@ -674,6 +682,7 @@ def slurm(
     preempt_signal: str,
     progress_file: Path | None,
     start_timeout_s: float,
+    starvation_factor: float,
     once: bool,
     dry_run: bool,
     slurm_conf: str | None,
@@ -704,6 +713,7 @@ def slurm(
             time_limit_s=solver_s,
             default_gpu_type=gpu_type,
             predictors=predictor_set,
+            starvation_factor=starvation_factor,
         ),
     )
     daemon = SlurmDaemon(options, SlurmCommands(slurm_conf))

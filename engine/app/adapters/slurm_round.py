@@ -5,12 +5,14 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dltsched.engine.app.adapters.gpu_names import catalog_gpu_type
 from dltsched.engine.app.adapters.slurm_parse import NOTE_MARK, JobSpec, SlurmNode
+from dltsched.engine.app.adapters.slurm_reserve import Reservation, backfill, reserve, starving_job
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ class RoundConfig:
     time_limit_s: float = 5.0
     default_gpu_type: str = "v100"
     predictors: str = "default"
+    #: a queued job that has waited this many times its predicted run time gets GPUs reserved (0: never)
+    starvation_factor: float = 0.0
 
 
 def node_gpu_type(node: SlurmNode, default: str) -> str:
@@ -244,16 +248,37 @@ def decide(
                 queued_since_s=float(snap.submit_time[job_id]),
             )
         )
+    # a queued job whose Slurm request (its node count, the same GPU count on each) no free GPUs meet now
+    # stays out of the solve: the round model would spread it over nodes, which Slurm cannot run, and the
+    # GPUs it was given would stay idle this round
+    free = _free_gpus(snap, set() if pin_running else set(snap.running))
+    fitting = [j for j in snap.queued if _fits_now(snap, j, free, types)]
     states += [
         JobState(
             jobs[j],
             max(jobs[j].total_iterations * 0.01, jobs[j].total_iterations - snap.progress.get(j, 0.0)),
             queued_since_s=jobs[j].arrival_time_s,
         )
-        for j in snap.queued
+        for j in fitting
     ]
     measured = _measurements(snap, {s.job.id for s in states}, run_types)
     down = {first[n.name] + i for n in nodes for i in range(n.num_gpus) if not n.usable}
+    all_measured = measured_predictors(base, _measurements(snap, active, run_types))
+    node_types = {n.name: types[n.name] for n in nodes}
+    reservation, run_s = _reservation(snap, config, jobs, all_measured, run_types, node_types)
+    kept: set[int] = set()
+    if reservation is not None:
+        now = reservation.starts_now(snap.time_s)
+        keep = reservation.per_node if now else reservation.withheld
+        kept = {first[n] + g for n, idx in keep.items() for g in idx}
+        if now:
+            states = [s for s in states if s.job.id != reservation.job_id]
+        log.info(
+            "job %s waits longest for its run time: GPUs %s kept for it, from %+.0f s",
+            reservation.job_id,
+            dict(reservation.per_node),
+            reservation.start_s - snap.time_s,
+        )
     down |= {
         first[name] + i
         for name, idx in snap.foreign.items()
@@ -262,7 +287,10 @@ def decide(
         if i < cluster.nodes[cluster_index(cluster, name)].num_gpus
     }
     state = ClusterState(
-        snap.time_s, cluster, tuple(states), down_gpus=frozenset(down | held if pin_running else down - held)
+        snap.time_s,
+        cluster,
+        tuple(states),
+        down_gpus=frozenset((down | held if pin_running else down - held) | kept),
     )
     solve = api.ConfiguredSolver.of(
         backend=config.backend,
@@ -280,7 +308,15 @@ def decide(
         wanted[a.job_id] = {k: tuple(sorted(v)) for k, v in per.items()}
     if pin_running:
         wanted.update({j: p.per_node for j, p in snap.running.items()})
-    out = realize(snap, wanted, {g for g in down - held}, where, types)
+    wanted.pop(reservation.job_id if reservation is not None else "", None)
+    out = realize(snap, wanted, {g for g in down - held} | kept, where, types)
+    if reservation is not None and reservation.starts_now(snap.time_s):
+        out[reservation.job_id] = _placement(reservation.per_node)
+    elif reservation is not None:
+        waiting = [j for j in snap.queued if j not in out and j != reservation.job_id]
+        limits = {j: snap.allowed.get(j) for j in waiting}
+        early = backfill(reservation, snap.time_s, waiting, run_s, snap.num_gpus, snap.node_count, limits)
+        out.update({j: _placement(per) for j, per in early.items()})
     log.info(
         "round: %d running, %d queued -> plan %s (%s, %.2fs), %d placed",
         len(snap.running),
@@ -291,6 +327,99 @@ def decide(
         len(out),
     )
     return out, plan
+
+
+def _free_gpus(snap: Snapshot, movable: set[str]) -> dict[str, int]:
+    """Node -> GPUs a queued job may take now: on usable nodes, not others', not held by running jobs (but
+    those in ``movable``, which the plan may stop or move)."""
+    taken = {n: set(idx) for n, idx in snap.foreign.items()}
+    for job_id, p in snap.running.items():
+        if job_id not in movable:
+            for node, idx in p.per_node.items():
+                taken.setdefault(node, set()).update(idx)
+    return {
+        n.name: n.num_gpus - len(taken.get(n.name, set()) & set(range(n.num_gpus)))
+        for n in snap.nodes
+        if n.usable
+    }
+
+
+def _fits_now(snap: Snapshot, job_id: str, free: Mapping[str, int], types: Mapping[str, str]) -> bool:
+    """Whether ``free`` holds the job's request: its node count of one GPU type, within its allowed nodes,
+    each with its GPUs per node free (a job taking whole nodes: every GPU of each)."""
+    count = snap.node_count.get(job_id, 1)
+    each = snap.num_gpus[job_id] // count
+    allowed = snap.allowed.get(job_id)
+    size = {n.name: n.num_gpus for n in snap.nodes}
+    per_type: dict[str, int] = {}
+    for node, n_free in free.items():
+        need = size[node] if job_id in snap.exclusive else each
+        if node in types and (allowed is None or node in allowed) and n_free >= max(need, 1):
+            per_type[types[node]] = per_type.get(types[node], 0) + 1
+    return any(n >= count for n in per_type.values())
+
+
+def _reservation(
+    snap: Snapshot,
+    config: RoundConfig,
+    jobs: Mapping[str, Any],
+    preds: Any,
+    run_types: Mapping[str, str],
+    types: Mapping[str, str],
+) -> tuple[Reservation | None, dict[str, float]]:
+    """The reservation for the starving queued job, if one is (:mod:`.slurm_reserve`), and the queued jobs'
+    predicted run times (s). Running jobs end after their remaining iterations (reported, else estimated from
+    elapsed time) at their measured or predicted step time."""
+    if config.starvation_factor <= 0 or not snap.queued:
+        return None, {}
+
+    def step_s(job_id: str, gpu_type: str) -> float:
+        try:
+            return float(preds.step_time.step_time_s(jobs[job_id], gpu_type))
+        except Exception:  # noqa: BLE001 - a job that cannot be priced on a type does not run there
+            return math.inf
+
+    run_s = {}
+    for j in snap.queued:
+        if j in jobs:
+            left = max(jobs[j].total_iterations * 0.01, jobs[j].total_iterations - snap.progress.get(j, 0.0))
+            fits = [t for n, t in types.items() if snap.allowed.get(j) is None or n in snap.allowed[j]]
+            run_s[j] = left * min((step_s(j, t) for t in set(fits)), default=math.inf)
+    job_id = starving_job(snap.queued, snap.time_s, snap.submit_time, run_s, config.starvation_factor)
+    if job_id is None:
+        return None, run_s
+    foreign = {n: set(idx) for n, idx in snap.foreign.items()}
+    free_at = {
+        n.name: [
+            snap.time_s if n.usable and g not in foreign.get(n.name, ()) else math.inf
+            for g in range(n.num_gpus)
+        ]
+        for n in snap.nodes
+        if n.name in types
+    }
+    for k, p in snap.running.items():
+        if k not in jobs or k not in run_types:
+            continue
+        step = step_s(k, run_types[k])
+        elapsed = max(0.0, snap.time_s - snap.start_time.get(k, snap.time_s))
+        done = snap.progress.get(k, elapsed / step if step > 0 else 0.0)
+        end = snap.time_s + max(0.0, jobs[k].total_iterations - done) * step
+        for node, idx in p.per_node.items():
+            for g in idx:
+                if node in free_at and g < len(free_at[node]) and math.isfinite(free_at[node][g]):
+                    free_at[node][g] = end
+    count = snap.node_count.get(job_id, 1)
+    whole = job_id in snap.exclusive
+    return reserve(
+        job_id,
+        snap.time_s,
+        free_at,
+        types,
+        snap.num_gpus[job_id] // count,
+        count,
+        snap.allowed.get(job_id),
+        whole,
+    ), run_s
 
 
 def cluster_index(cluster: Any, node: str) -> int:
