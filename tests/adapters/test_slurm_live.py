@@ -283,7 +283,7 @@ def test_dltsched_beats_backfill_and_runs_where_planned(sandbox: None, tmp_path:
     _check_progress(_progress_dir(bf_dir), backfill)
     _wait_idle()
 
-    # dltsched: the same jobs, submitted held, decided by the daemon (DLTSCHED_SLURM_ARGS: more of its options)
+    # dltsched: the same jobs, submitted held, decided by the daemon (DLTSCHED_SLURM_ARGS: more options)
     daemon = _daemon(tmp_path, extra=tuple(os.environ.get("DLTSCHED_SLURM_ARGS", "").split()))
     try:
         order = [

@@ -63,7 +63,8 @@ def _snap(queued_wait_s: float) -> Snapshot:
     }
     gpus = {"r1": 1, "r2": 2, "wide": 4, "short": 1, "long": 1}
     running = {"r1": Placement("n1", (0,)), "r2": Placement("n2", (0, 1))}
-    submit = {j: NOW - 300 for j in running} | {"wide": NOW - queued_wait_s, "short": NOW - 1, "long": NOW - 1}
+    submit = {j: NOW - 300 for j in running}
+    submit |= {"wide": NOW - queued_wait_s, "short": NOW - 1, "long": NOW - 1}
     return Snapshot(NOW, nodes, running, ("wide", "short", "long"), spec, gpus, submit,
                     {"r1": NOW - 290, "r2": NOW - 290}, progress={"r1": 600.0, "r2": 990.0},
                     speed={"r1": 0.5, "r2": 0.1})
