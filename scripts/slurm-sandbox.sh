@@ -72,7 +72,8 @@ if ! { [[ -f $DIR/run/munged.pid ]] && kill -0 "$(cat "$DIR/run/munged.pid")" 2>
         --log-file="$DIR/log/munged.log" --seed-file="$DIR/munge/munged.seed"
 fi
 
-# --- configuration (rewritten each start; same inputs, same files)
+# --- configuration (rewritten each start; same inputs, same files; running daemons re-read a change)
+OLD_SUM=$(cat "$CONF" "$DIR/etc/gres.conf" 2>/dev/null | md5sum)
 cat >"$CONF" <<EOF
 # written by scripts/slurm-sandbox.sh: single-host sandbox with fake GPUs
 ClusterName=dltsched
@@ -107,6 +108,9 @@ ReturnToService=2
 JobRequeue=1
 MinJobAge=3600
 KillWait=2
+# a job may run up to 2 minutes past its time limit before it is killed: the sandbox's jobs start Python and
+# torch on a shared CPU, and their limits (which Slurm's backfill plans with) are their lengths, not more
+OverTimeLimit=2
 InactiveLimit=0
 SlurmctldTimeout=30
 SlurmdTimeout=30
@@ -129,6 +133,10 @@ echo "PartitionName=dltsched Nodes=$NODE_LIST Default=YES MaxTime=INFINITE State
 
 # --- daemons (started only when not running)
 running() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+if running "$DIR/run/slurmctld.pid" && [[ $OLD_SUM != $(cat "$CONF" "$DIR/etc/gres.conf" | md5sum) ]]; then
+    log "configuration changed: scontrol reconfigure"
+    scontrol reconfigure || true
+fi
 running "$DIR/run/slurmctld.pid" || slurmctld -f "$CONF"
 for i in $(seq "$NODES"); do
     running "$DIR/run/slurmd-dl$i.pid" || slurmd -f "$CONF" -N "dl$i"

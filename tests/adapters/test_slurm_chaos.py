@@ -22,11 +22,14 @@ from dltsched.engine.app.adapters.slurm import JobSpec, format_comment, parse_sq
 from .test_slurm_live import (  # noqa: F401  (sandbox: the fixture)
     PARTITION,
     Watcher,
+    _check_progress,
     _events,
+    _progress_dir,
     _slurm,
     _submit,
     _wait_done,
     _wait_idle,
+    job_command,
     sandbox,
 )
 
@@ -51,9 +54,26 @@ def _restart(pidfile: str, down_s: float) -> None:
 
 
 def _daemon_with(tmp: Path, *extra: str) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "dltsched.engine.app.cli.main", "-v", "slurm", "--partition", PARTITION, "--poll", "1",
-           "--solver-time-limit", "2", "--state-file", str(tmp / "state.json"), "--events", str(tmp / "events.jsonl"),
-           *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dltsched.engine.app.cli.main",
+        "-v",
+        "slurm",
+        "--partition",
+        PARTITION,
+        "--poll",
+        "1",
+        "--solver-time-limit",
+        "2",
+        "--state-file",
+        str(tmp / "state.json"),
+        "--events",
+        str(tmp / "events.jsonl"),
+        "--progress-file",
+        str(_progress_dir(tmp)),
+        *extra,
+    ]
     return subprocess.Popen(cmd, stdout=(tmp / "daemon.out").open("ab"), stderr=subprocess.STDOUT)
 
 
@@ -68,24 +88,73 @@ def test_chaos_run_every_job_finishes(tmp_path: Path) -> None:
     watch = Watcher(set())
     log = []
     try:
-        long_jobs = {_submit(4, 60, hold=True, tag="long") for _ in range(2)}  # one node each
+        progress = _progress_dir(tmp_path)
+        long_jobs = {
+            _submit(4, 60, hold=True, tag="long", progress=progress) for _ in range(2)
+        }  # one node each
         deadline = time.monotonic() + 120
-        while not all(j.state == "RUNNING" for j in parse_squeue_json(_slurm("squeue", "--json", "-p", PARTITION))
-                      if j.job_id in long_jobs):
+        while not all(
+            j.state == "RUNNING"
+            for j in parse_squeue_json(_slurm("squeue", "--json", "-p", PARTITION))
+            if j.job_id in long_jobs
+        ):
             assert time.monotonic() < deadline, "the long jobs did not start"
             time.sleep(0.5)
-        ids = set(long_jobs) | {_submit(g, s, hold=True, tag="chaos") for g, s in [(1, 6), (2, 8), (1, 10), (2, 6)]}
-        bad = _slurm("sbatch", "--parsable", "--hold", "-p", PARTITION, "--gres=gpu:1", "-N1", "-n1", "-c1",
-                     "--mem=10", "--time=2", "-o", "/dev/null", "--comment=dltsched:model=my-llama-ft,batch=8,iters=100",
-                     "--wrap=sleep 1").strip().split(";")[0]
+        ids = set(long_jobs) | {
+            _submit(g, s, hold=True, tag="chaos", progress=progress, model=model, batch=8)
+            for g, s, model in [(1, 6, "ppo"), (2, 8, "td3"), (1, 10, "a2c"), (2, 6, "ppo")]
+        }
+        bad = (
+            _slurm(
+                "sbatch",
+                "--parsable",
+                "--hold",
+                "-p",
+                PARTITION,
+                "--gres=gpu:1",
+                "-N1",
+                "-n1",
+                "-c1",
+                "--mem=10",
+                "--time=2",
+                "-o",
+                "/dev/null",
+                "--comment=dltsched:model=my-llama-ft,batch=8,iters=100",
+                "--wrap=sleep 1",
+            )
+            .strip()
+            .split(";")[0]
+        )
         watch.ids = set(ids)
         time.sleep(3)
         _restart("slurmctld.pid", down_s=8)
         log.append("slurmctld stopped 8 s and restarted")
-        urgent = format_comment(JobSpec("resnet50", 64, 40, 0.1, weight=50.0))  # short, wide and heavy
-        ids.add(_slurm("sbatch", "--parsable", "--hold", "-p", PARTITION, "--gres=gpu:4", "-N1", "-n1", "-c1",
-                       "--mem=10", "--time=0:09", "--requeue", "-o", "/dev/null", "-J", "urgent",
-                       f"--comment={urgent}", "--wrap=trap '' USR1; sleep 4").strip().split(";")[0])
+        urgent = format_comment(JobSpec("neumf", 64, 40, 0.1, weight=50.0))  # short, wide and heavy
+        work = job_command("neumf", 64, 40, progress)
+        ids.add(
+            _slurm(
+                "sbatch",
+                "--parsable",
+                "--hold",
+                "-p",
+                PARTITION,
+                "--gres=gpu:4",
+                "-N1",
+                "-n1",
+                "-c1",
+                "--mem=10",
+                "--time=1",
+                "--requeue",
+                "-o",
+                "/dev/null",
+                "-J",
+                "urgent",
+                f"--comment={urgent}",
+                f"--wrap={work}",
+            )
+            .strip()
+            .split(";")[0]
+        )
         watch.ids = set(ids)
         time.sleep(8)
         _restart("slurmd-dl2.pid", down_s=2)
@@ -110,19 +179,33 @@ def test_chaos_run_every_job_finishes(tmp_path: Path) -> None:
     starts = Counter(e["job"] for e in events if e["action"] == "start")
     for job_id, j in done.items():
         # each start is one release of the job; a kill between release and event line loses at most one line
-        assert j["restart_cnt"] <= starts[job_id] <= j["restart_cnt"] + 1, (job_id, j["restart_cnt"], starts[job_id])
+        assert j["restart_cnt"] <= starts[job_id] <= j["restart_cnt"] + 1, (
+            job_id,
+            j["restart_cnt"],
+            starts[job_id],
+        )
     assert sum(max(0, starts[j] - 1 - done[j]["restart_cnt"]) for j in done) == 0
     assert watch.overlaps == []
+    _check_progress(progress, done)
     bad_job = next(j for j in json.loads(_slurm("squeue", "--json"))["jobs"] if str(j["job_id"]) == bad)
     assert bad_job["job_state"] == "PENDING" and "# dltsched: unknown model" in bad_job["comment"]
-    pending = [j for j in json.loads(_slurm("squeue", "--json", "-p", PARTITION))["jobs"]
-               if j["job_state"] == "PENDING" and str(j["job_id"]) != bad]
+    pending = [
+        j
+        for j in json.loads(_slurm("squeue", "--json", "-p", PARTITION))["jobs"]
+        if j["job_state"] == "PENDING" and str(j["job_id"]) != bad
+    ]
     assert pending == []
     preempted = sorted({e["job"] for e in events if e["action"] == "requeue"})
     signalled = sorted({e["job"] for e in events if e["action"] == "signal"})
     assert set(preempted) <= set(signalled)
+    for job_id in preempted:  # checkpointed on the signal, resumed from it when Slurm started it again
+        out = (progress / f"long-{job_id}.out").read_text() if job_id in long_jobs else ""
+        assert job_id not in long_jobs or "resumes at checkpoint" in out, out
     _slurm("scancel", bad)
     jct = sum(j["end_time"] - j["submit_time"] for j in done.values()) / len(done)
-    print(f"\nslurm chaos: {len(done)} jobs completed, avg JCT {jct:.1f} s ({'; '.join(log)}); starts {sum(starts.values())}, "
-          f"requeues by Slurm or dltsched {sum(j['restart_cnt'] for j in done.values())}, signalled {signalled}, "
-          f"requeued by dltsched {preempted}; bad job {bad} held with its reason")
+    print(
+        f"\nslurm chaos: {len(done)} jobs completed, avg JCT {jct:.1f} s ({'; '.join(log)}); "
+        f"starts {sum(starts.values())}, requeues by Slurm or dltsched "
+        f"{sum(j['restart_cnt'] for j in done.values())}, signalled {signalled}, "
+        f"requeued by dltsched {preempted}; bad job {bad} held with its reason"
+    )

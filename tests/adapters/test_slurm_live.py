@@ -1,15 +1,20 @@
 """``dltsched slurm`` against a real slurmctld/slurmd (``scripts/slurm-sandbox.sh``; ``make test-slurm``).
 
-Jobs sleep for their duration (measured step time x iterations, in seconds) on the sandbox's fake GPUs; both
-dltsched and Slurm's backfill are told that duration (the comment; the job's time limit).
-Checked: every job completes, on the node and GPU count the plan chose, no GPU index held by two running
-jobs at once; average JCT under dltsched beats Slurm's own backfill on the same job set; a daemon killed
-mid-run (SIGKILL) and restarted still finishes every job. Skipped when no sandbox is running.
+Every job trains a small zoo model on CPU for its iterations (``python -m
+dltsched.engine.app.adapters.slurm_job``: real forward, backward and optimizer steps, each lasting at least
+the step time of the GPU it stands for) and writes its progress where the daemon reads it
+(``--progress-file``). Both dltsched and Slurm's backfill are told each job's length: dltsched by its comment
+(iterations and seconds per step), backfill by its time limit. Slurm counts time limits in whole minutes, so
+the jobs compared last whole minutes less a few seconds. Checked: every job completes, on the node and GPU
+count the plan chose, no GPU index held by two running jobs at once; average JCT under dltsched beats
+Slurm's own backfill on the same job set; a daemon killed mid-run (SIGKILL) and restarted still finishes
+every job. Skipped when no sandbox is running.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -23,13 +28,30 @@ from pathlib import Path
 import pytest
 
 from dltsched.engine.app.adapters.slurm import JobSpec, format_comment, parse_squeue_json
+from dltsched.engine.app.adapters.slurm_job import read_progress_folder
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 PARTITION = "dltsched"
-#: (GPUs, seconds) in submission order: a seeded shuffle of long and short, wide and narrow jobs
-JOB_SET = [(4, 40), (1, 6), (2, 36), (4, 30), (1, 24), (2, 5), (1, 12), (4, 10), (2, 20), (1, 8), (2, 16), (1, 4)]
+#: (GPUs, minutes, model, batch) in submission order: a seeded shuffle of long and short, wide and narrow jobs
+JOB_SET = [
+    (4, 3, "neumf", 64),
+    (1, 1, "ppo", 8),
+    (2, 3, "td3", 8),
+    (4, 2, "a2c", 8),
+    (1, 2, "neumf", 64),
+    (2, 1, "ppo", 8),
+    (1, 3, "td3", 8),
+    (4, 1, "neumf", 64),
+    (2, 2, "a2c", 8),
+    (1, 1, "ppo", 8),
+    (2, 1, "td3", 8),
+    (1, 2, "neumf", 64),
+]
+#: seconds per step of the GPU a job stands for (each CPU step above takes well under it)
 STEP_S = 0.1
+#: seconds a job of N minutes is shorter than N minutes: its start (Python, torch, the model) fits in them
+START_S = 25
 
 
 def _slurm(*args: str) -> str:
@@ -57,8 +79,11 @@ def _wait_idle(timeout_s: float = 120.0) -> None:
     """No job of the partition pending or running (a previous test's leftovers are cancelled)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        active = [j for j in parse_squeue_json(_slurm("squeue", "--json", "-p", PARTITION))
-                  if j.state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")]
+        active = [
+            j
+            for j in parse_squeue_json(_slurm("squeue", "--json", "-p", PARTITION))
+            if j.state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
+        ]
         if not active:
             return
         held = [j.job_id for j in active if j.state == "PENDING"]
@@ -68,15 +93,70 @@ def _wait_idle(timeout_s: float = 120.0) -> None:
     raise AssertionError("the sandbox partition did not drain")
 
 
-def _submit(gpus: int, seconds: int, *, hold: bool, tag: str) -> str:
-    """Submit a job sleeping ``seconds``. Both schedulers get the same information: its time limit is its
-    duration (plus 15 s; Slurm takes ``M:SS``), and dltsched's comment says the same (steps x step time)."""
-    spec = JobSpec("resnet50", 64, seconds / STEP_S, STEP_S)
-    limit = seconds + 15
-    args = ["sbatch", "--parsable", "-p", PARTITION, f"--gres=gpu:{gpus}", "-N1", "-n1", "-c1", "--mem=10",
-            f"--time={limit // 60}:{limit % 60:02d}", "--requeue", "-o", "/dev/null", "-J", f"{tag}-{gpus}x{seconds}",
-            f"--comment={format_comment(spec)}", f"--wrap=trap '' USR1; sleep {seconds}"]
+def _submit(
+    gpus: int,
+    seconds: float,
+    *,
+    hold: bool,
+    tag: str,
+    progress: Path,
+    model: str = "neumf",
+    batch: int = 64,
+    limit_min: int | None = None,
+) -> str:
+    """Submit a job training ``model`` for ``seconds / STEP_S`` steps, reporting to ``progress``. Both
+    schedulers get the same information: dltsched's comment says the steps and the step time, and the job's
+    time limit (``limit_min``; default: its length and half a minute, in whole minutes) says how long it
+    runs."""
+    iters = round(seconds / STEP_S)
+    spec = JobSpec(model, batch, iters, STEP_S)
+    limit = limit_min if limit_min is not None else math.ceil((seconds + 30) / 60)
+    work = job_command(model, batch, iters, progress)
+    args = [
+        "sbatch",
+        "--parsable",
+        "-p",
+        PARTITION,
+        f"--gres=gpu:{gpus}",
+        "-N1",
+        "-n1",
+        "-c1",
+        "--mem=10",
+        f"--time={limit}",
+        "--requeue",
+        "--open-mode=append",
+        "-o",
+        str(progress / f"{tag}-%j.out"),
+        "-J",
+        f"{tag}-{gpus}x{seconds:g}",
+        f"--comment={format_comment(spec)}",
+        f"--wrap={work}",
+    ]
     return _slurm(*(args[:2] + (["--hold"] if hold else []) + args[2:])).strip().split(";")[0]
+
+
+def job_command(model: str, batch: int, iters: int, progress: Path) -> str:
+    """The job's shell command: USR1 (the daemon's preemption signal) is ignored until the job's own handler,
+    which checkpoints, is in place (a signal while Python starts must not kill it)."""
+    return (
+        f"trap '' USR1; exec {sys.executable} -m dltsched.engine.app.adapters.slurm_job --model {model} "
+        f"--batch {batch} --iters {iters} --pace {STEP_S} --checkpoint-every 5 --progress {progress}"
+    )
+
+
+def _progress_dir(tmp: Path) -> Path:
+    folder = tmp / "progress"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def _check_progress(progress: Path, done: dict[str, dict]) -> None:
+    """Every job's last record says it did all its iterations, at a speed no faster than its pace."""
+    records = read_progress_folder(progress, set(done))
+    assert set(records) == set(done), sorted(set(done) - set(records))
+    for job_id, r in records.items():
+        assert r.iterations == r.total == r.checkpoint, (job_id, r)
+        assert r.step_s is not None and r.step_s >= STEP_S, (job_id, r)
 
 
 class Watcher:
@@ -116,8 +196,9 @@ def _wait_done(ids: set[str], timeout_s: float) -> dict[str, dict]:
     while time.monotonic() < deadline:
         data = json.loads(_slurm("squeue", "--json", "-t", "all"))
         jobs = {str(j["job_id"]): j for j in data["jobs"] if str(j["job_id"]) in ids}
-        if len(jobs) == len(ids) and all(j["job_state"] not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
-                                         for j in jobs.values()):
+        if len(jobs) == len(ids) and all(
+            j["job_state"] not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING") for j in jobs.values()
+        ):
             return jobs
         time.sleep(1.0)
     raise AssertionError(f"jobs {sorted(ids)} did not finish within {timeout_s:.0f} s")
@@ -127,13 +208,31 @@ def _avg_jct(jobs: dict[str, dict]) -> float:
     return sum(j["end_time"] - j["submit_time"] for j in jobs.values()) / len(jobs)
 
 
-def _daemon(tmp: Path, *, wait_ready: bool = True) -> subprocess.Popen[bytes]:
+def _daemon(tmp: Path, *, wait_ready: bool = True, extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     """The daemon as its own process; with ``wait_ready``, returns once it has finished its first round (its
     state file is written), so start-up time does not count in the jobs' JCT."""
     state = tmp / "state.json"
     ready_before = state.stat().st_mtime_ns if state.exists() else None
-    cmd = [sys.executable, "-m", "dltsched.engine.app.cli.main", "-v", "slurm", "--partition", PARTITION, "--poll", "1",
-           "--solver-time-limit", "2", "--state-file", str(state), "--events", str(tmp / "events.jsonl")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dltsched.engine.app.cli.main",
+        "-v",
+        "slurm",
+        "--partition",
+        PARTITION,
+        "--poll",
+        "1",
+        "--solver-time-limit",
+        "2",
+        "--state-file",
+        str(state),
+        "--events",
+        str(tmp / "events.jsonl"),
+        "--progress-file",
+        str(_progress_dir(tmp)),
+        *extra,
+    ]
     proc = subprocess.Popen(cmd, stdout=(tmp / "daemon.out").open("ab"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while wait_ready and time.monotonic() < deadline:
@@ -149,21 +248,57 @@ def _events(tmp: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def _timeline(jobs: dict[str, dict], order: list[str]) -> str:
+    """One line per job: GPUs, limit, wait and run seconds (relative to the first submission)."""
+    t0 = min(j["submit_time"] for j in jobs.values())
+    return "\n".join(
+        f"  {jobs[k]['name']:<14} submit {jobs[k]['submit_time'] - t0:4d} start "
+        f"{jobs[k]['start_time'] - t0:4d} end {jobs[k]['end_time'] - t0:4d} on {jobs[k]['nodes']}"
+        for k in order
+    )
+
+
+def _makespan(jobs: dict[str, dict]) -> int:
+    return max(j["end_time"] for j in jobs.values()) - min(j["submit_time"] for j in jobs.values())
+
+
+@pytest.mark.timeout(3600)
 def test_dltsched_beats_backfill_and_runs_where_planned(sandbox: None, tmp_path: Path) -> None:
-    timeout = 10 * sum(s for _, s in JOB_SET)
+    timeout = 60 * sum(m for _, m, _, _ in JOB_SET)
+    work = [(g, 60 * m - START_S, model, batch, m) for g, m, model, batch in JOB_SET]
     # Slurm alone: the same jobs, released at submission, scheduled by sched/backfill
-    ids = {_submit(g, s, hold=False, tag="bf") for g, s in JOB_SET}
-    watch = Watcher(ids)
-    backfill = _wait_done(ids, timeout)
+    bf_dir = tmp_path / "backfill"
+    bf_dir.mkdir()
+    bf_order = [
+        _submit(
+            g, s, hold=False, tag="bf", progress=_progress_dir(bf_dir), model=model, batch=batch, limit_min=m
+        )
+        for g, s, model, batch, m in work
+    ]
+    watch = Watcher(set(bf_order))
+    backfill = _wait_done(set(bf_order), timeout)
     watch.close()
     assert all(j["job_state"] == "COMPLETED" for j in backfill.values())
     assert watch.overlaps == []
+    _check_progress(_progress_dir(bf_dir), backfill)
     _wait_idle()
 
-    # dltsched: the same jobs, submitted held, decided by the daemon
-    daemon = _daemon(tmp_path)
+    # dltsched: the same jobs, submitted held, decided by the daemon (DLTSCHED_SLURM_ARGS: more options)
+    daemon = _daemon(tmp_path, extra=tuple(os.environ.get("DLTSCHED_SLURM_ARGS", "").split()))
     try:
-        order = [_submit(g, s, hold=True, tag="dl") for g, s in JOB_SET]
+        order = [
+            _submit(
+                g,
+                s,
+                hold=True,
+                tag="dl",
+                progress=_progress_dir(tmp_path),
+                model=model,
+                batch=batch,
+                limit_min=m,
+            )
+            for g, s, model, batch, m in work
+        ]
         ids = set(order)
         watch = Watcher(ids)
         ours = _wait_done(ids, timeout)
@@ -171,21 +306,31 @@ def test_dltsched_beats_backfill_and_runs_where_planned(sandbox: None, tmp_path:
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)
-    assert all(j["job_state"] == "COMPLETED" for j in ours.values()), {k: j["job_state"] for k, j in ours.items()}
+    assert all(j["job_state"] == "COMPLETED" for j in ours.values()), {
+        k: j["job_state"] for k, j in ours.items()
+    }
     assert all(j["restart_cnt"] == 0 for j in ours.values())
+    _check_progress(_progress_dir(tmp_path), ours)
     starts = {e["job"]: e for e in _events(tmp_path) if e["action"] == "start"}
     assert set(starts) == ids  # every job started by the daemon, once
-    for job_id, (gpus, _) in zip(order, JOB_SET, strict=True):
+    for job_id, (gpus, *_) in zip(order, JOB_SET, strict=True):
         assert ours[job_id]["nodes"] == starts[job_id]["node"]  # the node the plan chose
         assert len(starts[job_id]["gpus"]) == gpus
         assert watch.seen[job_id] == {starts[job_id]["node"]: watch.seen[job_id][starts[job_id]["node"]]}
         assert len(watch.seen[job_id][starts[job_id]["node"]]) == gpus  # that many GPUs, on that node only
     assert watch.overlaps == []
     jct_bf, jct_dl = _avg_jct(backfill), _avg_jct(ours)
-    print(f"\nslurm live: {len(JOB_SET)} jobs, all completed; avg JCT dltsched {jct_dl:.1f} s vs "
-          f"Slurm backfill {jct_bf:.1f} s ({100 * (jct_dl / jct_bf - 1):+.1f}%); makespan dltsched "
-          f"{max(j['end_time'] for j in ours.values()) - min(j['submit_time'] for j in ours.values())} s vs "
-          f"{max(j['end_time'] for j in backfill.values()) - min(j['submit_time'] for j in backfill.values())} s")
+    gpu_s = sum(
+        g * (j["end_time"] - j["start_time"])
+        for (g, *_), j in zip(JOB_SET, [ours[k] for k in order], strict=True)
+    )
+    print(
+        f"\nslurm live: {len(JOB_SET)} jobs training on CPU, all completed; "
+        f"avg JCT dltsched {jct_dl:.1f} s vs "
+        f"Slurm backfill {jct_bf:.1f} s ({100 * (jct_dl / jct_bf - 1):+.1f}%); makespan dltsched "
+        f"{_makespan(ours)} s vs {_makespan(backfill)} s (busy GPU-seconds / 8 GPUs: {gpu_s / 8:.0f} s)"
+    )
+    print("backfill:\n" + _timeline(backfill, bf_order) + "\ndltsched:\n" + _timeline(ours, order))
     assert jct_dl < jct_bf
 
 
@@ -193,7 +338,7 @@ def test_daemon_killed_mid_run_and_restarted_finishes_every_job(sandbox: None, t
     _wait_idle()
     jobs = [(2, 8), (4, 10), (1, 12), (2, 6), (4, 8), (1, 4), (2, 10), (1, 6)]
     daemon = _daemon(tmp_path)
-    ids = {_submit(g, s, hold=True, tag="rc") for g, s in jobs}
+    ids = {_submit(g, s, hold=True, tag="rc", progress=_progress_dir(tmp_path)) for g, s in jobs}
     deadline = time.monotonic() + 120
     while len(_events(tmp_path)) < 2 and time.monotonic() < deadline:
         time.sleep(0.3)
@@ -210,12 +355,16 @@ def test_daemon_killed_mid_run_and_restarted_finishes_every_job(sandbox: None, t
         restarted.wait(timeout=30)
     assert all(j["job_state"] == "COMPLETED" for j in done.values())
     assert all(j["restart_cnt"] == 0 for j in done.values())  # none ran twice
+    _check_progress(_progress_dir(tmp_path), done)
     starts = [e["job"] for e in _events(tmp_path) if e["action"] == "start"]
     assert len(starts) == len(set(starts)) and set(starts) <= ids  # no job released twice
     # the event is written after the release: a kill between the two loses at most that one line
     assert len(ids - set(starts)) <= 1
-    print(f"\nslurm recovery: {len(jobs)} jobs, daemon SIGKILLed after {len(started_before)} starts, restarted; "
-          f"all {len(done)} completed, each started once")
+    print(
+        f"\nslurm recovery: {len(jobs)} jobs, daemon SIGKILLed after {len(started_before)} starts, "
+        "restarted; "
+        f"all {len(done)} completed, each started once"
+    )
 
 
 def test_drained_node_gets_no_new_job(sandbox: None, tmp_path: Path) -> None:
@@ -223,7 +372,10 @@ def test_drained_node_gets_no_new_job(sandbox: None, tmp_path: Path) -> None:
     _slurm("scontrol", "update", "NodeName=dl2", "State=DRAIN", "Reason=dltsched-test")
     daemon = _daemon(tmp_path)
     try:
-        ids = {_submit(g, s, hold=True, tag="dr") for g, s in [(2, 4), (2, 4), (4, 3)]}
+        ids = {
+            _submit(g, s, hold=True, tag="dr", progress=_progress_dir(tmp_path))
+            for g, s in [(2, 4), (2, 4), (4, 3)]
+        }
         done = _wait_done(ids, 120)
     finally:
         daemon.send_signal(signal.SIGTERM)

@@ -71,7 +71,13 @@ def test_hostlist_and_gres() -> None:
 
 def test_squeue_held_job() -> None:
     (job,) = parse_squeue_json(read("squeue_held.json"))
-    assert (job.job_id, job.state, job.held, job.num_gpus, job.partition) == ("1", "PENDING", True, 2, "dltsched")
+    assert (job.job_id, job.state, job.held, job.num_gpus, job.partition) == (
+        "1",
+        "PENDING",
+        True,
+        2,
+        "dltsched",
+    )
     assert parse_comment(job.comment) == JobSpec("resnet50", 64, 100.0, 0.05)
 
 
@@ -103,24 +109,41 @@ def test_drained_node_is_unusable_and_bad_answers_are_clear() -> None:
 
 # --- plan -> scontrol
 
+
 def _snap(**kw: object) -> Snapshot:
-    nodes = (SlurmNode("dl1", "v100", 4, True, ("dltsched",)), SlurmNode("dl2", "v100", 4, True, ("dltsched",)))
+    nodes = (
+        SlurmNode("dl1", "v100", 4, True, ("dltsched",)),
+        SlurmNode("dl2", "v100", 4, True, ("dltsched",)),
+    )
     spec = JobSpec("resnet50", 64, 100.0, 0.05)
-    base = dict(time_s=1000.0, nodes=nodes, running={"7": Placement("dl1", (0, 1))}, queued=("8", "9", "10"),
-                specs={j: spec for j in ("7", "8", "9", "10")}, num_gpus={"7": 2, "8": 2, "9": 3, "10": 1},
-                submit_time={j: 900.0 for j in ("7", "8", "9", "10")}, start_time={"7": 950.0})
+    base = dict(
+        time_s=1000.0,
+        nodes=nodes,
+        running={"7": Placement("dl1", (0, 1))},
+        queued=("8", "9", "10"),
+        specs={j: spec for j in ("7", "8", "9", "10")},
+        num_gpus={"7": 2, "8": 2, "9": 3, "10": 1},
+        submit_time={j: 900.0 for j in ("7", "8", "9", "10")},
+        start_time={"7": 950.0},
+    )
     base.update(kw)
     return Snapshot(**base)  # type: ignore[arg-type]
 
 
 def test_plan_to_scontrol_commands() -> None:
     snap = _snap()
-    placements = {"7": Placement("dl1", (0, 1)), "8": Placement("dl1", (2, 3)), "9": Placement("dl2", (0, 1, 2)),
-                  "10": Placement("dl1", (1,))}  # 10 asks for a GPU job 7 holds: it waits
+    placements = {
+        "7": Placement("dl1", (0, 1)),
+        "8": Placement("dl1", (2, 3)),
+        "9": Placement("dl2", (0, 1, 2)),
+        "10": Placement("dl1", (1,)),
+    }  # 10 asks for a GPU job 7 holds: it waits
     actions = plan_actions(snap, placements, preempt=False)
     assert actions == [Action("start", "8", "dl1", (2, 3)), Action("start", "9", "dl2", (0, 1, 2))]
     assert actions[0].commands("1:00:00") == [
-        ["scontrol", "update", "JobId=8", "NodeList=dl1", "TimeLimit=1:00:00"], ["scontrol", "release", "8"]]
+        ["scontrol", "update", "JobId=8", "NodeList=dl1", "TimeLimit=1:00:00"],
+        ["scontrol", "release", "8"],
+    ]
     assert Action("requeue", "7").commands() == [["scontrol", "requeuehold", "7"]]
     with pytest.raises(ValueError, match="action kind"):
         Action("cancel", "7").commands()
@@ -133,10 +156,18 @@ def test_preemption_only_when_asked_and_drained_nodes_take_nothing() -> None:
     assert plan_actions(_snap(), moved, preempt=True, grace_s=30) == [Action("signal", "7")]
     assert plan_actions(_snap(), moved, preempt=True, signalled={"7": 990.0}, grace_s=30) == []  # 10 s in
     assert plan_actions(_snap(), moved, preempt=True, signalled={"7": 960.0}, grace_s=30) == [
-        Action("requeue", "7"), Action("start", "8", "dl1", (0, 1))]
-    assert plan_actions(_snap(), moved, preempt=True) == [Action("signal", "7"), Action("requeue", "7"),
-                                                          Action("start", "8", "dl1", (0, 1))]  # no grace
-    drained = (SlurmNode("dl1", "v100", 4, True, ("dltsched",)), SlurmNode("dl2", "v100", 4, False, ("dltsched",)))
+        Action("requeue", "7"),
+        Action("start", "8", "dl1", (0, 1)),
+    ]
+    assert plan_actions(_snap(), moved, preempt=True) == [
+        Action("signal", "7"),
+        Action("requeue", "7"),
+        Action("start", "8", "dl1", (0, 1)),
+    ]  # no grace
+    drained = (
+        SlurmNode("dl1", "v100", 4, True, ("dltsched",)),
+        SlurmNode("dl2", "v100", 4, False, ("dltsched",)),
+    )
     assert plan_actions(_snap(nodes=drained), {"9": Placement("dl2", (0, 1, 2, 3))}, preempt=False) == []
 
 
@@ -155,12 +186,16 @@ def test_decide_places_queued_jobs_on_free_gpus_of_one_node() -> None:
 
 def test_decide_leaves_down_and_foreign_gpus_alone() -> None:
     """dl2 is drained and another user's job holds dl1 GPUs 2-3: no GPU is free for 9 or 10."""
-    drained = (SlurmNode("dl1", "v100", 4, True, ("dltsched",)), SlurmNode("dl2", "v100", 4, False, ("dltsched",)))
+    drained = (
+        SlurmNode("dl1", "v100", 4, True, ("dltsched",)),
+        SlurmNode("dl2", "v100", 4, False, ("dltsched",)),
+    )
     placements, _ = decide(_snap(nodes=drained, foreign={"dl1": (2, 3)}, queued=("9", "10")), RoundConfig())
     assert set(placements) == {"7"}  # dl1 has 0-1 (job 7) and 2-3 (others) taken
 
 
 # --- whole rounds against a fake Slurm
+
 
 class FakeSlurm:
     """Answers squeue/sinfo with recorded JSON; records every other command."""
@@ -177,10 +212,18 @@ class FakeSlurm:
         return ""
 
 
-def _job(job_id: int, state: str = "PENDING", reason: str = "JobHeldUser", gpus: int = 1, **kw: object) -> dict:
+def _job(
+    job_id: int, state: str = "PENDING", reason: str = "JobHeldUser", gpus: int = 1, **kw: object
+) -> dict:
     base = json.loads(read("squeue_held.json"))["jobs"][0]
-    base.update(job_id=job_id, job_state=state, state_reason=reason, tres_per_node=f"gres:gpu:{gpus}",
-                priority=0 if reason.startswith("JobHeld") else 100, **kw)
+    base.update(
+        job_id=job_id,
+        job_state=state,
+        state_reason=reason,
+        tres_per_node=f"gres:gpu:{gpus}",
+        priority=0 if reason.startswith("JobHeld") else 100,
+        **kw,
+    )
     return base
 
 
@@ -192,8 +235,12 @@ def _idle_sinfo() -> str:
 
 
 def test_round_releases_held_jobs_and_writes_state(tmp_path: Path) -> None:
-    slurm = FakeSlurm([_job(11, gpus=2), _job(12, gpus=4), _job(13, comment="no dltsched comment")], _idle_sinfo())
-    daemon = SlurmDaemon(DaemonOptions(state_file=tmp_path / "s.json", events_file=tmp_path / "e.jsonl"), slurm)
+    slurm = FakeSlurm(
+        [_job(11, gpus=2), _job(12, gpus=4), _job(13, comment="no dltsched comment")], _idle_sinfo()
+    )
+    daemon = SlurmDaemon(
+        DaemonOptions(state_file=tmp_path / "s.json", events_file=tmp_path / "e.jsonl"), slurm
+    )
     actions = daemon.round()
     assert sorted(a.job_id for a in actions if a.kind == "start") == ["11", "12"]
     assert ["scontrol", "release", "13"] not in slurm.calls  # not dltsched's job
@@ -206,12 +253,23 @@ def test_restart_keeps_promises_and_takes_back_unplanned_jobs(tmp_path: Path) ->
     """After a crash: job 11 was released (state file) and is pending unheld: its GPUs stay promised;
     job 14 is pending unheld with no record (crash between release and state write): held again; job 15
     was released but Slurm requeued it by itself (restart count went up): held again."""
-    state = {"version": 1, "released": {
-        "11": {"node": "dl1", "gpus": [0, 1, 2, 3], "at": 1e12, "restarts": 0},
-        "15": {"node": "dl2", "gpus": [0], "at": 1e12, "restarts": 0}}}
+    state = {
+        "version": 1,
+        "released": {
+            "11": {"node": "dl1", "gpus": [0, 1, 2, 3], "at": 1e12, "restarts": 0},
+            "15": {"node": "dl2", "gpus": [0], "at": 1e12, "restarts": 0},
+        },
+    }
     (tmp_path / "s.json").write_text(json.dumps(state))
-    slurm = FakeSlurm([_job(11, reason="None", gpus=4), _job(14, reason="Priority"),
-                       _job(15, reason="None", restart_cnt=1), _job(16, gpus=4)], _idle_sinfo())
+    slurm = FakeSlurm(
+        [
+            _job(11, reason="None", gpus=4),
+            _job(14, reason="Priority"),
+            _job(15, reason="None", restart_cnt=1),
+            _job(16, gpus=4),
+        ],
+        _idle_sinfo(),
+    )
     daemon = SlurmDaemon(DaemonOptions(state_file=tmp_path / "s.json"), slurm, clock=lambda: 1e12 + 1)
     actions = daemon.round()
     holds = sorted(a.job_id for a in actions if a.kind == "hold")
@@ -221,8 +279,9 @@ def test_restart_keeps_promises_and_takes_back_unplanned_jobs(tmp_path: Path) ->
     assert sorted(json.loads((tmp_path / "s.json").read_text())["released"]) == ["11", "16"]
 
 
-def test_malformed_comment_keeps_job_held_and_dry_run_changes_nothing(tmp_path: Path,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_malformed_comment_keeps_job_held_and_dry_run_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     slurm = FakeSlurm([_job(21, comment="dltsched:model=resnet50"), _job(22)], _idle_sinfo())
     daemon = SlurmDaemon(DaemonOptions(state_file=tmp_path / "s.json", dry_run=True), slurm)
     actions = daemon.round()
@@ -236,7 +295,9 @@ def test_malformed_comment_keeps_job_held_and_dry_run_changes_nothing(tmp_path: 
 
 def test_corrupt_state_file_falls_back_to_slurm(tmp_path: Path) -> None:
     (tmp_path / "s.json").write_text("{not json")
-    daemon = SlurmDaemon(DaemonOptions(state_file=tmp_path / "s.json"), FakeSlurm([_job(31, reason="None")], _idle_sinfo()))
+    daemon = SlurmDaemon(
+        DaemonOptions(state_file=tmp_path / "s.json"), FakeSlurm([_job(31, reason="None")], _idle_sinfo())
+    )
     assert [a.kind for a in daemon.round()][:1] == ["hold"]  # pending unheld, unknown: taken back first
 
 
@@ -246,8 +307,9 @@ def test_cli_rejects_bad_settings_with_exit_2() -> None:
     assert main(["slurm", "--once", "--backend", "quantum"]) == 2
 
 
-def test_cli_without_slurm_or_with_slurm_down_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_without_slurm_or_with_slurm_down_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from dltsched.engine.app.cli.main import main
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no squeue here
@@ -264,14 +326,22 @@ def test_released_job_is_promised_gpus_slurm_has_not_given_away(tmp_path: Path) 
     """Jobs 42 and 43 (2 GPUs each) were released onto dl1 planned on GPUs 0-1 and 2-3; meanwhile job 41
     runs there on 0-1 (Slurm picks indices). 42 is promised the GPUs still free (2-3); 43 no longer fits and
     is taken back (held) to be re-planned."""
-    state = {"version": 1, "released": {
-        "42": {"node": "dl1", "gpus": [0, 1], "at": 1e12, "restarts": 0},
-        "43": {"node": "dl1", "gpus": [2, 3], "at": 1e12, "restarts": 0}}}
+    state = {
+        "version": 1,
+        "released": {
+            "42": {"node": "dl1", "gpus": [0, 1], "at": 1e12, "restarts": 0},
+            "43": {"node": "dl1", "gpus": [2, 3], "at": 1e12, "restarts": 0},
+        },
+    }
     (tmp_path / "s.json").write_text(json.dumps(state))
     sinfo = json.loads(_idle_sinfo())
     sinfo["nodes"][0].update(state="mixed", gres_used="gpu:v100:2(IDX:0-1)")
-    running = _job(41, state="RUNNING", reason="None", gpus=2, nodes="dl1", gres_detail=["gpu:v100:2(IDX:0-1)"])
-    slurm = FakeSlurm([running, _job(42, reason="None", gpus=2), _job(43, reason="None", gpus=2)], json.dumps(sinfo))
+    running = _job(
+        41, state="RUNNING", reason="None", gpus=2, nodes="dl1", gres_detail=["gpu:v100:2(IDX:0-1)"]
+    )
+    slurm = FakeSlurm(
+        [running, _job(42, reason="None", gpus=2), _job(43, reason="None", gpus=2)], json.dumps(sinfo)
+    )
     daemon = SlurmDaemon(DaemonOptions(state_file=tmp_path / "s.json"), slurm, clock=lambda: 1e12 + 1)
     snap, fixes = daemon.snapshot()
     assert dict(snap.running) == {"41": Placement("dl1", (0, 1)), "42": Placement("dl1", (2, 3))}

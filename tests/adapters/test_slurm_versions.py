@@ -1,8 +1,8 @@
-"""The Slurm daemon on every Slurm it claims: answers in the shapes of 22.05 (recorded from the sandbox) and of
-23.02 (OpenAPI v0.0.39), 23.11 (v0.0.40), 24.05 (v0.0.41) and 24.11 (v0.0.42), fixtures under ``data/slurm-*``;
-and the states a real cluster goes through: a running job with no GPU index, completing, requeued held,
-pending unheld, drained and down nodes, typed gres, features, gang jobs, jobs that cannot be priced,
-preemption with a grace period, a round that fails."""
+"""The Slurm daemon on every Slurm it claims: answers in the shapes of 22.05 (recorded from the sandbox) and
+of 23.02 (OpenAPI v0.0.39), 23.11 (v0.0.40), 24.05 (v0.0.41) and 24.11 (v0.0.42), fixtures under
+``data/slurm-*``; and the states a real cluster goes through: a running job with no GPU index, completing,
+requeued held, pending unheld, drained and down nodes, typed gres, features, gang jobs, jobs that cannot be
+priced, preemption with a grace period, a round that fails."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ class FakeSlurm:
     """Answers squeue/sinfo with fixed JSON; records every other command; ``fail`` raises once per entry."""
 
     def __init__(self, squeue: str | dict, sinfo: str, fail: list[BaseException] | None = None) -> None:
-        self.squeue, self.sinfo, self.calls, self.fail = squeue, sinfo, [], list(fail or [])  # type: ignore[var-annotated]
+        self.squeue, self.sinfo, self.fail = squeue, sinfo, list(fail or [])
+        self.calls: list[list[str]] = []
 
     def __call__(self, args: Sequence[str]) -> str:
         if self.fail:
@@ -51,6 +52,7 @@ class FakeSlurm:
 
 
 # --- the shapes
+
 
 def test_numbers_states_and_gres_in_every_shape() -> None:
     assert number(5) == 5 and number("7") == 7 and number(None, 3) == 3
@@ -74,10 +76,17 @@ def test_numbers_states_and_gres_in_every_shape() -> None:
 
 
 def test_comment_as_object_and_nodes_from_job_resources() -> None:
-    job = parse_job({"job_id": {"set": True, "infinite": False, "number": 9}, "job_state": ["RUNNING"],
-                     "comment": {"administrator": "", "job": "dltsched:model=vgg16,batch=32,iters=10", "system": ""},
-                     "job_resources": {"nodes": {"count": 2, "list": "n[1-2]"}}, "gres_detail": ["gpu:1(IDX:0)"],
-                     "tres_per_node": "gres/gpu:1", "node_count": {"set": True, "infinite": False, "number": 2}})
+    job = parse_job(
+        {
+            "job_id": {"set": True, "infinite": False, "number": 9},
+            "job_state": ["RUNNING"],
+            "comment": {"administrator": "", "job": "dltsched:model=vgg16,batch=32,iters=10", "system": ""},
+            "job_resources": {"nodes": {"count": 2, "list": "n[1-2]"}},
+            "gres_detail": ["gpu:1(IDX:0)"],
+            "tres_per_node": "gres/gpu:1",
+            "node_count": {"set": True, "infinite": False, "number": 2},
+        }
+    )
     assert job.job_id == "9" and job.comment.startswith("dltsched:model=vgg16")
     assert dict(job.gpus) == {"n1": (0,), "n2": ()} and job.num_gpus == 2 and job.node_count == 2
 
@@ -95,7 +104,13 @@ def test_squeue_every_version(version: str) -> None:
     jobs = {j.job_id: j for j in parse_squeue_json(fixture(version, "squeue"))}
     assert sorted(jobs) == ["101", "102", "103", "104", "105", "106", "107"]
     held = jobs["101"]
-    assert (held.state, held.held, held.num_gpus, held.gpu_type, held.constraint) == ("PENDING", True, 2, "a100", "ib")
+    assert (held.state, held.held, held.num_gpus, held.gpu_type, held.constraint) == (
+        "PENDING",
+        True,
+        2,
+        "a100",
+        "ib",
+    )
     gang = jobs["102"]
     assert (gang.state, gang.node_count, gang.num_gpus) == ("RUNNING", 2, 4)
     assert dict(gang.gpus) == {"gpu01": (0, 1), "gpu02": (0, 1)} and gang.start_time == T0 - 300
@@ -111,7 +126,11 @@ def test_sinfo_every_version(version: str) -> None:
     nodes = {n.name: n for n in parse_sinfo_json(fixture(version, "sinfo"))}
     assert (nodes["gpu01"].gpu_type, nodes["gpu01"].num_gpus, nodes["gpu01"].used_gpus) == ("a100", 4, (0, 1))
     assert nodes["gpu01"].features == ("ib", "a100") and nodes["gpu01"].usable
-    assert (nodes["gpu03"].gpu_type, nodes["gpu03"].num_gpus, nodes["gpu03"].used_gpus) == ("h100", 4, (0, 2, 3))
+    assert (nodes["gpu03"].gpu_type, nodes["gpu03"].num_gpus, nodes["gpu03"].used_gpus) == (
+        "h100",
+        4,
+        (0, 2, 3),
+    )
     assert not nodes["gpu04"].usable and not nodes["gpu05"].usable  # drained, down
     assert nodes["cpu01"].num_gpus == 0 and nodes["cpu01"].partitions == ("batch",)
 
@@ -121,7 +140,8 @@ def test_a_whole_round_on_every_version(version: str, tmp_path: Path) -> None:
     """gpu01/gpu02 (a100, ib) have GPUs 2-3 free; gpu03 (h100) has only GPU 1 free: 0 is job 103's (no index
     given: the node's one unexplained used GPU), 2 someone else's, 3 job 104's (completing). gpu04 is drained
     and gpu05 down. So 101 (2 a100 with ib) starts on gpu01 or gpu02, 105 (1 GPU, requeued held) starts on a
-    free GPU of an up node, 106 (pending, never released by us) is held again, and nothing lands on gpu04/05."""
+    free GPU of an up node, 106 (pending, never released by us) is held again, and nothing lands on
+    gpu04/05."""
     slurm = FakeSlurm(fixture(version, "squeue"), fixture(version, "sinfo"))
     daemon = SlurmDaemon(DaemonOptions(state_file=tmp_path / "s.json"), slurm, clock=lambda: float(T0))
     snap, _ = daemon.snapshot()
@@ -145,16 +165,46 @@ def test_a_whole_round_on_every_version(version: str, tmp_path: Path) -> None:
 
 
 def _sinfo(*nodes: tuple[str, str, int, list[str]]) -> str:
-    return json.dumps({"errors": [], "nodes": [
-        {"name": n, "gres": f"gpu:{t}:{c}", "gres_used": f"gpu:{t}:0(IDX:N/A)", "state": ["IDLE"],
-         "partitions": ["dltsched"], "features": f} for n, t, c, f in nodes]})
+    return json.dumps(
+        {
+            "errors": [],
+            "nodes": [
+                {
+                    "name": n,
+                    "gres": f"gpu:{t}:{c}",
+                    "gres_used": f"gpu:{t}:0(IDX:N/A)",
+                    "state": ["IDLE"],
+                    "partitions": ["dltsched"],
+                    "features": f,
+                }
+                for n, t, c, f in nodes
+            ],
+        }
+    )
 
 
-def _job(job_id: int, comment: str, gpus: int = 1, *, state: str = "PENDING", hold: bool = True,
-         restarts: int = 0, **extra: object) -> dict:
-    return {"job_id": job_id, "job_state": [state], "hold": hold, "state_reason": "JobHeldUser" if hold else "None",
-            "partition": "dltsched", "comment": comment, "tres_per_node": f"gres/gpu:{gpus}",
-            "submit_time": {"set": True, "infinite": False, "number": T0 - 100}, "restart_cnt": restarts, **extra}
+def _job(
+    job_id: int,
+    comment: str,
+    gpus: int = 1,
+    *,
+    state: str = "PENDING",
+    hold: bool = True,
+    restarts: int = 0,
+    **extra: object,
+) -> dict:
+    return {
+        "job_id": job_id,
+        "job_state": [state],
+        "hold": hold,
+        "state_reason": "JobHeldUser" if hold else "None",
+        "partition": "dltsched",
+        "comment": comment,
+        "tres_per_node": f"gres/gpu:{gpus}",
+        "submit_time": {"set": True, "infinite": False, "number": T0 - 100},
+        "restart_cnt": restarts,
+        **extra,
+    }
 
 
 GOOD = "dltsched:model=resnet50,batch=64,iters=1000"
@@ -164,17 +214,27 @@ def test_unpriceable_job_is_flagged_once_and_never_blocks_others(tmp_path: Path)
     """An unknown model with no step time cannot be priced: it stays held with the reason in its admin comment
     (once, not every round), and the valid job behind it starts. The same unknown model with step_s is priced
     by its own step time alone and starts too."""
-    jobs = [_job(1, "dltsched:model=my-llama-ft,batch=8,iters=100"),
-            _job(2, GOOD), _job(3, "dltsched:model=my-llama-ft,batch=8,iters=100,step_s=0.5")]
+    jobs = [
+        _job(1, "dltsched:model=my-llama-ft,batch=8,iters=100"),
+        _job(2, GOOD),
+        _job(3, "dltsched:model=my-llama-ft,batch=8,iters=100,step_s=0.5"),
+    ]
     slurm = FakeSlurm({"errors": [], "jobs": jobs}, _sinfo(("n1", "v100", 4, [])))
     daemon = SlurmDaemon(DaemonOptions(state_file=tmp_path / "s.json"), slurm, clock=lambda: float(T0))
     actions = daemon.round()
     assert sorted(a.job_id for a in actions if a.kind == "start") == ["2", "3"]
     (flag,) = [a for a in actions if a.kind == "flag"]
     assert flag.job_id == "1" and "unknown model" in flag.reason and "step_s" in flag.reason
-    assert ["scontrol", "update", "JobId=1", f"Comment={jobs[0]['comment']} # dltsched: {flag.reason}"] in slurm.calls
-    assert any(c[:3] == ["scontrol", "update", "JobId=1"] and c[3].startswith("AdminComment=dltsched: ")
-               for c in slurm.calls)
+    assert [
+        "scontrol",
+        "update",
+        "JobId=1",
+        f"Comment={jobs[0]['comment']} # dltsched: {flag.reason}",
+    ] in slurm.calls
+    assert any(
+        c[:3] == ["scontrol", "update", "JobId=1"] and c[3].startswith("AdminComment=dltsched: ")
+        for c in slurm.calls
+    )
     slurm.squeue = {"errors": [], "jobs": [jobs[0]]}
     assert daemon.round() == []  # flagged already: nothing again
     # a restarted daemon reads the note in the comment: nothing again either, and the note is not the spec
@@ -198,8 +258,10 @@ def test_constraint_and_typed_gres_no_node_meets_is_flagged(tmp_path: Path) -> N
 
 def test_typed_gres_and_features_choose_the_node(tmp_path: Path) -> None:
     jobs = [_job(1, GOOD, 2, tres_per_node="gres/gpu:a100:2"), _job(2, GOOD, 1, features="ib")]
-    slurm = FakeSlurm({"errors": [], "jobs": jobs},
-                      _sinfo(("v1", "v100", 4, ["ib"]), ("a1", "a100", 4, []), ("v2", "v100", 4, [])))
+    slurm = FakeSlurm(
+        {"errors": [], "jobs": jobs},
+        _sinfo(("v1", "v100", 4, ["ib"]), ("a1", "a100", 4, []), ("v2", "v100", 4, [])),
+    )
     daemon = SlurmDaemon(DaemonOptions(state_file=tmp_path / "s.json"), slurm, clock=lambda: float(T0))
     starts = {a.job_id: a.node for a in daemon.round() if a.kind == "start"}
     assert starts == {"1": "a1", "2": "v1"}
@@ -245,8 +307,15 @@ def test_preemption_signals_waits_and_requeues_once(tmp_path: Path) -> None:
     """Job 1 runs on the only GPU; job 2 (heavier weight, shorter) is queued; with --preempt the plan stops 1.
     Round 1 signals it (USR1), the grace period keeps its GPU, round 3 requeues it held, and while Slurm has
     not yet taken it off the GPU no second requeue is sent."""
-    running = _job(1, "dltsched:model=resnet50,batch=64,iters=100000", state="RUNNING", hold=False, nodes="n1",
-                   gres_detail=["gpu:v100:1(IDX:0)"], start_time={"set": True, "infinite": False, "number": T0 - 5})
+    running = _job(
+        1,
+        "dltsched:model=resnet50,batch=64,iters=100000",
+        state="RUNNING",
+        hold=False,
+        nodes="n1",
+        gres_detail=["gpu:v100:1(IDX:0)"],
+        start_time={"set": True, "infinite": False, "number": T0 - 5},
+    )
     queued = _job(2, "dltsched:model=resnet50,batch=64,iters=10,weight=50")
     slurm = FakeSlurm({"errors": [], "jobs": [running, queued]}, _sinfo(("n1", "v100", 1, [])))
     now = [float(T0)]
@@ -271,9 +340,14 @@ def test_preemption_signals_waits_and_requeues_once(tmp_path: Path) -> None:
 def test_a_failing_round_never_kills_the_daemon(tmp_path: Path) -> None:
     """Any exception in a round (here an IndexError and a KeyError from a broken answer, and the controller
     away) is logged and the next round runs."""
-    slurm = FakeSlurm({"errors": [], "jobs": [_job(1, GOOD)]}, _sinfo(("n1", "v100", 1, [])),
-                      fail=[IndexError("tuple index out of range"), KeyError("nodes")])
-    daemon = SlurmDaemon(DaemonOptions(state_file=tmp_path / "s.json", poll_s=0.1), slurm, clock=lambda: float(T0))
+    slurm = FakeSlurm(
+        {"errors": [], "jobs": [_job(1, GOOD)]},
+        _sinfo(("n1", "v100", 1, [])),
+        fail=[IndexError("tuple index out of range"), KeyError("nodes")],
+    )
+    daemon = SlurmDaemon(
+        DaemonOptions(state_file=tmp_path / "s.json", poll_s=0.1), slurm, clock=lambda: float(T0)
+    )
     rounds = []
     real_round = daemon.round
 
@@ -283,6 +357,7 @@ def test_a_failing_round_never_kills_the_daemon(tmp_path: Path) -> None:
             daemon.stopping = True
         if len(rounds) == 3:
             from dltsched.engine.app.adapters.slurm import SlurmCommandError
+
             raise SlurmCommandError("squeue: Unable to contact slurm controller")
         return real_round()
 
@@ -293,9 +368,13 @@ def test_a_failing_round_never_kills_the_daemon(tmp_path: Path) -> None:
 
 
 def test_running_job_on_a_node_outside_the_partition_and_garbage_fields(tmp_path: Path) -> None:
-    jobs = [_job(1, GOOD, state="RUNNING", hold=False, nodes="elsewhere", gres_detail=["gpu:1(IDX:0)"]),
-            _job(2, GOOD, state="RUNNING", hold=False, nodes="n1", gres_detail=None),
-            {"job_id": 3, "job_state": 7, "partition": ["x"], "comment": None}, "not a job", _job(4, GOOD)]
+    jobs = [
+        _job(1, GOOD, state="RUNNING", hold=False, nodes="elsewhere", gres_detail=["gpu:1(IDX:0)"]),
+        _job(2, GOOD, state="RUNNING", hold=False, nodes="n1", gres_detail=None),
+        {"job_id": 3, "job_state": 7, "partition": ["x"], "comment": None},
+        "not a job",
+        _job(4, GOOD),
+    ]
     slurm = FakeSlurm({"errors": [], "jobs": jobs}, _sinfo(("n1", "v100", 2, [])))
     daemon = SlurmDaemon(DaemonOptions(state_file=tmp_path / "s.json"), slurm, clock=lambda: float(T0))
     snap, _ = daemon.snapshot()
@@ -304,13 +383,29 @@ def test_running_job_on_a_node_outside_the_partition_and_garbage_fields(tmp_path
 
 
 def test_used_gpus_of_an_idle_node_stay_taken() -> None:
-    """Seen on the sandbox's Slurm 22.05 after a slurmd restart: an idle node still listing used GPUs, and Slurm
-    not allocating them (a job released there did not start). They count as taken, as Slurm counts them."""
-    answer = {"errors": [], "nodes": [
-        {"name": "dl2", "state": "idle", "state_flags": [], "gres": "gpu:v100:4", "gres_used": "gpu:v100:2(IDX:0-1)",
-         "partitions": ["dltsched"]},
-        {"name": "dl4", "state": ["IDLE", "COMPLETING"], "gres": "gpu:v100:4", "gres_used": "gpu:v100:1(IDX:3)",
-         "partitions": ["dltsched"]}]}
+    """Seen on the sandbox's Slurm 22.05 after a slurmd restart: an idle node still listing used GPUs, and
+    Slurm not allocating them (a job released there did not start). They count as taken, as Slurm counts
+    them."""
+    answer = {
+        "errors": [],
+        "nodes": [
+            {
+                "name": "dl2",
+                "state": "idle",
+                "state_flags": [],
+                "gres": "gpu:v100:4",
+                "gres_used": "gpu:v100:2(IDX:0-1)",
+                "partitions": ["dltsched"],
+            },
+            {
+                "name": "dl4",
+                "state": ["IDLE", "COMPLETING"],
+                "gres": "gpu:v100:4",
+                "gres_used": "gpu:v100:1(IDX:3)",
+                "partitions": ["dltsched"],
+            },
+        ],
+    }
     nodes = {n.name: n for n in parse_sinfo_json(json.dumps(answer))}
     assert nodes["dl2"].used_gpus == (0, 1) and nodes["dl4"].used_gpus == (3,)
 
@@ -318,8 +413,15 @@ def test_used_gpus_of_an_idle_node_stay_taken() -> None:
 def test_progress_file_gives_running_jobs_their_measured_progress(tmp_path: Path) -> None:
     """Jobs report iterations done to --progress-file; a running job's remaining work then comes from it (not
     from elapsed time). A file that cannot be read, or values that are not numbers, are ignored."""
-    running = _job(1, GOOD, state="RUNNING", hold=False, nodes="n1", gres_detail=["gpu:v100:1(IDX:0)"],
-                   start_time={"set": True, "infinite": False, "number": T0 - 50})
+    running = _job(
+        1,
+        GOOD,
+        state="RUNNING",
+        hold=False,
+        nodes="n1",
+        gres_detail=["gpu:v100:1(IDX:0)"],
+        start_time={"set": True, "infinite": False, "number": T0 - 50},
+    )
     slurm = FakeSlurm({"errors": [], "jobs": [running, _job(2, GOOD)]}, _sinfo(("n1", "v100", 2, [])))
     progress = tmp_path / "progress.json"
     options = DaemonOptions(state_file=tmp_path / "s.json", progress_file=progress)

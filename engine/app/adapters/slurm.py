@@ -3,11 +3,13 @@ jobs run, with :func:`dltsched.engine.app.api.solve_round`.
 
 Convention. Jobs are submitted held, to a partition dltsched owns, with a comment that describes them::
 
-    sbatch --hold -p dltsched --gres=gpu:2 --comment "dltsched:model=resnet50,batch=64,iters=1000,step_s=0.21" job.sh
+    sbatch --hold -p dltsched --gres=gpu:2 \
+        --comment "dltsched:model=resnet50,batch=64,iters=1000,step_s=0.21" job.sh
 
 (``model``, ``batch`` and ``iters`` are required; ``step_s`` is the job's own measured seconds per step on
 its GPU count, used instead of the prediction, and it stands in for a model the catalogue does not know;
-``gpu_type`` names the GPU type it was measured on; ``weight`` as in :class:`~dltsched.engine.domain.model.Job`).
+``gpu_type`` names the GPU type it was measured on; ``weight`` as in
+:class:`~dltsched.engine.domain.model.Job`).
 GPU counts come from the job's gres request (typed, ``--gres=gpu:a100:2``, keeps it to nodes of that gres
 type), ``--constraint`` features keep it to nodes with those features, ``-N 2`` makes it a gang job with the
 same GPU count on each node. Node GPU counts and types come from the nodes' gres (``gpu:a100:4``).
@@ -33,7 +35,13 @@ count they had) and the jobs it is preempting; a released job that Slurm has not
 re-planned; a dltsched job found pending and not held that the daemon did not release (after a crash
 between release and state write) is held again. So a crash at any point and a restart pick up where it was.
 
-Slurm GPU gres are exclusive, so rounds are solved with one job per GPU and no layer freezing.
+Progress: with ``--progress-file``, jobs report iterations done and their measured seconds per step
+(:mod:`.slurm_job` defines the records and a CPU training job that writes them); running jobs' remaining work
+and speed then come from those reports instead of elapsed time and predictions.
+
+Shared nodes: Slurm GPU gres are exclusive, so rounds are solved with one job per GPU and no layer freezing.
+A job that takes whole nodes (``--exclusive``, or a partition with ``OverSubscribe=EXCLUSIVE``) starts only
+on nodes where nothing runs and keeps them to itself; a node with no CPU or memory left takes no new job.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ from typing import Any
 
 import click
 
+from dltsched.engine.app.adapters.slurm_job import read_progress_folder
 from dltsched.engine.app.adapters.slurm_parse import (  # noqa: F401  (the daemon's vocabulary, re-exported)
     ACTIVE_STATES,
     COMMENT_PREFIX,
@@ -62,6 +71,7 @@ from dltsched.engine.app.adapters.slurm_parse import (  # noqa: F401  (the daemo
     format_comment,
     parse_comment,
     parse_gres,
+    parse_oversubscribe,
     parse_sinfo_json,
     parse_squeue_json,
     satisfies,
@@ -82,7 +92,12 @@ from dltsched.engine.domain.errors import DltschedError, ValidationError, write_
 
 log = logging.getLogger(__name__)
 
+#: a progress record written this many seconds before Slurm's start time still counts as the current run's
+#: (Slurm's start time has one-second resolution; the job writes its first record as it starts)
+PROGRESS_SLACK_S = 2.0
+
 # ----------------------------------------------------------------------------- the daemon
+
 
 class SlurmCommandError(DltschedError):
     """A Slurm command failed (slurmctld down, job gone, ...); the message has its stderr."""
@@ -97,11 +112,14 @@ class SlurmCommands:
 
     def __call__(self, args: Sequence[str]) -> str:
         try:
-            done = subprocess.run(list(args), env=self.env, capture_output=True, text=True, timeout=self.timeout_s,
-                                  check=False)
+            done = subprocess.run(
+                list(args), env=self.env, capture_output=True, text=True, timeout=self.timeout_s, check=False
+            )
         except FileNotFoundError:
-            raise DltschedError(f"slurm: '{args[0]}' not found; install Slurm's client commands "
-                                "(bash scripts/slurm-sandbox.sh sets up a local Slurm)") from None
+            raise DltschedError(
+                f"slurm: '{args[0]}' not found; install Slurm's client commands "
+                "(bash scripts/slurm-sandbox.sh sets up a local Slurm)"
+            ) from None
         except subprocess.TimeoutExpired:
             raise SlurmCommandError(f"{' '.join(args)}: no answer within {self.timeout_s:g} s") from None
         if done.returncode != 0:
@@ -121,7 +139,8 @@ class DaemonOptions:
     dry_run: bool = False
     time_limit: str | None = None
     start_timeout_s: float = 60.0
-    #: a file of ``{"<job id>": iterations done}`` the jobs report to (progress instead of elapsed time)
+    #: the jobs' progress records (a folder, :mod:`.slurm_job`), or a file of
+    #: ``{"<job id>": iterations done}``
     progress_file: Path | None = None
     round: RoundConfig = field(default_factory=RoundConfig)
 
@@ -130,8 +149,12 @@ class SlurmDaemon:
     """The scheduling loop. ``run`` executes a Slurm command and returns its stdout (raises
     :class:`SlurmCommandError` on failure)."""
 
-    def __init__(self, options: DaemonOptions, run: Callable[[Sequence[str]], str] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        options: DaemonOptions,
+        run: Callable[[Sequence[str]], str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.options, self.run, self.clock = options, run or SlurmCommands(), clock
         state = self._load_state()
         self.released: dict[str, dict[str, Any]] = state.get("released", {})
@@ -147,12 +170,18 @@ class SlurmDaemon:
     def _load_state(self) -> dict[str, dict[str, dict[str, Any]]]:
         try:
             data = json.loads(self.options.state_file.read_text())
-            return {key: {str(k): dict(v) for k, v in (data.get(key) or {}).items()}
-                    for key in ("released", "preempting")}
+            return {
+                key: {str(k): dict(v) for k, v in (data.get(key) or {}).items()}
+                for key in ("released", "preempting")
+            }
         except FileNotFoundError:
             return {}
         except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as err:
-            log.warning("state file %s unreadable (%s); starting from Slurm's state alone", self.options.state_file, err)
+            log.warning(
+                "state file %s unreadable (%s); starting from Slurm's state alone",
+                self.options.state_file,
+                err,
+            )
             return {}
 
     def _save_state(self) -> None:
@@ -166,17 +195,42 @@ class SlurmDaemon:
             with self.options.events_file.open("a") as f:
                 f.write(json.dumps(record, sort_keys=True) + "\n")
 
-    def _progress(self) -> dict[str, float]:
+    def _progress(self, start: Mapping[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+        """Iterations done and measured seconds per step, by job, from ``--progress-file``: a folder of the
+        jobs' own records (:mod:`.slurm_job`; a record written before the job's current start is from an
+        earlier run and counts as its checkpoint only), or one ``{job id: iterations}`` file."""
         path = self.options.progress_file
         if path is None:
-            return {}
+            return {}, {}
+        if path.is_dir():
+            done: dict[str, float] = {}
+            speed: dict[str, float] = {}
+            for job_id, record in read_progress_folder(path).items():
+                current = record.time >= start.get(job_id, float("inf")) - PROGRESS_SLACK_S
+                done[job_id] = float(min(record.iterations if current else record.checkpoint, record.total))
+                if current and record.step_s is not None:
+                    speed[job_id] = record.step_s
+            return done, speed
         try:
             data = json.loads(path.read_text()[:10_000_000])
         except (OSError, ValueError) as err:
             log.debug("progress file %s unreadable: %s", path, err)
-            return {}
-        return {str(k): float(v) for k, v in data.items() if isinstance(v, int | float) and v >= 0} \
-            if isinstance(data, dict) else {}
+            return {}, {}
+        return (
+            {str(k): float(v) for k, v in data.items() if isinstance(v, int | float) and v >= 0}
+            if isinstance(data, dict)
+            else {}
+        ), {}
+
+    def _partition_exclusive(self) -> bool:
+        """Whether the partition gives every job whole nodes (``OverSubscribe=EXCLUSIVE``); an answer not
+        understood counts as no (GPUs stay exclusive either way)."""
+        try:
+            answer = self.run(["sinfo", "-h", "--partition", self.options.partition, "-o", "%h"])
+        except SlurmCommandError as err:
+            log.debug("partition OverSubscribe unknown: %s", err)
+            return False
+        return parse_oversubscribe(answer) == "EXCLUSIVE"
 
     def _unplannable(self, job: SlurmJob, reason: str, flags: list[Action]) -> None:
         """Keep ``job`` out of the round; flag it with ``reason`` once."""
@@ -193,9 +247,13 @@ class SlurmDaemon:
         control, reasons for jobs that cannot be planned)."""
         part = self.options.partition
         jobs = parse_squeue_json(self.run(["squeue", "--json", "--partition", part]))
-        nodes = tuple(n for n in parse_sinfo_json(self.run(["sinfo", "--json", "--partition", part]))
-                      if part in n.partitions)
+        nodes = tuple(
+            n
+            for n in parse_sinfo_json(self.run(["sinfo", "--json", "--partition", part]))
+            if part in n.partitions
+        )
         by_name = {n.name: n for n in nodes}
+        whole_nodes = self._partition_exclusive()
         now = self.clock()
         running: dict[str, Placement] = {}
         queued: list[str] = []
@@ -209,6 +267,7 @@ class SlurmDaemon:
         foreign: dict[str, set[int]] = {n.name: set(n.used_gpus) for n in nodes}
         promised: list[tuple[str, Mapping[str, Any]]] = []
         unindexed: list[SlurmJob] = []
+        exclusive: set[str] = set()
         seen = set()
         mine = [j for j in jobs if j.partition == part]
         for j in sorted(mine, key=lambda j: any(not i for i in j.gpus.values())):  # indexed jobs first
@@ -236,9 +295,14 @@ class SlurmDaemon:
                 if j.held:
                     self.released.pop(j.job_id, None)
                     queued.append(j.job_id)
-                elif record is None or int(record.get("restarts", 0)) != j.restart_count \
-                        or (now - float(record.get("at", now)) > self.options.start_timeout_s
-                            and j.reason != "BeginTime"):  # a requeued job waits out Slurm's delay: not late
+                elif (
+                    record is None
+                    or int(record.get("restarts", 0)) != j.restart_count
+                    or (
+                        now - float(record.get("at", now)) > self.options.start_timeout_s
+                        and j.reason != "BeginTime"
+                    )
+                ):  # a requeued job waits out Slurm's delay: not late
                     fixes.append(Action("hold", j.job_id))  # not started as planned: back under our control
                     self.released.pop(j.job_id, None)
                     continue
@@ -248,22 +312,32 @@ class SlurmDaemon:
                 self.released.pop(j.job_id, None)
                 continue
             specs[j.job_id] = spec
+            if j.exclusive or whole_nodes:
+                exclusive.add(j.job_id)
             node_count[j.job_id] = j.node_count
             num_gpus[j.job_id] = max(1, j.num_gpus)
             submit[j.job_id] = float(j.submit_time)
             if j.start_time and j.state in ACTIVE_STATES:
                 start[j.job_id] = float(j.start_time)
             allowed[j.job_id] = frozenset(
-                n.name for n in nodes if n.num_gpus > 0 and satisfies(n.features, j.constraint)
-                and (j.gpu_type is None or (n.gpu_type or "").lower() == j.gpu_type.lower()))
+                n.name
+                for n in nodes
+                if n.num_gpus > 0
+                and satisfies(n.features, j.constraint)
+                and (j.gpu_type is None or (n.gpu_type or "").lower() == j.gpu_type.lower())
+            )
         # running jobs Slurm gave no GPU index (e.g. just after a controller restart): the node's used GPUs
         # that no other job explains, else its lowest free ones
         for j in unindexed:
             placed: dict[str, tuple[int, ...]] = {}
             each = max(1, num_gpus[j.job_id] // max(1, len(j.gpus)))
             for node in j.gpus:
-                spare = sorted(foreign[node]) + [g for g in range(by_name[node].num_gpus) if g not in foreign[node]
-                                                 and not any(g in p.per_node.get(node, ()) for p in running.values())]
+                spare = sorted(foreign[node]) + [
+                    g
+                    for g in range(by_name[node].num_gpus)
+                    if g not in foreign[node]
+                    and not any(g in p.per_node.get(node, ()) for p in running.values())
+                ]
                 placed[node] = tuple(spare[:each])
                 foreign[node].difference_update(placed[node])
             running[j.job_id] = _placement(placed)
@@ -282,32 +356,54 @@ class SlurmDaemon:
                 taken.setdefault(node, set()).update(idx)
         for job_id, promise in promised:
             want = _record_nodes(promise)
-            free = {n: [g for g in range(by_name[n].num_gpus if n in by_name else 0) if g not in taken.get(n, set())]
-                    for n in want}
+            free = {
+                n: [
+                    g
+                    for g in range(by_name[n].num_gpus if n in by_name else 0)
+                    if g not in taken.get(n, set())
+                ]
+                for n in want
+            }
             if any(len(free[n]) < len(idx) for n, idx in want.items()):
                 fixes.append(Action("hold", job_id))
                 self.released.pop(job_id, None)
                 for table in (specs, num_gpus, submit, allowed, node_count):
                     table.pop(job_id, None)  # type: ignore[attr-defined]
                 continue
-            got = {n: tuple(free[n][:len(idx)]) for n, idx in want.items()}
+            got = {n: tuple(free[n][: len(idx)]) for n, idx in want.items()}
             running[job_id] = _placement(got)
             for n, idx in got.items():
                 taken.setdefault(n, set()).update(idx)
+        # nodes no new job can share: one an exclusive job holds (or was promised), one with no CPU or memory
+        # left; their GPUs that no job of ours runs on count as taken by others
+        whole = {n for job_id, p in running.items() if job_id in exclusive for n in p.per_node}
+        whole |= {n.name for n in nodes if n.full}
+        for name in whole:
+            ours = {g for p in running.values() for g in p.per_node.get(name, ())}
+            foreign.setdefault(name, set()).update(set(range(by_name[name].num_gpus)) - ours)
         # jobs that cannot be planned stay held, flagged, out of the round; running ones count as others'
         types = sorted({n.gpu_type or "" for n in nodes})
         by_id = {j.job_id: j for j in mine}
         for job_id in [*queued, *running]:
             job = by_id[job_id]
             try:
-                node_types = sorted({node_gpu_type(by_name[n], self.options.round.default_gpu_type)
-                                     for n in allowed[job_id]})
-                reason = price_problem(job_id, specs[job_id], num_gpus[job_id], node_count[job_id], node_types,
-                                       self.options.round)
+                node_types = sorted(
+                    {node_gpu_type(by_name[n], self.options.round.default_gpu_type) for n in allowed[job_id]}
+                )
+                reason = price_problem(
+                    job_id,
+                    specs[job_id],
+                    num_gpus[job_id],
+                    node_count[job_id],
+                    node_types,
+                    self.options.round,
+                )
             except ValueError as err:
                 reason = f"gres type: {err}"
             if reason is not None and not allowed[job_id]:
-                reason += f" (gres {job.gpu_type or 'gpu'}, constraint '{job.constraint}'; node gres types {types})"
+                reason += (
+                    f" (gres {job.gpu_type or 'gpu'}, constraint '{job.constraint}'; node gres types {types})"
+                )
             if reason is not None:
                 self._unplannable(job, reason, fixes)
                 if job_id in running:
@@ -321,21 +417,45 @@ class SlurmDaemon:
                 self.unplannable.pop(job_id, None)
         for job_id in set(self.unplannable) - set(by_id):
             self.unplannable.pop(job_id)
-        progress = {k: v for k, v in self._progress().items() if k in running}
-        snap = Snapshot(now, nodes, running, tuple(queued), specs, num_gpus, submit, start,
-                        {k: tuple(sorted(v)) for k, v in foreign.items() if v}, allowed, node_count, progress)
+        done, speed = self._progress(start)
+        snap = Snapshot(
+            now,
+            nodes,
+            running,
+            tuple(queued),
+            specs,
+            num_gpus,
+            submit,
+            start,
+            {k: tuple(sorted(v)) for k, v in foreign.items() if v},
+            allowed,
+            node_count,
+            {k: v for k, v in done.items() if k in running or k in queued},
+            {k: v for k, v in speed.items() if k in running},
+            frozenset(exclusive & (set(running) | set(queued))),
+        )
         return snap, fixes
 
     def round(self) -> list[Action]:
         """One round: read, solve, apply. Returns the actions taken (planned, with ``dry_run``)."""
         snap, actions = self.snapshot()
         if snap.queued or (self.options.preempt and snap.running):
-            placements, self.warm = decide(snap, self.options.round, self.warm, pin_running=not self.options.preempt)
+            placements, self.warm = decide(
+                snap, self.options.round, self.warm, pin_running=not self.options.preempt
+            )
             signalled = {k: float(v.get("at", 0.0)) for k, v in self.preempting.items()}
-            planned = plan_actions(snap, placements, preempt=self.options.preempt, signalled=signalled,
-                                   grace_s=self.options.preempt_grace_s)
-            actions += [a for a in planned if not (a.kind == "requeue" and self.preempting.get(a.job_id, {})
-                                                   .get("requeued"))]  # requeued once; Slurm has it now
+            planned = plan_actions(
+                snap,
+                placements,
+                preempt=self.options.preempt,
+                signalled=signalled,
+                grace_s=self.options.preempt_grace_s,
+            )
+            actions += [
+                a
+                for a in planned
+                if not (a.kind == "requeue" and self.preempting.get(a.job_id, {}).get("requeued"))
+            ]  # requeued once; Slurm has it now
         for action in actions:
             self.apply(action)
         self._save_state()
@@ -351,13 +471,21 @@ class SlurmDaemon:
             per: dict[str, list[int]] = {n: [] for n in nodes}
             each = len(action.gpus) // max(1, len(nodes))
             for i, n in enumerate(nodes):
-                per[n] = list(action.gpus[i * each:(i + 1) * each])
-            self.released[action.job_id] = {"node": action.node, "gpus": list(action.gpus), "nodes": per,
-                                            "at": self.clock(), "restarts": self.restarts.get(action.job_id, 0)}
+                per[n] = list(action.gpus[i * each : (i + 1) * each])
+            self.released[action.job_id] = {
+                "node": action.node,
+                "gpus": list(action.gpus),
+                "nodes": per,
+                "at": self.clock(),
+                "restarts": self.restarts.get(action.job_id, 0),
+            }
             self._save_state()
         elif action.kind == "signal":
-            self.preempting[action.job_id] = {"at": self.clock(), "restarts": self.restarts.get(action.job_id, 0),
-                                              "requeued": False}
+            self.preempting[action.job_id] = {
+                "at": self.clock(),
+                "restarts": self.restarts.get(action.job_id, 0),
+                "requeued": False,
+            }
             self._save_state()
         try:
             for cmd in action.commands(self.options.time_limit, self.options.preempt_signal):
@@ -368,9 +496,17 @@ class SlurmDaemon:
             return
         if action.kind == "requeue" and action.job_id in self.preempting:
             self.preempting[action.job_id]["requeued"] = True
-        log.info("job %s: %s %s %s %s", action.job_id, action.kind, action.node, list(action.gpus), action.reason)
-        self._event(time=self.clock(), action=action.kind, job=action.job_id, node=action.node, gpus=list(action.gpus),
-                    **({"reason": action.reason} if action.reason else {}))
+        log.info(
+            "job %s: %s %s %s %s", action.job_id, action.kind, action.node, list(action.gpus), action.reason
+        )
+        self._event(
+            time=self.clock(),
+            action=action.kind,
+            job=action.job_id,
+            node=action.node,
+            gpus=list(action.gpus),
+            **({"reason": action.reason} if action.reason else {}),
+        )
 
     def warm_up(self) -> None:
         """Load the predictors and the solver package now, so the first round that has jobs is not slowed
@@ -384,8 +520,10 @@ class SlurmDaemon:
             log.warning("dltsched.formulations is not installed; rounds use the fallback policy")
 
     def run_forever(self, once: bool = False) -> None:
-        """Rounds every ``poll_s`` until SIGTERM/SIGINT (or one round with ``once``, which raises when it fails).
-        A round that fails, for whatever reason, is logged and skipped; the daemon does not exit on it."""
+        """Rounds every ``poll_s`` until SIGTERM/SIGINT (or one round with ``once``, which raises when it
+        fails). A round that fails, for whatever reason, is logged and skipped; the daemon does not exit on
+        it."""
+
         def stop(signum: int, _frame: Any) -> None:
             self.stopping = True
 
@@ -398,7 +536,8 @@ class SlurmDaemon:
                 if once:
                     raise
                 log.warning("round skipped: %s", err)
-            except Exception as err:  # noqa: BLE001 - a daemon outlives a bad round; the next one re-reads Slurm
+            # a daemon outlives a bad round; the next one re-reads Slurm
+            except Exception as err:  # noqa: BLE001
                 if once:
                     raise
                 log.exception("round skipped after an unexpected error: %s: %s", type(err).__name__, err)
@@ -423,46 +562,160 @@ def _record_nodes(record: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
 
 
 @click.command("slurm")
-@click.option("--partition", default="dltsched", show_default=True, help="Partition whose held jobs dltsched decides.")
-@click.option("--poll", "poll_s", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
-              help="Seconds between rounds.")
-@click.option("--state-file", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path("dltsched-slurm-state.json"), show_default=True, help="Where the daemon keeps what it released.")
-@click.option("--events", "events_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Append one JSON line per action taken.")
-@click.option("--backend", type=BackendName(), default="cpsat", show_default=True,
-              help="Round solver backend: cpsat | milp | greedy | greedy:<policy> | auto.")
+@click.option(
+    "--partition", default="dltsched", show_default=True, help="Partition whose held jobs dltsched decides."
+)
+@click.option(
+    "--poll",
+    "poll_s",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds between rounds.",
+)
+@click.option(
+    "--state-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("dltsched-slurm-state.json"),
+    show_default=True,
+    help="Where the daemon keeps what it released.",
+)
+@click.option(
+    "--events",
+    "events_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Append one JSON line per action taken.",
+)
+@click.option(
+    "--backend",
+    type=BackendName(),
+    default="cpsat",
+    show_default=True,
+    help="Round solver backend: cpsat | milp | greedy | greedy:<policy> | auto.",
+)
 @click.option("--objective", default="jct", show_default=True)
-@click.option("--solver-time-limit", "solver_s", type=click.FloatRange(min=0.01), default=5.0, show_default=True)
-@click.option("--gpu-type", default="v100", show_default=True, help="GPU type of nodes whose gres names none.")
+@click.option(
+    "--solver-time-limit", "solver_s", type=click.FloatRange(min=0.01), default=5.0, show_default=True
+)
+@click.option(
+    "--gpu-type", default="v100", show_default=True, help="GPU type of nodes whose gres names none."
+)
+@click.option(
+    "--predictors",
+    "predictor_set",
+    default="default",
+    show_default=True,
+    help="Predictor bundle that prices jobs without their own step_s (default, crossfit, analytic).",
+)
+@click.option(
+    "--calibration",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A calibration bundle (dltsched calibrate): the GPU types it covers are priced by it "
+    "(CAL.json:mps: co-location under MPS).",
+)
 @click.option("--time-limit", default=None, help="Slurm TimeLimit set on each job it starts (e.g. 2:00:00).")
-@click.option("--preempt/--no-preempt", default=False, show_default=True,
-              help="Requeue (held) running jobs the plan stops or moves; they restart from their checkpoint.")
-@click.option("--preempt-grace", "preempt_grace_s", type=click.FloatRange(min=0, max=86400), default=60.0,
-              show_default=True, help="Seconds between the signal to a preempted job and its requeue (to checkpoint).")
-@click.option("--preempt-signal", default="USR1", show_default=True,
-              help="Signal sent to a job before it is preempted (scancel --signal).")
-@click.option("--progress-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="JSON {job id: iterations done} the jobs report to; progress then comes from it.")
-@click.option("--start-timeout", "start_timeout_s", type=click.FloatRange(min=1), default=60.0, show_default=True,
-              help="A released job Slurm has not started after this many seconds is held and re-planned.")
+@click.option(
+    "--preempt/--no-preempt",
+    default=False,
+    show_default=True,
+    help="Requeue (held) running jobs the plan stops or moves; they restart from their checkpoint.",
+)
+@click.option(
+    "--preempt-grace",
+    "preempt_grace_s",
+    type=click.FloatRange(min=0, max=86400),
+    default=60.0,
+    show_default=True,
+    help="Seconds between the signal to a preempted job and its requeue (to checkpoint).",
+)
+@click.option(
+    "--preempt-signal",
+    default="USR1",
+    show_default=True,
+    help="Signal sent to a job before it is preempted (scancel --signal).",
+)
+@click.option(
+    "--progress-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where jobs report progress: a folder of <job id>.json records (python -m "
+    "dltsched.engine.app.adapters.slurm_job writes them), or one JSON {job id: iterations done}. "
+    "Remaining work and running jobs' speed then come from it.",
+)
+@click.option(
+    "--start-timeout",
+    "start_timeout_s",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="A released job Slurm has not started after this many seconds is held and re-planned.",
+)
+@click.option(
+    "--starvation-factor",
+    type=click.FloatRange(min=0, max=1e6),
+    default=0.0,
+    show_default=True,
+    help="A queued job that has waited this many times its predicted run time gets the nodes that free up "
+    "first kept for it (backfill around it); 0: never.",
+)
 @click.option("--once", is_flag=True, help="One round, then exit.")
 @click.option("--dry-run", is_flag=True, help="Print the scontrol commands instead of running them.")
-@click.option("--slurm-conf", default=None, help="SLURM_CONF for the Slurm commands (default: the environment's).")
-def slurm(partition: str, poll_s: float, state_file: Path, events_file: Path | None, backend: str, objective: str,
-          solver_s: float, gpu_type: str, time_limit: str | None, preempt: bool, preempt_grace_s: float,
-          preempt_signal: str, progress_file: Path | None, start_timeout_s: float, once: bool, dry_run: bool,
-          slurm_conf: str | None) -> None:
+@click.option(
+    "--slurm-conf", default=None, help="SLURM_CONF for the Slurm commands (default: the environment's)."
+)
+def slurm(
+    partition: str,
+    poll_s: float,
+    state_file: Path,
+    events_file: Path | None,
+    backend: str,
+    objective: str,
+    solver_s: float,
+    gpu_type: str,
+    predictor_set: str,
+    calibration: str | None,
+    time_limit: str | None,
+    preempt: bool,
+    preempt_grace_s: float,
+    preempt_signal: str,
+    progress_file: Path | None,
+    start_timeout_s: float,
+    starvation_factor: float,
+    once: bool,
+    dry_run: bool,
+    slurm_conf: str | None,
+) -> None:
     """Schedule a Slurm partition's held GPU jobs with dltsched, round by round."""
     from dltsched.engine.app.api import ConfiguredSolver
+    from dltsched.engine.app.registry import check_predictors, with_calibration
 
-    ConfiguredSolver.of(backend=backend, objective=objective, time_limit_s=solver_s)  # bad settings fail here, exit 2
-    options = DaemonOptions(partition=partition, state_file=state_file, events_file=events_file, poll_s=poll_s,
-                            preempt=preempt, preempt_grace_s=preempt_grace_s, preempt_signal=preempt_signal,
-                            progress_file=progress_file, dry_run=dry_run, time_limit=time_limit,
-                            start_timeout_s=start_timeout_s,
-                            round=RoundConfig(backend=backend, objective=objective, time_limit_s=solver_s,
-                                              default_gpu_type=gpu_type))
+    ConfiguredSolver.of(
+        backend=backend, objective=objective, time_limit_s=solver_s
+    )  # bad settings fail here, exit 2
+    predictor_set = check_predictors(with_calibration(predictor_set, calibration))
+    options = DaemonOptions(
+        partition=partition,
+        state_file=state_file,
+        events_file=events_file,
+        poll_s=poll_s,
+        preempt=preempt,
+        preempt_grace_s=preempt_grace_s,
+        preempt_signal=preempt_signal,
+        progress_file=progress_file,
+        dry_run=dry_run,
+        time_limit=time_limit,
+        start_timeout_s=start_timeout_s,
+        round=RoundConfig(
+            backend=backend,
+            objective=objective,
+            time_limit_s=solver_s,
+            default_gpu_type=gpu_type,
+            predictors=predictor_set,
+            starvation_factor=starvation_factor,
+        ),
+    )
     daemon = SlurmDaemon(options, SlurmCommands(slurm_conf))
     daemon.warm_up()
     daemon.run_forever(once=once)

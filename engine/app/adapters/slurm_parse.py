@@ -75,20 +75,29 @@ def parse_comment(comment: str | None) -> JobSpec | None:
         fields_[key] = value
     for key in ("model", "batch", "iters"):
         if key not in fields_:
-            raise ValidationError(f"comment.{key}", "missing; a dltsched comment needs model, batch and iters")
+            raise ValidationError(
+                f"comment.{key}", "missing; a dltsched comment needs model, batch and iters"
+            )
 
     def number(key: str, kind: Callable[[str], Any] = float) -> Any:
         try:
             value = kind(fields_[key])
         except ValueError:
-            raise ValidationError(f"comment.{key}", f"'{fields_[key]}' not understood; must be a number") from None
+            raise ValidationError(
+                f"comment.{key}", f"'{fields_[key]}' not understood; must be a number"
+            ) from None
         if not value > 0:
             raise ValidationError(f"comment.{key}", f"{fields_[key]} not understood; must be > 0")
         return value
 
-    return JobSpec(model=fields_["model"], batch_size=number("batch", int), iterations=number("iters"),
-                   step_time_s=number("step_s") if "step_s" in fields_ else None,
-                   gpu_type=fields_.get("gpu_type"), weight=number("weight") if "weight" in fields_ else 1.0)
+    return JobSpec(
+        model=fields_["model"],
+        batch_size=number("batch", int),
+        iterations=number("iters"),
+        step_time_s=number("step_s") if "step_s" in fields_ else None,
+        gpu_type=fields_.get("gpu_type"),
+        weight=number("weight") if "weight" in fields_ else 1.0,
+    )
 
 
 def format_comment(spec: JobSpec) -> str:
@@ -102,6 +111,7 @@ def format_comment(spec: JobSpec) -> str:
 
 # ----------------------------------------------------------------------------- Slurm's answers
 
+
 @dataclass(frozen=True, slots=True)
 class SlurmNode:
     name: str
@@ -112,6 +122,8 @@ class SlurmNode:
     used_gpus: tuple[int, ...] = ()
     state: str = ""
     features: tuple[str, ...] = ()
+    #: no CPU or no memory left for another job (an exclusive job holds it whole, or its cores are all taken)
+    full: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,15 +149,30 @@ class SlurmJob:
     constraint: str = ""
     #: Slurm's state flags beside the base state (``COMPLETING``, ``REQUEUED``, ...)
     flags: frozenset[str] = frozenset()
+    #: the job asked for whole nodes (``--exclusive``): no other job may share them
+    exclusive: bool = False
 
 
 #: base state a job is in while it still holds (or takes) its nodes' resources
-ACTIVE_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING",
-                           "SIGNALING", "STAGE_OUT"})
+ACTIVE_STATES = frozenset(
+    {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
+)
 #: states that are pending and held under another name (requeued held, special exit)
 HELD_STATES = frozenset({"REQUEUE_HOLD", "SPECIAL_EXIT"})
-_BASE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
-                "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY")
+_BASE_STATES = (
+    "PENDING",
+    "RUNNING",
+    "SUSPENDED",
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+)
 
 
 def number(value: Any, default: int = 0) -> int:
@@ -161,7 +188,7 @@ def number(value: Any, default: int = 0) -> int:
         out = float(value)
     except (TypeError, ValueError):
         return default
-    return int(out) if out == out and abs(out) < 2 ** 62 else default
+    return int(out) if out == out and abs(out) < 2**62 else default
 
 
 def text(value: Any) -> str:
@@ -208,7 +235,9 @@ def expand_hostlist(text_: str) -> list[str]:
             if not lo.isdigit() or (hi and not hi.isdigit()):
                 continue
             width = len(lo)
-            out.extend(f"{prefix}{i:0{width}d}" for i in range(int(lo), min(int(hi or lo), int(lo) + 100_000) + 1))
+            out.extend(
+                f"{prefix}{i:0{width}d}" for i in range(int(lo), min(int(hi or lo), int(lo) + 100_000) + 1)
+            )
     return [h for h in out if h]
 
 
@@ -224,7 +253,9 @@ def parse_index_list(text_: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-_GRES = re.compile(r"gpu(?::(?P<type>[A-Za-z][\w.-]*?))?(?:[:=](?P<count>\d+))?(?:\([^)]*?IDX:(?P<idx>[^)]*)\)|(?=[,(\s]|$))")
+_GRES = re.compile(
+    r"gpu(?::(?P<type>[A-Za-z][\w.-]*?))?(?:[:=](?P<count>\d+))?(?:\([^)]*?IDX:(?P<idx>[^)]*)\)|(?=[,(\s]|$))"
+)
 
 
 def parse_gres(text_: str | None) -> tuple[str | None, int, tuple[int, ...]]:
@@ -266,7 +297,9 @@ def _answer(text_: str, key: str, command: str) -> list[dict[str, Any]]:
     try:
         data = json.loads(text_)
     except json.JSONDecodeError as err:
-        raise ValidationError(command, f"answer is not JSON ({err}); is this Slurm >= 21.08 with --json?") from None
+        raise ValidationError(
+            command, f"answer is not JSON ({err}); is this Slurm >= 21.08 with --json?"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get(key), list):
         raise ValidationError(command, f"answer has no '{key}' list")
     if data.get("errors"):
@@ -297,22 +330,60 @@ def parse_job(j: Mapping[str, Any]) -> SlurmJob:
     requested = per_node * node_count or per_job
     reason = text(j.get("state_reason"))
     hold = j.get("hold")
-    held = state == "PENDING" and (bool(hold) if isinstance(hold, bool) else
-                                   (reason.startswith("JobHeld") or number(j.get("priority"), 1) == 0))
+    held = state == "PENDING" and (
+        bool(hold)
+        if isinstance(hold, bool)
+        else (reason.startswith("JobHeld") or number(j.get("priority"), 1) == 0)
+    )
     held = held or (state == "PENDING" and "HELD" in flags)
     return SlurmJob(
-        job_id=str(number(j.get("job_id")) or text(j.get("job_id"))), state=state,
-        partition=text(j.get("partition")), comment=text(j.get("comment")),
-        num_gpus=requested or sum(len(g) for g in gpus.values()), held=held,
-        submit_time=number(j.get("submit_time")), start_time=number(j.get("start_time")),
-        end_time=number(j.get("end_time")), restart_count=number(j.get("restart_cnt")), gpus=gpus, reason=reason,
-        node_count=node_count, gpu_type=per_node_type or job_type, constraint=text(j.get("features")),
-        flags=flags)
+        job_id=str(number(j.get("job_id")) or text(j.get("job_id"))),
+        state=state,
+        partition=text(j.get("partition")),
+        comment=text(j.get("comment")),
+        num_gpus=requested or sum(len(g) for g in gpus.values()),
+        held=held,
+        submit_time=number(j.get("submit_time")),
+        start_time=number(j.get("start_time")),
+        end_time=number(j.get("end_time")),
+        restart_count=number(j.get("restart_cnt")),
+        gpus=gpus,
+        reason=reason,
+        node_count=node_count,
+        gpu_type=per_node_type or job_type,
+        constraint=text(j.get("features")),
+        flags=flags,
+        exclusive=job_exclusive(j),
+    )
+
+
+def job_exclusive(j: Mapping[str, Any]) -> bool:
+    """Whether a job asked for whole nodes: ``shared`` is ``"none"`` (22.05) or lists ``none`` (23.02+), or
+    ``exclusive`` says so (24.x: ``["true"]``, ``["user"]``, ``["mcs"]``, ``["topo"]``; read as whole
+    nodes)."""
+    shared = {w.lower() for w in words(j.get("shared"))}
+    exclusive = {w.lower() for w in words(j.get("exclusive"))} - {"false", "0", "no"}
+    return "none" in shared or bool(exclusive)
+
+
+def parse_oversubscribe(text_: str) -> str:
+    """A partition's ``OverSubscribe`` from ``sinfo -h -o %h`` (``no``, ``exclusive``, ``yes:4``,
+    ``force:4``) as ``NO``, ``EXCLUSIVE``, ``YES`` or ``FORCE``; ``""`` for an answer not understood."""
+    first = (text_ or "").split()[:1]
+    word = first[0].split(":")[0].upper() if first else ""
+    return word if word in ("NO", "EXCLUSIVE", "YES", "FORCE") else ""
 
 
 def parse_squeue_json(text_: str) -> list[SlurmJob]:
     """The jobs of a ``squeue --json`` answer (Slurm 22.05 to 24.x)."""
     return [parse_job(j) for j in _answer(text_, "jobs", "squeue --json") if j.get("job_id") is not None]
+
+
+def _node_full(n: Mapping[str, Any], states: set[str]) -> bool:
+    """No CPU or no memory left on the node (all of it allocated), as Slurm counts it."""
+    cpus, alloc_cpus = number(n.get("cpus")), number(n.get("alloc_cpus"))
+    memory, alloc_memory = number(n.get("real_memory")), number(n.get("alloc_memory"))
+    return "ALLOCATED" in states or 0 < cpus <= alloc_cpus or 0 < memory <= alloc_memory
 
 
 def parse_sinfo_json(text_: str) -> list[SlurmNode]:
@@ -328,7 +399,14 @@ def parse_sinfo_json(text_: str) -> list[SlurmNode]:
         # gres_used is what Slurm's allocator goes by: GPUs it lists stay taken even on an idle node (Slurm
         # 22.05 keeps listing them there after a slurmd restart, and will not allocate them)
         nodes[name] = SlurmNode(
-            name=name, gpu_type=gpu_type, num_gpus=count, usable=not states & UNUSABLE_NODE,
-            partitions=tuple(words(n.get("partitions"))), used_gpus=parse_gres(text(n.get("gres_used")))[2],
-            state="+".join(sorted(states)), features=features)
+            name=name,
+            gpu_type=gpu_type,
+            num_gpus=count,
+            usable=not states & UNUSABLE_NODE,
+            partitions=tuple(words(n.get("partitions"))),
+            used_gpus=parse_gres(text(n.get("gres_used")))[2],
+            state="+".join(sorted(states)),
+            features=features,
+            full=_node_full(n, states),
+        )
     return list(nodes.values())
