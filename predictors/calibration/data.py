@@ -30,7 +30,7 @@ SHARING_MODES = ("timeslice", "mps")
 @dataclass(frozen=True, slots=True)
 class IsolatedRow:
     """One job measured alone: step time (s) of ``scope``, torch's peak allocation and NVML's whole-GPU used
-    memory (MiB), NVML utilisation (%); ``None`` where not measured."""
+    memory (MiB), NVML utilisation (%); ``None`` where not measured; the optimizer it trained with."""
 
     model: str
     dataset: str
@@ -41,6 +41,7 @@ class IsolatedRow:
     peak_memory_mib: float | None = None
     gmem_mib: float | None = None
     gpu_util: float | None = None
+    optimizer: str = "sgd"
 
     @property
     def key(self) -> tuple[str, str, int, bool]:
@@ -91,7 +92,7 @@ def mean_row(rows: Sequence[IsolatedRow]) -> IsolatedRow:
     return IsolatedRow(first.model, first.dataset, first.batch_size,
                        float(mean(r.step_time_s for r in rows) or first.step_time_s), first.scope, first.amp,
                        mean(r.peak_memory_mib for r in rows), mean(r.gmem_mib for r in rows),
-                       mean(r.gpu_util for r in rows))
+                       mean(r.gpu_util for r in rows), first.optimizer)
 
 
 def _number(value: Any) -> float | None:
@@ -259,7 +260,8 @@ def read_steptime_csv(path: str | os.PathLike[str]) -> list[ProfileData]:
         if m.num_gpus != 1 or m.gpu == "cpu" or m.kernel_time:
             continue
         mid, ds = _canonical(m.model, m.dataset)
-        by_gpu.setdefault(m.gpu, []).append(IsolatedRow(mid, ds, m.batch_size, m.step_time_s, m.scope, m.amp))
+        by_gpu.setdefault(m.gpu, []).append(IsolatedRow(mid, ds, m.batch_size, m.step_time_s, m.scope, m.amp,
+                                                         optimizer=(m.optimizer or "sgd").lower()))
     source = {"path": str(path), "files_sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]}
     return [ProfileData(gpu, "timeslice", tuple(rows), (), frozenset(), ({**source, "jobs": len(rows)},))
             for gpu, rows in sorted(by_gpu.items())]

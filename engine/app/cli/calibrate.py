@@ -19,11 +19,16 @@ _ROWS = (("isolated_lomo", "step_time_s", "step time (jobs never profiled)"),
          ("groups_logo", "memory_mib", "group memory (group never measured)"),
          ("groups_lomo", "gpu_util", "group utilisation (model never profiled)"),
          ("groups_logo", "gpu_util", "group utilisation (group never measured)"))
-_METHODS = ("calibrated", "default", "constant", "per_model_mean", "util_share", "calibrated_no_model_scale")
+_METHODS = ("calibrated", "default", "constant", "per_model_mean", "per_family_mean", "roofline", "util_share",
+            "calibrated_no_model_scale")
 
 
 def _pct(value: Any) -> str:
     return "-" if value is None else f"{value:.1f}%"
+
+
+def _points(value: Any) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _print(bundle: dict[str, Any], out: str) -> None:
@@ -41,6 +46,9 @@ def _print(bundle: dict[str, Any], out: str) -> None:
                 if got:
                     cells = "  ".join(f"{_pct(got.get(f'{m}_mape')):>14}" for m in methods)
                     click.echo(f"    {label:<44} n={got['n']:<3} {cells}")
+                if what == "gpu_util" and part == "isolated_lomo" and got:
+                    cells = "  ".join(f"{_points(got.get(f'{m}_mean_abs_points')):>14}" for m in methods)
+                    click.echo(f"    {'  mean absolute error (points)':<44} n={got['n']:<3} {cells}")
 
 
 @click.command("calibrate")
