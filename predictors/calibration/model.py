@@ -163,10 +163,11 @@ def _model_scales(step: dict[str, float], rows: Sequence[iso.Row]) -> dict[str, 
 
 
 def fit_gpu(datasets: Sequence[ProfileData], *, without_models: frozenset[str] = frozenset(),
-            without_groups: Iterable[GroupRow] = (), without_jobs: frozenset[JobKey] = frozenset()) -> GpuCalibration:
+            without_groups: Iterable[GroupRow] = (), without_jobs: frozenset[JobKey] = frozenset(),
+            with_groups: bool = True) -> GpuCalibration:
     """Fit one GPU type's calibration on ``datasets`` (all of that GPU), leaving out every row of
     ``without_models`` (isolated and any group holding one), the groups ``without_groups`` and the jobs
-    ``without_jobs`` (their isolated runs and groups)."""
+    ``without_jobs`` (their isolated runs and groups); ``with_groups=False``: jobs alone only."""
     gpu = datasets[0].gpu
     tf32 = frozenset().union(*(d.tf32 for d in datasets))
     skip = set(without_groups)
@@ -183,7 +184,7 @@ def fit_gpu(datasets: Sequence[ProfileData], *, without_models: frozenset[str] =
     merged = {k: mean_row(v) for k, v in profiles.items()}
     partial = GpuCalibration(gpu, step, memory, util, {}, tf32, merged, scales, busy_step)
     sharing: dict[str, SharingFit] = {}
-    for mode in sorted({d.sharing for d in datasets}, key=lambda m: m != "timeslice"):  # time-slicing first
+    for mode in sorted({d.sharing for d in datasets} if with_groups else (), key=lambda m: m != "timeslice"):
         # each mode's groups are normalized by that run's own isolated profiles
         mode_data = [d for d in datasets if d.sharing == mode]
         own = {k: r for d in mode_data for k, r in d.isolated_by_key().items()

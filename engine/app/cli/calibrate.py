@@ -33,6 +33,9 @@ def _points(value: Any) -> str:
 
 def _print(bundle: dict[str, Any], out: str) -> None:
     click.echo(f"calibration -> {out}")
+    if not bundle.get("shippable", True):
+        click.echo(f"NOT SHIPPABLE: fitted on {'; '.join(bundle.get('restricted_by', []))}; keep it out of any "
+                   "release and any repository")
     for gpu, entry in bundle["gpus"].items():
         groups = ", ".join(f"{n} {mode}" for mode, n in entry["groups"].items())
         click.echo(f"{gpu}: {entry['jobs_alone']} jobs alone, groups: {groups or 'none'}")
@@ -59,12 +62,16 @@ def _print(bundle: dict[str, Any], out: str) -> None:
               help="Only the datasets of this sharing mode (default: every mode found, each fitted apart).")
 @click.option("--figures/--no-figures", default=True, show_default=True,
               help="Cross-validate (leave one model out, leave one group out) beside the default and simple rules.")
+@click.option("--gpu", default=None,
+              help="The GPU of datasets that do not record theirs (Lucid's layout), e.g. v100-32gb.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole bundle as JSON.")
-def calibrate(dirs: tuple[str, ...], out: str, sharing: str | None, figures: bool, as_json: bool) -> None:
+def calibrate(dirs: tuple[str, ...], out: str, sharing: str | None, figures: bool, gpu: str | None,
+              as_json: bool) -> None:
     """Fit step time, memory, utilisation and co-location of every GPU and sharing mode measured in the
-    'dltsched profile --out' datasets under DIRS (a Lucid-layout folder with a gpu column reads too; an
-    eval-steptime CSV, e.g. from 'predict convert-steptime zeus', adds jobs alone), and write one calibration
-    bundle with its data, what was fitted and cross-validated figures.
+    'dltsched profile --out' datasets under DIRS (Gavel's throughput file or its folder, and Lucid's folder
+    with --gpu, read too; an eval-steptime CSV, e.g. from 'predict convert-steptime zeus', adds jobs alone),
+    and write one calibration bundle with its data, what was fitted and cross-validated figures. A bundle
+    fitted on Lucid's data (non-commercial licence) is marked not shippable.
 
     \b
     dltsched calibrate profiles/h200 --out h200.json
@@ -72,6 +79,6 @@ def calibrate(dirs: tuple[str, ...], out: str, sharing: str | None, figures: boo
     """
     from dltsched.predictors.calibration.bundle import calibrate as fit
 
-    bundle = fit(dirs, figures=figures, sharing=sharing)
+    bundle = fit(dirs, figures=figures, sharing=sharing, gpu=gpu)
     write_text_file(out, json_text(bundle) + "\n", option="--out")
     emit(bundle, as_json, lambda: _print(bundle, out))
