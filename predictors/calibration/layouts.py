@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from dltsched.engine.domain.errors import ValidationError
-from dltsched.predictors.calibration.data import GroupRow, IsolatedRow, ProfileData, canonical_job, files_digest
+from dltsched.predictors.calibration.data import (
+    GroupRow,
+    IsolatedRow,
+    ProfileData,
+    canonical_job,
+    files_digest,
+)
 
 #: Gavel's throughput files, the simulation's first (the one Gavel's own simulator reads)
 GAVEL_FILES = ("simulation_throughputs.json", "physical_cluster_throughputs.json")
