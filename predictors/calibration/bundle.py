@@ -69,13 +69,14 @@ def _version() -> str | None:
 
 
 def calibrate(paths: Sequence[str | os.PathLike[str]], *, figures: bool = True,
-              sharing: str | None = None) -> dict[str, Any]:
+              sharing: str | None = None, gpu: str | None = None) -> dict[str, Any]:
     """The bundle (a JSON-ready dict) of every GPU measured in the datasets under ``paths`` (``sharing``: only
-    the datasets of that sharing mode); ``figures``: with the cross-validated figures
-    (:func:`~.evaluate.cross_validate`)."""
+    the datasets of that sharing mode; ``gpu``: the GPU of datasets that do not record theirs, Lucid's);
+    ``figures``: with the cross-validated figures (:func:`~.evaluate.cross_validate`). A bundle fitted on
+    data whose licence forbids shipping it (Lucid's) has ``shippable: false`` and the licences it carries."""
     from dltsched.predictors.calibration.evaluate import cross_validate
 
-    datasets = [d for d in read_datasets(paths) if sharing is None or d.sharing == sharing]
+    datasets = [d for d in read_datasets(paths, gpu) if sharing is None or d.sharing == sharing]
     if not datasets:
         raise ValidationError("--sharing", f"no {sharing} datasets under {', '.join(map(str, paths))}")
     by_gpu: dict[str, list[ProfileData]] = {}
@@ -90,11 +91,14 @@ def calibrate(paths: Sequence[str | os.PathLike[str]], *, figures: bool = True,
         if figures:
             entry["figures"] = cross_validate(data)
         gpus[gpu] = entry
+    sources = [s for d in datasets for s in d.sources]
+    restricted = sorted({str(s["license"]) for s in sources if s.get("shippable") is False})
     return {"format": FORMAT, "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
             "dltsched": {"version": _version(), "commit": _commit()}, "fitted": FITTED,
+            "shippable": not restricted, **({"restricted_by": restricted} if restricted else {}),
             "defaults": {"step_time": iso.default_step_params(), "memory": iso.default_memory_params(),
                          "colocation_speed": grp.DEFAULT_SPEED},
-            "data": [s for d in datasets for s in d.sources], "gpus": gpus}
+            "data": sources, "gpus": gpus}
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +143,11 @@ class CalibrationBundle:
             return None
         return self.gpus.get(gpu_id)
 
+    @property
+    def shippable(self) -> bool:
+        """Whether the data it was fitted on allow shipping it (``False``: fitted on non-commercial data)."""
+        return bool(self.raw.get("shippable", True))
+
     def covered(self) -> tuple[str, ...]:
         return tuple(sorted(self.gpus))
 
@@ -158,6 +167,6 @@ class CalibrationBundle:
 
     def describe(self) -> dict[str, Any]:
         """What a result record says of the bundle: label, GPUs covered with their sharing modes, data."""
-        return {"label": self.label, "path": self.path,
+        return {"label": self.label, "path": self.path, "shippable": self.shippable,
                 "gpus": {g: self.raw["gpus"][g].get("sharing_modes", []) for g in self.covered()},
                 "commit": self.raw.get("dltsched", {}).get("commit"), "created_utc": self.raw.get("created_utc")}

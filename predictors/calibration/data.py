@@ -30,7 +30,7 @@ SHARING_MODES = ("timeslice", "mps")
 @dataclass(frozen=True, slots=True)
 class IsolatedRow:
     """One job measured alone: step time (s) of ``scope``, torch's peak allocation and NVML's whole-GPU used
-    memory (MiB), NVML utilisation (%); ``None`` where not measured."""
+    memory (MiB), NVML utilisation (%); ``None`` where not measured; the optimizer it trained with."""
 
     model: str
     dataset: str
@@ -41,6 +41,7 @@ class IsolatedRow:
     peak_memory_mib: float | None = None
     gmem_mib: float | None = None
     gpu_util: float | None = None
+    optimizer: str = "sgd"
 
     @property
     def key(self) -> tuple[str, str, int, bool]:
@@ -91,7 +92,7 @@ def mean_row(rows: Sequence[IsolatedRow]) -> IsolatedRow:
     return IsolatedRow(first.model, first.dataset, first.batch_size,
                        float(mean(r.step_time_s for r in rows) or first.step_time_s), first.scope, first.amp,
                        mean(r.peak_memory_mib for r in rows), mean(r.gmem_mib for r in rows),
-                       mean(r.gpu_util for r in rows))
+                       mean(r.gpu_util for r in rows), first.optimizer)
 
 
 def _number(value: Any) -> float | None:
@@ -157,7 +158,8 @@ def _tf32(record: dict[str, Any]) -> frozenset[str]:
     return frozenset(({"conv"} if on("tf32_cudnn") else set()) | ({"linear", "bmm"} if on("tf32_matmul") else set()))
 
 
-def _job_key(model: str, dataset: str | None, batch: Any, amp: Any) -> tuple[str, str, int, bool]:
+def canonical_job(model: str, dataset: str | None, batch: Any, amp: Any) -> tuple[str, str, int, bool]:
+    """A job's key as calibration keeps it: the zoo's model and dataset ids, the batch size, AMP."""
     mid, ds = _canonical(str(model), dataset)
     return mid, ds, int(float(batch)), str(amp).strip().lower() in ("1", "true", "1.0")
 
@@ -169,7 +171,7 @@ def _from_groups_json(folder: Path, scope: str) -> tuple[list[IsolatedRow], list
         if r.get("gpu") in (None, "", "cpu"):
             continue
         gpu = gpu or r["gpu"]
-        mid, ds, batch, amp = _job_key(r["model"], r.get("dataset"), r["batch_size"], r.get("amp", 0))
+        mid, ds, batch, amp = canonical_job(r["model"], r.get("dataset"), r["batch_size"], r.get("amp", 0))
         isolated.append(IsolatedRow(mid, ds, batch, float(r["step_time_s"]), r.get("scope") or scope, amp,
                                     _number(r.get("peak_memory_mib")), _number(r.get("gmem_mib")),
                                     _number(r.get("gpu_util"))))
@@ -177,7 +179,7 @@ def _from_groups_json(folder: Path, scope: str) -> tuple[list[IsolatedRow], list
         if g.get("gpu") in (None, "", "cpu"):
             continue
         gpu, sharing = gpu or g["gpu"], sharing or g.get("sharing")
-        members = tuple(_job_key(j["model"], j.get("dataset"), j["batch_size"], j.get("amp", 0)) for j in g["jobs"])
+        members = tuple(canonical_job(j["model"], j.get("dataset"), j["batch_size"], j.get("amp", 0)) for j in g["jobs"])
         groups.append(GroupRow(members, tuple(float(j["speed"]) for j in g["jobs"]), _number(g.get("gmem")),
                                _number(g.get("gpu_util"))))
     return isolated, groups, gpu, sharing
@@ -191,7 +193,7 @@ def _from_csvs(folder: Path, scope: str) -> tuple[list[IsolatedRow], list[GroupR
                 if (r.get("gpu") or "cpu").strip() == "cpu" or int(float(r.get("num_gpus") or 1)) != 1:
                     continue
                 gpu = gpu or r["gpu"].strip()
-                mid, ds, batch, amp = _job_key(r["model"], r.get("dataset"), r["batch_size"], r.get("amp", 0))
+                mid, ds, batch, amp = canonical_job(r["model"], r.get("dataset"), r["batch_size"], r.get("amp", 0))
                 isolated.append(IsolatedRow(mid, ds, batch, float(r["step_time_s"]), (r.get("scope") or scope).strip(),
                                             amp, _number(r.get("peak_memory_mib")), _number(r.get("gmem_used_mib")),
                                             _number(r.get("gpu_util"))))
@@ -201,7 +203,7 @@ def _from_csvs(folder: Path, scope: str) -> tuple[list[IsolatedRow], list[GroupR
                 if not (r.get("gpu") or "").strip():
                     continue
                 gpu = gpu or r["gpu"].strip()
-                mid, ds, batch, amp = _job_key(r["model"], r.get("dataset"), r["batchsize"], r.get("amp", 0))
+                mid, ds, batch, amp = canonical_job(r["model"], r.get("dataset"), r["batchsize"], r.get("amp", 0))
                 speed = _number(r.get("speed"))
                 if speed and speed > 0:
                     isolated.append(IsolatedRow(mid, ds, batch, batch / speed, scope, amp, None, _number(r.get("gmem")),
@@ -216,18 +218,22 @@ def _from_csvs(folder: Path, scope: str) -> tuple[list[IsolatedRow], list[GroupR
                 if (r.get("gpu") or "").strip() in ("", "cpu"):
                     continue
                 gpu, sharing = gpu or r["gpu"].strip(), sharing or (r.get("sharing") or "").strip() or None
-                members = tuple(_job_key(r[f"model{i}"], r.get(f"dataset{i}"), r[f"batchsize{i}"], r.get(f"amp{i}", 0))
+                members = tuple(canonical_job(r[f"model{i}"], r.get(f"dataset{i}"), r[f"batchsize{i}"], r.get(f"amp{i}", 0))
                                 for i in range(1, size + 1))
                 groups.append(GroupRow(members, tuple(float(r[f"speed{i}"]) for i in range(1, size + 1)),
                                        _number(r.get("gmem")), _number(r.get("gpu_util"))))
     return isolated, groups, gpu, sharing
 
 
-def read_folder(folder: str | os.PathLike[str]) -> ProfileData:
-    """One dataset folder (see the module docstring)."""
+def read_folder(folder: str | os.PathLike[str], gpu_hint: str | None = None) -> ProfileData:
+    """One dataset folder (see the module docstring; a folder in Lucid's own layout is measured on
+    ``gpu_hint``: :func:`~.layouts.read_lucid`)."""
     from dltsched.engine.domain.catalog import gpu_catalog
+    from dltsched.predictors.calibration.layouts import is_lucid_folder, read_lucid
 
     path = Path(folder)
+    if is_lucid_folder(path):
+        return read_lucid(path, gpu_hint)
     record = _record(path)
     scope = str(record.get("scope") or "compute") if record else "compute"
     reader = _from_groups_json if (path / "groups.json").is_file() else _from_csvs
@@ -259,26 +265,32 @@ def read_steptime_csv(path: str | os.PathLike[str]) -> list[ProfileData]:
         if m.num_gpus != 1 or m.gpu == "cpu" or m.kernel_time:
             continue
         mid, ds = _canonical(m.model, m.dataset)
-        by_gpu.setdefault(m.gpu, []).append(IsolatedRow(mid, ds, m.batch_size, m.step_time_s, m.scope, m.amp))
+        by_gpu.setdefault(m.gpu, []).append(IsolatedRow(mid, ds, m.batch_size, m.step_time_s, m.scope, m.amp,
+                                                         optimizer=(m.optimizer or "sgd").lower()))
     source = {"path": str(path), "files_sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]}
     return [ProfileData(gpu, "timeslice", tuple(rows), (), frozenset(), ({**source, "jobs": len(rows)},))
             for gpu, rows in sorted(by_gpu.items())]
 
 
-def read_datasets(paths: Sequence[str | os.PathLike[str]]) -> list[ProfileData]:
-    """Every dataset under ``paths`` (folders; or ``eval-steptime`` CSV files: :func:`read_steptime_csv`),
+def read_datasets(paths: Sequence[str | os.PathLike[str]], gpu: str | None = None) -> list[ProfileData]:
+    """Every dataset under ``paths`` (folders; ``eval-steptime`` CSV files: :func:`read_steptime_csv`; Gavel's
+    throughput files or folders and Lucid-layout folders: :mod:`.layouts`, the latter measured on ``gpu``),
     merged per (GPU, sharing mode)."""
     from dltsched.engine.domain.catalog import gpu_catalog
+    from dltsched.predictors.calibration.layouts import gavel_file, read_gavel
 
     merged: dict[tuple[str, str], ProfileData] = {}
     found: list[ProfileData] = []
+    gavel = {p: gavel_file(p) for p in paths}
     for path in paths:
-        if Path(path).is_file():
+        if gavel[path] is not None:
+            found += read_gavel(gavel[path])  # type: ignore[arg-type]
+        elif Path(path).is_file():
             for data in read_steptime_csv(path):
                 found.append(ProfileData(gpu_catalog().resolve(data.gpu), data.sharing, data.isolated, data.groups,
                                          data.tf32, data.sources))
-    folders = [p for p in paths if not Path(p).is_file()]
-    found += [read_folder(folder) for folder in (dataset_folders(folders) if folders else [])]
+    folders = [p for p in paths if not Path(p).is_file() and gavel[p] is None]
+    found += [read_folder(folder, gpu) for folder in (dataset_folders(folders) if folders else [])]
     for data in found:
         key = (data.gpu, data.sharing)
         if key in merged:

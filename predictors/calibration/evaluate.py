@@ -5,7 +5,8 @@
   never profiled) and its speed in each group that holds it (its own profile predicted, its partners'
   measured); each group's memory and utilisation are scored once per model of the group.
 - **Leave-one-group-out** (``logo``): for each group, calibrate without it and predict it, every member's
-  profile measured (a pair never measured, of jobs profiled alone).
+  profile measured (a pair never measured, of jobs profiled alone); with more than :data:`MAX_GROUP_FOLDS`
+  groups (Gavel's hundreds of pairs), the groups are held out in that many folds.
 - **Leave-one-job-out** (``isolated_lojo``, where a model was profiled at several batch sizes, precisions or
   datasets): calibrate without one job and predict it, its model's other profiles kept (a job never profiled
   whose model was); ``calibrated_no_model_scale`` is the same fold without the model's scale.
@@ -33,11 +34,15 @@ def _ape(pred: float, got: float) -> float:
     return 100.0 * abs(pred - got) / abs(got)
 
 
-def _summary(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
+def _summary(rows: Sequence[dict[str, Any]], methods: Sequence[str], what_is_util: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"n": len(rows)}
     for m in methods:
         apes = [_ape(r[m], r["measured"]) for r in rows if r.get(m) is not None and r["measured"]]
         out[f"{m}_mape"] = statistics.fmean(apes) if apes else None
+        if what_is_util:
+            aes = [abs(r[m] - r["measured"]) for r in rows if r.get(m) is not None]
+            out[f"{m}_mean_abs_points"] = statistics.fmean(aes) if aes else None
+            out[f"{m}_median_ape"] = statistics.median(apes) if apes else None
     return out
 
 
@@ -47,35 +52,58 @@ def _default_step() -> Any:
     return DeletePopStepTime()
 
 
-def _engine_job(key: JobKey) -> Any:
+def _engine_job(key: JobKey, optimizer: str = "sgd") -> Any:
     from dltsched.engine.domain.model import Job
 
     model, dataset, batch, amp = key
-    return Job(id=f"{model}:{batch}", model=model, batch_size=batch, total_iterations=1.0, dataset=dataset, amp=amp)
+    return Job(id=f"{model}:{batch}", model=model, batch_size=batch, total_iterations=1.0, dataset=dataset, amp=amp,
+               optimizer=optimizer)
+
+
+def _family(model: str) -> str:
+    from dltsched.engine.domain.catalog import model_catalog
+
+    try:
+        return model_catalog().get(model).family
+    except (KeyError, ValueError):
+        return model
+
+
+def _family_mean(train: Sequence[IsolatedRow], model: str, value: Callable[[IsolatedRow], float | None]) -> Any:
+    got = [v for t in train if _family(t.model) == _family(model) for v in [value(t)] if v is not None]
+    return statistics.fmean(got) if got else None
 
 
 def _isolated_rows(cal: GpuCalibration, rows: Sequence[IsolatedRow], train: Sequence[IsolatedRow]) -> list[dict]:
+    from dltsched.engine.domain.catalog import gpu_catalog
+    from dltsched.predictors.steptime.opgraph import roofline_step_s
+
     default = _default_step()
+    spec = gpu_catalog().get(cal.gpu)
     out = []
     for r in rows:
-        job = _engine_job(r.key)
+        job = _engine_job(r.key, r.optimizer)
         b = default.breakdown(job, cal.gpu, scope=r.scope)
         same = [t for t in train if t.model == r.model]
         base = {"model": r.model, "batch_size": r.batch_size}
         out.append({**base, "what": "step_time_s", "measured": r.step_time_s,
-                    "calibrated": cal.predicted_step_s(r.key, r.scope), "default": b.step_time_s,
+                    "calibrated": cal.predicted_step_s(r.key, r.scope, optimizer=r.optimizer), "default": b.step_time_s,
                     "constant": statistics.median(t.step_time_s for t in train),
-                    "per_model_mean": statistics.fmean(t.step_time_s for t in same) if same else None})
+                    "per_model_mean": statistics.fmean(t.step_time_s for t in same) if same else None,
+                    "per_family_mean": _family_mean(train, r.model, lambda t: t.step_time_s),
+                    "roofline": roofline_step_s(r.model, r.dataset, r.batch_size, spec, r.amp)})
         if r.gmem_mib:
             mem = [t.gmem_mib for t in train if t.gmem_mib]
             out.append({**base, "what": "memory_mib", "measured": r.gmem_mib,
                         "calibrated": cal.memory_mib(r.key)[0], "default": default.memory_mib(job, cal.gpu),
-                        "constant": statistics.median(mem) if mem else None, "per_model_mean": None})
+                        "constant": statistics.median(mem) if mem else None, "per_model_mean": None,
+                        "per_family_mean": _family_mean(train, r.model, lambda t: t.gmem_mib)})
         if r.gpu_util:
             util = [t.gpu_util for t in train if t.gpu_util is not None]
             out.append({**base, "what": "gpu_util", "measured": r.gpu_util, "calibrated": cal.util_pct(r.key)[0],
                         "default": 100.0 * min(1.0, (b.compute_s + b.memory_s) / b.step_time_s),
-                        "constant": statistics.median(util) if util else None, "per_model_mean": None})
+                        "constant": statistics.median(util) if util else None, "per_model_mean": None,
+                        "per_family_mean": _family_mean(train, r.model, lambda t: t.gpu_util)})
     return out
 
 
@@ -144,6 +172,9 @@ def _group_rows(cal: GpuCalibration, data: ProfileData, groups: Sequence[GroupRo
 
 
 METHODS = ("calibrated", "default", "constant", "per_model_mean")
+#: the isolated rows' extra rules: the mean of the same family's training rows (the constant where the family
+#: has none), and for step time the plain roofline (the graph's kernels at the spec sheet's peak, nothing fitted)
+ISOLATED_METHODS = (*METHODS, "per_family_mean", "roofline")
 
 
 def _lojo_rows(datasets: Sequence[ProfileData], data: ProfileData) -> list[dict[str, Any]]:
@@ -156,13 +187,19 @@ def _lojo_rows(datasets: Sequence[ProfileData], data: ProfileData) -> list[dict[
     for r in data.isolated:
         if len(keys[r.model]) < 2:
             continue
-        fold = fit_gpu(datasets, without_jobs=frozenset({r.key}))
+        fold = fit_gpu(datasets, without_jobs=frozenset({r.key}), with_groups=False)
         train = [t for d in datasets for t in d.isolated if t.key != r.key]
         rows = _isolated_rows(fold, [r], train)
-        rows[0]["calibrated_no_model_scale"] = fold.predicted_step_s(r.key, r.scope, model_scale=False)
+        rows[0]["calibrated_no_model_scale"] = fold.predicted_step_s(r.key, r.scope, optimizer=r.optimizer,
+                                                                        model_scale=False)
         out += rows
     return out
+
+
 GROUP_METHODS = (*METHODS, "util_share")
+#: most calibrations per sharing mode in leave-one-group-out: more groups than this are held out in as many
+#: folds (group ``i`` in fold ``i mod MAX_GROUP_FOLDS``), each still never measured when it is predicted
+MAX_GROUP_FOLDS = 30
 
 
 def _by_what(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
@@ -173,7 +210,10 @@ def _by_what(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str
         for r in sub:
             if r.get("per_model_mean") is None:
                 r["per_model_mean"] = r["constant"]
-        out[what] = {**_summary(sub, methods), "per_model_fallbacks": fallback}
+            if "per_family_mean" in r and r["per_family_mean"] is None:
+                r["per_family_mean"] = r["constant"]
+        out[what] = {**_summary(sub, [m for m in methods if any(r.get(m) is not None for r in sub)],
+                                what == "gpu_util"), "per_model_fallbacks": fallback}
     return out
 
 
@@ -209,15 +249,17 @@ def _cross_validate(datasets: Sequence[ProfileData], with_rows: bool) -> dict[st
             train = [g for g in data.groups if m not in g.models]
             lomo_rows += _group_rows(cal, data, held, train, known, lambda k, m=m: k[0] == m, m)
         logo_rows: list[dict[str, Any]] = []
-        for g in data.groups:
-            cal = fit_gpu(datasets, without_groups=[g])
-            train = [t for t in data.groups if t is not g]
-            logo_rows += _group_rows(cal, data, [g], train, data.isolated_by_key(), lambda _k: True, "group")
+        k = min(len(data.groups), MAX_GROUP_FOLDS)
+        for i in range(k):
+            held = list(data.groups[i::k])
+            cal = fit_gpu(datasets, without_groups=held)
+            train = [t for t in data.groups if t not in held]
+            logo_rows += _group_rows(cal, data, held, train, data.isolated_by_key(), lambda _k: True, "group")
         lojo_rows = _lojo_rows(datasets, data)
-        figures = {"isolated_lomo": _by_what(iso_rows, METHODS), "groups_lomo": _by_what(lomo_rows, GROUP_METHODS),
+        figures = {"isolated_lomo": _by_what(iso_rows, ISOLATED_METHODS), "groups_lomo": _by_what(lomo_rows, GROUP_METHODS),
                    "groups_logo": _by_what(logo_rows, GROUP_METHODS), "models": len(models)}
         if lojo_rows:
-            figures["isolated_lojo"] = _by_what(lojo_rows, (*METHODS, "calibrated_no_model_scale"))
+            figures["isolated_lojo"] = _by_what(lojo_rows, (*ISOLATED_METHODS, "calibrated_no_model_scale"))
         if with_rows:
             figures["rows"] = {"isolated_lomo": iso_rows, "groups_lomo": lomo_rows, "groups_logo": logo_rows,
                                "isolated_lojo": lojo_rows}
@@ -225,4 +267,4 @@ def _cross_validate(datasets: Sequence[ProfileData], with_rows: bool) -> dict[st
     return out
 
 
-__all__ = ["GROUP_METHODS", "METHODS", "cross_validate"]
+__all__ = ["GROUP_METHODS", "ISOLATED_METHODS", "METHODS", "cross_validate"]

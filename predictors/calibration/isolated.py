@@ -6,26 +6,42 @@
                                                                              each op class, forward and backward;
                                                                              O: optimizer passes at the spec
                                                                              bandwidth; TF32 where the record says)
-    step = smooth max(gpu, dispatch_us * launches) + fixed_s                (+ input_s + per_sample_s * batch
+    step = smooth max(gpu, dispatch_us * n) + fixed_s                       (+ input_s + per_sample_s * batch
                                                                              for scope ``iteration``)
+    smooth max(a, b) = (a ** p + b ** p) ** (1 / p)                         (form: p and what n counts)
 
 Each scale is a correction of the op class's kernels on this GPU (conv: convolutions; gemm: linear and batched
 matmul; vector: element-wise, norms, softmax), fitted with the per-launch host time and the fixed per-step cost
 by robust least squares on relative errors, each pulled towards the uncalibrated kernel step model's value
-(:data:`PRIOR_WEIGHT` on its log), so an op class the data barely exercise keeps the default. Scope
-``fwd_bwd`` is ``gpu`` without the optimizer; the input terms are fitted only where rows of scope
+(:data:`PRIOR_WEIGHT` on its log), so an op class the data barely exercise keeps the default. How the host's
+work meets the GPU's is one of two forms (:data:`STEP_FORMS`):
+
+- ``overlap`` (the uncalibrated model's): the host enqueues kernels while the GPU runs, ``n`` = kernel
+  launches, ``p = 3`` (a smooth maximum);
+- ``host_ops``: each framework op costs the host a fixed time the step waits for, ``n`` = the ops the
+  framework dispatches (every op forward, one autograd op backward per op of a trainable layer, the
+  optimizer's per-tensor ops; a cuDNN recurrent layer is one op however many kernels it launches), ``p = 1``
+  (a sum: eager training of small kernels is bound by the host).
+
+:func:`fit_step` fits both and keeps the one with the lower leave-one-model-out error over the rows it is
+given (:data:`MIN_MODELS_TO_CHOOSE` models or more; ``overlap`` otherwise), so a held-out model never takes
+part in choosing the form that prices it. Scope ``fwd_bwd`` is ``gpu`` without the optimizer; the input terms are fitted only where rows of scope
 ``iteration`` were measured (profiles of synthetic inputs have none).
 
 **Memory** (NVML's used memory of the whole GPU while the job runs alone: what packing needs)::
 
     memory_mib = context_mib + a * weights_and_state_mib + b * activations_mib
 
+fitted by the same robust fit on relative errors, pulled towards ``a = b = 1`` and the default's workspace.
+
 **Utilisation** (NVML's GPU utilisation alone, %)::
 
     util = 100 * min(1, ((gpu + launch_busy_s * launches) / step) ** gamma)
 
-with ``step`` the measured step time where there is one, else the calibrated prediction. The same
-robust fit, pulled towards ``a = b = 1``, the default's workspace, ``gamma = 1``.
+with ``step`` the measured step time where there is one, else the calibrated prediction; fitted by robust
+least squares on errors in percentage points (not relative ones: NVML reads anywhere from 1% to 96% for
+jobs whose steps take a few milliseconds, and a relative error against a 1% reading outweighs every other
+row), pulled towards ``gamma = 1``.
 """
 
 from __future__ import annotations
@@ -44,6 +60,12 @@ from dltsched.engine.domain.model import Job
 CLASS_GROUPS: dict[str, frozenset[str]] = {"conv": frozenset({"conv"}), "gemm": frozenset({"linear", "bmm"}),
                                            "vector": frozenset({"elementwise", "layernorm", "softmax"})}
 STEP_PARAMS = (*(f"s_{g}" for g in CLASS_GROUPS), "s_optimizer", "dispatch_us", "fixed_s")
+#: the forms of host work against GPU work that :func:`fit_step` chooses between (module docstring):
+#: name -> (overlap power, feature counted by ``dispatch_us``); a fit stores ``overlap_power`` and
+#: ``host_ops`` (1 where the form counts framework ops)
+STEP_FORMS: dict[str, tuple[float, str]] = {"overlap": (3.0, "launches"), "host_ops": (1.0, "host_ops")}
+#: fewest models in a fit for :func:`fit_step` to choose the form by leave-one-model-out
+MIN_MODELS_TO_CHOOSE = 4
 #: weight of the pull of each fitted log-parameter towards the uncalibrated model's value
 PRIOR_WEIGHT = 0.3
 #: soft-L1 scale of the relative residuals
@@ -96,7 +118,8 @@ def job_features(model: str, dataset: str, batch: int, amp: bool, gpu: str, tf32
     spec = gpu_spec_checked(gpu)
     job = replace(_job(model, dataset, batch, amp), optimizer=optimizer)
     work = kernel_work(job, model, dataset, spec, freeze_level, scope, load_kernel_model(), tf32)
-    out = {"optimizer_s": work["optimizer_s"], "launches": work["launches"]}
+    out = {"optimizer_s": work["optimizer_s"], "launches": work["launches"],
+           "host_ops": host_ops(model, dataset, freeze_level, scope, optimizer)}
     for group in CLASS_GROUPS:
         kt = kernel_times(_masked(group), model, dataset, kernel_gpu(spec), bool(amp), tf32)  # type: ignore[arg-type]
         out[f"K_{group}"] = step_kernel_s(kt, batch, freeze_level)
@@ -111,6 +134,21 @@ def job_features(model: str, dataset: str, batch: int, amp: bool, gpu: str, tf32
     return out
 
 
+def host_ops(model: str, dataset: str, freeze_level: int = 0, scope: str = "compute", optimizer: str = "sgd") -> float:
+    """Ops the framework dispatches in one step: each op of the graph forward, one autograd op backward per op
+    of a trainable layer, and (unless ``fwd_bwd``) the optimizer's per-tensor ops of the trainable tensors."""
+    from dltsched.predictors.steptime.aggregates import aggregates
+    from dltsched.predictors.steptime.kernelstep import OPTIMIZER_KERNELS
+    from dltsched.predictors.zoo.graphs import COLUMNS, graph_record
+
+    layer = COLUMNS.index("layer")
+    nodes = graph_record(model, dataset)["nodes"]
+    ops = float(len(nodes) + sum(1 for n in nodes if int(n[layer]) >= freeze_level))
+    if scope != "fwd_bwd":
+        ops += aggregates(model, dataset).param_tensors[freeze_level] * OPTIMIZER_KERNELS.get(optimizer.lower(), 2)
+    return ops
+
+
 def default_step_params() -> dict[str, float]:
     """The uncalibrated kernel step model's values of :data:`STEP_PARAMS` (a GPU it was never fitted on)."""
     from dltsched.predictors.steptime.model import load_factors
@@ -118,7 +156,7 @@ def default_step_params() -> dict[str, float]:
     p = load_factors()["kernel_step"]
     out = {f"s_{g}": float(p["kernel"]) for g in CLASS_GROUPS}
     out |= {"s_optimizer": float(p["optimizer"]), "dispatch_us": float(p["dispatch_us"]),
-            "fixed_s": float(p["fixed_default_s"])}
+            "fixed_s": float(p["fixed_default_s"]), "overlap_power": _OVERLAP_POWER, "host_ops": 0.0}
     return out
 
 
@@ -133,8 +171,9 @@ def step_seconds(params: dict[str, float], f: dict[str, float], batch: int, scop
     gpu = gpu_seconds(params, f, scope)
     if scope == "fwd_bwd":
         return gpu
-    dispatch = params["dispatch_us"] * 1e-6 * f["launches"]
-    busy = (gpu**_OVERLAP_POWER + dispatch**_OVERLAP_POWER) ** (1.0 / _OVERLAP_POWER)
+    dispatch = params["dispatch_us"] * 1e-6 * f["host_ops" if params.get("host_ops") else "launches"]
+    power = params.get("overlap_power", _OVERLAP_POWER)
+    busy = (gpu**power + dispatch**power) ** (1.0 / power)
     step = busy + params["fixed_s"]
     if scope == "iteration":
         step += params.get("input_s", 0.0) + params.get("per_sample_s", 0.0) * batch
@@ -174,17 +213,17 @@ def _step_array(p: dict[str, float], c: dict[str, np.ndarray]) -> np.ndarray:
     """:func:`step_seconds` of every row of :func:`_columns` at once."""
     kernels = sum(p[f"s_{g}"] * c[f"K_{g}"] for g in CLASS_GROUPS)
     gpu = kernels + np.where(c["fwd_bwd"], 0.0, p["s_optimizer"] * c["optimizer_s"])
-    dispatch = p["dispatch_us"] * 1e-6 * c["launches"]
-    busy = (gpu**_OVERLAP_POWER + dispatch**_OVERLAP_POWER) ** (1.0 / _OVERLAP_POWER) + p["fixed_s"]
+    dispatch = p["dispatch_us"] * 1e-6 * c["host_ops" if p.get("host_ops") else "launches"]
+    power = p.get("overlap_power", _OVERLAP_POWER)
+    busy = (gpu**power + dispatch**power) ** (1.0 / power) + p["fixed_s"]
     busy = busy + np.where(c["iteration"], p.get("input_s", 0.0) + p.get("per_sample_s", 0.0) * c["batch"], 0.0)
     return np.where(c["fwd_bwd"], gpu, busy)
 
 
-def fit_step(rows: Sequence[Row]) -> dict[str, float]:
-    """The step-time parameters fitted on ``rows`` (module docstring); the defaults where there are none."""
+def fit_step_form(rows: Sequence[Row], form: str) -> dict[str, float]:
+    """The step-time parameters of one overlap form fitted on ``rows`` (module docstring)."""
     prior = default_step_params()
-    if not rows:
-        return prior
+    power, feature = STEP_FORMS[form]
     names = list(STEP_PARAMS)
     iteration = any(r.scope == "iteration" for r in rows)
     x0 = np.log([prior[n] for n in names])
@@ -192,6 +231,7 @@ def fit_step(rows: Sequence[Row]) -> dict[str, float]:
 
     def unpack(x: np.ndarray) -> dict[str, float]:
         out = {n: float(math.exp(v)) for n, v in zip(names, x[:len(names)], strict=True)}
+        out["overlap_power"], out["host_ops"] = power, float(feature == "host_ops")
         if iteration:
             out["input_s"], out["per_sample_s"] = float(x[len(names)] ** 2 * 1e-2), float(x[len(names) + 1] ** 2 * 1e-4)
         return out
@@ -204,6 +244,39 @@ def fit_step(rows: Sequence[Row]) -> dict[str, float]:
 
     start = np.concatenate([x0, [0.3, 0.3]]) if iteration else x0
     return unpack(_robust(residuals, start))
+
+
+def lomo_step_mape(rows: Sequence[Row], form: str) -> float:
+    """Leave-one-model-out MAPE (%) of the form ``form`` (:data:`STEP_FORMS`) over ``rows``: each model
+    predicted by a fit on the others."""
+    apes = []
+    for model in sorted({r.model for r in rows}):
+        params = fit_step_form([r for r in rows if r.model != model], form)
+        held = [r for r in rows if r.model == model]
+        apes += list(np.abs(_step_array(params, _columns(held)) / _columns(held)["step"] - 1.0))
+    return 100.0 * float(np.mean(apes))
+
+
+_STEP_MEMO: dict[tuple[Any, ...], dict[str, float]] = {}
+
+
+def fit_step(rows: Sequence[Row]) -> dict[str, float]:
+    """The step-time parameters fitted on ``rows`` in the overlap form chosen by leave-one-model-out over
+    ``rows`` (module docstring); the defaults where there are none."""
+    if not rows:
+        return default_step_params()
+    key = tuple((r.model, r.batch, r.scope, r.step_time_s, tuple(sorted(r.features.items()))) for r in rows)
+    hit = _STEP_MEMO.get(key)
+    if hit is not None:
+        return dict(hit)
+    form = "overlap"
+    if len({r.model for r in rows}) >= MIN_MODELS_TO_CHOOSE:
+        form = min(STEP_FORMS, key=lambda f: lomo_step_mape(rows, f))
+    out = fit_step_form(rows, form)
+    if len(_STEP_MEMO) > 1_000:
+        _STEP_MEMO.clear()
+    _STEP_MEMO[key] = out
+    return dict(out)
 
 
 MEMORY_PARAMS = ("context_mib", "weights", "activations")
@@ -248,7 +321,8 @@ def util_pct(params: dict[str, float], busy_s: float, launches: float, step_s: f
 
 
 def fit_util(rows: Sequence[Row], step_params: dict[str, float]) -> dict[str, float]:
-    """The utilisation parameters fitted on rows with a measured utilisation (the step model's busy time)."""
+    """The utilisation parameters fitted on rows with a measured utilisation (the step model's GPU seconds;
+    errors in percentage points, module docstring)."""
     got = [r for r in rows if r.gpu_util is not None and r.scope != "fwd_bwd"]
     prior = {"launch_busy_us": 2.0, "gamma": 1.0}
     if not got:
@@ -258,12 +332,12 @@ def fit_util(rows: Sequence[Row], step_params: dict[str, float]) -> dict[str, fl
     busy = np.array([gpu_seconds(step_params, r.features, r.scope) for r in got])
     launches = np.array([r.features["launches"] for r in got])
     step = np.array([r.step_time_s for r in got])
-    measured = np.array([max(float(r.gpu_util or 0.0), 1.0) for r in got])
+    measured = np.array([float(r.gpu_util or 0.0) for r in got])
 
     def residuals(x: np.ndarray) -> np.ndarray:
         launch_us, gamma = np.exp(x)
         share = np.maximum((busy + launch_us * 1e-6 * launches) / step, 1e-6)
-        rel = 100.0 * np.minimum(1.0, share**gamma) / measured - 1.0
-        return np.concatenate([rel, 0.1 * (x - x0)])
+        points = np.minimum(1.0, share**gamma) - measured / 100.0
+        return np.concatenate([points, 0.1 * (x - x0)])
 
     return {n: float(v) for n, v in zip(UTIL_PARAMS, np.exp(_robust(residuals, x0)), strict=True)}

@@ -58,6 +58,7 @@ class GpuCalibration:
     tf32: frozenset[str] = frozenset()
     profiles: dict[JobKey, IsolatedRow] = field(default_factory=dict)
     model_scale: dict[str, float] = field(default_factory=dict)
+    busy_step: dict[str, float] = field(default_factory=dict)
 
     # -- one job ---------------------------------------------------------------------------------------------
     def features(self, key: JobKey, scope: str = "compute", freeze_level: int = 0,
@@ -76,21 +77,22 @@ class GpuCalibration:
         """Step time and its source: the profile where this job was measured at this scope (unfrozen, SGD),
         else the calibrated model."""
         row = self.profiles.get(key)
-        if row is not None and row.scope == scope and freeze_level == 0 and optimizer == "sgd":
+        if row is not None and row.scope == scope and freeze_level == 0 and optimizer == row.optimizer:
             return row.step_time_s, "measured"
         return self.predicted_step_s(key, scope, freeze_level, optimizer), "calibrated"
 
     def memory_mib(self, key: JobKey, freeze_level: int = 0, optimizer: str = "sgd") -> tuple[float, str]:
         row = self.profiles.get(key)
-        if row is not None and row.gmem_mib is not None and freeze_level == 0 and optimizer == "sgd":
+        if row is not None and row.gmem_mib is not None and freeze_level == 0 and optimizer == row.optimizer:
             return row.gmem_mib, "measured"
         return iso.memory_mib(self.memory, self.features(key, "compute", freeze_level, optimizer)), "calibrated"
 
     def busy(self, key: JobKey) -> float:
-        """Share of the job's step alone that its GPU work takes (0..1)."""
+        """Share of the job's step alone that its GPU work takes (0..1): GPU seconds as the overlapped step
+        form fits them (``busy_step``, where the step model took another form) over the step."""
         f = self.features(key)
         step, _ = self.step_s(key)
-        return min(1.0, iso.gpu_seconds(self.step, f) / step)
+        return min(1.0, iso.gpu_seconds(self.busy_step or self.step, f) / step)
 
     def util_pct(self, key: JobKey) -> tuple[float, str]:
         row = self.profiles.get(key)
@@ -122,10 +124,11 @@ class GpuCalibration:
     def to_json(self) -> dict[str, Any]:
         return {"step_time": self.step, "memory": self.memory, "utilisation": self.util, "tf32": sorted(self.tf32),
                 "model_scale": dict(sorted(self.model_scale.items())),
+                **({"busy_step_time": self.busy_step} if self.busy_step else {}),
                 "colocation": {mode: fit.to_json() for mode, fit in sorted(self.sharing.items())},
                 "profiles": [{"model": r.model, "dataset": r.dataset, "batch_size": r.batch_size, "amp": r.amp,
                               "scope": r.scope, "step_time_s": r.step_time_s, "gmem_mib": r.gmem_mib,
-                              "gpu_util": r.gpu_util, "peak_memory_mib": r.peak_memory_mib}
+                              "gpu_util": r.gpu_util, "peak_memory_mib": r.peak_memory_mib, "optimizer": r.optimizer}
                              for r in sorted(self.profiles.values(), key=lambda r: r.key)]}
 
     @classmethod
@@ -134,18 +137,20 @@ class GpuCalibration:
         for p in raw.get("profiles", []):
             row = IsolatedRow(p["model"], p["dataset"], int(p["batch_size"]), float(p["step_time_s"]),
                               p.get("scope", "compute"), bool(p.get("amp", False)), p.get("peak_memory_mib"),
-                              p.get("gmem_mib"), p.get("gpu_util"))
+                              p.get("gmem_mib"), p.get("gpu_util"), str(p.get("optimizer", "sgd")))
             profiles[row.key] = row
         return cls(gpu, {k: float(v) for k, v in raw["step_time"].items()},
                    {k: float(v) for k, v in raw["memory"].items()}, {k: float(v) for k, v in raw["utilisation"].items()},
                    {m: SharingFit.from_json(v) for m, v in raw.get("colocation", {}).items()},
                    frozenset(raw.get("tf32", ())), profiles,
-                   {k: float(v) for k, v in raw.get("model_scale", {}).items()})
+                   {k: float(v) for k, v in raw.get("model_scale", {}).items()},
+                   {k: float(v) for k, v in raw.get("busy_step_time", {}).items()})
 
 
 def _rows(cal_gpu: str, tf32: frozenset[str], isolated: Iterable[IsolatedRow]) -> list[iso.Row]:
     return [iso.Row(r.model, r.batch_size, r.scope,
-                    iso.job_features(r.model, r.dataset, r.batch_size, r.amp, cal_gpu, tf32, r.scope),
+                    iso.job_features(r.model, r.dataset, r.batch_size, r.amp, cal_gpu, tf32, r.scope,
+                                     optimizer=r.optimizer),
                     r.step_time_s, r.gmem_mib, r.gpu_util) for r in isolated]
 
 
@@ -158,16 +163,18 @@ def _model_scales(step: dict[str, float], rows: Sequence[iso.Row]) -> dict[str, 
 
 
 def fit_gpu(datasets: Sequence[ProfileData], *, without_models: frozenset[str] = frozenset(),
-            without_groups: Iterable[GroupRow] = (), without_jobs: frozenset[JobKey] = frozenset()) -> GpuCalibration:
+            without_groups: Iterable[GroupRow] = (), without_jobs: frozenset[JobKey] = frozenset(),
+            with_groups: bool = True) -> GpuCalibration:
     """Fit one GPU type's calibration on ``datasets`` (all of that GPU), leaving out every row of
     ``without_models`` (isolated and any group holding one), the groups ``without_groups`` and the jobs
-    ``without_jobs`` (their isolated runs and groups)."""
+    ``without_jobs`` (their isolated runs and groups); ``with_groups=False``: jobs alone only."""
     gpu = datasets[0].gpu
     tf32 = frozenset().union(*(d.tf32 for d in datasets))
     skip = set(without_groups)
     isolated = [r for d in datasets for r in d.isolated if r.model not in without_models and r.key not in without_jobs]
     rows = _rows(gpu, tf32, isolated)
     step = iso.fit_step(rows)
+    busy_step = iso.fit_step_form(rows, "overlap") if step.get("host_ops") else {}
     scales = _model_scales(step, rows)
     memory = iso.fit_memory(rows)
     util = iso.fit_util(rows, step)
@@ -175,14 +182,14 @@ def fit_gpu(datasets: Sequence[ProfileData], *, without_models: frozenset[str] =
     for r in isolated:
         profiles.setdefault(r.key, []).append(r)
     merged = {k: mean_row(v) for k, v in profiles.items()}
-    partial = GpuCalibration(gpu, step, memory, util, {}, tf32, merged, scales)
+    partial = GpuCalibration(gpu, step, memory, util, {}, tf32, merged, scales, busy_step)
     sharing: dict[str, SharingFit] = {}
-    for mode in sorted({d.sharing for d in datasets}, key=lambda m: m != "timeslice"):  # time-slicing first
+    for mode in sorted({d.sharing for d in datasets} if with_groups else (), key=lambda m: m != "timeslice"):
         # each mode's groups are normalized by that run's own isolated profiles
         mode_data = [d for d in datasets if d.sharing == mode]
         own = {k: r for d in mode_data for k, r in d.isolated_by_key().items()
                if r.model not in without_models and k not in without_jobs}
-        cal = GpuCalibration(gpu, step, memory, util, {}, tf32, {**merged, **own}, scales)
+        cal = GpuCalibration(gpu, step, memory, util, {}, tf32, {**merged, **own}, scales, busy_step)
         groups = [g for d in mode_data for g in d.groups if not (g.models & without_models) and g not in skip
                   and not set(g.members) & without_jobs]
         members = [[cal.member(k) for k in g.members] for g in groups]
@@ -194,4 +201,4 @@ def fit_gpu(datasets: Sequence[ProfileData], *, without_models: frozenset[str] =
         gamma = grp.fit_group_util([(m, g.gpu_util) for m, g in zip(members, groups, strict=True)
                                     if g.gpu_util is not None])
         sharing[mode] = SharingFit(speed, shared, gamma, len(groups))
-    return GpuCalibration(partial.gpu, step, memory, util, sharing, tf32, merged, scales)
+    return GpuCalibration(partial.gpu, step, memory, util, sharing, tf32, merged, scales, busy_step)

@@ -19,15 +19,23 @@ _ROWS = (("isolated_lomo", "step_time_s", "step time (jobs never profiled)"),
          ("groups_logo", "memory_mib", "group memory (group never measured)"),
          ("groups_lomo", "gpu_util", "group utilisation (model never profiled)"),
          ("groups_logo", "gpu_util", "group utilisation (group never measured)"))
-_METHODS = ("calibrated", "default", "constant", "per_model_mean", "util_share", "calibrated_no_model_scale")
+_METHODS = ("calibrated", "default", "constant", "per_model_mean", "per_family_mean", "roofline", "util_share",
+            "calibrated_no_model_scale")
 
 
 def _pct(value: Any) -> str:
     return "-" if value is None else f"{value:.1f}%"
 
 
+def _points(value: Any) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def _print(bundle: dict[str, Any], out: str) -> None:
     click.echo(f"calibration -> {out}")
+    if not bundle.get("shippable", True):
+        click.echo(f"NOT SHIPPABLE: fitted on {'; '.join(bundle.get('restricted_by', []))}; keep it out of any "
+                   "release and any repository")
     for gpu, entry in bundle["gpus"].items():
         groups = ", ".join(f"{n} {mode}" for mode, n in entry["groups"].items())
         click.echo(f"{gpu}: {entry['jobs_alone']} jobs alone, groups: {groups or 'none'}")
@@ -41,6 +49,9 @@ def _print(bundle: dict[str, Any], out: str) -> None:
                 if got:
                     cells = "  ".join(f"{_pct(got.get(f'{m}_mape')):>14}" for m in methods)
                     click.echo(f"    {label:<44} n={got['n']:<3} {cells}")
+                if what == "gpu_util" and part == "isolated_lomo" and got:
+                    cells = "  ".join(f"{_points(got.get(f'{m}_mean_abs_points')):>14}" for m in methods)
+                    click.echo(f"    {'  mean absolute error (points)':<44} n={got['n']:<3} {cells}")
 
 
 @click.command("calibrate")
@@ -51,12 +62,16 @@ def _print(bundle: dict[str, Any], out: str) -> None:
               help="Only the datasets of this sharing mode (default: every mode found, each fitted apart).")
 @click.option("--figures/--no-figures", default=True, show_default=True,
               help="Cross-validate (leave one model out, leave one group out) beside the default and simple rules.")
+@click.option("--gpu", default=None,
+              help="The GPU of datasets that do not record theirs (Lucid's layout), e.g. v100-32gb.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole bundle as JSON.")
-def calibrate(dirs: tuple[str, ...], out: str, sharing: str | None, figures: bool, as_json: bool) -> None:
+def calibrate(dirs: tuple[str, ...], out: str, sharing: str | None, figures: bool, gpu: str | None,
+              as_json: bool) -> None:
     """Fit step time, memory, utilisation and co-location of every GPU and sharing mode measured in the
-    'dltsched profile --out' datasets under DIRS (a Lucid-layout folder with a gpu column reads too; an
-    eval-steptime CSV, e.g. from 'predict convert-steptime zeus', adds jobs alone), and write one calibration
-    bundle with its data, what was fitted and cross-validated figures.
+    'dltsched profile --out' datasets under DIRS (Gavel's throughput file or its folder, and Lucid's folder
+    with --gpu, read too; an eval-steptime CSV, e.g. from 'predict convert-steptime zeus', adds jobs alone),
+    and write one calibration bundle with its data, what was fitted and cross-validated figures. A bundle
+    fitted on Lucid's data (non-commercial licence) is marked not shippable.
 
     \b
     dltsched calibrate profiles/h200 --out h200.json
@@ -64,6 +79,6 @@ def calibrate(dirs: tuple[str, ...], out: str, sharing: str | None, figures: boo
     """
     from dltsched.predictors.calibration.bundle import calibrate as fit
 
-    bundle = fit(dirs, figures=figures, sharing=sharing)
+    bundle = fit(dirs, figures=figures, sharing=sharing, gpu=gpu)
     write_text_file(out, json_text(bundle) + "\n", option="--out")
     emit(bundle, as_json, lambda: _print(bundle, out))

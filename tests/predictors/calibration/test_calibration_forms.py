@@ -1,0 +1,157 @@
+"""Calibration's model choices and other layouts: the step-time form chosen by leave-one-model-out over the fit's
+own rows, utilisation fitted in points, Gavel's throughput tables and Lucid's folders (marked not shippable)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+
+import pytest
+
+from dltsched.engine.app.cli.main import main
+from dltsched.engine.domain.errors import ValidationError
+from dltsched.predictors.calibration import isolated as iso
+from dltsched.predictors.calibration.data import read_datasets
+from dltsched.predictors.calibration.model import fit_gpu
+
+from .conftest import GPU, JOBS, TRUE_STEP
+
+
+def _rows(params: dict[str, float], noise: float = 0.02, seed: int = 0,
+          jobs: tuple[tuple[str, str, int], ...] = JOBS) -> list[iso.Row]:
+    rng = random.Random(seed)
+    out = []
+    for model, dataset, batch in jobs:
+        f = iso.job_features(model, dataset, batch, False, GPU, frozenset({"conv"}))
+        step = iso.step_seconds(params, f, batch) * math.exp(rng.gauss(0.0, noise))
+        out.append(iso.Row(model, batch, "compute", f, step))
+    return out
+
+
+def test_host_ops_count_a_recurrent_layer_once_and_the_optimizer_per_tensor():
+    f = iso.job_features("lstm_lm", "wikitext2", 20, False, GPU)
+    # cuDNN launches the recurrent kernels once per time step; the framework dispatches the layer once
+    assert f["host_ops"] < f["launches"] / 5
+    adam = iso.host_ops("resnet18", "cifar10", optimizer="adam")
+    sgd = iso.host_ops("resnet18", "cifar10", optimizer="sgd")
+    assert adam > sgd and iso.host_ops("resnet18", "cifar10", scope="fwd_bwd") < sgd
+    assert iso.host_ops("resnet18", "cifar10", freeze_level=3) < sgd  # frozen layers: no backward ops
+
+
+@pytest.mark.parametrize("form", list(iso.STEP_FORMS))
+def test_the_step_form_the_data_follow_is_chosen_and_its_launch_cost_recovered(form):
+    power, feature = iso.STEP_FORMS[form]
+    truth = {**TRUE_STEP, "overlap_power": power, "host_ops": float(feature == "host_ops"),
+             "dispatch_us": 11.0 if form == "overlap" else 30.0}
+    rows = _rows(truth)
+    fitted = iso.fit_step(rows)
+    assert (fitted["overlap_power"], fitted["host_ops"]) == (power, float(feature == "host_ops"))
+    assert fitted["dispatch_us"] == pytest.approx(truth["dispatch_us"], rel=0.35)
+    # the form the data follow predicts models it never saw better than the other form
+    other = next(f for f in iso.STEP_FORMS if f != form)
+    assert iso.lomo_step_mape(rows, form) < iso.lomo_step_mape(rows, other)
+
+
+def test_too_few_models_keep_the_overlapped_form():
+    rows = _rows({**TRUE_STEP, "overlap_power": 1.0, "host_ops": 1.0, "dispatch_us": 30.0}, jobs=JOBS[:3])
+    assert iso.fit_step(rows)["host_ops"] == 0.0 and len(rows) < iso.MIN_MODELS_TO_CHOOSE
+
+
+def test_a_one_percent_reading_does_not_drag_every_utilisation_down():
+    rows = _rows(TRUE_STEP, noise=0.0)
+    truth = [100.0 * min(1.0, iso.gpu_seconds(TRUE_STEP, r.features) / r.step_time_s) for r in rows]
+    noisy = [iso.Row(r.model, r.batch, r.scope, r.features, r.step_time_s, None, 1.0 if i == 0 else u)
+             for i, (r, u) in enumerate(zip(rows, truth, strict=True))]
+    params = iso.fit_util(noisy, TRUE_STEP)
+    got = [iso.util_pct(params, iso.gpu_seconds(TRUE_STEP, r.features), r.features["launches"], r.step_time_s)
+           for r in rows[1:]]
+    assert max(abs(g - u) for g, u in zip(got, truth[1:], strict=True)) < 10.0  # points
+
+
+def _gavel_file(path):
+    """A small Gavel throughput table: three job types alone on K80 and P100, pairs on K80 in both orders."""
+    alone = {"ResNet-18 (batch size 64)": 20.0, "LM (batch size 20)": 50.0, "A3C": 10.0}
+    table = {}
+    for gpu, scale in (("k80", 1.0), ("p100", 3.0)):
+        table[gpu] = {f"('{label}', 1)": {"null": rate * scale} for label, rate in alone.items()}
+        table[gpu]["('ResNet-18 (batch size 64)', 2)"] = {"null": 30.0 * scale}
+    k80 = table["k80"]
+    k80["('ResNet-18 (batch size 64)', 1)"]["('LM (batch size 20)', 1)"] = [10.0, 30.0]
+    k80["('LM (batch size 20)', 1)"]["('ResNet-18 (batch size 64)', 1)"] = [30.0, 10.0]
+    k80["('A3C', 1)"]["('LM (batch size 20)', 1)"] = [0.0, 0.0]  # not measured
+    path.write_text(json.dumps(table))
+    return path
+
+
+def test_gavel_throughputs_read_as_jobs_alone_and_pairs(tmp_path):
+    data = {d.gpu: d for d in read_datasets([_gavel_file(tmp_path / "simulation_throughputs.json")])}
+    assert sorted(data) == ["k80", "p100"] and {d.sharing for d in data.values()} == {"timeslice"}
+    k80 = data["k80"]
+    steps = {r.model: r for r in k80.isolated}
+    assert sorted(steps) == ["a3c", "lstm_lm", "resnet18"]  # one GPU only: the scale-2 entry is not a job alone
+    assert steps["resnet18"].step_time_s == pytest.approx(1 / 20.0) and steps["resnet18"].scope == "iteration"
+    assert steps["a3c"].optimizer == "adam"  # Gavel's A3C script trains with Adam
+    assert len(k80.groups) == 1 and not data["p100"].groups  # both orders are one pair; [0, 0] is none
+    pair = k80.groups[0]
+    speeds = dict(zip((m[0] for m in pair.members), pair.speeds, strict=True))
+    assert speeds == pytest.approx({"resnet18": 0.5, "lstm_lm": 0.6})
+    assert k80.sources[0]["license"].startswith("MIT") and k80.sources[0]["shippable"] is True
+
+
+def _lucid_folder(folder):
+    folder.mkdir()
+    with (folder / "single_data.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["model", "dataset", "batchsize", "amp", "speed", "gpu_util", "gmem_util", "gmem", "label"])
+        for model, dataset, speed, util, gmem in (("ResNet18", "CIFAR-10", 2000.0, 60.0, 2500.0),
+                                                  ("VGG", "CIFAR-10", 1500.0, 70.0, 2800.0),
+                                                  ("LSTM", "Wikitext2", 900.0, 80.0, 2100.0),
+                                                  ("DCGAN", "LSUN", 1200.0, 50.0, 1900.0),
+                                                  ("PointNet", "ShapeNet", 700.0, 55.0, 2300.0)):
+            w.writerow([model, dataset, 32, 0, speed, util, 10.0, gmem, 0])
+    with (folder / "colocate_info.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        cols = ["model", "dataset", "gpu_num", "batchsize", "amp", "speed"]
+        w.writerow(["", *(f"{c}1" for c in cols), *(f"{c}2" for c in cols), "gpu_util", "gmem_util", "gmem"])
+        pairs = (("ResNet18", "CIFAR-10", "VGG", "CIFAR-10"), ("LSTM", "Wikitext2", "DCGAN", "LSUN"),
+                 ("ResNet18", "CIFAR-10", "PointNet", "ShapeNet"), ("VGG", "CIFAR-10", "LSTM", "Wikitext2"))
+        for i, (m1, d1, m2, d2) in enumerate(pairs):
+            w.writerow([i, m1, d1, 1, 32, 0, 0.7, m2, d2, 1, 32, 0, 0.8, 90.0, 20.0, 4000.0])
+    return folder
+
+
+def test_a_lucid_folder_needs_its_gpu_and_makes_a_bundle_that_is_not_shippable(tmp_path, capsys):
+    folder = _lucid_folder(tmp_path / "lucid")
+    with pytest.raises(ValidationError, match="--gpu"):
+        read_datasets([folder])
+    (data,) = read_datasets([folder], gpu="v100-32gb")
+    assert data.gpu == "v100-32gb" and len(data.isolated) == 5 and len(data.groups) == 4
+    assert data.isolated[0].step_time_s == pytest.approx(32 / 2000.0)
+    assert data.sources[0]["shippable"] is False and "non-commercial" in data.sources[0]["license"]
+    out = tmp_path / "lucid.json"
+    assert main(["calibrate", str(folder), "--out", str(out), "--no-figures"]) == 2
+    assert "--gpu" in capsys.readouterr().err
+    assert main(["calibrate", str(folder), "--gpu", "v100-32gb", "--out", str(out), "--no-figures"]) == 0
+    assert "NOT SHIPPABLE" in capsys.readouterr().out
+    bundle = json.loads(out.read_text())
+    assert bundle["shippable"] is False and bundle["restricted_by"] == [data.sources[0]["license"]]
+    from dltsched.predictors.calibration.bundle import CalibrationBundle
+
+    loaded = CalibrationBundle.load(out)
+    assert not loaded.shippable and loaded.describe()["shippable"] is False
+
+
+def test_a_step_form_and_busy_share_round_trip_through_the_bundle(synthetic_dir, tmp_path):
+    from dltsched.predictors.calibration.bundle import CalibrationBundle, calibrate
+
+    bundle = calibrate([synthetic_dir], figures=False)
+    assert bundle["shippable"] is True
+    out = tmp_path / "cal.json"
+    out.write_text(json.dumps(bundle))
+    loaded = CalibrationBundle.load(out).for_gpu(GPU)
+    direct = fit_gpu(read_datasets([synthetic_dir]))
+    assert loaded is not None and loaded.step == direct.step and loaded.busy_step == direct.busy_step
+    key = ("resnet18", "cifar10", 96, False)  # never profiled
+    assert loaded.predicted_step_s(key) == pytest.approx(direct.predicted_step_s(key))
