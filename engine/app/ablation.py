@@ -69,6 +69,66 @@ def type_blind(predictors: Predictors, gpu_types: Sequence[str]) -> Predictors:
     return replace(predictors, step_time=_TypeBlindStepTime(predictors.step_time, tuple(dict.fromkeys(gpu_types))))
 
 
+@dataclass(frozen=True, slots=True)
+class _MixedStepTime:
+    """Step times from ``times``, memory from ``memory``."""
+
+    times: Any
+    memory: Any
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.times, name)
+
+    def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *, freeze_level: int = 0,
+                    num_nodes: int = 1) -> float:
+        return float(self.times.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes))
+
+    def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        return float(self.memory.memory_mib(job, gpu_type, freeze_level=freeze_level))
+
+
+@dataclass(frozen=True, slots=True)
+class _MixedColocation:
+    """Co-located speeds from ``speeds``, group memory from ``memory``."""
+
+    speeds: Any
+    memory: Any
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.speeds, name)
+
+    def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        return tuple(self.speeds.colocated_speeds(jobs, gpu_type))
+
+    def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        return float(self.memory.group_memory_mib(jobs, gpu_type))
+
+
+#: the parts :func:`exact_parts` can take from the truth
+EXACT_PARTS = ("step", "mem", "speeds")
+
+
+def exact_parts(predictors: Predictors, truth: Any, parts: Sequence[str]) -> Predictors:
+    """``predictors`` with the ``parts`` named (``step``: step times alone, ``mem``: memory alone and of groups,
+    ``speeds``: co-located speeds) answered by ``truth`` itself: where the gap between a bundle and exact
+    predictions comes from (never a prediction result)."""
+    from dltsched.engine.sim.exact import exact_predictors
+
+    unknown = sorted(set(parts) - set(EXACT_PARTS))
+    if unknown:
+        raise ValueError(f"exact parts {unknown} not understood; use {', '.join(EXACT_PARTS)}")
+    if not parts:
+        return predictors
+    ex = exact_predictors(truth)
+    def pick(part: str, pred: Any, exact: Any) -> Any:
+        return exact if part in parts else pred
+    step = _MixedStepTime(pick("step", predictors.step_time, ex.step_time),
+                          pick("mem", predictors.step_time, ex.step_time))
+    coloc = _MixedColocation(pick("speeds", predictors.colocation, ex.colocation),
+                             pick("mem", predictors.colocation, ex.colocation))
+    return replace(predictors, step_time=step, colocation=coloc)
+
+
 def _ci95(values: Sequence[float]) -> float:
     if len(values) < 2:
         return math.nan
@@ -96,7 +156,7 @@ def paired_changes(runs: Sequence[Mapping[str, Any]], labels: Sequence[str], ref
     return rows
 
 
-__all__ = ["ABLATION_TABLE", "FULL", "ablation_variants", "paired_changes", "type_blind"]
+__all__ = ["ABLATION_TABLE", "EXACT_PARTS", "FULL", "ablation_variants", "exact_parts", "paired_changes", "type_blind"]
 
 #: the columns :func:`paired_changes` gives
 ABLATION_TABLE = ("policy", "seeds", "avg_jct_s_change", "avg_jct_s_change_ci95", "makespan_s_change",
