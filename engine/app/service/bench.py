@@ -197,14 +197,16 @@ async def _at_concurrency(port: int, body: bytes, requests: int, concurrency: in
         started = time.perf_counter()
         results = await asyncio.gather(*(one() for _ in range(requests)))
         wall = time.perf_counter() - started
-    ok = sum(1 for status, _, answer in results if status == 200 and answer and "assignments" in answer)
-    return {"concurrency": concurrency, "requests": requests, "answered_with_plan": ok, "wall_s": round(wall, 3),
-            "requests_per_s": round(requests / wall, 4)}
+    ok = [answer for status, _, answer in results if status == 200 and answer and "assignments" in answer]
+    return {"concurrency": concurrency, "requests": requests, "answered_with_plan": len(ok),
+            "partial": sum(1 for a in ok if a.get("partial")), "fallback": sum(1 for a in ok if a.get("fallback")),
+            "wall_s": round(wall, 3), "requests_per_s": round(requests / wall, 4)}
 
 
 def _throughput(port: int, body: bytes, requests: int) -> dict[str, Any]:
     """Throughput with one request in flight, then two (the server solves two at once): the ratio is what a
-    second solver slot buys on this machine."""
+    second solver slot buys on this machine. Only solves that finish count: each phase says how many answers
+    were cut short by their time limit (``partial``) or came from the fallback policy."""
     one = asyncio.run(_at_concurrency(port, body, requests, 1))
     two = asyncio.run(_at_concurrency(port, body, requests, 2))
     return {"one_at_a_time": one, "two_at_a_time": two,
@@ -245,7 +247,7 @@ def _deadline_figures(port: int, sizes: list[tuple[int, int]]) -> list[dict[str,
               help="time_limit_s of the concurrent requests (default: the server's, 1 s).")
 @click.option("--throughput", "throughput_requests", type=click.IntRange(0, 200), default=0, show_default=True,
               help="Also send this many requests one at a time, then two at a time, and report the throughput "
-                   "ratio (the server then solves at most two at once).")
+                   "ratio (the server then solves at most two at once; give a --time-limit the solves finish in).")
 @click.option("--json", "as_json", is_flag=True)
 def bench_service(num_requests: int, num_jobs: int, num_gpus: int, num_slow: int, read_timeout_s: float,
                   deadline_figures: bool, time_limit_s: float | None, throughput_requests: int, as_json: bool) -> None:

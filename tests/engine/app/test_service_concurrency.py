@@ -138,10 +138,12 @@ def test_bench_service_throughput_reports_one_and_two_at_a_time() -> None:
     from dltsched.engine.app.cli.main import cli
 
     result = CliRunner().invoke(cli, ["bench", "service", "--requests", "1", "--jobs", "20", "--gpus", "16",
-                                      "--slow", "0", "--no-deadline-figures", "--throughput", "4", "--json"])
+                                      "--slow", "0", "--no-deadline-figures", "--throughput", "4", "--time-limit", "20",
+                                      "--json"])
     assert result.exit_code == 0, result.output
     figures = json.loads(result.output)["throughput"]
     one, two = figures["one_at_a_time"], figures["two_at_a_time"]
     assert (one["concurrency"], two["concurrency"]) == (1, 2)
     assert one["answered_with_plan"] == two["answered_with_plan"] == 4
+    assert one["fallback"] == two["fallback"] == 0  # solves that finished, not answers at the deadline
     assert figures["throughput_ratio_2_to_1"] == round(two["requests_per_s"] / one["requests_per_s"], 3)
