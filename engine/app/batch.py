@@ -68,6 +68,7 @@ class BatchItem:
 
     @property
     def key(self) -> str:
+        """The item's identity in the result table: file digest, mode, policy, predictors and seed."""
         return f"{self.file_sha256[:16]}:{self.mode}:{self.policy}:{self.predictors}:{self.seed}"
 
 
@@ -246,6 +247,13 @@ class ResultTable:
         return key in self._done
 
     def append(self, row: dict[str, Any]) -> None:
+        """Add one result row (a retried key replaces its earlier row), under the table's file lock.
+
+        Parameters
+        ----------
+        row
+            Column -> value; missing columns are written empty.
+        """
         clean = {c: "" if row.get(c) is None else str(row[c]) for c in COLUMNS}
         with self._locked():
             self._refresh()
@@ -396,11 +404,19 @@ class Claims:
         return True
 
     def release(self, key: str) -> None:
+        """Give up the claim on ``key`` (closing its lock file); a key not held is ignored.
+
+        Parameters
+        ----------
+        key
+            The item's key.
+        """
         fd = self.held.pop(key, None)
         if fd is not None:
             os.close(fd)
 
     def release_all(self) -> None:
+        """Give up every claim this process holds."""
         for key in list(self.held):
             self.release(key)
 

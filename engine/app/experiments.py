@@ -123,6 +123,22 @@ class Workload(_Strict):
 
 
 class Outputs(_Strict):
+    """Where an experiment writes its results and which of them.
+
+    Parameters
+    ----------
+    dir
+        Output folder; ``None``: ``results/<name>``.
+    tables
+        Whether to write the comparison tables.
+    records_csv
+        Whether to write one CSV row per finished job.
+    figures
+        Figures to draw.
+    format
+        Image format of the figures.
+    """
+
     dir: str | None = None
     tables: bool = True
     records_csv: bool = True
@@ -234,12 +250,31 @@ class LoadedExperiment:
     sha256: str
 
     def instance_path(self) -> Path | None:
+        """The workload's instance file, relative paths resolved against the experiment file's folder.
+
+        Returns
+        -------
+        Path or None
+            The instance's path; ``None`` when the workload is generated rather than read.
+        """
         if self.spec.workload.instance is None:
             return None
         path = Path(self.spec.workload.instance)
         return path if path.is_absolute() else (self.path.parent / path).resolve()
 
     def out_dir(self, override: str | Path | None = None) -> Path:
+        """The folder results go to: ``override``, else the experiment's ``outputs.dir``, else ``results/<name>``.
+
+        Parameters
+        ----------
+        override
+            A folder given on the command line.
+
+        Returns
+        -------
+        Path
+            The output folder (not created).
+        """
         return Path(override or self.spec.outputs.dir or Path("results") / self.spec.name)
 
     def predictor_set(self) -> str:

@@ -98,6 +98,20 @@ class JobMeasurement:
         return tuple(sorted({*self.step_time_s, *self.samples_per_s}))
 
     def lookup(self, values: Mapping[str, float], gpu_type: str) -> float | None:
+        """The value measured on ``gpu_type``, or the one given for every type (``"*"``).
+
+        Parameters
+        ----------
+        values
+            GPU type -> measured value.
+        gpu_type
+            A catalog GPU type.
+
+        Returns
+        -------
+        float or None
+            The value; ``None`` when neither the type nor ``"*"`` was measured.
+        """
         return values.get(gpu_type, values.get("*"))
 
 
@@ -117,6 +131,24 @@ class GroupMeasurement:
     memory_mib: float | None = None
 
     def checked(self, path: str) -> GroupMeasurement:
+        """This measurement, validated and normalised (job ids as text, one value per job).
+
+        Parameters
+        ----------
+        path
+            Where the measurement sits in the caller's input, for error messages.
+
+        Returns
+        -------
+        GroupMeasurement
+            The checked measurement.
+
+        Raises
+        ------
+        ValidationError
+            When the job ids are not two or three distinct ids, or not exactly one of ``speeds`` and
+            ``step_time_s`` is given with one positive value per job.
+        """
         ids = tuple(str(j) for j in self.job_ids)
         if not 2 <= len(ids) <= 3 or len(set(ids)) != len(ids):
             raise ValidationError(f"{path}.job_ids", f"{list(ids)} not understood; two or three distinct job ids")

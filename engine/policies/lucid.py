@@ -82,11 +82,38 @@ class LucidPolicy:
         return low, mid
 
     def sensitivity_class(self, job: Job, gpu_type: str) -> int:
+        """Lucid's interference-sensitivity class of ``job`` on ``gpu_type``.
+
+        Parameters
+        ----------
+        job
+            The job.
+        gpu_type
+            A catalog GPU type.
+
+        Returns
+        -------
+        int
+            0 (barely slowed by a partner), 1 or 2 (most slowed), by the job's mean co-located speed against
+            the class cut points.
+        """
         mean = self.mean_speed(job, gpu_type)
         low, mid = self.thresholds(gpu_type)
         return 2 if mean < low else 1 if mean < mid else 0
 
     def schedule(self, state: ClusterState) -> Plan:
+        """Keep the running jobs where they are and pack the queue, sharing GPUs between compatible classes.
+
+        Parameters
+        ----------
+        state
+            The cluster snapshot.
+
+        Returns
+        -------
+        Plan
+            The round's plan.
+        """
         jobs = {s.job.id: s.job for s in state.jobs}
         for s in state.jobs:  # every job type in view joins the population the relative cut points come from
             for gtype in self._est.candidate_types(s.job, state.cluster):

@@ -399,6 +399,20 @@ class CheckpointStore:
         return True
 
     def start(self, sim: Simulator, *, resume: bool) -> SimulationRun | None:
+        """Open the store for ``sim`` and, when resuming, restore the run it holds.
+
+        Parameters
+        ----------
+        sim
+            The simulator about to run.
+        resume
+            Whether to continue from the checkpoint file if there is one.
+
+        Returns
+        -------
+        SimulationRun or None
+            The restored run; ``None`` for a fresh start.
+        """
         self._started = time.perf_counter()
         self._fingerprint = fingerprint(sim)
         _check_regular(self.path)
@@ -408,6 +422,18 @@ class CheckpointStore:
         return restore(self.path, sim, self._fingerprint)
 
     def save(self, state: dict[str, Any]) -> None:
+        """Write the run's state atomically and record how long it took.
+
+        Parameters
+        ----------
+        state
+            The run state (its public ``to_dict`` form).
+
+        Raises
+        ------
+        RuntimeError
+            When called before :meth:`start`.
+        """
         if self._fingerprint is None:
             raise RuntimeError("CheckpointStore.save before start")
         write_checkpoint(self.path, self._fingerprint, state)

@@ -26,7 +26,19 @@ class Policy(Protocol):
     name: str
     round_interval_s: float | None
 
-    def schedule(self, state: ClusterState) -> Plan: ...
+    def schedule(self, state: ClusterState) -> Plan:
+        """The plan for one round.
+
+        Parameters
+        ----------
+        state
+            The cluster snapshot.
+
+        Returns
+        -------
+        Plan
+            Which jobs run where, co-located and frozen how.
+        """
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,19 +97,25 @@ class RunSetup(Protocol):
     """What a run is of (:class:`dltsched.engine.sim.simulator.Simulator` is one): read-only here."""
 
     @property
-    def instance(self) -> Instance: ...
+    def instance(self) -> Instance:
+        """The cluster and workload being simulated."""
 
     @property
-    def policy(self) -> Policy: ...
+    def policy(self) -> Policy:
+        """The scheduling policy."""
 
     @property
-    def truth(self) -> GroundTruth: ...
+    def truth(self) -> GroundTruth:
+        """The ground truth that advances jobs."""
 
     @property
-    def config(self) -> SimulationConfig: ...
+    def config(self) -> SimulationConfig:
+        """The simulation's settings."""
 
     @property
-    def store(self) -> Any: ...
+    def store(self) -> Any:
+        """Where checkpoints go (a ``RunStore``); ``None`` for none."""
 
     @property
-    def on_round(self) -> Callable[[float, int], None] | None: ...
+    def on_round(self) -> Callable[[float, int], None] | None:
+        """Called after each round with the simulated time (s) and the round's number; ``None`` for none."""

@@ -77,9 +77,23 @@ class FaultSchedule:
         return failed, repaired
 
     def state_dict(self) -> dict[str, object]:
+        """The schedule's position as plain JSON data (for checkpoints).
+
+        Returns
+        -------
+        dict[str, object]
+            Cycle position, open down windows (start, end in seconds) and nodes down now.
+        """
         return {"cycle": list(self.cycle), "window": [list(w) for w in self.window], "down": sorted(self.down)}
 
     def load_state_dict(self, data: dict[str, list]) -> None:  # type: ignore[type-arg]
+        """Restore a position written by :meth:`state_dict`.
+
+        Parameters
+        ----------
+        data
+            What :meth:`state_dict` returned.
+        """
         self.cycle = [int(c) for c in data["cycle"]]
         self.window = [(float(a), float(b)) for a, b in data["window"]]
         self.down = {int(n) for n in data["down"]}

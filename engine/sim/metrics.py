@@ -39,10 +39,12 @@ class JobRecord:
 
     @property
     def jct_s(self) -> float:
+        """Job completion time: finish less arrival, seconds."""
         return self.finish_s - self.arrival_s
 
     @property
     def queueing_s(self) -> float:
+        """Time from arrival to the first start, seconds."""
         return self.first_start_s - self.arrival_s
 
 

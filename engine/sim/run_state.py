@@ -41,6 +41,42 @@ _interval_values = attrgetter(*_INTERVAL_FIELDS)
 
 @dataclass(slots=True)
 class ActiveJob:
+    """A job the simulator has admitted and not finished: its progress and where it runs.
+
+    Times are simulated seconds.
+
+    Parameters
+    ----------
+    job
+        The job.
+    remaining
+        Useful iterations still to run.
+    attained_s
+        GPU service attained so far (GPU-seconds).
+    assignment
+        Where it runs now; ``None`` while queued.
+    rate
+        Useful iterations per second at the current placement.
+    ready_at
+        When progress starts after the restore delay.
+    preemptions
+        How often it was preempted or migrated.
+    first_start
+        When it first ran; ``None`` before.
+    queued_since
+        When it last entered the queue.
+    penalty
+        The frozen-layer accuracy penalty at its current freeze level.
+    placed_at
+        When it was placed where it runs now.
+    ckpt_remaining
+        Remaining iterations at its last checkpoint.
+    failures
+        How often it crashed (node faults, out of memory).
+    blind_ooms
+        Crashes out of memory that taught nothing new.
+    """
+
     job: Job
     remaining: float
     attained_s: float = 0.0
@@ -59,6 +95,13 @@ class ActiveJob:
     version: int = 0  # bumps when the job's completion time changes; stale heap entries are skipped
 
     def to_dict(self) -> dict[str, Any]:
+        """The job's state as JSON-ready data (what :meth:`from_dict` reads).
+
+        Returns
+        -------
+        dict[str, Any]
+            Field -> value; the job itself by id (and its remaining GPU types).
+        """
         asg = self.assignment
         return {"id": self.job.id, "gpu_types": list(self.job.gpu_types),  # fewer than submitted after an OOM
                 "remaining": self.remaining, "attained_s": self.attained_s,
@@ -70,6 +113,20 @@ class ActiveJob:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], job: Job) -> ActiveJob:
+        """Restore a state written by :meth:`to_dict`.
+
+        Parameters
+        ----------
+        data
+            What :meth:`to_dict` returned.
+        job
+            The instance's job of that id (its GPU types are narrowed to the saved ones).
+
+        Returns
+        -------
+        ActiveJob
+            The restored job state.
+        """
         if tuple(data["gpu_types"]) != job.gpu_types:
             job = replace(job, gpu_types=tuple(data["gpu_types"]))
         asg = data["assignment"]

@@ -80,9 +80,30 @@ class RunStore(Protocol):
 
     every_rounds: int
 
-    def start(self, sim: Simulator, *, resume: bool) -> SimulationRun | None: ...
+    def start(self, sim: Simulator, *, resume: bool) -> SimulationRun | None:
+        """Open the store for ``sim`` and, when resuming, restore the run it holds.
 
-    def save(self, state: dict[str, Any]) -> None: ...
+        Parameters
+        ----------
+        sim
+            The simulator about to run.
+        resume
+            Whether to continue from a stored run if there is one.
+
+        Returns
+        -------
+        SimulationRun or None
+            The restored run; ``None`` for a fresh start.
+        """
+
+    def save(self, state: dict[str, Any]) -> None:
+        """Store the run's state.
+
+        Parameters
+        ----------
+        state
+            The run state (its public ``to_dict`` form).
+        """
 
 
 @dataclass(slots=True)
@@ -118,6 +139,13 @@ class SimulationRun(PlacingRun):
     _durable: tuple[int, int, float]
 
     def run(self) -> SimulationResult:
+        """Run to the end (observing memory, and profiles when the configuration asks for profiling).
+
+        Returns
+        -------
+        SimulationResult
+            Per-job records and the run's metrics.
+        """
         with observing_memory(self.memory_seen):
             if self.cfg.profiling is None:
                 return self._run()

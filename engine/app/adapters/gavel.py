@@ -98,6 +98,7 @@ class GavelPolicy:
 
     @property
     def name(self) -> str:
+        """The policy's name as results and tables show it."""
         return self._name
 
     def get_allocation(self, unflattened_throughputs: Mapping[Hashable, Mapping[str, Any]],

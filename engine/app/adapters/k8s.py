@@ -266,6 +266,34 @@ def node_info(node: Any, path: str = "Node", limits: ExtenderLimits | None = Non
 
 @dataclass
 class PodRecord:
+    """What the extender knows of one GPU pod: identity, request, and where and when it was bound.
+
+    Times are the extender's clock in seconds (``time.time()``).
+
+    Parameters
+    ----------
+    uid
+        The pod's Kubernetes UID.
+    name
+        The pod's name.
+    namespace
+        The pod's namespace.
+    gpus
+        GPUs the pod requests.
+    spec
+        The training job the pod's annotations describe; ``None`` when they describe none.
+    node
+        The node the pod is bound to; ``None`` while pending.
+    bound_at
+        When the pod was bound; ``None`` while pending.
+    seen_at
+        When the extender last heard of the pod.
+    pending
+        Whether the watch reports it pending (it competes in the plan until bound or gone).
+    first_seen
+        When the extender first heard of it (plans weigh the longest-waiting pods first).
+    """
+
     uid: str
     name: str
     namespace: str
@@ -282,6 +310,26 @@ class PodRecord:
 
 @dataclass(frozen=True, slots=True)
 class ExtenderSettings:
+    """How the scheduler extender plans: default GPU type, backend, objective and limits.
+
+    Parameters
+    ----------
+    default_gpu_type
+        GPU type assumed for a node that names none (a catalog id or alias); ``None``: such nodes are refused.
+    backend
+        Round backend the plans are solved with.
+    objective
+        Round objective.
+    time_limit_s
+        Wall-clock limit of one plan's solve, seconds.
+    predictors
+        Predictor bundle the plans price jobs with.
+    queue_ttl_s
+        How long a pod seen in a filter call competes in plans, seconds (the watch knows pending pods exactly).
+    limits
+        Size limits of what the extender accepts.
+    """
+
     default_gpu_type: str | None = None
     backend: str = "cpsat"
     objective: str = "jct"
@@ -331,6 +379,18 @@ class K8sExtender:
 
     # --- what the extender remembers (all bounded)
     def observe_node(self, info: NodeInfo) -> None:
+        """Add or update a node from the watch or a filter call.
+
+        Parameters
+        ----------
+        info
+            The node's name, GPU type and GPU count.
+
+        Raises
+        ------
+        LimitExceeded
+            When the known nodes would hold more GPUs than the extender's ``max_gpus``.
+        """
         with self.lock:
             old = self.nodes.get(info.name)
             gpus = self.total_gpus - (old.num_gpus if old else 0) + info.num_gpus
@@ -346,6 +406,13 @@ class K8sExtender:
                 self.version += 1
 
     def forget_node(self, name: str) -> None:
+        """Drop a node that left the cluster (an unknown name is ignored).
+
+        Parameters
+        ----------
+        name
+            The node's name.
+        """
         with self.lock:
             old = self.nodes.pop(name, None)
             if old is not None:
@@ -385,6 +452,18 @@ class K8sExtender:
             return pod is not None
 
     def free_gpus(self, node: str) -> int:
+        """GPUs of ``node`` that no bound pod holds.
+
+        Parameters
+        ----------
+        node
+            A known node's name.
+
+        Returns
+        -------
+        int
+            The node's GPU count less the GPUs of the pods bound to it.
+        """
         with self.lock:
             taken = sum(p.gpus for p in self.pods.values() if p.node == node)
             return self.nodes[node].num_gpus - taken

@@ -91,6 +91,13 @@ class KubeWatcher:
         self.errors = 0
 
     def start(self) -> KubeWatcher:
+        """Start one daemon thread watching nodes and one watching pods.
+
+        Returns
+        -------
+        KubeWatcher
+            This watcher, started.
+        """
         for kind in ("nodes", "pods"):
             thread = threading.Thread(target=self._run, args=(kind,), name=f"dltsched-watch-{kind}", daemon=True)
             thread.start()
@@ -103,6 +110,7 @@ class KubeWatcher:
         return all(e.wait(max(0.0, deadline - time.monotonic())) for e in self.synced.values())
 
     def stop(self) -> None:
+        """Ask the watch threads to stop after their current request."""
         self.stopping.set()
 
     # --- one resource: list, then watch from its version; list again on 410 or any failure

@@ -135,6 +135,13 @@ class WarningTally(logging.Handler):
         self.example: dict[str, str] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
+        """Count a warning by its message template and keep its first rendered text as the example.
+
+        Parameters
+        ----------
+        record
+            The warning's log record.
+        """
         key = str(record.msg)
         self.counts[key] += 1
         self.example.setdefault(key, record.getMessage())
