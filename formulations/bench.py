@@ -25,6 +25,23 @@ DEFAULT_SIZES = ("20x16", "200x256", "1000x1024")
 
 
 def parse_size(text: str) -> tuple[int, int]:
+    """A benchmark size written ``JOBSxGPUS`` (e.g. ``200x256``).
+
+    Parameters
+    ----------
+    text
+        The size.
+
+    Returns
+    -------
+    tuple[int, int]
+        Jobs and GPUs.
+
+    Raises
+    ------
+    ValueError
+        When it is not two numbers, or not at least one job and a positive multiple of 8 GPUs.
+    """
     try:
         jobs, gpus = (int(v) for v in text.lower().split("x"))
     except ValueError:
@@ -83,6 +100,7 @@ class BenchRow:
 
     @property
     def round_build_time_s(self) -> float:
+        """Median seconds to build the round problem (predictions and candidates)."""
         return self.median["round_build_s"]
 
     @property
@@ -92,6 +110,7 @@ class BenchRow:
 
     @property
     def solve_time_s(self) -> float:
+        """Median seconds the backend took to solve."""
         return self.median["solve_s"]
 
 
@@ -161,6 +180,20 @@ def winners(rows: list[BenchRow], minimize: bool = False) -> dict[str, str]:
 
 
 def rows_as_dicts(rows: list[BenchRow], winner: dict[str, str]) -> list[dict[str, Any]]:
+    """The rows as JSON-ready dicts, each marked whether its backend was the fastest for its size.
+
+    Parameters
+    ----------
+    rows
+        The measured rows.
+    winner
+        Size -> the fastest backend.
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        One dict a row (timings in seconds, memory in MiB).
+    """
     return [{"size": r.size, "backend": r.backend, "num_candidates": r.num_candidates,
              "round_build_time_s": r.round_build_time_s, "build_time_s": r.build_time_s,
              "solve_time_s": r.solve_time_s, **{stage: r.median[stage] for stage in STAGES},
