@@ -197,6 +197,13 @@ class Fold:
     table: dict[str, Any]  # the co-location predictor's JSON: a profile model, or a ``ColocationTable``
 
     def step_time(self) -> Any:
+        """The fold's step-time predictor (its fitted factors).
+
+        Returns
+        -------
+        DeletePopStepTime
+            The predictor.
+        """
         from dltsched.predictors.steptime import DeletePopStepTime
 
         return DeletePopStepTime(factors=self.factors)
@@ -216,6 +223,13 @@ class Fold:
         return table
 
     def to_json(self) -> dict[str, Any]:
+        """The fold as plain JSON data.
+
+        Returns
+        -------
+        dict[str, Any]
+            Held-out models, step-time factors and the co-location predictor's JSON.
+        """
         return {"held_out": list(self.held_out), "factors": self.factors, "table": self.table}
 
 
@@ -226,14 +240,62 @@ class CrossFitStepTime:
         self._by_model, self._fallback = dict(by_model), fallback
 
     def for_model(self, model: str) -> Any:
+        """The step-time predictor of the fold that held ``model`` out (the fallback for a model no fold held out).
+
+        Parameters
+        ----------
+        model
+            A model id or alias.
+
+        Returns
+        -------
+        StepTimePredictor
+            The predictor.
+        """
         return self._by_model.get(canonical_model(model), self._fallback)
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
+        """Seconds per iteration of ``job`` on ``num_gpus`` GPUs of ``gpu_type``, from the fold that held the job's model out.
+
+        Parameters
+        ----------
+        job
+            The job.
+        gpu_type
+            A catalog GPU type.
+        num_gpus
+            GPUs it runs on; ``None``: the job's own ``num_gpus``.
+        freeze_level
+            Leading layers frozen (their backward pass is skipped).
+        num_nodes
+            Nodes the GPUs span (more than one pays cross-node communication).
+
+        Returns
+        -------
+        float
+            Seconds per iteration.
+        """
         return float(self.for_model(job.model).step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level,
                                                            num_nodes=num_nodes))
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        """Peak GPU memory of one worker of ``job`` on ``gpu_type`` at ``freeze_level``, MiB, from the fold that held the job's model out.
+
+        Parameters
+        ----------
+        job
+            The job.
+        gpu_type
+            A catalog GPU type.
+        freeze_level
+            Leading layers frozen.
+
+        Returns
+        -------
+        float
+            MiB.
+        """
         return float(self.for_model(job.model).memory_mib(job, gpu_type, freeze_level=freeze_level))
 
 
@@ -247,9 +309,35 @@ class CrossFitColocation:
         self.record = dict(record or {})
 
     def for_model(self, model: str) -> Any:
+        """The co-location predictor of the fold that held ``model`` out (the fallback for a model no fold held out).
+
+        Parameters
+        ----------
+        model
+            A model id or alias.
+
+        Returns
+        -------
+        ColocationPredictor
+            The predictor.
+        """
         return self._by_model.get(canonical_model(model), self._fallback)
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        """Each job's speed sharing one ``gpu_type`` GPU with the others, relative to running alone; each job's speed from the fold that held its model out.
+
+        Parameters
+        ----------
+        jobs
+            The co-located jobs.
+        gpu_type
+            A catalog GPU type.
+
+        Returns
+        -------
+        tuple[float, ...]
+            Speeds in (0, 1], in ``jobs``' order.
+        """
         group = tuple(jobs)
         answers: dict[int, tuple[float, ...]] = {}
         out = []
@@ -261,6 +349,20 @@ class CrossFitColocation:
         return tuple(out)
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        """The group's GPU memory when co-located on one ``gpu_type`` GPU, MiB; the largest of the folds' answers for the group's models.
+
+        Parameters
+        ----------
+        jobs
+            The co-located jobs.
+        gpu_type
+            A catalog GPU type.
+
+        Returns
+        -------
+        float
+            MiB.
+        """
         tables = {id(t): t for t in (self.for_model(j.model) for j in jobs)}
         return max(float(t.group_memory_mib(jobs, gpu_type)) for t in tables.values())
 

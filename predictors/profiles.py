@@ -115,6 +115,13 @@ class ProfileSet(Mapping[ProfileKey, JobProfile]):
         return found[0] if len(found) == 1 else None
 
     def gpus(self) -> tuple[str, ...]:
+        """The GPU types profiled.
+
+        Returns
+        -------
+        tuple[str, ...]
+            Sorted GPU types.
+        """
         return tuple(sorted({k.gpu for k in self._by_key}))
 
     def merged(self, other: Iterable[JobProfile]) -> ProfileSet:

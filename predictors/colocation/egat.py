@@ -63,6 +63,22 @@ class GatedGatLayer(nn.Module):
         self.norm = nn.LayerNorm(hidden)
 
     def forward(self, h: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor) -> torch.Tensor:
+        """One gated message-passing step: attention messages mixed into the node states through a learned gate.
+
+        Parameters
+        ----------
+        h
+            Node states, one row a node.
+        edge_index
+            Source and target node of each edge (2 x edges).
+        edge_attr
+            Edge features, one row an edge.
+
+        Returns
+        -------
+        torch.Tensor
+            The new node states (normalised residual update).
+        """
         m = self.conv(h, edge_index, edge_attr)
         g = torch.sigmoid(self.gate(torch.cat([h, m], dim=-1)))
         return self.norm(h + g * m)
@@ -126,6 +142,18 @@ def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
 
 
 def collate(graphs: Sequence[Data]) -> Batch:
+    """One batch of group graphs, remembering how many jobs each graph holds.
+
+    Parameters
+    ----------
+    graphs
+        The graphs.
+
+    Returns
+    -------
+    Batch
+        The batched graphs with ``num_jobs`` per graph.
+    """
     batch = Batch.from_data_list(list(graphs))
     batch.num_jobs = torch.tensor([g.num_jobs for g in graphs], dtype=torch.long)
     return batch

@@ -314,6 +314,13 @@ class NumpyEggat:
         return cls.from_meta(load_file(str(path)), meta)
 
     def check(self, group: Group) -> None:
+        """Refuse a group the network cannot featurize (see :func:`check_eggat_group`).
+
+        Parameters
+        ----------
+        group
+            The group.
+        """
         check_eggat_group(group, self.max_jobs, self.gpus)
 
     def saw(self, feature: str) -> bool:

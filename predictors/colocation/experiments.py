@@ -45,9 +45,35 @@ class ShippedTable:
         self.table = default_table()
 
     def fit(self, train: ColocDataset) -> ShippedTable:
+        """Fit on ``train`` (nothing: the shipped table is used as it is).
+
+        Parameters
+        ----------
+        train
+            The measured co-locations and isolated profiles to learn from.
+
+        Returns
+        -------
+        ShippedTable
+            This predictor, fitted.
+        """
         return self
 
     def predict(self, groups: Sequence[Any], data: ColocDataset) -> list[GroupPrediction]:
+        """Predict each group's co-located speeds, memory and utilisation (looked up in the shipped table).
+
+        Parameters
+        ----------
+        groups
+            The groups (GPU type and job types).
+        data
+            The dataset whose isolated profiles the prediction may read.
+
+        Returns
+        -------
+        list[GroupPrediction]
+            One prediction a group, in ``groups``' order.
+        """
         return self.table.predict(groups, data)
 
 
@@ -56,6 +82,18 @@ class ProfileBaseOnly(ProfileColocation):
     ``profile`` on the same folds it says what the trees add out of fold."""
 
     def fit(self, train: ColocDataset) -> ProfileBaseOnly:
+        """Fit on ``train`` (the profile rule only: the learned corrections are dropped).
+
+        Parameters
+        ----------
+        train
+            The measured co-locations and isolated profiles to learn from.
+
+        Returns
+        -------
+        ProfileBaseOnly
+            This predictor, fitted.
+        """
         super().fit(train)
         self.speed_trees = self.memory_trees = self.util_trees = self.pair_speed_trees = None
         return self

@@ -37,6 +37,18 @@ class Group:
 
 
 def group_of(sample: ColocSample) -> Group:
+    """The group (GPU type and job types) that ``sample`` measured.
+
+    Parameters
+    ----------
+    sample
+        A measured co-location.
+
+    Returns
+    -------
+    Group
+        Its group.
+    """
     return Group(sample.gpu, sample.jobs)
 
 
@@ -52,12 +64,40 @@ def resolve_gpu(gpu: str) -> str:
 
 @cache
 def gpu_features(gpu: str) -> tuple[float, ...]:
+    """A GPU type's features: log FP32 and FP16 tensor TFLOPS, log bandwidth (GB/s), log memory (GiB), SMs / 100,
+    and whether it is Lucid's unrecorded GPU.
+
+    Parameters
+    ----------
+    gpu
+        A catalog GPU type or Lucid's.
+
+    Returns
+    -------
+    tuple[float, ...]
+        The features.
+    """
     spec = gpu_spec(LUCID_PROXY_GPU if gpu == LUCID_GPU else gpu)
     return (math.log(spec.fp32_tflops), math.log(spec.fp16_tensor_tflops), math.log(spec.memory_bandwidth_gbs),
             math.log(spec.memory_gib), spec.sm_count / 100.0, 1.0 if gpu == LUCID_GPU else 0.0)
 
 
 def job_features(job: JobSpec, profile: IsolatedProfile | None) -> tuple[float, ...]:
+    """A job type's features: batch, precision, model size and work (logs), layers, and its isolated profile's step
+    time, memory and utilisation where there is one (0 where not).
+
+    Parameters
+    ----------
+    job
+        The job type.
+    profile
+        Its isolated profile on the GPU; ``None`` when none was measured.
+
+    Returns
+    -------
+    tuple[float, ...]
+        The features.
+    """
     spec = model_spec(job.model)
     data = spec.dataset(job.dataset)
     half = 0.5 if job.amp else 1.0
@@ -73,6 +113,22 @@ def job_features(job: JobSpec, profile: IsolatedProfile | None) -> tuple[float, 
 
 
 def profile_of(isolated: Mapping[tuple[str, JobSpec], IsolatedProfile], gpu: str, job: JobSpec) -> IsolatedProfile | None:
+    """The isolated profile of ``job`` on ``gpu``, if measured.
+
+    Parameters
+    ----------
+    isolated
+        (GPU, job type) -> isolated profile.
+    gpu
+        The GPU type.
+    job
+        The job type.
+
+    Returns
+    -------
+    IsolatedProfile or None
+        The profile; ``None`` when not measured.
+    """
     return isolated.get((gpu, job))
 
 

@@ -145,9 +145,27 @@ class StackedTrees:
 
     @property
     def num_features(self) -> int:
+        """Columns a row must have: the widest ensemble's offset plus its feature count."""
         return max(o + t.num_features for t, o in zip(self.parts, self.offsets, strict=True))
 
     def predict(self, x: Any) -> np.ndarray:
+        """Every ensemble's prediction for each row.
+
+        Parameters
+        ----------
+        x
+            Rows of features, shape (n, at least :attr:`num_features`).
+
+        Returns
+        -------
+        np.ndarray
+            Shape (n, ensembles): column ``k`` is ensemble ``k``'s prediction.
+
+        Raises
+        ------
+        ValueError
+            When ``x`` is not two-dimensional or has too few columns.
+        """
         rows = np.asarray(x, dtype=float)
         if rows.ndim != 2 or rows.shape[1] < self.num_features:
             raise ValueError(f"rows of shape {rows.shape} not understood; expected (n, {self.num_features})")
@@ -176,11 +194,35 @@ class JsonTrees:
         return self.baseline + self._flat.leaves(rows).sum(axis=1)
 
     def to_json(self) -> dict[str, Any]:
+        """The ensemble as plain JSON data (what :meth:`from_json` reads).
+
+        Returns
+        -------
+        dict[str, Any]
+            Baseline, feature count and the trees' node arrays.
+        """
         return {"baseline": self.baseline, "num_features": self.num_features,
                 "trees": [{k: list(v) for k, v in t.items()} for t in self.trees]}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> JsonTrees:
+        """An ensemble from :meth:`to_json`'s data.
+
+        Parameters
+        ----------
+        raw
+            The JSON data.
+
+        Returns
+        -------
+        JsonTrees
+            The ensemble.
+
+        Raises
+        ------
+        ValueError
+            When a tree does not have exactly the node arrays expected.
+        """
         keys = ("feature", "threshold", "missing_left", "left", "right", "leaf", "value")
         trees = []
         for n, t in enumerate(raw["trees"]):

@@ -86,14 +86,17 @@ class JobVector:
 
     @property
     def u_predicted(self) -> float:
+        """1.0 when the profile's GPU utilisation was predicted rather than measured, else 0.0."""
         return float("gpu_util" in self.profile.predicted)
 
     @property
     def memory_predicted(self) -> bool:
+        """Whether the profile's memory was predicted rather than measured."""
         return "memory_mib" in self.profile.predicted
 
     @property
     def numbers(self) -> tuple[float, ...]:
+        """The vector's numbers in the order group rows read them (flags for predicted values included)."""
         predicted = self.profile.predicted
         return (self.u, self.bw, self.log_step, self.memory_mib, self.log_batch, self.amp, self.gflops, self.act,
                 self.params, self.layers, self.k80_ratio, self.p100_ratio, self.gflops_step,
@@ -101,11 +104,35 @@ class JobVector:
 
 
 def real_gpu(gpu: str) -> str:
+    """The catalog GPU whose spec sheet stands for ``gpu`` (Lucid's unrecorded GPU has a proxy).
+
+    Parameters
+    ----------
+    gpu
+        A catalog GPU type or Lucid's.
+
+    Returns
+    -------
+    str
+        A catalog GPU type.
+    """
     return LUCID_PROXY_GPU if gpu == LUCID_GPU else gpu
 
 
 @cache
 def gpu_consts(gpu: str) -> tuple[float, float, float]:
+    """A GPU type's memory (MiB), log FP32 TFLOPS and log memory bandwidth (GB/s).
+
+    Parameters
+    ----------
+    gpu
+        A catalog GPU type or Lucid's.
+
+    Returns
+    -------
+    tuple[float, float, float]
+        The three numbers.
+    """
     spec = gpu_spec(real_gpu(gpu))
     return spec.memory_gib * 1024.0, math.log(spec.fp32_tflops), math.log(spec.memory_bandwidth_gbs)
 

@@ -75,6 +75,18 @@ def train_profile_table(out_dir: str | os.PathLike[str], dataset: str = "gavel",
 
 
 def path_name(dataset: str) -> str:
+    """File name of the profile model trained on ``dataset``.
+
+    Parameters
+    ----------
+    dataset
+        The dataset's name.
+
+    Returns
+    -------
+    str
+        ``table_profile_<dataset>.json``.
+    """
     return f"table_profile_{dataset}.json"
 
 

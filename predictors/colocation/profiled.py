@@ -164,6 +164,13 @@ class ColocationEstimate:
         return any(s != "measured" for s in self.sources)
 
     def as_group_prediction(self) -> GroupPrediction:
+        """The estimate without its sources.
+
+        Returns
+        -------
+        GroupPrediction
+            Speeds, memory (MiB) and GPU utilisation (%).
+        """
         return GroupPrediction(self.speeds, self.memory_mib, self.gpu_util)
 
 
@@ -591,9 +598,37 @@ class ProfileColocation:
         return found
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        """Each job's speed sharing one ``gpu_type`` GPU with the others, relative to running alone, from the jobs' profiles.
+
+        Parameters
+        ----------
+        jobs
+            The co-located jobs.
+        gpu_type
+            A catalog GPU type.
+
+        Returns
+        -------
+        tuple[float, ...]
+            Speeds in (0, 1], in ``jobs``' order.
+        """
         return self.estimate(jobs, gpu_type).speeds
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        """The group's GPU memory when co-located on one ``gpu_type`` GPU, MiB, from the jobs' profiles.
+
+        Parameters
+        ----------
+        jobs
+            The co-located jobs.
+        gpu_type
+            A catalog GPU type.
+
+        Returns
+        -------
+        float
+            MiB.
+        """
         return self.estimate(jobs, gpu_type).memory_mib
 
     def colocation_sources(self, jobs: Sequence[Job], gpu_type: str) -> tuple[str, ...]:
@@ -620,6 +655,13 @@ class ProfileColocation:
 
     # ------------------------------------------------------------------ files
     def to_json(self) -> dict[str, Any]:
+        """The fitted model as plain JSON data: hyper-parameters, profiles and tree ensembles.
+
+        Returns
+        -------
+        dict[str, Any]
+            What :meth:`from_json` reads.
+        """
         def trees(t: JsonTrees | None) -> dict[str, Any] | None:
             return t.to_json() if t is not None else None
 
@@ -636,6 +678,13 @@ class ProfileColocation:
                           if self.eggat is not None and self.eggat_checkpoint else None)}
 
     def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the model as compact JSON.
+
+        Parameters
+        ----------
+        path
+            The file.
+        """
         Path(path).write_text(json.dumps(self.to_json(), separators=(",", ":")))
 
     @classmethod
@@ -666,6 +715,18 @@ class ProfileColocation:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ProfileColocation:
+        """A model written by :meth:`save`.
+
+        Parameters
+        ----------
+        path
+            The file (files it names are found beside it).
+
+        Returns
+        -------
+        ProfileColocation
+            The model.
+        """
         return cls.from_json(json.loads(Path(path).read_text()), Path(path).parent)
 
     def attach_eggat(self, eggat: Any, weight: float = 0.5, checkpoint: str | None = None) -> ProfileColocation:

@@ -51,6 +51,7 @@ class JobSpec:
 
     @property
     def label(self) -> str:
+        """``model:batch`` with ``:amp`` for mixed precision, e.g. ``resnet50:64:amp``."""
         return f"{self.model}:{self.batch_size}{':amp' if self.amp else ''}"
 
 
@@ -85,6 +86,7 @@ class ColocSample:
 
     @property
     def models(self) -> frozenset[str]:
+        """The models in the group."""
         return frozenset(j.model for j in self.jobs)
 
 
@@ -97,12 +99,38 @@ class ColocDataset:
     name: str = ""
 
     def subset(self, samples: Iterable[ColocSample]) -> ColocDataset:
+        """A dataset of ``samples`` with this one's isolated profiles and name.
+
+        Parameters
+        ----------
+        samples
+            The samples to keep.
+
+        Returns
+        -------
+        ColocDataset
+            The subset.
+        """
         return ColocDataset(tuple(samples), self.isolated, self.name)
 
     def gpus(self) -> tuple[str, ...]:
+        """The GPU types the samples were measured on.
+
+        Returns
+        -------
+        tuple[str, ...]
+            Sorted GPU types.
+        """
         return tuple(sorted({s.gpu for s in self.samples}))
 
     def models(self) -> tuple[str, ...]:
+        """The models the samples hold.
+
+        Returns
+        -------
+        tuple[str, ...]
+            Sorted model ids.
+        """
         return tuple(sorted({m for s in self.samples for m in s.models}))
 
     def __len__(self) -> int:

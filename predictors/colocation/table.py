@@ -47,10 +47,36 @@ DEFAULT_TABLE = "default_table.json"
 
 
 def job_key(job: JobSpec) -> str:
+    """A job type's key in a table (its label).
+
+    Parameters
+    ----------
+    job
+        The job type.
+
+    Returns
+    -------
+    str
+        ``model:batch[:amp]``.
+    """
     return job.label
 
 
 def group_key(gpu: str, jobs: Sequence[JobSpec]) -> str:
+    """A group's key in a table: the GPU type and the sorted job keys, joined by ``|``.
+
+    Parameters
+    ----------
+    gpu
+        The GPU type.
+    jobs
+        The job types.
+
+    Returns
+    -------
+    str
+        The key.
+    """
     return "|".join([gpu, *sorted(job_key(j) for j in jobs)])
 
 
@@ -172,23 +198,84 @@ class ColocationTable:
 
     # ------------------------------------------------------------------ engine interface
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        """Each job's speed sharing one ``gpu_type`` GPU with the others, relative to running alone, looked up in the table.
+
+        Parameters
+        ----------
+        jobs
+            The co-located jobs.
+        gpu_type
+            A catalog GPU type.
+
+        Returns
+        -------
+        tuple[float, ...]
+            Speeds in (0, 1], in ``jobs``' order.
+        """
         return self._speeds(Group(gpu_type, tuple(_spec(j) for j in jobs)))[0].speeds
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        """The group's GPU memory when co-located on one ``gpu_type`` GPU, MiB, looked up in the table.
+
+        Parameters
+        ----------
+        jobs
+            The co-located jobs.
+        gpu_type
+            A catalog GPU type.
+
+        Returns
+        -------
+        float
+            MiB.
+        """
         memory = self.predict_group(Group(gpu_type, tuple(_spec(j) for j in jobs))).memory_mib
         assert memory is not None
         return memory
 
     # ------------------------------------------------------------------ files
     def to_json(self) -> dict[str, Any]:
+        """The table as plain JSON data (what :meth:`from_json` reads).
+
+        Returns
+        -------
+        dict[str, Any]
+            Format tag, group size limit, record and entries.
+        """
         return {"format": "dltsched-colocation-table/1", "max_jobs": self.max_jobs, "record": self.record,
                 "entries": {k: [list(v.speeds), v.memory_mib, v.gpu_util] for k, v in sorted(self.entries.items())}}
 
     def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the table as compact JSON.
+
+        Parameters
+        ----------
+        path
+            The file.
+        """
         Path(path).write_text(json.dumps(self.to_json(), separators=(",", ":")))
 
     @classmethod
     def from_json(cls, raw: dict[str, Any], *, strict: bool = False) -> ColocationTable:
+        """A table from :meth:`to_json`'s data.
+
+        Parameters
+        ----------
+        raw
+            The JSON data.
+        strict
+            Whether a group not in the table is an error rather than predicted.
+
+        Returns
+        -------
+        ColocationTable
+            The table.
+
+        Raises
+        ------
+        ValidationError
+            When the data is not a ``dltsched-colocation-table/1``.
+        """
         if raw.get("format") != "dltsched-colocation-table/1":
             raise ValidationError("format", f"{raw.get('format')!r} not understood; expected dltsched-colocation-table/1")
         entries = {k: GroupPrediction(tuple(v[0]), v[1], v[2]) for k, v in raw["entries"].items()}
@@ -196,6 +283,20 @@ class ColocationTable:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, strict: bool = False) -> ColocationTable:
+        """A table written by :meth:`save`.
+
+        Parameters
+        ----------
+        path
+            The file.
+        strict
+            Whether a group not in the table is an error rather than predicted.
+
+        Returns
+        -------
+        ColocationTable
+            The table.
+        """
         return cls.from_json(json.loads(Path(path).read_text()), strict=strict)
 
 

@@ -154,6 +154,13 @@ class EggatPredictor:
         return out
 
     def config_dict(self) -> dict[str, Any]:
+        """The network's hyper-parameters as a plain dict.
+
+        Returns
+        -------
+        dict[str, Any]
+            Field -> value of :class:`EggatConfig`.
+        """
         return asdict(self.config)
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -166,6 +173,18 @@ class EggatPredictor:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> EggatPredictor:
+        """A predictor saved as safetensors, with its configuration and record from the file's metadata.
+
+        Parameters
+        ----------
+        path
+            The ``.safetensors`` file.
+
+        Returns
+        -------
+        EggatPredictor
+            The predictor, weights loaded.
+        """
         from safetensors import safe_open
         from safetensors.torch import load_file
 
@@ -215,6 +234,18 @@ class ProfileWithEggat:
     chosen: dict[str, Any] = field(default_factory=dict)
 
     def fit(self, train: ColocDataset) -> ProfileWithEggat:
+        """Fit on ``train`` (the profile model, with the graph network's prediction as one more input).
+
+        Parameters
+        ----------
+        train
+            The measured co-locations and isolated profiles to learn from.
+
+        Returns
+        -------
+        ProfileWithEggat
+            This predictor, fitted.
+        """
         weight = self.weight if self.weight is not None else self._inner_weight(train)
         self.eggat = EggatPredictor(self.config).fit(without_absent(train))
         self.model = ProfileColocation(seed=self.config.seed).fit(train).attach_eggat(self.eggat.to_numpy(), weight)
@@ -240,6 +271,25 @@ class ProfileWithEggat:
         return best
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
+        """Predict each group's co-located speeds, memory and utilisation (the fitted profile model with the graph network).
+
+        Parameters
+        ----------
+        groups
+            The groups (GPU type and job types).
+        data
+            The dataset whose isolated profiles the prediction may read.
+
+        Returns
+        -------
+        list[GroupPrediction]
+            One prediction a group, in ``groups``' order.
+
+        Raises
+        ------
+        ValidationError
+            When called before :meth:`fit`.
+        """
         if self.model is None:
             raise ValidationError("model", "not trained; call fit()")
         return self.model.predict(groups, data)

@@ -56,11 +56,39 @@ class PublishedFreezing:
     max_penalty: float = MAX_PENALTY
 
     def num_freeze_levels(self, job: Job) -> int:
+        """How many freeze levels ``job`` has: the model's layer count.
+
+        Parameters
+        ----------
+        job
+            The job.
+
+        Returns
+        -------
+        int
+            The number of levels; level 0 freezes nothing.
+        """
         from dltsched.engine.domain.catalog import model_spec
 
         return model_spec(job.model).layers
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
+        """Accuracy penalty of training ``job`` with ``freeze_level`` leading layers frozen, from the published constant of the model's family.
+
+        Parameters
+        ----------
+        job
+            The job.
+        freeze_level
+            Leading layers frozen.
+        start_progress
+            Fraction of training done when freezing starts, in [0, 1] (later freezing costs less).
+
+        Returns
+        -------
+        float
+            The penalty, a fraction in [0, 1).
+        """
         from dltsched.engine.domain.catalog import model_spec
 
         if freeze_level <= 0:
@@ -87,7 +115,35 @@ class ScaledFreezing:
             raise ValidationError("freeze_penalty_scale", f"{self.scale!r} not understood; a number in [0, 100]")
 
     def num_freeze_levels(self, job: Job) -> int:
+        """How many freeze levels ``job`` has: the levels of the wrapped predictor.
+
+        Parameters
+        ----------
+        job
+            The job.
+
+        Returns
+        -------
+        int
+            The number of levels; level 0 freezes nothing.
+        """
         return self.levels.num_freeze_levels(job)
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
+        """Accuracy penalty of training ``job`` with ``freeze_level`` leading layers frozen: the reference penalty times ``scale``, capped at 0.99.
+
+        Parameters
+        ----------
+        job
+            The job.
+        freeze_level
+            Leading layers frozen.
+        start_progress
+            Fraction of training done when freezing starts, in [0, 1] (later freezing costs less).
+
+        Returns
+        -------
+        float
+            The penalty, a fraction in [0, 1).
+        """
         return min(0.99, self.scale * self.reference.frozen_penalty(job, freeze_level, start_progress))

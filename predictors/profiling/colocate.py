@@ -32,6 +32,7 @@ class ProfiledJob:
 
     @property
     def label(self) -> str:
+        """``model:batch``, e.g. ``resnet50:64``."""
         return f"{self.model}:{self.batch_size}"
 
 
@@ -63,6 +64,7 @@ class JobRun:
 
     @property
     def step_time_s(self) -> float:
+        """Median step time of the steady window, seconds."""
         return statistics.median(self.step_times_s)
 
     @property

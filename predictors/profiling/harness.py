@@ -38,6 +38,7 @@ class Training:
     device: Any
 
     def step(self) -> None:
+        """Run one training step: zero the gradients, forward and backward, optimizer step."""
         self.optimizer.zero_grad(set_to_none=True)
         self.module(*self.inputs).backward()
         self.optimizer.step()

@@ -190,6 +190,18 @@ class ProfileSession:
         self.gpu: str | None = None
 
     def gpu_of(self, run: GroupRun) -> str:
+        """The session's GPU type, taken from the first run's device (``cpu`` for a smoke run).
+
+        Parameters
+        ----------
+        run
+            A measured group run.
+
+        Returns
+        -------
+        str
+            A catalog GPU type.
+        """
         if self.gpu is None:
             self.first = run
             self.gpu = "cpu" if self.smoke else catalog_gpu(run.runs[0].device_name)
@@ -212,12 +224,26 @@ class ProfileSession:
         return None
 
     def record(self) -> dict[str, Any]:
+        """The dataset's record: how, where and with which command it was measured, and what failed or stopped.
+
+        Returns
+        -------
+        dict[str, Any]
+            The record; empty before the first measurement.
+        """
         if self.first is None:
             return {}
         return {**_record(self.first, self.gpu or "", self.sharing, self.smoke, self.rule, self.warmup, self.command),
                 "failed": self.failed, "stopped": self.stopped}
 
     def write(self) -> list[str]:
+        """Write what was measured so far as a dataset.
+
+        Returns
+        -------
+        list[str]
+            The file names written; empty before the first measurement.
+        """
         if self.first is None:
             return []
         return write_dataset(self.out_dir, list(self.isolated.values()), self.groups, self.record())

@@ -39,6 +39,18 @@ class Residual(nn.Module):
         self.short = conv_bn(cin, cout, 1, stride, act=None) if stride != 1 or cin != cout else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Body plus shortcut, then ReLU.
+
+        Parameters
+        ----------
+        x
+            Feature maps.
+
+        Returns
+        -------
+        torch.Tensor
+            The block's output.
+        """
         return F.relu(self.body(x) + self.short(x))
 
 
@@ -56,16 +68,52 @@ def _resnet(dataset: str, depths: tuple[int, ...], bottleneck: bool) -> Built:
 
 @register("resnet18", *_CNN_DATASETS)
 def resnet18(dataset: str) -> Built:
+    """ResNet-18: basic residual blocks, 2-2-2-2 per stage.
+
+    Parameters
+    ----------
+    dataset
+        One of the image datasets the CNNs know (input size and classes follow it).
+
+    Returns
+    -------
+    Built
+        The loss-returning module, its input maker and its block prefixes.
+    """
     return _resnet(dataset, (2, 2, 2, 2), False)
 
 
 @register("resnet50", *_CNN_DATASETS)
 def resnet50(dataset: str) -> Built:
+    """ResNet-50: bottleneck residual blocks, 3-4-6-3 per stage.
+
+    Parameters
+    ----------
+    dataset
+        One of the image datasets the CNNs know (input size and classes follow it).
+
+    Returns
+    -------
+    Built
+        The loss-returning module, its input maker and its block prefixes.
+    """
     return _resnet(dataset, (3, 4, 6, 3), True)
 
 
 @register("resnet101", *_CNN_DATASETS)
 def resnet101(dataset: str) -> Built:
+    """ResNet-101: bottleneck residual blocks, 3-4-23-3 per stage.
+
+    Parameters
+    ----------
+    dataset
+        One of the image datasets the CNNs know (input size and classes follow it).
+
+    Returns
+    -------
+    Built
+        The loss-returning module, its input maker and its block prefixes.
+    """
     return _resnet(dataset, (3, 4, 23, 3), True)
 
 
@@ -92,17 +140,53 @@ def _vgg(dataset: str, cfg: tuple[int | str, ...]) -> Built:
 
 @register("vgg16", *_CNN_DATASETS)
 def vgg16(dataset: str) -> Built:
+    """VGG-16: 13 3x3 convolutions in five pooled stages, then the classifier.
+
+    Parameters
+    ----------
+    dataset
+        One of the image datasets the CNNs know (input size and classes follow it).
+
+    Returns
+    -------
+    Built
+        The loss-returning module, its input maker and its block prefixes.
+    """
     return _vgg(dataset, (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
                           512, 512, 512, "M"))
 
 
 @register("vgg19", *_CNN_DATASETS)
 def vgg19(dataset: str) -> Built:
+    """VGG-19: 16 3x3 convolutions in five pooled stages, then the classifier.
+
+    Parameters
+    ----------
+    dataset
+        One of the image datasets the CNNs know (input size and classes follow it).
+
+    Returns
+    -------
+    Built
+        The loss-returning module, its input maker and its block prefixes.
+    """
     return _vgg(dataset, (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
                           512, 512, 512, 512, "M"))
 
 
 class SqueezeExcite(nn.Module):
+    """Squeeze-and-excitation: per-channel gates from globally pooled features.
+
+    Parameters
+    ----------
+    c
+        Channels.
+    squeeze
+        Channels of the bottleneck.
+    gate
+        The gate's activation.
+    """
+
     def __init__(self, c: int, squeeze: int, gate: type[nn.Module] = nn.Sigmoid) -> None:
         super().__init__()
         self.fc1 = nn.Conv2d(c, squeeze, 1)
@@ -110,6 +194,18 @@ class SqueezeExcite(nn.Module):
         self.gate = gate()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Scale each channel by a gate computed from its global average.
+
+        Parameters
+        ----------
+        x
+            Feature maps.
+
+        Returns
+        -------
+        torch.Tensor
+            The re-weighted feature maps.
+        """
         s = F.adaptive_avg_pool2d(x, 1)
         return x * self.gate(self.fc2(F.relu(self.fc1(s))))
 
@@ -129,6 +225,18 @@ class InvertedResidual(nn.Module):
         self.residual = stride == 1 and cin == cout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Expand, depthwise convolution, project; with the skip when shapes match.
+
+        Parameters
+        ----------
+        x
+            Feature maps.
+
+        Returns
+        -------
+        torch.Tensor
+            The block's output.
+        """
         y = self.body(x)
         return x + y if self.residual else y
 
@@ -140,6 +248,18 @@ def _stride(dataset: str, s: int, stage: int) -> int:
 
 @register("mobilenet_v2", *_CNN_DATASETS)
 def mobilenet_v2(dataset: str) -> Built:
+    """MobileNetV2: inverted residual blocks with linear bottlenecks (ReLU6).
+
+    Parameters
+    ----------
+    dataset
+        One of the image datasets the CNNs know (input size and classes follow it).
+
+    Returns
+    -------
+    Built
+        The loss-returning module, its input maker and its block prefixes.
+    """
     layers: list[nn.Module] = [conv_bn(3, 32, 3, _stride(dataset, 2, 0), act=nn.ReLU6)]
     cin = 32
     table = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
@@ -154,6 +274,18 @@ def mobilenet_v2(dataset: str) -> Built:
 
 @register("mobilenet_v3", *_CNN_DATASETS)
 def mobilenet_v3(dataset: str) -> Built:
+    """MobileNetV3-Large: inverted residuals with squeeze-excite and hard-swish.
+
+    Parameters
+    ----------
+    dataset
+        One of the image datasets the CNNs know (input size and classes follow it).
+
+    Returns
+    -------
+    Built
+        The loss-returning module, its input maker and its block prefixes.
+    """
     hs, re = nn.Hardswish, nn.ReLU
     layers: list[nn.Module] = [conv_bn(3, 16, 3, _stride(dataset, 2, 0), act=hs)]
     table = ((3, 16, 16, 0, re, 1), (3, 64, 24, 0, re, 2), (3, 72, 24, 0, re, 1), (5, 72, 40, 24, re, 2),
@@ -172,6 +304,18 @@ def mobilenet_v3(dataset: str) -> Built:
 
 @register("efficientnet_b0", *_CNN_DATASETS)
 def efficientnet_b0(dataset: str) -> Built:
+    """EfficientNet-B0: MBConv blocks with squeeze-excite and SiLU.
+
+    Parameters
+    ----------
+    dataset
+        One of the image datasets the CNNs know (input size and classes follow it).
+
+    Returns
+    -------
+    Built
+        The loss-returning module, its input maker and its block prefixes.
+    """
     layers: list[nn.Module] = [conv_bn(3, 32, 3, _stride(dataset, 2, 0), act=nn.SiLU)]
     table = ((1, 3, 16, 1, 1), (6, 3, 24, 2, 2), (6, 5, 40, 2, 2), (6, 3, 80, 3, 2), (6, 5, 112, 3, 1),
              (6, 5, 192, 4, 2), (6, 3, 320, 1, 1))
@@ -199,6 +343,18 @@ class ShuffleUnit(nn.Module):
                      if stride == 2 else nn.Identity())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Split (or downsample) into two branches, concatenate, shuffle channels.
+
+        Parameters
+        ----------
+        x
+            Feature maps.
+
+        Returns
+        -------
+        torch.Tensor
+            The unit's output.
+        """
         if self.stride == 1:
             a, b = x.chunk(2, dim=1)
             out = torch.cat((a, self.branch(b)), dim=1)
@@ -210,6 +366,18 @@ class ShuffleUnit(nn.Module):
 
 @register("shufflenet_v2", *_CNN_DATASETS)
 def shufflenet_v2(dataset: str) -> Built:
+    """ShuffleNetV2 (1x): channel-split units with channel shuffle.
+
+    Parameters
+    ----------
+    dataset
+        One of the image datasets the CNNs know (input size and classes follow it).
+
+    Returns
+    -------
+    Built
+        The loss-returning module, its input maker and its block prefixes.
+    """
     layers: list[nn.Module] = [_stem(dataset, 24)]
     cin = 24
     for width, repeat in ((116, 4), (232, 8), (464, 4)):
@@ -221,11 +389,31 @@ def shufflenet_v2(dataset: str) -> Built:
 
 
 class DarkResidual(nn.Module):
+    """Darknet-53's residual block.
+
+    Parameters
+    ----------
+    c
+        Channels (in and out).
+    """
+
     def __init__(self, c: int) -> None:
         super().__init__()
         self.body = nn.Sequential(conv_bn(c, c // 2, 1, act=nn.LeakyReLU), conv_bn(c // 2, c, 3, act=nn.LeakyReLU))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """1x1 then 3x3 convolution, added to the input.
+
+        Parameters
+        ----------
+        x
+            Feature maps.
+
+        Returns
+        -------
+        torch.Tensor
+            The block's output.
+        """
         return x + self.body(x)
 
 
@@ -256,6 +444,20 @@ class YoloV3(nn.Module):
         self.out_s = nn.Sequential(conv_bn(128, 256, 3, act=nn.LeakyReLU), nn.Conv2d(256, out, 1))
 
     def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Backbone, neck and three heads; a stand-in regression loss on each scale.
+
+        Parameters
+        ----------
+        x
+            Images (batch, 3, 416, 416).
+        target
+            Targets for the finest scale (batch, 52, 52).
+
+        Returns
+        -------
+        torch.Tensor
+            The training loss (a scalar).
+        """
         c3 = self.s3(self.s2(self.s1(self.stem(x))))
         c4 = self.s4(c3)
         n5 = self.neck_l(self.s5(c4))
@@ -267,6 +469,18 @@ class YoloV3(nn.Module):
 
 @register("yolov3", "pascal_voc")
 def yolov3(dataset: str) -> Built:
+    """YOLOv3 on 416x416 images: Darknet-53 backbone, three-scale neck and heads.
+
+    Parameters
+    ----------
+    dataset
+        ``pascal_voc`` (20 classes).
+
+    Returns
+    -------
+    Built
+        The loss-returning module, its input maker and its block prefixes.
+    """
     side = 416
 
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
