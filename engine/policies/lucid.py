@@ -45,7 +45,26 @@ def _kind(job: Job) -> tuple[object, ...]:
 
 @dataclass
 class LucidPolicy:
-    """Interference-class packing with GPU-time-first service (see module docstring)."""
+    """Interference-class packing with GPU-time-first service (see module docstring).
+
+    Parameters
+    ----------
+    predictors
+        The predictors the classes and memory checks ask.
+    max_class_sum
+        Largest sum of the sensitivity classes of the jobs sharing one GPU.
+    memory_margin
+        Fraction of a GPU's memory the predicted memory of its jobs may fill.
+    name
+        The policy's name in results.
+    round_interval_s
+        Seconds between periodic rounds; ``None``: rounds only at arrivals and completions.
+    max_jobs_per_gpu
+        Most jobs sharing one GPU.
+    class_thresholds
+        Class cut points on mean co-located speed (``PAPER_THRESHOLDS`` are Lucid's); ``None``: the
+        quantiles of the job types seen at Lucid's label shares.
+    """
 
     predictors: Predictors = field(default_factory=available_predictors)
     max_class_sum: int = 2
@@ -62,7 +81,20 @@ class LucidPolicy:
         self._seen: dict[str, list[float]] = {}  # GPU type -> sorted mean speeds of the job kinds seen
 
     def mean_speed(self, job: Job, gpu_type: str) -> float:
-        """Predicted mean normalized speed of ``job`` sharing a GPU with each reference partner."""
+        """Predicted mean normalized speed of ``job`` sharing a GPU with each reference partner.
+
+        Parameters
+        ----------
+        job
+            The job.
+        gpu_type
+            A catalog GPU type.
+
+        Returns
+        -------
+        float
+            The mean of its co-located speeds relative to running alone.
+        """
         key = (*_kind(job), gpu_type)
         if key not in self._mean:
             speeds = [self._asked.colocation.colocated_speeds([job, Job("_ref", m, b, 1)], gpu_type)[0]
@@ -72,7 +104,18 @@ class LucidPolicy:
         return self._mean[key]
 
     def thresholds(self, gpu_type: str) -> tuple[float, float]:
-        """Class cut points on ``gpu_type``: the paper's, or the population quantiles at Lucid's label shares."""
+        """Class cut points on ``gpu_type``: the paper's, or the population quantiles at Lucid's label shares.
+
+        Parameters
+        ----------
+        gpu_type
+            A catalog GPU type.
+
+        Returns
+        -------
+        tuple[float, float]
+            Mean co-located speeds below which a job is class 2, and class 1.
+        """
         if self.class_thresholds is not None:
             return self.class_thresholds
         seen = self._seen.get(gpu_type) or [1.0]
@@ -142,7 +185,20 @@ class LucidPolicy:
         return Plan(tuple(placed))
 
     def priority(self, job: Job, state: ClusterState) -> float:
-        """Lucid's priority: predicted duration (on the fastest type it may use) x GPU count."""
+        """Lucid's priority: predicted duration (on the fastest type it may use) x GPU count.
+
+        Parameters
+        ----------
+        job
+            The job.
+        state
+            The cluster snapshot (which GPU types exist).
+
+        Returns
+        -------
+        float
+            GPU-seconds; lower runs first, ``inf`` when no GPU type fits the job.
+        """
         types = self._est.candidate_types(job, state.cluster)
         if not types:
             return float("inf")
