@@ -33,19 +33,19 @@ class GavelPolicy:
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         What the policy may know of jobs (step time, memory, co-location, freezing predictions).
-    pair_candidates : int
+    pair_candidates
         Co-location partners tried per job.
-    memory_margin : float
+    memory_margin
         Share of a GPU's memory a pair may fill.
-    colocation : bool
+    colocation
         Allow space sharing (pairs of jobs on one GPU).
-    name : str
+    name
         The policy's name in results.
-    round_interval_s : float or None
+    round_interval_s
         A round at least this often, seconds (``None``: on arrivals and completions only).
-    max_jobs_per_gpu : int
+    max_jobs_per_gpu
         Jobs sharing one GPU at most.
     """
 
@@ -95,7 +95,7 @@ class GavelPolicy:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The round's snapshot.
 
         Returns
@@ -166,7 +166,7 @@ class GavelPolicy:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The snapshot of the cluster and its jobs.
 
         Returns
@@ -226,7 +226,7 @@ class GavelPolicy:
 
         Parameters
         ----------
-        data : dict of str to float or None
+        data
             The saved state.
         """
         value = data.get("last_solve_s")

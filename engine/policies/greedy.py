@@ -30,13 +30,13 @@ def place_exclusive(state: ClusterState, order: Iterable[JobState], est: Estimat
 
     Parameters
     ----------
-    state : ClusterState
+    state
         The round's snapshot.
-    order : Iterable of JobState
+    order
         The queued jobs in the order to try them.
-    est : Estimates
+    est
         The policy's memoized predictions (the GPU types each job fits on).
-    blocking : bool
+    blocking
         Stop at the first job that does not fit (FIFO) instead of trying later ones (backfilling).
 
     Returns
@@ -74,13 +74,13 @@ class FifoPolicy:
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         What the policy may know of jobs (step time, memory, co-location, freezing predictions).
-    backfill : bool
+    backfill
         Start later jobs that fit while the head of the queue waits.
-    name : str
+    name
         The policy's name in results.
-    round_interval_s : float or None
+    round_interval_s
         A round at least this often, seconds (``None``: on arrivals and completions only).
     """
 
@@ -97,7 +97,7 @@ class FifoPolicy:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The snapshot of the cluster and its jobs.
 
         Returns
@@ -114,11 +114,11 @@ class SjfPolicy:
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         What the policy may know of jobs (step time, memory, co-location, freezing predictions).
-    name : str
+    name
         The policy's name in results.
-    round_interval_s : float or None
+    round_interval_s
         A round at least this often, seconds (``None``: on arrivals and completions only).
     """
 
@@ -134,9 +134,9 @@ class SjfPolicy:
 
         Parameters
         ----------
-        s : JobState
+        s
             The job.
-        state : ClusterState
+        state
             The round's snapshot (its cluster).
 
         Returns
@@ -154,7 +154,7 @@ class SjfPolicy:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The snapshot of the cluster and its jobs.
 
         Returns

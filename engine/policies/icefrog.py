@@ -23,13 +23,13 @@ class IceFrogPolicy:
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         What the policy may know of jobs (step time, memory, co-location, freezing predictions).
-    max_freeze_levels : int or None
+    max_freeze_levels
         Freeze levels tried per job (``None``: all the freezing predictor offers).
-    name : str
+    name
         The policy's name in results.
-    round_interval_s : float or None
+    round_interval_s
         A round at least this often, seconds (``None``: on arrivals and completions only).
     """
 
@@ -63,11 +63,11 @@ class IceFrogPolicy:
 
         Parameters
         ----------
-        s : JobState
+        s
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        memory_cap_mib : float
+        memory_cap_mib
             The memory the job may use per GPU, MiB.
 
         Returns
@@ -106,7 +106,7 @@ class IceFrogPolicy:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The snapshot of the cluster and its jobs.
 
         Returns

@@ -27,15 +27,15 @@ class IsacppPolicy:
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         What the policy may know of jobs (step time, memory, co-location, freezing predictions).
-    max_jobs_per_gpu : int
+    max_jobs_per_gpu
         Jobs sharing one GPU at most.
-    memory_margin : float
+    memory_margin
         Share of a GPU's memory a packing may fill.
-    name : str
+    name
         The policy's name in results.
-    round_interval_s : float or None
+    round_interval_s
         A round at least this often, seconds (``None``: on arrivals and completions only).
     """
 
@@ -107,7 +107,7 @@ class IsacppPolicy:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The snapshot of the cluster and its jobs.
 
         Returns

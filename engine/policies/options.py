@@ -203,7 +203,7 @@ def option_names(model: type[BaseModel] | None) -> tuple[str, ...]:
 
     Parameters
     ----------
-    model : type of BaseModel or None
+    model
         A policy's options model.
 
     Returns
@@ -229,11 +229,11 @@ def check_options(policy: str, model: type[BaseModel] | None, options: Mapping[s
 
     Parameters
     ----------
-    policy : str
+    policy
         The policy's name (for messages).
-    model : type of BaseModel or None
+    model
         Its options model (``None``: it takes no options).
-    options : Mapping of str to Any
+    options
         The options given.
 
     Returns

@@ -23,13 +23,13 @@ class GpuPool:
 
     Parameters
     ----------
-    cluster : Cluster
+    cluster
         The cluster the GPUs belong to.
-    jobs_on : defaultdict of int to list of str
+    jobs_on
         The jobs on each GPU this round.
-    free_by_node : list of tuple of int
+    free_by_node
         Per node, its GPUs that are up and empty, ascending.
-    free_by_type : dict of str to int
+    free_by_type
         The number of free GPUs of each type.
     """
 
@@ -44,7 +44,7 @@ class GpuPool:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The round's snapshot (its cluster and down GPUs).
 
         Returns
@@ -63,7 +63,7 @@ class GpuPool:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The round's snapshot.
 
         Returns
@@ -83,9 +83,9 @@ class GpuPool:
 
         Parameters
         ----------
-        job_id : str
+        job_id
             The job.
-        gpus : tuple of int
+        gpus
             Its GPUs.
         """
         for g in gpus:
@@ -103,7 +103,7 @@ class GpuPool:
 
         Parameters
         ----------
-        gpus : Iterable of int
+        gpus
             The GPUs.
         """
         for g in gpus:
@@ -119,7 +119,7 @@ class GpuPool:
 
         Parameters
         ----------
-        gpus : tuple of int
+        gpus
             The GPUs.
 
         Returns
@@ -135,9 +135,9 @@ class GpuPool:
 
         Parameters
         ----------
-        job : Job
+        job
             The job (its GPU count).
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -167,7 +167,7 @@ class Estimates:
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         The predictors the estimates come from.
     """
 
@@ -181,9 +181,9 @@ class Estimates:
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -201,9 +201,9 @@ class Estimates:
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -221,11 +221,11 @@ class Estimates:
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        cluster : Cluster
+        cluster
             The cluster (its GPU types' memory).
 
         Returns
@@ -240,9 +240,9 @@ class Estimates:
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        cluster : Cluster
+        cluster
             The cluster.
 
         Returns

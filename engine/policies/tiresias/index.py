@@ -61,13 +61,13 @@ class AttainedServiceIndex:
 
     Parameters
     ----------
-    ranking : Ranking
+    ranking
         The policy: queues, their change instants and the GPU types jobs fit on.
-    cluster_id : int
+    cluster_id
         ``id`` of the cluster the index is for.
-    levels : int
+    levels
         The number of queues.
-    time_s : float
+    time_s
         The instant of the last full round.
     """
 
@@ -92,7 +92,7 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The snapshot of this round.
 
         Returns
@@ -107,7 +107,7 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        job_id : str
+        job_id
             The job.
         """
         w = self.waiting.pop(job_id, None)
@@ -125,9 +125,9 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        w : _Waiting
+        w
             An indexed waiting job.
-        level : int
+        level
             Its new queue.
         """
         key = (w.state.job.arrival_time_s, w.state.job.id)
@@ -142,11 +142,11 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The snapshot of this round (:meth:`serves` it).
-        progress : Mapping of str to JobState
+        progress
             The running jobs' states, by id (their attained service is read only near a threshold).
-        fresh : bool
+        fresh
             Whether the index is new (empty): then every job is indexed.
 
         Returns
@@ -198,9 +198,9 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        s : JobState
+        s
             A job in ``state``'s queue, not indexed.
-        state : ClusterState
+        state
             The snapshot of this round.
         """
         group = (s.job.num_gpus, tuple(self.ranking.candidate_types(s.job, state.cluster)))
@@ -218,9 +218,9 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        s : JobState
+        s
             A job placed in ``state``, not indexed.
-        state : ClusterState
+        state
             The snapshot of this round.
         """
         assert s.assignment is not None
@@ -237,7 +237,7 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        now_s : float
+        now_s
             The instant of this round.
 
         Returns
@@ -272,9 +272,9 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        progress : Mapping of str to JobState
+        progress
             The running jobs' states, by id.
-        now_s : float
+        now_s
             The instant of this round.
 
         Returns
@@ -333,7 +333,7 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The snapshot the index was refreshed to.
 
         Returns

@@ -26,9 +26,9 @@ class Ranking(Protocol):
 
         Parameters
         ----------
-        s : JobState
+        s
             The job.
-        now_s : float
+        now_s
             The instant.
 
         Returns
@@ -43,11 +43,11 @@ class Ranking(Protocol):
 
         Parameters
         ----------
-        s : JobState
+        s
             The job.
-        level : int
+        level
             Its queue at ``now_s``.
-        now_s : float
+        now_s
             The instant.
 
         Returns
@@ -62,9 +62,9 @@ class Ranking(Protocol):
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        cluster : Cluster
+        cluster
             The cluster.
 
         Returns
@@ -88,9 +88,9 @@ class RunningLine:
 
         Parameters
         ----------
-        key : Key
+        key
             The job's priority (queue, arrival, id).
-        n : int
+        n
             The GPUs it holds.
         """
         i = bisect.bisect_left(self.keys, key)
@@ -103,7 +103,7 @@ class RunningLine:
 
         Parameters
         ----------
-        key : Key
+        key
             The job's priority.
         """
         i = bisect.bisect_left(self.keys, key)
@@ -133,7 +133,7 @@ class RunningLine:
 
         Parameters
         ----------
-        key : Key
+        key
             A priority (in the line or not).
 
         Returns
@@ -148,9 +148,9 @@ class RunningLine:
 
         Parameters
         ----------
-        key : Key or None
+        key
             Start after this priority; ``None``: from the start.
-        deficit : int
+        deficit
             GPUs the type is short.
 
         Returns
