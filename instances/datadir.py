@@ -29,9 +29,9 @@ def find_data_dir(path: str | os.PathLike[str] | None = None, *, required: bool 
 
     Parameters
     ----------
-    path : str or PathLike, optional
+    path
         A folder given explicitly.
-    required : bool
+    required
         Raise when none is found (else return ``None``).
 
     Returns
@@ -70,9 +70,9 @@ def data_file(*parts: str, data_dir: str | os.PathLike[str] | None = None) -> Pa
 
     Parameters
     ----------
-    *parts : str
+    *parts
         The path inside the folder.
-    data_dir : str or PathLike, optional
+    data_dir
         The data folder (default: :func:`find_data_dir`).
 
     Returns

@@ -35,21 +35,21 @@ def finetune_mix(num_jobs: int = 100, cluster: str = "h200:2x8", *, seed: int = 
 
     Parameters
     ----------
-    num_jobs : int
+    num_jobs
         Jobs to generate.
-    cluster : str
+    cluster
         A cluster spec such as ``h200:2x8``.
-    seed : int
+    seed
         The random seed (same arguments and seed, same instance).
-    arrival_rate_per_h : float
+    arrival_rate_per_h
         Mean arrivals per hour (Poisson).
-    min_duration_s, max_duration_s : float
+    min_duration_s, max_duration_s
         The range of durations on ``reference_gpu`` (log-uniform).
-    two_gpu_fraction : float
+    two_gpu_fraction
         Share of jobs that ask for two GPUs.
-    reference_gpu : str
+    reference_gpu
         The GPU type durations are measured on.
-    data_dir : str, optional
+    data_dir
         The data folder with the reference step times (default: found automatically).
 
     Returns

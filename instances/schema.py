@@ -116,7 +116,7 @@ def instance_from_model(model: InstanceModel) -> Instance:
 
     Parameters
     ----------
-    model : InstanceModel
+    model
         The validated file.
 
     Returns
@@ -140,9 +140,9 @@ def parse_json_text(text: str, where: str) -> Any:
 
     Parameters
     ----------
-    text : str
+    text
         The JSON text.
-    where : str
+    where
         What the text is (a file name), for messages.
 
     Returns
@@ -175,7 +175,7 @@ def load_instance(source: str | os.PathLike[str] | Mapping[str, Any]) -> Instanc
 
     Parameters
     ----------
-    source : str, PathLike or Mapping
+    source
         A file path, or the parsed file.
 
     Returns
@@ -224,7 +224,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
 
     Parameters
     ----------
-    job : Job
+    job
         The job.
 
     Returns
@@ -274,7 +274,7 @@ def instance_to_dict(inst: Instance) -> dict[str, Any]:
 
     Parameters
     ----------
-    inst : Instance
+    inst
         The instance.
 
     Returns
@@ -307,7 +307,7 @@ def dumps_instance(inst: Instance) -> str:
 
     Parameters
     ----------
-    inst : Instance
+    inst
         The instance.
 
     Returns
@@ -327,9 +327,9 @@ def save_instance(inst: Instance, path: str | os.PathLike[str]) -> Path:
 
     Parameters
     ----------
-    inst : Instance
+    inst
         The instance.
-    path : str or PathLike
+    path
         The file.
 
     Returns

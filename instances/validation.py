@@ -68,11 +68,11 @@ def check_json_value(value: Any, path: str = "", depth: int = 0) -> None:
 
     Parameters
     ----------
-    value : Any
+    value
         A parsed JSON value.
-    path : str
+    path
         Its field path, for messages.
-    depth : int
+    depth
         Its nesting depth.
 
     Raises
@@ -275,7 +275,7 @@ def short_repr(value: Any) -> str:
 
     Parameters
     ----------
-    value : Any
+    value
         The value.
 
     Returns
@@ -319,7 +319,7 @@ def convert_pydantic_error(err: pydantic.ValidationError) -> ValidationError:
 
     Parameters
     ----------
-    err : pydantic.ValidationError
+    err
         The error.
 
     Returns
@@ -409,9 +409,9 @@ def parse_strict_json(text: str, where: str) -> Any:
 
     Parameters
     ----------
-    text : str
+    text
         The JSON text.
-    where : str
+    where
         What the text is (a file name, ``body``), for messages.
 
     Returns
@@ -487,7 +487,7 @@ def check_usable(model: InstanceModel) -> None:
 
     Parameters
     ----------
-    model : InstanceModel
+    model
         The validated file.
 
     Raises
@@ -529,7 +529,7 @@ def check_datasets(inst: Any) -> None:
 
     Parameters
     ----------
-    inst : Instance
+    inst
         The instance.
 
     Raises

@@ -27,9 +27,9 @@ def read_philly_rows(
 
     Parameters
     ----------
-    data_dir : str or PathLike, optional
+    data_dir
         The data folder (default: found automatically).
-    seed : int
+    seed
         Drives model assignment (the trace names no models).
 
     Returns
@@ -46,9 +46,9 @@ def philly_rows(path_name: str, seed: int) -> tuple[TraceJob, ...]:
 
     Parameters
     ----------
-    path_name : str
+    path_name
         The trace file.
-    seed : int
+    seed
         Drives model assignment.
 
     Returns
@@ -91,13 +91,13 @@ def read_philly(
 
     Parameters
     ----------
-    data_dir : str or PathLike, optional
+    data_dir
         The data folder (default: found automatically).
-    cluster : Cluster or str, optional
+    cluster
         The cluster, or its spec (default: one sized for the trace, :func:`~dltsched.instances.clusters.default_cluster_for`).
-    window : Window, optional
+    window
         The part of the trace to keep (default: all).
-    seed : int
+    seed
         Drives model assignment (the trace names no models).
 
     Returns
