@@ -68,7 +68,8 @@ class _Round:
 
     def residents_key(self, g: int, on: tuple[str, ...]) -> _Residents:
         gtype = self.state.cluster.gpu_type_of(g)
-        return gtype, self.numbers.setdefault((gtype, tuple(_kind(self.job(j)) for j in on)), len(self.numbers))
+        return gtype, self.numbers.setdefault((gtype, tuple(_kind(self.job(j)) for j in on)),
+                                              len(self.numbers))
 
 
 @dataclass
@@ -169,7 +170,8 @@ class GandivaPolicy:
     def __post_init__(self) -> None:
         self._asked = memoized(self.predictors)  # rounds ask about the same jobs again and again
         self._est = Estimates(self._asked)
-        #: (GPU type, job kind) -> residents (by number) -> predicted gain of packing, None when it does not fit
+        #: (GPU type, job kind) -> residents (by number) -> predicted gain of packing, None when it does not
+        #: fit
         self._verdicts: dict[tuple[str, tuple[object, ...]], dict[int, float | None]] = {}
         self._numbers: dict[tuple[str, tuple[tuple[object, ...], ...]], int] = {}
         self._kept: _Occupancy | None = None
@@ -204,7 +206,8 @@ class GandivaPolicy:
             for key, g in occ.best_per_key(rnd, gtype).items():
                 gain = verdicts.get(key, _UNSEEN)
                 if gain is _UNSEEN:
-                    gain = verdicts[key] = self._verdict(job, [rnd.job(j) for j in rnd.jobs_on(g)], gtype, cap)
+                    gain = verdicts[key] = self._verdict(job, [rnd.job(j) for j in rnd.jobs_on(g)], gtype,
+                                                         cap)
                 if gain is not None and gain > 0 and (  # type: ignore[operator]
                         in_type is None or (gain, -g) > (in_type[0], -in_type[1])):
                     in_type = (gain, g)  # type: ignore[assignment]
@@ -228,7 +231,8 @@ class GandivaPolicy:
         if (seen := memory_observations_version()) != self._memory_seen:  # a crash measured real memory
             self._verdicts.clear()
             self._memory_seen = seen
-        rnd = _Round(state, GpuPool.current(state), state.jobs_on_gpus(), state.running_jobs_by_id(), self._numbers)
+        rnd = _Round(state, GpuPool.current(state), state.jobs_on_gpus(), state.running_jobs_by_id(),
+                     self._numbers)
         changes: dict[str, Assignment] = {}
         occ: _Occupancy | None = None
         if any(rnd.pool.free_by_type.values()):

@@ -73,8 +73,8 @@ class IceFrogPolicy:
         Returns
         -------
         tuple of (int, float) or None
-            The level and its rate (iterations per second times one minus the accuracy penalty); ``None`` when no
-            level fits within the memory and the job's accuracy budget.
+            The level and its rate (iterations per second times one minus the accuracy penalty); ``None`` when
+            no level fits within the memory and the job's accuracy budget.
         """
         best: tuple[int, float] | None = None
         for level in self._levels(s.job):
@@ -125,7 +125,8 @@ class IceFrogPolicy:
             level = best[0] if best is not None else a.freeze_level
             placed.append(Assignment(a.job_id, a.gpus, level))
         queued = [(self._choice(s, state), s) for s in state.queued()]
-        queued.sort(key=lambda cs: (cs[0][0][0] if cs[0] else float("inf"), cs[1].job.arrival_time_s, cs[1].job.id))
+        queued.sort(key=lambda cs: (cs[0][0][0] if cs[0] else float("inf"), cs[1].job.arrival_time_s,
+                                    cs[1].job.id))
         for choices, s in queued:
             for _remaining, gtype, level in choices:
                 gpus = pool.take_free(s.job, gtype)

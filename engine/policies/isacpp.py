@@ -95,7 +95,8 @@ class IsacppPolicy:
                 else:
                     before = shared.before.get(key)
                     if before is None:
-                        before = shared.before[key] = self._job_time([(jobs[j], residents[j]) for j in on], gtype)
+                        before = shared.before[key] = self._job_time([(jobs[j], residents[j]) for j in on],
+                                                                     gtype)
                     seen[key] = self._job_time([*((jobs[j], residents[j]) for j in on),
                                                 (s.job, s.remaining_iterations)], gtype) - before
             if best is None or seen[key] < best[0]:

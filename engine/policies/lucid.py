@@ -167,7 +167,8 @@ class LucidPolicy:
             assert s.assignment is not None
             pool.occupy(s.job.id, s.assignment.gpus)
             placed.append(s.assignment)
-        order = sorted(state.queued(), key=lambda s: (self.priority(s.job, state), s.job.arrival_time_s, s.job.id))
+        order = sorted(state.queued(),
+                       key=lambda s: (self.priority(s.job, state), s.job.arrival_time_s, s.job.id))
         holders: _Holders | None = None  # who holds which GPUs; read again only after a placement
         for s in order:
             gpus = None

@@ -75,7 +75,8 @@ class GpuPool:
 
     @staticmethod
     def _of(cluster: Cluster, free_by_node: list[tuple[int, ...]]) -> GpuPool:
-        by_type = {t: sum(map(len, map(free_by_node.__getitem__, cluster.nodes_of_type(t)))) for t in cluster.gpu_types}
+        by_type = {t: sum(map(len, map(free_by_node.__getitem__, cluster.nodes_of_type(t))))
+                   for t in cluster.gpu_types}
         return GpuPool(cluster, defaultdict(list), free_by_node, by_type)
 
     def occupy(self, job_id: str, gpus: tuple[int, ...]) -> None:
@@ -130,8 +131,8 @@ class GpuPool:
         return all(not self.jobs_on[g] for g in gpus)
 
     def take_free(self, job: Job, gpu_type: str) -> tuple[int, ...] | None:
-        """Free GPUs of ``gpu_type`` for ``job``: the fullest single node that fits (best fit), else the fewest
-        nodes, largest free sets first.
+        """Free GPUs of ``gpu_type`` for ``job``: the fullest single node that fits (best fit), else the
+        fewest nodes, largest free sets first.
 
         Parameters
         ----------
@@ -250,7 +251,8 @@ class Estimates:
         list of str
             The types (memoized; do not change the list).
         """
-        key = (job.id, job.gpu_types, id(cluster), memory_observations_version())  # learned memory may not fit
+        # learned memory may not fit
+        key = (job.id, job.gpu_types, id(cluster), memory_observations_version())
         hit = self._types.get(key)
         if hit is None:
             by_type = cluster.gpus_by_type()

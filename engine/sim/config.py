@@ -45,11 +45,12 @@ class Policy(Protocol):
 class SimulationConfig:
     """Simulator options; ``seed`` feeds every random choice (policies get it too).
 
-    ``memory``: ``"oom"`` (a misfit crashes and is re-queued, see :mod:`dltsched.engine.sim.simulator`) or ``"reject"`` (raise).
-    ``max_time_s``: simulated seconds after the first arrival a run may last; a run that would go beyond
-    raises. ``max_stalled_iterations``: loop iterations without any progress (or node failures without durable
-    progress) before the run raises. ``max_wall_s``: wall-clock seconds a run may take before it raises (``None``:
-    the ``max_sim_wall_s`` cap of :mod:`dltsched.engine.domain.limits`); not part of a checkpoint's fingerprint."""
+    ``memory``: ``"oom"`` (a misfit crashes and is re-queued, see :mod:`dltsched.engine.sim.simulator`) or
+    ``"reject"`` (raise). ``max_time_s``: simulated seconds after the first arrival a run may last; a run that
+    would go beyond raises. ``max_stalled_iterations``: loop iterations without any progress (or node failures
+    without durable progress) before the run raises. ``max_wall_s``: wall-clock seconds a run may take before
+    it raises (``None``: the ``max_sim_wall_s`` cap of :mod:`dltsched.engine.domain.limits`); not part of a
+    checkpoint's fingerprint."""
 
     seed: int = 0
     memory: Literal["reject", "oom"] = "oom"
@@ -66,11 +67,13 @@ class SimulationConfig:
     profiling: ProfilingConfig | None = None
 
     def __post_init__(self) -> None:
-        if self.max_wall_s is not None and not (isinstance(self.max_wall_s, int | float) and self.max_wall_s > 0
+        if self.max_wall_s is not None and not (isinstance(self.max_wall_s, int | float)
+                                                and self.max_wall_s > 0
                                                 and math.isfinite(self.max_wall_s)):
             raise ValidationError("max_wall_s", f"{self.max_wall_s!r} not understood; seconds > 0")
         if self.lengths not in LENGTH_MODES:
-            raise ValidationError("lengths", f"{self.lengths!r} not understood; one of {', '.join(LENGTH_MODES)}")
+            raise ValidationError("lengths",
+                                  f"{self.lengths!r} not understood; one of {', '.join(LENGTH_MODES)}")
         if not (isinstance(self.length_error, int | float) and math.isfinite(self.length_error)
                 and 0.0 <= self.length_error <= 5.0):
             raise ValidationError("length_error", f"{self.length_error!r} not understood; a number in [0, 5]")
@@ -86,9 +89,11 @@ class ProfilingConfig:
     noise: float = 0.03
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.profile_s, int | float) and math.isfinite(self.profile_s) and self.profile_s >= 0):
+        if not (isinstance(self.profile_s, int | float) and math.isfinite(self.profile_s)
+                and self.profile_s >= 0):
             raise ValidationError("profile_s", f"{self.profile_s!r} not understood; seconds >= 0")
-        if not (isinstance(self.noise, int | float) and math.isfinite(self.noise) and 0.0 <= self.noise <= 1.0):
+        if not (isinstance(self.noise, int | float) and math.isfinite(self.noise)
+                and 0.0 <= self.noise <= 1.0):
             raise ValidationError("profile_noise", f"{self.noise!r} not understood; a number in [0, 1]")
 
 

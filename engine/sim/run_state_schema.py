@@ -107,8 +107,8 @@ class RunStateSchema(_Model):
     memory_observations: list[Annotated[tuple[Text, Count, bool, Text | None, Text, Text, Count, NonNegative],
                                         Strict(False)]]
     retry_round: bool
-    #: profiling on arrival: ["isolated", job, GPU type, GPUs, nodes, step s, MiB, util] / ["colocated", [jobs],
-    #: GPU type, [speeds]] rows (:meth:`dltsched.engine.domain.profiles.ProfileBook.to_list`)
+    #: profiling on arrival: ["isolated", job, GPU type, GPUs, nodes, step s, MiB, util] / ["colocated",
+    #: [jobs], GPU type, [speeds]] rows (:meth:`dltsched.engine.domain.profiles.ProfileBook.to_list`)
     profiles: list[list[Any]] | None = None
 
 
@@ -121,7 +121,8 @@ def _dupe(ids: list[str]) -> str | None:
     return None
 
 
-def invariant_problem(s: RunStateSchema, sim: RunSetup) -> str | None:  # noqa: C901 - one check after the other
+def invariant_problem(s: RunStateSchema,
+                      sim: RunSetup) -> str | None:  # noqa: C901 - one check after the other
     """The first broken invariant of ``s`` against ``sim``'s instance, or ``None``."""
     inst, cluster = sim.instance, sim.instance.cluster
     jobs = {j.id: j for j in inst.jobs}
@@ -202,7 +203,8 @@ def invariant_problem(s: RunStateSchema, sim: RunSetup) -> str | None:  # noqa: 
 
 def check_state(state: dict[str, Any], sim: RunSetup) -> str | None:
     """The first problem of ``state`` as a saved run of ``sim`` (a field's path and what is wrong, or a
-    broken invariant), or ``None`` when :meth:`~dltsched.engine.sim.run_state.RunState.from_dict` may restore it."""
+    broken invariant), or ``None`` when :meth:`~dltsched.engine.sim.run_state.RunState.from_dict` may restore
+    it."""
     try:
         checked = RunStateSchema.model_validate(state)
     except PydanticValidationError as err:

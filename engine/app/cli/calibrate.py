@@ -50,7 +50,8 @@ def _print(bundle: dict[str, Any], out: str) -> None:
 @click.option("--sharing", type=click.Choice(["timeslice", "mps"]), default=None,
               help="Only the datasets of this sharing mode (default: every mode found, each fitted apart).")
 @click.option("--figures/--no-figures", default=True, show_default=True,
-              help="Cross-validate (leave one model out, leave one group out) beside the default and simple rules.")
+              help="Cross-validate (leave one model out, leave one group out) beside the default "
+                   "and simple rules.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole bundle as JSON.")
 def calibrate(dirs: tuple[str, ...], out: str, sharing: str | None, figures: bool, as_json: bool) -> None:
     """Fit step time, memory, utilisation and co-location of every GPU and sharing mode measured in the

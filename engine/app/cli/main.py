@@ -57,8 +57,8 @@ _COMMAND_HELP: dict[str, str] = {
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use."""
 
-    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, lazy_help: dict[str, str] | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None,
+                 lazy_help: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = dict(lazy or {})
         self.lazy_help = dict(lazy_help or {})  # short help of lazy commands: listed without importing them
@@ -113,7 +113,8 @@ class LazyGroup(click.Group):
             if name in self.lazy_help:
                 rows.append((name, self.lazy_help[name]))
             elif (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden:
-                rows.append((name, cmd.get_short_help_str(formatter.width - 6 - max(len(n) for n in self.list_commands(ctx)))))
+                rows.append((name,
+                             cmd.get_short_help_str(formatter.width - 6 - max(len(n) for n in self.list_commands(ctx)))))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
@@ -226,7 +227,8 @@ class BackendName(click.ParamType):
         return "[cpsat|milp|greedy|greedy:<policy>|auto]"
 
 
-@click.group(cls=LazyGroup, lazy=_COMMANDS, lazy_help=_COMMAND_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, lazy=_COMMANDS, lazy_help=_COMMAND_HELP,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr; no progress bars.")
 @click.version_option(package_name="dltsched")
@@ -285,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         if exc.filename is None:
             click.echo(f"error: {_one_line(str(exc))}", err=True)
         else:
-            click.echo(f"error: cannot access '{exc.filename}': {_one_line(exc.strerror or str(exc))}", err=True)
+            click.echo(f"error: cannot access '{exc.filename}': {_one_line(exc.strerror or str(exc))}",
+                       err=True)
         return 2
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)

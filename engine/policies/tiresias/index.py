@@ -46,7 +46,8 @@ class _Running:
     assignment: Assignment
     gpu_type: str
     key: Key
-    crossing_s: float  # when the attained service reaches the next threshold (as of the last read); inf at the top
+    # when the attained service reaches the next threshold (as of the last read); inf at the top
+    crossing_s: float
 
 
 @dataclass
@@ -78,10 +79,12 @@ class AttainedServiceIndex:
     waiting: dict[str, _Waiting] = field(default_factory=dict, init=False)
     #: per group, per queue: the waiting jobs' (arrival, id), ascending
     groups: dict[Group, list[list[tuple[float, str]]]] = field(default_factory=dict, init=False)
-    promotions: list[tuple[float, float, str]] = field(default_factory=list, init=False)  # heap (instant, arrival, id)
+    # heap (instant, arrival, id)
+    promotions: list[tuple[float, float, str]] = field(default_factory=list, init=False)
     running: dict[str, _Running] = field(default_factory=dict, init=False)
     lines: dict[str, RunningLine] = field(default_factory=dict, init=False)  # per GPU type
-    crossings: list[tuple[float, int, _Running]] = field(default_factory=list, init=False)  # heap (instant, seq, job)
+    # heap (instant, seq, job)
+    crossings: list[tuple[float, int, _Running]] = field(default_factory=list, init=False)
     #: jobs to look at again (started or stopped since the last full round): their arrival instants
     touched: dict[str, float] = field(default_factory=dict, init=False)
     last_key: tuple[float, str] = field(default=(-math.inf, ""), init=False)
@@ -205,7 +208,8 @@ class AttainedServiceIndex:
         """
         group = (s.job.num_gpus, tuple(self.ranking.candidate_types(s.job, state.cluster)))
         level = self.ranking.queue_of(s, state.time_s)
-        w = self.waiting[s.job.id] = _Waiting(s, group, level, self.ranking.changes_at_s(s, level, state.time_s))
+        w = self.waiting[s.job.id] = _Waiting(s, group, level,
+                                              self.ranking.changes_at_s(s, level, state.time_s))
         lists = self.groups.get(group)
         if lists is None:
             lists = self.groups[group] = [[] for _ in range(self.levels)]
@@ -226,7 +230,8 @@ class AttainedServiceIndex:
         assert s.assignment is not None
         level = self.ranking.queue_of(s, state.time_s)
         r = _Running(s.job.id, s.assignment, state.cluster.gpu_type_of(s.assignment.gpus[0]),
-                    (level, s.job.arrival_time_s, s.job.id), self.ranking.changes_at_s(s, level, state.time_s))
+                    (level, s.job.arrival_time_s, s.job.id),
+                     self.ranking.changes_at_s(s, level, state.time_s))
         self.running[r.job_id] = r
         self.lines[r.gpu_type].add(r.key, len(r.assignment.gpus))
         if r.crossing_s < math.inf:

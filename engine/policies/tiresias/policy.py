@@ -212,7 +212,8 @@ class TiresiasPolicy:
             assert gpus is not None  # counted above
             pool.occupy(s.job.id, gpus)
             starts.append(Assignment(s.job.id, gpus))
-            if self._index is not None:  # started, or crashed out of memory: look again at the next full round
+            # started, or crashed out of memory: look again at the next full round
+            if self._index is not None:
                 self._index.touched[s.job.id] = s.job.arrival_time_s
         return Plan(tuple(starts), incremental=True)
 
@@ -293,8 +294,8 @@ class TiresiasPolicy:
         fresh = idx is None or not idx.serves(state)
         while True:
             if fresh or idx is None:
-                idx = self._index = AttainedServiceIndex(self, id(state.cluster), len(self.thresholds_gpu_s) + 1,
-                                                         state.time_s)
+                idx = self._index = AttainedServiceIndex(self, id(state.cluster),
+                                                         len(self.thresholds_gpu_s) + 1, state.time_s)
                 idx.lines = {t: RunningLine() for t in state.cluster.gpu_types}
             if idx.refresh(state, progress, fresh=fresh):
                 return idx

@@ -81,7 +81,8 @@ class RunningLine:
 
     keys: list[Key] = field(default_factory=list, init=False)
     gpus: list[int] = field(default_factory=list, init=False)
-    _neg_from: list[int] | None = field(default=None, init=False)  # -(GPUs held from position i on), on demand
+    # -(GPUs held from position i on), on demand
+    _neg_from: list[int] | None = field(default=None, init=False)
 
     def add(self, key: Key, n: int) -> None:
         """Insert the job of priority ``key`` holding ``n`` GPUs.
