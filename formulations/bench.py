@@ -51,7 +51,8 @@ def parse_size(text: str) -> tuple[int, int]:
     return jobs, gpus
 
 
-def synthetic_state(num_jobs: int, num_gpus: int, seed: int = 0, running_fraction: float = 0.5) -> ClusterState:
+def synthetic_state(num_jobs: int, num_gpus: int, seed: int = 0,
+                    running_fraction: float = 0.5) -> ClusterState:
     """A seeded snapshot: ``num_gpus`` GPUs in 8-GPU nodes cycling over three types."""
     rng = random.Random(seed)
     nodes = tuple(Node(f"n{i}", GPU_TYPES[i % len(GPU_TYPES)], 8) for i in range(num_gpus // 8))
@@ -123,8 +124,8 @@ def peak_rss_mib() -> float:
     return peak / 1024**2 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB on Linux
 
 
-def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, repeats: int, time_limit_s: float,
-               options: RoundOptions, milp_solver: str | None = None) -> list[BenchRow]:
+def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, repeats: int,
+               time_limit_s: float, options: RoundOptions, milp_solver: str | None = None) -> list[BenchRow]:
     """Decide the synthetic round of ``size`` ``repeats`` times per backend, timing every stage of the round
     from the snapshot to the checked plan (:data:`STAGES`); each plan must pass the checker. Predictions are
     memoised across a backend's repeats, as the optimizing policy keeps them across rounds (its first round
@@ -139,7 +140,8 @@ def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, rep
     state = synthetic_state(jobs, gpus)
     rows = []
     for backend in backends:
-        solve_problem(build_round(synthetic_state(4, 8), predictors, options), backend)  # solver imported and loaded
+        # solver imported and loaded
+        solve_problem(build_round(synthetic_state(4, 8), predictors, options), backend)
         asked = memoized(predictors)  # each backend's first round pays its predictions
         per_stage: dict[str, list[float]] = {stage: [] for stage in STAGES}
         for _ in range(repeats):
@@ -161,9 +163,9 @@ def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, rep
         name = f"milp:{milp_solver}" if backend == "milp" and milp_solver else backend
         rows.append(BenchRow(size, name, result.num_candidates,
                              {k: statistics.median(v) for k, v in per_stage.items()},
-                             {k: min(v) for k, v in per_stage.items()}, {k: max(v) for k, v in per_stage.items()},
-                             per_stage["round_total_s"][0], peak_rss_mib(),
-                             last.gap, last.status, last.objective))
+                             {k: min(v) for k, v in per_stage.items()},
+                             {k: max(v) for k, v in per_stage.items()}, per_stage["round_total_s"][0],
+                             peak_rss_mib(), last.gap, last.status, last.objective))
     return rows
 
 

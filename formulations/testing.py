@@ -171,10 +171,11 @@ class Tables:
         return Predictors(self, self, self)
 
 
-def make_state(nodes: Sequence[tuple[str, int]], jobs: Sequence[Job], running: dict[str, tuple[int, ...]] | None = None,
-               remaining: dict[str, float] | None = None, time_s: float = 0.0,
-               down: Sequence[int] = ()) -> ClusterState:
-    """A snapshot: ``nodes`` as (gpu type, count); ``running`` maps job id -> its GPUs now; ``down`` GPUs failed."""
+def make_state(nodes: Sequence[tuple[str, int]], jobs: Sequence[Job],
+               running: dict[str, tuple[int, ...]] | None = None, remaining: dict[str, float] | None = None,
+               time_s: float = 0.0, down: Sequence[int] = ()) -> ClusterState:
+    """A snapshot: ``nodes`` as (gpu type, count); ``running`` maps job id -> its GPUs now; ``down`` GPUs
+    failed."""
     cluster = Cluster(tuple(Node(f"n{i}", t, k) for i, (t, k) in enumerate(nodes)))
     running = running or {}
     remaining = remaining or {}
@@ -206,10 +207,12 @@ def job(job_id: str, num_gpus: int = 1, weight: float = 1.0, iterations: float =
     Job
         The job.
     """
-    return Job(job_id, "resnet50", 32, iterations, num_gpus=num_gpus, weight=weight, **kw)  # type: ignore[arg-type]
+    return Job(job_id, "resnet50", 32, iterations, num_gpus=num_gpus, weight=weight,
+               **kw)  # type: ignore[arg-type]
 
 
-def make_round(tables: Tables, nodes: Sequence[tuple[str, int]], jobs: Sequence[Job], **kw: object) -> RoundProblem:
+def make_round(tables: Tables, nodes: Sequence[tuple[str, int]], jobs: Sequence[Job],
+               **kw: object) -> RoundProblem:
     """The round problem for ``jobs`` on ``nodes``, priced by ``tables``.
 
     Parameters
