@@ -44,12 +44,15 @@ class AnalyticStepTime:
 
         layers = model_spec(job.model).layers
         if not 0 <= freeze_level < layers:
-            raise ValidationError("freeze_level", f"{freeze_level} not understood; must be in [0, {layers - 1}] for {job.model}")
+            raise ValidationError("freeze_level",
+                                  f"{freeze_level} not understood; must be in [0, "
+                                  f"{layers - 1}] for {job.model}")
         return freeze_level / layers
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
-        """Seconds per iteration of ``job`` on ``num_gpus`` GPUs of ``gpu_type``: roofline compute plus communication.
+        """Seconds per iteration of ``job`` on ``num_gpus`` GPUs of ``gpu_type``: roofline compute plus
+        communication.
 
         Parameters
         ----------
@@ -87,7 +90,8 @@ class AnalyticStepTime:
         return step
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
-        """Peak GPU memory of one worker of ``job`` on ``gpu_type`` at ``freeze_level``, MiB: weights, gradients, optimizer state and activations.
+        """Peak GPU memory of one worker of ``job`` on ``gpu_type`` at ``freeze_level``, MiB: weights,
+        gradients, optimizer state and activations.
 
         Parameters
         ----------
@@ -129,7 +133,8 @@ class AnalyticColocation:
         return min(1.0, max(self.share_floor, busy / step))
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
-        """Each job's speed sharing one ``gpu_type`` GPU with the others, relative to running alone, from the GPU shares of the partners.
+        """Each job's speed sharing one ``gpu_type`` GPU with the others, relative to running alone, from the
+        GPU shares of the partners.
 
         Parameters
         ----------
@@ -190,7 +195,8 @@ class AnalyticFreezing:
         return model_spec(job.model).layers
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
-        """Accuracy penalty of training ``job`` with ``freeze_level`` leading layers frozen: ``a`` times the squared frozen fraction, scaled by the progress still to come.
+        """Accuracy penalty of training ``job`` with ``freeze_level`` leading layers frozen: ``a`` times the
+        squared frozen fraction, scaled by the progress still to come.
 
         Parameters
         ----------

@@ -33,7 +33,8 @@ class NoisyStepTime:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
-        """Seconds per iteration of ``job`` on ``num_gpus`` GPUs of ``gpu_type``: the base prediction times a seeded error factor.
+        """Seconds per iteration of ``job`` on ``num_gpus`` GPUs of ``gpu_type``: the base prediction times a
+        seeded error factor.
 
         Parameters
         ----------
@@ -57,7 +58,8 @@ class NoisyStepTime:
         return exact * _factor(self.error, self.seed, "step", job.id, gpu_type)
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
-        """Peak GPU memory of one worker of ``job`` on ``gpu_type`` at ``freeze_level``, MiB: the base prediction, unchanged.
+        """Peak GPU memory of one worker of ``job`` on ``gpu_type`` at ``freeze_level``, MiB: the base
+        prediction, unchanged.
 
         Parameters
         ----------
@@ -85,7 +87,8 @@ class NoisyColocation:
     seed: int = 0
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
-        """Each job's speed sharing one ``gpu_type`` GPU with the others, relative to running alone: the base prediction times a seeded error factor, capped at 1.
+        """Each job's speed sharing one ``gpu_type`` GPU with the others, relative to running alone: the base
+        prediction times a seeded error factor, capped at 1.
 
         Parameters
         ----------
@@ -105,7 +108,8 @@ class NoisyColocation:
                      for j, s in zip(jobs, exact, strict=True))
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
-        """The group's GPU memory when co-located on one ``gpu_type`` GPU, MiB: the base prediction, unchanged.
+        """The group's GPU memory when co-located on one ``gpu_type`` GPU, MiB: the base prediction,
+        unchanged.
 
         Parameters
         ----------
@@ -125,7 +129,8 @@ class NoisyColocation:
 def with_prediction_error(predictors: Predictors, error: float, seed: int = 0) -> Predictors:
     """``predictors`` with step-time and co-location predictions off by ``error`` (see module docstring)."""
     if not 0.0 <= error <= 2.0 or not math.isfinite(error):
-        raise ValidationError("prediction_error", f"{error!r} not understood; must be in [0, 2] (0.2 = about 20%)")
+        raise ValidationError("prediction_error",
+                              f"{error!r} not understood; must be in [0, 2] (0.2 = about 20%)")
     if error == 0.0:
         return predictors
     return replace(predictors, step_time=NoisyStepTime(predictors.step_time, error, seed),

@@ -111,7 +111,8 @@ class PerModelMeanBaseline:
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
-        """Predict each group's co-located speeds, memory and utilisation (each job's model mean; memory: the summed isolated memory).
+        """Predict each group's co-located speeds, memory and utilisation (each job's model mean; memory: the
+        summed isolated memory).
 
         Parameters
         ----------
@@ -135,7 +136,8 @@ class PerModelMeanBaseline:
 
 @dataclass(slots=True)
 class UtilShareRule:
-    """Rules from isolated profiles alone (see module docstring); ``None`` where a profile value is unmeasured."""
+    """Rules from isolated profiles alone (see module docstring); ``None`` where a profile value is
+    unmeasured."""
 
     def fit(self, train: ColocDataset) -> UtilShareRule:
         """Fit on ``train`` (nothing to learn: a rule).
@@ -153,7 +155,8 @@ class UtilShareRule:
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
-        """Predict each group's co-located speeds, memory and utilisation (every job slowed to 100% over the group's summed isolated utilisation).
+        """Predict each group's co-located speeds, memory and utilisation (every job slowed to 100% over the
+        group's summed isolated utilisation).
 
         Parameters
         ----------
@@ -243,7 +246,8 @@ class AnalyticContention:
         return min(1.0, max(compute_s, memory_s) / step_s)
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
-        """Predict each group's co-located speeds, memory and utilisation (from each job's busy fraction of the GPU's compute and memory bandwidth).
+        """Predict each group's co-located speeds, memory and utilisation (from each job's busy fraction of
+        the GPU's compute and memory bandwidth).
 
         Parameters
         ----------
@@ -331,7 +335,8 @@ class GbtBaseline:
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
-        """Predict each group's co-located speeds, memory and utilisation (gradient-boosted trees, on at most ``threads`` threads).
+        """Predict each group's co-located speeds, memory and utilisation (gradient-boosted trees, on at most
+        ``threads`` threads).
 
         Parameters
         ----------
@@ -361,7 +366,8 @@ class GbtBaseline:
         if not groups:
             return []
         rows = [r for g in groups for r in pair_rows(g, data.isolated)]  # one tree call for every group
-        log_speeds = [v + self._speed_prior(r) for v, r in zip(self._models["speed"].predict(rows), rows, strict=True)]
+        log_speeds = [v + self._speed_prior(r)
+                      for v, r in zip(self._models["speed"].predict(rows), rows, strict=True)]
         group_rows = [group_row(g, data.isolated) for g in groups]
         mem_ratio = self._models["memory_mib"].predict(group_rows).tolist() if "memory_mib" in self._models else None
         utils = self._models["gpu_util"].predict(group_rows).tolist() if "gpu_util" in self._models else None

@@ -21,14 +21,16 @@ from dltsched.predictors.colocation.samples import ColocDataset
 def combine(predictions: Sequence[GroupPrediction], weights: Sequence[float]) -> GroupPrediction:
     """Weighted geometric mean of speeds; weighted mean of memory and utilisation where members give them."""
     total = sum(weights)
-    speeds = tuple(math.exp(sum(w * math.log(p.speeds[i]) for p, w in zip(predictions, weights, strict=True)) / total)
+    speeds = tuple(math.exp(sum(w * math.log(p.speeds[i])
+                                for p, w in zip(predictions, weights, strict=True)) / total)
                    for i in range(len(predictions[0].speeds)))
 
     def mean(values: list[tuple[float | None, float]]) -> float | None:
         known = [(v, w) for v, w in values if v is not None]
         return sum(v * w for v, w in known) / sum(w for _, w in known) if known else None
 
-    return GroupPrediction(speeds, mean([(p.memory_mib, w) for p, w in zip(predictions, weights, strict=True)]),
+    return GroupPrediction(speeds,
+                           mean([(p.memory_mib, w) for p, w in zip(predictions, weights, strict=True)]),
                            mean([(p.gpu_util, w) for p, w in zip(predictions, weights, strict=True)]))
 
 
@@ -45,7 +47,8 @@ class EnsemblePredictor:
             raise ValidationError("members", "no members; an ensemble needs at least one predictor")
         if not self.weights:
             self.weights = (1.0,) * len(self.members)
-        if len(self.weights) != len(self.members) or any(w < 0 for w in self.weights) or not sum(self.weights):
+        if len(self.weights) != len(self.members) or any(w < 0
+                                                         for w in self.weights) or not sum(self.weights):
             raise ValidationError("weights", f"{self.weights!r} not understood; one weight >= 0 per member, "
                                              "not all 0")
 
@@ -67,7 +70,8 @@ class EnsemblePredictor:
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
-        """Predict each group's co-located speeds, memory and utilisation (the members' predictions combined with the ensemble's weights).
+        """Predict each group's co-located speeds, memory and utilisation (the members' predictions combined
+        with the ensemble's weights).
 
         Parameters
         ----------
@@ -116,7 +120,8 @@ class PairwiseComposition:
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
-        """Predict each group's co-located speeds, memory and utilisation (groups of three composed from the base predictor's pairs).
+        """Predict each group's co-located speeds, memory and utilisation (groups of three composed from the
+        base predictor's pairs).
 
         Parameters
         ----------

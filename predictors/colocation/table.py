@@ -148,7 +148,8 @@ class ColocationTable:
                 self.fallbacks["nearest_batch"] += 1
         if found is None:
             if self.strict:
-                raise ValidationError("jobs", f"group {group_key(gpu, group.jobs)} not in the table (strict mode)")
+                raise ValidationError("jobs",
+                                      f"group {group_key(gpu, group.jobs)} not in the table (strict mode)")
             self.fallbacks["analytic"] += 1
             ordered = (gpu, tuple(group.jobs))  # speeds follow the group's order
             if ordered not in self._analytic_groups:
@@ -198,7 +199,8 @@ class ColocationTable:
 
     # ------------------------------------------------------------------ engine interface
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
-        """Each job's speed sharing one ``gpu_type`` GPU with the others, relative to running alone, looked up in the table.
+        """Each job's speed sharing one ``gpu_type`` GPU with the others, relative to running alone, looked up
+        in the table.
 
         Parameters
         ----------
@@ -243,7 +245,8 @@ class ColocationTable:
             Format tag, group size limit, record and entries.
         """
         return {"format": "dltsched-colocation-table/1", "max_jobs": self.max_jobs, "record": self.record,
-                "entries": {k: [list(v.speeds), v.memory_mib, v.gpu_util] for k, v in sorted(self.entries.items())}}
+                "entries": {k: [list(v.speeds), v.memory_mib, v.gpu_util]
+                            for k, v in sorted(self.entries.items())}}
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the table as compact JSON.
@@ -277,7 +280,9 @@ class ColocationTable:
             When the data is not a ``dltsched-colocation-table/1``.
         """
         if raw.get("format") != "dltsched-colocation-table/1":
-            raise ValidationError("format", f"{raw.get('format')!r} not understood; expected dltsched-colocation-table/1")
+            raise ValidationError("format",
+                                  f"{raw.get('format')!r} not understood; expected "
+                                  "dltsched-colocation-table/1")
         entries = {k: GroupPrediction(tuple(v[0]), v[1], v[2]) for k, v in raw["entries"].items()}
         return cls(entries, int(raw["max_jobs"]), raw.get("record", {}), strict)
 
@@ -304,8 +309,9 @@ def _spec(job: Job) -> JobSpec:
     return JobSpec(job.model, job.batch_size, job.amp, job.dataset)
 
 
-def export_table(predictor: Any, gpus: Sequence[str], jobs: Sequence[JobSpec], isolated: dict[tuple[str, JobSpec],
-                 IsolatedProfile], max_jobs: int, record: dict[str, Any] | None = None) -> ColocationTable:
+def export_table(predictor: Any, gpus: Sequence[str], jobs: Sequence[JobSpec],
+                 isolated: dict[tuple[str, JobSpec], IsolatedProfile], max_jobs: int,
+                 record: dict[str, Any] | None = None) -> ColocationTable:
     """Tabulate a trained group predictor for every group of 2..``max_jobs`` of ``jobs`` on ``gpus``."""
     from dltsched.predictors.colocation.train import all_groups
 

@@ -82,7 +82,8 @@ class EggatPredictor:
         self.net = self._new_net()
         self.net.set_normalization(torch.cat([g.x for g in graphs]), torch.cat([g.glob for g in graphs]))
         labels = [self._labels(s, train) for s in train.samples]
-        residuals = [v - p for g, lab in zip(graphs, labels, strict=True) for v, p in zip(lab[0], g.speed_prior.tolist(),
+        residuals = [v - p for g, lab in zip(graphs, labels, strict=True)
+                     for v, p in zip(lab[0], g.speed_prior.tolist(),
                                                                                           strict=True)]
         mem = [lab[1] for lab in labels if not math.isnan(lab[1])]
         self.net.init_output_bias(_median(residuals), _median(mem) if mem else 0.0)
@@ -116,7 +117,8 @@ class EggatPredictor:
         y_speed = torch.tensor([v for lab in labels for v in lab[0]])
         loss = (log_speed - y_speed).abs().mean()
         for pred, y in ((log_mem, torch.tensor([lab[1] for lab in labels])),
-                        (torch.log(util.clamp_min(1e-3)), torch.log(torch.tensor([lab[2] for lab in labels])))):
+                        (torch.log(util.clamp_min(1e-3)),
+                         torch.log(torch.tensor([lab[2] for lab in labels])))):
             mask = ~torch.isnan(y)
             if mask.any():
                 loss = loss + (pred[mask] - y[mask]).abs().mean()
@@ -138,7 +140,8 @@ class EggatPredictor:
         return NumpyEggat.from_meta({k: v.detach().cpu().numpy() for k, v in self.net.state_dict().items()},
                                     self.meta())
 
-    def predict(self, groups: Sequence[Group], data: ColocDataset, chunk: int = 2048) -> list[GroupPrediction]:
+    def predict(self, groups: Sequence[Group], data: ColocDataset,
+                chunk: int = 2048) -> list[GroupPrediction]:
         """Predictions for ``groups``; ``data.isolated`` supplies the isolated profiles."""
         if self.net is None:
             raise ValidationError("model", "not trained; call fit() or load a checkpoint")
@@ -218,13 +221,14 @@ WEIGHT_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 @dataclass(slots=True)
 class ProfileWithEggat:
-    """The profile model (:class:`~.profiled.ProfileColocation`) with an E-GGAT fitted on the same data blended into
-    its speeds at ``weight`` (:data:`~.profiled.EGGAT_WEIGHT`): what bundle ``default+eggat`` predicts with. Fitting needs torch;
-    predictions run the network in numpy (:class:`~.egat_numpy.NumpyEggat`), within the profile model's bounds.
+    """The profile model (:class:`~.profiled.ProfileColocation`) with an E-GGAT fitted on the same data
+    blended into its speeds at ``weight`` (:data:`~.profiled.EGGAT_WEIGHT`): what bundle ``default+eggat``
+    predicts with. Fitting needs torch; predictions run the network in numpy
+    (:class:`~.egat_numpy.NumpyEggat`), within the profile model's bounds.
 
-    ``weight=None`` chooses it from :data:`WEIGHT_GRID` by leave-one-model-out inside the training data (both models
-    refitted per inner fold; the lowest pooled speed MAPE, ties to the smaller weight), never by a held-out score;
-    the choice is kept in ``chosen``.
+    ``weight=None`` chooses it from :data:`WEIGHT_GRID` by leave-one-model-out inside the training data (both
+    models refitted per inner fold; the lowest pooled speed MAPE, ties to the smaller weight), never by a
+    held-out score; the choice is kept in ``chosen``.
     """
 
     weight: float | None = EGGAT_WEIGHT
@@ -271,7 +275,8 @@ class ProfileWithEggat:
         return best
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
-        """Predict each group's co-located speeds, memory and utilisation (the fitted profile model with the graph network).
+        """Predict each group's co-located speeds, memory and utilisation (the fitted profile model with the
+        graph network).
 
         Parameters
         ----------

@@ -62,7 +62,8 @@ class IceFrogFreezing:
         return int(graph_record(job.model, job.dataset)["num_layers"])
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
-        """Accuracy penalty of training ``job`` with ``freeze_level`` leading layers frozen, from IceFrog's layer-aware model.
+        """Accuracy penalty of training ``job`` with ``freeze_level`` leading layers frozen, from IceFrog's
+        layer-aware model.
 
         Parameters
         ----------
@@ -87,7 +88,8 @@ class IceFrogFreezing:
 
         levels = self.num_freeze_levels(job)
         if not isinstance(freeze_level, int) or not 0 <= freeze_level < levels:
-            raise ValidationError("freeze_level", f"{freeze_level!r} not understood; must be in [0, {levels - 1}] "
+            raise ValidationError("freeze_level",
+                                  f"{freeze_level!r} not understood; must be in [0, {levels - 1}] "
                                                   f"for {job.model}")
         if not 0.0 <= start_progress <= 1.0:
             raise ValidationError("start_progress", f"{start_progress!r} not understood; must be in [0, 1]")

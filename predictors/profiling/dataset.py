@@ -76,8 +76,8 @@ def write_lucid_single(path: Path, isolated: Sequence[dict[str, Any]]) -> None:
     """
     header = ("model", "dataset", "batchsize", "amp", "speed", "gpu_util", "gmem_util", "gmem", "gpu")
     _write_csv(path, header, [[r["model"], r["dataset"], r["batch_size"], r["amp"],
-                               r["batch_size"] / r["step_time_s"], r["gpu_util"], r["gmem_util"], r["gmem_mib"],
-                               r["gpu"]] for r in isolated])
+                               r["batch_size"] / r["step_time_s"], r["gpu_util"], r["gmem_util"],
+                               r["gmem_mib"], r["gpu"]] for r in isolated])
 
 
 def write_lucid_groups(path: Path, groups: Sequence[dict[str, Any]], size: int) -> None:

@@ -132,8 +132,8 @@ def _vgg(dataset: str, cfg: tuple[int | str, ...]) -> Built:
     if side < 64:
         layers.append(nn.Sequential(nn.Flatten(), nn.Linear(512, classes)))
     else:
-        layers.append(nn.Sequential(nn.AdaptiveAvgPool2d(7), nn.Flatten(), nn.Linear(512 * 49, 4096), nn.ReLU(),
-                                    nn.Dropout(), nn.Linear(4096, 4096), nn.ReLU(), nn.Dropout(),
+        layers.append(nn.Sequential(nn.AdaptiveAvgPool2d(7), nn.Flatten(), nn.Linear(512 * 49, 4096),
+                                    nn.ReLU(), nn.Dropout(), nn.Linear(4096, 4096), nn.ReLU(), nn.Dropout(),
                                     nn.Linear(4096, classes)))
     return image_classifier(layers, dataset)
 
@@ -298,7 +298,8 @@ def mobilenet_v3(dataset: str) -> Built:
         stage += s == 2
         layers.append(InvertedResidual(cin, exp, cout, k, _stride(dataset, s, stage), se, act))
         cin = cout
-    layers.append(nn.Sequential(conv_bn(cin, 960, 1, act=hs), Head(960, IMAGE_DATASETS[dataset][2], 1280, hs)))
+    layers.append(nn.Sequential(conv_bn(cin, 960, 1, act=hs),
+                                Head(960, IMAGE_DATASETS[dataset][2], 1280, hs)))
     return image_classifier(layers, dataset)
 
 
@@ -337,7 +338,8 @@ class ShuffleUnit(nn.Module):
         self.stride = stride
         half = cout // 2
         bin_ = cin if stride == 2 else cin // 2
-        self.branch = nn.Sequential(conv_bn(bin_, half, 1), conv_bn(half, half, 3, stride, groups=half, act=None),
+        self.branch = nn.Sequential(conv_bn(bin_, half, 1),
+                                    conv_bn(half, half, 3, stride, groups=half, act=None),
                                     conv_bn(half, half, 1))
         self.left = (nn.Sequential(conv_bn(cin, cin, 3, 2, groups=cin, act=None), conv_bn(cin, half, 1))
                      if stride == 2 else nn.Identity())
@@ -399,7 +401,8 @@ class DarkResidual(nn.Module):
 
     def __init__(self, c: int) -> None:
         super().__init__()
-        self.body = nn.Sequential(conv_bn(c, c // 2, 1, act=nn.LeakyReLU), conv_bn(c // 2, c, 3, act=nn.LeakyReLU))
+        self.body = nn.Sequential(conv_bn(c, c // 2, 1, act=nn.LeakyReLU),
+                                  conv_bn(c // 2, c, 3, act=nn.LeakyReLU))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """1x1 then 3x3 convolution, added to the input.
@@ -418,13 +421,15 @@ class DarkResidual(nn.Module):
 
 
 def _dark_stage(cin: int, cout: int, repeat: int) -> nn.Sequential:
-    return nn.Sequential(conv_bn(cin, cout, 3, 2, act=nn.LeakyReLU), *[DarkResidual(cout) for _ in range(repeat)])
+    return nn.Sequential(conv_bn(cin, cout, 3, 2, act=nn.LeakyReLU),
+                         *[DarkResidual(cout) for _ in range(repeat)])
 
 
 def _neck(cin: int, c: int) -> nn.Sequential:
     lrelu = nn.LeakyReLU
-    return nn.Sequential(conv_bn(cin, c, 1, act=lrelu), conv_bn(c, 2 * c, 3, act=lrelu), conv_bn(2 * c, c, 1, act=lrelu),
-                         conv_bn(c, 2 * c, 3, act=lrelu), conv_bn(2 * c, c, 1, act=lrelu))
+    return nn.Sequential(conv_bn(cin, c, 1, act=lrelu), conv_bn(c, 2 * c, 3, act=lrelu),
+                         conv_bn(2 * c, c, 1, act=lrelu), conv_bn(c, 2 * c, 3, act=lrelu),
+                         conv_bn(2 * c, c, 1, act=lrelu))
 
 
 class YoloV3(nn.Module):
@@ -435,7 +440,8 @@ class YoloV3(nn.Module):
         out = 3 * (5 + classes)
         self.stem = conv_bn(3, 32, 3, act=nn.LeakyReLU)
         self.s1, self.s2 = _dark_stage(32, 64, 1), _dark_stage(64, 128, 2)
-        self.s3, self.s4, self.s5 = _dark_stage(128, 256, 8), _dark_stage(256, 512, 8), _dark_stage(512, 1024, 4)
+        self.s3, self.s4, self.s5 = _dark_stage(128, 256,
+                                                8), _dark_stage(256, 512, 8), _dark_stage(512, 1024, 4)
         self.neck_l, self.neck_m, self.neck_s = _neck(1024, 512), _neck(512 + 256, 256), _neck(256 + 128, 128)
         self.out_l = nn.Sequential(conv_bn(512, 1024, 3, act=nn.LeakyReLU), nn.Conv2d(1024, out, 1))
         self.up_m = conv_bn(512, 256, 1, act=nn.LeakyReLU)

@@ -100,8 +100,8 @@ def cyclegan(dataset: str) -> Built:
         return torch.randn(batch, 3, 256, 256), torch.randn(batch, 3, 256, 256)
 
     # generator blocks not listed (residual blocks 4, 5, ...) inherit the layer of their input
-    blocks = ("gen_ab.0", "gen_ab.1", "gen_ab.2", "gen_ab.3", "gen_ab.6", "gen_ab.9", "gen_ab.12", "gen_ab.14",
-              "gen_ba", "disc_a", "disc_b")
+    blocks = ("gen_ab.0", "gen_ab.1", "gen_ab.2", "gen_ab.3", "gen_ab.6", "gen_ab.9", "gen_ab.12",
+              "gen_ab.14", "gen_ba", "disc_a", "disc_b")
     return Built(CycleGan(), make_inputs, blocks)
 
 
@@ -148,7 +148,8 @@ class DcGan(nn.Module):
         """
         fake = self.gen(noise)
         logits = self.disc(torch.cat((real, fake), 0)).squeeze(-1)
-        labels = torch.cat((torch.ones_like(logits[: real.shape[0]]), torch.zeros_like(logits[real.shape[0]:])))
+        labels = torch.cat((torch.ones_like(logits[: real.shape[0]]),
+                            torch.zeros_like(logits[real.shape[0]:])))
         return F.binary_cross_entropy_with_logits(logits, labels)
 
 
@@ -217,7 +218,8 @@ def _nature_cnn() -> nn.Sequential:
 
 def _rl_inputs(channels: int, side: int, actions: int):  # noqa: ANN202 - returns a small closure
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
-        return torch.randn(batch, channels, side, side), torch.randint(0, actions, (batch,)), torch.randn(batch)
+        return torch.randn(batch, channels, side,
+                           side), torch.randint(0, actions, (batch,)), torch.randn(batch)
 
     return make_inputs
 
@@ -236,7 +238,8 @@ def a3c(dataset: str) -> Built:
     Built
         The loss-returning module, its input maker and its block prefixes.
     """
-    trunk = nn.Sequential(*[nn.Sequential(nn.Conv2d(1 if not i else 32, 32, 3, 2, 1), nn.ELU()) for i in range(4)],
+    trunk = nn.Sequential(*[nn.Sequential(nn.Conv2d(1 if not i else 32, 32, 3, 2, 1), nn.ELU())
+                            for i in range(4)],
                           nn.Flatten())
     return Built(ActorCritic(trunk, 32 * 3 * 3, 6, lstm=True), _rl_inputs(1, 42, 6),
                  ("trunk.0", "trunk.1", "trunk.2", "trunk.3", "lstm", "heads"))
@@ -271,7 +274,8 @@ class Dqn(nn.Module):
 
     def __init__(self, actions: int = 6) -> None:
         super().__init__()
-        self.net = nn.Sequential(*_nature_cnn(), nn.Linear(64 * 7 * 7, 512), nn.ReLU(), nn.Linear(512, actions))
+        self.net = nn.Sequential(*_nature_cnn(), nn.Linear(64 * 7 * 7, 512), nn.ReLU(),
+                                 nn.Linear(512, actions))
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Huber loss of the chosen actions' values against the targets.

@@ -127,8 +127,8 @@ def vit_b16(dataset: str) -> Built:
 # sequence length: ``seq<N>`` (synthetic token ids; pre-training loss: masked LM / causal LM) ------
 
 #: model id -> (sequence lengths, default first)
-NEUSIGHT_SEQS = {"bert_large": (512, 128), "gpt2_large": (1024,), "gpt3_xl": (2048, 1024), "gpt3_2.7b": (2048, 1024),
-                 "opt_1.3b": (2048, 1024)}
+NEUSIGHT_SEQS = {"bert_large": (512, 128), "gpt2_large": (1024,), "gpt3_xl": (2048, 1024),
+                 "gpt3_2.7b": (2048, 1024), "opt_1.3b": (2048, 1024)}
 
 
 def _seqs(model: str) -> tuple[str, ...]:
@@ -160,8 +160,8 @@ def bert_large(dataset: str) -> Built:
     """
     from transformers import BertConfig, BertForMaskedLM
 
-    config = BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
-                        attn_implementation="sdpa")
+    config = BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                        intermediate_size=4096, attn_implementation="sdpa")
     seq = int(dataset.removeprefix("seq"))
 
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
@@ -179,8 +179,8 @@ def _gpt(dataset: str, embd: int, layers: int, heads: int) -> Built:
     seq = int(dataset.removeprefix("seq"))
     config = GPT2Config(n_embd=embd, n_layer=layers, n_head=heads, n_positions=max(seq, 1024),
                         attn_implementation="sdpa")
-    return _causal(GPT2LMHeadModel(config), config.vocab_size, seq, "transformer.h", layers, "transformer.wte",
-                   "transformer.ln_f")
+    return _causal(GPT2LMHeadModel(config), config.vocab_size, seq, "transformer.h", layers,
+                   "transformer.wte", "transformer.ln_f")
 
 
 @register("gpt2_large", *_seqs("gpt2_large"))

@@ -53,8 +53,10 @@ class Translation(nn.Module):
         super().__init__()
         self.src_embed = nn.Embedding(vocab, d)
         self.tgt_embed = nn.Embedding(vocab, d)
-        self.encoder = nn.ModuleList(nn.TransformerEncoderLayer(d, 8, 2048, batch_first=True) for _ in range(layers))
-        self.decoder = nn.ModuleList(nn.TransformerDecoderLayer(d, 8, 2048, batch_first=True) for _ in range(layers))
+        self.encoder = nn.ModuleList(nn.TransformerEncoderLayer(d, 8, 2048, batch_first=True)
+                                     for _ in range(layers))
+        self.decoder = nn.ModuleList(nn.TransformerDecoderLayer(d, 8, 2048, batch_first=True)
+                                     for _ in range(layers))
         self.generator = nn.Linear(d, vocab)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
@@ -101,8 +103,8 @@ def transformer(dataset: str) -> Built:
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
         return torch.randint(0, vocab, (batch, seq)), torch.randint(0, vocab, (batch, seq))
 
-    blocks = ("src_embed", *(f"encoder.{i}" for i in range(6)), "tgt_embed", *(f"decoder.{i}" for i in range(6)),
-              "generator")
+    blocks = ("src_embed", *(f"encoder.{i}" for i in range(6)), "tgt_embed",
+              *(f"decoder.{i}" for i in range(6)), "generator")
     return Built(Translation(vocab), make_inputs, blocks)
 
 
@@ -204,11 +206,13 @@ class DeepSpeech2(nn.Module):
     def __init__(self, freq: int = 161, hidden: int = 1024, layers: int = 5, chars: int = 29,
                  cell: type[nn.Module] = nn.LSTM) -> None:
         super().__init__()
-        self.conv1 = nn.Sequential(nn.Conv2d(1, 32, (41, 11), (2, 2), (20, 5)), nn.BatchNorm2d(32), nn.Hardtanh(0, 20))
+        self.conv1 = nn.Sequential(nn.Conv2d(1, 32, (41, 11), (2, 2), (20, 5)), nn.BatchNorm2d(32),
+                                   nn.Hardtanh(0, 20))
         self.conv2 = nn.Sequential(nn.Conv2d(32, 32, (21, 11), (2, 1), (10, 5)), nn.BatchNorm2d(32),
                                    nn.Hardtanh(0, 20))
         feat = 32 * ((freq + 1) // 2 + 1) // 2
-        self.rnns = nn.ModuleList(_BatchRNN(feat if not i else hidden, hidden, i > 0, cell) for i in range(layers))
+        self.rnns = nn.ModuleList(_BatchRNN(feat if not i else hidden, hidden, i > 0, cell)
+                                  for i in range(layers))
         self.fc = nn.Sequential(nn.BatchNorm1d(hidden), nn.Linear(hidden, chars, bias=False))
 
     def forward(self, spec: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -280,8 +284,9 @@ class NeuMF(nn.Module):
 
     def __init__(self, users: int, items: int, factors: int = 64) -> None:
         super().__init__()
-        self.embed = nn.ModuleDict({"gmf_u": nn.Embedding(users, factors), "gmf_i": nn.Embedding(items, factors),
-                                    "mlp_u": nn.Embedding(users, 128), "mlp_i": nn.Embedding(items, 128)})
+        self.embed = nn.ModuleDict({"gmf_u": nn.Embedding(users, factors),
+                                    "gmf_i": nn.Embedding(items, factors), "mlp_u": nn.Embedding(users, 128),
+                                    "mlp_i": nn.Embedding(items, 128)})
         self.mlp1 = nn.Sequential(nn.Linear(256, 128), nn.ReLU())
         self.mlp2 = nn.Sequential(nn.Linear(128, 64), nn.ReLU())
         self.out = nn.Linear(64 + factors, 1)
@@ -404,7 +409,8 @@ class PointNet(nn.Module):
         def fc(cin: int, cout: int) -> nn.Sequential:
             return nn.Sequential(nn.Linear(cin, cout), nn.BatchNorm1d(cout), nn.ReLU())
 
-        self.layers = nn.ModuleList([pconv(3, 64), pconv(64, 64), pconv(64, 64), pconv(64, 128), pconv(128, 1024),
+        self.layers = nn.ModuleList([pconv(3, 64), pconv(64, 64), pconv(64, 64), pconv(64, 128),
+                                     pconv(128, 1024),
                                      nn.Sequential(nn.AdaptiveMaxPool1d(1), nn.Flatten(), fc(1024, 512)),
                                      nn.Sequential(fc(512, 256), nn.Dropout(0.3)), nn.Linear(256, classes)])
 
