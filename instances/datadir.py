@@ -47,7 +47,8 @@ def find_data_dir(path: str | os.PathLike[str] | None = None, *, required: bool 
     if path is not None:
         p = Path(path)
         if not p.is_dir():
-            raise DataNotFoundError(f"data folder '{p}' does not exist; pass an existing folder or set {ENV_VAR}")
+            raise DataNotFoundError(f"data folder '{p}' does not exist; pass an existing folder "
+                                    f"or set {ENV_VAR}")
         return p
     env = os.environ.get(ENV_VAR)
     if env:

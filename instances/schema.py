@@ -193,7 +193,9 @@ def load_instance(source: str | os.PathLike[str] | Mapping[str, Any]) -> Instanc
     if not isinstance(raw, dict):
         raise ValidationError("", f"top level is {type(raw).__name__}; an instance must be a JSON object")
     version = raw.get("version")
-    if raw.get("format", FORMAT) == FORMAT and (version is not None and (type(version) is not int or version != VERSION)):
+    if raw.get("format",
+               FORMAT) == FORMAT and (version is not None
+                                      and (type(version) is not int or version != VERSION)):
         raise ValidationError(
             "version", f"{short_repr(version)} not understood; this dltsched reads version {VERSION}"
         )
@@ -342,11 +344,14 @@ def save_instance(inst: Instance, path: str | os.PathLike[str]) -> Path:
 
 __all__ = [
     # validation (re-exported: dltsched.instances.schema is the one import for the format)
-    "FORMAT", "MAX_BATCH_SIZE", "MAX_CLUSTER_GPUS", "MAX_DEPTH", "MAX_GPUS_PER_NODE", "MAX_ITERATIONS", "MAX_JOBS",
-    "MAX_MEMORY_GIB", "MAX_NAMES", "MAX_NODES", "MAX_RATE", "MAX_TEXT", "MAX_TIME_S", "SCHEMA_FILE", "VERSION",
+    "FORMAT", "MAX_BATCH_SIZE", "MAX_CLUSTER_GPUS", "MAX_DEPTH", "MAX_GPUS_PER_NODE", "MAX_ITERATIONS",
+           "MAX_JOBS",
+    "MAX_MEMORY_GIB", "MAX_NAMES", "MAX_NODES", "MAX_RATE", "MAX_TEXT", "MAX_TIME_S", "SCHEMA_FILE",
+           "VERSION",
     "ClusterModel", "GpuTypeModel", "InstanceModel", "JobModel", "NodeModel", "check_json_value",
     "convert_pydantic_error", "json_schema", "shipped_schema_path",
     # load, convert, save
-    "dumps_instance", "instance_from_model", "instance_to_dict", "job_to_dict", "load_instance", "parse_json_text",
+    "dumps_instance", "instance_from_model", "instance_to_dict", "job_to_dict", "load_instance",
+           "parse_json_text",
     "save_instance",
 ]

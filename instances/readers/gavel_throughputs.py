@@ -172,5 +172,6 @@ def read_gavel_throughputs(path: str | os.PathLike[str] | None = None, *,
     GavelThroughputs
         The throughputs.
     """
-    p = Path(path) if path is not None else data_file("gavel", "simulation_throughputs.json", data_dir=data_dir)
+    p = Path(path) if path is not None else data_file("gavel", "simulation_throughputs.json",
+                                                      data_dir=data_dir)
     return _read(str(p.resolve()))

@@ -42,7 +42,8 @@ def read_philly_rows(
 
 @lru_cache(maxsize=2)
 def philly_rows(path_name: str, seed: int) -> tuple[TraceJob, ...]:
-    """The rows of the Philly trace file ``path_name`` (cached per path and seed; see :func:`read_philly_rows`).
+    """The rows of the Philly trace file ``path_name`` (cached per path and seed; see
+    :func:`read_philly_rows`).
 
     Parameters
     ----------
@@ -94,7 +95,8 @@ def read_philly(
     data_dir
         The data folder (default: found automatically).
     cluster
-        The cluster, or its spec (default: one sized for the trace, :func:`~dltsched.instances.clusters.default_cluster_for`).
+        The cluster, or its spec (default: one sized for the trace,
+        :func:`~dltsched.instances.clusters.default_cluster_for`).
     window
         The part of the trace to keep (default: all).
     seed

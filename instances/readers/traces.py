@@ -97,7 +97,8 @@ def read_gavel(
     data_dir
         The data folder (default: found automatically).
     cluster
-        The cluster, or its spec (default: one sized for the trace, :func:`~dltsched.instances.clusters.default_cluster_for`).
+        The cluster, or its spec (default: one sized for the trace,
+        :func:`~dltsched.instances.clusters.default_cluster_for`).
     window
         The part of the trace to keep (default: all).
 
@@ -146,7 +147,8 @@ def read_muri(
     data_dir
         The data folder (default: found automatically).
     cluster
-        The cluster, or its spec (default: one sized for the trace, :func:`~dltsched.instances.clusters.default_cluster_for`).
+        The cluster, or its spec (default: one sized for the trace,
+        :func:`~dltsched.instances.clusters.default_cluster_for`).
     window
         The part of the trace to keep (default: all).
 
@@ -242,7 +244,8 @@ def read_pollux_workload(
     data_dir
         The data folder (default: found automatically).
     cluster
-        The cluster, or its spec (default: one sized for the trace, :func:`~dltsched.instances.clusters.default_cluster_for`).
+        The cluster, or its spec (default: one sized for the trace,
+        :func:`~dltsched.instances.clusters.default_cluster_for`).
     window
         The part of the trace to keep (default: all).
 
