@@ -1,13 +1,14 @@
 """The public API is documented: every public definition has a docstring, most of them in numpydoc.
 
 Every public module, class, function and method of the four code packages (engine, formulations, predictors,
-instances) has a docstring. In the packages of ``NUMPYDOC``, every public module, class, function and method (a name without a leading underscore, in a module without
-one) has a docstring; a callable that takes parameters has a ``Parameters`` section naming each of them, one
-that returns a value a ``Returns`` (or ``Yields``) section, and one that raises an exception itself (a
-``raise`` in its own body) a ``Raises`` section naming it. A class documents its constructor's parameters
-(dataclass fields, or ``__init__``'s) and what its constructor raises the same way. Properties describe their
-value (no sections); enums, protocols' attributes and ``NamedTuple`` fields need only the class docstring.
-The sections are read by a small parser of numpydoc's layout (a title line underlined by dashes).
+instances) has a docstring. In the packages of ``NUMPYDOC``, every public module, class, function and method
+(a name without a leading underscore, in a module without one) has a docstring; a callable that takes
+parameters has a ``Parameters`` section naming each of them, one that returns a value a ``Returns`` (or
+``Yields``) section, and one that raises an exception itself (a ``raise`` in its own body) a ``Raises``
+section naming it. A class documents its constructor's parameters (dataclass fields, or ``__init__``'s) and
+what its constructor raises the same way. Properties describe their value (no sections); enums, protocols'
+attributes and ``NamedTuple`` fields need only the class docstring. The sections are read by a small parser of
+numpydoc's layout (a title line underlined by dashes).
 """
 
 from __future__ import annotations
@@ -24,15 +25,18 @@ PACKAGES = ("engine", "formulations", "predictors", "instances")
 #: modules being reworked on other branches, whose public definitions do not all have a docstring yet
 #: (strict xfail: remove a module once it passes)
 UNDOCUMENTED = {
-    "engine/app/adapters/slurm.py", "engine/app/adapters/slurm_parse.py", "engine/app/adapters/slurm_round.py",
+    "engine/app/adapters/slurm.py", "engine/app/adapters/slurm_parse.py",
+                "engine/app/adapters/slurm_round.py",
     "engine/app/service/models.py", "engine/app/service/server.py", "engine/policies/optimizing.py",
     "engine/sim/profile_truth.py", "engine/sim/truth.py",
     "formulations/backends/__init__.py", "formulations/backends/milp.py", "formulations/candidates.py",
     "formulations/problem.py", "formulations/result.py", "formulations/solve.py",
     "predictors/calibration/bundle.py", "predictors/calibration/check.py", "predictors/calibration/data.py",
-    "predictors/calibration/groups.py", "predictors/calibration/isolated.py", "predictors/calibration/model.py",
+    "predictors/calibration/groups.py", "predictors/calibration/isolated.py",
+                "predictors/calibration/model.py",
     "predictors/calibration/plan.py", "predictors/calibration/wrap.py",
-    "predictors/steptime/calibrate.py", "predictors/steptime/kernel_logo.py", "predictors/steptime/kernels.py",
+    "predictors/steptime/calibrate.py", "predictors/steptime/kernel_logo.py",
+                "predictors/steptime/kernels.py",
     "predictors/steptime/model.py", "predictors/steptime/neusight.py",
 }
 #: the packages whose docstrings also have numpydoc's sections; optimizing.py is kept out while it is reworked
@@ -58,7 +62,8 @@ def public_definitions(tree: ast.Module) -> list[tuple[str, ast.AST]]:
     """Every public class, function and method of a module (methods of public classes), with its name."""
     out: list[tuple[str, ast.AST]] = []
     for node in tree.body:
-        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) or node.name.startswith("_"):
+        if not isinstance(node,
+                          ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) or node.name.startswith("_"):
             continue
         out.append((node.name, node))
         if isinstance(node, ast.ClassDef):
@@ -84,7 +89,8 @@ def sections(doc: str) -> dict[str, str]:
 
 
 def names_in(text: str) -> set[str]:
-    """The names a Parameters or Raises section documents: each entry's first line ``name[, name] [: type]``."""
+    """The names a Parameters or Raises section documents: each entry's first line ``name[, name] [:
+    type]``."""
     out: set[str] = set()
     lines = text.splitlines()
     indent = min((len(x) - len(x.lstrip()) for x in lines if x.strip()), default=0)
@@ -166,8 +172,10 @@ def constructor(cls: ast.ClassDef) -> tuple[list[str], set[str]]:
         elif dataclass and isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             annotation = ast.unparse(node.annotation)
             value = node.value
-            no_init = (isinstance(value, ast.Call) and any(k.arg == "init" and isinstance(k.value, ast.Constant)
-                                                           and k.value.value is False for k in value.keywords))
+            no_init = (isinstance(value, ast.Call)
+                       and any(k.arg == "init" and isinstance(k.value, ast.Constant)
+                                                           and k.value.value is False
+                               for k in value.keywords))
             if not node.target.id.startswith("_") and "ClassVar" not in annotation and not no_init:
                 names.append(node.target.id)
     return names, raised - {"NotImplementedError", "AssertionError"}
@@ -294,11 +302,13 @@ def f(x: int, *, y: str = "") -> int:
     old, ROOT = ROOT, tmp_path
     try:
         assert problems_of(bad) == ["bad.py:f: no Parameters section (x)", "bad.py:f: no Returns section",
-                                    "bad.py:f: Raises does not name ValueError", "bad.py:C: Parameters does not name b"]
+                                    "bad.py:f: Raises does not name ValueError",
+                                    "bad.py:C: Parameters does not name b"]
         assert problems_of(good) == []
         assert undocumented(good) == []
         bare = tmp_path / "bare.py"
-        bare.write_text('class D:\n    """Documented."""\n\n    def m(self):\n        pass\n\n\ndef _private():\n    pass\n')
+        bare.write_text('class D:\n    """Documented."""\n\n    def m(self):\n        pass\n\n\ndef '
+                        '_private():\n    pass\n')
         assert undocumented(bare) == ["bare.py: no module docstring", "bare.py:D.m: no docstring"]
     finally:
         ROOT = old

@@ -38,8 +38,8 @@ def small_instance() -> Instance:
 
 
 def cli_args(instance: Path) -> list[str]:
-    return ["simulate", "--instance", str(instance), "--policy", "fifo", "--seed", str(SEED), "--memory", "oom",
-            "--predictors", "analytic", "--faults", FAULTS, "--json"]
+    return ["simulate", "--instance", str(instance), "--policy", "fifo", "--seed", str(SEED), "--memory",
+            "oom", "--predictors", "analytic", "--faults", FAULTS, "--json"]
 
 
 @pytest.fixture(scope="module")
@@ -268,7 +268,8 @@ def test_api_raises_one_checkpoint_error(base, name, tmp_path):
 def test_cli_prints_one_line_and_exits_2(base, name, tmp_path, capsys):
     path = write_case(base, name, tmp_path)
     capsys.readouterr()
-    code = main([*cli_args(base["instance"]), "--checkpoint", str(path), "--checkpoint-every", str(base["every"])])
+    code = main([*cli_args(base["instance"]), "--checkpoint", str(path), "--checkpoint-every",
+                 str(base["every"])])
     out, err = capsys.readouterr()
     assert code == 2, out[-500:]
     lines = err.strip().splitlines()
@@ -278,7 +279,8 @@ def test_cli_prints_one_line_and_exits_2(base, name, tmp_path, capsys):
 def test_the_untouched_base_resumes(base, tmp_path, capsys):
     path = tmp_path / "base.ckpt.json"
     path.write_bytes(base["raw"])
-    assert main([*cli_args(base["instance"]), "--checkpoint", str(path), "--checkpoint-every", str(base["every"])]) == 0
+    assert main([*cli_args(base["instance"]), "--checkpoint", str(path), "--checkpoint-every",
+                 str(base["every"])]) == 0
     assert read_checkpoint(path, simulator_for(base), expected=base["envelope"]["fingerprint"])["rounds"] > 0
 
 
@@ -289,6 +291,7 @@ def test_a_folder_or_a_path_under_a_file_exits_2(base, tmp_path, capsys):
     assert "Traceback" not in capsys.readouterr().err
     afile = tmp_path / "afile"
     afile.write_text("x")
-    assert main([*cli_args(base["instance"]), "--checkpoint", str(afile / "x.json"), "--checkpoint-every", "1"]) == 2
+    assert main([*cli_args(base["instance"]), "--checkpoint", str(afile / "x.json"), "--checkpoint-every",
+                 "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot be written" in err[0], err

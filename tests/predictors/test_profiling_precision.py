@@ -85,10 +85,12 @@ def test_profile_file_without_scope_reads_as_compute(tmp_path):
     csv_text = "model,dataset,gpu,batch_size,num_gpus,step_time_s\nresnet18,cifar10,h200,128,1,0.009\n"
     (tmp_path / "steptime.csv").write_text(csv_text)
     assert read_csv(tmp_path / "steptime.csv")[0].scope == "iteration"  # no record: a whole iteration
-    (tmp_path / "measurement.json").write_text(json.dumps({"command": "dltsched profile --job resnet18:128 --out x",
+    (tmp_path / "measurement.json").write_text(json.dumps({"command": "dltsched profile --job "
+                                                                      "resnet18:128 --out x",
                                                            "files": ["steptime.csv"]}))
     assert read_csv(tmp_path / "steptime.csv")[0].scope == "compute"
-    with_scope = csv_text.replace("step_time_s\n", "step_time_s,scope\n").replace("0.009\n", "0.009,fwd_bwd\n")
+    with_scope = csv_text.replace("step_time_s\n",
+                                  "step_time_s,scope\n").replace("0.009\n", "0.009,fwd_bwd\n")
     (tmp_path / "steptime.csv").write_text(with_scope)
     assert read_csv(tmp_path / "steptime.csv")[0].scope == "fwd_bwd"  # a cell wins over the record
 
@@ -107,5 +109,6 @@ def test_mps_rows_keep_their_mode(tmp_path, capsys):
     assert sorted(s.sharing for s in data.samples) == ["mps", "timeslice"]  # not averaged together
     from dltsched.engine.app.cli.main import main
 
-    assert main(["predict", "eval-colocation", str(tmp_path / "colocate_info.csv"), "--format", "lucid", "--json"]) == 0
+    assert main(["predict", "eval-colocation", str(tmp_path / "colocate_info.csv"), "--format", "lucid",
+                 "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sharing"] == ["mps", "timeslice"]

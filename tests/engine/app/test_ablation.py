@@ -1,4 +1,5 @@
-"""The ablation experiment: every decision switched off in turn, compared with the full policy seed by seed."""
+"""The ablation experiment: every decision switched off in turn, compared with the full policy seed by
+seed."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def test_type_blind_predicts_every_type_alike() -> None:
 
 
 def test_paired_changes_are_per_seed() -> None:
-    runs = [{"policy": "optimizing", "seed": s, "avg_jct_s": 100.0 * (s + 1), "makespan_s": 10.0} for s in (0, 1)]
+    runs = [{"policy": "optimizing", "seed": s, "avg_jct_s": 100.0 * (s + 1), "makespan_s": 10.0}
+            for s in (0, 1)]
     runs += [{"policy": "x", "seed": s, "avg_jct_s": 110.0 * (s + 1), "makespan_s": 9.0 + s} for s in (0, 1)]
     (row,) = paired_changes(runs, ["x"])
     assert row["avg_jct_s_change"] == pytest.approx(0.10) and row["avg_jct_s_change_ci95"] == pytest.approx(0.0)
@@ -112,12 +114,15 @@ def test_an_ablation_needs_the_optimizing_policy(tmp_path: Path) -> None:
 
 def test_experiment_settings_are_checked(tmp_path: Path) -> None:
     exp = tmp_path / "bad.toml"
-    exp.write_text('name = "bad"\npolicies = ["fifo"]\nprofile_on_arrival_s = -1\n[workload]\ntrace = "philly"\n')
+    exp.write_text('name = "bad"\npolicies = ["fifo"]\nprofile_on_arrival_s = '
+                   '-1\n[workload]\ntrace = "philly"\n')
     with pytest.raises(ValidationError, match="profile_on_arrival_s"):
         load_experiment(exp)
-    exp.write_text(f'name = "bad"\npolicies = ["fifo"]\ntruth = ["{tmp_path / "missing"}"]\n[workload]\ntrace = "philly"\n')
+    exp.write_text('name = "bad"\npolicies = ["fifo"]\ntruth = '
+                   f'["{tmp_path / "missing"}"]\n[workload]\ntrace = "philly"\n')
     with pytest.raises(ValidationError, match="truth"):
         load_experiment(exp)
-    exp.write_text('name = "bad"\npolicies = ["optimizing"]\n[variants.x]\npolicy = "nope"\n[workload]\ntrace = "philly"\n')
+    exp.write_text('name = "bad"\npolicies = ["optimizing"]\n[variants.x]\npolicy = '
+                   '"nope"\n[workload]\ntrace = "philly"\n')
     with pytest.raises(ValidationError, match="variants.x.policy"):
         load_experiment(exp)

@@ -48,11 +48,13 @@ def test_measured_rows_are_the_truth_and_the_rest_is_modelled(tmp_path: Path, ba
     # the one measured pair fixes the utilisation slope: 1/0.6 - 1 = c 0.9 and 1/0.7 - 1 = c 0.4
     c = (0.9 * (1 / 0.6 - 1) + 0.4 * (1 / 0.7 - 1)) / (0.9**2 + 0.4**2)
     assert truth.record()["utilization_slope"]["h200"] == pytest.approx(c, abs=1e-4)
-    # an unmeasured pair is the utilisation model; a 1% reading is a failed sample and takes the fallback's share
+    # an unmeasured pair is the utilisation model; a 1% reading is a failed sample and takes the fallback's
+    # share
     a3c = Job("d", "a3c", 4, 100.0)
     share = truth.gpu_utilization(a3c, "h200")
     assert share != pytest.approx(0.01)
-    assert truth.colocated_speeds([r18, a3c], "h200") == pytest.approx((1 / (1 + c * share), 1 / (1 + c * 0.4)))
+    assert truth.colocated_speeds([r18, a3c],
+                                  "h200") == pytest.approx((1 / (1 + c * share), 1 / (1 + c * 0.4)))
     # a model never measured: the fallback model times the GPU's median measured/fallback ratio
     unknown = Job("e", "vgg16", 64, 1.0)
     correction = truth.record()["step_correction"]["h200"]
