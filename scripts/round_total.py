@@ -42,7 +42,9 @@ for _ in range(repeats):
     gaps.append(r.plan.gap)
     statuses.append(r.plan.status)
     objs.append(rep.objective)
-print(json.dumps({"size": size, "backend": backend + (":" + solver if solver else ""), "round_total_median_s": statistics.median(totals),
-                  "round_total_min_s": min(totals), "round_total_max_s": max(totals), "first_s": totals[0],
+print(json.dumps({"size": size, "backend": backend + (":" + solver if solver else ""),
+                  "round_total_median_s": statistics.median(totals), "round_total_min_s": min(totals),
+                  "round_total_max_s": max(totals), "first_s": totals[0],
                   "round_build_median_s": statistics.median(builds), "gaps": gaps, "statuses": statuses,
-                  "objectives": objs, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "objectives": objs,
+                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
