@@ -526,8 +526,8 @@ def run_experiment(exp: LoadedExperiment, out_dir: str | Path | None = None, *,
                    [rec | {"policy": r["policy"], "seed": r["seed"],
                            "queueing_s": rec["first_start_s"] - rec["arrival_s"]}
                     for r in runs for rec in r["records"]])
-    payload["files"] = [str(p) for p in sorted(out.iterdir())] + [str(p)
-                                                                  for p in _figures(exp, runs, gpu_types, out)]
+    payload["files"] = ([str(p) for p in sorted(out.iterdir())]
+                        + [str(p) for p in _figures(exp, runs, gpu_types, out)])
     return payload
 
 
@@ -583,7 +583,8 @@ _DISPLAY = {"gpu_util": ("GPU util (%)", 100.0, 1), "makespan_gap": ("makespan g
 def _display(metric: str, unit: str) -> tuple[str, float, int]:
     if metric in _DISPLAY:
         return _DISPLAY[metric]
-    return f"{metric.removesuffix('_s').replace('_', ' ')} ({unit})", 1.0 / (60.0 if unit == "min" else 3600.0), 2
+    label = f"{metric.removesuffix('_s').replace('_', ' ')} ({unit})"
+    return label, 1.0 / (60.0 if unit == "min" else 3600.0), 2
 
 
 def print_summary(summary: Sequence[dict[str, Any]], title: str) -> None:
@@ -634,10 +635,12 @@ def show(exp_file: str, out_dir: str | None, as_json: bool) -> None:
         click.echo(f"predictors: {info['predictors']}, memory: {info['memory']}, "
                    f"prediction error: {info['prediction_error']}")
         if info["truth"]:
-            click.echo(f"truth: {', '.join(info['truth'])} ({info['truth_sharing'] or 'sharing as measured'})")
+            sharing = info["truth_sharing"] or "sharing as measured"
+            click.echo(f"truth: {', '.join(info['truth'])} ({sharing})")
         for policy, opts in info["options"].items():
             click.echo(f"options for {policy}: {json.dumps(opts)}")
-        click.echo(f"{len(info['runs'])} runs: policies {', '.join(info['policies'])} x seeds {info['seeds']}")
+        policies = ", ".join(info["policies"])
+        click.echo(f"{len(info['runs'])} runs: policies {policies} x seeds {info['seeds']}")
         click.echo(f"outputs in {info['outputs']['dir']}: {', '.join(info['outputs']['files'])}")
 
     emit(info, as_json, human)

@@ -137,7 +137,8 @@ def bundle_fields(name: str) -> dict[str, str]:
     if calibration is not None:
         path, mode = calibration_parts(calibration)
         cal = calibration_bundle(path)
-        out["predictors_fit"] += f"; {','.join(cal.covered())} calibrated on {cal.label} (profiled jobs in-sample)"
+        out["predictors_fit"] += (f"; {','.join(cal.covered())} calibrated on {cal.label} "
+                                  "(profiled jobs in-sample)")
         out["calibration"] = f"{cal.label} ({', '.join(cal.covered())}, {mode}; other GPU types: {base})"
     return out
 
@@ -227,7 +228,8 @@ def predictors(name: str = "default", data_dir: str | None = None) -> Any:
     if calibration is None:
         return preds
     path, mode = calibration_parts(calibration)
-    return _load("dltsched.predictors.calibration.wrap:calibrated_predictors")(preds, calibration_bundle(path), mode)
+    wrap = _load("dltsched.predictors.calibration.wrap:calibrated_predictors")
+    return wrap(preds, calibration_bundle(path), mode)
 
 
 def default_bench_predictors(data_dir: str | None = None) -> str:

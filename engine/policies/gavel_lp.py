@@ -119,8 +119,8 @@ class GavelPolicy:
         self._last_allocation = (depends_on, (single_x, pair_y))
         return jobs, single_x, pair_y
 
-    def _solve_lp(self, jobs: list[JobState], state: ClusterState) -> tuple[dict[tuple[int, str], float],
-                                                                             list[tuple[int, int, str, float]]]:
+    def _solve_lp(self, jobs: list[JobState], state: ClusterState
+                  ) -> tuple[dict[tuple[int, str], float], list[tuple[int, int, str, float]]]:
         solver = pywraplp.Solver.CreateSolver("GLOP")
         avail = state.available_by_type()
         single: dict[tuple[int, str], pywraplp.Variable] = {}
@@ -176,7 +176,8 @@ class GavelPolicy:
         """
         if not state.jobs:
             return Plan()
-        if self.round_interval_s is not None and state.time_s - self._last_solve_s < self.round_interval_s - 1e-9:
+        if (self.round_interval_s is not None
+                and state.time_s - self._last_solve_s < self.round_interval_s - 1e-9):
             from dltsched.engine.policies.greedy import place_exclusive
 
             return place_exclusive(state, state.queued(), self._est, blocking=False)
@@ -184,7 +185,8 @@ class GavelPolicy:
         jobs, single, pairs = self.allocation(state)
         options: list[tuple[float, int, tuple[int, ...], str]] = []
         for (i, t), x in single.items():
-            sticky = 0.01 if jobs[i].assignment is not None and state.cluster.gpu_type_of(jobs[i].assignment.gpus[0]) == t else 0.0
+            here = jobs[i].assignment
+            sticky = 0.01 if here is not None and state.cluster.gpu_type_of(here.gpus[0]) == t else 0.0
             if x > 1e-6:
                 options.append((-(x + sticky), i, (i,), t))
         for i, k, t, y in pairs:

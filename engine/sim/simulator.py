@@ -309,10 +309,12 @@ class SimulationRun(PlacingRun):
 
     def _admit_arrivals(self) -> bool:
         changed = False
-        while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].arrival_time_s <= self.time:
+        while (self.next_arrival < len(self.arrivals)
+               and self.arrivals[self.next_arrival].arrival_time_s <= self.time):
             job = self.arrivals[self.next_arrival]
             total = float(job.total_iterations)
-            if job.arrival_time_s - self.arrivals[0].arrival_time_s + self._ideal_s(job) > self.cfg.max_time_s:
+            if (job.arrival_time_s - self.arrivals[0].arrival_time_s + self._ideal_s(job)
+                    > self.cfg.max_time_s):
                 raise SimulationStalledError(
                     f"job '{job.id}': {self._ideal_s(job):.4g} s of work alone on its fastest "
                     "GPU type, beyond "

@@ -200,8 +200,8 @@ class GavelPolicy:
                 continue
             for wt, pair in per_type.items():
                 t = _catalog_type(wt) if wt in cluster_spec else None
-                if t is None or not isinstance(pair,
-                                               list | tuple) or len(pair) != 2 or not all(map(_positive, pair)):
+                if (t is None or not isinstance(pair, list | tuple) or len(pair) != 2
+                        or not all(map(_positive, pair))):
                     continue
                 alone = [seen[i].step_time_s.get(t) for i in ids]
                 if any(s is None for s in alone):

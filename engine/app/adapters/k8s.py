@@ -536,8 +536,8 @@ class K8sExtender:
             for name in names:
                 info = self.nodes.get(name)
                 if info is None:
-                    failed[name] = "unknown node: dltsched has not seen it (start it with --k8s to watch nodes, " \
-                                   "or set nodeCacheCapable: false)"
+                    failed[name] = ("unknown node: dltsched has not seen it (start it with --k8s to watch "
+                                    "nodes, or set nodeCacheCapable: false)")
                 elif pod.gpus and info.problem is not None:
                     unresolvable[name] = info.problem
                 elif pod.gpus and info.num_gpus < pod.gpus:
@@ -689,7 +689,8 @@ class K8sExtender:
                             speed, never=True)
         if placed is None:
             others = [a.job_id for a in plan.assignments][:5]
-            who = f"; this round's free GPUs go to pods {', '.join(self.pods[u].name for u in others)}" if others else ""
+            names = ", ".join(self.pods[u].name for u in others)
+            who = f"; this round's free GPUs go to pods {names}" if others else ""
             return Decision(None, f"dltsched plan: the pod waits ({plan.status}){who}", speed)
         node = cluster.nodes[cluster.gpu_node[placed.gpus[0]]].id
         return Decision(node, f"dltsched plan places this pod on {node}", speed)
@@ -781,8 +782,8 @@ def k8s_router(extender: K8sExtender | None = None) -> Any:
             raise HTTPException(400, str(err)) from None
         except (TypeError, ValueError, AttributeError, KeyError, OverflowError, RecursionError) as err:
             log.debug("k8s body not understood", exc_info=True)  # a shape no check above names
-            raise HTTPException(400,
-                                f"body: not understood ({type(err).__name__}); see the extender API") from None
+            raise HTTPException(400, f"body: not understood ({type(err).__name__}); "
+                                     "see the extender API") from None
 
     @router.post("/filter")
     def filter_(body: Any = Body(...)) -> dict[str, Any]:  # noqa: B008 (FastAPI's way)

@@ -144,8 +144,8 @@ class KubeWatcher:
     def _call(self, kind: str, **kw: Any) -> Any:
         if kind == "nodes":
             return self.core.list_node(**kw)
-        return self.core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed",
-                                                     **kw)
+        return self.core.list_pod_for_all_namespaces(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed", **kw)
 
     def _list(self, kind: str) -> str:
         seen: set[str] = set()

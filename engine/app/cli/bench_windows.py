@@ -77,7 +77,8 @@ def run_window(window: Window, policies: tuple[str, ...], *, bundle: str, data_d
     if "optimizing" in row:
         for ref in policies:
             if ref != "optimizing":
-                row[f"optimizing_over_{ref}"] = row["optimizing"]["simulate_s"] / max(1e-9, row[ref]["simulate_s"])
+                row[f"optimizing_over_{ref}"] = (row["optimizing"]["simulate_s"]
+                                                 / max(1e-9, row[ref]["simulate_s"]))
                 row[f"optimizing_over_{ref}_cpu"] = row["optimizing"]["cpu_s"] / max(1e-9, row[ref]["cpu_s"])
     return row
 

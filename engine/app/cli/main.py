@@ -113,8 +113,8 @@ class LazyGroup(click.Group):
             if name in self.lazy_help:
                 rows.append((name, self.lazy_help[name]))
             elif (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden:
-                rows.append((name,
-                             cmd.get_short_help_str(formatter.width - 6 - max(len(n) for n in self.list_commands(ctx)))))
+                widest = max(len(n) for n in self.list_commands(ctx))
+                rows.append((name, cmd.get_short_help_str(formatter.width - 6 - widest)))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)

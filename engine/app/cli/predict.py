@@ -275,7 +275,8 @@ def _check_writer(output: str | None, overwrite_packaged: bool, what: str, packa
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
               help="Where to write the kernel model (required unless --overwrite-packaged).")
 @click.option("--overwrite-packaged", is_flag=True,
-              help="Write the package's own kernel_model.json (what the predictors load) instead of --output.")
+              help="Write the package's own kernel_model.json (what the predictors load) instead of "
+                   "--output.")
 @click.option("--json", "as_json", is_flag=True)
 def fit_kernels(data_dir: str | None, output: str | None, overwrite_packaged: bool, as_json: bool) -> None:
     """Fit the per-op-class kernel model on NeuSight's kernel latencies (all five GPUs) and write it to

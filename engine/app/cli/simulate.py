@@ -329,7 +329,8 @@ def print_table(results: list[Any], title: str,
 @click.option("--faults",
               help="Node failures MTBF_S:MTTR_S:CHECKPOINT_INTERVAL_S (seeded), e.g. 14400:900:600.")
 @click.option("--checkpoint", type=click.Path(dir_okay=False),
-              help="Save the run here (see --checkpoint-every); continue from it when it exists (one policy).")
+              help="Save the run here (see --checkpoint-every); continue from it when it exists "
+                   "(one policy).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1, max=10**9), default=None,
               help="Save every N rounds, whatever it costs (default: as often as "
                    "--checkpoint-overhead allows).")

@@ -190,11 +190,12 @@ def print_plan(payload: dict[str, Any], problem: RoundProblem) -> None:
 
     out = console()
     checked = payload["checked"]
+    verdict = "feasible" if checked["feasible"] else "VIOLATIONS " + "; ".join(checked["violations"])
     out.print(f"[bold]{payload['backend']}[/]: {payload['status']}  objective "
               f"{_number(payload['objective'])}  "
               f"bound {_number(payload['bound'])}  gap {_number(payload['gap'], '{:.2%}')}  "
               f"build {payload['build_time_s']:.3f} s  solve {payload['solve_time_s']:.3f} s  "
-              f"checked: {'feasible' if checked['feasible'] else 'VIOLATIONS ' + '; '.join(checked['violations'])}",
+              f"checked: {verdict}",
               highlight=False)
     types: dict[str, int] = {}
     for node in problem.nodes:
@@ -286,5 +287,6 @@ def _print_bench(table: list[dict[str, Any]]) -> None:
         click.echo(f"{r['size']:>10} {r['backend']:>6} cands={r['num_candidates']:>7} "
                    f"round_total={r['round_total_s']:.3f}s [{r['min']['round_total_s']:.3f}-"
                    f"{r['max']['round_total_s']:.3f}] first={r['first_round_total_s']:.3f}s "
-                   f"peak_rss={r['peak_rss_mib']:.0f}MiB gap={gap} {r['status']}{' *' if r['winner'] else ''}")
+                   f"peak_rss={r['peak_rss_mib']:.0f}MiB gap={gap} {r['status']}"
+                   f"{' *' if r['winner'] else ''}")
         click.echo("           " + " ".join(f"{stage[:-2]}={r[stage]:.3f}" for stage in STAGES[:-1]))

@@ -100,7 +100,8 @@ def accuracy_rows(data: Any) -> tuple[list[dict[str, Any]], str]:
                     "gpu": str(r.get("gpu", "")), "model": str(r.get("model", "")),
                     "group": str(r.get("group", r.get("gpu", "all"))), "held_out": held})
     if steptime:
-        what = "step time, leave-one-GPU-out" if logo else "step time (as evaluated: may include fitted-on rows)"
+        what = ("step time, leave-one-GPU-out" if logo
+                else "step time (as evaluated: may include fitted-on rows)")
     elif any(r["quantity"] != "value" for r in out):
         what = "co-location"
     else:
