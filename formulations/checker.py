@@ -147,7 +147,8 @@ def _objective(problem: RoundProblem, plan: Plan) -> float:
         group = problem.group(members, gpu_type) if len(members) > 1 else None
         credited = problem.value_speeds(group) if group is not None else speeds(tuple(range(len(members))))
         for j, s, r in zip(members, credited, rates, strict=True):
-            progress += problem.jobs[j].weight * s * r / problem.jobs[j].reference_rate * problem.value_scale(j)
+            job = problem.jobs[j]
+            progress += job.weight * s * r / job.reference_rate * problem.value_scale(j)
         if options.minimize:
             done = simulate_stages([problem.jobs[j].remaining_iterations for j in members], rates, speeds)
             for j, c in zip(members, done.completion_s, strict=True):
