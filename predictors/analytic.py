@@ -80,7 +80,8 @@ class AnalyticStepTime:
         flops = data.fwd_gflops * 1e9 * job.batch_size * (1.0 + 2.0 * (1.0 - frozen))
         compute = flops / (self.compute_efficiency * peak)
         act_bytes = data.activation_mib * _MIB * job.batch_size * (0.5 if job.amp else 1.0)
-        memory = act_bytes * (2.0 + 2.0 * (1.0 - frozen)) / (self.memory_efficiency * gpu.memory_bandwidth_gbs * 1e9)
+        memory = (act_bytes * (2.0 + 2.0 * (1.0 - frozen))
+                  / (self.memory_efficiency * gpu.memory_bandwidth_gbs * 1e9))
         step = max(compute, memory) + 0.3 * min(compute, memory) + self.overhead_s
         if n > 1:
             grad_bytes = model.params_m * 1e6 * 4.0 * (1.0 - frozen)

@@ -369,7 +369,8 @@ class GbtBaseline:
         log_speeds = [v + self._speed_prior(r)
                       for v, r in zip(self._models["speed"].predict(rows), rows, strict=True)]
         group_rows = [group_row(g, data.isolated) for g in groups]
-        mem_ratio = self._models["memory_mib"].predict(group_rows).tolist() if "memory_mib" in self._models else None
+        mem_ratio = (self._models["memory_mib"].predict(group_rows).tolist() if "memory_mib" in self._models
+                     else None)
         utils = self._models["gpu_util"].predict(group_rows).tolist() if "gpu_util" in self._models else None
         out, k = [], 0
         for i, g in enumerate(groups):

@@ -114,8 +114,8 @@ BASELINES: dict[str, Callable[[], Any]] = {
 #: model carried GBT-style pair trees of its own (Lucid leave-one-model-out, valid rows: 6.91 -> 6.56%; Gavel
 #: leave-one-GPU-out 19.17 -> 17.96%); now it adds nothing for speed (6.62 vs 6.64%; 17.86 vs 17.86%). Its
 #: utilisation (12.48 against 12.78%) is not monotone in the members' utilisations, so it stays a comparator.
-ENSEMBLES: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {"ensemble": (("gbt", "eggat"), (0.5, 0.5)),
-                                                                   "profile+gbt": (("gbt", "profile"), (0.5, 0.5))}
+ENSEMBLES: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {
+    "ensemble": (("gbt", "eggat"), (0.5, 0.5)), "profile+gbt": (("gbt", "profile"), (0.5, 0.5))}
 
 
 def cv_eggat(seed: int = 0, **overrides: Any) -> Any:

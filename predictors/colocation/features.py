@@ -246,6 +246,6 @@ def summed_isolated_util(group: Group,
 def check_group(group: Group, max_jobs: int) -> None:
     """Clear errors for groups a predictor cannot handle."""
     if not 2 <= len(group.jobs) <= max_jobs:
-        raise ValidationError("jobs",
-                              f"{len(group.jobs)} job(s) not understood; this predictor handles 2..{max_jobs}")
+        raise ValidationError("jobs", f"{len(group.jobs)} job(s) not understood; this predictor handles "
+                                      f"2..{max_jobs}")
 

@@ -86,7 +86,8 @@ class _Nodes:
             count, size, splits = shape[0], len(self.value), self.internal
             offset = (np.arange(count, dtype=np.intp) * size)[:, None]
             jump = np.broadcast_to(np.arange(size, dtype=np.intp), (count, size)) + offset
-            found = self._few[shape] = (self.feature[:splits] + (np.arange(count, dtype=np.intp) * shape[1])[:, None],
+            columns = (np.arange(count, dtype=np.intp) * shape[1])[:, None]
+            found = self._few[shape] = (self.feature[:splits] + columns,
                                         self.child[1:2 * splits:2] + offset,
                                         self.child[0:2 * splits:2] + offset, jump, offset,
                                         self.threshold[:splits].copy(), self.missing_left[:splits].copy())

@@ -367,12 +367,12 @@ class ProfileColocation:
                                        for i in mem_idx],
                                       **kw) if len(mem_idx) >= 2 * self.min_samples_leaf else None
         util_idx = [i for i, s in enumerate(data.samples) if s.gpu_util is not None and s.gpu_util > 0]
-        self.util_trees = fit_trees(grows[util_idx],
-                                    [math.log(data.samples[i].gpu_util /  # type: ignore[operator]
-                                                              min(100.0, 100.0 * grows[i, UTIL_BASE]))
-                                     for i in util_idx],
-                                    **{**kw, **UTIL_TREES},
-                                    monotonic_cst=UTIL_MONOTONIC_CST) if len(util_idx) >= 2 * self.min_samples_leaf else None
+        self.util_trees = None
+        if len(util_idx) >= 2 * self.min_samples_leaf:
+            util_logs = [math.log(data.samples[i].gpu_util /  # type: ignore[operator]
+                                  min(100.0, 100.0 * grows[i, UTIL_BASE])) for i in util_idx]
+            self.util_trees = fit_trees(grows[util_idx], util_logs, **{**kw, **UTIL_TREES},
+                                        monotonic_cst=UTIL_MONOTONIC_CST)
         self.fallbacks.clear()
         self.eggat, self.eggat_checkpoint = None, None  # a network fitted on other data must not ride along
         return self
@@ -521,8 +521,8 @@ class ProfileColocation:
         mem_corr, util_corr = corr.get("memory", zeros), corr.get("util", zeros)
         base = jobs[:, -1].tolist()
         contention = prows[:, CONTENTION_LOG_SPEED].tolist() if prows is not None else zeros
-        rule = (grows[:,
-                      GROUP_U_PREDICTED] == 0).tolist() if not self.measured_util_trained else [False] * len(grows)
+        rule = ((grows[:, GROUP_U_PREDICTED] == 0).tolist() if not self.measured_util_trained
+                else [False] * len(grows))
         base_util = self._base_util(grows)
         alpha, weight = self.alpha, self.pair_weight
         nets, net_weight = (eggat.tolist() if eggat is not None

@@ -252,7 +252,8 @@ class ProfileWithEggat:
         """
         weight = self.weight if self.weight is not None else self._inner_weight(train)
         self.eggat = EggatPredictor(self.config).fit(without_absent(train))
-        self.model = ProfileColocation(seed=self.config.seed).fit(train).attach_eggat(self.eggat.to_numpy(), weight)
+        profile = ProfileColocation(seed=self.config.seed).fit(train)
+        self.model = profile.attach_eggat(self.eggat.to_numpy(), weight)
         return self
 
     def _inner_weight(self, train: ColocDataset) -> float:

@@ -22,7 +22,8 @@ def _device(require_gpu: bool) -> Any:
     if torch.cuda.is_available():
         return torch.device("cuda")
     if require_gpu:
-        raise DltschedError("profile: no CUDA GPU found; run on a GPU machine or pass --smoke for a CPU check")
+        raise DltschedError("profile: no CUDA GPU found; run on a GPU machine or pass --smoke for a CPU "
+                            "check")
     return torch.device("cpu")
 
 

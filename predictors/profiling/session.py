@@ -71,7 +71,8 @@ def device_kind(smoke: bool) -> str:
     import torch
 
     if not torch.cuda.is_available():
-        raise DltschedError("profile: no CUDA GPU found; run on a GPU machine or pass --smoke for a CPU check")
+        raise DltschedError("profile: no CUDA GPU found; run on a GPU machine or pass --smoke for a CPU "
+                            "check")
     return "cuda"
 
 

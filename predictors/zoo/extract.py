@@ -171,7 +171,8 @@ def extract_graph(model: str, dataset: str | None = None) -> nx.DiGraph:
     modules = dict(built.module.named_modules())
     missing = [b for b in built.blocks if b not in modules]
     if missing:
-        raise RuntimeError(f"{spec.id}/{dataset}: block prefixes {missing} name no submodule; fix the builder")
+        raise RuntimeError(f"{spec.id}/{dataset}: block prefixes {missing} name no submodule; "
+                           "fix the builder")
     small, large = (export_ops(built, b) for b in _BATCHES)
     if len(small) != len(large) or any(a.op != b.op for a, b in zip(small, large, strict=True)):
         raise RuntimeError(f"{spec.id}/{dataset}: graph differs between batch sizes; cannot derive "
