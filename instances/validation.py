@@ -463,7 +463,8 @@ def parse_strict_json(text: str, where: str) -> Any:
         data = json.loads(text, parse_constant=constant, parse_float=number, parse_int=integer,
                           object_pairs_hook=pairs)
     except json.JSONDecodeError as err:
-        problem = ": empty file" if not text.strip() else f" at line {err.lineno}, column {err.colno}: {err.msg}"
+        problem = (": empty file" if not text.strip()
+                   else f" at line {err.lineno}, column {err.colno}: {err.msg}")
         raise ValidationError(where, f"malformed JSON{problem}") from None
     except RecursionError:
         raise ValidationError(where, "JSON nested too deeply to read; flatten it") from None
