@@ -48,7 +48,8 @@ def load(name: str, key: Any = lambda t: t) -> tuple[dict[Any, Any], dict[Any, i
     def keyed(d: dict[str, Any]) -> dict[Any, Any]:
         return {key(ast.literal_eval(k)): v for k, v in d.items()}
 
-    return keyed(p["unflattened_throughputs"]), keyed(p["scale_factors"]), keyed(p["num_steps_remaining"]), p["cluster_spec"]
+    return (keyed(p["unflattened_throughputs"]), keyed(p["scale_factors"]), keyed(p["num_steps_remaining"]),
+            p["cluster_spec"])
 
 
 @pytest.mark.parametrize("name", ROUNDS)

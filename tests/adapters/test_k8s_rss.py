@@ -35,7 +35,8 @@ def _status_kb(pid: int, key: str) -> int:
 def _node(i: int, gpus: str = "8", images: int = 50) -> dict[str, Any]:
     return {"kind": "Node", "apiVersion": "v1",
             "metadata": {"name": f"gpu-node-{i:05d}", "uid": f"uid-{i}", "labels": {
-                "kubernetes.io/hostname": f"gpu-node-{i:05d}", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+                "kubernetes.io/hostname": f"gpu-node-{i:05d}",
+                "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
                 "topology.kubernetes.io/zone": "zone-a"}},
             "status": {"allocatable": {"cpu": "95", "memory": "1150Gi", "nvidia.com/gpu": gpus,
                                        "pods": "110"},

@@ -188,8 +188,8 @@ def test_scenario_50_pods_8_nodes_3_gpu_types() -> None:
                     used = Counter()
                     for p in api.objects["pods"].values():
                         if p["spec"].get("nodeName") and p["status"]["phase"] not in ("Succeeded", "Failed"):
-                            used[p["spec"]["nodeName"]] += int(p["spec"]["containers"][0]["resources"]["limits"]
-                                                               ["nvidia.com/gpu"])
+                            limits = p["spec"]["containers"][0]["resources"]["limits"]
+                            used[p["spec"]["nodeName"]] += int(limits["nvidia.com/gpu"])
                     assert all(used[n] <= capacity[n] for n in capacity), used
                     runs_left[uid] = (cycles, fail)
                 if len(ended) == len(pods):

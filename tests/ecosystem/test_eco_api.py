@@ -240,8 +240,8 @@ def test_measured_group_speeds_decide_co_location():
     jobs = tuple(JobState(Job(i, MEASURED_ONLY, 32, 5000), 5000) for i in ("p", "q", "r"))
     state = ClusterState(0.0, cluster, jobs)
     one = {"a100": 0.2}
-    groups = (GroupMeasurement(("p", "q"), "a100", speeds=(0.95, 0.9)), GroupMeasurement(("q", "r"), "a100",
-                                                                                           step_time_s=(0.5, 0.5)))
+    groups = (GroupMeasurement(("p", "q"), "a100", speeds=(0.95, 0.9)),
+              GroupMeasurement(("q", "r"), "a100", step_time_s=(0.5, 0.5)))
     seen = Measurements({j: JobMeasurement(step_time_s=one) for j in ("p", "q", "r")}, groups)
     options = RoundOptions(objective="effective_progress")
     plan = solve_round(state, options, measurements=seen)

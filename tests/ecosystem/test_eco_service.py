@@ -80,7 +80,8 @@ def test_openapi_docs_and_schema(live_server):
     (b'{"cluster": {"nodes": [{"id": "a", "gpu_type": "v999", "num_gpus": 2}]}}', 422,
      "cluster.nodes[0].gpu_type"),
     (b'{"cluster": {"nodes": [{"id": "a", "gpu_type": "v100", "num_gpus": 2}]}, '
-     b'"jobs": [{"id": "x", "model": "resnet18", "batch_size": 8, "remaining_iterations": 5, "current_gpus": [7]}]}',
+     b'"jobs": [{"id": "x", "model": "resnet18", "batch_size": 8, "remaining_iterations": 5, '
+     b'"current_gpus": [7]}]}',
      422, "jobs[0].current_gpus"),
     (b'{"cluster": {"nodes": [{"id": "a", "gpu_type": "v100", "num_gpus": 2}]}, "jobz": []}', 422, "jobz"),
     (b'[1, 2, 3]', 422, "body"),

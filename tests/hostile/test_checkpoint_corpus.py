@@ -181,8 +181,8 @@ CASES: dict[str, Callable[[bytes, dict[str, Any]], bytes]] = {
     "utf16": lambda raw, _env: raw.decode().encode("utf-16"),
     "deep-nesting-100k": _deep(100_000),
     "deep-nesting-in-state": resealed(_deep_in_state),
-    "deep-nesting-100k-in-state": lambda raw, _env: raw.replace(b'"policy_state":null',
-                                                                b'"policy_state":' + b"[" * 100_000 + b"]" * 100_000),
+    "deep-nesting-100k-in-state": lambda raw, _env: raw.replace(
+        b'"policy_state":null', b'"policy_state":' + b"[" * 100_000 + b"]" * 100_000),
     "json-null": lambda _raw, _env: b"null",
     "json-list": lambda _raw, _env: b"[1, 2, 3]",
     "json-number": lambda _raw, _env: b"42",
@@ -230,7 +230,8 @@ CASES: dict[str, Callable[[bytes, dict[str, Any]], bytes]] = {
     "placed-job-not-running": resealed(_not_in_running),
     "completion-of-a-waiting-job": resealed(_heap_names_queued),
     "decision-times-mismatch": resealed(lambda env: env["state"]["decision_times"].pop()),
-    "last-round-in-the-future": resealed(lambda env: env["state"].__setitem__("last_round", env["state"]["time"] + 1)),
+    "last-round-in-the-future": resealed(
+        lambda env: env["state"].__setitem__("last_round", env["state"]["time"] + 1)),
     "clock-before-first-arrival": resealed(_set("state.time", -100.0)),
     "faults-state-dropped": resealed(_set("state.faults", None)),
     "failed-node-outside-cluster": resealed(_set("state.faults.down", [99])),

@@ -94,7 +94,8 @@ JOB = {"id": "j0", "model": "resnet18", "batch_size": 32, "remaining_iterations"
 
 @pytest.fixture(scope="module")
 def client() -> TestClient:
-    return TestClient(create_app(ServiceConfig(solve=ConfiguredSolver.of(time_limit_s=5.0, predictors="analytic"))))
+    solver = ConfiguredSolver.of(time_limit_s=5.0, predictors="analytic")
+    return TestClient(create_app(ServiceConfig(solve=solver)))
 
 
 @pytest.mark.parametrize(("body", "field"), [

@@ -152,7 +152,7 @@ RAW: list[tuple[str, bytes]] = [
                                 b"Content-Type: application/json\r\nContent-Length: 50\r\n\r\n"),
     ("websocket_upgrade",
      b"GET /v1/health HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                          b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"),
+     b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"),
     ("authorization_garbage", b"GET /metrics HTTP/1.1\r\nHost: t\r\nAuthorization: \xff\xfe Bearer\r\n\r\n"),
     ("null_in_header", b"GET /v1/health HTTP/1.1\r\nHost: t\r\nX-A: a\x00b\r\n\r\n"),
     ("pipelined_bad_second", b"GET /v1/health HTTP/1.1\r\nHost: t\r\n\r\nBROKEN\r\n\r\n"),
@@ -208,8 +208,8 @@ def exchange(address: tuple[str, int], request: bytes) -> tuple[int | None, byte
 
 
 def post(body: bytes) -> bytes:
-    return (b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nConnection: close\r\n"
-            b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    return (b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
 
 
 @pytest.mark.parametrize(("name", "expected", "body"), BODIES, ids=[n for n, _, _ in BODIES])

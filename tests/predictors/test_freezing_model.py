@@ -80,7 +80,7 @@ def test_scaled_predictor_is_the_mismatch_it_names(freezing, scale):
     scaled = ScaledFreezing(freezing, scale)
     assert scaled.num_freeze_levels(job) == freezing.num_freeze_levels(job)
     for k in (1, 6, 12):
-        assert scaled.frozen_penalty(job, k,
-                                     0.2) == pytest.approx(scale * PublishedFreezing().frozen_penalty(job, k, 0.2))
+        published = PublishedFreezing().frozen_penalty(job, k, 0.2)
+        assert scaled.frozen_penalty(job, k, 0.2) == pytest.approx(scale * published)
     with pytest.raises(ValueError, match="freeze_penalty_scale"):
         ScaledFreezing(freezing, -1.0)

@@ -101,8 +101,8 @@ def test_mps_rows_keep_their_mode(tmp_path, capsys):
     (tmp_path / "single_data.csv").write_text(
         "model,dataset,batchsize,amp,speed,gpu_util,gmem_util,gmem,gpu\n"
         "resnet50,imagenet,64,0,1950,94,5,8000,h200\nneumf,movielens,8192,0,3990000,96,1,1500,h200\n")
-    header = (",model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,speed2,"
-              "gpu_util,gmem_util,gmem,gpu,sharing,gmem_source\n")
+    header = (",model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,"
+              "speed2,gpu_util,gmem_util,gmem,gpu,sharing,gmem_source\n")
     row = "0,resnet50,imagenet,1,64,0,0.95,neumf,movielens,1,8192,0,1.03,92,6,9000,h200,{},nvml\n"
     (tmp_path / "colocate_info.csv").write_text(header + row.format("mps") + row.format("timeslice"))
     data = read_lucid_samples(tmp_path / "colocate_info.csv")

@@ -23,9 +23,10 @@ bert_base,squad,h200,32,1,0.17,0,sgd,7900,99
 gpt2,wikitext103,h200,8,1,0.18,0,sgd,14000,99
 lstm_lm,wikitext2,h200,20,1,0.005,0,sgd,400,93
 """
-PAIRS = """,model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,speed2,gpu_util,gmem_util,gmem,gpu,sharing,gmem_source
-0,bert_base,squad,1,32,0,0.9,lstm_lm,wikitext2,1,20,0,0.95,90,3,3000,h200,mps,nvml
-"""
+PAIRS = (",model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,speed2,"
+         "gpu_util,gmem_util,gmem,gpu,sharing,gmem_source\n"
+         """0,bert_base,squad,1,32,0,0.9,lstm_lm,wikitext2,1,20,0,0.95,90,3,3000,h200,mps,nvml
+""")
 
 
 def test_variants_switch_off_one_decision_each() -> None:
@@ -53,7 +54,8 @@ def test_paired_changes_are_per_seed() -> None:
             for s in (0, 1)]
     runs += [{"policy": "x", "seed": s, "avg_jct_s": 110.0 * (s + 1), "makespan_s": 9.0 + s} for s in (0, 1)]
     (row,) = paired_changes(runs, ["x"])
-    assert row["avg_jct_s_change"] == pytest.approx(0.10) and row["avg_jct_s_change_ci95"] == pytest.approx(0.0)
+    assert row["avg_jct_s_change"] == pytest.approx(0.10)
+    assert row["avg_jct_s_change_ci95"] == pytest.approx(0.0)
     assert row["makespan_s_change"] == pytest.approx((-0.1 + 0.0) / 2) and row["makespan_s_change_ci95"] > 0
 
 

@@ -51,8 +51,8 @@ class DirectTiresias:
             ran = s.attained_service_s / s.job.num_gpus
             level = self.queue_of(s, state.time_s)
             if s.assignment is not None and level < len(self.thresholds_gpu_s):
-                out = min(out,
-                          state.time_s + (self.thresholds_gpu_s[level] - s.attained_service_s) / s.job.num_gpus)
+                to_go_s = (self.thresholds_gpu_s[level] - s.attained_service_s) / s.job.num_gpus
+                out = min(out, state.time_s + to_go_s)
             elif s.assignment is None and level > 0 and ran > 0:
                 out = min(out, s.queued_since_s + self.starvation_factor * ran)
         return out
@@ -109,13 +109,14 @@ class Compare:
         want = {a.job_id: a for a in self.direct.schedule(state).assignments}
         assert got == want, f"round {self.rounds} at t={state.time_s}: plans differ"
         if full and self.fast.last_round.next_change_s > -math.inf:  # a full round that changed nothing
-            assert self.fast.last_round.next_change_s == self.direct.next_change_s(state), f"round {self.rounds}"
+            assert self.fast.last_round.next_change_s == self.direct.next_change_s(state), \
+                f"round {self.rounds}"
             self.full_unchanged += 1
         running = state.placements_by_id()
         self.preemptions += sum(1 for j in running if j not in got)
+        type_of = state.cluster.gpu_type_of
         self.moves += sum(1 for j, a in running.items()
-                          if j in got
-                          and state.cluster.gpu_type_of(got[j].gpus[0]) != state.cluster.gpu_type_of(a.gpus[0]))
+                          if j in got and type_of(got[j].gpus[0]) != type_of(a.gpus[0]))
         self.promoted += sum(1 for s in state.queued() if self.direct.queue_of(s, state.time_s) == 0
                              and bisect.bisect_right(self.direct.thresholds_gpu_s, s.attained_service_s) > 0)
         self.rounds += 1

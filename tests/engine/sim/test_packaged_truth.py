@@ -80,7 +80,8 @@ def test_unreadable_table_falls_back_to_analytic_with_one_warning(tmp_path, monk
 
 
 @pytest.mark.data
-def test_generated_instances_are_the_same_with_or_without_the_data_folder(data_dir, tmp_path, monkeypatch) -> None:
+def test_generated_instances_are_the_same_with_or_without_the_data_folder(data_dir, tmp_path,
+                                                                           monkeypatch) -> None:
     """The generator turns durations into iterations with the truth's step times: the packaged Gavel table
     gives what the data folder's gives, so `instance generate` writes the same instance on a bare clone."""
     import dltsched.engine  # noqa: F401 (registers the simulator's truth for the generator)

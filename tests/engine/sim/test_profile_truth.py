@@ -18,9 +18,10 @@ resnet18,cifar10,h200,128,1,0.010,0,sgd,700,40
 lstm_lm,wikitext2,h200,20,1,0.005,0,sgd,400,90
 a3c,pong,h200,4,1,0.002,0,sgd,70,1.0
 """
-PAIRS = """,model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,speed2,gpu_util,gmem_util,gmem,gpu,sharing,gmem_source
-0,resnet18,cifar10,1,128,0,0.6,lstm_lm,wikitext2,1,20,0,0.7,90,3,3000,h200,{mode},nvml
-"""
+PAIRS = (",model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,speed2,"
+         "gpu_util,gmem_util,gmem,gpu,sharing,gmem_source\n"
+         """0,resnet18,cifar10,1,128,0,0.6,lstm_lm,wikitext2,1,20,0,0.7,90,3,3000,h200,{mode},nvml
+""")
 
 
 def _dataset(root: Path, mode: str = "timeslice") -> Path:

@@ -42,7 +42,8 @@ class Recorder:
         assert state.jobs_on_gpus() == derived.jobs_on_gpus(), "per-GPU jobs differ from the snapshot's"
         assert dict(state.running_jobs_by_id()) == dict(derived.running_jobs_by_id())
         assert dict(state.placements_by_id()) == dict(derived.placements_by_id())
-        assert state.free_gpus_by_node() == derived.free_gpus_by_node(), "free GPUs differ from the snapshot's"
+        assert state.free_gpus_by_node() == derived.free_gpus_by_node(), \
+            "free GPUs differ from the snapshot's"
         assert state.gpus_exclusive() == replace(derived, num_held_gpus=None).gpus_exclusive()
         plan = self.inner.schedule(state)
         load = [0] * state.cluster.num_gpus

@@ -305,7 +305,8 @@ def test_ensemble_beats_gbt_on_unseen_gavel_models(data_dir) -> None:
     assert out["ensemble"]["speed_mape"] < out["gbt"]["speed_mape"] < out["constant"]["speed_mape"]
 
 
-def test_table_warns_once_per_unknown_model_and_once_for_missing_groups(caplog: pytest.LogCaptureFixture) -> None:
+def test_table_warns_once_per_unknown_model_and_once_for_missing_groups(
+        caplog: pytest.LogCaptureFixture) -> None:
     table = ColocationTable({"k80|resnet18:32|resnet50:64": GroupPrediction((0.7, 0.4), 3000.0, 80.0)}, 2)
     unknown = JobSpec("vgg16", 32)
     with caplog.at_level(logging.WARNING, logger="dltsched.predictors.colocation.table"):

@@ -69,6 +69,7 @@ def test_eval_colocation_scores_triples_beside_the_rules(tmp_path) -> None:
     speeds, measured = [100 / 160] * 3, [0.7, 0.6, 0.5]
     assert share["speed_mape"] == pytest.approx(100 * sum(abs(p - a) / a
                                                           for p, a in zip(speeds, measured, strict=True)) / 3)
-    assert share["memory_mape"] == pytest.approx(100 * 500 / 8000) and share["util_mape"] == pytest.approx(500 / 95)
+    assert share["memory_mape"] == pytest.approx(100 * 500 / 8000)
+    assert share["util_mape"] == pytest.approx(500 / 95)
     assert "not scored" in out["rules"]["fitted_rules"]
     assert out["fallbacks"] == {} and out["speed_mape"] is not None  # every profile measured: no fallback
