@@ -20,7 +20,8 @@ from dltsched.formulations.checker import check_plan
 from dltsched.formulations.problem import RoundOptions
 from dltsched.formulations.solve import solve_problem
 
-size, backend, repeats, limit, gap = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+size, backend = sys.argv[1], sys.argv[2]
+repeats, limit, gap = int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
 solver = sys.argv[6] if len(sys.argv) > 6 else None
 jobs, gpus = map(int, size.split("x"))
 opts = RoundOptions(objective="jct", relative_gap=gap, time_limit_s=limit)

@@ -56,8 +56,8 @@ def render_file(path: Path) -> str:
     for (window, bundle, recipe, policy, settings), runs in sorted(groups.items()):
         seeds = ",".join(str(r.get("seed")) for r in sorted(runs, key=lambda r: r.get("seed", 0)))
         label = f"{bundle} ({recipe})" if recipe else bundle
-        lines.append(f"| {window} | {label} | {policy} | {settings} | {seeds} | "
-                     f"{_hours([r['avg_jct_s'] for r in runs])} | {_hours([r['makespan_s'] for r in runs])} |")
+        jct, makespan = _hours([r["avg_jct_s"] for r in runs]), _hours([r["makespan_s"] for r in runs])
+        lines.append(f"| {window} | {label} | {policy} | {settings} | {seeds} | {jct} | {makespan} |")
     return "\n".join(lines) + "\n"
 
 
