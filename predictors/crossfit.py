@@ -18,13 +18,12 @@ they are scored on their training data. This module refits both K times, once pe
 
 :class:`CrossFit` answers each job from the fold that holds its model out; a model in no fold (never
 measured) from the shipped predictors, which were fitted on no measurement of it. A co-located group
-takes each member's speed from that member's fold. Fitting all folds takes minutes (about 80 s per
-step-time fit on two cores; a profile co-location fit takes seconds), so the folds are built once and kept
-on disk under ``$DLTSCHED_CACHE`` (default ``~/.cache/dltsched``): ``crossfit/<key>/fold<i>.json``, the key
-hashing the training data, the folds and the recipe's names (its co-location family and step-time part
-included), and the
-step-time factors apart under ``crossfit/steptime-<key>/``, keyed by the step-time data, the folds and the
-step-time recipe's name only, so that a new co-location recipe refits the seconds-long part alone.
+takes each member's speed from that member's fold. Fitting all folds takes minutes (the step-time fits
+dominate), so the folds are built once and kept on disk under ``$DLTSCHED_CACHE`` (default
+``~/.cache/dltsched``): ``crossfit/<key>/fold<i>.json``, the key hashing the training data, the folds and the
+recipe's names (its co-location family and step-time part included), and the step-time factors apart under
+``crossfit/steptime-<key>/``, keyed by the step-time data, the folds and the step-time recipe's name only, so
+that a new co-location recipe refits the quick part alone.
 """
 
 from __future__ import annotations

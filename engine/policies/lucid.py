@@ -4,15 +4,14 @@ Follows Hu et al., "Lucid: A Non-intrusive, Scalable and Interpretable Scheduler
 Training Jobs", ASPLOS'23, and its simulator (``simulation/policy/lucid.py``, ``analyzer/analyzer.py``):
 
 - **Sharing score.** Every job type gets a class from its mean co-located speed against a set of partners:
-  Lucid labels class 2 below 0.85, class 1 below 0.95, else 0. Those cut points are set on Lucid's own
-  measurements (RTX 3090, small jobs): its 1,081 measured pairs run at a mean normalized speed of 0.92
-  (quartiles 0.85 / 0.94 / 1.0), and its 66 labelled job types fall 25 / 16 / 25 into classes 0 / 1 / 2.
-  Gavel's measured pairs, the ground truth here, run at about 0.57: at Lucid's absolute cut points every
-  job is class 2, no pair qualifies (two class-2 jobs sum to 4 > 2), and Lucid degenerates into
-  shortest-first without packing. So by default (``class_thresholds=None``) the cut points are the
-  quantiles of the mean speeds of the job types seen so far (per GPU type) at Lucid's label shares
-  (lowest 25/66 of types class 2, next 16/66 class 1, the rest 0): the same relative rule on this
-  population. ``class_thresholds=(0.85, 0.95)`` gives the paper's absolute rule.
+  Lucid labels class 2 below 0.85, class 1 below 0.95, else 0, cut points set on its own measurements of
+  small jobs on one GPU type. On a population that co-locates worse (Gavel's measured pairs, the ground
+  truth here) every job falls in class 2 at those absolute cut points, no pair qualifies, and Lucid
+  degenerates into shortest-first without packing (the design notes of the documentation give the
+  figures). So by default (``class_thresholds=None``) the cut points are the quantiles of the mean speeds
+  of the job types seen so far (per GPU type) at Lucid's label shares (lowest 25/66 of types class 2,
+  next 16/66 class 1, the rest 0): the same relative rule on this population.
+  ``class_thresholds=(0.85, 0.95)`` gives the paper's absolute rule.
 - **Order.** Queued jobs by priority = predicted duration x GPU count, smallest first.
 - **Pairing** (``job_pair_picker_time_aware``): a queued job shares the GPUs of a running job with the same
   GPU count that runs alone there, if their classes sum to at most ``max_class_sum`` (2), the pair fits in

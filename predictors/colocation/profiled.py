@@ -11,7 +11,7 @@ or host-bound job) go to the corrections.
 Physics-shaped base (``u`` = isolated SM utilisation / 100, ``U`` = sum over the group):
 
 - speed of each job ``min(1, 1 / U) ** alpha``: time slicing of a GPU that ``U`` of work keeps busy, with the
-  exponent ``alpha`` fitted to the training data (least absolute log error; 1.1 on Gavel, 0.65 on Lucid);
+  exponent ``alpha`` fitted to the training data (least absolute log error);
 - group memory = sum of isolated memories (each process keeps its own context and allocator);
 - group utilisation = ``min(100, 100 U)`` under a learned correction; a model without one (no utilisation
   measured in training: the shipped one) predicts the busy time of independent members,
@@ -31,11 +31,9 @@ trees were fitted on pairs only (no three-job group was ever measured here) and 
 beyond most of their training range, where they extend their outermost leaves. The group is then
 bounded by its sub-groups (the same model on the group without each member): a further job never
 speeds the others up, frees no memory and idles no GPU time, so each job's speed is at most its speed in
-every sub-group, memory and utilisation at least every sub-group's. Without that bound the shipped model
-would have predicted a job faster in a triple than in one of its pairs in 48% of 3,000 Gavel-profile
-triples (by 5.0% on average); a Lucid-trained model would have predicted a lower utilisation for 79% of
-Lucid triples than for one of their pairs. Three-job figures are therefore the base plus pair-learned
-corrections within those bounds, not a validated prediction.
+every sub-group, memory and utilisation at least every sub-group's (the design notes of the documentation
+say how often the unbounded model broke that order). Three-job figures are therefore the base plus
+pair-learned corrections within those bounds, not a validated prediction.
 
 A fallback is never silent: every predicted profile value is counted in ``fallbacks`` (by kind), the
 first per (GPU, model) is logged at warning level, and each prediction carries per-job ``sources``.
