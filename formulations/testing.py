@@ -31,46 +31,12 @@ class Tables:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
-        """Tabled seconds per iteration, scaled by the GPU type's factor (and the cross-node factor).
-
-        Parameters
-        ----------
-        job
-            The job.
-        gpu_type
-            A GPU type.
-        num_gpus
-            Ignored (the tables are per job).
-        freeze_level
-            Leading layers frozen.
-        num_nodes
-            Nodes the job spans.
-
-        Returns
-        -------
-        float
-            Seconds per iteration.
-        """
+        """Tabled seconds per iteration x the GPU type's factor (x the cross-node factor)."""
         cross = self.cross_factor if num_nodes > 1 else 1.0
         return self.step_s[job.id][freeze_level] * cross * self.type_factor.get(gpu_type, 1.0)
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
-        """Tabled memory of ``job`` at ``freeze_level``, MiB (1000 when not tabled).
-
-        Parameters
-        ----------
-        job
-            The job.
-        gpu_type
-            Ignored.
-        freeze_level
-            Leading layers frozen.
-
-        Returns
-        -------
-        float
-            MiB.
-        """
+        """Tabled memory at the freeze level, MiB (1000 when not tabled)."""
         return self.memory_mib_of(job.id)[freeze_level]
 
     def memory_mib_of(self, job_id: str) -> Sequence[float]:
@@ -89,54 +55,15 @@ class Tables:
         return self.memory.get(job_id, [1000.0] * len(self.step_s[job_id]))
 
     def num_freeze_levels(self, job: Job) -> int:
-        """Freeze levels tabled for ``job``.
-
-        Parameters
-        ----------
-        job
-            The job.
-
-        Returns
-        -------
-        int
-            The number of levels (0 = nothing frozen).
-        """
+        """Freeze levels tabled for the job."""
         return len(self.step_s[job.id])
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
-        """Tabled accuracy penalty of ``job`` at ``freeze_level`` (0 when not tabled).
-
-        Parameters
-        ----------
-        job
-            The job.
-        freeze_level
-            Leading layers frozen.
-        start_progress
-            Ignored.
-
-        Returns
-        -------
-        float
-            The penalty, a fraction in [0, 1).
-        """
+        """Tabled accuracy penalty at the freeze level (0 when not tabled)."""
         return self.penalty.get(job.id, [0.0] * len(self.step_s[job.id]))[freeze_level]
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
-        """Tabled co-located speeds (``default_speed`` each for a group not tabled).
-
-        Parameters
-        ----------
-        jobs
-            The group.
-        gpu_type
-            Ignored.
-
-        Returns
-        -------
-        tuple[float, ...]
-            Each job's speed relative to running alone, in ``jobs``' order.
-        """
+        """Tabled co-located speeds, in ``jobs``' order (``default_speed`` when not tabled)."""
         key = tuple(sorted(j.id for j in jobs))
         table = self.speeds.get(key)
         if table is None:
@@ -144,20 +71,7 @@ class Tables:
         return tuple(table[key.index(j.id)] for j in jobs)
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
-        """The group's memory: the sum of its jobs' unfrozen memory, MiB.
-
-        Parameters
-        ----------
-        jobs
-            The group.
-        gpu_type
-            Ignored.
-
-        Returns
-        -------
-        float
-            MiB.
-        """
+        """The members' unfrozen memory summed, MiB."""
         return sum(self.memory_mib_of(j.id)[0] for j in jobs)
 
     def bundle(self) -> Predictors:

@@ -51,27 +51,8 @@ class AnalyticStepTime:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
-        """Seconds per iteration of ``job`` on ``num_gpus`` GPUs of ``gpu_type``: roofline compute plus
-        communication.
-
-        Parameters
-        ----------
-        job
-            The job.
-        gpu_type
-            A catalog GPU type.
-        num_gpus
-            GPUs it runs on; ``None``: the job's own ``num_gpus``.
-        freeze_level
-            Leading layers frozen (their backward pass is skipped).
-        num_nodes
-            Nodes the GPUs span (more than one pays cross-node communication).
-
-        Returns
-        -------
-        float
-            Seconds per iteration.
-        """
+        """Seconds per iteration: roofline compute plus communication (the
+        :class:`~dltsched.engine.domain.predictors.StepTimePredictor` protocol)."""
         gpu, model, data = _specs(job, gpu_type)
         n = job.num_gpus if num_gpus is None else num_gpus
         frozen = self._frozen_fraction(job, freeze_level)
@@ -91,23 +72,8 @@ class AnalyticStepTime:
         return step
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
-        """Peak GPU memory of one worker of ``job`` on ``gpu_type`` at ``freeze_level``, MiB: weights,
-        gradients, optimizer state and activations.
-
-        Parameters
-        ----------
-        job
-            The job.
-        gpu_type
-            A catalog GPU type.
-        freeze_level
-            Leading layers frozen.
-
-        Returns
-        -------
-        float
-            MiB.
-        """
+        """Peak GPU memory of one worker, MiB: weights, gradients, optimizer state, activations (the
+        :class:`~dltsched.engine.domain.predictors.StepTimePredictor` protocol)."""
         _gpu, model, data = _specs(job, gpu_type)
         frozen = self._frozen_fraction(job, freeze_level)
         params = model.params_m * 1e6
@@ -134,40 +100,15 @@ class AnalyticColocation:
         return min(1.0, max(self.share_floor, busy / step))
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
-        """Each job's speed sharing one ``gpu_type`` GPU with the others, relative to running alone, from the
-        GPU shares of the partners.
-
-        Parameters
-        ----------
-        jobs
-            The co-located jobs.
-        gpu_type
-            A catalog GPU type.
-
-        Returns
-        -------
-        tuple[float, ...]
-            Speeds in (0, 1], in ``jobs``' order.
-        """
+        """Co-located speeds relative to running alone, from the partners' GPU shares (the
+        :class:`~dltsched.engine.domain.predictors.ColocationPredictor` protocol)."""
         shares = [self.gpu_share(j, gpu_type) for j in jobs]
         total = sum(shares)
         return tuple(1.0 / (1.0 + (total - s)) for s in shares)
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
-        """The group's GPU memory when co-located on one ``gpu_type`` GPU, MiB: the sum of the jobs' memory.
-
-        Parameters
-        ----------
-        jobs
-            The co-located jobs.
-        gpu_type
-            A catalog GPU type.
-
-        Returns
-        -------
-        float
-            MiB.
-        """
+        """The group's GPU memory, MiB: the members' memory summed (the
+        :class:`~dltsched.engine.domain.predictors.ColocationPredictor` protocol)."""
         return sum(self.step_time.memory_mib(j, gpu_type) for j in jobs)
 
 
@@ -179,39 +120,14 @@ class AnalyticFreezing:
     a: float = 0.5
 
     def num_freeze_levels(self, job: Job) -> int:
-        """How many freeze levels ``job`` has: the model's layer count.
-
-        Parameters
-        ----------
-        job
-            The job.
-
-        Returns
-        -------
-        int
-            The number of levels; level 0 freezes nothing.
-        """
+        """Freeze levels of the job: the model's layer count (the
+        :class:`~dltsched.engine.domain.predictors.FreezingPredictor` protocol)."""
         from dltsched.engine.domain.catalog import model_spec
 
         return model_spec(job.model).layers
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
-        """Accuracy penalty of training ``job`` with ``freeze_level`` leading layers frozen: ``a`` times the
-        squared frozen fraction, scaled by the progress still to come.
-
-        Parameters
-        ----------
-        job
-            The job.
-        freeze_level
-            Leading layers frozen.
-        start_progress
-            Fraction of training done when freezing starts, in [0, 1] (later freezing costs less).
-
-        Returns
-        -------
-        float
-            The penalty, a fraction in [0, 1).
-        """
+        """Accuracy penalty in [0, 1) of the freeze level: ``a`` x squared frozen fraction x progress to come
+        (the :class:`~dltsched.engine.domain.predictors.FreezingPredictor` protocol)."""
         frac = freeze_level / self.num_freeze_levels(job)
         return self.a * frac * frac * (1.0 - min(max(start_progress, 0.0), 1.0))

@@ -257,48 +257,14 @@ class CrossFitStepTime:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
-        """Seconds per iteration of ``job`` on ``num_gpus`` GPUs of ``gpu_type``, from the fold that held the
-        job's model out.
-
-        Parameters
-        ----------
-        job
-            The job.
-        gpu_type
-            A catalog GPU type.
-        num_gpus
-            GPUs it runs on; ``None``: the job's own ``num_gpus``.
-        freeze_level
-            Leading layers frozen (their backward pass is skipped).
-        num_nodes
-            Nodes the GPUs span (more than one pays cross-node communication).
-
-        Returns
-        -------
-        float
-            Seconds per iteration.
-        """
+        """Seconds per iteration, from the fold holding the model out (the
+        :class:`~dltsched.engine.domain.predictors.StepTimePredictor` protocol)."""
         return float(self.for_model(job.model).step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level,
                                                            num_nodes=num_nodes))
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
-        """Peak GPU memory of one worker of ``job`` on ``gpu_type`` at ``freeze_level``, MiB, from the fold
-        that held the job's model out.
-
-        Parameters
-        ----------
-        job
-            The job.
-        gpu_type
-            A catalog GPU type.
-        freeze_level
-            Leading layers frozen.
-
-        Returns
-        -------
-        float
-            MiB.
-        """
+        """Peak GPU memory of one worker, MiB, from the fold holding the model out (the
+        :class:`~dltsched.engine.domain.predictors.StepTimePredictor` protocol)."""
         return float(self.for_model(job.model).memory_mib(job, gpu_type, freeze_level=freeze_level))
 
 
@@ -329,21 +295,8 @@ class CrossFitColocation:
         return self._by_model.get(canonical_model(model), self._fallback)
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
-        """Each job's speed sharing one ``gpu_type`` GPU with the others, relative to running alone; each
-        job's speed from the fold that held its model out.
-
-        Parameters
-        ----------
-        jobs
-            The co-located jobs.
-        gpu_type
-            A catalog GPU type.
-
-        Returns
-        -------
-        tuple[float, ...]
-            Speeds in (0, 1], in ``jobs``' order.
-        """
+        """Co-located speeds relative to running alone, each from its model's fold (the
+        :class:`~dltsched.engine.domain.predictors.ColocationPredictor` protocol)."""
         group = tuple(jobs)
         answers: dict[int, tuple[float, ...]] = {}
         out = []
@@ -355,21 +308,8 @@ class CrossFitColocation:
         return tuple(out)
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
-        """The group's GPU memory when co-located on one ``gpu_type`` GPU, MiB; the largest of the folds'
-        answers for the group's models.
-
-        Parameters
-        ----------
-        jobs
-            The co-located jobs.
-        gpu_type
-            A catalog GPU type.
-
-        Returns
-        -------
-        float
-            MiB.
-        """
+        """The group's GPU memory, MiB: the largest of the folds' answers (the
+        :class:`~dltsched.engine.domain.predictors.ColocationPredictor` protocol)."""
         tables = {id(t): t for t in (self.for_model(j.model) for j in jobs)}
         return max(float(t.group_memory_mib(jobs, gpu_type)) for t in tables.values())
 

@@ -33,48 +33,14 @@ class NoisyStepTime:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
-        """Seconds per iteration of ``job`` on ``num_gpus`` GPUs of ``gpu_type``: the base prediction times a
-        seeded error factor.
-
-        Parameters
-        ----------
-        job
-            The job.
-        gpu_type
-            A catalog GPU type.
-        num_gpus
-            GPUs it runs on; ``None``: the job's own ``num_gpus``.
-        freeze_level
-            Leading layers frozen (their backward pass is skipped).
-        num_nodes
-            Nodes the GPUs span (more than one pays cross-node communication).
-
-        Returns
-        -------
-        float
-            Seconds per iteration.
-        """
+        """Seconds per iteration: the base's times a seeded error factor (the
+        :class:`~dltsched.engine.domain.predictors.StepTimePredictor` protocol)."""
         exact = self.base.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes)
         return exact * _factor(self.error, self.seed, "step", job.id, gpu_type)
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
-        """Peak GPU memory of one worker of ``job`` on ``gpu_type`` at ``freeze_level``, MiB: the base
-        prediction, unchanged.
-
-        Parameters
-        ----------
-        job
-            The job.
-        gpu_type
-            A catalog GPU type.
-        freeze_level
-            Leading layers frozen.
-
-        Returns
-        -------
-        float
-            MiB.
-        """
+        """Peak GPU memory of one worker, MiB: the base's, unchanged (the
+        :class:`~dltsched.engine.domain.predictors.StepTimePredictor` protocol)."""
         return self.base.memory_mib(job, gpu_type, freeze_level=freeze_level)
 
 
@@ -87,42 +53,16 @@ class NoisyColocation:
     seed: int = 0
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
-        """Each job's speed sharing one ``gpu_type`` GPU with the others, relative to running alone: the base
-        prediction times a seeded error factor, capped at 1.
-
-        Parameters
-        ----------
-        jobs
-            The co-located jobs.
-        gpu_type
-            A catalog GPU type.
-
-        Returns
-        -------
-        tuple[float, ...]
-            Speeds in (0, 1], in ``jobs``' order.
-        """
+        """Co-located speeds relative to running alone: the base's times a seeded error, at most 1 (the
+        :class:`~dltsched.engine.domain.predictors.ColocationPredictor` protocol)."""
         exact = self.base.colocated_speeds(jobs, gpu_type)
         group = ",".join(sorted(j.id for j in jobs))
         return tuple(min(1.0, s * _factor(self.error, self.seed, "speed", j.id, group, gpu_type))
                      for j, s in zip(jobs, exact, strict=True))
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
-        """The group's GPU memory when co-located on one ``gpu_type`` GPU, MiB: the base prediction,
-        unchanged.
-
-        Parameters
-        ----------
-        jobs
-            The co-located jobs.
-        gpu_type
-            A catalog GPU type.
-
-        Returns
-        -------
-        float
-            MiB.
-        """
+        """The group's GPU memory, MiB: the base's, unchanged (the
+        :class:`~dltsched.engine.domain.predictors.ColocationPredictor` protocol)."""
         return self.base.group_memory_mib(jobs, gpu_type)
 
 

@@ -47,38 +47,15 @@ class ConstantBaseline:
     gpu_util: float | None = None
 
     def fit(self, train: ColocDataset) -> ConstantBaseline:
-        """Fit on ``train`` (the mean speed, memory and utilisation of every sample).
-
-        Parameters
-        ----------
-        train
-            The measured co-locations and isolated profiles to learn from.
-
-        Returns
-        -------
-        ConstantBaseline
-            This predictor, fitted.
-        """
+        """Fit on ``train``: the mean speed, memory and utilisation of every sample; returns this
+        predictor."""
         self.speed = _mean([v for s in train.samples for v in s.speeds]) or 1.0
         self.memory_mib = _mean([s.memory_mib for s in train.samples if s.memory_mib is not None])
         self.gpu_util = _mean([s.gpu_util for s in train.samples if s.gpu_util is not None])
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
-        """Predict each group's co-located speeds, memory and utilisation (the same means for every group).
-
-        Parameters
-        ----------
-        groups
-            The groups (GPU type and job types).
-        data
-            The dataset whose isolated profiles the prediction may read.
-
-        Returns
-        -------
-        list[GroupPrediction]
-            One prediction a group, in ``groups``' order.
-        """
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %): the training means."""
         return [GroupPrediction((self.speed,) * len(g.jobs), self.memory_mib, self.gpu_util) for g in groups]
 
 
@@ -90,18 +67,7 @@ class PerModelMeanBaseline:
     constant: ConstantBaseline = field(default_factory=ConstantBaseline)
 
     def fit(self, train: ColocDataset) -> PerModelMeanBaseline:
-        """Fit on ``train`` (the mean speed of each model over its samples).
-
-        Parameters
-        ----------
-        train
-            The measured co-locations and isolated profiles to learn from.
-
-        Returns
-        -------
-        PerModelMeanBaseline
-            This predictor, fitted.
-        """
+        """Fit on ``train``: the mean speed of each model; returns this predictor."""
         self.constant.fit(train)
         speeds: dict[str, list[float]] = {}
         for s in train.samples:
@@ -111,21 +77,8 @@ class PerModelMeanBaseline:
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
-        """Predict each group's co-located speeds, memory and utilisation (each job's model mean; memory: the
-        summed isolated memory).
-
-        Parameters
-        ----------
-        groups
-            The groups (GPU type and job types).
-        data
-            The dataset whose isolated profiles the prediction may read.
-
-        Returns
-        -------
-        list[GroupPrediction]
-            One prediction a group, in ``groups``' order.
-        """
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %): each model's mean, memory
+        summed over the members."""
         out = []
         for g in groups:
             speeds = tuple(self.by_model.get(j.model, self.constant.speed) for j in g.jobs)
@@ -140,36 +93,12 @@ class UtilShareRule:
     unmeasured."""
 
     def fit(self, train: ColocDataset) -> UtilShareRule:
-        """Fit on ``train`` (nothing to learn: a rule).
-
-        Parameters
-        ----------
-        train
-            The measured co-locations and isolated profiles to learn from.
-
-        Returns
-        -------
-        UtilShareRule
-            This predictor, fitted.
-        """
+        """Fit on ``train``: nothing to learn, a rule; returns this predictor."""
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
-        """Predict each group's co-located speeds, memory and utilisation (every job slowed to 100% over the
-        group's summed isolated utilisation).
-
-        Parameters
-        ----------
-        groups
-            The groups (GPU type and job types).
-        data
-            The dataset whose isolated profiles the prediction may read.
-
-        Returns
-        -------
-        list[GroupPrediction]
-            One prediction a group, in ``groups``' order.
-        """
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %): every job slowed to 100%
+        over the summed isolated utilisation."""
         out = []
         for g in groups:
             profiles = [profile_of(data.isolated, g.gpu, j) for j in g.jobs]
@@ -220,18 +149,7 @@ class AnalyticContention:
     memory_efficiency: float = 0.6
 
     def fit(self, train: ColocDataset) -> AnalyticContention:
-        """Fit on ``train`` (nothing to learn: analytic).
-
-        Parameters
-        ----------
-        train
-            The measured co-locations and isolated profiles to learn from.
-
-        Returns
-        -------
-        AnalyticContention
-            This predictor, fitted.
-        """
+        """Fit on ``train``: nothing to learn, analytic; returns this predictor."""
         return self
 
     def busy_fraction(self, job: JobSpec, gpu: str, measured_step_s: float | None) -> float:
@@ -246,21 +164,8 @@ class AnalyticContention:
         return min(1.0, max(compute_s, memory_s) / step_s)
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
-        """Predict each group's co-located speeds, memory and utilisation (from each job's busy fraction of
-        the GPU's compute and memory bandwidth).
-
-        Parameters
-        ----------
-        groups
-            The groups (GPU type and job types).
-        data
-            The dataset whose isolated profiles the prediction may read.
-
-        Returns
-        -------
-        list[GroupPrediction]
-            One prediction a group, in ``groups``' order.
-        """
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %): from each job's busy
+        share of compute and bandwidth."""
         out = []
         for g in groups:
             gpu = LUCID_PROXY_GPU if g.gpu == LUCID_GPU else g.gpu
@@ -335,21 +240,8 @@ class GbtBaseline:
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
-        """Predict each group's co-located speeds, memory and utilisation (gradient-boosted trees, on at most
-        ``threads`` threads).
-
-        Parameters
-        ----------
-        groups
-            The groups (GPU type and job types).
-        data
-            The dataset whose isolated profiles the prediction may read.
-
-        Returns
-        -------
-        list[GroupPrediction]
-            One prediction a group, in ``groups``' order.
-        """
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %): the fitted trees, on at
+        most ``threads`` threads."""
         from threadpoolctl import threadpool_limits
 
         with threadpool_limits(self.threads):

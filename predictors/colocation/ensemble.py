@@ -53,38 +53,14 @@ class EnsemblePredictor:
                                              "not all 0")
 
     def fit(self, train: ColocDataset) -> EnsemblePredictor:
-        """Fit on ``train`` (every member).
-
-        Parameters
-        ----------
-        train
-            The measured co-locations and isolated profiles to learn from.
-
-        Returns
-        -------
-        EnsemblePredictor
-            This predictor, fitted.
-        """
+        """Fit on ``train``: every member; returns this predictor."""
         for member in self.members:
             member.fit(train)
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
-        """Predict each group's co-located speeds, memory and utilisation (the members' predictions combined
-        with the ensemble's weights).
-
-        Parameters
-        ----------
-        groups
-            The groups (GPU type and job types).
-        data
-            The dataset whose isolated profiles the prediction may read.
-
-        Returns
-        -------
-        list[GroupPrediction]
-            One prediction a group, in ``groups``' order.
-        """
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %): the members' predictions,
+        weighted."""
         outputs = [member.predict(groups, data) for member in self.members]
         return [combine([out[i] for out in outputs], self.weights) for i in range(len(groups))]
 
@@ -104,37 +80,13 @@ class PairwiseComposition:
     record: dict[str, Any] = field(default_factory=dict)
 
     def fit(self, train: ColocDataset) -> PairwiseComposition:
-        """Fit on ``train`` (the base predictor).
-
-        Parameters
-        ----------
-        train
-            The measured co-locations and isolated profiles to learn from.
-
-        Returns
-        -------
-        PairwiseComposition
-            This predictor, fitted.
-        """
+        """Fit on ``train``: the base predictor; returns this predictor."""
         self.base.fit(train)
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
-        """Predict each group's co-located speeds, memory and utilisation (groups of three composed from the
-        base predictor's pairs).
-
-        Parameters
-        ----------
-        groups
-            The groups (GPU type and job types).
-        data
-            The dataset whose isolated profiles the prediction may read.
-
-        Returns
-        -------
-        list[GroupPrediction]
-            One prediction a group, in ``groups``' order.
-        """
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %): larger groups composed
+        from the base's pairs."""
         direct = self.base.predict(groups, data)
         pairs = sorted({Group(g.gpu, tuple(sorted((a, b)))) for g in groups if len(g.jobs) > 2
                         for n, a in enumerate(g.jobs) for b in g.jobs[n + 1:]}, key=lambda p: (p.gpu, p.jobs))

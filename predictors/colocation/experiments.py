@@ -45,35 +45,12 @@ class ShippedTable:
         self.table = default_table()
 
     def fit(self, train: ColocDataset) -> ShippedTable:
-        """Fit on ``train`` (nothing: the shipped table is used as it is).
-
-        Parameters
-        ----------
-        train
-            The measured co-locations and isolated profiles to learn from.
-
-        Returns
-        -------
-        ShippedTable
-            This predictor, fitted.
-        """
+        """Fit on ``train``: nothing, the shipped table is used as it is; returns this predictor."""
         return self
 
     def predict(self, groups: Sequence[Any], data: ColocDataset) -> list[GroupPrediction]:
-        """Predict each group's co-located speeds, memory and utilisation (looked up in the shipped table).
-
-        Parameters
-        ----------
-        groups
-            The groups (GPU type and job types).
-        data
-            The dataset whose isolated profiles the prediction may read.
-
-        Returns
-        -------
-        list[GroupPrediction]
-            One prediction a group, in ``groups``' order.
-        """
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %): looked up in the shipped
+        table."""
         return self.table.predict(groups, data)
 
 
@@ -82,18 +59,7 @@ class ProfileBaseOnly(ProfileColocation):
     ``profile`` on the same folds it says what the trees add out of fold."""
 
     def fit(self, train: ColocDataset) -> ProfileBaseOnly:
-        """Fit on ``train`` (the profile rule only: the learned corrections are dropped).
-
-        Parameters
-        ----------
-        train
-            The measured co-locations and isolated profiles to learn from.
-
-        Returns
-        -------
-        ProfileBaseOnly
-            This predictor, fitted.
-        """
+        """Fit on ``train``: the profile rule only, without its corrections; returns this predictor."""
         super().fit(train)
         self.speed_trees = self.memory_trees = self.util_trees = self.pair_speed_trees = None
         return self

@@ -626,38 +626,13 @@ class ProfileColocation:
         return found
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
-        """Each job's speed sharing one ``gpu_type`` GPU with the others, relative to running alone, from the
-        jobs' profiles.
-
-        Parameters
-        ----------
-        jobs
-            The co-located jobs.
-        gpu_type
-            A catalog GPU type.
-
-        Returns
-        -------
-        tuple[float, ...]
-            Speeds in (0, 1], in ``jobs``' order.
-        """
+        """Co-located speeds relative to running alone, from the jobs' profiles (the
+        :class:`~dltsched.engine.domain.predictors.ColocationPredictor` protocol)."""
         return self.estimate(jobs, gpu_type).speeds
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
-        """The group's GPU memory when co-located on one ``gpu_type`` GPU, MiB, from the jobs' profiles.
-
-        Parameters
-        ----------
-        jobs
-            The co-located jobs.
-        gpu_type
-            A catalog GPU type.
-
-        Returns
-        -------
-        float
-            MiB.
-        """
+        """The group's GPU memory, MiB, from the jobs' profiles (the
+        :class:`~dltsched.engine.domain.predictors.ColocationPredictor` protocol)."""
         return self.estimate(jobs, gpu_type).memory_mib
 
     def colocation_sources(self, jobs: Sequence[Job], gpu_type: str) -> tuple[str, ...]:

@@ -199,38 +199,13 @@ class ColocationTable:
 
     # ------------------------------------------------------------------ engine interface
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
-        """Each job's speed sharing one ``gpu_type`` GPU with the others, relative to running alone, looked up
-        in the table.
-
-        Parameters
-        ----------
-        jobs
-            The co-located jobs.
-        gpu_type
-            A catalog GPU type.
-
-        Returns
-        -------
-        tuple[float, ...]
-            Speeds in (0, 1], in ``jobs``' order.
-        """
+        """Co-located speeds relative to running alone, from the table (the
+        :class:`~dltsched.engine.domain.predictors.ColocationPredictor` protocol)."""
         return self._speeds(Group(gpu_type, tuple(_spec(j) for j in jobs)))[0].speeds
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
-        """The group's GPU memory when co-located on one ``gpu_type`` GPU, MiB, looked up in the table.
-
-        Parameters
-        ----------
-        jobs
-            The co-located jobs.
-        gpu_type
-            A catalog GPU type.
-
-        Returns
-        -------
-        float
-            MiB.
-        """
+        """The group's GPU memory, MiB, from the table (the
+        :class:`~dltsched.engine.domain.predictors.ColocationPredictor` protocol)."""
         memory = self.predict_group(Group(gpu_type, tuple(_spec(j) for j in jobs))).memory_mib
         assert memory is not None
         return memory

@@ -238,18 +238,7 @@ class ProfileWithEggat:
     chosen: dict[str, Any] = field(default_factory=dict)
 
     def fit(self, train: ColocDataset) -> ProfileWithEggat:
-        """Fit on ``train`` (the profile model, with the graph network's prediction as one more input).
-
-        Parameters
-        ----------
-        train
-            The measured co-locations and isolated profiles to learn from.
-
-        Returns
-        -------
-        ProfileWithEggat
-            This predictor, fitted.
-        """
+        """Fit on ``train``: the profile model with the network as one more input; returns this predictor."""
         weight = self.weight if self.weight is not None else self._inner_weight(train)
         self.eggat = EggatPredictor(self.config).fit(without_absent(train))
         profile = ProfileColocation(seed=self.config.seed).fit(train)
@@ -276,20 +265,7 @@ class ProfileWithEggat:
         return best
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
-        """Predict each group's co-located speeds, memory and utilisation (the fitted profile model with the
-        graph network).
-
-        Parameters
-        ----------
-        groups
-            The groups (GPU type and job types).
-        data
-            The dataset whose isolated profiles the prediction may read.
-
-        Returns
-        -------
-        list[GroupPrediction]
-            One prediction a group, in ``groups``' order.
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %) from the fitted model.
 
         Raises
         ------

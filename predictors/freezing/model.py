@@ -45,44 +45,20 @@ class IceFrogFreezing:
     parameters: dict[str, Any] = field(default_factory=penalty_parameters)
 
     def num_freeze_levels(self, job: Job) -> int:
-        """How many freeze levels ``job`` has: the layers of the model's graph.
-
-        Parameters
-        ----------
-        job
-            The job.
-
-        Returns
-        -------
-        int
-            The number of levels; level 0 freezes nothing.
-        """
+        """Freeze levels of the job: the layers of its graph (the
+        :class:`~dltsched.engine.domain.predictors.FreezingPredictor` protocol)."""
         from dltsched.predictors.zoo.graphs import graph_record
 
         return int(graph_record(job.model, job.dataset)["num_layers"])
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
-        """Accuracy penalty of training ``job`` with ``freeze_level`` leading layers frozen, from IceFrog's
-        layer-aware model.
-
-        Parameters
-        ----------
-        job
-            The job.
-        freeze_level
-            Leading layers frozen.
-        start_progress
-            Fraction of training done when freezing starts, in [0, 1] (later freezing costs less).
-
-        Returns
-        -------
-        float
-            The penalty, a fraction in [0, 1).
+        """Accuracy penalty in [0, 1) of the freeze level, by IceFrog's layer-aware model (the
+        :class:`~dltsched.engine.domain.predictors.FreezingPredictor` protocol).
 
         Raises
         ------
         ValidationError
-            When ``freeze_level`` is outside the model's levels or ``start_progress`` outside [0, 1].
+            When ``freeze_level`` or ``start_progress`` is out of range.
         """
         from dltsched.engine.domain.catalog import model_spec
 

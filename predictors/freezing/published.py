@@ -60,40 +60,15 @@ class PublishedFreezing:
     max_penalty: float = MAX_PENALTY
 
     def num_freeze_levels(self, job: Job) -> int:
-        """How many freeze levels ``job`` has: the model's layer count.
-
-        Parameters
-        ----------
-        job
-            The job.
-
-        Returns
-        -------
-        int
-            The number of levels; level 0 freezes nothing.
-        """
+        """Freeze levels of the job: the model's layer count (the
+        :class:`~dltsched.engine.domain.predictors.FreezingPredictor` protocol)."""
         from dltsched.engine.domain.catalog import model_spec
 
         return model_spec(job.model).layers
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
-        """Accuracy penalty of training ``job`` with ``freeze_level`` leading layers frozen, from the
-        published constant of the model's family.
-
-        Parameters
-        ----------
-        job
-            The job.
-        freeze_level
-            Leading layers frozen.
-        start_progress
-            Fraction of training done when freezing starts, in [0, 1] (later freezing costs less).
-
-        Returns
-        -------
-        float
-            The penalty, a fraction in [0, 1).
-        """
+        """Accuracy penalty in [0, 1) of the freeze level, by the published constant of its family (the
+        :class:`~dltsched.engine.domain.predictors.FreezingPredictor` protocol)."""
         from dltsched.engine.domain.catalog import model_spec
 
         if freeze_level <= 0:
@@ -121,36 +96,11 @@ class ScaledFreezing:
                                   f"{self.scale!r} not understood; a number in [0, 100]")
 
     def num_freeze_levels(self, job: Job) -> int:
-        """How many freeze levels ``job`` has: the levels of the wrapped predictor.
-
-        Parameters
-        ----------
-        job
-            The job.
-
-        Returns
-        -------
-        int
-            The number of levels; level 0 freezes nothing.
-        """
+        """Freeze levels of the job: the wrapped predictor's (the
+        :class:`~dltsched.engine.domain.predictors.FreezingPredictor` protocol)."""
         return self.levels.num_freeze_levels(job)
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
-        """Accuracy penalty of training ``job`` with ``freeze_level`` leading layers frozen: the reference
-        penalty times ``scale``, capped at 0.99.
-
-        Parameters
-        ----------
-        job
-            The job.
-        freeze_level
-            Leading layers frozen.
-        start_progress
-            Fraction of training done when freezing starts, in [0, 1] (later freezing costs less).
-
-        Returns
-        -------
-        float
-            The penalty, a fraction in [0, 1).
-        """
+        """Accuracy penalty in [0, 1) of the freeze level: the reference's x ``scale``, at most 0.99 (the
+        :class:`~dltsched.engine.domain.predictors.FreezingPredictor` protocol)."""
         return min(0.99, self.scale * self.reference.frozen_penalty(job, freeze_level, start_progress))

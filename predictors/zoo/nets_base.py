@@ -57,20 +57,8 @@ class Classifier(nn.Module):
         self.layers = nn.ModuleList(layers)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The layers in order, then cross-entropy against the labels.
-
-        Parameters
-        ----------
-        x
-            The input batch.
-        y
-            Class labels, one a sample.
-
-        Returns
-        -------
-        torch.Tensor
-            The training loss (a scalar).
-        """
+        """The layers in order, then cross-entropy against the labels. Returns the training loss (a
+        scalar)."""
         for layer in self.layers:
             x = layer(x)
         return F.cross_entropy(x, y)
@@ -127,16 +115,5 @@ class Head(nn.Module):
         self.net = nn.Sequential(*mods)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Pool and classify.
-
-        Parameters
-        ----------
-        x
-            Feature maps (batch, channels, height, width).
-
-        Returns
-        -------
-        torch.Tensor
-            Class logits (batch, classes).
-        """
+        """Pool and classify. Returns class logits (batch, classes)."""
         return self.net(x)

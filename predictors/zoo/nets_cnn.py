@@ -39,18 +39,7 @@ class Residual(nn.Module):
         self.short = conv_bn(cin, cout, 1, stride, act=None) if stride != 1 or cin != cout else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Body plus shortcut, then ReLU.
-
-        Parameters
-        ----------
-        x
-            Feature maps.
-
-        Returns
-        -------
-        torch.Tensor
-            The block's output.
-        """
+        """Body plus shortcut, then ReLU. Returns the block's output."""
         return F.relu(self.body(x) + self.short(x))
 
 
@@ -68,52 +57,22 @@ def _resnet(dataset: str, depths: tuple[int, ...], bottleneck: bool) -> Built:
 
 @register("resnet18", *_CNN_DATASETS)
 def resnet18(dataset: str) -> Built:
-    """ResNet-18: basic residual blocks, 2-2-2-2 per stage.
-
-    Parameters
-    ----------
-    dataset
-        One of the image datasets the CNNs know (input size and classes follow it).
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """ResNet-18: basic residual blocks, 2-2-2-2 per stage. ``dataset``: One of the image datasets the CNNs
+    know (input size and classes follow it)."""
     return _resnet(dataset, (2, 2, 2, 2), False)
 
 
 @register("resnet50", *_CNN_DATASETS)
 def resnet50(dataset: str) -> Built:
-    """ResNet-50: bottleneck residual blocks, 3-4-6-3 per stage.
-
-    Parameters
-    ----------
-    dataset
-        One of the image datasets the CNNs know (input size and classes follow it).
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """ResNet-50: bottleneck residual blocks, 3-4-6-3 per stage. ``dataset``: One of the image datasets the
+    CNNs know (input size and classes follow it)."""
     return _resnet(dataset, (3, 4, 6, 3), True)
 
 
 @register("resnet101", *_CNN_DATASETS)
 def resnet101(dataset: str) -> Built:
-    """ResNet-101: bottleneck residual blocks, 3-4-23-3 per stage.
-
-    Parameters
-    ----------
-    dataset
-        One of the image datasets the CNNs know (input size and classes follow it).
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """ResNet-101: bottleneck residual blocks, 3-4-23-3 per stage. ``dataset``: One of the image datasets the
+    CNNs know (input size and classes follow it)."""
     return _resnet(dataset, (3, 4, 23, 3), True)
 
 
@@ -140,36 +99,16 @@ def _vgg(dataset: str, cfg: tuple[int | str, ...]) -> Built:
 
 @register("vgg16", *_CNN_DATASETS)
 def vgg16(dataset: str) -> Built:
-    """VGG-16: 13 3x3 convolutions in five pooled stages, then the classifier.
-
-    Parameters
-    ----------
-    dataset
-        One of the image datasets the CNNs know (input size and classes follow it).
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """VGG-16: 13 3x3 convolutions in five pooled stages, then the classifier. ``dataset``: One of the image
+    datasets the CNNs know (input size and classes follow it)."""
     return _vgg(dataset, (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
                           512, 512, 512, "M"))
 
 
 @register("vgg19", *_CNN_DATASETS)
 def vgg19(dataset: str) -> Built:
-    """VGG-19: 16 3x3 convolutions in five pooled stages, then the classifier.
-
-    Parameters
-    ----------
-    dataset
-        One of the image datasets the CNNs know (input size and classes follow it).
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """VGG-19: 16 3x3 convolutions in five pooled stages, then the classifier. ``dataset``: One of the image
+    datasets the CNNs know (input size and classes follow it)."""
     return _vgg(dataset, (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
                           512, 512, 512, 512, "M"))
 
@@ -194,18 +133,8 @@ class SqueezeExcite(nn.Module):
         self.gate = gate()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Scale each channel by a gate computed from its global average.
-
-        Parameters
-        ----------
-        x
-            Feature maps.
-
-        Returns
-        -------
-        torch.Tensor
-            The re-weighted feature maps.
-        """
+        """Scale each channel by a gate computed from its global average. Returns the re-weighted feature
+        maps."""
         s = F.adaptive_avg_pool2d(x, 1)
         return x * self.gate(self.fc2(F.relu(self.fc1(s))))
 
@@ -225,18 +154,8 @@ class InvertedResidual(nn.Module):
         self.residual = stride == 1 and cin == cout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Expand, depthwise convolution, project; with the skip when shapes match.
-
-        Parameters
-        ----------
-        x
-            Feature maps.
-
-        Returns
-        -------
-        torch.Tensor
-            The block's output.
-        """
+        """Expand, depthwise convolution, project; with the skip when shapes match. Returns the block's
+        output."""
         y = self.body(x)
         return x + y if self.residual else y
 
@@ -248,18 +167,8 @@ def _stride(dataset: str, s: int, stage: int) -> int:
 
 @register("mobilenet_v2", *_CNN_DATASETS)
 def mobilenet_v2(dataset: str) -> Built:
-    """MobileNetV2: inverted residual blocks with linear bottlenecks (ReLU6).
-
-    Parameters
-    ----------
-    dataset
-        One of the image datasets the CNNs know (input size and classes follow it).
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """MobileNetV2: inverted residual blocks with linear bottlenecks (ReLU6). ``dataset``: One of the image
+    datasets the CNNs know (input size and classes follow it)."""
     layers: list[nn.Module] = [conv_bn(3, 32, 3, _stride(dataset, 2, 0), act=nn.ReLU6)]
     cin = 32
     table = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
@@ -274,18 +183,8 @@ def mobilenet_v2(dataset: str) -> Built:
 
 @register("mobilenet_v3", *_CNN_DATASETS)
 def mobilenet_v3(dataset: str) -> Built:
-    """MobileNetV3-Large: inverted residuals with squeeze-excite and hard-swish.
-
-    Parameters
-    ----------
-    dataset
-        One of the image datasets the CNNs know (input size and classes follow it).
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """MobileNetV3-Large: inverted residuals with squeeze-excite and hard-swish. ``dataset``: One of the image
+    datasets the CNNs know (input size and classes follow it)."""
     hs, re = nn.Hardswish, nn.ReLU
     layers: list[nn.Module] = [conv_bn(3, 16, 3, _stride(dataset, 2, 0), act=hs)]
     table = ((3, 16, 16, 0, re, 1), (3, 64, 24, 0, re, 2), (3, 72, 24, 0, re, 1), (5, 72, 40, 24, re, 2),
@@ -305,18 +204,8 @@ def mobilenet_v3(dataset: str) -> Built:
 
 @register("efficientnet_b0", *_CNN_DATASETS)
 def efficientnet_b0(dataset: str) -> Built:
-    """EfficientNet-B0: MBConv blocks with squeeze-excite and SiLU.
-
-    Parameters
-    ----------
-    dataset
-        One of the image datasets the CNNs know (input size and classes follow it).
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """EfficientNet-B0: MBConv blocks with squeeze-excite and SiLU. ``dataset``: One of the image datasets the
+    CNNs know (input size and classes follow it)."""
     layers: list[nn.Module] = [conv_bn(3, 32, 3, _stride(dataset, 2, 0), act=nn.SiLU)]
     table = ((1, 3, 16, 1, 1), (6, 3, 24, 2, 2), (6, 5, 40, 2, 2), (6, 3, 80, 3, 2), (6, 5, 112, 3, 1),
              (6, 5, 192, 4, 2), (6, 3, 320, 1, 1))
@@ -345,18 +234,8 @@ class ShuffleUnit(nn.Module):
                      if stride == 2 else nn.Identity())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Split (or downsample) into two branches, concatenate, shuffle channels.
-
-        Parameters
-        ----------
-        x
-            Feature maps.
-
-        Returns
-        -------
-        torch.Tensor
-            The unit's output.
-        """
+        """Split (or downsample) into two branches, concatenate, shuffle channels. Returns the unit's
+        output."""
         if self.stride == 1:
             a, b = x.chunk(2, dim=1)
             out = torch.cat((a, self.branch(b)), dim=1)
@@ -368,18 +247,8 @@ class ShuffleUnit(nn.Module):
 
 @register("shufflenet_v2", *_CNN_DATASETS)
 def shufflenet_v2(dataset: str) -> Built:
-    """ShuffleNetV2 (1x): channel-split units with channel shuffle.
-
-    Parameters
-    ----------
-    dataset
-        One of the image datasets the CNNs know (input size and classes follow it).
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """ShuffleNetV2 (1x): channel-split units with channel shuffle. ``dataset``: One of the image datasets the
+    CNNs know (input size and classes follow it)."""
     layers: list[nn.Module] = [_stem(dataset, 24)]
     cin = 24
     for width, repeat in ((116, 4), (232, 8), (464, 4)):
@@ -405,18 +274,7 @@ class DarkResidual(nn.Module):
                                   conv_bn(c // 2, c, 3, act=nn.LeakyReLU))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """1x1 then 3x3 convolution, added to the input.
-
-        Parameters
-        ----------
-        x
-            Feature maps.
-
-        Returns
-        -------
-        torch.Tensor
-            The block's output.
-        """
+        """1x1 then 3x3 convolution, added to the input. Returns the block's output."""
         return x + self.body(x)
 
 
@@ -450,20 +308,8 @@ class YoloV3(nn.Module):
         self.out_s = nn.Sequential(conv_bn(128, 256, 3, act=nn.LeakyReLU), nn.Conv2d(256, out, 1))
 
     def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Backbone, neck and three heads; a stand-in regression loss on each scale.
-
-        Parameters
-        ----------
-        x
-            Images (batch, 3, 416, 416).
-        target
-            Targets for the finest scale (batch, 52, 52).
-
-        Returns
-        -------
-        torch.Tensor
-            The training loss (a scalar).
-        """
+        """Backbone, neck and three heads; a stand-in regression loss on each scale. Returns the training loss
+        (a scalar)."""
         c3 = self.s3(self.s2(self.s1(self.stem(x))))
         c4 = self.s4(c3)
         n5 = self.neck_l(self.s5(c4))
@@ -475,18 +321,8 @@ class YoloV3(nn.Module):
 
 @register("yolov3", "pascal_voc")
 def yolov3(dataset: str) -> Built:
-    """YOLOv3 on 416x416 images: Darknet-53 backbone, three-scale neck and heads.
-
-    Parameters
-    ----------
-    dataset
-        ``pascal_voc`` (20 classes).
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """YOLOv3 on 416x416 images: Darknet-53 backbone, three-scale neck and heads. ``dataset``: ``pascal_voc``
+    (20 classes)."""
     side = 416
 
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:

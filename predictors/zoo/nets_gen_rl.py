@@ -59,20 +59,8 @@ class CycleGan(nn.Module):
         self.disc_a, self.disc_b = _patch_discriminator(), _patch_discriminator()
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """Generator (adversarial, cycle and identity) and discriminator losses in one.
-
-        Parameters
-        ----------
-        a
-            Images of domain A.
-        b
-            Images of domain B.
-
-        Returns
-        -------
-        torch.Tensor
-            The training loss (a scalar).
-        """
+        """Generator (adversarial, cycle and identity) and discriminator losses in one. Returns the training
+        loss (a scalar)."""
         fake_b, fake_a = self.gen_ab(a), self.gen_ba(b)
         identity = F.l1_loss(self.gen_ba(a), a) + F.l1_loss(self.gen_ab(b), b)
         cycle = F.l1_loss(self.gen_ba(fake_b), a) + F.l1_loss(self.gen_ab(fake_a), b)
@@ -84,18 +72,8 @@ class CycleGan(nn.Module):
 
 @register("cyclegan", "monet2photo")
 def cyclegan(dataset: str) -> Built:
-    """CycleGAN on 256x256 images: two ResNet generators, two PatchGAN discriminators.
-
-    Parameters
-    ----------
-    dataset
-        ``monet2photo``.
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """CycleGAN on 256x256 images: two ResNet generators, two PatchGAN discriminators. ``dataset``:
+    ``monet2photo``."""
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
         return torch.randn(batch, 3, 256, 256), torch.randn(batch, 3, 256, 256)
 
@@ -132,20 +110,7 @@ class DcGan(nn.Module):
             nn.Conv2d(c * 8, 1, 4, 1, 0, bias=False), nn.Flatten())
 
     def forward(self, noise: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-        """Generator and discriminator least-squares losses in one.
-
-        Parameters
-        ----------
-        noise
-            Latent vectors (batch, z, 1, 1).
-        real
-            Real images (batch, 3, 64, 64).
-
-        Returns
-        -------
-        torch.Tensor
-            The training loss (a scalar).
-        """
+        """Generator and discriminator least-squares losses in one. Returns the training loss (a scalar)."""
         fake = self.gen(noise)
         logits = self.disc(torch.cat((real, fake), 0)).squeeze(-1)
         labels = torch.cat((torch.ones_like(logits[: real.shape[0]]),
@@ -155,18 +120,8 @@ class DcGan(nn.Module):
 
 @register("dcgan", "lsun")
 def dcgan(dataset: str) -> Built:
-    """DCGAN on 64x64 images: transposed-convolution generator and convolutional discriminator.
-
-    Parameters
-    ----------
-    dataset
-        ``lsun``.
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """DCGAN on 64x64 images: transposed-convolution generator and convolutional discriminator. ``dataset``:
+    ``lsun``."""
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
         return torch.randn(batch, 100, 1, 1), torch.randn(batch, 3, 64, 64)
 
@@ -185,22 +140,8 @@ class ActorCritic(nn.Module):
         self.heads = nn.ModuleDict({"policy": nn.Linear(width, actions), "value": nn.Linear(width, 1)})
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, ret: torch.Tensor) -> torch.Tensor:
-        """Advantage actor-critic loss: policy gradient, value error and an entropy bonus.
-
-        Parameters
-        ----------
-        obs
-            Observations.
-        action
-            Actions taken.
-        ret
-            Returns.
-
-        Returns
-        -------
-        torch.Tensor
-            The training loss (a scalar).
-        """
+        """Advantage actor-critic loss: policy gradient, value error and an entropy bonus. Returns the
+        training loss (a scalar)."""
         h = self.trunk(obs)
         h = self.lstm(h)[0] if self.lstm is not None else self.fc(h)
         logp = self.heads["policy"](h).log_softmax(-1)
@@ -226,18 +167,7 @@ def _rl_inputs(channels: int, side: int, actions: int):  # noqa: ANN202 - return
 
 @register("a3c", "pong")
 def a3c(dataset: str) -> Built:
-    """A3C actor-critic with an LSTM on 42x42 frames (6 actions).
-
-    Parameters
-    ----------
-    dataset
-        ``pong``.
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """A3C actor-critic with an LSTM on 42x42 frames (6 actions). ``dataset``: ``pong``."""
     trunk = nn.Sequential(*[nn.Sequential(nn.Conv2d(1 if not i else 32, 32, 3, 2, 1), nn.ELU())
                             for i in range(4)],
                           nn.Flatten())
@@ -247,18 +177,8 @@ def a3c(dataset: str) -> Built:
 
 @register("a2c", "atari")
 def a2c(dataset: str) -> Built:
-    """A2C actor-critic on the Nature CNN over four stacked 84x84 frames (6 actions).
-
-    Parameters
-    ----------
-    dataset
-        ``atari``.
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """A2C actor-critic on the Nature CNN over four stacked 84x84 frames (6 actions). ``dataset``:
+    ``atari``."""
     return Built(ActorCritic(_nature_cnn(), 64 * 7 * 7, 6, lstm=False), _rl_inputs(4, 84, 6),
                  ("trunk.0", "trunk.2", "trunk.4", "fc", "heads"))
 
@@ -278,22 +198,8 @@ class Dqn(nn.Module):
                                  nn.Linear(512, actions))
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Huber loss of the chosen actions' values against the targets.
-
-        Parameters
-        ----------
-        obs
-            Observations.
-        action
-            Actions taken.
-        target
-            Target values.
-
-        Returns
-        -------
-        torch.Tensor
-            The training loss (a scalar).
-        """
+        """Huber loss of the chosen actions' values against the targets. Returns the training loss (a
+        scalar)."""
         q = self.net(obs).gather(1, action.unsqueeze(1)).squeeze(1)
         return F.smooth_l1_loss(q, target)
 
@@ -301,17 +207,7 @@ class Dqn(nn.Module):
 @register("dqn", "atari")
 def dqn(dataset: str) -> Built:
     """DQN: the Nature CNN over four stacked 84x84 frames, Huber loss on the chosen action's value.
-
-    Parameters
-    ----------
-    dataset
-        ``atari``.
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    ``dataset``: ``atari``."""
     return Built(Dqn(), _rl_inputs(4, 84, 6), ("net.0", "net.2", "net.4", "net.7", "net.9"))
 
 
@@ -341,22 +237,8 @@ class Ppo(nn.Module):
         self.critic = _mlp((obs, 64, 64, 1), nn.Tanh)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:
-        """Clipped surrogate objective plus the critic's squared error.
-
-        Parameters
-        ----------
-        obs
-            Observations.
-        action
-            Actions taken.
-        adv
-            Advantages.
-
-        Returns
-        -------
-        torch.Tensor
-            The training loss (a scalar).
-        """
+        """Clipped surrogate objective plus the critic's squared error. Returns the training loss (a
+        scalar)."""
         logp = self.actor(obs).log_softmax(-1).gather(1, action.unsqueeze(1)).squeeze(1)
         ratio = (logp - logp.detach()).exp()
         clipped = torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
@@ -365,18 +247,8 @@ class Ppo(nn.Module):
 
 @register("ppo", "lunarlander")
 def ppo(dataset: str) -> Built:
-    """PPO: 64-64 tanh actor and critic on 8 observations (4 actions), clipped objective.
-
-    Parameters
-    ----------
-    dataset
-        ``lunarlander``.
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """PPO: 64-64 tanh actor and critic on 8 observations (4 actions), clipped objective. ``dataset``:
+    ``lunarlander``."""
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
         return torch.randn(batch, 8), torch.randint(0, 4, (batch,)), torch.randn(batch)
 
@@ -400,22 +272,8 @@ class Td3(nn.Module):
         self.critics = nn.ModuleList(_mlp((obs + act, 400, 300, 1), nn.ReLU) for _ in range(2))
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Twin critics' squared errors plus the actor's loss through the first critic.
-
-        Parameters
-        ----------
-        obs
-            Observations.
-        action
-            Actions taken.
-        target
-            Target values.
-
-        Returns
-        -------
-        torch.Tensor
-            The training loss (a scalar).
-        """
+        """Twin critics' squared errors plus the actor's loss through the first critic. Returns the training
+        loss (a scalar)."""
         sa = torch.cat((obs, action), -1)
         critic = sum(F.mse_loss(c(sa).squeeze(-1), target) for c in self.critics)
         actor = -self.critics[0](torch.cat((obs, torch.tanh(self.actor(obs))), -1)).mean()
@@ -424,18 +282,8 @@ class Td3(nn.Module):
 
 @register("td3", "bipedalwalker")
 def td3(dataset: str) -> Built:
-    """TD3: 400-300 actor and twin critics on 24 observations and 4 continuous actions.
-
-    Parameters
-    ----------
-    dataset
-        ``bipedalwalker``.
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """TD3: 400-300 actor and twin critics on 24 observations and 4 continuous actions. ``dataset``:
+    ``bipedalwalker``."""
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
         return torch.randn(batch, 24), torch.randn(batch, 4), torch.randn(batch)
 

@@ -60,20 +60,8 @@ class Translation(nn.Module):
         self.generator = nn.Linear(d, vocab)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        """Encode the source, decode the target, cross-entropy of the next tokens.
-
-        Parameters
-        ----------
-        src
-            Source token ids (batch, length).
-        tgt
-            Target token ids (batch, length).
-
-        Returns
-        -------
-        torch.Tensor
-            The training loss (a scalar).
-        """
+        """Encode the source, decode the target, cross-entropy of the next tokens. Returns the training loss
+        (a scalar)."""
         memory = self.src_embed(src)
         for layer in self.encoder:
             memory = layer(memory)
@@ -86,18 +74,8 @@ class Translation(nn.Module):
 
 @register("transformer", "multi30k", "wmt16")
 def transformer(dataset: str) -> Built:
-    """Transformer base (6 encoder and 6 decoder layers, d=512) for translation.
-
-    Parameters
-    ----------
-    dataset
-        ``multi30k`` or ``wmt16`` (sequence length and vocabulary follow it).
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """Transformer base (6 encoder and 6 decoder layers, d=512) for translation. ``dataset``: ``multi30k`` or
+    ``wmt16`` (sequence length and vocabulary follow it)."""
     seq, vocab = _WMT[dataset]
 
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
@@ -130,20 +108,8 @@ class WordLM(nn.Module):
         self.decoder = nn.Linear(d, vocab)
 
     def forward(self, tokens: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Embed, two LSTM layers with dropout, cross-entropy of the next words.
-
-        Parameters
-        ----------
-        tokens
-            Token ids (length, batch).
-        target
-            Next-token ids (length, batch).
-
-        Returns
-        -------
-        torch.Tensor
-            The training loss (a scalar).
-        """
+        """Embed, two LSTM layers with dropout, cross-entropy of the next words. Returns the training loss (a
+        scalar)."""
         x = F.dropout(self.encoder(tokens), self.dropout, self.training)
         x, _ = self.rnn1(x)
         x, _ = self.rnn2(F.dropout(x, self.dropout, self.training))
@@ -153,18 +119,7 @@ class WordLM(nn.Module):
 
 @register("lstm_lm", "wikitext2")
 def lstm_lm(dataset: str) -> Built:
-    """Two-layer word LSTM language model (200 units) on 35-token sequences.
-
-    Parameters
-    ----------
-    dataset
-        ``wikitext2``.
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """Two-layer word LSTM language model (200 units) on 35-token sequences. ``dataset``: ``wikitext2``."""
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
         return torch.randint(0, 33_278, (35, batch)), torch.randint(0, 33_278, (35, batch))
 
@@ -216,20 +171,8 @@ class DeepSpeech2(nn.Module):
         self.fc = nn.Sequential(nn.BatchNorm1d(hidden), nn.Linear(hidden, chars, bias=False))
 
     def forward(self, spec: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Convolutions, recurrent layers and CTC loss against the transcripts.
-
-        Parameters
-        ----------
-        spec
-            Spectrograms (batch, 1, frequencies, frames).
-        target
-            Character ids.
-
-        Returns
-        -------
-        torch.Tensor
-            The training loss (a scalar).
-        """
+        """Convolutions, recurrent layers and CTC loss against the transcripts. Returns the training loss (a
+        scalar)."""
         x = self.conv2(self.conv1(spec))  # (B, C, F, T)
         x = x.flatten(1, 2).permute(2, 0, 1)  # (T, B, C*F)
         for rnn in self.rnns:
@@ -244,18 +187,8 @@ _DEEPSPEECH2 = {"librispeech": (1230, 1024, nn.LSTM), "cmu_arctic": (330, 800, n
 
 @register("deepspeech2", *_DEEPSPEECH2)
 def deepspeech2(dataset: str) -> Built:
-    """DeepSpeech2: two convolutions, five bidirectional recurrent layers, CTC loss.
-
-    Parameters
-    ----------
-    dataset
-        One of the speech datasets (frames, hidden size and cell type follow it).
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """DeepSpeech2: two convolutions, five bidirectional recurrent layers, CTC loss. ``dataset``: One of the
+    speech datasets (frames, hidden size and cell type follow it)."""
     frames, hidden, cell = _DEEPSPEECH2[dataset]
 
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
@@ -292,22 +225,7 @@ class NeuMF(nn.Module):
         self.out = nn.Linear(64 + factors, 1)
 
     def forward(self, user: torch.Tensor, item: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
-        """Binary cross-entropy of the predicted interaction.
-
-        Parameters
-        ----------
-        user
-            User ids.
-        item
-            Item ids.
-        label
-            Observed interaction, 0 or 1.
-
-        Returns
-        -------
-        torch.Tensor
-            The training loss (a scalar).
-        """
+        """Binary cross-entropy of the predicted interaction. Returns the training loss (a scalar)."""
         e = self.embed
         gmf = e["gmf_u"](user) * e["gmf_i"](item)
         mlp = self.mlp2(self.mlp1(torch.cat((e["mlp_u"](user), e["mlp_i"](item)), -1)))
@@ -317,18 +235,8 @@ class NeuMF(nn.Module):
 
 @register("neumf", "movielens", "ml-20m")
 def neumf(dataset: str) -> Built:
-    """NeuMF: generalized matrix factorization beside an MLP over user and item embeddings.
-
-    Parameters
-    ----------
-    dataset
-        ``movielens`` or ``ml-20m`` (user and item counts follow it).
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """NeuMF: generalized matrix factorization beside an MLP over user and item embeddings. ``dataset``:
+    ``movielens`` or ``ml-20m`` (user and item counts follow it)."""
     users, items = _MOVIELENS[dataset]
 
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
@@ -351,18 +259,8 @@ class ItemAutoencoder(nn.Module):
         self.decoder = nn.Linear(hidden, items)
 
     def forward(self, interactions: torch.Tensor) -> torch.Tensor:
-        """Reconstruct the normalised, noised interactions; cross-entropy per user.
-
-        Parameters
-        ----------
-        interactions
-            Interaction vectors (users, items).
-
-        Returns
-        -------
-        torch.Tensor
-            The training loss (a scalar).
-        """
+        """Reconstruct the normalised, noised interactions; cross-entropy per user. Returns the training loss
+        (a scalar)."""
         z = F.dropout(F.normalize(interactions, p=2.0, dim=1), self.noise, self.training)
         logits = self.decoder(torch.tanh(self.encoder(z)))
         loss = F.binary_cross_entropy_with_logits(logits, interactions, reduction="sum")
@@ -371,18 +269,7 @@ class ItemAutoencoder(nn.Module):
 
 @register("recoder", "ml-20m")
 def recoder(dataset: str) -> Built:
-    """Recoder: a denoising item autoencoder over users' interaction vectors.
-
-    Parameters
-    ----------
-    dataset
-        ``ml-20m``.
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """Recoder: a denoising item autoencoder over users' interaction vectors. ``dataset``: ``ml-20m``."""
     items = _RECODER_ITEMS[dataset]
 
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
@@ -415,20 +302,7 @@ class PointNet(nn.Module):
                                      nn.Sequential(fc(512, 256), nn.Dropout(0.3)), nn.Linear(256, classes)])
 
     def forward(self, points: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
-        """Shared point MLPs, max pooling, classifier, cross-entropy.
-
-        Parameters
-        ----------
-        points
-            Point clouds (batch, 3, points).
-        label
-            Class labels.
-
-        Returns
-        -------
-        torch.Tensor
-            The training loss (a scalar).
-        """
+        """Shared point MLPs, max pooling, classifier, cross-entropy. Returns the training loss (a scalar)."""
         x = points
         for layer in self.layers:
             x = layer(x)
@@ -437,18 +311,7 @@ class PointNet(nn.Module):
 
 @register("pointnet", "shapenet")
 def pointnet(dataset: str) -> Built:
-    """PointNet classification on 2048-point clouds (16 classes).
-
-    Parameters
-    ----------
-    dataset
-        ``shapenet``.
-
-    Returns
-    -------
-    Built
-        The loss-returning module, its input maker and its block prefixes.
-    """
+    """PointNet classification on 2048-point clouds (16 classes). ``dataset``: ``shapenet``."""
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
         return torch.randn(batch, 3, 2048), torch.randint(0, 16, (batch,))
 
