@@ -240,19 +240,8 @@ class CrossFitStepTime:
         self._by_model, self._fallback = dict(by_model), fallback
 
     def for_model(self, model: str) -> Any:
-        """The step-time predictor of the fold that held ``model`` out (the fallback for a model no fold held
-        out).
-
-        Parameters
-        ----------
-        model
-            A model id or alias.
-
-        Returns
-        -------
-        StepTimePredictor
-            The predictor.
-        """
+        """The step-time predictor of the fold that held ``model`` out (the fallback for a model in no
+        fold)."""
         return self._by_model.get(canonical_model(model), self._fallback)
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
@@ -279,19 +268,8 @@ class CrossFitColocation:
         self.record = dict(record or {})
 
     def for_model(self, model: str) -> Any:
-        """The co-location predictor of the fold that held ``model`` out (the fallback for a model no fold
-        held out).
-
-        Parameters
-        ----------
-        model
-            A model id or alias.
-
-        Returns
-        -------
-        ColocationPredictor
-            The predictor.
-        """
+        """The co-location predictor of the fold that held ``model`` out (the fallback for a model in no
+        fold)."""
         return self._by_model.get(canonical_model(model), self._fallback)
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:

@@ -128,10 +128,8 @@ class LucidPolicy:
 
         Parameters
         ----------
-        job
-            The job.
-        gpu_type
-            A catalog GPU type.
+        job, gpu_type
+            The job and the catalog GPU type it would share.
 
         Returns
         -------

@@ -410,20 +410,8 @@ class CheckpointStore:
         return True
 
     def start(self, sim: Simulator, *, resume: bool) -> SimulationRun | None:
-        """Open the store for ``sim`` and, when resuming, restore the run it holds.
-
-        Parameters
-        ----------
-        sim
-            The simulator about to run.
-        resume
-            Whether to continue from the checkpoint file if there is one.
-
-        Returns
-        -------
-        SimulationRun or None
-            The restored run; ``None`` for a fresh start.
-        """
+        """Open the file store for ``sim``; with ``resume`` and an existing file, the run it holds (see
+        ``RunStore``)."""
         self._started = time.perf_counter()
         self._fingerprint = fingerprint(sim)
         _check_regular(self.path)
@@ -433,12 +421,7 @@ class CheckpointStore:
         return restore(self.path, sim, self._fingerprint)
 
     def save(self, state: dict[str, Any]) -> None:
-        """Write the run's state atomically and record how long it took.
-
-        Parameters
-        ----------
-        state
-            The run state (its public ``to_dict`` form).
+        """Write the run's state atomically and record how long it took (see ``RunStore``).
 
         Raises
         ------

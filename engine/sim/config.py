@@ -27,18 +27,8 @@ class Policy(Protocol):
     round_interval_s: float | None
 
     def schedule(self, state: ClusterState) -> Plan:
-        """The plan for one round.
-
-        Parameters
-        ----------
-        state
-            The cluster snapshot.
-
-        Returns
-        -------
-        Plan
-            Which jobs run where, co-located and frozen how.
-        """
+        """The plan for one round from the cluster snapshot ``state``: which jobs run where, co-located and
+        frozen how."""
 
 
 @dataclass(frozen=True, slots=True)

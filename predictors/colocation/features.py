@@ -66,16 +66,6 @@ def resolve_gpu(gpu: str) -> str:
 def gpu_features(gpu: str) -> tuple[float, ...]:
     """A GPU type's features: log FP32 and FP16 tensor TFLOPS, log bandwidth (GB/s), log memory (GiB), SMs /
     100, and whether it is Lucid's unrecorded GPU.
-
-    Parameters
-    ----------
-    gpu
-        A catalog GPU type or Lucid's.
-
-    Returns
-    -------
-    tuple[float, ...]
-        The features.
     """
     spec = gpu_spec(LUCID_PROXY_GPU if gpu == LUCID_GPU else gpu)
     return (math.log(spec.fp32_tflops), math.log(spec.fp16_tensor_tflops),

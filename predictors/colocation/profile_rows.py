@@ -106,35 +106,13 @@ class JobVector:
 
 
 def real_gpu(gpu: str) -> str:
-    """The catalog GPU whose spec sheet stands for ``gpu`` (Lucid's unrecorded GPU has a proxy).
-
-    Parameters
-    ----------
-    gpu
-        A catalog GPU type or Lucid's.
-
-    Returns
-    -------
-    str
-        A catalog GPU type.
-    """
+    """The catalog GPU whose spec sheet stands for ``gpu`` (Lucid's unrecorded GPU has a proxy)."""
     return LUCID_PROXY_GPU if gpu == LUCID_GPU else gpu
 
 
 @cache
 def gpu_consts(gpu: str) -> tuple[float, float, float]:
-    """A GPU type's memory (MiB), log FP32 TFLOPS and log memory bandwidth (GB/s).
-
-    Parameters
-    ----------
-    gpu
-        A catalog GPU type or Lucid's.
-
-    Returns
-    -------
-    tuple[float, float, float]
-        The three numbers.
-    """
+    """A GPU type's memory (MiB), log FP32 TFLOPS and log memory bandwidth (GB/s)."""
     spec = gpu_spec(real_gpu(gpu))
     return spec.memory_gib * 1024.0, math.log(spec.fp32_tflops), math.log(spec.memory_bandwidth_gbs)
 

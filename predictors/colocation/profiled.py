@@ -686,13 +686,7 @@ class ProfileColocation:
                           if self.eggat is not None and self.eggat_checkpoint else None)}
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the model as compact JSON.
-
-        Parameters
-        ----------
-        path
-            The file.
-        """
+        """Write the model to ``path`` as compact JSON."""
         Path(path).write_text(json.dumps(self.to_json(), separators=(",", ":")))
 
     @classmethod
@@ -726,18 +720,7 @@ class ProfileColocation:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ProfileColocation:
-        """A model written by :meth:`save`.
-
-        Parameters
-        ----------
-        path
-            The file (files it names are found beside it).
-
-        Returns
-        -------
-        ProfileColocation
-            The model.
-        """
+        """A model written by :meth:`save` (files it names are found beside ``path``)."""
         return cls.from_json(json.loads(Path(path).read_text()), Path(path).parent)
 
     def attach_eggat(self, eggat: Any, weight: float = 0.5,

@@ -224,13 +224,7 @@ class ColocationTable:
                             for k, v in sorted(self.entries.items())}}
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the table as compact JSON.
-
-        Parameters
-        ----------
-        path
-            The file.
-        """
+        """Write the table to ``path`` as compact JSON."""
         Path(path).write_text(json.dumps(self.to_json(), separators=(",", ":")))
 
     @classmethod
@@ -263,20 +257,8 @@ class ColocationTable:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, strict: bool = False) -> ColocationTable:
-        """A table written by :meth:`save`.
-
-        Parameters
-        ----------
-        path
-            The file.
-        strict
-            Whether a group not in the table is an error rather than predicted.
-
-        Returns
-        -------
-        ColocationTable
-            The table.
-        """
+        """A table written by :meth:`save` (``strict``: a group not in the table is an error rather than
+        predicted)."""
         return cls.from_json(json.loads(Path(path).read_text()), strict=strict)
 
 

@@ -64,34 +64,11 @@ class LazyGroup(click.Group):
         self.lazy_help = dict(lazy_help or {})  # short help of lazy commands: listed without importing them
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        """Every command name, those imported lazily included, sorted.
-
-        Parameters
-        ----------
-        ctx
-            Click's context.
-
-        Returns
-        -------
-        list[str]
-            The command names.
-        """
+        """Every command name, those imported lazily included, sorted."""
         return sorted({*super().list_commands(ctx), *self.lazy})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        """The command called ``cmd_name``, importing its module on first use.
-
-        Parameters
-        ----------
-        ctx
-            Click's context.
-        cmd_name
-            The command's name.
-
-        Returns
-        -------
-        click.Command or None
-            The command; ``None`` for an unknown name.
+        """The command called ``cmd_name`` (``None`` if unknown), importing its module on first use.
 
         Raises
         ------
@@ -140,22 +117,8 @@ class FiniteFloat(click.ParamType):
         self.min, self.max, self.min_open = min, max, min_open
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        """The option's value as a finite float; anything else fails with a one-line usage error.
-
-        Parameters
-        ----------
-        value
-            The text (or number) given.
-        param
-            The option.
-        ctx
-            Click's context.
-
-        Returns
-        -------
-        float
-            The number.
-        """
+        """Click's conversion: the value as a finite float; anything else fails with a one-line usage
+        error."""
         if isinstance(value, float) and not isinstance(value, bool):
             number = value
         else:
@@ -186,22 +149,8 @@ class BackendName(click.ParamType):
     name = "backend"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        """The option's value as a backend name; an unknown one fails with a one-line usage error.
-
-        Parameters
-        ----------
-        value
-            The text given.
-        param
-            The option.
-        ctx
-            Click's context.
-
-        Returns
-        -------
-        str
-            The backend's canonical name.
-        """
+        """Click's conversion: the value as a canonical backend name; an unknown one fails with a one-line
+        usage error."""
         from dltsched.engine.app.vocabulary import parse_backend
 
         try:
@@ -210,20 +159,7 @@ class BackendName(click.ParamType):
             self.fail(getattr(err, "problem", str(err)), param, ctx)
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        """The backend choices as ``--help`` shows them.
-
-        Parameters
-        ----------
-        param
-            The option.
-        ctx
-            Click's context.
-
-        Returns
-        -------
-        str
-            The choices, bracketed.
-        """
+        """The backend choices as ``--help`` shows them."""
         return "[cpsat|milp|greedy|greedy:<policy>|auto]"
 
 
