@@ -7,8 +7,10 @@ parameters has a ``Parameters`` section naming each of them, one that returns a 
 ``Yields``) section, and one that raises an exception itself (a ``raise`` in its own body) a ``Raises``
 section naming it. A class documents its constructor's parameters (dataclass fields, or ``__init__``'s) and
 what its constructor raises the same way. Properties describe their value (no sections); enums, protocols'
-attributes and ``NamedTuple`` fields need only the class docstring. The sections are read by a small parser of
-numpydoc's layout (a title line underlined by dashes).
+attributes and ``NamedTuple`` fields need only the class docstring. A method that implements a method of a
+``Protocol`` of the packages (a policy's ``schedule``, a predictor's ``step_time_s``) says what it computes;
+the protocol's docstring carries the sections, once. The sections are read by a small parser of numpydoc's
+layout (a title line underlined by dashes).
 """
 
 from __future__ import annotations
@@ -134,11 +136,29 @@ def decorators(node: ast.AST) -> set[str]:
     return out
 
 
-def check_callable(fn: ast.FunctionDef | ast.AsyncFunctionDef, where: str) -> list[str]:
+def base_names(cls: ast.ClassDef) -> set[str]:
+    """The last part of each base class's name (``typing.Protocol`` -> ``Protocol``)."""
+    return {ast.unparse(b).split(".")[-1] for b in cls.bases}
+
+
+def protocol_methods() -> frozenset[str]:
+    """Names of the methods declared by the ``Protocol`` classes of the four packages."""
+    out: set[str] = set()
+    for path in modules(PACKAGES, set()):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and "Protocol" in base_names(node):
+                out.update(m.name for m in node.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef))
+    return frozenset(out)
+
+
+def check_callable(fn: ast.FunctionDef | ast.AsyncFunctionDef, where: str,
+                   implements: bool = False) -> list[str]:
     doc = ast.get_docstring(fn)
     if not doc:
         return [f"{where}: no docstring"]
     if decorators(fn) & {"property", "cached_property", "setter", "overload"}:
+        return []
+    if implements and fn.name in PROTOCOL_METHODS:
         return []
     found, problems = sections(doc), []
     wanted = params(fn)
@@ -185,7 +205,7 @@ def check_class(cls: ast.ClassDef, where: str) -> list[str]:
     doc = ast.get_docstring(cls)
     if not doc:
         return [f"{where}: no docstring"]
-    bases = {ast.unparse(b).split(".")[-1] for b in cls.bases}
+    bases = base_names(cls)
     problems = []
     if not bases & {"Protocol", "Enum", "StrEnum", "IntEnum", "NamedTuple", "TypedDict"}:
         found = sections(doc)
@@ -197,9 +217,10 @@ def check_class(cls: ast.ClassDef, where: str) -> list[str]:
         missing_raises = raised - names_in(found.get("Raises", ""))
         if missing_raises:
             problems.append(f"{where}: Raises does not name {', '.join(sorted(missing_raises))}")
+    implements = "Protocol" not in bases
     for node in cls.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.name.startswith("_"):
-            problems += check_callable(node, f"{where}.{node.name}")
+            problems += check_callable(node, f"{where}.{node.name}", implements)
     return problems
 
 
@@ -215,6 +236,9 @@ def problems_of(path: Path) -> list[str]:
         elif isinstance(node, ast.ClassDef):
             out += check_class(node, f"{rel}:{node.name}")
     return out
+
+
+PROTOCOL_METHODS = protocol_methods()
 
 
 def _cases(paths: list[Path], pending: set[str], reason: str) -> list:
@@ -297,6 +321,14 @@ def f(x: int, *, y: str = "") -> int:
     if x < 0:
         raise ValueError("x")
     return 2 * x
+
+
+class P:
+    """A policy: its ``schedule`` implements the ``Policy`` protocol, whose docstring has the sections."""
+
+    def schedule(self, state: int) -> int:
+        """The plan of one round."""
+        return state
 ''')
     global ROOT
     old, ROOT = ROOT, tmp_path

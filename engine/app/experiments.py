@@ -266,19 +266,8 @@ class LoadedExperiment:
         return path if path.is_absolute() else (self.path.parent / path).resolve()
 
     def out_dir(self, override: str | Path | None = None) -> Path:
-        """The folder results go to: ``override``, else the experiment's ``outputs.dir``, else
-        ``results/<name>``.
-
-        Parameters
-        ----------
-        override
-            A folder given on the command line.
-
-        Returns
-        -------
-        Path
-            The output folder (not created).
-        """
+        """The folder results go to (not created): ``override`` (from the command line), else the
+        experiment's ``outputs.dir``, else ``results/<name>``."""
         return Path(override or self.spec.outputs.dir or Path("results") / self.spec.name)
 
     def predictor_set(self) -> str:

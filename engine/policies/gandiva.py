@@ -216,18 +216,8 @@ class GandivaPolicy:
         return None if best is None else best[1]
 
     def schedule(self, state: ClusterState) -> Plan:
-        """The plan of one round.
-
-        Parameters
-        ----------
-        state
-            The snapshot of the cluster and its jobs.
-
-        Returns
-        -------
-        Plan
-            The changed placements (incremental), packing jobs onto shared GPUs when predicted to gain.
-        """
+        """The plan of one round: the changed placements (incremental), packing jobs onto shared GPUs when
+        predicted to gain."""
         if (seen := memory_observations_version()) != self._memory_seen:  # a crash measured real memory
             self._verdicts.clear()
             self._memory_seen = seen

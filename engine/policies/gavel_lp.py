@@ -162,18 +162,7 @@ class GavelPolicy:
                 [(i, k, t, v.solution_value()) for i, k, t, v in pair_vars])
 
     def schedule(self, state: ClusterState) -> Plan:
-        """The plan of one round.
-
-        Parameters
-        ----------
-        state
-            The snapshot of the cluster and its jobs.
-
-        Returns
-        -------
-        Plan
-            Every placement: the LP's allocation rounded to whole GPUs.
-        """
+        """The plan of one round: every placement: the LP's allocation rounded to whole GPUs."""
         if not state.jobs:
             return Plan()
         if (self.round_interval_s is not None

@@ -93,18 +93,7 @@ class FifoPolicy:
         self._est = Estimates(self.predictors)
 
     def schedule(self, state: ClusterState) -> Plan:
-        """The plan of one round.
-
-        Parameters
-        ----------
-        state
-            The snapshot of the cluster and its jobs.
-
-        Returns
-        -------
-        Plan
-            The starts (incremental): running jobs keep their GPUs.
-        """
+        """The plan of one round: the starts (incremental): running jobs keep their GPUs."""
         return place_exclusive(state, state.queued(), self._est, blocking=not self.backfill)
 
 
@@ -150,18 +139,7 @@ class SjfPolicy:
         return s.remaining_iterations * self._est.step_time_s(s.job, types[0])
 
     def schedule(self, state: ClusterState) -> Plan:
-        """The plan of one round.
-
-        Parameters
-        ----------
-        state
-            The snapshot of the cluster and its jobs.
-
-        Returns
-        -------
-        Plan
-            The starts (incremental), shortest predicted job first.
-        """
+        """The plan of one round: the starts (incremental), shortest predicted job first."""
         key: Callable[[JobState], tuple[float, float, str]] = lambda s: (  # noqa: E731
             self.predicted_duration_s(s, state), s.job.arrival_time_s, s.job.id)
         return place_exclusive(state, sorted(state.queued(), key=key), self._est, blocking=False)

@@ -102,18 +102,7 @@ class IceFrogPolicy:
         return sorted(out)
 
     def schedule(self, state: ClusterState) -> Plan:
-        """The plan of one round.
-
-        Parameters
-        ----------
-        state
-            The snapshot of the cluster and its jobs.
-
-        Returns
-        -------
-        Plan
-            Every placement, each with its freeze level.
-        """
+        """The plan of one round: every placement, each with its freeze level."""
         pool = GpuPool.empty(state)
         placed: list[Assignment] = []
         for s in state.running():

@@ -104,19 +104,8 @@ class IsacppPolicy:
         return None if best is None or best[0] == float("inf") else best[1]
 
     def schedule(self, state: ClusterState) -> Plan:
-        """The plan of one round.
-
-        Parameters
-        ----------
-        state
-            The snapshot of the cluster and its jobs.
-
-        Returns
-        -------
-        Plan
-            Every placement: running jobs stay, each queued job on the GPUs where the predicted
-            interference is least.
-        """
+        """The plan of one round: every placement: running jobs stay, each queued job on the GPUs where the
+        predicted interference is least."""
         jobs = {s.job.id: s.job for s in state.jobs}
         residents = {s.job.id: s.remaining_iterations for s in state.jobs}
         pool = GpuPool.empty(state)

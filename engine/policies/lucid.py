@@ -142,18 +142,8 @@ class LucidPolicy:
         return 2 if mean < low else 1 if mean < mid else 0
 
     def schedule(self, state: ClusterState) -> Plan:
-        """Keep the running jobs where they are and pack the queue, sharing GPUs between compatible classes.
-
-        Parameters
-        ----------
-        state
-            The cluster snapshot.
-
-        Returns
-        -------
-        Plan
-            The round's plan.
-        """
+        """The round's plan: running jobs stay where they are; the queue is packed, sharing GPUs between
+        compatible classes."""
         jobs = {s.job.id: s.job for s in state.jobs}
         for s in state.jobs:  # every job type in view joins the population the relative cut points come from
             for gtype in self._est.candidate_types(s.job, state.cluster):

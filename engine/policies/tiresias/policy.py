@@ -218,18 +218,8 @@ class TiresiasPolicy:
         return Plan(tuple(starts), incremental=True)
 
     def schedule(self, state: ClusterState) -> Plan:
-        """The plan of one round.
-
-        Parameters
-        ----------
-        state
-            The snapshot of the cluster and its jobs.
-
-        Returns
-        -------
-        Plan
-            Incremental (the starts only) when every running job keeps its GPUs, else every placement.
-        """
+        """The plan of one round: incremental (the starts only) when every running job keeps its GPUs, else
+        every placement."""
         if (seen := memory_observations_version()) != self._memory_seen:  # a crash measured real memory:
             self._memory_seen = seen  # the GPU types jobs fit on may have changed, so index and judge afresh
             self._index, self._seen = None, None
