@@ -92,13 +92,8 @@ def read_philly(
 
     Parameters
     ----------
-    data_dir
-        The data folder (default: found automatically).
-    cluster
-        The cluster, or its spec (default: one sized for the trace,
-        :func:`~dltsched.instances.clusters.default_cluster_for`).
-    window
-        The part of the trace to keep (default: all).
+    data_dir, cluster, window
+        As for :func:`~dltsched.instances.readers.traces.read_gavel`.
     seed
         Drives model assignment (the trace names no models).
 

@@ -144,13 +144,8 @@ def read_muri(
     ----------
     trace
         The trace's name.
-    data_dir
-        The data folder (default: found automatically).
-    cluster
-        The cluster, or its spec (default: one sized for the trace,
-        :func:`~dltsched.instances.clusters.default_cluster_for`).
-    window
-        The part of the trace to keep (default: all).
+    data_dir, cluster, window
+        As for :func:`~dltsched.instances.readers.traces.read_gavel`.
 
     Returns
     -------
@@ -241,13 +236,8 @@ def read_pollux_workload(
     ----------
     name
         The workload (one of :func:`pollux_workload_files`).
-    data_dir
-        The data folder (default: found automatically).
-    cluster
-        The cluster, or its spec (default: one sized for the trace,
-        :func:`~dltsched.instances.clusters.default_cluster_for`).
-    window
-        The part of the trace to keep (default: all).
+    data_dir, cluster, window
+        As for :func:`~dltsched.instances.readers.traces.read_gavel`.
 
     Returns
     -------
