@@ -2,11 +2,10 @@
 the official client to talk to it (a real API server cannot be installed here).
 
 - ``GET /api/v1/nodes`` and ``GET /api/v1/pods`` list (``NodeList``/``PodList`` with
-``metadata.resourceVersion``;
-  ``fieldSelector`` ``status.phase!=X`` honoured); with ``watch=true`` they stream ``{"type", "object"}``
-  lines (chunked) of every change after ``resourceVersion`` until ``timeoutSeconds``; an object that stops
-  matching the field selector is sent as ``DELETED``, as the real server does. A version older than the oldest
-  kept event answers an ``ERROR`` event with code 410 (Gone).
+  ``metadata.resourceVersion``; ``fieldSelector`` ``status.phase!=X`` honoured); with ``watch=true`` they
+  stream ``{"type", "object"}`` lines (chunked) of every change after ``resourceVersion`` until
+  ``timeoutSeconds``; an object that stops matching the field selector is sent as ``DELETED``, as the real
+  server does. A version older than the oldest kept event answers an ``ERROR`` event with code 410 (Gone).
 - ``POST /api/v1/namespaces/{ns}/pods/{name}/binding`` sets the pod's ``spec.nodeName`` (409 when already
   bound, 404 when unknown) and answers a ``Status``.
 """
