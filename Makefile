@@ -19,7 +19,7 @@ docs: venv
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
 test: venv
-	$(PY) -m ruff check engine formulations predictors instances tests notebooks scripts/doc_commands.py docs/hooks
+	$(PY) -m ruff check engine formulations predictors instances tests notebooks scripts docs/hooks
 	$(PY) -m mypy engine formulations
 	.venv/bin/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet

@@ -7,7 +7,8 @@ they need not import the simulator. Importing this package loads nothing else: t
 (:func:`solve_round`, :class:`RoundOptions`, :class:`ConfiguredSolver`, :class:`Measurements`,
 :class:`JobMeasurement`, :class:`GroupMeasurement`, :func:`simulate_instance`, :func:`plan_to_dict`;
 ``SolveConfig``, deprecated) are resolved from
-:mod:`dltsched.engine.app.api` on first access (PEP 562), so ``import dltsched.engine.domain.model`` stays cheap. ``__version__`` is the installed version.
+:mod:`dltsched.engine.app.api` on first access (PEP 562), so ``import dltsched.engine.domain.model`` stays
+cheap. ``__version__`` is the installed version.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ def _measured_truth(data_dir: str | None) -> GroundTruth:
 
 register_ground_truth(_measured_truth)
 
-__all__ = ["ConfiguredSolver", "GroupMeasurement", "JobMeasurement", "Measurements", "RoundOptions", "SolveConfig",
-           "plan_to_dict", "simulate_instance", "solve_round"]
+__all__ = ["ConfiguredSolver", "GroupMeasurement", "JobMeasurement", "Measurements", "RoundOptions",
+           "SolveConfig", "plan_to_dict", "simulate_instance", "solve_round"]
 _MEASURED = frozenset({"GroupMeasurement", "JobMeasurement", "Measurements"})
 
 

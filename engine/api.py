@@ -1,5 +1,6 @@
-"""Deprecated path of the embedding API (removed in 0.3.0): import from :mod:`dltsched.engine` (``solve_round``,
-``RoundOptions``, ``ConfiguredSolver``, ``simulate_instance``, ...) or :mod:`dltsched.engine.app.api`."""
+"""Deprecated path of the embedding API (removed in 0.3.0): import from :mod:`dltsched.engine`
+(``solve_round``, ``RoundOptions``, ``ConfiguredSolver``, ``simulate_instance``, ...) or
+:mod:`dltsched.engine.app.api`."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from dltsched.engine.app.api import (
     solve_round,
 )
 
-warnings.warn("dltsched.engine.api is deprecated and will be removed in 0.3.0; import solve_round, RoundOptions, "
-              "ConfiguredSolver, ... from dltsched.engine (all of them: dltsched.engine.app.api)", DeprecationWarning, stacklevel=2)
+warnings.warn("dltsched.engine.api is deprecated and will be removed in 0.3.0; import "
+              "solve_round, RoundOptions, ConfiguredSolver, ... from dltsched.engine (all of them: "
+              "dltsched.engine.app.api)", DeprecationWarning, stacklevel=2)
 
-__all__ = ["DEFAULT_OPTIONS", "ConfiguredSolver", "RoundOptions", "SolveConfig", "initial_state", "optimizing_policy",
-           "plan_to_dict", "simulate_instance", "solve_round"]
+__all__ = ["DEFAULT_OPTIONS", "ConfiguredSolver", "RoundOptions", "SolveConfig", "initial_state",
+           "optimizing_policy", "plan_to_dict", "simulate_instance", "solve_round"]

@@ -1,4 +1,5 @@
-"""Deprecated path of the error types (removed in 0.3.0): import them from :mod:`dltsched.engine.domain.errors`."""
+"""Deprecated path of the error types (removed in 0.3.0): import them from
+:mod:`dltsched.engine.domain.errors`."""
 
 from __future__ import annotations
 
@@ -16,5 +17,5 @@ from dltsched.engine.domain.errors import (
 warnings.warn("dltsched.engine.errors is deprecated and will be removed in 0.3.0; import the errors from "
               "dltsched.engine.domain.errors", DeprecationWarning, stacklevel=2)
 
-__all__ = ["DataNotFoundError", "DltschedError", "InfeasibleRoundError", "InvalidPlanError", "SimulationStalledError",
-           "ValidationError"]
+__all__ = ["DataNotFoundError", "DltschedError", "InfeasibleRoundError", "InvalidPlanError",
+           "SimulationStalledError", "ValidationError"]

@@ -20,5 +20,6 @@ from dltsched.engine.domain.predictors import (
 warnings.warn("dltsched.engine.predict is deprecated and will be removed in 0.3.0; import Predictors and the "
               "predictor protocols from dltsched.engine.domain.predictors", DeprecationWarning, stacklevel=2)
 
-__all__ = ["ColocationPredictor", "FreezingPredictor", "MemoryObservations", "Predictors", "StepTimePredictor",
-           "learned_memory_mib", "memory_kind", "memory_observations_version", "observing_memory"]
+__all__ = ["ColocationPredictor", "FreezingPredictor", "MemoryObservations", "Predictors",
+           "StepTimePredictor", "learned_memory_mib", "memory_kind", "memory_observations_version",
+           "observing_memory"]

@@ -1,4 +1,5 @@
-"""Deprecated path of the simulator (removed in 0.3.0): import it from :mod:`dltsched.engine.sim.simulator`."""
+"""Deprecated path of the simulator (removed in 0.3.0): import it from
+:mod:`dltsched.engine.sim.simulator`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import warnings
 
 from dltsched.engine.sim.simulator import SimulationConfig, Simulator, simulate
 
-warnings.warn("dltsched.engine.simulator is deprecated and will be removed in 0.3.0; import simulate, Simulator "
-              "and SimulationConfig from dltsched.engine.sim.simulator", DeprecationWarning, stacklevel=2)
+warnings.warn("dltsched.engine.simulator is deprecated and will be removed in 0.3.0; import "
+              "simulate, Simulator and SimulationConfig from dltsched.engine.sim.simulator",
+              DeprecationWarning, stacklevel=2)
 
 __all__ = ["SimulationConfig", "Simulator", "simulate"]

@@ -25,6 +25,23 @@ DEFAULT_SIZES = ("20x16", "200x256", "1000x1024")
 
 
 def parse_size(text: str) -> tuple[int, int]:
+    """A benchmark size written ``JOBSxGPUS`` (e.g. ``200x256``).
+
+    Parameters
+    ----------
+    text
+        The size.
+
+    Returns
+    -------
+    tuple[int, int]
+        Jobs and GPUs.
+
+    Raises
+    ------
+    ValueError
+        When it is not two numbers, or not at least one job and a positive multiple of 8 GPUs.
+    """
     try:
         jobs, gpus = (int(v) for v in text.lower().split("x"))
     except ValueError:
@@ -34,7 +51,8 @@ def parse_size(text: str) -> tuple[int, int]:
     return jobs, gpus
 
 
-def synthetic_state(num_jobs: int, num_gpus: int, seed: int = 0, running_fraction: float = 0.5) -> ClusterState:
+def synthetic_state(num_jobs: int, num_gpus: int, seed: int = 0,
+                    running_fraction: float = 0.5) -> ClusterState:
     """A seeded snapshot: ``num_gpus`` GPUs in 8-GPU nodes cycling over three types."""
     rng = random.Random(seed)
     nodes = tuple(Node(f"n{i}", GPU_TYPES[i % len(GPU_TYPES)], 8) for i in range(num_gpus // 8))
@@ -83,6 +101,7 @@ class BenchRow:
 
     @property
     def round_build_time_s(self) -> float:
+        """Median seconds to build the round problem (predictions and candidates)."""
         return self.median["round_build_s"]
 
     @property
@@ -92,6 +111,7 @@ class BenchRow:
 
     @property
     def solve_time_s(self) -> float:
+        """Median seconds the backend took to solve."""
         return self.median["solve_s"]
 
 
@@ -104,8 +124,8 @@ def peak_rss_mib() -> float:
     return peak / 1024**2 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB on Linux
 
 
-def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, repeats: int, time_limit_s: float,
-               options: RoundOptions, milp_solver: str | None = None) -> list[BenchRow]:
+def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, repeats: int,
+               time_limit_s: float, options: RoundOptions, milp_solver: str | None = None) -> list[BenchRow]:
     """Decide the synthetic round of ``size`` ``repeats`` times per backend, timing every stage of the round
     from the snapshot to the checked plan (:data:`STAGES`); each plan must pass the checker. Predictions are
     memoised across a backend's repeats, as the optimizing policy keeps them across rounds (its first round
@@ -120,7 +140,8 @@ def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, rep
     state = synthetic_state(jobs, gpus)
     rows = []
     for backend in backends:
-        solve_problem(build_round(synthetic_state(4, 8), predictors, options), backend)  # solver imported and loaded
+        # solver imported and loaded
+        solve_problem(build_round(synthetic_state(4, 8), predictors, options), backend)
         asked = memoized(predictors)  # each backend's first round pays its predictions
         per_stage: dict[str, list[float]] = {stage: [] for stage in STAGES}
         for _ in range(repeats):
@@ -142,9 +163,9 @@ def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, rep
         name = f"milp:{milp_solver}" if backend == "milp" and milp_solver else backend
         rows.append(BenchRow(size, name, result.num_candidates,
                              {k: statistics.median(v) for k, v in per_stage.items()},
-                             {k: min(v) for k, v in per_stage.items()}, {k: max(v) for k, v in per_stage.items()},
-                             per_stage["round_total_s"][0], peak_rss_mib(),
-                             last.gap, last.status, last.objective))
+                             {k: min(v) for k, v in per_stage.items()},
+                             {k: max(v) for k, v in per_stage.items()}, per_stage["round_total_s"][0],
+                             peak_rss_mib(), last.gap, last.status, last.objective))
     return rows
 
 
@@ -161,6 +182,20 @@ def winners(rows: list[BenchRow], minimize: bool = False) -> dict[str, str]:
 
 
 def rows_as_dicts(rows: list[BenchRow], winner: dict[str, str]) -> list[dict[str, Any]]:
+    """The rows as JSON-ready dicts, each marked whether its backend was the fastest for its size.
+
+    Parameters
+    ----------
+    rows
+        The measured rows.
+    winner
+        Size -> the fastest backend.
+
+    Returns
+    -------
+    list[dict[str, Any]]
+        One dict a row (timings in seconds, memory in MiB).
+    """
     return [{"size": r.size, "backend": r.backend, "num_candidates": r.num_candidates,
              "round_build_time_s": r.round_build_time_s, "build_time_s": r.build_time_s,
              "solve_time_s": r.solve_time_s, **{stage: r.median[stage] for stage in STAGES},

@@ -8,10 +8,11 @@ group; per GPU the members' memory at their freeze levels plus the group's overh
 Objective (see ``RoundOptions``): ``effective_progress`` = sum of weight x co-located speed x
 effective rate / reference rate, plus starvation bonuses, minus migration penalties (a running job
 whose GPUs change, or that is left out: :meth:`RoundProblem.migration_cost`); ``jct`` = the same with
-each job's term (co-located speeds as :meth:`RoundProblem.value_speeds` credits them) and migration cost scaled by :meth:`RoundProblem.value_scale` (the round's median, or
-``RoundOptions.value_reference_s``, over the job's own predicted remaining time); ``weighted_completion`` = sum of weight x predicted completion time
-(multi-stage for co-located jobs; a job left out waits one round, then runs alone), plus penalties,
-minus bonuses; ``makespan`` = the latest predicted completion, plus penalties, minus bonuses.
+each job's term (co-located speeds as :meth:`RoundProblem.value_speeds` credits them) and migration cost
+scaled by :meth:`RoundProblem.value_scale` (the round's median, or ``RoundOptions.value_reference_s``, over
+the job's own predicted remaining time); ``weighted_completion`` = sum of weight x predicted completion time
+(multi-stage for co-located jobs; a job left out waits one round, then runs alone), plus penalties, minus
+bonuses; ``makespan`` = the latest predicted completion, plus penalties, minus bonuses.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def _violations(problem: RoundProblem, plan: Plan) -> list[str]:
         nodes = {node_of[g] for g in a.gpus}
         if len(nodes) > 1 and (problem.max_node_gpus(gpu_type) >= job.num_gpus
                                or (option is not None and option.cross_step_time_s is None)):
-            out.append(f"job '{a.job_id}': split over nodes {sorted(nodes)} though one {gpu_type} node fits it")
+            out.append(f"job '{a.job_id}': split over nodes {sorted(nodes)} though one "
+                       f"{gpu_type} node fits it")
         for g in a.gpus:
             on_gpu[g].append(j)
     if not out:
@@ -116,7 +118,8 @@ def _sharing_violations(problem: RoundProblem, plan: Plan, on_gpu: dict[int, lis
                 out.append(f"GPU {g}: jobs {names} are not an allowed co-location group on {type_of[g]}")
                 continue
             overhead = group.overhead_mib
-        memory = overhead + sum(problem.option(j, type_of[g], level_of[j]).memory_mib  # type: ignore[union-attr]
+        memory = overhead + sum(problem.option(j, type_of[g],
+                                               level_of[j]).memory_mib  # type: ignore[union-attr]
                                 for j in members)
         limit = next(n.memory_mib for n in problem.nodes if n.gpu_type == type_of[g])
         if memory > limit * (1 + 1e-9):
@@ -138,12 +141,14 @@ def _objective(problem: RoundProblem, plan: Plan) -> float:
         level = dict(placed)
         gpu_type = type_of[gpus[0]]
         cross = len({node_of[g] for g in gpus}) > 1
-        rates = [problem.option(j, gpu_type, level[j]).rate(cross) for j in members]  # type: ignore[union-attr]
+        rates = [problem.option(j, gpu_type, level[j]).rate(cross)
+                 for j in members]  # type: ignore[union-attr]
         speeds = _speeds(problem, members, gpu_type)
         group = problem.group(members, gpu_type) if len(members) > 1 else None
         credited = problem.value_speeds(group) if group is not None else speeds(tuple(range(len(members))))
         for j, s, r in zip(members, credited, rates, strict=True):
-            progress += problem.jobs[j].weight * s * r / problem.jobs[j].reference_rate * problem.value_scale(j)
+            job = problem.jobs[j]
+            progress += job.weight * s * r / job.reference_rate * problem.value_scale(j)
         if options.minimize:
             done = simulate_stages([problem.jobs[j].remaining_iterations for j in members], rates, speeds)
             for j, c in zip(members, done.completion_s, strict=True):

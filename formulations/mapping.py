@@ -1,8 +1,8 @@
 """Turn chosen candidates (counts per GPU class) into concrete GPU indices, deterministically.
 
-Kept slots keep their GPUs; down GPUs are never given out; multi-GPU units take free GPUs of their node, then cross-node units
-and one-GPU units take the remaining free GPUs of their type, lowest index first. A unit holding
-a running job that the model moves avoids landing on exactly that job's current GPUs when it can.
+Kept slots keep their GPUs; down GPUs are never given out; multi-GPU units take free GPUs of their node, then
+cross-node units and one-GPU units take the remaining free GPUs of their type, lowest index first. A unit
+holding a running job that the model moves avoids landing on exactly that job's current GPUs when it can.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ def to_plan(cset: CandidateSet, selected: Sequence[int], **fields: object) -> Pl
     """The plan of ``selected`` candidates; ``fields`` fill the plan's status, objective, ..."""
     problem = cset.problem
     node_of = problem.node_of
-    chosen = sorted((cset.candidates[c] for c in selected), key=lambda c: (_ORDER[c.kind], -c.num_gpus, c.jobs))
+    chosen = sorted((cset.candidates[c] for c in selected),
+                    key=lambda c: (_ORDER[c.kind], -c.num_gpus, c.jobs))
     taken = {g for c in chosen if c.kind == "stay" for g in cset.slots[c.where].gpus}
     unusable = taken | problem.down_gpus()
     free = [[g for g in node.gpus if g not in unusable] for node in problem.nodes]  # per node, ascending
@@ -33,7 +34,8 @@ def to_plan(cset: CandidateSet, selected: Sequence[int], **fields: object) -> Pl
             gpus = _pick(_pool(problem, free, cand), cand.num_gpus, _avoid(cset, cand))
             for g in gpus:
                 free[node_of[g]].remove(g)
-        assignments += [Assignment(problem.jobs[j].id, tuple(gpus), f) for j, f in zip(cand.jobs, cand.freeze, strict=True)]
+        assignments += [Assignment(problem.jobs[j].id, tuple(gpus), f)
+                        for j, f in zip(cand.jobs, cand.freeze, strict=True)]
     order = problem.job_index()
     plan = Plan(tuple(sorted(assignments, key=lambda a: order[a.job_id])))
     return replace(plan, **fields)  # type: ignore[arg-type]

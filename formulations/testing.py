@@ -31,22 +31,39 @@ class Tables:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
+        """Tabled seconds per iteration x the GPU type's factor (x the cross-node factor)."""
         cross = self.cross_factor if num_nodes > 1 else 1.0
         return self.step_s[job.id][freeze_level] * cross * self.type_factor.get(gpu_type, 1.0)
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        """Tabled memory at the freeze level, MiB (1000 when not tabled)."""
         return self.memory_mib_of(job.id)[freeze_level]
 
     def memory_mib_of(self, job_id: str) -> Sequence[float]:
+        """The tabled memory of a job per freeze level, MiB (1000 each when not tabled).
+
+        Parameters
+        ----------
+        job_id
+            The job's id.
+
+        Returns
+        -------
+        Sequence[float]
+            MiB per freeze level.
+        """
         return self.memory.get(job_id, [1000.0] * len(self.step_s[job_id]))
 
     def num_freeze_levels(self, job: Job) -> int:
+        """Freeze levels tabled for the job."""
         return len(self.step_s[job.id])
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
+        """Tabled accuracy penalty at the freeze level (0 when not tabled)."""
         return self.penalty.get(job.id, [0.0] * len(self.step_s[job.id]))[freeze_level]
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        """Tabled co-located speeds, in ``jobs``' order (``default_speed`` when not tabled)."""
         key = tuple(sorted(j.id for j in jobs))
         table = self.speeds.get(key)
         if table is None:
@@ -54,16 +71,25 @@ class Tables:
         return tuple(table[key.index(j.id)] for j in jobs)
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        """The members' unfrozen memory summed, MiB."""
         return sum(self.memory_mib_of(j.id)[0] for j in jobs)
 
     def bundle(self) -> Predictors:
+        """These tables as step-time, co-location and freezing predictors at once.
+
+        Returns
+        -------
+        Predictors
+            The bundle.
+        """
         return Predictors(self, self, self)
 
 
-def make_state(nodes: Sequence[tuple[str, int]], jobs: Sequence[Job], running: dict[str, tuple[int, ...]] | None = None,
-               remaining: dict[str, float] | None = None, time_s: float = 0.0,
-               down: Sequence[int] = ()) -> ClusterState:
-    """A snapshot: ``nodes`` as (gpu type, count); ``running`` maps job id -> its GPUs now; ``down`` GPUs failed."""
+def make_state(nodes: Sequence[tuple[str, int]], jobs: Sequence[Job],
+               running: dict[str, tuple[int, ...]] | None = None, remaining: dict[str, float] | None = None,
+               time_s: float = 0.0, down: Sequence[int] = ()) -> ClusterState:
+    """A snapshot: ``nodes`` as (gpu type, count); ``running`` maps job id -> its GPUs now; ``down`` GPUs
+    failed."""
     cluster = Cluster(tuple(Node(f"n{i}", t, k) for i, (t, k) in enumerate(nodes)))
     running = running or {}
     remaining = remaining or {}
@@ -75,10 +101,50 @@ def make_state(nodes: Sequence[tuple[str, int]], jobs: Sequence[Job], running: d
 
 
 def job(job_id: str, num_gpus: int = 1, weight: float = 1.0, iterations: float = 100.0, **kw: object) -> Job:
-    return Job(job_id, "resnet50", 32, iterations, num_gpus=num_gpus, weight=weight, **kw)  # type: ignore[arg-type]
+    """A resnet50 job (batch 32) for tests.
+
+    Parameters
+    ----------
+    job_id
+        The job's id.
+    num_gpus
+        GPUs it needs.
+    weight
+        Its weight in the objective.
+    iterations
+        Iterations to run.
+    **kw
+        Other :class:`Job` fields.
+
+    Returns
+    -------
+    Job
+        The job.
+    """
+    return Job(job_id, "resnet50", 32, iterations, num_gpus=num_gpus, weight=weight,
+               **kw)  # type: ignore[arg-type]
 
 
-def make_round(tables: Tables, nodes: Sequence[tuple[str, int]], jobs: Sequence[Job], **kw: object) -> RoundProblem:
+def make_round(tables: Tables, nodes: Sequence[tuple[str, int]], jobs: Sequence[Job],
+               **kw: object) -> RoundProblem:
+    """The round problem for ``jobs`` on ``nodes``, priced by ``tables``.
+
+    Parameters
+    ----------
+    tables
+        The predictors.
+    nodes
+        (GPU type, GPU count) per node.
+    jobs
+        The queued jobs.
+    **kw
+        ``options`` (a :class:`RoundOptions`; default: relative gap 0) and the arguments of ``make_state``.
+
+    Returns
+    -------
+    RoundProblem
+        The round.
+    """
     options = kw.pop("options", RoundOptions(relative_gap=0.0))
     state = make_state(nodes, jobs, **kw)  # type: ignore[arg-type]
     return build_round(state, tables.bundle(), options)  # type: ignore[arg-type]

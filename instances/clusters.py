@@ -28,9 +28,9 @@ def parse_cluster_spec(spec: str, *, path: str = "cluster") -> Cluster:
 
     Parameters
     ----------
-    spec : str
+    spec
         ``TYPE:NODESxGPUS_PER_NODE[@GBPS]`` groups, comma separated.
-    path : str
+    path
         The field name errors carry.
 
     Returns
@@ -74,7 +74,7 @@ def format_cluster_spec(cluster: Cluster) -> str:
 
     Parameters
     ----------
-    cluster : Cluster
+    cluster
         The cluster.
 
     Returns
@@ -107,13 +107,13 @@ def mixed_cluster(
 
     Parameters
     ----------
-    num_gpus : int
+    num_gpus
         GPUs in all.
-    gpu_types : Sequence of str
+    gpu_types
         The GPU types, dealt in this order.
-    gpus_per_node : int
+    gpus_per_node
         GPUs per node.
-    network_gbps : float
+    network_gbps
         The inter-node network.
 
     Returns
@@ -157,9 +157,9 @@ def default_cluster_for(largest_job_gpus: int, mean_demand_gpus: float) -> Clust
 
     Parameters
     ----------
-    largest_job_gpus : int
+    largest_job_gpus
         GPUs of the trace's largest job.
-    mean_demand_gpus : float
+    mean_demand_gpus
         The trace's mean concurrent GPU demand.
 
     Returns

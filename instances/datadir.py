@@ -29,9 +29,9 @@ def find_data_dir(path: str | os.PathLike[str] | None = None, *, required: bool 
 
     Parameters
     ----------
-    path : str or PathLike, optional
+    path
         A folder given explicitly.
-    required : bool
+    required
         Raise when none is found (else return ``None``).
 
     Returns
@@ -47,7 +47,8 @@ def find_data_dir(path: str | os.PathLike[str] | None = None, *, required: bool 
     if path is not None:
         p = Path(path)
         if not p.is_dir():
-            raise DataNotFoundError(f"data folder '{p}' does not exist; pass an existing folder or set {ENV_VAR}")
+            raise DataNotFoundError(f"data folder '{p}' does not exist; pass an existing folder "
+                                    f"or set {ENV_VAR}")
         return p
     env = os.environ.get(ENV_VAR)
     if env:
@@ -70,9 +71,9 @@ def data_file(*parts: str, data_dir: str | os.PathLike[str] | None = None) -> Pa
 
     Parameters
     ----------
-    *parts : str
+    *parts
         The path inside the folder.
-    data_dir : str or PathLike, optional
+    data_dir
         The data folder (default: :func:`find_data_dir`).
 
     Returns

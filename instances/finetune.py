@@ -1,12 +1,13 @@
-"""An LLM fine-tuning mix: many small one-GPU jobs (BERT, GPT-2, Transformer, LSTM LM) arriving as a Poisson stream.
+"""An LLM fine-tuning mix: many small one-GPU jobs (BERT, GPT-2, Transformer, LSTM LM) arriving as a Poisson
+stream.
 
 Each job picks one of :data:`FINETUNE_JOB_TYPES` uniformly, among those whose memory (by the registered ground
-truth, on ``reference_gpu``) fits the cluster's largest GPU (the batch sizes of the shared H200 profile where it
-measured the model, so a cluster of H200s runs most of them on measured step times), a duration log-uniform in
-``[min_duration_s, max_duration_s]`` on ``reference_gpu`` (converted to iterations with the registered ground
-truth's step time there, as :mod:`dltsched.instances.generator` does) and one GPU (two for
-``two_gpu_fraction`` of them, where a GPU type has two). A third allow freezing within a 1-5% accuracy budget. Same arguments and seed,
-same instance.
+truth, on ``reference_gpu``) fits the cluster's largest GPU (the batch sizes of the shared H200 profile where
+it measured the model, so a cluster of H200s runs most of them on measured step times), a duration log-uniform
+in ``[min_duration_s, max_duration_s]`` on ``reference_gpu`` (converted to iterations with the registered
+ground truth's step time there, as :mod:`dltsched.instances.generator` does) and one GPU (two for
+``two_gpu_fraction`` of them, where a GPU type has two). A third allow freezing within a 1-5% accuracy budget.
+Same arguments and seed, same instance.
 """
 
 from __future__ import annotations
@@ -28,28 +29,29 @@ FINETUNE_JOB_TYPES: tuple[tuple[str, int, str], ...] = (
 )
 
 
-def finetune_mix(num_jobs: int = 100, cluster: str = "h200:2x8", *, seed: int = 0, arrival_rate_per_h: float = 60.0,
-                 min_duration_s: float = 600.0, max_duration_s: float = 3 * 3600.0, two_gpu_fraction: float = 0.1,
+def finetune_mix(num_jobs: int = 100, cluster: str = "h200:2x8", *, seed: int = 0,
+                 arrival_rate_per_h: float = 60.0, min_duration_s: float = 600.0,
+                 max_duration_s: float = 3 * 3600.0, two_gpu_fraction: float = 0.1,
                  reference_gpu: str = "v100", data_dir: str | None = None) -> Instance:
     """The mix (module docstring) on ``cluster``.
 
     Parameters
     ----------
-    num_jobs : int
+    num_jobs
         Jobs to generate.
-    cluster : str
+    cluster
         A cluster spec such as ``h200:2x8``.
-    seed : int
+    seed
         The random seed (same arguments and seed, same instance).
-    arrival_rate_per_h : float
+    arrival_rate_per_h
         Mean arrivals per hour (Poisson).
-    min_duration_s, max_duration_s : float
+    min_duration_s, max_duration_s
         The range of durations on ``reference_gpu`` (log-uniform).
-    two_gpu_fraction : float
+    two_gpu_fraction
         Share of jobs that ask for two GPUs.
-    reference_gpu : str
+    reference_gpu
         The GPU type durations are measured on.
-    data_dir : str, optional
+    data_dir
         The data folder with the reference step times (default: found automatically).
 
     Returns
@@ -75,9 +77,11 @@ def finetune_mix(num_jobs: int = 100, cluster: str = "h200:2x8", *, seed: int = 
     step_time = reference_step_time(data_dir)
     roomiest_mib = max(gpu_spec(t).memory_mib for t in where.gpus_by_type())
     kinds = [k for k in FINETUNE_JOB_TYPES
-             if step_time.truth.memory_mib(Job("x", k[0], k[1], 1.0, optimizer=k[2]), reference_gpu) <= roomiest_mib]
+             if step_time.truth.memory_mib(Job("x", k[0], k[1], 1.0, optimizer=k[2]),
+                                           reference_gpu) <= roomiest_mib]
     if not kinds:
-        raise ValidationError("cluster", f"{cluster}: no fine-tuning job fits its GPUs' memory; add larger GPUs")
+        raise ValidationError("cluster",
+                              f"{cluster}: no fine-tuning job fits its GPUs' memory; add larger GPUs")
     rng = random.Random(seed)
     jobs = []
     arrival_s = 0.0
@@ -95,8 +99,9 @@ def finetune_mix(num_jobs: int = 100, cluster: str = "h200:2x8", *, seed: int = 
                             accuracy_budget=round(rng.uniform(0.01, 0.05), 3) if freeze else 0.0,
                             duration_hint_s=round(duration_s, 1)))
     name = f"finetune-{num_jobs}jobs-{where.num_gpus}gpus-seed{seed}"
-    meta = {"source": "dltsched.instances.finetune (LLM fine-tuning mix)", "arrival_rate_per_h": arrival_rate_per_h,
-            "min_duration_s": min_duration_s, "max_duration_s": max_duration_s, "reference_gpu": reference_gpu}
+    meta = {"source": "dltsched.instances.finetune (LLM fine-tuning mix)",
+            "arrival_rate_per_h": arrival_rate_per_h, "min_duration_s": min_duration_s,
+            "max_duration_s": max_duration_s, "reference_gpu": reference_gpu}
     return Instance(name, where, tuple(jobs), metadata=meta)
 
 

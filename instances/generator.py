@@ -61,28 +61,28 @@ class GeneratorSpec:
 
     Parameters
     ----------
-    num_jobs : int
+    num_jobs
         Jobs to generate.
-    num_gpus : int
+    num_gpus
         GPUs of the mixed cluster.
-    gpu_types : tuple of str
+    gpu_types
         Its GPU types, dealt round-robin over the nodes.
-    gpus_per_node : int
+    gpus_per_node
         GPUs per node.
-    cluster : str or None
+    cluster
         A cluster spec (``"v100:8x8,p100:4x8"``) instead of the mixed cluster's shape fields.
-    seed : int
+    seed
         The random seed (same spec and seed, same instance).
-    arrival_rate_per_h : float
+    arrival_rate_per_h
         Mean arrivals per hour (Poisson).
-    min_duration_s, max_duration_s : float
+    min_duration_s, max_duration_s
         The range of the jobs' durations on the reference GPU (log-uniform, with a share of long jobs in
         the top quarter; see the module docstring).
-    freeze_fraction : float
+    freeze_fraction
         Share of jobs that allow layer freezing.
-    reference_gpu : str
+    reference_gpu
         The GPU type durations are measured on.
-    name : str or None
+    name
         The instance's name (default: from the sizes and seed).
 
     Raises
@@ -216,9 +216,9 @@ def generate_instance(spec: GeneratorSpec | None = None, *, data_dir: str | None
 
     Parameters
     ----------
-    spec : GeneratorSpec, optional
+    spec
         What to generate (default: ``GeneratorSpec()``).
-    data_dir : str, optional
+    data_dir
         The data folder with the reference step times (default: found automatically; none: the fallback).
 
     Returns

@@ -25,9 +25,9 @@ class ReferenceStepTime:
 
     Parameters
     ----------
-    truth : GroundTruth
+    truth
         The ground truth the step times come from.
-    source : str
+    source
         Where its numbers come from, in words (recorded in instance metadata).
     """
 
@@ -39,11 +39,11 @@ class ReferenceStepTime:
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        num_gpus : int, optional
+        num_gpus
             The GPU count (default: the job's); more than 8 spread over nodes of 8.
 
         Returns
@@ -61,9 +61,9 @@ def reference_step_time(data_dir: str | os.PathLike[str] | None = None, *,
 
     Parameters
     ----------
-    data_dir : str or PathLike, optional
+    data_dir
         The data folder (default: found automatically; none found: the packaged Gavel table).
-    truth : GroundTruthFactory, optional
+    truth
         Builds the ground truth from the folder (``None`` when there is none); default: the registered
         one (:func:`~dltsched.engine.domain.protocols.ground_truth_factory`, the simulator's).
 

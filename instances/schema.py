@@ -116,7 +116,7 @@ def instance_from_model(model: InstanceModel) -> Instance:
 
     Parameters
     ----------
-    model : InstanceModel
+    model
         The validated file.
 
     Returns
@@ -140,9 +140,9 @@ def parse_json_text(text: str, where: str) -> Any:
 
     Parameters
     ----------
-    text : str
+    text
         The JSON text.
-    where : str
+    where
         What the text is (a file name), for messages.
 
     Returns
@@ -175,7 +175,7 @@ def load_instance(source: str | os.PathLike[str] | Mapping[str, Any]) -> Instanc
 
     Parameters
     ----------
-    source : str, PathLike or Mapping
+    source
         A file path, or the parsed file.
 
     Returns
@@ -193,7 +193,9 @@ def load_instance(source: str | os.PathLike[str] | Mapping[str, Any]) -> Instanc
     if not isinstance(raw, dict):
         raise ValidationError("", f"top level is {type(raw).__name__}; an instance must be a JSON object")
     version = raw.get("version")
-    if raw.get("format", FORMAT) == FORMAT and (version is not None and (type(version) is not int or version != VERSION)):
+    if raw.get("format",
+               FORMAT) == FORMAT and (version is not None
+                                      and (type(version) is not int or version != VERSION)):
         raise ValidationError(
             "version", f"{short_repr(version)} not understood; this dltsched reads version {VERSION}"
         )
@@ -224,7 +226,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
 
     Parameters
     ----------
-    job : Job
+    job
         The job.
 
     Returns
@@ -274,7 +276,7 @@ def instance_to_dict(inst: Instance) -> dict[str, Any]:
 
     Parameters
     ----------
-    inst : Instance
+    inst
         The instance.
 
     Returns
@@ -307,7 +309,7 @@ def dumps_instance(inst: Instance) -> str:
 
     Parameters
     ----------
-    inst : Instance
+    inst
         The instance.
 
     Returns
@@ -327,9 +329,9 @@ def save_instance(inst: Instance, path: str | os.PathLike[str]) -> Path:
 
     Parameters
     ----------
-    inst : Instance
+    inst
         The instance.
-    path : str or PathLike
+    path
         The file.
 
     Returns
@@ -342,11 +344,14 @@ def save_instance(inst: Instance, path: str | os.PathLike[str]) -> Path:
 
 __all__ = [
     # validation (re-exported: dltsched.instances.schema is the one import for the format)
-    "FORMAT", "MAX_BATCH_SIZE", "MAX_CLUSTER_GPUS", "MAX_DEPTH", "MAX_GPUS_PER_NODE", "MAX_ITERATIONS", "MAX_JOBS",
-    "MAX_MEMORY_GIB", "MAX_NAMES", "MAX_NODES", "MAX_RATE", "MAX_TEXT", "MAX_TIME_S", "SCHEMA_FILE", "VERSION",
+    "FORMAT", "MAX_BATCH_SIZE", "MAX_CLUSTER_GPUS", "MAX_DEPTH", "MAX_GPUS_PER_NODE", "MAX_ITERATIONS",
+           "MAX_JOBS",
+    "MAX_MEMORY_GIB", "MAX_NAMES", "MAX_NODES", "MAX_RATE", "MAX_TEXT", "MAX_TIME_S", "SCHEMA_FILE",
+           "VERSION",
     "ClusterModel", "GpuTypeModel", "InstanceModel", "JobModel", "NodeModel", "check_json_value",
     "convert_pydantic_error", "json_schema", "shipped_schema_path",
     # load, convert, save
-    "dumps_instance", "instance_from_model", "instance_to_dict", "job_to_dict", "load_instance", "parse_json_text",
+    "dumps_instance", "instance_from_model", "instance_to_dict", "job_to_dict", "load_instance",
+           "parse_json_text",
     "save_instance",
 ]

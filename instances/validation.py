@@ -2,8 +2,8 @@
 
 The pydantic models only check shapes and ranges (:mod:`dltsched.engine.domain.model` checks meaning:
 catalog names, sizes, duplicates); :func:`convert_pydantic_error` turns pydantic's errors into one-line
-:class:`~dltsched.engine.domain.errors.ValidationError`, e.g. ``jobs[3].num_gpus: 0 not understood; must be >= 1``.
-The published schema is ``instances/schema/instance-v1.schema.json`` (see :func:`json_schema`). Loading,
+:class:`~dltsched.engine.domain.errors.ValidationError`, e.g. ``jobs[3].num_gpus: 0 not understood; must be >=
+1``. The published schema is ``instances/schema/instance-v1.schema.json`` (see :func:`json_schema`). Loading,
 converting to the domain model and saving are in :mod:`dltsched.instances.schema`.
 """
 
@@ -68,11 +68,11 @@ def check_json_value(value: Any, path: str = "", depth: int = 0) -> None:
 
     Parameters
     ----------
-    value : Any
+    value
         A parsed JSON value.
-    path : str
+    path
         Its field path, for messages.
-    depth : int
+    depth
         Its nesting depth.
 
     Raises
@@ -103,8 +103,8 @@ class NodeModel(BaseModel):
 
 
 class GpuTypeModel(BaseModel):
-    """A GPU type's spec-sheet values. The predictors and the simulator price catalog GPU types only, so an entry
-    must be a catalog type with the catalog's values (anything else is refused at load)."""
+    """A GPU type's spec-sheet values. The predictors and the simulator price catalog GPU types only, so an
+    entry must be a catalog type with the catalog's values (anything else is refused at load)."""
 
     model_config = _STRICT
     id: str = _name()
@@ -170,13 +170,15 @@ class JobModel(BaseModel):
     gpu_fraction: float = Field(1.0, gt=0, le=1)
     hyperparameters: dict[Annotated[str, _name()], float | Annotated[str, _text()]] = Field(
         default_factory=dict, max_length=MAX_NAMES)
-    duration_hint_s: float | None = Field(None, ge=0, le=MAX_TIME_S, description="duration in the source trace")
+    duration_hint_s: float | None = Field(None, ge=0, le=MAX_TIME_S,
+                                          description="duration in the source trace")
 
     @pydantic.model_validator(mode="after")
     def _work(self) -> JobModel:
         if self.epochs is not None and self.iterations_per_epoch is not None \
                 and self.epochs * self.iterations_per_epoch > MAX_ITERATIONS:
-            raise ValueError(f"epochs x iterations_per_epoch is {self.epochs * self.iterations_per_epoch:.3g}; "
+            raise ValueError("epochs x iterations_per_epoch is "
+                             f"{self.epochs * self.iterations_per_epoch:.3g}; "
                              f"must be <= {MAX_ITERATIONS:.0e} iterations")
         return self
 
@@ -275,7 +277,7 @@ def short_repr(value: Any) -> str:
 
     Parameters
     ----------
-    value : Any
+    value
         The value.
 
     Returns
@@ -319,7 +321,7 @@ def convert_pydantic_error(err: pydantic.ValidationError) -> ValidationError:
 
     Parameters
     ----------
-    err : pydantic.ValidationError
+    err
         The error.
 
     Returns
@@ -404,14 +406,15 @@ def _first_problem(value: Any, path: str, depth: int = 0) -> tuple[str, str] | N
 
 def parse_strict_json(text: str, where: str) -> Any:
     """Strict JSON, every refusal naming the field: NaN, Infinity, a number beyond float range, an integer of
-    more than :data:`MAX_INT_DIGITS` digits or a key given twice are reported at their path (``jobs[0].total_iterations``), with ``where`` (a file name) in the
-    message; malformed text, deep nesting and integers too long to read name ``where``.
+    more than :data:`MAX_INT_DIGITS` digits or a key given twice are reported at their path
+    (``jobs[0].total_iterations``), with ``where`` (a file name) in the message; malformed text, deep nesting
+    and integers too long to read name ``where``.
 
     Parameters
     ----------
-    text : str
+    text
         The JSON text.
-    where : str
+    where
         What the text is (a file name, ``body``), for messages.
 
     Returns
@@ -460,7 +463,8 @@ def parse_strict_json(text: str, where: str) -> Any:
         data = json.loads(text, parse_constant=constant, parse_float=number, parse_int=integer,
                           object_pairs_hook=pairs)
     except json.JSONDecodeError as err:
-        problem = ": empty file" if not text.strip() else f" at line {err.lineno}, column {err.colno}: {err.msg}"
+        problem = (": empty file" if not text.strip()
+                   else f" at line {err.lineno}, column {err.colno}: {err.msg}")
         raise ValidationError(where, f"malformed JSON{problem}") from None
     except RecursionError:
         raise ValidationError(where, "JSON nested too deeply to read; flatten it") from None
@@ -487,7 +491,7 @@ def check_usable(model: InstanceModel) -> None:
 
     Parameters
     ----------
-    model : InstanceModel
+    model
         The validated file.
 
     Raises
@@ -503,7 +507,8 @@ def check_usable(model: InstanceModel) -> None:
         for name in (g.id, *g.aliases):
             key = name.strip().lower()
             if key in seen and seen[key] != k:
-                raise ValidationError(f"cluster.gpu_types[{k}].id", f"duplicate GPU type id or alias '{name}' (also "
+                raise ValidationError(f"cluster.gpu_types[{k}].id",
+                                      f"duplicate GPU type id or alias '{name}' (also "
                                       f"cluster.gpu_types[{seen[key]}]); give each type once")
             seen[key] = k
     fields = sorted((f for f in GpuTypeModel.model_fields if f not in ("id", "aliases")),
@@ -513,14 +518,17 @@ def check_usable(model: InstanceModel) -> None:
         try:
             canonical = catalog.resolve(g.id)
         except ValueError:
-            raise ValidationError(f"{where}.id", f"custom GPU type '{g.id}' cannot be scheduled: the predictors and "
-                                  "the simulator price catalog GPU types only; name a catalog type in the nodes "
+            raise ValidationError(f"{where}.id",
+                                  f"custom GPU type '{g.id}' cannot be scheduled: the predictors and "
+                                  "the simulator price catalog GPU types only; name a catalog "
+                                  "type in the nodes "
                                   f"(known: {', '.join(sorted(catalog.items))})") from None
         spec = catalog.items[canonical]
         differ = [f for f in fields if getattr(g, f) != getattr(spec, f)]
         if differ:
             shown = ", ".join(f"{f} {getattr(g, f)!r} (catalog {getattr(spec, f)!r})" for f in differ[:3])
-            raise ValidationError(where, f"redefines catalog GPU type '{canonical}': {shown}; leave it out to use "
+            raise ValidationError(where,
+                                  f"redefines catalog GPU type '{canonical}': {shown}; leave it out to use "
                                   "the catalog's spec (the predictors and the simulator use the catalog's)")
 
 
@@ -529,7 +537,7 @@ def check_datasets(inst: Any) -> None:
 
     Parameters
     ----------
-    inst : Instance
+    inst
         The instance.
 
     Raises

@@ -44,12 +44,14 @@ def available_predictors() -> Any:
     try:
         return default_predictors()
     except (ImportError, AttributeError, OSError, ValueError) as err:
-        logging.getLogger(__name__).warning("packaged predictors unavailable (%s); using the analytic ones", err)
+        logging.getLogger(__name__).warning("packaged predictors unavailable (%s); using the analytic ones",
+                                            err)
         return analytic_predictors()
 
 
 def eggat_predictors() -> Any:
-    """:func:`default_predictors` with the shipped E-GGAT blended into the co-location speeds (bundle ``default+eggat``)."""
+    """:func:`default_predictors` with the shipped E-GGAT blended into the co-location speeds (bundle
+    ``default+eggat``)."""
     return default_predictors(eggat=True)
 
 

@@ -44,11 +44,15 @@ class AnalyticStepTime:
 
         layers = model_spec(job.model).layers
         if not 0 <= freeze_level < layers:
-            raise ValidationError("freeze_level", f"{freeze_level} not understood; must be in [0, {layers - 1}] for {job.model}")
+            raise ValidationError("freeze_level",
+                                  f"{freeze_level} not understood; must be in [0, "
+                                  f"{layers - 1}] for {job.model}")
         return freeze_level / layers
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
+        """Seconds per iteration: roofline compute plus communication (the
+        :class:`~dltsched.engine.domain.predictors.StepTimePredictor` protocol)."""
         gpu, model, data = _specs(job, gpu_type)
         n = job.num_gpus if num_gpus is None else num_gpus
         frozen = self._frozen_fraction(job, freeze_level)
@@ -57,7 +61,8 @@ class AnalyticStepTime:
         flops = data.fwd_gflops * 1e9 * job.batch_size * (1.0 + 2.0 * (1.0 - frozen))
         compute = flops / (self.compute_efficiency * peak)
         act_bytes = data.activation_mib * _MIB * job.batch_size * (0.5 if job.amp else 1.0)
-        memory = act_bytes * (2.0 + 2.0 * (1.0 - frozen)) / (self.memory_efficiency * gpu.memory_bandwidth_gbs * 1e9)
+        memory = (act_bytes * (2.0 + 2.0 * (1.0 - frozen))
+                  / (self.memory_efficiency * gpu.memory_bandwidth_gbs * 1e9))
         step = max(compute, memory) + 0.3 * min(compute, memory) + self.overhead_s
         if n > 1:
             grad_bytes = model.params_m * 1e6 * 4.0 * (1.0 - frozen)
@@ -67,6 +72,8 @@ class AnalyticStepTime:
         return step
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        """Peak GPU memory of one worker, MiB: weights, gradients, optimizer state, activations (the
+        :class:`~dltsched.engine.domain.predictors.StepTimePredictor` protocol)."""
         _gpu, model, data = _specs(job, gpu_type)
         frozen = self._frozen_fraction(job, freeze_level)
         params = model.params_m * 1e6
@@ -93,11 +100,15 @@ class AnalyticColocation:
         return min(1.0, max(self.share_floor, busy / step))
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        """Co-located speeds relative to running alone, from the partners' GPU shares (the
+        :class:`~dltsched.engine.domain.predictors.ColocationPredictor` protocol)."""
         shares = [self.gpu_share(j, gpu_type) for j in jobs]
         total = sum(shares)
         return tuple(1.0 / (1.0 + (total - s)) for s in shares)
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        """The group's GPU memory, MiB: the members' memory summed (the
+        :class:`~dltsched.engine.domain.predictors.ColocationPredictor` protocol)."""
         return sum(self.step_time.memory_mib(j, gpu_type) for j in jobs)
 
 
@@ -109,10 +120,14 @@ class AnalyticFreezing:
     a: float = 0.5
 
     def num_freeze_levels(self, job: Job) -> int:
+        """Freeze levels of the job: the model's layer count (the
+        :class:`~dltsched.engine.domain.predictors.FreezingPredictor` protocol)."""
         from dltsched.engine.domain.catalog import model_spec
 
         return model_spec(job.model).layers
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
+        """Accuracy penalty in [0, 1) of the freeze level: ``a`` x squared frozen fraction x progress to come
+        (the :class:`~dltsched.engine.domain.predictors.FreezingPredictor` protocol)."""
         frac = freeze_level / self.num_freeze_levels(job)
         return self.a * frac * frac * (1.0 - min(max(start_progress, 0.0), 1.0))

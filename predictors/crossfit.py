@@ -18,13 +18,12 @@ they are scored on their training data. This module refits both K times, once pe
 
 :class:`CrossFit` answers each job from the fold that holds its model out; a model in no fold (never
 measured) from the shipped predictors, which were fitted on no measurement of it. A co-located group
-takes each member's speed from that member's fold. Fitting all folds takes minutes (about 80 s per
-step-time fit on two cores; a profile co-location fit takes seconds), so the folds are built once and kept
-on disk under ``$DLTSCHED_CACHE`` (default ``~/.cache/dltsched``): ``crossfit/<key>/fold<i>.json``, the key
-hashing the training data, the folds and the recipe's names (its co-location family and step-time part
-included), and the
-step-time factors apart under ``crossfit/steptime-<key>/``, keyed by the step-time data, the folds and the
-step-time recipe's name only, so that a new co-location recipe refits the seconds-long part alone.
+takes each member's speed from that member's fold. Fitting all folds takes minutes (the step-time fits
+dominate), so the folds are built once and kept on disk under ``$DLTSCHED_CACHE`` (default
+``~/.cache/dltsched``): ``crossfit/<key>/fold<i>.json``, the key hashing the training data, the folds and the
+recipe's names (its co-location family and step-time part included), and the step-time factors apart under
+``crossfit/steptime-<key>/``, keyed by the step-time data, the folds and the step-time recipe's name only, so
+that a new co-location recipe refits the quick part alone.
 """
 
 from __future__ import annotations
@@ -56,8 +55,8 @@ RECIPE_VERSION = "crossfit/5"  # crossfit/5: the profile predictor with its anal
 #: version of the step-time part of the recipe, the key of the step-time cache (``steptime/2``: a GPU's
 #: compute-group multipliers pulled towards its common scale, ``calibrate._gpu_priors``; ``steptime/3``: a
 #: group that one workload alone informs on a GPU holds for that workload only, the others get the GPU's
-#: common scale, ``calibrate._single_workload_groups``; ``steptime/4``: the same for a group's inverse efficiency
-#: that one workload alone informs on every GPU, ``calibrate._single_workload_efficiency``)
+#: common scale, ``calibrate._single_workload_groups``; ``steptime/4``: the same for a group's inverse
+#: efficiency that one workload alone informs on every GPU, ``calibrate._single_workload_efficiency``)
 STEPTIME_RECIPE = "steptime/4"
 #: the co-location predictor family the folds refit (the default bundle's: ``predictors.colocation.profiled``)
 COLOCATION_FAMILY = "profile"
@@ -168,8 +167,8 @@ def fit_colocation_profile(data: TrainingData, held_out: Sequence[str], step: An
     train = ColocDataset(data.colocation.samples, isolated, data.colocation.name)
     model = ProfileColocation(seed=0, step_time=step).fit(train)
     model.profiles = isolated
-    model.record = {"family": COLOCATION_FAMILY, "held_out": sorted(held), "samples": len(without_absent(train)),
-                    "profiles": len(isolated), "alpha": model.alpha}
+    model.record = {"family": COLOCATION_FAMILY, "held_out": sorted(held),
+                    "samples": len(without_absent(train)), "profiles": len(isolated), "alpha": model.alpha}
     return model.to_json()
 
 
@@ -197,12 +196,20 @@ class Fold:
     table: dict[str, Any]  # the co-location predictor's JSON: a profile model, or a ``ColocationTable``
 
     def step_time(self) -> Any:
+        """The fold's step-time predictor (its fitted factors).
+
+        Returns
+        -------
+        DeletePopStepTime
+            The predictor.
+        """
         from dltsched.predictors.steptime import DeletePopStepTime
 
         return DeletePopStepTime(factors=self.factors)
 
     def colocation(self, step: Any) -> Any:
-        """The fold's co-location predictor, predicting missing profiles with ``step`` (never the full fit)."""
+        """The fold's co-location predictor, predicting missing profiles with ``step`` (never the full
+        fit)."""
         from dltsched.predictors.colocation.baselines import AnalyticContention
         from dltsched.predictors.colocation.profiled import FORMAT, ProfileColocation
         from dltsched.predictors.colocation.table import ColocationTable
@@ -216,6 +223,13 @@ class Fold:
         return table
 
     def to_json(self) -> dict[str, Any]:
+        """The fold as plain JSON data.
+
+        Returns
+        -------
+        dict[str, Any]
+            Held-out models, step-time factors and the co-location predictor's JSON.
+        """
         return {"held_out": list(self.held_out), "factors": self.factors, "table": self.table}
 
 
@@ -226,14 +240,20 @@ class CrossFitStepTime:
         self._by_model, self._fallback = dict(by_model), fallback
 
     def for_model(self, model: str) -> Any:
+        """The step-time predictor of the fold that held ``model`` out (the fallback for a model in no
+        fold)."""
         return self._by_model.get(canonical_model(model), self._fallback)
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
+        """Seconds per iteration, from the fold holding the model out (the
+        :class:`~dltsched.engine.domain.predictors.StepTimePredictor` protocol)."""
         return float(self.for_model(job.model).step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level,
                                                            num_nodes=num_nodes))
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        """Peak GPU memory of one worker, MiB, from the fold holding the model out (the
+        :class:`~dltsched.engine.domain.predictors.StepTimePredictor` protocol)."""
         return float(self.for_model(job.model).memory_mib(job, gpu_type, freeze_level=freeze_level))
 
 
@@ -241,15 +261,20 @@ class CrossFitColocation:
     """Each member's co-located speed from the table of the fold that holds the member's model out
     (``ColocationPredictor``); a group's memory is the largest of its members' tables' answers."""
 
-    def __init__(self, by_model: Mapping[str, Any], fallback: Any, record: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, by_model: Mapping[str, Any], fallback: Any,
+                 record: Mapping[str, Any] | None = None) -> None:
         self._by_model, self._fallback = dict(by_model), fallback
         #: what the bundle is (:meth:`CrossFit.record`), for result files
         self.record = dict(record or {})
 
     def for_model(self, model: str) -> Any:
+        """The co-location predictor of the fold that held ``model`` out (the fallback for a model in no
+        fold)."""
         return self._by_model.get(canonical_model(model), self._fallback)
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        """Co-located speeds relative to running alone, each from its model's fold (the
+        :class:`~dltsched.engine.domain.predictors.ColocationPredictor` protocol)."""
         group = tuple(jobs)
         answers: dict[int, tuple[float, ...]] = {}
         out = []
@@ -261,6 +286,8 @@ class CrossFitColocation:
         return tuple(out)
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        """The group's GPU memory, MiB: the largest of the folds' answers (the
+        :class:`~dltsched.engine.domain.predictors.ColocationPredictor` protocol)."""
         tables = {id(t): t for t in (self.for_model(j.model) for j in jobs)}
         return max(float(t.group_memory_mib(jobs, gpu_type)) for t in tables.values())
 
@@ -294,7 +321,8 @@ class CrossFit:
                 for model in fold.held_out:
                     steps[model], tables[model] = step, table
             step_time = CrossFitStepTime(steps, shipped.step_time)
-            self._bundle = Predictors(step_time, CrossFitColocation(tables, shipped.colocation, self.record()),
+            self._bundle = Predictors(step_time,
+                                      CrossFitColocation(tables, shipped.colocation, self.record()),
                                       IceFrogFreezing(step_time))  # type: ignore[arg-type]
         return self._bundle
 
@@ -339,7 +367,8 @@ def steptime_fold_errors(step_time: Any, rows: Sequence[Any], in_sample: Any | N
         others = [o.step_time_s for o in rows if o.source == m.source and o.gpu == m.gpu
                   and canonical_model(o.model) != model]
         if others:
-            apes["constant"].append((m.source, model, abs(float(np.median(others)) / m.step_time_s - 1.0) * 100.0))
+            apes["constant"].append((m.source, model,
+                                     abs(float(np.median(others)) / m.step_time_s - 1.0) * 100.0))
     out: dict[str, Any] = {}
     for name, values in apes.items():
         out[name] = {"n": len(values), "mape": float(np.mean([v for *_k, v in values])),
@@ -351,16 +380,19 @@ def steptime_fold_errors(step_time: Any, rows: Sequence[Any], in_sample: Any | N
     fast, slow = gpus
     by_shape: dict[tuple[Any, ...], dict[str, Any]] = {}
     for m in rows:
-        by_shape.setdefault((m.source, canonical_model(m.model), m.dataset, m.batch_size, m.amp), {})[m.gpu] = m
+        by_shape.setdefault((m.source, canonical_model(m.model), m.dataset, m.batch_size, m.amp),
+                            {})[m.gpu] = m
     for (_src, model, *_rest), pair in sorted(by_shape.items(), key=lambda kv: repr(kv[0])):
         if fast not in pair or slow not in pair:
             continue
         measured = pair[slow].step_time_s / pair[fast].step_time_s
-        entry = speedup.setdefault(model, {"measured": [], **{k: [] for k in named}})  # type: ignore[dict-item]
+        entry = speedup.setdefault(model,
+                                   {"measured": [], **{k: [] for k in named}})  # type: ignore[dict-item]
         entry["measured"].append(measured)  # type: ignore[attr-defined]
         for name, p in named.items():
             pred = model_predictor(p, model)
-            ratio = pred.step_time_s(job_of(pair[slow]), slow, 1) / pred.step_time_s(job_of(pair[fast]), fast, 1)
+            ratio = pred.step_time_s(job_of(pair[slow]), slow,
+                                     1) / pred.step_time_s(job_of(pair[fast]), fast, 1)
             entry[name].append(ratio / measured)  # type: ignore[attr-defined]
     out["speedup"] = {model: {k: float(np.exp(np.mean(np.log(v)))) for k, v in entry.items()}
                       for model, entry in speedup.items()}
@@ -377,7 +409,8 @@ def _write_json(path: Path, payload: Any) -> None:
 
 
 def build_crossfit(data: TrainingData, n_splits: int = DEFAULT_FOLDS, *, recipe: Recipe | None = None,
-                   cache_dir: str | os.PathLike[str] | None = None, fit_missing: bool = True) -> CrossFit | None:
+                   cache_dir: str | os.PathLike[str] | None = None,
+                   fit_missing: bool = True) -> CrossFit | None:
     """Fit every fold of ``data`` (or read it from ``cache_dir``/``crossfit/<key>``, default
     :func:`cache_root`; a fold fitted is written there at once, so an interrupted build resumes).
     With ``fit_missing=False``, ``None`` when some fold is not in the cache (nothing is fitted)."""

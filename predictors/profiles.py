@@ -63,14 +63,17 @@ class JobProfile:
     origin: str = ""
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.step_time_s, int | float) and math.isfinite(self.step_time_s) and self.step_time_s > 0):
+        if not (isinstance(self.step_time_s, int | float) and math.isfinite(self.step_time_s)
+                and self.step_time_s > 0):
             raise ValidationError("step_time_s", f"{self.step_time_s!r} not understood; must be a number > 0")
         if self.memory_mib is not None and not (math.isfinite(self.memory_mib) and self.memory_mib >= 0):
-            raise ValidationError("memory_mib", f"{self.memory_mib!r} not understood; must be >= 0 MiB or None")
+            raise ValidationError("memory_mib",
+                                  f"{self.memory_mib!r} not understood; must be >= 0 MiB or None")
         for name in ("gpu_util", "mem_bw_util"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and 0.0 <= value <= 100.0):
-                raise ValidationError(name, f"{value!r} not understood; must be a percentage in [0, 100] or None")
+                raise ValidationError(name,
+                                      f"{value!r} not understood; must be a percentage in [0, 100] or None")
         if self.source not in ("measured", "predicted"):
             raise ValidationError("source", f"{self.source!r} not understood; one of 'measured', 'predicted'")
 
@@ -115,6 +118,13 @@ class ProfileSet(Mapping[ProfileKey, JobProfile]):
         return found[0] if len(found) == 1 else None
 
     def gpus(self) -> tuple[str, ...]:
+        """The GPU types profiled.
+
+        Returns
+        -------
+        tuple[str, ...]
+            Sorted GPU types.
+        """
         return tuple(sorted({k.gpu for k in self._by_key}))
 
     def merged(self, other: Iterable[JobProfile]) -> ProfileSet:
@@ -166,10 +176,11 @@ def read_gavel_profiles(path: str | os.PathLike[str] | None = None, *,
 
     raw = read_gavel_throughputs(path, data_dir=data_dir)
     out = []
-    for (gpu, jt, scale, consolidated), steps_per_s in sorted(raw.isolated.items(), key=lambda kv: str(kv[0])):
+    for (gpu, jt, scale, consolidated), steps_per_s in sorted(raw.isolated.items(),
+                                                              key=lambda kv: str(kv[0])):
         if scale == 1 and consolidated and steps_per_s > 0:
-            out.append(JobProfile(ProfileKey(gpu, jt.model, jt.batch_size, False, jt.dataset), 1.0 / steps_per_s,
-                                  origin="gavel"))
+            out.append(JobProfile(ProfileKey(gpu, jt.model, jt.batch_size, False, jt.dataset),
+                                  1.0 / steps_per_s, origin="gavel"))
     return ProfileSet(out)
 
 
@@ -185,12 +196,14 @@ def _single_rows(path: Path, default_gpu: str | None, origin: str) -> list[JobPr
             batch = int(float(row["batchsize"]))
             speed = _number(row, "speed", path)
             if speed is None or speed <= 0:
-                raise ValidationError(f"{path.name}:{n}: speed", f"{row['speed']!r} not understood; must be > 0")
+                raise ValidationError(f"{path.name}:{n}: speed",
+                                      f"{row['speed']!r} not understood; must be > 0")
             util, bw = _number(row, "gpu_util", path), _number(row, "gmem_util", path)
-            out.append(JobProfile(ProfileKey(canonical_gpu(gpu), model, batch, bool(int(float(row["amp"]))), dataset),
+            out.append(JobProfile(ProfileKey(canonical_gpu(gpu), model, batch, bool(int(float(row["amp"]))),
+                                             dataset),
                                   batch / speed, _number(row, "gmem", path),
-                                  None if util is None else min(100.0, util), None if bw is None else min(100.0, bw),
-                                  origin=origin))
+                                  None if util is None else min(100.0, util),
+                                  None if bw is None else min(100.0, bw), origin=origin))
     return out
 
 

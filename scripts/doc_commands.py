@@ -4,11 +4,12 @@
 
 Each shell line that starts with ``dltsched`` (continuation lines joined; ``&&`` chains run as written) runs
 with ``bash`` in a scratch folder that links the repository's ``instances`` and ``scripts``, with the virtual
-environment's ``bin`` first on ``PATH``, in the order the pages show them (a file one command writes is there for
-the next). The data folder the repository would find (``DLTSCHED_DATA``, or ``shared/data`` above it) is passed
-on as ``DLTSCHED_DATA``; ``--bare`` passes none, as on a clone with nothing beside it. A command still running after ``--timeout`` seconds (``serve``, the ``slurm`` daemon) is stopped and
-reported as 124. Commands that need the data folder, a GPU or a running Slurm fail without them: that is what
-the exit codes show. The summary line counts the exit codes.
+environment's ``bin`` first on ``PATH``, in the order the pages show them (a file one command writes is there
+for the next). The data folder the repository would find (``DLTSCHED_DATA``, or ``shared/data`` above it) is
+passed on as ``DLTSCHED_DATA``; ``--bare`` passes none, as on a clone with nothing beside it. A command still
+running after ``--timeout`` seconds (``serve``, the ``slurm`` daemon) is stopped and reported as 124. Commands
+that need the data folder, a GPU or a running Slurm fail without them: that is what the exit codes show. The
+summary line counts the exit codes.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per command (default 60)")
     parser.add_argument("--readme-only", action="store_true", help="only the README's commands")
     parser.add_argument("--list", action="store_true", help="print the commands, run nothing")
-    parser.add_argument("--bare", action="store_true", help="no data folder, as on a clone with nothing beside it")
+    parser.add_argument("--bare", action="store_true",
+                        help="no data folder, as on a clone with nothing beside it")
     args = parser.parse_args(argv)
     pages = [ROOT / "README.md"]
     if not args.readme_only:
@@ -58,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     env.pop("DLTSCHED_DATA", None)
     if not args.bare:
         data = os.environ.get("DLTSCHED_DATA") or next(
-            (str(p / "shared" / "data") for p in (ROOT, *ROOT.parents) if (p / "shared" / "data").is_dir()), None)
+            (str(p / "shared" / "data") for p in (ROOT, *ROOT.parents) if (p / "shared" / "data").is_dir()),
+                                                       None)
         if data:
             env["DLTSCHED_DATA"] = data
     print(f"data folder: {env.get('DLTSCHED_DATA', 'none')}", flush=True)

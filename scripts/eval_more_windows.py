@@ -67,7 +67,8 @@ class Window:
         return WORK / (f"{self.name}_s{seed}.json" if self.per_seed else f"{self.name}.json")
 
     def command(self, seed: int) -> list[str]:
-        return [*CLI, "instance", "convert", *(a.format(seed=seed) for a in self.convert), "-o", str(self.path(seed))]
+        return [*CLI, "instance", "convert", *(a.format(seed=seed) for a in self.convert), "-o",
+                str(self.path(seed))]
 
 
 WINDOWS = {
@@ -76,8 +77,10 @@ WINDOWS = {
     "muri3": Window("muri3", "Muri trace3 (992 jobs), 48 GPUs (v100:4x8,p100:1x8,k80:1x8)",
                     ("muri:trace3", "--cluster", "v100:4x8,p100:1x8,k80:1x8")),
     **{f"muri{t}{'abc'[i]}": Window(
-        f"muri{t}{'abc'[i]}", f"Muri trace{t}, jobs {i * size + 1}-{min(n, (i + 1) * size)} of {n} (from {start:,.0f} s), "
-        f"{gpus} GPUs ({spec})", (f"muri:trace{t}", "--start-s", f"{start:.0f}", "--max-jobs", str(size), "--cluster", spec))
+        f"muri{t}{'abc'[i]}", f"Muri trace{t}, jobs {i * size + 1}-{min(n, (i + 1) * size)} of {n} (from "
+                              f"{start:,.0f} s), "
+        f"{gpus} GPUs ({spec})", (f"muri:trace{t}", "--start-s", f"{start:.0f}", "--max-jobs", str(size),
+                                  "--cluster", spec))
        for t, n, size, gpus, spec, starts in (
            (1, 1494, 498, 96, "v100:4x8,p100:4x8,k80:4x8", (0.0, 5321027.0, 7360462.0)),
            (3, 992, 331, 48, "v100:4x8,p100:1x8,k80:1x8", (0.0, 2191769.0, 4942249.0)))
@@ -86,7 +89,8 @@ WINDOWS = {
                    ("philly", "--start-s", "4055952", "--max-jobs", "10000", "--cluster",
                     "v100:11x8,p100:11x8,k80:10x8", "--seed", "{seed}"), per_seed=True),
     "dflt": Window("dflt", "instances/examples/default.json (60 jobs, 16 GPUs), every job at time 0", ()),
-    "p64batch": Window("p64batch", "Philly, 1,000 jobs from 4,055,952 s, 64 GPUs (v100:3x8,p100:3x8,k80:2x8), every "
+    "p64batch": Window("p64batch",
+                       "Philly, 1,000 jobs from 4,055,952 s, 64 GPUs (v100:3x8,p100:3x8,k80:2x8), every "
                        "job at time 0 (--arrivals batch)",
                        ("philly", "--start-s", "4055952", "--max-jobs", "1000", "--cluster",
                         "v100:3x8,p100:3x8,k80:2x8", "--seed", "{seed}"), per_seed=True),
@@ -113,7 +117,8 @@ class Run:
 
     def command(self, out: Path) -> list[str]:
         return [*CLI, "simulate", "--instance", str(self.instance()), "--policy", self.policy,
-                "--seed", str(self.seed), "--predictors", self.predictors, *self.settings, "--json", "-o", str(out)]
+                "--seed", str(self.seed), "--predictors", self.predictors, *self.settings, "--json", "-o",
+                str(out)]
 
 
 MAKESPAN_VARIANTS: dict[str, tuple[str, ...]] = {
@@ -135,7 +140,8 @@ def planned(part: str, seeds: list[int], policies: list[str]) -> Iterator[Run]:
                 for policy in ("optimizing", "tiresias", "gandiva", "sjf", "gavel"):
                     if policy in policies:
                         yield Run(part, window, "default", policy, seed)
-    elif part == "muriw":  # thirds of each trace: the replicates (Muri names its models, so seeds change nothing)
+    # thirds of each trace: the replicates (Muri names its models, so seeds change nothing)
+    elif part == "muriw":
         for window in ("muri3a", "muri3b", "muri3c", "muri1a", "muri1b", "muri1c"):
             for policy in policies:
                 yield Run(part, window, "crossfit", policy, 0)
@@ -152,7 +158,8 @@ def planned(part: str, seeds: list[int], policies: list[str]) -> Iterator[Run]:
                 for bundle in ("crossfit", "default"):
                     yield Run(part, window, bundle, "fifo", seed, settings=("--arrivals", "batch"))
                     for variant, opts in MAKESPAN_VARIANTS.items():
-                        yield Run(part, window, bundle, "optimizing", seed, variant, ("--arrivals", "batch", *opts))
+                        yield Run(part, window, bundle, "optimizing", seed, variant,
+                                  ("--arrivals", "batch", *opts))
     else:
         raise SystemExit(f"--part: '{part}' not known; one of muri, muriw, p256, batch")
 
@@ -181,7 +188,8 @@ def store(row: dict) -> None:
 def save(data: dict) -> None:
     data["meta"] = {
         "windows": {k: w.describe for k, w in WINDOWS.items()},
-        "convert": {k: " ".join(["dltsched instance convert", *w.convert, "-o", w.path(0).name.replace("_s0", "_sSEED")])
+        "convert": {k: " ".join(["dltsched instance convert", *w.convert, "-o",
+                                 w.path(0).name.replace("_s0", "_sSEED")])
                     for k, w in WINDOWS.items() if w.convert},
         "bundles": {"default": "in-sample: fitted on the truth's measurements",
                     "crossfit": "out-of-fold by model (predictors/crossfit.py)"},
@@ -213,18 +221,21 @@ def execute(run: Run) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         started = time.perf_counter()
-        proc = subprocess.run(["nice", "-n", "10", *run.command(out)], capture_output=True, text=True, env=_env())
+        proc = subprocess.run(["nice", "-n", "10", *run.command(out)], capture_output=True, text=True,
+                              env=_env())
         wall = time.perf_counter() - started
         if proc.returncode != 0:
             raise RuntimeError(f"{run}: exit {proc.returncode}: {proc.stderr[-2000:]}")
         result = json.loads(out.read_text())
     result = result[0] if isinstance(result, list) else result
-    cmd = " ".join(["dltsched", *run.command(Path("OUT.json"))[len(CLI):]]).replace(str(WORK) + "/", "").replace(
+    cmd = " ".join(["dltsched",
+                    *run.command(Path("OUT.json"))[len(CLI):]]).replace(str(WORK) + "/", "").replace(
         str(ROOT) + "/", "")
     return {"part": run.part, "window": run.window, "predictors": run.predictors,
             "predictors_fit": "in-sample" if run.predictors == "default" else "out-of-fold by model",
-            "policy": run.policy, "variant": run.variant, "settings": " ".join(run.settings), "seed": run.seed,
-            **{m: result.get(m) for m in METRICS}, "simulate_s": round(wall, 1), "command": cmd}
+            "policy": run.policy, "variant": run.variant, "settings": " ".join(run.settings),
+            "seed": run.seed, **{m: result.get(m) for m in METRICS}, "simulate_s": round(wall, 1),
+            "command": cmd}
 
 
 def run_all(runs: list[Run], parallel: int) -> None:
@@ -246,7 +257,8 @@ def run_all(runs: list[Run], parallel: int) -> None:
         with lock:
             store(row)
         print(f"{run.window} {run.predictors} {run.policy} {run.variant} s{run.seed}: avg JCT "
-              f"{row['avg_jct_s'] / 3600:.3f} h, makespan {row['makespan_s'] / 3600:.2f} h ({row['simulate_s']} s)",
+              f"{row['avg_jct_s'] / 3600:.3f} h, makespan {row['makespan_s'] / 3600:.2f} h "
+              f"({row['simulate_s']} s)",
               flush=True)
 
     with ThreadPoolExecutor(max_workers=parallel) as pool:
@@ -260,14 +272,16 @@ def interval(values: list[float]) -> tuple[float, float]:
     mean = statistics.fmean(values)
     if len(values) < 2:
         return mean, 0.0
-    return mean, float(stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values)))
+    return mean, float(stats.t.ppf(0.975,
+                                   len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values)))
 
 
 def summary(metric: str) -> None:
     rows = load()["rows"]
     groups: dict[tuple[str, str, str, str], dict[int, float]] = {}
     for r in rows:
-        groups.setdefault((r["window"], r["predictors"], r["policy"], r["variant"]), {})[r["seed"]] = r[metric]
+        groups.setdefault((r["window"], r["predictors"], r["policy"], r["variant"]),
+                          {})[r["seed"]] = r[metric]
     for window in dict.fromkeys(r["window"] for r in rows):
         print(f"== {window} ({metric}, hours; mean ± 95% half-width; relative: paired per seed)")
         for (w, bundle, policy, variant), by_seed in sorted(groups.items()):
@@ -294,9 +308,9 @@ GROUPS = {
 
 
 def compare(metric: str = "avg_jct_s") -> dict:
-    """Per replicate group and bundle: each policy's mean and 95% interval (hours), and the optimizing policy's
-    paired relative difference to the best of FIFO/SJF/Tiresias/Gandiva and to the best of the papers' policies
-    (best per replicate)."""
+    """Per replicate group and bundle: each policy's mean and 95% interval (hours), and the optimizing
+    policy's paired relative difference to the best of FIFO/SJF/Tiresias/Gandiva and to the best of the
+    papers' policies (best per replicate)."""
     rows = [r for r in load()["rows"] if r["variant"] == ""]
     out: dict = {}
     for group, (windows, by) in GROUPS.items():
@@ -308,7 +322,8 @@ def compare(metric: str = "avg_jct_s") -> dict:
                     table.setdefault(r["policy"], {})[rep] = r[metric]
             if "optimizing" not in table:
                 continue
-            entry: dict = {"policies": {p: dict(zip(("mean_h", "ci95_h"), interval([v / 3600 for v in t.values()]),
+            entry: dict = {"policies": {p: dict(zip(("mean_h", "ci95_h"),
+                                                    interval([v / 3600 for v in t.values()]),
                                                      strict=True)) | {"n": len(t)} for p, t in table.items()}}
             for name, pool in (("best_greedy", BASELINES), ("best_paper", PAPERS)):
                 reps = [k for k in table["optimizing"] if all(k in table.get(p, {}) for p in pool)]
@@ -323,20 +338,26 @@ def compare(metric: str = "avg_jct_s") -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", action="append", default=[], help="muri, p256 or batch (repeatable)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--policy", action="append", default=[], help="restrict to these policies (repeatable)")
-    parser.add_argument("--variant", action="append", default=[], help="restrict to these variants (repeatable)")
-    parser.add_argument("--window", action="append", default=[], help="restrict to these windows (repeatable)")
-    parser.add_argument("--bundle", action="append", default=[], help="restrict to these bundles (repeatable)")
+    parser.add_argument("--policy", action="append", default=[],
+                        help="restrict to these policies (repeatable)")
+    parser.add_argument("--variant", action="append", default=[],
+                        help="restrict to these variants (repeatable)")
+    parser.add_argument("--window", action="append", default=[],
+                        help="restrict to these windows (repeatable)")
+    parser.add_argument("--bundle", action="append", default=[],
+                        help="restrict to these bundles (repeatable)")
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--summary", action="store_true")
     parser.add_argument("--metric", default="avg_jct_s")
     args = parser.parse_args()
     policies = args.policy or list(ALL)
     runs = [run for part in args.part for run in planned(part, args.seeds, policies)
-            if (not args.bundle or run.predictors in args.bundle) and (not args.window or run.window in args.window)
+            if (not args.bundle or run.predictors in args.bundle)
+            and (not args.window or run.window in args.window)
             and (not args.variant or run.variant in args.variant)]
     if runs:
         run_all(runs, args.parallel)

@@ -31,9 +31,11 @@ for gpu_model in ("groups", "auto", "kernels"):
         for gpu in gpus:
             predictor.step_time_s(job, gpu)
     tabling = time.perf_counter() - start
-    distinct = [(replace(jobs[i % len(jobs)], batch_size=100_000 + i), gpus[i % len(gpus)]) for i in range(10_000)]
+    distinct = [(replace(jobs[i % len(jobs)], batch_size=100_000 + i), gpus[i % len(gpus)])
+                for i in range(10_000)]
     start = time.perf_counter()
     for job, gpu in distinct:
         predictor.step_time_s(job, gpu)
-    out[gpu_model] = {"tabling_s": round(tabling, 2), "distinct_10000_s": round(time.perf_counter() - start, 3)}
+    out[gpu_model] = {"tabling_s": round(tabling, 2),
+                      "distinct_10000_s": round(time.perf_counter() - start, 3)}
 print(json.dumps({"kernel_model": sys.argv[1] if len(sys.argv) > 1 else "shipped", **out}))

@@ -1,7 +1,7 @@
 """Leave-one-GPU-out of a variant of the kernel model's features, on NeuSight's kernels and iteration labels.
 
-Usage: ``python scripts/kernel_variants.py [CLASSES=FEATURES ...] [--no-sm-fix] [--no-traces] [--trace-weight=W]
-[--floor=STAT] [--leave-model-out] [--diagnose] [--inner-floor]``
+Usage: ``python scripts/kernel_variants.py [CLASSES=FEATURES ...] [--no-sm-fix] [--no-traces]
+[--trace-weight=W] [--floor=STAT] [--leave-model-out] [--diagnose] [--inner-floor]``
 
 ``CLASSES`` is one op class or several joined by ``+``; ``FEATURES`` a comma-separated list of names from
 ``kernels.FEATURES``, where ``BASE`` stands for its first twelve and ``SHAPE`` for ``kernels.SHAPE_FEATURES``;
@@ -16,8 +16,8 @@ random 80/20 split within the GPUs (``within_gpu``: every GPU in the fit, each t
 floor: what the features leave unexplained), the leave-one-GPU-out MAPE with the held-out GPU's own floor
 (``own_floor``) and after one best scale per held-out GPU (``best_scale``: what is left once the GPU's level
 is known), and the held-out MAPE by the measured latency over the GPU's own floor (``by_latency_over_floor``);
-``--inner-floor`` adds (``inner_floor``) per op class the held-out MAPE when each held-out GPU's floor statistic
-(lowest, median, 25th percentile or geometric mean of the fitted GPUs' floors) is chosen by an inner
+``--inner-floor`` adds (``inner_floor``) per op class the held-out MAPE when each held-out GPU's floor
+statistic (lowest, median, 25th percentile or geometric mean of the fitted GPUs' floors) is chosen by an inner
 leave-one-GPU-out over the other GPUs, with the statistic picked for each held-out GPU.
 Prints JSON: per op class the kernel MAPE (per held-out GPU: MAPE and median predicted/measured), and the
 iteration labels' MAPE as ``predict eval-kernels`` reports it. It reproduces every variant in the README's
@@ -89,9 +89,11 @@ def diagnose() -> dict[str, dict]:
         inside = [s for s in test if s.kernel.op_class == cls]
         if not inside:
             continue
-        pred_in = np.concatenate([within.predict_s([s.kernel for s in inside if s.gpu == g], gpus[g], floor=False)
+        pred_in = np.concatenate([within.predict_s([s.kernel for s in inside if s.gpu == g], gpus[g],
+                                                   floor=False)
                                   + own[(cls, g)] for g in sorted({s.gpu for s in inside})])
-        meas_in = np.concatenate([[s.latency_s for s in inside if s.gpu == g] for g in sorted({s.gpu for s in inside})])
+        meas_in = np.concatenate([[s.latency_s for s in inside if s.gpu == g]
+                                  for g in sorted({s.gpu for s in inside})])
         parts: dict[str, list[np.ndarray]] = {"body": [], "floor": [], "meas": [], "pred": [], "scaled": []}
         for g in sorted({s.gpu for s in samples if s.kernel.op_class == cls}):
             mine = [s for s in samples if s.gpu == g and s.kernel.op_class == cls]
@@ -122,15 +124,18 @@ def _bodies(fitted: list[str], held: str) -> dict[str, tuple[np.ndarray, np.ndar
     """Per op class: predicted bodies and measured latencies on ``held`` of a model fitted on the ``fitted``
     GPU families, and those GPUs' floors of the class."""
     keep = [s for s in samples if kn.gpu_family(s.gpu) in fitted]
-    model = kn.fit(keep, gpus, extra=[s for s in traced if kn.gpu_family(s.gpu) in fitted], extra_weight=weight)
+    model = kn.fit(keep, gpus, extra=[s for s in traced if kn.gpu_family(s.gpu) in fitted],
+                   extra_weight=weight)
     own = kn.floors(keep)
     out = {}
     for cls in kn.OP_CLASSES:
         test = [s for s in samples if kn.gpu_family(s.gpu) == held and s.kernel.op_class == cls]
         if test:
-            body = np.concatenate([model.predict_s([s.kernel for s in test if s.gpu == g], gpus[g], floor=False)
+            body = np.concatenate([model.predict_s([s.kernel for s in test if s.gpu == g], gpus[g],
+                                                   floor=False)
                                    for g in sorted({s.gpu for s in test})])
-            meas = np.concatenate([[s.latency_s for s in test if s.gpu == g] for g in sorted({s.gpu for s in test})])
+            meas = np.concatenate([[s.latency_s for s in test if s.gpu == g]
+                                   for g in sorted({s.gpu for s in test})])
             out[cls] = (body, meas, [v for (c, _g), v in own.items() if c == cls])
     return out
 
@@ -152,7 +157,8 @@ def inner_floor() -> dict[str, dict]:
             best = min(scores[cls], key=lambda n, c=cls: float(np.mean(scores[c][n])))
             picks.setdefault(cls, {})[held] = best
             apes.setdefault(cls, []).append(np.abs(body + INNER_STATISTICS[best](fl) - meas) / meas * 100.0)
-    return {cls: {"mape": round(float(np.mean(np.concatenate(v))), 2), "picked": picks[cls]} for cls, v in apes.items()}
+    return {cls: {"mape": round(float(np.mean(np.concatenate(v))), 2), "picked": picks[cls]}
+            for cls, v in apes.items()}
 
 
 labels = ns.evaluate_labels(ns.read_labels(), models, gpus)
@@ -163,19 +169,23 @@ if "--leave-model-out" in args:
     for lb in ns.read_labels():
         key = (kn.gpu_family(lb.gpu), lb.model)
         if key not in fitted_lomo:
-            extra = [s for s in ns.trace_kernel_samples(skip_models=(lb.model,)) if kn.gpu_family(s.gpu) != key[0]]
-            fitted_lomo[key] = kn.fit([s for s in samples if kn.gpu_family(s.gpu) != key[0]], gpus, extra=extra,
-                                      extra_weight=weight)
-        ape = abs(ns.predict_label(lb, fitted_lomo[key], gpus[lb.gpu], floor=False) - lb.e2e_s) / lb.e2e_s * 100
+            extra = [s for s in ns.trace_kernel_samples(skip_models=(lb.model,))
+                     if kn.gpu_family(s.gpu) != key[0]]
+            fitted_lomo[key] = kn.fit([s for s in samples if kn.gpu_family(s.gpu) != key[0]], gpus,
+                                      extra=extra, extra_weight=weight)
+        ape = abs(ns.predict_label(lb, fitted_lomo[key], gpus[lb.gpu],
+                                   floor=False) - lb.e2e_s) / lb.e2e_s * 100
         for name in ("all", "train" if lb.train else "inference"):
             apes[name].append(ape)
     lomo = {f"{k}_body_mape": round(sum(v) / len(v), 1) for k, v in apes.items()}
 print(json.dumps({
     "features": {c: list(kn.CLASS_FEATURES[c]) for c in kn.OP_CLASSES},
-    "kernels": {c: {"mape": round(v["mape"], 2), "per_gpu": {g: [round(x["mape"], 1), round(x["median_ratio"], 2)]
+    "kernels": {c: {"mape": round(v["mape"], 2),
+                    "per_gpu": {g: [round(x["mape"], 1), round(x["median_ratio"], 2)]
                                                              for g, x in v["per_gpu"].items()}}
                 for c, v in kernels.items()},
-    "labels": {k: {a: round(b, 1) for a, b in v.items()} for k, v in labels.items() if k not in ("rows", "per_gpu")},
+    "labels": {k: {a: round(b, 1) for a, b in v.items()} for k, v in labels.items()
+               if k not in ("rows", "per_gpu")},
     "labels_per_gpu": {g: {a: round(b, 1) for a, b in v.items()} for g, v in labels["per_gpu"].items()},
     "labels_leave_model_out": lomo,
     "diagnosis": diagnose() if "--diagnose" in args else {},

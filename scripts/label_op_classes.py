@@ -44,7 +44,8 @@ for folder, gpu in sorted(ns.LABEL_GPUS.items()):
                     continue
                 count = layers if in_layer else 1
                 kernels = ns.op_kernels(row, train, dtypes)
-                measured = (float(row["fw_latency"] or 0) + (float(row["bw_latency"] or 0) if train else 0.0)) * 1e-3
+                measured = (float(row["fw_latency"] or 0) + (float(row["bw_latency"] or 0) if train
+                                                             else 0.0)) * 1e-3
                 cls = kernels[0].op_class if kernels else "none"
                 pred = float(models[gpu].predict_s(kernels, gpus[gpu], floor=False).sum()) if kernels else 0.0
                 roof = sum(max(kn.roofline_s(k, gpus[gpu])) for k in kernels)

@@ -20,7 +20,8 @@ from dltsched.formulations.checker import check_plan
 from dltsched.formulations.problem import RoundOptions
 from dltsched.formulations.solve import solve_problem
 
-size, backend, repeats, limit, gap = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+size, backend = sys.argv[1], sys.argv[2]
+repeats, limit, gap = int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
 solver = sys.argv[6] if len(sys.argv) > 6 else None
 jobs, gpus = map(int, size.split("x"))
 opts = RoundOptions(objective="jct", relative_gap=gap, time_limit_s=limit)
@@ -42,7 +43,9 @@ for _ in range(repeats):
     gaps.append(r.plan.gap)
     statuses.append(r.plan.status)
     objs.append(rep.objective)
-print(json.dumps({"size": size, "backend": backend + (":" + solver if solver else ""), "round_total_median_s": statistics.median(totals),
-                  "round_total_min_s": min(totals), "round_total_max_s": max(totals), "first_s": totals[0],
+print(json.dumps({"size": size, "backend": backend + (":" + solver if solver else ""),
+                  "round_total_median_s": statistics.median(totals), "round_total_min_s": min(totals),
+                  "round_total_max_s": max(totals), "first_s": totals[0],
                   "round_build_median_s": statistics.median(builds), "gaps": gaps, "statuses": statuses,
-                  "objectives": objs, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "objectives": objs,
+                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))

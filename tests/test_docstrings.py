@@ -1,12 +1,16 @@
-"""The public API of the domain, the policies and the instance package is documented in numpydoc.
+"""The public API is documented: every public definition has a docstring, most of them in numpydoc.
 
-Every public module, class, function and method (a name without a leading underscore, in a module without
-one) has a docstring; a callable that takes parameters has a ``Parameters`` section naming each of them, one
-that returns a value a ``Returns`` (or ``Yields``) section, and one that raises an exception itself (a
-``raise`` in its own body) a ``Raises`` section naming it. A class documents its constructor's parameters
-(dataclass fields, or ``__init__``'s) and what its constructor raises the same way. Properties describe their
-value (no sections); enums, protocols' attributes and ``NamedTuple`` fields need only the class docstring.
-The sections are read by a small parser of numpydoc's layout (a title line underlined by dashes).
+Every public module, class, function and method of the four code packages (engine, formulations, predictors,
+instances) has a docstring. In the packages of ``NUMPYDOC``, every public module, class, function and method
+(a name without a leading underscore, in a module without one) has a docstring; a callable that takes
+parameters has a ``Parameters`` section naming each of them, one that returns a value a ``Returns`` (or
+``Yields``) section, and one that raises an exception itself (a ``raise`` in its own body) a ``Raises``
+section naming it. A class documents its constructor's parameters (dataclass fields, or ``__init__``'s) and
+what its constructor raises the same way. Properties describe their value (no sections); enums, protocols'
+attributes and ``NamedTuple`` fields need only the class docstring. A method that implements a method of a
+``Protocol`` of the packages (a policy's ``schedule``, a predictor's ``step_time_s``) says what it computes;
+the protocol's docstring carries the sections, once. The sections are read by a small parser of numpydoc's
+layout (a title line underlined by dashes).
 """
 
 from __future__ import annotations
@@ -18,22 +22,65 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-#: the packages whose public API this checks; optimizing.py and lucid.py are kept out while they are reworked
-PACKAGES = ("engine/domain", "engine/policies", "instances")
-SKIP = {"engine/policies/optimizing.py", "engine/policies/lucid.py"}
+#: the packages whose every public definition has a docstring
+PACKAGES = ("engine", "formulations", "predictors", "instances")
+#: modules being reworked on other branches, whose public definitions do not all have a docstring yet
+#: (strict xfail: remove a module once it passes)
+UNDOCUMENTED = {
+    "engine/app/adapters/slurm.py", "engine/app/adapters/slurm_parse.py",
+                "engine/app/adapters/slurm_round.py",
+    "engine/app/service/models.py", "engine/app/service/server.py", "engine/policies/optimizing.py",
+    "engine/sim/profile_truth.py", "engine/sim/truth.py",
+    "formulations/backends/__init__.py", "formulations/backends/milp.py", "formulations/candidates.py",
+    "formulations/problem.py", "formulations/result.py", "formulations/solve.py",
+    "predictors/calibration/bundle.py", "predictors/calibration/check.py", "predictors/calibration/data.py",
+    "predictors/calibration/groups.py", "predictors/calibration/isolated.py",
+                "predictors/calibration/model.py",
+    "predictors/calibration/plan.py", "predictors/calibration/wrap.py",
+    "predictors/steptime/calibrate.py", "predictors/steptime/kernel_logo.py",
+                "predictors/steptime/kernels.py",
+    "predictors/steptime/model.py", "predictors/steptime/neusight.py",
+}
+#: the packages whose docstrings also have numpydoc's sections; optimizing.py is kept out while it is reworked
+NUMPYDOC = ("engine/domain", "engine/policies", "instances")
+SKIP = {"engine/policies/optimizing.py"}
 #: modules whose numpydoc is still being written (strict xfail: remove a module once it passes)
 PENDING: set[str] = set()
 SECTION = re.compile(r"^\s*([A-Z][A-Za-z ]+)\n\s*-{3,}\s*$", re.MULTILINE)
 
 
-def modules() -> list[Path]:
+def modules(packages: tuple[str, ...] = NUMPYDOC, skip: set[str] = SKIP) -> list[Path]:
+    """The public modules (no leading underscore) of ``packages``, less ``skip``."""
     out = []
-    for pkg in PACKAGES:
+    for pkg in packages:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            if rel not in SKIP and not any(p.startswith("_") and p != "__init__.py" for p in path.parts[-1:]):
+            if rel not in skip and not any(p.startswith("_") and p != "__init__.py" for p in path.parts[-1:]):
                 out.append(path)
     return out
+
+
+def public_definitions(tree: ast.Module) -> list[tuple[str, ast.AST]]:
+    """Every public class, function and method of a module (methods of public classes), with its name."""
+    out: list[tuple[str, ast.AST]] = []
+    for node in tree.body:
+        if not isinstance(node,
+                          ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) or node.name.startswith("_"):
+            continue
+        out.append((node.name, node))
+        if isinstance(node, ast.ClassDef):
+            out += [(f"{node.name}.{m.name}", m) for m in node.body
+                    if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and not m.name.startswith("_")]
+    return out
+
+
+def undocumented(path: Path) -> list[str]:
+    """The module itself and the public definitions of ``path`` that have no docstring."""
+    tree = ast.parse(path.read_text())
+    rel = path.relative_to(ROOT).as_posix()
+    out = [] if ast.get_docstring(tree) else [f"{rel}: no module docstring"]
+    return out + [f"{rel}:{name}: no docstring" for name, node in public_definitions(tree)
+                  if not ast.get_docstring(node)]  # type: ignore[arg-type]
 
 
 def sections(doc: str) -> dict[str, str]:
@@ -44,7 +91,8 @@ def sections(doc: str) -> dict[str, str]:
 
 
 def names_in(text: str) -> set[str]:
-    """The names a Parameters or Raises section documents: each entry's first line ``name[, name] [: type]``."""
+    """The names a Parameters or Raises section documents: each entry's first line ``name[, name] [:
+    type]``."""
     out: set[str] = set()
     lines = text.splitlines()
     indent = min((len(x) - len(x.lstrip()) for x in lines if x.strip()), default=0)
@@ -88,11 +136,29 @@ def decorators(node: ast.AST) -> set[str]:
     return out
 
 
-def check_callable(fn: ast.FunctionDef | ast.AsyncFunctionDef, where: str) -> list[str]:
+def base_names(cls: ast.ClassDef) -> set[str]:
+    """The last part of each base class's name (``typing.Protocol`` -> ``Protocol``)."""
+    return {ast.unparse(b).split(".")[-1] for b in cls.bases}
+
+
+def protocol_methods() -> frozenset[str]:
+    """Names of the methods declared by the ``Protocol`` classes of the four packages."""
+    out: set[str] = set()
+    for path in modules(PACKAGES, set()):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and "Protocol" in base_names(node):
+                out.update(m.name for m in node.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef))
+    return frozenset(out)
+
+
+def check_callable(fn: ast.FunctionDef | ast.AsyncFunctionDef, where: str,
+                   implements: bool = False) -> list[str]:
     doc = ast.get_docstring(fn)
     if not doc:
         return [f"{where}: no docstring"]
     if decorators(fn) & {"property", "cached_property", "setter", "overload"}:
+        return []
+    if implements and fn.name in PROTOCOL_METHODS:
         return []
     found, problems = sections(doc), []
     wanted = params(fn)
@@ -126,8 +192,10 @@ def constructor(cls: ast.ClassDef) -> tuple[list[str], set[str]]:
         elif dataclass and isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             annotation = ast.unparse(node.annotation)
             value = node.value
-            no_init = (isinstance(value, ast.Call) and any(k.arg == "init" and isinstance(k.value, ast.Constant)
-                                                           and k.value.value is False for k in value.keywords))
+            no_init = (isinstance(value, ast.Call)
+                       and any(k.arg == "init" and isinstance(k.value, ast.Constant)
+                                                           and k.value.value is False
+                               for k in value.keywords))
             if not node.target.id.startswith("_") and "ClassVar" not in annotation and not no_init:
                 names.append(node.target.id)
     return names, raised - {"NotImplementedError", "AssertionError"}
@@ -137,7 +205,7 @@ def check_class(cls: ast.ClassDef, where: str) -> list[str]:
     doc = ast.get_docstring(cls)
     if not doc:
         return [f"{where}: no docstring"]
-    bases = {ast.unparse(b).split(".")[-1] for b in cls.bases}
+    bases = base_names(cls)
     problems = []
     if not bases & {"Protocol", "Enum", "StrEnum", "IntEnum", "NamedTuple", "TypedDict"}:
         found = sections(doc)
@@ -149,9 +217,10 @@ def check_class(cls: ast.ClassDef, where: str) -> list[str]:
         missing_raises = raised - names_in(found.get("Raises", ""))
         if missing_raises:
             problems.append(f"{where}: Raises does not name {', '.join(sorted(missing_raises))}")
+    implements = "Protocol" not in bases
     for node in cls.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.name.startswith("_"):
-            problems += check_callable(node, f"{where}.{node.name}")
+            problems += check_callable(node, f"{where}.{node.name}", implements)
     return problems
 
 
@@ -169,19 +238,35 @@ def problems_of(path: Path) -> list[str]:
     return out
 
 
-def _cases() -> list:
+PROTOCOL_METHODS = protocol_methods()
+
+
+def _cases(paths: list[Path], pending: set[str], reason: str) -> list:
     out = []
-    for path in modules():
+    for path in paths:
         rel = path.relative_to(ROOT).as_posix()
-        marks = [pytest.mark.xfail(strict=True, reason="numpydoc pending")] if rel in PENDING else []
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if rel in pending else []
         out.append(pytest.param(path, id=rel, marks=marks))
     return out
 
 
-@pytest.mark.parametrize("path", _cases())
+@pytest.mark.parametrize("path", _cases(modules(PACKAGES, set()), UNDOCUMENTED, "docstrings pending"))
+def test_every_public_definition_has_a_docstring(path):
+    problems = undocumented(path)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("path", _cases(modules(), PENDING, "numpydoc pending"))
 def test_public_api_has_numpydoc_sections(path):
     problems = problems_of(path)
     assert not problems, "\n".join(problems)
+
+
+def test_the_exemptions_name_modules_that_exist():
+    """Guard: an exemption names a module of the packages checked (a renamed one is removed, not kept)."""
+    known = {p.relative_to(ROOT).as_posix() for p in modules(PACKAGES, set())}
+    assert UNDOCUMENTED <= known, sorted(UNDOCUMENTED - known)
+    assert PENDING <= {p.relative_to(ROOT).as_posix() for p in modules()}, sorted(PENDING)
 
 
 def test_the_checker_finds_what_is_missing(tmp_path):
@@ -236,12 +321,26 @@ def f(x: int, *, y: str = "") -> int:
     if x < 0:
         raise ValueError("x")
     return 2 * x
+
+
+class P:
+    """A policy: its ``schedule`` implements the ``Policy`` protocol, whose docstring has the sections."""
+
+    def schedule(self, state: int) -> int:
+        """The plan of one round."""
+        return state
 ''')
     global ROOT
     old, ROOT = ROOT, tmp_path
     try:
         assert problems_of(bad) == ["bad.py:f: no Parameters section (x)", "bad.py:f: no Returns section",
-                                    "bad.py:f: Raises does not name ValueError", "bad.py:C: Parameters does not name b"]
+                                    "bad.py:f: Raises does not name ValueError",
+                                    "bad.py:C: Parameters does not name b"]
         assert problems_of(good) == []
+        assert undocumented(good) == []
+        bare = tmp_path / "bare.py"
+        bare.write_text('class D:\n    """Documented."""\n\n    def m(self):\n        pass\n\n\ndef '
+                        '_private():\n    pass\n')
+        assert undocumented(bare) == ["bare.py: no module docstring", "bare.py:D.m: no docstring"]
     finally:
         ROOT = old

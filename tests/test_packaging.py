@@ -1,5 +1,6 @@
 """Every folder of the four code folders that holds modules or packaged data is listed in pyproject's
-``packages``, so that a wheel ships it and setuptools does not warn "absent from the packages configuration"."""
+``packages``, so that a wheel ships it and setuptools does not warn "absent from the packages
+configuration"."""
 
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ def private_uses(source: str) -> list[tuple[int, str]]:
     out = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dltsched"):
-            out += [(node.lineno, a.name) for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            out += [(node.lineno, a.name) for a in node.names if a.name.startswith("_")
+                    and not a.name.startswith("__")]
         elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
             if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
                 out.append((node.lineno, node.attr))
@@ -38,7 +39,8 @@ def test_no_test_uses_a_private_name():
     found = []
     for path in sorted(TESTS.rglob("*.py")):
         rel = path.relative_to(TESTS).as_posix()
-        found += [f"{rel}:{line}: {name}" for line, name in private_uses(path.read_text()) if (rel, name) not in KNOWN]
+        found += [f"{rel}:{line}: {name}" for line, name in private_uses(path.read_text())
+                  if (rel, name) not in KNOWN]
     assert not found, "tests use private names:\n" + "\n".join(found)
 
 

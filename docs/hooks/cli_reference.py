@@ -2,8 +2,8 @@
 
 mkdocs-click lists a group's ``commands`` dict when it is not empty and asks ``list_commands`` only otherwise;
 the CLI's groups import most subcommands on first use (``LazyGroup``), so a group with one eager command would
-hide its lazy ones. This hook makes mkdocs-click ask ``list_commands`` / ``get_command`` for every group, and shows an option
-without a default (click 8.3 marks it with an ``UNSET`` sentinel) as having none.
+hide its lazy ones. This hook makes mkdocs-click ask ``list_commands`` / ``get_command`` for every group, and
+shows an option without a default (click 8.3 marks it with an ``UNSET`` sentinel) as having none.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """MkDocs hook: the page of stored simulation runs, generated from the result files in ``notebooks/results``.
 
 A page holding the marker ``<!-- stored-runs -->`` gets, per result file, the workloads it ran and one table:
-each (window, predictor bundle and recipe, policy, settings) with its seeds, mean average JCT and mean makespan,
-and the command of its first run. Nothing is typed by hand, so the page cannot drift from the files.
+each (window, predictor bundle and recipe, policy, settings) with its seeds, mean average JCT and mean
+makespan, and the command of its first run. Nothing is typed by hand, so the page cannot drift from the files.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def render_file(path: Path) -> str:
     meta, rows = data.get("meta", {}), data.get("rows", [])
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        key = (str(row.get("window", "")), str(row.get("predictors", "")), str(row.get("predictors_recipe") or ""),
-               str(row.get("policy", "")), _settings(row))
+        key = (str(row.get("window", "")), str(row.get("predictors", "")),
+               str(row.get("predictors_recipe") or ""), str(row.get("policy", "")), _settings(row))
         groups[key].append(row)
     lines = [f"### {len(rows)} runs", ""]
     windows = _windows(meta)
@@ -56,8 +56,8 @@ def render_file(path: Path) -> str:
     for (window, bundle, recipe, policy, settings), runs in sorted(groups.items()):
         seeds = ",".join(str(r.get("seed")) for r in sorted(runs, key=lambda r: r.get("seed", 0)))
         label = f"{bundle} ({recipe})" if recipe else bundle
-        lines.append(f"| {window} | {label} | {policy} | {settings} | {seeds} | "
-                     f"{_hours([r['avg_jct_s'] for r in runs])} | {_hours([r['makespan_s'] for r in runs])} |")
+        jct, makespan = _hours([r["avg_jct_s"] for r in runs]), _hours([r["makespan_s"] for r in runs])
+        lines.append(f"| {window} | {label} | {policy} | {settings} | {seeds} | {jct} | {makespan} |")
     return "\n".join(lines) + "\n"
 
 

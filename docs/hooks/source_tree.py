@@ -1,8 +1,8 @@
 """MkDocs hook: a source tree that mkdocstrings can read statically.
 
 The package maps its four top-level folders to ``dltsched.engine``, ``dltsched.formulations``,
-``dltsched.predictors`` and ``dltsched.instances`` (``[tool.setuptools.package-dir]``), a layout a static reader
-cannot guess. This hook links ``build/docs-src/dltsched/<folder>`` to each folder before the build.
+``dltsched.predictors`` and ``dltsched.instances`` (``[tool.setuptools.package-dir]``), a layout a static
+reader cannot guess. This hook links ``build/docs-src/dltsched/<folder>`` to each folder before the build.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = {"engine": "engine", "formulations": "formulations", "predictors": "predictors", "instances": "instances"}
+FOLDERS = {"engine": "engine", "formulations": "formulations", "predictors": "predictors",
+           "instances": "instances"}
 
 
 def on_startup(command: str, dirty: bool) -> None:

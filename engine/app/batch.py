@@ -38,11 +38,14 @@ MODES = ("simulate", "solve")
 #: largest seed (numpy's generators take seeds below 2**32)
 MAX_SEED = 2**32 - 1
 #: columns of every row, in table order; metric columns absent from a mode stay empty
-ID_COLUMNS = ("key", "instance_file", "file_sha256", "instance", "mode", "policy", "predictors", "seed", "error")
+ID_COLUMNS = ("key", "instance_file", "file_sha256", "instance", "mode", "policy", "predictors", "seed",
+              "error")
 SIMULATE_COLUMNS = ("num_jobs", "num_gpus", "num_jobs_finished", "avg_jct_s", "median_jct_s", "p95_jct_s",
                     "p99_jct_s", "makespan_s", "avg_queueing_s", "gpu_util", "ftf_mean", "ftf_max",
-                    "num_preemptions", "num_oom", "num_rounds", "decision_time_mean_s", "truth", "truth_sources")
-SOLVE_COLUMNS = ("status", "backend", "objective", "bound", "gap", "num_placed", "solve_time_s", "build_time_s")
+                    "num_preemptions", "num_oom", "num_rounds", "decision_time_mean_s", "truth",
+                    "truth_sources")
+SOLVE_COLUMNS = ("status", "backend", "objective", "bound", "gap", "num_placed", "solve_time_s",
+                 "build_time_s")
 #: columns that measure time on this machine: they differ between runs and are not compared
 TIMING_COLUMNS = ("decision_time_mean_s", "solve_time_s", "build_time_s", "item_wall_s")
 COLUMNS = ID_COLUMNS + SIMULATE_COLUMNS + SOLVE_COLUMNS + ("item_wall_s",)
@@ -68,6 +71,7 @@ class BatchItem:
 
     @property
     def key(self) -> str:
+        """The item's identity in the result table: file digest, mode, policy, predictors and seed."""
         return f"{self.file_sha256[:16]}:{self.mode}:{self.policy}:{self.predictors}:{self.seed}"
 
 
@@ -88,13 +92,14 @@ def discover(spec: str) -> list[Path]:
     else:
         found = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
     if not found:
-        raise ValidationError("DIR|GLOB", f"'{spec}' names no instance files; give a folder of *.json or a glob")
+        raise ValidationError("DIR|GLOB",
+                              f"'{spec}' names no instance files; give a folder of *.json or a glob")
     return found
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
-    """``"0-4"`` -> 0..4, ``"1,5,9"`` -> those; mixed: ``"0-2,7"``. Seeds are integers in [0, 2**32 - 1]; at most
-    ``max_seeds`` of them (:mod:`dltsched.engine.domain.limits`), counted before any is listed."""
+    """``"0-4"`` -> 0..4, ``"1,5,9"`` -> those; mixed: ``"0-2,7"``. Seeds are integers in [0, 2**32 - 1]; at
+    most ``max_seeds`` of them (:mod:`dltsched.engine.domain.limits`), counted before any is listed."""
     from dltsched.engine.domain.limits import LIMITS
 
     cap = int(LIMITS["max_seeds"].value())
@@ -117,14 +122,16 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     except ValueError as err:
         if isinstance(err, ValidationError):
             raise
-        raise ValidationError("--seeds", f"'{text[:60]}' not understood; seeds are integers in 0..{MAX_SEED}, "
+        raise ValidationError("--seeds",
+                              f"'{text[:60]}' not understood; seeds are integers in 0..{MAX_SEED}, "
                               "e.g. '0-4' or '1,5,9'") from None
     seeds = [s for lo, hi in ranges for s in range(lo, hi + 1)]
     return tuple(dict.fromkeys(seeds))
 
 
-def make_items(files: Iterable[Path], policies: Iterable[str], seeds: Iterable[int], *, mode: str = "simulate",
-               time_limit_s: float = 10.0, predictors: str = "default") -> list[BatchItem]:
+def make_items(files: Iterable[Path], policies: Iterable[str], seeds: Iterable[int], *,
+               mode: str = "simulate", time_limit_s: float = 10.0,
+               predictors: str = "default") -> list[BatchItem]:
     """The cross product files x policies x seeds, in that order."""
     if mode not in MODES:
         raise ValidationError("--mode", f"'{mode}' not understood; one of {', '.join(MODES)}")
@@ -133,21 +140,23 @@ def make_items(files: Iterable[Path], policies: Iterable[str], seeds: Iterable[i
     files, policies, seeds = tuple(files), tuple(policies), tuple(seeds)
     cap = LIMITS["max_batch_items"]
     if len(files) * len(policies) * len(seeds) > cap.value():
-        raise ValidationError("DIR|GLOB x --policy x --seeds", f"{len(files)} x {len(policies)} x {len(seeds)} "
+        raise ValidationError("DIR|GLOB x --policy x --seeds",
+                              f"{len(files)} x {len(policies)} x {len(seeds)} "
                               f"runs is more than {cap.value():g}; {cap.hint()}")
     items: list[BatchItem] = []
     for f in files:
         digest = file_sha256(f)
-        items.extend(BatchItem(str(f), digest, mode, p, s, time_limit_s, predictors) for p in policies for s in seeds)
+        items.extend(BatchItem(str(f), digest, mode, p, s, time_limit_s, predictors) for p in policies
+                     for s in seeds)
     return items
 
 
 def run_item(item: BatchItem) -> dict[str, Any]:
     """Run one item and return its row; an error becomes the row's ``error`` text (the batch goes on)."""
     start = time.perf_counter()
-    row: dict[str, Any] = {"key": item.key, "instance_file": item.instance_file, "file_sha256": item.file_sha256,
-                           "mode": item.mode, "policy": item.policy, "predictors": item.predictors,
-                           "seed": item.seed, "error": ""}
+    row: dict[str, Any] = {"key": item.key, "instance_file": item.instance_file,
+                           "file_sha256": item.file_sha256, "mode": item.mode, "policy": item.policy,
+                           "predictors": item.predictors, "seed": item.seed, "error": ""}
     try:
         row.update(_simulate_row(item) if item.mode == "simulate" else _solve_row(item))
     except Exception as err:  # one bad instance must not stop the batch
@@ -161,7 +170,8 @@ def _simulate_row(item: BatchItem) -> dict[str, Any]:
 
     inst = load_instance_file(item.instance_file)
     result = simulate_instance(inst, item.policy, seed=item.seed, predictors=item.predictors,
-                               config=ConfiguredSolver.of(time_limit_s=item.time_limit_s, predictors=item.predictors))
+                               config=ConfiguredSolver.of(time_limit_s=item.time_limit_s,
+                                                          predictors=item.predictors))
     data = result.to_dict() | {"truth_sources": ";".join(result.truth_sources)}
     row = {c: data.get(c) for c in SIMULATE_COLUMNS}
     return row | {"instance": inst.name, "num_gpus": inst.cluster.num_gpus}
@@ -246,6 +256,13 @@ class ResultTable:
         return key in self._done
 
     def append(self, row: dict[str, Any]) -> None:
+        """Add one result row (a retried key replaces its earlier row), under the table's file lock.
+
+        Parameters
+        ----------
+        row
+            Column -> value; missing columns are written empty.
+        """
         clean = {c: "" if row.get(c) is None else str(row[c]) for c in COLUMNS}
         with self._locked():
             self._refresh()
@@ -302,7 +319,8 @@ def run_ray(items: Iterable[BatchItem], address: str | None) -> Iterator[dict[st
     try:
         import ray
     except ImportError:
-        raise ValidationError("--ray", "Ray is not installed; pip install 'dltsched[ray]' or drop --ray") from None
+        raise ValidationError("--ray",
+                              "Ray is not installed; pip install 'dltsched[ray]' or drop --ray") from None
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -317,8 +335,9 @@ def run_ray(items: Iterable[BatchItem], address: str | None) -> Iterator[dict[st
             ray.shutdown()
 
 
-def run_batch(items: list[BatchItem], out_dir: Path, *, max_workers: int | None = None, ray_address: str | None = None,
-              use_ray: bool = False, on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+def run_batch(items: list[BatchItem], out_dir: Path, *, max_workers: int | None = None,
+              ray_address: str | None = None, use_ray: bool = False,
+              on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run the items not yet in ``out_dir``'s table; returns counts and the table paths.
 
     Batches may run at once into one folder: an item runs only under its claim, an exclusive lock on
@@ -396,11 +415,19 @@ class Claims:
         return True
 
     def release(self, key: str) -> None:
+        """Give up the claim on ``key`` (closing its lock file); a key not held is ignored.
+
+        Parameters
+        ----------
+        key
+            The item's key.
+        """
         fd = self.held.pop(key, None)
         if fd is not None:
             os.close(fd)
 
     def release_all(self) -> None:
+        """Give up every claim this process holds."""
         for key in list(self.held):
             self.release(key)
 
@@ -410,8 +437,10 @@ class BatchFailedError(DltschedError):
 
     def __init__(self, failures: list[str], total: int, csv_path: str) -> None:
         self.failures = failures
-        shown = "; ".join(f[:200] for f in failures[:5]) + (f"; ... {len(failures) - 5} more" if len(failures) > 5 else "")
-        super().__init__(f"{len(failures)} of {total} runs failed (see the error column of {csv_path}): {shown}")
+        shown = "; ".join(f[:200] for f in failures[:5]) + (f"; ... {len(failures) - 5} more"
+                                                            if len(failures) > 5 else "")
+        super().__init__(f"{len(failures)} of {total} runs failed (see the error column of "
+                         f"{csv_path}): {shown}")
 
 
 @click.command("batch")
@@ -428,13 +457,15 @@ class BatchFailedError(DltschedError):
               help="Predictor bundle (default: in-sample | crossfit | analytic); every row names it.")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), required=True,
               help="Folder for results.csv / results.parquet (reused to resume).")
-@click.option("-j", "--workers", type=click.IntRange(min=1), default=None, help="Processes (default: CPU count).")
+@click.option("-j", "--workers", type=click.IntRange(min=1), default=None,
+              help="Processes (default: CPU count).")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="auto-local", default=None,
               help="Run on Ray: --ray alone starts a local Ray; --ray ADDRESS joins a cluster.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_context
-def batch(ctx: click.Context, source: str, mode: str, policies: tuple[str, ...], seeds: str, time_limit_s: float,
-          predictor_set: str, out_dir: str, workers: int | None, ray_address: str | None, as_json: bool) -> None:
+def batch(ctx: click.Context, source: str, mode: str, policies: tuple[str, ...], seeds: str,
+          time_limit_s: float, predictor_set: str, out_dir: str, workers: int | None, ray_address: str | None,
+          as_json: bool) -> None:
     """Solve or simulate every instance in DIR|GLOB x policies x seeds, in parallel and resumably."""
     from dltsched.engine.app.cli.main import emit
     from dltsched.engine.app.vocabulary import expand_policies, parse_backend

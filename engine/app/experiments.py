@@ -7,8 +7,8 @@ name = "tiny-two-policies"
 policies = ["fifo", "optimizing"]
 seeds = [0, 1]
 predictors = "default"          # predictor bundle the policies see
-calibration = "h200.json"       # optional: a calibration bundle on top (dltsched calibrate), relative to this file
-memory = "reject"               # or "oom"
+calibration = "h200.json"       # optional: a calibration bundle on top (dltsched calibrate), relative to this
+file memory = "reject"               # or "oom"
 
 [workload]                      # exactly one of: instance, generate, trace
 instance = "../examples/tiny-6jobs-4gpus.json"   # relative to this file
@@ -105,7 +105,8 @@ class Workload(_Strict):
     def _one_source(self) -> Workload:
         given = [k for k in ("instance", "generate", "trace", "finetune") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of instance, generate, trace, finetune (got {', '.join(given) or 'none'})")
+            raise ValueError("give exactly one of instance, generate, trace, finetune (got "
+                             f"{', '.join(given) or 'none'})")
         if self.finetune is not None:
             allowed = _finetune_fields()
             for key in self.finetune:
@@ -116,13 +117,30 @@ class Workload(_Strict):
             for key in self.generate:
                 if key not in allowed:
                     raise ValueError(f"generate.{key}: unknown key; allowed: {', '.join(allowed)}")
-        if self.trace is None and any(getattr(self, k) is not None for k in ("start_s", "jobs", "gpus", "cluster")):
+        if self.trace is None and any(getattr(self, k) is not None
+                                      for k in ("start_s", "jobs", "gpus", "cluster")):
             raise ValueError("start_s, jobs, gpus and cluster belong to a trace workload; "
                              "a generated one takes them inside [workload.generate]")
         return self
 
 
 class Outputs(_Strict):
+    """Where an experiment writes its results and which of them.
+
+    Parameters
+    ----------
+    dir
+        Output folder; ``None``: ``results/<name>``.
+    tables
+        Whether to write the comparison tables.
+    records_csv
+        Whether to write one CSV row per finished job.
+    figures
+        Figures to draw.
+    format
+        Image format of the figures.
+    """
+
     dir: str | None = None
     tables: bool = True
     records_csv: bool = True
@@ -219,7 +237,8 @@ def _error_line(err: pydantic.ValidationError) -> ValidationError:
 
 
 def _model_at(loc: tuple[str, ...]) -> type[BaseModel] | None:
-    models: dict[tuple[str, ...], type[BaseModel]] = {(): Experiment, ("workload",): Workload, ("outputs",): Outputs}
+    models: dict[tuple[str, ...], type[BaseModel]] = {(): Experiment, ("workload",): Workload,
+                                                      ("outputs",): Outputs}
     if len(loc) == 2 and loc[0] == "variants":
         return Variant
     return models.get(loc)
@@ -234,12 +253,21 @@ class LoadedExperiment:
     sha256: str
 
     def instance_path(self) -> Path | None:
+        """The workload's instance file, relative paths resolved against the experiment file's folder.
+
+        Returns
+        -------
+        Path or None
+            The instance's path; ``None`` when the workload is generated rather than read.
+        """
         if self.spec.workload.instance is None:
             return None
         path = Path(self.spec.workload.instance)
         return path if path.is_absolute() else (self.path.parent / path).resolve()
 
     def out_dir(self, override: str | Path | None = None) -> Path:
+        """The folder results go to (not created): ``override`` (from the command line), else the
+        experiment's ``outputs.dir``, else ``results/<name>``."""
         return Path(override or self.spec.outputs.dir or Path("results") / self.spec.name)
 
     def predictor_set(self) -> str:
@@ -273,7 +301,8 @@ class LoadedExperiment:
             elif not path.is_absolute():
                 path = self.path.parent / path
             if not path.is_dir():
-                raise ValidationError("truth", f"{entry} is not a folder (absolute, relative to the experiment "
+                raise ValidationError("truth",
+                                      f"{entry} is not a folder (absolute, relative to the experiment "
                                       "file, or to the shared data folder)")
             out.append(str(path.resolve()))
         return tuple(out)
@@ -294,7 +323,8 @@ def load_experiment(path: str | Path) -> LoadedExperiment:
     """Read and validate an experiment TOML file; bad content raises one-line :class:`ValidationError`."""
     path = Path(path)
     if not path.is_file():
-        raise ValidationError("EXP.toml", f"{path} " + ("is not a regular file" if path.exists() else "does not exist"))
+        raise ValidationError("EXP.toml",
+                              f"{path} " + ("is not a regular file" if path.exists() else "does not exist"))
     from dltsched.engine.domain.limits import read_limited
 
     raw = read_limited(path, "EXP.toml")
@@ -310,7 +340,8 @@ def load_experiment(path: str | Path) -> LoadedExperiment:
     loaded.truth_dirs(required=False)  # a missing dataset fails before anything runs
     inst = loaded.instance_path()
     if inst is not None and not inst.is_file():
-        raise ValidationError("workload.instance", f"{inst} does not exist (paths are relative to the experiment file)")
+        raise ValidationError("workload.instance",
+                              f"{inst} does not exist (paths are relative to the experiment file)")
     return loaded
 
 
@@ -346,8 +377,9 @@ def _workload(exp: LoadedExperiment, seed: int) -> Any:
     from dltsched.engine.app.cli.simulate import load_instance_or_workload
 
     inst = exp.instance_path()
-    return load_instance_or_workload(str(inst) if inst else None, w.trace, data_dir=w.data_dir, cluster=w.cluster,
-                                     jobs=w.jobs, seed=seed, gpus=w.gpus, gpu_types=w.gpu_types, start_s=w.start_s)
+    return load_instance_or_workload(str(inst) if inst else None, w.trace, data_dir=w.data_dir,
+                                     cluster=w.cluster, jobs=w.jobs, seed=seed, gpus=w.gpus,
+                                     gpu_types=w.gpu_types, start_s=w.start_s)
 
 
 def describe(exp: LoadedExperiment, out_dir: str | Path | None = None) -> dict[str, Any]:
@@ -394,7 +426,8 @@ def _bundle(name: str) -> dict[str, Any]:
     from dltsched.engine.app.registry import bundle_fields, predictors
 
     if name == "exact":
-        return {"name": "exact", "fit": "the ground truth itself (exact predictions; not a prediction result)"}
+        return {"name": "exact",
+                "fit": "the ground truth itself (exact predictions; not a prediction result)"}
     preds = predictors(name)
     out: dict[str, Any] = {"name": name, **{part: f"{type(getattr(preds, part)).__module__}."
                                                   f"{type(getattr(preds, part)).__name__}"
@@ -416,7 +449,8 @@ def summarize_runs(runs: Sequence[dict[str, Any]], policies: Sequence[str]) -> l
         mine = [r for r in runs if r["policy"] == policy]
         row: dict[str, Any] = {"policy": policy, "seeds": len(mine),
                                "num_jobs_finished": min(r["num_jobs_finished"] for r in mine),
-                               "truth": mine[0].get("truth", ""), "truth_sources": list(mine[0].get("truth_sources", ()))}
+                               "truth": mine[0].get("truth", ""),
+                               "truth_sources": list(mine[0].get("truth_sources", ()))}
         for m in SUMMARY_METRICS:
             values = [float(r[m]) for r in mine if r[m] is not None]
             row[m] = statistics.fmean(values) if values else math.nan
@@ -458,7 +492,8 @@ def run_experiment(exp: LoadedExperiment, out_dir: str | Path | None = None, *,
     summary = summarize_runs(runs, s.labels())
     payload = {"experiment": describe(exp, out) | {"spec": s.model_dump(mode="json")},
                "predictors": _bundle(exp.predictor_set()), "versions": _versions(), "gpu_types": gpu_types,
-               "truth": truth.record() if hasattr(truth, "record") else {"kind": truth.kind, "sources": list(truth.sources),
+               "truth": truth.record() if hasattr(truth, "record")
+               else {"kind": truth.kind, "sources": list(truth.sources),
                                                                          "gpu_types": "all"},
                "summary": summary, "runs": runs}
     if "optimizing" in s.labels() and len(s.labels()) > 1:
@@ -468,7 +503,8 @@ def run_experiment(exp: LoadedExperiment, out_dir: str | Path | None = None, *,
         payload["ablation"] = ablation
         _write_csv(out / "ablation.csv", ABLATION_TABLE, ablation)
     (out / "results.json").write_text(json.dumps(payload, indent=1, default=_json_value))
-    _write_csv(out / "runs.csv", RUN_COLUMNS, [r | {"truth_sources": ";".join(r["truth_sources"])} for r in runs])
+    _write_csv(out / "runs.csv", RUN_COLUMNS,
+               [r | {"truth_sources": ";".join(r["truth_sources"])} for r in runs])
     if s.outputs.tables:
         _write_csv(out / "summary.csv", ["policy", "seeds", "num_jobs_finished",
                                          *(c for m in SUMMARY_METRICS for c in (m, f"{m}_ci95")), "truth",
@@ -476,9 +512,11 @@ def run_experiment(exp: LoadedExperiment, out_dir: str | Path | None = None, *,
                    [r | {"truth_sources": ";".join(r["truth_sources"])} for r in summary])
     if s.outputs.records_csv:
         _write_csv(out / "records.csv", RECORD_COLUMNS,
-                   [rec | {"policy": r["policy"], "seed": r["seed"], "queueing_s": rec["first_start_s"] - rec["arrival_s"]}
+                   [rec | {"policy": r["policy"], "seed": r["seed"],
+                           "queueing_s": rec["first_start_s"] - rec["arrival_s"]}
                     for r in runs for rec in r["records"]])
-    payload["files"] = [str(p) for p in sorted(out.iterdir())] + [str(p) for p in _figures(exp, runs, gpu_types, out)]
+    payload["files"] = ([str(p) for p in sorted(out.iterdir())]
+                        + [str(p) for p in _figures(exp, runs, gpu_types, out)])
     return payload
 
 
@@ -515,7 +553,8 @@ def _json_value(obj: Any) -> Any:
     raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
-def _figures(exp: LoadedExperiment, runs: Sequence[dict[str, Any]], gpu_types: Sequence[str], out: Path) -> list[Path]:
+def _figures(exp: LoadedExperiment, runs: Sequence[dict[str, Any]], gpu_types: Sequence[str],
+             out: Path) -> list[Path]:
     from dltsched.engine.app import plots
 
     if not exp.spec.outputs.figures:
@@ -525,14 +564,16 @@ def _figures(exp: LoadedExperiment, runs: Sequence[dict[str, Any]], gpu_types: S
 
 
 #: how the summary table shows each metric: (header, scale, decimals); times get the unit of the table
-_DISPLAY = {"gpu_util": ("GPU util (%)", 100.0, 1), "makespan_gap": ("makespan gap (%)", 100.0, 1), "ftf_mean": ("FTF mean", 1.0, 2),
-            "num_preemptions": ("preemptions", 1.0, 1), "decision_time_mean_s": ("decision (ms)", 1000.0, 1)}
+_DISPLAY = {"gpu_util": ("GPU util (%)", 100.0, 1), "makespan_gap": ("makespan gap (%)", 100.0, 1),
+            "ftf_mean": ("FTF mean", 1.0, 2), "num_preemptions": ("preemptions", 1.0, 1),
+            "decision_time_mean_s": ("decision (ms)", 1000.0, 1)}
 
 
 def _display(metric: str, unit: str) -> tuple[str, float, int]:
     if metric in _DISPLAY:
         return _DISPLAY[metric]
-    return f"{metric.removesuffix('_s').replace('_', ' ')} ({unit})", 1.0 / (60.0 if unit == "min" else 3600.0), 2
+    label = f"{metric.removesuffix('_s').replace('_', ' ')} ({unit})"
+    return label, 1.0 / (60.0 if unit == "min" else 3600.0), 2
 
 
 def print_summary(summary: Sequence[dict[str, Any]], title: str) -> None:
@@ -552,7 +593,8 @@ def print_summary(summary: Sequence[dict[str, Any]], title: str) -> None:
         cells = []
         for m, (_header, scale, decimals) in shown.items():
             mean, half = row[m], row[f"{m}_ci95"]
-            cells.append(f"{mean * scale:.{decimals}f} ± {half * scale:.{decimals}f}" if math.isfinite(mean) else "-")
+            cells.append(f"{mean * scale:.{decimals}f} ± {half * scale:.{decimals}f}" if math.isfinite(mean)
+                         else "-")
         table.add_row(row["policy"], str(row["num_jobs_finished"]), *cells)
     console = Console()
     if not console.is_terminal:
@@ -567,7 +609,8 @@ def experiment() -> None:
 
 @experiment.command("show")
 @click.argument("exp_file", metavar="EXP.toml", type=click.Path(dir_okay=False))
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output folder (overrides outputs.dir).")
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False),
+              help="Output folder (overrides outputs.dir).")
 @click.option("--json", "as_json", is_flag=True)
 def show(exp_file: str, out_dir: str | None, as_json: bool) -> None:
     """Print what `experiment run` would run (runs, seeds, outputs) without running it."""
@@ -581,10 +624,12 @@ def show(exp_file: str, out_dir: str | None, as_json: bool) -> None:
         click.echo(f"predictors: {info['predictors']}, memory: {info['memory']}, "
                    f"prediction error: {info['prediction_error']}")
         if info["truth"]:
-            click.echo(f"truth: {', '.join(info['truth'])} ({info['truth_sharing'] or 'sharing as measured'})")
+            sharing = info["truth_sharing"] or "sharing as measured"
+            click.echo(f"truth: {', '.join(info['truth'])} ({sharing})")
         for policy, opts in info["options"].items():
             click.echo(f"options for {policy}: {json.dumps(opts)}")
-        click.echo(f"{len(info['runs'])} runs: policies {', '.join(info['policies'])} x seeds {info['seeds']}")
+        policies = ", ".join(info["policies"])
+        click.echo(f"{len(info['runs'])} runs: policies {policies} x seeds {info['seeds']}")
         click.echo(f"outputs in {info['outputs']['dir']}: {', '.join(info['outputs']['files'])}")
 
     emit(info, as_json, human)
@@ -593,13 +638,14 @@ def show(exp_file: str, out_dir: str | None, as_json: bool) -> None:
 @experiment.command("run")
 @click.argument("exp_files", metavar="EXP.toml...", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False),
-              help="Output folder (overrides outputs.dir; with several files, one sub-folder per experiment name).")
+              help="Output folder (overrides outputs.dir; with several files, one sub-folder per "
+                   "experiment name).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary rows and written files as JSON.")
 @click.pass_context
 def run(ctx: click.Context, exp_files: tuple[str, ...], out_dir: str | None, as_json: bool) -> None:
     """Run every policy and seed of each EXP.toml; write tables, per-job CSV, results.json and figures (and
-    ablation.csv: each variant's change against the optimizing policy, seed by seed; with several files and -o,
-    OUT/ablation.csv holds every experiment's rows)."""
+    ablation.csv: each variant's change against the optimizing policy, seed by seed; with several files and
+    -o, OUT/ablation.csv holds every experiment's rows)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from dltsched.engine.app.cli.main import emit
@@ -609,15 +655,17 @@ def run(ctx: click.Context, exp_files: tuple[str, ...], out_dir: str | None, as_
     payloads = []
     for exp in exps:
         where = Path(out_dir) / exp.spec.name if out_dir and len(exps) > 1 else out_dir
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      disable=quiet, transient=True) as bar:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), disable=quiet, transient=True) as bar:
             task = bar.add_task(f"experiment {exp.spec.name}", total=len(exp.runs()))
 
-            def step(label: str, done: int, name: str = exp.spec.name, task: Any = task, bar: Any = bar) -> None:
+            def step(label: str, done: int, name: str = exp.spec.name, task: Any = task,
+                     bar: Any = bar) -> None:
                 bar.update(task, advance=done, description=f"experiment {name}: {label}")
 
             payloads.append(run_experiment(exp, where, progress=step))
-    combined = [{"experiment": e.spec.name} | row for e, p in zip(exps, payloads, strict=True) for row in p.get("ablation", [])]
+    combined = [{"experiment": e.spec.name} | row for e, p in zip(exps, payloads, strict=True)
+                for row in p.get("ablation", [])]
     if out_dir and len(exps) > 1 and combined:
         from dltsched.engine.app.ablation import ABLATION_TABLE
 
@@ -655,4 +703,5 @@ def print_ablation(rows: Sequence[dict[str, Any]], title: str) -> None:
     console.print(table)
 
 
-__all__ = ["Experiment", "LoadedExperiment", "describe", "load_experiment", "run_experiment", "summarize_runs"]
+__all__ = ["Experiment", "LoadedExperiment", "describe", "load_experiment", "run_experiment",
+           "summarize_runs"]

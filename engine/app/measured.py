@@ -12,7 +12,8 @@ caller has it:
 - **co-location**: a measured group's speeds (normalised, or co-located step times divided by the isolated
   ones); otherwise the predictor's for zoo jobs; for a group with a job of no zoo model, the GPU
   utilisations when all are known (each job at ``min(1, 1 / sum of utilisations)``), else plain time
-  slicing (``1 / k`` each: sharing gains nothing, so the solver co-locates such jobs only when GPUs are short).
+  slicing (``1 / k`` each: sharing gains nothing, so the solver co-locates such jobs only when GPUs are
+  short).
 - **memory**: the measured peak; when unknown, ``unknown_memory="trust"`` (and every job without a zoo
   model) trusts the caller: 0 MiB, so memory filters nothing for that job; ``"predict"`` (the default) asks
   the predictor.
@@ -43,11 +44,13 @@ def _gpu_key(name: str, path: str) -> str:
         raise ValidationError(path, str(err)) from None
 
 
-def _positive_map(values: Mapping[str, float] | None, path: str, *, at_most: float | None = None) -> dict[str, float]:
+def _positive_map(values: Mapping[str, float] | None, path: str, *,
+                  at_most: float | None = None) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, value in (values or {}).items():
         where = f"{path}['{key}']"
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0 \
+        if isinstance(value, bool) or not isinstance(value,
+                                                     int | float) or not math.isfinite(value) or value <= 0 \
                 or (at_most is not None and value > at_most):
             bound = f"in (0, {at_most:g}]" if at_most is not None else "a finite number > 0"
             raise ValidationError(where, f"{value!r} not understood; must be {bound}")
@@ -69,7 +72,8 @@ class JobMeasurement:
     memory_mib
         Peak GPU memory of one worker, MiB.
     utilization
-        Fraction of the GPU the job keeps busy alone, in (0, 1]; prices co-location when no group was measured.
+        Fraction of the GPU the job keeps busy alone, in (0, 1]; prices co-location when no group was
+        measured.
     """
 
     step_time_s: Mapping[str, float] = field(default_factory=dict)
@@ -98,6 +102,20 @@ class JobMeasurement:
         return tuple(sorted({*self.step_time_s, *self.samples_per_s}))
 
     def lookup(self, values: Mapping[str, float], gpu_type: str) -> float | None:
+        """The value measured on ``gpu_type``, or the one given for every type (``"*"``).
+
+        Parameters
+        ----------
+        values
+            GPU type -> measured value.
+        gpu_type
+            A catalog GPU type.
+
+        Returns
+        -------
+        float or None
+            The value; ``None`` when neither the type nor ``"*"`` was measured.
+        """
         return values.get(gpu_type, values.get("*"))
 
 
@@ -117,10 +135,30 @@ class GroupMeasurement:
     memory_mib: float | None = None
 
     def checked(self, path: str) -> GroupMeasurement:
+        """This measurement, validated and normalised (job ids as text, one value per job).
+
+        Parameters
+        ----------
+        path
+            Where the measurement sits in the caller's input, for error messages.
+
+        Returns
+        -------
+        GroupMeasurement
+            The checked measurement.
+
+        Raises
+        ------
+        ValidationError
+            When the job ids are not two or three distinct ids, or not exactly one of ``speeds`` and
+            ``step_time_s`` is given with one positive value per job.
+        """
         ids = tuple(str(j) for j in self.job_ids)
         if not 2 <= len(ids) <= 3 or len(set(ids)) != len(ids):
-            raise ValidationError(f"{path}.job_ids", f"{list(ids)} not understood; two or three distinct job ids")
-        given = [(name, v) for name, v in (("speeds", self.speeds), ("step_time_s", self.step_time_s)) if v is not None]
+            raise ValidationError(f"{path}.job_ids",
+                                  f"{list(ids)} not understood; two or three distinct job ids")
+        given = [(name, v) for name, v in (("speeds", self.speeds), ("step_time_s", self.step_time_s))
+                 if v is not None]
         if len(given) != 1:
             raise ValidationError(path, "give exactly one of speeds or step_time_s")
         name, values = given[0]
@@ -160,7 +198,8 @@ class Measurements:
     unknown_memory: str = "predict"
 
     def checked(self) -> Measurements:
-        """These measurements validated, GPU types resolved (raises :class:`ValidationError` naming the field)."""
+        """These measurements validated, GPU types resolved (raises :class:`ValidationError` naming the
+        field)."""
         if self.unknown_memory not in MEMORY_MODES:
             raise ValidationError("measurements.unknown_memory",
                                   f"'{self.unknown_memory}' not understood; one of {', '.join(MEMORY_MODES)}")
@@ -187,7 +226,8 @@ def prepare_state(state: ClusterState, measurements: Measurements) -> ClusterSta
             raise ValidationError(f"measurements.jobs['{job_id}']", "names no active job of the round")
     for i, g in enumerate(measurements.groups):
         if missing := [j for j in g.job_ids if j not in ids]:
-            raise ValidationError(f"measurements.groups[{i}].job_ids", f"{missing} name no active job of the round")
+            raise ValidationError(f"measurements.groups[{i}].job_ids",
+                                  f"{missing} name no active job of the round")
     changed = []
     for i, s in enumerate(state.jobs):
         if s.job.model != MEASURED_ONLY:
@@ -196,17 +236,21 @@ def prepare_state(state: ClusterState, measurements: Measurements) -> ClusterSta
         m = measurements.jobs.get(s.job.id)
         types = m.types() if m is not None else ()
         if not types:
-            raise ValidationError(f"jobs[{i}]", f"job '{s.job.id}' has no zoo model and no measured step time; "
+            raise ValidationError(f"jobs[{i}]",
+                                  f"job '{s.job.id}' has no zoo model and no measured step time; "
                                   "give model (a zoo id) or measurements.jobs['<id>'].step_time_s")
         if "*" not in types:
             allowed = tuple(t for t in types if not s.job.gpu_types or t in s.job.gpu_types)
             if not allowed:
-                raise ValidationError(f"jobs[{i}].gpu_types", f"job '{s.job.id}' is measured on {list(types)} only, "
+                raise ValidationError(f"jobs[{i}].gpu_types",
+                                      f"job '{s.job.id}' is measured on {list(types)} only, "
                                       f"none of its allowed types {list(s.job.gpu_types)}")
             job = replace(s.job, gpu_types=allowed)
             assignment = s.assignment
             if assignment is not None and state.cluster.gpu_type_of(assignment.gpus[0]) not in allowed:
-                raise ValidationError(f"jobs[{i}]", f"job '{s.job.id}' runs on {state.cluster.gpu_type_of(assignment.gpus[0])}"
+                raise ValidationError(f"jobs[{i}]",
+                                      f"job '{s.job.id}' runs on "
+                                      f"{state.cluster.gpu_type_of(assignment.gpus[0])}"
                                       " but has no measured step time there; add one")
             s = replace(s, job=job)
         changed.append(s)
@@ -225,7 +269,8 @@ class _StepTime:
         step = m.step_s(job, gpu_type) if m is not None else None
         if job.model == MEASURED_ONLY:
             if step is None:
-                raise ValidationError(f"measurements.jobs['{job.id}'].step_time_s", f"no step time on {gpu_type}")
+                raise ValidationError(f"measurements.jobs['{job.id}'].step_time_s",
+                                      f"no step time on {gpu_type}")
             return step  # the caller's number for every GPU count, node spread and level it is asked at
         assert self.base is not None
         predicted: float = self.base.step_time.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level,
@@ -282,11 +327,13 @@ class _Colocation:
         if group is not None and group.memory_mib is not None:
             return group.memory_mib
         own = sum(self.step.memory_mib(j, gpu_type) for j in jobs)
-        if self.base is None or any(j.model == MEASURED_ONLY for j in jobs) or self.m.unknown_memory == "trust":
+        if self.base is None or any(j.model == MEASURED_ONLY
+                                    for j in jobs) or self.m.unknown_memory == "trust":
             return own  # no overhead known beyond the members' own memory
         predicted = float(self.base.colocation.group_memory_mib(jobs, gpu_type))
         alone = sum(float(self.base.step_time.memory_mib(j, gpu_type)) for j in jobs)
-        return own + max(0.0, predicted - alone)  # the members' (measured or predicted) memory + predicted overhead
+        # the members' (measured or predicted) memory + predicted overhead
+        return own + max(0.0, predicted - alone)
 
 
 class _Freezing:
@@ -340,11 +387,13 @@ def provenance(plan: Plan, state: ClusterState, measurements: Measurements) -> d
         m = measurements.jobs.get(job_id)
         a = placed.get(job_id)
         gpu_type = state.cluster.gpu_type_of(a.gpus[0]) if a is not None else None
-        measured_step = m is not None and (m.step_s(job, gpu_type) is not None if gpu_type else bool(m.types()))
+        measured_step = m is not None and (m.step_s(job, gpu_type) is not None if gpu_type
+                                           else bool(m.types()))
         step = "measured" if measured_step else "predicted"
         if measured_step and a is not None and a.freeze_level and job.model != MEASURED_ONLY:
             step = "scaled"
-        has_memory = m is not None and (m.lookup(m.memory_mib, gpu_type) is not None if gpu_type else bool(m.memory_mib))
+        has_memory = m is not None and (m.lookup(m.memory_mib, gpu_type) is not None if gpu_type
+                                        else bool(m.memory_mib))
         trusted = job.model == MEASURED_ONLY or measurements.unknown_memory == "trust"
         memory = "measured" if has_memory else "trusted" if trusted else "predicted"
         entry = {"step_time": step, "memory": memory, "colocation": "alone"}
@@ -371,16 +420,19 @@ def as_measurements(data: Mapping[str, Any] | Measurements | None) -> Measuremen
     if data is None or isinstance(data, Measurements):
         return data
     if not isinstance(data, Mapping):
-        raise ValidationError("measurements", f"{type(data).__name__} not understood; a Measurements or a dict")
+        raise ValidationError("measurements",
+                              f"{type(data).__name__} not understood; a Measurements or a dict")
     unknown = set(data) - {"jobs", "groups", "unknown_memory"}
     if unknown:
-        raise ValidationError("measurements", f"unknown field(s) {sorted(unknown)}; jobs, groups, unknown_memory")
+        raise ValidationError("measurements",
+                              f"unknown field(s) {sorted(unknown)}; jobs, groups, unknown_memory")
     jobs = {}
     for job_id, m in (data.get("jobs") or {}).items():
         try:
             jobs[str(job_id)] = m if isinstance(m, JobMeasurement) else JobMeasurement(**m)
         except TypeError as err:
-            raise ValidationError(f"measurements.jobs['{job_id}']", f"not understood ({err}); fields step_time_s, "
+            raise ValidationError(f"measurements.jobs['{job_id}']",
+                                  f"not understood ({err}); fields step_time_s, "
                                   "samples_per_s, memory_mib, utilization") from None
     groups = []
     for i, g in enumerate(data.get("groups") or ()):
@@ -388,6 +440,7 @@ def as_measurements(data: Mapping[str, Any] | Measurements | None) -> Measuremen
             groups.append(g if isinstance(g, GroupMeasurement) else
                           GroupMeasurement(**{**g, "job_ids": tuple(g.get("job_ids", ()))}))
         except (TypeError, AttributeError) as err:
-            raise ValidationError(f"measurements.groups[{i}]", f"not understood ({err}); fields job_ids, gpu_type, "
+            raise ValidationError(f"measurements.groups[{i}]",
+                                  f"not understood ({err}); fields job_ids, gpu_type, "
                                   "speeds | step_time_s, memory_mib") from None
     return Measurements(jobs, tuple(groups), str(data.get("unknown_memory", "predict")))

@@ -68,7 +68,8 @@ class _Round:
 
     def residents_key(self, g: int, on: tuple[str, ...]) -> _Residents:
         gtype = self.state.cluster.gpu_type_of(g)
-        return gtype, self.numbers.setdefault((gtype, tuple(_kind(self.job(j)) for j in on)), len(self.numbers))
+        return gtype, self.numbers.setdefault((gtype, tuple(_kind(self.job(j)) for j in on)),
+                                              len(self.numbers))
 
 
 @dataclass
@@ -148,15 +149,15 @@ class GandivaPolicy:
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         What the policy may know of jobs (step time, memory, co-location, freezing predictions).
-    max_jobs_per_gpu : int
+    max_jobs_per_gpu
         Jobs sharing one GPU at most.
-    memory_margin : float
+    memory_margin
         Share of a GPU's memory a packing may fill.
-    name : str
+    name
         The policy's name in results.
-    round_interval_s : float or None
+    round_interval_s
         A round at least this often, seconds (``None``: on arrivals and completions only).
     """
 
@@ -169,7 +170,8 @@ class GandivaPolicy:
     def __post_init__(self) -> None:
         self._asked = memoized(self.predictors)  # rounds ask about the same jobs again and again
         self._est = Estimates(self._asked)
-        #: (GPU type, job kind) -> residents (by number) -> predicted gain of packing, None when it does not fit
+        #: (GPU type, job kind) -> residents (by number) -> predicted gain of packing, None when it does not
+        #: fit
         self._verdicts: dict[tuple[str, tuple[object, ...]], dict[int, float | None]] = {}
         self._numbers: dict[tuple[str, tuple[tuple[object, ...], ...]], int] = {}
         self._kept: _Occupancy | None = None
@@ -204,7 +206,8 @@ class GandivaPolicy:
             for key, g in occ.best_per_key(rnd, gtype).items():
                 gain = verdicts.get(key, _UNSEEN)
                 if gain is _UNSEEN:
-                    gain = verdicts[key] = self._verdict(job, [rnd.job(j) for j in rnd.jobs_on(g)], gtype, cap)
+                    gain = verdicts[key] = self._verdict(job, [rnd.job(j) for j in rnd.jobs_on(g)], gtype,
+                                                         cap)
                 if gain is not None and gain > 0 and (  # type: ignore[operator]
                         in_type is None or (gain, -g) > (in_type[0], -in_type[1])):
                     in_type = (gain, g)  # type: ignore[assignment]
@@ -213,22 +216,13 @@ class GandivaPolicy:
         return None if best is None else best[1]
 
     def schedule(self, state: ClusterState) -> Plan:
-        """The plan of one round.
-
-        Parameters
-        ----------
-        state : ClusterState
-            The snapshot of the cluster and its jobs.
-
-        Returns
-        -------
-        Plan
-            The changed placements (incremental), packing jobs onto shared GPUs when predicted to gain.
-        """
+        """The plan of one round: the changed placements (incremental), packing jobs onto shared GPUs when
+        predicted to gain."""
         if (seen := memory_observations_version()) != self._memory_seen:  # a crash measured real memory
             self._verdicts.clear()
             self._memory_seen = seen
-        rnd = _Round(state, GpuPool.current(state), state.jobs_on_gpus(), state.running_jobs_by_id(), self._numbers)
+        rnd = _Round(state, GpuPool.current(state), state.jobs_on_gpus(), state.running_jobs_by_id(),
+                     self._numbers)
         changes: dict[str, Assignment] = {}
         occ: _Occupancy | None = None
         if any(rnd.pool.free_by_type.values()):

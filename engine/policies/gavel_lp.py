@@ -33,19 +33,19 @@ class GavelPolicy:
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         What the policy may know of jobs (step time, memory, co-location, freezing predictions).
-    pair_candidates : int
+    pair_candidates
         Co-location partners tried per job.
-    memory_margin : float
+    memory_margin
         Share of a GPU's memory a pair may fill.
-    colocation : bool
+    colocation
         Allow space sharing (pairs of jobs on one GPU).
-    name : str
+    name
         The policy's name in results.
-    round_interval_s : float or None
+    round_interval_s
         A round at least this often, seconds (``None``: on arrivals and completions only).
-    max_jobs_per_gpu : int
+    max_jobs_per_gpu
         Jobs sharing one GPU at most.
     """
 
@@ -95,7 +95,7 @@ class GavelPolicy:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The round's snapshot.
 
         Returns
@@ -119,8 +119,8 @@ class GavelPolicy:
         self._last_allocation = (depends_on, (single_x, pair_y))
         return jobs, single_x, pair_y
 
-    def _solve_lp(self, jobs: list[JobState], state: ClusterState) -> tuple[dict[tuple[int, str], float],
-                                                                             list[tuple[int, int, str, float]]]:
+    def _solve_lp(self, jobs: list[JobState], state: ClusterState
+                  ) -> tuple[dict[tuple[int, str], float], list[tuple[int, int, str, float]]]:
         solver = pywraplp.Solver.CreateSolver("GLOP")
         avail = state.available_by_type()
         single: dict[tuple[int, str], pywraplp.Variable] = {}
@@ -162,21 +162,11 @@ class GavelPolicy:
                 [(i, k, t, v.solution_value()) for i, k, t, v in pair_vars])
 
     def schedule(self, state: ClusterState) -> Plan:
-        """The plan of one round.
-
-        Parameters
-        ----------
-        state : ClusterState
-            The snapshot of the cluster and its jobs.
-
-        Returns
-        -------
-        Plan
-            Every placement: the LP's allocation rounded to whole GPUs.
-        """
+        """The plan of one round: every placement: the LP's allocation rounded to whole GPUs."""
         if not state.jobs:
             return Plan()
-        if self.round_interval_s is not None and state.time_s - self._last_solve_s < self.round_interval_s - 1e-9:
+        if (self.round_interval_s is not None
+                and state.time_s - self._last_solve_s < self.round_interval_s - 1e-9):
             from dltsched.engine.policies.greedy import place_exclusive
 
             return place_exclusive(state, state.queued(), self._est, blocking=False)
@@ -184,7 +174,8 @@ class GavelPolicy:
         jobs, single, pairs = self.allocation(state)
         options: list[tuple[float, int, tuple[int, ...], str]] = []
         for (i, t), x in single.items():
-            sticky = 0.01 if jobs[i].assignment is not None and state.cluster.gpu_type_of(jobs[i].assignment.gpus[0]) == t else 0.0
+            here = jobs[i].assignment
+            sticky = 0.01 if here is not None and state.cluster.gpu_type_of(here.gpus[0]) == t else 0.0
             if x > 1e-6:
                 options.append((-(x + sticky), i, (i,), t))
         for i, k, t, y in pairs:
@@ -226,7 +217,7 @@ class GavelPolicy:
 
         Parameters
         ----------
-        data : dict of str to float or None
+        data
             The saved state.
         """
         value = data.get("last_solve_s")

@@ -30,13 +30,13 @@ def place_exclusive(state: ClusterState, order: Iterable[JobState], est: Estimat
 
     Parameters
     ----------
-    state : ClusterState
+    state
         The round's snapshot.
-    order : Iterable of JobState
+    order
         The queued jobs in the order to try them.
-    est : Estimates
+    est
         The policy's memoized predictions (the GPU types each job fits on).
-    blocking : bool
+    blocking
         Stop at the first job that does not fit (FIFO) instead of trying later ones (backfilling).
 
     Returns
@@ -74,13 +74,13 @@ class FifoPolicy:
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         What the policy may know of jobs (step time, memory, co-location, freezing predictions).
-    backfill : bool
+    backfill
         Start later jobs that fit while the head of the queue waits.
-    name : str
+    name
         The policy's name in results.
-    round_interval_s : float or None
+    round_interval_s
         A round at least this often, seconds (``None``: on arrivals and completions only).
     """
 
@@ -93,18 +93,7 @@ class FifoPolicy:
         self._est = Estimates(self.predictors)
 
     def schedule(self, state: ClusterState) -> Plan:
-        """The plan of one round.
-
-        Parameters
-        ----------
-        state : ClusterState
-            The snapshot of the cluster and its jobs.
-
-        Returns
-        -------
-        Plan
-            The starts (incremental): running jobs keep their GPUs.
-        """
+        """The plan of one round: the starts (incremental): running jobs keep their GPUs."""
         return place_exclusive(state, state.queued(), self._est, blocking=not self.backfill)
 
 
@@ -114,11 +103,11 @@ class SjfPolicy:
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         What the policy may know of jobs (step time, memory, co-location, freezing predictions).
-    name : str
+    name
         The policy's name in results.
-    round_interval_s : float or None
+    round_interval_s
         A round at least this often, seconds (``None``: on arrivals and completions only).
     """
 
@@ -134,9 +123,9 @@ class SjfPolicy:
 
         Parameters
         ----------
-        s : JobState
+        s
             The job.
-        state : ClusterState
+        state
             The round's snapshot (its cluster).
 
         Returns
@@ -150,18 +139,7 @@ class SjfPolicy:
         return s.remaining_iterations * self._est.step_time_s(s.job, types[0])
 
     def schedule(self, state: ClusterState) -> Plan:
-        """The plan of one round.
-
-        Parameters
-        ----------
-        state : ClusterState
-            The snapshot of the cluster and its jobs.
-
-        Returns
-        -------
-        Plan
-            The starts (incremental), shortest predicted job first.
-        """
+        """The plan of one round: the starts (incremental), shortest predicted job first."""
         key: Callable[[JobState], tuple[float, float, str]] = lambda s: (  # noqa: E731
             self.predicted_duration_s(s, state), s.job.arrival_time_s, s.job.id)
         return place_exclusive(state, sorted(state.queued(), key=key), self._est, blocking=False)

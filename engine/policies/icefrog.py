@@ -23,13 +23,13 @@ class IceFrogPolicy:
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         What the policy may know of jobs (step time, memory, co-location, freezing predictions).
-    max_freeze_levels : int or None
+    max_freeze_levels
         Freeze levels tried per job (``None``: all the freezing predictor offers).
-    name : str
+    name
         The policy's name in results.
-    round_interval_s : float or None
+    round_interval_s
         A round at least this often, seconds (``None``: on arrivals and completions only).
     """
 
@@ -63,18 +63,18 @@ class IceFrogPolicy:
 
         Parameters
         ----------
-        s : JobState
+        s
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        memory_cap_mib : float
+        memory_cap_mib
             The memory the job may use per GPU, MiB.
 
         Returns
         -------
         tuple of (int, float) or None
-            The level and its rate (iterations per second times one minus the accuracy penalty); ``None`` when no
-            level fits within the memory and the job's accuracy budget.
+            The level and its rate (iterations per second times one minus the accuracy penalty); ``None`` when
+            no level fits within the memory and the job's accuracy budget.
         """
         best: tuple[int, float] | None = None
         for level in self._levels(s.job):
@@ -102,18 +102,7 @@ class IceFrogPolicy:
         return sorted(out)
 
     def schedule(self, state: ClusterState) -> Plan:
-        """The plan of one round.
-
-        Parameters
-        ----------
-        state : ClusterState
-            The snapshot of the cluster and its jobs.
-
-        Returns
-        -------
-        Plan
-            Every placement, each with its freeze level.
-        """
+        """The plan of one round: every placement, each with its freeze level."""
         pool = GpuPool.empty(state)
         placed: list[Assignment] = []
         for s in state.running():
@@ -125,7 +114,8 @@ class IceFrogPolicy:
             level = best[0] if best is not None else a.freeze_level
             placed.append(Assignment(a.job_id, a.gpus, level))
         queued = [(self._choice(s, state), s) for s in state.queued()]
-        queued.sort(key=lambda cs: (cs[0][0][0] if cs[0] else float("inf"), cs[1].job.arrival_time_s, cs[1].job.id))
+        queued.sort(key=lambda cs: (cs[0][0][0] if cs[0] else float("inf"), cs[1].job.arrival_time_s,
+                                    cs[1].job.id))
         for choices, s in queued:
             for _remaining, gtype, level in choices:
                 gpus = pool.take_free(s.job, gtype)

@@ -27,15 +27,15 @@ class IsacppPolicy:
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         What the policy may know of jobs (step time, memory, co-location, freezing predictions).
-    max_jobs_per_gpu : int
+    max_jobs_per_gpu
         Jobs sharing one GPU at most.
-    memory_margin : float
+    memory_margin
         Share of a GPU's memory a packing may fill.
-    name : str
+    name
         The policy's name in results.
-    round_interval_s : float or None
+    round_interval_s
         A round at least this often, seconds (``None``: on arrivals and completions only).
     """
 
@@ -95,7 +95,8 @@ class IsacppPolicy:
                 else:
                     before = shared.before.get(key)
                     if before is None:
-                        before = shared.before[key] = self._job_time([(jobs[j], residents[j]) for j in on], gtype)
+                        before = shared.before[key] = self._job_time([(jobs[j], residents[j]) for j in on],
+                                                                     gtype)
                     seen[key] = self._job_time([*((jobs[j], residents[j]) for j in on),
                                                 (s.job, s.remaining_iterations)], gtype) - before
             if best is None or seen[key] < best[0]:
@@ -103,19 +104,8 @@ class IsacppPolicy:
         return None if best is None or best[0] == float("inf") else best[1]
 
     def schedule(self, state: ClusterState) -> Plan:
-        """The plan of one round.
-
-        Parameters
-        ----------
-        state : ClusterState
-            The snapshot of the cluster and its jobs.
-
-        Returns
-        -------
-        Plan
-            Every placement: running jobs stay, each queued job on the GPUs where the predicted
-            interference is least.
-        """
+        """The plan of one round: every placement: running jobs stay, each queued job on the GPUs where the
+        predicted interference is least."""
         jobs = {s.job.id: s.job for s in state.jobs}
         residents = {s.job.id: s.remaining_iterations for s in state.jobs}
         pool = GpuPool.empty(state)

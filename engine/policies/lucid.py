@@ -4,15 +4,14 @@ Follows Hu et al., "Lucid: A Non-intrusive, Scalable and Interpretable Scheduler
 Training Jobs", ASPLOS'23, and its simulator (``simulation/policy/lucid.py``, ``analyzer/analyzer.py``):
 
 - **Sharing score.** Every job type gets a class from its mean co-located speed against a set of partners:
-  Lucid labels class 2 below 0.85, class 1 below 0.95, else 0. Those cut points are set on Lucid's own
-  measurements (RTX 3090, small jobs): its 1,081 measured pairs run at a mean normalized speed of 0.92
-  (quartiles 0.85 / 0.94 / 1.0), and its 66 labelled job types fall 25 / 16 / 25 into classes 0 / 1 / 2.
-  Gavel's measured pairs, the ground truth here, run at about 0.57: at Lucid's absolute cut points every
-  job is class 2, no pair qualifies (two class-2 jobs sum to 4 > 2), and Lucid degenerates into
-  shortest-first without packing. So by default (``class_thresholds=None``) the cut points are the
-  quantiles of the mean speeds of the job types seen so far (per GPU type) at Lucid's label shares
-  (lowest 25/66 of types class 2, next 16/66 class 1, the rest 0): the same relative rule on this
-  population. ``class_thresholds=(0.85, 0.95)`` gives the paper's absolute rule.
+  Lucid labels class 2 below 0.85, class 1 below 0.95, else 0, cut points set on its own measurements of
+  small jobs on one GPU type. On a population that co-locates worse (Gavel's measured pairs, the ground
+  truth here) every job falls in class 2 at those absolute cut points, no pair qualifies, and Lucid
+  degenerates into shortest-first without packing (the design notes of the documentation give the
+  figures). So by default (``class_thresholds=None``) the cut points are the quantiles of the mean speeds
+  of the job types seen so far (per GPU type) at Lucid's label shares (lowest 25/66 of types class 2,
+  next 16/66 class 1, the rest 0): the same relative rule on this population.
+  ``class_thresholds=(0.85, 0.95)`` gives the paper's absolute rule.
 - **Order.** Queued jobs by priority = predicted duration x GPU count, smallest first.
 - **Pairing** (``job_pair_picker_time_aware``): a queued job shares the GPUs of a running job with the same
   GPU count that runs alone there, if their classes sum to at most ``max_class_sum`` (2), the pair fits in
@@ -45,7 +44,26 @@ def _kind(job: Job) -> tuple[object, ...]:
 
 @dataclass
 class LucidPolicy:
-    """Interference-class packing with GPU-time-first service (see module docstring)."""
+    """Interference-class packing with GPU-time-first service (see module docstring).
+
+    Parameters
+    ----------
+    predictors
+        The predictors the classes and memory checks ask.
+    max_class_sum
+        Largest sum of the sensitivity classes of the jobs sharing one GPU.
+    memory_margin
+        Fraction of a GPU's memory the predicted memory of its jobs may fill.
+    name
+        The policy's name in results.
+    round_interval_s
+        Seconds between periodic rounds; ``None``: rounds only at arrivals and completions.
+    max_jobs_per_gpu
+        Most jobs sharing one GPU.
+    class_thresholds
+        Class cut points on mean co-located speed (``PAPER_THRESHOLDS`` are Lucid's); ``None``: the
+        quantiles of the job types seen at Lucid's label shares.
+    """
 
     predictors: Predictors = field(default_factory=available_predictors)
     max_class_sum: int = 2
@@ -62,7 +80,20 @@ class LucidPolicy:
         self._seen: dict[str, list[float]] = {}  # GPU type -> sorted mean speeds of the job kinds seen
 
     def mean_speed(self, job: Job, gpu_type: str) -> float:
-        """Predicted mean normalized speed of ``job`` sharing a GPU with each reference partner."""
+        """Predicted mean normalized speed of ``job`` sharing a GPU with each reference partner.
+
+        Parameters
+        ----------
+        job
+            The job.
+        gpu_type
+            A catalog GPU type.
+
+        Returns
+        -------
+        float
+            The mean of its co-located speeds relative to running alone.
+        """
         key = (*_kind(job), gpu_type)
         if key not in self._mean:
             speeds = [self._asked.colocation.colocated_speeds([job, Job("_ref", m, b, 1)], gpu_type)[0]
@@ -72,7 +103,18 @@ class LucidPolicy:
         return self._mean[key]
 
     def thresholds(self, gpu_type: str) -> tuple[float, float]:
-        """Class cut points on ``gpu_type``: the paper's, or the population quantiles at Lucid's label shares."""
+        """Class cut points on ``gpu_type``: the paper's, or the population quantiles at Lucid's label shares.
+
+        Parameters
+        ----------
+        gpu_type
+            A catalog GPU type.
+
+        Returns
+        -------
+        tuple[float, float]
+            Mean co-located speeds below which a job is class 2, and class 1.
+        """
         if self.class_thresholds is not None:
             return self.class_thresholds
         seen = self._seen.get(gpu_type) or [1.0]
@@ -82,11 +124,26 @@ class LucidPolicy:
         return low, mid
 
     def sensitivity_class(self, job: Job, gpu_type: str) -> int:
+        """Lucid's interference-sensitivity class of ``job`` on ``gpu_type``.
+
+        Parameters
+        ----------
+        job, gpu_type
+            The job and the catalog GPU type it would share.
+
+        Returns
+        -------
+        int
+            0 (barely slowed by a partner), 1 or 2 (most slowed), by the job's mean co-located speed against
+            the class cut points.
+        """
         mean = self.mean_speed(job, gpu_type)
         low, mid = self.thresholds(gpu_type)
         return 2 if mean < low else 1 if mean < mid else 0
 
     def schedule(self, state: ClusterState) -> Plan:
+        """The round's plan: running jobs stay where they are; the queue is packed, sharing GPUs between
+        compatible classes."""
         jobs = {s.job.id: s.job for s in state.jobs}
         for s in state.jobs:  # every job type in view joins the population the relative cut points come from
             for gtype in self._est.candidate_types(s.job, state.cluster):
@@ -97,7 +154,8 @@ class LucidPolicy:
             assert s.assignment is not None
             pool.occupy(s.job.id, s.assignment.gpus)
             placed.append(s.assignment)
-        order = sorted(state.queued(), key=lambda s: (self.priority(s.job, state), s.job.arrival_time_s, s.job.id))
+        order = sorted(state.queued(),
+                       key=lambda s: (self.priority(s.job, state), s.job.arrival_time_s, s.job.id))
         holders: _Holders | None = None  # who holds which GPUs; read again only after a placement
         for s in order:
             gpus = None
@@ -115,7 +173,20 @@ class LucidPolicy:
         return Plan(tuple(placed))
 
     def priority(self, job: Job, state: ClusterState) -> float:
-        """Lucid's priority: predicted duration (on the fastest type it may use) x GPU count."""
+        """Lucid's priority: predicted duration (on the fastest type it may use) x GPU count.
+
+        Parameters
+        ----------
+        job
+            The job.
+        state
+            The cluster snapshot (which GPU types exist).
+
+        Returns
+        -------
+        float
+            GPU-seconds; lower runs first, ``inf`` when no GPU type fits the job.
+        """
         types = self._est.candidate_types(job, state.cluster)
         if not types:
             return float("inf")

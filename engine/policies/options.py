@@ -4,8 +4,8 @@ Each policy declares the options a user may set (``--option KEY=VALUE`` on the c
 arguments of :func:`dltsched.engine.app.registry.make_policy`) as a strict pydantic model: no string or
 bool where a number is meant, no NaN or infinity, every magnitude bounded. An unknown key, a key the
 policy does not take, or a value of the wrong type or out of range is one
-:class:`~dltsched.engine.domain.errors.ValidationError` naming the option and what is allowed. Only the options
-given are passed on; the policy's own defaults fill the rest.
+:class:`~dltsched.engine.domain.errors.ValidationError` naming the option and what is allowed. Only the
+options given are passed on; the policy's own defaults fill the rest.
 """
 
 from __future__ import annotations
@@ -98,8 +98,10 @@ class TiresiasOptions(PolicyOptions):
     """The options of Tiresias (``--option KEY=VALUE``); each field describes itself."""
 
     thresholds_gpu_s: tuple[float, ...] = Field(
-        (3600.0, 36000.0), min_length=1, max_length=16, description="attained-service queue limits, GPU-seconds")
-    starvation_factor: float = Field(8.0, gt=0, le=1e6, description="promote a job waiting this many times its run")
+        (3600.0, 36000.0), min_length=1, max_length=16,
+                                                description="attained-service queue limits, GPU-seconds")
+    starvation_factor: float = Field(8.0, gt=0, le=1e6,
+                                     description="promote a job waiting this many times its run")
 
     @field_validator("thresholds_gpu_s")
     @classmethod
@@ -112,22 +114,29 @@ class TiresiasOptions(PolicyOptions):
 class _Solver(PolicyOptions):
     backend: str = Field("cpsat", max_length=64, description="cpsat | milp | greedy | greedy:<policy> | auto")
     objective: str = Field("jct", max_length=64, description="round objective")
-    length_weight: float = Field(0.0, ge=0, le=4, description="effective_progress only: weigh each job by its "
+    length_weight: float = Field(0.0, ge=0, le=4,
+                                 description="effective_progress only: weigh each job by its "
                                  "predicted remaining time to this power, longest first (makespan; 0: off)")
-    stage_horizon_s: float = Field(0.0, ge=0, le=MAX_INTERVAL_S, description="effective_progress and jct: credit a "
-                                   "co-located job with its mean speed until it completes or this many seconds pass, "
-                                   "as partners finish (multi-stage values; 0: first-stage speeds)")
+    stage_horizon_s: float = Field(0.0, ge=0, le=MAX_INTERVAL_S,
+                                   description="effective_progress and jct: credit a "
+                                   "co-located job with its mean speed until it completes or this "
+                                   "many seconds pass, as partners finish (multi-stage values; 0: "
+                                   "first-stage speeds)")
     time_limit_s: float = Field(1.0, gt=0, le=MAX_TIME_LIMIT_S, description="solver time limit per round, s")
     migration_penalty: float = Field(0.1, ge=0, le=1e6, description="price of moving or preempting a job")
-    fallback_policy: str = Field("sjf", max_length=64, description="policy deciding a round the solver misses")
-    exact_max_jobs: int = Field(100, ge=1, le=1_000_000, description="backend auto: exact solver up to this size")
+    fallback_policy: str = Field("sjf", max_length=64,
+                                 description="policy deciding a round the solver misses")
+    exact_max_jobs: int = Field(100, ge=1, le=1_000_000,
+                                description="backend auto: exact solver up to this size")
     min_interval_s: float | Literal["auto"] = Field(
-        "auto", description="batch events closer than this to the last solve, seconds >= 0 (auto: 300 s per 128 "
-                            "GPUs, at least 300 s)")
+        "auto", description="batch events closer than this to the last solve, seconds >= 0 "
+                            "(auto: 300 s per 128 GPUs, at least 300 s)")
     max_round_jobs: int | None = Field(256, ge=2, le=1_000_000, description="jobs one solve decides at most")
-    shortcuts_above_gpus: int = Field(256, ge=0, le=1_000_000, description="clusters above this many GPUs start "
+    shortcuts_above_gpus: int = Field(256, ge=0, le=1_000_000,
+                                      description="clusters above this many GPUs start "
                                       "arrivals without a solve, solve roomy rounds and let movers wait")
-    deterministic: bool = Field(True, description="reproducible solves (one worker, deterministic time budget)")
+    deterministic: bool = Field(True,
+                                description="reproducible solves (one worker, deterministic time budget)")
 
     @field_validator("min_interval_s")
     @classmethod
@@ -139,7 +148,8 @@ class _Solver(PolicyOptions):
 
 class _Freezing(BaseModel):
     model_config = _STRICT
-    freeze_levels: tuple[int, ...] | int = Field(4, description="count of freeze levels, or the allowed levels")
+    freeze_levels: tuple[int, ...] | int = Field(4,
+                                                 description="count of freeze levels, or the allowed levels")
 
     @field_validator("freeze_levels")
     @classmethod
@@ -203,7 +213,7 @@ def option_names(model: type[BaseModel] | None) -> tuple[str, ...]:
 
     Parameters
     ----------
-    model : type of BaseModel or None
+    model
         A policy's options model.
 
     Returns
@@ -229,11 +239,11 @@ def check_options(policy: str, model: type[BaseModel] | None, options: Mapping[s
 
     Parameters
     ----------
-    policy : str
+    policy
         The policy's name (for messages).
-    model : type of BaseModel or None
+    model
         Its options model (``None``: it takes no options).
-    options : Mapping of str to Any
+    options
         The options given.
 
     Returns
@@ -266,7 +276,8 @@ def check_options(policy: str, model: type[BaseModel] | None, options: Mapping[s
         elif kind == "value_error":
             rule = str(ctx.get("error", first["msg"]))
         else:
-            union = {"int_type", "float_type", "tuple_type", "none_required"} if len(first["loc"]) > 1 else set()
+            union = {"int_type", "float_type", "tuple_type",
+                     "none_required"} if len(first["loc"]) > 1 else set()
             rule = _RULES.get(kind, first["msg"]) if kind not in union else "has the wrong type"
         field = model.model_fields[loc[0]] if loc[0] in model.model_fields else None
         what = f" ({field.description})" if field is not None and field.description else ""

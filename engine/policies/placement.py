@@ -23,13 +23,13 @@ class GpuPool:
 
     Parameters
     ----------
-    cluster : Cluster
+    cluster
         The cluster the GPUs belong to.
-    jobs_on : defaultdict of int to list of str
+    jobs_on
         The jobs on each GPU this round.
-    free_by_node : list of tuple of int
+    free_by_node
         Per node, its GPUs that are up and empty, ascending.
-    free_by_type : dict of str to int
+    free_by_type
         The number of free GPUs of each type.
     """
 
@@ -44,7 +44,7 @@ class GpuPool:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The round's snapshot (its cluster and down GPUs).
 
         Returns
@@ -63,7 +63,7 @@ class GpuPool:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The round's snapshot.
 
         Returns
@@ -75,7 +75,8 @@ class GpuPool:
 
     @staticmethod
     def _of(cluster: Cluster, free_by_node: list[tuple[int, ...]]) -> GpuPool:
-        by_type = {t: sum(map(len, map(free_by_node.__getitem__, cluster.nodes_of_type(t)))) for t in cluster.gpu_types}
+        by_type = {t: sum(map(len, map(free_by_node.__getitem__, cluster.nodes_of_type(t))))
+                   for t in cluster.gpu_types}
         return GpuPool(cluster, defaultdict(list), free_by_node, by_type)
 
     def occupy(self, job_id: str, gpus: tuple[int, ...]) -> None:
@@ -83,9 +84,9 @@ class GpuPool:
 
         Parameters
         ----------
-        job_id : str
+        job_id
             The job.
-        gpus : tuple of int
+        gpus
             Its GPUs.
         """
         for g in gpus:
@@ -103,7 +104,7 @@ class GpuPool:
 
         Parameters
         ----------
-        gpus : Iterable of int
+        gpus
             The GPUs.
         """
         for g in gpus:
@@ -119,7 +120,7 @@ class GpuPool:
 
         Parameters
         ----------
-        gpus : tuple of int
+        gpus
             The GPUs.
 
         Returns
@@ -130,14 +131,14 @@ class GpuPool:
         return all(not self.jobs_on[g] for g in gpus)
 
     def take_free(self, job: Job, gpu_type: str) -> tuple[int, ...] | None:
-        """Free GPUs of ``gpu_type`` for ``job``: the fullest single node that fits (best fit), else the fewest
-        nodes, largest free sets first.
+        """Free GPUs of ``gpu_type`` for ``job``: the fullest single node that fits (best fit), else the
+        fewest nodes, largest free sets first.
 
         Parameters
         ----------
-        job : Job
+        job
             The job (its GPU count).
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -167,7 +168,7 @@ class Estimates:
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         The predictors the estimates come from.
     """
 
@@ -181,9 +182,9 @@ class Estimates:
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -201,9 +202,9 @@ class Estimates:
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -221,11 +222,11 @@ class Estimates:
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        cluster : Cluster
+        cluster
             The cluster (its GPU types' memory).
 
         Returns
@@ -240,9 +241,9 @@ class Estimates:
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        cluster : Cluster
+        cluster
             The cluster.
 
         Returns
@@ -250,7 +251,8 @@ class Estimates:
         list of str
             The types (memoized; do not change the list).
         """
-        key = (job.id, job.gpu_types, id(cluster), memory_observations_version())  # learned memory may not fit
+        # learned memory may not fit
+        key = (job.id, job.gpu_types, id(cluster), memory_observations_version())
         hit = self._types.get(key)
         if hit is None:
             by_type = cluster.gpus_by_type()

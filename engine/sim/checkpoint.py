@@ -145,7 +145,8 @@ class _Describer:
                 return {"plain-seq": _plain_digest(list(obj))}
             return [self(v, depth + 1, seen) for v in obj]
         if isinstance(obj, set | frozenset):
-            return {"set": sorted((self(v, depth + 1, seen) for v in obj), key=lambda v: json.dumps(v, sort_keys=True))}
+            return {"set": sorted((self(v, depth + 1, seen) for v in obj),
+                                  key=lambda v: json.dumps(v, sort_keys=True))}
         fields: dict[str, Any] = {}
         if hasattr(obj, "__dict__"):
             fields.update(vars(obj))
@@ -171,8 +172,8 @@ def _digest(obj: Any, describe: _Describer | None = None) -> str:
 
 
 def _instance_digest(inst: Instance, describe: _Describer) -> str:
-    """The instance's digest: its jobs as the ``repr`` of their field values (plain numbers, text and tuples of
-    them: exact, and fast for long traces), the rest described field by field."""
+    """The instance's digest: its jobs as the ``repr`` of their field values (plain numbers, text and tuples
+    of them: exact, and fast for long traces), the rest described field by field."""
     values = attrgetter(*_JOB_FIELDS)
     jobs = hashlib.sha256(repr([values(j) for j in inst.jobs]).encode()).hexdigest()
     rest = {f.name: getattr(inst, f.name) for f in dataclasses.fields(inst) if f.name != "jobs"}
@@ -191,7 +192,8 @@ def fingerprint(sim: Simulator) -> dict[str, str]:
     return {
         "instance": _instance_digest(sim.instance, describe),
         "policy": str(getattr(sim.policy, "name", type(sim.policy).__qualname__)),
-        "policy_options": _digest({k: v for k, v in _policy_fields(sim.policy).items() if v is not predictors},
+        "policy_options": _digest({k: v for k, v in _policy_fields(sim.policy).items()
+                                   if v is not predictors},
                                   describe),
         "predictors": _digest(predictors, describe),
         "seed": str(cfg.seed),
@@ -213,7 +215,8 @@ def _policy_fields(policy: Any) -> dict[str, Any]:
 
 _WHAT = {"instance": "instance (its jobs or cluster)", "policy": "policy", "policy_options": "policy options",
          "predictors": "predictors (their settings or weights)", "seed": "seed", "faults": "fault settings",
-         "memory": "memory mode", "simulation": "simulation settings", "truth": "ground truth (settings or data)"}
+         "memory": "memory mode", "simulation": "simulation settings",
+         "truth": "ground truth (settings or data)"}
 
 
 # -- envelope -------------------------------------------------------------------------------------------
@@ -225,7 +228,8 @@ def _canonical_json(obj: Any) -> bytes:
 
 def checksum(fingerprint: Mapping[str, str], state: Mapping[str, Any]) -> str:
     """``sha256:<hex>`` of the canonical JSON of ``{"fingerprint": ..., "state": ...}``."""
-    return "sha256:" + hashlib.sha256(_canonical_json({"fingerprint": fingerprint, "state": state})).hexdigest()
+    return "sha256:" + hashlib.sha256(_canonical_json({"fingerprint": fingerprint,
+                                                       "state": state})).hexdigest()
 
 
 def seal(fingerprint: Mapping[str, str], state: Mapping[str, Any]) -> dict[str, Any]:
@@ -234,7 +238,8 @@ def seal(fingerprint: Mapping[str, str], state: Mapping[str, Any]) -> dict[str, 
             "fingerprint": dict(fingerprint), "state": state}
 
 
-def write_checkpoint(path: str | os.PathLike[str], fingerprint: Mapping[str, str], state: Mapping[str, Any]) -> None:
+def write_checkpoint(path: str | os.PathLike[str], fingerprint: Mapping[str, str],
+                     state: Mapping[str, Any]) -> None:
     """Write the envelope of ``state`` to ``path`` atomically and durably (see the module docstring)."""
     target = Path(path)
     try:
@@ -325,7 +330,8 @@ def _check(p: Path, data: Any, sim: Simulator, expected: Mapping[str, str] | Non
         what = ", ".join(_WHAT.get(str(k)) or str(k) for k in differ)
         detail = "".join(f"; {k} was '{fp.get(k)}', now '{mine[k]}'" for k in ("policy", "seed", "memory")
                          if k in differ)
-        raise CheckpointError(p, f"was written by a run with a different {what}{detail}; resume with the same "
+        raise CheckpointError(p,
+                              f"was written by a run with a different {what}{detail}; resume with the same "
                                  "instance, policy, options, predictors, seed, faults and ground truth, or "
                                  "delete it")
     problem = check_state(state, sim)
@@ -334,7 +340,8 @@ def _check(p: Path, data: Any, sim: Simulator, expected: Mapping[str, str] | Non
     return state
 
 
-def restore(path: str | os.PathLike[str], sim: Simulator, expected: Mapping[str, str] | None = None) -> SimulationRun:
+def restore(path: str | os.PathLike[str], sim: Simulator,
+            expected: Mapping[str, str] | None = None) -> SimulationRun:
     """A run of ``sim`` restored from the checkpoint at ``path`` (checked by :func:`read_checkpoint`)."""
     state = read_checkpoint(path, sim, expected)
     run = sim.start()
@@ -343,7 +350,8 @@ def restore(path: str | os.PathLike[str], sim: Simulator, expected: Mapping[str,
     except RecursionError:
         raise CheckpointError(path, "is nested too deeply to be a checkpoint") from None
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
-        raise CheckpointError(path, f"does not hold a usable run state ({type(err).__name__}: {err})") from None
+        raise CheckpointError(path,
+                              f"does not hold a usable run state ({type(err).__name__}: {err})") from None
     return run
 
 
@@ -365,17 +373,20 @@ class CheckpointStore:
     When it writes: with ``every_rounds`` (an integer >= 1), every that many rounds, whatever it costs. By
     default (``every_rounds=None``) after a round whenever the writes so far, plus one more as costly as the
     last (the run state gathered, encoded, written and synced to disk; with a quarter more for a growing
-    state; 10 ms before the first), stay within ``max_overhead`` of the wall-clock time since the run started: writes take at most
-    that share of the run (3% by default), a cheap run saves every round and a costly state less often. A
-    run resumes from its last write either way, on the same trajectory."""
+    state; 10 ms before the first), stay within ``max_overhead`` of the wall-clock time since the run started:
+    writes take at most that share of the run (3% by default), a cheap run saves every round and a costly
+    state less often. A run resumes from its last write either way, on the same trajectory."""
 
     def __init__(self, path: str | os.PathLike[str], every_rounds: int | None = None, *,
                  max_overhead: float = DEFAULT_MAX_OVERHEAD) -> None:
         if every_rounds is not None and (isinstance(every_rounds, bool) or not isinstance(every_rounds, int)
                                          or every_rounds < 1):
-            raise ValidationError("checkpoint_every_rounds", f"{every_rounds!r} not understood; an integer >= 1")
-        if isinstance(max_overhead, bool) or not isinstance(max_overhead, int | float) or not 0 < max_overhead <= 1:
-            raise ValidationError("checkpoint_max_overhead", f"{max_overhead!r} not understood; a fraction in (0, 1]")
+            raise ValidationError("checkpoint_every_rounds",
+                                  f"{every_rounds!r} not understood; an integer >= 1")
+        if isinstance(max_overhead, bool) or not isinstance(max_overhead,
+                                                            int | float) or not 0 < max_overhead <= 1:
+            raise ValidationError("checkpoint_max_overhead",
+                                  f"{max_overhead!r} not understood; a fraction in (0, 1]")
         self.path = Path(path)
         self.every_rounds = every_rounds or 1
         self.max_overhead = None if every_rounds is not None else float(max_overhead)
@@ -399,6 +410,8 @@ class CheckpointStore:
         return True
 
     def start(self, sim: Simulator, *, resume: bool) -> SimulationRun | None:
+        """Open the file store for ``sim``; with ``resume`` and an existing file, the run it holds (see
+        ``RunStore``)."""
         self._started = time.perf_counter()
         self._fingerprint = fingerprint(sim)
         _check_regular(self.path)
@@ -408,6 +421,13 @@ class CheckpointStore:
         return restore(self.path, sim, self._fingerprint)
 
     def save(self, state: dict[str, Any]) -> None:
+        """Write the run's state atomically and record how long it took (see ``RunStore``).
+
+        Raises
+        ------
+        RuntimeError
+            When called before :meth:`start`.
+        """
         if self._fingerprint is None:
             raise RuntimeError("CheckpointStore.save before start")
         write_checkpoint(self.path, self._fingerprint, state)

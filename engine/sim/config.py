@@ -26,18 +26,21 @@ class Policy(Protocol):
     name: str
     round_interval_s: float | None
 
-    def schedule(self, state: ClusterState) -> Plan: ...
+    def schedule(self, state: ClusterState) -> Plan:
+        """The plan for one round from the cluster snapshot ``state``: which jobs run where, co-located and
+        frozen how."""
 
 
 @dataclass(frozen=True, slots=True)
 class SimulationConfig:
     """Simulator options; ``seed`` feeds every random choice (policies get it too).
 
-    ``memory``: ``"oom"`` (a misfit crashes and is re-queued, see :mod:`dltsched.engine.sim.simulator`) or ``"reject"`` (raise).
-    ``max_time_s``: simulated seconds after the first arrival a run may last; a run that would go beyond
-    raises. ``max_stalled_iterations``: loop iterations without any progress (or node failures without durable
-    progress) before the run raises. ``max_wall_s``: wall-clock seconds a run may take before it raises (``None``:
-    the ``max_sim_wall_s`` cap of :mod:`dltsched.engine.domain.limits`); not part of a checkpoint's fingerprint."""
+    ``memory``: ``"oom"`` (a misfit crashes and is re-queued, see :mod:`dltsched.engine.sim.simulator`) or
+    ``"reject"`` (raise). ``max_time_s``: simulated seconds after the first arrival a run may last; a run that
+    would go beyond raises. ``max_stalled_iterations``: loop iterations without any progress (or node failures
+    without durable progress) before the run raises. ``max_wall_s``: wall-clock seconds a run may take before
+    it raises (``None``: the ``max_sim_wall_s`` cap of :mod:`dltsched.engine.domain.limits`); not part of a
+    checkpoint's fingerprint."""
 
     seed: int = 0
     memory: Literal["reject", "oom"] = "oom"
@@ -54,11 +57,13 @@ class SimulationConfig:
     profiling: ProfilingConfig | None = None
 
     def __post_init__(self) -> None:
-        if self.max_wall_s is not None and not (isinstance(self.max_wall_s, int | float) and self.max_wall_s > 0
+        if self.max_wall_s is not None and not (isinstance(self.max_wall_s, int | float)
+                                                and self.max_wall_s > 0
                                                 and math.isfinite(self.max_wall_s)):
             raise ValidationError("max_wall_s", f"{self.max_wall_s!r} not understood; seconds > 0")
         if self.lengths not in LENGTH_MODES:
-            raise ValidationError("lengths", f"{self.lengths!r} not understood; one of {', '.join(LENGTH_MODES)}")
+            raise ValidationError("lengths",
+                                  f"{self.lengths!r} not understood; one of {', '.join(LENGTH_MODES)}")
         if not (isinstance(self.length_error, int | float) and math.isfinite(self.length_error)
                 and 0.0 <= self.length_error <= 5.0):
             raise ValidationError("length_error", f"{self.length_error!r} not understood; a number in [0, 5]")
@@ -74,9 +79,11 @@ class ProfilingConfig:
     noise: float = 0.03
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.profile_s, int | float) and math.isfinite(self.profile_s) and self.profile_s >= 0):
+        if not (isinstance(self.profile_s, int | float) and math.isfinite(self.profile_s)
+                and self.profile_s >= 0):
             raise ValidationError("profile_s", f"{self.profile_s!r} not understood; seconds >= 0")
-        if not (isinstance(self.noise, int | float) and math.isfinite(self.noise) and 0.0 <= self.noise <= 1.0):
+        if not (isinstance(self.noise, int | float) and math.isfinite(self.noise)
+                and 0.0 <= self.noise <= 1.0):
             raise ValidationError("profile_noise", f"{self.noise!r} not understood; a number in [0, 1]")
 
 
@@ -85,19 +92,25 @@ class RunSetup(Protocol):
     """What a run is of (:class:`dltsched.engine.sim.simulator.Simulator` is one): read-only here."""
 
     @property
-    def instance(self) -> Instance: ...
+    def instance(self) -> Instance:
+        """The cluster and workload being simulated."""
 
     @property
-    def policy(self) -> Policy: ...
+    def policy(self) -> Policy:
+        """The scheduling policy."""
 
     @property
-    def truth(self) -> GroundTruth: ...
+    def truth(self) -> GroundTruth:
+        """The ground truth that advances jobs."""
 
     @property
-    def config(self) -> SimulationConfig: ...
+    def config(self) -> SimulationConfig:
+        """The simulation's settings."""
 
     @property
-    def store(self) -> Any: ...
+    def store(self) -> Any:
+        """Where checkpoints go (a ``RunStore``); ``None`` for none."""
 
     @property
-    def on_round(self) -> Callable[[float, int], None] | None: ...
+    def on_round(self) -> Callable[[float, int], None] | None:
+        """Called after each round with the simulated time (s) and the round's number; ``None`` for none."""

@@ -29,7 +29,8 @@ class FaultConfig:
         for name in ("mtbf_s", "mttr_s", "checkpoint_interval_s"):
             value = getattr(self, name)
             if not value > 0 or not math.isfinite(value):
-                raise ValidationError(f"faults.{name}", f"{value!r} not understood; must be a finite number > 0")
+                raise ValidationError(f"faults.{name}",
+                                      f"{value!r} not understood; must be a finite number > 0")
 
 
 @dataclass(slots=True)
@@ -77,9 +78,24 @@ class FaultSchedule:
         return failed, repaired
 
     def state_dict(self) -> dict[str, object]:
-        return {"cycle": list(self.cycle), "window": [list(w) for w in self.window], "down": sorted(self.down)}
+        """The schedule's position as plain JSON data (for checkpoints).
+
+        Returns
+        -------
+        dict[str, object]
+            Cycle position, open down windows (start, end in seconds) and nodes down now.
+        """
+        return {"cycle": list(self.cycle), "window": [list(w) for w in self.window],
+                "down": sorted(self.down)}
 
     def load_state_dict(self, data: dict[str, list]) -> None:  # type: ignore[type-arg]
+        """Restore a position written by :meth:`state_dict`.
+
+        Parameters
+        ----------
+        data
+            What :meth:`state_dict` returned.
+        """
         self.cycle = [int(c) for c in data["cycle"]]
         self.window = [(float(a), float(b)) for a, b in data["window"]]
         self.down = {int(n) for n in data["down"]}

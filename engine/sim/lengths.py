@@ -12,9 +12,10 @@ reaches half of it, so a job that has run long is expected to run as long again 
 behind least-attained-service; the doubling mirrors Tiresias' exponentially spaced queues and changes a job's
 estimate a logarithmic number of times).
 
-``estimate``: the user states a length, off by a log-normal factor ``exp(length_error * z)``, z ~ N(0, 1) drawn
-per job from the seed and the job id (median-unbiased; ``length_error`` 0.5 puts a third of the estimates
-more than 1.65x off). A job that outruns its estimate gets it doubled until it exceeds the work done.
+``estimate``: the user states a length, off by a log-normal factor ``exp(length_error * z)``, z ~ N(0, 1)
+drawn per job from the seed and the job id (median-unbiased; ``length_error`` 0.5 puts a third of the
+estimates more than 1.65x off). A job that outruns its estimate gets it doubled until it exceeds the work
+done.
 
 The true length still drives the simulation (the ground truth); only the snapshots change. Estimates are a
 function of the seed, the job and its remaining work, so a resumed run rebuilds them without saved state.
@@ -54,7 +55,8 @@ class LengthEstimates:
         return job.total_iterations * math.exp(self.error * hash_normal(f"length|{self.seed}|{job.id}"))
 
     def estimate(self, job: Job, remaining: float) -> tuple[float, float]:
-        """(estimated remaining iterations, estimated total) of ``job`` with ``remaining`` true iterations left."""
+        """(estimated remaining iterations, estimated total) of ``job`` with ``remaining`` true iterations
+        left."""
         done = job.total_iterations - remaining
         floor = 2.0 * done if self.mode == "unknown" else done
         total = self.initial_total(job)
@@ -67,5 +69,6 @@ class LengthEstimates:
         left, total = self.estimate(job, remaining)
         hit = self._views.get(job.id)
         if hit is None or hit[0] is not job or hit[1] != total:
-            hit = self._views[job.id] = (job, total, replace(job, total_iterations=total, duration_hint_s=None))
+            hit = self._views[job.id] = (job, total,
+                                         replace(job, total_iterations=total, duration_hint_s=None))
         return hit[2], left

@@ -7,8 +7,8 @@ no queueing. ``rho <= 1`` is fair; we report the mean and the maximum.
 Every makespan comes with a lower bound and the gap to it (``makespan / bound - 1``): the bound is the larger
 of the work bound (total work over capacity: on one GPU type, each job's GPUs x its time alone, summed, over
 the GPUs; on several, the least time in which each type's GPUs can do the work, each job's work divisible over
-the types at its speed there, :func:`work_bound_s`) and the latest ``arrival + ideal`` (the longest job alone on
-its fastest GPUs), both counted from the first arrival.
+the types at its speed there, :func:`work_bound_s`) and the latest ``arrival + ideal`` (the longest job alone
+on its fastest GPUs), both counted from the first arrival.
 It holds for every schedule in which GPUs run one job at a time at no more than the job's isolated speed;
 freezing (fewer useful iterations per step, faster steps) and co-location whose speeds sum above 1 can beat
 it, so a negative gap is possible and says so.
@@ -39,10 +39,12 @@ class JobRecord:
 
     @property
     def jct_s(self) -> float:
+        """Job completion time: finish less arrival, seconds."""
         return self.finish_s - self.arrival_s
 
     @property
     def queueing_s(self) -> float:
+        """Time from arrival to the first start, seconds."""
         return self.first_start_s - self.arrival_s
 
 
@@ -133,10 +135,11 @@ def makespan_lower_bound_s(instance: Instance, times_s: dict[str, dict[str, floa
     return float(max(work_bound_s(jobs, times_s, instance.cluster.gpus_by_type()), longest))
 
 
-def work_bound_s(jobs: Sequence[Job], times_s: dict[str, dict[str, float]], gpus_by_type: dict[str, int]) -> float:
+def work_bound_s(jobs: Sequence[Job], times_s: dict[str, dict[str, float]],
+                 gpus_by_type: dict[str, int]) -> float:
     """Least time in which the GPUs of each type can do all the work, each job's work divisible over types at
-    its speed on each (an LP: min T with sum_t x_jt = 1 and sum_j x_jt n_j d_jt <= G_t T). On one GPU type it is
-    total work / capacity."""
+    its speed on each (an LP: min T with sum_t x_jt = 1 and sum_j x_jt n_j d_jt <= G_t T). On one GPU type it
+    is total work / capacity."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_array
 
@@ -208,7 +211,8 @@ def summarize(*, policy: str, instance: Instance, records: list[JobRecord], busy
         ftf_mean=float(rho.mean()) if rho.size else float("nan"),
         ftf_max=float(rho.max()) if rho.size else float("nan"),
         num_rounds=len(decision_times_s), decision_time_mean_s=float(dec.mean()) if dec.size else 0.0,
-        decision_time_p50_s=_pct(dec, 50), decision_time_p90_s=_pct(dec, 90), decision_time_p99_s=_pct(dec, 99),
+        decision_time_p50_s=_pct(dec, 50), decision_time_p90_s=_pct(dec, 90),
+                            decision_time_p99_s=_pct(dec, 99),
         decision_time_max_s=float(dec.max()) if dec.size else 0.0, decision_time_total_s=float(dec.sum()),
         wall_time_s=wall_time_s, makespan_bound_s=bound,
         makespan_gap=makespan / bound - 1.0 if bound > 0 and records and not unfinished else float("nan"),

@@ -51,7 +51,8 @@ class PlacingRun(SnapshotRun):
             asg = wanted[job_id]
             act = self.active.get(job_id)
             if act is None:
-                raise InvalidPlanError(f"plan places job '{job_id}', which is not active (finished or not arrived)")
+                raise InvalidPlanError(f"plan places job '{job_id}', which is not active "
+                                       "(finished or not arrived)")
             if act.assignment is not None and (asg is act.assignment or asg == act.assignment):
                 continue  # unchanged placement of a running job: valid when it was applied
             job = act.job
@@ -61,13 +62,16 @@ class PlacingRun(SnapshotRun):
             if any(not 0 <= g < n for g in asg.gpus):
                 raise InvalidPlanError(f"job '{job_id}': GPU index out of range 0..{n - 1} in {asg.gpus}")
             if down and down.intersection(asg.gpus):
-                raise InvalidPlanError(f"job '{job_id}': placed on GPU(s) {sorted(down.intersection(asg.gpus))} "
+                raise InvalidPlanError(f"job '{job_id}': placed on GPU(s) "
+                                       f"{sorted(down.intersection(asg.gpus))} "
                                        "of a failed node")
             types = {self.cluster.gpu_type_of(g) for g in asg.gpus}
             if len(types) != 1:
-                raise InvalidPlanError(f"job '{job_id}': placed on mixed GPU types {sorted(types)}; one type per job")
+                raise InvalidPlanError(f"job '{job_id}': placed on mixed GPU types {sorted(types)}; "
+                                       "one type per job")
             if job.gpu_types and not types <= set(job.gpu_types):
-                raise InvalidPlanError(f"job '{job_id}': GPU type {types.pop()} not in its allowed {job.gpu_types}")
+                raise InvalidPlanError(f"job '{job_id}': GPU type {types.pop()} not in its "
+                                       f"allowed {job.gpu_types}")
         return wanted, changed
 
     def _apply(self, plan: Plan, down: frozenset[int] = frozenset()) -> None:
@@ -80,7 +84,8 @@ class PlacingRun(SnapshotRun):
         else:  # running jobs whose entry is not their assignment itself, in running order
             ids = list(self.running)
             moving = []
-            for job_id in compress(ids, map(is_not, map(wanted.get, ids), map(self._placements.__getitem__, ids))):
+            for job_id in compress(ids,
+                                   map(is_not, map(wanted.get, ids), map(self._placements.__getitem__, ids))):
                 a = self.running[job_id]
                 new = wanted.get(job_id)
                 if new is None or a.assignment is None or new.gpus != a.assignment.gpus:
@@ -97,9 +102,11 @@ class PlacingRun(SnapshotRun):
             old = a.assignment
             if old is not None and new is not old and new.freeze_level != old.freeze_level:
                 self._sync(a)
-                self.intervals.append(PlacementInterval(job_id, old.gpus, a.placed_at, self.time, old.freeze_level))
+                self.intervals.append(PlacementInterval(job_id, old.gpus, a.placed_at, self.time,
+                                                        old.freeze_level))
                 a.placed_at = self.time
-                a.penalty = self.truth.frozen_penalty(a.job, new.freeze_level, 1.0 - a.remaining / a.job.total_iterations)
+                a.penalty = self.truth.frozen_penalty(a.job, new.freeze_level,
+                                                      1.0 - a.remaining / a.job.total_iterations)
                 a.assignment = new
                 self._unshare()
                 self._placements[job_id] = new
@@ -118,7 +125,8 @@ class PlacingRun(SnapshotRun):
                 a.first_start = self.time
             a.placed_at = self.time
             a.synced_at = self.time
-            a.penalty = self.truth.frozen_penalty(a.job, asg.freeze_level, 1.0 - a.remaining / a.job.total_iterations)
+            a.penalty = self.truth.frozen_penalty(a.job, asg.freeze_level,
+                                                  1.0 - a.remaining / a.job.total_iterations)
             a.assignment = asg
             self.running[job_id] = a
             self._unshare()
@@ -170,8 +178,10 @@ class PlacingRun(SnapshotRun):
                 if self.cfg.memory == "reject":
                     g = full[0]
                     raise InvalidPlanError(
-                        f"GPU {g} ({gtype}, {cap:.0f} MiB of memory): job '{job_id}' needs {need:.0f} MiB with "
-                        f"{used[g]:.0f} MiB already used by {self.gpu_jobs[g] + [j for j, a in accepted if g in a.gpus]}")
+                        f"GPU {g} ({gtype}, {cap:.0f} MiB of memory): job '{job_id}' needs "
+                        f"{need:.0f} MiB with "
+                        f"{used[g]:.0f} MiB already used by "
+                        f"{self.gpu_jobs[g] + [j for j, a in accepted if g in a.gpus]}")
                 self.oom_events += 1
                 self._learn_memory(job_id, asg, gtype, full, accepted)
                 if need > cap:
@@ -203,10 +213,13 @@ class PlacingRun(SnapshotRun):
         a.blind_ooms += 1
         if a.blind_ooms >= MAX_BLIND_OOMS:
             raise InvalidPlanError(
-                f"policy '{self.policy.name}' placed job '{job_id}' on {gtype} GPU(s) {list(asg.gpus)} at freeze "
-                f"level {asg.freeze_level}, where it crashed out of memory {a.blind_ooms} times with its measured "
-                f"footprint known ({self._memory(job_id, gtype, asg.freeze_level):.0f} MiB); a policy must use "
-                "predictors.learned_memory_mib (its memory estimates ignore the measured peaks)")
+                f"policy '{self.policy.name}' placed job '{job_id}' on {gtype} GPU(s) "
+                f"{list(asg.gpus)} at freeze "
+                f"level {asg.freeze_level}, where it crashed out of memory {a.blind_ooms} times "
+                "with its measured "
+                f"footprint known ({self._memory(job_id, gtype, asg.freeze_level):.0f} MiB); a "
+                "policy must use predictors.learned_memory_mib (its memory estimates ignore "
+                "the measured peaks)")
 
     def _exclude_type(self, a: ActiveJob, gtype: str) -> None:
         """After an out-of-memory crash alone on ``gtype``, the job no longer asks for that type."""

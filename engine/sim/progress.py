@@ -118,9 +118,9 @@ class ProgressRun(RunState):
 
 
 def _replay_with_numpy(a: ActiveJob, t: np.ndarray) -> bool:
-    """:meth:`ProgressRun._replay` to the instants ``t`` as array operations: the same terms, summed in the same order
-    (``np.cumsum`` adds one term after the other, unlike ``np.sum``); ``False``, with ``a`` unchanged, when the
-    remaining work reaches 0 on the way (the loop clamps it there)."""
+    """:meth:`ProgressRun._replay` to the instants ``t`` as array operations: the same terms, summed in the
+    same order (``np.cumsum`` adds one term after the other, unlike ``np.sum``); ``False``, with ``a``
+    unchanged, when the remaining work reaches 0 on the way (the loop clamps it there)."""
     assert a.assignment is not None
     before = np.empty_like(t)
     before[0], before[1:] = a.synced_at, t[:-1]

@@ -1,9 +1,9 @@
 """The state of one simulation run as data: jobs' progress and placements, queue, clock, metric accumulators.
 
 :class:`RunState` holds every field of a run and turns it into JSON-ready data and back
-(:meth:`RunState.to_dict`, :meth:`RunState.from_dict`); :mod:`dltsched.engine.sim.checkpoint` saves and restores
-runs through these two methods only, and :mod:`dltsched.engine.sim.run_state_schema` checks a saved state
-before it is restored. The behaviour lives in subclasses, one concern per module: lazy progress
+(:meth:`RunState.to_dict`, :meth:`RunState.from_dict`); :mod:`dltsched.engine.sim.checkpoint` saves and
+restores runs through these two methods only, and :mod:`dltsched.engine.sim.run_state_schema` checks a saved
+state before it is restored. The behaviour lives in subclasses, one concern per module: lazy progress
 (:mod:`~dltsched.engine.sim.progress`), snapshots (:mod:`~dltsched.engine.sim.snapshot`), plan validation,
 placement and memory checks (:mod:`~dltsched.engine.sim.placing`) and the event loop
 (:mod:`~dltsched.engine.sim.simulator`). One class split over modules by concern keeps the hot loop's
@@ -41,6 +41,42 @@ _interval_values = attrgetter(*_INTERVAL_FIELDS)
 
 @dataclass(slots=True)
 class ActiveJob:
+    """A job the simulator has admitted and not finished: its progress and where it runs.
+
+    Times are simulated seconds.
+
+    Parameters
+    ----------
+    job
+        The job.
+    remaining
+        Useful iterations still to run.
+    attained_s
+        GPU service attained so far (GPU-seconds).
+    assignment
+        Where it runs now; ``None`` while queued.
+    rate
+        Useful iterations per second at the current placement.
+    ready_at
+        When progress starts after the restore delay.
+    preemptions
+        How often it was preempted or migrated.
+    first_start
+        When it first ran; ``None`` before.
+    queued_since
+        When it last entered the queue.
+    penalty
+        The frozen-layer accuracy penalty at its current freeze level.
+    placed_at
+        When it was placed where it runs now.
+    ckpt_remaining
+        Remaining iterations at its last checkpoint.
+    failures
+        How often it crashed (node faults, out of memory).
+    blind_ooms
+        Crashes out of memory that taught nothing new.
+    """
+
     job: Job
     remaining: float
     attained_s: float = 0.0
@@ -59,10 +95,18 @@ class ActiveJob:
     version: int = 0  # bumps when the job's completion time changes; stale heap entries are skipped
 
     def to_dict(self) -> dict[str, Any]:
+        """The job's state as JSON-ready data (what :meth:`from_dict` reads).
+
+        Returns
+        -------
+        dict[str, Any]
+            Field -> value; the job itself by id (and its remaining GPU types).
+        """
         asg = self.assignment
         return {"id": self.job.id, "gpu_types": list(self.job.gpu_types),  # fewer than submitted after an OOM
                 "remaining": self.remaining, "attained_s": self.attained_s,
-                "assignment": None if asg is None else {"gpus": list(asg.gpus), "freeze_level": asg.freeze_level},
+                "assignment": None if asg is None
+                else {"gpus": list(asg.gpus), "freeze_level": asg.freeze_level},
                 "rate": self.rate, "ready_at": self.ready_at, "preemptions": self.preemptions,
                 "first_start": self.first_start, "queued_since": self.queued_since, "penalty": self.penalty,
                 "placed_at": self.placed_at, "ckpt_remaining": self.ckpt_remaining, "failures": self.failures,
@@ -70,20 +114,36 @@ class ActiveJob:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], job: Job) -> ActiveJob:
+        """Restore a state written by :meth:`to_dict`.
+
+        Parameters
+        ----------
+        data
+            What :meth:`to_dict` returned.
+        job
+            The instance's job of that id (its GPU types are narrowed to the saved ones).
+
+        Returns
+        -------
+        ActiveJob
+            The restored job state.
+        """
         if tuple(data["gpu_types"]) != job.gpu_types:
             job = replace(job, gpu_types=tuple(data["gpu_types"]))
         asg = data["assignment"]
         return cls(job, float(data["remaining"]), float(data["attained_s"]),
                    None if asg is None else Assignment(job.id, tuple(asg["gpus"]), int(asg["freeze_level"])),
                    float(data["rate"]), float(data["ready_at"]), int(data["preemptions"]),
-                   None if data["first_start"] is None else float(data["first_start"]), float(data["queued_since"]),
-                   float(data["penalty"]), float(data["placed_at"]), float(data["ckpt_remaining"]),
-                   int(data["failures"]), int(data["blind_ooms"]), float(data["synced_at"]), int(data["version"]))
+                   None if data["first_start"] is None else float(data["first_start"]),
+                   float(data["queued_since"]), float(data["penalty"]), float(data["placed_at"]),
+                   float(data["ckpt_remaining"]), int(data["failures"]), int(data["blind_ooms"]),
+                   float(data["synced_at"]), int(data["version"]))
 
 
 
 class RunState:
-    """Every field of one simulation in progress; :meth:`to_dict` / :meth:`from_dict` (see module docstring)."""
+    """Every field of one simulation in progress; :meth:`to_dict` / :meth:`from_dict` (see module
+    docstring)."""
 
     def __init__(self, sim: RunSetup) -> None:
         self.sim = sim
@@ -92,7 +152,8 @@ class RunState:
         self.truth = sim.truth
         self.policy = sim.policy
         self.cfg = sim.config
-        self.lengths = (LengthEstimates(self.cfg.lengths, self.cfg.length_error, self.cfg.seed, self.inst.jobs)
+        self.lengths = (LengthEstimates(self.cfg.lengths, self.cfg.length_error, self.cfg.seed,
+                                        self.inst.jobs)
                         if self.cfg.lengths != "known" else None)
         self.arrivals = sorted(self.inst.jobs, key=lambda j: (j.arrival_time_s, j.id))
         self._gpus_per_node = max((n.num_gpus for n in self.cluster.nodes), default=1)
@@ -223,7 +284,8 @@ class RunState:
             "fault_interruptions": self.fault_interruptions, "decision_times": list(self.decision_times),
             "util_trace": [list(x) for x in self.util_trace], "ideal_s": dict(self.ideal_s),
             "finished": [dict(zip(_RECORD_FIELDS, _record_values(r), strict=True)) for r in self.finished],
-            "intervals": [dict(zip(_INTERVAL_FIELDS, _interval_values(p), strict=True)) | {"gpus": list(p.gpus)}
+            "intervals": [dict(zip(_INTERVAL_FIELDS, _interval_values(p),
+                                   strict=True)) | {"gpus": list(p.gpus)}
                           for p in self.intervals],
             "gpu_jobs": [list(x) for x in self.gpu_jobs],
             "active": [a.to_dict() for a in self.active.values()],

@@ -107,8 +107,8 @@ class RunStateSchema(_Model):
     memory_observations: list[Annotated[tuple[Text, Count, bool, Text | None, Text, Text, Count, NonNegative],
                                         Strict(False)]]
     retry_round: bool
-    #: profiling on arrival: ["isolated", job, GPU type, GPUs, nodes, step s, MiB, util] / ["colocated", [jobs],
-    #: GPU type, [speeds]] rows (:meth:`dltsched.engine.domain.profiles.ProfileBook.to_list`)
+    #: profiling on arrival: ["isolated", job, GPU type, GPUs, nodes, step s, MiB, util] / ["colocated",
+    #: [jobs], GPU type, [speeds]] rows (:meth:`dltsched.engine.domain.profiles.ProfileBook.to_list`)
     profiles: list[list[Any]] | None = None
 
 
@@ -121,7 +121,8 @@ def _dupe(ids: list[str]) -> str | None:
     return None
 
 
-def invariant_problem(s: RunStateSchema, sim: RunSetup) -> str | None:  # noqa: C901 - one check after the other
+def invariant_problem(s: RunStateSchema,
+                      sim: RunSetup) -> str | None:  # noqa: C901 - one check after the other
     """The first broken invariant of ``s`` against ``sim``'s instance, or ``None``."""
     inst, cluster = sim.instance, sim.instance.cluster
     jobs = {j.id: j for j in inst.jobs}
@@ -138,7 +139,8 @@ def invariant_problem(s: RunStateSchema, sim: RunSetup) -> str | None:  # noqa: 
         return f"job '{both[0]}' is both finished and active"
     arrived = {j.id for j in arrivals[:s.next_arrival]}
     if unknown := sorted((set(finished) | set(active)) - arrived):
-        return f"job '{unknown[0]}' is finished or active but {'not in the instance' if unknown[0] not in jobs else 'has not arrived'}"
+        why = "not in the instance" if unknown[0] not in jobs else "has not arrived"
+        return f"job '{unknown[0]}' is finished or active but {why}"
     if len(finished) + len(active) != s.next_arrival:
         return (f"{len(finished)} finished + {len(active)} active jobs, but {s.next_arrival} have arrived "
                 "(a job was lost)")
@@ -185,7 +187,8 @@ def invariant_problem(s: RunStateSchema, sim: RunSetup) -> str | None:  # noqa: 
         if sorted(on) != sorted(holders.get(g, [])):
             return f"GPU {g} lists jobs {on}, the running jobs place {sorted(holders.get(g, []))} there"
     for t, seq, job_id, version in s.finish_heap:
-        if job_id not in placed or seq > s.seq or by_id[job_id].version != version or t < s.time - 1e-6 * max(1.0, s.time):
+        if (job_id not in placed or seq > s.seq or by_id[job_id].version != version
+                or t < s.time - 1e-6 * max(1.0, s.time)):
             return f"completion entry ({t}, {seq}, '{job_id}', {version}) matches no running job"
     if s.read_at != sorted(s.read_at) or (s.read_at and s.read_at[-1] > s.time):
         return "progress read instants are out of order or after the clock"
@@ -194,7 +197,8 @@ def invariant_problem(s: RunStateSchema, sim: RunSetup) -> str | None:  # noqa: 
     if (s.faults is None) != (sim.config.faults is None):
         return "fault state present without a fault process, or missing with one"
     if (s.policy_state is not None) != hasattr(sim.policy, "state_dict"):
-        return f"policy state {'present for a policy that keeps none' if s.policy_state is not None else 'missing'}"
+        what = "present for a policy that keeps none" if s.policy_state is not None else "missing"
+        return f"policy state {what}"
     if s.faults is not None and any(n >= len(cluster.nodes) for n in s.faults.down):
         return f"failed nodes {s.faults.down} outside the cluster's {len(cluster.nodes)} nodes"
     return None
@@ -202,7 +206,8 @@ def invariant_problem(s: RunStateSchema, sim: RunSetup) -> str | None:  # noqa: 
 
 def check_state(state: dict[str, Any], sim: RunSetup) -> str | None:
     """The first problem of ``state`` as a saved run of ``sim`` (a field's path and what is wrong, or a
-    broken invariant), or ``None`` when :meth:`~dltsched.engine.sim.run_state.RunState.from_dict` may restore it."""
+    broken invariant), or ``None`` when :meth:`~dltsched.engine.sim.run_state.RunState.from_dict` may restore
+    it."""
     try:
         checked = RunStateSchema.model_validate(state)
     except PydanticValidationError as err:

@@ -2,27 +2,28 @@
 
 At every event (arrivals, completions, and a policy's optional round interval) the simulator hands a
 frozen :class:`~dltsched.engine.domain.model.ClusterState` to the policy, validates the returned
-:class:`~dltsched.engine.domain.model.Plan` (capacity, gang, GPU types, memory) and applies it: new jobs start,
-moved jobs migrate, jobs left out are preempted. Jobs then advance at **ground-truth** rates
+:class:`~dltsched.engine.domain.model.Plan` (capacity, gang, GPU types, memory) and applies it: new jobs
+start, moved jobs migrate, jobs left out are preempted. Jobs then advance at **ground-truth** rates
 (:mod:`dltsched.engine.sim.truth`): isolated step time x co-located speed (a gang job runs at its slowest
 worker) x (1 - frozen penalty). A job that (re)starts pays a checkpoint-restore delay before it progresses.
 
 Memory (``memory="oom"``, the default): as in a real cluster, a job that does not fit beside the jobs on its
 GPUs by the ground-truth memory model crashes out of memory at start and returns to the queue; its measured
 peak (and that of the jobs it met on the GPU) is recorded in the run's
-:class:`~dltsched.engine.domain.predictors.MemoryObservations`, which every memory prediction a policy makes during the
-run is raised to (:func:`~dltsched.engine.domain.predictors.learned_memory_mib`), and the policy decides again at once
-(the crash costs no simulated time). A crash that measures nothing new (the policy ignores what was measured)
-waits for the next event; after ``MAX_BLIND_OOMS`` of them for one job the run stops with
+:class:`~dltsched.engine.domain.predictors.MemoryObservations`, which every memory prediction a policy makes
+during the run is raised to (:func:`~dltsched.engine.domain.predictors.learned_memory_mib`), and the policy
+decides again at once (the crash costs no simulated time). A crash that measures nothing new (the policy
+ignores what was measured) waits for the next event; after ``MAX_BLIND_OOMS`` of them for one job the run
+stops with
 :class:`~dltsched.engine.domain.errors.InvalidPlanError`.
 ``memory="reject"`` is the strict check: any plan that overfills a GPU raises.
 
 Guards: a run that has taken ``max_wall_s`` seconds of wall-clock time (default: the ``max_sim_wall_s`` cap of
 :mod:`dltsched.engine.domain.limits`, 6 hours), a run whose fault process fails nodes faster than jobs reach
 a checkpoint (``max_stalled_iterations`` node failures with no job finishing, arriving or checkpointing
-progress), a run whose loop stops moving (``max_stalled_iterations`` iterations in which the clock moves by less
-than a millisecond and no job arrives, finishes or has its memory measured, e.g. a round interval of 0) or whose simulated time
-would pass ``max_time_s`` after the first arrival (default 10 years) raises
+progress), a run whose loop stops moving (``max_stalled_iterations`` iterations in which the clock moves by
+less than a millisecond and no job arrives, finishes or has its memory measured, e.g. a round interval of 0)
+or whose simulated time would pass ``max_time_s`` after the first arrival (default 10 years) raises
 :class:`~dltsched.engine.domain.errors.SimulationStalledError` naming the policy and the state.
 
 Run state: :meth:`Simulator.start` gives the run (:class:`RunState`) before its first event;
@@ -63,8 +64,8 @@ from dltsched.engine.sim.profiling import take_profiles
 from dltsched.engine.sim.run_state import ActiveJob, RunState
 from dltsched.engine.sim.truth import GroundTruth, MeasuredTruth
 
-__all__ = ["MAX_BLIND_OOMS", "TEN_YEARS_S", "Policy", "RunState", "RunStore", "SimulationConfig", "SimulationRun",
-           "Simulator", "restore_time_s", "simulate"]
+__all__ = ["MAX_BLIND_OOMS", "TEN_YEARS_S", "Policy", "RunState", "RunStore", "SimulationConfig",
+           "SimulationRun", "Simulator", "restore_time_s", "simulate"]
 
 #: the clock moving by less than this (seconds) is no progress for the stall guard
 _MIN_CLOCK_STEP_S = 1e-3
@@ -80,9 +81,30 @@ class RunStore(Protocol):
 
     every_rounds: int
 
-    def start(self, sim: Simulator, *, resume: bool) -> SimulationRun | None: ...
+    def start(self, sim: Simulator, *, resume: bool) -> SimulationRun | None:
+        """Open the store for ``sim`` and, when resuming, restore the run it holds.
 
-    def save(self, state: dict[str, Any]) -> None: ...
+        Parameters
+        ----------
+        sim
+            The simulator about to run.
+        resume
+            Whether to continue from a stored run if there is one.
+
+        Returns
+        -------
+        SimulationRun or None
+            The restored run; ``None`` for a fresh start.
+        """
+
+    def save(self, state: dict[str, Any]) -> None:
+        """Store the run's state.
+
+        Parameters
+        ----------
+        state
+            The run state (its public ``to_dict`` form).
+        """
 
 
 @dataclass(slots=True)
@@ -118,6 +140,13 @@ class SimulationRun(PlacingRun):
     _durable: tuple[int, int, float]
 
     def run(self) -> SimulationResult:
+        """Run to the end (observing memory, and profiles when the configuration asks for profiling).
+
+        Returns
+        -------
+        SimulationResult
+            Per-job records and the run's metrics.
+        """
         with observing_memory(self.memory_seen):
             if self.cfg.profiling is None:
                 return self._run()
@@ -137,9 +166,10 @@ class SimulationRun(PlacingRun):
         while self.next_arrival < len(self.arrivals) or self.active:
             if time.perf_counter() - started > max_wall_s:
                 raise SimulationStalledError(
-                    f"policy '{self.policy.name}': stopped after {max_wall_s:g} s of wall-clock time (max_wall_s), "
-                    f"{self._where()}; raise the cap (simulate --max-wall-s, or DLTSCHED_MAX_SIM_WALL_S), or give "
-                    "--checkpoint to continue a long run in steps")
+                    f"policy '{self.policy.name}': stopped after {max_wall_s:g} s of wall-clock "
+                    "time (max_wall_s), "
+                    f"{self._where()}; raise the cap (simulate --max-wall-s, or "
+                    "DLTSCHED_MAX_SIM_WALL_S), or give --checkpoint to continue a long run in steps")
             changed = self._admit_arrivals()
             changed |= self._complete()
             changed |= self._fault_events()
@@ -153,13 +183,16 @@ class SimulationRun(PlacingRun):
             if not math.isfinite(t_next):
                 stuck = sorted(self.active)[:5]
                 raise InvalidPlanError(
-                    f"policy '{self.policy.name}' left {len(self.active)} job(s) waiting with nothing running "
+                    f"policy '{self.policy.name}' left {len(self.active)} job(s) waiting with "
+                    "nothing running "
                     f"(e.g. {stuck}); every plan must eventually run each job"
                 )
             if t_next - origin > self.cfg.max_time_s:
                 raise SimulationStalledError(
-                    f"policy '{self.policy.name}': simulated time would pass max_time_s={self.cfg.max_time_s:.4g} s "
-                    f"({self.cfg.max_time_s / TEN_YEARS_S * 10:.3g} years) after the first arrival, {self._where()}; "
+                    f"policy '{self.policy.name}': simulated time would pass "
+                    f"max_time_s={self.cfg.max_time_s:.4g} s "
+                    f"({self.cfg.max_time_s / TEN_YEARS_S * 10:.3g} years) after the first arrival, "
+                    f"{self._where()}; "
                     "the instance's work is too large (total_iterations?) or raise max_time_s")
             progress = self._progress()
             if progress != last_progress or self.time > last_clock + _MIN_CLOCK_STEP_S:
@@ -169,8 +202,8 @@ class SimulationRun(PlacingRun):
             if stalled >= self.cfg.max_stalled_iterations:
                 raise SimulationStalledError(
                     f"policy '{self.policy.name}': no progress in {stalled} iterations of the event loop, "
-                    f"{self._where()}; the clock advances by less than {_MIN_CLOCK_STEP_S} s (a round interval of "
-                    "0?) and no job arrives, finishes or learns its memory")
+                    f"{self._where()}; the clock advances by less than {_MIN_CLOCK_STEP_S} s (a "
+                    "round interval of 0?) and no job arrives, finishes or learns its memory")
             self._advance(t_next)
         self.sync_all()
         wall = time.perf_counter() - started
@@ -187,13 +220,15 @@ class SimulationRun(PlacingRun):
         )
 
     def _progress(self) -> tuple[int, int, int]:
-        """What moves when a run advances, apart from the clock: finished and arrived jobs, measured memory."""
+        """What moves when a run advances, apart from the clock: finished and arrived jobs, measured
+        memory."""
         return len(self.finished), self.next_arrival, self.memory_seen.changes
 
     def _where(self) -> str:
         """The run's state in words, for an error message."""
         return (f"at clock {self.time:.6g} s with {len(self.queue_keys)} job(s) queued, {len(self.running)} "
-                f"running, {len(self.finished)} finished, {len(self.arrivals) - self.next_arrival} yet to arrive")
+                f"running, {len(self.finished)} finished, "
+                f"{len(self.arrivals) - self.next_arrival} yet to arrive")
 
     def _check_progress(self) -> None:
         """A policy that runs nothing while every GPU is free and nothing else will happen is stuck. A plan
@@ -251,13 +286,15 @@ class SimulationRun(PlacingRun):
             assert self.faults is not None
             f = self.faults.config
             raise SimulationStalledError(
-                f"policy '{self.policy.name}': no job finished or reached a checkpoint in {self._churn} node failures, "
+                f"policy '{self.policy.name}': no job finished or reached a checkpoint in "
+                f"{self._churn} node failures, "
                 f"{self._where()}; faults mtbf_s={f.mtbf_s:g} s fail nodes before jobs checkpoint "
-                f"(checkpoint_interval_s={f.checkpoint_interval_s:g} s, mttr_s={f.mttr_s:g} s): raise MTBF_S or "
-                "lower CHECKPOINT_INTERVAL_S in --faults")
+                f"(checkpoint_interval_s={f.checkpoint_interval_s:g} s, mttr_s={f.mttr_s:g} s): "
+                "raise MTBF_S or lower CHECKPOINT_INTERVAL_S in --faults")
 
     def _times_by_type(self, job: Job) -> dict[str, float]:
-        """Run time alone on the job's GPUs of each allowed type it fits (ground truth), for the makespan bound."""
+        """Run time alone on the job's GPUs of each allowed type it fits (ground truth), for the makespan
+        bound."""
         by_type = self.cluster.gpus_by_type()
         nodes = max(1, math.ceil(job.num_gpus / self._gpus_per_node))
         return {t: self.truth.step_time_s(job, t, job.num_gpus, nodes) * job.total_iterations
@@ -272,13 +309,17 @@ class SimulationRun(PlacingRun):
 
     def _admit_arrivals(self) -> bool:
         changed = False
-        while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].arrival_time_s <= self.time:
+        while (self.next_arrival < len(self.arrivals)
+               and self.arrivals[self.next_arrival].arrival_time_s <= self.time):
             job = self.arrivals[self.next_arrival]
             total = float(job.total_iterations)
-            if job.arrival_time_s - self.arrivals[0].arrival_time_s + self._ideal_s(job) > self.cfg.max_time_s:
+            if (job.arrival_time_s - self.arrivals[0].arrival_time_s + self._ideal_s(job)
+                    > self.cfg.max_time_s):
                 raise SimulationStalledError(
-                    f"job '{job.id}': {self._ideal_s(job):.4g} s of work alone on its fastest GPU type, beyond "
-                    f"max_time_s={self.cfg.max_time_s:.4g} s of simulated time ({self.cfg.max_time_s / TEN_YEARS_S * 10:.3g}"
+                    f"job '{job.id}': {self._ideal_s(job):.4g} s of work alone on its fastest "
+                    "GPU type, beyond "
+                    f"max_time_s={self.cfg.max_time_s:.4g} s of simulated time "
+                    f"({self.cfg.max_time_s / TEN_YEARS_S * 10:.3g}"
                     " years); lower its total_iterations or raise max_time_s")
             a = ActiveJob(job, total, queued_since=job.arrival_time_s, ckpt_remaining=total)
             self.active[job.id] = a

@@ -17,7 +17,8 @@ from dltsched.engine.sim.progress import ProgressRun
 
 
 class _RunningStates(Mapping[str, JobState]):
-    """The running jobs' states at one round, by id, each built when first read (see :meth:`ProgressRun._sync`).
+    """The running jobs' states at one round, by id, each built when first read (see
+    :meth:`ProgressRun._sync`).
 
     Taking it (:meth:`take`) counts as the round reading every running job's progress; reading it after the
     round raises."""
@@ -95,7 +96,8 @@ class _Jobs(Sequence[JobState]):
         return len(self) > 0
 
 class SnapshotRun(ProgressRun):
-    """:class:`~dltsched.engine.sim.progress.ProgressRun` plus the snapshots policies see (see module docstring)."""
+    """:class:`~dltsched.engine.sim.progress.ProgressRun` plus the snapshots policies see (see module
+    docstring)."""
 
     # declared per module: type checkers do not follow the package mapping to the base class
     _queue_tuple: tuple[JobState, ...] | None
@@ -103,7 +105,8 @@ class SnapshotRun(ProgressRun):
     _placements: dict[str, Assignment]
     _shared: tuple[Mapping[str, Job], Mapping[str, Assignment]] | None
 
-    def _gpu_views(self, down: frozenset[int]) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[str, ...], ...]]:
+    def _gpu_views(self, down: frozenset[int]) -> tuple[tuple[tuple[int, ...], ...],
+                                                        tuple[tuple[str, ...], ...]]:
         """Per node the free GPUs, and per GPU its jobs, recomputed for the stale nodes only."""
         if self._stale_nodes:
             on = self.gpu_jobs

@@ -20,7 +20,7 @@ def workload_names(data_dir: str | os.PathLike[str] | None = None) -> tuple[str,
 
     Parameters
     ----------
-    data_dir : str or PathLike, optional
+    data_dir
         The data folder (default: found automatically).
 
     Returns
@@ -57,17 +57,17 @@ def read_workload(
 
     Parameters
     ----------
-    name : str
+    name
         The workload (one of :func:`workload_names`).
-    data_dir : str or PathLike, optional
+    data_dir
         The data folder (default: found automatically).
-    cluster : Cluster or str, optional
+    cluster
         The cluster, or its spec (default: the trace's own, else one sized for it).
-    max_jobs : int, optional
+    max_jobs
         Keep at most this many jobs of the window.
-    start_s, end_s : float, optional
+    start_s, end_s
         The window of trace time.
-    seed : int
+    seed
         Drives model assignment where the trace names no models.
 
     Returns

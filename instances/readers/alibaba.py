@@ -40,7 +40,7 @@ def read_alibaba_cluster(data_dir: str | os.PathLike[str] | None = None) -> Clus
 
     Parameters
     ----------
-    data_dir : str or PathLike, optional
+    data_dir
         The data folder (default: found automatically).
 
     Returns
@@ -74,15 +74,15 @@ def read_alibaba(
 
     Parameters
     ----------
-    variant : str
+    variant
         ``default`` or ``gpuspec33``.
-    data_dir : str or PathLike, optional
+    data_dir
         The data folder (default: found automatically).
-    cluster : Cluster or str, optional
+    cluster
         The cluster, or its spec (default: the trace's nodes).
-    window : Window, optional
+    window
         The part of the trace to keep (default: all).
-    seed : int
+    seed
         Drives model assignment (the trace names no models).
 
     Returns

@@ -49,25 +49,25 @@ class TraceJob:
 
     Parameters
     ----------
-    id : str
+    id
         The job's id.
-    arrival_s : float
+    arrival_s
         Its arrival, trace time in seconds.
-    num_gpus : int
+    num_gpus
         GPUs it asks for.
     model, batch_size, dataset
         Its model-zoo id, batch size per GPU and dataset (``None``: the model's default).
-    duration_s : float or None
+    duration_s
         How long it ran in the trace (turned into iterations with the reference step time).
-    total_iterations : float or None
+    total_iterations
         Its work, when the trace gives it.
-    gpu_fraction : float
+    gpu_fraction
         Share of a GPU it asks for (fractional-GPU traces).
-    gpu_types : tuple of str
+    gpu_types
         GPU types it may use (empty: any).
-    optimizer : str
+    optimizer
         Its optimizer (memory model).
-    hyperparameters : tuple of (str, float or str)
+    hyperparameters
         Further settings the trace records.
     """
 
@@ -91,9 +91,9 @@ class Window:
 
     Parameters
     ----------
-    start_s, end_s : float or None
+    start_s, end_s
         Keep jobs arriving in ``[start_s, end_s)`` (``None``: unbounded).
-    max_jobs : int or None
+    max_jobs
         Then keep the first this many.
 
     Raises
@@ -119,7 +119,7 @@ class Window:
 
         Parameters
         ----------
-        rows : Sequence of TraceJob
+        rows
             The trace's rows.
 
         Returns
@@ -159,9 +159,9 @@ def assign_gavel_models(count: int, seed: int) -> list[tuple[str, int, str | Non
 
     Parameters
     ----------
-    count : int
+    count
         The number of rows.
-    seed : int
+    seed
         The random seed.
 
     Returns
@@ -182,9 +182,9 @@ def resolve_cluster(cluster: Cluster | str | None, rows: Sequence[TraceJob]) -> 
 
     Parameters
     ----------
-    cluster : Cluster or str or None
+    cluster
         The caller's cluster or its spec.
-    rows : Sequence of TraceJob
+    rows
         The rows (their largest job and mean GPU demand size the default).
 
     Returns
@@ -231,21 +231,21 @@ def build_instance(
 
     Parameters
     ----------
-    name : str
+    name
         The instance's name.
-    rows : Sequence of TraceJob
+    rows
         The trace's rows.
-    window : Window
+    window
         The part to keep.
-    cluster : Cluster or str or None
+    cluster
         The cluster, its spec, or ``None`` for the default sized to the rows.
-    data_dir : str or PathLike or None
+    data_dir
         The data folder with the reference step times.
-    metadata : dict of str to Any
+    metadata
         What the reader records (source, files); the window and conversion are added.
-    reference_gpu : str
+    reference_gpu
         The GPU type trace durations were measured on.
-    freeze_fraction : float
+    freeze_fraction
         Share of jobs that allow layer freezing (chosen by a hash of the job id).
 
     Returns

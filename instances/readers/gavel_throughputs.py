@@ -44,13 +44,13 @@ class GavelJobType:
 
     Parameters
     ----------
-    model : str
+    model
         The model-zoo id.
-    batch_size : int
+    batch_size
         The batch size.
-    dataset : str or None
+    dataset
         The dataset.
-    label : str
+    label
         Gavel's label, e.g. ``"ResNet-18 (batch size 16)"``.
     """
 
@@ -65,7 +65,7 @@ def parse_job_type(label: str) -> GavelJobType:
 
     Parameters
     ----------
-    label : str
+    label
         Gavel's label.
 
     Returns
@@ -93,9 +93,9 @@ class GavelThroughputs:
 
     Parameters
     ----------
-    isolated : dict of (str, GavelJobType, int, bool) to float
+    isolated
         (GPU, job type, GPU count, consolidated) -> steps/s.
-    pairs : dict of (str, GavelJobType, GavelJobType) to (float, float)
+    pairs
         (GPU, job type a, job type b) -> steps/s of each while they share the GPU.
     """
 
@@ -140,7 +140,7 @@ def throughputs_file(data_dir: str | os.PathLike[str] | None = None) -> tuple[Pa
 
     Parameters
     ----------
-    data_dir : str or PathLike, optional
+    data_dir
         The data folder (default: found automatically; none found is fine).
 
     Returns
@@ -162,9 +162,9 @@ def read_gavel_throughputs(path: str | os.PathLike[str] | None = None, *,
 
     Parameters
     ----------
-    path : str or PathLike, optional
+    path
         The file (default: ``gavel/simulation_throughputs.json`` of the data folder).
-    data_dir : str or PathLike, optional
+    data_dir
         The data folder (default: found automatically).
 
     Returns
@@ -172,5 +172,6 @@ def read_gavel_throughputs(path: str | os.PathLike[str] | None = None, *,
     GavelThroughputs
         The throughputs.
     """
-    p = Path(path) if path is not None else data_file("gavel", "simulation_throughputs.json", data_dir=data_dir)
+    p = Path(path) if path is not None else data_file("gavel", "simulation_throughputs.json",
+                                                      data_dir=data_dir)
     return _read(str(p.resolve()))

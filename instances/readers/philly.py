@@ -27,9 +27,9 @@ def read_philly_rows(
 
     Parameters
     ----------
-    data_dir : str or PathLike, optional
+    data_dir
         The data folder (default: found automatically).
-    seed : int
+    seed
         Drives model assignment (the trace names no models).
 
     Returns
@@ -42,13 +42,14 @@ def read_philly_rows(
 
 @lru_cache(maxsize=2)
 def philly_rows(path_name: str, seed: int) -> tuple[TraceJob, ...]:
-    """The rows of the Philly trace file ``path_name`` (cached per path and seed; see :func:`read_philly_rows`).
+    """The rows of the Philly trace file ``path_name`` (cached per path and seed; see
+    :func:`read_philly_rows`).
 
     Parameters
     ----------
-    path_name : str
+    path_name
         The trace file.
-    seed : int
+    seed
         Drives model assignment.
 
     Returns
@@ -91,13 +92,9 @@ def read_philly(
 
     Parameters
     ----------
-    data_dir : str or PathLike, optional
-        The data folder (default: found automatically).
-    cluster : Cluster or str, optional
-        The cluster, or its spec (default: one sized for the trace, :func:`~dltsched.instances.clusters.default_cluster_for`).
-    window : Window, optional
-        The part of the trace to keep (default: all).
-    seed : int
+    data_dir, cluster, window
+        As for :func:`~dltsched.instances.readers.traces.read_gavel`.
+    seed
         Drives model assignment (the trace names no models).
 
     Returns

@@ -49,7 +49,7 @@ def gavel_vcs(data_dir: str | os.PathLike[str] | None = None) -> list[str]:
 
     Parameters
     ----------
-    data_dir : str or PathLike, optional
+    data_dir
         The data folder (default: found automatically).
 
     Returns
@@ -92,13 +92,14 @@ def read_gavel(
 
     Parameters
     ----------
-    vc : str or None
+    vc
         The virtual cluster (one of :func:`gavel_vcs`).
-    data_dir : str or PathLike, optional
+    data_dir
         The data folder (default: found automatically).
-    cluster : Cluster or str, optional
-        The cluster, or its spec (default: one sized for the trace, :func:`~dltsched.instances.clusters.default_cluster_for`).
-    window : Window, optional
+    cluster
+        The cluster, or its spec (default: one sized for the trace,
+        :func:`~dltsched.instances.clusters.default_cluster_for`).
+    window
         The part of the trace to keep (default: all).
 
     Returns
@@ -141,14 +142,10 @@ def read_muri(
 
     Parameters
     ----------
-    trace : str
+    trace
         The trace's name.
-    data_dir : str or PathLike, optional
-        The data folder (default: found automatically).
-    cluster : Cluster or str, optional
-        The cluster, or its spec (default: one sized for the trace, :func:`~dltsched.instances.clusters.default_cluster_for`).
-    window : Window, optional
-        The part of the trace to keep (default: all).
+    data_dir, cluster, window
+        As for :func:`~dltsched.instances.readers.traces.read_gavel`.
 
     Returns
     -------
@@ -207,7 +204,7 @@ def pollux_workload_files(data_dir: str | os.PathLike[str] | None = None) -> dic
 
     Parameters
     ----------
-    data_dir : str or PathLike, optional
+    data_dir
         The data folder (default: found automatically).
 
     Returns
@@ -237,14 +234,10 @@ def read_pollux_workload(
 
     Parameters
     ----------
-    name : str
+    name
         The workload (one of :func:`pollux_workload_files`).
-    data_dir : str or PathLike, optional
-        The data folder (default: found automatically).
-    cluster : Cluster or str, optional
-        The cluster, or its spec (default: one sized for the trace, :func:`~dltsched.instances.clusters.default_cluster_for`).
-    window : Window, optional
-        The part of the trace to keep (default: all).
+    data_dir, cluster, window
+        As for :func:`~dltsched.instances.readers.traces.read_gavel`.
 
     Returns
     -------

@@ -6,9 +6,10 @@ Importing this package never imports torch; only training (``train``, ``egat``) 
 :mod:`.profiled` (physics-shaped base from each job's isolated profile, tree corrections fitted on
 Gavel's MIT-licensed pairs only, Gavel's isolated profiles), with the caller's measured job profiles added
 when given; ``eggat=True`` also blends in the E-GGAT trained on the same pairs (``eggat_gavel.safetensors``),
-run in numpy (:mod:`.egat_numpy`): better out of fold on Gavel, about 5x slower per group (README). A job with no profile on a GPU has its step time, memory and
-utilisation predicted, counted in ``fallbacks`` and logged (see :mod:`.profiled`). The older
-ensemble-exported table (:func:`~.table.default_table`, ``default_table.json``) stays available for comparison.
+run in numpy (:mod:`.egat_numpy`): better out of fold on Gavel, slower per group. A job with
+no profile on a GPU has its step time, memory and utilisation predicted, counted in ``fallbacks`` and logged
+(see :mod:`.profiled`). The older ensemble-exported table (:func:`~.table.default_table`,
+``default_table.json``) stays available for comparison.
 """
 
 from __future__ import annotations

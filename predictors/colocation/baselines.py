@@ -47,12 +47,15 @@ class ConstantBaseline:
     gpu_util: float | None = None
 
     def fit(self, train: ColocDataset) -> ConstantBaseline:
+        """Fit on ``train``: the mean speed, memory and utilisation of every sample; returns this
+        predictor."""
         self.speed = _mean([v for s in train.samples for v in s.speeds]) or 1.0
         self.memory_mib = _mean([s.memory_mib for s in train.samples if s.memory_mib is not None])
         self.gpu_util = _mean([s.gpu_util for s in train.samples if s.gpu_util is not None])
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %): the training means."""
         return [GroupPrediction((self.speed,) * len(g.jobs), self.memory_mib, self.gpu_util) for g in groups]
 
 
@@ -64,6 +67,7 @@ class PerModelMeanBaseline:
     constant: ConstantBaseline = field(default_factory=ConstantBaseline)
 
     def fit(self, train: ColocDataset) -> PerModelMeanBaseline:
+        """Fit on ``train``: the mean speed of each model; returns this predictor."""
         self.constant.fit(train)
         speeds: dict[str, list[float]] = {}
         for s in train.samples:
@@ -73,6 +77,8 @@ class PerModelMeanBaseline:
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %): each model's mean, memory
+        summed over the members."""
         out = []
         for g in groups:
             speeds = tuple(self.by_model.get(j.model, self.constant.speed) for j in g.jobs)
@@ -83,12 +89,16 @@ class PerModelMeanBaseline:
 
 @dataclass(slots=True)
 class UtilShareRule:
-    """Rules from isolated profiles alone (see module docstring); ``None`` where a profile value is unmeasured."""
+    """Rules from isolated profiles alone (see module docstring); ``None`` where a profile value is
+    unmeasured."""
 
     def fit(self, train: ColocDataset) -> UtilShareRule:
+        """Fit on ``train``: nothing to learn, a rule; returns this predictor."""
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %): every job slowed to 100%
+        over the summed isolated utilisation."""
         out = []
         for g in groups:
             profiles = [profile_of(data.isolated, g.gpu, j) for j in g.jobs]
@@ -113,6 +123,20 @@ def default_step_time() -> StepTimePredictor:
 
 
 def as_job(job: JobSpec, index: int = 0) -> Job:
+    """A scheduler :class:`Job` of ``job``'s type (one iteration), for predictors that take jobs.
+
+    Parameters
+    ----------
+    job
+        The job type.
+    index
+        Makes the job's id (``j<index>``) unique within a group.
+
+    Returns
+    -------
+    Job
+        The job.
+    """
     return Job(f"j{index}", job.model, job.batch_size, 1.0, amp=job.amp, dataset=job.dataset)
 
 
@@ -125,6 +149,7 @@ class AnalyticContention:
     memory_efficiency: float = 0.6
 
     def fit(self, train: ColocDataset) -> AnalyticContention:
+        """Fit on ``train``: nothing to learn, analytic; returns this predictor."""
         return self
 
     def busy_fraction(self, job: JobSpec, gpu: str, measured_step_s: float | None) -> float:
@@ -139,6 +164,8 @@ class AnalyticContention:
         return min(1.0, max(compute_s, memory_s) / step_s)
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %): from each job's busy
+        share of compute and bandwidth."""
         out = []
         for g in groups:
             gpu = LUCID_PROXY_GPU if g.gpu == LUCID_GPU else g.gpu
@@ -213,6 +240,8 @@ class GbtBaseline:
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %): the fitted trees, on at
+        most ``threads`` threads."""
         from threadpoolctl import threadpool_limits
 
         with threadpool_limits(self.threads):
@@ -229,9 +258,11 @@ class GbtBaseline:
         if not groups:
             return []
         rows = [r for g in groups for r in pair_rows(g, data.isolated)]  # one tree call for every group
-        log_speeds = [v + self._speed_prior(r) for v, r in zip(self._models["speed"].predict(rows), rows, strict=True)]
+        log_speeds = [v + self._speed_prior(r)
+                      for v, r in zip(self._models["speed"].predict(rows), rows, strict=True)]
         group_rows = [group_row(g, data.isolated) for g in groups]
-        mem_ratio = self._models["memory_mib"].predict(group_rows).tolist() if "memory_mib" in self._models else None
+        mem_ratio = (self._models["memory_mib"].predict(group_rows).tolist() if "memory_mib" in self._models
+                     else None)
         utils = self._models["gpu_util"].predict(group_rows).tolist() if "gpu_util" in self._models else None
         out, k = [], 0
         for i, g in enumerate(groups):

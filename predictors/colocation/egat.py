@@ -10,8 +10,8 @@ GPU features and the group size are global features fed to the heads: per-job lo
 memory (log ratio to the summed isolated memory) and GPU utilisation. The speed and utilisation
 heads are residual over parameter-free priors where isolated utilisation is known (time slicing,
 ``log min(1, 100 / total isolated util)``, and the union of the isolated busy periods); elsewhere the
-priors are 0 and 50%. The graph is built torch-free (:func:`.egat_numpy.group_graph_arrays`); a trained network
-runs without torch in :class:`.egat_numpy.NumpyEggat`.
+priors are 0 and 50%. The graph is built torch-free (:func:`.egat_numpy.group_graph_arrays`); a trained
+network runs without torch in :class:`.egat_numpy.NumpyEggat`.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from dltsched.predictors.colocation.samples import IsolatedProfile, JobSpec
 
 
 def group_graph(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> Data:
-    """The PyG graph of one co-located group (see module docstring), from :func:`.egat_numpy.group_graph_arrays`
-    (the graph the numpy forward pass runs on)."""
+    """The PyG graph of one co-located group (see module docstring), from
+    :func:`.egat_numpy.group_graph_arrays` (the graph the numpy forward pass runs on)."""
     g = group_graph_arrays(group, isolated)
     return Data(
         x=torch.tensor(g.x, dtype=torch.float32),
@@ -63,6 +63,23 @@ class GatedGatLayer(nn.Module):
         self.norm = nn.LayerNorm(hidden)
 
     def forward(self, h: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor) -> torch.Tensor:
+        """One gated message-passing step: attention messages mixed into the node states through a learned
+        gate.
+
+        Parameters
+        ----------
+        h
+            Node states, one row a node.
+        edge_index
+            Source and target node of each edge (2 x edges).
+        edge_attr
+            Edge features, one row an edge.
+
+        Returns
+        -------
+        torch.Tensor
+            The new node states (normalised residual update).
+        """
         m = self.conv(h, edge_index, edge_attr)
         g = torch.sigmoid(self.gate(torch.cat([h, m], dim=-1)))
         return self.norm(h + g * m)
@@ -108,7 +125,8 @@ class EGGAT(nn.Module):
         group_sum = scatter(hub, graph_of_job, 0, dim_size=len(batch.num_jobs), reduce="sum")
         others = group_sum[graph_of_job] - hub
         prior = batch.speed_prior
-        z = self.speed_head(torch.cat([hub, job_mean, others, glob[graph_of_job], prior[:, None]], -1)).squeeze(-1)
+        z = self.speed_head(torch.cat([hub, job_mean, others, glob[graph_of_job], prior[:, None]],
+                                      -1)).squeeze(-1)
         log_speed = (prior + z).clamp_max(LOG_MAX_SPEED)
         group_mean = scatter(h, batch.batch, 0, dim_size=len(batch.num_jobs), reduce="mean")
         out = self.group_head(torch.cat([group_sum, group_mean, glob], -1))
@@ -126,6 +144,18 @@ def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
 
 
 def collate(graphs: Sequence[Data]) -> Batch:
+    """One batch of group graphs, remembering how many jobs each graph holds.
+
+    Parameters
+    ----------
+    graphs
+        The graphs.
+
+    Returns
+    -------
+    Batch
+        The batched graphs with ``num_jobs`` per graph.
+    """
     batch = Batch.from_data_list(list(graphs))
     batch.num_jobs = torch.tensor([g.num_jobs for g in graphs], dtype=torch.long)
     return batch

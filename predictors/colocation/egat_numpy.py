@@ -1,13 +1,13 @@
 """The E-GGAT's group graph and its forward pass in numpy: the trained network at schedule time, no torch.
 
-:func:`group_graph_arrays` builds one co-located group's graph (the layout of :mod:`.egat`'s module docstring) as
-numpy arrays; :func:`.egat.group_graph` turns the same arrays into the PyG ``Data`` the network trains on, so both
-see one graph. :class:`NumpyEggat` reads a checkpoint written by :meth:`.train.EggatPredictor.save` (the
-safetensors numpy API) or takes a trained network's weights, and runs what :class:`.egat.EGGAT` runs: input
-standardisation, GATv2 attention with edge features (self-loops added with the mean of each node's incoming edge
-features, leaky ReLU 0.2, softmax over each node's incoming edges), the gated residual and layer norm, mean and hub
-pooling per job and group, and the speed and group heads residual over the graph's priors. Many groups run as one
-disjoint graph; the tests hold it to the torch model within 1e-5.
+:func:`group_graph_arrays` builds one co-located group's graph (the layout of :mod:`.egat`'s module docstring)
+as numpy arrays; :func:`.egat.group_graph` turns the same arrays into the PyG ``Data`` the network trains on,
+so both see one graph. :class:`NumpyEggat` reads a checkpoint written by :meth:`.train.EggatPredictor.save`
+(the safetensors numpy API) or takes a trained network's weights, and runs what :class:`.egat.EGGAT` runs:
+input standardisation, GATv2 attention with edge features (self-loops added with the mean of each node's
+incoming edge features, leaky ReLU 0.2, softmax over each node's incoming edges), the gated residual and layer
+norm, mean and hub pooling per job and group, and the speed and group heads residual over the graph's priors.
+Many groups run as one disjoint graph; the tests hold it to the torch model within 1e-5.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ _CROSS_EDGE = (0.0, 0.0, 0.0, 1.0)
 
 @dataclass(frozen=True, slots=True)
 class GroupGraph:
-    """One group's graph: node features ``x``, edges ``src -> dst`` with ``edge_attr``, which nodes are hubs, each
-    node's job (0..``num_jobs``-1), the global features and the priors the heads are residual over."""
+    """One group's graph: node features ``x``, edges ``src -> dst`` with ``edge_attr``, which nodes are hubs,
+    each node's job (0..``num_jobs``-1), the global features and the priors the heads are residual over."""
 
     x: np.ndarray
     src: np.ndarray
@@ -98,8 +98,8 @@ def _job_block(gpu: str, job: JobSpec, isolated: Mapping[tuple[str, JobSpec], Is
 
 def group_graph_arrays(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile],
                        memo: dict[Any, Any] | None = None) -> GroupGraph:
-    """The graph of one co-located group (see :mod:`.egat`); ``memo`` keeps each job's block between groups that
-    share ``isolated``."""
+    """The graph of one co-located group (see :mod:`.egat`); ``memo`` keeps each job's block between groups
+    that share ``isolated``."""
     blocks = []
     for job in group.jobs:
         found = memo.get((group.gpu, job)) if memo is not None else None
@@ -124,7 +124,8 @@ def group_graph_arrays(group: Group, isolated: Mapping[tuple[str, JobSpec], Isol
     hub_mask[hubs] = True
     glob, speed_prior, util_logit_prior = group_globals(group, isolated)
     return GroupGraph(np.concatenate([b[0] for b in blocks]), np.concatenate(src), np.concatenate(dst),
-                      np.concatenate(attr), hub_mask, job_of, glob, speed_prior, util_logit_prior, len(group.jobs))
+                      np.concatenate(attr), hub_mask, job_of, glob, speed_prior, util_logit_prior,
+                      len(group.jobs))
 
 
 def group_globals(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]
@@ -139,8 +140,8 @@ def group_globals(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedP
 def check_eggat_group(group: Group, max_jobs: int, gpus: Sequence[str]) -> None:
     """Clear errors for inputs the network cannot featurize: GPU or model not in the catalogs, group size.
 
-    Catalog GPUs absent from training are predicted from their spec sheet (the leave-one-GPU-out figures say how
-    well); Lucid's unrecorded GPU only by a network trained on it.
+    Catalog GPUs absent from training are predicted from their spec sheet (the leave-one-GPU-out figures say
+    how well); Lucid's unrecorded GPU only by a network trained on it.
     """
     check_group(group, max_jobs)
     if resolve_gpu(group.gpu) == LUCID_GPU and LUCID_GPU not in gpus:
@@ -177,9 +178,10 @@ def _segment(values: np.ndarray, starts: np.ndarray, ufunc: np.ufunc) -> np.ndar
     return ufunc.reduceat(values, starts, axis=0)  # type: ignore[no-any-return]
 
 
-def _gatv2(w: Mapping[str, np.ndarray], name: str, heads: int, h: np.ndarray, src: np.ndarray, dst: np.ndarray,
-           attr: np.ndarray) -> np.ndarray:
-    """``GATv2Conv(edge_dim=...)`` with its defaults (self-loops with mean edge features, concatenated heads)."""
+def _gatv2(w: Mapping[str, np.ndarray], name: str, heads: int, h: np.ndarray, src: np.ndarray,
+           dst: np.ndarray, attr: np.ndarray) -> np.ndarray:
+    """``GATv2Conv(edge_dim=...)`` with its defaults (self-loops with mean edge features, concatenated
+    heads)."""
     n = len(h)
     attr = attr.astype(h.dtype)
     x_l = _linear(w, f"{name}.lin_l", h).reshape(n, heads, -1)
@@ -192,7 +194,8 @@ def _gatv2(w: Mapping[str, np.ndarray], name: str, heads: int, h: np.ndarray, sr
     dst = np.concatenate((dst, np.arange(n)))
     order = np.argsort(dst, kind="stable")  # each node's incoming edges in one run (every node has its loop)
     src, dst = src[order], dst[order]
-    edge = (np.concatenate((attr, loop_attr))[order] @ w[f"{name}.lin_edge.weight"].T).reshape(len(src), heads, -1)
+    edge = (np.concatenate((attr,
+                            loop_attr))[order] @ w[f"{name}.lin_edge.weight"].T).reshape(len(src), heads, -1)
     z = x_l[src] + x_r[dst] + edge
     z = np.where(z > 0, z, 0.2 * z)
     logit = (z * w[f"{name}.att"]).sum(-1)
@@ -211,7 +214,8 @@ def _logits(w: Mapping[str, np.ndarray], name: str, x_src: np.ndarray, x_dst: np
     z = x_src + x_dst
     z += edge
     np.maximum(z, 0.2 * z, out=z)  # leaky ReLU, slope 0.2
-    att = w[f"{name}.att"][0]  # (H, C): one block per head of a (H C, H) matrix, so one product gives every head
+    # (H, C): one block per head of a (H C, H) matrix, so one product gives every head
+    att = w[f"{name}.att"][0]
     block = np.zeros((heads * c, heads), dtype=att.dtype)
     block[np.arange(heads * c), np.repeat(np.arange(heads), c)] = att.reshape(-1)
     return z.reshape(len(z), -1) @ block  # type: ignore[no-any-return]
@@ -221,15 +225,17 @@ Partial = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def _partial(logit: np.ndarray, values: np.ndarray, starts: np.ndarray) -> Partial:
-    """One softmax's running parts per run of edges (edges sorted by target; ``starts``: each run's first edge):
-    the largest logit ``M``, ``sum exp(l - M)`` and ``sum exp(l - M) x``; merged with :func:`_merge`."""
+    """One softmax's running parts per run of edges (edges sorted by target; ``starts``: each run's first
+    edge): the largest logit ``M``, ``sum exp(l - M)`` and ``sum exp(l - M) x``; merged with
+    :func:`_merge`."""
     top = np.maximum.reduceat(logit, starts, 0)
     ex = np.exp(logit - np.repeat(top, np.diff(np.r_[starts, len(logit)]), 0))
     return top, np.add.reduceat(ex, starts, 0), np.add.reduceat(values * ex[..., None], starts, 0)
 
 
 def _merge(*parts: Partial) -> np.ndarray:
-    """The softmax-weighted sum over the edges of every part (aligned rows), as PyG's softmax and sum give it."""
+    """The softmax-weighted sum over the edges of every part (aligned rows), as PyG's softmax and sum give
+    it."""
     top = parts[0][0]
     for p in parts[1:]:
         top = np.maximum(top, p[0])
@@ -264,8 +270,8 @@ def _mean_by(values: np.ndarray, index: np.ndarray, size: int) -> np.ndarray:
 @dataclass(frozen=True, slots=True)
 class _Job:
     """What a two-layer network computes for one job on one GPU whatever its partners (see :meth:`NumpyEggat.
-    log_speeds`): its super-nodes receive only from their own job in the first layer, and in the second from their
-    own job and their hub."""
+    log_speeds`): its super-nodes receive only from their own job in the first layer, and in the second from
+    their own job and their hub."""
 
     n: int  # super-nodes
     h0_hub: np.ndarray  # (D,) the hub's input embedding
@@ -294,11 +300,13 @@ class NumpyEggat:
 
     @classmethod
     def from_meta(cls, weights: Mapping[str, Any], meta: Mapping[str, Any]) -> NumpyEggat:
-        """From a state dict (numpy arrays) and the checkpoint's metadata (``config``, ``has_memory``, ...)."""
+        """From a state dict (numpy arrays) and the checkpoint's metadata (``config``, ``has_memory``,
+        ...)."""
         c = meta["config"]
         arrays = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}  # as trained: float32
-        return cls(arrays, int(c["heads"]), int(c["num_layers"]), int(c["max_jobs"]), bool(meta["has_memory"]),
-                   bool(meta["has_util"]), tuple(meta["gpus"]), tuple(meta["models"]), dict(meta.get("record", {})))
+        return cls(arrays, int(c["heads"]), int(c["num_layers"]), int(c["max_jobs"]),
+                   bool(meta["has_memory"]), bool(meta["has_util"]), tuple(meta["gpus"]),
+                   tuple(meta["models"]), dict(meta.get("record", {})))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> NumpyEggat:
@@ -314,17 +322,25 @@ class NumpyEggat:
         return cls.from_meta(load_file(str(path)), meta)
 
     def check(self, group: Group) -> None:
+        """Refuse a group the network cannot featurize (see :func:`check_eggat_group`).
+
+        Parameters
+        ----------
+        group
+            The group.
+        """
         check_eggat_group(group, self.max_jobs, self.gpus)
 
     def saw(self, feature: str) -> bool:
-        """Whether job feature ``feature`` (:data:`~.features.JOB_FEATURES`) ever differed from 0 in training: a
-        network trained where isolated memory or utilisation was never measured (the shipped, Gavel one) keeps
-        them at 0 (its input standardisation would put a measured value tens of deviations out)."""
+        """Whether job feature ``feature`` (:data:`~.features.JOB_FEATURES`) ever differed from 0 in training:
+        a network trained where isolated memory or utilisation was never measured (the shipped, Gavel one)
+        keeps them at 0 (its input standardisation would put a measured value tens of deviations out)."""
         k = NODE_FEATURES + JOB_FEATURES.index(feature)
         return bool(self.weights["x_mean"][k] != 0.0 or self.weights["x_std"][k] > 0.1 + 1e-6)
 
     def forward(self, graphs: Sequence[GroupGraph]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(log speed per job, in the graphs' order; log memory ratio per group; GPU util fraction per group)."""
+        """(log speed per job, in the graphs' order; log memory ratio per group; GPU util fraction per
+        group)."""
         w = self.weights
         sizes = np.asarray([len(g.x) for g in graphs])
         offsets = np.cumsum(sizes) - sizes
@@ -357,16 +373,18 @@ class NumpyEggat:
         util_prior = np.asarray([g.util_logit_prior for g in graphs])
         return log_speed, out[:, 0], _sigmoid(util_prior + out[:, 1])
 
-    def log_speeds(self, groups: Sequence[Group], isolated: Sequence[Mapping[tuple[str, JobSpec], IsolatedProfile]],
+    def log_speeds(self, groups: Sequence[Group],
+                   isolated: Sequence[Mapping[tuple[str, JobSpec], IsolatedProfile]],
                    memo: dict[Any, Any] | None = None, chunk: int = 4096) -> np.ndarray:
         """Every job's predicted log speed, group after group (groups checked by the caller); ``isolated[i]``
-        supplies group ``i``'s profiles, and ``memo`` keeps what each (GPU, job) contributes between calls (it must
-        then be read the same way in every group).
+        supplies group ``i``'s profiles, and ``memo`` keeps what each (GPU, job) contributes between calls (it
+        must then be read the same way in every group).
 
-        A two-layer network (the shipped one) takes a shorter road to the same numbers: a job's super-nodes hear
-        only their own job in the first layer, so their states, and in the second layer their attention over their
-        own job, are computed once per (GPU, job) and merged with the one edge from their hub per group (softmax
-        parts merged exactly); the hubs' edges are computed per group. Deeper networks run :meth:`forward`.
+        A two-layer network (the shipped one) takes a shorter road to the same numbers: a job's super-nodes
+        hear only their own job in the first layer, so their states, and in the second layer their attention
+        over their own job, are computed once per (GPU, job) and merged with the one edge from their hub per
+        group (softmax parts merged exactly); the hubs' edges are computed per group. Deeper networks run
+        :meth:`forward`.
         """
         memo = {} if memo is None else memo
         parts = []
@@ -389,7 +407,8 @@ class NumpyEggat:
         rows, src, dst, attr = _job_block(gpu, job, isolated)
         n = len(rows) - 1
         h0 = _linear(w, "embed", ((rows - w["x_mean"]) / w["x_std"]).astype(w["embed.weight"].dtype))
-        m = _gatv2(w, "layers.0.conv", heads, h0, src, dst, attr)  # exact for the super-nodes: all their edges are here
+        # exact for the super-nodes: all their edges are here
+        m = _gatv2(w, "layers.0.conv", heads, h0, src, dst, attr)
         g = _sigmoid(_linear(w, "layers.0.gate", np.concatenate((h0, m), -1)))
         h1 = _layer_norm(w, "layers.0.norm", h0 + g * m)[:n]
         xl0 = _linear(w, "layers.0.conv.lin_l", h0).reshape(n + 1, heads, -1)
@@ -398,8 +417,8 @@ class NumpyEggat:
                         np.zeros(1, dtype=np.int64))
         xl1 = _linear(w, "layers.1.conv.lin_l", h1).reshape(n, heads, -1)
         xr1 = _linear(w, "layers.1.conv.lin_r", h1).reshape(n, heads, -1)
-        # second layer into the super-nodes, less the hub's edge: data flow and the self-loop, whose edge features
-        # are the mean of every incoming edge's (the hub's included)
+        # second layer into the super-nodes, less the hub's edge: data flow and the self-loop, whose edge
+        # features are the mean of every incoming edge's (the hub's included)
         loop_attr = np.zeros((n + 1, EDGE_FEATURES))
         np.add.at(loop_attr, dst, attr)
         loop_attr = loop_attr[:n] / np.bincount(dst, minlength=n + 1)[:n, None]
@@ -411,14 +430,16 @@ class NumpyEggat:
         s1, d1, a1 = s1[order], d1[order], a1[order]
         starts = np.flatnonzero(np.r_[True, d1[1:] != d1[:-1]])
         local1 = _partial(_logits(w, "layers.1.conv", xl1[s1], xr1[d1], a1), xl1[s1], starts)
-        found = memo[key] = _Job(n, h0[n], xl0, xr0_hub, (own0[0][0], own0[1][0], own0[2][0]), h1, xl1, xr1, local1)
+        found = memo[key] = _Job(n, h0[n], xl0, xr0_hub, (own0[0][0], own0[1][0], own0[2][0]), h1, xl1, xr1,
+                                 local1)
         return found
 
     def _pair0(self, a: _Job, b: _Job, key: tuple[Any, ...], memo: dict[Any, Any]) -> Partial:
         """First layer: ``b``'s super-nodes and hub -> ``a``'s hub (cross-job edges)."""
         found = memo.get(key)
         if found is None:
-            p = _partial(_logits(self.weights, "layers.0.conv", b.xl0, a.xr0_hub[None], np.asarray(_CROSS_EDGE)),
+            p = _partial(_logits(self.weights, "layers.0.conv", b.xl0, a.xr0_hub[None],
+                                 np.asarray(_CROSS_EDGE)),
                          b.xl0, np.zeros(1, dtype=np.int64))
             found = memo[key] = (p[0][0], p[1][0], p[2][0])
         return found  # type: ignore[no-any-return]
@@ -450,10 +471,12 @@ class NumpyEggat:
             gl, sp, _ = group_globals(g, iso)
             glob.append(gl)
             prior.append(sp)
-            for i, a in enumerate(ids):  # first layer into each hub: the other members' nodes (padded to max_jobs - 1)
+            # first layer into each hub: the other members' nodes (padded to max_jobs - 1)
+            for i, a in enumerate(ids):
                 others = [self._pair0(jobs[a], jobs[b], ("pair", g.gpu, g.jobs[i], g.jobs[j]), memo)
                           for j, b in enumerate(ids) if j != i]
-                others += [(np.full(heads, -np.inf, dtype=np.float32), np.zeros(heads, dtype=np.float32), np.zeros_like(others[0][2]))] * (
+                others += [(np.full(heads, -np.inf, dtype=np.float32), np.zeros(heads, dtype=np.float32),
+                            np.zeros_like(others[0][2]))] * (
                     self.max_jobs - len(ids))
                 pairs_m.append([p[0] for p in others])
                 pairs_b.append([p[1] for p in others])
@@ -463,7 +486,8 @@ class NumpyEggat:
         n = np.asarray([j.n for j in jobs])
         group_of_slot = np.repeat(np.arange(len(groups)), size)
         first_slot = np.cumsum(size) - size
-        # ---- first layer, hubs: own super-nodes, the others' nodes, the self-loop (mean of the incoming features)
+        # ---- first layer, hubs: own super-nodes, the others' nodes, the self-loop (mean of the incoming
+        # features)
         n_slot = n[slots]
         others_n = np.add.reduceat(n_slot + 1, first_slot)[group_of_slot] - (n_slot + 1)
         loop_attr = np.zeros((len(slots), EDGE_FEATURES))
@@ -473,10 +497,12 @@ class NumpyEggat:
         xl0_hub = np.stack([j.xl0[-1] for j in jobs])[slots]
         xr0_hub = np.stack([j.xr0_hub for j in jobs])[slots]
         own = tuple(np.stack([j.own0[k] for j in jobs])[slots] for k in range(3))
-        loop = (_logits(w, "layers.0.conv", xl0_hub, xr0_hub, loop_attr), np.ones((len(slots), heads), dtype=xl0_hub.dtype), xl0_hub)
+        loop = (_logits(w, "layers.0.conv", xl0_hub, xr0_hub, loop_attr),
+                np.ones((len(slots), heads), dtype=xl0_hub.dtype), xl0_hub)
         pm, pb, pa = np.asarray(pairs_m), np.asarray(pairs_b), np.asarray(pairs_a)
         cross = [(pm[:, k], pb[:, k], pa[:, k]) for k in range(pm.shape[1])]
-        m0 = _merge(own, loop, *cross).reshape(len(slots), -1) + w["layers.0.conv.bias"]  # type: ignore[arg-type]
+        m0 = _merge(own, loop, *cross).reshape(len(slots),
+                                               -1) + w["layers.0.conv.bias"]  # type: ignore[arg-type]
         g0 = _sigmoid(_linear(w, "layers.0.gate", np.concatenate((h0_hub, m0), -1)))
         h1_hub = _layer_norm(w, "layers.0.norm", h0_hub + g0 * m0)
         xl1_hub = _linear(w, "layers.1.conv.lin_l", h1_hub).reshape(len(slots), heads, -1)
@@ -491,14 +517,16 @@ class NumpyEggat:
         local = tuple(np.concatenate([j.local1[k] for j in jobs])[inst] for k in range(3))
         hub_edge = (_logits(w, "layers.1.conv", xl1_hub[inst_slot], xr1[inst], np.asarray(_HUB_EDGE)),
                     np.ones((len(inst), heads), dtype=xl1_hub.dtype), xl1_hub[inst_slot])
-        m1 = _merge(local, hub_edge).reshape(len(inst), -1) + w["layers.1.conv.bias"]  # type: ignore[arg-type]
+        m1 = _merge(local, hub_edge).reshape(len(inst),
+                                             -1) + w["layers.1.conv.bias"]  # type: ignore[arg-type]
         g1 = _sigmoid(_linear(w, "layers.1.gate", np.concatenate((h1[inst], m1), -1)))
         h2 = _layer_norm(w, "layers.1.norm", h1[inst] + g1 * m1)
-        # ---- second layer, hubs: own super-nodes (the instances above), the others' super-nodes, every hub of the
-        # group (the others' by cross-job edges, its own by the self-loop); each part already runs by target
+        # ---- second layer, hubs: own super-nodes (the instances above), the others' super-nodes, every hub
+        # of the group (the others' by cross-job edges, its own by the self-loop); each part already runs by
+        # target
         inst_first = np.cumsum(n_slot) - n_slot
-        own1 = _partial(_logits(w, "layers.1.conv", xl1[inst], xr1_hub[inst_slot], np.asarray(_HUB_EDGE)), xl1[inst],
-                        inst_first)
+        own1 = _partial(_logits(w, "layers.1.conv", xl1[inst], xr1_hub[inst_slot], np.asarray(_HUB_EDGE)),
+                        xl1[inst], inst_first)
         seg_first, seg_len, seg_dst = [], [], []
         for q in range(len(slots)):
             gq = group_of_slot[q]
@@ -511,8 +539,8 @@ class NumpyEggat:
         c_src = _ranges(np.asarray(seg_first), lengths)
         c_dst = np.repeat(np.asarray(seg_dst), lengths)
         c_counts = np.bincount(c_dst, minlength=len(slots))
-        cross1 = _partial(_logits(w, "layers.1.conv", xl1[c_src], xr1_hub[c_dst], np.asarray(_CROSS_EDGE)), xl1[c_src],
-                          np.cumsum(c_counts) - c_counts)
+        cross1 = _partial(_logits(w, "layers.1.conv", xl1[c_src], xr1_hub[c_dst], np.asarray(_CROSS_EDGE)),
+                          xl1[c_src], np.cumsum(c_counts) - c_counts)
         hub_src = _ranges(first_slot[group_of_slot], size[group_of_slot])
         hub_dst = np.repeat(np.arange(len(slots)), size[group_of_slot])
         hub_attr = np.where((hub_src == hub_dst)[:, None], loop_attr[hub_dst], _CROSS_EDGE)
@@ -531,16 +559,18 @@ class NumpyEggat:
                                                    g_norm[group_of_slot], speed_prior[:, None]), -1))[:, 0]
         return np.minimum(speed_prior + z, LOG_MAX_SPEED)  # type: ignore[no-any-return]
 
-    def predict(self, groups: Sequence[Group], data: ColocDataset, chunk: int = 1024) -> list[GroupPrediction]:
-        """Predictions for ``groups`` (as :meth:`.train.EggatPredictor.predict`); ``data.isolated`` supplies the
-        isolated profiles."""
+    def predict(self, groups: Sequence[Group], data: ColocDataset,
+                chunk: int = 1024) -> list[GroupPrediction]:
+        """Predictions for ``groups`` (as :meth:`.train.EggatPredictor.predict`); ``data.isolated`` supplies
+        the isolated profiles."""
         for g in groups:
             self.check(g)
         memo: dict[Any, Any] = {}
         out: list[GroupPrediction] = []
         for start in range(0, len(groups), chunk):
             part = groups[start:start + chunk]
-            log_speed, log_mem, util = self.forward([group_graph_arrays(g, data.isolated, memo) for g in part])
+            log_speed, log_mem, util = self.forward([group_graph_arrays(g, data.isolated, memo)
+                                                     for g in part])
             out += head_predictions(part, np.exp(log_speed).tolist(), log_mem, util, data.isolated,
                                     self.has_memory, self.has_util)
         return out
@@ -550,12 +580,14 @@ def head_predictions(groups: Sequence[Group], speeds: Sequence[float], log_mem: 
                      util: Sequence[float], isolated: Mapping[tuple[str, JobSpec], IsolatedProfile],
                      has_memory: bool, has_util: bool) -> list[GroupPrediction]:
     """The network's heads as :class:`GroupPrediction` s: ``speeds`` one per member of every group in order,
-    memory as the log ratio to the summed isolated memory, utilisation as a share (numpy and torch roads alike)."""
+    memory as the log ratio to the summed isolated memory, utilisation as a share (numpy and torch roads
+    alike)."""
     out, k = [], 0
     for i, g in enumerate(groups):
         base = summed_isolated_memory_mib(g, isolated)
         mem = base * math.exp(float(log_mem[i])) if has_memory and base else None
-        out.append(GroupPrediction(tuple(speeds[k:k + len(g.jobs)]), mem, 100.0 * float(util[i]) if has_util else None))
+        out.append(GroupPrediction(tuple(speeds[k:k + len(g.jobs)]), mem,
+                                   100.0 * float(util[i]) if has_util else None))
         k += len(g.jobs)
     return out
 

@@ -21,14 +21,16 @@ from dltsched.predictors.colocation.samples import ColocDataset
 def combine(predictions: Sequence[GroupPrediction], weights: Sequence[float]) -> GroupPrediction:
     """Weighted geometric mean of speeds; weighted mean of memory and utilisation where members give them."""
     total = sum(weights)
-    speeds = tuple(math.exp(sum(w * math.log(p.speeds[i]) for p, w in zip(predictions, weights, strict=True)) / total)
+    speeds = tuple(math.exp(sum(w * math.log(p.speeds[i])
+                                for p, w in zip(predictions, weights, strict=True)) / total)
                    for i in range(len(predictions[0].speeds)))
 
     def mean(values: list[tuple[float | None, float]]) -> float | None:
         known = [(v, w) for v, w in values if v is not None]
         return sum(v * w for v, w in known) / sum(w for _, w in known) if known else None
 
-    return GroupPrediction(speeds, mean([(p.memory_mib, w) for p, w in zip(predictions, weights, strict=True)]),
+    return GroupPrediction(speeds,
+                           mean([(p.memory_mib, w) for p, w in zip(predictions, weights, strict=True)]),
                            mean([(p.gpu_util, w) for p, w in zip(predictions, weights, strict=True)]))
 
 
@@ -45,16 +47,20 @@ class EnsemblePredictor:
             raise ValidationError("members", "no members; an ensemble needs at least one predictor")
         if not self.weights:
             self.weights = (1.0,) * len(self.members)
-        if len(self.weights) != len(self.members) or any(w < 0 for w in self.weights) or not sum(self.weights):
+        if len(self.weights) != len(self.members) or any(w < 0
+                                                         for w in self.weights) or not sum(self.weights):
             raise ValidationError("weights", f"{self.weights!r} not understood; one weight >= 0 per member, "
                                              "not all 0")
 
     def fit(self, train: ColocDataset) -> EnsemblePredictor:
+        """Fit on ``train``: every member; returns this predictor."""
         for member in self.members:
             member.fit(train)
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %): the members' predictions,
+        weighted."""
         outputs = [member.predict(groups, data) for member in self.members]
         return [combine([out[i] for out in outputs], self.weights) for i in range(len(groups))]
 
@@ -74,10 +80,13 @@ class PairwiseComposition:
     record: dict[str, Any] = field(default_factory=dict)
 
     def fit(self, train: ColocDataset) -> PairwiseComposition:
+        """Fit on ``train``: the base predictor; returns this predictor."""
         self.base.fit(train)
         return self
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %): larger groups composed
+        from the base's pairs."""
         direct = self.base.predict(groups, data)
         pairs = sorted({Group(g.gpu, tuple(sorted((a, b)))) for g in groups if len(g.jobs) > 2
                         for n, a in enumerate(g.jobs) for b in g.jobs[n + 1:]}, key=lambda p: (p.gpu, p.jobs))

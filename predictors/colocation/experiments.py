@@ -45,9 +45,12 @@ class ShippedTable:
         self.table = default_table()
 
     def fit(self, train: ColocDataset) -> ShippedTable:
+        """Fit on ``train``: nothing, the shipped table is used as it is; returns this predictor."""
         return self
 
     def predict(self, groups: Sequence[Any], data: ColocDataset) -> list[GroupPrediction]:
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %): looked up in the shipped
+        table."""
         return self.table.predict(groups, data)
 
 
@@ -56,6 +59,7 @@ class ProfileBaseOnly(ProfileColocation):
     ``profile`` on the same folds it says what the trees add out of fold."""
 
     def fit(self, train: ColocDataset) -> ProfileBaseOnly:
+        """Fit on ``train``: the profile rule only, without its corrections; returns this predictor."""
         super().fit(train)
         self.speed_trees = self.memory_trees = self.util_trees = self.pair_speed_trees = None
         return self
@@ -72,12 +76,12 @@ BASELINES: dict[str, Callable[[], Any]] = {
     "shipped_table": ShippedTable,
 }
 #: ensembles: name -> (members, weights); speeds are weighted geometric means, memory/util weighted means
-#: ``profile+gbt`` is reported, not shipped. Averaging with GBT was worth it for speed before the profile model
-#: carried GBT-style pair trees of its own (Lucid leave-one-model-out, valid rows: 6.91 -> 6.56%; Gavel
-#: leave-one-GPU-out 19.17 -> 17.96%); now it adds nothing for speed (6.62 vs 6.64%; 17.86 vs 17.86%). Its utilisation
-#: (12.48 against 12.78%) is not monotone in the members' utilisations, so it stays a comparator.
-ENSEMBLES: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {"ensemble": (("gbt", "eggat"), (0.5, 0.5)),
-                                                                   "profile+gbt": (("gbt", "profile"), (0.5, 0.5))}
+#: ``profile+gbt`` is reported, not shipped. Averaging with GBT was worth it for speed before the profile
+#: model carried GBT-style pair trees of its own (Lucid leave-one-model-out, valid rows: 6.91 -> 6.56%; Gavel
+#: leave-one-GPU-out 19.17 -> 17.96%); now it adds nothing for speed (6.62 vs 6.64%; 17.86 vs 17.86%). Its
+#: utilisation (12.48 against 12.78%) is not monotone in the members' utilisations, so it stays a comparator.
+ENSEMBLES: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {
+    "ensemble": (("gbt", "eggat"), (0.5, 0.5)), "profile+gbt": (("gbt", "profile"), (0.5, 0.5))}
 
 
 def cv_eggat(seed: int = 0, **overrides: Any) -> Any:
@@ -134,11 +138,13 @@ def compare(data: ColocDataset, kind: str, names: Sequence[str], seed: int = 0,
     for name, pairs in fold_preds.items():
         valid = [(s, p) for s, p in pairs if not suspect(s, data.isolated)]
         out[name] = {**_scores(pairs), "valid": {**_scores(valid), "n": len(valid)}, "n": len(pairs),
-                     "split": kind, "folds": held_out, "train_s": round(train_s[name], 1), "per_fold": per_fold[name]}
+                     "split": kind, "folds": held_out, "train_s": round(train_s[name], 1),
+                     "per_fold": per_fold[name]}
     return out
 
 
-def cross_validate(data: ColocDataset, kind: str, factory: Callable[[], Any], seed: int = 0) -> dict[str, Any]:
+def cross_validate(data: ColocDataset, kind: str, factory: Callable[[], Any],
+                   seed: int = 0) -> dict[str, Any]:
     """Pooled test MAPEs of one predictor over every fold of one split kind (see :func:`compare`)."""
     result = compare(data, kind, ["model"], seed, ensembles={}, factories={"model": factory})["model"]
     result.pop("per_fold")
@@ -148,8 +154,8 @@ def cross_validate(data: ColocDataset, kind: str, factory: Callable[[], Any], se
 def train_default(out_dir: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None,
                   dataset: str = "gavel", epochs: int | None = None, seed: int = 0, max_jobs: int = 3,
                   figures: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Train E-GGAT (default :class:`~.train.EggatConfig`) and GBT on every valid sample of ``dataset``; write the
-    E-GGAT checkpoint and the table exported from their ensemble (:data:`ENSEMBLES`); groups of more
+    """Train E-GGAT (default :class:`~.train.EggatConfig`) and GBT on every valid sample of ``dataset``; write
+    the E-GGAT checkpoint and the table exported from their ensemble (:data:`ENSEMBLES`); groups of more
     than two jobs are composed from its pair predictions (:class:`~.ensemble.PairwiseComposition`).
 
     The table covers every job type of the data on every GPU with isolated profiles (for Gavel:
@@ -175,7 +181,8 @@ def train_default(out_dir: str | os.PathLike[str], data_dir: str | os.PathLike[s
                                "delays); no such group was measured",
               "train_s": round(train_s, 1), "gpus_trained": list(data.gpus()), "gpus_tabulated": gpus,
               "figures": figures or {},
-              "license": "Gavel data, MIT" if dataset == "gavel" else "Lucid data, S-Lab non-commercial: do not ship"}
+              "license": "Gavel data, MIT" if dataset == "gavel"
+              else "Lucid data, S-Lab non-commercial: do not ship"}
     eggat.record = record
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -37,6 +37,18 @@ class Group:
 
 
 def group_of(sample: ColocSample) -> Group:
+    """The group (GPU type and job types) that ``sample`` measured.
+
+    Parameters
+    ----------
+    sample
+        A measured co-location.
+
+    Returns
+    -------
+    Group
+        Its group.
+    """
     return Group(sample.gpu, sample.jobs)
 
 
@@ -52,18 +64,38 @@ def resolve_gpu(gpu: str) -> str:
 
 @cache
 def gpu_features(gpu: str) -> tuple[float, ...]:
+    """A GPU type's features: log FP32 and FP16 tensor TFLOPS, log bandwidth (GB/s), log memory (GiB), SMs /
+    100, and whether it is Lucid's unrecorded GPU.
+    """
     spec = gpu_spec(LUCID_PROXY_GPU if gpu == LUCID_GPU else gpu)
-    return (math.log(spec.fp32_tflops), math.log(spec.fp16_tensor_tflops), math.log(spec.memory_bandwidth_gbs),
-            math.log(spec.memory_gib), spec.sm_count / 100.0, 1.0 if gpu == LUCID_GPU else 0.0)
+    return (math.log(spec.fp32_tflops), math.log(spec.fp16_tensor_tflops),
+            math.log(spec.memory_bandwidth_gbs), math.log(spec.memory_gib), spec.sm_count / 100.0,
+            1.0 if gpu == LUCID_GPU else 0.0)
 
 
 def job_features(job: JobSpec, profile: IsolatedProfile | None) -> tuple[float, ...]:
+    """A job type's features: batch, precision, model size and work (logs), layers, and its isolated profile's
+    step time, memory and utilisation where there is one (0 where not).
+
+    Parameters
+    ----------
+    job
+        The job type.
+    profile
+        Its isolated profile on the GPU; ``None`` when none was measured.
+
+    Returns
+    -------
+    tuple[float, ...]
+        The features.
+    """
     spec = model_spec(job.model)
     data = spec.dataset(job.dataset)
     half = 0.5 if job.amp else 1.0
     p = profile or IsolatedProfile()
     return (
-        math.log(job.batch_size), float(job.amp), math.log(spec.params_m), math.log(data.fwd_gflops * job.batch_size),
+        math.log(job.batch_size), float(job.amp), math.log(spec.params_m),
+            math.log(data.fwd_gflops * job.batch_size),
         math.log(data.activation_mib * job.batch_size * half), spec.layers / 10.0,
         math.log(p.step_time_s) if p.step_time_s else 0.0,
         p.memory_mib / 1024.0 if p.memory_mib else 0.0,
@@ -72,18 +104,37 @@ def job_features(job: JobSpec, profile: IsolatedProfile | None) -> tuple[float, 
     )
 
 
-def profile_of(isolated: Mapping[tuple[str, JobSpec], IsolatedProfile], gpu: str, job: JobSpec) -> IsolatedProfile | None:
+def profile_of(isolated: Mapping[tuple[str, JobSpec], IsolatedProfile], gpu: str,
+               job: JobSpec) -> IsolatedProfile | None:
+    """The isolated profile of ``job`` on ``gpu``, if measured.
+
+    Parameters
+    ----------
+    isolated
+        (GPU, job type) -> isolated profile.
+    gpu
+        The GPU type.
+    job
+        The job type.
+
+    Returns
+    -------
+    IsolatedProfile or None
+        The profile; ``None`` when not measured.
+    """
     return isolated.get((gpu, job))
 
 
 #: GPUs whose isolated step times describe a job's compute/memory character (Gavel profiles all three);
 #: the ratios are taken to the last one, so they describe the job and not the target GPU
 REFERENCE_GPUS = ("k80", "p100", "v100")
-PAIR_FEATURES = ("log_iso_throughput", *(f"log_step_{g}_over_{REFERENCE_GPUS[-1]}" for g in REFERENCE_GPUS[:-1]),
+PAIR_FEATURES = ("log_iso_throughput",
+                 *(f"log_step_{g}_over_{REFERENCE_GPUS[-1]}" for g in REFERENCE_GPUS[:-1]),
                  "cross_gpu_missing")
 
 
-def pair_features(gpu: str, job: JobSpec, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> list[float]:
+def pair_features(gpu: str, job: JobSpec,
+                  isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> list[float]:
     """Isolated-profile features beyond :func:`job_features` (see :data:`PAIR_FEATURES`).
 
     The ratios of the job's isolated step times across the reference GPUs say how compute- or
@@ -112,24 +163,28 @@ def _contention(own: IsolatedProfile | None, others: list[IsolatedProfile | None
 CONTENTION_LOG_SPEED = -4
 
 
-def contention_log_speeds(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> list[float]:
-    """Per job, the time-slicing prior ``log min(1, 100 / total isolated util)`` (0 where a util is unmeasured)."""
+def contention_log_speeds(group: Group,
+                          isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> list[float]:
+    """Per job, the time-slicing prior ``log min(1, 100 / total isolated util)`` (0 where a util is
+    unmeasured)."""
     profiles = [profile_of(isolated, group.gpu, j) for j in group.jobs]
     return [_contention(p, [q for n, q in enumerate(profiles) if n != i])[0] for i, p in enumerate(profiles)]
 
 
 def union_util(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> float | None:
-    """GPU utilisation (%) if the jobs' isolated busy periods were independent: ``100 (1 - prod(1 - u_i / 100))``;
-    ``None`` where any isolated utilisation is unmeasured."""
+    """GPU utilisation (%) if the jobs' isolated busy periods were independent: ``100 (1 - prod(1 - u_i /
+    100))``; ``None`` where any isolated utilisation is unmeasured."""
     utils = [profile_of(isolated, group.gpu, j) for j in group.jobs]
     if any(u is None or u.gpu_util is None for u in utils):
         return None
-    return 100.0 * (1.0 - math.prod(1.0 - min(100.0, u.gpu_util) / 100.0 for u in utils))  # type: ignore[union-attr]
+    return 100.0 * (1.0 - math.prod(1.0 - min(100.0, u.gpu_util) / 100.0
+                                    for u in utils))  # type: ignore[union-attr]
 
 
 def pair_rows(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> list[list[float]]:
     """One row per job: GPU features, own job + pair features, the sum of the other jobs' features,
-    own minus others' log isolated step time, a same-model flag, the utilisation contention prior, group size."""
+    own minus others' log isolated step time, a same-model flag, the utilisation contention prior, group
+    size."""
     own = [[*job_features(j, profile_of(isolated, group.gpu, j)), *pair_features(group.gpu, j, isolated)]
            for j in group.jobs]
     return pair_rows_from(group, own, [profile_of(isolated, group.gpu, j) for j in group.jobs])
@@ -160,7 +215,8 @@ def group_row(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfi
     return [*gpu_features(group.gpu), *sums, *maxes, float(len(group.jobs))]
 
 
-def summed_isolated_memory_mib(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> float | None:
+def summed_isolated_memory_mib(group: Group,
+                               isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> float | None:
     """Sum of the jobs' isolated memory, or ``None`` when any is unmeasured."""
     mems = [profile_of(isolated, group.gpu, j) for j in group.jobs]
     if any(m is None or m.memory_mib is None for m in mems):
@@ -168,7 +224,8 @@ def summed_isolated_memory_mib(group: Group, isolated: Mapping[tuple[str, JobSpe
     return float(sum(m.memory_mib for m in mems))  # type: ignore[union-attr,misc]
 
 
-def summed_isolated_util(group: Group, isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> float | None:
+def summed_isolated_util(group: Group,
+                         isolated: Mapping[tuple[str, JobSpec], IsolatedProfile]) -> float | None:
     """Sum of the jobs' isolated GPU utilisation capped at 100, or ``None`` when any is unmeasured."""
     utils = [profile_of(isolated, group.gpu, j) for j in group.jobs]
     if any(u is None or u.gpu_util is None for u in utils):
@@ -179,5 +236,6 @@ def summed_isolated_util(group: Group, isolated: Mapping[tuple[str, JobSpec], Is
 def check_group(group: Group, max_jobs: int) -> None:
     """Clear errors for groups a predictor cannot handle."""
     if not 2 <= len(group.jobs) <= max_jobs:
-        raise ValidationError("jobs", f"{len(group.jobs)} job(s) not understood; this predictor handles 2..{max_jobs}")
+        raise ValidationError("jobs", f"{len(group.jobs)} job(s) not understood; this predictor handles "
+                                      f"2..{max_jobs}")
 

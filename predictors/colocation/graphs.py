@@ -16,7 +16,8 @@ from functools import cache
 
 from dltsched.engine.domain.catalog import model_spec
 
-OP_CLASSES = ("conv", "matmul", "attention", "norm", "elementwise", "pool", "embedding", "rnn", "reduction", "other")
+OP_CLASSES = ("conv", "matmul", "attention", "norm", "elementwise", "pool", "embedding", "rnn", "reduction",
+              "other")
 _FAMILY_CLASS = {"cnn": "conv", "transformer": "attention", "rnn": "rnn", "recsys": "embedding"}
 _MIB = 1024.0 * 1024.0
 
@@ -54,7 +55,9 @@ def _from_zoo(model: str, dataset: str | None, max_bins: int) -> CoarseGraph | N
         graph = load_graph(model, dataset)
     except (ImportError, AttributeError, ValueError, KeyError, FileNotFoundError):
         return None
-    num_layers = max(1, int(graph.graph.get("num_layers") or 1 + max(int(a.get("layer", 0)) for _, a in graph.nodes(data=True))))
+    num_layers = max(1,
+                     int(graph.graph.get("num_layers")
+                         or 1 + max(int(a.get("layer", 0)) for _, a in graph.nodes(data=True))))
     bins: dict[tuple[int, str], list[float]] = {}
     where: dict[object, tuple[int, str]] = {}
     for op, a in graph.nodes(data=True):
@@ -82,8 +85,8 @@ def _synthetic(model: str, dataset: str | None) -> CoarseGraph:
     data = spec.dataset(dataset)
     n = max(1, spec.layers)
     op_class = _FAMILY_CLASS.get(spec.family, "matmul")
-    node = SuperNode(op_class, 0.0, data.fwd_gflops / n, 2.0 * data.fwd_gflops / n, 2.0 * data.activation_mib / n,
-                     4.0 * spec.params_m * 1e6 / _MIB / n)
+    node = SuperNode(op_class, 0.0, data.fwd_gflops / n, 2.0 * data.fwd_gflops / n,
+                     2.0 * data.activation_mib / n, 4.0 * spec.params_m * 1e6 / _MIB / n)
     nodes = tuple(SuperNode(node.op_class, (i + 0.5) / n, node.fwd_gflops, node.bwd_gflops, node.bytes_mib,
                             node.param_mib) for i in range(n))
     edges = tuple((i, i + 1, data.activation_mib / n) for i in range(n - 1))

@@ -1,4 +1,5 @@
-"""Gradient-boosted regression trees as plain JSON, evaluated with numpy (no pickle, no sklearn at schedule time).
+"""Gradient-boosted regression trees as plain JSON, evaluated with numpy (no pickle, no sklearn at schedule
+time).
 
 :func:`fit_trees` fits sklearn's ``HistGradientBoostingRegressor`` (numeric features; NaN = missing)
 and copies its trees into a :class:`JsonTrees`: per tree the node arrays (feature, threshold,
@@ -24,9 +25,9 @@ FEW_ROWS = 12
 
 @dataclass(frozen=True, slots=True)
 class _Nodes:
-    """Trees' nodes laid end to end; leaves point to themselves, so that every row walks the same number of levels
-    (the deepest tree's depth) with no test for having arrived. A node's two children sit side by side in
-    ``child`` (right at ``2 n``, left at ``2 n + 1``)."""
+    """Trees' nodes laid end to end; leaves point to themselves, so that every row walks the same number of
+    levels (the deepest tree's depth) with no test for having arrived. A node's two children sit side by side
+    in ``child`` (right at ``2 n``, left at ``2 n + 1``)."""
 
     feature: np.ndarray
     threshold: np.ndarray
@@ -38,14 +39,14 @@ class _Nodes:
     #: nodes ``[0, internal)`` split; the leaves follow them
     internal: int
     #: per (rows, columns), for a few rows: where each row's value for each split sits in the rows laid end to
-    #: end, each split's left and right child numbered across rows (row r's nodes from r x nodes on), and every
-    #: node's next node with the leaves' filled in (each its own)
+    #: end, each split's left and right child numbered across rows (row r's nodes from r x nodes on), and
+    #: every node's next node with the leaves' filled in (each its own)
     _few: dict[tuple[int, ...], tuple[np.ndarray, ...]] = field(init=False, repr=False, default_factory=dict)
 
     @classmethod
     def of(cls, parts: Sequence[tuple[JsonTrees, int]]) -> _Nodes:
-        """The nodes of every ensemble in ``parts``, each reading its features from its offset on; the splits are
-        numbered before the leaves (a few rows then decide the splits only)."""
+        """The nodes of every ensemble in ``parts``, each reading its features from its offset on; the splits
+        are numbered before the leaves (a few rows then decide the splits only)."""
         feature: list[int] = []
         threshold: list[float] = []
         missing_left: list[bool] = []
@@ -85,17 +86,18 @@ class _Nodes:
             count, size, splits = shape[0], len(self.value), self.internal
             offset = (np.arange(count, dtype=np.intp) * size)[:, None]
             jump = np.broadcast_to(np.arange(size, dtype=np.intp), (count, size)) + offset
-            found = self._few[shape] = (self.feature[:splits] + (np.arange(count, dtype=np.intp) * shape[1])[:, None],
-                                        self.child[1:2 * splits:2] + offset, self.child[0:2 * splits:2] + offset,
-                                        jump, offset, self.threshold[:splits].copy(),
-                                        self.missing_left[:splits].copy())
+            columns = (np.arange(count, dtype=np.intp) * shape[1])[:, None]
+            found = self._few[shape] = (self.feature[:splits] + columns,
+                                        self.child[1:2 * splits:2] + offset,
+                                        self.child[0:2 * splits:2] + offset, jump, offset,
+                                        self.threshold[:splits].copy(), self.missing_left[:splits].copy())
         return found
 
     def leaves(self, rows: np.ndarray) -> np.ndarray:
-        """Each row's leaf value in every tree, ``(rows, trees)``. Up to :data:`FEW_ROWS` rows (the engine's single
-        groups) decide every split for every row first (one comparison over all splits, giving each node's next node
-        for that row), then take ``depth`` steps of one look-up each; more rows take ``depth`` steps that look up
-        only the nodes they are at."""
+        """Each row's leaf value in every tree, ``(rows, trees)``. Up to :data:`FEW_ROWS` rows (the engine's
+        single groups) decide every split for every row first (one comparison over all splits, giving each
+        node's next node for that row), then take ``depth`` steps of one look-up each; more rows take
+        ``depth`` steps that look up only the nodes they are at."""
         feature, threshold, missing_left, child, roots = (self.feature, self.threshold, self.missing_left,
                                                            self.child, self.roots)
         count = rows.shape[0]
@@ -127,8 +129,9 @@ class _Nodes:
 @dataclass(frozen=True, slots=True)
 class StackedTrees:
     """Several fitted ensembles evaluated in one walk, on rows that lay their features side by side (ensemble
-    ``k`` reads its features from ``offsets[k]`` on): one call where a caller predicting a few rows would make one
-    per ensemble. :meth:`predict` gives one column per ensemble, each equal to the ensemble's own prediction."""
+    ``k`` reads its features from ``offsets[k]`` on): one call where a caller predicting a few rows would make
+    one per ensemble. :meth:`predict` gives one column per ensemble, each equal to the ensemble's own
+    prediction."""
 
     parts: tuple[JsonTrees, ...]
     offsets: tuple[int, ...]
@@ -145,9 +148,27 @@ class StackedTrees:
 
     @property
     def num_features(self) -> int:
+        """Columns a row must have: the widest ensemble's offset plus its feature count."""
         return max(o + t.num_features for t, o in zip(self.parts, self.offsets, strict=True))
 
     def predict(self, x: Any) -> np.ndarray:
+        """Every ensemble's prediction for each row.
+
+        Parameters
+        ----------
+        x
+            Rows of features, shape (n, at least :attr:`num_features`).
+
+        Returns
+        -------
+        np.ndarray
+            Shape (n, ensembles): column ``k`` is ensemble ``k``'s prediction.
+
+        Raises
+        ------
+        ValueError
+            When ``x`` is not two-dimensional or has too few columns.
+        """
         rows = np.asarray(x, dtype=float)
         if rows.ndim != 2 or rows.shape[1] < self.num_features:
             raise ValueError(f"rows of shape {rows.shape} not understood; expected (n, {self.num_features})")
@@ -176,11 +197,35 @@ class JsonTrees:
         return self.baseline + self._flat.leaves(rows).sum(axis=1)
 
     def to_json(self) -> dict[str, Any]:
+        """The ensemble as plain JSON data (what :meth:`from_json` reads).
+
+        Returns
+        -------
+        dict[str, Any]
+            Baseline, feature count and the trees' node arrays.
+        """
         return {"baseline": self.baseline, "num_features": self.num_features,
                 "trees": [{k: list(v) for k, v in t.items()} for t in self.trees]}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> JsonTrees:
+        """An ensemble from :meth:`to_json`'s data.
+
+        Parameters
+        ----------
+        raw
+            The JSON data.
+
+        Returns
+        -------
+        JsonTrees
+            The ensemble.
+
+        Raises
+        ------
+        ValueError
+            When a tree does not have exactly the node arrays expected.
+        """
         keys = ("feature", "threshold", "missing_left", "left", "right", "leaf", "value")
         trees = []
         for n, t in enumerate(raw["trees"]):
@@ -202,11 +247,12 @@ def _depth(tree: dict[str, Any]) -> int:
     return deepest
 
 
-def fit_trees(x: Sequence[Sequence[float]], y: Sequence[float], *, max_iter: int = 150, learning_rate: float = 0.05,
-              max_depth: int | None = 3, min_samples_leaf: int = 20, l2_regularization: float = 1.0,
-              loss: str = "squared_error", seed: int = 0, threads: int = 1,
+def fit_trees(x: Sequence[Sequence[float]], y: Sequence[float], *, max_iter: int = 150,
+              learning_rate: float = 0.05, max_depth: int | None = 3, min_samples_leaf: int = 20,
+              l2_regularization: float = 1.0, loss: str = "squared_error", seed: int = 0, threads: int = 1,
               monotonic_cst: Sequence[int] | None = None) -> JsonTrees:
-    """Fit ``HistGradientBoostingRegressor`` (``loss``: ``squared_error`` or ``absolute_error``; no early stopping) on ``threads`` threads; return its trees.
+    """Fit ``HistGradientBoostingRegressor`` (``loss``: ``squared_error`` or ``absolute_error``; no early
+    stopping) on ``threads`` threads; return its trees.
 
     ``monotonic_cst``: per feature 1 (prediction non-decreasing in it), -1 (non-increasing) or 0 (free).
     A feature missing in every row is fitted as 0 (sklearn cannot bin it; a constant is never split on)."""
@@ -214,9 +260,11 @@ def fit_trees(x: Sequence[Sequence[float]], y: Sequence[float], *, max_iter: int
     from threadpoolctl import threadpool_limits
 
     model = HistGradientBoostingRegressor(max_iter=max_iter, learning_rate=learning_rate, max_depth=max_depth,
-                                          min_samples_leaf=min_samples_leaf, l2_regularization=l2_regularization,
-                                          loss=loss, early_stopping=False, random_state=seed,
-                                          monotonic_cst=None if monotonic_cst is None else list(monotonic_cst))
+                                          min_samples_leaf=min_samples_leaf,
+                                          l2_regularization=l2_regularization, loss=loss,
+                                          early_stopping=False, random_state=seed,
+                                          monotonic_cst=None if monotonic_cst is None
+                                          else list(monotonic_cst))
     with threadpool_limits(threads):
         rows = np.array(x, dtype=float)
         rows[:, np.isnan(rows).all(axis=0)] = 0.0
@@ -234,6 +282,8 @@ def from_sklearn(model: Any) -> JsonTrees:
         trees.append({"feature": tuple(int(v) for v in nodes["feature_idx"]),
                       "threshold": tuple(float(v) for v in nodes["num_threshold"]),
                       "missing_left": tuple(int(v) for v in nodes["missing_go_to_left"]),
-                      "left": tuple(int(v) for v in nodes["left"]), "right": tuple(int(v) for v in nodes["right"]),
-                      "leaf": tuple(int(v) for v in nodes["is_leaf"]), "value": tuple(float(v) for v in nodes["value"])})
+                      "left": tuple(int(v) for v in nodes["left"]),
+                      "right": tuple(int(v) for v in nodes["right"]),
+                      "leaf": tuple(int(v) for v in nodes["is_leaf"]),
+                      "value": tuple(float(v) for v in nodes["value"])})
     return JsonTrees(float(np.ravel(model._baseline_prediction)[0]), int(model.n_features_in_), tuple(trees))

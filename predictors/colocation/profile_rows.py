@@ -29,19 +29,21 @@ REFERENCE_GPUS = ("k80", "p100", "v100")
 
 JOB_FEATURES = ("u", "u_partners", "u_total", "bw", "bw_partners", "log_step_s", "log_step_over_partners",
                 "memory_share", "partners_memory_share", "log_batch", "amp", "same_model", "group_size",
-                "log_gflops_sample", "log_act_mib_sample", "log_gpu_tflops", "log_gpu_bandwidth", "u_predicted",
-                "log_step_k80_over_v100", "log_step_p100_over_v100", "log_params_m", "layers_10",
-                "partners_log_gflops_step", "partners_log_params_m", "partners_k80_over_v100",
+                "log_gflops_sample", "log_act_mib_sample", "log_gpu_tflops", "log_gpu_bandwidth",
+                "u_predicted", "log_step_k80_over_v100", "log_step_p100_over_v100", "log_params_m",
+                "layers_10", "partners_log_gflops_step", "partners_log_params_m", "partners_k80_over_v100",
                 "partners_p100_over_v100", "log_busy", "partners_max_log_busy", "base_log_speed")
-GROUP_FEATURES = ("u_total", "u_max", "u_min", "u_union", "bw_total", "bw_max", "memory_share", "max_memory_share",
-                  "group_size", "mean_log_step_s", "log_gpu_bandwidth", "memory_predicted", "u_predicted",
-                  "min_log_step_s", "max_log_step_s", "mean_log_batch", "amp_share", "mean_log_gflops_sample",
-                  "mean_log_act_mib_sample", "u_of_slowest", "max_log_busy", "min_log_busy")
+GROUP_FEATURES = ("u_total", "u_max", "u_min", "u_union", "bw_total", "bw_max", "memory_share",
+                  "max_memory_share", "group_size", "mean_log_step_s", "log_gpu_bandwidth",
+                  "memory_predicted", "u_predicted", "min_log_step_s", "max_log_step_s", "mean_log_batch",
+                  "amp_share", "mean_log_gflops_sample", "mean_log_act_mib_sample", "u_of_slowest",
+                  "max_log_busy", "min_log_busy")
 
 
 @dataclass(frozen=True, slots=True)
 class ResolvedProfile:
-    """A job's profile on one GPU with every value present; ``predicted`` names the values that were not measured."""
+    """A job's profile on one GPU with every value present; ``predicted`` names the values that were not
+    measured."""
 
     step_time_s: float
     memory_mib: float
@@ -80,32 +82,37 @@ class JobVector:
     busy: float = 0.0
 
     #: the per-job numbers, in the order of :attr:`numbers`
-    NUMBERS: ClassVar[tuple[str, ...]] = ("u", "bw", "log_step", "memory_mib", "log_batch", "amp", "gflops", "act",
-                                          "params", "layers", "k80_ratio", "p100_ratio", "gflops_step",
+    NUMBERS: ClassVar[tuple[str, ...]] = ("u", "bw", "log_step", "memory_mib", "log_batch", "amp", "gflops",
+                                          "act", "params", "layers", "k80_ratio", "p100_ratio", "gflops_step",
                                           "u_predicted", "memory_predicted", "busy")
 
     @property
     def u_predicted(self) -> float:
+        """1.0 when the profile's GPU utilisation was predicted rather than measured, else 0.0."""
         return float("gpu_util" in self.profile.predicted)
 
     @property
     def memory_predicted(self) -> bool:
+        """Whether the profile's memory was predicted rather than measured."""
         return "memory_mib" in self.profile.predicted
 
     @property
     def numbers(self) -> tuple[float, ...]:
+        """The vector's numbers in the order group rows read them (flags for predicted values included)."""
         predicted = self.profile.predicted
-        return (self.u, self.bw, self.log_step, self.memory_mib, self.log_batch, self.amp, self.gflops, self.act,
-                self.params, self.layers, self.k80_ratio, self.p100_ratio, self.gflops_step,
+        return (self.u, self.bw, self.log_step, self.memory_mib, self.log_batch, self.amp, self.gflops,
+                self.act, self.params, self.layers, self.k80_ratio, self.p100_ratio, self.gflops_step,
                 float("gpu_util" in predicted), float("memory_mib" in predicted), self.busy)
 
 
 def real_gpu(gpu: str) -> str:
+    """The catalog GPU whose spec sheet stands for ``gpu`` (Lucid's unrecorded GPU has a proxy)."""
     return LUCID_PROXY_GPU if gpu == LUCID_GPU else gpu
 
 
 @cache
 def gpu_consts(gpu: str) -> tuple[float, float, float]:
+    """A GPU type's memory (MiB), log FP32 TFLOPS and log memory bandwidth (GB/s)."""
     spec = gpu_spec(real_gpu(gpu))
     return spec.memory_gib * 1024.0, math.log(spec.fp32_tflops), math.log(spec.memory_bandwidth_gbs)
 
@@ -116,14 +123,14 @@ def job_consts(job: JobSpec) -> tuple[float, float, float, float]:
     spec = model_spec(job.model)
     data = spec.dataset(job.dataset)
     half = 0.5 if job.amp else 1.0
-    return (math.log(data.fwd_gflops), math.log(max(1e-6, data.activation_mib * half)), math.log(spec.params_m),
-            spec.layers / 10.0)
+    return (math.log(data.fwd_gflops), math.log(max(1e-6, data.activation_mib * half)),
+            math.log(spec.params_m), spec.layers / 10.0)
 
 
 @cache
 def _log_work_s(gpu: str, job: JobSpec) -> float:
-    """log of the larger of the job's step compute time at the GPU's peak (three times the forward FLOPs) and its
-    activation traffic time at the GPU's peak bandwidth (four passes over the activations)."""
+    """log of the larger of the job's step compute time at the GPU's peak (three times the forward FLOPs) and
+    its activation traffic time at the GPU's peak bandwidth (four passes over the activations)."""
     spec = gpu_spec(real_gpu(gpu))
     data = model_spec(job.model).dataset(job.dataset)
     peak = (spec.fp16_tensor_tflops if job.amp else spec.fp32_tflops) * 1e12
@@ -134,10 +141,10 @@ def _log_work_s(gpu: str, job: JobSpec) -> float:
 
 
 def log_busy(gpu: str, job: JobSpec, step_time_s: float) -> float:
-    """log of the analytic busy fraction, uncapped: the job's compute (or activation traffic) time at the GPU's
-    peak over its isolated step time. From the catalog's graph and the GPU's spec sheet, so it exists for a job
-    never seen; far below the other jobs' it marks an input- or host-bound job (a busy-looking SM utilisation
-    that the work cannot explain), far above a job that runs faster than its graph says."""
+    """log of the analytic busy fraction, uncapped: the job's compute (or activation traffic) time at the
+    GPU's peak over its isolated step time. From the catalog's graph and the GPU's spec sheet, so it exists
+    for a job never seen; far below the other jobs' it marks an input- or host-bound job (a busy-looking SM
+    utilisation that the work cannot explain), far above a job that runs faster than its graph says."""
     return _log_work_s(gpu, job) - math.log(step_time_s)
 
 
@@ -175,7 +182,8 @@ def feature_rows(groups: Sequence[Sequence[JobVector]], gpus: Sequence[str]) -> 
     def total(values: np.ndarray) -> np.ndarray:
         return np.where(mask, values, 0.0).sum(axis=1)
 
-    tot = {name: total(f[name]) for name in ("u", "bw", "memory_mib", "log_step", "log_batch", "amp", "gflops",
+    tot = {name: total(f[name])
+           for name in ("u", "bw", "memory_mib", "log_step", "log_batch", "amp", "gflops",
                                               "act")}
     base = np.log(np.minimum(1.0, 1.0 / tot["u"]))
     columns = []
@@ -207,14 +215,17 @@ def feature_rows(groups: Sequence[Sequence[JobVector]], gpus: Sequence[str]) -> 
                            np.where(mask, f["memory_predicted"], 0.0).max(axis=1),
                            np.where(mask, f["u_predicted"], 0.0).max(axis=1),
                            np.where(mask, f["log_step"], np.inf).min(axis=1), logs.max(axis=1),
-                           tot["log_batch"] / sizes, tot["amp"] / sizes, tot["gflops"] / sizes, tot["act"] / sizes,
-                           f["u"][np.arange(count), slowest], np.where(mask, f["busy"], -np.inf).max(axis=1),
+                           tot["log_batch"] / sizes, tot["amp"] / sizes, tot["gflops"] / sizes,
+                           tot["act"] / sizes, f["u"][np.arange(count), slowest],
+                           np.where(mask, f["busy"], -np.inf).max(axis=1),
                            np.where(mask, f["busy"], np.inf).min(axis=1)], axis=1)
     return job_rows, group_rows
 
 
-def feature_rows_loop(groups: Sequence[Sequence[JobVector]], gpus: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`feature_rows` in plain Python, one group at a time (fewer fixed costs than numpy for a few groups)."""
+def feature_rows_loop(groups: Sequence[Sequence[JobVector]],
+                      gpus: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`feature_rows` in plain Python, one group at a time (fewer fixed costs than numpy for a few
+    groups)."""
     job_rows, group_rows = feature_lists(groups, gpus)
     return np.asarray(job_rows, dtype=float), np.asarray(group_rows, dtype=float)
 
@@ -248,12 +259,12 @@ def feature_lists(groups: Sequence[Sequence[JobVector]], gpus: Sequence[str]) ->
                                      sum(o.memory_mib for o in partners))
                 p_bw, p_gflops, p_params = (sum(o.bw for o in partners), sum(o.gflops_step for o in partners),
                                             sum(o.params for o in partners))
-                p_k80, p_p100, p_busy = (sum(o.k80_ratio for o in partners), sum(o.p100_ratio for o in partners),
-                                         max(o.busy for o in partners))
+                p_k80, p_p100, p_busy = (sum(o.k80_ratio for o in partners),
+                                         sum(o.p100_ratio for o in partners), max(o.busy for o in partners))
             job_rows.append([v.u, p_u, total_u, v.bw, p_bw, v.log_step, v.log_step - p_log / (n - 1),
-                             v.memory_mib / gpu_mem, p_mem / gpu_mem, v.log_batch, v.amp, same, float(n), v.gflops,
-                             v.act, log_tflops, log_bw, v.u_predicted, v.k80_ratio, v.p100_ratio, v.params,
-                             v.layers, p_gflops, p_params, p_k80, p_p100, v.busy, p_busy, base])
+                             v.memory_mib / gpu_mem, p_mem / gpu_mem, v.log_batch, v.amp, same, float(n),
+                             v.gflops, v.act, log_tflops, log_bw, v.u_predicted, v.k80_ratio, v.p100_ratio,
+                             v.params, v.layers, p_gflops, p_params, p_k80, p_p100, v.busy, p_busy, base])
         us = [v.u for v in vs]
         logs = [v.log_step for v in vs]
         union = 1.0 - math.prod(1.0 - min(0.99, u) for u in us)
@@ -263,5 +274,6 @@ def feature_lists(groups: Sequence[Sequence[JobVector]], gpus: Sequence[str]) ->
                            float(any(v.memory_predicted for v in vs)), float(any(v.u_predicted for v in vs)),
                            min(logs), max(logs), sum(v.log_batch for v in vs) / n, sum(v.amp for v in vs) / n,
                            sum(v.gflops for v in vs) / n, sum(v.act for v in vs) / n,
-                           us[max(range(n), key=logs.__getitem__)], max(v.busy for v in vs), min(v.busy for v in vs)])
+                           us[max(range(n), key=logs.__getitem__)], max(v.busy for v in vs),
+                           min(v.busy for v in vs)])
     return job_rows, group_rows

@@ -47,10 +47,12 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValidationError("batch_size", f"{self.batch_size!r} not understood; must be an integer >= 1")
+            raise ValidationError("batch_size",
+                                  f"{self.batch_size!r} not understood; must be an integer >= 1")
 
     @property
     def label(self) -> str:
+        """``model:batch`` with ``:amp`` for mixed precision, e.g. ``resnet50:64:amp``."""
         return f"{self.model}:{self.batch_size}{':amp' if self.amp else ''}"
 
 
@@ -81,10 +83,12 @@ class ColocSample:
         if len(self.jobs) < 2:
             raise ValidationError("jobs", f"{len(self.jobs)} job(s); a co-location sample needs >= 2")
         if len(self.speeds) != len(self.jobs):
-            raise ValidationError("speeds", f"{len(self.speeds)} speeds for {len(self.jobs)} jobs; one per job")
+            raise ValidationError("speeds",
+                                  f"{len(self.speeds)} speeds for {len(self.jobs)} jobs; one per job")
 
     @property
     def models(self) -> frozenset[str]:
+        """The models in the group."""
         return frozenset(j.model for j in self.jobs)
 
 
@@ -97,19 +101,46 @@ class ColocDataset:
     name: str = ""
 
     def subset(self, samples: Iterable[ColocSample]) -> ColocDataset:
+        """A dataset of ``samples`` with this one's isolated profiles and name.
+
+        Parameters
+        ----------
+        samples
+            The samples to keep.
+
+        Returns
+        -------
+        ColocDataset
+            The subset.
+        """
         return ColocDataset(tuple(samples), self.isolated, self.name)
 
     def gpus(self) -> tuple[str, ...]:
+        """The GPU types the samples were measured on.
+
+        Returns
+        -------
+        tuple[str, ...]
+            Sorted GPU types.
+        """
         return tuple(sorted({s.gpu for s in self.samples}))
 
     def models(self) -> tuple[str, ...]:
+        """The models the samples hold.
+
+        Returns
+        -------
+        tuple[str, ...]
+            Sorted model ids.
+        """
         return tuple(sorted({m for s in self.samples for m in s.models}))
 
     def __len__(self) -> int:
         return len(self.samples)
 
 
-def canonical(jobs: Iterable[JobSpec], values: Iterable[float]) -> tuple[tuple[JobSpec, ...], tuple[float, ...]]:
+def canonical(jobs: Iterable[JobSpec],
+              values: Iterable[float]) -> tuple[tuple[JobSpec, ...], tuple[float, ...]]:
     """Jobs sorted (with their values), so that (a, b) and (b, a) are one group."""
     pairs = sorted(zip(jobs, values, strict=True), key=lambda p: p[0])
     return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
@@ -151,7 +182,8 @@ def idle_member(sample: ColocSample, isolated: Mapping[tuple[str, JobSpec], Isol
     profiles = [isolated.get((sample.gpu, j)) for j in sample.jobs]
     if any(p is None or p.gpu_util is None for p in profiles):
         return None
-    busy = [p.gpu_util * min(1.0, v) for p, v in zip(profiles, sample.speeds, strict=True)]  # type: ignore[union-attr,operator]
+    busy = [p.gpu_util * min(1.0, v)
+            for p, v in zip(profiles, sample.speeds, strict=True)]  # type: ignore[union-attr,operator]
     i = max(range(len(busy)), key=busy.__getitem__)
     return i if sample.gpu_util < factor * busy[i] else None
 
@@ -249,7 +281,8 @@ def _read_lucid_isolated(path: Path) -> dict[tuple[str, JobSpec], IsolatedProfil
                 step_time_s=job.batch_size / speed if speed else None,
                 memory_mib=_number(row["gmem"]),
                 gpu_util=_number(row["gpu_util"]),
-                mem_bw_util=min(100.0, bw) if bw is not None else None,  # memory-controller busy %, see predictors.profiles
+                # memory-controller busy %, see predictors.profiles
+                mem_bw_util=min(100.0, bw) if bw is not None else None,
             )
     return out
 
@@ -268,21 +301,23 @@ def read_lucid_samples(path: str | os.PathLike[str] | None = None, *,
     ``colocate3_info.csv``: ``model3 ... speed3`` too) with isolated profiles (``single_data.csv`` beside it).
 
     A ``gpu`` column naming a catalog GPU (the harness's files) keys samples and profiles by that GPU; without
-    one every sample's GPU is :data:`LUCID_GPU` (Lucid's GPU model is unrecorded). ``nan`` cells are unmeasured
-    (``None``). Lucid's data is licensed for non-commercial use only: read it at run time, never ship a model
-    trained on it.
+    one every sample's GPU is :data:`LUCID_GPU` (Lucid's GPU model is unrecorded). ``nan`` cells are
+    unmeasured (``None``). Lucid's data is licensed for non-commercial use only: read it at run time, never
+    ship a model trained on it.
     """
     pairs = Path(path) if path is not None else data_file("lucid", "colocate_info.csv", data_dir=data_dir)
     single = (Path(isolated_path) if isolated_path is not None
               else pairs.with_name("single_data.csv") if pairs.with_name("single_data.csv").exists()
               else data_file("lucid", "single_data.csv", data_dir=data_dir))
     isolated = _read_lucid_isolated(single)
-    groups: dict[tuple[str, str, tuple[JobSpec, ...]], list[tuple[tuple[float, ...], float | None, float | None]]] = {}
+    groups: dict[tuple[str, str, tuple[JobSpec, ...]],
+                 list[tuple[tuple[float, ...], float | None, float | None]]] = {}
     with pairs.open(newline="") as fh:
         reader = csv.DictReader(fh)
         size = _group_size(reader.fieldnames or ())
         if size < 2:
-            raise ValidationError("colocation file", f"'{pairs}' has no model1, model2 columns; Lucid's layout "
+            raise ValidationError("colocation file",
+                                  f"'{pairs}' has no model1, model2 columns; Lucid's layout "
                                                      "(see predictors/profiling/dataset.py)")
         for row in reader:
             members = [lucid_job(row[f"model{i}"], row[f"dataset{i}"], row[f"batchsize{i}"], row[f"amp{i}"])

@@ -31,7 +31,8 @@ class Split:
 def leave_one_model_out(data: ColocDataset, model: str) -> Split:
     """Test = every group containing ``model``; train = the rest."""
     if model not in data.models():
-        raise ValidationError("held_out", f"model '{model}' not in the data; one of {', '.join(data.models())}")
+        raise ValidationError("held_out",
+                              f"model '{model}' not in the data; one of {', '.join(data.models())}")
     test = [s for s in data.samples if model in s.models]
     train = [s for s in data.samples if model not in s.models]
     return Split("model", model, data.subset(train), data.subset(test))
@@ -53,7 +54,8 @@ def random_split(data: ColocDataset, seed: int, test_fraction: float = 0.2) -> S
     random.Random(seed).shuffle(order)
     n_test = max(1, round(test_fraction * len(order)))
     test_idx = set(order[:n_test])
-    return Split("random", f"seed={seed}", data.subset(s for i, s in enumerate(data.samples) if i not in test_idx),
+    return Split("random", f"seed={seed}",
+                 data.subset(s for i, s in enumerate(data.samples) if i not in test_idx),
                  data.subset(s for i, s in enumerate(data.samples) if i in test_idx))
 
 

@@ -47,10 +47,36 @@ DEFAULT_TABLE = "default_table.json"
 
 
 def job_key(job: JobSpec) -> str:
+    """A job type's key in a table (its label).
+
+    Parameters
+    ----------
+    job
+        The job type.
+
+    Returns
+    -------
+    str
+        ``model:batch[:amp]``.
+    """
     return job.label
 
 
 def group_key(gpu: str, jobs: Sequence[JobSpec]) -> str:
+    """A group's key in a table: the GPU type and the sorted job keys, joined by ``|``.
+
+    Parameters
+    ----------
+    gpu
+        The GPU type.
+    jobs
+        The job types.
+
+    Returns
+    -------
+    str
+        The key.
+    """
     return "|".join([gpu, *sorted(job_key(j) for j in jobs)])
 
 
@@ -122,7 +148,8 @@ class ColocationTable:
                 self.fallbacks["nearest_batch"] += 1
         if found is None:
             if self.strict:
-                raise ValidationError("jobs", f"group {group_key(gpu, group.jobs)} not in the table (strict mode)")
+                raise ValidationError("jobs",
+                                      f"group {group_key(gpu, group.jobs)} not in the table (strict mode)")
             self.fallbacks["analytic"] += 1
             ordered = (gpu, tuple(group.jobs))  # speeds follow the group's order
             if ordered not in self._analytic_groups:
@@ -172,30 +199,66 @@ class ColocationTable:
 
     # ------------------------------------------------------------------ engine interface
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        """Co-located speeds relative to running alone, from the table (the
+        :class:`~dltsched.engine.domain.predictors.ColocationPredictor` protocol)."""
         return self._speeds(Group(gpu_type, tuple(_spec(j) for j in jobs)))[0].speeds
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        """The group's GPU memory, MiB, from the table (the
+        :class:`~dltsched.engine.domain.predictors.ColocationPredictor` protocol)."""
         memory = self.predict_group(Group(gpu_type, tuple(_spec(j) for j in jobs))).memory_mib
         assert memory is not None
         return memory
 
     # ------------------------------------------------------------------ files
     def to_json(self) -> dict[str, Any]:
+        """The table as plain JSON data (what :meth:`from_json` reads).
+
+        Returns
+        -------
+        dict[str, Any]
+            Format tag, group size limit, record and entries.
+        """
         return {"format": "dltsched-colocation-table/1", "max_jobs": self.max_jobs, "record": self.record,
-                "entries": {k: [list(v.speeds), v.memory_mib, v.gpu_util] for k, v in sorted(self.entries.items())}}
+                "entries": {k: [list(v.speeds), v.memory_mib, v.gpu_util]
+                            for k, v in sorted(self.entries.items())}}
 
     def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the table to ``path`` as compact JSON."""
         Path(path).write_text(json.dumps(self.to_json(), separators=(",", ":")))
 
     @classmethod
     def from_json(cls, raw: dict[str, Any], *, strict: bool = False) -> ColocationTable:
+        """A table from :meth:`to_json`'s data.
+
+        Parameters
+        ----------
+        raw
+            The JSON data.
+        strict
+            Whether a group not in the table is an error rather than predicted.
+
+        Returns
+        -------
+        ColocationTable
+            The table.
+
+        Raises
+        ------
+        ValidationError
+            When the data is not a ``dltsched-colocation-table/1``.
+        """
         if raw.get("format") != "dltsched-colocation-table/1":
-            raise ValidationError("format", f"{raw.get('format')!r} not understood; expected dltsched-colocation-table/1")
+            raise ValidationError("format",
+                                  f"{raw.get('format')!r} not understood; expected "
+                                  "dltsched-colocation-table/1")
         entries = {k: GroupPrediction(tuple(v[0]), v[1], v[2]) for k, v in raw["entries"].items()}
         return cls(entries, int(raw["max_jobs"]), raw.get("record", {}), strict)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, strict: bool = False) -> ColocationTable:
+        """A table written by :meth:`save` (``strict``: a group not in the table is an error rather than
+        predicted)."""
         return cls.from_json(json.loads(Path(path).read_text()), strict=strict)
 
 
@@ -203,8 +266,9 @@ def _spec(job: Job) -> JobSpec:
     return JobSpec(job.model, job.batch_size, job.amp, job.dataset)
 
 
-def export_table(predictor: Any, gpus: Sequence[str], jobs: Sequence[JobSpec], isolated: dict[tuple[str, JobSpec],
-                 IsolatedProfile], max_jobs: int, record: dict[str, Any] | None = None) -> ColocationTable:
+def export_table(predictor: Any, gpus: Sequence[str], jobs: Sequence[JobSpec],
+                 isolated: dict[tuple[str, JobSpec], IsolatedProfile], max_jobs: int,
+                 record: dict[str, Any] | None = None) -> ColocationTable:
     """Tabulate a trained group predictor for every group of 2..``max_jobs`` of ``jobs`` on ``gpus``."""
     from dltsched.predictors.colocation.train import all_groups
 

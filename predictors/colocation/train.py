@@ -35,9 +35,9 @@ from dltsched.predictors.colocation.samples import ColocDataset, JobSpec, withou
 class EggatConfig:
     """Hyper-parameters of the network and its training.
 
-    The defaults are the setting every reported figure and the shipped model use: small enough to
-    cross-validate every fold on a 2-core CPU (about 25 s per Gavel fold on one thread); hidden 64,
-    three layers or 60 epochs scored within 0.4 points on leave-one-model-out Gavel.
+    The defaults are the setting every reported figure and the shipped model use, chosen small enough to
+    cross-validate every fold on a 2-core CPU (the design notes of the documentation give the timings and
+    the larger settings tried).
     """
 
     hidden: int = 32
@@ -82,7 +82,8 @@ class EggatPredictor:
         self.net = self._new_net()
         self.net.set_normalization(torch.cat([g.x for g in graphs]), torch.cat([g.glob for g in graphs]))
         labels = [self._labels(s, train) for s in train.samples]
-        residuals = [v - p for g, lab in zip(graphs, labels, strict=True) for v, p in zip(lab[0], g.speed_prior.tolist(),
+        residuals = [v - p for g, lab in zip(graphs, labels, strict=True)
+                     for v, p in zip(lab[0], g.speed_prior.tolist(),
                                                                                           strict=True)]
         mem = [lab[1] for lab in labels if not math.isnan(lab[1])]
         self.net.init_output_bias(_median(residuals), _median(mem) if mem else 0.0)
@@ -116,7 +117,8 @@ class EggatPredictor:
         y_speed = torch.tensor([v for lab in labels for v in lab[0]])
         loss = (log_speed - y_speed).abs().mean()
         for pred, y in ((log_mem, torch.tensor([lab[1] for lab in labels])),
-                        (torch.log(util.clamp_min(1e-3)), torch.log(torch.tensor([lab[2] for lab in labels])))):
+                        (torch.log(util.clamp_min(1e-3)),
+                         torch.log(torch.tensor([lab[2] for lab in labels])))):
             mask = ~torch.isnan(y)
             if mask.any():
                 loss = loss + (pred[mask] - y[mask]).abs().mean()
@@ -138,7 +140,8 @@ class EggatPredictor:
         return NumpyEggat.from_meta({k: v.detach().cpu().numpy() for k, v in self.net.state_dict().items()},
                                     self.meta())
 
-    def predict(self, groups: Sequence[Group], data: ColocDataset, chunk: int = 2048) -> list[GroupPrediction]:
+    def predict(self, groups: Sequence[Group], data: ColocDataset,
+                chunk: int = 2048) -> list[GroupPrediction]:
         """Predictions for ``groups``; ``data.isolated`` supplies the isolated profiles."""
         if self.net is None:
             raise ValidationError("model", "not trained; call fit() or load a checkpoint")
@@ -154,6 +157,13 @@ class EggatPredictor:
         return out
 
     def config_dict(self) -> dict[str, Any]:
+        """The network's hyper-parameters as a plain dict.
+
+        Returns
+        -------
+        dict[str, Any]
+            Field -> value of :class:`EggatConfig`.
+        """
         return asdict(self.config)
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -166,6 +176,18 @@ class EggatPredictor:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> EggatPredictor:
+        """A predictor saved as safetensors, with its configuration and record from the file's metadata.
+
+        Parameters
+        ----------
+        path
+            The ``.safetensors`` file.
+
+        Returns
+        -------
+        EggatPredictor
+            The predictor, weights loaded.
+        """
         from safetensors import safe_open
         from safetensors.torch import load_file
 
@@ -199,13 +221,14 @@ WEIGHT_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 @dataclass(slots=True)
 class ProfileWithEggat:
-    """The profile model (:class:`~.profiled.ProfileColocation`) with an E-GGAT fitted on the same data blended into
-    its speeds at ``weight`` (:data:`~.profiled.EGGAT_WEIGHT`): what bundle ``default+eggat`` predicts with. Fitting needs torch;
-    predictions run the network in numpy (:class:`~.egat_numpy.NumpyEggat`), within the profile model's bounds.
+    """The profile model (:class:`~.profiled.ProfileColocation`) with an E-GGAT fitted on the same data
+    blended into its speeds at ``weight`` (:data:`~.profiled.EGGAT_WEIGHT`): what bundle ``default+eggat``
+    predicts with. Fitting needs torch; predictions run the network in numpy
+    (:class:`~.egat_numpy.NumpyEggat`), within the profile model's bounds.
 
-    ``weight=None`` chooses it from :data:`WEIGHT_GRID` by leave-one-model-out inside the training data (both models
-    refitted per inner fold; the lowest pooled speed MAPE, ties to the smaller weight), never by a held-out score;
-    the choice is kept in ``chosen``.
+    ``weight=None`` chooses it from :data:`WEIGHT_GRID` by leave-one-model-out inside the training data (both
+    models refitted per inner fold; the lowest pooled speed MAPE, ties to the smaller weight), never by a
+    held-out score; the choice is kept in ``chosen``.
     """
 
     weight: float | None = EGGAT_WEIGHT
@@ -215,9 +238,11 @@ class ProfileWithEggat:
     chosen: dict[str, Any] = field(default_factory=dict)
 
     def fit(self, train: ColocDataset) -> ProfileWithEggat:
+        """Fit on ``train``: the profile model with the network as one more input; returns this predictor."""
         weight = self.weight if self.weight is not None else self._inner_weight(train)
         self.eggat = EggatPredictor(self.config).fit(without_absent(train))
-        self.model = ProfileColocation(seed=self.config.seed).fit(train).attach_eggat(self.eggat.to_numpy(), weight)
+        profile = ProfileColocation(seed=self.config.seed).fit(train)
+        self.model = profile.attach_eggat(self.eggat.to_numpy(), weight)
         return self
 
     def _inner_weight(self, train: ColocDataset) -> float:
@@ -240,6 +265,13 @@ class ProfileWithEggat:
         return best
 
     def predict(self, groups: Sequence[Group], data: ColocDataset) -> list[GroupPrediction]:
+        """One :class:`GroupPrediction` a group (speeds, memory MiB, utilisation %) from the fitted model.
+
+        Raises
+        ------
+        ValidationError
+            When called before :meth:`fit`.
+        """
         if self.model is None:
             raise ValidationError("model", "not trained; call fit()")
         return self.model.predict(groups, data)

@@ -45,16 +45,27 @@ class IceFrogFreezing:
     parameters: dict[str, Any] = field(default_factory=penalty_parameters)
 
     def num_freeze_levels(self, job: Job) -> int:
+        """Freeze levels of the job: the layers of its graph (the
+        :class:`~dltsched.engine.domain.predictors.FreezingPredictor` protocol)."""
         from dltsched.predictors.zoo.graphs import graph_record
 
         return int(graph_record(job.model, job.dataset)["num_layers"])
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
+        """Accuracy penalty in [0, 1) of the freeze level, by IceFrog's layer-aware model (the
+        :class:`~dltsched.engine.domain.predictors.FreezingPredictor` protocol).
+
+        Raises
+        ------
+        ValidationError
+            When ``freeze_level`` or ``start_progress`` is out of range.
+        """
         from dltsched.engine.domain.catalog import model_spec
 
         levels = self.num_freeze_levels(job)
         if not isinstance(freeze_level, int) or not 0 <= freeze_level < levels:
-            raise ValidationError("freeze_level", f"{freeze_level!r} not understood; must be in [0, {levels - 1}] "
+            raise ValidationError("freeze_level",
+                                  f"{freeze_level!r} not understood; must be in [0, {levels - 1}] "
                                                   f"for {job.model}")
         if not 0.0 <= start_progress <= 1.0:
             raise ValidationError("start_progress", f"{start_progress!r} not understood; must be in [0, 1]")

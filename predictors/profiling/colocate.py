@@ -2,10 +2,11 @@
 
 Each worker builds its model, runs ``warmup`` steps and reports ready; once every worker of the
 round is ready the parent sets their start events (the barrier), each times steps until its
-:class:`~.precision.StoppingRule` says the median is known well enough (the steady window), reports, and keeps training until the parent says stop, so that every job's
-window overlaps the others' whole windows. The parent samples NVML utilisation while the windows
-run. A group of one job is an isolated run. Workers live in a :class:`WorkerPool` reused across
-rounds, so that spawning (and importing torch) is paid once per pool, not per round.
+:class:`~.precision.StoppingRule` says the median is known well enough (the steady window), reports, and keeps
+training until the parent says stop, so that every job's window overlaps the others' whole windows. The parent
+samples NVML utilisation while the windows run. A group of one job is an isolated run. Workers live in a
+:class:`WorkerPool` reused across rounds, so that spawning (and importing torch) is paid once per pool, not
+per round.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class ProfiledJob:
 
     @property
     def label(self) -> str:
+        """``model:batch``, e.g. ``resnet50:64``."""
         return f"{self.model}:{self.batch_size}"
 
 
@@ -63,6 +65,7 @@ class JobRun:
 
     @property
     def step_time_s(self) -> float:
+        """Median step time of the steady window, seconds."""
         return statistics.median(self.step_times_s)
 
     @property
@@ -81,8 +84,9 @@ class GroupRun:
 
 def _versions(torch: Any) -> dict[str, str | None]:
     """Plain strings (``torch.__version__`` would make the parent import torch to unpickle it)."""
-    return {"torch": str(torch.__version__), "cuda": torch.version.cuda, "cudnn": str(torch.backends.cudnn.version()),
-            "python": platform.python_version(), "tf32_matmul": str(torch.backends.cuda.matmul.allow_tf32),
+    return {"torch": str(torch.__version__), "cuda": torch.version.cuda,
+            "cudnn": str(torch.backends.cudnn.version()), "python": platform.python_version(),
+            "tf32_matmul": str(torch.backends.cuda.matmul.allow_tf32),
             "tf32_cudnn": str(torch.backends.cudnn.allow_tf32)}
 
 
@@ -104,7 +108,8 @@ def _measure(index: int, job: ProfiledJob, device: Any, warmup: int, rule: Stopp
     go.wait()
     times, elapsed_s = time_window(training.timed_step_s, rule)
     name = torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu"
-    results.put((index, "result", JobRun(job, training.model, training.dataset, tuple(times), peak_memory_mib(device),
+    results.put((index, "result",
+                 JobRun(job, training.model, training.dataset, tuple(times), peak_memory_mib(device),
                                          name, _versions(torch), rule.stop_reason(times, elapsed_s))))
     while not stop.is_set():
         training.step()
@@ -146,7 +151,8 @@ class WorkerPool:
         self._go = [ctx.Event() for _ in range(size)]
         self._stop = [ctx.Event() for _ in range(size)]
         self._procs = [ctx.Process(target=_worker, daemon=True,
-                                   args=(i, device_kind, self._tasks[i], self._go[i], self._stop[i], self._results))
+                                   args=(i, device_kind, self._tasks[i], self._go[i], self._stop[i],
+                                         self._results))
                        for i in range(size)]
 
     def __enter__(self) -> WorkerPool:

@@ -49,6 +49,7 @@ def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]])
 
 
 def write_steptime(path: Path, isolated: Sequence[dict[str, Any]]) -> None:
+    """Write the ``isolated`` rows to ``path`` as the step-time CSV (one row a measurement; s, MiB)."""
     keys = ("model", "dataset", "gpu", "batch_size", "num_gpus", "step_time_s", "amp", "optimizer",
             "peak_memory_mib", "gpu_util", "gmem_used_mib", "scope", "n", "step_time_ci95_low_s",
             "step_time_ci95_high_s", "stop")
@@ -56,10 +57,12 @@ def write_steptime(path: Path, isolated: Sequence[dict[str, Any]]) -> None:
 
 
 def write_lucid_single(path: Path, isolated: Sequence[dict[str, Any]]) -> None:
+    """Write the ``isolated`` rows to ``path`` in Lucid's single-job layout (speed in samples/s, memory in
+    MiB)."""
     header = ("model", "dataset", "batchsize", "amp", "speed", "gpu_util", "gmem_util", "gmem", "gpu")
     _write_csv(path, header, [[r["model"], r["dataset"], r["batch_size"], r["amp"],
-                               r["batch_size"] / r["step_time_s"], r["gpu_util"], r["gmem_util"], r["gmem_mib"],
-                               r["gpu"]] for r in isolated])
+                               r["batch_size"] / r["step_time_s"], r["gpu_util"], r["gmem_util"],
+                               r["gmem_mib"], r["gpu"]] for r in isolated])
 
 
 def write_lucid_groups(path: Path, groups: Sequence[dict[str, Any]], size: int) -> None:

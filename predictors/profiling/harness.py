@@ -22,7 +22,8 @@ def _device(require_gpu: bool) -> Any:
     if torch.cuda.is_available():
         return torch.device("cuda")
     if require_gpu:
-        raise DltschedError("profile: no CUDA GPU found; run on a GPU machine or pass --smoke for a CPU check")
+        raise DltschedError("profile: no CUDA GPU found; run on a GPU machine or pass --smoke for a CPU "
+                            "check")
     return torch.device("cpu")
 
 
@@ -38,6 +39,7 @@ class Training:
     device: Any
 
     def step(self) -> None:
+        """Run one training step: zero the gradients, forward and backward, optimizer step."""
         self.optimizer.zero_grad(set_to_none=True)
         self.module(*self.inputs).backward()
         self.optimizer.step()
@@ -77,7 +79,8 @@ def peak_memory_mib(device: Any) -> float | None:
     return torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None
 
 
-def profile_model(model: str, dataset: str | None, batch_size: int, steps: int, device: Any) -> dict[str, Any]:
+def profile_model(model: str, dataset: str | None, batch_size: int, steps: int,
+                  device: Any) -> dict[str, Any]:
     """Median step time (s) and peak memory (MiB) of ``steps`` training steps of one zoo model."""
     import torch
 
@@ -88,8 +91,8 @@ def profile_model(model: str, dataset: str | None, batch_size: int, steps: int, 
     times = [training.timed_step_s() for _ in range(steps + 1)]  # the first step warms up
     gpu = torch.cuda.get_device_name().lower() if cuda else "cpu"
     return {"model": training.model, "dataset": training.dataset, "gpu": gpu, "batch_size": batch_size,
-            "num_gpus": 1, "step_time_s": statistics.median(times[1:]), "peak_memory_mib": peak_memory_mib(device),
-            "amp": 0, "optimizer": "sgd"}
+            "num_gpus": 1, "step_time_s": statistics.median(times[1:]),
+            "peak_memory_mib": peak_memory_mib(device), "amp": 0, "optimizer": "sgd"}
 
 
 def profile_models(models: tuple[str, ...], *, batch_size: int, steps: int, require_gpu: bool = True,

@@ -90,7 +90,8 @@ class StoppingRule:
         return median_interval(times_s).half_width_rel <= self.precision
 
     def stop_reason(self, times_s: Sequence[float], elapsed_s: float) -> str:
-        """Why a finished window stopped: ``steps`` (fixed count), ``precision``, ``time_cap`` or ``step_cap``."""
+        """Why a finished window stopped: ``steps`` (fixed count), ``precision``, ``time_cap`` or
+        ``step_cap``."""
         if self.precision is None:
             return "steps"
         if median_interval(times_s).half_width_rel <= self.precision and len(times_s) < self.max_steps \

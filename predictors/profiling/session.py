@@ -39,7 +39,8 @@ def typed_command(argv: list[str] | None = None) -> str:
 SHARING_MODES = ("timeslice", "mps")
 
 
-def sample_groups(jobs: tuple[ProfiledJob, ...], size: int, count: int, seed: int) -> list[tuple[ProfiledJob, ...]]:
+def sample_groups(jobs: tuple[ProfiledJob, ...], size: int, count: int,
+                  seed: int) -> list[tuple[ProfiledJob, ...]]:
     """``count`` distinct groups of ``size`` jobs (repeats allowed) drawn with ``seed``, in sorted order."""
     if size not in (2, 3):
         raise ValidationError("colocate", f"{size} not understood; must be 2 or 3")
@@ -70,12 +71,14 @@ def device_kind(smoke: bool) -> str:
     import torch
 
     if not torch.cuda.is_available():
-        raise DltschedError("profile: no CUDA GPU found; run on a GPU machine or pass --smoke for a CPU check")
+        raise DltschedError("profile: no CUDA GPU found; run on a GPU machine or pass --smoke for a CPU "
+                            "check")
     return "cuda"
 
 
 def _window(run: Any) -> dict[str, Any]:
-    """A run's window: steps timed, the median's 95% interval (s; ``None`` below 6 steps) and why it stopped."""
+    """A run's window: steps timed, the median's 95% interval (s; ``None`` below 6 steps) and why it
+    stopped."""
     ci = run.interval
     finite = ci.low_s == ci.low_s  # nan below the fewest steps for an interval
     return {"n": ci.n, "step_time_ci95_low_s": ci.low_s if finite else None,
@@ -86,13 +89,15 @@ def _isolated_row(group: GroupRun, gpu: str) -> dict[str, Any]:
     run, nv = group.runs[0], group.nvml
     return {"model": run.model, "dataset": run.dataset, "gpu": gpu, "batch_size": run.job.batch_size,
             "num_gpus": 1, "step_time_s": run.step_time_s, "amp": 0, "optimizer": "sgd",
-            "peak_memory_mib": run.peak_memory_mib, "gpu_util": nv["gpu_util"], "gmem_used_mib": nv["gmem_used_mib"],
-            "scope": PROFILE_SCOPE, **_window(run), "gmem_util": nv["gmem_util"],
+            "peak_memory_mib": run.peak_memory_mib, "gpu_util": nv["gpu_util"],
+            "gmem_used_mib": nv["gmem_used_mib"], "scope": PROFILE_SCOPE, **_window(run),
+            "gmem_util": nv["gmem_util"],
             "gmem_mib": run.peak_memory_mib if nv["gmem_used_mib"] is None else nv["gmem_used_mib"],
             "step_times_s": list(run.step_times_s)}
 
 
-def _group_row(group: GroupRun, isolated: dict[ProfiledJob, dict[str, Any]], gpu: str, sharing: str) -> dict[str, Any]:
+def _group_row(group: GroupRun, isolated: dict[ProfiledJob, dict[str, Any]], gpu: str,
+               sharing: str) -> dict[str, Any]:
     jobs = []
     for run in group.runs:
         alone_s = isolated[run.job]["step_time_s"]
@@ -117,14 +122,15 @@ def _record(first: GroupRun, gpu: str, sharing: str, smoke: bool, rule: Stopping
             "device": "cpu" if smoke else "cuda",
             "device_name": run.device_name, "gpu": gpu, **gpu_info(), **run.versions, "sharing": sharing,
             "scope": PROFILE_SCOPE, "steps": rule.min_steps, "precision": rule.precision,
-            "min_window_s": rule.min_window_s, "max_window_s": rule.max_window_s, "warmup": warmup, "smoke": smoke,
-            "nvml": first.nvml["gpu_util"] is not None}
+            "min_window_s": rule.min_window_s, "max_window_s": rule.max_window_s, "warmup": warmup,
+            "smoke": smoke, "nvml": first.nvml["gpu_util"] is not None}
 
 
 def run_profile(jobs: tuple[ProfiledJob, ...], groups: list[tuple[ProfiledJob, ...]], *, out_dir: str | Path,
                 sharing: str = "timeslice", steps: int = 20, warmup: int = 5, smoke: bool = False,
                 timeout_s: float = 600.0, budget_s: float | None = None, precision: float | None = 0.02,
-                max_window_s: float = 30.0, min_window_s: float = 0.5, command: str | None = None) -> dict[str, Any]:
+                max_window_s: float = 30.0, min_window_s: float = 0.5,
+                command: str | None = None) -> dict[str, Any]:
     """Profile ``jobs`` and every job of ``groups`` alone, then each group co-located; write the dataset.
 
     Each job's window is at least ``steps`` timed steps and ``min_window_s`` seconds, then runs until its
@@ -145,8 +151,8 @@ def run_profile(jobs: tuple[ProfiledJob, ...], groups: list[tuple[ProfiledJob, .
     every = sorted(set(jobs) | {j for g in groups for j in g})
     if not every:
         raise ValidationError("profile", "no jobs; give --model, --job or --groups")
-    rule = StoppingRule(min_steps=steps, precision=precision, min_window_s=min_window_s, max_window_s=max_window_s,
-                        max_steps=max(steps, MAX_STEPS))
+    rule = StoppingRule(min_steps=steps, precision=precision, min_window_s=min_window_s,
+                        max_window_s=max_window_s, max_steps=max(steps, MAX_STEPS))
     session = ProfileSession(Path(out_dir), sharing, smoke, rule, warmup,
                              None if budget_s is None else time.monotonic() + budget_s, command)
     with WorkerPool(1, kind, timeout_s) as pool:
@@ -170,8 +176,9 @@ def run_profile(jobs: tuple[ProfiledJob, ...], groups: list[tuple[ProfiledJob, .
                     session.groups.append(_group_row(run, session.isolated, session.gpu or "", sharing))
                     session.write()
     files = session.write()
-    return {"out": str(out_dir), "files": files, "record": session.record(), "isolated": list(session.isolated.values()),
-            "groups": session.groups, "failed": session.failed, "stopped": session.stopped}
+    return {"out": str(out_dir), "files": files, "record": session.record(),
+            "isolated": list(session.isolated.values()), "groups": session.groups, "failed": session.failed,
+            "stopped": session.stopped}
 
 
 class ProfileSession:
@@ -179,7 +186,8 @@ class ProfileSession:
 
     def __init__(self, out_dir: Path, sharing: str, smoke: bool, steps: int | StoppingRule, warmup: int,
                  deadline: float | None, command: str | None = None) -> None:
-        self.rule = steps if isinstance(steps, StoppingRule) else StoppingRule(min_steps=steps, precision=None)
+        self.rule = steps if isinstance(steps,
+                                        StoppingRule) else StoppingRule(min_steps=steps, precision=None)
         self.out_dir, self.sharing, self.smoke, self.warmup = out_dir, sharing, smoke, warmup
         self.deadline, self.command = deadline, command
         self.isolated: dict[ProfiledJob, dict[str, Any]] = {}
@@ -190,6 +198,18 @@ class ProfileSession:
         self.gpu: str | None = None
 
     def gpu_of(self, run: GroupRun) -> str:
+        """The session's GPU type, taken from the first run's device (``cpu`` for a smoke run).
+
+        Parameters
+        ----------
+        run
+            A measured group run.
+
+        Returns
+        -------
+        str
+            A catalog GPU type.
+        """
         if self.gpu is None:
             self.first = run
             self.gpu = "cpu" if self.smoke else catalog_gpu(run.runs[0].device_name)
@@ -212,12 +232,28 @@ class ProfileSession:
         return None
 
     def record(self) -> dict[str, Any]:
+        """The dataset's record: how, where and with which command it was measured, and what failed or
+        stopped.
+
+        Returns
+        -------
+        dict[str, Any]
+            The record; empty before the first measurement.
+        """
         if self.first is None:
             return {}
-        return {**_record(self.first, self.gpu or "", self.sharing, self.smoke, self.rule, self.warmup, self.command),
+        return {**_record(self.first, self.gpu or "", self.sharing, self.smoke, self.rule, self.warmup,
+                          self.command),
                 "failed": self.failed, "stopped": self.stopped}
 
     def write(self) -> list[str]:
+        """Write what was measured so far as a dataset.
+
+        Returns
+        -------
+        list[str]
+            The file names written; empty before the first measurement.
+        """
         if self.first is None:
             return []
         return write_dataset(self.out_dir, list(self.isolated.values()), self.groups, self.record())

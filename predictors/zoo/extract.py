@@ -85,7 +85,8 @@ def _ops_of(ep: torch.export.ExportedProgram) -> list[_Op]:
         if node.op != "call_function":
             continue
         name = _op_name(node.target)
-        args = [a for a in _flat_args((node.args, tuple(node.kwargs.values()))) if isinstance(a, torch.fx.Node)]
+        args = [a for a in _flat_args((node.args, tuple(node.kwargs.values())))
+                if isinstance(a, torch.fx.Node)]
         producers = sorted({i for a in args for i in source.get(a.name, [])})
         if name in opcost.VIEW_OPS or name.startswith("_assert") or name.startswith("sym_"):
             source[node.name] = producers
@@ -132,7 +133,8 @@ def _saved_bytes(ops: list[_Op]) -> list[float]:
             for p in op.inputs:
                 saved[p] = True
     # recurrent ops also keep their gate activations (about twice their output)
-    return [op.out_bytes * (s + 2.0 * (opcost.op_class(op.op) == "rnn")) for op, s in zip(ops, saved, strict=True)]
+    return [op.out_bytes * (s + 2.0 * (opcost.op_class(op.op) == "rnn"))
+            for op, s in zip(ops, saved, strict=True)]
 
 
 def _layer_of(path: str, blocks: tuple[str, ...]) -> int | None:
@@ -169,23 +171,27 @@ def extract_graph(model: str, dataset: str | None = None) -> nx.DiGraph:
     modules = dict(built.module.named_modules())
     missing = [b for b in built.blocks if b not in modules]
     if missing:
-        raise RuntimeError(f"{spec.id}/{dataset}: block prefixes {missing} name no submodule; fix the builder")
+        raise RuntimeError(f"{spec.id}/{dataset}: block prefixes {missing} name no submodule; "
+                           "fix the builder")
     small, large = (export_ops(built, b) for b in _BATCHES)
     if len(small) != len(large) or any(a.op != b.op for a, b in zip(small, large, strict=True)):
-        raise RuntimeError(f"{spec.id}/{dataset}: graph differs between batch sizes; cannot derive per-sample costs")
+        raise RuntimeError(f"{spec.id}/{dataset}: graph differs between batch sizes; cannot derive "
+                           "per-sample costs")
     saved_small, saved_large = _saved_bytes(small), _saved_bytes(large)
     layers = _layers(large, built.blocks)
     g = nx.DiGraph(model=spec.id, dataset=dataset, num_layers=len(built.blocks))
     for i, (a, b) in enumerate(zip(small, large, strict=True)):
         fwd = _slope(a.fwd_flops, b.fwd_flops)
         g.add_node(i, op=b.op, op_class=opcost.op_class(b.op), layer=layers[i], fwd_flops=fwd,
-                   bwd_flops=fwd * opcost.backward_factor(b.op), bytes_read=_slope(a.bytes_read, b.bytes_read),
+                   bwd_flops=fwd * opcost.backward_factor(b.op),
+                   bytes_read=_slope(a.bytes_read, b.bytes_read),
                    bytes_written=_slope(a.bytes_written, b.bytes_written),
                    activation_bytes=_slope(saved_small[i], saved_large[i]), param_bytes=b.param_bytes)
         for p in b.inputs:
             g.add_edge(p, i, tensor_bytes=_slope(small[p].out_bytes, large[p].out_bytes))
     g.graph["param_bytes_total"] = float(sum(p.numel() * p.element_size() for p in built.module.parameters()))
-    idle = [n for n, d in g.nodes(data=True) if g.degree(n) == 0 and d["fwd_flops"] == 0 and d["param_bytes"] == 0]
+    idle = [n for n, d in g.nodes(data=True) if g.degree(n) == 0 and d["fwd_flops"] == 0
+            and d["param_bytes"] == 0]
     g.remove_nodes_from(idle)  # e.g. BatchNorm's num_batches_tracked counter
     return g
 

@@ -25,8 +25,8 @@ import networkx as nx
 from dltsched.engine.domain.errors import ValidationError
 
 FORMAT_VERSION = 1
-COLUMNS = ("op", "op_class", "layer", "fwd_flops", "bwd_flops", "bytes_read", "bytes_written", "activation_bytes",
-           "param_bytes")
+COLUMNS = ("op", "op_class", "layer", "fwd_flops", "bwd_flops", "bytes_read", "bytes_written",
+           "activation_bytes", "param_bytes")
 _PACKAGE = "dltsched.predictors.zoo"
 
 
@@ -70,8 +70,10 @@ def _read_file(model: str) -> dict[str, Any]:
                                        "'dltsched predict build-graphs' (needs torch)")
     raw = json.loads(path.read_text())
     if raw.get("format_version") != FORMAT_VERSION:
-        raise ValidationError("model", f"graph file of '{model}' has format_version {raw.get('format_version')}; "
-                                       f"expected {FORMAT_VERSION}: rebuild with 'dltsched predict build-graphs'")
+        raise ValidationError("model",
+                              f"graph file of '{model}' has format_version {raw.get('format_version')}; "
+                                       f"expected {FORMAT_VERSION}: rebuild with 'dltsched "
+                                       "predict build-graphs'")
     return raw
 
 

@@ -57,12 +57,28 @@ class Classifier(nn.Module):
         self.layers = nn.ModuleList(layers)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The layers in order, then cross-entropy against the labels. Returns the training loss (a
+        scalar)."""
         for layer in self.layers:
             x = layer(x)
         return F.cross_entropy(x, y)
 
 
 def sequential_blocks(n: int, prefix: str = "layers") -> tuple[str, ...]:
+    """Block prefixes ``prefix.0`` to ``prefix.<n-1>``.
+
+    Parameters
+    ----------
+    n
+        Number of blocks.
+    prefix
+        The container's attribute name.
+
+    Returns
+    -------
+    tuple[str, ...]
+        The prefixes.
+    """
     return tuple(f"{prefix}.{i}" for i in range(n))
 
 
@@ -99,4 +115,5 @@ class Head(nn.Module):
         self.net = nn.Sequential(*mods)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Pool and classify. Returns class logits (batch, classes)."""
         return self.net(x)

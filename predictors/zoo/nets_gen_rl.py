@@ -51,12 +51,16 @@ def _patch_discriminator() -> nn.Sequential:
 
 
 class CycleGan(nn.Module):
+    """CycleGAN's two generators and two discriminators, trained as one module."""
+
     def __init__(self) -> None:
         super().__init__()
         self.gen_ab, self.gen_ba = _generator(), _generator()
         self.disc_a, self.disc_b = _patch_discriminator(), _patch_discriminator()
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Generator (adversarial, cycle and identity) and discriminator losses in one. Returns the training
+        loss (a scalar)."""
         fake_b, fake_a = self.gen_ab(a), self.gen_ba(b)
         identity = F.l1_loss(self.gen_ba(a), a) + F.l1_loss(self.gen_ab(b), b)
         cycle = F.l1_loss(self.gen_ba(fake_b), a) + F.l1_loss(self.gen_ab(fake_a), b)
@@ -68,16 +72,28 @@ class CycleGan(nn.Module):
 
 @register("cyclegan", "monet2photo")
 def cyclegan(dataset: str) -> Built:
+    """CycleGAN on 256x256 images: two ResNet generators, two PatchGAN discriminators. ``dataset``:
+    ``monet2photo``."""
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
         return torch.randn(batch, 3, 256, 256), torch.randn(batch, 3, 256, 256)
 
     # generator blocks not listed (residual blocks 4, 5, ...) inherit the layer of their input
-    blocks = ("gen_ab.0", "gen_ab.1", "gen_ab.2", "gen_ab.3", "gen_ab.6", "gen_ab.9", "gen_ab.12", "gen_ab.14",
-              "gen_ba", "disc_a", "disc_b")
+    blocks = ("gen_ab.0", "gen_ab.1", "gen_ab.2", "gen_ab.3", "gen_ab.6", "gen_ab.9", "gen_ab.12",
+              "gen_ab.14", "gen_ba", "disc_a", "disc_b")
     return Built(CycleGan(), make_inputs, blocks)
 
 
 class DcGan(nn.Module):
+    """DCGAN's generator and discriminator, trained as one module.
+
+    Parameters
+    ----------
+    z
+        Latent size.
+    c
+        Base channel width.
+    """
+
     def __init__(self, z: int = 100, c: int = 64) -> None:
         super().__init__()
         self.gen = nn.Sequential(
@@ -94,14 +110,18 @@ class DcGan(nn.Module):
             nn.Conv2d(c * 8, 1, 4, 1, 0, bias=False), nn.Flatten())
 
     def forward(self, noise: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """Generator and discriminator least-squares losses in one. Returns the training loss (a scalar)."""
         fake = self.gen(noise)
         logits = self.disc(torch.cat((real, fake), 0)).squeeze(-1)
-        labels = torch.cat((torch.ones_like(logits[: real.shape[0]]), torch.zeros_like(logits[real.shape[0]:])))
+        labels = torch.cat((torch.ones_like(logits[: real.shape[0]]),
+                            torch.zeros_like(logits[real.shape[0]:])))
         return F.binary_cross_entropy_with_logits(logits, labels)
 
 
 @register("dcgan", "lsun")
 def dcgan(dataset: str) -> Built:
+    """DCGAN on 64x64 images: transposed-convolution generator and convolutional discriminator. ``dataset``:
+    ``lsun``."""
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
         return torch.randn(batch, 100, 1, 1), torch.randn(batch, 3, 64, 64)
 
@@ -120,6 +140,8 @@ class ActorCritic(nn.Module):
         self.heads = nn.ModuleDict({"policy": nn.Linear(width, actions), "value": nn.Linear(width, 1)})
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, ret: torch.Tensor) -> torch.Tensor:
+        """Advantage actor-critic loss: policy gradient, value error and an entropy bonus. Returns the
+        training loss (a scalar)."""
         h = self.trunk(obs)
         h = self.lstm(h)[0] if self.lstm is not None else self.fc(h)
         logp = self.heads["policy"](h).log_softmax(-1)
@@ -137,14 +159,17 @@ def _nature_cnn() -> nn.Sequential:
 
 def _rl_inputs(channels: int, side: int, actions: int):  # noqa: ANN202 - returns a small closure
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
-        return torch.randn(batch, channels, side, side), torch.randint(0, actions, (batch,)), torch.randn(batch)
+        return torch.randn(batch, channels, side,
+                           side), torch.randint(0, actions, (batch,)), torch.randn(batch)
 
     return make_inputs
 
 
 @register("a3c", "pong")
 def a3c(dataset: str) -> Built:
-    trunk = nn.Sequential(*[nn.Sequential(nn.Conv2d(1 if not i else 32, 32, 3, 2, 1), nn.ELU()) for i in range(4)],
+    """A3C actor-critic with an LSTM on 42x42 frames (6 actions). ``dataset``: ``pong``."""
+    trunk = nn.Sequential(*[nn.Sequential(nn.Conv2d(1 if not i else 32, 32, 3, 2, 1), nn.ELU())
+                            for i in range(4)],
                           nn.Flatten())
     return Built(ActorCritic(trunk, 32 * 3 * 3, 6, lstm=True), _rl_inputs(1, 42, 6),
                  ("trunk.0", "trunk.1", "trunk.2", "trunk.3", "lstm", "heads"))
@@ -152,22 +177,37 @@ def a3c(dataset: str) -> Built:
 
 @register("a2c", "atari")
 def a2c(dataset: str) -> Built:
+    """A2C actor-critic on the Nature CNN over four stacked 84x84 frames (6 actions). ``dataset``:
+    ``atari``."""
     return Built(ActorCritic(_nature_cnn(), 64 * 7 * 7, 6, lstm=False), _rl_inputs(4, 84, 6),
                  ("trunk.0", "trunk.2", "trunk.4", "fc", "heads"))
 
 
 class Dqn(nn.Module):
+    """Deep Q-network: the Nature CNN and a two-layer value head.
+
+    Parameters
+    ----------
+    actions
+        Number of actions.
+    """
+
     def __init__(self, actions: int = 6) -> None:
         super().__init__()
-        self.net = nn.Sequential(*_nature_cnn(), nn.Linear(64 * 7 * 7, 512), nn.ReLU(), nn.Linear(512, actions))
+        self.net = nn.Sequential(*_nature_cnn(), nn.Linear(64 * 7 * 7, 512), nn.ReLU(),
+                                 nn.Linear(512, actions))
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Huber loss of the chosen actions' values against the targets. Returns the training loss (a
+        scalar)."""
         q = self.net(obs).gather(1, action.unsqueeze(1)).squeeze(1)
         return F.smooth_l1_loss(q, target)
 
 
 @register("dqn", "atari")
 def dqn(dataset: str) -> Built:
+    """DQN: the Nature CNN over four stacked 84x84 frames, Huber loss on the chosen action's value.
+    ``dataset``: ``atari``."""
     return Built(Dqn(), _rl_inputs(4, 84, 6), ("net.0", "net.2", "net.4", "net.7", "net.9"))
 
 
@@ -181,12 +221,24 @@ def _mlp(sizes: tuple[int, ...], act: type[nn.Module]) -> nn.Sequential:
 
 
 class Ppo(nn.Module):
+    """PPO's actor and critic MLPs.
+
+    Parameters
+    ----------
+    obs
+        Observation size.
+    actions
+        Number of actions.
+    """
+
     def __init__(self, obs: int = 8, actions: int = 4) -> None:
         super().__init__()
         self.actor = _mlp((obs, 64, 64, actions), nn.Tanh)
         self.critic = _mlp((obs, 64, 64, 1), nn.Tanh)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:
+        """Clipped surrogate objective plus the critic's squared error. Returns the training loss (a
+        scalar)."""
         logp = self.actor(obs).log_softmax(-1).gather(1, action.unsqueeze(1)).squeeze(1)
         ratio = (logp - logp.detach()).exp()
         clipped = torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
@@ -195,6 +247,8 @@ class Ppo(nn.Module):
 
 @register("ppo", "lunarlander")
 def ppo(dataset: str) -> Built:
+    """PPO: 64-64 tanh actor and critic on 8 observations (4 actions), clipped objective. ``dataset``:
+    ``lunarlander``."""
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
         return torch.randn(batch, 8), torch.randint(0, 4, (batch,)), torch.randn(batch)
 
@@ -202,12 +256,24 @@ def ppo(dataset: str) -> Built:
 
 
 class Td3(nn.Module):
+    """TD3's actor and twin critics.
+
+    Parameters
+    ----------
+    obs
+        Observation size.
+    act
+        Action size.
+    """
+
     def __init__(self, obs: int = 24, act: int = 4) -> None:
         super().__init__()
         self.actor = _mlp((obs, 400, 300, act), nn.ReLU)
         self.critics = nn.ModuleList(_mlp((obs + act, 400, 300, 1), nn.ReLU) for _ in range(2))
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Twin critics' squared errors plus the actor's loss through the first critic. Returns the training
+        loss (a scalar)."""
         sa = torch.cat((obs, action), -1)
         critic = sum(F.mse_loss(c(sa).squeeze(-1), target) for c in self.critics)
         actor = -self.critics[0](torch.cat((obs, torch.tanh(self.actor(obs))), -1)).mean()
@@ -216,6 +282,8 @@ class Td3(nn.Module):
 
 @register("td3", "bipedalwalker")
 def td3(dataset: str) -> Built:
+    """TD3: 400-300 actor and twin critics on 24 observations and 4 continuous actions. ``dataset``:
+    ``bipedalwalker``."""
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
         return torch.randn(batch, 24), torch.randn(batch, 4), torch.randn(batch)
 

@@ -29,6 +29,8 @@ class _HfLoss(nn.Module):
 
 @register("bert_base", "squad", "sentiment140")
 def bert_base(dataset: str) -> Built:
+    """BERT-base (Hugging Face, SDPA attention): question answering or sentence classification. ``dataset``:
+    ``squad`` (question answering) or ``sentiment140`` (classification); each has its sequence length."""
     from transformers import BertConfig, BertForQuestionAnswering, BertForSequenceClassification
 
     config = BertConfig(attn_implementation="sdpa")
@@ -57,6 +59,7 @@ def bert_base(dataset: str) -> Built:
 
 @register("gpt2", "wikitext103")
 def gpt2(dataset: str) -> Built:
+    """GPT-2 small (Hugging Face) language modelling on 1024-token sequences. ``dataset``: ``wikitext103``."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(attn_implementation="sdpa")
@@ -73,6 +76,7 @@ def gpt2(dataset: str) -> Built:
 
 @register("vit_b16", "imagenet")
 def vit_b16(dataset: str) -> Built:
+    """ViT-B/16 (Hugging Face) on 224x224 images, 1000 classes. ``dataset``: ``imagenet``."""
     from transformers import ViTConfig, ViTForImageClassification
 
     config = ViTConfig(num_labels=1000, attn_implementation="sdpa")
@@ -91,8 +95,8 @@ def vit_b16(dataset: str) -> Built:
 # sequence length: ``seq<N>`` (synthetic token ids; pre-training loss: masked LM / causal LM) ------
 
 #: model id -> (sequence lengths, default first)
-NEUSIGHT_SEQS = {"bert_large": (512, 128), "gpt2_large": (1024,), "gpt3_xl": (2048, 1024), "gpt3_2.7b": (2048, 1024),
-                 "opt_1.3b": (2048, 1024)}
+NEUSIGHT_SEQS = {"bert_large": (512, 128), "gpt2_large": (1024,), "gpt3_xl": (2048, 1024),
+                 "gpt3_2.7b": (2048, 1024), "opt_1.3b": (2048, 1024)}
 
 
 def _seqs(model: str) -> tuple[str, ...]:
@@ -110,10 +114,12 @@ def _causal(model: nn.Module, vocab: int, seq: int, stack: str, layers: int, fir
 
 @register("bert_large", *_seqs("bert_large"))
 def bert_large(dataset: str) -> Built:
+    """BERT-large (24 layers, 1024 hidden) masked language modelling. ``dataset``: ``seq<N>``: the sequence
+    length in tokens."""
     from transformers import BertConfig, BertForMaskedLM
 
-    config = BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
-                        attn_implementation="sdpa")
+    config = BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                        intermediate_size=4096, attn_implementation="sdpa")
     seq = int(dataset.removeprefix("seq"))
 
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
@@ -131,27 +137,35 @@ def _gpt(dataset: str, embd: int, layers: int, heads: int) -> Built:
     seq = int(dataset.removeprefix("seq"))
     config = GPT2Config(n_embd=embd, n_layer=layers, n_head=heads, n_positions=max(seq, 1024),
                         attn_implementation="sdpa")
-    return _causal(GPT2LMHeadModel(config), config.vocab_size, seq, "transformer.h", layers, "transformer.wte",
-                   "transformer.ln_f")
+    return _causal(GPT2LMHeadModel(config), config.vocab_size, seq, "transformer.h", layers,
+                   "transformer.wte", "transformer.ln_f")
 
 
 @register("gpt2_large", *_seqs("gpt2_large"))
 def gpt2_large(dataset: str) -> Built:
+    """GPT-2 large (36 layers, 1280 hidden) causal language modelling. ``dataset``: ``seq<N>``: the sequence
+    length in tokens."""
     return _gpt(dataset, 1280, 36, 20)
 
 
 @register("gpt3_xl", *_seqs("gpt3_xl"))
 def gpt3_xl(dataset: str) -> Built:
+    """GPT-3 XL shape (24 layers, 3072 hidden) causal language modelling. ``dataset``: ``seq<N>``: the
+    sequence length in tokens."""
     return _gpt(dataset, 3072, 24, 24)
 
 
 @register("gpt3_2.7b", *_seqs("gpt3_2.7b"))
 def gpt3_27b(dataset: str) -> Built:
+    """GPT-3 2.7B shape (32 layers, 2560 hidden) causal language modelling. ``dataset``: ``seq<N>``: the
+    sequence length in tokens."""
     return _gpt(dataset, 2560, 32, 32)
 
 
 @register("opt_1.3b", *_seqs("opt_1.3b"))
 def opt_13b(dataset: str) -> Built:
+    """OPT-1.3B (24 layers, 2048 hidden) causal language modelling. ``dataset``: ``seq<N>``: the sequence
+    length in tokens."""
     from transformers import OPTConfig, OPTForCausalLM
 
     seq = int(dataset.removeprefix("seq"))

@@ -37,15 +37,31 @@ _WMT = {"multi30k": (32, 10_000), "wmt16": (64, 32_000)}
 
 
 class Translation(nn.Module):
+    """Encoder-decoder Transformer with separate source and target embeddings.
+
+    Parameters
+    ----------
+    vocab
+        Vocabulary size (source and target).
+    d
+        Model width.
+    layers
+        Encoder and decoder layers each.
+    """
+
     def __init__(self, vocab: int, d: int = 512, layers: int = 6) -> None:
         super().__init__()
         self.src_embed = nn.Embedding(vocab, d)
         self.tgt_embed = nn.Embedding(vocab, d)
-        self.encoder = nn.ModuleList(nn.TransformerEncoderLayer(d, 8, 2048, batch_first=True) for _ in range(layers))
-        self.decoder = nn.ModuleList(nn.TransformerDecoderLayer(d, 8, 2048, batch_first=True) for _ in range(layers))
+        self.encoder = nn.ModuleList(nn.TransformerEncoderLayer(d, 8, 2048, batch_first=True)
+                                     for _ in range(layers))
+        self.decoder = nn.ModuleList(nn.TransformerDecoderLayer(d, 8, 2048, batch_first=True)
+                                     for _ in range(layers))
         self.generator = nn.Linear(d, vocab)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """Encode the source, decode the target, cross-entropy of the next tokens. Returns the training loss
+        (a scalar)."""
         memory = self.src_embed(src)
         for layer in self.encoder:
             memory = layer(memory)
@@ -58,17 +74,31 @@ class Translation(nn.Module):
 
 @register("transformer", "multi30k", "wmt16")
 def transformer(dataset: str) -> Built:
+    """Transformer base (6 encoder and 6 decoder layers, d=512) for translation. ``dataset``: ``multi30k`` or
+    ``wmt16`` (sequence length and vocabulary follow it)."""
     seq, vocab = _WMT[dataset]
 
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
         return torch.randint(0, vocab, (batch, seq)), torch.randint(0, vocab, (batch, seq))
 
-    blocks = ("src_embed", *(f"encoder.{i}" for i in range(6)), "tgt_embed", *(f"decoder.{i}" for i in range(6)),
-              "generator")
+    blocks = ("src_embed", *(f"encoder.{i}" for i in range(6)), "tgt_embed",
+              *(f"decoder.{i}" for i in range(6)), "generator")
     return Built(Translation(vocab), make_inputs, blocks)
 
 
 class WordLM(nn.Module):
+    """Word-level two-layer LSTM language model.
+
+    Parameters
+    ----------
+    vocab
+        Vocabulary size.
+    d
+        Embedding and hidden size.
+    dropout
+        Dropout probability.
+    """
+
     def __init__(self, vocab: int = 33_278, d: int = 200, dropout: float = 0.2) -> None:
         super().__init__()
         self.dropout = dropout
@@ -78,6 +108,8 @@ class WordLM(nn.Module):
         self.decoder = nn.Linear(d, vocab)
 
     def forward(self, tokens: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Embed, two LSTM layers with dropout, cross-entropy of the next words. Returns the training loss (a
+        scalar)."""
         x = F.dropout(self.encoder(tokens), self.dropout, self.training)
         x, _ = self.rnn1(x)
         x, _ = self.rnn2(F.dropout(x, self.dropout, self.training))
@@ -87,6 +119,7 @@ class WordLM(nn.Module):
 
 @register("lstm_lm", "wikitext2")
 def lstm_lm(dataset: str) -> Built:
+    """Two-layer word LSTM language model (200 units) on 35-token sequences. ``dataset``: ``wikitext2``."""
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
         return torch.randint(0, 33_278, (35, batch)), torch.randint(0, 33_278, (35, batch))
 
@@ -109,17 +142,37 @@ class _BatchRNN(nn.Module):
 
 
 class DeepSpeech2(nn.Module):
+    """DeepSpeech2 acoustic model.
+
+    Parameters
+    ----------
+    freq
+        Spectrogram frequency bins.
+    hidden
+        Recurrent hidden size.
+    layers
+        Recurrent layers.
+    chars
+        Output characters (CTC blank included).
+    cell
+        Recurrent cell type.
+    """
+
     def __init__(self, freq: int = 161, hidden: int = 1024, layers: int = 5, chars: int = 29,
                  cell: type[nn.Module] = nn.LSTM) -> None:
         super().__init__()
-        self.conv1 = nn.Sequential(nn.Conv2d(1, 32, (41, 11), (2, 2), (20, 5)), nn.BatchNorm2d(32), nn.Hardtanh(0, 20))
+        self.conv1 = nn.Sequential(nn.Conv2d(1, 32, (41, 11), (2, 2), (20, 5)), nn.BatchNorm2d(32),
+                                   nn.Hardtanh(0, 20))
         self.conv2 = nn.Sequential(nn.Conv2d(32, 32, (21, 11), (2, 1), (10, 5)), nn.BatchNorm2d(32),
                                    nn.Hardtanh(0, 20))
         feat = 32 * ((freq + 1) // 2 + 1) // 2
-        self.rnns = nn.ModuleList(_BatchRNN(feat if not i else hidden, hidden, i > 0, cell) for i in range(layers))
+        self.rnns = nn.ModuleList(_BatchRNN(feat if not i else hidden, hidden, i > 0, cell)
+                                  for i in range(layers))
         self.fc = nn.Sequential(nn.BatchNorm1d(hidden), nn.Linear(hidden, chars, bias=False))
 
     def forward(self, spec: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Convolutions, recurrent layers and CTC loss against the transcripts. Returns the training loss (a
+        scalar)."""
         x = self.conv2(self.conv1(spec))  # (B, C, F, T)
         x = x.flatten(1, 2).permute(2, 0, 1)  # (T, B, C*F)
         for rnn in self.rnns:
@@ -134,6 +187,8 @@ _DEEPSPEECH2 = {"librispeech": (1230, 1024, nn.LSTM), "cmu_arctic": (330, 800, n
 
 @register("deepspeech2", *_DEEPSPEECH2)
 def deepspeech2(dataset: str) -> Built:
+    """DeepSpeech2: two convolutions, five bidirectional recurrent layers, CTC loss. ``dataset``: One of the
+    speech datasets (frames, hidden size and cell type follow it)."""
     frames, hidden, cell = _DEEPSPEECH2[dataset]
 
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
@@ -148,15 +203,29 @@ _MOVIELENS = {"movielens": (6_040, 3_706), "ml-20m": (138_493, 26_744)}
 
 
 class NeuMF(nn.Module):
+    """Neural matrix factorization.
+
+    Parameters
+    ----------
+    users
+        Number of users.
+    items
+        Number of items.
+    factors
+        Size of the factorization embeddings.
+    """
+
     def __init__(self, users: int, items: int, factors: int = 64) -> None:
         super().__init__()
-        self.embed = nn.ModuleDict({"gmf_u": nn.Embedding(users, factors), "gmf_i": nn.Embedding(items, factors),
-                                    "mlp_u": nn.Embedding(users, 128), "mlp_i": nn.Embedding(items, 128)})
+        self.embed = nn.ModuleDict({"gmf_u": nn.Embedding(users, factors),
+                                    "gmf_i": nn.Embedding(items, factors), "mlp_u": nn.Embedding(users, 128),
+                                    "mlp_i": nn.Embedding(items, 128)})
         self.mlp1 = nn.Sequential(nn.Linear(256, 128), nn.ReLU())
         self.mlp2 = nn.Sequential(nn.Linear(128, 64), nn.ReLU())
         self.out = nn.Linear(64 + factors, 1)
 
     def forward(self, user: torch.Tensor, item: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+        """Binary cross-entropy of the predicted interaction. Returns the training loss (a scalar)."""
         e = self.embed
         gmf = e["gmf_u"](user) * e["gmf_i"](item)
         mlp = self.mlp2(self.mlp1(torch.cat((e["mlp_u"](user), e["mlp_i"](item)), -1)))
@@ -166,6 +235,8 @@ class NeuMF(nn.Module):
 
 @register("neumf", "movielens", "ml-20m")
 def neumf(dataset: str) -> Built:
+    """NeuMF: generalized matrix factorization beside an MLP over user and item embeddings. ``dataset``:
+    ``movielens`` or ``ml-20m`` (user and item counts follow it)."""
     users, items = _MOVIELENS[dataset]
 
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
@@ -188,6 +259,8 @@ class ItemAutoencoder(nn.Module):
         self.decoder = nn.Linear(hidden, items)
 
     def forward(self, interactions: torch.Tensor) -> torch.Tensor:
+        """Reconstruct the normalised, noised interactions; cross-entropy per user. Returns the training loss
+        (a scalar)."""
         z = F.dropout(F.normalize(interactions, p=2.0, dim=1), self.noise, self.training)
         logits = self.decoder(torch.tanh(self.encoder(z)))
         loss = F.binary_cross_entropy_with_logits(logits, interactions, reduction="sum")
@@ -196,6 +269,7 @@ class ItemAutoencoder(nn.Module):
 
 @register("recoder", "ml-20m")
 def recoder(dataset: str) -> Built:
+    """Recoder: a denoising item autoencoder over users' interaction vectors. ``dataset``: ``ml-20m``."""
     items = _RECODER_ITEMS[dataset]
 
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
@@ -205,6 +279,14 @@ def recoder(dataset: str) -> Built:
 
 
 class PointNet(nn.Module):
+    """PointNet classifier (without the input transforms).
+
+    Parameters
+    ----------
+    classes
+        Number of classes.
+    """
+
     def __init__(self, classes: int = 16) -> None:
         super().__init__()
 
@@ -214,11 +296,13 @@ class PointNet(nn.Module):
         def fc(cin: int, cout: int) -> nn.Sequential:
             return nn.Sequential(nn.Linear(cin, cout), nn.BatchNorm1d(cout), nn.ReLU())
 
-        self.layers = nn.ModuleList([pconv(3, 64), pconv(64, 64), pconv(64, 64), pconv(64, 128), pconv(128, 1024),
+        self.layers = nn.ModuleList([pconv(3, 64), pconv(64, 64), pconv(64, 64), pconv(64, 128),
+                                     pconv(128, 1024),
                                      nn.Sequential(nn.AdaptiveMaxPool1d(1), nn.Flatten(), fc(1024, 512)),
                                      nn.Sequential(fc(512, 256), nn.Dropout(0.3)), nn.Linear(256, classes)])
 
     def forward(self, points: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+        """Shared point MLPs, max pooling, classifier, cross-entropy. Returns the training loss (a scalar)."""
         x = points
         for layer in self.layers:
             x = layer(x)
@@ -227,6 +311,7 @@ class PointNet(nn.Module):
 
 @register("pointnet", "shapenet")
 def pointnet(dataset: str) -> Built:
+    """PointNet classification on 2048-point clouds (16 classes). ``dataset``: ``shapenet``."""
     def make_inputs(batch: int) -> tuple[torch.Tensor, ...]:
         return torch.randn(batch, 3, 2048), torch.randint(0, 16, (batch,))
 

@@ -1,11 +1,11 @@
 """A Kubernetes API server double: the list / watch / bind HTTP that ``dltsched serve --k8s`` uses, enough for
 the official client to talk to it (a real API server cannot be installed here).
 
-- ``GET /api/v1/nodes`` and ``GET /api/v1/pods`` list (``NodeList``/``PodList`` with ``metadata.resourceVersion``;
-  ``fieldSelector`` ``status.phase!=X`` honoured); with ``watch=true`` they stream ``{"type", "object"}`` lines
-  (chunked) of every change after ``resourceVersion`` until ``timeoutSeconds``; an object that stops matching
-  the field selector is sent as ``DELETED``, as the real server does. A version older than the oldest kept
-  event answers an ``ERROR`` event with code 410 (Gone).
+- ``GET /api/v1/nodes`` and ``GET /api/v1/pods`` list (``NodeList``/``PodList`` with
+  ``metadata.resourceVersion``; ``fieldSelector`` ``status.phase!=X`` honoured); with ``watch=true`` they
+  stream ``{"type", "object"}`` lines (chunked) of every change after ``resourceVersion`` until
+  ``timeoutSeconds``; an object that stops matching the field selector is sent as ``DELETED``, as the real
+  server does. A version older than the oldest kept event answers an ``ERROR`` event with code 410 (Gone).
 - ``POST /api/v1/namespaces/{ns}/pods/{name}/binding`` sets the pod's ``spec.nodeName`` (409 when already
   bound, 404 when unknown) and answers a ``Status``.
 """
@@ -168,7 +168,8 @@ def _handler(api: ApiServerDouble) -> type[BaseHTTPRequestHandler]:
                 with api.cond:
                     if since < api.oldest:
                         send({"type": "ERROR", "object": {"kind": "Status", "status": "Failure", "code": 410,
-                                                          "reason": "Expired", "message": "too old resource version"}})
+                                                          "reason": "Expired",
+                                                          "message": "too old resource version"}})
                         since = 1 << 60
                 while not api.closing and time.monotonic() < deadline and since < (1 << 60):
                     with api.cond:
@@ -199,7 +200,8 @@ def _handler(api: ApiServerDouble) -> type[BaseHTTPRequestHandler]:
             node = ((body.get("target") or {}).get("name")) or ""
             status = api.bind(m.group(1), m.group(2), node)
             ok = status == 201
-            self._json(status, {"kind": "Status", "apiVersion": "v1", "status": "Success" if ok else "Failure",
+            self._json(status,
+                       {"kind": "Status", "apiVersion": "v1", "status": "Success" if ok else "Failure",
                                 "code": status, **({} if ok else {"reason": "Conflict" if status == 409 else
                                                                   "NotFound"})})
 

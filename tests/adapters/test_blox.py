@@ -21,7 +21,8 @@ DATA = Path(__file__).parent / "data"
 
 def recorded() -> tuple[dict[int, Any], dict[int, Any], list[dict[str, Any]]]:
     p = json.loads((DATA / "blox_round.json").read_text())
-    return ({int(k): v for k, v in p["job_dict"].items()}, {int(k): v for k, v in p["node_info"].items()}, p["gpu_df"])
+    return ({int(k): v for k, v in p["job_dict"].items()}, {int(k): v for k, v in p["node_info"].items()},
+            p["gpu_df"])
 
 
 def test_schedule_and_place_give_blox_shapes_from_a_checked_plan():
@@ -30,7 +31,8 @@ def test_schedule_and_place_give_blox_shapes_from_a_checked_plan():
     schedule = policy.schedule(jobs, nodes, gpu_df)
     assert schedule["run_all_jobs"] is False
     order = [k for k, _ in schedule["job_order"]]
-    assert sorted(order) == sorted(jobs) and all(schedule["job_order"][i][1] is jobs[k] for i, k in enumerate(order))
+    assert sorted(order) == sorted(jobs) and all(schedule["job_order"][i][1] is jobs[k]
+                                                 for i, k in enumerate(order))
     placement = schedule["placement"]
     assert order[: len(placement)] == list(placement)  # the jobs the plan runs come first
     all_gpus = {r["GPU_ID"] for r in gpu_df}
@@ -40,7 +42,8 @@ def test_schedule_and_place_give_blox_shapes_from_a_checked_plan():
     # every solver result through the independent checker
     state, measured, _ = policy.round_of(jobs, nodes, gpu_df)
     state = prepare_state(state, measured.checked())
-    problem = build_round(state, measured_predictors(load_predictors("default"), measured.checked()), policy.solver.options)
+    problem = build_round(state, measured_predictors(load_predictors("default"), measured.checked()),
+                          policy.solver.options)
     assert check_plan(problem, schedule["plan"]).feasible and schedule["plan"].status == "optimal"
     # placement: the running jobs keep their GPUs unless the plan moves them; new jobs launch on theirs
     terminate, launch = policy.place(jobs, schedule, nodes, gpu_df)

@@ -1,5 +1,5 @@
-"""The files under ``deploy/`` agree with the code: the manifests parse, kube-scheduler's extender config names
-the verbs the service answers, RBAC grants what the watch and the binder use, the Deployment's and the
+"""The files under ``deploy/`` agree with the code: the manifests parse, kube-scheduler's extender config
+names the verbs the service answers, RBAC grants what the watch and the binder use, the Deployment's and the
 systemd unit's arguments are options the CLI accepts, and the job_submit plugin compiles (when ``luac`` is
 installed)."""
 
@@ -53,7 +53,8 @@ def test_deployment_arguments_are_serve_options() -> None:
     assert args[0] == "serve"
     import click
 
-    opts, rest, _ = serve.make_parser(click.Context(serve)).parse_args(list(args[1:]))  # unknown options raise
+    # unknown options raise
+    opts, rest, _ = serve.make_parser(click.Context(serve)).parse_args(list(args[1:]))
     assert rest == [] and opts["k8s_watch"] and opts["tls_client_ca"].endswith("client-ca.crt")
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
 
@@ -71,9 +72,11 @@ def test_systemd_unit_runs_the_slurm_daemon_with_valid_options() -> None:
     assert ctx.params["partition"] == "dltsched" and ctx.params["preempt_grace_s"] == 120
 
 
-@pytest.mark.skipif(shutil.which("luac5.4") is None and shutil.which("luac") is None, reason="luac is not installed")
+@pytest.mark.skipif(shutil.which("luac5.4") is None and shutil.which("luac") is None,
+                    reason="luac is not installed")
 def test_job_submit_plugin_compiles() -> None:
     luac = shutil.which("luac5.4") or shutil.which("luac")
     assert luac is not None
-    done = subprocess.run([luac, "-p", str(DEPLOY / "slurm" / "job_submit.lua")], capture_output=True, text=True)
+    done = subprocess.run([luac, "-p", str(DEPLOY / "slurm" / "job_submit.lua")], capture_output=True,
+                          text=True)
     assert done.returncode == 0, done.stderr

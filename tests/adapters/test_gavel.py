@@ -41,13 +41,15 @@ class JobIdPair:
         return isinstance(other, JobIdPair) and self.as_tuple() == other.as_tuple()
 
 
-def load(name: str, key: Any = lambda t: t) -> tuple[dict[Any, Any], dict[Any, int], dict[Any, float], dict[str, int]]:
+def load(name: str, key: Any = lambda t: t) -> tuple[dict[Any, Any], dict[Any, int], dict[Any, float],
+                                                     dict[str, int]]:
     p = json.loads((DATA / name).read_text())
 
     def keyed(d: dict[str, Any]) -> dict[Any, Any]:
         return {key(ast.literal_eval(k)): v for k, v in d.items()}
 
-    return keyed(p["unflattened_throughputs"]), keyed(p["scale_factors"]), keyed(p["num_steps_remaining"]), p["cluster_spec"]
+    return (keyed(p["unflattened_throughputs"]), keyed(p["scale_factors"]), keyed(p["num_steps_remaining"]),
+            p["cluster_spec"])
 
 
 @pytest.mark.parametrize("name", ROUNDS)
@@ -75,7 +77,8 @@ def test_recorded_round_gives_a_checked_allocation_in_gavel_shape(name):
     problem = build_round(state, measured_predictors(None, measured.checked()), policy.solver.options)
     assert check_plan(problem, plan).feasible
     assert plan.status == "optimal" and policy.rounds[-1].status == "optimal"
-    assert all(entry["step_time"] == "measured" and entry["memory"] == "trusted" for entry in plan.provenance.values())
+    assert all(entry["step_time"] == "measured" and entry["memory"] == "trusted"
+               for entry in plan.provenance.values())
 
 
 def test_pairs_gavel_measured_are_co_located_with_their_measured_speeds():

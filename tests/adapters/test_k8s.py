@@ -22,8 +22,10 @@ def node(name: str, gpu_type: str | None, gpus: int) -> dict[str, Any]:
 
 
 def pod(uid: str, gpus: int, annotated: bool = True, **notes: str) -> dict[str, Any]:
-    ann = {"dltsched.io/model": "resnet50", "dltsched.io/batch": "64", "dltsched.io/iters": "5000"} if annotated else {}
-    resources = {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": "2"}} if gpus else {"requests": {"cpu": "1"}}
+    ann = {"dltsched.io/model": "resnet50", "dltsched.io/batch": "64",
+           "dltsched.io/iters": "5000"} if annotated else {}
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)},
+                 "requests": {"cpu": "2"}} if gpus else {"requests": {"cpu": "1"}}
     return {"kind": "Pod", "apiVersion": "v1",
             "metadata": {"name": f"pod-{uid}", "namespace": "train", "uid": uid, "annotations": ann | notes},
             "spec": {"schedulerName": "default-scheduler",
@@ -49,12 +51,15 @@ def client(bound: list[tuple[str, str, str, str]]) -> Any:
 def test_pod_and_node_readers() -> None:
     assert pod_gpus(pod("a", 3)) == 3 and pod_gpus(pod("b", 0)) == 0
     spec = pod_job_spec(pod("a", 1, **{"dltsched.io/step-s": "0.2"}))
-    assert spec is not None and (spec.model, spec.batch_size, spec.iterations, spec.step_time_s) == ("resnet50", 64,
-                                                                                                     5000.0, 0.2)
+    assert spec is not None and (spec.model, spec.batch_size, spec.iterations,
+                                 spec.step_time_s) == ("resnet50", 64,
+                                                                                                     5000.0,
+                                                       0.2)
     assert pod_job_spec(pod("c", 1, annotated=False)) is None
     assert node_info(node("n", "v100", 8)).num_gpus == 8
     with pytest.raises(ValidationError, match="dltsched.io/iters"):
-        pod_job_spec(pod("d", 1, annotated=False, **{"dltsched.io/model": "resnet50", "dltsched.io/batch": "8"}))
+        pod_job_spec(pod("d", 1, annotated=False,
+                         **{"dltsched.io/model": "resnet50", "dltsched.io/batch": "8"}))
 
 
 def test_filter_passes_the_plans_node_only(client: Any) -> None:
@@ -86,12 +91,15 @@ def test_bind_takes_gpus_and_finished_frees_them(client: Any, bound: list[tuple[
     assert client.post("/v1/k8s/bind", json=args).json() == {"Error": ""}
     assert bound == [("pod-p1", "train", "p1", "gpu-a100")]
     # node cache capable: names only; the bound pod holds every GPU of gpu-a100
-    body = client.post("/v1/k8s/filter", json={"Pod": pod("p2", 1), "NodeNames": ["gpu-v100", "gpu-a100"]}).json()
+    body = client.post("/v1/k8s/filter",
+                       json={"Pod": pod("p2", 1), "NodeNames": ["gpu-v100", "gpu-a100"]}).json()
     assert body["NodeNames"] == ["gpu-v100"] and "0 free" in body["FailedNodes"]["gpu-a100"]
-    prio = client.post("/v1/k8s/prioritize", json={"Pod": pod("p2", 1), "NodeNames": ["gpu-v100", "gpu-a100"]}).json()
+    prio = client.post("/v1/k8s/prioritize",
+                       json={"Pod": pod("p2", 1), "NodeNames": ["gpu-v100", "gpu-a100"]}).json()
     assert {h["Host"]: h["Score"] for h in prio}["gpu-a100"] == 0
     assert client.post("/v1/k8s/finished", json={"PodUID": "p1"}).json() == {"PodUID": "p1", "known": True}
-    body = client.post("/v1/k8s/filter", json={"Pod": pod("p2", 1), "NodeNames": ["gpu-v100", "gpu-a100"]}).json()
+    body = client.post("/v1/k8s/filter",
+                       json={"Pod": pod("p2", 1), "NodeNames": ["gpu-v100", "gpu-a100"]}).json()
     assert body["NodeNames"] == ["gpu-a100"] and body["FailedNodes"] == {
         "gpu-v100": "dltsched plan places this pod on gpu-a100"}  # the A100 is free again: the plan takes it
 
@@ -99,7 +107,8 @@ def test_bind_takes_gpus_and_finished_frees_them(client: Any, bound: list[tuple[
 def test_pod_without_gpu_passes_everywhere(client: Any) -> None:
     body = client.post("/v1/k8s/filter", json={"Pod": pod("web", 0, annotated=False), "Nodes": NODES}).json()
     assert len(body["Nodes"]["items"]) == 3 and body["FailedNodes"] == {}
-    prio = client.post("/v1/k8s/prioritize", json={"Pod": pod("web", 0, annotated=False), "Nodes": NODES}).json()
+    prio = client.post("/v1/k8s/prioritize",
+                       json={"Pod": pod("web", 0, annotated=False), "Nodes": NODES}).json()
     assert len(prio) == 3 and all(0 <= h["Score"] <= 10 for h in prio)
 
 
@@ -115,7 +124,8 @@ def test_unknown_node(client: Any) -> None:
     ("/v1/k8s/filter", [1, 2], 422, "JSON object"),
     ("/v1/k8s/filter", {"Nodes": NODES}, 400, "ExtenderArgs.Pod"),
     ("/v1/k8s/filter", {"Pod": pod("p", 1)}, 400, "NodeNames"),
-    ("/v1/k8s/prioritize", {"Pod": pod("p", 1, **{"dltsched.io/batch": "many"}), "Nodes": NODES}, 400, "batch"),
+    ("/v1/k8s/prioritize", {"Pod": pod("p", 1, **{"dltsched.io/batch": "many"}), "Nodes": NODES}, 400,
+     "batch"),
     ("/v1/k8s/filter", {"Pod": pod("p", 1), "Nodes": {"items": [{"metadata": {}}]}}, 400, "metadata.name"),
     ("/v1/k8s/bind", {"PodName": "x", "PodNamespace": "train", "Node": "gpu-v100"}, 400, "PodUID"),
     ("/v1/k8s/finished", {}, 400, "PodUID"),
@@ -181,7 +191,9 @@ def test_plan_makes_a_pod_wait_with_the_reason() -> None:
     body = ext.filter({"Pod": long_, "Nodes": nodes})
     assert body["Nodes"]["items"] == [] and "the pod waits" in body["FailedNodes"]["a"]
     assert "pod-short" in body["FailedNodes"]["a"]
-    assert ext.bind({"PodName": "pod-short", "PodNamespace": "train", "PodUID": "short", "Node": "a"}) == {"Error": ""}
+    assert ext.bind({"PodName": "pod-short", "PodNamespace": "train", "PodUID": "short",
+                     "Node": "a"}) == {"Error": ""}
     assert ext.filter({"Pod": long_, "Nodes": nodes})["FailedNodes"]["a"] == "pod needs 2 GPUs; 0 free"
     ext.finish("short")
-    assert [n["metadata"]["name"] for n in ext.filter({"Pod": long_, "Nodes": nodes})["Nodes"]["items"]] == ["a"]
+    assert [n["metadata"]["name"]
+            for n in ext.filter({"Pod": long_, "Nodes": nodes})["Nodes"]["items"]] == ["a"]

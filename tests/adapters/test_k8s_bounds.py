@@ -26,13 +26,15 @@ testclient = pytest.importorskip("fastapi.testclient")
 
 
 def node(name: str, gpus: Any = "4", product: str = "Tesla-V100-SXM2-16GB") -> dict[str, Any]:
-    return {"kind": "Node", "apiVersion": "v1", "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
+    return {"kind": "Node", "apiVersion": "v1",
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
             "status": {"allocatable": {"cpu": "32", "nvidia.com/gpu": gpus}}}
 
 
 def pod(uid: str, gpus: Any = "1", **notes: Any) -> dict[str, Any]:
     ann = {"dltsched.io/model": "resnet50", "dltsched.io/batch": "64", "dltsched.io/iters": "500"} | notes
-    return {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": f"pod-{uid}", "namespace": "t", "uid": uid,
+    return {"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": f"pod-{uid}", "namespace": "t", "uid": uid,
                                                             "annotations": ann},
             "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}
 
@@ -49,7 +51,8 @@ def client() -> Any:
 
 
 def args(p: Any = None, nodes: Any = None) -> dict[str, Any]:
-    return {"Pod": p if p is not None else pod("u"), "Nodes": {"items": nodes if nodes is not None else [node("n1")]}}
+    return {"Pod": p if p is not None else pod("u"),
+            "Nodes": {"items": nodes if nodes is not None else [node("n1")]}}
 
 
 def _with(base: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
@@ -65,8 +68,10 @@ def _with(base: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 MALFORMED = [
     ("labels as a list", args(nodes=[_with(node("n1"), "metadata/labels", ["a", "b"])]), "metadata.labels"),
     ("labels as a string", args(nodes=[_with(node("n1"), "metadata/labels", "gpu=yes")]), "metadata.labels"),
-    ("allocatable as a list", args(nodes=[_with(node("n1"), "status/allocatable", [4])]), "status.allocatable"),
-    ("allocatable as a string", args(nodes=[_with(node("n1"), "status/allocatable", "4")]), "status.allocatable"),
+    ("allocatable as a list", args(nodes=[_with(node("n1"), "status/allocatable", [4])]),
+     "status.allocatable"),
+    ("allocatable as a string", args(nodes=[_with(node("n1"), "status/allocatable", "4")]),
+     "status.allocatable"),
     ("GPU quantity nan", args(nodes=[node("n1", "nan")]), "allocatable['nvidia.com/gpu']"),
     ("GPU quantity inf", args(nodes=[node("n1", "inf")]), "allocatable['nvidia.com/gpu']"),
     ("GPU quantity 1e400", args(nodes=[node("n1", "1e400")]), "allocatable['nvidia.com/gpu']"),
@@ -75,7 +80,8 @@ MALFORMED = [
     ("GPU quantity an object", args(nodes=[node("n1", {"v": 1})]), "allocatable['nvidia.com/gpu']"),
     ("pod GPUs nan", args(pod("u", "nan")), "containers[0].resources.limits['nvidia.com/gpu']"),
     ("containers: 5", args(_with(pod("u"), "spec/containers", 5)), "Pod.spec.containers"),
-    ("a container that is a string", args(_with(pod("u"), "spec/containers", ["x"])), "Pod.spec.containers[0]"),
+    ("a container that is a string", args(_with(pod("u"), "spec/containers", ["x"])),
+     "Pod.spec.containers[0]"),
     ("annotations as a list", args(_with(pod("u"), "metadata/annotations", ["dltsched.io/model"])),
      "Pod.metadata.annotations"),
     ("batch annotation inf", args(pod("u", **{"dltsched.io/batch": "inf"})), "dltsched.io/batch"),
@@ -87,13 +93,15 @@ MALFORMED = [
     ("Nodes a list", {"Pod": pod("u"), "Nodes": [node("n1")]}, "ExtenderArgs.Nodes"),
     ("NodeNames with a number", {"Pod": pod("u"), "NodeNames": ["n1", 7]}, "ExtenderArgs.NodeNames[1]"),
     ("node name too long", args(nodes=[node("n" * 300)]), "metadata.name"),
-    ("product label not a string", args(nodes=[_with(node("n1"), "metadata/labels", {"nvidia.com/gpu.product": 1})]),
+    ("product label not a string",
+     args(nodes=[_with(node("n1"), "metadata/labels", {"nvidia.com/gpu.product": 1})]),
      "labels['nvidia.com/gpu.product']"),
 ]
 
 
 @pytest.mark.parametrize(("case", "body", "field"), MALFORMED, ids=[m[0] for m in MALFORMED])
-def test_malformed_bodies_are_400_naming_the_field(client: Any, case: str, body: dict[str, Any], field: str) -> None:
+def test_malformed_bodies_are_400_naming_the_field(client: Any, case: str, body: dict[str, Any],
+                                                   field: str) -> None:
     answer = client.post("/v1/k8s/filter", json=body)
     assert answer.status_code == 400, (case, answer.text)
     assert field in answer.json()["detail"] and answer.json()["errors"][0]["field"] == "body"
@@ -151,7 +159,8 @@ def test_quantity_and_node_reader() -> None:
     ("NVIDIA-A100-PCIE-40GB", "a100-pcie-40gb"), ("NVIDIA-A100-80GB-PCIe", "a100-pcie-80gb"),
     ("NVIDIA-H100-80GB-HBM3", "h100"), ("NVIDIA-H100-PCIe", "h100-pcie"), ("NVIDIA-H100-NVL", "h100-pcie"),
     ("NVIDIA-H200", "h200"), ("NVIDIA-H200-141GB-HBM3e", "h200"), ("NVIDIA-L4", "l4"), ("Tesla-T4", "t4"),
-    ("Tesla-V100-SXM2-16GB", "v100"), ("Tesla-V100-SXM2-32GB", "v100-32gb"), ("Tesla-V100-PCIE-16GB", "v100-pcie"),
+    ("Tesla-V100-SXM2-16GB", "v100"), ("Tesla-V100-SXM2-32GB", "v100-32gb"),
+                                                   ("Tesla-V100-PCIE-16GB", "v100-pcie"),
     ("Tesla-V100-PCIE-32GB", "v100-pcie-32gb"), ("NVIDIA-A100-SXM4-80GB-SHARED", "a100-80gb"),
     ("NVIDIA-A10G", "a10"), ("a100", "a100-40gb"),
 ])
@@ -160,10 +169,12 @@ def test_gpu_product_labels_map_to_catalog_types(product: str, expected: str) ->
     assert node_info(node("n", "2", product)).gpu_type == expected
 
 
-@pytest.mark.parametrize("product", ["NVIDIA-L40S", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "NVIDIA-A100-SXM4-64GB"])
+@pytest.mark.parametrize("product",
+                         ["NVIDIA-L40S", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "NVIDIA-A100-SXM4-64GB"])
 def test_unknown_product_is_named_never_a_default(product: str) -> None:
     info = node_info(node("n", "2", product), default_gpu_type="v100")
-    assert info.gpu_type is None and "nvidia.com/gpu.product" in (info.problem or "") and product in info.problem
+    assert info.gpu_type is None and "nvidia.com/gpu.product" in (info.problem
+                                                                  or "") and product in info.problem
     ext = K8sExtender()
     body = ext.filter({"Pod": pod("p"), "Nodes": {"items": [node("n", "2", product), node("ok", "2")]}})
     assert "nvidia.com/gpu.product" in body["FailedAndUnresolvableNodes"]["n"]

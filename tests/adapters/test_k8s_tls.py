@@ -1,5 +1,6 @@
 """HTTPS with client certificates, the way kube-scheduler's extender ``tlsConfig`` (certFile, keyFile, caFile)
-calls: ``/v1/k8s/*`` need a certificate the client CA signed and no token; ``/v1/schedule`` keeps the token."""
+calls: ``/v1/k8s/*`` need a certificate the client CA signed and no token; ``/v1/schedule`` keeps the
+token."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl
 
 
 def tls(pki: Path, name: str | None) -> ssl.SSLContext:
-    """A client context trusting the server's CA, presenting ``name``'s certificate (kube-scheduler's tlsConfig)."""
+    """A client context trusting the server's CA, presenting ``name``'s certificate (kube-scheduler's
+    tlsConfig)."""
     ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
     if name is not None:
         ctx.load_cert_chain(str(pki / f"{name}.crt"), str(pki / f"{name}.key"))

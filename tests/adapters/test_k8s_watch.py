@@ -1,7 +1,7 @@
-"""``dltsched serve --k8s`` against an API server double (``k8s_apiserver``: list, watch and bind over HTTP, spoken
-to by the official ``kubernetes`` client): nodes and pods are watched, binding goes through the API server,
-finished pods free their GPUs without anyone reporting them, a restarted extender knows the cluster at once,
-an expired watch lists again; and a scenario of 50 pods on 8 nodes of 3 GPU types driven the way
+"""``dltsched serve --k8s`` against an API server double (``k8s_apiserver``: list, watch and bind over HTTP,
+spoken to by the official ``kubernetes`` client): nodes and pods are watched, binding goes through the API
+server, finished pods free their GPUs without anyone reporting them, a restarted extender knows the cluster at
+once, an expired watch lists again; and a scenario of 50 pods on 8 nodes of 3 GPU types driven the way
 kube-scheduler drives an extender (filter, prioritize, bind with its wire format).
 
 A real API server and kube-scheduler cannot be installed here: the double speaks the real HTTP shapes, but
@@ -33,13 +33,16 @@ PRODUCTS = {"a100": "NVIDIA-A100-SXM4-80GB", "v100": "Tesla-V100-SXM2-16GB", "t4
 
 def node(name: str, product: str, gpus: int) -> dict[str, Any]:
     return {"kind": "Node", "apiVersion": "v1",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "nvidia.com/gpu.product": product}},
-            "status": {"capacity": {"nvidia.com/gpu": str(gpus)}, "allocatable": {"cpu": "32", "nvidia.com/gpu": str(gpus)}}}
+            "metadata": {"name": name,
+                         "labels": {"kubernetes.io/hostname": name, "nvidia.com/gpu.product": product}},
+            "status": {"capacity": {"nvidia.com/gpu": str(gpus)},
+                       "allocatable": {"cpu": "32", "nvidia.com/gpu": str(gpus)}}}
 
 
 def pod(uid: str, gpus: int, model: str = "resnet50", iters: int = 2000, *, annotated: bool = True,
         node_name: str | None = None, step_s: float | None = None) -> dict[str, Any]:
-    notes = {"dltsched.io/model": model, "dltsched.io/batch": "32", "dltsched.io/iters": str(iters)} if annotated else {}
+    notes = {"dltsched.io/model": model, "dltsched.io/batch": "32",
+             "dltsched.io/iters": str(iters)} if annotated else {}
     if step_s is not None:
         notes["dltsched.io/step-s"] = str(step_s)
     spec: dict[str, Any] = {"schedulerName": "dltsched", "containers": [
@@ -80,7 +83,8 @@ def test_watch_binds_and_sees_pods_end() -> None:
             # kube-scheduler with nodeCacheCapable: true sends names only
             body = ext.filter({"Pod": api.pod("p1"), "NodeNames": ["a1", "t1"]})
             (chosen,) = body["NodeNames"]
-            assert ext.bind({"PodName": "pod-p1", "PodNamespace": "train", "PodUID": "p1", "Node": chosen}) == {
+            assert ext.bind({"PodName": "pod-p1", "PodNamespace": "train", "PodUID": "p1",
+                             "Node": chosen}) == {
                 "Error": ""}
             assert api.bindings == [("train", "pod-p1", chosen)]
             wait_until(lambda: api.pod("p1")["spec"].get("nodeName") == chosen)
@@ -174,7 +178,8 @@ def test_scenario_50_pods_8_nodes_3_gpu_types() -> None:
                         last_reason[uid] = body["FailedNodes"]
                         assert body["FailedNodes"], body
                         continue
-                    scores = {h["Host"]: h["Score"] for h in http.post("/v1/k8s/prioritize", json=args).json()}
+                    scores = {h["Host"]: h["Score"]
+                              for h in http.post("/v1/k8s/prioritize", json=args).json()}
                     best = max(passed, key=lambda n: scores[n])
                     answer = http.post("/v1/k8s/bind", json={"PodName": f"pod-{uid}", "PodNamespace": "train",
                                                              "PodUID": uid, "Node": best}).json()
@@ -183,8 +188,8 @@ def test_scenario_50_pods_8_nodes_3_gpu_types() -> None:
                     used = Counter()
                     for p in api.objects["pods"].values():
                         if p["spec"].get("nodeName") and p["status"]["phase"] not in ("Succeeded", "Failed"):
-                            used[p["spec"]["nodeName"]] += int(p["spec"]["containers"][0]["resources"]["limits"]
-                                                               ["nvidia.com/gpu"])
+                            limits = p["spec"]["containers"][0]["resources"]["limits"]
+                            used[p["spec"]["nodeName"]] += int(limits["nvidia.com/gpu"])
                     assert all(used[n] <= capacity[n] for n in capacity), used
                     runs_left[uid] = (cycles, fail)
                 if len(ended) == len(pods):

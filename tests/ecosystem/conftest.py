@@ -13,7 +13,8 @@ import pytest
 
 from dltsched.engine.domain.model import Assignment, Cluster, ClusterState, Job, JobState, Node
 
-MODELS = (("resnet18", 128), ("resnet50", 64), ("transformer", 128), ("lstm_lm", 20), ("recoder", 1024), ("a3c", 4))
+MODELS = (("resnet18", 128), ("resnet50", 64), ("transformer", 128), ("lstm_lm", 20), ("recoder", 1024),
+          ("a3c", 4))
 
 
 def make_state(num_jobs: int, num_gpus: int, seed: int = 0, running_fraction: float = 0.3) -> ClusterState:

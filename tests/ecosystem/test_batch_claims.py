@@ -1,5 +1,5 @@
-"""Concurrent batches into one folder: every (instance, policy, seed) runs once in all, each row is kept, and a
-claim held by a killed process is taken over."""
+"""Concurrent batches into one folder: every (instance, policy, seed) runs once in all, each row is kept, and
+a claim held by a killed process is taken over."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def test_two_concurrent_batches_never_run_an_item_twice(tmp_path: Path) -> None:
     out = tmp_path / "out"
     argv = [*CLI, "--quiet", "batch", str(TINY), "--policy", "fifo", "--policy", "sjf", "--seeds", "0-11",
             "--predictors", "analytic", "-j", "1", "-o", str(out), "--json"]
-    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
     results = [p.communicate(timeout=240) for p in procs]
     for proc, (_stdout, stderr) in zip(procs, results, strict=True):
         assert proc.returncode == 0, stderr
@@ -44,7 +45,8 @@ def test_two_concurrent_batches_never_run_an_item_twice(tmp_path: Path) -> None:
 def test_an_item_claimed_elsewhere_is_left_to_its_claimant(tmp_path: Path) -> None:
     items = make_items([TINY], ["fifo"], [0, 1], predictors="analytic")
     out = tmp_path / "out"
-    other = Claims(out / CLAIMS_DIR)  # another open file description: flock tells it apart, as another process
+    # another open file description: flock tells it apart, as another process
+    other = Claims(out / CLAIMS_DIR)
     assert other.take(items[0].key)
     summary = run_batch(items, out, max_workers=1)
     assert (summary["ran"], summary["claimed_elsewhere"]) == (1, 1)

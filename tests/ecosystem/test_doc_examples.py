@@ -1,8 +1,8 @@
 """The Python examples of the README and the documentation run as written.
 
 Every ```python block of ``README.md`` and ``docs/**/*.md`` runs in a fresh namespace from the repository root
-(the examples name files such as ``instances/examples/default.json`` relative to it). Blocks of one page run in
-order in one namespace, as a reader would paste them. A block that is not meant to run is fenced ```text.
+(the examples name files such as ``instances/examples/default.json`` relative to it). Blocks of one page run
+in order in one namespace, as a reader would paste them. A block that is not meant to run is fenced ```text.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The service's ``/docs`` page renders in a real browser, offline: Swagger UI reads the OpenAPI 3.1 schema and
-lists the operations, instead of "Unable to render this definition".
+"""The service's ``/docs`` page renders in a real browser, offline: Swagger UI reads the OpenAPI 3.1 schema
+and lists the operations, instead of "Unable to render this definition".
 
-Needs Chromium (Debian's ``chromium`` package, or ``DLTSCHED_CHROMIUM=/path/to/chrome``) and the ``playwright``
-package; skipped cleanly without them. ``DLTSCHED_SCREENSHOTS=DIR`` keeps the screenshot there.
+Needs Chromium (Debian's ``chromium`` package, or ``DLTSCHED_CHROMIUM=/path/to/chrome``) and the
+``playwright`` package; skipped cleanly without them. ``DLTSCHED_SCREENSHOTS=DIR`` keeps the screenshot there.
 """
 
 from __future__ import annotations

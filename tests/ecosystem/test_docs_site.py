@@ -1,8 +1,8 @@
 """The README is an entry page and the documentation site holds the rest: size, no lab-notebook references,
 every page in the navigation, generated pages that cover what they generate from.
 
-``make test`` builds the site itself with ``mkdocs build --strict`` (broken links and unresolved API references
-are errors); these tests check what a build cannot.
+``make test`` builds the site itself with ``mkdocs build --strict`` (broken links and unresolved API
+references are errors); these tests check what a build cannot.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def test_readme_is_short_and_has_the_sections_a_newcomer_needs() -> None:
     text = README.read_text()
     assert len(text.splitlines()) <= 250
     headings = re.findall(r"^## (.+)$", text, flags=re.M)
-    for needed in ("Two commands", "A first run", "Batch solving", "Embedding", "Benchmarking", "Real clusters",
-                   "Read more"):
+    for needed in ("Two commands", "A first run", "Batch solving", "Embedding", "Benchmarking",
+                   "Real clusters", "Read more"):
         assert needed in headings, f"README lacks the section '{needed}'"
     assert "make demo" in text and "make test" in text
 
@@ -78,7 +78,8 @@ def test_results_page_has_a_row_for_every_stored_run_group() -> None:
     text = results.render_all()
     assert len(files) >= 1
     assert text.count("### ") == len(files)
-    table_rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| window")]
+    table_rows = [line for line in text.splitlines() if line.startswith("| ")
+                  and not line.startswith("| window")]
     assert len(table_rows) >= len(files)
     assert all(re.search(r"\| \d+\.\d{3} \| \d+\.\d{3} \|$", row) for row in table_rows)
 
@@ -94,4 +95,5 @@ def test_cli_reference_lists_lazy_subcommands() -> None:
     no_default = next(p for p in simulate.params if p.name == "instance_path")
     assert hook.without_unset_default(no_default).default is None  # shown as "None", not click's sentinel
     bench = cli.get_command(ctx, "bench")
-    assert {c.name for c in hook.sub_commands(bench, click.Context(bench))} >= {"simulate", "solve", "predict"}
+    assert {c.name
+            for c in hook.sub_commands(bench, click.Context(bench))} >= {"simulate", "solve", "predict"}

@@ -1,5 +1,6 @@
 """The embedding API: solve_round on every backend, the fallback, the optimizer policy, the caller's own
-measurements (measured first, predicted fallback, provenance), round settings, the "your scheduler" example."""
+measurements (measured first, predicted fallback, provenance), round settings, the "your scheduler"
+example."""
 
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ def test_solver_failure_falls_back_to_a_marked_greedy_plan(make_state, monkeypat
 
 
 @pytest.mark.parametrize(("field", "kwargs"), [
-    ("backend", {"backend": "gurobi"}), ("backend", {"backend": "greedy:nope"}), ("objective", {"objective": "x"}),
+    ("backend", {"backend": "gurobi"}), ("backend", {"backend": "greedy:nope"}),
+                                               ("objective", {"objective": "x"}),
     ("max_jobs_per_gpu", {"max_jobs_per_gpu": 4}), ("time_limit_s", {"time_limit_s": 0}),
 ])
 def test_config_errors_name_the_field(field, kwargs):
@@ -157,7 +159,8 @@ class GavelStylePolicy:
         self.cluster, self.config = cluster, ConfiguredSolver.of(backend="cpsat", time_limit_s=2.0)
         self.last: Plan | None = None
 
-    def allocate(self, jobs: dict[str, Job], remaining: dict[str, float], now_s: float) -> dict[str, tuple[int, ...]]:
+    def allocate(self, jobs: dict[str, Job], remaining: dict[str, float],
+                 now_s: float) -> dict[str, tuple[int, ...]]:
         state = ClusterState(now_s, self.cluster, tuple(JobState(j, remaining[i]) for i, j in jobs.items()))
         self.last = solve_round(state, self.config, warm_start=self.last)
         return {a.job_id: a.gpus for a in self.last.assignments}
@@ -166,7 +169,8 @@ class GavelStylePolicy:
 def test_gavel_style_adapter():
     cluster = Cluster.homogeneous("v100", num_nodes=1, gpus_per_node=4)
     jobs = {f"j{i}": Job(f"j{i}", m, b, 1000.0) for i, (m, b) in
-            enumerate([("resnet18", 128), ("resnet50", 64), ("transformer", 128), ("lstm_lm", 20), ("a3c", 4)])}
+            enumerate([("resnet18", 128), ("resnet50", 64), ("transformer", 128), ("lstm_lm", 20),
+                       ("a3c", 4)])}
     policy = GavelStylePolicy(cluster)
     first = policy.allocate(jobs, {j: 1000.0 for j in jobs}, 0.0)
     second = policy.allocate(jobs, {j: 900.0 for j in jobs}, 300.0)  # warm-started from the first plan
@@ -177,8 +181,8 @@ def test_gavel_style_adapter():
 # ----------------------------------------------------------------------------- the caller's measurements
 
 
-def _checked(plan: Plan, state: ClusterState, measurements: Measurements, options: RoundOptions = DEFAULT_OPTIONS,
-             base: str | None = "default") -> None:
+def _checked(plan: Plan, state: ClusterState, measurements: Measurements,
+             options: RoundOptions = DEFAULT_OPTIONS, base: str | None = "default") -> None:
     """Re-check ``plan`` with the solver-independent checker on the round the API built."""
     m = measurements.checked()
     prepared = prepare_state(state, m)
@@ -190,7 +194,8 @@ def _checked(plan: Plan, state: ClusterState, measurements: Measurements, option
 def your_scheduler_round() -> tuple[ClusterState, Measurements]:
     """The example of the api module docstring and README: one numbers-only job, one zoo job measured."""
     cluster = Cluster.homogeneous("v100", num_nodes=2, gpus_per_node=4)
-    jobs = [JobState(Job("a", MEASURED_ONLY, 64, 10_000), 10_000), JobState(Job("b", "resnet50", 32, 5_000), 5_000)]
+    jobs = [JobState(Job("a", MEASURED_ONLY, 64, 10_000), 10_000),
+            JobState(Job("b", "resnet50", 32, 5_000), 5_000)]
     seen = Measurements({"a": JobMeasurement(step_time_s={"v100": 0.21}),
                          "b": JobMeasurement(samples_per_s={"v100": 410.0})}, unknown_memory="trust")
     return ClusterState(0.0, cluster, tuple(jobs)), seen
@@ -209,7 +214,8 @@ def test_your_scheduler_example_runs_measured_only_jobs():
 
 
 def test_measured_step_times_replace_the_predictions():
-    """Two zoo jobs, one GPU each of two types: the measurement (not the prediction) decides who gets the fast one."""
+    """Two zoo jobs, one GPU each of two types: the measurement (not the prediction) decides who gets the fast
+    one."""
     cluster = Cluster((*Cluster.homogeneous("v100", 1, 1).nodes, *Cluster.homogeneous("k80", 1, 1).nodes))
     jobs = (JobState(Job("x", "resnet50", 64, 1000), 1000), JobState(Job("y", "resnet50", 64, 1000), 1000))
     state = ClusterState(0.0, cluster, jobs)
@@ -224,7 +230,8 @@ def test_measured_step_times_replace_the_predictions():
     seen_swapped = Measurements({"x": JobMeasurement(step_time_s={"v100": 0.10, "k80": 1.00}),
                                  "y": JobMeasurement(step_time_s={"v100": 0.50, "k80": 0.55})})
     swapped = solve_round(state, options, measurements=seen_swapped)
-    assert {a.job_id: cluster.gpu_type_of(a.gpus[0]) for a in swapped.assignments} == {"x": "v100", "y": "k80"}
+    assert {a.job_id: cluster.gpu_type_of(a.gpus[0])
+            for a in swapped.assignments} == {"x": "v100", "y": "k80"}
 
 
 def test_measured_group_speeds_decide_co_location():
@@ -233,8 +240,8 @@ def test_measured_group_speeds_decide_co_location():
     jobs = tuple(JobState(Job(i, MEASURED_ONLY, 32, 5000), 5000) for i in ("p", "q", "r"))
     state = ClusterState(0.0, cluster, jobs)
     one = {"a100": 0.2}
-    groups = (GroupMeasurement(("p", "q"), "a100", speeds=(0.95, 0.9)), GroupMeasurement(("q", "r"), "a100",
-                                                                                           step_time_s=(0.5, 0.5)))
+    groups = (GroupMeasurement(("p", "q"), "a100", speeds=(0.95, 0.9)),
+              GroupMeasurement(("q", "r"), "a100", step_time_s=(0.5, 0.5)))
     seen = Measurements({j: JobMeasurement(step_time_s=one) for j in ("p", "q", "r")}, groups)
     options = RoundOptions(objective="effective_progress")
     plan = solve_round(state, options, measurements=seen)
@@ -245,11 +252,13 @@ def test_measured_group_speeds_decide_co_location():
     # unmeasured groups of numbers-only jobs are time-sliced (no gain): with one GPU per job nothing shares
     plain = Measurements({j: JobMeasurement(step_time_s=one) for j in ("p", "q")})
     two = ClusterState(0.0, cluster, jobs[:2])
-    assert all(len(js) == 1 for js in solve_round(two, options, measurements=plain).colocation_groups().values())
+    assert all(len(js) == 1
+               for js in solve_round(two, options, measurements=plain).colocation_groups().values())
 
 
 def test_memory_can_be_trusted_or_predicted():
-    """A job predicted not to fit a small GPU: ``predict`` keeps it off, ``trust`` and a measured peak let it run."""
+    """A job predicted not to fit a small GPU: ``predict`` keeps it off, ``trust`` and a measured peak let it
+    run."""
     cluster = Cluster.homogeneous("k80", 1, 1)
     big = Job("big", "gpt2_xl", 32, 100) if "gpt2_xl" in _zoo() else Job("big", "bert_large", 64, 100)
     state = ClusterState(0.0, cluster, (JobState(big, 100),))
@@ -257,9 +266,12 @@ def test_memory_can_be_trusted_or_predicted():
     if predicted.assignments:
         pytest.skip("the zoo's largest job fits a K80 by prediction; nothing to switch off")
     trusted = solve_round(state, measurements=Measurements({}, unknown_memory="trust"))
-    assert [a.job_id for a in trusted.assignments] == ["big"] and trusted.provenance["big"]["memory"] == "trusted"
-    measured = solve_round(state, measurements=Measurements({"big": JobMeasurement(memory_mib={"k80": 9000.0})}))
-    assert [a.job_id for a in measured.assignments] == ["big"] and measured.provenance["big"]["memory"] == "measured"
+    assert [a.job_id
+            for a in trusted.assignments] == ["big"] and trusted.provenance["big"]["memory"] == "trusted"
+    measured = solve_round(state,
+                           measurements=Measurements({"big": JobMeasurement(memory_mib={"k80": 9000.0})}))
+    assert [a.job_id
+            for a in measured.assignments] == ["big"] and measured.provenance["big"]["memory"] == "measured"
 
 
 def _zoo() -> tuple[str, ...]:
@@ -271,17 +283,21 @@ def _zoo() -> tuple[str, ...]:
 @pytest.mark.parametrize(("measurements", "field"), [
     (None, "jobs[0]"),
     (Measurements({"a": JobMeasurement(memory_mib={"v100": 100.0})}), "jobs[0]"),
-    (Measurements({"a": JobMeasurement(step_time_s={"v100": -1.0})}), "measurements.jobs['a'].step_time_s['v100']"),
-    (Measurements({"a": JobMeasurement(step_time_s={"h900": 1.0})}), "measurements.jobs['a'].step_time_s['h900']"),
+    (Measurements({"a": JobMeasurement(step_time_s={"v100": -1.0})}),
+     "measurements.jobs['a'].step_time_s['v100']"),
+    (Measurements({"a": JobMeasurement(step_time_s={"h900": 1.0})}),
+     "measurements.jobs['a'].step_time_s['h900']"),
     (Measurements({"zz": JobMeasurement(step_time_s={"v100": 1.0})}), "measurements.jobs['zz']"),
     (Measurements({"a": JobMeasurement(step_time_s={"v100": 1.0})}, unknown_memory="maybe"),
      "measurements.unknown_memory"),
-    (Measurements({"a": JobMeasurement(step_time_s={"v100": 1.0})}, (GroupMeasurement(("a",), "v100", speeds=(1.0,)),)),
+    (Measurements({"a": JobMeasurement(step_time_s={"v100": 1.0})},
+                  (GroupMeasurement(("a",), "v100", speeds=(1.0,)),)),
      "measurements.groups[0].job_ids"),
     ({"jobs": {"a": {"step_time": 1.0}}}, "measurements.jobs['a']"),
 ])
 def test_a_job_without_model_or_measurement_is_one_clear_error(measurements, field):
-    state = ClusterState(0.0, Cluster.homogeneous("v100", 1, 2), (JobState(Job("a", MEASURED_ONLY, 8, 100), 100),))
+    state = ClusterState(0.0, Cluster.homogeneous("v100", 1, 2),
+                         (JobState(Job("a", MEASURED_ONLY, 8, 100), 100),))
     with pytest.raises(ValidationError) as err:
         solve_round(state, measurements=measurements)
     assert err.value.path == field and "\n" not in str(err.value)
@@ -304,9 +320,9 @@ def test_every_round_setting_is_reachable_and_one_default_objective():
         load_predictors("analytic")).solver.objective == DEFAULT_OBJECTIVE
     everything = {"round_s": 360.0, "num_workers": 4, "deterministic": False, "time_limit_s": 3.0,
                   "allow_cross_node": False, "objective": "effective_progress", "freeze_levels": (0, 2),
-                  "max_jobs_per_gpu": 1, "migration_penalty": 0.5, "starvation_weight": 0.1, "max_partners": 2,
-                  "relative_gap": 0.01, "max_nodes_per_unit": 2, "value_reference_s": 3600.0, "length_weight": 0.5,
-                  "stage_horizon_s": 600.0}
+                  "max_jobs_per_gpu": 1, "migration_penalty": 0.5, "starvation_weight": 0.1,
+                  "max_partners": 2, "relative_gap": 0.01, "max_nodes_per_unit": 2,
+                  "value_reference_s": 3600.0, "length_weight": 0.5, "stage_horizon_s": 600.0}
     assert set(everything) == {f.name for f in fields(RoundOptions)}
     solver = ConfiguredSolver.of(backend="greedy", **everything)
     assert all(getattr(solver.options, k) == v for k, v in everything.items())
@@ -332,11 +348,14 @@ def test_group_memory_is_the_members_memory_plus_the_predicted_overhead():
     a, b = Job("a", "resnet50", 32, 100), Job("b", "resnet18", 64, 100)
     mem = base.step_time.memory_mib
     overhead = max(0.0, base.colocation.group_memory_mib([a, b], "v100") - mem(a, "v100") - mem(b, "v100"))
-    step_only = measured_predictors(base, Measurements({"a": JobMeasurement(step_time_s={"v100": 0.2})}).checked())
+    step_only = measured_predictors(base,
+                                    Measurements({"a": JobMeasurement(step_time_s={"v100": 0.2})}).checked())
     assert step_only.colocation.group_memory_mib([a, b], "v100") == pytest.approx(
         mem(a, "v100") + mem(b, "v100") + overhead)
-    peak = measured_predictors(base, Measurements({"a": JobMeasurement(memory_mib={"v100": 1000.0})}).checked())
+    peak = measured_predictors(base,
+                               Measurements({"a": JobMeasurement(memory_mib={"v100": 1000.0})}).checked())
     assert peak.step_time.memory_mib(a, "v100") == 1000.0
-    assert peak.colocation.group_memory_mib([a, b], "v100") == pytest.approx(1000.0 + mem(b, "v100") + overhead)
+    assert peak.colocation.group_memory_mib([a, b],
+                                            "v100") == pytest.approx(1000.0 + mem(b, "v100") + overhead)
     trusted = measured_predictors(base, Measurements({}, unknown_memory="trust").checked())
     assert trusted.colocation.group_memory_mib([a, b], "v100") == 0.0

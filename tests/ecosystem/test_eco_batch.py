@@ -126,7 +126,8 @@ def test_fifty_items_on_local_ray_match_the_process_pool(instance_dir, tmp_path)
     pool = run_batch(items, tmp_path / "pool", max_workers=2)
     ray = run_batch(items, tmp_path / "ray", use_ray=True)
     assert pool["failed"] == ray["failed"] == 0 and pool["ran"] == ray["ran"] == 50
-    assert _comparable(_rows(tmp_path / "pool" / "results.csv")) == _comparable(_rows(tmp_path / "ray" / "results.csv"))
+    ray_rows = _comparable(_rows(tmp_path / "ray" / "results.csv"))
+    assert _comparable(_rows(tmp_path / "pool" / "results.csv")) == ray_rows
 
 
 def test_local_ray_matches_in_process_results(instance_dir, tmp_path):
@@ -135,4 +136,5 @@ def test_local_ray_matches_in_process_results(instance_dir, tmp_path):
     local = run_batch(items, tmp_path / "local", max_workers=1)
     ray = run_batch(items, tmp_path / "ray", use_ray=True)
     assert local["ran"] == ray["ran"] == 2
-    assert _comparable(_rows(tmp_path / "local" / "results.csv")) == _comparable(_rows(tmp_path / "ray" / "results.csv"))
+    ray_rows = _comparable(_rows(tmp_path / "ray" / "results.csv"))
+    assert _comparable(_rows(tmp_path / "local" / "results.csv")) == ray_rows

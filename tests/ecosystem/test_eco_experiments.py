@@ -1,4 +1,5 @@
-"""``dltsched experiment run/show``: one TOML file -> runs, tables with 95% intervals, per-job CSV, figures."""
+"""``dltsched experiment run/show``: one TOML file -> runs, tables with 95% intervals, per-job CSV,
+figures."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ def _csv(path: Path) -> list[dict[str, str]]:
 def _direct(seed: int, capsys) -> dict[str, dict]:
     """The same runs through ``dltsched simulate`` directly."""
     capsys.readouterr()
-    argv = ["simulate", "--instance", str(TINY), "--seed", str(seed), "--prediction-error", "0.2", "--json", "--records"]
+    argv = ["simulate", "--instance", str(TINY), "--seed", str(seed), "--prediction-error", "0.2", "--json",
+            "--records"]
     for p in POLICIES:
         argv += ["--policy", p]
     assert main(argv) == 0
@@ -77,7 +79,8 @@ def test_outputs_exist_and_match_direct_simulation(experiment, capsys):
             (run,) = [r for r in runs if r["policy"] == policy and int(r["seed"]) == seed]
             assert float(run["avg_jct_s"]) == pytest.approx(direct[policy]["avg_jct_s"], rel=1e-9)
             assert float(run["makespan_s"]) == pytest.approx(direct[policy]["makespan_s"], rel=1e-9)
-            mine = {r["job_id"]: float(r["jct_s"]) for r in records if r["policy"] == policy and int(r["seed"]) == seed}
+            mine = {r["job_id"]: float(r["jct_s"]) for r in records if r["policy"] == policy
+                    and int(r["seed"]) == seed}
             theirs = {r["job_id"]: r["jct_s"] for r in direct[policy]["records"]}
             assert mine.keys() == theirs.keys() and len(mine) == int(run["num_jobs_finished"])
             assert all(mine[j] == pytest.approx(theirs[j], rel=1e-9) for j in mine)
@@ -144,8 +147,10 @@ format = "svg"
      "error: workload: generate.num_jobz: unknown key; allowed: num_jobs,"),
     ('name = "x"\npolicies = ["fifo"]\n[workload]\ninstance = "T"\ntrace = "philly"\n',
      "error: workload: give exactly one of instance, generate, trace"),
-    ('name = "x"\npolicies = ["fifoo"]\n[workload]\ninstance = "T"\n', "error: policies: 'fifoo' not understood; did you mean fifo?"),
-    ('name = "x"\npolicies = ["fifo"]\n[workload]\ninstance = "missing.json"\n', "error: workload.instance: "),
+    ('name = "x"\npolicies = ["fifoo"]\n[workload]\ninstance = "T"\n',
+     "error: policies: 'fifoo' not understood; did you mean fifo?"),
+    ('name = "x"\npolicies = ["fifo"]\n[workload]\ninstance = "missing.json"\n',
+     "error: workload.instance: "),
     ('name = "x"\npolicies = [fifo]\n', "error: EXP.toml: "),
 ])
 def test_bad_files_exit_2_with_one_line(tmp_path, capsys, body, message):

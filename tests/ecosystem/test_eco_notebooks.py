@@ -16,10 +16,11 @@ HAS_DATA = find_data_dir(required=False) is not None
 CASES = {
     "ablation": ({"table_csv": "", "tiny_jobs": 6}, ["ablation_changes"]),
     "policy_comparison": ({"instance_path": "../instances/examples/tiny-6jobs-4gpus.json",
-                           "policies": ["fifo", "sjf", "dltsched:greedy"], "philly_jobs": 20 if HAS_DATA else 0,
-                           "philly_policies": ["fifo", "sjf"],
+                           "policies": ["fifo", "sjf", "dltsched:greedy"],
+                           "philly_jobs": 20 if HAS_DATA else 0, "philly_policies": ["fifo", "sjf"],
                            "time_limit_s": 2.0},
-                          ["jct_cdf", "utilization", "gantt_dltsched_greedy"] + (["philly_jct_cdf"] if HAS_DATA else [])),
+                          ["jct_cdf", "utilization",
+                           "gantt_dltsched_greedy"] + (["philly_jct_cdf"] if HAS_DATA else [])),
     "predictor_accuracy": ({"max_pairs": 40},
                            ["steptime_pred_vs_measured", "colocation_pred_vs_measured"] if HAS_DATA else []),
     "solver_scaling": ({"sizes": [[6, 8], [12, 8]], "backends": ["greedy", "cpsat"], "time_limit_s": 2.0},
@@ -27,7 +28,8 @@ CASES = {
     "freezing_ablation": ({"num_jobs": 8, "num_gpus": 4, "time_limit_s": 1.0, "backend": "greedy"},
                           ["freezing_avg_jct", "freezing_jct_cdf", "freezing_gantt"]),
     "crossfit_evaluation": ({"live_jobs": 20 if HAS_DATA else 0, "live_policies": ["fifo", "sjf"]},
-                            ["crossfit_avg_jct", "crossfit_gain", "crossfit_diagnosis", "crossfit_variants"] + (["live_avg_jct"] if HAS_DATA else [])),
+                            ["crossfit_avg_jct", "crossfit_gain", "crossfit_diagnosis",
+                             "crossfit_variants"] + (["live_avg_jct"] if HAS_DATA else [])),
 }
 
 
@@ -47,8 +49,8 @@ def test_notebook_executes_and_writes_figures(name, repo_root, tmp_path):
 
 
 #: figures each stored notebook shows inline at its own parameters (executed with the shared data folder)
-STORED_FIGURES = {"policy_comparison": 4, "predictor_accuracy": 3, "solver_scaling": 1, "freezing_ablation": 3,
-                  "crossfit_evaluation": 4, "ablation": 1}
+STORED_FIGURES = {"policy_comparison": 4, "predictor_accuracy": 3, "solver_scaling": 1,
+                  "freezing_ablation": 3, "crossfit_evaluation": 4, "ablation": 1}
 #: the most a stored notebook may weigh (figures as PNG at a modest resolution)
 MAX_STORED_BYTES = 1_500_000
 
@@ -63,7 +65,8 @@ def test_notebooks_are_stored_executed_with_figures_inline(path):
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     counts = [c.execution_count for c in code]
-    assert all(isinstance(n, int) for n in counts) and counts == list(range(counts[0], counts[0] + len(code))), \
+    assert all(isinstance(n, int)
+               for n in counts) and counts == list(range(counts[0], counts[0] + len(code))), \
         "execute every cell in order (scripts/execute_notebooks.py)"
     outputs = [o for c in code for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"], "a stored cell failed"

@@ -71,7 +71,8 @@ def test_gantt_rows_are_labelled_and_colocated_jobs_share_lanes_while_they_overl
 
 
 def test_gantt_puts_a_long_tail_on_a_log_axis_and_short_runs_in_minutes():
-    body = [{"job_id": f"j{i}", "gpus": [i % 4], "start_s": 600.0 * i, "end_s": 600.0 * i + 900.0} for i in range(20)]
+    body = [{"job_id": f"j{i}", "gpus": [i % 4], "start_s": 600.0 * i, "end_s": 600.0 * i + 900.0}
+            for i in range(20)]
     tail = [{"job_id": "long", "gpus": [1], "start_s": 12000.0, "end_s": 80000.0}]
     fig = plot_gantt({"policy": "p", "placements": body + tail, "gpu_types": ["v100"] * 4})
     assert fig.axes[0].get_xscale() == "symlog" and "log scale after" in fig.axes[0].get_xlabel()
@@ -95,12 +96,13 @@ def test_simulation_figures_share_one_time_origin(sim_file):
 def test_solver_scaling_puts_objective_and_gap_beside_time():
     rows = [{"size": "20x16", "backend": "cpsat", "solve_time_s": 0.1, "build_time_s": 0.01, "objective": 3.0,
              "gap": 0.0},
-            {"size": "200x256", "backend": "cpsat", "solve_time_s": 2.0, "build_time_s": 0.3, "objective": 30.0,
-             "gap": 0.02},
+            {"size": "200x256", "backend": "cpsat", "solve_time_s": 2.0, "build_time_s": 0.3,
+             "objective": 30.0, "gap": 0.02},
             {"size": "200x256", "backend": "milp", "solve_time_s": 5.0, "objective": 29.0, "gap": None}]
     fig = plot_solve_scaling(rows)
     time_ax, objective_ax, gap_ax = fig.axes[:3]
-    assert [ax.get_ylabel() for ax in fig.axes[:3]] == ["time (s, log scale)", "objective", "relative gap (%)"]
+    assert [ax.get_ylabel() for ax in fig.axes[:3]] == ["time (s, log scale)", "objective",
+                                                        "relative gap (%)"]
     assert all(ax.get_xscale() == "log" for ax in fig.axes[:3]) and time_ax.get_yscale() == "log"
     assert list(gap_ax.get_lines()[0].get_ydata()) == [0.0, 2.0]  # percent; milp gave no gap
     assert len(objective_ax.get_lines()) == 2
@@ -131,10 +133,12 @@ def test_experiment_results_render(tmp_path):
            "utilization": [[0.0, 1.0], [10.0, 0.0]], "gpu_util": 1.0,
            "placements": [{"job_id": "a", "gpus": [1], "start_s": 0.0, "end_s": 10.0}]}
     path = tmp_path / "results.json"
-    path.write_text(json.dumps({"summary": [], "runs": [run, run | {"seed": 1}], "gpu_types": ["v100", "p100"]}))
+    path.write_text(json.dumps({"summary": [], "runs": [run, run | {"seed": 1}],
+                                "gpu_types": ["v100", "p100"]}))
     figs = figures_for(json.loads(path.read_text()))
     assert set(figs) == {"jct_cdf", "utilization", "gantt_fifo"}
-    assert [t.get_text() for t in figs["gantt_fifo"].axes[0].get_yticklabels()] == ["GPU 0 · v100", "GPU 1 · p100"]
+    assert [t.get_text()
+            for t in figs["gantt_fifo"].axes[0].get_yticklabels()] == ["GPU 0 · v100", "GPU 1 · p100"]
     assert len(render(path, tmp_path / "figs")) == 3
 
 
@@ -149,8 +153,8 @@ def test_bad_results_exit_2_with_one_line(tmp_path, capsys):
 
 
 def _eval_steptime_payload() -> dict:
-    """``predict eval-steptime --leave-one-gpu-out --json`` in miniature: two GPUs, two models, APEs worked out
-    (k80: 50% and 10% off, MAPE 30%; v100: 0% and 20% off, MAPE 10%)."""
+    """``predict eval-steptime --leave-one-gpu-out --json`` in miniature: two GPUs, two models, APEs worked
+    out (k80: 50% and 10% off, MAPE 30%; v100: 0% and 20% off, MAPE 10%)."""
     rows = [("k80", "resnet18", 1.5, 1.0), ("k80", "lstm", 0.9, 1.0), ("v100", "resnet18", 0.5, 0.5),
             ("v100", "lstm", 0.24, 0.2)]
     return {"n": 4, "mape": 20.0, "oracle_mape": 15.0, "per_gpu": {},
@@ -166,10 +170,12 @@ def test_plot_draws_eval_steptime_output(tmp_path, capsys):
     assert names == ["error_by_gpu_and_model.png", "pred_vs_measured.png"]
     figs = figures_for(_eval_steptime_payload())
     per_gpu, per_model = figs["error_by_gpu_and_model"].axes
-    widths = {t.get_text(): round(p.get_width(), 6) for t, p in zip(per_gpu.get_yticklabels(), per_gpu.patches,
+    widths = {t.get_text(): round(p.get_width(), 6)
+              for t, p in zip(per_gpu.get_yticklabels(), per_gpu.patches,
                                                                       strict=True)}
     assert widths == {"k80": 30.0, "v100": 10.0}
-    widths = {t.get_text(): round(p.get_width(), 6) for t, p in zip(per_model.get_yticklabels(), per_model.patches,
+    widths = {t.get_text(): round(p.get_width(), 6)
+              for t, p in zip(per_model.get_yticklabels(), per_model.patches,
                                                                       strict=True)}
     assert widths == {"resnet18": 25.0, "lstm": 15.0}
     legend = [t.get_text() for t in figs["pred_vs_measured"].axes[0].get_legend().get_texts()]
@@ -191,7 +197,8 @@ def test_plot_draws_eval_colocation_output(tmp_path, capsys):
         ",model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,speed2,"
         "gpu_util,gmem_util,gmem,gpu,sharing,gmem_source\n"
         "0,vgg16,cifar10,1,64,0,0.5,resnet18,cifar10,1,32,0,0.6,85,9,5000,h100,timeslice,nvml\n")
-    result = CliRunner().invoke(eval_colocation, [str(tmp_path / "colocate_info.csv"), "--format", "lucid", "--json"])
+    result = CliRunner().invoke(eval_colocation,
+                                [str(tmp_path / "colocate_info.csv"), "--format", "lucid", "--json"])
     assert result.exit_code == 0, result.output
     scores = json.loads(result.output[result.output.index("{"):])
     speed = [r for r in scores["rows"] if r["quantity"] == "speed"]
@@ -207,8 +214,9 @@ def test_plot_draws_eval_colocation_output(tmp_path, capsys):
 
 def test_plot_reads_simulate_json_rows(tmp_path, capsys, repo_root):
     out = tmp_path / "sim.json"
-    assert main(["simulate", "--instance", str(repo_root / "instances/examples/tiny-6jobs-4gpus.json"), "--policy",
-                 "fifo", "--policy", "sjf", "--predictors", "analytic", "--records", "-o", str(out)]) == 0
+    assert main(["simulate", "--instance", str(repo_root / "instances/examples/tiny-6jobs-4gpus.json"),
+                 "--policy", "fifo", "--policy", "sjf", "--predictors", "analytic", "--records", "-o",
+                 str(out)]) == 0
     capsys.readouterr()
     names = {p.name for p in render(out, tmp_path / "fig")}
     assert names == {"jct_cdf.png", "utilization.png", "gantt_fifo.png", "gantt_sjf.png"}
@@ -217,8 +225,10 @@ def test_plot_reads_simulate_json_rows(tmp_path, capsys, repo_root):
 @pytest.mark.parametrize(("payload", "field"), [
     ({"rows": [{"policy": "x", "avg_jct_s": 1.0, "records": "abc"}]}, "rows[0].records"),
     ({"rows": "abc"}, "rows"),
-    ([{"policy": "x", "avg_jct_s": 1.0, "records": [{"jct_s": "soon", "arrival_s": 0}]}], "RESULT[0].records[0].jct_s"),
-    ({"policy": "x", "avg_jct_s": 1.0, "placements": [{"gpus": [0], "start_s": 0, "end_s": 1}]}, "placements[0].job_id"),
+    ([{"policy": "x", "avg_jct_s": 1.0, "records": [{"jct_s": "soon", "arrival_s": 0}]}],
+     "RESULT[0].records[0].jct_s"),
+    ({"policy": "x", "avg_jct_s": 1.0, "placements": [{"gpus": [0], "start_s": 0, "end_s": 1}]},
+     "placements[0].job_id"),
     ({"rows": [{"predicted_s": 1.0, "measured_s": "x"}]}, "rows[0]"),
     ({"rows": [{"predicted": 1.0, "measured": 2.0}, 7]}, "rows[1]"),
     ({"runs": "abc", "summary": []}, "runs"),

@@ -59,7 +59,8 @@ def test_valid_request_returns_plan(live_server, make_state):
     body = r.json()
     assert body["status"] in ("optimal", "feasible", "timeout", "fallback")
     assert body["backend"] == "cpsat" and body["wall_time_s"] > 0
-    # partial exactly when the time limit cut it short: the solver's best so far, or the fallback at the deadline
+    # partial exactly when the time limit cut it short: the solver's best so far, or the fallback at the
+    # deadline
     assert body["partial"] == (body["status"] == "timeout" or body["fallback_reason"] == "deadline")
     _check_plan(body, request)
     assert len(body["assignments"]) >= 8  # 12 single-GPU jobs and 8 GPUs: at least one job per GPU
@@ -76,9 +77,11 @@ def test_openapi_docs_and_schema(live_server):
     (b'{"cluster": {"nodes": [', 400, "body"),
     (b'{"cluster": {"nodes": [{"id": "a", "gpu_type": "v100", "num_gpus": "eight"}]}}', 422,
      "cluster.nodes[0].num_gpus"),
-    (b'{"cluster": {"nodes": [{"id": "a", "gpu_type": "v999", "num_gpus": 2}]}}', 422, "cluster.nodes[0].gpu_type"),
+    (b'{"cluster": {"nodes": [{"id": "a", "gpu_type": "v999", "num_gpus": 2}]}}', 422,
+     "cluster.nodes[0].gpu_type"),
     (b'{"cluster": {"nodes": [{"id": "a", "gpu_type": "v100", "num_gpus": 2}]}, '
-     b'"jobs": [{"id": "x", "model": "resnet18", "batch_size": 8, "remaining_iterations": 5, "current_gpus": [7]}]}',
+     b'"jobs": [{"id": "x", "model": "resnet18", "batch_size": 8, "remaining_iterations": 5, '
+     b'"current_gpus": [7]}]}',
      422, "jobs[0].current_gpus"),
     (b'{"cluster": {"nodes": [{"id": "a", "gpu_type": "v100", "num_gpus": 2}]}, "jobz": []}', 422, "jobz"),
     (b'[1, 2, 3]', 422, "body"),
@@ -103,7 +106,8 @@ def test_oversized_body_is_413(live_server):
             yield b'{"id": "x"},' * 1000
         yield b'{"id": "y"}]}'
 
-    r = httpx.post(f"{live_server}/v1/schedule", content=chunks(), headers={"content-type": "application/json"})
+    r = httpx.post(f"{live_server}/v1/schedule", content=chunks(),
+                   headers={"content-type": "application/json"})
     assert r.status_code == 413
 
 
@@ -131,17 +135,19 @@ def test_twenty_concurrent_requests_all_succeed(live_server, make_state):
     for req, r in zip(requests, responses, strict=True):
         body = r.json()
         _check_plan(body, req)
-        assert set(body["queued"]) | {a["job_id"] for a in body["assignments"]} == {j["id"] for j in req["jobs"]}
+        assert set(body["queued"]) | {a["job_id"]
+                                      for a in body["assignments"]} == {j["id"] for j in req["jobs"]}
 
 
 def _mutations() -> st.SearchStrategy:
     leaf = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**6), st.floats(allow_nan=True),
                      st.text(max_size=8), st.lists(st.integers(-3, 40), max_size=4))
-    paths = st.sampled_from([("time_s",), ("cluster", "nodes", 0, "num_gpus"), ("cluster", "nodes", 0, "gpu_type"),
-                             ("cluster", "down_gpus"), ("jobs", 0, "model"), ("jobs", 0, "num_gpus"),
-                             ("jobs", 1, "current_gpus"), ("jobs", 1, "remaining_iterations"),
-                             ("jobs", 2, "total_iterations"), ("jobs", 0, "id"), ("config", "backend"),
-                             ("config", "freeze_levels"), ("config", "max_jobs_per_gpu"), ("jobs", 0, "gpu_types")])
+    paths = st.sampled_from([("time_s",), ("cluster", "nodes", 0, "num_gpus"),
+                             ("cluster", "nodes", 0, "gpu_type"), ("cluster", "down_gpus"),
+                             ("jobs", 0, "model"), ("jobs", 0, "num_gpus"), ("jobs", 1, "current_gpus"),
+                             ("jobs", 1, "remaining_iterations"), ("jobs", 2, "total_iterations"),
+                             ("jobs", 0, "id"), ("config", "backend"), ("config", "freeze_levels"),
+                             ("config", "max_jobs_per_gpu"), ("jobs", 0, "gpu_types")])
     return st.lists(st.tuples(paths, leaf), min_size=1, max_size=3)
 
 
@@ -185,7 +191,8 @@ def test_bench_200_jobs_256_gpus(live_server, make_state):
 # --- a guarded server (token, 1 s read timeout, 1 s keep-alive), as `dltsched serve` runs it ---------------
 
 def _serve(config: ServiceConfig) -> tuple[str, Callable[[], None]]:
-    """Start ``make_server(config)`` on a free loopback port in a thread; return its URL and a stop function."""
+    """Start ``make_server(config)`` on a free loopback port in a thread; return its URL and a stop
+    function."""
     server = make_server(config, "127.0.0.1", 0, log_level="warning")
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -275,7 +282,8 @@ def test_node_and_config_bounds():
     r = _client().post("/v1/schedule", json={"cluster": {"nodes": [node]}})
     assert r.status_code == 422 and "1024" in r.json()["errors"][0]["message"]
     nodes = [{"id": "a", "gpu_type": "v100", "num_gpus": 2}]
-    for config, field in (({"time_limit_s": 7200}, "config.time_limit_s"), ({"time_limit_s": "1"}, "config.time_limit_s"),
+    for config, field in (({"time_limit_s": 7200}, "config.time_limit_s"),
+                          ({"time_limit_s": "1"}, "config.time_limit_s"),
                           ({"freeze_levels": 10**9}, "config.freeze_levels"),
                           ({"max_jobs_per_gpu": True}, "config.max_jobs_per_gpu")):
         r = _client().post("/v1/schedule", json={"cluster": {"nodes": nodes}, "config": config})
@@ -298,7 +306,8 @@ def test_time_limit_bounds_building_and_the_answer_says_so(make_state):
 
 
 def test_time_limit_is_capped_by_the_server():
-    app = create_app(ServiceConfig(solve=ConfiguredSolver.of(backend="greedy", time_limit_s=1.0), max_time_limit_s=2.0))
+    app = create_app(ServiceConfig(solve=ConfiguredSolver.of(backend="greedy", time_limit_s=1.0),
+                                   max_time_limit_s=2.0))
     from fastapi.testclient import TestClient
 
     body = {"cluster": {"nodes": [{"id": "a", "gpu_type": "v100", "num_gpus": 2}]}, "jobs": [_job()],
@@ -331,12 +340,14 @@ def _wait_for(predicate: Callable[[], bool], what: str) -> None:
 
 @pytest.mark.timeout(120)
 def test_full_queue_answers_429_with_retry_after(blocked_solves):
-    url, stop = _serve(ServiceConfig(solve=ConfiguredSolver.of(backend="greedy"), max_concurrent_solves=1, max_queue=1))
+    url, stop = _serve(ServiceConfig(solve=ConfiguredSolver.of(backend="greedy"), max_concurrent_solves=1,
+                                     max_queue=1))
     body = {"cluster": {"nodes": [{"id": "a", "gpu_type": "v100", "num_gpus": 2}]}, "jobs": [_job()]}
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
             first = pool.submit(httpx.post, f"{url}/v1/schedule", json=body, timeout=90)
-            _wait_for(lambda: "dltsched_solves_in_progress 1.0" in httpx.get(f"{url}/metrics").text, "one solving")
+            _wait_for(lambda: "dltsched_solves_in_progress 1.0" in httpx.get(f"{url}/metrics").text,
+                      "one solving")
             second = pool.submit(httpx.post, f"{url}/v1/schedule", json=body, timeout=90)
             _wait_for(lambda: "dltsched_queue_depth 1.0" in httpx.get(f"{url}/metrics").text, "one queued")
             third = httpx.post(f"{url}/v1/schedule", json=body, timeout=30)
@@ -353,13 +364,14 @@ def test_full_queue_answers_429_with_retry_after(blocked_solves):
 
 @pytest.mark.timeout(120)
 def test_queue_wait_over_the_limit_answers_503_with_retry_after(blocked_solves):
-    url, stop = _serve(ServiceConfig(solve=ConfiguredSolver.of(backend="greedy"), max_concurrent_solves=1, max_queue=4,
-                                     max_queue_wait_s=0.5))
+    url, stop = _serve(ServiceConfig(solve=ConfiguredSolver.of(backend="greedy"), max_concurrent_solves=1,
+                                     max_queue=4, max_queue_wait_s=0.5))
     body = {"cluster": {"nodes": [{"id": "a", "gpu_type": "v100", "num_gpus": 2}]}, "jobs": [_job()]}
     try:
         with ThreadPoolExecutor(max_workers=1) as pool:
             first = pool.submit(httpx.post, f"{url}/v1/schedule", json=body, timeout=90)
-            _wait_for(lambda: "dltsched_solves_in_progress 1.0" in httpx.get(f"{url}/metrics").text, "one solving")
+            _wait_for(lambda: "dltsched_solves_in_progress 1.0" in httpx.get(f"{url}/metrics").text,
+                      "one solving")
             waited = httpx.post(f"{url}/v1/schedule", json=body, timeout=30)
             assert waited.status_code == 503 and int(waited.headers["retry-after"]) >= 1
             blocked_solves.set()
@@ -372,12 +384,14 @@ def test_metrics_are_prometheus_text_with_requests_latency_plans_and_queue(make_
     client = _client()
     request = state_to_request(make_state(6, 8, seed=4), {"backend": "cpsat", "time_limit_s": 5})
     assert client.post("/v1/schedule", json=request).status_code == 200
-    assert client.post("/v1/schedule", content=b"{", headers={"content-type": "application/json"}).status_code == 400
+    assert client.post("/v1/schedule", content=b"{",
+                       headers={"content-type": "application/json"}).status_code == 400
     assert client.get("/no/such/path").status_code == 404
     r = client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(r.text)}
-    requests = {(s.labels["path"], s.labels["status"]): s.value for s in families["dltsched_http_requests"].samples
+    requests = {(s.labels["path"], s.labels["status"]): s.value
+                for s in families["dltsched_http_requests"].samples
                 if s.name.endswith("_total")}
     assert requests[("/v1/schedule", "200")] >= 1 and requests[("/v1/schedule", "400")] >= 1
     assert requests[("other", "404")] >= 1  # unknown paths share one label
@@ -476,7 +490,8 @@ def test_idle_keep_alive_connection_is_closed(guarded):
 def test_read_timeouts_are_counted(guarded):
     def count() -> float:
         text = httpx.get(f"{guarded}/metrics", headers=AUTH).text
-        return {f.name: f for f in text_string_to_metric_families(text)}["dltsched_http_read_timeouts"].samples[0].value
+        return {f.name: f
+                for f in text_string_to_metric_families(text)}["dltsched_http_read_timeouts"].samples[0].value
 
     before = count()
     host, port = guarded.removeprefix("http://").split(":")
@@ -506,8 +521,8 @@ def test_worker_out_of_memory_answers_the_fallback_plan(make_state):
     from dltsched.engine.app.service.worker import solve_in_worker
 
     state = make_state(200, 256, seed=8)
-    outcome = solve_in_worker(state, ConfiguredSolver.of(backend="cpsat", time_limit_s=20), time.monotonic() + 20,
-                              memory_mib=64)
+    outcome = solve_in_worker(state, ConfiguredSolver.of(backend="cpsat", time_limit_s=20),
+                              time.monotonic() + 20, memory_mib=64)
     assert outcome.reason in ("worker_died", "solver_failed"), outcome  # killed, or MemoryError caught
     assert outcome.plan.fallback and outcome.plan.status == "fallback" and outcome.plan.assignments
 
@@ -520,7 +535,8 @@ def test_bench_service_reports_answers_and_closed_slow_connections():
     from dltsched.engine.app.cli.main import cli
 
     result = CliRunner().invoke(cli, ["bench", "service", "--requests", "3", "--jobs", "20", "--gpus", "16",
-                                      "--slow", "3", "--read-timeout", "1", "--no-deadline-figures", "--json"])
+                                      "--slow", "3", "--read-timeout", "1", "--no-deadline-figures",
+                                      "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["answered_with_plan"] == 3 and report["slow_closed_within_timeout"] == 3
@@ -570,8 +586,10 @@ def test_a_job_with_neither_model_nor_measurement_is_a_one_line_422():
 
 
 @pytest.mark.parametrize(("edit", "field"), [
-    (lambda b: b["jobs"][0]["measured"].update(step_time_s={"h900": 1.0}), "jobs[0].measured.step_time_s['h900']"),
-    (lambda b: b["jobs"][0]["measured"].update(step_time_s={"v100": -1.0}), "jobs[0].measured.step_time_s.v100"),
+    (lambda b: b["jobs"][0]["measured"].update(step_time_s={"h900": 1.0}),
+     "jobs[0].measured.step_time_s['h900']"),
+    (lambda b: b["jobs"][0]["measured"].update(step_time_s={"v100": -1.0}),
+     "jobs[0].measured.step_time_s.v100"),
     (lambda b: b["measured_groups"][0].update(job_ids=["a", "zz"]), "measured_groups[0].job_ids"),
     (lambda b: b["measured_groups"][0].update(step_time_s=[0.2, 0.3]), "measured_groups[0]"),
     (lambda b: b["config"].update(round_s=0), "config.round_s"),
@@ -596,15 +614,16 @@ def test_every_round_setting_reaches_the_solver():
     assert set(ROUND_SETTINGS) | {"time_limit_s"} == {f.name for f in dataclasses.fields(RoundOptions)}
     given = ConfigIn(objective="effective_progress", max_jobs_per_gpu=1, freeze_levels=[0, 2], round_s=360.0,
                      num_workers=4, deterministic=False, allow_cross_node=False, migration_penalty=0.5,
-                     starvation_weight=0.1, max_partners=2, max_nodes_per_unit=2, relative_gap=0.01, time_limit_s=3.0,
-                     value_reference_s=3600.0, length_weight=0.5, stage_horizon_s=600.0)
+                     starvation_weight=0.1, max_partners=2, max_nodes_per_unit=2, relative_gap=0.01,
+                     time_limit_s=3.0, value_reference_s=3600.0, length_weight=0.5, stage_horizon_s=600.0)
     options = to_config(given, server, 30.0).options
     assert options.stage_horizon_s == 600.0
-    assert (options.objective, options.max_jobs_per_gpu, options.freeze_levels, options.round_s, options.num_workers,
-            options.deterministic, options.allow_cross_node, options.migration_penalty, options.starvation_weight,
-            options.max_partners, options.max_nodes_per_unit, options.relative_gap, options.time_limit_s,
-            options.value_reference_s, options.length_weight) == (
-                "effective_progress", 1, (0, 2), 360.0, 4, False, False, 0.5, 0.1, 2, 2, 0.01, 3.0, 3600.0, 0.5)
+    assert (options.objective, options.max_jobs_per_gpu, options.freeze_levels, options.round_s,
+            options.num_workers, options.deterministic, options.allow_cross_node, options.migration_penalty,
+            options.starvation_weight, options.max_partners, options.max_nodes_per_unit, options.relative_gap,
+            options.time_limit_s, options.value_reference_s, options.length_weight) == (
+                "effective_progress", 1, (0,
+                                          2), 360.0, 4, False, False, 0.5, 0.1, 2, 2, 0.01, 3.0, 3600.0, 0.5)
 
 
 def test_colocation_fallbacks_reach_the_api_and_the_service():
@@ -625,6 +644,7 @@ def test_colocation_fallbacks_reach_the_api_and_the_service():
     profiled = solve_round(state("resnet18"))  # Gavel measured both batch sizes on V100: a profile each
     groups = profiled.colocation_groups()  # which two of the three share the GPU is the predictor's call
     assert list(groups) == [0] and len(groups[0]) == 2 and profiled.colocation_fallbacks == ()
-    # a generous limit: on a loaded machine the default one can cut the solve short (fallback plan, no co-location)
+    # a generous limit: on a loaded machine the default one can cut the solve short (fallback plan, no
+    # co-location)
     r = _client().post("/v1/schedule", json=state_to_request(state("shufflenet_v2"), {"time_limit_s": 20}))
     assert r.status_code == 200 and r.json()["colocation_fallbacks"] == ["b"]

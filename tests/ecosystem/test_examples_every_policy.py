@@ -2,8 +2,8 @@
 exit 0, every job finished. Crashes out of memory (predicted memory below the truth) are allowed and counted
 (``num_oom``), as in a real cluster; they must not end a run.
 
-Fast path (``make test``): the tiny and default examples under every policy, the medium one under FIFO, and the
-README's generate-then-simulate flow. The medium example under every policy, the README's other simulate
+Fast path (``make test``): the tiny and default examples under every policy, the medium one under FIFO, and
+the README's generate-then-simulate flow. The medium example under every policy, the README's other simulate
 commands and the converted Philly trace under every policy are marked ``slow``."""
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def test_medium_example_under_fifo_survives_its_memory_mispredictions(capsys):
 
 def test_readme_generate_then_simulate(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert main(["instance", "generate", "--jobs", "200", "--gpus", "64", "--seed", "1", "-o", "my.json"]) == 0
+    assert main(["instance", "generate", "--jobs", "200", "--gpus", "64", "--seed", "1", "-o",
+                 "my.json"]) == 0
     capsys.readouterr()
     (row,) = _simulate(capsys, "--instance", "my.json", "--policy", "tiresias", "--seed", "3")
     assert row["num_jobs"] == 200
@@ -74,11 +75,13 @@ def test_medium_example_under_every_policy(policy, capsys):
 @pytest.mark.slow
 def test_readme_simulate_commands(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert main(["instance", "generate", "--jobs", "200", "--gpus", "64", "--seed", "1", "-o", "my.json"]) == 0
+    assert main(["instance", "generate", "--jobs", "200", "--gpus", "64", "--seed", "1", "-o",
+                 "my.json"]) == 0
     capsys.readouterr()
     _simulate(capsys, "--instance", "my.json", "--policy", "optimizing", "--option", "backend=milp",
               "--prediction-error", "0.2")
-    assert main(["simulate", "--instance", "my.json", "--policy", "all", "--records", "-o", "sim.json", "--json"]) == 0
+    assert main(["simulate", "--instance", "my.json", "--policy", "all", "--records", "-o", "sim.json",
+                 "--json"]) == 0
     summary = capsys.readouterr().out  # -o: the file gets the result, stdout one line saying so
     rows = json.loads(Path("sim.json").read_text())["rows"]
     assert len(summary.strip().splitlines()) == 1 and json.loads(summary)["rows"] == len(rows) == 9
@@ -89,8 +92,8 @@ def test_readme_simulate_commands(tmp_path, capsys, monkeypatch):
 @pytest.mark.data
 def test_readme_convert_philly_then_simulate_every_policy(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert main(["instance", "convert", "philly", "--max-jobs", "1000", "--cluster", "v100:8x8,p100:4x8,k80:4x8",
-                 "-o", "philly-1k.json"]) == 0
+    assert main(["instance", "convert", "philly", "--max-jobs", "1000", "--cluster",
+                 "v100:8x8,p100:4x8,k80:4x8", "-o", "philly-1k.json"]) == 0
     capsys.readouterr()
     policies = [arg for name in policy_names() for arg in ("--policy", name)]
     rows = _simulate(capsys, "--instance", "philly-1k.json", *policies)

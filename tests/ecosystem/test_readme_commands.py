@@ -1,5 +1,5 @@
-"""Every ``dltsched`` command in the shell blocks of the README and the documentation names a real subcommand and
-real options.
+"""Every ``dltsched`` command in the shell blocks of the README and the documentation names a real subcommand
+and real options.
 
 Each command is parsed by the CLI itself with ``--help`` appended: click parses every token before it
 prints help, so a renamed subcommand or option fails here (exit 2) instead of in a reader's terminal.
@@ -52,7 +52,8 @@ def _subcommands(commands: list[list[str]]) -> set[str]:
 def test_the_readme_and_the_docs_have_commands_to_check() -> None:
     assert len(COMMANDS) >= 30
     assert _subcommands(COMMANDS) >= {"solve", "simulate", "bench", "predict", "serve", "profile", "slurm"}
-    assert _subcommands(readme_commands([README])) >= {"solve", "simulate", "bench", "serve", "slurm", "batch"}
+    assert _subcommands(readme_commands([README])) >= {"solve", "simulate", "bench", "serve", "slurm",
+                                                       "batch"}
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=[" ".join(c)[:60] for c in COMMANDS])

@@ -15,7 +15,8 @@ GAVEL_JOBS = (("resnet18", 128), ("resnet50", 64), ("transformer", 128), ("lstm_
               ("recoder", 1024), ("a3c", 4), ("cyclegan", 1), ("resnet18", 32))
 
 
-def small_instance(seed: int, num_jobs: int = 12, gpus_per_node: int = 2, mean_gap_s: float = 60.0) -> Instance:
+def small_instance(seed: int, num_jobs: int = 12, gpus_per_node: int = 2,
+                   mean_gap_s: float = 60.0) -> Instance:
     """A seeded instance: 4 nodes (2 v100, p100, k80), Poisson arrivals ``mean_gap_s`` apart on average,
     mixed sizes and models."""
     rng = random.Random(seed)
@@ -26,9 +27,9 @@ def small_instance(seed: int, num_jobs: int = 12, gpus_per_node: int = 2, mean_g
     for i in range(num_jobs):
         t += rng.expovariate(1 / mean_gap_s)
         model, batch = rng.choice(GAVEL_JOBS)
-        jobs.append(Job(f"j{i}", model, batch, rng.choice([50, 500, 3000]), num_gpus=rng.choice([1, 1, 1, 2, 4]),
-                        arrival_time_s=round(t, 3), freeze_allowed=(free := rng.random() < 0.3),
-                        accuracy_budget=0.1 if free else 0.0))
+        jobs.append(Job(f"j{i}", model, batch, rng.choice([50, 500, 3000]),
+                        num_gpus=rng.choice([1, 1, 1, 2, 4]), arrival_time_s=round(t, 3),
+                        freeze_allowed=(free := rng.random() < 0.3), accuracy_budget=0.1 if free else 0.0))
     return Instance(f"small-{seed}", cluster, tuple(jobs))
 
 
@@ -62,7 +63,8 @@ def memory_trap(predictors: Predictors, inst: Instance) -> tuple[Predictors, Ins
     """Predictors that under-predict memory (:class:`UnderMemory`) and ``inst`` with every fifth job too large
     for a K80 (ResNet-50 at batch 128, 13.6 GB): policies try jobs where they do not fit, which crash out of
     memory (``memory="oom"``) and no longer ask for that GPU type."""
-    jobs = tuple(replace(j, model="resnet50", batch_size=128) if int(j.id[1:]) % 5 == 0 else j for j in inst.jobs)
+    jobs = tuple(replace(j, model="resnet50", batch_size=128) if int(j.id[1:]) % 5 == 0 else j
+                 for j in inst.jobs)
     return replace(predictors, step_time=UnderMemory(predictors.step_time)), replace(inst, jobs=jobs)
 
 

@@ -1,8 +1,8 @@
-"""Public paths from before the layered layout keep working for one release, each with a DeprecationWarning that
-names the new path; the new paths warn about nothing.
+"""Public paths from before the layered layout keep working for one release, each with a DeprecationWarning
+that names the new path; the new paths warn about nothing.
 
-The first test is a Gavel-style policy written against the earlier embedding API: its imports as they were, one
-round solved with them.
+The first test is a Gavel-style policy written against the earlier embedding API: its imports as they were,
+one round solved with them.
 """
 
 from __future__ import annotations
@@ -54,12 +54,14 @@ print("\\n".join(messages))
 
 def test_earlier_gavel_policy_imports_work_with_deprecation_warnings() -> None:
     """A fresh interpreter, so every module-level warning fires; the policy's allocation runs both jobs."""
-    done = subprocess.run([sys.executable, "-c", EARLIER_GAVEL_POLICY], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", EARLIER_GAVEL_POLICY], capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     warned = set(done.stdout.split("\n"))
     assert {"dltsched.engine.api", "dltsched.engine.predict", "SolveConfig"} <= warned
-    assert {"dltsched.engine.domain.Cluster", "dltsched.engine.domain.ClusterState", "dltsched.engine.domain.Job",
-            "dltsched.engine.domain.JobState", "dltsched.engine.domain.MEASURED_ONLY"} <= warned
+    assert {"dltsched.engine.domain.Cluster", "dltsched.engine.domain.ClusterState",
+            "dltsched.engine.domain.Job", "dltsched.engine.domain.JobState",
+            "dltsched.engine.domain.MEASURED_ONLY"} <= warned
 
 
 @pytest.mark.parametrize("old,new", sorted(OLD_MODULES.items()))

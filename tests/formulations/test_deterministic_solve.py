@@ -15,7 +15,8 @@ from dltsched.formulations.testing import checked
 
 # HiGHS's limit is wall-clock and bounds the whole round (Pyomo's model building included): a limit that
 # lets it end on its gap also on a loaded machine
-@pytest.mark.parametrize(("backend", "jobs", "gpus", "limit_s"), [("cpsat", 120, 128, 0.5), ("milp", 60, 64, 5.0)])
+@pytest.mark.parametrize(("backend", "jobs", "gpus", "limit_s"),
+                         [("cpsat", 120, 128, 0.5), ("milp", 60, 64, 5.0)])
 def test_same_round_same_plan(backend, jobs, gpus, limit_s):
     state = synthetic_state(jobs, gpus, seed=5)
     problem = build_round(state, predictors("analytic"), RoundOptions(objective="jct", time_limit_s=limit_s))

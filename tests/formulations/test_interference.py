@@ -58,4 +58,5 @@ def test_isacpp_picks_least_added_interference() -> None:
 def test_isacpp_prefers_empty_gpu_and_respects_capacity() -> None:
     new = Resident(100, 1.0)
     assert isacpp_greedy_place(new, [[Resident(5, 1.0)], []], lambda g, a: [0.5] * len(a)) == (1, 0.0)
-    assert isacpp_greedy_place(new, [[Resident(5, 1.0)]], lambda g, a: [0.5] * len(a), max_jobs_per_gpu=1)[0] is None
+    assert isacpp_greedy_place(new, [[Resident(5, 1.0)]], lambda g, a: [0.5] * len(a),
+                               max_jobs_per_gpu=1)[0] is None

@@ -27,7 +27,8 @@ def tiny_rounds(draw: st.DrawFn):  # noqa: ANN201
                 for n, a in enumerate(ids) for b in ids[n + 1:]},
         default_speed=draw(st.floats(0.3, 0.6)))
     jobs = [job(i, num_gpus=draw(st.sampled_from([1, 1, 2])), weight=draw(st.sampled_from([1.0, 2.0])),
-                iterations=draw(st.floats(50, 500)), freeze_allowed=levels > 1, accuracy_budget=0.3) for i in ids]
+                iterations=draw(st.floats(50, 500)), freeze_allowed=levels > 1, accuracy_budget=0.3)
+            for i in ids]
     running: dict[str, tuple[int, ...]] = {}
     free = 0
     for j in jobs:
@@ -36,10 +37,12 @@ def tiny_rounds(draw: st.DrawFn):  # noqa: ANN201
             free += 1
     total = sum(k for _, k in nodes)
     down = draw(st.sampled_from([(), (), (total - 1,)])) if free < total else ()
-    options = RoundOptions(objective=draw(st.sampled_from(["effective_progress", "jct", "weighted_completion", "makespan"])),
+    options = RoundOptions(objective=draw(st.sampled_from(["effective_progress", "jct", "weighted_completion",
+                                                           "makespan"])),
                            max_jobs_per_gpu=draw(st.sampled_from([1, 2, 2, 3])), freeze_levels=levels,
                            migration_penalty=draw(st.sampled_from([0.0, 0.05, 0.5])),
-                           starvation_weight=draw(st.sampled_from([0.0, 0.1])), relative_gap=0.0, round_s=200.0)
+                           starvation_weight=draw(st.sampled_from([0.0, 0.1])), relative_gap=0.0,
+                           round_s=200.0)
     return make_round(tables, nodes, jobs, running=running, options=options, time_s=1800.0, down=down)
 
 

@@ -46,7 +46,8 @@ def test_gpu_types_restrict_options_and_fractional_jobs_take_one_gpu() -> None:
 
 def test_json_round_trip(tmp_path) -> None:  # noqa: ANN001
     state = synthetic_state(12, 16, seed=3)
-    problem = build_round(state, predictors("analytic"), RoundOptions(max_jobs_per_gpu=3, freeze_levels=(0, 2)))
+    problem = build_round(state, predictors("analytic"),
+                          RoundOptions(max_jobs_per_gpu=3, freeze_levels=(0, 2)))
     path = tmp_path / "round.json"
     problem.save(path)
     again = RoundProblem.load(path)
@@ -58,7 +59,8 @@ def test_json_round_trip(tmp_path) -> None:  # noqa: ANN001
 
 def test_backends_agree_on_an_analytic_round(tmp_path, backends) -> None:  # noqa: ANN001
     state = synthetic_state(24, 24, seed=7)
-    problem = build_round(state, predictors("analytic"), RoundOptions(relative_gap=0.0, migration_penalty=0.2))
+    problem = build_round(state, predictors("analytic"),
+                          RoundOptions(relative_gap=0.0, migration_penalty=0.2))
     values = [checked(problem, solve_problem(problem, b, time_limit_s=30)) for b in backends]
     assert values == pytest.approx([values[0]] * len(values), rel=1e-5)
     greedy = solve_problem(problem, "greedy")
@@ -119,11 +121,14 @@ def test_state_helper_builds_running_jobs() -> None:
 
 
 def test_jct_value_scale_is_median_over_remaining_time_with_a_floor() -> None:
-    # 1 it/s: remaining 10 s (counted as 60 s, the floor), 300 s, 600 s, 1200 s -> median (300 + 600) / 2 = 450
+    # 1 it/s: remaining 10 s (counted as 60 s, the floor), 300 s, 600 s, 1200 s -> median (300 + 600) / 2 =
+    # 450
     tables = Tables(step_s={k: [1.0] for k in "abcd"})
-    jobs = [job("a", iterations=10), job("b", iterations=300), job("c", iterations=600), job("d", iterations=1200)]
+    jobs = [job("a", iterations=10), job("b", iterations=300), job("c", iterations=600),
+            job("d", iterations=1200)]
     jct = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective="jct"))
-    assert [jct.value_scale(j) for j in range(4)] == pytest.approx([450 / 60, 450 / 300, 450 / 600, 450 / 1200])
+    assert [jct.value_scale(j)
+            for j in range(4)] == pytest.approx([450 / 60, 450 / 300, 450 / 600, 450 / 1200])
     plain = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective="effective_progress"))
     assert [plain.value_scale(j) for j in range(4)] == [1.0] * 4
     assert RoundProblem.from_dict(jct.to_dict()).value_scale(0) == pytest.approx(450 / 60)
@@ -132,27 +137,33 @@ def test_jct_value_scale_is_median_over_remaining_time_with_a_floor() -> None:
 def test_migration_cost_is_amortised_over_long_jobs_under_jct() -> None:
     # penalty 0.1 x value scale, and x the value scale again for jobs longer than the median (scale < 1)
     tables = Tables(step_s={k: [1.0] for k in "abcd"})
-    jobs = [job("a", iterations=10), job("b", iterations=300), job("c", iterations=600), job("d", iterations=1200)]
-    jct = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective="jct", migration_penalty=0.1))
+    jobs = [job("a", iterations=10), job("b", iterations=300), job("c", iterations=600),
+            job("d", iterations=1200)]
+    jct = make_round(tables, [("v100", 1)], jobs,
+                     options=RoundOptions(objective="jct", migration_penalty=0.1))
     assert [jct.migration_cost(j) for j in range(4)] == pytest.approx(
         [0.1 * 450 / 60, 0.1 * 450 / 300, 0.1 * (450 / 600) ** 2, 0.1 * (450 / 1200) ** 2])
-    plain = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective="effective_progress", migration_penalty=0.1))
+    plain = make_round(tables, [("v100", 1)], jobs,
+                       options=RoundOptions(objective="effective_progress", migration_penalty=0.1))
     assert [plain.migration_cost(j) for j in range(4)] == pytest.approx([0.1] * 4)
 
 
 def test_length_weight_scales_effective_progress_longest_first_and_is_refused_elsewhere() -> None:
     # 1 it/s: remaining 60 (floor), 300, 600, 1200 s -> median 450 s; scale (T_j / 450) ** w
     tables = Tables(step_s={k: [1.0] for k in "abcd"})
-    jobs = [job("a", iterations=10), job("b", iterations=300), job("c", iterations=600), job("d", iterations=1200)]
+    jobs = [job("a", iterations=10), job("b", iterations=300), job("c", iterations=600),
+            job("d", iterations=1200)]
     for weight in (1.0, 0.5):
         lpt = make_round(tables, [("v100", 1)], jobs,
                          options=RoundOptions(objective="effective_progress", length_weight=weight))
         assert [lpt.value_scale(j) for j in range(4)] == pytest.approx(
             [(t / 450) ** weight for t in (60, 300, 600, 1200)])
         assert RoundProblem.from_dict(lpt.to_dict()).value_scale(3) == pytest.approx((1200 / 450) ** weight)
-    off = make_round(tables, [("v100", 1)], jobs, options=RoundOptions(objective="effective_progress", length_weight=0))
+    off = make_round(tables, [("v100", 1)], jobs,
+                     options=RoundOptions(objective="effective_progress", length_weight=0))
     assert [off.value_scale(j) for j in range(4)] == [1.0] * 4
-    for bad in ({"objective": "jct", "length_weight": 1.0}, {"objective": "effective_progress", "length_weight": -1},
+    for bad in ({"objective": "jct", "length_weight": 1.0},
+                {"objective": "effective_progress", "length_weight": -1},
                 {"objective": "effective_progress", "length_weight": True}):
         with pytest.raises(ValidationError, match="options.length_weight"):
             RoundOptions(**bad)  # type: ignore[arg-type]
@@ -161,8 +172,10 @@ def test_length_weight_scales_effective_progress_longest_first_and_is_refused_el
 @pytest.mark.parametrize("backend", ["cpsat", "milp", "greedy"])
 def test_length_weight_places_the_longest_job_on_the_one_gpu(backend: str) -> None:
     tables = Tables(step_s={k: [1.0] for k in "abcd"})
-    jobs = [job("a", iterations=10), job("b", iterations=300), job("c", iterations=600), job("d", iterations=1200)]
-    options = RoundOptions(objective="effective_progress", length_weight=1.0, max_jobs_per_gpu=1, relative_gap=0.0)
+    jobs = [job("a", iterations=10), job("b", iterations=300), job("c", iterations=600),
+            job("d", iterations=1200)]
+    options = RoundOptions(objective="effective_progress", length_weight=1.0, max_jobs_per_gpu=1,
+                           relative_gap=0.0)
     problem = make_round(tables, [("v100", 1)], jobs, options=options)
     result = solve_problem(problem, backend, time_limit_s=30)
     assert checked(problem, result) == pytest.approx(1200 / 450)

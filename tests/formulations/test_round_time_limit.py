@@ -18,7 +18,8 @@ from dltsched.formulations.testing import checked
 def test_a_round_whose_building_spent_its_limit_answers_with_the_checked_greedy_start(backend):
     problem = build_round(synthetic_state(40, 32, seed=3), predictors("analytic"),
                           RoundOptions(time_limit_s=1.0, deterministic=False))
-    result = solve_problem(problem, backend, started_s=time.perf_counter() - 5.0)  # building "took" 5 s of 1 s
+    # building "took" 5 s of 1 s
+    result = solve_problem(problem, backend, started_s=time.perf_counter() - 5.0)
     assert result.plan.status == "fallback" and "spent before solving" in result.plan.message
     assert result.plan.assignments, "the greedy start places jobs"
     assert checked(problem, result) == pytest.approx(result.plan.objective)
@@ -26,7 +27,8 @@ def test_a_round_whose_building_spent_its_limit_answers_with_the_checked_greedy_
 
 
 def test_a_solve_reports_every_stage():
-    problem = build_round(synthetic_state(20, 16, seed=3), predictors("analytic"), RoundOptions(time_limit_s=5.0))
+    problem = build_round(synthetic_state(20, 16, seed=3), predictors("analytic"),
+                          RoundOptions(time_limit_s=5.0))
     result = solve_problem(problem, "cpsat")
     assert set(result.stages) == {"candidates_s", "start_s", "model_build_s", "solve_s", "mapping_s"}
     assert all(v >= 0.0 for v in result.stages.values()) and result.stages["solve_s"] > 0.0
@@ -35,7 +37,8 @@ def test_a_solve_reports_every_stage():
 
 def test_a_deterministic_cpsat_round_keeps_its_work_budget_after_slow_building():
     # the deterministic budget is what makes a round repeat; building shortens only the wall-clock cap
-    problem = build_round(synthetic_state(40, 32, seed=3), predictors("analytic"), RoundOptions(time_limit_s=1.0))
+    problem = build_round(synthetic_state(40, 32, seed=3), predictors("analytic"),
+                          RoundOptions(time_limit_s=1.0))
     result = solve_problem(problem, "cpsat", started_s=time.perf_counter() - 0.5)
     assert result.plan.status in ("optimal", "feasible", "timeout") and not result.plan.fallback
     checked(problem, result)

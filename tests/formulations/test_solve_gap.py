@@ -26,8 +26,10 @@ def test_no_finite_bound_is_an_infinite_gap_not_zero(bound: float, minimize: boo
 
 
 @given(objective=finite, bound=finite, minimize=st.booleans())
-def test_gap_is_never_smaller_than_the_true_relative_distance(objective: float, bound: float, minimize: bool) -> None:
-    truth = (objective - bound) if minimize else (bound - objective)  # how far the plan may be from the optimum
+def test_gap_is_never_smaller_than_the_true_relative_distance(objective: float, bound: float,
+                                                              minimize: bool) -> None:
+    # how far the plan may be from the optimum
+    truth = (objective - bound) if minimize else (bound - objective)
     scale = max(abs(objective), abs(bound))
     gap = relative_gap(objective, bound, minimize)
     assert gap >= 0.0

@@ -23,7 +23,8 @@ class Outcome:
 
 
 def run_in_process(argv: list[str]) -> Outcome:
-    """``dltsched ARGV`` through :func:`dltsched.engine.app.cli.main.main` in this process, output captured."""
+    """``dltsched ARGV`` through :func:`dltsched.engine.app.cli.main.main` in this process, output
+    captured."""
     from dltsched.engine.app.cli.main import main
 
     root = logging.getLogger()
@@ -44,8 +45,8 @@ def run_in_process(argv: list[str]) -> Outcome:
 
 def run_subprocess(argv: list[str], timeout_s: float = 120.0) -> Outcome:
     """``dltsched ARGV`` as a child process (the real entry point: interpreter, imports, exit status)."""
-    proc = subprocess.run([sys.executable, "-m", "dltsched.engine.app.cli.main", *argv], capture_output=True, text=True,
-                          timeout=timeout_s, check=False)
+    proc = subprocess.run([sys.executable, "-m", "dltsched.engine.app.cli.main", *argv], capture_output=True,
+                          text=True, timeout=timeout_s, check=False)
     return Outcome(proc.returncode, proc.stdout, proc.stderr)
 
 

@@ -38,8 +38,8 @@ def small_instance() -> Instance:
 
 
 def cli_args(instance: Path) -> list[str]:
-    return ["simulate", "--instance", str(instance), "--policy", "fifo", "--seed", str(SEED), "--memory", "oom",
-            "--predictors", "analytic", "--faults", FAULTS, "--json"]
+    return ["simulate", "--instance", str(instance), "--policy", "fifo", "--seed", str(SEED), "--memory",
+            "oom", "--predictors", "analytic", "--faults", FAULTS, "--json"]
 
 
 @pytest.fixture(scope="module")
@@ -181,8 +181,8 @@ CASES: dict[str, Callable[[bytes, dict[str, Any]], bytes]] = {
     "utf16": lambda raw, _env: raw.decode().encode("utf-16"),
     "deep-nesting-100k": _deep(100_000),
     "deep-nesting-in-state": resealed(_deep_in_state),
-    "deep-nesting-100k-in-state": lambda raw, _env: raw.replace(b'"policy_state":null',
-                                                                b'"policy_state":' + b"[" * 100_000 + b"]" * 100_000),
+    "deep-nesting-100k-in-state": lambda raw, _env: raw.replace(
+        b'"policy_state":null', b'"policy_state":' + b"[" * 100_000 + b"]" * 100_000),
     "json-null": lambda _raw, _env: b"null",
     "json-list": lambda _raw, _env: b"[1, 2, 3]",
     "json-number": lambda _raw, _env: b"42",
@@ -230,7 +230,8 @@ CASES: dict[str, Callable[[bytes, dict[str, Any]], bytes]] = {
     "placed-job-not-running": resealed(_not_in_running),
     "completion-of-a-waiting-job": resealed(_heap_names_queued),
     "decision-times-mismatch": resealed(lambda env: env["state"]["decision_times"].pop()),
-    "last-round-in-the-future": resealed(lambda env: env["state"].__setitem__("last_round", env["state"]["time"] + 1)),
+    "last-round-in-the-future": resealed(
+        lambda env: env["state"].__setitem__("last_round", env["state"]["time"] + 1)),
     "clock-before-first-arrival": resealed(_set("state.time", -100.0)),
     "faults-state-dropped": resealed(_set("state.faults", None)),
     "failed-node-outside-cluster": resealed(_set("state.faults.down", [99])),
@@ -268,7 +269,8 @@ def test_api_raises_one_checkpoint_error(base, name, tmp_path):
 def test_cli_prints_one_line_and_exits_2(base, name, tmp_path, capsys):
     path = write_case(base, name, tmp_path)
     capsys.readouterr()
-    code = main([*cli_args(base["instance"]), "--checkpoint", str(path), "--checkpoint-every", str(base["every"])])
+    code = main([*cli_args(base["instance"]), "--checkpoint", str(path), "--checkpoint-every",
+                 str(base["every"])])
     out, err = capsys.readouterr()
     assert code == 2, out[-500:]
     lines = err.strip().splitlines()
@@ -278,7 +280,8 @@ def test_cli_prints_one_line_and_exits_2(base, name, tmp_path, capsys):
 def test_the_untouched_base_resumes(base, tmp_path, capsys):
     path = tmp_path / "base.ckpt.json"
     path.write_bytes(base["raw"])
-    assert main([*cli_args(base["instance"]), "--checkpoint", str(path), "--checkpoint-every", str(base["every"])]) == 0
+    assert main([*cli_args(base["instance"]), "--checkpoint", str(path), "--checkpoint-every",
+                 str(base["every"])]) == 0
     assert read_checkpoint(path, simulator_for(base), expected=base["envelope"]["fingerprint"])["rounds"] > 0
 
 
@@ -289,6 +292,7 @@ def test_a_folder_or_a_path_under_a_file_exits_2(base, tmp_path, capsys):
     assert "Traceback" not in capsys.readouterr().err
     afile = tmp_path / "afile"
     afile.write_text("x")
-    assert main([*cli_args(base["instance"]), "--checkpoint", str(afile / "x.json"), "--checkpoint-every", "1"]) == 2
+    assert main([*cli_args(base["instance"]), "--checkpoint", str(afile / "x.json"), "--checkpoint-every",
+                 "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot be written" in err[0], err

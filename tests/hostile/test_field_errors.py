@@ -32,13 +32,15 @@ def _error(run_cli: Any, check_cli_outcome: Any, argv: list[str]) -> str:
     ('"reference": {}', '"reference": {"x": [1, NaN]}', "reference.x[1]: NaN not understood"),
     ('"batch_size": 128', '"batch_size": ' + "9" * 5000, "jobs[0].batch_size: an integer of 5000 digits"),
 ])
-def test_bad_numbers_in_an_instance_name_their_field(old: str, new: str, field: str, tmp_path: Path, run_cli: Any,
+def test_bad_numbers_in_an_instance_name_their_field(old: str, new: str, field: str, tmp_path: Path,
+                                                     run_cli: Any,
                                                     check_cli_outcome: Any) -> None:
     path = tmp_path / "bad.json"
     text = TINY.read_text()
     assert old in text
     path.write_text(text.replace(old, new, 1))
-    for argv in (["instance", "validate", str(path)], ["simulate", "--instance", str(path), "--policy", "fifo"]):
+    for argv in (["instance", "validate", str(path)],
+                 ["simulate", "--instance", str(path), "--policy", "fifo"]):
         line = _error(run_cli, check_cli_outcome, argv)
         assert line.startswith(f"error: {field}"), line
         assert str(path) in line
@@ -54,8 +56,8 @@ def test_a_non_finite_option_names_its_key(value: str, run_cli: Any, check_cli_o
 def test_plot_of_a_result_with_records_out_of_shape_names_the_field(tmp_path: Path, run_cli: Any,
                                                                     check_cli_outcome: Any) -> None:
     good = tmp_path / "result.json"
-    got = run_cli(["simulate", "--instance", str(TINY), "--policy", "fifo", "--predictors", "analytic", "--records",
-                   "--json", "-o", str(good)])
+    got = run_cli(["simulate", "--instance", str(TINY), "--policy", "fifo", "--predictors", "analytic",
+                   "--records", "--json", "-o", str(good)])
     check_cli_outcome(got, 0)
     data = json.loads(good.read_text())
     for field, value, expected in (("records", "abc", "rows[0].records: "),
@@ -70,10 +72,13 @@ def test_plot_of_a_result_with_records_out_of_shape_names_the_field(tmp_path: Pa
     check_cli_outcome(run_cli(["plot", str(good), "-o", str(tmp_path / "figs")]), 0)
 
 
-@pytest.mark.parametrize("extra", [["--cluster", "v100:1x1"], ["--jobs", "2"], ["--cluster", "v100:1x1", "--jobs", "2"]])
+@pytest.mark.parametrize("extra",
+                         [["--cluster", "v100:1x1"], ["--jobs", "2"],
+                          ["--cluster", "v100:1x1", "--jobs", "2"]])
 def test_workload_options_beside_an_instance_are_refused(extra: list[str], run_cli: Any,
                                                          check_cli_outcome: Any) -> None:
-    line = _error(run_cli, check_cli_outcome, ["simulate", "--instance", str(TINY), "--policy", "fifo", *extra])
+    line = _error(run_cli, check_cli_outcome,
+                  ["simulate", "--instance", str(TINY), "--policy", "fifo", *extra])
     assert line.startswith(f"error: {extra[0]}: applies to --workload only"), line
 
 
@@ -89,15 +94,19 @@ JOB = {"id": "j0", "model": "resnet18", "batch_size": 32, "remaining_iterations"
 
 @pytest.fixture(scope="module")
 def client() -> TestClient:
-    return TestClient(create_app(ServiceConfig(solve=ConfiguredSolver.of(time_limit_s=5.0, predictors="analytic"))))
+    solver = ConfiguredSolver.of(time_limit_s=5.0, predictors="analytic")
+    return TestClient(create_app(ServiceConfig(solve=solver)))
 
 
 @pytest.mark.parametrize(("body", "field"), [
-    (json.dumps({"cluster": {"nodes": [NODE]}, "jobs": [JOB]}).replace('"num_gpus": 4', '"num_gpus": ' + "9" * 5000),
+    (json.dumps({"cluster": {"nodes": [NODE]},
+                 "jobs": [JOB]}).replace('"num_gpus": 4', '"num_gpus": ' + "9" * 5000),
      "cluster.nodes[0].num_gpus"),
-    (json.dumps({"cluster": {"nodes": [NODE]}, "jobs": [JOB | {"measured": {"step_time_s": {"v100": 5e-324}}}]}),
+    (json.dumps({"cluster": {"nodes": [NODE]},
+                 "jobs": [JOB | {"measured": {"step_time_s": {"v100": 5e-324}}}]}),
      "jobs[0].measured.step_time_s.v100"),
-    (json.dumps({"cluster": {"nodes": [NODE]}, "jobs": [JOB | {"batch_size": 32}]})[:-1] + ', "jobs": []}', "jobs"),
+    (json.dumps({"cluster": {"nodes": [NODE]}, "jobs": [JOB | {"batch_size": 32}]})[:-1] + ', "jobs": []}',
+     "jobs"),
 ])
 def test_service_bodies_name_the_field(body: str, field: str, client: TestClient) -> None:
     got = client.post("/v1/schedule", content=body, headers={"content-type": "application/json"})

@@ -86,14 +86,16 @@ def test_huge_seed_ranges_are_refused_before_anything_runs(tmp_path: Path, run_c
                                                            check_cli_outcome: Any) -> None:
     got = run_cli(["batch", str(TINY), "--seeds", "0-100000000", "-o", str(tmp_path / "out")])
     check_cli_outcome(got, 2)
-    assert f"more than {int(LIMITS['max_seeds'].default)} seeds" in got.stderr and "DLTSCHED_MAX_SEEDS" in got.stderr
+    assert f"more than {int(LIMITS['max_seeds'].default)} seeds" in got.stderr
+    assert "DLTSCHED_MAX_SEEDS" in got.stderr
     for bad in ("5-2", "-1", "1-99999999999999999999"):
         check_cli_outcome(run_cli(["batch", str(TINY), "--seeds", bad, "-o", str(tmp_path / "out")]), 2)
     assert not (tmp_path / "out").exists()
 
 
 def test_a_fault_process_faster_than_checkpoints_stops_with_a_clear_message(quick: Any) -> None:
-    err = quick(["simulate", "--instance", str(TINY), "--policy", "fifo", "--faults", "0.001:1:1"], seconds=60)
+    err = quick(["simulate", "--instance", str(TINY), "--policy", "fifo", "--faults", "0.001:1:1"],
+                seconds=60)
     assert "no job finished or reached a checkpoint in 1000 node failures" in err
     assert "raise MTBF_S or lower CHECKPOINT_INTERVAL_S" in err
 
@@ -104,7 +106,8 @@ def test_a_harsh_but_survivable_fault_process_still_finishes(run_cli: Any, check
     check_cli_outcome(got, 0)
 
 
-def test_the_wall_clock_cap_stops_a_simulation(monkeypatch: Any, run_cli: Any, check_cli_outcome: Any) -> None:
+def test_the_wall_clock_cap_stops_a_simulation(monkeypatch: Any, run_cli: Any,
+                                               check_cli_outcome: Any) -> None:
     medium = TINY.with_name("medium-200jobs-64gpus.json")
     got = run_cli(["simulate", "--instance", str(medium), "--policy", "fifo", "--predictors", "analytic",
                           "--max-wall-s", "0.001"])

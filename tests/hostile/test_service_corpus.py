@@ -60,9 +60,11 @@ BODIES: list[tuple[str, int, bytes]] = [
     ("deep_object_in_field", 400, b'{"cluster": ' + b'{"a": ' * 20_000 + b"1" + b"}" * 20_001),
     ("nan", 422, json.dumps(_body(time_s=float("nan"))).encode()),
     ("infinity", 422, json.dumps(_with_job(remaining_iterations=float("inf"))).encode()),
-    ("overflowing_float", 422, json.dumps(_body()).replace('"remaining_iterations": 100', '"remaining_iterations": 1e400')
+    ("overflowing_float", 422,
+     json.dumps(_body()).replace('"remaining_iterations": 100', '"remaining_iterations": 1e400')
      .encode()),
-    ("huge_int_literal", 422, json.dumps(_body()).replace('"num_gpus": 4', '"num_gpus": ' + "9" * 5000).encode()),
+    ("huge_int_literal", 422,
+     json.dumps(_body()).replace('"num_gpus": 4', '"num_gpus": ' + "9" * 5000).encode()),
     ("batch_size_string", 422, json.dumps(_with_job(batch_size="64")).encode()),
     ("batch_size_bool", 422, json.dumps(_with_job(batch_size=True)).encode()),
     ("num_gpus_float", 422, json.dumps(_with_node(num_gpus=2.0)).encode()),
@@ -77,10 +79,12 @@ BODIES: list[tuple[str, int, bytes]] = [
     ("gpu_out_of_range", 422, json.dumps(_with_job(current_gpus=[99])).encode()),
     ("gpu_negative", 422, json.dumps(_with_job(current_gpus=[-1])).encode()),
     ("gpu_twice", 422, json.dumps(_with_job(num_gpus=2, current_gpus=[1, 1])).encode()),
-    ("down_gpu_out_of_range", 422, json.dumps(_body(cluster={"nodes": [NODE], "down_gpus": [-3, 10**9]})).encode()),
+    ("down_gpu_out_of_range", 422,
+     json.dumps(_body(cluster={"nodes": [NODE], "down_gpus": [-3, 10**9]})).encode()),
     ("runs_on_down_gpu", 422, json.dumps(_body(cluster={"nodes": [NODE], "down_gpus": [0]},
                                           jobs=[JOB | {"current_gpus": [0]}])).encode()),
-    ("remaining_over_total", 422, json.dumps(_with_job(remaining_iterations=50, total_iterations=10)).encode()),
+    ("remaining_over_total", 422,
+     json.dumps(_with_job(remaining_iterations=50, total_iterations=10)).encode()),
     ("unknown_model", 422, json.dumps(_with_job(model="no-such-net")).encode()),
     ("unknown_gpu_type", 422, json.dumps(_with_node(gpu_type="v9999")).encode()),
     ("job_wider_than_cluster", 200, json.dumps(_with_job(num_gpus=64)).encode()),
@@ -99,7 +103,8 @@ BODIES: list[tuple[str, int, bytes]] = [
     ("freeze_level_huge", 422, json.dumps(_with_job(current_gpus=[0], current_freeze_level=10**6)).encode()),
     ("invalid_utf8", 400, b'{"cluster": {"nodes": [{"id": "\xff\xfe", "gpu_type": "v100", "num_gpus": 1}]}}'),
     ("utf8_bom", 200, b"\xef\xbb\xbf" + json.dumps(_body()).encode()),
-    ("duplicate_keys", 422, b'{"cluster": {"nodes": []}, "cluster": {"nodes": [{"id": "a", "gpu_type": "v100", '
+    ("duplicate_keys", 422,
+     b'{"cluster": {"nodes": []}, "cluster": {"nodes": [{"id": "a", "gpu_type": "v100", '
                        b'"num_gpus": 1}]}}'),
     ("too_many_jobs", 413, json.dumps(_body(jobs=[JOB | {"id": f"j{i}"} for i in range(5001)])).encode()),
     ("too_many_nodes", 413, json.dumps(_body(cluster={"nodes": [NODE | {"id": f"n{i}", "num_gpus": 1}
@@ -109,19 +114,24 @@ BODIES: list[tuple[str, int, bytes]] = [
 
 #: (name, raw request bytes); the server must answer < 500 or close the connection
 RAW: list[tuple[str, bytes]] = [
-    ("content_length_not_a_number", b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n{}"),
+    ("content_length_not_a_number",
+     b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n{}"),
     ("content_length_negative", b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nContent-Length: -1\r\n\r\n{}"),
-    ("content_length_huge", b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999999999999999999\r\n"
+    ("content_length_huge",
+     b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999999999999999999\r\n"
                             b"Content-Type: application/json\r\n\r\n{}"),
-    ("content_length_twice", b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nContent-Length: 7\r\n"
+    ("content_length_twice",
+     b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nContent-Length: 7\r\n"
                              b"\r\n{}"),
     ("content_length_short", b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: 1000\r\n\r\n{}"),  # the rest never comes: the read timeout answers
+                             # the rest never comes: the read timeout answers
+                             b"Content-Length: 1000\r\n\r\n{}"),
     ("bad_chunk", b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n"
                   b"Content-Type: application/json\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"),
     ("chunked_and_length", b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n"
                            b"Content-Length: 5\r\n\r\n2\r\n{}\r\n0\r\n\r\n"),
-    ("text_plain_body", b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n"
+    ("text_plain_body",
+     b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n"
                         b"\r\n{}"),
     ("header_without_colon", b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nthis is not a header\r\n\r\n"),
     ("header_too_large", b"GET /v1/health HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n"),
@@ -140,8 +150,9 @@ RAW: list[tuple[str, bytes]] = [
     ("no_host", b"GET /v1/health HTTP/1.1\r\n\r\n"),
     ("expect_continue_no_body", b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
                                 b"Content-Type: application/json\r\nContent-Length: 50\r\n\r\n"),
-    ("websocket_upgrade", b"GET /v1/health HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                          b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"),
+    ("websocket_upgrade",
+     b"GET /v1/health HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+     b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"),
     ("authorization_garbage", b"GET /metrics HTTP/1.1\r\nHost: t\r\nAuthorization: \xff\xfe Bearer\r\n\r\n"),
     ("null_in_header", b"GET /v1/health HTTP/1.1\r\nHost: t\r\nX-A: a\x00b\r\n\r\n"),
     ("pipelined_bad_second", b"GET /v1/health HTTP/1.1\r\nHost: t\r\n\r\nBROKEN\r\n\r\n"),
@@ -151,8 +162,8 @@ RAW: list[tuple[str, bytes]] = [
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, int]]:
     """The service as ``dltsched serve`` runs it, on a free 127.0.0.1 port, in a background thread."""
-    config = ServiceConfig(solve=ConfiguredSolver.of(backend="auto", time_limit_s=2.0), read_timeout_s=READ_TIMEOUT_S,
-                           keep_alive_s=1.0, max_body_bytes=1024 * 1024)
+    config = ServiceConfig(solve=ConfiguredSolver.of(backend="auto", time_limit_s=2.0),
+                           read_timeout_s=READ_TIMEOUT_S, keep_alive_s=1.0, max_body_bytes=1024 * 1024)
     srv = make_server(config, "127.0.0.1", 0, log_level="critical")
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -197,8 +208,8 @@ def exchange(address: tuple[str, int], request: bytes) -> tuple[int | None, byte
 
 
 def post(body: bytes) -> bytes:
-    return (b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nConnection: close\r\n"
-            b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    return (b"POST /v1/schedule HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
 
 
 @pytest.mark.parametrize(("name", "expected", "body"), BODIES, ids=[n for n, _, _ in BODIES])

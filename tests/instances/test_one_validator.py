@@ -55,7 +55,8 @@ def _unknown_dataset() -> dict[str, Any]:
 
 CASES = {
     "custom-gpu-type": (_custom_type, "cluster.gpu_types[0].id: custom GPU type 'x1' cannot be scheduled"),
-    "v100-redefined": (_v100_with_1_gib, "cluster.gpu_types[0]: redefines catalog GPU type 'v100': memory_gib 1.0"),
+    "v100-redefined": (_v100_with_1_gib,
+                       "cluster.gpu_types[0]: redefines catalog GPU type 'v100': memory_gib 1.0"),
     "type-twice": (_custom_type_twice, "cluster.gpu_types[1].id: duplicate GPU type id or alias 'x1'"),
     "dataset-nope": (_unknown_dataset, "jobs[0].dataset: 'nope' not known for model 'transformer'"),
 }

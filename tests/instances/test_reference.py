@@ -16,7 +16,8 @@ class _FixedTruth:
         self.data_dir = data_dir
         self.asked: list[tuple[str, int, int]] = []
 
-    def step_time_s(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1, freeze_level: int = 0) -> float:
+    def step_time_s(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1,
+                    freeze_level: int = 0) -> float:
         self.asked.append((gpu_type, num_gpus, num_nodes))
         return 0.25 * num_gpus
 
@@ -41,7 +42,8 @@ def test_the_default_is_the_registered_truth_the_simulators():
     ref = reference_step_time()
     base = find_data_dir(required=False)
     assert type(ref.truth).__name__ == "MeasuredTruth"
-    assert ref.source.startswith("gavel measured")  # the data folder's table, or the packaged copy without one
+    # the data folder's table, or the packaged copy without one
+    assert ref.source.startswith("gavel measured")
     truth = ground_truth_factory()(None if base is None else str(base))
     assert ref.step_time_s(job, "v100") == truth.step_time_s(job, "v100", 1, 1) > 0
 

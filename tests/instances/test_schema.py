@@ -95,7 +95,8 @@ def test_custom_gpu_type_is_refused_naming_it() -> None:
         }
     ]
     raw["cluster"]["nodes"].append({"id": "c", "gpu_type": "mygpu", "num_gpus": 1})
-    with pytest.raises(ValidationError, match=r"^cluster.gpu_types\[0\].id: custom GPU type 'mygpu' cannot be"):
+    with pytest.raises(ValidationError,
+                       match=r"^cluster.gpu_types\[0\].id: custom GPU type 'mygpu' cannot be"):
         load_instance(raw)
 
 

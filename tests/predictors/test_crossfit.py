@@ -28,7 +28,8 @@ GPU = "v100"
 
 
 def _scaled_factors(rows) -> dict:
-    """The shipped factors with every time term scaled by the geometric mean measured / predicted ratio of ``rows``."""
+    """The shipped factors with every time term scaled by the geometric mean measured / predicted ratio of
+    ``rows``."""
     shipped = DeletePopStepTime()
     scale = statistics.geometric_mean(m.step_time_s / shipped.step_time_s(job_of(m), m.gpu, 1) for m in rows)
     f = dict(shipped.factors)
@@ -154,7 +155,8 @@ def test_folds_are_read_back_from_the_cache_without_refitting(tmp_path):
     again = _build(_data(), tmp_path, replace(RECIPE, steptime=refuse, colocation=refuse))
     assert again.key == first.key and again.folds == first.folds
     # other data is another key: nothing cached, and a cache-only build fits nothing
-    assert build_crossfit(_data({"vgg16": 2.0}), 2, recipe=RECIPE, cache_dir=tmp_path, fit_missing=False) is None
+    assert build_crossfit(_data({"vgg16": 2.0}), 2, recipe=RECIPE, cache_dir=tmp_path,
+                          fit_missing=False) is None
 
 
 def test_bundle_is_registered_and_named_in_results():
@@ -168,8 +170,8 @@ def test_bundle_is_registered_and_named_in_results():
         check_predictors("crosfit")
 
 
-# ---------------------------------------------------------------------------------------- the default recipe's
-# co-location family: the profile predictor, refitted per fold (its fit takes a second on these rows)
+# ---------------------------------------------------------------------------------------- the default
+# recipe's co-location family: the profile predictor, refitted per fold (its fit takes a second on these rows)
 
 
 def _profile_data(slow: dict[str, float] | None = None) -> TrainingData:
@@ -210,8 +212,9 @@ def test_default_recipe_refits_the_profile_predictor_without_the_held_out_models
 
 
 def test_profile_folds_ignore_the_held_out_models_measurements(tmp_path):
-    """vgg16 measured 3x slower, its pairs and isolated profiles too: its cross-fitted step time and speed beside
-    resnet18 stay; the speed of a model of another fold beside vgg16 moves (it reads vgg16's profile)."""
+    """vgg16 measured 3x slower, its pairs and isolated profiles too: its cross-fitted step time and speed
+    beside resnet18 stay; the speed of a model of another fold beside vgg16 moves (it reads vgg16's
+    profile)."""
     cf0 = _build(_profile_data(), tmp_path / "a", PROFILE_RECIPE)
     cf1 = _build(_profile_data({"vgg16": 3.0}), tmp_path / "b", PROFILE_RECIPE)
     b0, b1 = cf0.predictors(), cf1.predictors()
@@ -235,7 +238,8 @@ def test_a_new_colocation_recipe_refits_the_folds_but_not_the_step_times(tmp_pat
     assert [f.factors for f in again.folds] == [f.factors for f in first.folds]
     # a new step-time recipe invalidates the step-time cache too, also under the same co-location recipe name
     with pytest.raises(AssertionError, match="refitted cached step-time"):
-        _build(_profile_data(), tmp_path, replace(renamed, name="test-profile/3", steptime_name="test-steptime/2"))
+        _build(_profile_data(), tmp_path,
+               replace(renamed, name="test-profile/3", steptime_name="test-steptime/2"))
     with pytest.raises(AssertionError, match="refitted cached step-time"):
         _build(_profile_data(), tmp_path, replace(renamed, steptime_name="test-steptime/2"))
 
@@ -251,14 +255,17 @@ def test_fold_errors_price_each_row_by_its_predictor_beside_roofline_constant_an
     out = steptime_fold_errors(CrossFitStepTime({"resnet18": slow}, shipped), rows, shipped)
     # resnet50 is priced by the fallback (the truth here, 0% error), resnet18 by its fold's slow predictor
     assert out["crossfit"]["per_model"]["resnet50"] == pytest.approx(0.0, abs=1e-6)
-    assert out["crossfit"]["per_model"]["resnet18"] > 50.0 and out["in_sample"]["mape"] == pytest.approx(0.0, abs=1e-6)
-    # the constant rule for a row is the other models' median on that GPU: resnet18's row on v100 gets resnet50's
+    assert out["crossfit"]["per_model"]["resnet18"] > 50.0
+    assert out["in_sample"]["mape"] == pytest.approx(0.0, abs=1e-6)
+    # the constant rule for a row is the other models' median on that GPU: resnet18's row on v100 gets
+    # resnet50's
     expected = abs(truth[("resnet50", "v100")] / truth[("resnet18", "v100")] - 1) * 100
     assert out["constant"]["n"] == 4 and min(out["constant"]["per_model"].values()) > 0
     assert out["constant"]["per_model"]["resnet18"] == pytest.approx(
         (expected + abs(truth[("resnet50", "k80")] / truth[("resnet18", "k80")] - 1) * 100) / 2)
     assert out["roofline"]["n"] == 4 and out["roofline"]["mape"] > 0
     # speed-ups: measured k80 / v100, and each predictor's ratio to it (1 = right)
-    assert out["speedup"]["resnet18"]["measured"] == pytest.approx(truth[("resnet18", "k80")] / truth[("resnet18", "v100")])
+    measured = truth[("resnet18", "k80")] / truth[("resnet18", "v100")]
+    assert out["speedup"]["resnet18"]["measured"] == pytest.approx(measured)
     assert out["speedup"]["resnet50"]["crossfit"] == pytest.approx(1.0)
     assert out["speedup"]["resnet18"]["in_sample"] == pytest.approx(1.0)

@@ -58,7 +58,8 @@ def test_ground_truth_penalty_matches_its_published_calibration_points():
     assert truth.frozen_penalty(cnn, half, 0.5) == pytest.approx(0.03, abs=0.003)
     assert truth.frozen_penalty(cnn, half, 0.6) < 0.02
     assert truth.frozen_penalty(cnn, 0, 0.0) == 0.0
-    assert MeasuredTruth(use_measurements=False).frozen_penalty(cnn, half, 0.5) == truth.frozen_penalty(cnn, half, 0.5)
+    assert MeasuredTruth(use_measurements=False).frozen_penalty(cnn, half,
+                                                                0.5) == truth.frozen_penalty(cnn, half, 0.5)
 
 
 def test_default_predictor_is_an_estimate_not_the_truth(freezing):
@@ -79,6 +80,7 @@ def test_scaled_predictor_is_the_mismatch_it_names(freezing, scale):
     scaled = ScaledFreezing(freezing, scale)
     assert scaled.num_freeze_levels(job) == freezing.num_freeze_levels(job)
     for k in (1, 6, 12):
-        assert scaled.frozen_penalty(job, k, 0.2) == pytest.approx(scale * PublishedFreezing().frozen_penalty(job, k, 0.2))
+        published = PublishedFreezing().frozen_penalty(job, k, 0.2)
+        assert scaled.frozen_penalty(job, k, 0.2) == pytest.approx(scale * published)
     with pytest.raises(ValueError, match="freeze_penalty_scale"):
         ScaledFreezing(freezing, -1.0)

@@ -22,7 +22,8 @@ KEY = ProfileKey("v100", "resnet18", 64, False, "cifar10")
 
 def test_profile_validates_every_field() -> None:
     assert JobProfile(KEY, 0.05, 2000.0, 80.0, 40.0).throughput == pytest.approx(64 / 0.05)
-    for kwargs, field in (({"step_time_s": 0.0}, "step_time_s"), ({"step_time_s": float("nan")}, "step_time_s"),
+    for kwargs, field in (({"step_time_s": 0.0}, "step_time_s"),
+                          ({"step_time_s": float("nan")}, "step_time_s"),
                           ({"memory_mib": -1.0}, "memory_mib"), ({"gpu_util": 101.0}, "gpu_util"),
                           ({"mem_bw_util": -0.5}, "mem_bw_util"), ({"source": "guessed"}, "source")):
         with pytest.raises(ValidationError, match=field):
@@ -55,8 +56,10 @@ def test_harness_readers_both_layouts(tmp_path: Path) -> None:
     steptime = tmp_path / "steptime.csv"
     steptime.write_text("model,dataset,gpu,batch_size,num_gpus,step_time_s,amp,optimizer,peak_memory_mib,gpu_util,"
                         "gmem_used_mib\n"
-                        "resnet18,cifar10,v100,32,1,0.02,0,sgd,1500,71.5,nan\n"      # NVML memory missing: torch's
-                        "resnet18,cifar10,v100,32,2,0.03,0,sgd,1500,70,1900\n"        # two GPUs: not a profile
+                        # NVML memory missing: torch's
+                        "resnet18,cifar10,v100,32,1,0.02,0,sgd,1500,71.5,nan\n"
+                        # two GPUs: not a profile
+                        "resnet18,cifar10,v100,32,2,0.03,0,sgd,1500,70,1900\n"
                         "resnet18,cifar10,cpu,32,1,0.9,0,sgd,nan,nan,nan\n"           # smoke run: skipped
                         "lstm_lm,wikitext2,v100,20,1,0.04,0,sgd,900,55,1300\n")
     profiles = read_harness_profiles(steptime)

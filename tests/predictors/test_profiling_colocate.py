@@ -32,8 +32,8 @@ def smoke_dataset(tmp_path_factory):
 
 def test_smoke_writes_every_file(smoke_dataset):
     names = {p.name for p in smoke_dataset.iterdir()}
-    assert names == {"steptime.csv", "single_data.csv", "colocate_info.csv", "colocate3_info.csv", "groups.json",
-                     "measurement.json", "MEASUREMENT.md"}
+    assert names == {"steptime.csv", "single_data.csv", "colocate_info.csv", "colocate3_info.csv",
+                     "groups.json", "measurement.json", "MEASUREMENT.md"}
 
 
 def test_isolated_csv_reads_with_eval_steptime(smoke_dataset, tmp_path, capsys):
@@ -111,7 +111,8 @@ def test_sample_groups_is_seeded_and_sized():
         sample_groups(jobs, 4, 1, seed=0)
 
 
-@pytest.mark.parametrize(("name", "gpu"), [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+@pytest.mark.parametrize(("name", "gpu"),
+                         [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
                                            ("Tesla V100-SXM2-16GB", "v100"), ("Mystery GPU", "mystery gpu")])
 def test_catalog_gpu(name, gpu):
     assert catalog_gpu(name) == gpu
@@ -164,7 +165,8 @@ def test_session_records_failures_and_stops_on_a_timeout(tmp_path):
     jobs = [ProfiledJob("a", 1), ProfiledJob("b", 1), ProfiledJob("c", 1), ProfiledJob("d", 1)]
     got = [session.measure(pool, (j,)) for j in jobs]
     assert got == [None, "measured", None, None]
-    assert [f["group"] for f in session.failed] == ["a:1"] and "OutOfMemoryError" in session.failed[0]["error"]
+    assert [f["group"]
+            for f in session.failed] == ["a:1"] and "OutOfMemoryError" in session.failed[0]["error"]
     assert session.stopped is not None and session.stopped.startswith("c:1")
     assert pool.asked == ["a:1", "b:1", "c:1"]  # nothing is asked of a pool after a timeout
 
@@ -180,8 +182,8 @@ def test_spent_budget_starts_no_measurement(tmp_path):
 
 def test_explicit_jobs_and_failed_list_in_the_dataset(capsys, tmp_path):
     out = tmp_path / "d"
-    code, stdout, _ = _run(capsys, "profile", "--smoke", "--job", "neumf:64", "--job", "a2c:16", "--budget", "600",
-                           "--out", str(out), "--json")
+    code, stdout, _ = _run(capsys, "profile", "--smoke", "--job", "neumf:64", "--job", "a2c:16", "--budget",
+                           "600", "--out", str(out), "--json")
     assert code == 0
     result = json.loads(stdout)
     assert {r["model"] for r in result["isolated"]} == {"neumf", "a2c"}

@@ -85,10 +85,12 @@ def test_profile_file_without_scope_reads_as_compute(tmp_path):
     csv_text = "model,dataset,gpu,batch_size,num_gpus,step_time_s\nresnet18,cifar10,h200,128,1,0.009\n"
     (tmp_path / "steptime.csv").write_text(csv_text)
     assert read_csv(tmp_path / "steptime.csv")[0].scope == "iteration"  # no record: a whole iteration
-    (tmp_path / "measurement.json").write_text(json.dumps({"command": "dltsched profile --job resnet18:128 --out x",
+    (tmp_path / "measurement.json").write_text(json.dumps({"command": "dltsched profile --job "
+                                                                      "resnet18:128 --out x",
                                                            "files": ["steptime.csv"]}))
     assert read_csv(tmp_path / "steptime.csv")[0].scope == "compute"
-    with_scope = csv_text.replace("step_time_s\n", "step_time_s,scope\n").replace("0.009\n", "0.009,fwd_bwd\n")
+    with_scope = csv_text.replace("step_time_s\n",
+                                  "step_time_s,scope\n").replace("0.009\n", "0.009,fwd_bwd\n")
     (tmp_path / "steptime.csv").write_text(with_scope)
     assert read_csv(tmp_path / "steptime.csv")[0].scope == "fwd_bwd"  # a cell wins over the record
 
@@ -99,13 +101,14 @@ def test_mps_rows_keep_their_mode(tmp_path, capsys):
     (tmp_path / "single_data.csv").write_text(
         "model,dataset,batchsize,amp,speed,gpu_util,gmem_util,gmem,gpu\n"
         "resnet50,imagenet,64,0,1950,94,5,8000,h200\nneumf,movielens,8192,0,3990000,96,1,1500,h200\n")
-    header = (",model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,speed2,"
-              "gpu_util,gmem_util,gmem,gpu,sharing,gmem_source\n")
+    header = (",model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,"
+              "speed2,gpu_util,gmem_util,gmem,gpu,sharing,gmem_source\n")
     row = "0,resnet50,imagenet,1,64,0,0.95,neumf,movielens,1,8192,0,1.03,92,6,9000,h200,{},nvml\n"
     (tmp_path / "colocate_info.csv").write_text(header + row.format("mps") + row.format("timeslice"))
     data = read_lucid_samples(tmp_path / "colocate_info.csv")
     assert sorted(s.sharing for s in data.samples) == ["mps", "timeslice"]  # not averaged together
     from dltsched.engine.app.cli.main import main
 
-    assert main(["predict", "eval-colocation", str(tmp_path / "colocate_info.csv"), "--format", "lucid", "--json"]) == 0
+    assert main(["predict", "eval-colocation", str(tmp_path / "colocate_info.csv"), "--format", "lucid",
+                 "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sharing"] == ["mps", "timeslice"]

@@ -10,7 +10,8 @@ pytest.importorskip("torch")
 
 
 def _totals(g):
-    return {k: sum(d[k] for _n, d in g.nodes(data=True)) for k in ("fwd_flops", "activation_bytes", "param_bytes")}
+    return {k: sum(d[k] for _n, d in g.nodes(data=True))
+            for k in ("fwd_flops", "activation_bytes", "param_bytes")}
 
 
 def _check(model, dataset):
@@ -23,7 +24,8 @@ def _check(model, dataset):
         assert value == pytest.approx(_totals(shipped)[key], rel=1e-3), key
 
 
-@pytest.mark.parametrize(("model", "dataset"), [("dqn", "atari"), ("td3", "bipedalwalker"), ("recoder", "ml-20m")])
+@pytest.mark.parametrize(("model", "dataset"),
+                         [("dqn", "atari"), ("td3", "bipedalwalker"), ("recoder", "ml-20m")])
 def test_extraction_matches_shipped_graph(model, dataset):
     _check(model, dataset)
 

@@ -14,10 +14,11 @@ from dltsched.predictors.zoo import load_graph, zoo_models
 from dltsched.predictors.zoo.opcost import OP_CLASSES
 
 REQUIRED = ("resnet18", "resnet50", "resnet101", "vgg16", "vgg19", "mobilenet_v2", "mobilenet_v3",
-            "efficientnet_b0", "shufflenet_v2", "bert_base", "gpt2", "vit_b16", "transformer", "lstm_lm", "neumf",
-            "recoder", "cyclegan", "dcgan", "a3c", "a2c", "dqn", "ppo", "td3", "pointnet", "deepspeech2", "yolov3")
-NODE_KEYS = ("op", "op_class", "layer", "fwd_flops", "bwd_flops", "bytes_read", "bytes_written", "activation_bytes",
-             "param_bytes")
+            "efficientnet_b0", "shufflenet_v2", "bert_base", "gpt2", "vit_b16", "transformer", "lstm_lm",
+            "neumf", "recoder", "cyclegan", "dcgan", "a3c", "a2c", "dqn", "ppo", "td3", "pointnet",
+            "deepspeech2", "yolov3")
+NODE_KEYS = ("op", "op_class", "layer", "fwd_flops", "bwd_flops", "bytes_read", "bytes_written",
+             "activation_bytes", "param_bytes")
 
 
 def test_every_required_model_has_a_graph():

@@ -23,9 +23,11 @@ def test_bert_large_graph_and_sequence_length():
     g = load_graph("bert_large", "seq512")
     assert g.graph["num_layers"] == 26  # embeddings, 24 encoder layers, MLM head
     p = DeletePopStepTime()
-    long = p.step_time_s(Job(id="a", model="bert_large", batch_size=8, total_iterations=1.0, dataset="seq512"),
+    long = p.step_time_s(Job(id="a", model="bert_large", batch_size=8, total_iterations=1.0,
+                             dataset="seq512"),
                          "v100", scope="fwd_bwd")
-    short = p.step_time_s(Job(id="b", model="bert_large", batch_size=8, total_iterations=1.0, dataset="seq128"),
+    short = p.step_time_s(Job(id="b", model="bert_large", batch_size=8, total_iterations=1.0,
+                              dataset="seq128"),
                           "v100", scope="fwd_bwd")
     assert long > 3.0 * short
 

@@ -106,16 +106,19 @@ class BloxPolicy:
                 "placement": {by_str[j]: gpus for j, gpus in placement.items()}, "plan": plan}
 
     def place(self, active_jobs: Mapping[Any, Mapping[str, Any]], new_job_schedule: Mapping[str, Any],
-              node_info: Mapping[Any, Mapping[str, Any]], gpu_df: Any, **kwargs: Any) -> tuple[list[Any], dict[Any, list[Any]]]:
+              node_info: Mapping[Any, Mapping[str, Any]], gpu_df: Any,
+              **kwargs: Any) -> tuple[list[Any], dict[Any, list[Any]]]:
         """Blox's placement-policy call: ``(jobs_to_terminate, jobs_to_launch)`` for the plan of
         :meth:`schedule` (passed back as ``new_job_schedule``): running jobs the plan stops or moves are
         terminated; jobs it starts or moves are launched on their ``GPU_ID`` list."""
         placement = new_job_schedule.get("placement")
         if not isinstance(placement, Mapping):
-            raise ValidationError("new_job_schedule.placement", "missing; pass the answer of BloxPolicy.schedule")
+            raise ValidationError("new_job_schedule.placement",
+                                  "missing; pass the answer of BloxPolicy.schedule")
         current = self.current_gpus(gpu_rows(gpu_df))
         terminate = [j for j, gpus in current.items() if sorted(placement.get(j, ())) != sorted(gpus)]
-        launch = {j: list(gpus) for j, gpus in placement.items() if sorted(current.get(j, ())) != sorted(gpus)}
+        launch = {j: list(gpus) for j, gpus in placement.items()
+                  if sorted(current.get(j, ())) != sorted(gpus)}
         by_str = {str(k): k for k in active_jobs}
         return [by_str.get(str(j), j) for j in terminate], launch
 
@@ -166,11 +169,13 @@ class BloxPolicy:
             total = _number(job, "job_total_iteration", k)
             left = max(1.0, total - _number(job, "job_executed_iteration", k, default=0.0))
             metrics = job.get("tracked_metrics") or {}
-            step = metrics.get("per_iter_time") if isinstance(metrics.get("per_iter_time"), int | float) else 0.0
+            step = metrics.get("per_iter_time") if isinstance(metrics.get("per_iter_time"),
+                                                              int | float) else 0.0
             if not step or step <= 0:
                 step = _number(job, "job_iteration_time", k)
             if step <= 0:
-                raise ValidationError(f"job_dict[{k}].job_iteration_time", "0; a measured time per iteration > 0")
+                raise ValidationError(f"job_dict[{k}].job_iteration_time",
+                                      "0; a measured time per iteration > 0")
             model = job.get("job_model", job.get("model"))
             try:
                 name = resolve_model(str(model)) if model else MEASURED_ONLY
@@ -188,7 +193,8 @@ class BloxPolicy:
                 except KeyError:
                     raise ValidationError(f"gpu_df.JOB_IDS[{k}]", f"GPU(s) {held} not in gpu_df") from None
                 if len(held) != gpus:
-                    raise ValidationError(f"gpu_df.JOB_IDS[{k}]", f"{len(held)} GPUs in use for num_GPUs={gpus}")
+                    raise ValidationError(f"gpu_df.JOB_IDS[{k}]",
+                                          f"{len(held)} GPUs in use for num_GPUs={gpus}")
             attained = float(metrics.get("attained_service", 0.0) or 0.0)
             states.append(JobState(spec, left, attained_service_s=attained, assignment=assignment,
                                    queued_since_s=arrival))

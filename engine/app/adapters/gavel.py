@@ -49,11 +49,12 @@ GAVEL_ROUND_S = 360.0
 
 
 def members(key: Hashable) -> tuple[str, ...]:
-    """The single jobs of a Gavel job key, as strings: ``JobIdPair(3, None)`` / ``3`` / ``(3, None)`` -> ``("3",)``;
-    ``JobIdPair(3, 7)`` / ``(3, 7)`` -> ``("3", "7")``."""
+    """The single jobs of a Gavel job key, as strings: ``JobIdPair(3, None)`` / ``3`` / ``(3, None)`` ->
+    ``("3",)``; ``JobIdPair(3, 7)`` / ``(3, 7)`` -> ``("3", "7")``."""
     singletons = getattr(key, "singletons", None)
     if callable(singletons):
-        return tuple(str(s.integer_job_id()) if hasattr(s, "integer_job_id") else str(s) for s in singletons())
+        return tuple(str(s.integer_job_id()) if hasattr(s, "integer_job_id") else str(s)
+                     for s in singletons())
     if isinstance(key, tuple):
         return tuple(str(k) for k in key if k is not None)
     return (str(key),)
@@ -88,7 +89,8 @@ class GavelPolicy:
     """
 
     def __init__(self, options: RoundOptions | None = None, *, backend: str = "cpsat",
-                 gpus_per_server: int | Mapping[str, int] = 4, name: str = "MinTotalDuration_Packing_dltsched") -> None:
+                 gpus_per_server: int | Mapping[str, int] = 4,
+                 name: str = "MinTotalDuration_Packing_dltsched") -> None:
         options = options or replace(DEFAULT_OPTIONS, round_s=GAVEL_ROUND_S, time_limit_s=2.0)
         self.solver = ConfiguredSolver(options, backend=backend)
         self.gpus_per_server = gpus_per_server
@@ -98,10 +100,12 @@ class GavelPolicy:
 
     @property
     def name(self) -> str:
+        """The policy's name as results and tables show it."""
         return self._name
 
     def get_allocation(self, unflattened_throughputs: Mapping[Hashable, Mapping[str, Any]],
-                       scale_factors: Mapping[Hashable, int], num_steps_remaining: Mapping[Hashable, float] | None = None,
+                       scale_factors: Mapping[Hashable, int],
+                       num_steps_remaining: Mapping[Hashable, float] | None = None,
                        cluster_spec: Mapping[str, int] | None = None) -> dict[Hashable, dict[str, float]]:
         """Gavel's policy call: the allocation for this round.
 
@@ -129,7 +133,8 @@ class GavelPolicy:
         if cluster_spec is None:
             raise ValidationError("cluster_spec", "missing; Gavel's worker type -> number of workers")
         began = time.perf_counter()
-        state, measured, keys = self.round_of(unflattened_throughputs, scale_factors, num_steps_remaining, cluster_spec)
+        state, measured, keys = self.round_of(unflattened_throughputs, scale_factors, num_steps_remaining,
+                                              cluster_spec)
         allocation = {key: {wt: 0.0 for wt in cluster_spec} for key in unflattened_throughputs}
         if not state.jobs:
             return allocation
@@ -147,13 +152,16 @@ class GavelPolicy:
             if key is not None:
                 allocation[key][wt] = 1.0
         self.rounds.append(RoundRecord(plan.status, plan.objective, 1e3 * plan.solve_time_s,
-                                       1e3 * (time.perf_counter() - began), len(state.jobs), len(plan.assignments)))
+                                       1e3 * (time.perf_counter() - began), len(state.jobs),
+                                       len(plan.assignments)))
         return allocation
 
-    def round_of(self, throughputs: Mapping[Hashable, Mapping[str, Any]], scale_factors: Mapping[Hashable, int],
-                 num_steps_remaining: Mapping[Hashable, float] | None, cluster_spec: Mapping[str, int],
+    def round_of(self, throughputs: Mapping[Hashable, Mapping[str, Any]],
+                 scale_factors: Mapping[Hashable, int], num_steps_remaining: Mapping[Hashable, float] | None,
+                 cluster_spec: Mapping[str, int],
                  ) -> tuple[ClusterState, Measurements, dict[tuple[str, ...], Hashable]]:
-        """The dltsched round of Gavel's inputs: the state, the measurements and sorted job ids -> Gavel key."""
+        """The dltsched round of Gavel's inputs: the state, the measurements and sorted job ids -> Gavel
+        key."""
         cluster = self.cluster_of(cluster_spec)
         keys: dict[tuple[str, ...], Hashable] = {}
         jobs: list[JobState] = []
@@ -172,10 +180,12 @@ class GavelPolicy:
                 continue  # runs on no worker type here: allocation 0
             workers = scale.get(job_id)
             if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-                raise ValidationError(f"scale_factors[{job_id}]", f"{workers!r} not understood; a whole number >= 1")
+                raise ValidationError(f"scale_factors[{job_id}]",
+                                      f"{workers!r} not understood; a whole number >= 1")
             left = float(remaining.get(job_id, 1.0))
             if not math.isfinite(left):
-                raise ValidationError(f"num_steps_remaining[{job_id}]", f"{left!r} not understood; a finite number")
+                raise ValidationError(f"num_steps_remaining[{job_id}]",
+                                      f"{left!r} not understood; a finite number")
             left = max(1.0, left)
             allowed = tuple(t for t in steps if cluster.max_gpus_of_type(t) >= workers)
             if not allowed:
@@ -190,12 +200,14 @@ class GavelPolicy:
                 continue
             for wt, pair in per_type.items():
                 t = _catalog_type(wt) if wt in cluster_spec else None
-                if t is None or not isinstance(pair, list | tuple) or len(pair) != 2 or not all(map(_positive, pair)):
+                if (t is None or not isinstance(pair, list | tuple) or len(pair) != 2
+                        or not all(map(_positive, pair))):
                     continue
                 alone = [seen[i].step_time_s.get(t) for i in ids]
                 if any(s is None for s in alone):
                     continue
-                speeds = tuple(min(1.5, float(p) * s) for p, s in zip(pair, alone, strict=True) if s is not None)
+                speeds = tuple(min(1.5, float(p) * s) for p, s in zip(pair, alone, strict=True)
+                               if s is not None)
                 groups.append(GroupMeasurement(ids, t, speeds=speeds))
         state = ClusterState(float(len(self.rounds)) * self.solver.options.round_s, cluster, tuple(jobs))
         return state, Measurements(seen, tuple(groups), unknown_memory="trust"), keys
@@ -206,7 +218,8 @@ class GavelPolicy:
         for wt, count in cluster_spec.items():
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
                 raise ValidationError(f"cluster_spec[{wt}]", f"{count!r} not understood; a whole number >= 0")
-            per = self.gpus_per_server if isinstance(self.gpus_per_server, int) else self.gpus_per_server.get(wt, 4)
+            per = self.gpus_per_server if isinstance(self.gpus_per_server,
+                                                     int) else self.gpus_per_server.get(wt, 4)
             gpu_type = _catalog_type(wt)
             for i, first in enumerate(range(0, count, per)):
                 nodes.append(Node(f"{wt}-{i}", gpu_type, min(per, count - first)))
@@ -223,15 +236,17 @@ def _catalog_type(worker_type: str) -> str:
 
 
 def _positive(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and value > 0
+    return not isinstance(value, bool) and isinstance(value,
+                                                      int | float) and math.isfinite(value) and value > 0
 
 
 Allocator = Callable[[Mapping[Hashable, Mapping[str, Any]], Mapping[Hashable, int], Mapping[Hashable, float],
                       Mapping[str, int]], Mapping[Hashable, Mapping[str, float]]]
 
 
-def replay(allocate: Allocator, throughputs: Mapping[Hashable, Mapping[str, Any]], scale_factors: Mapping[Hashable, int],
-           num_steps: Mapping[Hashable, float], cluster_spec: Mapping[str, int], *, round_s: float = GAVEL_ROUND_S,
+def replay(allocate: Allocator, throughputs: Mapping[Hashable, Mapping[str, Any]],
+           scale_factors: Mapping[Hashable, int], num_steps: Mapping[Hashable, float],
+           cluster_spec: Mapping[str, int], *, round_s: float = GAVEL_ROUND_S,
            max_rounds: int = 10_000) -> dict[str, float]:
     """Run a fixed job set to completion under ``allocate`` in rounds of ``round_s``, the simplest form of
     Gavel's round-based mechanism: each round the jobs (or pairs) allocated 1.0 on a worker type run the
@@ -262,7 +277,8 @@ def replay(allocate: Allocator, throughputs: Mapping[Hashable, Mapping[str, Any]
                     continue
                 ids = members(key)
                 if running.intersection(ids):
-                    raise ValidationError(f"allocation[{key}]", f"runs {sorted(running.intersection(ids))} twice")
+                    raise ValidationError(f"allocation[{key}]",
+                                          f"runs {sorted(running.intersection(ids))} twice")
                 running.update(ids)
                 used[wt] += scale_factors[by_members[(ids[0],)]]
                 rates = throughputs[key][wt]
@@ -285,14 +301,16 @@ def replay(allocate: Allocator, throughputs: Mapping[Hashable, Mapping[str, Any]
 
 
 def _one_each(throughputs: Mapping[Hashable, Mapping[str, Any]], scale_factors: Mapping[Hashable, int],
-              cluster_spec: Mapping[str, int], order: Callable[[str], Any]) -> dict[Hashable, dict[str, float]]:
+              cluster_spec: Mapping[str, int],
+              order: Callable[[str], Any]) -> dict[Hashable, dict[str, float]]:
     """Gavel's allocation of the single jobs in ``order`` (of their ids), each on the fastest worker type with
     room, no co-location."""
     free = dict(cluster_spec)
     out: dict[Hashable, dict[str, float]] = {k: dict.fromkeys(cluster_spec, 0.0) for k in throughputs}
     for key in sorted((k for k in throughputs if len(members(k)) == 1), key=lambda k: order(members(k)[0])):
         need = scale_factors[key]
-        options = [(float(t), wt) for wt, t in throughputs[key].items() if _positive(t) and free.get(wt, 0) >= need]
+        options = [(float(t), wt) for wt, t in throughputs[key].items() if _positive(t)
+                   and free.get(wt, 0) >= need]
         if options:
             wt = max(options)[1]
             out[key][wt] = 1.0
@@ -329,7 +347,8 @@ def _order(job_id: str) -> tuple[int, str]:
     return (int(job_id), "") if job_id.isdigit() else (1 << 62, job_id)
 
 
-def load_recorded(path: str) -> tuple[dict[Hashable, Any], dict[Hashable, int], dict[Hashable, float], dict[str, int]]:
+def load_recorded(path: str) -> tuple[dict[Hashable, Any], dict[Hashable, int], dict[Hashable, float],
+                                      dict[str, int]]:
     """A recorded round (``tests/adapters/data/gavel_round_*.json``): keys as printed ``JobIdPair`` s
     (``"(3, None)"``, ``"(3, 7)"``) become ``(3, None)`` / ``(3, 7)`` tuples."""
     import ast
@@ -341,8 +360,8 @@ def load_recorded(path: str) -> tuple[dict[Hashable, Any], dict[Hashable, int], 
     def keyed(d: Mapping[str, Any]) -> dict[Hashable, Any]:
         return {ast.literal_eval(k): v for k, v in d.items()}
 
-    return (keyed(data["unflattened_throughputs"]), keyed(data["scale_factors"]), keyed(data["num_steps_remaining"]),
-            dict(data["cluster_spec"]))
+    return (keyed(data["unflattened_throughputs"]), keyed(data["scale_factors"]),
+            keyed(data["num_steps_remaining"]), dict(data["cluster_spec"]))
 
 
 def main(paths: list[str]) -> None:
@@ -357,10 +376,13 @@ def main(paths: list[str]) -> None:
         fifo = replay(fifo_allocation, *inputs)
         las = replay(las_allocation(), *inputs)
         rounds = policy.rounds
-        print(f"{path}: avg JCT dltsched {ours['avg_jct_s'] / 3600:.2f} h, FIFO {fifo['avg_jct_s'] / 3600:.2f} h, "
+        print(f"{path}: avg JCT dltsched {ours['avg_jct_s'] / 3600:.2f} h, FIFO "
+              f"{fifo['avg_jct_s'] / 3600:.2f} h, "
               f"LAS {las['avg_jct_s'] / 3600:.2f} h; makespan {ours['makespan_s'] / 3600:.2f} / "
-              f"{fifo['makespan_s'] / 3600:.2f} / {las['makespan_s'] / 3600:.2f} h; rounds {len(rounds)}, optimal "
-              f"{sum(r.status == 'optimal' for r in rounds)}, solve ms mean {statistics.mean(r.solve_ms for r in rounds):.1f}, "
+              f"{fifo['makespan_s'] / 3600:.2f} / {las['makespan_s'] / 3600:.2f} h; rounds "
+              f"{len(rounds)}, optimal "
+              f"{sum(r.status == 'optimal' for r in rounds)}, solve ms mean "
+              f"{statistics.mean(r.solve_ms for r in rounds):.1f}, "
               f"ms per round median {statistics.median(r.wall_ms for r in rounds):.1f}")
 
 

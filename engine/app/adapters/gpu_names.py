@@ -59,8 +59,9 @@ def catalog_gpu_type(name: str) -> str:
         size = sizes[0] if sizes else None
         found = table.get((pcie, size)) or (table.get((pcie, None)) if size is None else None)
         if found is None:
+            known = ", ".join(sorted(set(table.values())))
             raise ValueError(f"'{text}': no catalog type for a {family} with {size} GB "
-                             f"({'PCIe' if pcie else 'SXM'}); known: {', '.join(sorted(set(table.values())))}")
+                             f"({'PCIe' if pcie else 'SXM'}); known: {known}")
         return found
     for candidate in (family + ("-" + "-".join(tokens[1:]) if len(tokens) > 1 else ""), family):
         try:

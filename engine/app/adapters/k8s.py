@@ -19,9 +19,9 @@ unresolvable for GPU pods, with the label named; it never silently becomes anoth
 The plan. Filter solves a round over the pod's candidate nodes (those kube-scheduler offers that have the
 GPUs, at most ``max_plan_nodes``; :meth:`K8sExtender.plan_for`): GPUs of bound pods are taken, and the
 dltsched pods still pending (seen by the watch, or in a filter call within ``queue_ttl_s``; at most
-``max_plan_pods``, oldest first) compete for the free ones. When the plan places the pod, only the plan's node passes
-(the others fail with the reason, so kube-scheduler's own scores cannot send it elsewhere); when the plan
-makes it wait, every node fails with the reason "dltsched plan: the pod waits ...", and kube-scheduler
+``max_plan_pods``, oldest first) compete for the free ones. When the plan places the pod, only the plan's node
+passes (the others fail with the reason, so kube-scheduler's own scores cannot send it elsewhere); when the
+plan makes it wait, every node fails with the reason "dltsched plan: the pod waits ...", and kube-scheduler
 retries it when the cluster changes. Pods without GPUs pass everywhere; GPU pods without annotations are
 filtered by free GPUs only.
 
@@ -84,8 +84,8 @@ class ExtenderLimits:
     max_plan_nodes: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("max_nodes", "max_gpus_per_node", "max_gpus", "max_pods", "max_containers", "max_plan_pods",
-                     "max_plan_nodes"):
+        for name in ("max_nodes", "max_gpus_per_node", "max_gpus", "max_pods", "max_containers",
+                     "max_plan_pods", "max_plan_nodes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValidationError(f"limits.{name}", f"{value!r} not understood; must be an integer >= 1")
@@ -151,12 +151,14 @@ def quantity(value: Any, path: str, cap: int) -> int:
         text = value.strip()
         if not _WHOLE.fullmatch(text):
             shown = text[:40] + ("..." if len(text) > 40 else "")
-            raise ValidationError(path, f"'{shown}' not understood; must be a whole number of GPUs (digits only)")
+            raise ValidationError(path,
+                                  f"'{shown}' not understood; must be a whole number of GPUs (digits only)")
         value = int(text)
     if value < 0:
         raise ValidationError(path, f"{value} not understood; must be >= 0")
     if value > cap:
-        raise LimitExceeded(path, f"{value} GPUs; at most {cap} per node or pod (the extender's max_gpus_per_node)")
+        raise LimitExceeded(path,
+                            f"{value} GPUs; at most {cap} per node or pod (the extender's max_gpus_per_node)")
     return value
 
 
@@ -167,9 +169,11 @@ def pod_gpus(pod: Mapping[str, Any], limits: ExtenderLimits | None = None) -> in
     if containers is None:
         return 0
     if not isinstance(containers, list):
-        raise ValidationError("Pod.spec.containers", f"{type(containers).__name__} not understood; must be a list")
+        raise ValidationError("Pod.spec.containers",
+                              f"{type(containers).__name__} not understood; must be a list")
     if len(containers) > limits.max_containers:
-        raise LimitExceeded("Pod.spec.containers", f"{len(containers)} containers; at most {limits.max_containers}")
+        raise LimitExceeded("Pod.spec.containers",
+                            f"{len(containers)} containers; at most {limits.max_containers}")
     total = 0
     for i, c in enumerate(containers):
         where = f"Pod.spec.containers[{i}]"
@@ -187,7 +191,8 @@ def pod_gpus(pod: Mapping[str, Any], limits: ExtenderLimits | None = None) -> in
     return total
 
 
-def _annotation_number(mine: Mapping[str, str], key: str, *, integer: bool = False, most: float = 1e15) -> float:
+def _annotation_number(mine: Mapping[str, str], key: str, *, integer: bool = False,
+                       most: float = 1e15) -> float:
     path = f"Pod.metadata.annotations['{ANNOTATION}{key}']"
     try:
         value = float(mine[key])
@@ -219,12 +224,14 @@ def pod_job_spec(pod: Mapping[str, Any]) -> JobSpec | None:
                                   "missing; a dltsched pod needs model, batch and iters annotations")
     return JobSpec(mine["model"], int(_annotation_number(mine, "batch", integer=True, most=1e7)),
                    _annotation_number(mine, "iters"),
-                   _annotation_number(mine, "step-s", most=1e6) if "step-s" in mine else None, mine.get("gpu-type"))
+                   _annotation_number(mine, "step-s", most=1e6) if "step-s" in mine else None,
+                   mine.get("gpu-type"))
 
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
-    """A node as dltsched plans it: its allocatable GPUs and their catalog type, or why it cannot be planned."""
+    """A node as dltsched plans it: its allocatable GPUs and their catalog type, or why it cannot be
+    planned."""
 
     name: str
     gpu_type: str | None
@@ -234,8 +241,8 @@ class NodeInfo:
 
 def node_info(node: Any, path: str = "Node", limits: ExtenderLimits | None = None,
               default_gpu_type: str | None = None) -> NodeInfo:
-    """Name, GPU type and allocatable GPUs of a ``v1.Node``; a GPU node whose type label no catalog type matches
-    gets ``problem`` (naming the label) instead of a type."""
+    """Name, GPU type and allocatable GPUs of a ``v1.Node``; a GPU node whose type label no catalog type
+    matches gets ``problem`` (naming the label) instead of a type."""
     limits = limits or ExtenderLimits()
     if not isinstance(node, Mapping):
         raise ValidationError(path, f"{type(node).__name__} not understood; must be a v1.Node object")
@@ -254,11 +261,13 @@ def node_info(node: Any, path: str = "Node", limits: ExtenderLimits | None = Non
             try:
                 return NodeInfo(name, catalog_gpu_type(value), count)
             except ValueError as err:
-                return NodeInfo(name, None, count, f"node {name}: label {key}='{value}' is no catalog GPU type "
+                return NodeInfo(name, None, count,
+                                f"node {name}: label {key}='{value}' is no catalog GPU type "
                                 f"({str(err)[:160]}); label the node {TYPE_LABEL}=<catalog type>")
     if default_gpu_type is not None:
         return NodeInfo(name, default_gpu_type, count)
-    return NodeInfo(name, None, count, f"node {name}: no {PRODUCT_LABEL} or {TYPE_LABEL} label; label the node "
+    return NodeInfo(name, None, count,
+                    f"node {name}: no {PRODUCT_LABEL} or {TYPE_LABEL} label; label the node "
                     "or start the extender with a default GPU type")
 
 
@@ -266,6 +275,34 @@ def node_info(node: Any, path: str = "Node", limits: ExtenderLimits | None = Non
 
 @dataclass
 class PodRecord:
+    """What the extender knows of one GPU pod: identity, request, and where and when it was bound.
+
+    Times are the extender's clock in seconds (``time.time()``).
+
+    Parameters
+    ----------
+    uid
+        The pod's Kubernetes UID.
+    name
+        The pod's name.
+    namespace
+        The pod's namespace.
+    gpus
+        GPUs the pod requests.
+    spec
+        The training job the pod's annotations describe; ``None`` when they describe none.
+    node
+        The node the pod is bound to; ``None`` while pending.
+    bound_at
+        When the pod was bound; ``None`` while pending.
+    seen_at
+        When the extender last heard of the pod.
+    pending
+        Whether the watch reports it pending (it competes in the plan until bound or gone).
+    first_seen
+        When the extender first heard of it (plans weigh the longest-waiting pods first).
+    """
+
     uid: str
     name: str
     namespace: str
@@ -282,6 +319,27 @@ class PodRecord:
 
 @dataclass(frozen=True, slots=True)
 class ExtenderSettings:
+    """How the scheduler extender plans: default GPU type, backend, objective and limits.
+
+    Parameters
+    ----------
+    default_gpu_type
+        GPU type assumed for a node that names none (a catalog id or alias); ``None``: such nodes are refused.
+    backend
+        Round backend the plans are solved with.
+    objective
+        Round objective.
+    time_limit_s
+        Wall-clock limit of one plan's solve, seconds.
+    predictors
+        Predictor bundle the plans price jobs with.
+    queue_ttl_s
+        How long a pod seen in a filter call competes in plans, seconds (the watch knows pending pods
+        exactly).
+    limits
+        Size limits of what the extender accepts.
+    """
+
     default_gpu_type: str | None = None
     backend: str = "cpsat"
     objective: str = "jct"
@@ -297,8 +355,10 @@ class ExtenderSettings:
                 object.__setattr__(self, "default_gpu_type", catalog_gpu_type(self.default_gpu_type))
             except ValueError as err:
                 raise ValidationError("default_gpu_type", str(err)) from None
-        if not (isinstance(self.queue_ttl_s, int | float) and math.isfinite(self.queue_ttl_s) and self.queue_ttl_s > 0):
-            raise ValidationError("queue_ttl_s", f"{self.queue_ttl_s!r} not understood; must be a finite number > 0")
+        if not (isinstance(self.queue_ttl_s, int | float) and math.isfinite(self.queue_ttl_s)
+                and self.queue_ttl_s > 0):
+            raise ValidationError("queue_ttl_s",
+                                  f"{self.queue_ttl_s!r} not understood; must be a finite number > 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,11 +391,24 @@ class K8sExtender:
 
     # --- what the extender remembers (all bounded)
     def observe_node(self, info: NodeInfo) -> None:
+        """Add or update a node from the watch or a filter call.
+
+        Parameters
+        ----------
+        info
+            The node's name, GPU type and GPU count.
+
+        Raises
+        ------
+        LimitExceeded
+            When the known nodes would hold more GPUs than the extender's ``max_gpus``.
+        """
         with self.lock:
             old = self.nodes.get(info.name)
             gpus = self.total_gpus - (old.num_gpus if old else 0) + info.num_gpus
             if gpus > self.limits.max_gpus:
-                raise LimitExceeded("Nodes", f"{gpus} GPUs over the known nodes; at most {self.limits.max_gpus} "
+                raise LimitExceeded("Nodes",
+                                    f"{gpus} GPUs over the known nodes; at most {self.limits.max_gpus} "
                                     "(the extender's max_gpus)")
             self.nodes[info.name] = info
             self.total_gpus = gpus
@@ -346,6 +419,13 @@ class K8sExtender:
                 self.version += 1
 
     def forget_node(self, name: str) -> None:
+        """Drop a node that left the cluster (an unknown name is ignored).
+
+        Parameters
+        ----------
+        name
+            The node's name.
+        """
         with self.lock:
             old = self.nodes.pop(name, None)
             if old is not None:
@@ -374,7 +454,8 @@ class K8sExtender:
             return record
 
     def finish(self, uid: str) -> bool:
-        """The pod ended (succeeded, failed, deleted): its GPUs are free, it is forgotten. ``False`` when unknown."""
+        """The pod ended (succeeded, failed, deleted): its GPUs are free, it is forgotten. ``False`` when
+        unknown."""
         with self.lock:
             self.ended[uid] = None
             while len(self.ended) > self.limits.max_pods:
@@ -385,6 +466,18 @@ class K8sExtender:
             return pod is not None
 
     def free_gpus(self, node: str) -> int:
+        """GPUs of ``node`` that no bound pod holds.
+
+        Parameters
+        ----------
+        node
+            A known node's name.
+
+        Returns
+        -------
+        int
+            The node's GPU count less the GPUs of the pods bound to it.
+        """
         with self.lock:
             taken = sum(p.gpus for p in self.pods.values() if p.node == node)
             return self.nodes[node].num_gpus - taken
@@ -411,8 +504,10 @@ class K8sExtender:
             if not isinstance(items, list):
                 raise ValidationError("ExtenderArgs.Nodes.items", "not understood; must be a list of nodes")
             if len(items) > self.limits.max_nodes:
-                raise LimitExceeded("ExtenderArgs.Nodes.items", f"{len(items)} nodes; at most {self.limits.max_nodes}")
-            infos = [node_info(n, f"ExtenderArgs.Nodes.items[{i}]", self.limits, self.settings.default_gpu_type)
+                raise LimitExceeded("ExtenderArgs.Nodes.items",
+                                    f"{len(items)} nodes; at most {self.limits.max_nodes}")
+            infos = [node_info(n, f"ExtenderArgs.Nodes.items[{i}]", self.limits,
+                               self.settings.default_gpu_type)
                      for i, n in enumerate(items)]
             for info in infos:
                 self.observe_node(info)
@@ -420,9 +515,11 @@ class K8sExtender:
         else:
             names = _get(args, "NodeNames")
             if not isinstance(names, list):
-                raise ValidationError("ExtenderArgs", "needs Nodes (a NodeList) or NodeNames (a list of names)")
+                raise ValidationError("ExtenderArgs",
+                                      "needs Nodes (a NodeList) or NodeNames (a list of names)")
             if len(names) > self.limits.max_nodes:
-                raise LimitExceeded("ExtenderArgs.NodeNames", f"{len(names)} nodes; at most {self.limits.max_nodes}")
+                raise LimitExceeded("ExtenderArgs.NodeNames",
+                                    f"{len(names)} nodes; at most {self.limits.max_nodes}")
             for i, n in enumerate(names):
                 _name(n, f"ExtenderArgs.NodeNames[{i}]")
         if record.gpus and record.uid not in self.ended:
@@ -439,8 +536,8 @@ class K8sExtender:
             for name in names:
                 info = self.nodes.get(name)
                 if info is None:
-                    failed[name] = "unknown node: dltsched has not seen it (start it with --k8s to watch nodes, " \
-                                   "or set nodeCacheCapable: false)"
+                    failed[name] = ("unknown node: dltsched has not seen it (start it with --k8s to watch "
+                                    "nodes, or set nodeCacheCapable: false)")
                 elif pod.gpus and info.problem is not None:
                     unresolvable[name] = info.problem
                 elif pod.gpus and info.num_gpus < pod.gpus:
@@ -455,7 +552,8 @@ class K8sExtender:
                 passed = [decision.node] if decision.node is not None else []
                 (unresolvable if decision.never else failed).update(
                     {n: decision.reason for n in fits if n not in passed})
-            result: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+            result: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": unresolvable,
+                                      "Error": ""}
             if items is not None:
                 keep = set(passed)
                 result["Nodes"] = {"kind": "NodeList", "apiVersion": "v1", "metadata": {},
@@ -465,8 +563,8 @@ class K8sExtender:
             return result
 
     def prioritize(self, args: Any) -> list[dict[str, Any]]:
-        """``ExtenderArgs`` -> ``HostPriorityList``: the plan's node 10, other fitting nodes by predicted speed
-        (0..9); a pod without GPUs or dltsched annotations: best fit (fewest GPUs left over)."""
+        """``ExtenderArgs`` -> ``HostPriorityList``: the plan's node 10, other fitting nodes by predicted
+        speed (0..9); a pod without GPUs or dltsched annotations: best fit (fewest GPUs left over)."""
         with self.lock:
             pod, names, _ = self._args(args)
             fits = [n for n in names if n in self.nodes and self.nodes[n].problem is None
@@ -488,22 +586,26 @@ class K8sExtender:
             return [{"Host": n, "Score": int(scores[n])} for n in names]
 
     def bind(self, args: Any) -> dict[str, str]:
-        """``ExtenderBindingArgs`` -> ``ExtenderBindingResult``: bind via ``binder``, then record the placement."""
+        """``ExtenderBindingArgs`` -> ``ExtenderBindingResult``: bind via ``binder``, then record the
+        placement."""
         if not isinstance(args, Mapping):
             raise ValidationError("ExtenderBindingArgs", "not understood; must be a JSON object")
         name = _name(_get(args, "PodName"), "ExtenderBindingArgs.PodName")
-        namespace = _name(_get(args, "PodNamespace"), "ExtenderBindingArgs.PodNamespace", required=False) or "default"
+        namespace = _name(_get(args, "PodNamespace"), "ExtenderBindingArgs.PodNamespace",
+                          required=False) or "default"
         uid = _name(_get(args, "PodUID"), "ExtenderBindingArgs.PodUID")
         node = _name(_get(args, "Node"), "ExtenderBindingArgs.Node")
         with self.lock:
             if node not in self.nodes:
-                return {"Error": f"node '{node}' unknown to dltsched; it has not been offered in a filter call"}
+                return {"Error": f"node '{node}' unknown to dltsched; it has not been offered "
+                                 "in a filter call"}
             pod = self.pods.get(uid) or PodRecord(uid, name, namespace, 0, None)
             if pod.node != node and pod.gpus > self.free_gpus(node):
                 return {"Error": f"node '{node}' has {self.free_gpus(node)} free GPUs; pod needs {pod.gpus}"}
             if self.binder is None:
-                return {"Error": "dltsched has no binder configured; leave bindVerb out of the extender config "
-                                 "or start the extender with --k8s (it binds through the API server)"}
+                return {"Error": "dltsched has no binder configured; leave bindVerb out of the "
+                                 "extender config or start the extender with --k8s (it binds "
+                                 "through the API server)"}
             try:
                 self.binder(name, namespace, uid, node)
             except Exception as err:  # noqa: BLE001 - the API server's answer, passed back to kube-scheduler
@@ -517,8 +619,8 @@ class K8sExtender:
     # --- the one place that meets dltsched's domain types
     def plan_for(self, pod: PodRecord, fits: Sequence[str]) -> Decision:
         """Solve a round over the known nodes: bound pods' GPUs are taken, the pending dltsched pods compete.
-        The plan's node for ``pod`` among ``fits``, or ``None`` and the reason it waits. Cached until the state
-        changes."""
+        The plan's node for ``pod`` among ``fits``, or ``None`` and the reason it waits. Cached until the
+        state changes."""
         key = (pod.uid, self.version, tuple(fits))
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
@@ -539,7 +641,8 @@ class K8sExtender:
         from dltsched.engine.app.measured import JobMeasurement, Measurements
         from dltsched.engine.domain.model import Cluster, ClusterState, JobState, Node
 
-        infos = [self.nodes[n] for n in plan_nodes(fits, self.nodes, self.free_gpus, self.limits.max_plan_nodes)]
+        infos = [self.nodes[n]
+                 for n in plan_nodes(fits, self.nodes, self.free_gpus, self.limits.max_plan_nodes)]
         cluster = Cluster(tuple(Node(i.name, str(i.gpu_type), i.num_gpus) for i in infos))
         first = {i.name: cluster.node_first_gpu[k] for k, i in enumerate(infos)}
         used = dict.fromkeys(first, 0)
@@ -557,7 +660,8 @@ class K8sExtender:
                     measured[p.uid] = JobMeasurement(step_time_s={key: p.spec.step_time_s})
             except (ValidationError, ValueError) as err:
                 if p is pod:
-                    return Decision(None, f"dltsched cannot price the pod: {err}; fix its dltsched.io annotations")
+                    return Decision(None,
+                                    f"dltsched cannot price the pod: {err}; fix its dltsched.io annotations")
                 continue
             states.append(JobState(job, job.total_iterations))
         state = ClusterState(self.clock(), cluster, tuple(states), down_gpus=frozenset(taken))
@@ -566,29 +670,34 @@ class K8sExtender:
                                          max_jobs_per_gpu=1, freeze_levels=(0,),
                                          time_limit_s=self.settings.time_limit_s, allow_cross_node=False)
         try:
-            plan = api.solve_round(state, config, predictors=preds, measurements=Measurements(measured).checked())
+            plan = api.solve_round(state, config, predictors=preds,
+                                   measurements=Measurements(measured).checked())
             speed = {}
             for n in fits:
                 step = plan_step_time(preds, states[0].job, self.nodes[n].gpu_type, measured.get(pod.uid))
                 speed[n] = 1.0 / step if step > 0 else 0.0
         except Exception as err:  # noqa: BLE001 - a pod the plan cannot weigh is filtered by free GPUs alone
-            log.warning("pod %s/%s: plan failed (%s); filtered by free GPUs only", pod.namespace, pod.name, err)
+            log.warning("pod %s/%s: plan failed (%s); filtered by free GPUs only", pod.namespace, pod.name,
+                        err)
             return Decision(fits[0] if fits else None, f"dltsched plan failed: {str(err)[:200]}")
         placed = plan.by_job().get(pod.uid)
         message = str(getattr(plan, "message", "") or "")
         if placed is None and f"job '{pod.uid}'" in message:
-            mine = next((part for part in re.split(r"(?=job ')", message) if part.startswith(f"job '{pod.uid}'")), "")
-            return Decision(None, f"dltsched: the pod can never run on these nodes: {mine.strip()[:300]}", speed,
-                            never=True)
+            mine = next((part for part in re.split(r"(?=job ')", message)
+                         if part.startswith(f"job '{pod.uid}'")), "")
+            return Decision(None, f"dltsched: the pod can never run on these nodes: {mine.strip()[:300]}",
+                            speed, never=True)
         if placed is None:
             others = [a.job_id for a in plan.assignments][:5]
-            who = f"; this round's free GPUs go to pods {', '.join(self.pods[u].name for u in others)}" if others else ""
+            names = ", ".join(self.pods[u].name for u in others)
+            who = f"; this round's free GPUs go to pods {names}" if others else ""
             return Decision(None, f"dltsched plan: the pod waits ({plan.status}){who}", speed)
         node = cluster.nodes[cluster.gpu_node[placed.gpus[0]]].id
         return Decision(node, f"dltsched plan places this pod on {node}", speed)
 
 
-def plan_nodes(fits: Sequence[str], nodes: Mapping[str, NodeInfo], free: Callable[[str], int], most: int) -> list[str]:
+def plan_nodes(fits: Sequence[str], nodes: Mapping[str, NodeInfo], free: Callable[[str], int],
+               most: int) -> list[str]:
     """The nodes a plan weighs: the pod's candidate nodes (kube-scheduler's, that have the GPUs), at most
     ``most`` of them: by GPU type in turn, most free GPUs first, so that every type stays in the choice."""
     by_type: dict[str, list[str]] = {}
@@ -628,7 +737,8 @@ def pod_record(pod: Mapping[str, Any], limits: ExtenderLimits) -> PodRecord:
     """A ``v1.Pod`` (from kube-scheduler or the watch) as the extender remembers it."""
     meta = _map(pod, "metadata", "Pod.metadata")
     name = _name(_get(meta, "name", ""), "Pod.metadata.name", required=False)
-    namespace = _name(_get(meta, "namespace", "default"), "Pod.metadata.namespace", required=False) or "default"
+    namespace = _name(_get(meta, "namespace", "default"), "Pod.metadata.namespace",
+                      required=False) or "default"
     uid = _name(_get(meta, "uid"), "Pod.metadata.uid", required=False) or f"{namespace}/{name}"
     return PodRecord(uid, name, namespace, pod_gpus(pod, limits), pod_job_spec(pod))
 
@@ -642,7 +752,8 @@ def api_server_binder(base_url: str, token_file: str | Path, ca_file: str | Path
 
     def bind(name: str, namespace: str, uid: str, node: str) -> None:
         token = Path(token_file).read_text().strip()
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name, "namespace": namespace, "uid": uid},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         answer = httpx.post(f"{base_url}/api/v1/namespaces/{namespace}/pods/{name}/binding", json=body,
                             headers={"Authorization": f"Bearer {token}"}, verify=str(ca_file) if
@@ -671,7 +782,8 @@ def k8s_router(extender: K8sExtender | None = None) -> Any:
             raise HTTPException(400, str(err)) from None
         except (TypeError, ValueError, AttributeError, KeyError, OverflowError, RecursionError) as err:
             log.debug("k8s body not understood", exc_info=True)  # a shape no check above names
-            raise HTTPException(400, f"body: not understood ({type(err).__name__}); see the extender API") from None
+            raise HTTPException(400, f"body: not understood ({type(err).__name__}); "
+                                     "see the extender API") from None
 
     @router.post("/filter")
     def filter_(body: Any = Body(...)) -> dict[str, Any]:  # noqa: B008 (FastAPI's way)

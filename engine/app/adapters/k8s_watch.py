@@ -54,7 +54,8 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, host: 
         try:
             config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
         except (config.ConfigException, OSError, TypeError) as err:
-            raise DltschedError(f"--k8s: no in-cluster credentials and no usable kubeconfig ({err}); run it in "
+            raise DltschedError("--k8s: no in-cluster credentials and no usable kubeconfig "
+                                f"({err}); run it in "
                                 "the cluster or give --kubeconfig") from None
     return client.ApiClient(cfg)
 
@@ -91,8 +92,16 @@ class KubeWatcher:
         self.errors = 0
 
     def start(self) -> KubeWatcher:
+        """Start one daemon thread watching nodes and one watching pods.
+
+        Returns
+        -------
+        KubeWatcher
+            This watcher, started.
+        """
         for kind in ("nodes", "pods"):
-            thread = threading.Thread(target=self._run, args=(kind,), name=f"dltsched-watch-{kind}", daemon=True)
+            thread = threading.Thread(target=self._run, args=(kind,), name=f"dltsched-watch-{kind}",
+                                      daemon=True)
             thread.start()
             self.threads.append(thread)
         return self
@@ -103,6 +112,7 @@ class KubeWatcher:
         return all(e.wait(max(0.0, deadline - time.monotonic())) for e in self.synced.values())
 
     def stop(self) -> None:
+        """Ask the watch threads to stop after their current request."""
         self.stopping.set()
 
     # --- one resource: list, then watch from its version; list again on 410 or any failure
@@ -126,21 +136,23 @@ class KubeWatcher:
                     backoff = min(60.0, backoff * 2)
             except Exception as err:  # noqa: BLE001 - a watch outlives a broken stream or a bad object
                 self.errors += 1
-                log.warning("k8s %s watch: %s: %s; listing again in %.0f s", kind, type(err).__name__, err, backoff)
+                log.warning("k8s %s watch: %s: %s; listing again in %.0f s", kind, type(err).__name__, err,
+                            backoff)
                 self.stopping.wait(backoff)
                 backoff = min(60.0, backoff * 2)
 
     def _call(self, kind: str, **kw: Any) -> Any:
         if kind == "nodes":
             return self.core.list_node(**kw)
-        return self.core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed",
-                                                     **kw)
+        return self.core.list_pod_for_all_namespaces(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed", **kw)
 
     def _list(self, kind: str) -> str:
         seen: set[str] = set()
         token, version = None, ""
         while True:
-            answer = self._call(kind, limit=_PAGE, _preload_content=False, **({"_continue": token} if token else {}))
+            answer = self._call(kind, limit=_PAGE, _preload_content=False,
+                                **({"_continue": token} if token else {}))
             page = json.loads(answer.data)
             for item in page.get("items") or []:
                 item.setdefault("kind", "Node" if kind == "nodes" else "Pod")
@@ -167,7 +179,8 @@ class KubeWatcher:
         stream = watch.Watch()
         fn = self.core.list_node if kind == "nodes" else self.core.list_pod_for_all_namespaces
         extra = {} if kind == "nodes" else {"field_selector": "status.phase!=Succeeded,status.phase!=Failed"}
-        events: Iterator[dict[str, Any]] = stream.stream(fn, resource_version=version, timeout_seconds=self.watch_timeout_s,
+        events: Iterator[dict[str, Any]] = stream.stream(fn, resource_version=version,
+                                                         timeout_seconds=self.watch_timeout_s,
                                                          allow_watch_bookmarks=True, **extra)
         for event in events:
             if self.stopping.is_set():
@@ -178,8 +191,10 @@ class KubeWatcher:
             if kind_of_event == "ERROR":
                 from kubernetes.client.exceptions import ApiException
 
-                raise ApiException(status=int(raw.get("code") or 500), reason=str(raw.get("reason") or "watch error"))
-            meta: dict[str, Any] = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}  # type: ignore[assignment]
+                raise ApiException(status=int(raw.get("code") or 500),
+                                   reason=str(raw.get("reason") or "watch error"))
+            meta: dict[str, Any] = raw.get("metadata") if isinstance(raw.get("metadata"),
+                                                                     dict) else {}  # type: ignore[assignment]
             version = str(meta.get("resourceVersion") or version)
             if kind_of_event != "BOOKMARK":
                 self._apply(kind_of_event, kind, raw)
@@ -188,21 +203,25 @@ class KubeWatcher:
     # --- one object
     def _apply(self, event: str, kind: str, obj: dict[str, Any]) -> str | None:
         """Feed one node or pod to the extender; its key (node name or pod uid), ``None`` when skipped."""
-        meta: dict[str, Any] = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}  # type: ignore[assignment]
+        meta: dict[str, Any] = obj.get("metadata") if isinstance(obj.get("metadata"),
+                                                                 dict) else {}  # type: ignore[assignment]
         try:
             if kind == "nodes":
                 name = str(meta.get("name") or "")
                 if event == "DELETED":
                     self.extender.forget_node(name)
                     return None
-                info = node_info(obj, f"node {name}", self.extender.limits, self.extender.settings.default_gpu_type)
+                info = node_info(obj, f"node {name}", self.extender.limits,
+                                 self.extender.settings.default_gpu_type)
                 if info.problem:
                     log.warning("%s", info.problem)
                 self.extender.observe_node(info)
                 return info.name
             uid = str(meta.get("uid") or "")
-            status: dict[str, Any] = obj.get("status") if isinstance(obj.get("status"), dict) else {}  # type: ignore[assignment]
-            spec: dict[str, Any] = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}  # type: ignore[assignment]
+            status: dict[str, Any] = obj.get("status") if isinstance(obj.get("status"),
+                                                                     dict) else {}  # type: ignore[assignment]
+            spec: dict[str, Any] = obj.get("spec") if isinstance(obj.get("spec"),
+                                                                 dict) else {}  # type: ignore[assignment]
             if event == "DELETED" or status.get("phase") in ENDED_PHASES:
                 self.extender.finish(uid)
                 return None
@@ -214,8 +233,9 @@ class KubeWatcher:
             job = pod_job_spec(obj) if node is None and mine else None
             if node is None and job is None:
                 return None  # someone else's pending pod: it holds nothing yet
-            record = PodRecord(uid, str(meta.get("name") or ""), str(meta.get("namespace") or "default"), gpus, job,
-                               node=node, bound_at=time.time() if node else None, pending=node is None)
+            record = PodRecord(uid, str(meta.get("name") or ""), str(meta.get("namespace") or "default"),
+                               gpus, job, node=node, bound_at=time.time() if node else None,
+                               pending=node is None)
             with self.extender.lock:
                 known = self.extender.pods.get(uid)
                 if known is not None and known.node is not None and node is None:

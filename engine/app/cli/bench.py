@@ -45,8 +45,8 @@ def bench() -> None:
 
 #: metrics aggregated over seeds (mean and 95% confidence half-width)
 _METRICS = ("avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "gpu_util", "avg_queueing_s", "ftf_mean",
-            "num_preemptions", "num_rounds", "decision_time_mean_s", "decision_time_p50_s", "decision_time_p90_s",
-            "decision_time_p99_s", "decision_time_max_s", "simulate_s")
+            "num_preemptions", "num_rounds", "decision_time_mean_s", "decision_time_p50_s",
+            "decision_time_p90_s", "decision_time_p99_s", "decision_time_max_s", "simulate_s")
 
 
 #: the policy whose simulation wall time every other policy's is divided by, when it is in the run
@@ -71,22 +71,27 @@ def _ci95(values: list[float]) -> float:
 @click.option("--instance", "instance_path", type=click.Path(dir_okay=False), help="Instance JSON file.")
 @click.option("--workload", help="A real workload (philly, gavel, muri:trace1, sia:saturn/<file>, ...).")
 @click.option("--data-dir", type=click.Path(file_okay=False))
-@click.option("--jobs", type=click.IntRange(1, MAX_JOBS), help="First N jobs of --workload (after --start-s).")
-@click.option("--start-s", type=FiniteFloat(0.0, 1e10), help="Window start in the trace, seconds from its first arrival.")
-@click.option("--gpus", type=click.IntRange(1, 100_000), help="Cluster of G GPUs of --gpu-types in 8-GPU nodes.")
-@click.option("--gpu-types", default="v100,p100,k80", show_default=True, help="Types dealt round-robin over nodes.")
+@click.option("--jobs", type=click.IntRange(1, MAX_JOBS),
+              help="First N jobs of --workload (after --start-s).")
+@click.option("--start-s", type=FiniteFloat(0.0, 1e10),
+              help="Window start in the trace, seconds from its first arrival.")
+@click.option("--gpus", type=click.IntRange(1, 100_000),
+              help="Cluster of G GPUs of --gpu-types in 8-GPU nodes.")
+@click.option("--gpu-types", default="v100,p100,k80", show_default=True,
+              help="Types dealt round-robin over nodes.")
 @click.option("--cluster", help="Cluster spec instead of --gpus, e.g. 'v100:8x8,p100:4x8,k80:4x8'.")
 @click.option("--policy", "policies", multiple=True, default=("all",), show_default=True,
               help="Policy, repeatable; groups: baselines, papers, all.")
-@click.option("--seed", "seeds", multiple=True, type=click.IntRange(0, MAX_SEED), default=(0,), show_default=True,
+@click.option("--seed", "seeds", multiple=True, type=click.IntRange(0, MAX_SEED), default=(0,),
+              show_default=True,
               help="Seed, repeatable: each seed re-draws the trace's model assignment and the simulation.")
 @click.option("--predictors", "predictor_sets", multiple=True,
-              help="Predictor bundle, repeatable: each gets its own rows (e.g. --predictors default --predictors "
-                   "crossfit: in-sample beside cross-fitted). Default: crossfit when the ground truth comes from "
-                   "measurements (a data folder is found), else default.")
+              help="Predictor bundle, repeatable: each gets its own rows (e.g. --predictors "
+                   "default --predictors crossfit: in-sample beside cross-fitted). Default: crossfit when "
+                   "the ground truth comes from measurements (a data folder is found), else default.")
 @click.option("--calibration", type=click.Path(dir_okay=False), default=None,
-              help="A calibration bundle (dltsched calibrate) on top of every --predictors bundle; a bundle named "
-                   "NAME@CAL.json gets one of its own.")
+              help="A calibration bundle (dltsched calibrate) on top of every --predictors "
+                   "bundle; a bundle named NAME@CAL.json gets one of its own.")
 @click.option("--prediction-error", type=FiniteFloat(0.0, 10.0), default=0.0, show_default=True)
 @click.option("--option", "options", multiple=True, help=OPTION_HELP)
 @click.option("--truth", "truth_dirs", multiple=True, type=click.Path(file_okay=False),
@@ -96,16 +101,19 @@ def _ci95(values: list[float]) -> float:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str | None, data_dir: str | None,
-                   jobs: int | None, start_s: float | None, gpus: int | None, gpu_types: str, cluster: str | None,
-                   policies: tuple[str, ...], seeds: tuple[int, ...], predictor_sets: tuple[str, ...],
-                   calibration: str | None, prediction_error: float, options: tuple[str, ...],
-                   truth_dirs: tuple[str, ...], truth_sharing: str | None, as_json: bool) -> None:
+                   jobs: int | None, start_s: float | None, gpus: int | None, gpu_types: str,
+                   cluster: str | None, policies: tuple[str, ...], seeds: tuple[int, ...],
+                   predictor_sets: tuple[str, ...], calibration: str | None, prediction_error: float,
+                   options: tuple[str, ...], truth_dirs: tuple[str, ...], truth_sharing: str | None,
+                   as_json: bool) -> None:
     """Every policy on the same workload and cluster: one row per predictor bundle and policy, means and 95%
     CIs over seeds; each row names its bundle and whether it is fitted on the truth's measurements."""
     names = expand_policies(policies)
     opts = parse_options(options)
-    per_policy_options = options_by_name(names, opts, "--policy")  # a bad option fails before any run; each policy gets its own
-    bundles = list(dict.fromkeys(check_predictors(p) for p in predictor_sets)) or [default_bench_predictors(data_dir)]
+    # a bad option fails before any run; each policy gets its own
+    per_policy_options = options_by_name(names, opts, "--policy")
+    bundles = list(dict.fromkeys(check_predictors(p)
+                                 for p in predictor_sets)) or [default_bench_predictors(data_dir)]
     bundles = list(dict.fromkeys(check_predictors(with_calibration(b, calibration)) for b in bundles))
     per_policy: dict[tuple[str, str], list[dict[str, Any]]] = {(b, n): [] for b in bundles for n in names}
     info: dict[str, Any] = {}
@@ -113,8 +121,9 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
     truth = make_truth(data_dir, truth_dirs, truth_sharing)
     for seed in seeds:
         t0 = time.perf_counter()
-        inst = load_instance_or_workload(instance_path, workload, data_dir=data_dir, cluster=cluster, jobs=jobs,
-                                         seed=seed, gpus=gpus, gpu_types=gpu_types, start_s=start_s)
+        inst = load_instance_or_workload(instance_path, workload, data_dir=data_dir, cluster=cluster,
+                                         jobs=jobs, seed=seed, gpus=gpus, gpu_types=gpu_types,
+                                         start_s=start_s)
         info = {"num_jobs": len(inst.jobs), "num_gpus": inst.cluster.num_gpus,
                 "gpus_by_type": inst.cluster.gpus_by_type(), "load_s": round(time.perf_counter() - t0, 3)}
         for bundle in bundles:
@@ -157,7 +166,8 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
                 click.echo(f"{r['policy']}: simulation wall time {r['simulate_s']:.1f} s, "
                            f"{r[f'simulate_s_vs_{RATIO_BASELINE}']:.2f}x {RATIO_BASELINE}'s in the same run")
 
-    emit({"workload": workload or instance_path, "seeds": list(seeds), **info, "truth": truth_name, "rows": rows}, as_json, human)
+    emit({"workload": workload or instance_path, "seeds": list(seeds), **info, "truth": truth_name,
+          "rows": rows}, as_json, human)
 
 
 class _Row:

@@ -3,8 +3,8 @@
 Each window is simulated with the optimizing policy and the references (Tiresias and the Gavel LP policy) in
 the same process, one after the other, so that the ratios compare runs of the same machine load (wall-clock
 seconds, and this process's CPU seconds, which a loaded machine disturbs less). The predictor
-bundle is loaded once per window before any policy is timed (every policy shares it); each policy's time is its
-simulation alone, its own imports included on its first window.
+bundle is loaded once per window before any policy is timed (every policy shares it); each policy's time is
+its simulation alone, its own imports included on its first window.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ REFERENCES = ("tiresias", "gavel")
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """A window of the Philly trace: ``jobs`` jobs from ``start_s`` on ``gpus`` GPUs, models drawn by ``seed``."""
+    """A window of the Philly trace: ``jobs`` jobs from ``start_s`` on ``gpus`` GPUs, models drawn by
+    ``seed``."""
 
     name: str
     start_s: float
@@ -58,7 +59,8 @@ def run_window(window: Window, policies: tuple[str, ...], *, bundle: str, data_d
                            "num_gpus": inst.cluster.num_gpus, "seed": window.seed, "bundle": bundle,
                            "load_s": time.perf_counter() - began}
     for name in policies:
-        preds, config = simulation_setup(with_prediction_error(predictors(bundle, data_dir), 0.0, window.seed),
+        preds, config = simulation_setup(with_prediction_error(predictors(bundle, data_dir), 0.0,
+                                                               window.seed),
                                          seed=window.seed, memory="oom")
         policy = make_policy(name, predictors=preds, **options.get(name, {}))
         truth = MeasuredTruth(data_dir=data_dir)
@@ -75,7 +77,8 @@ def run_window(window: Window, policies: tuple[str, ...], *, bundle: str, data_d
     if "optimizing" in row:
         for ref in policies:
             if ref != "optimizing":
-                row[f"optimizing_over_{ref}"] = row["optimizing"]["simulate_s"] / max(1e-9, row[ref]["simulate_s"])
+                row[f"optimizing_over_{ref}"] = (row["optimizing"]["simulate_s"]
+                                                 / max(1e-9, row[ref]["simulate_s"]))
                 row[f"optimizing_over_{ref}_cpu"] = row["optimizing"]["cpu_s"] / max(1e-9, row[ref]["cpu_s"])
     return row
 
@@ -86,14 +89,15 @@ def run_window(window: Window, policies: tuple[str, ...], *, bundle: str, data_d
 @click.option("--reference", "references", multiple=True, default=REFERENCES, show_default=True,
               help="Reference policy, repeatable.")
 @click.option("--max-jobs", type=click.IntRange(1, 100_000), default=None,
-              help="At most this many jobs of each window (a quick look; the figures are those of whole windows).")
+              help="At most this many jobs of each window (a quick look; the figures are those "
+                   "of whole windows).")
 @click.option("--data-dir", type=click.Path(file_okay=False))
 @click.option("--predictors", "bundle", default=None,
               help="Predictor bundle (default: crossfit when a data folder is found, else default).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def bench_windows(ctx: click.Context, names: tuple[str, ...], references: tuple[str, ...], max_jobs: int | None,
-                  data_dir: str | None, bundle: str | None, as_json: bool) -> None:
+def bench_windows(ctx: click.Context, names: tuple[str, ...], references: tuple[str, ...],
+                  max_jobs: int | None, data_dir: str | None, bundle: str | None, as_json: bool) -> None:
     """The optimizing policy on held-out Philly windows beside reference policies run in the same process:
     per window the simulation seconds of each, the optimizing/reference ratios, rounds, solves, milliseconds
     per round, seconds inside the solver (``solver_s``) and average JCT."""
@@ -110,11 +114,12 @@ def bench_windows(ctx: click.Context, names: tuple[str, ...], references: tuple[
         rows.append(row)
         if not (ctx.obj or {}).get("quiet") and not as_json:
             ratios = ", ".join(f"/{r} {row[f'optimizing_over_{r}']:.1f}x" for r in policies[1:])
-            click.echo(f"{window.name}: optimizing {row['optimizing']['simulate_s']:.1f} s ({ratios})", err=True)
+            click.echo(f"{window.name}: optimizing {row['optimizing']['simulate_s']:.1f} s ({ratios})",
+                       err=True)
 
     def human() -> None:
-        head = ["window", "jobs", "GPUs", *(f"{p} (s)" for p in policies), *(f"opt/{r}" for r in policies[1:]),
-                *(f"opt/{r} CPU" for r in policies[1:]),
+        head = ["window", "jobs", "GPUs", *(f"{p} (s)" for p in policies),
+                *(f"opt/{r}" for r in policies[1:]), *(f"opt/{r} CPU" for r in policies[1:]),
                 "rounds", "solves", "ms/round", "solver (s)", "opt avg JCT (h)"]
         click.echo(" | ".join(head))
         for row in rows:
@@ -123,8 +128,8 @@ def bench_windows(ctx: click.Context, names: tuple[str, ...], references: tuple[
                      *(f"{row[p]['simulate_s']:.2f}" for p in policies),
                      *(f"{row[f'optimizing_over_{r}']:.2f}" for r in policies[1:]),
                      *(f"{row[f'optimizing_over_{r}_cpu']:.2f}" for r in policies[1:]),
-                     str(opt["num_rounds"]), str(opt["solves"]), f"{opt['ms_per_round']:.1f}", f"{opt['solver_s']:.2f}",
-                     f"{opt['avg_jct_s'] / 3600:.3f}"]
+                     str(opt["num_rounds"]), str(opt["solves"]), f"{opt['ms_per_round']:.1f}",
+                     f"{opt['solver_s']:.2f}", f"{opt['avg_jct_s'] / 3600:.3f}"]
             click.echo(" | ".join(cells))
 
     emit(rows, as_json, human)

@@ -1,4 +1,5 @@
-"""Click commands ``colocation``, ``eval-colocation`` and ``train-colocation`` (mounted under ``dltsched predict``)."""
+"""Click commands ``colocation``, ``eval-colocation`` and ``train-colocation`` (mounted under ``dltsched
+predict``)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from dltsched.engine.domain.errors import ValidationError
 
 _TABLE_HELP = ("A profile model's table_profile_*.json (default: the shipped one, the engine's co-location "
                "predictor), an ensemble co-location table JSON, or an E-GGAT .safetensors checkpoint.")
-_EGGAT_HELP = ("--eggat: the profile model with the E-GGAT its file names blended into its speeds (the shipped "
-               "one: the Gavel-trained network, run in numpy, at weight 1/2); --no-eggat: without it. Default: the "
-               "shipped model without it (the engine's default), a --model file as written.")
+_EGGAT_HELP = ("--eggat: the profile model with the E-GGAT its file names blended into its "
+               "speeds (the shipped one: the Gavel-trained network, run in numpy, at weight 1/2); "
+               "--no-eggat: without it. Default: the shipped model without it (the engine's default), a "
+               "--model file as written.")
 
 
 def _load_predictor(path: str | None, eggat: bool | None = None) -> Any:
@@ -25,7 +27,8 @@ def _load_predictor(path: str | None, eggat: bool | None = None) -> Any:
     if eggat is False:
         predictor = predictor.without_eggat()
     elif eggat and predictor.eggat is None:
-        raise ValidationError("eggat", f"'{path}' names no E-GGAT; train one with train-colocation --eggat-weight")
+        raise ValidationError("eggat",
+                              f"'{path}' names no E-GGAT; train one with train-colocation --eggat-weight")
     return predictor
 
 
@@ -54,12 +57,15 @@ def _read_predictor(path: str | None, eggat: bool = False) -> Any:
 
 
 @click.command("colocation")
-@click.option("--gpu", required=True, help="GPU type (catalog id or alias; 'lucid' for a Lucid-trained model).")
-@click.option("--job", "jobs", multiple=True, required=True, help="MODEL:BATCH[:amp], once per co-located job.")
+@click.option("--gpu", required=True,
+              help="GPU type (catalog id or alias; 'lucid' for a Lucid-trained model).")
+@click.option("--job", "jobs", multiple=True, required=True,
+              help="MODEL:BATCH[:amp], once per co-located job.")
 @click.option("--model", "model_path", default=None, help=_TABLE_HELP)
 @click.option("--eggat/--no-eggat", "eggat", default=None, help=_EGGAT_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def colocation(gpu: str, jobs: tuple[str, ...], model_path: str | None, eggat: bool | None, as_json: bool) -> None:
+def colocation(gpu: str, jobs: tuple[str, ...], model_path: str | None, eggat: bool | None,
+               as_json: bool) -> None:
     """Predict each job's speed and step time, and the group's memory and GPU utilisation."""
     from dltsched.predictors.colocation.baselines import as_job, default_step_time
     from dltsched.predictors.colocation.features import Group, resolve_gpu
@@ -88,26 +94,31 @@ def colocation(gpu: str, jobs: tuple[str, ...], model_path: str | None, eggat: b
 def _print_prediction(payload: dict[str, Any]) -> None:
     for row in payload["jobs"]:
         source = f"  profile {row['profile']}" if "profile" in row else ""
-        click.echo(f"{row['job']:<28} speed {row['speed']:.3f}  step {row['step_time_s'] * 1e3:.1f} ms{source}")
-    click.echo(f"group memory {payload['memory_mib']:.0f} MiB, GPU util {payload['gpu_util'] or float('nan'):.1f}%")
+        click.echo(f"{row['job']:<28} speed {row['speed']:.3f}  step "
+                   f"{row['step_time_s'] * 1e3:.1f} ms{source}")
+    click.echo(f"group memory {payload['memory_mib']:.0f} MiB, GPU util "
+               f"{payload['gpu_util'] or float('nan'):.1f}%")
 
 
 @click.command("eval-colocation")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["gavel", "lucid"]), required=True,
-              help="gavel: Gavel's throughputs JSON; lucid: Lucid's layout (colocate_info.csv, or the profiling "
-                   "harness's colocate3_info.csv; single_data.csv beside it; a gpu column keys the GPU).")
+              help="gavel: Gavel's throughputs JSON; lucid: Lucid's layout (colocate_info.csv, "
+                   "or the profiling harness's colocate3_info.csv; single_data.csv beside it; a gpu "
+                   "column keys the GPU).")
 @click.option("--gpu", default=None, help="Only the groups on this GPU.")
 @click.option("--model", "model_path", default=None, help=_TABLE_HELP)
 @click.option("--rules", is_flag=True,
-              help="Also score the naive rules on the same rows: util_share (speed min(1, 100 / sum of isolated "
-                   "util), memory = sum of isolated memory, util min(100, sum)), and the constant and per-model-mean "
-                   "rules fitted on the Gavel pairs the shipped model is trained on (needs the shared data folder).")
-@click.option("--data-dir", default=None, help="Shared data folder for --rules (default: found automatically).")
+              help="Also score the naive rules on the same rows: util_share (speed min(1, 100 / "
+                   "sum of isolated util), memory = sum of isolated memory, util min(100, sum)), and the "
+                   "constant and per-model-mean rules fitted on the Gavel pairs the shipped model is trained "
+                   "on (needs the shared data folder).")
+@click.option("--data-dir", default=None,
+              help="Shared data folder for --rules (default: found automatically).")
 @click.option("--eggat/--no-eggat", "eggat", default=None, help=_EGGAT_HELP)
 @click.option("--calibration", type=click.Path(dir_okay=False), default=None,
-              help="Price the groups on GPU types this calibration bundle covers with it (dltsched calibrate), "
-                   "each under its own sharing mode; the others with the model.")
+              help="Price the groups on GPU types this calibration bundle covers with it "
+                   "(dltsched calibrate), each under its own sharing mode; the others with the model.")
 @click.option("--json", "as_json", is_flag=True)
 def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None, rules: bool,
                     data_dir: str | None, eggat: bool | None, calibration: str | None, as_json: bool) -> None:
@@ -128,7 +139,8 @@ def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None
         from dltsched.predictors.calibration.check import CalibratedGroupPredictor
 
         bundle = calibration_bundle(calibration)
-        predictor = CalibratedGroupPredictor(bundle, predictor, {(s.gpu, s.jobs): s.sharing for s in data.samples})
+        predictor = CalibratedGroupPredictor(bundle, predictor,
+                                             {(s.gpu, s.jobs): s.sharing for s in data.samples})
     preds = predictor.predict([group_of(s) for s in data.samples], data)
     scores = evaluate(_Predicted(preds), data)  # scored on the predictions made once, as the rows below
     if calibration:
@@ -137,7 +149,8 @@ def eval_colocation(file: str, fmt: str, gpu: str | None, model_path: str | None
     scores["fallbacks"] = dict(getattr(predictor, "fallbacks", {}))
     scores["gpus"] = list(data.gpus())
     scores["group_sizes"] = sorted({len(s.jobs) for s in data.samples})
-    scores["sharing"] = sorted({s.sharing for s in data.samples})  # time-slicing and MPS are different regimes
+    # time-slicing and MPS are different regimes
+    scores["sharing"] = sorted({s.sharing for s in data.samples})
     trained_on = getattr(predictor, "record", {}).get("data")
     if trained_on is not None:
         scores["trained_on"] = trained_on  # the same data: in-sample figures, not predictions
@@ -167,12 +180,14 @@ def accuracy_rows(samples: Any, preds: Any, held_out: bool | None) -> list[dict[
         group = "+".join(j.label for j in sample.jobs)
         base = {"gpu": sample.gpu, "group": group, "held_out": held_out}
         for job, predicted, measured in zip(sample.jobs, pred.speeds, sample.speeds, strict=True):
-            rows.append({"quantity": "speed", "model": job.model, "predicted": predicted, "measured": measured} | base)
+            rows.append({"quantity": "speed", "model": job.model, "predicted": predicted,
+                         "measured": measured} | base)
         models = "+".join(sorted({j.model for j in sample.jobs}))
         for quantity, predicted, measured in (("memory_mib", pred.memory_mib, sample.memory_mib),
                                               ("gpu_util", pred.gpu_util, sample.gpu_util)):
             if predicted is not None and measured is not None:
-                rows.append({"quantity": quantity, "model": models, "predicted": predicted, "measured": measured}
+                rows.append({"quantity": quantity, "model": models, "predicted": predicted,
+                             "measured": measured}
                             | base)
     return rows
 
@@ -205,7 +220,8 @@ def _print_scores(scores: dict[str, Any]) -> None:
     click.echo(line("predictor", scores))
     if "calibration" in scores:
         click.echo(f"calibration {scores['calibration']}"
-                   + (": fitted on these groups (in-sample, not a prediction)" if scores["in_sample"] else ""))
+                   + (": fitted on these groups (in-sample, not a prediction)" if scores["in_sample"]
+                      else ""))
     for name, s in scores.get("rules", {}).items():
         click.echo(line(name, s) if isinstance(s, dict) else f"{name}: {s}")
     if scores["fallbacks"]:
@@ -214,25 +230,30 @@ def _print_scores(scores: dict[str, Any]) -> None:
 
 @click.command("train-colocation")
 @click.option("--data", "dataset", type=click.Choice(["gavel", "lucid"]), default="gavel")
-@click.option("--predictor", "kind", type=click.Choice(["profile", "ensemble"]), default="profile", show_default=True,
+@click.option("--predictor", "kind", type=click.Choice(["profile", "ensemble"]), default="profile",
+              show_default=True,
               help="profile: physics base + trees over isolated profiles (table_profile_<data>.json); "
                    "ensemble: E-GGAT + GBT tabulated (needs torch).")
 @click.option("--data-dir", default=None, help="Shared data folder (default: found automatically).")
 @click.option("--out", "out_dir", default=".", type=click.Path(file_okay=False), help="Output folder.")
-@click.option("--epochs", type=int, default=None, help="E-GGAT epochs (default: the cross-validation setting).")
+@click.option("--epochs", type=int, default=None,
+              help="E-GGAT epochs (default: the cross-validation setting).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--max-jobs", default=3, show_default=True, help="Largest group the exported table covers.")
 @click.option("--cv", "cv_splits", multiple=True, type=click.Choice(["model", "gpu", "random"]),
-              help="Also cross-validate E-GGAT, its ensemble with GBT and the baselines on these split kinds (slow).")
+              help="Also cross-validate E-GGAT, its ensemble with GBT and the baselines on these "
+                   "split kinds (slow).")
 @click.option("--eggat-weight", default="off", show_default=True,
-              help="profile: also fit the E-GGAT (needs torch), write eggat_<data>.safetensors beside the table and "
-                   "blend its log speed in at this weight (0..1), or 'inner' (chosen by leave-one-model-out inside the "
-                   "training data); with --cv, the E-GGAT alone and the blend are scored on the same folds.")
+              help="profile: also fit the E-GGAT (needs torch), write eggat_<data>.safetensors "
+                   "beside the table and blend its log speed in at this weight (0..1), or 'inner' (chosen by "
+                   "leave-one-model-out inside the training data); with --cv, the E-GGAT alone and the blend "
+                   "are scored on the same folds.")
 @click.option("--json", "as_json", is_flag=True)
-def train_colocation(dataset: str, kind: str, data_dir: str | None, out_dir: str, epochs: int | None, seed: int,
-                     max_jobs: int, cv_splits: tuple[str, ...], eggat_weight: str, as_json: bool) -> None:
-    """Train a co-location predictor from the data folder and write it into OUT with a record of data, seed and
-    cross-validated figures (--cv: the predictor beside the rules on the same folds)."""
+def train_colocation(dataset: str, kind: str, data_dir: str | None, out_dir: str, epochs: int | None,
+                     seed: int, max_jobs: int, cv_splits: tuple[str, ...], eggat_weight: str,
+                     as_json: bool) -> None:
+    """Train a co-location predictor from the data folder and write it into OUT with a record of data, seed
+    and cross-validated figures (--cv: the predictor beside the rules on the same folds)."""
     from dltsched.predictors.colocation.experiments import (
         compare,
         cv_eggat,
@@ -250,12 +271,14 @@ def train_colocation(dataset: str, kind: str, data_dir: str | None, out_dir: str
         if epochs:
             factories["eggat"] = lambda: cv_eggat(seed, epochs=epochs)
         if kind == "profile":
-            names = ["shipped_table", "constant", "per_model_mean", "util_share", "gbt", "profile_base", "profile"]
+            names = ["shipped_table", "constant", "per_model_mean", "util_share", "gbt", "profile_base",
+                     "profile"]
             if weight != "off":
                 from dltsched.predictors.colocation.train import EggatConfig, ProfileWithEggat
 
                 config = EggatConfig(seed=seed, **({"epochs": epochs} if epochs else {}))
-                factories["profile+eggat"] = lambda: ProfileWithEggat(weight, config)  # type: ignore[arg-type]
+                factories["profile+eggat"] = lambda: ProfileWithEggat(weight,
+                                                                      config)  # type: ignore[arg-type]
                 names += ["eggat", "profile+eggat"]
             factories = {n: factories[n] for n in names}
         for split in cv_splits:
@@ -281,5 +304,6 @@ def _eggat_weight(text: str, kind: str) -> float | None | str:
     except ValueError:
         value = -1.0
     if not 0.0 <= value <= 1.0:
-        raise ValidationError("eggat-weight", f"'{text}' not understood; a weight in [0, 1], 'inner' or 'off'")
+        raise ValidationError("eggat-weight",
+                              f"'{text}' not understood; a weight in [0, 1], 'inner' or 'off'")
     return value

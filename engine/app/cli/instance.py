@@ -69,15 +69,17 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 
 def _write(inst: Instance, output: str, as_json: bool, options: dict[str, str]) -> None:
-    """Write ``inst`` after checking it as ``instance validate`` would read it back; ``options`` maps the first
-    part of a field path (``name``, ``cluster``, ``jobs``) to the option that shaped it, for the message."""
+    """Write ``inst`` after checking it as ``instance validate`` would read it back; ``options`` maps the
+    first part of a field path (``name``, ``cluster``, ``jobs``) to the option that shaped it, for the
+    message."""
     from dltsched.instances.schema import instance_to_dict, load_instance, save_instance
 
     try:
         load_instance(instance_to_dict(inst))
     except ValidationError as err:
         option = options.get(err.path.split(".")[0].split("[")[0], "the options")
-        raise ValidationError(option, f"the instance it makes is not valid ({err}); nothing written") from None
+        raise ValidationError(option,
+                              f"the instance it makes is not valid ({err}); nothing written") from None
     path = save_instance(inst, output)
     summary = {"output": str(path), **summarize(inst)}
 
@@ -136,10 +138,12 @@ def show(file: str, as_json: bool) -> None:
     "--max-jobs", type=click.IntRange(1, MAX_JOBS), default=None, help="Keep the first N jobs of the window."
 )
 @click.option(
-    "--start-s", type=FiniteFloat(0.0, 1e10), default=None, help="Window start (trace time, s); arrivals re-based to 0."
+    "--start-s", type=FiniteFloat(0.0, 1e10), default=None,
+              help="Window start (trace time, s); arrivals re-based to 0."
 )
 @click.option("--end-s", type=FiniteFloat(0.0, 1e10), default=None, help="Window end (trace time, s).")
-@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True, help="Seed of model assignment.")
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
+              help="Seed of model assignment.")
 @click.option(
     "-o", "--output", required=True, type=click.Path(dir_okay=False), help="Instance file to write."
 )
@@ -184,9 +188,11 @@ def convert(
 
 
 @instance.command()
-@click.option("--data-dir", type=click.Path(file_okay=False), help="Shared data folder (default: $DLTSCHED_DATA).")
+@click.option("--data-dir", type=click.Path(file_okay=False),
+              help="Shared data folder (default: $DLTSCHED_DATA).")
 @click.option("--names", "names_only", is_flag=True, help="Only the names (fast: reads no trace).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: an object with one row per workload.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Machine-readable output: an object with one row per workload.")
 def workloads(data_dir: str | None, names_only: bool, as_json: bool) -> None:
     """The real workloads `convert` reads, each with its size: jobs, GPUs of its cluster, the days its
     arrivals span and its source file."""
@@ -221,8 +227,10 @@ def workloads(data_dir: str | None, names_only: bool, as_json: bool) -> None:
         print_fitted(console(), lambda: Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
                                               header_style="bold"),
                      ("workload", "jobs", "GPUs", "span (days)", "source"),
-                     [[r["name"], f"{r['num_jobs']:,}", f"{r['num_gpus']:,}", f"{r['span_days']:.1f}", r["source"]]
-                      if r["num_jobs"] is not None else [r["name"], "-", "-", "-", f"not readable: {r['error']}"]
+                     [[r["name"], f"{r['num_jobs']:,}", f"{r['num_gpus']:,}", f"{r['span_days']:.1f}",
+                       r["source"]]
+                      if r["num_jobs"] is not None
+                      else [r["name"], "-", "-", "-", f"not readable: {r['error']}"]
                       for r in rows], right=(1, 2, 3))
 
     emit({"rows": rows}, as_json, show)
@@ -280,10 +288,12 @@ def generate(
     from dltsched.instances.generator import GeneratorSpec, generate_instance
 
     if cluster is None and -(-num_gpus // gpus_per_node) > MAX_NODES:
-        raise ValidationError("--gpus", f"{num_gpus} GPUs in {gpus_per_node}-GPU nodes is more than {MAX_NODES} "
+        raise ValidationError("--gpus",
+                              f"{num_gpus} GPUs in {gpus_per_node}-GPU nodes is more than {MAX_NODES} "
                               "nodes; use larger --gpus-per-node")
     if min_duration_s > max_duration_s:
-        raise ValidationError("--min-duration-s", f"{min_duration_s:g} is above --max-duration-s {max_duration_s:g}")
+        raise ValidationError("--min-duration-s",
+                              f"{min_duration_s:g} is above --max-duration-s {max_duration_s:g}")
 
     spec = GeneratorSpec(
         num_jobs=num_jobs,
@@ -302,7 +312,8 @@ def generate(
     inst = generate_instance(spec, data_dir=data_dir)
     inst = replace(inst, metadata={**inst.metadata, "generated_by": f"{spec.command()} -o {output}"})
     _write(inst, output, as_json, {"name": "--name",
-                                   "cluster": "--cluster" if cluster else "--gpus/--gpus-per-node/--gpu-types"})
+                                   "cluster": "--cluster" if cluster
+                                   else "--gpus/--gpus-per-node/--gpu-types"})
 
 
 @instance.command()

@@ -57,16 +57,24 @@ _COMMAND_HELP: dict[str, str] = {
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use."""
 
-    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, lazy_help: dict[str, str] | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None,
+                 lazy_help: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = dict(lazy or {})
         self.lazy_help = dict(lazy_help or {})  # short help of lazy commands: listed without importing them
 
     def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command name, those imported lazily included, sorted."""
         return sorted({*super().list_commands(ctx), *self.lazy})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command called ``cmd_name`` (``None`` if unknown), importing its module on first use.
+
+        Raises
+        ------
+        UsageError
+            When the command's module cannot be imported here (an optional dependency is missing).
+        """
         if cmd_name in self.lazy:
             module, _, attr = self.lazy[cmd_name].partition(":")
             try:
@@ -82,7 +90,8 @@ class LazyGroup(click.Group):
             if name in self.lazy_help:
                 rows.append((name, self.lazy_help[name]))
             elif (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden:
-                rows.append((name, cmd.get_short_help_str(formatter.width - 6 - max(len(n) for n in self.list_commands(ctx)))))
+                widest = max(len(n) for n in self.list_commands(ctx))
+                rows.append((name, cmd.get_short_help_str(formatter.width - 6 - widest)))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
@@ -108,6 +117,8 @@ class FiniteFloat(click.ParamType):
         self.min, self.max, self.min_open = min, max, min_open
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        """Click's conversion: the value as a finite float; anything else fails with a one-line usage
+        error."""
         if isinstance(value, float) and not isinstance(value, bool):
             number = value
         else:
@@ -138,6 +149,8 @@ class BackendName(click.ParamType):
     name = "backend"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        """Click's conversion: the value as a canonical backend name; an unknown one fails with a one-line
+        usage error."""
         from dltsched.engine.app.vocabulary import parse_backend
 
         try:
@@ -151,7 +164,8 @@ class BackendName(click.ParamType):
         return f"[{'|'.join(backend_names())}]"
 
 
-@click.group(cls=LazyGroup, lazy=_COMMANDS, lazy_help=_COMMAND_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, lazy=_COMMANDS, lazy_help=_COMMAND_HELP,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr; no progress bars.")
 @click.version_option(package_name="dltsched")
@@ -210,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         if exc.filename is None:
             click.echo(f"error: {_one_line(str(exc))}", err=True)
         else:
-            click.echo(f"error: cannot access '{exc.filename}': {_one_line(exc.strerror or str(exc))}", err=True)
+            click.echo(f"error: cannot access '{exc.filename}': {_one_line(exc.strerror or str(exc))}",
+                       err=True)
         return 2
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)

@@ -33,8 +33,9 @@ def console(stderr: bool = False) -> Console:
     return out
 
 
-def print_fitted(out: Console, make_table: Callable[[], Table], headers: Sequence[str], rows: Sequence[Sequence[str]],
-                 *, priority: Sequence[int] | None = None, right: Sequence[int] = ()) -> list[str]:
+def print_fitted(out: Console, make_table: Callable[[], Table], headers: Sequence[str],
+                 rows: Sequence[Sequence[str]], *, priority: Sequence[int] | None = None,
+                 right: Sequence[int] = ()) -> list[str]:
     """Print ``rows`` under ``headers`` in a table of ``make_table()`` that fits ``out``'s width.
 
     Columns take their natural width when the table fits; else headers and cells wrap at their spaces
@@ -60,7 +61,8 @@ def print_fitted(out: Console, make_table: Callable[[], Table], headers: Sequenc
 
     while True:
         table = build(None)
-        overhead = Measurement.get(out, out.options.update_width(10**6), table).maximum - sum(natural[i] for i in keep)
+        overhead = Measurement.get(out, out.options.update_width(10**6),
+                                   table).maximum - sum(natural[i] for i in keep)
         room = out.width - overhead
         if sum(natural[i] for i in keep) <= room:
             break
@@ -77,13 +79,15 @@ def print_fitted(out: Console, make_table: Callable[[], Table], headers: Sequenc
     out.print(table)
     dropped = [headers[i] for i in range(len(headers)) if i not in keep]
     if dropped:
-        out.print(f"not shown at {out.width} columns: {', '.join(dropped)} (a wider terminal or --json shows them)")
+        out.print(f"not shown at {out.width} columns: {', '.join(dropped)} (a wider terminal or "
+                  "--json shows them)")
     return dropped
 
 
 def json_text(payload: Any, indent: int | None = 2) -> str:
     """``payload`` as strict JSON text: NaN and infinities become ``null`` (never bare ``NaN``), numpy
-    scalars become Python numbers, tuples and sets lists. Every JSON the CLI prints or writes goes through here."""
+    scalars become Python numbers, tuples and sets lists. Every JSON the CLI prints or writes goes through
+    here."""
     return json.dumps(_finite(payload), indent=indent, allow_nan=False)
 
 
@@ -135,6 +139,13 @@ class WarningTally(logging.Handler):
         self.example: dict[str, str] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
+        """Count a warning by its message template and keep its first rendered text as the example.
+
+        Parameters
+        ----------
+        record
+            The warning's log record.
+        """
         key = str(record.msg)
         self.counts[key] += 1
         self.example.setdefault(key, record.getMessage())
@@ -168,7 +179,8 @@ def tallied_warnings(enabled: bool = True) -> Iterator[WarningTally]:
         lines = tally.lines()
         if lines:
             click.echo("; ".join(lines) + " (-v shows each)" if len(lines) == 1 else
-                       f"warning: {sum(tally.counts.values())} warnings of {len(lines)} kinds (-v shows each): "
+                       f"warning: {sum(tally.counts.values())} warnings of {len(lines)} kinds "
+                       "(-v shows each): "
                        + " | ".join(line.removeprefix("warning: ") for line in lines), err=True)
 
 

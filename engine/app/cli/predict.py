@@ -36,7 +36,8 @@ def predict() -> None:
     """Step-time, freezing and co-location predictions, calibration and evaluation."""
 
 
-def _job(model: str, batch_size: int, num_gpus: int, amp: bool, dataset: str | None, optimizer: str):  # noqa: ANN202
+def _job(model: str, batch_size: int, num_gpus: int, amp: bool, dataset: str | None,
+         optimizer: str):  # noqa: ANN202
     from dltsched.engine.domain.model import Job
 
     return Job(id="cli", model=model, batch_size=batch_size, total_iterations=1.0, num_gpus=num_gpus, amp=amp,
@@ -50,36 +51,43 @@ def _job(model: str, batch_size: int, num_gpus: int, amp: bool, dataset: str | N
 @click.option("--num-gpus", type=int, default=1, show_default=True)
 @click.option("--num-nodes", type=int, default=1, show_default=True)
 @click.option("--amp", is_flag=True, help="Mixed precision (FP16 tensor cores).")
-@click.option("--freeze", "freeze_level", type=int, default=0, show_default=True, help="Frozen leading blocks.")
+@click.option("--freeze", "freeze_level", type=int, default=0, show_default=True,
+              help="Frozen leading blocks.")
 @click.option("--dataset", default=None, help="Dataset (default: the model's default).")
 @click.option("--optimizer", default="sgd", show_default=True)
 @click.option("--scope", type=click.Choice(["iteration", "compute", "fwd_bwd"]), default="iteration",
-              show_default=True, help="What the step covers: with input pipeline, without, forward+backward only.")
+              show_default=True,
+              help="What the step covers: with input pipeline, without, forward+backward only.")
 @click.option("--measured", "measured_texts", multiple=True, metavar="GPU:BATCH:SECONDS",
-              help="A measured step time of this job on some GPU (repeatable): the prediction is scaled from it.")
+              help="A measured step time of this job on some GPU (repeatable): the prediction "
+                   "is scaled from it.")
 @click.option("--measured-weight", type=click.FloatRange(0.0, 1.0), default=None,
               help="How much of the --measured steps to take (geometric blend with the prediction; 1: all). "
                    "Default: 0.5 (measurements on the asked GPU itself: 1).")
-@click.option("--gpu-model", type=click.Choice(["auto", "groups", "kernels"]), default="auto", show_default=True,
+@click.option("--gpu-model", type=click.Choice(["auto", "groups", "kernels"]), default="auto",
+              show_default=True,
               help="GPU time from calibrated work groups, or from every kernel of the graph (kernel model); "
                    "auto: groups on GPUs with fitted step times, kernels on the others.")
 @click.option("--json", "as_json", is_flag=True)
-def step_time(model: str, gpu: str, batch_size: int, num_gpus: int, num_nodes: int, amp: bool, freeze_level: int,
-              dataset: str | None, optimizer: str, scope: str, measured_texts: tuple[str, ...],
-              measured_weight: float | None, gpu_model: str, as_json: bool) -> None:
+def step_time(model: str, gpu: str, batch_size: int, num_gpus: int, num_nodes: int, amp: bool,
+              freeze_level: int, dataset: str | None, optimizer: str, scope: str,
+              measured_texts: tuple[str, ...], measured_weight: float | None, gpu_model: str,
+              as_json: bool) -> None:
     """Predicted time of one training iteration and GPU memory of one worker."""
     from dltsched.predictors.steptime import DeletePopStepTime
 
     job = _job(model, batch_size, num_gpus, amp, dataset, optimizer)
     predictor = DeletePopStepTime(gpu_model=gpu_model)
-    out: dict[str, float | str] = {**predictor.breakdown(job, gpu, freeze_level=freeze_level, num_nodes=num_nodes,
+    out: dict[str,
+              float | str] = {**predictor.breakdown(job, gpu, freeze_level=freeze_level, num_nodes=num_nodes,
                                                          check_memory=True, scope=scope).as_dict(),
                                    "calibration": predictor.calibration_basis(gpu)}
     if measured_texts:
         measured = [_parse_measured(t) for t in measured_texts]
-        out["transferred_step_time_s"] = predictor.transfer_s(job, gpu, measured, num_nodes=num_nodes, scope=scope,
-                                                              weight=measured_weight)
-    emit(out, as_json, lambda: click.echo("\n".join(f"{k:>12}: {v:.6g}" if isinstance(v, float) else f"{k:>12}: {v}"
+        out["transferred_step_time_s"] = predictor.transfer_s(job, gpu, measured, num_nodes=num_nodes,
+                                                              scope=scope, weight=measured_weight)
+    emit(out, as_json,
+         lambda: click.echo("\n".join(f"{k:>12}: {v:.6g}" if isinstance(v, float) else f"{k:>12}: {v}"
                                                     for k, v in out.items())))
 
 
@@ -91,7 +99,8 @@ def _parse_measured(text: str) -> tuple[str, int, float]:
             raise ValueError
         return parts[0], int(parts[1]), float(parts[2])
     except ValueError:
-        raise ValidationError("--measured", f"{text!r} not understood; use GPU:BATCH:SECONDS, e.g. v100:64:0.21") from None
+        raise ValidationError("--measured",
+                              f"{text!r} not understood; use GPU:BATCH:SECONDS, e.g. v100:64:0.21") from None
 
 
 #: Gavel scales used for calibration: 1 fits compute and host terms, 2-8 the communication terms
@@ -120,15 +129,20 @@ def _measurements(source: str, data_dir: str | None, scales: tuple[int, int] = (
 @click.option("--new-jobs", is_flag=True,
               help="With --leave-one-gpu-out: also one-profile transfer with the job's model out of the fit "
                    "(one refit per held-out GPU and model; slow).")
-@click.option("--min-scale", type=int, default=1, show_default=True, help="--format gavel: fewest GPUs per job.")
-@click.option("--max-scale", type=int, default=1, show_default=True, help="--format gavel: most GPUs per job.")
-@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--min-scale", type=int, default=1, show_default=True,
+              help="--format gavel: fewest GPUs per job.")
+@click.option("--max-scale", type=int, default=1, show_default=True,
+              help="--format gavel: most GPUs per job.")
+@click.option("--data-dir", default=None,
+              help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
 @click.option("--calibration", type=click.Path(dir_okay=False), default=None,
-              help="Price the GPU types this calibration bundle covers with it (dltsched calibrate); rows say "
-                   "whether a job's own profile in the bundle (measured) or its models (calibrated) priced them.")
+              help="Price the GPU types this calibration bundle covers with it (dltsched "
+                   "calibrate); rows say whether a job's own profile in the bundle (measured) or its models "
+                   "(calibrated) priced them.")
 @click.option("--json", "as_json", is_flag=True)
-def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: bool, new_jobs: bool, min_scale: int,
-                  max_scale: int, data_dir: str | None, calibration: str | None, as_json: bool) -> None:
+def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: bool, new_jobs: bool,
+                  min_scale: int, max_scale: int, data_dir: str | None, calibration: str | None,
+                  as_json: bool) -> None:
     """MAPE and p90 APE of step-time predictions against measurements (CSV or --format)."""
     from dltsched.predictors.steptime import DeletePopStepTime
     from dltsched.predictors.steptime import calibrate as cal
@@ -139,8 +153,10 @@ def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: b
     if new_jobs and not leave_one_gpu_out:
         raise ValidationError("--new-jobs", "only with --leave-one-gpu-out")
     if calibration and leave_one_gpu_out:
-        raise ValidationError("--calibration", "not with --leave-one-gpu-out (a bundle is fitted on its own GPU)")
-    test = ms.read_csv(csv_file) if csv_file else _measurements(source or "all", data_dir, (min_scale, max_scale))
+        raise ValidationError("--calibration",
+                              "not with --leave-one-gpu-out (a bundle is fitted on its own GPU)")
+    test = ms.read_csv(csv_file) if csv_file else _measurements(source or "all", data_dir,
+                                                                (min_scale, max_scale))
     if calibration:
         from dltsched.engine.app.registry import calibration_bundle
         from dltsched.predictors.calibration.check import steptime_rows
@@ -157,7 +173,8 @@ def eval_steptime(csv_file: str | None, source: str | None, leave_one_gpu_out: b
     else:
         predictor = DeletePopStepTime()
         ev = cal.evaluate(predictor, test)
-        out = {**ev.summary(), "rows": [{**r, "gpu_model": predictor.gpu_model_for(r["gpu"])} for r in ev.rows]}
+        out = {**ev.summary(),
+               "rows": [{**r, "gpu_model": predictor.gpu_model_for(r["gpu"])} for r in ev.rows]}
 
     def text() -> None:
         click.echo(f"n={out['n']} mape={out['mape']:.1f}% p90_ape={out['p90_ape']:.1f}%")
@@ -182,15 +199,17 @@ def _echo_transfer(name: str, summary: dict) -> None:
 
 
 @predict.command("calibrate-steptime")
-@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--data-dir", default=None,
+              help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
 @click.option("--hold-out-gpu", default=None, help="Fit without this GPU's measurements.")
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
               help="Where to write the factors (required unless --overwrite-packaged).")
 @click.option("--overwrite-packaged", is_flag=True,
-              help="Write the package's own factors.json (what the default predictors load) instead of --output.")
+              help="Write the package's own factors.json (what the default predictors load) "
+                   "instead of --output.")
 @click.option("--json", "as_json", is_flag=True)
-def calibrate_steptime(data_dir: str | None, hold_out_gpu: str | None, output: str | None, overwrite_packaged: bool,
-                       as_json: bool) -> None:
+def calibrate_steptime(data_dir: str | None, hold_out_gpu: str | None, output: str | None,
+                       overwrite_packaged: bool, as_json: bool) -> None:
     """Fit the efficiency, host and communication factors on Gavel + Zeus + Orion (+ DeepBench) and write them
     to --output (or, with --overwrite-packaged, over the packaged factors.json)."""
     import json
@@ -213,7 +232,8 @@ def calibrate_steptime(data_dir: str | None, hold_out_gpu: str | None, output: s
     path = Path(output) if output else factors_path()
     write_text_file(path, json.dumps(factors, indent=1, allow_nan=False) + "\n", option="--output")
     load_factors.cache_clear()
-    out = {"output": str(path), "num_measurements": factors["num_measurements"], "fitted_on": factors["fitted_on"],
+    out = {"output": str(path), "num_measurements": factors["num_measurements"],
+           "fitted_on": factors["fitted_on"],
            "kernel_step": "kept" if "kernel_step" in factors else "none (every GPU timed by groups)"}
     emit(out, as_json)
 
@@ -231,10 +251,12 @@ def convert_steptime(source: str, output: str, data_dir: str | None, max_scale: 
     if source == "neusight":
         from dltsched.predictors.steptime import neusight as ns
 
-        emit({"output": output, "rows": ns.write_labels_csv(ns.read_labels(data_dir, train=True), output)}, as_json)
+        emit({"output": output, "rows": ns.write_labels_csv(ns.read_labels(data_dir, train=True), output)},
+             as_json)
         return
 
-    rows = ms.gavel_measurements(data_dir, max_scale=max_scale) if source == "gavel" else ms.zeus_measurements(
+    rows = ms.gavel_measurements(data_dir,
+                                 max_scale=max_scale) if source == "gavel" else ms.zeus_measurements(
         data_dir)
     out = {"output": output, "rows": ms.write_csv(rows, output)}
     emit(out, as_json)
@@ -248,11 +270,13 @@ def _check_writer(output: str | None, overwrite_packaged: bool, what: str, packa
 
 
 @predict.command("fit-kernels")
-@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--data-dir", default=None,
+              help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
               help="Where to write the kernel model (required unless --overwrite-packaged).")
 @click.option("--overwrite-packaged", is_flag=True,
-              help="Write the package's own kernel_model.json (what the predictors load) instead of --output.")
+              help="Write the package's own kernel_model.json (what the predictors load) instead of "
+                   "--output.")
 @click.option("--json", "as_json", is_flag=True)
 def fit_kernels(data_dir: str | None, output: str | None, overwrite_packaged: bool, as_json: bool) -> None:
     """Fit the per-op-class kernel model on NeuSight's kernel latencies (all five GPUs) and write it to
@@ -275,7 +299,8 @@ def fit_kernels(data_dir: str | None, output: str | None, overwrite_packaged: bo
 
 
 @predict.command("eval-kernels")
-@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--data-dir", default=None,
+              help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
 @click.option("--op-class", "op_classes", multiple=True, help="Only these op classes (repeatable).")
 @click.option("--json", "as_json", is_flag=True)
 def eval_kernels(data_dir: str | None, op_classes: tuple[str, ...], as_json: bool) -> None:
@@ -323,13 +348,15 @@ def _kernel_step_rows(data_dir: str | None, files: tuple[str, ...]) -> list:  # 
 
 @predict.command("fit-kernel-step")
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False))
-@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--data-dir", default=None,
+              help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
-              help="Where to write the factors with the fitted kernel_step block (required unless --overwrite-packaged).")
+              help="Where to write the factors with the fitted kernel_step block (required unless "
+                   "--overwrite-packaged).")
 @click.option("--overwrite-packaged", is_flag=True, help="Add the block to the package's own factors.json.")
 @click.option("--json", "as_json", is_flag=True)
-def fit_kernel_step(files: tuple[str, ...], data_dir: str | None, output: str | None, overwrite_packaged: bool,
-                    as_json: bool) -> None:
+def fit_kernel_step(files: tuple[str, ...], data_dir: str | None, output: str | None,
+                    overwrite_packaged: bool, as_json: bool) -> None:
     """Fit the kernel step model's host terms (gpu_model='kernels') on Gavel, Zeus and NeuSight's training
     labels, or on eval-steptime CSV FILES, and write the factors with that block."""
     import json
@@ -344,16 +371,19 @@ def fit_kernel_step(files: tuple[str, ...], data_dir: str | None, output: str | 
     write_text_file(path, json.dumps(factors, indent=1) + "\n", option="--output")
     load_factors.cache_clear()
     emit({"output": str(path), "kernel": params["kernel"], "optimizer": params["optimizer"],
-          "dispatch_us": params["dispatch_us"], "fixed_s": params["fixed_s"], "fitted_on": params["fitted_on"]},
+          "dispatch_us": params["dispatch_us"], "fixed_s": params["fixed_s"],
+          "fitted_on": params["fitted_on"]},
          as_json)
 
 
 @predict.command("eval-kernel-step")
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False))
-@click.option("--data-dir", default=None, help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
+@click.option("--data-dir", default=None,
+              help="Shared data folder (default: DLTSCHED_DATA or ../shared/data).")
 @click.option("--rows", "with_rows", is_flag=True, help="Include every row's prediction in --json output.")
 @click.option("--new-jobs", is_flag=True,
-              help="Also one-profile transfer with the job's model out of the step-model fit (one fit per GPU and model).")
+              help="Also one-profile transfer with the job's model out of the step-model fit (one fit "
+                   "per GPU and model).")
 @click.option("--json", "as_json", is_flag=True)
 def eval_kernel_step(files: tuple[str, ...], data_dir: str | None, with_rows: bool, new_jobs: bool,
                      as_json: bool) -> None:
@@ -402,7 +432,8 @@ def freeze_table(model: str, gpu: str, batch_size: int, dataset: str | None, sta
 
     from dltsched.predictors.freezing import IceFrogFreezing
 
-    rows = [asdict(r) for r in IceFrogFreezing().freeze_table(_job(model, batch_size, 1, False, dataset, "sgd"),
+    rows = [asdict(r)
+            for r in IceFrogFreezing().freeze_table(_job(model, batch_size, 1, False, dataset, "sgd"),
                                                                gpu, start_progress)]
     emit({"rows": rows}, as_json,
          lambda: click.echo("\n".join("  ".join(f"{k}={v:.4g}" for k, v in r.items()) for r in rows)))
@@ -411,11 +442,12 @@ def freeze_table(model: str, gpu: str, batch_size: int, dataset: str | None, sta
 @predict.command("build-graphs")
 @click.option("--model", "models", multiple=True, help="Only these models (default: all).")
 @click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True)
-@click.option("--overwrite-packaged", is_flag=True, help="Required: the graphs are package data and are rewritten.")
+@click.option("--overwrite-packaged", is_flag=True,
+              help="Required: the graphs are package data and are rewritten.")
 @click.option("--json", "as_json", is_flag=True)
 def build_graphs(models: tuple[str, ...], workers: int, overwrite_packaged: bool, as_json: bool) -> None:
-    """Re-extract the zoo's operator graphs with torch.export (meta device) and rewrite the packaged JSON files
-    (needs --overwrite-packaged)."""
+    """Re-extract the zoo's operator graphs with torch.export (meta device) and rewrite the packaged JSON
+    files (needs --overwrite-packaged)."""
     if not overwrite_packaged:
         raise ValidationError("--overwrite-packaged", "build-graphs rewrites the package's graph files; add "
                               "--overwrite-packaged to do so")
@@ -438,7 +470,8 @@ def time_predictions(pairs: int = 10_000) -> dict[str, float]:
 
     predictor = DeletePopStepTime()
     gpus = ("k80", "p100", "v100", "t4", "a100-40gb", "h100")
-    jobs = [Job(id=m, model=m, batch_size=8 + 8 * i, total_iterations=1.0) for i, m in enumerate(zoo_models())]
+    jobs = [Job(id=m, model=m, batch_size=8 + 8 * i, total_iterations=1.0)
+            for i, m in enumerate(zoo_models())]
     work = [(jobs[i % len(jobs)], gpus[i % len(gpus)]) for i in range(pairs)]
     for job, gpu in work[: len(jobs) * len(gpus)]:
         predictor.step_time_s(job, gpu)  # warm the graph caches
@@ -447,26 +480,29 @@ def time_predictions(pairs: int = 10_000) -> dict[str, float]:
         predictor.step_time_s(job, gpu)
     elapsed = time.perf_counter() - start
     # distinct pairs (every batch size new): no remembered prediction helps
-    distinct = [(replace(jobs[i % len(jobs)], batch_size=100_000 + i), gpus[i % len(gpus)]) for i in range(pairs)]
+    distinct = [(replace(jobs[i % len(jobs)], batch_size=100_000 + i), gpus[i % len(gpus)])
+                for i in range(pairs)]
     start = time.perf_counter()
     for job, gpu in distinct:
         predictor.step_time_s(job, gpu)
     distinct_s = time.perf_counter() - start
     from dltsched.predictors.colocation.profile_train import time_profile_colocation
 
-    out = ({"pairs": pairs, "seconds": elapsed, "pairs_per_s": pairs / elapsed, "distinct_seconds": distinct_s}
+    out = ({"pairs": pairs, "seconds": elapsed, "pairs_per_s": pairs / elapsed,
+            "distinct_seconds": distinct_s}
            | time_colocation(pairs)
            | time_profile_colocation(pairs))
-    # the engine's co-location path (the profile model; with the E-GGAT in numpy, bundle default+eggat) against the
-    # table lookups of the same run
+    # the engine's co-location path (the profile model; with the E-GGAT in numpy, bundle default+eggat)
+    # against the table lookups of the same run
     for path in ("profile", "profile_eggat"):
         out[f"{path}_per_call_over_table"] = out[f"{path}_per_call_seconds"] / out["colocation_seconds"]
     return out
 
 
 def time_colocation(groups: int = 10_000) -> dict[str, float]:
-    """Time ``groups`` co-location predictions (each job's speed and the group's memory) from the older shipped
-    ensemble table (:func:`~dltsched.predictors.colocation.default_table`), cycling over its 2-job entries."""
+    """Time ``groups`` co-location predictions (each job's speed and the group's memory) from the older
+    shipped ensemble table (:func:`~dltsched.predictors.colocation.default_table`), cycling over its 2-job
+    entries."""
     from dltsched.engine.domain.model import Job
     from dltsched.predictors.colocation import default_table
 
@@ -475,8 +511,8 @@ def time_colocation(groups: int = 10_000) -> dict[str, float]:
     for key in sorted(table.entries):
         gpu, *members = key.split("|")
         if len(members) == 2:
-            jobs = [Job(id=f"{m}-{i}", model=m.split(":")[0], batch_size=int(m.split(":")[1]), total_iterations=1.0,
-                        amp=m.endswith(":amp")) for i, m in enumerate(members)]
+            jobs = [Job(id=f"{m}-{i}", model=m.split(":")[0], batch_size=int(m.split(":")[1]),
+                        total_iterations=1.0, amp=m.endswith(":amp")) for i, m in enumerate(members)]
             work.append((jobs, gpu))
     if not work:
         raise ValueError("the shipped co-location table has no 2-job entries to time")
@@ -486,7 +522,8 @@ def time_colocation(groups: int = 10_000) -> dict[str, float]:
         table.colocated_speeds(jobs, gpu)
         table.group_memory_mib(jobs, gpu)
     elapsed = time.perf_counter() - start
-    return {"colocation_groups": groups, "colocation_seconds": elapsed, "colocation_groups_per_s": groups / elapsed}
+    return {"colocation_groups": groups, "colocation_seconds": elapsed,
+            "colocation_groups_per_s": groups / elapsed}
 
 
 @click.command("predict")
@@ -499,8 +536,10 @@ def bench_predict(pairs: int, as_json: bool) -> None:
     emit(out, as_json, lambda: click.echo(
         f"{out['pairs']} step-time predictions in {out['seconds']:.3f} s ({out['pairs_per_s']:.0f} pairs/s; "
         f"{out['distinct_seconds']:.3f} s for as many distinct pairs); "
-        f"{out['colocation_groups']} co-location predictions in {out['colocation_seconds']:.3f} s; profile model: "
-        f"{out['profile_batch_seconds']:.3f} s in one batch, {out['profile_per_call_seconds']:.3f} s one call a group "
+        f"{out['colocation_groups']} co-location predictions in {out['colocation_seconds']:.3f} "
+        "s; profile model: "
+        f"{out['profile_batch_seconds']:.3f} s in one batch, {out['profile_per_call_seconds']:.3f} s "
+        "one call a group "
         f"({out['profile_per_call_over_table']:.1f}x the table; with the E-GGAT "
         f"{out['profile_eggat_per_call_seconds']:.3f} s, {out['profile_eggat_per_call_over_table']:.1f}x)"))
 
@@ -515,9 +554,11 @@ def bench_predict(pairs: int, as_json: bool) -> None:
 @click.option("--precision", type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True), default=0.02,
               show_default=True, help="Time each job until its median step time is within this relative "
                                       "half-width at 95% (0.02: +-2%), or --max-window seconds.")
-@click.option("--max-window", "max_window_s", type=click.FloatRange(0.1, None), default=30.0, show_default=True,
+@click.option("--max-window", "max_window_s", type=click.FloatRange(0.1, None), default=30.0,
+              show_default=True,
               help="Most seconds one job's timed window may take (the time cap of --precision).")
-@click.option("--warmup", type=int, default=5, show_default=True, help="Untimed steps before the start barrier.")
+@click.option("--warmup", type=int, default=5, show_default=True,
+              help="Untimed steps before the start barrier.")
 @click.option("--colocate", type=click.IntRange(2, 3), default=None,
               help="Co-locate 2 or 3 jobs per GPU; groups sampled from --model unless --groups is given.")
 @click.option("--groups", "group_texts", multiple=True,
@@ -534,19 +575,23 @@ def bench_predict(pairs: int, as_json: bool) -> None:
               help="Seconds to wait for a group's workers.")
 @click.option("--budget", "budget_s", type=click.FloatRange(min=1.0), default=None,
               help="Seconds of measuring after which no new measurement starts (what was measured is kept).")
-@click.option("--smoke", is_flag=True, help="Tiny CPU run (batch 2, 3 steps, 1 warm-up) to check the harness.")
+@click.option("--smoke", is_flag=True,
+              help="Tiny CPU run (batch 2, 3 steps, 1 warm-up) to check the harness.")
 @click.option("--plan", "plan_only", is_flag=True,
-              help="Print the jobs and groups that would teach calibration most within --budget seconds (from the "
-                   "zoo, or from --job/--groups/--model when given) and run nothing; no GPU needed.")
+              help="Print the jobs and groups that would teach calibration most within --budget "
+                   "seconds (from the zoo, or from --job/--groups/--model when given) and run "
+                   "nothing; no GPU needed.")
 @click.option("--gpu", "plan_gpu", default="h200", show_default=True,
-              help="--plan: the GPU type to plan for (its memory bounds the groups; its speed the time estimates).")
+              help="--plan: the GPU type to plan for (its memory bounds the groups; its speed the "
+                   "time estimates).")
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
               help="Without --out: CSV in eval-steptime format of in-process isolated runs.")
 @click.option("--json", "as_json", is_flag=True)
 def profile(models: tuple[str, ...], batch_size: int, steps: int, precision: float, max_window_s: float,
             warmup: int, colocate: int | None, group_texts: tuple[str, ...], job_texts: tuple[str, ...],
-            num_groups: int, seed: int, sharing: str, out_dir: str | None, timeout_s: float, budget_s: float | None,
-            smoke: bool, plan_only: bool, plan_gpu: str, output: str | None, as_json: bool) -> None:
+            num_groups: int, seed: int, sharing: str, out_dir: str | None, timeout_s: float,
+            budget_s: float | None, smoke: bool, plan_only: bool, plan_gpu: str, output: str | None,
+            as_json: bool) -> None:
     """Run real training steps of zoo models alone or co-located (CUDA GPU; CPU with --smoke)."""
     if plan_only:
         from dltsched.predictors.calibration.plan import plan_profile, plan_text
@@ -565,10 +610,11 @@ def profile(models: tuple[str, ...], batch_size: int, steps: int, precision: flo
                               require_gpu=not smoke, output=output)
         emit({"rows": rows}, as_json, lambda: _print_profiles(rows, output))
         return
-    out = _profile_dataset(models, batch_size, steps, warmup, colocate, group_texts, job_texts, num_groups, seed,
-                           sharing, out_dir, timeout_s, budget_s, smoke, precision, max_window_s)
+    out = _profile_dataset(models, batch_size, steps, warmup, colocate, group_texts, job_texts, num_groups,
+                           seed, sharing, out_dir, timeout_s, budget_s, smoke, precision, max_window_s)
     emit(out, as_json, lambda: click.echo(
-        f"{len(out['isolated'])} isolated, {len(out['groups'])} groups -> {out['out']}: {', '.join(out['files'])}"
+        f"{len(out['isolated'])} isolated, {len(out['groups'])} groups -> {out['out']}: "
+        f"{', '.join(out['files'])}"
         + "".join(f"\nfailed {f['group']}: {f['error']}" for f in out["failed"])
         + (f"\nstopped early: {out['stopped']}" if out["stopped"] else "")))
 
@@ -585,8 +631,8 @@ def _print_profiles(rows: list[dict[str, Any]], output: str | None) -> None:
 
     print_fitted(console(), lambda: Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
                                           header_style="bold"),
-                 ("model", "dataset", "device", "batch", "GPUs", "step time (ms)", "peak memory (MiB)", "optimizer",
-                  "amp"),
+                 ("model", "dataset", "device", "batch", "GPUs", "step time (ms)", "peak memory (MiB)",
+                  "optimizer", "amp"),
                  [[str(r["model"]), str(r.get("dataset") or "-"), str(r["gpu"]), str(r["batch_size"]),
                    str(r["num_gpus"]), number(r["step_time_s"] and r["step_time_s"] * 1000, "{:.1f}"),
                    number(r.get("peak_memory_mib"), "{:,.0f}"), str(r.get("optimizer", "")),
@@ -608,7 +654,8 @@ def _profile_dataset(models: tuple[str, ...], batch_size: int, steps: int, warmu
     from dltsched.predictors.profiling.session import run_profile, sample_groups
 
     bs = 2 if smoke else batch_size
-    explicit = tuple(replace(j, batch_size=2) if smoke else j for text in job_texts for j in parse_group(text))
+    explicit = tuple(replace(j, batch_size=2) if smoke else j for text in job_texts
+                     for j in parse_group(text))
     jobs = tuple(ProfiledJob(m, bs) for m in models) + explicit
     groups = [parse_group(t) for t in group_texts] or (sample_groups(jobs, colocate, num_groups, seed)
                                                       if colocate else [])

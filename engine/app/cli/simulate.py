@@ -63,7 +63,8 @@ def load_instance_or_workload(instance: str | None, workload: str | None, *, dat
         given = [flag for flag, value in (("--cluster", cluster), ("--jobs", jobs), ("--gpus", gpus),
                                           ("--start-s", start_s)) if value is not None]
         if given:
-            raise ValidationError(given[0], f"applies to --workload only; an --instance file brings its own cluster "
+            raise ValidationError(given[0],
+                                  f"applies to --workload only; an --instance file brings its own cluster "
                                   f"and jobs (drop {' and '.join(given)}, or edit the file)")
         from dltsched.instances.schema import load_instance
 
@@ -78,14 +79,16 @@ def load_instance_or_workload(instance: str | None, workload: str | None, *, dat
         from dltsched.instances.clusters import mixed_cluster
 
         where = mixed_cluster(gpus, [t.strip() for t in gpu_types.split(",") if t.strip()], gpus_per_node=8)
-    return read_workload(workload, data_dir=data_dir, cluster=where, max_jobs=jobs, seed=seed, start_s=start_s)
+    return read_workload(workload, data_dir=data_dir, cluster=where, max_jobs=jobs, seed=seed,
+                         start_s=start_s)
 
 
 #: the rule for ``--option`` with several policies, shown in ``--help`` and the README
-OPTION_HELP = ("KEY=VALUE policy option, repeatable (e.g. time_limit_s=2, backend=milp, round_interval_s=600); "
-               "values are JSON (numbers, true/false, null, lists) or plain text. Checked against each policy's "
-               "option model: a mistyped key or value is an error. With several policies an option goes to the "
-               "policies that take it, and is an error only if none of them does.")
+OPTION_HELP = ("KEY=VALUE policy option, repeatable (e.g. time_limit_s=2, backend=milp, "
+               "round_interval_s=600); values are JSON (numbers, true/false, null, lists) or plain text. "
+               "Checked against each policy's option model: a mistyped key or value is an error. With "
+               "several policies an option goes to the policies that take it, and is an error only if "
+               "none of them does.")
 
 
 def _reject_constant(name: str) -> Any:
@@ -107,7 +110,8 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ValidationError("--option", f"{pair[:60]!r} not understood; use KEY=VALUE, e.g. time_limit_s=1")
+            raise ValidationError("--option",
+                                  f"{pair[:60]!r} not understood; use KEY=VALUE, e.g. time_limit_s=1")
         if key in out:
             raise ValidationError(f"option {key[:60]}", "given twice; give each option once")
         try:
@@ -117,14 +121,16 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
         except RecursionError:
             raise ValidationError(f"option {key[:60]}", "value nested too deeply") from None
         except ValueError:  # a NaN or infinity, or an integer too long to read
-            raise ValidationError(f"--option {key[:60]}", f"{value[:40]!r} not understood; values must be finite "
+            raise ValidationError(f"--option {key[:60]}",
+                                  f"{value[:40]!r} not understood; values must be finite "
                                   "numbers (at most about 1.8e308, 4300 digits)") from None
         out[key] = tuple(parsed) if isinstance(parsed, list) else parsed
     return out
 
 
 def parse_faults(text: str | None) -> Any:
-    """``MTBF_S:MTTR_S:CHECKPOINT_INTERVAL_S`` as a :class:`~dltsched.engine.sim.faults.FaultConfig` (``None``: none)."""
+    """``MTBF_S:MTTR_S:CHECKPOINT_INTERVAL_S`` as a :class:`~dltsched.engine.sim.faults.FaultConfig`
+    (``None``: none)."""
     if text is None:
         return None
     from dltsched.engine.sim.faults import FaultConfig
@@ -143,20 +149,20 @@ def parse_faults(text: str | None) -> Any:
 def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_set: str = "default",
                  memory: str = "oom", data_dir: str | None = None, prediction_error: float = 0.0,
                  options: dict[str, Any] | None = None, faults: Any = None, checkpoint: str | None = None,
-                 checkpoint_every: int | None = None, checkpoint_overhead: float = 0.03, lengths: str = "known",
-                 length_error: float = 0.5,
+                 checkpoint_every: int | None = None, checkpoint_overhead: float = 0.03,
+                 lengths: str = "known", length_error: float = 0.5,
                  profile_s: float | None = None, profile_noise: float = 0.03,
                  freeze_penalty_scale: float | None = None, max_wall_s: float | None = None,
                  truth_dirs: tuple[str, ...] = (), truth_sharing: str | None = None,
                  truth: Any = None) -> list[SimulationResult]:
     """Simulate each policy in ``names`` on ``inst`` with the same ground truth and seed. Each policy gets
-    the ``options`` it takes (see :func:`~dltsched.engine.app.vocabulary.options_by_name`); all are checked before
-    any simulation runs, so a bad option fails at once. With ``checkpoint`` (one policy only) the run saves
-    its state there every ``checkpoint_every`` rounds (``None``: as often as ``checkpoint_overhead``, a share of
-    the run's wall-clock time, allows) and continues from it when it exists. ``lengths``,
+    the ``options`` it takes (see :func:`~dltsched.engine.app.vocabulary.options_by_name`); all are checked
+    before any simulation runs, so a bad option fails at once. With ``checkpoint`` (one policy only) the run
+    saves its state there every ``checkpoint_every`` rounds (``None``: as often as ``checkpoint_overhead``, a
+    share of the run's wall-clock time, allows) and continues from it when it exists. ``lengths``,
     ``length_error``, ``profile_s``/``profile_noise`` (profiling on arrival) and ``freeze_penalty_scale`` are
-    the settings of :func:`simulation_setup`. ``truth_dirs``: profile datasets whose GPU types take their ground
-    truth from them (:func:`make_truth`); ``truth``: a ground truth built by the caller instead."""
+    the settings of :func:`simulation_setup`. ``truth_dirs``: profile datasets whose GPU types take their
+    ground truth from them (:func:`make_truth`); ``truth``: a ground truth built by the caller instead."""
     from dltsched.predictors.noise import with_prediction_error
 
     if checkpoint is not None and len(names) != 1:
@@ -165,8 +171,9 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
     preds = with_prediction_error(predictors(predictor_set, data_dir), prediction_error, seed)
     truth = truth if truth is not None else make_truth(data_dir, truth_dirs, truth_sharing)
     preds, config = simulation_setup(preds, seed=seed, memory=memory, faults=faults, lengths=lengths,
-                                     length_error=length_error, profile_s=profile_s, profile_noise=profile_noise,
-                                     freeze_penalty_scale=freeze_penalty_scale, max_wall_s=max_wall_s)
+                                     length_error=length_error, profile_s=profile_s,
+                                     profile_noise=profile_noise, freeze_penalty_scale=freeze_penalty_scale,
+                                     max_wall_s=max_wall_s)
     results = []
     for name in names:
         choice = vocabulary.parse_policy(name, "--policy")
@@ -185,8 +192,8 @@ def run_policies(inst: Instance, names: list[str], *, seed: int = 0, predictor_s
 
 
 def make_truth(data_dir: str | None, truth_dirs: tuple[str, ...] = (), sharing: str | None = None) -> Any:
-    """The ground truth: Gavel's measurements (:class:`MeasuredTruth`), and for the GPU types that ``truth_dirs``
-    (``dltsched profile --out`` datasets) measured, those measurements in ``sharing`` mode
+    """The ground truth: Gavel's measurements (:class:`MeasuredTruth`), and for the GPU types that
+    ``truth_dirs`` (``dltsched profile --out`` datasets) measured, those measurements in ``sharing`` mode
     (:class:`~dltsched.engine.sim.profile_truth.ProfileTruth`)."""
     base = MeasuredTruth(data_dir=data_dir)
     if not truth_dirs:
@@ -202,10 +209,10 @@ def simulation_setup(preds: Any, *, seed: int = 0, memory: str = "oom", faults: 
                      max_wall_s: float | None = None) -> tuple[Any, Any]:
     """The policies' predictor bundle and the simulation settings for these options.
 
-    ``lengths``: what policies are told of job lengths (:mod:`dltsched.engine.sim.lengths`). ``profile_s``: profile
-    each job on arrival for that many seconds per GPU type (:mod:`dltsched.engine.sim.profiling`; the bundle is
-    wrapped to use the profiles). ``freeze_penalty_scale``: policies predict frozen penalties this many times the
-    ground truth's (a mismatch sweep; ``None``: the bundle's own freezing predictor)."""
+    ``lengths``: what policies are told of job lengths (:mod:`dltsched.engine.sim.lengths`). ``profile_s``:
+    profile each job on arrival for that many seconds per GPU type (:mod:`dltsched.engine.sim.profiling`; the
+    bundle is wrapped to use the profiles). ``freeze_penalty_scale``: policies predict frozen penalties this
+    many times the ground truth's (a mismatch sweep; ``None``: the bundle's own freezing predictor)."""
     from dltsched.engine.sim.config import ProfilingConfig
 
     profiling = None
@@ -220,7 +227,8 @@ def simulation_setup(preds: Any, *, seed: int = 0, memory: str = "oom", faults: 
         from dltsched.predictors.freezing import ScaledFreezing
 
         preds = replace(preds, freezing=ScaledFreezing(preds.freezing, freeze_penalty_scale))
-    config = SimulationConfig(seed=seed, memory=memory, faults=faults, lengths=lengths,  # type: ignore[arg-type]
+    config = SimulationConfig(seed=seed, memory=memory, faults=faults,
+                              lengths=lengths,  # type: ignore[arg-type]
                               length_error=length_error, profiling=profiling, max_wall_s=max_wall_s)
     return preds, config
 
@@ -232,7 +240,8 @@ def expand_policies(policies: tuple[str, ...] | list[str]) -> list[str]:
 
 
 def truth_label(results: list[Any]) -> str:
-    """The ground truth the results ran on, for a table title: ``measured (gavel:packaged)`` or ``analytic``."""
+    """The ground truth the results ran on, for a table title: ``measured (gavel:packaged)`` or
+    ``analytic``."""
     if not results:
         return "none"
     first = results[0]
@@ -243,12 +252,12 @@ def truth_footer(predictor_set: str, results: list[Any]) -> str:
     """One line under the table: what the predictors were fitted on, beside what drove the truth."""
     measured = bool(results) and results[0].truth == "measured"
     if not measured:
-        return ("ground truth: the analytic fallback model (no measured throughputs were read); predictors and "
-                "truth share no data")
+        return ("ground truth: the analytic fallback model (no measured throughputs were "
+                "read); predictors and truth share no data")
     if predictor_set in ("default", "default+eggat"):
-        return (f"predictors '{predictor_set}' are fitted on Gavel's measurements, which also drive the measured "
-                "ground truth (in-sample); --predictors crossfit prices each job with predictors fitted without "
-                "its model")
+        return (f"predictors '{predictor_set}' are fitted on Gavel's measurements, which also "
+                "drive the measured ground truth (in-sample); --predictors crossfit prices each job with "
+                "predictors fitted without its model")
     return f"ground truth: measured ({', '.join(results[0].truth_sources)})"
 
 
@@ -263,9 +272,10 @@ def _cell(value: Any, fmt: str) -> str:
 
 
 #: result fields by importance: at a narrow terminal the table leaves out the columns last here first
-TABLE_PRIORITY: tuple[str, ...] = ("policy", "avg_jct_s", "predictors", "avg_jct_s_ci95", "makespan_s", "p99_jct_s",
-                                   "gpu_util", "num_jobs_finished", "avg_queueing_s", "decision_time_mean_s",
-                                   "num_preemptions", "ftf_mean", "predictors_fit", "median_jct_s", "num_oom")
+TABLE_PRIORITY: tuple[str, ...] = ("policy", "avg_jct_s", "predictors", "avg_jct_s_ci95", "makespan_s",
+                                   "p99_jct_s", "gpu_util", "num_jobs_finished", "avg_queueing_s",
+                                   "decision_time_mean_s", "num_preemptions", "ftf_mean", "predictors_fit",
+                                   "median_jct_s", "num_oom")
 
 
 def print_table(results: list[Any], title: str,
@@ -283,24 +293,29 @@ def print_table(results: list[Any], title: str,
     priority = sorted(range(len(fields)), key=lambda i: (rank.get(fields[i], len(rank)), i))
     rows = [[_cell(getattr(r, f), fmt) for f, _h, fmt in columns] for r in results]
     out = console()
-    return print_fitted(out, lambda: Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+    return print_fitted(out,
+                        lambda: Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
                                                 header_style="bold"),
                         [h for _f, h, _fmt in columns], rows, priority=priority,
-                        right=[i for i, f in enumerate(fields) if f not in ("policy", "predictors", "predictors_fit")])
+                        right=[i for i, f in enumerate(fields)
+                               if f not in ("policy", "predictors", "predictors_fit")])
 
 
 @click.command("simulate")
 @click.option("--instance", "instance_path", type=click.Path(dir_okay=False), help="Instance JSON file.")
-@click.option("--workload", help="A real workload instead (e.g. philly, gavel, muri:trace1); see `instance convert`.")
-@click.option("--data-dir", type=click.Path(file_okay=False), help="Shared data folder (default: $DLTSCHED_DATA).")
+@click.option("--workload",
+              help="A real workload instead (e.g. philly, gavel, muri:trace1); see `instance convert`.")
+@click.option("--data-dir", type=click.Path(file_okay=False),
+              help="Shared data folder (default: $DLTSCHED_DATA).")
 @click.option("--cluster", help="Cluster for --workload, e.g. 'v100:8x8,p100:4x8'.")
 @click.option("--jobs", type=click.IntRange(1, MAX_JOBS), help="Use the first N jobs of --workload.")
 @click.option("--policy", "policies", multiple=True, default=("all",), show_default=True,
               help=f"Policy name, repeatable; 'baselines' = {', '.join(BASELINE_POLICIES)}; 'papers' = "
                    f"{', '.join(PAPER_POLICIES)}; 'all' = both and 'optimizing'.")
 @click.option("--predictors", "predictor_set", default="default", show_default=True,
-              help="Predictor bundle the policies use: default (fitted on the truth's measurements: in-sample), "
-                   "crossfit (each job priced by predictors fitted without its model) or analytic.")
+              help="Predictor bundle the policies use: default (fitted on the truth's "
+                   "measurements: in-sample), crossfit (each job priced by predictors fitted without its "
+                   "model) or analytic.")
 @click.option("--calibration", type=click.Path(dir_okay=False), default=None,
               help="A calibration bundle (dltsched calibrate): the GPU types it covers are priced by it "
                    "(CAL.json:mps: co-location under MPS).")
@@ -311,21 +326,27 @@ def print_table(results: list[Any], title: str,
 @click.option("--prediction-error", type=FiniteFloat(0.0, 10.0), default=0.0, show_default=True,
               help="Multiply predictions by exp(E*z), z~N(0,1) per job: 0.2 = predictions about 20%% off.")
 @click.option("--option", "options", multiple=True, help=OPTION_HELP)
-@click.option("--faults", help="Node failures MTBF_S:MTTR_S:CHECKPOINT_INTERVAL_S (seeded), e.g. 14400:900:600.")
+@click.option("--faults",
+              help="Node failures MTBF_S:MTTR_S:CHECKPOINT_INTERVAL_S (seeded), e.g. 14400:900:600.")
 @click.option("--checkpoint", type=click.Path(dir_okay=False),
-              help="Save the run here (see --checkpoint-every); continue from it when it exists (one policy).")
+              help="Save the run here (see --checkpoint-every); continue from it when it exists "
+                   "(one policy).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1, max=10**9), default=None,
-              help="Save every N rounds, whatever it costs (default: as often as --checkpoint-overhead allows).")
-@click.option("--checkpoint-overhead", type=FiniteFloat(0.0, 1.0, min_open=True), default=0.03, show_default=True,
-              help="Without --checkpoint-every: the share of the run's wall-clock time checkpoint writes may take.")
-@click.option("--lengths", type=click.Choice(["known", "unknown", "estimate"]), default="known", show_default=True,
+              help="Save every N rounds, whatever it costs (default: as often as "
+                   "--checkpoint-overhead allows).")
+@click.option("--checkpoint-overhead", type=FiniteFloat(0.0, 1.0, min_open=True), default=0.03,
+              show_default=True,
+              help="Without --checkpoint-every: the share of the run's wall-clock time checkpoint "
+                   "writes may take.")
+@click.option("--lengths", type=click.Choice(["known", "unknown", "estimate"]), default="known",
+              show_default=True,
               help="What policies are told of job lengths: the truth (known), nothing but attained service "
                    "(unknown, Tiresias' setting), or a user's estimate off by exp(E*z) (estimate).")
 @click.option("--length-error", type=FiniteFloat(0.0, 5.0), default=0.5, show_default=True,
               help="E of --lengths estimate: 0.5 = a third of the estimates more than 1.65x off.")
 @click.option("--profile-on-arrival", "profile_s", type=FiniteFloat(0.0, 1e6),
-              help="Profile jobs: after this many seconds on a GPU type (or in a co-located group) their measured "
-                   "step time, memory and speeds replace the predictions.")
+              help="Profile jobs: after this many seconds on a GPU type (or in a co-located "
+                   "group) their measured step time, memory and speeds replace the predictions.")
 @click.option("--profile-noise", type=FiniteFloat(0.0, 1.0), default=0.03, show_default=True,
               help="Measurement noise of profiles (log-normal sigma).")
 @click.option("--freeze-penalty-scale", type=FiniteFloat(0.0, 100.0),
@@ -341,13 +362,14 @@ def print_table(results: list[Any], title: str,
               help="Sharing mode of the --truth co-location measurements (default: the one measured).")
 @click.option("--records", is_flag=True, help="Include per-job records and the utilisation trace in --json.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
-              help="Write the JSON result to this file; stdout then gets the table (or with --json a one-line JSON "
-                   "summary), not the result.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: an object with the run's settings and "
+              help="Write the JSON result to this file; stdout then gets the table (or with --json "
+                   "a one-line JSON summary), not the result.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Machine-readable output: an object with the run's settings and "
               "its rows, one per policy (the same shape for one policy or many).")
 def simulate(instance_path: str | None, workload: str | None, data_dir: str | None, cluster: str | None,
-             jobs: int | None, policies: tuple[str, ...], predictor_set: str, calibration: str | None, memory: str,
-             seed: int,
+             jobs: int | None, policies: tuple[str, ...], predictor_set: str, calibration: str | None,
+             memory: str, seed: int,
              prediction_error: float, options: tuple[str, ...], faults: str | None, checkpoint: str | None,
              checkpoint_every: int | None, checkpoint_overhead: float, lengths: str, length_error: float,
              profile_s: float | None, profile_noise: float, freeze_penalty_scale: float | None, arrivals: str,
@@ -358,16 +380,17 @@ def simulate(instance_path: str | None, workload: str | None, data_dir: str | No
     opts = parse_options(options)
     vocabulary.options_by_name(names, opts, "--policy")  # a bad option fails before the instance is read
     predictor_set = check_predictors(with_calibration(predictor_set, calibration))
-    inst = load_instance_or_workload(instance_path, workload, data_dir=data_dir, cluster=cluster, jobs=jobs, seed=seed)
+    inst = load_instance_or_workload(instance_path, workload, data_dir=data_dir, cluster=cluster, jobs=jobs,
+                                     seed=seed)
     if arrivals == "batch":
         from dltsched.engine.sim.workload import batch_arrivals
 
         inst = batch_arrivals(inst)
     truth = make_truth(data_dir, truth_dirs, truth_sharing)
-    results = run_policies(inst, names, seed=seed, predictor_set=predictor_set, memory=memory, data_dir=data_dir,
-                           prediction_error=prediction_error, options=opts,
-                           faults=parse_faults(faults), checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                           checkpoint_overhead=checkpoint_overhead,
+    results = run_policies(inst, names, seed=seed, predictor_set=predictor_set, memory=memory,
+                           data_dir=data_dir, prediction_error=prediction_error, options=opts,
+                           faults=parse_faults(faults), checkpoint=checkpoint,
+                           checkpoint_every=checkpoint_every, checkpoint_overhead=checkpoint_overhead,
                            lengths=lengths, length_error=length_error, profile_s=profile_s,
                            profile_noise=profile_noise, freeze_penalty_scale=freeze_penalty_scale,
                            max_wall_s=max_wall_s, truth=truth)

@@ -47,7 +47,8 @@ def load_round_state(path: Path, options: RoundOptions,
     except ImportError:
         data = json.loads(raw)
     if not isinstance(data, dict):
-        raise ValidationError(str(path), f"top level is {type(data).__name__}; a round or instance is a JSON object")
+        raise ValidationError(str(path),
+                              f"top level is {type(data).__name__}; a round or instance is a JSON object")
     if data.get("format") == FORMAT:
         try:
             return RoundProblem.from_dict(data), None, None
@@ -71,8 +72,9 @@ def load_round_state(path: Path, options: RoundOptions,
     return build_round(state, bundle, options), state, bundle
 
 
-BACKEND_HELP = ("cpsat | milp (Pyomo -> HiGHS) | greedy (the formulation's heuristic) | greedy:<policy> (a baseline "
-                "decides, e.g. greedy:sjf; instance files only) | auto (cpsat up to 100 jobs, else greedy).")
+BACKEND_HELP = ("cpsat | milp (Pyomo -> HiGHS) | greedy (the formulation's heuristic) | "
+                "greedy:<policy> (a baseline decides, e.g. greedy:sjf; instance files only) | auto (cpsat up "
+                "to 100 jobs, else greedy).")
 
 
 @click.command("solve")
@@ -91,7 +93,8 @@ BACKEND_HELP = ("cpsat | milp (Pyomo -> HiGHS) | greedy (the formulation's heuri
                    "(CAL.json:mps: co-location under MPS).")
 @click.option("--save-round", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the round as JSON (to re-solve or share).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: the service's plan (assignments with "
+@click.option("--json", "as_json", is_flag=True,
+              help="Machine-readable output: the service's plan (assignments with "
               "gpu_type and nodes, colocation_groups, queued, ...) with the solver's figures and the check.")
 def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, objective: str,
           max_jobs_per_gpu: int, predictors_name: str, calibration: str | None, save_round: Path | None,
@@ -115,7 +118,8 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
         write_text_file(save_round, problem.to_json(), option="--save-round")
     if choice.policy is not None:
         if state is None:
-            raise ValidationError("--backend", f"{choice} needs the jobs a policy reads: give an instance file, or "
+            raise ValidationError("--backend",
+                                  f"{choice} needs the jobs a policy reads: give an instance file, or "
                                   "use --backend greedy on a round JSON")
         from dltsched.engine.app.api import baseline_plan
 
@@ -124,7 +128,8 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
                                          "infeasible_jobs": []}
         infeasible: tuple[str, ...] = ()
     else:
-        result = solve_problem(problem, choice.for_jobs(len(problem.jobs)), time_limit_s=time_limit_s, solver=solver)
+        result = solve_problem(problem, choice.for_jobs(len(problem.jobs)), time_limit_s=time_limit_s,
+                               solver=solver)
         plan = result.plan
         solver_fields = {k: v for k, v in result.to_dict().items()
                          if k in ("termination", "solution_status", "num_candidates", "infeasible_jobs")}
@@ -142,9 +147,11 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
         raise InfeasibleRoundError(plan.message, infeasible)
 
 
-def plan_payload(plan: Plan, problem: RoundProblem, *, wall_time_s: float, time_limit_s: float) -> dict[str, Any]:
-    """``plan`` in the shape of the service's answer (:class:`~dltsched.engine.app.service.models.ScheduleResponse`:
-    assignments with their GPU type and nodes, colocation_groups, queued, ...), for a round's GPUs and jobs."""
+def plan_payload(plan: Plan, problem: RoundProblem, *, wall_time_s: float,
+                 time_limit_s: float) -> dict[str, Any]:
+    """``plan`` in the shape of the service's answer
+    (:class:`~dltsched.engine.app.service.models.ScheduleResponse`: assignments with their GPU type and nodes,
+    colocation_groups, queued, ...), for a round's GPUs and jobs."""
     from dltsched.engine.app.service.models import AssignmentOut, ColocationGroupOut, ScheduleResponse
 
     node_of: dict[int, GpuNode] = {g: node for node in problem.nodes
@@ -154,8 +161,10 @@ def plan_payload(plan: Plan, problem: RoundProblem, *, wall_time_s: float, time_
                                                                      if u.job_id not in placed]
     response = ScheduleResponse(
         status=plan.status, backend=plan.backend, fallback=plan.fallback,
-        fallback_reason="solver_failed" if plan.fallback else None, time_limit_s=time_limit_s, message=plan.message,
-        objective=finite_or_none(plan.objective), bound=finite_or_none(plan.bound), gap=finite_or_none(plan.gap),
+        fallback_reason="solver_failed" if plan.fallback else None, time_limit_s=time_limit_s,
+                                message=plan.message,
+        objective=finite_or_none(plan.objective), bound=finite_or_none(plan.bound),
+                                gap=finite_or_none(plan.gap),
         solve_time_s=plan.solve_time_s, build_time_s=plan.build_time_s, wall_time_s=wall_time_s,
         assignments=[AssignmentOut(job_id=a.job_id, gpus=list(a.gpus), gpu_type=node_of[a.gpus[0]].gpu_type,
                                    nodes=sorted({node_of[g].id for g in a.gpus}), freeze_level=a.freeze_level)
@@ -181,10 +190,12 @@ def print_plan(payload: dict[str, Any], problem: RoundProblem) -> None:
 
     out = console()
     checked = payload["checked"]
-    out.print(f"[bold]{payload['backend']}[/]: {payload['status']}  objective {_number(payload['objective'])}  "
+    verdict = "feasible" if checked["feasible"] else "VIOLATIONS " + "; ".join(checked["violations"])
+    out.print(f"[bold]{payload['backend']}[/]: {payload['status']}  objective "
+              f"{_number(payload['objective'])}  "
               f"bound {_number(payload['bound'])}  gap {_number(payload['gap'], '{:.2%}')}  "
               f"build {payload['build_time_s']:.3f} s  solve {payload['solve_time_s']:.3f} s  "
-              f"checked: {'feasible' if checked['feasible'] else 'VIOLATIONS ' + '; '.join(checked['violations'])}",
+              f"checked: {verdict}",
               highlight=False)
     types: dict[str, int] = {}
     for node in problem.nodes:
@@ -197,10 +208,12 @@ def print_plan(payload: dict[str, Any], problem: RoundProblem) -> None:
         for job in group["job_ids"]:
             partners.setdefault(job, set()).update(j for j in group["job_ids"] if j != job)
     if payload["assignments"]:
-        rows = [[a["job_id"], a["gpu_type"], ",".join(a["nodes"]), _gpu_ranges(a["gpus"]), str(a["freeze_level"]),
-                 ", ".join(sorted(partners.get(a["job_id"], ()))) or "-"] for a in payload["assignments"]]
+        rows = [[a["job_id"], a["gpu_type"], ",".join(a["nodes"]), _gpu_ranges(a["gpus"]),
+                 str(a["freeze_level"]), ", ".join(sorted(partners.get(a["job_id"], ()))) or "-"]
+                for a in payload["assignments"]]
         print_fitted(out, lambda: Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False,
-                                        collapse_padding=True), ("job", "GPU type", "node", "GPUs", "freeze", "shares GPUs with"), rows,
+                                        collapse_padding=True),
+                     ("job", "GPU type", "node", "GPUs", "freeze", "shares GPUs with"), rows,
                      priority=(0, 1, 3, 5, 4, 2))
     groups = payload["colocation_groups"]
     if groups:
@@ -229,7 +242,8 @@ def _gpu_ranges(gpus: list[int]) -> str:
 @click.option("--backend", type=click.Choice([*backend_names(exact=True), "both", "decomposed"]),
               default="both",
               show_default=True, help="An exact backend, both (every exact backend), or decomposed (an LP "
-              "relaxation rounded, placed per GPU type when that is not within the gap; its bound is the LP's).")
+              "relaxation rounded, placed per GPU type when that is not within the gap; its "
+              "bound is the LP's).")
 @click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True)
 @click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.0, 86_400.0, min_open=True), default=10.0,
               show_default=True)
@@ -251,14 +265,17 @@ def bench_solve(sizes: str, backend: str, repeats: int, time_limit_s: float, rel
 
     names = [s.strip() for s in sizes.split(",") if s.strip()]
     if not names:
-        raise ValidationError("--sizes", f"{sizes[:40]!r} names no size; give JOBSxGPUS sizes, e.g. 20x16,200x256")
+        raise ValidationError("--sizes",
+                              f"{sizes[:40]!r} names no size; give JOBSxGPUS sizes, e.g. 20x16,200x256")
     for name in names:
         parse_size(name)
     backends = EXACT_BACKENDS if backend == "both" else (backend,)
-    options = RoundOptions(max_jobs_per_gpu=max_jobs_per_gpu, relative_gap=relative_gap, time_limit_s=time_limit_s)
+    options = RoundOptions(max_jobs_per_gpu=max_jobs_per_gpu, relative_gap=relative_gap,
+                           time_limit_s=time_limit_s)
     bundle = predictors(predictors_name)
     solver = None if milp_solver == "highs" else milp_solver
-    rows = [row for name in names for row in bench_size(name, backends, bundle, repeats, time_limit_s, options, solver)]
+    rows = [row for name in names
+            for row in bench_size(name, backends, bundle, repeats, time_limit_s, options, solver)]
     table = rows_as_dicts(rows, winners(rows, options.minimize))
     emit({"rows": table}, as_json, lambda: _print_bench(table))
 
@@ -271,5 +288,6 @@ def _print_bench(table: list[dict[str, Any]]) -> None:
         click.echo(f"{r['size']:>10} {r['backend']:>6} cands={r['num_candidates']:>7} "
                    f"round_total={r['round_total_s']:.3f}s [{r['min']['round_total_s']:.3f}-"
                    f"{r['max']['round_total_s']:.3f}] first={r['first_round_total_s']:.3f}s "
-                   f"peak_rss={r['peak_rss_mib']:.0f}MiB gap={gap} {r['status']}{' *' if r['winner'] else ''}")
+                   f"peak_rss={r['peak_rss_mib']:.0f}MiB gap={gap} {r['status']}"
+                   f"{' *' if r['winner'] else ''}")
         click.echo("           " + " ".join(f"{stage[:-2]}={r[stage]:.3f}" for stage in STAGES[:-1]))

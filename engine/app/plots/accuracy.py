@@ -22,7 +22,8 @@ def _held_out(value: Any) -> bool | None:
     return str(value).strip().lower() in ("1", "true", "yes", "held_out", "held-out", "test")
 
 
-def plot_pred_vs_measured(rows: Sequence[Mapping[str, Any]], *, quantity: str = "value", ax: Any = None) -> Any:
+def plot_pred_vs_measured(rows: Sequence[Mapping[str, Any]], *, quantity: str = "value",
+                          ax: Any = None) -> Any:
     """Predicted vs measured on log axes (linear when a value is <= 0) with y = x and a +-20% band; one
     colour per ``group``. Rows whose ``held_out`` is true (predictions for data the predictor was not
     fitted on) are filled markers, rows fitted on are hollow; rows without the field make no claim
@@ -69,13 +70,13 @@ def plot_pred_vs_measured(rows: Sequence[Mapping[str, Any]], *, quantity: str = 
 
 
 #: what each accuracy quantity is called on an axis
-QUANTITY_LABELS = {"step_time_s": "step time (s)", "speed": "co-located speed (x alone)", "memory_mib": "memory (MiB)",
-                   "gpu_util": "GPU utilisation (%)", "value": "value"}
+QUANTITY_LABELS = {"step_time_s": "step time (s)", "speed": "co-located speed (x alone)",
+                   "memory_mib": "memory (MiB)", "gpu_util": "GPU utilisation (%)", "value": "value"}
 
 
 def accuracy_rows(data: Any) -> tuple[list[dict[str, Any]], str]:
-    """The rows of an accuracy result as ``predicted``, ``measured``, ``quantity``, ``gpu``, ``model``, ``group``
-    and ``held_out``, and what the result is. Reads ``predict eval-steptime --json`` (rows with
+    """The rows of an accuracy result as ``predicted``, ``measured``, ``quantity``, ``gpu``, ``model``,
+    ``group`` and ``held_out``, and what the result is. Reads ``predict eval-steptime --json`` (rows with
     ``predicted_s``/``measured_s``; a leave-one-GPU-out run's rows are held out), ``predict eval-colocation
     --json`` (rows with ``quantity``) and plain predicted/measured pairs. A row without numbers raises
     :class:`ValidationError` naming it."""
@@ -99,7 +100,8 @@ def accuracy_rows(data: Any) -> tuple[list[dict[str, Any]], str]:
                     "gpu": str(r.get("gpu", "")), "model": str(r.get("model", "")),
                     "group": str(r.get("group", r.get("gpu", "all"))), "held_out": held})
     if steptime:
-        what = "step time, leave-one-GPU-out" if logo else "step time (as evaluated: may include fitted-on rows)"
+        what = ("step time, leave-one-GPU-out" if logo
+                else "step time (as evaluated: may include fitted-on rows)")
     elif any(r["quantity"] != "value" for r in out):
         what = "co-location"
     else:
@@ -107,7 +109,8 @@ def accuracy_rows(data: Any) -> tuple[list[dict[str, Any]], str]:
     return out, what
 
 
-def plot_error_breakdown(rows: Sequence[Mapping[str, Any]], *, quantity: str = "value", title: str = "") -> Any:
+def plot_error_breakdown(rows: Sequence[Mapping[str, Any]], *, quantity: str = "value",
+                         title: str = "") -> Any:
     """Mean absolute percentage error per GPU (left) and per model (right), each bar labelled with its row
     count; rows as :func:`accuracy_rows` gives them."""
     by_gpu: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -123,7 +126,8 @@ def plot_error_breakdown(rows: Sequence[Mapping[str, Any]], *, quantity: str = "
     for ax, table, name in ((left, by_gpu, "GPU"), (right, by_model, "model")):
         names = sorted(table, key=lambda k: _mape(table[k]))
         errors = [100.0 * _mape(table[k]) for k in names]
-        bars = ax.barh(range(len(names)), errors, color="tab:blue" if name == "GPU" else "tab:orange", alpha=0.8)
+        bars = ax.barh(range(len(names)), errors, color="tab:blue" if name == "GPU" else "tab:orange",
+                       alpha=0.8)
         ax.set_yticks(range(len(names)), names, fontsize="small")
         for bar, k in zip(bars, names, strict=True):
             ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" n={len(table[k])}", va="center",

@@ -42,7 +42,8 @@ def time_origin_s(results: Sequence[Result]) -> float:
 
 def duration_label(seconds: float) -> str:
     """``seconds`` in s, min or h, whichever reads best."""
-    return f"{seconds:.0f} s" if seconds < 60 else (f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h")
+    return f"{seconds:.0f} s" if seconds < 60 else (f"{seconds / 60:.0f} min" if seconds < 7200
+                                                    else f"{seconds / 3600:.1f} h")
 
 
 def time_unit(span_s: float, unit: str | None = None) -> tuple[str, float]:

@@ -121,7 +121,8 @@ def accuracy_figures(data: Any) -> dict[str, Any]:
         held = {r["held_out"] for r in mine}
         if held in ({True}, {False}):  # say what the figures are: predictions, or fits to their own data
             label += " (held out)" if held == {True} else " (fitted on these rows: in-sample)"
-        coloured = mine if what == "predicted vs measured" else [r | {"group": r["gpu"] or "all"} for r in mine]
+        coloured = mine if what == "predicted vs measured" else [r | {"group": r["gpu"] or "all"}
+                                                                 for r in mine]
         fig = plot_pred_vs_measured(coloured, quantity=QUANTITY_LABELS.get(quantity, quantity))
         fig.axes[0].set_title(f"{what}: {label}", fontsize="medium")
         figs[f"pred_vs_measured{suffix}"] = fig
@@ -150,14 +151,16 @@ def check_simulation_results(results: Sequence[Any], where: str = "RESULT") -> N
 
     shapes: dict[str, tuple[str, Callable[[Any], bool]]] = {
         "records": ("a list of objects with numbers jct_s and arrival_s",
-                    lambda x: isinstance(x, Mapping) and number(x.get("jct_s")) and number(x.get("arrival_s"))),
+                    lambda x: isinstance(x, Mapping) and number(x.get("jct_s"))
+                    and number(x.get("arrival_s"))),
         "utilization": ("a list of [time_s, fraction] number pairs",
                         lambda x: isinstance(x, list) and len(x) == 2 and all(map(number, x))),
         "placements": ("a list of objects with job_id, gpus (integers), start_s and end_s",
                        lambda x: isinstance(x, Mapping) and isinstance(x.get("job_id"), str)
                        and number(x.get("start_s")) and number(x.get("end_s"))
                        and isinstance(x.get("gpus"), list) and bool(x["gpus"])
-                       and all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 1_000_000 for g in x["gpus"])
+                       and all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 1_000_000
+                               for g in x["gpus"])
                        and (x.get("freeze_level") is None or number(x["freeze_level"]))),
     }
     for i, r in enumerate(results):
@@ -193,7 +196,8 @@ def simulation_figures(results: Sequence[Result], *, gpu_types: Sequence[str] | 
         figs["utilization"] = plot_utilization(results, t0_s=origin, unit=unit)
     for r in results:
         if "gantt" in wanted and r.get("placements"):
-            figs[f"gantt_{safe_name(str(r['policy']))}"] = plot_gantt(r, gpu_types=gpu_types, t0_s=origin, unit=unit)
+            figs[f"gantt_{safe_name(str(r['policy']))}"] = plot_gantt(r, gpu_types=gpu_types, t0_s=origin,
+                                                                      unit=unit)
     return figs
 
 
@@ -228,16 +232,19 @@ def figures_for(data: Any, *, gpu_types: Sequence[str] | None = None) -> dict[st
     if kind == "scaling":
         return {"solve_scaling": plot_solve_scaling(rows)}
     runs = [rows] if isinstance(rows, Mapping) else list(rows)
-    check_runs(runs, "rows" if isinstance(data, Mapping) and "rows" in data else "" if isinstance(rows, Mapping)
+    check_runs(runs,
+               "rows" if isinstance(data, Mapping) and "rows" in data else "" if isinstance(rows, Mapping)
                else "RESULT")
     figs = simulation_figures(runs, gpu_types=gpu_types)
     if not figs:
-        raise ValidationError("RESULT", "has no records, utilisation or placements; run simulate --json --records")
+        raise ValidationError("RESULT",
+                              "has no records, utilisation or placements; run simulate --json --records")
     return figs
 
 
 def safe_name(name: str) -> str:
-    """``name`` with every character but letters, digits, ``-`` and ``_`` replaced by ``_`` (for file names)."""
+    """``name`` with every character but letters, digits, ``-`` and ``_`` replaced by ``_`` (for file
+    names)."""
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
@@ -272,21 +279,25 @@ def render(result_path: str | Path, out_dir: str | Path, fmt: str = "png", *,
     data = load_result(Path(result_path))
     try:
         figs = figures_for(data, gpu_types=types)
-    except (KeyError, TypeError, IndexError, AttributeError) as err:  # a shape no check above foresaw: one line
-        raise ValidationError("RESULT", f"{result_path} is malformed ({type(err).__name__}: {str(err)[:120]}); "
+    # a shape no check above foresaw: one line
+    except (KeyError, TypeError, IndexError, AttributeError) as err:
+        raise ValidationError("RESULT",
+                              f"{result_path} is malformed ({type(err).__name__}: {str(err)[:120]}); "
                               "give a result file as the commands write it") from None
     return save_figures(figs, Path(out_dir), fmt)
 
 
 @click.command("plot")
 @click.argument("result", metavar="RESULT.json", type=click.Path(dir_okay=False))
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default="figures", show_default=True)
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default="figures",
+              show_default=True)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="png", show_default=True)
 @click.option("--instance", "instance", type=click.Path(dir_okay=False),
               help="Instance file the result was simulated on: labels Gantt rows with GPU types.")
 @click.option("--json", "as_json", is_flag=True, help="List the written files as JSON.")
 def plot(result: str, out_dir: str, fmt: str, instance: str | None, as_json: bool) -> None:
-    """Render the standard figures of a simulate / experiment / accuracy / bench-solve result to PNG or SVG."""
+    """Render the standard figures of a simulate / experiment / accuracy / bench-solve result to PNG or
+    SVG."""
     from dltsched.engine.app.cli.main import emit
 
     paths = render(result, out_dir, fmt, instance=instance)

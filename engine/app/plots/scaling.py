@@ -45,8 +45,10 @@ def plot_solve_scaling(rows: Sequence[Mapping[str, Any]]) -> Any:
                 (_size_jobs(r), float(r["solve_time_s"]), float(r.get("build_time_s") or 0.0),
                  _number(r.get("objective")), _number(r.get("gap"))))
         except (KeyError, ValueError, TypeError):
-            raise ValidationError(f"rows[{i}]", "needs 'size' (JOBSxGPUS) or 'num_jobs', and 'solve_time_s'") from None
-    fig, (t_ax, o_ax, g_ax) = pyplot().subplots(1, 3, figsize=(14.0, 4.2), sharex=True, constrained_layout=True)
+            raise ValidationError(f"rows[{i}]",
+                                  "needs 'size' (JOBSxGPUS) or 'num_jobs', and 'solve_time_s'") from None
+    fig, (t_ax, o_ax, g_ax) = pyplot().subplots(1, 3, figsize=(14.0, 4.2), sharex=True,
+                                                constrained_layout=True)
     for backend, points in sorted(series.items()):
         points.sort()
         jobs = [p[0] for p in points]
@@ -55,10 +57,12 @@ def plot_solve_scaling(rows: Sequence[Mapping[str, Any]]) -> Any:
         if any(p[2] > 0 for p in points):
             t_ax.plot(jobs, [p[2] for p in points], linestyle="--", color=colour, label=f"{backend} build")
         objective = [(p[0], p[3]) for p in points if p[3] is not None]
-        o_ax.plot([x for x, _ in objective], [y for _, y in objective], marker="o", color=colour, label=backend)
+        o_ax.plot([x for x, _ in objective], [y for _, y in objective], marker="o", color=colour,
+                  label=backend)
         gaps = [(p[0], 100.0 * p[4]) for p in points if p[4] is not None]
         g_ax.plot([x for x, _ in gaps], [y for _, y in gaps], marker="o", color=colour, label=backend)
-    t_ax.set(xlabel="jobs in the round (log scale)", ylabel="time (s, log scale)", title="solve and build time")
+    t_ax.set(xlabel="jobs in the round (log scale)", ylabel="time (s, log scale)",
+             title="solve and build time")
     t_ax.set_yscale("log")
     o_ax.set(xlabel="jobs in the round (log scale)", ylabel="objective", title="objective reached")
     g_ax.set(xlabel="jobs in the round (log scale)", ylabel="relative gap (%)", title="gap at the end")

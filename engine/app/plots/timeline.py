@@ -28,14 +28,16 @@ def plot_jct_cdf(results: Sequence[Result], ax: Any = None) -> Any:
         if jct_h:
             ax.step(jct_h, [(i + 1) / len(jct_h) for i in range(len(jct_h))], where="post",
                     label=f"{r['policy']} (avg {sum(jct_h) / len(jct_h):.2f} h)")
-    ax.set(xlabel="job completion time (h, log scale)", ylabel="fraction of jobs", title="JCT CDF", ylim=(0, 1.02))
+    ax.set(xlabel="job completion time (h, log scale)", ylabel="fraction of jobs", title="JCT CDF",
+           ylim=(0, 1.02))
     ax.set_xscale("log")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize="small")
     return fig
 
 
-def _smoothed(times: Sequence[float], values: Sequence[float], window: float) -> tuple[list[float], list[float]]:
+def _smoothed(times: Sequence[float], values: Sequence[float],
+              window: float) -> tuple[list[float], list[float]]:
     """Time-weighted moving average of a step function (value held until the next sample) over
     ``window``, sampled on 200 points."""
     import numpy as np
@@ -66,15 +68,16 @@ def plot_utilization(results: Sequence[Result], *, t0_s: float | None = None, sm
     origin = time_origin_s(runs) if t0_s is None else t0_s
     span_s = max(r["utilization"][-1][0] - origin for r in runs)
     unit, per_s = time_unit(span_s, unit)
-    fig, axes = pyplot().subplots(len(runs), 1, figsize=(8.0, 1.0 + 1.5 * len(runs)), sharex=True, sharey=True,
+    fig, axes = pyplot().subplots(len(runs), 1, figsize=(8.0, 1.0 + 1.5 * len(runs)), sharex=True,
+                                  sharey=True,
                                    squeeze=False, constrained_layout=True)
     cmap = pyplot().get_cmap("tab10")
     for i, (r, ax) in enumerate(zip(runs, axes[:, 0], strict=True)):
         times = [(t - origin) / per_s for t, _ in r["utilization"]]
         values = [u for _, u in r["utilization"]]
         ax.step(times, values, where="post", color=cmap(i % 10), alpha=0.3, linewidth=0.8, label="busy GPUs")
-        ax.plot(*_smoothed(times, values, smooth_fraction * span_s / per_s), color=cmap(i % 10), linewidth=1.8,
-                label=f"moving average ({duration_label(smooth_fraction * span_s)})")
+        ax.plot(*_smoothed(times, values, smooth_fraction * span_s / per_s), color=cmap(i % 10),
+                linewidth=1.8, label=f"moving average ({duration_label(smooth_fraction * span_s)})")
         mean = r.get("gpu_util")
         ax.set_title(f"{r['policy']}" + (f": mean {mean:.0%} of GPUs busy until its last job ends"
                                          if mean is not None else ""), fontsize="medium", loc="left")
@@ -157,7 +160,8 @@ def plot_gantt(result: Result, *, max_gpus: int = 32, gpu_types: Sequence[str] |
     width_pt = ax.get_window_extent().width * 72.0 / fig.dpi
     x_lo, x_ti = (ax.transData.transform((x, 0))[0] for x in (0.0, end_t * 1.02))
     pt_per_px = width_pt / max(x_ti - x_lo, 1.0)
-    bars: dict[bool, tuple[list[Any], list[Any]]] = {False: ([], []), True: ([], [])}  # frozen -> verts, colours
+    # frozen -> verts, colours
+    bars: dict[bool, tuple[list[Any], list[Any]]] = {False: ([], []), True: ([], [])}
     labels: list[tuple[float, float, float, str, float, bool]] = []  # start, stop, y, text, size, frozen
     for row, g in enumerate(rows):
         if row % 2:
@@ -173,7 +177,8 @@ def plot_gantt(result: Result, *, max_gpus: int = 32, gpu_types: Sequence[str] |
             verts, colours = bars[bool(level)]
             verts.append([(start_t, y), (stop_t, y), (stop_t, y + height), (start_t, y + height)])
             colours.append(cmap(zlib.crc32(p["job_id"].encode()) % 20))
-            labels.append((start_t, stop_t, y + height / 2, str(p["job_id"]) + (f" f{level}" if level else ""),
+            labels.append((start_t, stop_t, y + height / 2,
+                           str(p["job_id"]) + (f" f{level}" if level else ""),
                            min(7.0, 0.8 * height * 0.34 * 72.0 * 0.8), bool(level)))
     from matplotlib.collections import PolyCollection
 
@@ -185,19 +190,25 @@ def plot_gantt(result: Result, *, max_gpus: int = 32, gpu_types: Sequence[str] |
         import numpy as np
 
         ends = np.array([(lo, hi) for lo, hi, *_ in labels], dtype=float)
-        pix = ax.transData.transform(np.column_stack([ends.ravel(), np.zeros(ends.size)]))[:, 0].reshape(-1, 2)
-        mids = ax.transData.inverted().transform(np.column_stack([pix.mean(axis=1), np.zeros(len(pix))]))[:, 0]
+        pix = ax.transData.transform(np.column_stack([ends.ravel(),
+                                                      np.zeros(ends.size)]))[:, 0].reshape(-1, 2)
+        mids = ax.transData.inverted().transform(np.column_stack([pix.mean(axis=1),
+                                                                  np.zeros(len(pix))]))[:, 0]
         for (_lo, _hi, y, text, size, frozen), (px0, px1), mid in zip(labels, pix, mids, strict=True):
             if abs(px1 - px0) * pt_per_px > 0.62 * size * len(text) + 2:  # the job id fits on its bar
                 ax.text(mid, y, text, ha="center", va="center", fontsize=size, zorder=3, clip_on=True,
-                        bbox={"facecolor": "white", "alpha": 0.7, "pad": 0.6, "linewidth": 0} if frozen else None)
+                        bbox={"facecolor": "white", "alpha": 0.7, "pad": 0.6, "linewidth": 0} if frozen
+                        else None)
     ax.set_yticks(rows, [f"GPU {g}" + (f" · {types[g]}" if g < len(types) else "") for g in rows],
                   fontsize="small")
     for row in range(1, len(rows)):
         if len(types) > rows[row] and types[rows[row]] != types[rows[row - 1]]:
             ax.axhline(row - 0.5, color="black", linewidth=0.8)
     shown = "" if len(rows) == num_gpus else f" (first {len(rows)} of {num_gpus} GPUs)"
-    ax.set(xlabel=f"time since first arrival ({unit})" + (f"; log scale after {tail_t:.0f} {unit}" if tail_t and tail_t >= 100 else f"; log scale after {tail_t:.3g} {unit}" if tail_t else ""),
+    ax.set(xlabel=f"time since first arrival ({unit})" + (f"; log scale after {tail_t:.0f} {unit}" if tail_t
+                                                          and tail_t >= 100
+                                                          else f"; log scale after {tail_t:.3g} {unit}"
+                                                          if tail_t else ""),
            ylabel="GPU · type", title=f"{result.get('policy', '')}: jobs per GPU{shown}\n"
            "lanes = co-located jobs, hatched = frozen layers (f<level>)")
     ax.set_ylim(len(rows) - 0.5, -0.5)

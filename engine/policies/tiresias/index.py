@@ -46,7 +46,8 @@ class _Running:
     assignment: Assignment
     gpu_type: str
     key: Key
-    crossing_s: float  # when the attained service reaches the next threshold (as of the last read); inf at the top
+    # when the attained service reaches the next threshold (as of the last read); inf at the top
+    crossing_s: float
 
 
 @dataclass
@@ -61,13 +62,13 @@ class AttainedServiceIndex:
 
     Parameters
     ----------
-    ranking : Ranking
+    ranking
         The policy: queues, their change instants and the GPU types jobs fit on.
-    cluster_id : int
+    cluster_id
         ``id`` of the cluster the index is for.
-    levels : int
+    levels
         The number of queues.
-    time_s : float
+    time_s
         The instant of the last full round.
     """
 
@@ -78,10 +79,12 @@ class AttainedServiceIndex:
     waiting: dict[str, _Waiting] = field(default_factory=dict, init=False)
     #: per group, per queue: the waiting jobs' (arrival, id), ascending
     groups: dict[Group, list[list[tuple[float, str]]]] = field(default_factory=dict, init=False)
-    promotions: list[tuple[float, float, str]] = field(default_factory=list, init=False)  # heap (instant, arrival, id)
+    # heap (instant, arrival, id)
+    promotions: list[tuple[float, float, str]] = field(default_factory=list, init=False)
     running: dict[str, _Running] = field(default_factory=dict, init=False)
     lines: dict[str, RunningLine] = field(default_factory=dict, init=False)  # per GPU type
-    crossings: list[tuple[float, int, _Running]] = field(default_factory=list, init=False)  # heap (instant, seq, job)
+    # heap (instant, seq, job)
+    crossings: list[tuple[float, int, _Running]] = field(default_factory=list, init=False)
     #: jobs to look at again (started or stopped since the last full round): their arrival instants
     touched: dict[str, float] = field(default_factory=dict, init=False)
     last_key: tuple[float, str] = field(default=(-math.inf, ""), init=False)
@@ -92,7 +95,7 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The snapshot of this round.
 
         Returns
@@ -107,7 +110,7 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        job_id : str
+        job_id
             The job.
         """
         w = self.waiting.pop(job_id, None)
@@ -125,9 +128,9 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        w : _Waiting
+        w
             An indexed waiting job.
-        level : int
+        level
             Its new queue.
         """
         key = (w.state.job.arrival_time_s, w.state.job.id)
@@ -142,11 +145,11 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The snapshot of this round (:meth:`serves` it).
-        progress : Mapping of str to JobState
+        progress
             The running jobs' states, by id (their attained service is read only near a threshold).
-        fresh : bool
+        fresh
             Whether the index is new (empty): then every job is indexed.
 
         Returns
@@ -198,14 +201,15 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        s : JobState
+        s
             A job in ``state``'s queue, not indexed.
-        state : ClusterState
+        state
             The snapshot of this round.
         """
         group = (s.job.num_gpus, tuple(self.ranking.candidate_types(s.job, state.cluster)))
         level = self.ranking.queue_of(s, state.time_s)
-        w = self.waiting[s.job.id] = _Waiting(s, group, level, self.ranking.changes_at_s(s, level, state.time_s))
+        w = self.waiting[s.job.id] = _Waiting(s, group, level,
+                                              self.ranking.changes_at_s(s, level, state.time_s))
         lists = self.groups.get(group)
         if lists is None:
             lists = self.groups[group] = [[] for _ in range(self.levels)]
@@ -218,15 +222,16 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        s : JobState
+        s
             A job placed in ``state``, not indexed.
-        state : ClusterState
+        state
             The snapshot of this round.
         """
         assert s.assignment is not None
         level = self.ranking.queue_of(s, state.time_s)
         r = _Running(s.job.id, s.assignment, state.cluster.gpu_type_of(s.assignment.gpus[0]),
-                    (level, s.job.arrival_time_s, s.job.id), self.ranking.changes_at_s(s, level, state.time_s))
+                    (level, s.job.arrival_time_s, s.job.id),
+                     self.ranking.changes_at_s(s, level, state.time_s))
         self.running[r.job_id] = r
         self.lines[r.gpu_type].add(r.key, len(r.assignment.gpus))
         if r.crossing_s < math.inf:
@@ -237,7 +242,7 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        now_s : float
+        now_s
             The instant of this round.
 
         Returns
@@ -272,9 +277,9 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        progress : Mapping of str to JobState
+        progress
             The running jobs' states, by id.
-        now_s : float
+        now_s
             The instant of this round.
 
         Returns
@@ -333,7 +338,7 @@ class AttainedServiceIndex:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The snapshot the index was refreshed to.
 
         Returns

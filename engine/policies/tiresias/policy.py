@@ -44,17 +44,17 @@ class LastRound:
 
     Parameters
     ----------
-    cluster_id : int
+    cluster_id
         ``id`` of the round's cluster.
-    time_s : float
+    time_s
         The round's instant.
-    queue : Sequence of JobState
+    queue
         The round's queue (compared by identity).
-    placements : Mapping of str to Assignment
+    placements
         The placements the round decided.
-    down : frozenset of int
+    down
         The GPUs down at the round.
-    next_change_s : float
+    next_change_s
         The first instant a job's queue changes if nothing else happens; ``-inf`` when the round's plan
         changed something (the next round decides afresh).
     """
@@ -73,17 +73,17 @@ class TiresiasPolicy:
 
     Parameters
     ----------
-    predictors : Predictors
+    predictors
         What the policy may know of jobs (memory and speed estimates decide the GPU types a job fits on).
-    thresholds_gpu_s : tuple of float
+    thresholds_gpu_s
         Attained-service queue limits in GPU-seconds, ascending.
-    starvation_factor : float
+    starvation_factor
         A waiting job that waited longer than this many times its last run time returns to the top queue.
-    name : str
+    name
         The policy's name in results.
-    round_interval_s : float or None
+    round_interval_s
         The lease: a round at least this often (``None``: on events only).
-    indexed : bool
+    indexed
         Full rounds walk the index kept across rounds (``True``) or rank every job directly (``False``: the
         reference the index is checked against; same plans, slower).
     """
@@ -112,9 +112,9 @@ class TiresiasPolicy:
 
         Parameters
         ----------
-        s : JobState
+        s
             The job.
-        now_s : float
+        now_s
             The instant.
 
         Returns
@@ -134,11 +134,11 @@ class TiresiasPolicy:
 
         Parameters
         ----------
-        s : JobState
+        s
             The job.
-        level : int
+        level
             Its queue at ``now_s`` (:meth:`queue_of`).
-        now_s : float
+        now_s
             The instant.
 
         Returns
@@ -161,9 +161,9 @@ class TiresiasPolicy:
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        cluster : Cluster
+        cluster
             The cluster.
 
         Returns
@@ -212,23 +212,14 @@ class TiresiasPolicy:
             assert gpus is not None  # counted above
             pool.occupy(s.job.id, gpus)
             starts.append(Assignment(s.job.id, gpus))
-            if self._index is not None:  # started, or crashed out of memory: look again at the next full round
+            # started, or crashed out of memory: look again at the next full round
+            if self._index is not None:
                 self._index.touched[s.job.id] = s.job.arrival_time_s
         return Plan(tuple(starts), incremental=True)
 
     def schedule(self, state: ClusterState) -> Plan:
-        """The plan of one round.
-
-        Parameters
-        ----------
-        state : ClusterState
-            The snapshot of the cluster and its jobs.
-
-        Returns
-        -------
-        Plan
-            Incremental (the starts only) when every running job keeps its GPUs, else every placement.
-        """
+        """The plan of one round: incremental (the starts only) when every running job keeps its GPUs, else
+        every placement."""
         if (seen := memory_observations_version()) != self._memory_seen:  # a crash measured real memory:
             self._memory_seen = seen  # the GPU types jobs fit on may have changed, so index and judge afresh
             self._index, self._seen = None, None
@@ -293,8 +284,8 @@ class TiresiasPolicy:
         fresh = idx is None or not idx.serves(state)
         while True:
             if fresh or idx is None:
-                idx = self._index = AttainedServiceIndex(self, id(state.cluster), len(self.thresholds_gpu_s) + 1,
-                                                         state.time_s)
+                idx = self._index = AttainedServiceIndex(self, id(state.cluster),
+                                                         len(self.thresholds_gpu_s) + 1, state.time_s)
                 idx.lines = {t: RunningLine() for t in state.cluster.gpu_types}
             if idx.refresh(state, progress, fresh=fresh):
                 return idx
@@ -305,7 +296,7 @@ class TiresiasPolicy:
 
         Parameters
         ----------
-        state : ClusterState
+        state
             The snapshot of the cluster and its jobs.
 
         Returns

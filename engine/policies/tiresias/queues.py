@@ -26,9 +26,9 @@ class Ranking(Protocol):
 
         Parameters
         ----------
-        s : JobState
+        s
             The job.
-        now_s : float
+        now_s
             The instant.
 
         Returns
@@ -43,11 +43,11 @@ class Ranking(Protocol):
 
         Parameters
         ----------
-        s : JobState
+        s
             The job.
-        level : int
+        level
             Its queue at ``now_s``.
-        now_s : float
+        now_s
             The instant.
 
         Returns
@@ -62,9 +62,9 @@ class Ranking(Protocol):
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        cluster : Cluster
+        cluster
             The cluster.
 
         Returns
@@ -81,16 +81,17 @@ class RunningLine:
 
     keys: list[Key] = field(default_factory=list, init=False)
     gpus: list[int] = field(default_factory=list, init=False)
-    _neg_from: list[int] | None = field(default=None, init=False)  # -(GPUs held from position i on), on demand
+    # -(GPUs held from position i on), on demand
+    _neg_from: list[int] | None = field(default=None, init=False)
 
     def add(self, key: Key, n: int) -> None:
         """Insert the job of priority ``key`` holding ``n`` GPUs.
 
         Parameters
         ----------
-        key : Key
+        key
             The job's priority (queue, arrival, id).
-        n : int
+        n
             The GPUs it holds.
         """
         i = bisect.bisect_left(self.keys, key)
@@ -103,7 +104,7 @@ class RunningLine:
 
         Parameters
         ----------
-        key : Key
+        key
             The job's priority.
         """
         i = bisect.bisect_left(self.keys, key)
@@ -133,7 +134,7 @@ class RunningLine:
 
         Parameters
         ----------
-        key : Key
+        key
             A priority (in the line or not).
 
         Returns
@@ -148,9 +149,9 @@ class RunningLine:
 
         Parameters
         ----------
-        key : Key or None
+        key
             Start after this priority; ``None``: from the start.
-        deficit : int
+        deficit
             GPUs the type is short.
 
         Returns

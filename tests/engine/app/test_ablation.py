@@ -1,4 +1,5 @@
-"""The ablation experiment: every decision switched off in turn, compared with the full policy seed by seed."""
+"""The ablation experiment: every decision switched off in turn, compared with the full policy seed by
+seed."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ bert_base,squad,h200,32,1,0.17,0,sgd,7900,99
 gpt2,wikitext103,h200,8,1,0.18,0,sgd,14000,99
 lstm_lm,wikitext2,h200,20,1,0.005,0,sgd,400,93
 """
-PAIRS = """,model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,speed2,gpu_util,gmem_util,gmem,gpu,sharing,gmem_source
-0,bert_base,squad,1,32,0,0.9,lstm_lm,wikitext2,1,20,0,0.95,90,3,3000,h200,mps,nvml
-"""
+PAIRS = (",model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,speed2,"
+         "gpu_util,gmem_util,gmem,gpu,sharing,gmem_source\n"
+         """0,bert_base,squad,1,32,0,0.9,lstm_lm,wikitext2,1,20,0,0.95,90,3,3000,h200,mps,nvml
+""")
 
 
 def test_variants_switch_off_one_decision_each() -> None:
@@ -48,10 +50,12 @@ def test_type_blind_predicts_every_type_alike() -> None:
 
 
 def test_paired_changes_are_per_seed() -> None:
-    runs = [{"policy": "optimizing", "seed": s, "avg_jct_s": 100.0 * (s + 1), "makespan_s": 10.0} for s in (0, 1)]
+    runs = [{"policy": "optimizing", "seed": s, "avg_jct_s": 100.0 * (s + 1), "makespan_s": 10.0}
+            for s in (0, 1)]
     runs += [{"policy": "x", "seed": s, "avg_jct_s": 110.0 * (s + 1), "makespan_s": 9.0 + s} for s in (0, 1)]
     (row,) = paired_changes(runs, ["x"])
-    assert row["avg_jct_s_change"] == pytest.approx(0.10) and row["avg_jct_s_change_ci95"] == pytest.approx(0.0)
+    assert row["avg_jct_s_change"] == pytest.approx(0.10)
+    assert row["avg_jct_s_change_ci95"] == pytest.approx(0.0)
     assert row["makespan_s_change"] == pytest.approx((-0.1 + 0.0) / 2) and row["makespan_s_change_ci95"] > 0
 
 
@@ -112,12 +116,15 @@ def test_an_ablation_needs_the_optimizing_policy(tmp_path: Path) -> None:
 
 def test_experiment_settings_are_checked(tmp_path: Path) -> None:
     exp = tmp_path / "bad.toml"
-    exp.write_text('name = "bad"\npolicies = ["fifo"]\nprofile_on_arrival_s = -1\n[workload]\ntrace = "philly"\n')
+    exp.write_text('name = "bad"\npolicies = ["fifo"]\nprofile_on_arrival_s = '
+                   '-1\n[workload]\ntrace = "philly"\n')
     with pytest.raises(ValidationError, match="profile_on_arrival_s"):
         load_experiment(exp)
-    exp.write_text(f'name = "bad"\npolicies = ["fifo"]\ntruth = ["{tmp_path / "missing"}"]\n[workload]\ntrace = "philly"\n')
+    exp.write_text('name = "bad"\npolicies = ["fifo"]\ntruth = '
+                   f'["{tmp_path / "missing"}"]\n[workload]\ntrace = "philly"\n')
     with pytest.raises(ValidationError, match="truth"):
         load_experiment(exp)
-    exp.write_text('name = "bad"\npolicies = ["optimizing"]\n[variants.x]\npolicy = "nope"\n[workload]\ntrace = "philly"\n')
+    exp.write_text('name = "bad"\npolicies = ["optimizing"]\n[variants.x]\npolicy = '
+                   '"nope"\n[workload]\ntrace = "philly"\n')
     with pytest.raises(ValidationError, match="variants.x.policy"):
         load_experiment(exp)

@@ -10,18 +10,20 @@ from dltsched.engine.app.registry import default_bench_predictors
 
 def test_rows_per_bundle_name_their_bundle_and_fit(capsys, repo_root):
     inst = str(repo_root / "instances" / "examples" / "tiny-6jobs-4gpus.json")
-    assert main(["bench", "simulate", "--instance", inst, "--policy", "fifo", "--policy", "sjf", "--seed", "0",
-                 "--predictors", "analytic", "--predictors", "default", "--json"]) == 0
+    assert main(["bench", "simulate", "--instance", inst, "--policy", "fifo", "--policy", "sjf", "--seed",
+                 "0", "--predictors", "analytic", "--predictors", "default", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [(r["predictors"], r["policy"]) for r in rows] == [("analytic", "fifo"), ("analytic", "sjf"),
                                                               ("default", "fifo"), ("default", "sjf")]
-    assert {r["predictors"]: r["predictors_fit"] for r in rows} == {"analytic": "not fitted", "default": "in-sample"}
+    assert {r["predictors"]: r["predictors_fit"] for r in rows} == {"analytic": "not fitted",
+                                                                    "default": "in-sample"}
     assert all(r["num_jobs_finished"] == 6 for r in rows)
 
 
 def test_table_shows_the_bundle_column(capsys, repo_root):
     inst = str(repo_root / "instances" / "examples" / "tiny-6jobs-4gpus.json")
-    assert main(["bench", "simulate", "--instance", inst, "--policy", "fifo", "--predictors", "analytic"]) == 0
+    assert main(["bench", "simulate", "--instance", inst, "--policy", "fifo", "--predictors",
+                 "analytic"]) == 0
     out = capsys.readouterr().out
     assert "bundle" in out and "analytic" in out and "fitted" in out
 
@@ -44,8 +46,8 @@ def test_default_bundle_is_crossfit_only_when_the_truth_is_measured(monkeypatch,
 
 def test_an_option_goes_only_to_the_policies_that_take_it(capsys, repo_root):
     inst = str(repo_root / "instances" / "examples" / "tiny-6jobs-4gpus.json")
-    assert main(["bench", "simulate", "--instance", inst, "--policy", "fifo", "--policy", "lucid", "--predictors",
-                 "analytic", "--option", "class_thresholds=[0.85, 0.95]", "--json"]) == 0
+    assert main(["bench", "simulate", "--instance", inst, "--policy", "fifo", "--policy", "lucid",
+                 "--predictors", "analytic", "--option", "class_thresholds=[0.85, 0.95]", "--json"]) == 0
     assert [r["policy"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["fifo", "lucid"]
 
 
@@ -61,6 +63,8 @@ def test_crossfit_results_name_the_recipe_their_folds_were_fitted_with():
 
 def test_simulate_json_names_bundle_fit_and_recipe(capsys, repo_root):
     inst = str(repo_root / "instances" / "examples" / "tiny-6jobs-4gpus.json")
-    assert main(["simulate", "--instance", inst, "--policy", "fifo", "--predictors", "default", "--json"]) == 0
+    assert main(["simulate", "--instance", inst, "--policy", "fifo", "--predictors", "default",
+                 "--json"]) == 0
     row = json.loads(capsys.readouterr().out)
-    assert (row["predictors"], row["predictors_fit"], row["predictors_recipe"]) == ("default", "in-sample", "")
+    assert (row["predictors"], row["predictors_fit"],
+            row["predictors_recipe"]) == ("default", "in-sample", "")

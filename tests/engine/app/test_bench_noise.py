@@ -19,8 +19,10 @@ from dltsched.predictors.noise import with_prediction_error
 def test_prediction_error_is_fixed_per_job_and_of_the_asked_size(analytic):
     noisy = with_prediction_error(analytic, 0.2, seed=3)
     jobs = [Job(f"j{i}", "resnet18", 64, 100) for i in range(400)]
-    ratios = [noisy.step_time.step_time_s(j, "v100") / analytic.step_time.step_time_s(j, "v100") for j in jobs]
-    assert ratios[0] == noisy.step_time.step_time_s(jobs[0], "v100") / analytic.step_time.step_time_s(jobs[0], "v100")
+    ratios = [noisy.step_time.step_time_s(j, "v100") / analytic.step_time.step_time_s(j, "v100")
+              for j in jobs]
+    assert ratios[0] == noisy.step_time.step_time_s(jobs[0],
+                                                    "v100") / analytic.step_time.step_time_s(jobs[0], "v100")
     spread = sum(abs(math.log(r)) for r in ratios) / len(ratios)
     assert 0.2 * 0.7 < spread < 0.2 * 0.9  # E|z| = 0.80 for z ~ N(0, 1)
     assert with_prediction_error(analytic, 0.0) is analytic

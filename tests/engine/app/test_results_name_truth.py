@@ -28,7 +28,8 @@ def _csv(path: Path) -> list[dict[str, str]]:
 
 def test_bench_simulate_rows_and_title_name_the_truth(packaged_truth, capsys, repo_root) -> None:
     inst = str(repo_root / "instances" / "examples" / "tiny-6jobs-4gpus.json")
-    args = ["bench", "simulate", "--instance", inst, "--policy", "fifo", "--policy", "sjf", "--predictors", "analytic"]
+    args = ["bench", "simulate", "--instance", inst, "--policy", "fifo", "--policy", "sjf", "--predictors",
+            "analytic"]
     assert main([*args, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["truth"] == "measured (gavel:packaged)"
@@ -40,7 +41,8 @@ def test_bench_simulate_rows_and_title_name_the_truth(packaged_truth, capsys, re
 def test_batch_rows_and_table_name_the_truth(packaged_truth, tmp_path, repo_root) -> None:
     from dltsched.engine.app.batch import discover, make_items, run_batch, run_item
 
-    items = make_items(discover(str(repo_root / "instances" / "examples" / "tiny-6jobs-4gpus.json")), ["fifo"], [0])
+    items = make_items(discover(str(repo_root / "instances" / "examples" / "tiny-6jobs-4gpus.json")),
+                       ["fifo"], [0])
     row = run_item(items[0])
     assert (row["error"], row["truth"], row["truth_sources"]) == ("", "measured", "gavel:packaged")
     assert run_batch(items, tmp_path / "out", max_workers=1)["failed"] == 0
@@ -52,8 +54,8 @@ def test_batch_resumes_a_table_written_before_the_truth_columns(packaged_truth, 
     """A results.csv without the truth columns is read (its rows kept as done) and rewritten with them."""
     from dltsched.engine.app.batch import COLUMNS, EARLIER_COLUMNS, discover, make_items, run_batch
 
-    items = make_items(discover(str(repo_root / "instances" / "examples" / "tiny-6jobs-4gpus.json")), ["fifo"],
-                       [0, 1])
+    items = make_items(discover(str(repo_root / "instances" / "examples" / "tiny-6jobs-4gpus.json")),
+                       ["fifo"], [0, 1])
     out = tmp_path / "out"
     run_batch(items[:1], out, max_workers=1)
     old = [{c: r[c] for c in EARLIER_COLUMNS} for r in _csv(out / "results.csv")]
@@ -88,6 +90,8 @@ dir = "{tmp_path / 'out'}"
     out = tmp_path / "out"
     results = json.loads((out / "results.json").read_text())
     assert results["truth"] == results["truth"] | {"kind": "measured", "sources": ["gavel:packaged"]}
-    assert [(r["truth"], r["truth_sources"]) for r in results["summary"]] == [("measured", ["gavel:packaged"])] * 2
+    assert [(r["truth"], r["truth_sources"])
+            for r in results["summary"]] == [("measured", ["gavel:packaged"])] * 2
     for table in ("runs.csv", "summary.csv"):
-        assert [(r["truth"], r["truth_sources"]) for r in _csv(out / table)] == [("measured", "gavel:packaged")] * 2
+        assert [(r["truth"], r["truth_sources"])
+                for r in _csv(out / table)] == [("measured", "gavel:packaged")] * 2

@@ -65,11 +65,13 @@ def test_unknown_backend_is_one_line_with_did_you_mean(text, hint):
 ])
 def test_policy_names(text, policy, backend, name):
     choice = parse_policy(text)
-    assert (choice.policy, None if choice.backend is None else str(choice.backend), choice.name) == (policy, backend,
+    assert (choice.policy, None if choice.backend is None else str(choice.backend),
+            choice.name) == (policy, backend,
                                                                                                    name)
 
 
-@pytest.mark.parametrize(("text", "needle"), [("fifi", "did you mean fifo"), ("dltsched:cpsta", "did you mean cpsat"),
+@pytest.mark.parametrize(("text", "needle"),
+                         [("fifi", "did you mean fifo"), ("dltsched:cpsta", "did you mean cpsat"),
                                               ("dltsced:milp", "did you mean dltsched"),
                                               ("sjf:cpsat", "only the optimizing policies take a backend")])
 def test_unknown_policy_is_one_line(text, needle):
@@ -121,7 +123,8 @@ def test_solve_policy_backend_needs_an_instance(tmp_path, capsys):
     ["batch", TINY, "--policy", "dltsched:cpsta", "-o", "OUT"],
     ["serve", "--backend", "cpsta", "--port", "0"],
     ["slurm", "--backend", "cpsta"],
-    ["simulate", "--instance", TINY, "--policy", "dltsched", "--option", "backend=cpsta", "--predictors", "analytic"],
+    ["simulate", "--instance", TINY, "--policy", "dltsched", "--option", "backend=cpsta", "--predictors",
+     "analytic"],
 ])
 def test_every_command_refuses_a_misspelt_backend_alike(argv, tmp_path, capsys):
     argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
@@ -149,7 +152,8 @@ def test_api_and_service_take_the_same_names():
     assert ConfiguredSolver(backend="greedy:SJF").baseline_policy == "sjf"
     assert ConfiguredSolver(backend="auto", exact_max_jobs=3).backend_for(4) == "greedy"
     assert to_config(ConfigIn(backend="greedy:sjf"), ConfiguredSolver(), 10.0).backend == "greedy:sjf"
-    with pytest.raises(ValidationError, match=r"^config\.backend: 'cpsta' not understood; did you mean cpsat\?"):
+    with pytest.raises(ValidationError,
+                       match=r"^config\.backend: 'cpsta' not understood; did you mean cpsat\?"):
         to_config(ConfigIn(backend="cpsta"), ConfiguredSolver(), 10.0)
     result = simulate_instance(TINY, "optimizing:greedy", predictors="analytic")
     assert result.policy == "optimizing:greedy" and result.num_jobs_finished == 4
@@ -163,4 +167,5 @@ def test_experiment_files_take_groups_and_backends():
                                       "options": {"dltsched:greedy": {"time_limit_s": 1}}})
     assert spec.policies == ("fifo", "sjf", "tiresias", "gandiva", "dltsched:greedy")
     with pytest.raises(Exception, match="did you mean cpsat"):
-        Experiment.model_validate({"name": "x", "workload": {"instance": TINY}, "policies": ["dltsched:cpsta"]})
+        Experiment.model_validate({"name": "x", "workload": {"instance": TINY},
+                                   "policies": ["dltsched:cpsta"]})

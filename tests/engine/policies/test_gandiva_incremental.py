@@ -115,8 +115,8 @@ FAULTS = FaultConfig(mtbf_s=20_000.0, mttr_s=600.0, checkpoint_interval_s=300.0)
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), faults=st.booleans(), under_memory=st.booleans(),
        gpus_per_node=st.sampled_from([2, 4]))
-def test_incremental_gandiva_plans_equal_the_direct_ones(k, seed, faults, under_memory, gpus_per_node, analytic,
-                                                         small_instance, memory_trap):
+def test_incremental_gandiva_plans_equal_the_direct_ones(k, seed, faults, under_memory, gpus_per_node,
+                                                         analytic, small_instance, memory_trap):
     # bursts of jobs: packing, then unpacking; with the memory trap, packed starts crash out of memory
     inst = small_instance(seed, num_jobs=40, gpus_per_node=gpus_per_node, mean_gap_s=5.0)
     preds, inst = memory_trap(analytic, inst) if under_memory else (analytic, inst)
@@ -131,9 +131,10 @@ def test_incremental_gandiva_plans_equal_the_direct_ones(k, seed, faults, under_
 @given(seed=st.integers(0, 10_000), faults=st.booleans(), under_memory=st.booleans())
 def test_simulations_do_not_depend_on_the_kept_occupancy(seed, faults, under_memory, analytic, small_instance,
                                                         memory_trap):
-    """A policy that forgets what it keeps between rounds (as after a resume) gives the same simulation, to the
-    last bit."""
-    preds, inst = memory_trap(analytic, small_instance(seed, num_jobs=40, mean_gap_s=5.0)) if under_memory else (
+    """A policy that forgets what it keeps between rounds (as after a resume) gives the same simulation, to
+    the last bit."""
+    preds, inst = memory_trap(analytic,
+                              small_instance(seed, num_jobs=40, mean_gap_s=5.0)) if under_memory else (
         analytic, small_instance(seed, num_jobs=40, mean_gap_s=5.0))
     cfg = SimulationConfig(seed=seed, memory="oom", faults=FAULTS if faults else None)
     truth = MeasuredTruth(use_measurements=False)
@@ -152,8 +153,8 @@ class Forgetful(GandivaPolicy):
 
 
 def test_the_comparison_sees_packing_and_unpacking(analytic, small_instance, memory_trap):
-    """Guard for the tests above: over a few seeds the runs do pack, migrate jobs, lose jobs to failed nodes and
-    crash packed starts out of memory."""
+    """Guard for the tests above: over a few seeds the runs do pack, migrate jobs, lose jobs to failed nodes
+    and crash packed starts out of memory."""
     packs = moves = failures = oom = 0
     for seed in range(6):
         preds, inst = memory_trap(analytic, small_instance(seed, num_jobs=40, mean_gap_s=5.0))

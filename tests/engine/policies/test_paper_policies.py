@@ -25,7 +25,8 @@ def test_icefrog_freezes_only_within_budget(analytic):
     penalty = analytic.freezing.frozen_penalty(jobs[0], levels["free"], 0.0)
     assert penalty <= 0.2
     # the chosen level beats running unfrozen in effective progress
-    assert analytic.effective_progress_rate(jobs[0], "v100", levels["free"]) > analytic.effective_progress_rate(jobs[0], "v100", 0)
+    unfrozen = analytic.effective_progress_rate(jobs[0], "v100", 0)
+    assert analytic.effective_progress_rate(jobs[0], "v100", levels["free"]) > unfrozen
 
 
 class ConstantColocation:
@@ -66,7 +67,8 @@ def test_lucid_classes_are_relative_to_the_job_types_seen(analytic, thresholds, 
     """neumf runs at 0.9 shared, resnet50 at 0.3 (Gavel-like speeds). Paper cut points: neumf class 1,
     resnet50 class 2, so a queued resnet50 job finds no partner (1 + 2 > 2). Relative cut points (quantiles of
     the two types at Lucid's label shares): neumf class 0, resnet50 class 1, so it joins the neumf job 'a'
-    (0 + 1, preferred over the other resnet50 job's 1 + 1); 'a' runs much longer, so the pair is time-aware."""
+    (0 + 1, preferred over the other resnet50 job's 1 + 1); 'a' runs much longer, so the pair is
+    time-aware."""
     from dataclasses import replace
 
     from dltsched.engine.domain.model import Assignment

@@ -51,13 +51,15 @@ class DirectTiresias:
             ran = s.attained_service_s / s.job.num_gpus
             level = self.queue_of(s, state.time_s)
             if s.assignment is not None and level < len(self.thresholds_gpu_s):
-                out = min(out, state.time_s + (self.thresholds_gpu_s[level] - s.attained_service_s) / s.job.num_gpus)
+                to_go_s = (self.thresholds_gpu_s[level] - s.attained_service_s) / s.job.num_gpus
+                out = min(out, state.time_s + to_go_s)
             elif s.assignment is None and level > 0 and ran > 0:
                 out = min(out, s.queued_since_s + self.starvation_factor * ran)
         return out
 
     def schedule(self, state: ClusterState) -> Plan:
-        order = sorted(state.jobs, key=lambda s: (self.queue_of(s, state.time_s), s.job.arrival_time_s, s.job.id))
+        order = sorted(state.jobs,
+                       key=lambda s: (self.queue_of(s, state.time_s), s.job.arrival_time_s, s.job.id))
         free = state.available_by_type()
         admitted: list[tuple[JobState, str]] = []
         for s in order:
@@ -107,12 +109,14 @@ class Compare:
         want = {a.job_id: a for a in self.direct.schedule(state).assignments}
         assert got == want, f"round {self.rounds} at t={state.time_s}: plans differ"
         if full and self.fast.last_round.next_change_s > -math.inf:  # a full round that changed nothing
-            assert self.fast.last_round.next_change_s == self.direct.next_change_s(state), f"round {self.rounds}"
+            assert self.fast.last_round.next_change_s == self.direct.next_change_s(state), \
+                f"round {self.rounds}"
             self.full_unchanged += 1
         running = state.placements_by_id()
         self.preemptions += sum(1 for j in running if j not in got)
+        type_of = state.cluster.gpu_type_of
         self.moves += sum(1 for j, a in running.items()
-                          if j in got and state.cluster.gpu_type_of(got[j].gpus[0]) != state.cluster.gpu_type_of(a.gpus[0]))
+                          if j in got and type_of(got[j].gpus[0]) != type_of(a.gpus[0]))
         self.promoted += sum(1 for s in state.queued() if self.direct.queue_of(s, state.time_s) == 0
                              and bisect.bisect_right(self.direct.thresholds_gpu_s, s.attained_service_s) > 0)
         self.rounds += 1
@@ -125,7 +129,8 @@ FAULTS = FaultConfig(mtbf_s=20_000.0, mttr_s=600.0, checkpoint_interval_s=300.0)
 POLICY_KNOBS = st.sampled_from([((600.0, 6000.0), 8.0), ((300.0, 1200.0, 4800.0), 2.0), ((900.0,), 0.5)])
 
 
-def _setup(analytic, small_instance, memory_trap, seed, under_memory, **kwargs):  # noqa: ANN001, ANN003, ANN202
+def _setup(analytic, small_instance, memory_trap, seed, under_memory,
+           **kwargs):  # noqa: ANN001, ANN003, ANN202
     inst = small_instance(seed, num_jobs=40, **kwargs)
     return memory_trap(analytic, inst) if under_memory else (analytic, inst)
 
@@ -133,10 +138,11 @@ def _setup(analytic, small_instance, memory_trap, seed, under_memory, **kwargs):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), faults=st.booleans(), under_memory=st.booleans(), knobs=POLICY_KNOBS,
        gpus_per_node=st.sampled_from([2, 4]), gap_s=st.sampled_from([5.0, 20.0]))
-def test_tiresias_plans_equal_the_direct_ones(seed, faults, under_memory, knobs, gpus_per_node, gap_s, analytic,
+def test_tiresias_plans_equal_the_direct_ones(seed, faults, under_memory, knobs, gpus_per_node, gap_s,
+                                              analytic,
                                                small_instance, memory_trap):
-    preds, inst = _setup(analytic, small_instance, memory_trap, seed, under_memory, gpus_per_node=gpus_per_node,
-                         mean_gap_s=gap_s)
+    preds, inst = _setup(analytic, small_instance, memory_trap, seed, under_memory,
+                         gpus_per_node=gpus_per_node, mean_gap_s=gap_s)
     thresholds, factor = knobs
     check = Compare(TiresiasPolicy(preds, thresholds_gpu_s=thresholds, starvation_factor=factor),
                     DirectTiresias(preds, thresholds_gpu_s=thresholds, starvation_factor=factor))
@@ -147,8 +153,8 @@ def test_tiresias_plans_equal_the_direct_ones(seed, faults, under_memory, knobs,
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), faults=st.booleans(), under_memory=st.booleans(), knobs=POLICY_KNOBS)
-def test_simulations_equal_those_of_direct_full_rounds(seed, faults, under_memory, knobs, analytic, small_instance,
-                                                       memory_trap):
+def test_simulations_equal_those_of_direct_full_rounds(seed, faults, under_memory, knobs, analytic,
+                                                       small_instance, memory_trap):
     preds, inst = _setup(analytic, small_instance, memory_trap, seed, under_memory, mean_gap_s=10.0)
     thresholds, factor = knobs
     cfg = SimulationConfig(seed=seed, faults=FAULTS if faults else None, memory="oom")
@@ -170,8 +176,10 @@ def test_the_comparison_sees_what_it_must(analytic, small_instance, memory_trap)
     totals = dict.fromkeys(("skipped", "preemptions", "moves", "promoted", "full_unchanged", "oom"), 0)
     for seed in range(6):
         preds, inst = _setup(analytic, small_instance, memory_trap, seed, True, mean_gap_s=10.0)
-        check = Compare(TiresiasPolicy(preds, thresholds_gpu_s=(300.0, 1200.0, 4800.0), starvation_factor=2.0),
-                        DirectTiresias(preds, thresholds_gpu_s=(300.0, 1200.0, 4800.0), starvation_factor=2.0))
+        check = Compare(TiresiasPolicy(preds, thresholds_gpu_s=(300.0, 1200.0, 4800.0),
+                                       starvation_factor=2.0),
+                        DirectTiresias(preds, thresholds_gpu_s=(300.0, 1200.0, 4800.0),
+                                       starvation_factor=2.0))
         result = simulate(inst, check,
                           truth=MeasuredTruth(use_measurements=False), config=SimulationConfig(memory="oom"))
         for name in ("skipped", "preemptions", "moves", "promoted", "full_unchanged"):
@@ -207,7 +215,9 @@ def test_jobs_started_or_stopped_outside_the_plans_are_indexed_afresh(analytic):
             [JobState(jobs[i], 900, 30.0 * len(g), Assignment(f"j{i}", g)) for i, g in running.items()]
             + [JobState(jobs[i], 1000, 10.0 if i == 3 else 0.0, queued_since_s=float(i)) for i in waiting]))
 
-    fast, direct = TiresiasPolicy(analytic, thresholds_gpu_s=(25.0,)), DirectTiresias(analytic, thresholds_gpu_s=(25.0,))
+    fast, direct = TiresiasPolicy(analytic,
+                                  thresholds_gpu_s=(25.0,
+                                                    )), DirectTiresias(analytic, thresholds_gpu_s=(25.0,))
     for s in (state(10.0, {}, [0, 1, 2, 3, 4, 5]),
               state(20.0, {1: (0,), 2: (2,)}, [0, 3, 4, 6]),  # j5 vanished, j6 arrived, j1 and j2 started
               state(30.0, {2: (2,), 3: (1,)}, [0, 1, 4, 6, 7]),  # j1 stopped, j3 started, all unplanned

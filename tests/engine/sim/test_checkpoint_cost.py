@@ -1,5 +1,5 @@
-"""Checkpoints that cost little: by default a run writes its checkpoint as often as a share of its wall-clock time
-(3%) allows, never more, and resumes from such a checkpoint on the same trajectory."""
+"""Checkpoints that cost little: by default a run writes its checkpoint as often as a share of its wall-clock
+time (3%) allows, never more, and resumes from such a checkpoint on the same trajectory."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ class Crash(Exception):
     pass
 
 
-def test_default_writes_take_a_bounded_share_of_the_run(analytic: Any, tmp_path: Path, monkeypatch: Any) -> None:
+def test_default_writes_take_a_bounded_share_of_the_run(analytic: Any, tmp_path: Path,
+                                                        monkeypatch: Any) -> None:
     """Every write but the last fits in the share of the wall-clock time before it (the rule); the run saves,
     and its result is the one without checkpoints."""
     costs: list[float] = []
@@ -55,8 +56,8 @@ def test_default_writes_take_a_bounded_share_of_the_run(analytic: Any, tmp_path:
     assert saved.records == plain.records
 
 
-def test_cheap_writes_come_every_round_and_costly_ones_less(analytic: Any, small_instance: Any, tmp_path: Path,
-                                                            monkeypatch: Any) -> None:
+def test_cheap_writes_come_every_round_and_costly_ones_less(analytic: Any, small_instance: Any,
+                                                            tmp_path: Path, monkeypatch: Any) -> None:
     inst = small_instance(3, num_jobs=15)
     written: list[int] = []
     monkeypatch.setattr(ckpt, "write_checkpoint", lambda _path, _fp, state: written.append(state["rounds"]))
@@ -79,7 +80,8 @@ def test_cheap_writes_come_every_round_and_costly_ones_less(analytic: Any, small
 def test_resume_from_a_time_based_checkpoint_is_the_same_run(analytic: Any, small_instance: Any,
                                                                tmp_path: Path) -> None:
     inst = small_instance(5, num_jobs=30, mean_gap_s=20.0)
-    cfg = SimulationConfig(seed=2, faults=FaultConfig(mtbf_s=3 * 3600.0, mttr_s=600.0, checkpoint_interval_s=300.0))
+    cfg = SimulationConfig(seed=2,
+                           faults=FaultConfig(mtbf_s=3 * 3600.0, mttr_s=600.0, checkpoint_interval_s=300.0))
     plain = Simulator(inst, make_policy("tiresias", predictors=analytic), TRUTH, cfg).run()
     seen = {"n": 0}
 

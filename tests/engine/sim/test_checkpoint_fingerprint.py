@@ -36,7 +36,8 @@ def crash_after(rounds: int):
 def interrupted(inst, policy, cfg, path, truth=TRUTH, rounds=4):
     """Run until ``rounds`` rounds, saving every round, then crash."""
     with pytest.raises(Crash):
-        Simulator(inst, policy, truth, cfg, on_round=crash_after(rounds), store=CheckpointStore(path, 1)).run()
+        Simulator(inst, policy, truth, cfg, on_round=crash_after(rounds),
+                  store=CheckpointStore(path, 1)).run()
     assert path.exists()
 
 
@@ -62,7 +63,8 @@ def test_changed_predictor_weights_are_refused(analytic, small_instance, tmp_pat
 def test_changed_freeze_settings_are_refused(analytic, small_instance, tmp_path):
     inst, path = small_instance(5, num_jobs=8), tmp_path / "c.json"
     opts = {"time_limit_s": 0.2, "min_interval_s": 0.0}
-    interrupted(inst, make_policy("optimizing", predictors=analytic, **opts), SimulationConfig(seed=1), path, rounds=2)
+    interrupted(inst, make_policy("optimizing", predictors=analytic, **opts), SimulationConfig(seed=1), path,
+                rounds=2)
     with pytest.raises(CheckpointError, match="policy options"):
         resume(inst, make_policy("optimizing", predictors=analytic, freeze_levels=(0,), **opts),
                SimulationConfig(seed=1), path)
@@ -72,7 +74,8 @@ def test_changed_memory_mode_and_ground_truth_are_refused(analytic, small_instan
     inst, path = small_instance(2, num_jobs=12), tmp_path / "c.json"
     interrupted(inst, make_policy("fifo", predictors=analytic), SimulationConfig(seed=1, memory="oom"), path)
     with pytest.raises(CheckpointError, match="memory mode; memory was 'oom', now 'reject'"):
-        resume(inst, make_policy("fifo", predictors=analytic), SimulationConfig(seed=1, memory="reject"), path)
+        resume(inst, make_policy("fifo", predictors=analytic), SimulationConfig(seed=1, memory="reject"),
+               path)
     with pytest.raises(CheckpointError, match="ground truth"):
         resume(inst, make_policy("fifo", predictors=analytic), SimulationConfig(seed=1, memory="oom"), path,
                truth=MeasuredTruth(use_measurements=False, timeslice_overhead=0.2))
@@ -84,7 +87,8 @@ def test_fingerprint_ignores_caches_filled_by_a_run(analytic, small_instance):
     before = fingerprint(Simulator(inst, make_policy("sjf", predictors=analytic), truth))
     Simulator(inst, make_policy("sjf", predictors=analytic), truth).run()
     assert fingerprint(Simulator(inst, make_policy("sjf", predictors=analytic), truth)) == before
-    changed = fingerprint(Simulator(inst, make_policy("sjf", predictors=analytic), truth, SimulationConfig(seed=9)))
+    changed = fingerprint(Simulator(inst, make_policy("sjf", predictors=analytic), truth,
+                                    SimulationConfig(seed=9)))
     assert {k for k in before if before[k] != changed[k]} == {"seed"}
 
 

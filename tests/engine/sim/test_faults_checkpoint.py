@@ -144,7 +144,8 @@ def test_resume_keeps_what_a_job_learned_from_running_out_of_memory(tmp_path):
             raise Crash
 
     with pytest.raises(Crash):
-        Simulator(inst, MoveToK80(), TRUTH, cfg, on_round=crash_after_the_oom, store=CheckpointStore(ckpt, 1)).run()
+        Simulator(inst, MoveToK80(), TRUTH, cfg, on_round=crash_after_the_oom,
+                  store=CheckpointStore(ckpt, 1)).run()
     resumed = Simulator(inst, MoveToK80(), TRUTH, cfg, store=CheckpointStore(ckpt, 1)).run(resume=True)
     assert resumed.oom_events == 1
     assert resumed.records == full.records

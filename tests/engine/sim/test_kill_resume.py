@@ -21,8 +21,8 @@ from dltsched.instances.schema import save_instance
 
 CLI = [sys.executable, "-c", "import sys; from dltsched.engine.app.cli.main import main; sys.exit(main())"]
 #: a harsh fault process (a node fails every 15 min on average) so that failures interrupt running jobs
-RUN = ["simulate", "--policy", "optimizing", "--seed", "4", "--faults", "900:300:120", "--predictors", "analytic",
-       "--option", "time_limit_s=0.5", "--records", "--json"]
+RUN = ["simulate", "--policy", "optimizing", "--seed", "4", "--faults", "900:300:120", "--predictors",
+       "analytic", "--option", "time_limit_s=0.5", "--records", "--json"]
 WALL_CLOCK = ("wall_time_s", "decision_time_")
 
 

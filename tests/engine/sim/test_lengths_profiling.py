@@ -75,7 +75,8 @@ def test_length_setting_changes_sjf_not_fifo(analytic, small_instance):
 
 
 def test_estimates_are_seeded_per_job_and_double_when_outrun():
-    jobs = (Job("a", "resnet18", 32, 1000.0), Job("b", "resnet18", 32, 3000.0), Job("c", "resnet18", 32, 5000.0))
+    jobs = (Job("a", "resnet18", 32, 1000.0), Job("b", "resnet18", 32, 3000.0),
+            Job("c", "resnet18", 32, 5000.0))
     est = LengthEstimates("estimate", 0.5, 1, jobs)
     first = est.initial_total(jobs[0])
     assert first == LengthEstimates("estimate", 0.5, 1, jobs).initial_total(jobs[0])

@@ -14,11 +14,13 @@ from dltsched.engine.sim.truth import MeasuredTruth
 
 def test_work_bound_divides_work_over_types_at_their_speeds() -> None:
     # one fast GPU (a: 1 h, b: 1 h) and one slow one (a: 4 h, b: 2 h). Moving a share x of b to the slow GPU:
-    # fast does 1 + (1 - x) h, slow 2x h; equal when 2 - x = 2x -> x = 2/3, T = 4/3 h. On one type: total / GPUs.
+    # fast does 1 + (1 - x) h, slow 2x h; equal when 2 - x = 2x -> x = 2/3, T = 4/3 h. On one type: total /
+    # GPUs.
     jobs = [Job("a", "resnet18", 32, 1.0), Job("b", "resnet18", 32, 1.0)]
     times = {"a": {"fast": 3600.0, "slow": 4 * 3600.0}, "b": {"fast": 3600.0, "slow": 2 * 3600.0}}
     assert work_bound_s(jobs, times, {"fast": 1, "slow": 1}) == pytest.approx(4 / 3 * 3600.0)
-    assert work_bound_s(jobs, {k: {"fast": v["fast"]} for k, v in times.items()}, {"fast": 2}) == pytest.approx(3600)
+    assert work_bound_s(jobs, {k: {"fast": v["fast"]} for k, v in times.items()},
+                        {"fast": 2}) == pytest.approx(3600)
 
 
 def test_bound_is_the_larger_of_work_and_the_longest_job() -> None:

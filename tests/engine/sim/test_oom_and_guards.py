@@ -53,11 +53,13 @@ class ThirdOfMemory:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *,
                     freeze_level: int = 0, num_nodes: int = 1) -> float:
-        return self.base.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level,  # type: ignore[attr-defined]
+        return self.base.step_time_s(job, gpu_type, num_gpus,
+                                     freeze_level=freeze_level,  # type: ignore[attr-defined]
                                      num_nodes=num_nodes)
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
-        return self.base.memory_mib(job, gpu_type, freeze_level=freeze_level) / 3  # type: ignore[attr-defined]
+        return self.base.memory_mib(job, gpu_type,
+                                    freeze_level=freeze_level) / 3  # type: ignore[attr-defined]
 
 
 @pytest.fixture(name="under")
@@ -82,7 +84,8 @@ def test_an_under_predicted_job_crashes_once_is_requeued_learns_and_finishes(nam
     assert policy.seen[-1] == truth_small  # after it: the measured peak
     # the strict check refuses the same plan instead
     with pytest.raises(InvalidPlanError, match="memory"):
-        simulate(PAIR, make_policy(name, predictors=under), truth=TRUTH, config=SimulationConfig(memory="reject"))
+        simulate(PAIR, make_policy(name, predictors=under), truth=TRUTH,
+                 config=SimulationConfig(memory="reject"))
 
 
 def test_measured_memory_is_per_run_and_per_job_kind():
@@ -131,7 +134,8 @@ def test_a_policy_blind_to_measured_memory_is_stopped(under):
             return Plan(tuple(Assignment(s.job.id, (0,)) for s in state.jobs))
 
     inst = replace(PAIR, jobs=(replace(PAIR.jobs[0], total_iterations=1e6), PAIR.jobs[1]))
-    with pytest.raises(InvalidPlanError, match=r"policy 'blind' placed job 'small'.*crashed out of memory 100 times"):
+    with pytest.raises(InvalidPlanError,
+                       match=r"policy 'blind' placed job 'small'.*crashed out of memory 100 times"):
         simulate(inst, Blind(), truth=TRUTH)
 
 
@@ -154,7 +158,8 @@ class Idle:
 def test_a_loop_that_cannot_advance_the_clock_raises_naming_the_policy_and_state():
     inst = Instance("stuck", Cluster((Node("v0", "v100", 1),)), (Job("a", "resnet18", 32, 100),))
     with pytest.raises(SimulationStalledError,
-                       match=r"policy 'idle': no progress in 1000 iterations.*clock 0 s with 0 job\(s\) queued, 1 "
+                       match=r"policy 'idle': no progress in 1000 iterations.*clock 0 s with 0 "
+                             r"job\(s\) queued, 1 "
                              r"running"):
         Simulator(inst, Idle(), TRUTH).run()
     with pytest.raises(SimulationStalledError, match="no progress in 5 iterations"):
@@ -170,7 +175,8 @@ def test_optimizing_policy_with_a_zero_round_interval_is_stopped(repo_root, anal
     inst = load_instance_file(repo_root / "instances/examples/tiny-4jobs-2gpus.json")
     with pytest.raises(ValidationError, match="round_interval_s"):  # the option check refuses it first
         make_policy("optimizing", round_interval_s=0.0, predictors=analytic)
-    policy = optimizing_policy(analytic, round_interval_s=0.0)  # the factory itself: the guard is the safety net
+    # the factory itself: the guard is the safety net
+    policy = optimizing_policy(analytic, round_interval_s=0.0)
     with pytest.raises(SimulationStalledError, match=r"policy 'optimizing': no progress.*running"):
         simulate(inst, policy, truth=TRUTH)
 
@@ -179,7 +185,8 @@ def test_work_beyond_the_simulated_time_bound_is_a_clear_error():
     cluster = Cluster((Node("v0", "v100", 1),))
     huge = Instance("huge", cluster, (Job("a", "resnet18", 32, 1e12),))
     for name in ("fifo", "tiresias"):
-        with pytest.raises(SimulationStalledError, match=r"job 'a': .* beyond max_time_s=3.156e\+08 s .*10 years"):
+        with pytest.raises(SimulationStalledError,
+                           match=r"job 'a': .* beyond max_time_s=3.156e\+08 s .*10 years"):
             simulate(huge, make_policy(name), truth=TRUTH)
     # queueing can take a run past the bound too: two jobs, each within it alone, one after the other
     two = Instance("two", cluster, tuple(Job(f"j{i}", "resnet18", 32, 1) for i in range(2)))

@@ -49,7 +49,8 @@ def test_packaged_copy_gives_the_data_folders_numbers(data_dir, tmp_path, monkey
     monkeypatch.setenv("DLTSCHED_DATA", str(tmp_path))
     packaged = MeasuredTruth()
     assert from_folder.sources[0] == "gavel" and packaged.sources == ("gavel:packaged",)
-    for model, batch, gpu, n in (("resnet50", 64, "v100", 1), ("resnet18", 32, "k80", 4), ("a3c", 4, "p100", 2)):
+    for model, batch, gpu, n in (("resnet50", 64, "v100", 1), ("resnet18", 32, "k80", 4),
+                                 ("a3c", 4, "p100", 2)):
         job = Job("x", model, batch, 10, num_gpus=n)
         assert packaged.step_time_s(job, gpu, n) == from_folder.step_time_s(job, gpu, n)
 
@@ -79,9 +80,10 @@ def test_unreadable_table_falls_back_to_analytic_with_one_warning(tmp_path, monk
 
 
 @pytest.mark.data
-def test_generated_instances_are_the_same_with_or_without_the_data_folder(data_dir, tmp_path, monkeypatch) -> None:
-    """The generator turns durations into iterations with the truth's step times: the packaged Gavel table gives
-    what the data folder's gives, so `instance generate` writes the same instance on a bare clone."""
+def test_generated_instances_are_the_same_with_or_without_the_data_folder(data_dir, tmp_path,
+                                                                           monkeypatch) -> None:
+    """The generator turns durations into iterations with the truth's step times: the packaged Gavel table
+    gives what the data folder's gives, so `instance generate` writes the same instance on a bare clone."""
     import dltsched.engine  # noqa: F401 (registers the simulator's truth for the generator)
     from dltsched.instances.generator import GeneratorSpec, generate_instance
     from dltsched.instances.reference import reference_step_time

@@ -18,9 +18,10 @@ resnet18,cifar10,h200,128,1,0.010,0,sgd,700,40
 lstm_lm,wikitext2,h200,20,1,0.005,0,sgd,400,90
 a3c,pong,h200,4,1,0.002,0,sgd,70,1.0
 """
-PAIRS = """,model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,speed2,gpu_util,gmem_util,gmem,gpu,sharing,gmem_source
-0,resnet18,cifar10,1,128,0,0.6,lstm_lm,wikitext2,1,20,0,0.7,90,3,3000,h200,{mode},nvml
-"""
+PAIRS = (",model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,speed2,"
+         "gpu_util,gmem_util,gmem,gpu,sharing,gmem_source\n"
+         """0,resnet18,cifar10,1,128,0,0.6,lstm_lm,wikitext2,1,20,0,0.7,90,3,3000,h200,{mode},nvml
+""")
 
 
 def _dataset(root: Path, mode: str = "timeslice") -> Path:
@@ -48,11 +49,13 @@ def test_measured_rows_are_the_truth_and_the_rest_is_modelled(tmp_path: Path, ba
     # the one measured pair fixes the utilisation slope: 1/0.6 - 1 = c 0.9 and 1/0.7 - 1 = c 0.4
     c = (0.9 * (1 / 0.6 - 1) + 0.4 * (1 / 0.7 - 1)) / (0.9**2 + 0.4**2)
     assert truth.record()["utilization_slope"]["h200"] == pytest.approx(c, abs=1e-4)
-    # an unmeasured pair is the utilisation model; a 1% reading is a failed sample and takes the fallback's share
+    # an unmeasured pair is the utilisation model; a 1% reading is a failed sample and takes the fallback's
+    # share
     a3c = Job("d", "a3c", 4, 100.0)
     share = truth.gpu_utilization(a3c, "h200")
     assert share != pytest.approx(0.01)
-    assert truth.colocated_speeds([r18, a3c], "h200") == pytest.approx((1 / (1 + c * share), 1 / (1 + c * 0.4)))
+    assert truth.colocated_speeds([r18, a3c],
+                                  "h200") == pytest.approx((1 / (1 + c * share), 1 / (1 + c * 0.4)))
     # a model never measured: the fallback model times the GPU's median measured/fallback ratio
     unknown = Job("e", "vgg16", 64, 1.0)
     correction = truth.record()["step_correction"]["h200"]

@@ -42,7 +42,8 @@ class Recorder:
         assert state.jobs_on_gpus() == derived.jobs_on_gpus(), "per-GPU jobs differ from the snapshot's"
         assert dict(state.running_jobs_by_id()) == dict(derived.running_jobs_by_id())
         assert dict(state.placements_by_id()) == dict(derived.placements_by_id())
-        assert state.free_gpus_by_node() == derived.free_gpus_by_node(), "free GPUs differ from the snapshot's"
+        assert state.free_gpus_by_node() == derived.free_gpus_by_node(), \
+            "free GPUs differ from the snapshot's"
         assert state.gpus_exclusive() == replace(derived, num_held_gpus=None).gpus_exclusive()
         plan = self.inner.schedule(state)
         load = [0] * state.cluster.num_gpus
@@ -110,9 +111,11 @@ class BadPolicy:
 
 @pytest.mark.parametrize(("plan_fn", "message"), [
     (lambda s: Plan(tuple(Assignment(x.job.id, (0,)) for x in s.jobs if x.job.num_gpus == 2)), "gang"),
-    (lambda s: Plan(tuple(Assignment(x.job.id, (99,)) for x in s.jobs if x.job.num_gpus == 1)), "out of range"),
+    (lambda s: Plan(tuple(Assignment(x.job.id, (99,)) for x in s.jobs if x.job.num_gpus == 1)),
+     "out of range"),
     (lambda s: Plan((Assignment("ghost", (0,)),)), "not active"),
-    (lambda s: Plan(tuple(Assignment(x.job.id, (0, 4)) for x in s.jobs if x.job.num_gpus == 2)), "mixed GPU types"),
+    (lambda s: Plan(tuple(Assignment(x.job.id, (0, 4)) for x in s.jobs if x.job.num_gpus == 2)),
+     "mixed GPU types"),
 ])
 def test_invalid_plans_are_rejected_with_a_clear_error(plan_fn, message):
     from dltsched.engine.domain.model import Cluster, Instance, Job, Node
@@ -283,8 +286,10 @@ def test_lazy_progress_reads_give_the_values_of_eager_ones(policy, seed, faults,
 
     inst = small_instance(seed, num_jobs=20, mean_gap_s=120.0)
     cfg = SimulationConfig(seed=seed, memory="oom",
-                           faults=FaultConfig(mtbf_s=20_000.0, mttr_s=600.0, checkpoint_interval_s=300.0) if faults else None)
-    runs = [simulate(inst, ProgressReader(make_policy(policy, predictors=analytic), eager), truth=TRUTH, config=cfg)
+                           faults=FaultConfig(mtbf_s=20_000.0, mttr_s=600.0, checkpoint_interval_s=300.0)
+                           if faults else None)
+    runs = [simulate(inst, ProgressReader(make_policy(policy, predictors=analytic), eager), truth=TRUTH,
+                     config=cfg)
             for eager in (False, True)]
     assert runs[0].records == runs[1].records
     assert runs[0].placements == runs[1].placements

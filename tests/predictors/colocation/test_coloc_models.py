@@ -106,7 +106,8 @@ def test_combine_is_a_weighted_geometric_mean_of_speeds() -> None:
     out = combine([a, b], [1.0, 1.0])
     assert out.speeds == pytest.approx((0.6, 0.6))  # sqrt(0.4 * 0.9)
     assert out.memory_mib == 1000.0 and out.gpu_util == 60.0  # members without a value are skipped
-    assert combine([a, b], [3.0, 1.0]).speeds[0] == pytest.approx(math.exp((3 * math.log(0.4) + math.log(0.9)) / 4))
+    assert combine([a, b],
+                   [3.0, 1.0]).speeds[0] == pytest.approx(math.exp((3 * math.log(0.4) + math.log(0.9)) / 4))
 
 
 def test_ensemble_predictor_fits_members_and_validates_weights() -> None:
@@ -116,7 +117,8 @@ def test_ensemble_predictor_fits_members_and_validates_weights() -> None:
     ens = EnsemblePredictor((ConstantBaseline(), PerModelMeanBaseline())).fit(data)
     const, per_model = ens.members[0], ens.members[1]
     g = [Group("k80", (A, B))]
-    want = [(c * p) ** 0.5 for c, p in zip(const.predict(g, data)[0].speeds, per_model.predict(g, data)[0].speeds,
+    want = [(c * p) ** 0.5
+            for c, p in zip(const.predict(g, data)[0].speeds, per_model.predict(g, data)[0].speeds,
                                            strict=True)]
     assert ens.predict(g, data)[0].speeds == pytest.approx(want)
     with pytest.raises(ValidationError, match="weights"):
@@ -136,7 +138,8 @@ def test_compare_fits_once_per_fold_and_forms_ensembles_from_fold_predictions() 
             fits.append(len(train))
             return super().fit(train)  # type: ignore[return-value]
 
-    out = compare(data, "model", ["constant", "per_model_mean"], ensembles={"both": (("constant", "per_model_mean"),
+    out = compare(data, "model", ["constant", "per_model_mean"],
+                  ensembles={"both": (("constant", "per_model_mean"),
                                                                                      (1.0, 1.0))},
                   factories={"constant": Counting, "per_model_mean": PerModelMeanBaseline})
     assert len(fits) == 3 and out["constant"]["folds"] == ["lstm_lm", "resnet18", "resnet50"]
@@ -269,8 +272,10 @@ def test_gbt_memory_rules() -> None:
     gbt = GbtBaseline(max_iter=10).fit(data)
     ratios = sorted(s.memory_mib / sum(ISO[(s.gpu, j)].memory_mib for j in s.jobs) for s in data.samples)
     pred = gbt.predict([Group("k80", (A, B))], data)[0]
-    assert pred.memory_mib == pytest.approx(3000.0 * ratios[len(ratios) // 2])  # summed isolated x median ratio
-    assert GbtBaseline(max_iter=10, memory="gbt").fit(data).predict([Group("k80", (A, B))], data)[0].memory_mib > 0
+    # summed isolated x median ratio
+    assert pred.memory_mib == pytest.approx(3000.0 * ratios[len(ratios) // 2])
+    assert GbtBaseline(max_iter=10, memory="gbt").fit(data).predict([Group("k80", (A, B))],
+                                                                    data)[0].memory_mib > 0
     no_profile = ColocDataset((), {})
     assert gbt.predict([Group("k80", (A, B))], no_profile)[0].memory_mib is None
     with pytest.raises(ValueError, match="memory"):
@@ -300,7 +305,8 @@ def test_ensemble_beats_gbt_on_unseen_gavel_models(data_dir) -> None:
     assert out["ensemble"]["speed_mape"] < out["gbt"]["speed_mape"] < out["constant"]["speed_mape"]
 
 
-def test_table_warns_once_per_unknown_model_and_once_for_missing_groups(caplog: pytest.LogCaptureFixture) -> None:
+def test_table_warns_once_per_unknown_model_and_once_for_missing_groups(
+        caplog: pytest.LogCaptureFixture) -> None:
     table = ColocationTable({"k80|resnet18:32|resnet50:64": GroupPrediction((0.7, 0.4), 3000.0, 80.0)}, 2)
     unknown = JobSpec("vgg16", 32)
     with caplog.at_level(logging.WARNING, logger="dltsched.predictors.colocation.table"):

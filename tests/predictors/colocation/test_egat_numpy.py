@@ -1,4 +1,5 @@
-"""The E-GGAT in numpy: parity with the torch model, no torch at schedule time, the blend in the profile model."""
+"""The E-GGAT in numpy: parity with the torch model, no torch at schedule time, the blend in the profile
+model."""
 
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ def test_importing_and_predicting_needs_no_torch() -> None:
             "model = default_colocation_predictor(eggat=True)\n"
             "assert model.eggat is not None and default_colocation_predictor().eggat is None\n"
             "model.colocated_speeds([Job('a', 'resnet50', 64, 1.0), Job('b', 'vgg16', 128, 1.0)], 'v100')\n"
-            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.') or m.startswith('torch_')))")
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.') or "
+            "m.startswith('torch_')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -87,7 +89,8 @@ def test_the_shipped_file_blends_the_network_within_the_bounds() -> None:
         for got, base, direct in zip(e.speeds, r.speeds, n.speeds, strict=True):
             # measured pairs: the geometric mean of the two opinions at weight 1/2, capped at 1
             assert got == pytest.approx(min(1.0, math.sqrt(base * direct)), rel=1e-5)
-    assert any(a != b for e, r in zip(both, rest, strict=True) for a, b in zip(e.speeds, r.speeds, strict=True))
+    assert any(a != b for e, r in zip(both, rest, strict=True)
+               for a, b in zip(e.speeds, r.speeds, strict=True))
     for e, r in zip(both, rest, strict=True):
         assert all(0.0 < v <= 1.0 for v in e.speeds)
         assert (e.memory_mib, e.gpu_util, e.sources) == (r.memory_mib, r.gpu_util, r.sources)  # speeds only
@@ -111,7 +114,8 @@ def test_one_group_at_a_time_predicts_as_the_batch_path_with_the_network() -> No
               Group("k80", (JobSpec("lstm_lm", 20), JobSpec("resnet50", 64), JobSpec("a3c", 4)))]
     batch = shipped_profile_predictor().estimate_groups(groups)
     for g, e in zip(groups, batch, strict=True):
-        jobs = [Job(f"j{i}", j.model, j.batch_size, 1.0, amp=j.amp, dataset=j.dataset) for i, j in enumerate(g.jobs)]
+        jobs = [Job(f"j{i}", j.model, j.batch_size, 1.0, amp=j.amp, dataset=j.dataset)
+                for i, j in enumerate(g.jobs)]
         assert model.colocated_speeds(jobs, g.gpu) == pytest.approx(e.speeds, rel=1e-6)  # float32 sums
 
 
@@ -123,7 +127,8 @@ def test_model_file_keeps_its_network_beside_it(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "table_profile_gavel.json").read_text())["eggat"] == {
         "checkpoint": "eggat_gavel.safetensors", "weight": EGGAT_WEIGHT}
     loaded = ProfileColocation.load(tmp_path / "table_profile_gavel.json")  # the packaged network
-    assert loaded.estimate_groups(GROUPS[:1], ISO)[0].speeds == model.estimate_groups(GROUPS[:1], ISO)[0].speeds
+    assert loaded.estimate_groups(GROUPS[:1],
+                                  ISO)[0].speeds == model.estimate_groups(GROUPS[:1], ISO)[0].speeds
     raw = json.loads((tmp_path / "table_profile_gavel.json").read_text())
     raw["eggat"]["checkpoint"] = "eggat_other.safetensors"
     with pytest.raises(ValidationError, match="eggat_other"):
@@ -195,13 +200,15 @@ def test_the_shipped_network_never_sees_measured_memory_or_utilisation() -> None
     specs = sorted({j for g, j in model.profiles if g == "p100"})
     a, b = specs[1], specs[6]
     measured = dict(model.profiles)
-    measured[("p100", a)] = IsolatedProfile(model.profiles[("p100", a)].step_time_s, 5000.0, 70.0)  # b: no util
+    # b: no util
+    measured[("p100", a)] = IsolatedProfile(model.profiles[("p100", a)].step_time_s, 5000.0, 70.0)
     group = Group("p100", (a, b))
     stripped = {k: IsolatedProfile(p.step_time_s) for k, p in measured.items()}
     direct = model.eggat.predict([group], ColocDataset((), stripped))[0].speeds
     got = model.estimate_groups([group], measured)[0].speeds
     rest = alone.estimate_groups([group], measured)[0].speeds
-    assert got == pytest.approx([min(1.0, math.sqrt(r * d)) for r, d in zip(rest, direct, strict=True)], rel=1e-5)
+    assert got == pytest.approx([min(1.0, math.sqrt(r * d)) for r, d in zip(rest, direct, strict=True)],
+                                rel=1e-5)
     assert not model.eggat.saw("iso_util") and model.eggat.saw("log_iso_step_s")
 
 
@@ -231,7 +238,8 @@ def test_cli_predicts_with_and_without_the_network(capsys: pytest.CaptureFixture
 def test_cli_reads_a_checkpoint_without_torch() -> None:
     code = ("import sys, json\n"
             "from dltsched.engine.app.cli.main import main\n"
-            f"code = main(['predict', 'colocation', '--gpu', 'p100', '--job', 'resnet50:64', '--job', 'lm:20', "
+            "code = main(['predict', 'colocation', '--gpu', 'p100', '--job', 'resnet50:64', "
+            "'--job', 'lm:20', "
             f"'--model', {str(_PACKAGE / 'eggat_gavel.safetensors')!r}, '--json'])\n"
             "print(code, any(m == 'torch' or m.startswith('torch.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -30,7 +30,8 @@ ISO = {("v100", j): IsolatedProfile(0.02 * (i + 1), MEM[j], UTIL[j], UTIL[j] / 2
 
 
 def _toy() -> ColocDataset:
-    """Every pair of JOBS (with repetition) on a V100, labelled by a noisy version of the time-slicing rule."""
+    """Every pair of JOBS (with repetition) on a V100, labelled by a noisy version of the time-slicing
+    rule."""
     samples = []
     for i, a in enumerate(JOBS):
         for b in JOBS[i:]:
@@ -86,10 +87,12 @@ def test_json_trees_match_sklearn_with_missing_values() -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.floats(1.0, 100.0), st.floats(100.0, 30000.0), st.floats(0.001, 2.0),
                           st.one_of(st.none(), st.floats(0.0, 100.0))), min_size=2, max_size=3))
-def test_physics_bounds_hold_for_any_profiles(profiles: list[tuple[float, float, float, float | None]]) -> None:
+def test_physics_bounds_hold_for_any_profiles(profiles: list[tuple[float, float, float,
+                                                                   float | None]]) -> None:
     model = _FITTED
     jobs = tuple(JobSpec("resnet18", 8 * (i + 1)) for i in range(len(profiles)))
-    iso = {("v100", j): IsolatedProfile(step, mem, util, bw) for j, (util, mem, step, bw) in zip(jobs, profiles,
+    iso = {("v100", j): IsolatedProfile(step, mem, util, bw)
+           for j, (util, mem, step, bw) in zip(jobs, profiles,
                                                                                                  strict=True)}
     (est,) = model.estimate_groups([Group("v100", jobs)], iso)
     assert all(0.0 < v <= 1.0 for v in est.speeds)
@@ -153,9 +156,11 @@ def test_lucid_models_are_never_written_into_the_package(tmp_path: Path) -> None
 def test_shipped_model_needs_no_torch_and_knows_gavel_profiles() -> None:
     model = shipped_profile_predictor()
     assert model.record["data"] == "gavel" and "MIT" in model.record["license"]
-    est = model.estimate([Job("a", "resnet18", 32, 1.0, dataset="cifar10"), Job("b", "lstm_lm", 20, 1.0)], "p100")
+    est = model.estimate([Job("a", "resnet18", 32, 1.0, dataset="cifar10"), Job("b", "lstm_lm", 20, 1.0)],
+                         "p100")
     assert all(0.0 < v <= 1.0 for v in est.speeds)
-    assert est.sources == ("partial", "partial")  # Gavel measured step times; memory and utilisation predicted
+    # Gavel measured step times; memory and utilisation predicted
+    assert est.sources == ("partial", "partial")
 
 
 def test_idle_member_flags_speeds_the_utilisation_cannot_hold() -> None:
@@ -174,11 +179,12 @@ def test_lucid_leave_one_model_out_beats_the_rules(data_dir: Path) -> None:
     from dltsched.predictors.colocation.experiments import BASELINES, read_dataset
 
     names = ["constant", "per_model_mean", "util_share", "profile"]
-    result = compare(read_dataset("lucid", data_dir), "model", names, factories={n: BASELINES[n] for n in names},
-                     ensembles={})
+    result = compare(read_dataset("lucid", data_dir), "model", names,
+                     factories={n: BASELINES[n] for n in names}, ensembles={})
     ours, rules = result["profile"], [result[n] for n in names[:-1]]
     assert ours["speed_mape"] < min(r["speed_mape"] for r in rules)
-    assert ours["valid"]["memory_mape"] < min(r["valid"]["memory_mape"] for r in rules if r["valid"]["memory_mape"])
+    assert ours["valid"]["memory_mape"] < min(r["valid"]["memory_mape"] for r in rules
+                                              if r["valid"]["memory_mape"])
     assert ours["util_mape"] < min(r["util_mape"] for r in rules if r["util_mape"])
 
 
@@ -193,7 +199,8 @@ def test_cli_predicts_from_a_profile_model_and_marks_predicted_profiles() -> Non
                                              "--model", str(path), "--json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output[result.output.index("{"):])
-    assert [row["profile"] for row in payload["jobs"]] == ["predicted", "predicted"]  # no A100 profile: predicted
+    # no A100 profile: predicted
+    assert [row["profile"] for row in payload["jobs"]] == ["predicted", "predicted"]
     assert payload["fallbacks"]["predicted_step_time_s"] >= 2
     assert payload["memory_mib"] >= 0 and 0 < payload["gpu_util"] <= 100
 
@@ -208,7 +215,8 @@ def test_callers_job_profiles_replace_predicted_ones() -> None:
     guessed = JobProfile(ProfileKey("v100", "vgg16", 64), 0.03, 3000.0, 60.0, source="predicted")
     richer = model.with_job_profiles([measured, guessed])
     assert richer.estimate([Job("a", "resnet18", 32, 1.0), job], "v100").sources == ("measured", "measured")
-    assert ("v100", JobSpec("vgg16", 64)) in richer.profiles  # from ISO, not replaced by the predicted profile
+    # from ISO, not replaced by the predicted profile
+    assert ("v100", JobSpec("vgg16", 64)) in richer.profiles
     assert richer.profiles[("v100", JobSpec("vgg16", 64))] == ISO[("v100", JobSpec("vgg16", 64))]
 
 
@@ -234,7 +242,8 @@ def test_numpy_and_loop_features_agree() -> None:
     gpus = ["v100"] * len(groups)
     fast, slow = feature_rows(vectors, gpus), feature_rows_loop(vectors, gpus)
     # to the last bit: a value a hair off lands on the other side of a split fitted between two close values
-    assert np.array_equal(fast[0], slow[0], equal_nan=True) and np.array_equal(fast[1], slow[1], equal_nan=True)
+    assert np.array_equal(fast[0], slow[0],
+                          equal_nan=True) and np.array_equal(fast[1], slow[1], equal_nan=True)
 
 
 def test_engine_default_is_the_shipped_profile_model_and_takes_measured_profiles() -> None:
@@ -256,17 +265,18 @@ def test_engine_default_is_the_shipped_profile_model_and_takes_measured_profiles
     busy, idle = with_util(95.0), with_util(5.0)
     estimate = busy.estimate(jobs, "v100")
     assert estimate.sources[1] == "measured" and not busy.fallbacks["predicted_step_time_s"]
-    assert busy.colocated_speeds(jobs, "v100") != idle.colocated_speeds(jobs, "v100")  # the measured util is used
+    # the measured util is used
+    assert busy.colocated_speeds(jobs, "v100") != idle.colocated_speeds(jobs, "v100")
     assert busy.group_memory_mib(jobs, "v100") >= 3000.0  # at least the largest member's measured memory
     with pytest.raises(ValidationError, match="strict mode"):
         default_colocation_predictor(strict=True).colocated_speeds(jobs, "v100")
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.floats(1.0, 100.0), st.floats(100.0, 30000.0), st.floats(0.001, 2.0)), min_size=2,
-                max_size=3), st.integers(0, 2), st.floats(0.0, 60.0))
-def test_group_utilisation_never_falls_when_a_member_is_busier(profiles: list[tuple[float, float, float]], which: int,
-                                                               more: float) -> None:
+@given(st.lists(st.tuples(st.floats(1.0, 100.0), st.floats(100.0, 30000.0), st.floats(0.001, 2.0)),
+                min_size=2, max_size=3), st.integers(0, 2), st.floats(0.0, 60.0))
+def test_group_utilisation_never_falls_when_a_member_is_busier(profiles: list[tuple[float, float, float]],
+                                                               which: int, more: float) -> None:
     model = _FITTED
     assert model.util_trees is not None  # the toy data has measured utilisation: the correction is fitted
     which %= len(profiles)
@@ -311,33 +321,39 @@ def test_a_model_fitted_on_analytic_utilisation_gives_measured_groups_the_rule()
     assert not shipped.measured_util_trained  # Gavel measures no utilisation
     assert _FITTED.measured_util_trained  # the toy set's utilisations are measured
     jobs = (JobSpec("resnet18", 32), JobSpec("vgg16", 64))
-    iso = {("v100", j): IsolatedProfile(0.05, 2000.0, u, None) for j, u in zip(jobs, (70.0, 60.0), strict=True)}
+    iso = {("v100", j): IsolatedProfile(0.05, 2000.0, u, None)
+           for j, u in zip(jobs, (70.0, 60.0), strict=True)}
     (measured,) = shipped.estimate_groups([Group("v100", jobs)], iso)
     assert measured.speeds == pytest.approx((100 / 130, 100 / 130))  # min(1, 100 / sum of measured util)
-    assert shipped.util_trees is None  # no utilisation correction: independent members' busy time, not the sum
+    # no utilisation correction: independent members' busy time, not the sum
+    assert shipped.util_trees is None
     assert measured.gpu_util == pytest.approx(100.0 * (1.0 - 0.3 * 0.4))
     partly = {**iso, ("v100", jobs[1]): IsolatedProfile(0.05, 2000.0, None, None)}
-    (corrected,) = shipped.estimate_groups([Group("v100", jobs)], partly)  # an analytic util: the fitted model
+    # an analytic util: the fitted model
+    (corrected,) = shipped.estimate_groups([Group("v100", jobs)], partly)
     assert corrected.speeds != measured.speeds
     again = ProfileColocation.from_json(json.loads(json.dumps(shipped.to_json())))
     assert not again.measured_util_trained
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.floats(1.0, 100.0), st.floats(100.0, 30000.0), st.floats(0.001, 2.0)), min_size=3,
-                max_size=3))
+@given(st.lists(st.tuples(st.floats(1.0, 100.0), st.floats(100.0, 30000.0), st.floats(0.001, 2.0)),
+                min_size=3, max_size=3))
 def test_a_third_job_never_speeds_the_others_up(profiles: list[tuple[float, float, float]]) -> None:
     jobs = tuple(JobSpec("resnet18", 8 * (i + 1)) for i in range(3))
-    iso = {("v100", j): IsolatedProfile(step, mem, u, None) for j, (u, mem, step) in zip(jobs, profiles, strict=True)}
+    iso = {("v100", j): IsolatedProfile(step, mem, u, None)
+           for j, (u, mem, step) in zip(jobs, profiles, strict=True)}
     for model in (_FITTED, shipped_profile_predictor()):
         (three,) = model.estimate_groups([Group("v100", jobs)], iso)
         for k in range(3):
             pair = tuple(j for i, j in enumerate(jobs) if i != k)
             (two,) = model.estimate_groups([Group("v100", pair)], iso)
-            assert all(three.speeds[jobs.index(j)] <= v + 1e-12 for j, v in zip(pair, two.speeds, strict=True))
+            assert all(three.speeds[jobs.index(j)] <= v + 1e-12
+                       for j, v in zip(pair, two.speeds, strict=True))
             assert three.memory_mib >= two.memory_mib - 1e-9 and three.gpu_util >= two.gpu_util - 1e-9
         assert three.gpu_util <= min(100.0, sum(p[0] for p in profiles)) + 1e-9
-        assert max(p[1] for p in profiles) - 1e-6 <= three.memory_mib <= 1.25 * sum(p[1] for p in profiles) + 1e-6
+        assert max(p[1]
+                   for p in profiles) - 1e-6 <= three.memory_mib <= 1.25 * sum(p[1] for p in profiles) + 1e-6
         engine = model.with_profiles(iso)  # one group at a time, sub-groups remembered: the same answer
         members = [Job(f"j{i}", j.model, j.batch_size, 1.0) for i, j in enumerate(jobs)]
         assert engine.estimate(members, "v100") == three
@@ -345,8 +361,8 @@ def test_a_third_job_never_speeds_the_others_up(profiles: list[tuple[float, floa
 
 def test_profiles_measured_in_the_run_replace_predicted_ones() -> None:
     """Profiling on arrival: inside a run's profile book a member measured alone on one GPU of the type enters
-    with its measurement (sources ``measured``, its memory counted); outside the book, or measured on two GPUs,
-    the predictor's own answer stands."""
+    with its measurement (sources ``measured``, its memory counted); outside the book, or measured on two
+    GPUs, the predictor's own answer stands."""
     from dltsched.engine.domain.profiles import IsolatedProfile as Measured
     from dltsched.engine.domain.profiles import ProfileBook, observing_profiles
 
@@ -395,7 +411,8 @@ def test_pair_rows_from_kept_job_parts_match_pair_rows() -> None:
     for jobs in (group.jobs, group.jobs[:2], (JOBS[2], JOBS[3])):
         for isolated in (ISO, unmeasured):
             g = Group("v100", jobs)
-            own = [[*job_features(j, isolated[("v100", j)]), *pair_features("v100", j, isolated)] for j in jobs]
+            own = [[*job_features(j, isolated[("v100", j)]), *pair_features("v100", j, isolated)]
+                   for j in jobs]
             profiles = [isolated[("v100", j)] for j in jobs]
             assert pair_rows_of("v100", jobs, own, profiles) == pair_rows_from(g, own, profiles)
 
@@ -412,7 +429,8 @@ def test_stacked_trees_give_each_ensembles_own_predictions() -> None:
     test[::3, 2] = np.nan  # read by both ensembles
     for rows in (test[:1], test[:3], test):  # a few rows decide every split first; many walk
         both = stacked.predict(rows)
-        assert np.allclose(both[:, 0], a.predict(rows[:, :3])) and np.allclose(both[:, 1], b.predict(rows[:, 2:]))
+        assert np.allclose(both[:, 0],
+                           a.predict(rows[:, :3])) and np.allclose(both[:, 1], b.predict(rows[:, 2:]))
     with pytest.raises(ValueError, match="offset"):
         StackedTrees((a,), (0, 2))
 

@@ -58,14 +58,18 @@ def test_eval_colocation_scores_triples_beside_the_rules(tmp_path) -> None:
         "model3,dataset3,gpu_num3,batchsize3,amp3,speed3,gpu_util,gmem_util,gmem,gpu,sharing,gmem_source\n"
         "0,vgg16,cifar10,1,64,0,0.5,resnet18,cifar10,1,32,0,0.6,lstm_lm,wikitext2,1,20,0,0.7,95,9,8000,h100,"
         "timeslice,nvml\n")
-    result = CliRunner().invoke(eval_colocation, [str(tmp_path / "colocate3_info.csv"), "--format", "lucid", "--rules",
+    result = CliRunner().invoke(eval_colocation,
+                                [str(tmp_path / "colocate3_info.csv"), "--format", "lucid", "--rules",
                                                   "--data-dir", str(tmp_path / "none"), "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output[result.output.index("{"):])
     assert out["n"] == 1 and out["gpus"] == ["h100"] and out["group_sizes"] == [3]
-    share = out["rules"]["util_share"]  # 160% summed: every job at 100 / 160; memory 7500 against 8000 measured
+    # 160% summed: every job at 100 / 160; memory 7500 against 8000 measured
+    share = out["rules"]["util_share"]
     speeds, measured = [100 / 160] * 3, [0.7, 0.6, 0.5]
-    assert share["speed_mape"] == pytest.approx(100 * sum(abs(p - a) / a for p, a in zip(speeds, measured, strict=True)) / 3)
-    assert share["memory_mape"] == pytest.approx(100 * 500 / 8000) and share["util_mape"] == pytest.approx(500 / 95)
+    assert share["speed_mape"] == pytest.approx(100 * sum(abs(p - a) / a
+                                                          for p, a in zip(speeds, measured, strict=True)) / 3)
+    assert share["memory_mape"] == pytest.approx(100 * 500 / 8000)
+    assert share["util_mape"] == pytest.approx(500 / 95)
     assert "not scored" in out["rules"]["fitted_rules"]
     assert out["fallbacks"] == {} and out["speed_mape"] is not None  # every profile measured: no fallback

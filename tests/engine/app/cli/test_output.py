@@ -53,7 +53,8 @@ def test_table_fits_the_terminal_and_cuts_no_cell(tables, width):
 def test_narrow_terminal_names_the_columns_it_leaves_out(tables):
     wide, narrow = tables[160], tables[80]
     assert "not shown" not in wide and "median JCT (h)" in wide and "OOM" in wide
-    note = " ".join(line for line in narrow.splitlines() if "not shown at 80 columns" in line or "--json" in line)
+    note = " ".join(line for line in narrow.splitlines() if "not shown at 80 columns" in line
+                    or "--json" in line)
     assert "not shown at 80 columns" in note and "OOM" in note
     for kept in ("avg", "makespan", "p99", "util"):  # the headline metrics stay
         assert kept in narrow
@@ -75,13 +76,16 @@ def test_json_is_one_shape_for_one_policy_or_many(policies, capsys):
 
 def test_output_file_gets_the_result_and_stdout_one_line(tmp_path, capsys):
     target = tmp_path / "sim.json"
-    assert main([*SIM, "--policy", "fifo", "--policy", "gandiva", "--records", "--json", "-o", str(target)]) == 0
+    assert main([*SIM, "--policy", "fifo", "--policy", "gandiva", "--records", "--json", "-o",
+                 str(target)]) == 0
     out = capsys.readouterr().out
     data = json.loads(target.read_text())
     assert len(out.strip().splitlines()) == 1
     summary = json.loads(out)
-    assert summary == {"output": str(target), "bytes": target.stat().st_size, "rows": 2, "what": "simulation results"}
-    assert [r["policy"] for r in data["rows"]] == ["fifo", "gandiva"] and all(r["records"] for r in data["rows"])
+    assert summary == {"output": str(target), "bytes": target.stat().st_size, "rows": 2,
+                       "what": "simulation results"}
+    assert [r["policy"] for r in data["rows"]] == ["fifo",
+                                                   "gandiva"] and all(r["records"] for r in data["rows"])
     assert target.stat().st_size > 10 * len(out)  # the records stayed in the file
 
     assert main([*SIM, "--policy", "fifo", "-o", str(target)]) == 0  # for people: the table, then one line
@@ -111,7 +115,8 @@ def test_warnings_are_counted_not_repeated(capsys):
         root.removeHandler(keep)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1  # one line per run
-    assert "5 warnings of 2 kinds" in err[0] and "no profile of resnet18 on v100; predicted (and 3 more like it)" in err[0]
+    assert "5 warnings of 2 kinds" in err[0]
+    assert "no profile of resnet18 on v100; predicted (and 3 more like it)" in err[0]
     assert "round skipped: why" in err[0] and "-v shows each" in err[0]
     assert [r.getMessage() for r in seen] == ["kept"]  # dltsched's warnings were held back, others not
 

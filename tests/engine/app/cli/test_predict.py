@@ -54,8 +54,8 @@ def test_eval_steptime_csv(capsys, tmp_path):
 
 
 def test_freeze_table_and_bench(capsys):
-    code, out, _err = _run(capsys, "predict", "freeze-table", "--model", "vgg16", "--gpu", "t4", "--batch-size",
-                           "64", "--json")
+    code, out, _err = _run(capsys, "predict", "freeze-table", "--model", "vgg16", "--gpu", "t4",
+                           "--batch-size", "64", "--json")
     rows = json.loads(out)["rows"]
     assert code == 0 and len(rows) == 14 and rows[0]["penalty"] == 0
     code, out, _err = _run(capsys, "bench", "predict", "--pairs", "500", "--json")

@@ -17,7 +17,8 @@ def _in_repo(repo_root, monkeypatch):
 
 
 def test_simulate_one_policy_prints_required_fields(capsys):
-    assert main(["simulate", "--instance", DEFAULT, "--policy", "fifo", "--predictors", "analytic", "--json"]) == 0
+    assert main(["simulate", "--instance", DEFAULT, "--policy", "fifo", "--predictors", "analytic",
+                 "--json"]) == 0
     (out,) = json.loads(capsys.readouterr().out)["rows"]
     for key in ("policy", "avg_jct_s", "p99_jct_s", "makespan_s", "gpu_util", "num_jobs_finished"):
         assert key in out
@@ -47,7 +48,8 @@ def test_records_and_output_file(tmp_path, capsys):
     (["--instance", "missing.json"], "missing.json"),
 ])
 def test_bad_input_one_line_exit_2(args, needle, capsys):
-    argv = ["simulate", "--predictors", "analytic"] + (args if "--instance" in args else ["--instance", DEFAULT] + args)
+    argv = ["simulate", "--predictors",
+            "analytic"] + (args if "--instance" in args else ["--instance", DEFAULT] + args)
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]

@@ -18,7 +18,8 @@ from dltsched.formulations.testing import Tables, job, make_round
 def _plan_of(payload: dict) -> object:
     from dltsched.engine.domain.model import Assignment, Plan
 
-    return Plan(tuple(Assignment(a["job_id"], tuple(a["gpus"]), a["freeze_level"]) for a in payload["assignments"]))
+    return Plan(tuple(Assignment(a["job_id"], tuple(a["gpus"]), a["freeze_level"])
+                      for a in payload["assignments"]))
 
 
 def test_solve_round_json(tmp_path, capsys, backend: str) -> None:  # noqa: ANN001
@@ -31,7 +32,8 @@ def test_solve_round_json(tmp_path, capsys, backend: str) -> None:  # noqa: ANN0
         assert key in payload
     assert payload["status"] in ("optimal", "feasible") and 0.0 <= payload["gap"] <= 1.0
     assert payload["checked"]["feasible"]
-    assert evaluate_objective(RoundProblem.load(path), _plan_of(payload)) == pytest.approx(payload["objective"], rel=1e-6)
+    assert evaluate_objective(RoundProblem.load(path),
+                              _plan_of(payload)) == pytest.approx(payload["objective"], rel=1e-6)
 
 
 def test_solve_reports_infeasible_round(tmp_path, capsys) -> None:  # noqa: ANN001
@@ -61,7 +63,8 @@ def test_bench_solve_tiny_sizes(capsys) -> None:  # noqa: ANN001
                          standalone_mode=True)
     assert exit_info.value.code == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
-    assert {(r["size"], r["backend"]) for r in rows} == {(s, b) for s in ("6x8", "12x16") for b in EXACT_BACKENDS}
+    assert {(r["size"], r["backend"]) for r in rows} == {(s, b) for s in ("6x8", "12x16")
+                                                         for b in EXACT_BACKENDS}
     for size in ("6x8", "12x16"):
         mine = [r for r in rows if r["size"] == size]
         assert sum(r["winner"] for r in mine) == 1
@@ -107,11 +110,11 @@ def test_solve_json_is_the_services_plan(capsys, monkeypatch, repo_root) -> None
 def test_solve_shows_queue_types_and_sharing(capsys, monkeypatch, repo_root) -> None:  # noqa: ANN001
     monkeypatch.chdir(repo_root)
     monkeypatch.setenv("COLUMNS", "80")
-    assert main(["solve", "instances/examples/default.json", "--objective", "effective_progress", "--predictors",
-                 "analytic", "--json"]) == 0
+    assert main(["solve", "instances/examples/default.json", "--objective", "effective_progress",
+                 "--predictors", "analytic", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
-    assert main(["solve", "instances/examples/default.json", "--objective", "effective_progress", "--predictors",
-                 "analytic"]) == 0
+    assert main(["solve", "instances/examples/default.json", "--objective", "effective_progress",
+                 "--predictors", "analytic"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert max(map(len, lines)) <= 80

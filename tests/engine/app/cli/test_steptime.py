@@ -12,7 +12,8 @@ pytestmark = pytest.mark.data
 
 
 def _eval(capsys, data_dir, *args):
-    code = main(["predict", "eval-steptime", "--format", "gavel", "--data-dir", str(data_dir), "--json", *args])
+    code = main(["predict", "eval-steptime", "--format", "gavel", "--data-dir", str(data_dir), "--json",
+                 *args])
     return code, json.loads(capsys.readouterr().out)
 
 
