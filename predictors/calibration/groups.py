@@ -65,11 +65,17 @@ def fit_speed(groups: Sequence[tuple[Sequence[Member], Sequence[float]]],
     if not groups:
         return base
     x0 = np.sqrt([base[t] for t in SPEED_TERMS])
+    # per member: its busy share, the sum of its partners' and their count (speeds() in closed form)
+    own, partners, count, measured = (np.array(v, dtype=float) for v in zip(*(
+        (m.busy, sum(o.busy for j, o in enumerate(members) if j != i), len(members) - 1, max(got, SPEED_FLOOR))
+        for members, speeds_got in groups for i, (m, got) in enumerate(zip(members, speeds_got, strict=True))),
+        strict=True))
+    log_measured = np.log(measured)
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        p = dict(zip(SPEED_TERMS, x**2, strict=True))
-        res = [math.log(s) - math.log(max(got, SPEED_FLOOR))
-               for members, measured in groups for s, got in zip(speeds(p, members), measured, strict=True)]
+        t_both, t_partner, t_any = x**2
+        slow = t_both * own * partners + t_partner * partners + t_any * count
+        res = np.log(np.clip(1.0 / (1.0 + slow), SPEED_FLOOR, 1.0)) - log_measured
         return np.concatenate([res, prior_weight * (x - x0)])
 
     sol = least_squares(residuals, x0, loss="soft_l1", f_scale=LOSS_SCALE * 2, max_nfev=2000)
