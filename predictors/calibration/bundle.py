@@ -103,7 +103,8 @@ def calibrate(paths: Sequence[str | os.PathLike[str]], *, figures: bool = True,
 
 @dataclass(frozen=True, slots=True)
 class CalibrationBundle:
-    """A loaded bundle: per GPU type its :class:`GpuCalibration`; ``label`` names it in results."""
+    """A loaded bundle: per GPU type its :class:`GpuCalibration`; ``label`` names it in results (and says when
+    the bundle is not shippable)."""
 
     path: str
     label: str
@@ -131,7 +132,10 @@ class CalibrationBundle:
         except (KeyError, TypeError, ValueError) as err:
             raise ValidationError("calibration", f"'{p}': GPU entry not understood ({err}); rewrite it with "
                                                  "'dltsched calibrate'") from None
-        return cls(str(p), f"{p.name}#{hashlib.sha256(text).hexdigest()[:12]}", gpus, raw)
+        label = f"{p.name}#{hashlib.sha256(text).hexdigest()[:12]}"
+        if raw.get("shippable") is False:
+            label += " (not shippable: fitted on non-commercial data)"
+        return cls(str(p), label, gpus, raw)
 
     def for_gpu(self, gpu_type: str) -> GpuCalibration | None:
         """The calibration of ``gpu_type`` (catalog id or alias), ``None`` where the bundle does not cover it."""

@@ -140,7 +140,7 @@ def test_a_lucid_folder_needs_its_gpu_and_makes_a_bundle_that_is_not_shippable(t
     from dltsched.predictors.calibration.bundle import CalibrationBundle
 
     loaded = CalibrationBundle.load(out)
-    assert not loaded.shippable and loaded.describe()["shippable"] is False
+    assert not loaded.shippable and loaded.describe()["shippable"] is False and "not shippable" in loaded.label
 
 
 def test_a_step_form_and_busy_share_round_trip_through_the_bundle(synthetic_dir, tmp_path):
