@@ -155,3 +155,27 @@ def test_a_step_form_and_busy_share_round_trip_through_the_bundle(synthetic_dir,
     assert loaded is not None and loaded.step == direct.step and loaded.busy_step == direct.busy_step
     key = ("resnet18", "cifar10", 96, False)  # never profiled
     assert loaded.predicted_step_s(key) == pytest.approx(direct.predicted_step_s(key))
+
+
+def test_a_gpu_bound_by_its_host_is_calibrated_in_that_form_end_to_end(tmp_path, monkeypatch):
+    from dltsched.engine.app.api import ConfiguredSolver
+    from dltsched.engine.domain.model import ClusterState, JobState
+    from dltsched.instances.schema import load_instance
+
+    from . import conftest
+
+    host_bound = {**TRUE_STEP, "overlap_power": 1.0, "host_ops": 1.0, "dispatch_us": 30.0}
+    monkeypatch.setattr(conftest, "TRUE_STEP", host_bound)
+    conftest._write(tmp_path / "h200", "timeslice", 0.02, 5)
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", str(tmp_path / "h200"), "--out", str(out), "--no-figures"]) == 0
+    raw = json.loads(out.read_text())["gpus"][GPU]
+    assert raw["step_time"]["host_ops"] == 1.0 and raw["busy_step_time"]["host_ops"] == 0.0
+    inst_path = tmp_path / "inst.json"
+    assert main(["instance", "generate", "--jobs", "6", "--cluster", "h200:1x2", "--seed", "3",
+                 "-o", str(inst_path)]) == 0
+    inst = load_instance(inst_path)
+    state = ClusterState(0.0, inst.cluster, tuple(JobState(j, j.total_iterations) for j in inst.jobs))
+    plan = ConfiguredSolver.of(predictors=f"default@{out}", backend="greedy").solve(state)
+    assert plan.assignments and all(plan.provenance[a.job_id]["calibration"].startswith("cal.json#")
+                                    for a in plan.assignments)
