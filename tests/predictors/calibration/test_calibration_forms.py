@@ -179,3 +179,11 @@ def test_a_gpu_bound_by_its_host_is_calibrated_in_that_form_end_to_end(tmp_path,
     plan = ConfiguredSolver.of(predictors=f"default@{out}", backend="greedy").solve(state)
     assert plan.assignments and all(plan.provenance[a.job_id]["calibration"].startswith("cal.json#")
                                     for a in plan.assignments)
+
+
+def test_a_broken_gavel_table_is_one_clear_error(tmp_path, capsys):
+    bad = tmp_path / "simulation_throughputs.json"
+    bad.write_text('{"k80": {"(\'NoSuchModel\', 1)": {"null": 3.0}}}')
+    assert main(["calibrate", str(bad), "--out", str(tmp_path / "x.json"), "--no-figures"]) == 2
+    err = capsys.readouterr().err
+    assert "Gavel" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
