@@ -31,7 +31,8 @@ def test_leave_one_model_out_beats_the_default_and_the_rules(figures):
     assert step["n"] == 16 and step["calibrated_mape"] < step["default_mape"]
     for part in ("groups_lomo", "groups_logo"):
         speed = figures[part]["speed"]
-        assert speed["calibrated_mape"] < min(speed["default_mape"], speed["constant_mape"], speed["util_share_mape"])
+        assert speed["calibrated_mape"] < min(speed["default_mape"], speed["constant_mape"],
+                                              speed["util_share_mape"])
         memory = figures[part]["memory_mib"]
         assert memory["calibrated_mape"] < min(memory["default_mape"], memory["util_share_mape"])
 

@@ -1,5 +1,6 @@
-"""Calibration's model choices and other layouts: the step-time form chosen by leave-one-model-out over the fit's
-own rows, utilisation fitted in points, Gavel's throughput tables and Lucid's folders (marked not shippable)."""
+"""Calibration's model choices and other layouts: the step-time form chosen by leave-one-model-out over the
+fit's own rows, utilisation fitted in points, Gavel's throughput tables and Lucid's folders (marked not
+shippable)."""
 
 from __future__ import annotations
 
@@ -90,7 +91,8 @@ def test_gavel_throughputs_read_as_jobs_alone_and_pairs(tmp_path):
     assert sorted(data) == ["k80", "p100"] and {d.sharing for d in data.values()} == {"timeslice"}
     k80 = data["k80"]
     steps = {r.model: r for r in k80.isolated}
-    assert sorted(steps) == ["a3c", "lstm_lm", "resnet18"]  # one GPU only: the scale-2 entry is not a job alone
+    # one GPU only: the scale-2 entry is not a job alone
+    assert sorted(steps) == ["a3c", "lstm_lm", "resnet18"]
     assert steps["resnet18"].step_time_s == pytest.approx(1 / 20.0) and steps["resnet18"].scope == "iteration"
     assert steps["a3c"].optimizer == "adam"  # Gavel's A3C script trains with Adam
     assert len(k80.groups) == 1 and not data["p100"].groups  # both orders are one pair; [0, 0] is none
@@ -104,7 +106,8 @@ def _lucid_folder(folder):
     folder.mkdir()
     with (folder / "single_data.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["model", "dataset", "batchsize", "amp", "speed", "gpu_util", "gmem_util", "gmem", "label"])
+        w.writerow(["model", "dataset", "batchsize", "amp", "speed", "gpu_util", "gmem_util", "gmem",
+                    "label"])
         for model, dataset, speed, util, gmem in (("ResNet18", "CIFAR-10", 2000.0, 60.0, 2500.0),
                                                   ("VGG", "CIFAR-10", 1500.0, 70.0, 2800.0),
                                                   ("LSTM", "Wikitext2", 900.0, 80.0, 2100.0),
@@ -140,7 +143,8 @@ def test_a_lucid_folder_needs_its_gpu_and_makes_a_bundle_that_is_not_shippable(t
     from dltsched.predictors.calibration.bundle import CalibrationBundle
 
     loaded = CalibrationBundle.load(out)
-    assert not loaded.shippable and loaded.describe()["shippable"] is False and "not shippable" in loaded.label
+    assert not loaded.shippable and loaded.describe()["shippable"] is False
+    assert "not shippable" in loaded.label
 
 
 def test_a_step_form_and_busy_share_round_trip_through_the_bundle(synthetic_dir, tmp_path):
