@@ -1,10 +1,12 @@
-"""The calibration bundle: one JSON file of what profiles of some GPUs taught, with its provenance and figures.
+"""The calibration bundle: one JSON file of what profiles of some GPUs taught, with its provenance and
+figures.
 
-``dltsched calibrate DIR... --out CAL.json`` writes it (:func:`calibrate`); ``--calibration CAL.json`` (and the
-API's ``predictors="default@CAL.json"``) reads it (:meth:`CalibrationBundle.load`). Layout::
+``dltsched calibrate DIR... --out CAL.json`` writes it (:func:`calibrate`); ``--calibration CAL.json`` (and
+the API's ``predictors="default@CAL.json"``) reads it (:meth:`CalibrationBundle.load`). Layout::
 
     {"format": "dltsched-calibration/1", "created_utc": ..., "dltsched": {"version": ..., "commit": ...},
-     "fitted": {...what each model is...}, "data": [{path, files_sha256, date_utc, command, device_name, ...}],
+     "fitted": {...what each model is...}, "shippable": true,
+     "data": [{path, files_sha256, date_utc, command, device_name, ...}],
      "gpus": {"h200": {"sharing_modes": ["mps", "timeslice"], "step_time": {...}, "memory": {...},
                        "utilisation": {...}, "colocation": {"timeslice": {...}, "mps": {...}},
                        "profiles": [...], "figures": {...cross-validated, per sharing mode...}}}}
@@ -34,16 +36,21 @@ FORMAT = "dltsched-calibration/1"
 
 #: what a bundle's models are, written into every bundle
 FITTED = {
-    "step_time": "compute-scope step = smooth max(sum over op classes (conv, gemm, vector) of scale x the kernel "
-                 "model's kernel seconds + optimizer scale x optimizer passes, dispatch_us x launches) + fixed_s; "
-                 "each parameter pulled towards the uncalibrated kernel step model's value; per GPU, the isolated "
-                 "runs of every sharing mode pooled",
-    "memory": "NVML used memory of the GPU alone = context_mib + weights x (weights, gradients, optimizer state) + "
-              "activations x (activations at the batch size)",
-    "utilisation": "NVML utilisation alone = 100 min(1, ((GPU seconds + launch_busy_us x launches) / step) ^ gamma)",
-    "colocation": "per sharing mode: 1 / speed_i - 1 = sum over partners j of (t_both b_i b_j + t_partner b_j + "
-                  "t_any), b = GPU seconds / step alone; group memory = sum alone - (k - 1) shared_memory_mib; "
-                  "group utilisation = 100 (1 - prod(1 - u_i) ^ util_gamma)",
+    "step_time": "compute-scope step = gpu + host + fixed_s, gpu = sum over op classes (conv, gemm, vector) "
+                 "of scale x the kernel model's kernel seconds + optimizer scale x optimizer passes; host in"
+                 " one of two forms, chosen by leave-one-model-out over the fit's own rows: 'overlap' "
+                 "(smooth max of gpu and dispatch_us x kernel launches, overlap_power 3) or 'host_ops' "
+                 "(dispatch_us x the framework's ops, added: overlap_power 1, host_ops 1); each parameter "
+                 "pulled towards the uncalibrated kernel step model's value; per GPU, the isolated runs of "
+                 "every sharing mode pooled",
+    "memory": "NVML used memory of the GPU alone = context_mib + weights x (weights, gradients, optimizer "
+              "state) + activations x (activations at the batch size)",
+    "utilisation": "NVML utilisation alone = 100 min(1, ((GPU seconds + launch_busy_us x launches) / step) ^"
+                   " gamma), fitted on errors in percentage points",
+    "colocation": "per sharing mode: 1 / speed_i - 1 = sum over partners j of (t_both b_i b_j + t_partner "
+                  "b_j + t_any), b = GPU seconds (as the 'overlap' step form fits them: busy_step_time) / "
+                  "step alone; group memory = sum alone - (k - 1) shared_memory_mib; group utilisation = 100"
+                  " (1 - prod(1 - u_i) ^ util_gamma)",
     "precedence": "a job's own profile in the bundle, then the calibrated models, for a GPU type the bundle "
                   "covers; the default predictors for every other GPU type",
 }
@@ -103,7 +110,8 @@ def calibrate(paths: Sequence[str | os.PathLike[str]], *, figures: bool = True,
 
 @dataclass(frozen=True, slots=True)
 class CalibrationBundle:
-    """A loaded bundle: per GPU type its :class:`GpuCalibration`; ``label`` names it in results."""
+    """A loaded bundle: per GPU type its :class:`GpuCalibration`; ``label`` names it in results (and says when
+    the bundle is not shippable)."""
 
     path: str
     label: str
@@ -115,7 +123,8 @@ class CalibrationBundle:
         """Read and check a bundle file; a bad one raises one :class:`ValidationError` naming the fix."""
         p = Path(path)
         if not p.is_file():
-            raise ValidationError("calibration", f"'{p}' not found; write one with 'dltsched calibrate DIR --out {p}'")
+            raise ValidationError("calibration",
+                                  f"'{p}' not found; write one with 'dltsched calibrate DIR --out {p}'")
         text = p.read_bytes()
         try:
             raw = json.loads(text)
@@ -131,10 +140,14 @@ class CalibrationBundle:
         except (KeyError, TypeError, ValueError) as err:
             raise ValidationError("calibration", f"'{p}': GPU entry not understood ({err}); rewrite it with "
                                                  "'dltsched calibrate'") from None
-        return cls(str(p), f"{p.name}#{hashlib.sha256(text).hexdigest()[:12]}", gpus, raw)
+        label = f"{p.name}#{hashlib.sha256(text).hexdigest()[:12]}"
+        if raw.get("shippable") is False:
+            label += " (not shippable: fitted on non-commercial data)"
+        return cls(str(p), label, gpus, raw)
 
     def for_gpu(self, gpu_type: str) -> GpuCalibration | None:
-        """The calibration of ``gpu_type`` (catalog id or alias), ``None`` where the bundle does not cover it."""
+        """The calibration of ``gpu_type`` (catalog id or alias), ``None`` where the bundle does not cover
+        it."""
         from dltsched.engine.domain.catalog import gpu_catalog
 
         try:
@@ -169,4 +182,5 @@ class CalibrationBundle:
         """What a result record says of the bundle: label, GPUs covered with their sharing modes, data."""
         return {"label": self.label, "path": self.path, "shippable": self.shippable,
                 "gpus": {g: self.raw["gpus"][g].get("sharing_modes", []) for g in self.covered()},
-                "commit": self.raw.get("dltsched", {}).get("commit"), "created_utc": self.raw.get("created_utc")}
+                "commit": self.raw.get("dltsched", {}).get("commit"),
+                "created_utc": self.raw.get("created_utc")}

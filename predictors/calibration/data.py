@@ -1,4 +1,5 @@
-"""Profile datasets as calibration reads them: what ``dltsched profile --out`` wrote, per GPU and sharing mode.
+"""Profile datasets as calibration reads them: what ``dltsched profile --out`` wrote, per GPU and sharing
+mode.
 
 A dataset folder holds ``steptime.csv`` (jobs alone), ``colocate_info.csv`` / ``colocate3_info.csv`` (groups),
 ``groups.json`` (all of it with every step time) and ``measurement.json`` (GPU, driver, math mode, sharing,
@@ -50,7 +51,8 @@ class IsolatedRow:
 
 @dataclass(frozen=True, slots=True)
 class GroupRow:
-    """One co-located group: each member's key and normalized speed, the group's NVML memory and utilisation."""
+    """One co-located group: each member's key and normalized speed, the group's NVML memory and
+    utilisation."""
 
     members: tuple[tuple[str, str, int, bool], ...]
     speeds: tuple[float, ...]
@@ -155,7 +157,8 @@ def _tf32(record: dict[str, Any]) -> frozenset[str]:
     def on(key: str) -> bool:
         return str(record.get(key, "")).strip().lower() == "true"
 
-    return frozenset(({"conv"} if on("tf32_cudnn") else set()) | ({"linear", "bmm"} if on("tf32_matmul") else set()))
+    conv = {"conv"} if on("tf32_cudnn") else set()
+    return frozenset(conv | ({"linear", "bmm"} if on("tf32_matmul") else set()))
 
 
 def canonical_job(model: str, dataset: str | None, batch: Any, amp: Any) -> tuple[str, str, int, bool]:
@@ -164,7 +167,10 @@ def canonical_job(model: str, dataset: str | None, batch: Any, amp: Any) -> tupl
     return mid, ds, int(float(batch)), str(amp).strip().lower() in ("1", "true", "1.0")
 
 
-def _from_groups_json(folder: Path, scope: str) -> tuple[list[IsolatedRow], list[GroupRow], str | None, str | None]:
+_Read = tuple[list[IsolatedRow], list[GroupRow], str | None, str | None]
+
+
+def _from_groups_json(folder: Path, scope: str) -> _Read:
     raw = json.loads((folder / "groups.json").read_text())
     isolated, groups, gpu, sharing = [], [], None, None
     for r in raw.get("isolated", []):
@@ -179,13 +185,14 @@ def _from_groups_json(folder: Path, scope: str) -> tuple[list[IsolatedRow], list
         if g.get("gpu") in (None, "", "cpu"):
             continue
         gpu, sharing = gpu or g["gpu"], sharing or g.get("sharing")
-        members = tuple(canonical_job(j["model"], j.get("dataset"), j["batch_size"], j.get("amp", 0)) for j in g["jobs"])
+        members = tuple(canonical_job(j["model"], j.get("dataset"), j["batch_size"], j.get("amp", 0))
+                        for j in g["jobs"])
         groups.append(GroupRow(members, tuple(float(j["speed"]) for j in g["jobs"]), _number(g.get("gmem")),
                                _number(g.get("gpu_util"))))
     return isolated, groups, gpu, sharing
 
 
-def _from_csvs(folder: Path, scope: str) -> tuple[list[IsolatedRow], list[GroupRow], str | None, str | None]:
+def _from_csvs(folder: Path, scope: str) -> _Read:
     isolated, groups, gpu, sharing = [], [], None, None
     if (folder / "steptime.csv").is_file():
         with (folder / "steptime.csv").open(newline="") as fh:
@@ -193,21 +200,24 @@ def _from_csvs(folder: Path, scope: str) -> tuple[list[IsolatedRow], list[GroupR
                 if (r.get("gpu") or "cpu").strip() == "cpu" or int(float(r.get("num_gpus") or 1)) != 1:
                     continue
                 gpu = gpu or r["gpu"].strip()
-                mid, ds, batch, amp = canonical_job(r["model"], r.get("dataset"), r["batch_size"], r.get("amp", 0))
-                isolated.append(IsolatedRow(mid, ds, batch, float(r["step_time_s"]), (r.get("scope") or scope).strip(),
-                                            amp, _number(r.get("peak_memory_mib")), _number(r.get("gmem_used_mib")),
-                                            _number(r.get("gpu_util"))))
+                mid, ds, batch, amp = canonical_job(r["model"], r.get("dataset"), r["batch_size"],
+                                                    r.get("amp", 0))
+                isolated.append(IsolatedRow(mid, ds, batch, float(r["step_time_s"]),
+                                            (r.get("scope") or scope).strip(), amp,
+                                            _number(r.get("peak_memory_mib")),
+                                            _number(r.get("gmem_used_mib")), _number(r.get("gpu_util"))))
     elif (folder / "single_data.csv").is_file():
         with (folder / "single_data.csv").open(newline="") as fh:
             for r in csv.DictReader(fh):
                 if not (r.get("gpu") or "").strip():
                     continue
                 gpu = gpu or r["gpu"].strip()
-                mid, ds, batch, amp = canonical_job(r["model"], r.get("dataset"), r["batchsize"], r.get("amp", 0))
+                mid, ds, batch, amp = canonical_job(r["model"], r.get("dataset"), r["batchsize"],
+                                                    r.get("amp", 0))
                 speed = _number(r.get("speed"))
                 if speed and speed > 0:
-                    isolated.append(IsolatedRow(mid, ds, batch, batch / speed, scope, amp, None, _number(r.get("gmem")),
-                                                _number(r.get("gpu_util"))))
+                    isolated.append(IsolatedRow(mid, ds, batch, batch / speed, scope, amp, None,
+                                                _number(r.get("gmem")), _number(r.get("gpu_util"))))
     for name in ("colocate_info.csv", "colocate3_info.csv"):
         if not (folder / name).is_file():
             continue
@@ -218,8 +228,8 @@ def _from_csvs(folder: Path, scope: str) -> tuple[list[IsolatedRow], list[GroupR
                 if (r.get("gpu") or "").strip() in ("", "cpu"):
                     continue
                 gpu, sharing = gpu or r["gpu"].strip(), sharing or (r.get("sharing") or "").strip() or None
-                members = tuple(canonical_job(r[f"model{i}"], r.get(f"dataset{i}"), r[f"batchsize{i}"], r.get(f"amp{i}", 0))
-                                for i in range(1, size + 1))
+                members = tuple(canonical_job(r[f"model{i}"], r.get(f"dataset{i}"), r[f"batchsize{i}"],
+                                              r.get(f"amp{i}", 0)) for i in range(1, size + 1))
                 groups.append(GroupRow(members, tuple(float(r[f"speed{i}"]) for i in range(1, size + 1)),
                                        _number(r.get("gmem")), _number(r.get("gpu_util"))))
     return isolated, groups, gpu, sharing
@@ -247,7 +257,8 @@ def read_folder(folder: str | os.PathLike[str], gpu_hint: str | None = None) -> 
         raise ValidationError(f"{path}: gpu", f"{err}; add the GPU to the catalog") from None
     sharing = str(record.get("sharing") or sharing or "timeslice")
     if sharing not in SHARING_MODES:
-        raise ValidationError(f"{path}: sharing", f"'{sharing}' not understood; one of {', '.join(SHARING_MODES)}")
+        raise ValidationError(f"{path}: sharing",
+                              f"'{sharing}' not understood; one of {', '.join(SHARING_MODES)}")
     source = {"path": str(path), "files_sha256": files_digest(path), "date_utc": record.get("date_utc"),
               "command": record.get("command"), "device_name": record.get("device_name"),
               "driver": record.get("driver"), "torch": record.get("torch"), "cuda": record.get("cuda"),
@@ -256,8 +267,9 @@ def read_folder(folder: str | os.PathLike[str], gpu_hint: str | None = None) -> 
 
 
 def read_steptime_csv(path: str | os.PathLike[str]) -> list[ProfileData]:
-    """Jobs alone from an ``eval-steptime`` CSV (``dltsched predict convert-steptime gavel|zeus OUT.csv``, or a
-    profiler's ``steptime.csv``), one :class:`ProfileData` per GPU (one-GPU rows; no groups, no memory)."""
+    """Jobs alone from an ``eval-steptime`` CSV (``dltsched predict convert-steptime gavel|zeus OUT.csv``,
+    or a profiler's ``steptime.csv``), one :class:`ProfileData` per GPU (one-GPU rows; no groups, no
+    memory)."""
     from dltsched.predictors.steptime.measurements import read_csv
 
     by_gpu: dict[str, list[IsolatedRow]] = {}
@@ -287,8 +299,8 @@ def read_datasets(paths: Sequence[str | os.PathLike[str]], gpu: str | None = Non
             found += read_gavel(gavel[path])  # type: ignore[arg-type]
         elif Path(path).is_file():
             for data in read_steptime_csv(path):
-                found.append(ProfileData(gpu_catalog().resolve(data.gpu), data.sharing, data.isolated, data.groups,
-                                         data.tf32, data.sources))
+                found.append(ProfileData(gpu_catalog().resolve(data.gpu), data.sharing, data.isolated,
+                                         data.groups, data.tf32, data.sources))
     folders = [p for p in paths if not Path(p).is_file() and gavel[p] is None]
     found += [read_folder(folder, gpu) for folder in (dataset_folders(folders) if folders else [])]
     for data in found:

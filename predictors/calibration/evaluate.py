@@ -1,4 +1,5 @@
-"""Cross-validated figures of a GPU's calibration, beside the uncalibrated default and simple rules, same rows.
+"""Cross-validated figures of a GPU's calibration, beside the uncalibrated default and simple rules, on the
+same rows.
 
 - **Leave-one-model-out** (``lomo``): for each model, calibrate on every row without it (its isolated runs
   and every group holding it), then predict its isolated runs (step time, memory, utilisation: the job was
@@ -13,10 +14,13 @@
 
 Beside them on the same rows: ``default`` (the shipped predictors, never fitted on this GPU: the kernel step
 model, its memory model and busy fraction; the shipped co-location model given the same profiles as the
-calibration), ``constant`` (the training rows' median; for groups, of groups of the same size), ``per_model_mean`` (the mean of the training rows of the
-same model; a model with none gets the constant, counted in ``per_model_fallbacks``), and for groups
-``util_share`` (speed ``min(1, 100 / sum of measured utilisation)``, memory the sum of the measured memories
-alone, utilisation ``min(100, sum)``; these rules are handed every member's measurement, the held-out one's too).
+calibration), ``constant`` (the training rows' median; for groups, of groups of the same size),
+``per_model_mean`` (the mean of the training rows of the same model; a model with none gets the constant,
+counted in ``per_model_fallbacks``), for jobs alone ``per_family_mean`` and ``roofline``
+(:data:`ISOLATED_METHODS`), and for groups ``util_share`` (speed ``min(1, 100 / sum of measured
+utilisation)``, memory the sum of the measured memories alone, utilisation ``min(100, sum)``; these rules are
+handed every member's measurement, the held-out one's too). Utilisation alone also gets each method's mean
+absolute error in points and median APE: one reading of 1% decides its MAPE.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ def _ape(pred: float, got: float) -> float:
     return 100.0 * abs(pred - got) / abs(got)
 
 
-def _summary(rows: Sequence[dict[str, Any]], methods: Sequence[str], what_is_util: bool = False) -> dict[str, Any]:
+def _summary(rows: Sequence[dict[str, Any]], methods: Sequence[str],
+             what_is_util: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"n": len(rows)}
     for m in methods:
         apes = [_ape(r[m], r["measured"]) for r in rows if r.get(m) is not None and r["measured"]]
@@ -56,8 +61,8 @@ def _engine_job(key: JobKey, optimizer: str = "sgd") -> Any:
     from dltsched.engine.domain.model import Job
 
     model, dataset, batch, amp = key
-    return Job(id=f"{model}:{batch}", model=model, batch_size=batch, total_iterations=1.0, dataset=dataset, amp=amp,
-               optimizer=optimizer)
+    return Job(id=f"{model}:{batch}", model=model, batch_size=batch, total_iterations=1.0, dataset=dataset,
+               amp=amp, optimizer=optimizer)
 
 
 def _family(model: str) -> str:
@@ -69,12 +74,14 @@ def _family(model: str) -> str:
         return model
 
 
-def _family_mean(train: Sequence[IsolatedRow], model: str, value: Callable[[IsolatedRow], float | None]) -> Any:
+def _family_mean(train: Sequence[IsolatedRow], model: str,
+                 value: Callable[[IsolatedRow], float | None]) -> Any:
     got = [v for t in train if _family(t.model) == _family(model) for v in [value(t)] if v is not None]
     return statistics.fmean(got) if got else None
 
 
-def _isolated_rows(cal: GpuCalibration, rows: Sequence[IsolatedRow], train: Sequence[IsolatedRow]) -> list[dict]:
+def _isolated_rows(cal: GpuCalibration, rows: Sequence[IsolatedRow],
+                   train: Sequence[IsolatedRow]) -> list[dict]:
     from dltsched.engine.domain.catalog import gpu_catalog
     from dltsched.predictors.steptime.opgraph import roofline_step_s
 
@@ -87,7 +94,8 @@ def _isolated_rows(cal: GpuCalibration, rows: Sequence[IsolatedRow], train: Sequ
         same = [t for t in train if t.model == r.model]
         base = {"model": r.model, "batch_size": r.batch_size}
         out.append({**base, "what": "step_time_s", "measured": r.step_time_s,
-                    "calibrated": cal.predicted_step_s(r.key, r.scope, optimizer=r.optimizer), "default": b.step_time_s,
+                    "calibrated": cal.predicted_step_s(r.key, r.scope, optimizer=r.optimizer),
+                    "default": b.step_time_s,
                     "constant": statistics.median(t.step_time_s for t in train),
                     "per_model_mean": statistics.fmean(t.step_time_s for t in same) if same else None,
                     "per_family_mean": _family_mean(train, r.model, lambda t: t.step_time_s),
@@ -100,7 +108,8 @@ def _isolated_rows(cal: GpuCalibration, rows: Sequence[IsolatedRow], train: Sequ
                         "per_family_mean": _family_mean(train, r.model, lambda t: t.gmem_mib)})
         if r.gpu_util:
             util = [t.gpu_util for t in train if t.gpu_util is not None]
-            out.append({**base, "what": "gpu_util", "measured": r.gpu_util, "calibrated": cal.util_pct(r.key)[0],
+            out.append({**base, "what": "gpu_util", "measured": r.gpu_util,
+                        "calibrated": cal.util_pct(r.key)[0],
                         "default": 100.0 * min(1.0, (b.compute_s + b.memory_s) / b.step_time_s),
                         "constant": statistics.median(util) if util else None, "per_model_mean": None,
                         "per_family_mean": _family_mean(train, r.model, lambda t: t.gpu_util)})
@@ -134,7 +143,8 @@ def _default_colocation(data: ProfileData, known: dict[JobKey, IsolatedRow]) -> 
 
 
 def _group_rows(cal: GpuCalibration, data: ProfileData, groups: Sequence[GroupRow], train: Sequence[GroupRow],
-                known: dict[JobKey, IsolatedRow], score_member: Callable[[JobKey], bool], fold: str) -> list[dict]:
+                known: dict[JobKey, IsolatedRow], score_member: Callable[[JobKey], bool],
+                fold: str) -> list[dict]:
     default = _default_colocation(data, known)
     measured = data.isolated_by_key()
     out = []
@@ -152,28 +162,31 @@ def _group_rows(cal: GpuCalibration, data: ProfileData, groups: Sequence[GroupRo
             if not score_member(key):
                 continue
             same = [s for t in train for k, s in zip(t.members, t.speeds, strict=True) if k[0] == key[0]]
-            out.append({"group": label, "fold": fold, "model": key[0], "what": "speed", "measured": g.speeds[i],
-                        "calibrated": pred["speeds"][i], "default": engine.speeds[i],
+            out.append({"group": label, "fold": fold, "model": key[0], "what": "speed",
+                        "measured": g.speeds[i], "calibrated": pred["speeds"][i], "default": engine.speeds[i],
                         "constant": statistics.median(all_speeds) if all_speeds else None,
                         "per_model_mean": statistics.fmean(same) if same else None, "util_share": share})
         if g.gmem_mib:
             train_mem = [t.gmem_mib for t in train if t.gmem_mib and len(t.members) == len(g.members)]
             out.append({"group": label, "fold": fold, "what": "memory_mib", "measured": g.gmem_mib,
                         "calibrated": pred["memory_mib"], "default": engine.memory_mib,
-                        "constant": statistics.median(train_mem) if train_mem else None, "per_model_mean": None,
+                        "constant": statistics.median(train_mem) if train_mem else None,
+                        "per_model_mean": None,
                         "util_share": None if None in mems else sum(m or 0.0 for m in mems)})
         if g.gpu_util:
             train_util = [t.gpu_util for t in train if t.gpu_util is not None]
             out.append({"group": label, "fold": fold, "what": "gpu_util", "measured": g.gpu_util,
                         "calibrated": pred["gpu_util"], "default": engine.gpu_util,
-                        "constant": statistics.median(train_util) if train_util else None, "per_model_mean": None,
+                        "constant": statistics.median(train_util) if train_util else None,
+                        "per_model_mean": None,
                         "util_share": None if None in utils else min(100.0, sum(u or 0.0 for u in utils))})
     return out
 
 
 METHODS = ("calibrated", "default", "constant", "per_model_mean")
-#: the isolated rows' extra rules: the mean of the same family's training rows (the constant where the family
-#: has none), and for step time the plain roofline (the graph's kernels at the spec sheet's peak, nothing fitted)
+#: the isolated rows' extra rules: the mean of the same family's training rows (the constant where the
+#: family has none), and for step time the plain roofline (the graph's kernels at the spec sheet's peak,
+#: nothing fitted)
 ISOLATED_METHODS = (*METHODS, "per_family_mean", "roofline")
 
 
@@ -256,7 +269,8 @@ def _cross_validate(datasets: Sequence[ProfileData], with_rows: bool) -> dict[st
             train = [t for t in data.groups if t not in held]
             logo_rows += _group_rows(cal, data, held, train, data.isolated_by_key(), lambda _k: True, "group")
         lojo_rows = _lojo_rows(datasets, data)
-        figures = {"isolated_lomo": _by_what(iso_rows, ISOLATED_METHODS), "groups_lomo": _by_what(lomo_rows, GROUP_METHODS),
+        figures = {"isolated_lomo": _by_what(iso_rows, ISOLATED_METHODS),
+                   "groups_lomo": _by_what(lomo_rows, GROUP_METHODS),
                    "groups_logo": _by_what(logo_rows, GROUP_METHODS), "models": len(models)}
         if lojo_rows:
             figures["isolated_lojo"] = _by_what(lojo_rows, (*ISOLATED_METHODS, "calibrated_no_model_scale"))

@@ -38,7 +38,8 @@ SPEED_FLOOR = 0.02
 
 @dataclass(frozen=True, slots=True)
 class Member:
-    """One job of a group as the group models see it: GPU share ``busy`` (0..1), memory and utilisation alone."""
+    """One job of a group as the group models see it: GPU share ``busy`` (0..1), memory and utilisation
+    alone."""
 
     busy: float
     memory_mib: float
@@ -65,11 +66,18 @@ def fit_speed(groups: Sequence[tuple[Sequence[Member], Sequence[float]]],
     if not groups:
         return base
     x0 = np.sqrt([base[t] for t in SPEED_TERMS])
+    # per member: its busy share, the sum of its partners' and their count (speeds() in closed form)
+    per_member = [(m.busy, sum(o.busy for j, o in enumerate(members) if j != i), len(members) - 1,
+                   max(got, SPEED_FLOOR))
+                  for members, speeds_got in groups
+                  for i, (m, got) in enumerate(zip(members, speeds_got, strict=True))]
+    own, partners, count, measured = (np.array(v, dtype=float) for v in zip(*per_member, strict=True))
+    log_measured = np.log(measured)
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        p = dict(zip(SPEED_TERMS, x**2, strict=True))
-        res = [math.log(s) - math.log(max(got, SPEED_FLOOR))
-               for members, measured in groups for s, got in zip(speeds(p, members), measured, strict=True)]
+        t_both, t_partner, t_any = x**2
+        slow = t_both * own * partners + t_partner * partners + t_any * count
+        res = np.log(np.clip(1.0 / (1.0 + slow), SPEED_FLOOR, 1.0)) - log_measured
         return np.concatenate([res, prior_weight * (x - x0)])
 
     sol = least_squares(residuals, x0, loss="soft_l1", f_scale=LOSS_SCALE * 2, max_nfev=2000)
@@ -82,7 +90,8 @@ def group_memory_mib(shared_mib: float, members: Sequence[Member]) -> float:
 
 def fit_shared_memory(groups: Sequence[tuple[Sequence[Member], float]]) -> float:
     """Median over groups of ``(sum of members alone - group) / (k - 1)`` (MiB; 0 without groups)."""
-    got = [(sum(m.memory_mib for m in members) - measured) / (len(members) - 1) for members, measured in groups]
+    got = [(sum(m.memory_mib for m in members) - measured) / (len(members) - 1)
+           for members, measured in groups]
     return float(np.median(got)) if got else 0.0
 
 
@@ -100,7 +109,7 @@ def fit_group_util(groups: Sequence[tuple[Sequence[Member], float]]) -> float:
 
     def residuals(x: np.ndarray) -> np.ndarray:
         g = math.exp(x[0])
-        return np.array([group_util_pct(g, members) / max(measured, 1.0) - 1.0 for members, measured in groups]
-                        + [0.1 * x[0]])
+        rel = [group_util_pct(g, members) / max(measured, 1.0) - 1.0 for members, measured in groups]
+        return np.array([*rel, 0.1 * x[0]])
 
     return float(math.exp(least_squares(residuals, np.zeros(1), loss="soft_l1", f_scale=LOSS_SCALE).x[0]))

@@ -1,20 +1,19 @@
-"""What jobs alone on one GPU teach: step-time corrections on top of the kernel model, memory, utilisation.
+"""What jobs alone on one GPU teach: step-time corrections on top of the kernel model, memory,
+utilisation.
 
 **Step time** (one worker, scope ``compute``: synthetic inputs already on the GPU)::
 
-    gpu  = s_conv K_conv + s_gemm K_gemm + s_vector K_vector + s_opt O      (K: the kernel model's kernels of
-                                                                             each op class, forward and backward;
-                                                                             O: optimizer passes at the spec
-                                                                             bandwidth; TF32 where the record says)
-    step = smooth max(gpu, dispatch_us * n) + fixed_s                       (+ input_s + per_sample_s * batch
-                                                                             for scope ``iteration``)
-    smooth max(a, b) = (a ** p + b ** p) ** (1 / p)                         (form: p and what n counts)
+    gpu  = s_conv K_conv + s_gemm K_gemm + s_vector K_vector + s_opt O
+    step = smooth max(gpu, dispatch_us * n) + fixed_s      (+ input_s + per_sample_s * batch, scope iteration)
+    smooth max(a, b) = (a ** p + b ** p) ** (1 / p)        (the form: p and what n counts)
 
-Each scale is a correction of the op class's kernels on this GPU (conv: convolutions; gemm: linear and batched
-matmul; vector: element-wise, norms, softmax), fitted with the per-launch host time and the fixed per-step cost
-by robust least squares on relative errors, each pulled towards the uncalibrated kernel step model's value
-(:data:`PRIOR_WEIGHT` on its log), so an op class the data barely exercise keeps the default. How the host's
-work meets the GPU's is one of two forms (:data:`STEP_FORMS`):
+with ``K`` the kernel model's kernels of each op class, forward and backward, and ``O`` the optimizer's
+passes at the spec bandwidth (TF32 where the record says). Each scale is a correction of the op class's
+kernels on this GPU (conv: convolutions; gemm: linear and batched matmul; vector: element-wise, norms,
+softmax), fitted with the host time and the fixed per-step cost by robust least squares on relative errors,
+each pulled towards the uncalibrated kernel step model's value (:data:`PRIOR_WEIGHT` on its log), so an op
+class the data barely exercise keeps the default. How the host's work meets the GPU's is one of two forms
+(:data:`STEP_FORMS`):
 
 - ``overlap`` (the uncalibrated model's): the host enqueues kernels while the GPU runs, ``n`` = kernel
   launches, ``p = 3`` (a smooth maximum);
@@ -25,8 +24,9 @@ work meets the GPU's is one of two forms (:data:`STEP_FORMS`):
 
 :func:`fit_step` fits both and keeps the one with the lower leave-one-model-out error over the rows it is
 given (:data:`MIN_MODELS_TO_CHOOSE` models or more; ``overlap`` otherwise), so a held-out model never takes
-part in choosing the form that prices it. Scope ``fwd_bwd`` is ``gpu`` without the optimizer; the input terms are fitted only where rows of scope
-``iteration`` were measured (profiles of synthetic inputs have none).
+part in choosing the form that prices it. Scope ``fwd_bwd`` is ``gpu`` without the optimizer; the input
+terms are fitted only where rows of scope ``iteration`` were measured (profiles of synthetic inputs have
+none).
 
 **Memory** (NVML's used memory of the whole GPU while the job runs alone: what packing needs)::
 
@@ -80,7 +80,8 @@ class _MaskedKernelModel:
     def __init__(self, base: Any, classes: frozenset[str]) -> None:
         self.base, self.classes = base, classes
 
-    def predict_s(self, kernels: Sequence[Any], gpu: Any, math_mode: str = "fp32", floor: bool = True) -> np.ndarray:
+    def predict_s(self, kernels: Sequence[Any], gpu: Any, math_mode: str = "fp32",
+                  floor: bool = True) -> np.ndarray:
         out = self.base.predict_s(kernels, gpu, math_mode, floor)
         return out * np.array([k.op_class in self.classes for k in kernels], dtype=float)
 
@@ -93,16 +94,19 @@ def _masked(group: str) -> _MaskedKernelModel:
 
 
 def _job(model: str, dataset: str, batch: int, amp: bool) -> Job:
-    return Job(id="calibration", model=model, batch_size=batch, total_iterations=1.0, dataset=dataset, amp=amp)
+    return Job(id="calibration", model=model, batch_size=batch, total_iterations=1.0, dataset=dataset,
+               amp=amp)
 
 
 _FEATURE_MEMO: dict[tuple[Any, ...], dict[str, float]] = {}
 
 
-def job_features(model: str, dataset: str, batch: int, amp: bool, gpu: str, tf32: frozenset[str] = frozenset(),
-                 scope: str = "compute", freeze_level: int = 0, optimizer: str = "sgd") -> dict[str, float]:
-    """Kernel seconds per op-class group (``K_conv``...), ``optimizer_s``, ``launches`` of one step, and the
-    memory features (``weights_mib``: weights, gradients and optimizer state; ``activations_mib``)."""
+def job_features(model: str, dataset: str, batch: int, amp: bool, gpu: str,
+                 tf32: frozenset[str] = frozenset(), scope: str = "compute", freeze_level: int = 0,
+                 optimizer: str = "sgd") -> dict[str, float]:
+    """Kernel seconds per op-class group (``K_conv``...), ``optimizer_s``, ``launches`` and ``host_ops`` of
+    one step, and the memory features (``weights_mib``: weights, gradients and optimizer state;
+    ``activations_mib``)."""
     key = (model, dataset, batch, amp, gpu, tf32, scope, freeze_level, optimizer)
     hit = _FEATURE_MEMO.get(key)
     if hit is not None:
@@ -121,7 +125,8 @@ def job_features(model: str, dataset: str, batch: int, amp: bool, gpu: str, tf32
     out = {"optimizer_s": work["optimizer_s"], "launches": work["launches"],
            "host_ops": host_ops(model, dataset, freeze_level, scope, optimizer)}
     for group in CLASS_GROUPS:
-        kt = kernel_times(_masked(group), model, dataset, kernel_gpu(spec), bool(amp), tf32)  # type: ignore[arg-type]
+        masked: Any = _masked(group)
+        kt = kernel_times(masked, model, dataset, kernel_gpu(spec), bool(amp), tf32)
         out[f"K_{group}"] = step_kernel_s(kt, batch, freeze_level)
     agg = aggregates(model, dataset)
     trainable = agg.param_bytes[freeze_level]
@@ -134,9 +139,11 @@ def job_features(model: str, dataset: str, batch: int, amp: bool, gpu: str, tf32
     return out
 
 
-def host_ops(model: str, dataset: str, freeze_level: int = 0, scope: str = "compute", optimizer: str = "sgd") -> float:
-    """Ops the framework dispatches in one step: each op of the graph forward, one autograd op backward per op
-    of a trainable layer, and (unless ``fwd_bwd``) the optimizer's per-tensor ops of the trainable tensors."""
+def host_ops(model: str, dataset: str, freeze_level: int = 0, scope: str = "compute",
+             optimizer: str = "sgd") -> float:
+    """Ops the framework dispatches in one step: each op of the graph forward, one autograd op backward per
+    op of a trainable layer, and (unless ``fwd_bwd``) the optimizer's per-tensor ops of the trainable
+    tensors."""
     from dltsched.predictors.steptime.aggregates import aggregates
     from dltsched.predictors.steptime.kernelstep import OPTIMIZER_KERNELS
     from dltsched.predictors.zoo.graphs import COLUMNS, graph_record
@@ -145,7 +152,8 @@ def host_ops(model: str, dataset: str, freeze_level: int = 0, scope: str = "comp
     nodes = graph_record(model, dataset)["nodes"]
     ops = float(len(nodes) + sum(1 for n in nodes if int(n[layer]) >= freeze_level))
     if scope != "fwd_bwd":
-        ops += aggregates(model, dataset).param_tensors[freeze_level] * OPTIMIZER_KERNELS.get(optimizer.lower(), 2)
+        per_tensor = OPTIMIZER_KERNELS.get(optimizer.lower(), 2)
+        ops += aggregates(model, dataset).param_tensors[freeze_level] * per_tensor
     return ops
 
 
@@ -216,7 +224,8 @@ def _step_array(p: dict[str, float], c: dict[str, np.ndarray]) -> np.ndarray:
     dispatch = p["dispatch_us"] * 1e-6 * c["host_ops" if p.get("host_ops") else "launches"]
     power = p.get("overlap_power", _OVERLAP_POWER)
     busy = (gpu**power + dispatch**power) ** (1.0 / power) + p["fixed_s"]
-    busy = busy + np.where(c["iteration"], p.get("input_s", 0.0) + p.get("per_sample_s", 0.0) * c["batch"], 0.0)
+    pipeline = p.get("input_s", 0.0) + p.get("per_sample_s", 0.0) * c["batch"]
+    busy = busy + np.where(c["iteration"], pipeline, 0.0)
     return np.where(c["fwd_bwd"], gpu, busy)
 
 
@@ -233,7 +242,8 @@ def fit_step_form(rows: Sequence[Row], form: str) -> dict[str, float]:
         out = {n: float(math.exp(v)) for n, v in zip(names, x[:len(names)], strict=True)}
         out["overlap_power"], out["host_ops"] = power, float(feature == "host_ops")
         if iteration:
-            out["input_s"], out["per_sample_s"] = float(x[len(names)] ** 2 * 1e-2), float(x[len(names) + 1] ** 2 * 1e-4)
+            out["input_s"] = float(x[len(names)] ** 2 * 1e-2)
+            out["per_sample_s"] = float(x[len(names) + 1] ** 2 * 1e-4)
         return out
 
     def residuals(x: np.ndarray) -> np.ndarray:
@@ -290,7 +300,9 @@ def default_memory_params() -> dict[str, float]:
 
 
 def memory_mib(params: dict[str, float], f: dict[str, float]) -> float:
-    return params["context_mib"] + params["weights"] * f["weights_mib"] + params["activations"] * f["activations_mib"]
+    """Calibrated NVML memory (MiB) of a job alone with features ``f`` (module docstring)."""
+    return (params["context_mib"] + params["weights"] * f["weights_mib"]
+            + params["activations"] * f["activations_mib"])
 
 
 def fit_memory(rows: Sequence[Row]) -> dict[str, float]:
@@ -316,6 +328,7 @@ UTIL_PARAMS = ("launch_busy_us", "gamma")
 
 
 def util_pct(params: dict[str, float], busy_s: float, launches: float, step_s: float) -> float:
+    """Calibrated NVML utilisation (%) of a job alone whose GPU work takes ``busy_s`` of ``step_s``."""
     x = (busy_s + params["launch_busy_us"] * 1e-6 * launches) / max(step_s, 1e-12)
     return 100.0 * min(1.0, max(x, 1e-6) ** params["gamma"])
 

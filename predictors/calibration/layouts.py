@@ -35,7 +35,8 @@ LUCID_LICENSE = "S-Lab License 1.0 (Lucid): non-commercial use only"
 
 
 def gavel_file(path: str | os.PathLike[str]) -> Path | None:
-    """Gavel's throughput file at ``path`` (the file, or a folder holding one); ``None`` when it is not Gavel's."""
+    """Gavel's throughput file at ``path`` (the file, or a folder holding one); ``None`` when it is not
+    Gavel's."""
     p = Path(path)
     if p.is_file():
         return p if p.name in GAVEL_FILES or p.name.endswith("throughputs.json") else None
@@ -55,12 +56,14 @@ def read_gavel(path: str | os.PathLike[str]) -> list[ProfileData]:
         raise ValidationError(str(file), f"not Gavel's throughput layout ({err}); give Gavel's "
                                          f"{' or '.join(GAVEL_FILES)}") from None
     alone: dict[str, dict[Any, IsolatedRow]] = {}
-    for (gpu, jt, scale, consolidated), steps_per_s in sorted(table.isolated.items(), key=lambda kv: str(kv[0])):
+    for (gpu, jt, scale, consolidated), steps_per_s in sorted(table.isolated.items(),
+                                                              key=lambda kv: str(kv[0])):
         if scale != 1 or not consolidated or steps_per_s <= 0:
             continue
         model, dataset, batch, amp = canonical_job(jt.model, jt.dataset, jt.batch_size, False)
-        alone.setdefault(gpu, {})[jt] = IsolatedRow(model, dataset, batch, 1.0 / steps_per_s, "iteration", amp,
-                                                    optimizer=GAVEL_OPTIMIZERS.get(jt.model, "momentum"))
+        optimizer = GAVEL_OPTIMIZERS.get(jt.model, "momentum")
+        alone.setdefault(gpu, {})[jt] = IsolatedRow(model, dataset, batch, 1.0 / steps_per_s, "iteration",
+                                                    amp, optimizer=optimizer)
     groups: dict[str, dict[frozenset[Any], GroupRow]] = {}
     for (gpu, a, b), (rate_a, rate_b) in sorted(table.pairs.items(), key=lambda kv: str(kv[0])):
         rows = alone.get(gpu, {})
@@ -83,7 +86,8 @@ def read_gavel(path: str | os.PathLike[str]) -> list[ProfileData]:
 
 
 def is_lucid_folder(folder: Path) -> bool:
-    """Whether ``folder`` is laid out like Lucid's own data (its CSVs, no ``gpu`` column, no profiler record)."""
+    """Whether ``folder`` is laid out like Lucid's own data (its CSVs, no ``gpu`` column, no profiler
+    record)."""
     if (folder / "measurement.json").is_file() or (folder / "groups.json").is_file():
         return False
     for name in ("colocate_info.csv", "single_data.csv"):
@@ -110,14 +114,14 @@ def _number(value: str | None) -> float | None:
 
 
 def read_lucid(folder: str | os.PathLike[str], gpu: str | None) -> ProfileData:
-    """Lucid's ``single_data.csv`` and ``colocate_info.csv`` in ``folder``, measured on ``gpu`` (a catalog GPU;
-    Lucid does not record its own): jobs alone and pairs, marked non-shippable (module docstring)."""
+    """Lucid's ``single_data.csv`` and ``colocate_info.csv`` in ``folder``, measured on ``gpu`` (a catalog
+    GPU; Lucid does not record its own): jobs alone and pairs, marked non-shippable (module docstring)."""
     from dltsched.engine.domain.catalog import gpu_catalog
 
     path = Path(folder)
     if not gpu:
-        raise ValidationError("--gpu", f"'{path}' is in Lucid's layout, which does not record its GPU; name the GPU "
-                                       "it was measured on with --gpu (a catalog GPU id)")
+        raise ValidationError("--gpu", f"'{path}' is in Lucid's layout, which does not record its GPU; name "
+                                       "the GPU it was measured on with --gpu (a catalog GPU id)")
     try:
         gpu_id = gpu_catalog().resolve(gpu)
     except ValueError as err:
@@ -136,10 +140,10 @@ def read_lucid(folder: str | os.PathLike[str], gpu: str | None) -> ProfileData:
     if (path / "colocate_info.csv").is_file():
         with (path / "colocate_info.csv").open(newline="") as fh:
             for r in csv.DictReader(fh):
-                members = tuple(_lucid_key(r[f"model{i}"], r.get(f"dataset{i}"), r[f"batchsize{i}"], r.get(f"amp{i}"))
-                                for i in (1, 2))
-                groups.append(GroupRow(members, (float(r["speed1"]), float(r["speed2"])), _number(r.get("gmem")),
-                                       _number(r.get("gpu_util"))))
+                members = tuple(_lucid_key(r[f"model{i}"], r.get(f"dataset{i}"), r[f"batchsize{i}"],
+                                           r.get(f"amp{i}")) for i in (1, 2))
+                groups.append(GroupRow(members, (float(r["speed1"]), float(r["speed2"])),
+                                       _number(r.get("gmem")), _number(r.get("gpu_util"))))
     source = {"path": str(path), "files_sha256": files_digest(path), "layout": "lucid", "gpu": gpu_id,
               "license": LUCID_LICENSE, "shippable": False, "jobs": len(isolated), "groups": len(groups)}
     return ProfileData(gpu_id, "timeslice", tuple(isolated.values()), tuple(groups), frozenset(), (source,))

@@ -37,8 +37,8 @@ class SharingFit:
     groups: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"speed": self.speed, "shared_memory_mib": self.shared_memory_mib, "util_gamma": self.util_gamma,
-                "groups": self.groups}
+        return {"speed": self.speed, "shared_memory_mib": self.shared_memory_mib,
+                "util_gamma": self.util_gamma, "groups": self.groups}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> SharingFit:
@@ -64,11 +64,13 @@ class GpuCalibration:
     def features(self, key: JobKey, scope: str = "compute", freeze_level: int = 0,
                  optimizer: str = "sgd") -> dict[str, float]:
         model, dataset, batch, amp = key
-        return iso.job_features(model, dataset, batch, amp, self.gpu, self.tf32, scope, freeze_level, optimizer)
+        return iso.job_features(model, dataset, batch, amp, self.gpu, self.tf32, scope, freeze_level,
+                                optimizer)
 
     def predicted_step_s(self, key: JobKey, scope: str = "compute", freeze_level: int = 0,
                          optimizer: str = "sgd", *, model_scale: bool = True) -> float:
-        """The calibrated step time (times the model's scale where its profiles give one and ``model_scale``)."""
+        """The calibrated step time (times the model's scale where its profiles give one and
+        ``model_scale``)."""
         step = iso.step_seconds(self.step, self.features(key, scope, freeze_level, optimizer), key[2], scope)
         return step * (self.model_scale.get(key[0], 1.0) if model_scale else 1.0)
 
@@ -85,7 +87,8 @@ class GpuCalibration:
         row = self.profiles.get(key)
         if row is not None and row.gmem_mib is not None and freeze_level == 0 and optimizer == row.optimizer:
             return row.gmem_mib, "measured"
-        return iso.memory_mib(self.memory, self.features(key, "compute", freeze_level, optimizer)), "calibrated"
+        f = self.features(key, "compute", freeze_level, optimizer)
+        return iso.memory_mib(self.memory, f), "calibrated"
 
     def busy(self, key: JobKey) -> float:
         """Share of the job's step alone that its GPU work takes (0..1): GPU seconds as the overlapped step
@@ -116,19 +119,21 @@ class GpuCalibration:
         if fit is None:
             return None
         members = [self.member(k) for k in keys]
-        return {"speeds": grp.speeds(fit.speed, members), "memory_mib": grp.group_memory_mib(fit.shared_memory_mib,
-                                                                                             members),
+        return {"speeds": grp.speeds(fit.speed, members),
+                "memory_mib": grp.group_memory_mib(fit.shared_memory_mib, members),
                 "gpu_util": grp.group_util_pct(fit.util_gamma, members), "sharing": sharing}
 
     # -- JSON ------------------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return {"step_time": self.step, "memory": self.memory, "utilisation": self.util, "tf32": sorted(self.tf32),
+        return {"step_time": self.step, "memory": self.memory, "utilisation": self.util,
+                "tf32": sorted(self.tf32),
                 "model_scale": dict(sorted(self.model_scale.items())),
                 **({"busy_step_time": self.busy_step} if self.busy_step else {}),
                 "colocation": {mode: fit.to_json() for mode, fit in sorted(self.sharing.items())},
-                "profiles": [{"model": r.model, "dataset": r.dataset, "batch_size": r.batch_size, "amp": r.amp,
-                              "scope": r.scope, "step_time_s": r.step_time_s, "gmem_mib": r.gmem_mib,
-                              "gpu_util": r.gpu_util, "peak_memory_mib": r.peak_memory_mib, "optimizer": r.optimizer}
+                "profiles": [{"model": r.model, "dataset": r.dataset, "batch_size": r.batch_size,
+                              "amp": r.amp, "scope": r.scope, "step_time_s": r.step_time_s,
+                              "gmem_mib": r.gmem_mib, "gpu_util": r.gpu_util,
+                              "peak_memory_mib": r.peak_memory_mib, "optimizer": r.optimizer}
                              for r in sorted(self.profiles.values(), key=lambda r: r.key)]}
 
     @classmethod
@@ -140,7 +145,8 @@ class GpuCalibration:
                               p.get("gmem_mib"), p.get("gpu_util"), str(p.get("optimizer", "sgd")))
             profiles[row.key] = row
         return cls(gpu, {k: float(v) for k, v in raw["step_time"].items()},
-                   {k: float(v) for k, v in raw["memory"].items()}, {k: float(v) for k, v in raw["utilisation"].items()},
+                   {k: float(v) for k, v in raw["memory"].items()},
+                   {k: float(v) for k, v in raw["utilisation"].items()},
                    {m: SharingFit.from_json(v) for m, v in raw.get("colocation", {}).items()},
                    frozenset(raw.get("tf32", ())), profiles,
                    {k: float(v) for k, v in raw.get("model_scale", {}).items()},
@@ -157,8 +163,8 @@ def _rows(cal_gpu: str, tf32: frozenset[str], isolated: Iterable[IsolatedRow]) -
 def _model_scales(step: dict[str, float], rows: Sequence[iso.Row]) -> dict[str, float]:
     logs: dict[str, list[float]] = {}
     for r in rows:
-        logs.setdefault(r.model, []).append(math.log(r.step_time_s / iso.step_seconds(step, r.features, r.batch,
-                                                                                      r.scope)))
+        predicted = iso.step_seconds(step, r.features, r.batch, r.scope)
+        logs.setdefault(r.model, []).append(math.log(r.step_time_s / predicted))
     return {m: math.exp(sum(v) / (len(v) + MODEL_SCALE_SHRINK)) for m, v in sorted(logs.items())}
 
 
@@ -171,7 +177,8 @@ def fit_gpu(datasets: Sequence[ProfileData], *, without_models: frozenset[str] =
     gpu = datasets[0].gpu
     tf32 = frozenset().union(*(d.tf32 for d in datasets))
     skip = set(without_groups)
-    isolated = [r for d in datasets for r in d.isolated if r.model not in without_models and r.key not in without_jobs]
+    isolated = [r for d in datasets for r in d.isolated
+                if r.model not in without_models and r.key not in without_jobs]
     rows = _rows(gpu, tf32, isolated)
     step = iso.fit_step(rows)
     busy_step = iso.fit_step_form(rows, "overlap") if step.get("host_ops") else {}

@@ -19,8 +19,8 @@ _ROWS = (("isolated_lomo", "step_time_s", "step time (jobs never profiled)"),
          ("groups_logo", "memory_mib", "group memory (group never measured)"),
          ("groups_lomo", "gpu_util", "group utilisation (model never profiled)"),
          ("groups_logo", "gpu_util", "group utilisation (group never measured)"))
-_METHODS = ("calibrated", "default", "constant", "per_model_mean", "per_family_mean", "roofline", "util_share",
-            "calibrated_no_model_scale")
+_METHODS = ("calibrated", "default", "constant", "per_model_mean", "per_family_mean", "roofline",
+            "util_share", "calibrated_no_model_scale")
 
 
 def _pct(value: Any) -> str:
@@ -34,8 +34,8 @@ def _points(value: Any) -> str:
 def _print(bundle: dict[str, Any], out: str) -> None:
     click.echo(f"calibration -> {out}")
     if not bundle.get("shippable", True):
-        click.echo(f"NOT SHIPPABLE: fitted on {'; '.join(bundle.get('restricted_by', []))}; keep it out of any "
-                   "release and any repository")
+        restricted = "; ".join(bundle.get("restricted_by", []))
+        click.echo(f"NOT SHIPPABLE: fitted on {restricted}; keep it out of any release and any repository")
     for gpu, entry in bundle["gpus"].items():
         groups = ", ".join(f"{n} {mode}" for mode, n in entry["groups"].items())
         click.echo(f"{gpu}: {entry['jobs_alone']} jobs alone, groups: {groups or 'none'}")
@@ -61,7 +61,8 @@ def _print(bundle: dict[str, Any], out: str) -> None:
 @click.option("--sharing", type=click.Choice(["timeslice", "mps"]), default=None,
               help="Only the datasets of this sharing mode (default: every mode found, each fitted apart).")
 @click.option("--figures/--no-figures", default=True, show_default=True,
-              help="Cross-validate (leave one model out, leave one group out) beside the default and simple rules.")
+              help="Cross-validate (leave one model out, leave one group out) beside the default and "
+                   "simple rules.")
 @click.option("--gpu", default=None,
               help="The GPU of datasets that do not record theirs (Lucid's layout), e.g. v100-32gb.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole bundle as JSON.")

@@ -31,7 +31,8 @@ def test_leave_one_model_out_beats_the_default_and_the_rules(figures):
     assert step["n"] == 16 and step["calibrated_mape"] < step["default_mape"]
     for part in ("groups_lomo", "groups_logo"):
         speed = figures[part]["speed"]
-        assert speed["calibrated_mape"] < min(speed["default_mape"], speed["constant_mape"], speed["util_share_mape"])
+        assert speed["calibrated_mape"] < min(speed["default_mape"], speed["constant_mape"],
+                                              speed["util_share_mape"])
         memory = figures[part]["memory_mib"]
         assert memory["calibrated_mape"] < min(memory["default_mape"], memory["util_share_mape"])
 
@@ -44,3 +45,16 @@ def test_jobs_never_profiled_beat_the_roofline_and_the_family_rules(figures):
     # a 1% NVML reading makes MAPE meaningless for utilisation alone; in points the calibration is closer
     assert util["calibrated_mean_abs_points"] < min(util[f"{r}_mean_abs_points"]
                                                     for r in ("default", "constant", "per_family_mean"))
+
+
+def test_calibrate_reads_gavels_tables_and_lucids_folder(data_dir):
+    from dltsched.predictors.calibration.data import read_datasets
+
+    gavel = {d.gpu: d for d in read_datasets([data_dir / "gavel"])}
+    assert sorted(gavel) == ["k80", "p100", "v100"]
+    assert all(len(d.isolated) == 26 for d in gavel.values())  # 26 job types on one GPU each
+    assert len(gavel["k80"].groups) > 250 and not gavel["v100"].groups  # this copy keeps no V100 pairs
+    assert all(0.0 < s <= 2.0 for g in gavel["p100"].groups for s in g.speeds)
+    (lucid,) = read_datasets([data_dir / "lucid"], gpu="v100-32gb")
+    assert len(lucid.isolated) == 66 and len(lucid.groups) == 1081
+    assert lucid.sources[0]["shippable"] is False

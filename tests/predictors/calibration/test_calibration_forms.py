@@ -1,5 +1,6 @@
-"""Calibration's model choices and other layouts: the step-time form chosen by leave-one-model-out over the fit's
-own rows, utilisation fitted in points, Gavel's throughput tables and Lucid's folders (marked not shippable)."""
+"""Calibration's model choices and other layouts: the step-time form chosen by leave-one-model-out over the
+fit's own rows, utilisation fitted in points, Gavel's throughput tables and Lucid's folders (marked not
+shippable)."""
 
 from __future__ import annotations
 
@@ -90,7 +91,8 @@ def test_gavel_throughputs_read_as_jobs_alone_and_pairs(tmp_path):
     assert sorted(data) == ["k80", "p100"] and {d.sharing for d in data.values()} == {"timeslice"}
     k80 = data["k80"]
     steps = {r.model: r for r in k80.isolated}
-    assert sorted(steps) == ["a3c", "lstm_lm", "resnet18"]  # one GPU only: the scale-2 entry is not a job alone
+    # one GPU only: the scale-2 entry is not a job alone
+    assert sorted(steps) == ["a3c", "lstm_lm", "resnet18"]
     assert steps["resnet18"].step_time_s == pytest.approx(1 / 20.0) and steps["resnet18"].scope == "iteration"
     assert steps["a3c"].optimizer == "adam"  # Gavel's A3C script trains with Adam
     assert len(k80.groups) == 1 and not data["p100"].groups  # both orders are one pair; [0, 0] is none
@@ -104,7 +106,8 @@ def _lucid_folder(folder):
     folder.mkdir()
     with (folder / "single_data.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["model", "dataset", "batchsize", "amp", "speed", "gpu_util", "gmem_util", "gmem", "label"])
+        w.writerow(["model", "dataset", "batchsize", "amp", "speed", "gpu_util", "gmem_util", "gmem",
+                    "label"])
         for model, dataset, speed, util, gmem in (("ResNet18", "CIFAR-10", 2000.0, 60.0, 2500.0),
                                                   ("VGG", "CIFAR-10", 1500.0, 70.0, 2800.0),
                                                   ("LSTM", "Wikitext2", 900.0, 80.0, 2100.0),
@@ -141,6 +144,7 @@ def test_a_lucid_folder_needs_its_gpu_and_makes_a_bundle_that_is_not_shippable(t
 
     loaded = CalibrationBundle.load(out)
     assert not loaded.shippable and loaded.describe()["shippable"] is False
+    assert "not shippable" in loaded.label
 
 
 def test_a_step_form_and_busy_share_round_trip_through_the_bundle(synthetic_dir, tmp_path):
@@ -155,3 +159,35 @@ def test_a_step_form_and_busy_share_round_trip_through_the_bundle(synthetic_dir,
     assert loaded is not None and loaded.step == direct.step and loaded.busy_step == direct.busy_step
     key = ("resnet18", "cifar10", 96, False)  # never profiled
     assert loaded.predicted_step_s(key) == pytest.approx(direct.predicted_step_s(key))
+
+
+def test_a_gpu_bound_by_its_host_is_calibrated_in_that_form_end_to_end(tmp_path, monkeypatch):
+    from dltsched.engine.app.api import ConfiguredSolver
+    from dltsched.engine.domain.model import ClusterState, JobState
+    from dltsched.instances.schema import load_instance
+
+    from . import conftest
+
+    host_bound = {**TRUE_STEP, "overlap_power": 1.0, "host_ops": 1.0, "dispatch_us": 30.0}
+    monkeypatch.setattr(conftest, "TRUE_STEP", host_bound)
+    conftest._write(tmp_path / "h200", "timeslice", 0.02, 5)
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", str(tmp_path / "h200"), "--out", str(out), "--no-figures"]) == 0
+    raw = json.loads(out.read_text())["gpus"][GPU]
+    assert raw["step_time"]["host_ops"] == 1.0 and raw["busy_step_time"]["host_ops"] == 0.0
+    inst_path = tmp_path / "inst.json"
+    assert main(["instance", "generate", "--jobs", "6", "--cluster", "h200:1x2", "--seed", "3",
+                 "-o", str(inst_path)]) == 0
+    inst = load_instance(inst_path)
+    state = ClusterState(0.0, inst.cluster, tuple(JobState(j, j.total_iterations) for j in inst.jobs))
+    plan = ConfiguredSolver.of(predictors=f"default@{out}", backend="greedy").solve(state)
+    assert plan.assignments and all(plan.provenance[a.job_id]["calibration"].startswith("cal.json#")
+                                    for a in plan.assignments)
+
+
+def test_a_broken_gavel_table_is_one_clear_error(tmp_path, capsys):
+    bad = tmp_path / "simulation_throughputs.json"
+    bad.write_text('{"k80": {"(\'NoSuchModel\', 1)": {"null": 3.0}}}')
+    assert main(["calibrate", str(bad), "--out", str(tmp_path / "x.json"), "--no-figures"]) == 2
+    err = capsys.readouterr().err
+    assert "Gavel" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
