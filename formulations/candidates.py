@@ -31,9 +31,6 @@ from dltsched.engine.domain.model import Objective
 from dltsched.formulations.interference import simulate_stages
 from dltsched.formulations.problem import JobOption, RoundProblem
 
-#: the objectives the inner loops compare with, bound once (looking a member up on its enum class is slow)
-_MAKESPAN, _WEIGHTED_COMPLETION = Objective.MAKESPAN, Objective.WEIGHTED_COMPLETION
-
 
 class CandidateKind(StrEnum):
     """Where a candidate places its unit (see the module docstring); a ``str``: ``kind == "node"`` holds."""
@@ -42,6 +39,11 @@ class CandidateKind(StrEnum):
     NODE = "node"
     CROSS = "cross"
     STAY = "stay"
+
+
+#: the members the inner loops use, bound once (looking a member up on its enum class is slow)
+_MAKESPAN, _WEIGHTED_COMPLETION = Objective.MAKESPAN, Objective.WEIGHTED_COMPLETION
+_TYPE, _NODE, _CROSS, _STAY = CandidateKind.TYPE, CandidateKind.NODE, CandidateKind.CROSS, CandidateKind.STAY
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,16 +208,16 @@ def _unit_candidates(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str
 
     out = []
     if size == 1:
-        out.append(make(CandidateKind.TYPE, -1, 0.0))
+        out.append(make(_TYPE, -1, 0.0))
     elif cross:
-        out.append(make(CandidateKind.CROSS, -1, 0.0))
+        out.append(make(_CROSS, -1, 0.0))
     else:
-        out += [make(CandidateKind.NODE, n, 0.0) for n in nodes]
+        out += [make(_NODE, n, 0.0) for n in nodes]
     for p in mine:
         slot = slots[p]
         stayers = running & set(slot.members)
         if stayers and slot.gpu_type == gpu_type and len(slot.gpus) == size:
-            out.append(make(CandidateKind.STAY, p, sum(problem.migration_cost(j) for j in stayers)))
+            out.append(make(_STAY, p, sum(problem.migration_cost(j) for j in stayers)))
     return out
 
 
