@@ -138,6 +138,7 @@ def work_bound_s(jobs: Sequence[Job], times_s: dict[str, dict[str, float]], gpus
     its speed on each (an LP: min T with sum_t x_jt = 1 and sum_j x_jt n_j d_jt <= G_t T). On one GPU type it is
     total work / capacity."""
     from scipy.optimize import linprog
+    from scipy.sparse import coo_array
 
     types = sorted({t for j in jobs for t in times_s[j.id]})
     if len(types) == 1:
@@ -146,13 +147,13 @@ def work_bound_s(jobs: Sequence[Job], times_s: dict[str, dict[str, float]], gpus
     n = len(cols)
     cost = np.zeros(n + 1)
     cost[n] = 1.0
-    a_eq = np.zeros((len(jobs), n + 1))
-    a_ub = np.zeros((len(types), n + 1))
-    for c, (k, t) in enumerate(cols):
-        a_eq[k, c] = 1.0
-        a_ub[types.index(t), c] = jobs[k].num_gpus * times_s[jobs[k].id][t]
-    for i, t in enumerate(types):
-        a_ub[i, n] = -float(gpus_by_type[t])
+    # sparse rows (a dense matrix of the full Philly trace would take 151 GiB)
+    where = {t: i for i, t in enumerate(types)}
+    a_eq = coo_array((np.ones(n), ([k for k, _ in cols], range(n))), shape=(len(jobs), n + 1)).tocsr()
+    work = [jobs[k].num_gpus * times_s[jobs[k].id][t] for k, t in cols]
+    capacity = [-float(gpus_by_type[t]) for t in types]
+    rows = [where[t] for _, t in cols] + list(range(len(types)))
+    a_ub = coo_array((work + capacity, (rows, list(range(n)) + [n] * len(types))), shape=(len(types), n + 1)).tocsr()
     res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(len(types)), A_eq=a_eq, b_eq=np.ones(len(jobs)),
                   bounds=[(0, None)] * (n + 1), method="highs")
     if res.status != 0:
