@@ -41,6 +41,11 @@ class CandidateKind(StrEnum):
     STAY = "stay"
 
 
+#: the members the inner loops use, bound once (looking a member up on its enum class is slow)
+_MAKESPAN, _WEIGHTED_COMPLETION = Objective.MAKESPAN, Objective.WEIGHTED_COMPLETION
+_TYPE, _NODE, _CROSS, _STAY = CandidateKind.TYPE, CandidateKind.NODE, CandidateKind.CROSS, CandidateKind.STAY
+
+
 @dataclass(frozen=True, slots=True)
 class Slot:
     """GPUs that running jobs ``members`` share now; ``node_gpus`` counts them per node."""
@@ -203,16 +208,16 @@ def _unit_candidates(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str
 
     out = []
     if size == 1:
-        out.append(make(CandidateKind.TYPE, -1, 0.0))
+        out.append(make(_TYPE, -1, 0.0))
     elif cross:
-        out.append(make(CandidateKind.CROSS, -1, 0.0))
+        out.append(make(_CROSS, -1, 0.0))
     else:
-        out += [make(CandidateKind.NODE, n, 0.0) for n in nodes]
+        out += [make(_NODE, n, 0.0) for n in nodes]
     for p in mine:
         slot = slots[p]
         stayers = running & set(slot.members)
         if stayers and slot.gpu_type == gpu_type and len(slot.gpus) == size:
-            out.append(make(CandidateKind.STAY, p, sum(problem.migration_cost(j) for j in stayers)))
+            out.append(make(_STAY, p, sum(problem.migration_cost(j) for j in stayers)))
     return out
 
 
@@ -226,12 +231,13 @@ def _best_freeze(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, cr
     if not problem.options.minimize:  # one term per member and option, summed per combination (as unit_score)
         speeds = problem.value_speeds(group) if group else (1.0,)
         return _best_progress(problem, jobs, speeds, choices, cross, overhead, memory_mib)
+    makespan = problem.options.objective is _MAKESPAN
     best: tuple[tuple[float, float], tuple[int, ...], float, tuple[float, ...]] | None = None
     for combo in product(*choices):
         if sum(o.memory_mib for o in combo) + overhead > memory_mib:
             continue
         score, completion = unit_score(problem, jobs, combo, cross, waiting)
-        key = (-max(completion), score) if problem.options.objective is Objective.MAKESPAN else (score, 0.0)
+        key = (-max(completion), score) if makespan else (score, 0.0)
         if best is None or key > best[0]:
             best = (key, tuple(o.freeze_level for o in combo), score, completion)
     return None if best is None else best[1:]
@@ -273,7 +279,7 @@ def unit_score(problem: RoundProblem, jobs: tuple[int, ...], combo: Sequence[Job
                        * problem.value_scale(j) for j, s, r in zip(jobs, speeds, rates, strict=True))
         return progress + bonus, ()
     completion = stage_completion_s(problem, jobs, gpu_type, rates)
-    if objective is Objective.WEIGHTED_COMPLETION:
+    if objective is _WEIGHTED_COMPLETION:
         saved = sum(problem.jobs[j].weight * (waiting[j] - c) for j, c in zip(jobs, completion, strict=True))
         return saved + bonus, completion
     return bonus, completion
@@ -303,7 +309,7 @@ def objective_of(cset: CandidateSet, selected: Sequence[int]) -> float:
     objective = problem.options.objective
     if not problem.options.minimize:
         return value
-    if objective is Objective.WEIGHTED_COMPLETION:
+    if objective is _WEIGHTED_COMPLETION:
         waiting = zip(problem.jobs, cset.unplaced_completion_s, strict=True)
         return sum(j.weight * w for j, w in waiting) - value
     finish = list(cset.unplaced_completion_s)
@@ -320,7 +326,7 @@ def to_reported(cset: CandidateSet, max_form: float) -> float:
     objective = problem.options.objective
     if not problem.options.minimize:
         return value
-    if objective is Objective.WEIGHTED_COMPLETION:
+    if objective is _WEIGHTED_COMPLETION:
         waiting = zip(problem.jobs, cset.unplaced_completion_s, strict=True)
         return sum(j.weight * w for j, w in waiting) - value
     return -value

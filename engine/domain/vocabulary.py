@@ -25,30 +25,25 @@ class Objective(StrEnum):
     (maximised: normalized throughput); ``jct`` (maximised: throughput relative to each job's remaining time,
     shortest remaining time first generalised to co-location, GPU types and freezing, for low average job
     completion time); ``weighted_completion`` and ``makespan`` (minimised, over predicted completion times).
+    ``sense`` says which; ``minimize`` is ``sense is Sense.MINIMIZE`` (plain attributes: rounds read them in
+    their inner loops).
     """
 
-    EFFECTIVE_PROGRESS = "effective_progress"
-    JCT = "jct"
-    WEIGHTED_COMPLETION = "weighted_completion"
-    MAKESPAN = "makespan"
+    sense: Sense
+    minimize: bool
 
-    @property
-    def sense(self) -> Sense:
-        """Whether the round minimises or maximises this objective."""
-        return _SENSE[self]
+    def __new__(cls, value: str, sense: Sense) -> Objective:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.sense = sense
+        member.minimize = sense is Sense.MINIMIZE
+        return member
 
-    @property
-    def minimize(self) -> bool:
-        """Whether the round minimises this objective (``sense`` is :attr:`Sense.MINIMIZE`)."""
-        return _SENSE[self] is Sense.MINIMIZE
+    EFFECTIVE_PROGRESS = "effective_progress", Sense.MAXIMIZE
+    JCT = "jct", Sense.MAXIMIZE
+    WEIGHTED_COMPLETION = "weighted_completion", Sense.MINIMIZE
+    MAKESPAN = "makespan", Sense.MINIMIZE
 
-
-_SENSE: dict[Objective, Sense] = {
-    Objective.EFFECTIVE_PROGRESS: Sense.MAXIMIZE,
-    Objective.JCT: Sense.MAXIMIZE,
-    Objective.WEIGHTED_COMPLETION: Sense.MINIMIZE,
-    Objective.MAKESPAN: Sense.MINIMIZE,
-}
 
 #: every :class:`Objective`, in the order help texts list them
 OBJECTIVES: tuple[Objective, ...] = tuple(Objective)
