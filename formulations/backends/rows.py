@@ -22,5 +22,5 @@ def saved_by_placing(cset: CandidateSet, job: int) -> list[float]:
     row's coefficients, ``RoundModel(cset).makespan_rows``)."""
     warnings.warn("backends.rows.saved_by_placing is deprecated; use dltsched.formulations.model.RoundModel",
                   DeprecationWarning, stacklevel=2)
-    wait = cset.unplaced_completion_s[job]
-    return [wait - cset.candidates[c].completion_s[cset.candidates[c].jobs.index(job)] for c in cset.by_job[job]]
+    wait, cands = cset.unplaced_completion_s[job], cset.candidates
+    return [wait - cands[c].completion_s[cands[c].jobs.index(job)] for c in cset.by_job[job]]
