@@ -49,6 +49,9 @@ _METRICS = ("avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "gpu_util", 
             "decision_time_p99_s", "decision_time_max_s", "simulate_s")
 
 
+#: the policy whose simulation wall time every other policy's is divided by, when it is in the run
+RATIO_BASELINE = "tiresias"
+
 #: the bench table: the comparison table with the predictor bundle and what it was fitted on after the policy
 BENCH_COLUMNS = (TABLE_COLUMNS[0], ("predictors", "bundle", "{}"), ("predictors_fit", "fitted", "{}"),
                  *TABLE_COLUMNS[1:3], ("avg_jct_s_ci95", "± 95% (h)", "h"), *TABLE_COLUMNS[3:])
@@ -126,7 +129,7 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
                 if not (ctx.obj or {}).get("quiet") and not as_json:
                     click.echo(f"seed {seed} {bundle} {name}: {run['simulate_s']:.1f} s", err=True)
     rows: list[dict[str, Any]] = []
-    for (bundle, _name), runs in per_policy.items():
+    for (bundle, name), runs in per_policy.items():
         row: dict[str, Any] = {"policy": runs[0]["policy"], **bundle_fields(bundle), "seeds": list(seeds), **info,
                                "truth": runs[0]["truth"], "truth_sources": list(runs[0]["truth_sources"]),
                                **({"truth": truth.record()} if truth_dirs else {}),
@@ -136,6 +139,10 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
             values = [float(r[m]) if r[m] is not None else math.nan for r in runs]
             row[m] = statistics.fmean(values)
             row[f"{m}_ci95"] = _ci95(values)
+        baseline = per_policy.get((bundle, RATIO_BASELINE))
+        if baseline and name != RATIO_BASELINE:  # the same seeds in the same run: a ratio of like with like
+            row[f"simulate_s_vs_{RATIO_BASELINE}"] = (statistics.fmean(r["simulate_s"] for r in runs)
+                                                     / max(1e-9, statistics.fmean(r["simulate_s"] for r in baseline)))
         rows.append(row)
 
     def human() -> None:
@@ -145,6 +152,10 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
         print_table([_Row(r) for r in rows], f"{workload or instance_path}: {info.get('num_jobs')} jobs on "
                     f"{info.get('num_gpus')} GPUs ({types}), seeds {', '.join(map(str, seeds))}, "
                     f"truth {truth_name}", BENCH_COLUMNS)
+        for r in rows:
+            if f"simulate_s_vs_{RATIO_BASELINE}" in r:
+                click.echo(f"{r['policy']}: simulation wall time {r['simulate_s']:.1f} s, "
+                           f"{r[f'simulate_s_vs_{RATIO_BASELINE}']:.2f}x {RATIO_BASELINE}'s in the same run")
 
     emit({"workload": workload or instance_path, "seeds": list(seeds), **info, "truth": truth_name, "rows": rows}, as_json, human)
 

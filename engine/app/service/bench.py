@@ -182,6 +182,35 @@ async def _load(port: int, body: bytes, requests: int, slow: int, read_timeout_s
     }
 
 
+async def _at_concurrency(port: int, body: bytes, requests: int, concurrency: int) -> dict[str, Any]:
+    """``requests`` requests with at most ``concurrency`` in flight: answers with a plan, wall time, requests/s."""
+    import httpx
+
+    gate = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(timeout=300) as client:
+        url = f"http://{HOST}:{port}/v1/schedule"
+
+        async def one() -> tuple[int, float, dict[str, Any] | None]:
+            async with gate:
+                return await _post(client, url, body)
+
+        started = time.perf_counter()
+        results = await asyncio.gather(*(one() for _ in range(requests)))
+        wall = time.perf_counter() - started
+    ok = sum(1 for status, _, answer in results if status == 200 and answer and "assignments" in answer)
+    return {"concurrency": concurrency, "requests": requests, "answered_with_plan": ok, "wall_s": round(wall, 3),
+            "requests_per_s": round(requests / wall, 4)}
+
+
+def _throughput(port: int, body: bytes, requests: int) -> dict[str, Any]:
+    """Throughput with one request in flight, then two (the server solves two at once): the ratio is what a
+    second solver slot buys on this machine."""
+    one = asyncio.run(_at_concurrency(port, body, requests, 1))
+    two = asyncio.run(_at_concurrency(port, body, requests, 2))
+    return {"one_at_a_time": one, "two_at_a_time": two,
+            "throughput_ratio_2_to_1": round(two["requests_per_s"] / one["requests_per_s"], 3)}
+
+
 def _deadline_figures(port: int, sizes: list[tuple[int, int]]) -> list[dict[str, Any]]:
     import httpx
 
@@ -214,9 +243,12 @@ def _deadline_figures(port: int, sizes: list[tuple[int, int]]) -> list[dict[str,
               help="Also time 0.01 s requests of 200 and 1,000 jobs and 5,000-job CP-SAT requests (1 s, 30 s).")
 @click.option("--time-limit", "time_limit_s", type=click.FloatRange(0, 30, min_open=True), default=None,
               help="time_limit_s of the concurrent requests (default: the server's, 1 s).")
+@click.option("--throughput", "throughput_requests", type=click.IntRange(0, 200), default=0, show_default=True,
+              help="Also send this many requests one at a time, then two at a time, and report the throughput "
+                   "ratio (the server then solves at most two at once).")
 @click.option("--json", "as_json", is_flag=True)
 def bench_service(num_requests: int, num_jobs: int, num_gpus: int, num_slow: int, read_timeout_s: float,
-                  deadline_figures: bool, time_limit_s: float | None, as_json: bool) -> None:
+                  deadline_figures: bool, time_limit_s: float | None, throughput_requests: int, as_json: bool) -> None:
     """The service under concurrent requests and slow-loris connections (127.0.0.1 only)."""
     import httpx
 
@@ -224,6 +256,8 @@ def bench_service(num_requests: int, num_jobs: int, num_gpus: int, num_slow: int
     queue = max(64, num_requests)
     command = [sys.executable, "-m", "dltsched.engine.app.cli.main", "-q", "serve", "--host", HOST, "--port", str(port),
                "--read-timeout", str(read_timeout_s), "--max-queue", str(queue)]
+    if throughput_requests:
+        command += ["--max-concurrent", "2"]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               env={k: v for k, v in os.environ.items() if k != "DLTSCHED_TOKEN"})
     try:
@@ -245,10 +279,12 @@ def bench_service(num_requests: int, num_jobs: int, num_gpus: int, num_slow: int
             load = asyncio.run(_load(port, body, num_requests, num_slow, read_timeout_s))
             load["load_wall_s"] = round(time.perf_counter() - started, 3)
             deadlines = _deadline_figures(port, [(200, 256), (1000, 1024)]) if deadline_figures else []
+            throughput = _throughput(port, body, throughput_requests) if throughput_requests else None
         result = {"command": " ".join(["dltsched", "bench", "service"] + sys.argv[3:]),
                   "jobs_per_request": num_jobs, "gpus": num_gpus, "read_timeout_s": read_timeout_s,
                   "request_time_limit_s": time_limit_s or 1.0,
                   "cpus": os.cpu_count(), **load, "deadline_requests": deadlines,
+                  **({"throughput": throughput} if throughput else {}),
                   "server_peak_rss_mib": round(memory.peak_rss_kib / 1024, 1),
                   "server_tree_peak_pss_mib": round(memory.peak_tree_pss_kib / 1024, 1),
                   "server_tree_peak_processes": memory.peak_processes}
