@@ -39,9 +39,15 @@ ROUNDS_FILE = Path(__file__).parent / "data" / "rounds.json.gz"
 FAST_SAMPLE = 20
 #: relative tolerance on objectives
 REL_TOL = 1e-9
-#: backends compared with another's recorded plans: ``pyomo`` is ``milp`` under its own name, ``highs`` the same
-#: model given to the same HiGHS without Pyomo (another optimum among ties is accepted as for ``milp``)
+#: backends compared with another's recorded plans: ``pyomo`` is ``milp`` under its own name, ``highs``
+#: the same model given to the same HiGHS without Pyomo (another optimum among ties accepted as for ``milp``)
 RECORDED_AS = {"pyomo": "milp", "highs": "milp"}
+
+
+def same_status(backend: str, status: str, expected: str) -> bool:
+    """``status`` is the recorded one; HiGHS seen directly (``highs``) reports the gap it closed, where the
+    same run seen through Pyomo (the record) may keep a relative gap of about 1e-8 and say ``feasible``."""
+    return status == expected or (backend == "highs" and expected == "feasible" and status == "optimal")
 
 
 @cache
@@ -95,12 +101,12 @@ def test_golden_round(index: int, backend: str) -> None:
     assert report.feasible, report.violations[:3]
     assert close(report.objective, plan.objective)
     if assignments(plan) == expected["assignments"]:
-        assert str(plan.status) == expected["status"]
+        assert same_status(backend, str(plan.status), expected["status"]), (plan.status, expected["status"])
         assert close(plan.objective, expected["objective"]), (plan.objective, expected["objective"])
         return
     # another plan: only an equally good one among ties is accepted (see the module docstring)
     assert backend != "greedy", f"greedy is deterministic: {assignments(plan)} != {expected['assignments']}"
-    assert str(plan.status) == expected["status"]
+    assert same_status(backend, str(plan.status), expected["status"]), (plan.status, expected["status"])
     if BACKENDS[backend].exact:
         assert expected["status"] == "optimal" and str(plan.status) == "optimal"
     assert close(plan.objective, expected["objective"]), (
