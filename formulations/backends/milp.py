@@ -78,7 +78,8 @@ def build_model(model: RoundModel) -> Any:
         columns.append(m.makespan)
     m.rows = pyo.ConstraintList()
     for row in model.linear_rows():
-        body = pyo.quicksum(k * columns[c] for c, k in zip(row.cols, row.coefs, strict=True))
+        body = pyo.quicksum(columns[c] if k == 1.0 else k * columns[c]
+                            for c, k in zip(row.cols, row.coefs, strict=True))
         if row.upper is not None:
             m.rows.add(body <= row.upper)
         if row.lower is not None:

@@ -133,6 +133,7 @@ def test_cpsat_with_the_hint_repeats_and_reaches_the_same_optimum() -> None:
 
 @pytest.mark.parametrize("module", ["dltsched.formulations.backends.cpsat",
                                     "dltsched.formulations.backends.milp", "dltsched.formulations.decompose",
+                                    "dltsched.formulations.backends.highs_direct",
                                     "dltsched.formulations.solve:solve_greedy"])
 def test_former_module_entry_points_warn_and_still_solve(module: str) -> None:
     import importlib
@@ -143,3 +144,15 @@ def test_former_module_entry_points_warn_and_still_solve(module: str) -> None:
     with pytest.warns(DeprecationWarning, match="deprecated"):
         outcome = solve(cset, time_limit_s=5.0, hint=[])
     assert outcome.selected is not None
+
+
+def test_the_former_rows_module_warns_and_gives_the_models_rows() -> None:
+    from dltsched.formulations.backends import rows
+
+    cset = build_candidates(_round("makespan"))
+    model = RoundModel(cset)
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        assert rows.model_rows(cset, every_type_row=False) == [r for r in model.rows if not r.redundant]
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        saved = rows.saved_by_placing(cset, 1)
+    assert saved == list(model.makespan_rows[1].as_row(model.num_candidates).coefs[:-1])

@@ -8,15 +8,14 @@ deterministic mode with ``relative_gap=0`` and a generous time limit, so the exa
 What "the same plan" means, per backend:
 
 * ``greedy``: a deterministic heuristic, so the assignments (job -> GPUs, freeze level) must be identical.
-* ``cpsat`` and ``milp``: the assignments are compared first; when they differ, the solver picked another
-  optimum among ties, which is accepted only if the new plan is proven optimal too, passes the checker and
+* ``cpsat``, ``milp`` and the backends compared with its plans (:data:`RECORDED_AS`: ``pyomo``,
+  ``highs``): the assignments are compared first; when they differ, the solver picked another optimum among ties, which is accepted only if the new plan is proven optimal too, passes the checker and
   its objective equals the recorded optimum to 1e-9 relative.
 * ``decomposed``: refuses ``makespan`` rounds (recorded as an error, expected again); otherwise deterministic, but its LP relaxation may have several optima (a different but equally good
   vertex after the model's rows are reordered): identical assignments, or the same status and the
   objective to 1e-9 relative.
 
-An exact backend added to the registry after the recording is held to the recorded CP-SAT optimum. Every
-re-solved plan goes through the independent checker. The normal run re-solves a sample of
+Every re-solved plan goes through the independent checker. The normal run re-solves a sample of
 :data:`FAST_SAMPLE` rounds per backend; the whole set is marked ``slow``.
 """
 
@@ -30,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from dltsched.formulations.backends import BACKENDS, EXACT_BACKENDS
+from dltsched.formulations.backends import BACKENDS
 from dltsched.formulations.checker import check_plan
 from dltsched.formulations.problem import RoundProblem
 from dltsched.formulations.solve import solve_problem
@@ -40,6 +39,15 @@ ROUNDS_FILE = Path(__file__).parent / "data" / "rounds.json.gz"
 FAST_SAMPLE = 20
 #: relative tolerance on objectives
 REL_TOL = 1e-9
+#: backends compared with another's recorded plans: ``pyomo`` is ``milp`` under its own name, ``highs``
+#: the same model given to the same HiGHS without Pyomo (another optimum among ties accepted as for ``milp``)
+RECORDED_AS = {"pyomo": "milp", "highs": "milp"}
+
+
+def same_status(backend: str, status: str, expected: str) -> bool:
+    """``status`` is the recorded one; HiGHS seen directly (``highs``) reports the gap it closed, where the
+    same run seen through Pyomo (the record) may keep a relative gap of about 1e-8 and say ``feasible``."""
+    return status == expected or (backend == "highs" and expected == "feasible" and status == "optimal")
 
 
 @cache
@@ -48,17 +56,13 @@ def golden() -> dict[str, Any]:
         return json.load(f)  # type: ignore[no-any-return]
 
 
-def _cases(backends: list[str]) -> list[Any]:
+def _cases() -> list[Any]:
     rounds = golden()["rounds"]
     step = max(1, len(rounds) // FAST_SAMPLE)
     fast = set(range(0, len(rounds), step)[:FAST_SAMPLE])
     return [pytest.param(i, backend, id=f"{rounds[i]['id']}-{backend}",
                          marks=() if i in fast else (pytest.mark.slow,))
-            for backend in backends for i in range(len(rounds))]
-
-
-#: exact backends of the registry that were added after the recording: held to the recorded CP-SAT optimum
-NEW_EXACT = [name for name in EXACT_BACKENDS if name not in golden()["backends"]]
+            for backend in BACKENDS for i in range(len(rounds))]
 
 
 def assignments(plan: Any) -> list[list[Any]]:
@@ -72,7 +76,8 @@ def close(a: float, b: float) -> bool:
 def test_golden_file_covers_every_backend_and_path() -> None:
     data = golden()
     assert len(data["rounds"]) == 200
-    assert data["backends"] == ["cpsat", "milp", "greedy", "decomposed"]
+    recorded = {RECORDED_AS.get(b, b) for b in BACKENDS}
+    assert set(data["backends"]) == recorded, "a backend was added or removed: record its golden plans"
     seen = {key for r in data["rounds"] for key, on in r["features"].items() if on}
     assert seen >= {"running", "down", "groups", "freezing", "unplaceable"}
     objectives = {r["problem"]["options"]["objective"] for r in data["rounds"]}
@@ -81,18 +86,11 @@ def test_golden_file_covers_every_backend_and_path() -> None:
     assert {r["source"] for r in data["rounds"]} >= {"philly", "medium-200jobs-64gpus", "generated-60x32"}
 
 
-@pytest.mark.parametrize(("index", "backend"), _cases(golden()["backends"] + NEW_EXACT))
+@pytest.mark.parametrize(("index", "backend"), _cases())
 def test_golden_round(index: int, backend: str) -> None:
     record = golden()["rounds"][index]
+    expected = record["plans"][RECORDED_AS.get(backend, backend)]
     problem = RoundProblem.from_dict(record["problem"])
-    if backend not in record["plans"]:  # an exact backend added after the recording: CP-SAT's proven optimum
-        plan = solve_problem(problem, backend).plan
-        report = check_plan(problem, plan)
-        assert report.feasible, report.violations[:3]
-        assert str(plan.status) == "optimal" and close(plan.objective, record["plans"]["cpsat"]["objective"]), (
-            f"{backend} on {record['id']}: {plan.status} {plan.objective!r} != CP-SAT's recorded optimum")
-        return
-    expected = record["plans"][backend]
     if "error" in expected:  # a backend that refuses the round (decomposed on makespan) still refuses it
         with pytest.raises(ValueError, match="not decomposed"):
             solve_problem(problem, backend)
@@ -103,14 +101,13 @@ def test_golden_round(index: int, backend: str) -> None:
     assert report.feasible, report.violations[:3]
     assert close(report.objective, plan.objective)
     if assignments(plan) == expected["assignments"]:
-        assert str(plan.status) == expected["status"]
+        assert same_status(backend, str(plan.status), expected["status"]), (plan.status, expected["status"])
         assert close(plan.objective, expected["objective"]), (plan.objective, expected["objective"])
         return
     # another plan: only an equally good one among ties is accepted (see the module docstring)
     assert backend != "greedy", f"greedy is deterministic: {assignments(plan)} != {expected['assignments']}"
-    assert str(plan.status) == expected["status"]
+    assert same_status(backend, str(plan.status), expected["status"]), (plan.status, expected["status"])
     if BACKENDS[backend].exact:
         assert expected["status"] == "optimal" and str(plan.status) == "optimal"
     assert close(plan.objective, expected["objective"]), (
         f"{backend} on {record['id']}: objective {plan.objective!r} != recorded {expected['objective']!r}")
-
