@@ -9,7 +9,6 @@ import pytest
 
 from dltsched.engine.app.api import (
     DEFAULT_OPTIONS,
-    ConfiguredSolver,
     RoundOptions,
     SolveConfig,
     initial_state,
@@ -38,6 +37,7 @@ from dltsched.engine.domain.model import (
 )
 from dltsched.engine.policies.optimizing import OptimizingPolicy
 from dltsched.formulations import build_round, check_plan
+from dltsched.formulations.pipeline import ConfiguredSolver
 
 
 def _feasible(plan: Plan, state: ClusterState, max_jobs_per_gpu: int = 2) -> None:

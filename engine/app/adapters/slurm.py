@@ -454,7 +454,7 @@ def slurm(partition: str, poll_s: float, state_file: Path, events_file: Path | N
           preempt_signal: str, progress_file: Path | None, start_timeout_s: float, once: bool, dry_run: bool,
           slurm_conf: str | None) -> None:
     """Schedule a Slurm partition's held GPU jobs with dltsched, round by round."""
-    from dltsched.engine.app.api import ConfiguredSolver
+    from dltsched.formulations.pipeline import ConfiguredSolver
 
     ConfiguredSolver.of(backend=backend, objective=objective, time_limit_s=solver_s)  # bad settings fail here, exit 2
     options = DaemonOptions(partition=partition, state_file=state_file, events_file=events_file, poll_s=poll_s,

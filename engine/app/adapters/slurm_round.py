@@ -58,7 +58,7 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class RoundConfig:
-    """How the daemon solves a round (passed to :meth:`~dltsched.engine.app.api.ConfiguredSolver.of`)."""
+    """How the daemon solves a round (passed to :meth:`~dltsched.formulations.pipeline.ConfiguredSolver.of`)."""
 
     backend: str = "cpsat"
     objective: str = "jct"
@@ -145,6 +145,7 @@ def decide(snap: Snapshot, config: RoundConfig, warm_start: Any = None, *,
     from dltsched.engine.app import api
     from dltsched.engine.app.measured import measured_predictors
     from dltsched.engine.domain.model import Assignment, Cluster, ClusterState, JobState, Node
+    from dltsched.formulations.pipeline import ConfiguredSolver
 
     types: dict[str, str] = {}
     for n in snap.nodes:
@@ -190,8 +191,8 @@ def decide(snap: Snapshot, config: RoundConfig, warm_start: Any = None, *,
              if i < cluster.nodes[cluster_index(cluster, name)].num_gpus}
     state = ClusterState(snap.time_s, cluster, tuple(states), down_gpus=frozenset(down | held if pin_running
                                                                                   else down - held))
-    solve = api.ConfiguredSolver.of(backend=config.backend, objective=config.objective, max_jobs_per_gpu=1,
-                                    freeze_levels=(0,), time_limit_s=config.time_limit_s)
+    solve = ConfiguredSolver.of(backend=config.backend, objective=config.objective, max_jobs_per_gpu=1,
+                                freeze_levels=(0,), time_limit_s=config.time_limit_s)
     plan = api.solve_round(state, solve, warm_start=warm_start, predictors=base, measurements=measured)
     wanted: dict[str, dict[str, tuple[int, ...]]] = {}
     for a in plan.assignments:

@@ -54,7 +54,7 @@ def test_working_set_takes_urgent_waiting_jobs_and_long_running_ones_and_keeps_t
     state = _state(3, {"a": 1000.0, "b": 10.0, "c": 500.0, "d": 50.0, "q1": 20.0, "q2": 5000.0},
                    {"a": (0,), "b": (1,), "c": (2,), "d": (2,)})
     policy = optimizing_policy(tables.bundle(), max_round_jobs=4, objective="jct", time_limit_s=1.0, backend=backend)
-    round_state, kept, trigger = policy._working_set(state)
+    round_state, kept, trigger = policy.next_round(state)
     assert [s.job.id for s in round_state.jobs] == ["a", "b", "q1", "q2"]
     assert kept == (Assignment("c", (2,)), Assignment("d", (2,)))
     assert round_state.down_gpus == {2} and trigger == "new_waiting"
@@ -72,7 +72,7 @@ def test_jobs_sharing_a_gpu_while_one_is_idle_are_reconsidered_first(backend):
     state = _state(4, {"a": 1000.0, "b": 10.0, "c": 500.0, "d": 50.0, "q1": 20.0, "q2": 5000.0},
                    {"a": (0,), "b": (1,), "c": (2,), "d": (2,)})
     policy = optimizing_policy(tables.bundle(), max_round_jobs=4, objective="jct", time_limit_s=1.0, backend=backend)
-    round_state, kept, trigger = policy._working_set(state)
+    round_state, kept, trigger = policy.next_round(state)
     assert [s.job.id for s in round_state.jobs] == ["c", "d", "q1", "q2"]
     assert kept == (Assignment("a", (0,)), Assignment("b", (1,)))
 
@@ -98,7 +98,7 @@ def test_a_round_with_nothing_waiting_and_nobody_to_move_keeps_every_placement_w
     (set(range(16)) - {3, 7}, {"a": (3,), "b": (3,)}, True),
 ])
 def test_movers_are_jobs_that_idle_gpus_could_really_hold_faster(busy_v100, on, moves, backend):
-    from dltsched.engine.policies.optimizing import _Idle
+    from dltsched.engine.policies.optimizing import Idle
 
     tables = Tables(step_s={k: [1.0] for k in ("g", "a", "b", *(f"x{i}" for i in range(16)))},
                     type_factor={"k80": 3.0})
@@ -109,7 +109,7 @@ def test_movers_are_jobs_that_idle_gpus_could_really_hold_faster(busy_v100, on, 
             for k, gpus in on.items()]
     state = ClusterState(0.0, cluster, (*fillers, *mine))
     policy = optimizing_policy(tables.bundle(), backend=backend)
-    assert policy._could_move([(s.job, s.assignment) for s in mine], _Idle.of(state), state) is moves
+    assert policy.working_set.could_move([(s.job, s.assignment) for s in mine], Idle.of(state), state) is moves
 
 
 def test_a_mover_the_solver_keeps_in_place_triggers_no_more_solves_until_it_moves(backend):
@@ -202,7 +202,7 @@ def test_colocation_on_predicted_profiles_is_marked_in_the_plan_and_the_solve_lo
     from dataclasses import replace
 
     from dltsched.engine.domain.predictors import Predictors, memoized
-    from dltsched.engine.policies.optimizing import colocation_fallbacks
+    from dltsched.formulations.pipeline import colocation_fallbacks
     from dltsched.predictors import default_predictors
 
     bundle = default_predictors()
@@ -227,9 +227,14 @@ def test_colocation_on_predicted_profiles_is_marked_in_the_plan_and_the_solve_lo
 
     class Unmarked:  # a round solver that does not mark fallbacks itself: the policy marks them
         objective = "jct"
+        marks_colocation_fallbacks = False
 
         def __init__(self, inner):
             self.inner = inner
+            self.options = inner.options
+
+        def with_options(self, **settings):
+            return Unmarked(self.inner.with_options(**settings))
 
         def solve(self, round_state, **kw):
             return replace(self.inner.solve(round_state, **kw), colocation_fallbacks=())
