@@ -93,7 +93,7 @@ def test_exact_backend_at_least_as_good_as_its_heuristic(make_state):
 
 
 def test_solver_failure_falls_back_to_a_marked_greedy_plan(make_state, monkeypatch):
-    import dltsched.formulations.decide as decide
+    import dltsched.formulations.pipeline as decide
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("solver exploded")

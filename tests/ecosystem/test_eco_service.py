@@ -488,7 +488,7 @@ def test_read_timeouts_are_counted(guarded):
 
 def test_solver_failure_answers_the_fallback_plan(make_state, monkeypatch):
     """A crash inside the solve gives the fallback policy's plan, marked, never an error."""
-    import dltsched.formulations.decide as decide
+    import dltsched.formulations.pipeline as decide
     from dltsched.engine.app.service.worker import solve_until
 
     def broken(*args, **kwargs):
