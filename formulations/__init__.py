@@ -33,8 +33,8 @@ _EXPORTS = {
     "ConfiguredSolver": "dltsched.formulations.pipeline",
 }
 
-__all__ = ["CheckReport", "ConfiguredSolver", "RoundOptions", "RoundProblem", "RoundResult", "build_round", "check_plan",
-           "decide_round", "evaluate_objective", "solve_problem"]
+__all__ = ["CheckReport", "ConfiguredSolver", "RoundOptions", "RoundProblem", "RoundResult", "build_round",
+           "check_plan", "decide_round", "evaluate_objective", "solve_problem"]
 
 
 def __getattr__(name: str) -> Any:

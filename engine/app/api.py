@@ -85,8 +85,9 @@ log = logging.getLogger(__name__)
 #: ``auto``; ``greedy:<policy>`` runs a baseline policy instead
 SOLVER_BACKENDS: tuple[str, ...] = (*BACKENDS, AUTO)
 #: the warning of ``dltsched.engine.app.api.ConfiguredSolver``
-CONFIGURED_SOLVER_MOVED = ("dltsched.engine.app.api.ConfiguredSolver is deprecated and will be removed in 0.3.0; "
-                           "import ConfiguredSolver from dltsched.formulations.pipeline (or dltsched.engine)")
+CONFIGURED_SOLVER_MOVED = ("dltsched.engine.app.api.ConfiguredSolver is deprecated and will be removed in "
+                           "0.3.0; import ConfiguredSolver from dltsched.formulations.pipeline (or "
+                           "dltsched.engine)")
 
 
 def __getattr__(name: str) -> Any:
@@ -116,8 +117,8 @@ class _AppRoundServices:
             state = prepare_state(state, measured)
         elif any(s.job.model == MEASURED_ONLY for s in state.jobs):
             i, bad = next((i, s.job.id) for i, s in enumerate(state.jobs) if s.job.model == MEASURED_ONLY)
-            raise ValidationError(f"jobs[{i}]", f"job '{bad}' has no zoo model and no measured step time; give model "
-                                  "(a zoo id) or measurements.jobs['<id>'].step_time_s")
+            raise ValidationError(f"jobs[{i}]", f"job '{bad}' has no zoo model and no measured step time; give "
+                                  "model (a zoo id) or measurements.jobs['<id>'].step_time_s")
         base = predictors if predictors is not None else (load_predictors(bundle) if needs_zoo else None)
         preds = measured_predictors(base, measured) if measured is not None else base
         if preds is None:  # no job at all
@@ -219,7 +220,8 @@ def solve_round(state: ClusterState, options: RoundOptions | ConfiguredSolver | 
         When ``state``, a setting or a measurement is not understood, or a job has neither a zoo model nor
         a measured step time (the message names the field and the fix).
     """
-    solver = options if isinstance(options, _ConfiguredSolver) else _ConfiguredSolver(options or DEFAULT_OPTIONS)
+    solver = options if isinstance(options, _ConfiguredSolver) \
+        else _ConfiguredSolver(options or DEFAULT_OPTIONS)
     changes: dict[str, Any] = {}
     if backend is not None:
         changes["backend"] = backend

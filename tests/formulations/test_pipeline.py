@@ -77,7 +77,8 @@ def test_the_solver_asks_the_layers_above_only_through_the_registered_services(r
     state = _two_jobs()
     solver = ConfiguredSolver.of(backend="greedy:sjf", predictors="analytic")
     plan = solver.solve(state, predictors=tables.bundle())
-    assert ("baseline_plan", "sjf", "heuristic") in recording.calls  # the baseline decides, through the services
+    # the baseline decides, through the services
+    assert ("baseline_plan", "sjf", "heuristic") in recording.calls
     assert plan.status == "heuristic" and {a.job_id for a in plan.assignments} == {"a", "b"}
     recording.calls.clear()
     cpsat = ConfiguredSolver.of(backend="cpsat", time_limit_s=5.0)
@@ -124,7 +125,8 @@ def test_the_prediction_cache_gives_what_the_pipeline_prices_and_drops_it_when_m
     down = replace(state, down_gpus=frozenset({0}))
     assert cache.node_types(down) is not types and cache.node_types(down).total != types.total
     js = next(s for s in state.jobs if s.assignment is None)
-    assert cache.best_alone(js, state.time_s, types, options) == best_alone(js, state.time_s, types, raw, options)
+    fresh = best_alone(js, state.time_s, types, raw, options)
+    assert cache.best_alone(js, state.time_s, types, options) == fresh
     assert cache.reference_rate(js, types, options) == reference_rate(js, types, raw, options)
     with observing_memory(MemoryObservations()) as seen:
         before = cache.reference_rate(js, types, options)
@@ -135,7 +137,8 @@ def test_the_prediction_cache_gives_what_the_pipeline_prices_and_drops_it_when_m
         after = cache.best_alone(js, state.time_s, types, options)
         assert after == best_alone(js, state.time_s, types, cache.predictors, options)
         assert after is None or after.gpu_type != best.gpu_type
-        assert cache.reference_rate(js, types, options) == reference_rate(js, types, cache.predictors, options)
+        fresh_rate = reference_rate(js, types, cache.predictors, options)
+        assert cache.reference_rate(js, types, options) == fresh_rate
         assert before is not None
 
 

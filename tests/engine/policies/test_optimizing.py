@@ -17,14 +17,17 @@ FAULTS = FaultConfig(mtbf_s=4 * 3600.0, mttr_s=900.0, checkpoint_interval_s=600.
 
 
 @pytest.mark.parametrize("objective", ["jct", "effective_progress"])
-def test_rounds_stay_within_the_working_set_and_every_job_finishes(analytic, small_instance, objective, backend):
+def test_rounds_stay_within_the_working_set_and_every_job_finishes(analytic, small_instance, objective,
+                                                                    backend):
     inst = small_instance(4, num_jobs=40, mean_gap_s=15.0)
-    policy = optimizing_policy(analytic, max_round_jobs=5, time_limit_s=0.5, objective=objective, backend=backend)
+    policy = optimizing_policy(analytic, max_round_jobs=5, time_limit_s=0.5, objective=objective,
+                               backend=backend)
     res = simulate(inst, policy, truth=MeasuredTruth(use_measurements=False),
                    config=SimulationConfig(seed=2, faults=FAULTS))
     assert sorted(r.job_id for r in res.records) == sorted(j.id for j in inst.jobs)
     assert all(entry["jobs"] <= 5 for entry in policy.solve_log)
-    assert any(entry["active_jobs"] > 5 for entry in policy.solve_log), "the cap never bound: test shows nothing"
+    assert any(entry["active_jobs"] > 5 for entry in policy.solve_log), \
+        "the cap never bound: test shows nothing"
     assert all(entry["status"] != "fallback" for entry in policy.solve_log)
     assert {entry["trigger"] for entry in policy.solve_log} <= {"new_waiting", "movers", "changed"}
     assert sum(policy.triggers.values()) == len(policy.solve_log)
@@ -41,7 +44,8 @@ def test_without_a_cap_the_round_sees_every_active_job(analytic, small_instance,
 
 def _state(num_gpus: int, left: dict[str, float], on: dict[str, tuple[int, ...]]) -> ClusterState:
     return ClusterState(0.0, Cluster((Node("n0", "v100", num_gpus),)), tuple(
-        JobState(Job(k, "resnet18", 32, 10_000.0), left[k], assignment=Assignment(k, on[k]) if k in on else None)
+        JobState(Job(k, "resnet18", 32, 10_000.0), left[k],
+                 assignment=Assignment(k, on[k]) if k in on else None)
         for k in left))
 
 
@@ -53,7 +57,8 @@ def test_working_set_takes_urgent_waiting_jobs_and_long_running_ones_and_keeps_t
     tables = Tables(step_s={k: [1.0] for k in ("a", "b", "c", "d", "q1", "q2")})
     state = _state(3, {"a": 1000.0, "b": 10.0, "c": 500.0, "d": 50.0, "q1": 20.0, "q2": 5000.0},
                    {"a": (0,), "b": (1,), "c": (2,), "d": (2,)})
-    policy = optimizing_policy(tables.bundle(), max_round_jobs=4, objective="jct", time_limit_s=1.0, backend=backend)
+    policy = optimizing_policy(tables.bundle(), max_round_jobs=4, objective="jct", time_limit_s=1.0,
+                               backend=backend)
     round_state, kept, trigger = policy.next_round(state)
     assert [s.job.id for s in round_state.jobs] == ["a", "b", "q1", "q2"]
     assert kept == (Assignment("c", (2,)), Assignment("d", (2,)))
@@ -71,7 +76,8 @@ def test_jobs_sharing_a_gpu_while_one_is_idle_are_reconsidered_first(backend):
     tables = Tables(step_s={k: [1.0] for k in ("a", "b", "c", "d", "q1", "q2")})
     state = _state(4, {"a": 1000.0, "b": 10.0, "c": 500.0, "d": 50.0, "q1": 20.0, "q2": 5000.0},
                    {"a": (0,), "b": (1,), "c": (2,), "d": (2,)})
-    policy = optimizing_policy(tables.bundle(), max_round_jobs=4, objective="jct", time_limit_s=1.0, backend=backend)
+    policy = optimizing_policy(tables.bundle(), max_round_jobs=4, objective="jct", time_limit_s=1.0,
+                               backend=backend)
     round_state, kept, trigger = policy.next_round(state)
     assert [s.job.id for s in round_state.jobs] == ["c", "d", "q1", "q2"]
     assert kept == (Assignment("a", (0,)), Assignment("b", (1,)))
@@ -109,7 +115,8 @@ def test_movers_are_jobs_that_idle_gpus_could_really_hold_faster(busy_v100, on, 
             for k, gpus in on.items()]
     state = ClusterState(0.0, cluster, (*fillers, *mine))
     policy = optimizing_policy(tables.bundle(), backend=backend)
-    assert policy.working_set.could_move([(s.job, s.assignment) for s in mine], Idle.of(state), state) is moves
+    group = [(s.job, s.assignment) for s in mine]
+    assert policy.working_set.could_move(group, Idle.of(state), state) is moves
 
 
 def test_a_mover_the_solver_keeps_in_place_triggers_no_more_solves_until_it_moves(backend):
@@ -185,7 +192,8 @@ def test_jobs_sharing_any_gpu_form_one_group():
         return JobState(Job(job_id, "resnet18", 32, 100.0, num_gpus=len(gpus)), 100.0,
                         assignment=Assignment(job_id, gpus))
 
-    jobs = [running("a", (0, 1)), running("b", (2,)), running("c", (1, 0)), running("d", (3,)), running("e", (2,))]
+    jobs = [running("a", (0, 1)), running("b", (2,)), running("c", (1, 0)), running("d", (3,)),
+            running("e", (2,))]
     assert [[s.job.id for s in g] for g in sharing_groups(jobs)] == [["a", "c"], ["b", "e"], ["d"]]
 
 
@@ -248,10 +256,12 @@ def test_colocation_on_predicted_profiles_is_marked_in_the_plan_and_the_solve_lo
 
 def _arrival_state(busy: tuple[int, ...]) -> ClusterState:
     # four v100 and two p100 GPUs (p100 1.5x slower); x, y1, ... run on the GPUs ``busy``; w (freezing
-    # allowed) arrives. w's rate per freeze level: 1 / 1.0, 0.9 / 0.8 = 1.125, 0.85 / 0.7 = 1.21 (best), 0.5 / 0.6
+    # allowed) arrives. w's rate per freeze level: 1 / 1.0, 0.9 / 0.8 = 1.125, 0.85 / 0.7 = 1.21 (best),
+    # 0.5 / 0.6
     cluster = Cluster((Node("v0", "v100", 4), Node("p0", "p100", 2)))
     x = JobState(Job("x", "resnet18", 32, 1e4), 1e4, assignment=Assignment("x", busy[:1]))
-    filler = [JobState(Job(f"y{g}", "resnet18", 32, 1e4), 1e4, assignment=Assignment(f"y{g}", (g,))) for g in busy[1:]]
+    filler = [JobState(Job(f"y{g}", "resnet18", 32, 1e4), 1e4, assignment=Assignment(f"y{g}", (g,)))
+              for g in busy[1:]]
     w = JobState(Job("w", "resnet18", 32, 1e4, freeze_allowed=True, accuracy_budget=0.2), 1e4)
     return ClusterState(0.0, cluster, (x, *filler, w))
 
@@ -265,13 +275,13 @@ def _arrival_tables() -> Tables:
 @pytest.mark.parametrize(("freeze_levels", "solved_level"), [(None, 2), (1, 0)],
                          ids=["frozen-would-be-faster", "unfrozen-is-best"])
 def test_an_arrival_starts_unfrozen_at_its_fastest_type_without_a_solve(backend, freeze_levels, solved_level):
-    """Idle GPUs hold the arrival alone at its fastest type: it starts there unfrozen without a solve, whether a
-    frozen level would be faster (a solve picks level 2) or unfrozen is its best option anyway; freezing is left
-    to the solves."""
+    """Idle GPUs hold the arrival alone at its fastest type: it starts there unfrozen without a solve,
+    whether a frozen level would be faster (a solve picks level 2) or unfrozen is its best option anyway;
+    freezing is left to the solves."""
     state = _arrival_state((0, 1, 2))
     levels = {} if freeze_levels is None else {"freeze_levels": freeze_levels}
-    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, shortcuts_above_gpus=0, backend=backend,
-                               **levels)
+    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, shortcuts_above_gpus=0,
+                               backend=backend, **levels)
     plan = policy.schedule(state)
     assert plan.incremental and plan.assignments == (Assignment("w", (3,), 0),)
     assert not policy.solve_log and policy.settled_starts == 1
@@ -284,7 +294,8 @@ def test_an_arrival_whose_best_type_is_full_is_solved_in_a_round_of_the_waiting_
     # with the two longest running jobs (three per waiting job) while the others keep their v100s; w's 1.5x
     # faster run on a v100 is not worth moving a running job there, so w runs on an idle p100
     state = _arrival_state((0, 1, 2, 3))
-    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, shortcuts_above_gpus=0, backend=backend)
+    policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, shortcuts_above_gpus=0,
+                               backend=backend)
     plan = policy.schedule(state).by_job()
     assert policy.settled_starts == 0 and len(policy.solve_log) == 1
     entry = policy.solve_log[0]
@@ -305,7 +316,8 @@ def test_a_mover_waits_for_the_periodic_round(backend):
 
     x, y, j = running("x", 0), running("y", 1), running("j", 2)
     policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, shortcuts_above_gpus=0, backend=backend)
-    first = policy.schedule(ClusterState(0.0, cluster, (x, y, j, JobState(Job("w", "resnet18", 32, 1e5), 1e5))))
+    w = JobState(Job("w", "resnet18", 32, 1e5), 1e5)
+    first = policy.schedule(ClusterState(0.0, cluster, (x, y, j, w)))
     assert first.by_job()["w"].gpus == (3,) and len(policy.solve_log) == 1
     w = running("w", 3)
     assert policy.schedule(ClusterState(600.0, cluster, (x, j, w))) == Plan(incremental=True)
@@ -357,10 +369,11 @@ def test_length_weight_starts_the_longest_job_first_and_finishes_the_batch_by_it
     truth = MeasuredTruth(use_measurements=False)
     probe = Job("p", "resnet18", 32, 1.0)
     step = truth.step_time_s(probe, "v100", 1)
-    jobs = tuple(replace(probe, id=k, total_iterations=round(h * 3600 / step)) for k, h in (("a", 1), ("b", 1), ("c", 2)))
+    jobs = tuple(replace(probe, id=k, total_iterations=round(h * 3600 / step))
+                 for k, h in (("a", 1), ("b", 1), ("c", 2)))
     inst = Instance("lpt", Cluster((Node("n0", "v100", 2),)), jobs, {})
-    policy = optimizing_policy(analytic, objective="effective_progress", length_weight=1.0, max_jobs_per_gpu=1,
-                               freeze_levels=1, time_limit_s=1.0)
+    policy = optimizing_policy(analytic, objective="effective_progress", length_weight=1.0,
+                               max_jobs_per_gpu=1, freeze_levels=1, time_limit_s=1.0)
     res = simulate(inst, policy, truth=truth)
     assert {r.job_id: r.first_start_s for r in res.records}["c"] == 0.0
     assert res.makespan_s == pytest.approx(7200.0, rel=0.01)
