@@ -117,8 +117,8 @@ class _AppRoundServices:
             state = prepare_state(state, measured)
         elif any(s.job.model == MEASURED_ONLY for s in state.jobs):
             i, bad = next((i, s.job.id) for i, s in enumerate(state.jobs) if s.job.model == MEASURED_ONLY)
-            raise ValidationError(f"jobs[{i}]", f"job '{bad}' has no zoo model and no measured step time; give "
-                                  "model (a zoo id) or measurements.jobs['<id>'].step_time_s")
+            raise ValidationError(f"jobs[{i}]", f"job '{bad}' has no zoo model and no measured step time; "
+                                  "give model (a zoo id) or measurements.jobs['<id>'].step_time_s")
         base = predictors if predictors is not None else (load_predictors(bundle) if needs_zoo else None)
         preds = measured_predictors(base, measured) if measured is not None else base
         if preds is None:  # no job at all
