@@ -62,6 +62,8 @@ AUTO_INTERVAL_S = 300.0
 #: clusters above this many GPUs use the speed shortcuts (settled starts, roomy rounds, movers waiting for
 #: the periodic round): they trade schedule quality for speed
 SHORTCUTS_ABOVE_GPUS = 256
+#: what the policy asks of its solver (:class:`~dltsched.engine.domain.protocols.RoundSolver`)
+ROUND_SOLVER_MEMBERS = ("objective", "options", "with_options", "marks_colocation_fallbacks", "solve")
 
 
 @dataclass
@@ -89,7 +91,8 @@ class OptimizingPolicy:
     Raises
     ------
     ValidationError
-        When ``max_round_jobs`` or ``min_interval_s`` is not understood.
+        When ``max_round_jobs`` or ``min_interval_s`` is not understood, or ``solver`` lacks a member of
+        :class:`~dltsched.engine.domain.protocols.RoundSolver`.
     """
 
     solver: RoundSolver[RoundOptions]
@@ -110,6 +113,10 @@ class OptimizingPolicy:
                               or not 0 <= gap < math.inf):
             raise ValidationError("min_interval_s", f"{gap!r} not understood; seconds >= 0, or auto (300 s "
                                   "per 128 GPUs, at least 300 s)")
+        missing = [m for m in ROUND_SOLVER_MEMBERS if not hasattr(self.solver, m)]
+        if missing:
+            raise ValidationError("solver", f"{type(self.solver).__name__} lacks {', '.join(missing)}; a round "
+                                  f"solver declares {', '.join(ROUND_SOLVER_MEMBERS)} (RoundSolver)")
         if self.predictors is None:
             self.predictors = available_predictors()
         self.cache = PredictionCache(self.predictors)

@@ -197,6 +197,19 @@ def test_jobs_sharing_any_gpu_form_one_group():
     assert [[s.job.id for s in g] for g in sharing_groups(jobs)] == [["a", "c"], ["b", "e"], ["d"]]
 
 
+def test_a_solver_without_the_round_solver_members_is_refused_naming_them(analytic):
+    from dltsched.engine.policies.optimizing import OptimizingPolicy
+
+    class OnlySolves:
+        objective = "jct"
+
+        def solve(self, state, **kw):
+            return Plan()
+
+    with pytest.raises(ValidationError, match=r"solver.*lacks options, with_options, marks_colocation_fallbacks"):
+        OptimizingPolicy(OnlySolves(), analytic)
+
+
 @pytest.mark.parametrize("cap", [1, 0, 2.5])
 def test_bad_working_set_size_names_the_field(analytic, cap):
     with pytest.raises(ValidationError, match="max_round_jobs"):
