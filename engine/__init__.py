@@ -3,12 +3,15 @@
 The package wires its layers: it registers the simulator's measured ground truth
 (:class:`~dltsched.engine.sim.truth.MeasuredTruth`, loaded on first use) as the one instance readers and the
 generator convert trace durations with (:func:`~dltsched.engine.domain.protocols.register_ground_truth`), so
-they need not import the simulator. Importing this package loads nothing else: the embedding API's names
+they need not import the simulator; and the application's round services
+(:func:`~dltsched.engine.domain.protocols.register_round_services`: names of policies, backends and predictor
+bundles, measurements), so the round pipeline need not import the application. Importing this package loads
+nothing else: the embedding API's names
 (:func:`solve_round`, :class:`RoundOptions`, :class:`ConfiguredSolver`, :class:`Measurements`,
 :class:`JobMeasurement`, :class:`GroupMeasurement`, :func:`simulate_instance`, :func:`plan_to_dict`;
 ``SolveConfig``, deprecated) are resolved from
-:mod:`dltsched.engine.app.api` on first access (PEP 562), so ``import dltsched.engine.domain.model`` stays
-cheap. ``__version__`` is the installed version.
+:mod:`dltsched.engine.app.api` (``ConfiguredSolver``: :mod:`dltsched.formulations.pipeline`) on first access
+(PEP 562), so ``import dltsched.engine.domain.model`` stays cheap. ``__version__`` is the installed version.
 """
 
 from __future__ import annotations
@@ -16,11 +19,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from dltsched.engine.domain.protocols import GroundTruth, register_ground_truth
+from dltsched.engine.domain.protocols import (
+    GroundTruth,
+    RoundServices,
+    register_ground_truth,
+    register_round_services,
+)
 
 if TYPE_CHECKING:
     from dltsched.engine.app.api import (
-        ConfiguredSolver,
         RoundOptions,
         SolveConfig,
         plan_to_dict,
@@ -28,6 +35,7 @@ if TYPE_CHECKING:
         solve_round,
     )
     from dltsched.engine.app.measured import GroupMeasurement, JobMeasurement, Measurements
+    from dltsched.formulations.pipeline import ConfiguredSolver
 
 
 def _measured_truth(data_dir: str | None) -> GroundTruth:
@@ -39,8 +47,19 @@ def _measured_truth(data_dir: str | None) -> GroundTruth:
 
 register_ground_truth(_measured_truth)
 
+
+def _round_services() -> RoundServices:
+    """The application's round services: policy and backend names, predictor bundles, measurements."""
+    from dltsched.engine.app.api import ROUND_SERVICES
+
+    return ROUND_SERVICES
+
+
+register_round_services(_round_services)
+
 __all__ = ["ConfiguredSolver", "GroupMeasurement", "JobMeasurement", "Measurements", "RoundOptions",
-           "SolveConfig", "plan_to_dict", "simulate_instance", "solve_round"]
+           "SolveConfig",
+           "plan_to_dict", "simulate_instance", "solve_round"]
 _MEASURED = frozenset({"GroupMeasurement", "JobMeasurement", "Measurements"})
 
 
@@ -53,7 +72,8 @@ def __getattr__(name: str) -> Any:
         except PackageNotFoundError:  # run from a source tree that was never installed
             return "0+unknown"
     if name in __all__:
-        module = "dltsched.engine.app.measured" if name in _MEASURED else "dltsched.engine.app.api"
+        module = "dltsched.engine.app.measured" if name in _MEASURED else \
+            "dltsched.formulations.pipeline" if name == "ConfiguredSolver" else "dltsched.engine.app.api"
         return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

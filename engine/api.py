@@ -8,7 +8,6 @@ import warnings
 
 from dltsched.engine.app.api import (
     DEFAULT_OPTIONS,
-    ConfiguredSolver,
     RoundOptions,
     SolveConfig,
     initial_state,
@@ -17,6 +16,7 @@ from dltsched.engine.app.api import (
     simulate_instance,
     solve_round,
 )
+from dltsched.formulations.pipeline import ConfiguredSolver
 
 warnings.warn("dltsched.engine.api is deprecated and will be removed in 0.3.0; import "
               "solve_round, RoundOptions, ConfiguredSolver, ... from dltsched.engine (all of them: "

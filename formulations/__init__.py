@@ -1,5 +1,6 @@
 """Per-round optimisation: backend-neutral RoundProblem, CP-SAT and Pyomo/HiGHS models,
-multi-stage interference, solver-independent checker and greedy fallback.
+multi-stage interference, solver-independent checker and greedy fallback, and the one round
+pipeline over them (:mod:`dltsched.formulations.pipeline`).
 
 Importing this package is cheap: its public names load from their modules on first access (PEP 562),
 and OR-Tools and Pyomo load only when a backend runs.
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dltsched.formulations.build import build_round
     from dltsched.formulations.checker import CheckReport, check_plan, evaluate_objective
-    from dltsched.formulations.decide import decide_round
+    from dltsched.formulations.pipeline import ConfiguredSolver, decide_round
     from dltsched.formulations.problem import RoundOptions, RoundProblem
     from dltsched.formulations.result import RoundResult
     from dltsched.formulations.solve import solve_problem
@@ -28,11 +29,12 @@ _EXPORTS = {
     "RoundProblem": "dltsched.formulations.problem",
     "RoundResult": "dltsched.formulations.result",
     "solve_problem": "dltsched.formulations.solve",
-    "decide_round": "dltsched.formulations.decide",
+    "decide_round": "dltsched.formulations.pipeline",
+    "ConfiguredSolver": "dltsched.formulations.pipeline",
 }
 
-__all__ = ["CheckReport", "RoundOptions", "RoundProblem", "RoundResult", "build_round", "check_plan",
-           "decide_round", "evaluate_objective", "solve_problem"]
+__all__ = ["CheckReport", "ConfiguredSolver", "RoundOptions", "RoundProblem", "RoundResult", "build_round",
+           "check_plan", "decide_round", "evaluate_objective", "solve_problem"]
 
 
 def __getattr__(name: str) -> Any:

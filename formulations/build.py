@@ -30,7 +30,8 @@ from dltsched.formulations.problem import (
 )
 
 
-def build_round(state: ClusterState, predictors: Predictors, options: RoundOptions | None = None) -> RoundProblem:
+def build_round(state: ClusterState, predictors: Predictors,
+                options: RoundOptions | None = None) -> RoundProblem:
     """The :class:`RoundProblem` of ``state`` with coefficients from ``predictors``.
 
     See the module docstring for how co-location groups are chosen.
@@ -58,7 +59,8 @@ def build_round(state: ClusterState, predictors: Predictors, options: RoundOptio
     for js in state.jobs:
         job, reason = _round_job(js, state.time_s, types, predictors, options)
         if job is None:
-            while_down = all_up is not types and _round_job(js, state.time_s, all_up, predictors, options)[0] is not None
+            while_down = all_up is not types \
+                and _round_job(js, state.time_s, all_up, predictors, options)[0] is not None
             unplaceable.append(Unplaceable(js.job.id, reason, while_down))
         else:
             jobs.append(job)
@@ -70,7 +72,20 @@ def build_round(state: ClusterState, predictors: Predictors, options: RoundOptio
 
 
 def node_classes(state: ClusterState) -> tuple[GpuNode, ...]:
-    """The round's GPU classes of ``state``: one per node, its down GPUs marked."""
+    """The round's GPU classes of ``state``: one per node, its down GPUs marked.
+
+    Part of the pipeline's pricing API (:mod:`dltsched.formulations.pipeline`).
+
+    Parameters
+    ----------
+    state
+        The cluster snapshot.
+
+    Returns
+    -------
+    tuple of GpuNode
+        One per node, in the cluster's order.
+    """
     cluster = state.cluster
     down = state.down_gpus
     return tuple(
@@ -82,23 +97,62 @@ def node_classes(state: ClusterState) -> tuple[GpuNode, ...]:
 
 def best_alone(js: JobState, time_s: float, types: NodeTypes, predictors: Predictors,
                options: RoundOptions) -> JobOption | None:
-    """The option (GPU type, freeze level) at which ``js`` progresses fastest running alone, as a round of
-    ``options`` would offer it (memory, accuracy budget, gang size; the cross-node rate when the job is larger
-    than every node of the type); ties go to the first in the round's option order. ``None``: no option.
+    """The option (GPU type, freeze level) at which ``js`` progresses fastest running alone.
 
-    No objective of :data:`~dltsched.engine.domain.model.OBJECTIVES` values a job's placement above this
-    option's: each job's term grows with its rate, and sharing a GPU only slows its members (the policy
-    starts a waiting job here without a solve when idle GPUs hold it, see
-    :mod:`dltsched.engine.policies.optimizing`)."""
+    As a round of ``options`` would offer it (memory, accuracy budget, gang size; the cross-node rate when
+    the job is larger than every node of the type); ties go to the first in the round's option order. No
+    objective of :data:`~dltsched.engine.domain.model.OBJECTIVES` values a job's placement above this
+    option's: each job's term grows with its rate, and sharing a GPU only slows its members (the optimizing
+    policy starts a waiting job here without a solve when idle GPUs hold it). Part of the pipeline's pricing
+    API (:mod:`dltsched.formulations.pipeline`).
+
+    Parameters
+    ----------
+    js
+        The job.
+    time_s
+        The decision's time (a waiting job's age).
+    types
+        The round's GPU classes per type (:func:`~dltsched.formulations.pipeline.node_types`).
+    predictors
+        The predictors that price the options.
+    options
+        The round settings the option must meet.
+
+    Returns
+    -------
+    JobOption or None
+        The fastest option; ``None``: the round offers the job none.
+    """
     job, _ = _round_job(js, time_s, types, predictors, options)
     if job is None:
         return None
     return max(job.options, key=lambda o: o.rate(o.cross_step_time_s is not None))
 
 
-def reference_rate(js: JobState, types: NodeTypes, predictors: Predictors, options: RoundOptions) -> float | None:
-    """The rate (iterations/s) a round of ``options`` on GPU classes ``types`` normalises ``js``'s progress by
-    (:attr:`~dltsched.formulations.problem.RoundJob.reference_rate`); ``None``: the round cannot place it."""
+def reference_rate(js: JobState, types: NodeTypes, predictors: Predictors,
+                   options: RoundOptions) -> float | None:
+    """The rate a round of ``options`` on GPU classes ``types`` normalises ``js``'s progress by.
+
+    :attr:`~dltsched.formulations.problem.RoundJob.reference_rate`: the best isolated rate at freeze level 0.
+    Part of the pipeline's pricing API (:mod:`dltsched.formulations.pipeline`).
+
+    Parameters
+    ----------
+    js
+        The job.
+    types
+        The round's GPU classes per type (:func:`~dltsched.formulations.pipeline.node_types`).
+    predictors
+        The predictors that price the options.
+    options
+        The round settings.
+
+    Returns
+    -------
+    float or None
+        Iterations per second; ``None``: the round cannot place the job.
+    """
     job, _ = _round_job(js, 0.0, types, predictors, options)
     return None if job is None else job.reference_rate
 
@@ -159,8 +213,8 @@ def _round_job(js: JobState, time_s: float, summary: NodeTypes, predictors: Pred
             reasons.append(f"memory above {memory_limit:.0f} MiB of {gpu_type} at every allowed freeze level")
     if not opts:
         return None, "; ".join(reasons) or "no allowed GPU type"
-    reference = max(o.rate(o.cross_step_time_s is not None) for o in opts if o.freeze_level == 0) \
-        if any(o.freeze_level == 0 for o in opts) else max(o.rate(o.cross_step_time_s is not None) for o in opts)
+    unfrozen = [o for o in opts if o.freeze_level == 0] or opts
+    reference = max(o.rate(o.cross_step_time_s is not None) for o in unfrozen)
     current = js.assignment
     return RoundJob(
         id=job.id, num_gpus=size, weight=job.weight, remaining_iterations=js.remaining_iterations,
@@ -205,12 +259,15 @@ class _JobMemory:
 
 
 class GroupPrices:
-    """Co-location prices (speeds, memory overhead) of groups, kept across rounds on memoized predictors
-    (:func:`~dltsched.engine.domain.predictors.memoized`, whose answers are the same for the same job objects):
-    a round asks about the same pairs again and again, and asking the predictors costs more than the rest of
-    building. An entry holds its member jobs and is used only for the same job objects, the same profile
-    versions of its members and the same version of the run's memory measurements, so that it is exactly
-    what asking again would give."""
+    """Co-location prices (speeds, memory overhead) of groups, kept across rounds on memoized predictors.
+
+    Memoized predictors (:func:`~dltsched.engine.domain.predictors.memoized`) answer the same for the same
+    job objects; a round asks about the same pairs again and again, and asking the predictors costs more
+    than the rest of building. An entry holds its member jobs and is used only for the same job objects,
+    the same profile versions of its members and the same version of the run's memory measurements, so that
+    it is exactly what asking again would give (the invalidation rule). Part of the pipeline's pricing API
+    (:mod:`dltsched.formulations.pipeline`); :func:`build_round` keeps and reads it.
+    """
 
     #: entries kept at most; when full, all are dropped
     MAX_ENTRIES = 500_000
@@ -221,7 +278,18 @@ class GroupPrices:
 
     @staticmethod
     def of(predictors: Predictors) -> GroupPrices | None:
-        """The prices kept with ``predictors``' co-location predictor (``None``: it is not memoized)."""
+        """The prices kept with ``predictors``' co-location predictor.
+
+        Parameters
+        ----------
+        predictors
+            The predictors a round is built with.
+
+        Returns
+        -------
+        GroupPrices or None
+            The prices, created on first use; ``None``: the co-location predictor is not memoized.
+        """
         colocation = predictors.colocation
         if not hasattr(colocation, "group_prices"):
             return None
@@ -282,7 +350,8 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
             partners[b].append((best, a))
     keep = {j: {b for _, b in sorted(p, key=lambda t: (-t[0], t[1]))[: options.max_partners]}
             for j, p in partners.items()}
-    allowed = {key: g for key, g in found.items() if key[0][1] in keep[key[0][0]] or key[0][0] in keep[key[0][1]]}
+    allowed = {key: g for key, g in found.items()
+               if key[0][1] in keep[key[0][0]] or key[0][0] in keep[key[0][1]]}
     if options.max_jobs_per_gpu == 3:
         _add_triples(allowed, keep, asked, memory)
     _add_current_groups(allowed, asked, options.max_jobs_per_gpu)
@@ -300,7 +369,9 @@ def _pair_candidates(jobs: list[RoundJob], partners: int) -> set[tuple[int, int]
         order = sorted(members, key=lambda j: (jobs[j].reference_rate, jobs[j].id))
         n = len(order)
         for p, a in enumerate(order):
-            for q in {*range(p + 1, min(n, p + window + 1)), *range(max(0, n - 1 - p - window), min(n, n - p + window))}:
+            near = range(p + 1, min(n, p + window + 1))
+            far = range(max(0, n - 1 - p - window), min(n, n - p + window))
+            for q in {*near, *far}:
                 if q != p:
                     b = order[q]
                     pairs.add((min(a, b), max(a, b)))

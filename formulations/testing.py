@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 
 from dltsched.engine.domain.model import Assignment, Cluster, ClusterState, Job, JobState, Node
 from dltsched.engine.domain.predictors import Predictors
-from dltsched.formulations import RoundOptions, RoundProblem, build_round, check_plan
+from dltsched.formulations.build import build_round
+from dltsched.formulations.checker import check_plan
+from dltsched.formulations.problem import RoundOptions, RoundProblem
 from dltsched.formulations.result import RoundResult
 
 V100_MIB = 16 * 1024.0

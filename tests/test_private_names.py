@@ -2,7 +2,7 @@
 
 Tests go through the public API: ``from dltsched.x import _y`` and ``obj._y`` (other than on ``self`` or
 ``cls`` of a class the test defines) fail this check. The entries of ``KNOWN`` are the remaining cases, in
-modules being reworked in parallel (the optimizing and Lucid policies, the simulator's ground truth, the
+modules being reworked in parallel (the Lucid policy, the simulator's ground truth, the
 profiled co-location model); each names the file and the private name, so a new case still fails.
 """
 
@@ -13,9 +13,6 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 KNOWN = {
-    ("engine/policies/test_optimizing.py", "_Idle"),
-    ("engine/policies/test_optimizing.py", "_working_set"),
-    ("engine/policies/test_optimizing.py", "_could_move"),
     ("engine/policies/test_paper_policies.py", "_REFERENCE"),
     ("engine/sim/test_simulator.py", "_fallback_step"),
 }

@@ -6,7 +6,8 @@ Stable entry points for schedulers written in Python:
   Round settings are one :class:`~dltsched.formulations.problem.RoundOptions` (objective, round length,
   time limit, threads and determinism, cross-node placement, co-location and freeze levels); the caller's
   own measurements (:class:`~dltsched.engine.app.measured.Measurements`) are used before any prediction.
-- :class:`ConfiguredSolver` — ``solve_round`` under fixed settings: the round solver a policy receives.
+- :class:`~dltsched.formulations.pipeline.ConfiguredSolver` — ``solve_round`` under fixed settings: the round
+  solver a policy receives (the round pipeline's; ``dltsched.engine.app.api.ConfiguredSolver`` is deprecated).
 - :data:`DEFAULT_OPTIONS` — the settings used when none are given (objective ``jct``, as everywhere).
 - :func:`optimizing_policy` — :class:`~dltsched.engine.policies.optimizing.OptimizingPolicy` deciding its
   rounds with ``solve_round`` (the registry's ``optimizing`` policies).
@@ -40,9 +41,9 @@ import logging
 import math
 import time
 import warnings
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from dltsched.engine.app.measured import (
     Measurements,
@@ -62,18 +63,20 @@ from dltsched.engine.domain.model import (
     JobState,
     Plan,
 )
-from dltsched.engine.policies.optimizing import colocation_fallbacks
 from dltsched.formulations.backends import BACKENDS
-from dltsched.formulations.problem import RoundOptions
+from dltsched.formulations.pipeline import DEFAULT_OPTIONS, ROUND_FIELDS, RoundOptions
+from dltsched.formulations.pipeline import ConfiguredSolver as _ConfiguredSolver
 
 if TYPE_CHECKING:
+    from dltsched.engine.app.vocabulary import BackendChoice
     from dltsched.engine.domain.predictors import Predictors
     from dltsched.engine.domain.protocols import GroundTruth
     from dltsched.engine.policies.optimizing import OptimizingPolicy
     from dltsched.engine.sim.metrics import SimulationResult
     from dltsched.engine.sim.simulator import Policy
+    from dltsched.formulations.pipeline import ConfiguredSolver
 
-__all__ = ["DEFAULT_OPTIONS", "ConfiguredSolver", "RoundOptions", "SolveConfig", "initial_state", "optimizing_policy",
+__all__ = ["DEFAULT_OPTIONS", "RoundOptions", "SolveConfig", "initial_state", "optimizing_policy",
            "plan_to_dict", "simulate_instance", "solve_round"]
 
 log = logging.getLogger(__name__)
@@ -81,171 +84,63 @@ log = logging.getLogger(__name__)
 #: the backends :func:`solve_round` accepts: those of ``dltsched.formulations`` (its one registry) and
 #: ``auto``; ``greedy:<policy>`` runs a baseline policy instead
 SOLVER_BACKENDS: tuple[str, ...] = (*BACKENDS, AUTO)
-#: round settings when the caller gives none: ``RoundOptions`` with the one default objective (``jct``)
-DEFAULT_OPTIONS = RoundOptions(objective=DEFAULT_OBJECTIVE)
-ROUND_FIELDS = frozenset(f.name for f in fields(RoundOptions))
+#: the warning of ``dltsched.engine.app.api.ConfiguredSolver``
+CONFIGURED_SOLVER_MOVED = ("dltsched.engine.app.api.ConfiguredSolver is deprecated and will be removed in "
+                           "0.3.0; import ConfiguredSolver from dltsched.formulations.pipeline (or "
+                           "dltsched.engine)")
 
 
-@dataclass(frozen=True, slots=True)
-class ConfiguredSolver:
-    """:func:`solve_round` under fixed settings: a :class:`~dltsched.engine.domain.protocols.RoundSolver`, as
-    the optimizing policy receives it.
+def __getattr__(name: str) -> Any:
+    if name == "ConfiguredSolver":
+        warnings.warn(CONFIGURED_SOLVER_MOVED, DeprecationWarning, stacklevel=2)
+        return _ConfiguredSolver
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    Parameters
-    ----------
-    options
-        The round settings (:class:`RoundOptions`; default :data:`DEFAULT_OPTIONS`).
-    backend
-        ``cpsat`` | ``milp`` (Pyomo -> HiGHS) | ``greedy`` (the formulation's heuristic) | ``greedy:<policy>``
-        (a registered baseline such as ``greedy:sjf``) | ``auto`` (``cpsat`` for rounds of at most
-        ``exact_max_jobs`` active jobs, else ``greedy``: bounded latency).
-    predictors
-        Name of the predictor bundle for what is not measured (``default`` or ``analytic``); ``NAME@CAL.json``
-        puts the calibration bundle ``CAL.json`` (``dltsched calibrate``) on top: the GPU types it covers are
-        priced by it, and each plan's ``provenance`` names it per placed job.
-    fallback_policy
-        Decides the round when the solver is missing or fails; the plan is then ``status="fallback"``.
-    exact_max_jobs
-        Largest round ``auto`` hands to ``cpsat``.
 
-    Raises
-    ------
-    ValidationError
-        When a setting is not understood (the message names it).
-    """
+class _AppRoundServices:
+    """What the round pipeline (:mod:`dltsched.formulations.pipeline`) asks the application: the vocabulary's
+    backend and policy names, predictor bundles by name, the caller's measurements and the baseline policies
+    (registered by the engine package, :func:`~dltsched.engine.domain.protocols.register_round_services`)."""
 
-    #: :meth:`solve` marks the plan's ``colocation_fallbacks`` itself (the optimizing policy reuses them)
-    marks_colocation_fallbacks: ClassVar[bool] = True
+    def parse_backend(self, name: str) -> BackendChoice:
+        return parse_backend(name)  # the one parser of backend names (vocabulary)
 
-    options: RoundOptions = DEFAULT_OPTIONS
-    backend: str = "cpsat"
-    predictors: str = "default"
-    fallback_policy: str = "sjf"
-    exact_max_jobs: int = 100
+    def policy_names(self) -> tuple[str, ...]:
+        return tuple(policy_names())
 
-    def __post_init__(self) -> None:
-        if isinstance(self.options, ConfiguredSolver):  # the former ConfiguredSolver(SolveConfig(...))
-            source = self.options
-            for f in fields(self):
-                object.__setattr__(self, f.name, getattr(source, f.name))
-        if not isinstance(self.options, RoundOptions):
-            raise ValidationError("options", f"{type(self.options).__name__} not understood; a RoundOptions")
-        choice = parse_backend(self.backend)  # the one parser of backend names (vocabulary)
-        object.__setattr__(self, "backend", str(choice))
-        if not isinstance(self.fallback_policy, str) or self.fallback_policy.lower() not in policy_names():
-            raise ValidationError("fallback_policy", f"policy '{self.fallback_policy}' not understood; known: "
-                                  f"{', '.join(policy_names())}")
-        if isinstance(self.exact_max_jobs, bool) or not isinstance(self.exact_max_jobs, int) or self.exact_max_jobs < 1:
-            raise ValidationError("exact_max_jobs", f"{self.exact_max_jobs!r} not understood; must be >= 1")
-
-    @classmethod
-    def of(cls, **settings: Any) -> ConfiguredSolver:
-        """A solver from flat settings: :class:`RoundOptions` fields (over :data:`DEFAULT_OPTIONS`) mixed with
-        this class's (``backend``, ``predictors``, ``fallback_policy``, ``exact_max_jobs``)."""
-        own = {f.name for f in fields(cls)} - {"options"}
-        unknown = set(settings) - own - ROUND_FIELDS - {"options"}
-        if unknown:
-            raise ValidationError(sorted(unknown)[0], f"not understood; round settings are {', '.join(sorted(ROUND_FIELDS))}"
-                                  f" and {', '.join(sorted(own))}")
-        options = settings.pop("options", DEFAULT_OPTIONS)
-        round_kw = {k: v for k, v in settings.items() if k in ROUND_FIELDS}
-        if isinstance(round_kw.get("freeze_levels"), list):
-            round_kw["freeze_levels"] = tuple(round_kw["freeze_levels"])
-        try:
-            options = replace(options, **round_kw) if round_kw else options
-        except ValidationError as err:  # RoundOptions names its fields "options.<name>"
-            raise ValidationError(err.path.removeprefix("options."), err.problem) from None
-        except TypeError as err:
-            raise ValidationError("options", str(err)) from None
-        return cls(options, **{k: v for k, v in settings.items() if k in own})
-
-    @property
-    def objective(self) -> str:
-        """The rounds' objective, ``options.objective``."""
-        return self.options.objective
-
-    @property
-    def time_limit_s(self) -> float:
-        """The solver's time limit per round, ``options.time_limit_s``."""
-        return self.options.time_limit_s
-
-    def backend_for(self, num_jobs: int) -> str:
-        """The formulation backend that decides a round of ``num_jobs`` active jobs."""
-        return parse_backend(self.backend).for_jobs(num_jobs, self.exact_max_jobs)
-
-    @property
-    def baseline_policy(self) -> str | None:
-        """The policy name of a ``greedy:<policy>`` backend, else ``None``."""
-        return parse_backend(self.backend).policy
-
-    def with_options(self, **round_settings: Any) -> ConfiguredSolver:
-        """This solver with some :class:`RoundOptions` fields changed."""
-        return replace(self, options=replace(self.options, **round_settings))
-
-    def solve(self, state: ClusterState, *, warm_start: Plan | None = None,
-              predictors: Predictors | None = None, measurements: Measurements | dict[str, Any] | None = None) -> Plan:
-        """:func:`solve_round` of ``state`` under these settings; see there."""
-        state, preds, measured = self.prepare(state, predictors, measurements)
-        plan = self._decide(state, preds, warm_start)
-        if measured is not None:
-            plan = replace(plan, provenance=provenance(plan, state, measured))
-        priced = _calibration_provenance(preds, plan, state)
-        if priced:  # a calibration bundle on top: say what it priced
-            plan = replace(plan, provenance={j: {**plan.provenance.get(j, {}), **priced.get(j, {})}
-                                             for j in {*plan.provenance, *priced}})
-        fallbacks = colocation_fallbacks(preds.colocation, plan, state)
-        if fallbacks:
-            log.info("co-location of %d job(s) priced on predicted profiles (no profile on their GPU type): %s",
-                        len(fallbacks), ", ".join(fallbacks))
-            plan = replace(plan, colocation_fallbacks=fallbacks)
-        return plan
-
-    def fallback_plan(self, state: ClusterState, message: str, *,
-                      measurements: Measurements | dict[str, Any] | None = None) -> Plan:
-        """The fallback policy's plan for ``state`` (``status="fallback"``), priced like :meth:`solve`."""
-        state, preds, _ = self.prepare(state, None, measurements)
-        return baseline_plan(state, self.fallback_policy, preds, status="fallback", message=message)
-
-    def prepare(self, state: ClusterState, predictors: Predictors | None,
-                measurements: Measurements | dict[str, Any] | None) -> tuple[ClusterState, Predictors, Measurements | None]:
-        """The state (measured-only jobs kept to their measured GPU types), the predictors (measured first) and
-        the checked measurements a round is decided with.
-
-        Raises
-        ------
-        ValidationError
-            A measurement is not understood, or a job has neither a zoo model nor a measured step time.
-        """
-        measured = as_measurements(measurements)
+    def prepare(self, state: ClusterState, predictors: Predictors | None, bundle: str,
+                measurements: object) -> tuple[ClusterState, Predictors, Measurements | None]:
+        measured = as_measurements(measurements)  # type: ignore[arg-type]  # checked there, field by field
         measured = measured.checked() if measured is not None else None
         needs_zoo = any(s.job.model != MEASURED_ONLY for s in state.jobs)
         if measured is not None:
             state = prepare_state(state, measured)
         elif any(s.job.model == MEASURED_ONLY for s in state.jobs):
             i, bad = next((i, s.job.id) for i, s in enumerate(state.jobs) if s.job.model == MEASURED_ONLY)
-            raise ValidationError(f"jobs[{i}]", f"job '{bad}' has no zoo model and no measured step time; give model "
-                                  "(a zoo id) or measurements.jobs['<id>'].step_time_s")
-        base = predictors if predictors is not None else (load_predictors(self.predictors) if needs_zoo else None)
+            raise ValidationError(f"jobs[{i}]", f"job '{bad}' has no zoo model and no measured step time; "
+                                  "give model (a zoo id) or measurements.jobs['<id>'].step_time_s")
+        base = predictors if predictors is not None else (load_predictors(bundle) if needs_zoo else None)
         preds = measured_predictors(base, measured) if measured is not None else base
         if preds is None:  # no job at all
-            preds = load_predictors(self.predictors)
-        _check_down_gpus(state)
+            preds = load_predictors(bundle)
         return state, preds, measured
 
-    def _decide(self, state: ClusterState, preds: Predictors, warm_start: Plan | None) -> Plan:
-        if self.baseline_policy is not None:
-            return baseline_plan(state, self.baseline_policy, preds, status="heuristic")
-        try:
-            from dltsched.formulations.decide import decide_round
-        except ImportError as err:
-            return baseline_plan(state, self.fallback_policy, preds, status="fallback",
-                                 message=f"dltsched.formulations not available ({err})")
+    def baseline_plan(self, state: ClusterState, policy: str, predictors: Predictors, *, status: str,
+                      message: str = "") -> Plan:
+        return baseline_plan(state, policy, predictors, status=status, message=message)
 
-        def fallback(message: str) -> Plan:
-            return baseline_plan(state, self.fallback_policy, preds, status="fallback", message=message)
+    def annotate(self, plan: Plan, state: ClusterState, predictors: Predictors, measurements: object) -> Plan:
+        if isinstance(measurements, Measurements):
+            plan = replace(plan, provenance=provenance(plan, state, measurements))
+        priced = _calibration_provenance(predictors, plan, state)
+        if priced:  # a calibration bundle on top: say what it priced
+            plan = replace(plan, provenance={j: {**plan.provenance.get(j, {}), **priced.get(j, {})}
+                                             for j in {*plan.provenance, *priced}})
+        return plan
 
-        return decide_round(state, preds, self.options, self.backend_for(len(state.jobs)), fallback=fallback,
-                            warm_start=warm_start, fallback_name=self.fallback_policy)
+
+#: the application's round services (the engine package registers them for the round pipeline)
+ROUND_SERVICES = _AppRoundServices()
 
 
 #: the warning of :func:`SolveConfig`
@@ -263,7 +158,7 @@ def SolveConfig(**settings: Any) -> ConfiguredSolver:  # noqa: N802 (the former 
     ``allow_cross_node``, ...). Returns ``ConfiguredSolver.of(**settings)``; the default objective is ``jct``.
     """
     warnings.warn(SOLVE_CONFIG_DEPRECATED, DeprecationWarning, stacklevel=2)
-    return ConfiguredSolver.of(**settings)
+    return _ConfiguredSolver.of(**settings)
 
 
 def _calibration_provenance(preds: Predictors, plan: Plan, state: ClusterState) -> dict[str, dict[str, str]]:
@@ -287,7 +182,7 @@ def solve_round(state: ClusterState, options: RoundOptions | ConfiguredSolver | 
                 fallback_policy: str | None = None) -> Plan:
     """Decide one round for ``state``: which jobs run where, shared with whom, at which freeze level.
 
-    The round pipeline (:func:`dltsched.formulations.decide.decide_round`): build the round, solve it with
+    The round pipeline (:func:`dltsched.formulations.pipeline.decide_round`): build the round, solve it with
     ``backend``, check the plan with the solver-independent checker, and fall back to the
     ``fallback_policy`` plan (``status="fallback"``, the reason in ``message``) when the solver fails or the
     checker rejects its plan. Numbers come from ``measurements`` first and from the predictors for the rest.
@@ -325,7 +220,8 @@ def solve_round(state: ClusterState, options: RoundOptions | ConfiguredSolver | 
         When ``state``, a setting or a measurement is not understood, or a job has neither a zoo model nor
         a measured step time (the message names the field and the fix).
     """
-    solver = options if isinstance(options, ConfiguredSolver) else ConfiguredSolver(options or DEFAULT_OPTIONS)
+    solver = options if isinstance(options, _ConfiguredSolver) \
+        else _ConfiguredSolver(options or DEFAULT_OPTIONS)
     changes: dict[str, Any] = {}
     if backend is not None:
         changes["backend"] = backend
@@ -337,16 +233,6 @@ def solve_round(state: ClusterState, options: RoundOptions | ConfiguredSolver | 
     if changes:
         solver = replace(solver, **changes)
     return solver.solve(state, warm_start=warm_start, predictors=predictors, measurements=measurements)
-
-
-def _check_down_gpus(state: ClusterState) -> None:
-    """A failed GPU's jobs stopped with it: a state that still runs one there is contradictory."""
-    if not state.down_gpus:
-        return
-    for job_id, a in state.placements_by_id().items():
-        if hit := sorted(state.down_gpus.intersection(a.gpus)):
-            raise ValidationError("jobs", f"job '{job_id}' runs on down GPU(s) {hit}; a failed GPU's jobs "
-                                  "stop with it: pass them as queued (assignment none)")
 
 
 def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *, status: str, message: str = "") -> Plan:
@@ -386,7 +272,7 @@ def make_named_policy(name: str, preds: Predictors, config: ConfiguredSolver | N
     """
     choice = parse_policy(name)  # the one parser of policy names (vocabulary)
     if choice.project:
-        cfg = config or ConfiguredSolver()
+        cfg = config or _ConfiguredSolver()
         settings: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "predictors"}
         settings |= choice.options()  # the predictors are ``preds``
         return optimizing_policy(preds, name=choice.name, **settings)
@@ -430,9 +316,9 @@ def optimizing_policy(predictors: Predictors | None = None, **options: Any) -> O
     """
     from dltsched.engine.policies.optimizing import OptimizingPolicy
 
-    solver_fields = ROUND_FIELDS | {f.name for f in fields(ConfiguredSolver)}
+    solver_fields = ROUND_FIELDS | {f.name for f in fields(_ConfiguredSolver)}
     defaults = {} if "options" in options else POLICY_DEFAULTS
-    solver = ConfiguredSolver.of(**(defaults | {k: v for k, v in options.items() if k in solver_fields}))
+    solver = _ConfiguredSolver.of(**(defaults | {k: v for k, v in options.items() if k in solver_fields}))
     policy_kw = {k: v for k, v in options.items() if k not in solver_fields}
     preds = predictors if predictors is not None else load_predictors(solver.predictors)
     return OptimizingPolicy(solver, preds, **policy_kw)

@@ -166,7 +166,8 @@ def run_item(item: BatchItem) -> dict[str, Any]:
 
 
 def _simulate_row(item: BatchItem) -> dict[str, Any]:
-    from dltsched.engine.app.api import ConfiguredSolver, load_instance_file, simulate_instance
+    from dltsched.engine.app.api import load_instance_file, simulate_instance
+    from dltsched.formulations.pipeline import ConfiguredSolver
 
     inst = load_instance_file(item.instance_file)
     result = simulate_instance(inst, item.policy, seed=item.seed, predictors=item.predictors,
@@ -178,7 +179,8 @@ def _simulate_row(item: BatchItem) -> dict[str, Any]:
 
 
 def _solve_row(item: BatchItem) -> dict[str, Any]:
-    from dltsched.engine.app.api import ConfiguredSolver, initial_state, load_instance_file, solve_round
+    from dltsched.engine.app.api import initial_state, load_instance_file, solve_round
+    from dltsched.formulations.pipeline import ConfiguredSolver
 
     inst = load_instance_file(item.instance_file)
     state = initial_state(inst)

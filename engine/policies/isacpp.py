@@ -51,7 +51,7 @@ class IsacppPolicy:
 
     def _job_time(self, group: list[tuple[Job, float]], gpu_type: str) -> float:
         """Sum of predicted completion times of ``(job, remaining iterations)`` sharing one GPU."""
-        from dltsched.formulations.interference import simulate_stages
+        from dltsched.formulations.pipeline import simulate_stages
 
         if not group:
             return 0.0

@@ -10,7 +10,6 @@ import pytest
 
 from dltsched.engine.app.api import (
     DEFAULT_OPTIONS,
-    ConfiguredSolver,
     RoundOptions,
     SolveConfig,
     initial_state,
@@ -39,6 +38,7 @@ from dltsched.engine.domain.model import (
 )
 from dltsched.engine.policies.optimizing import OptimizingPolicy
 from dltsched.formulations import build_round, check_plan
+from dltsched.formulations.pipeline import ConfiguredSolver
 
 
 def _feasible(plan: Plan, state: ClusterState, max_jobs_per_gpu: int = 2) -> None:
@@ -94,7 +94,7 @@ def test_exact_backend_at_least_as_good_as_its_heuristic(make_state):
 
 
 def test_solver_failure_falls_back_to_a_marked_greedy_plan(make_state, monkeypatch):
-    import dltsched.formulations.decide as decide
+    import dltsched.formulations.pipeline as decide
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("solver exploded")

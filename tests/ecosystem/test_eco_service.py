@@ -23,13 +23,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from dltsched.engine.app.api import ConfiguredSolver
 from dltsched.engine.app.cli.main import main
 from dltsched.engine.app.service import server as service
 from dltsched.engine.app.service.guard import check_bind
 from dltsched.engine.app.service.models import state_to_request
 from dltsched.engine.app.service.server import ServiceConfig, create_app, make_server
 from dltsched.engine.domain.errors import ValidationError
+from dltsched.formulations.pipeline import ConfiguredSolver
 
 TOKEN = "t0ken-for-tests"
 
@@ -503,7 +503,7 @@ def test_read_timeouts_are_counted(guarded):
 
 def test_solver_failure_answers_the_fallback_plan(make_state, monkeypatch):
     """A crash inside the solve gives the fallback policy's plan, marked, never an error."""
-    import dltsched.formulations.decide as decide
+    import dltsched.formulations.pipeline as decide
     from dltsched.engine.app.service.worker import solve_until
 
     def broken(*args, **kwargs):

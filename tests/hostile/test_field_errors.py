@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from dltsched.engine.app.api import ConfiguredSolver
 from dltsched.engine.app.service.server import ServiceConfig, create_app
+from dltsched.formulations.pipeline import ConfiguredSolver
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from dltsched.engine.app.api import ConfiguredSolver
 from dltsched.engine.app.service.server import ServiceConfig, make_server
+from dltsched.formulations.pipeline import ConfiguredSolver
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from dltsched.engine.app.api import DEFAULT_OPTIONS, ConfiguredSolver, RoundOptions, solve_round
+from dltsched.engine.app.api import DEFAULT_OPTIONS, RoundOptions, solve_round
 from dltsched.engine.app.measured import JobMeasurement, Measurements
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.engine.domain.model import (
@@ -39,6 +39,7 @@ from dltsched.engine.domain.model import (
     Plan,
     resolve_model,
 )
+from dltsched.formulations.pipeline import ConfiguredSolver
 
 
 def gpu_rows(gpu_df: Any) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dltsched.engine.app.api import DEFAULT_OPTIONS, ConfiguredSolver, RoundOptions, solve_round
+from dltsched.engine.app.api import DEFAULT_OPTIONS, RoundOptions, solve_round
 from dltsched.engine.app.measured import GroupMeasurement, JobMeasurement, Measurements
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.engine.domain.model import (
@@ -43,6 +43,7 @@ from dltsched.engine.domain.model import (
     Plan,
     resolve_gpu_type,
 )
+from dltsched.formulations.pipeline import ConfiguredSolver
 
 #: Gavel's default round length (``--time_per_iteration``), seconds
 GAVEL_ROUND_S = 360.0

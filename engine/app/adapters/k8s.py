@@ -640,6 +640,7 @@ class K8sExtender:
         from dltsched.engine.app.adapters.slurm_round import domain_job
         from dltsched.engine.app.measured import JobMeasurement, Measurements
         from dltsched.engine.domain.model import Cluster, ClusterState, JobState, Node
+        from dltsched.formulations.pipeline import ConfiguredSolver
 
         infos = [self.nodes[n]
                  for n in plan_nodes(fits, self.nodes, self.free_gpus, self.limits.max_plan_nodes)]
@@ -666,9 +667,9 @@ class K8sExtender:
             states.append(JobState(job, job.total_iterations))
         state = ClusterState(self.clock(), cluster, tuple(states), down_gpus=frozenset(taken))
         preds = api.load_predictors(self.settings.predictors)
-        config = api.ConfiguredSolver.of(backend=self.settings.backend, objective=self.settings.objective,
-                                         max_jobs_per_gpu=1, freeze_levels=(0,),
-                                         time_limit_s=self.settings.time_limit_s, allow_cross_node=False)
+        config = ConfiguredSolver.of(backend=self.settings.backend, objective=self.settings.objective,
+                                     max_jobs_per_gpu=1, freeze_levels=(0,),
+                                     time_limit_s=self.settings.time_limit_s, allow_cross_node=False)
         try:
             plan = api.solve_round(state, config, predictors=preds,
                                    measurements=Measurements(measured).checked())

@@ -688,7 +688,7 @@ def slurm(
     slurm_conf: str | None,
 ) -> None:
     """Schedule a Slurm partition's held GPU jobs with dltsched, round by round."""
-    from dltsched.engine.app.api import ConfiguredSolver
+    from dltsched.formulations.pipeline import ConfiguredSolver
     from dltsched.engine.app.registry import check_predictors, with_calibration
 
     ConfiguredSolver.of(

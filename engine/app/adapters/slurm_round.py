@@ -65,7 +65,7 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class RoundConfig:
-    """How the daemon solves a round (passed to :meth:`~dltsched.engine.app.api.ConfiguredSolver.of`)."""
+    """How the daemon solves a round (passed to :meth:`~dltsched.formulations.pipeline.ConfiguredSolver.of`)."""
 
     backend: str = "cpsat"
     objective: str = "jct"
@@ -190,6 +190,7 @@ def decide(
     from dltsched.engine.app import api
     from dltsched.engine.app.measured import measured_predictors
     from dltsched.engine.domain.model import Assignment, Cluster, ClusterState, JobState, Node
+    from dltsched.formulations.pipeline import ConfiguredSolver
 
     types: dict[str, str] = {}
     for n in snap.nodes:
@@ -292,7 +293,7 @@ def decide(
         tuple(states),
         down_gpus=frozenset((down | held if pin_running else down - held) | kept),
     )
-    solve = api.ConfiguredSolver.of(
+    solve = ConfiguredSolver.of(
         backend=config.backend,
         objective=config.objective,
         max_jobs_per_gpu=1,

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from dltsched.engine.app.api import ConfiguredSolver, finite_or_none
+from dltsched.engine.app.api import finite_or_none
 from dltsched.engine.app.measured import GroupMeasurement, JobMeasurement, Measurements
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.engine.domain.model import (
@@ -26,6 +26,7 @@ from dltsched.engine.domain.model import (
     Node,
     Plan,
 )
+from dltsched.formulations.pipeline import ConfiguredSolver
 
 #: printable text without control characters (ids, names)
 _PRINTABLE = r"^[^\x00-\x1f\x7f]+$"

@@ -38,7 +38,7 @@ from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from dltsched.engine.app.api import ConfiguredSolver, load_predictors
+from dltsched.engine.app.api import load_predictors
 from dltsched.engine.app.cli.main import BackendName
 from dltsched.engine.app.service.guard import (
     PROBLEM_JSON,
@@ -66,6 +66,7 @@ from dltsched.engine.app.service.models import (
 )
 from dltsched.engine.app.service.worker import context, solve_in_worker
 from dltsched.engine.domain.errors import ValidationError
+from dltsched.formulations.pipeline import ConfiguredSolver
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ A request's time limit bounds the whole request, round and model building includ
 of a few thousand jobs takes seconds (measured: 0.35 s for 200 jobs, 2 s for 1,000, 11 s for 5,000 on
 one core) and cannot be interrupted from outside a thread, so each solve runs in a process forked from
 a fork server that has the predictors loaded. The process decides through the one round pipeline
-(:func:`dltsched.formulations.decide.decide_round`, which builds before it solves): the solver's time limit
+(:func:`dltsched.formulations.pipeline.decide_round`, which builds before it solves): the solver's time limit
 is a share of what is left of the deadline after the building time expected for the round's size
 (:data:`BUILD_S_PER_JOB`), and the process is killed when the deadline passes. The caller then answers with the fallback policy's plan,
 marked ``fallback`` and ``partial``. Killing the process also returns its memory, so one request costs
@@ -22,10 +22,11 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from dltsched.engine.app.api import ConfiguredSolver, load_predictors
+from dltsched.engine.app.api import load_predictors
 from dltsched.engine.app.measured import Measurements
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.engine.domain.model import ClusterState, Plan
+from dltsched.formulations.pipeline import ConfiguredSolver
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def solve_until(state: ClusterState, config: ConfiguredSolver, deadline: float,
                 measurements: Measurements | None = None) -> Outcome:
     """Decide the round of ``state`` by ``deadline`` (``time.monotonic()``), in this process.
 
-    The one round pipeline (:meth:`ConfiguredSolver.solve`, i.e. :func:`dltsched.formulations.decide.decide_round`:
+    The one round pipeline (:meth:`ConfiguredSolver.solve`, i.e. :func:`dltsched.formulations.pipeline.decide_round`:
     build, solve, check, fall back), the caller's ``measurements`` first, with the solver's time limit set to
     :data:`SOLVE_SHARE` of what is left of the deadline after the expected building time
     (:data:`BUILD_S_PER_JOB`; past the deadline the process is killed and the server answers with the

@@ -145,8 +145,9 @@ def test_batch_takes_canonical_names(tmp_path):
 
 
 def test_api_and_service_take_the_same_names():
-    from dltsched.engine.app.api import ConfiguredSolver, simulate_instance
+    from dltsched.engine.app.api import simulate_instance
     from dltsched.engine.app.service.models import ConfigIn, to_config
+    from dltsched.formulations.pipeline import ConfiguredSolver
 
     assert ConfiguredSolver(backend="AUTO").backend == "auto"
     assert ConfiguredSolver(backend="greedy:SJF").baseline_policy == "sjf"

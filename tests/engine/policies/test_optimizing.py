@@ -18,7 +18,7 @@ FAULTS = FaultConfig(mtbf_s=4 * 3600.0, mttr_s=900.0, checkpoint_interval_s=600.
 
 @pytest.mark.parametrize("objective", ["jct", "effective_progress"])
 def test_rounds_stay_within_the_working_set_and_every_job_finishes(analytic, small_instance, objective,
-                                                                   backend):
+                                                                    backend):
     inst = small_instance(4, num_jobs=40, mean_gap_s=15.0)
     policy = optimizing_policy(analytic, max_round_jobs=5, time_limit_s=0.5, objective=objective,
                                backend=backend)
@@ -26,8 +26,8 @@ def test_rounds_stay_within_the_working_set_and_every_job_finishes(analytic, sma
                    config=SimulationConfig(seed=2, faults=FAULTS))
     assert sorted(r.job_id for r in res.records) == sorted(j.id for j in inst.jobs)
     assert all(entry["jobs"] <= 5 for entry in policy.solve_log)
-    assert any(entry["active_jobs"] > 5
-               for entry in policy.solve_log), "the cap never bound: test shows nothing"
+    assert any(entry["active_jobs"] > 5 for entry in policy.solve_log), \
+        "the cap never bound: test shows nothing"
     assert all(entry["status"] != "fallback" for entry in policy.solve_log)
     assert {entry["trigger"] for entry in policy.solve_log} <= {"new_waiting", "movers", "changed"}
     assert sum(policy.triggers.values()) == len(policy.solve_log)
@@ -59,7 +59,7 @@ def test_working_set_takes_urgent_waiting_jobs_and_long_running_ones_and_keeps_t
                    {"a": (0,), "b": (1,), "c": (2,), "d": (2,)})
     policy = optimizing_policy(tables.bundle(), max_round_jobs=4, objective="jct", time_limit_s=1.0,
                                backend=backend)
-    round_state, kept, trigger = policy._working_set(state)
+    round_state, kept, trigger = policy.next_round(state)
     assert [s.job.id for s in round_state.jobs] == ["a", "b", "q1", "q2"]
     assert kept == (Assignment("c", (2,)), Assignment("d", (2,)))
     assert round_state.down_gpus == {2} and trigger == "new_waiting"
@@ -78,7 +78,7 @@ def test_jobs_sharing_a_gpu_while_one_is_idle_are_reconsidered_first(backend):
                    {"a": (0,), "b": (1,), "c": (2,), "d": (2,)})
     policy = optimizing_policy(tables.bundle(), max_round_jobs=4, objective="jct", time_limit_s=1.0,
                                backend=backend)
-    round_state, kept, trigger = policy._working_set(state)
+    round_state, kept, trigger = policy.next_round(state)
     assert [s.job.id for s in round_state.jobs] == ["c", "d", "q1", "q2"]
     assert kept == (Assignment("a", (0,)), Assignment("b", (1,)))
 
@@ -104,7 +104,7 @@ def test_a_round_with_nothing_waiting_and_nobody_to_move_keeps_every_placement_w
     (set(range(16)) - {3, 7}, {"a": (3,), "b": (3,)}, True),
 ])
 def test_movers_are_jobs_that_idle_gpus_could_really_hold_faster(busy_v100, on, moves, backend):
-    from dltsched.engine.policies.optimizing import _Idle
+    from dltsched.engine.policies.optimizing import Idle
 
     tables = Tables(step_s={k: [1.0] for k in ("g", "a", "b", *(f"x{i}" for i in range(16)))},
                     type_factor={"k80": 3.0})
@@ -115,7 +115,8 @@ def test_movers_are_jobs_that_idle_gpus_could_really_hold_faster(busy_v100, on, 
             for k, gpus in on.items()]
     state = ClusterState(0.0, cluster, (*fillers, *mine))
     policy = optimizing_policy(tables.bundle(), backend=backend)
-    assert policy._could_move([(s.job, s.assignment) for s in mine], _Idle.of(state), state) is moves
+    group = [(s.job, s.assignment) for s in mine]
+    assert policy.working_set.could_move(group, Idle.of(state), state) is moves
 
 
 def test_a_mover_the_solver_keeps_in_place_triggers_no_more_solves_until_it_moves(backend):
@@ -196,6 +197,19 @@ def test_jobs_sharing_any_gpu_form_one_group():
     assert [[s.job.id for s in g] for g in sharing_groups(jobs)] == [["a", "c"], ["b", "e"], ["d"]]
 
 
+def test_a_solver_without_the_round_solver_members_is_refused_naming_them(analytic):
+    from dltsched.engine.policies.optimizing import OptimizingPolicy
+
+    class OnlySolves:
+        objective = "jct"
+
+        def solve(self, state, **kw):
+            return Plan()
+
+    with pytest.raises(ValidationError, match=r"solver.*lacks options, with_options, marks_colocation_fallbacks"):
+        OptimizingPolicy(OnlySolves(), analytic)
+
+
 @pytest.mark.parametrize("cap", [1, 0, 2.5])
 def test_bad_working_set_size_names_the_field(analytic, cap):
     with pytest.raises(ValidationError, match="max_round_jobs"):
@@ -209,7 +223,7 @@ def test_colocation_on_predicted_profiles_is_marked_in_the_plan_and_the_solve_lo
     from dataclasses import replace
 
     from dltsched.engine.domain.predictors import Predictors, memoized
-    from dltsched.engine.policies.optimizing import colocation_fallbacks
+    from dltsched.formulations.pipeline import colocation_fallbacks
     from dltsched.predictors import default_predictors
 
     bundle = default_predictors()
@@ -234,9 +248,14 @@ def test_colocation_on_predicted_profiles_is_marked_in_the_plan_and_the_solve_lo
 
     class Unmarked:  # a round solver that does not mark fallbacks itself: the policy marks them
         objective = "jct"
+        marks_colocation_fallbacks = False
 
         def __init__(self, inner):
             self.inner = inner
+            self.options = inner.options
+
+        def with_options(self, **settings):
+            return Unmarked(self.inner.with_options(**settings))
 
         def solve(self, round_state, **kw):
             return replace(self.inner.solve(round_state, **kw), colocation_fallbacks=())
@@ -250,8 +269,8 @@ def test_colocation_on_predicted_profiles_is_marked_in_the_plan_and_the_solve_lo
 
 def _arrival_state(busy: tuple[int, ...]) -> ClusterState:
     # four v100 and two p100 GPUs (p100 1.5x slower); x, y1, ... run on the GPUs ``busy``; w (freezing
-    # allowed) arrives. w's rate per freeze level: 1 / 1.0, 0.9 / 0.8 = 1.125, 0.85 / 0.7 = 1.21 (best), 0.5 /
-    # 0.6
+    # allowed) arrives. w's rate per freeze level: 1 / 1.0, 0.9 / 0.8 = 1.125, 0.85 / 0.7 = 1.21 (best),
+    # 0.5 / 0.6
     cluster = Cluster((Node("v0", "v100", 4), Node("p0", "p100", 2)))
     x = JobState(Job("x", "resnet18", 32, 1e4), 1e4, assignment=Assignment("x", busy[:1]))
     filler = [JobState(Job(f"y{g}", "resnet18", 32, 1e4), 1e4, assignment=Assignment(f"y{g}", (g,)))
@@ -269,9 +288,9 @@ def _arrival_tables() -> Tables:
 @pytest.mark.parametrize(("freeze_levels", "solved_level"), [(None, 2), (1, 0)],
                          ids=["frozen-would-be-faster", "unfrozen-is-best"])
 def test_an_arrival_starts_unfrozen_at_its_fastest_type_without_a_solve(backend, freeze_levels, solved_level):
-    """Idle GPUs hold the arrival alone at its fastest type: it starts there unfrozen without a solve, whether
-    a frozen level would be faster (a solve picks level 2) or unfrozen is its best option anyway; freezing is
-    left to the solves."""
+    """Idle GPUs hold the arrival alone at its fastest type: it starts there unfrozen without a solve,
+    whether a frozen level would be faster (a solve picks level 2) or unfrozen is its best option anyway;
+    freezing is left to the solves."""
     state = _arrival_state((0, 1, 2))
     levels = {} if freeze_levels is None else {"freeze_levels": freeze_levels}
     policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, shortcuts_above_gpus=0,
@@ -310,8 +329,8 @@ def test_a_mover_waits_for_the_periodic_round(backend):
 
     x, y, j = running("x", 0), running("y", 1), running("j", 2)
     policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, shortcuts_above_gpus=0, backend=backend)
-    first = policy.schedule(ClusterState(0.0, cluster,
-                                         (x, y, j, JobState(Job("w", "resnet18", 32, 1e5), 1e5))))
+    w = JobState(Job("w", "resnet18", 32, 1e5), 1e5)
+    first = policy.schedule(ClusterState(0.0, cluster, (x, y, j, w)))
     assert first.by_job()["w"].gpus == (3,) and len(policy.solve_log) == 1
     w = running("w", 3)
     assert policy.schedule(ClusterState(600.0, cluster, (x, j, w))) == Plan(incremental=True)

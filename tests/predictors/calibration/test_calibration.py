@@ -163,8 +163,8 @@ def test_steptime_csv_calibrates_jobs_alone_with_leave_one_job_out(tmp_path):
 
 
 def test_api_plans_name_the_calibration_that_priced_them(synthetic_dir, tmp_path):
-    from dltsched.engine.app.api import ConfiguredSolver
     from dltsched.engine.domain.model import ClusterState, JobState
+    from dltsched.formulations.pipeline import ConfiguredSolver
     from dltsched.instances.schema import load_instance
 
     out = tmp_path / "cal.json"

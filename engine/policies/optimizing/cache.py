@@ -1,0 +1,188 @@
+"""The optimizing policy's prediction cache: what it asks the predictors and the round's pricing, once.
+
+A policy that decides every few minutes asks about the same jobs again and again. :class:`PredictionCache`
+holds every answer the policy keeps across decisions: the memoized predictors the rounds are priced with,
+the greedy estimates (step time, memory, candidate GPU types), and the round prices of the pipeline
+(:mod:`dltsched.formulations.pipeline`: node types, a job's best option alone, its reference rate).
+
+Invalidation rule: an answer is kept under everything it depends on besides the predictors, which are fixed
+for the cache's life, so a kept answer is what asking again would give:
+
+- node types: the cluster object and its down GPUs;
+- a job's best option alone: the job, its remaining iterations, the node types, the run's memory-measurement
+  version (:func:`~dltsched.engine.domain.predictors.memory_observations_version`) and its profile count
+  (:func:`~dltsched.engine.domain.profiles.current_profiles`);
+- a job's reference rate: the job, under the node types and the memory version of the last ask (a change of
+  either drops every rate);
+- whether a running job sits on its fastest type: the job, its GPUs and the memory version.
+
+A memo that grows past :attr:`PredictionCache.MAX_ENTRIES` entries is emptied.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dltsched.engine.domain.model import Assignment, ClusterState, Job, JobState
+from dltsched.engine.domain.predictors import Predictors, memoized, memory_observations_version
+from dltsched.engine.domain.profiles import current_profiles
+from dltsched.engine.policies.placement import Estimates
+from dltsched.formulations.pipeline import (
+    JobOption,
+    NodeTypes,
+    RoundOptions,
+    best_alone,
+    node_types,
+    reference_rate,
+)
+
+
+def _profiles() -> int:
+    """How many profiles the run has measured on arrival (0 without profiling)."""
+    book = current_profiles()
+    return 0 if book is None else len(book)
+
+
+class PredictionCache:
+    """The predictions and round prices the optimizing policy keeps across decisions (see the module).
+
+    Parameters
+    ----------
+    predictors
+        The predictors every answer comes from; the cache asks them through :func:`memoized`.
+    """
+
+    #: entries a memo keeps at most; when full, it is emptied
+    MAX_ENTRIES = 100_000
+
+    def __init__(self, predictors: Predictors) -> None:
+        #: the memoized predictors the rounds are priced with (rounds ask about the same jobs again and again)
+        self.predictors = memoized(predictors)
+        #: the greedy estimates (step time, memory, candidate types) between solves
+        self.estimates = Estimates(self.predictors)
+        self._classes: tuple[int, frozenset[int], NodeTypes] | None = None
+        self._rates: dict[str, float | None] = {}
+        self._rates_version: tuple[int, int] | None = None
+        self._best: dict[tuple[Any, ...], JobOption | None] = {}
+        self._fastest: dict[tuple[str, tuple[int, ...], int], bool] = {}
+
+    def node_types(self, state: ClusterState) -> NodeTypes:
+        """The GPU classes of ``state`` per type (:func:`~dltsched.formulations.pipeline.node_types`).
+
+        Parameters
+        ----------
+        state
+            The cluster snapshot.
+
+        Returns
+        -------
+        NodeTypes
+            The same object while the cluster and its down GPUs are the same.
+        """
+        down = frozenset(state.down_gpus)
+        if self._classes is None or self._classes[0] != id(state.cluster) or self._classes[1] != down:
+            self._classes = (id(state.cluster), down, node_types(state))
+        return self._classes[2]
+
+    def best_alone(self, js: JobState, time_s: float, types: NodeTypes,
+                   options: RoundOptions) -> JobOption | None:
+        """The option at which ``js`` progresses fastest alone
+        (:func:`~dltsched.formulations.pipeline.best_alone`).
+
+        Parameters
+        ----------
+        js
+            The job.
+        time_s
+            The decision's time.
+        types
+            The node types (:meth:`node_types`).
+        options
+            The round settings the option must meet.
+
+        Returns
+        -------
+        JobOption or None
+            The option; ``None``: no option fits.
+        """
+        key = (js.job.id, js.remaining_iterations, id(types), memory_observations_version(), _profiles())
+        if key not in self._best:
+            if len(self._best) > self.MAX_ENTRIES:
+                self._best.clear()
+            self._best[key] = best_alone(js, time_s, types, self.predictors, options)
+        return self._best[key]
+
+    def reference_rate(self, js: JobState, types: NodeTypes, options: RoundOptions) -> float | None:
+        """The rate a round normalises ``js``'s progress by
+        (:func:`~dltsched.formulations.pipeline.reference_rate`).
+
+        Parameters
+        ----------
+        js
+            The job.
+        types
+            The node types (:meth:`node_types`).
+        options
+            The round settings.
+
+        Returns
+        -------
+        float or None
+            Iterations per second; ``None``: the round cannot place the job.
+        """
+        version = (id(types), memory_observations_version())
+        if self._rates_version != version:
+            self._rates, self._rates_version = {}, version
+        if js.job.id not in self._rates:
+            self._rates[js.job.id] = reference_rate(js, types, self.predictors, options)
+        return self._rates[js.job.id]
+
+    def on_fastest(self, job: Job, assignment: Assignment, state: ClusterState) -> bool:
+        """Whether ``job`` runs on GPUs of its fastest type (it could not move faster).
+
+        Parameters
+        ----------
+        job
+            The running job.
+        assignment
+            Its placement.
+        state
+            The cluster snapshot.
+
+        Returns
+        -------
+        bool
+            True when its GPUs are of the first of its candidate types.
+        """
+        key = (job.id, assignment.gpus, memory_observations_version())
+        hit = self._fastest.get(key)
+        if hit is None:
+            types = self.estimates.candidate_types(job, state.cluster)
+            if len(self._fastest) > self.MAX_ENTRIES:
+                self._fastest.clear()
+            now = state.cluster.gpu_type_of(assignment.gpus[0])
+            hit = self._fastest[key] = bool(types) and now == types[0]
+        return hit
+
+    def remaining_s(self, js: JobState, state: ClusterState) -> float:
+        """Predicted time for ``js`` to finish alone: on its current GPU type when running, else its fastest.
+
+        Parameters
+        ----------
+        js
+            The job.
+        state
+            The cluster snapshot.
+
+        Returns
+        -------
+        float
+            Seconds; infinite when no GPU type of the cluster can run it.
+        """
+        est = self.estimates
+        if js.assignment is not None:
+            now = state.cluster.gpu_type_of(js.assignment.gpus[0])
+            return js.remaining_iterations * est.step_time_s(js.job, now)
+        types = est.candidate_types(js.job, state.cluster)
+        return js.remaining_iterations * est.step_time_s(js.job, types[0]) if types else math.inf
