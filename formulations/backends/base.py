@@ -43,7 +43,7 @@ class BackendOutcome:
     """
 
     selected: tuple[int, ...] | None
-    termination: str
+    termination: Termination
     bound: float | None
     build_time_s: float
     solve_time_s: float

@@ -9,6 +9,7 @@ from dltsched.formulations import RoundOptions, check_plan, solve_problem
 from dltsched.formulations.backends import BackendOutcome
 from dltsched.formulations.candidates import build_candidates, objective_of
 from dltsched.formulations.solve import finish, starting_selection
+from dltsched.formulations.result import Termination
 from dltsched.formulations.testing import Tables, checked, job, make_round
 
 
@@ -182,7 +183,7 @@ def test_no_solution_in_time_falls_back_to_greedy() -> None:
     # greedy by gain per GPU: a pair at the default speeds 0.6 + 0.6 = 1.2 first, then one job alone: 2.2
     tables = Tables(step_s={k: [1.0] for k in "abc"})
     problem = make_round(tables, [("v100", 2)], [job(k) for k in "abc"])
-    outcome = BackendOutcome(None, "time_limit", None, 0.0, 1.0, "nothing in time")
+    outcome = BackendOutcome(None, Termination.TIME_LIMIT, None, 0.0, 1.0, "nothing in time")
     cset = build_candidates(problem)
     result = finish(cset, outcome, "cpsat", 0.0, starting_selection(cset, None))
     assert result.plan.fallback and result.plan.status == "fallback" and result.solution_status == "fallback"
@@ -201,7 +202,7 @@ def test_the_start_keeps_a_warm_plan_that_beats_greedy() -> None:
     warm = Plan((Assignment("big", (0, 1)),))
     assert objective_of(cset, starting_selection(cset, None)) == pytest.approx(1.1)
     assert objective_of(cset, starting_selection(cset, warm)) == pytest.approx(2.2)
-    outcome = BackendOutcome(None, "time_limit", None, 0.0, 1.0, "nothing in time")
+    outcome = BackendOutcome(None, Termination.TIME_LIMIT, None, 0.0, 1.0, "nothing in time")
     result = finish(cset, outcome, "cpsat", 0.0, starting_selection(cset, warm))
     assert checked(problem, result) == pytest.approx(2.2) and result.plan.fallback
 
@@ -212,7 +213,7 @@ def test_a_worse_incumbent_in_time_keeps_the_starting_selection() -> None:
     tables = Tables(step_s={k: [1.0] for k in "abc"})
     problem = make_round(tables, [("v100", 2)], [job(k) for k in "abc"])
     cset = build_candidates(problem)
-    outcome = BackendOutcome((), "time_limit", 3.0, 0.0, 1.0, "")
+    outcome = BackendOutcome((), Termination.TIME_LIMIT, 3.0, 0.0, 1.0, "")
     result = finish(cset, outcome, "cpsat", 0.0, starting_selection(cset, None))
     assert checked(problem, result) == pytest.approx(2.2) and len(result.plan.assignments) == 3
     assert not result.plan.fallback and "starting selection" in result.plan.message
