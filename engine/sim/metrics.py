@@ -134,9 +134,9 @@ def makespan_lower_bound_s(instance: Instance, times_s: dict[str, dict[str, floa
 
 
 def work_bound_s(jobs: Sequence[Job], times_s: dict[str, dict[str, float]], gpus_by_type: dict[str, int]) -> float:
-    """Least time in which the GPUs of each type can do all the work, each job's work divisible over types at
-    its speed on each (an LP: min T with sum_t x_jt = 1 and sum_j x_jt n_j d_jt <= G_t T). On one GPU type it is
-    total work / capacity."""
+    """Least time in which the GPUs of each type can do all the work, each job's work divisible over types
+    at its speed on each (an LP: min T with sum_t x_jt = 1 and sum_j x_jt n_j d_jt <= G_t T). On one GPU
+    type it is total work / capacity."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_array
 
@@ -153,7 +153,8 @@ def work_bound_s(jobs: Sequence[Job], times_s: dict[str, dict[str, float]], gpus
     work = [jobs[k].num_gpus * times_s[jobs[k].id][t] for k, t in cols]
     capacity = [-float(gpus_by_type[t]) for t in types]
     rows = [where[t] for _, t in cols] + list(range(len(types)))
-    a_ub = coo_array((work + capacity, (rows, list(range(n)) + [n] * len(types))), shape=(len(types), n + 1)).tocsr()
+    columns = list(range(n)) + [n] * len(types)
+    a_ub = coo_array((work + capacity, (rows, columns)), shape=(len(types), n + 1)).tocsr()
     res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(len(types)), A_eq=a_eq, b_eq=np.ones(len(jobs)),
                   bounds=[(0, None)] * (n + 1), method="highs")
     if res.status != 0:

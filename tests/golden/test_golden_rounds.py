@@ -3,7 +3,7 @@
 ``data/rounds.json.gz`` holds round problems captured from real runs of the optimizing policy (shipped
 examples, a Philly window, generated instances; running jobs, co-location, freezing, down GPUs, every
 objective) and each backend's plan, recorded by ``scripts/record_golden.py``. The problems are solved in
-deterministic mode with ``relative_gap=0`` and a generous time limit, so the exact backends prove their optimum.
+deterministic mode with ``relative_gap=0`` and a generous time limit: the exact backends prove their optimum.
 
 What "the same plan" means, per backend:
 
@@ -11,9 +11,10 @@ What "the same plan" means, per backend:
 * ``cpsat`` and ``milp``: the assignments are compared first; when they differ, the solver picked another
   optimum among ties, which is accepted only if the new plan is proven optimal too, passes the checker and
   its objective equals the recorded optimum to 1e-9 relative.
-* ``decomposed``: refuses ``makespan`` rounds (recorded as an error, expected again); otherwise deterministic, but its LP relaxation may have several optima (a different but equally good
-  vertex after the model's rows are reordered): identical assignments, or the same status and the
-  objective to 1e-9 relative.
+* ``decomposed``: refuses ``makespan`` rounds (recorded as an error, expected again); otherwise
+  deterministic, but its LP relaxation may have several optima (a different but equally good vertex after
+  the model's rows are reordered): identical assignments, or the same status and the objective to 1e-9
+  relative.
 
 An exact backend added to the registry after the recording is held to the recorded CP-SAT optimum. Every
 re-solved plan goes through the independent checker. The normal run re-solves a sample of
@@ -89,7 +90,8 @@ def test_golden_round(index: int, backend: str) -> None:
         plan = solve_problem(problem, backend).plan
         report = check_plan(problem, plan)
         assert report.feasible, report.violations[:3]
-        assert str(plan.status) == "optimal" and close(plan.objective, record["plans"]["cpsat"]["objective"]), (
+        optimum = record["plans"]["cpsat"]["objective"]
+        assert str(plan.status) == "optimal" and close(plan.objective, optimum), (
             f"{backend} on {record['id']}: {plan.status} {plan.objective!r} != CP-SAT's recorded optimum")
         return
     expected = record["plans"][backend]
