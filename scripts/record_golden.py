@@ -1,4 +1,4 @@
-"""Record the golden files of ``tests/golden/data``: round problems with every backend's plan, and simulation metrics.
+"""Record the golden files of ``tests/golden/data``: rounds with each backend's plan; simulation metrics.
 
 The golden files pin the scheduler's behaviour so that a refactoring can show it changed nothing:
 
@@ -62,7 +62,8 @@ def philly_instance() -> Any:
     """The Philly window of :data:`PHILLY` (needs the shared data folder)."""
     from dltsched.instances.readers import read_workload
 
-    return read_workload(PHILLY["name"], cluster=PHILLY["cluster"], max_jobs=PHILLY["max_jobs"], seed=PHILLY["seed"])
+    return read_workload(PHILLY["name"], cluster=PHILLY["cluster"], max_jobs=PHILLY["max_jobs"],
+                         seed=PHILLY["seed"])
 
 
 def generated(num_jobs: int, num_gpus: int, seed: int) -> Any:
@@ -91,7 +92,7 @@ def capturing() -> Iterator[list[Any]]:
 
 
 def sources() -> list[tuple[str, Callable[[], Any], dict[str, Any], dict[str, Any]]]:
-    """(name, instance, optimizing policy options, simulation options) of the runs rounds are captured from."""
+    """(name, instance, optimizing policy options, simulation options) of the runs rounds come from."""
     out: list[tuple[str, Callable[[], Any], dict[str, Any], dict[str, Any]]] = []
     objectives: list[dict[str, Any]] = [
         {"objective": "jct"}, {"objective": "weighted_completion"}, {"objective": "effective_progress"},
@@ -106,7 +107,8 @@ def sources() -> list[tuple[str, Callable[[], Any], dict[str, Any], dict[str, An
     out.append(("philly", philly_instance, {"objective": "effective_progress", "length_weight": 0.5}, faults))
     for num_jobs, num_gpus, seed in ((12, 8, 1), (30, 16, 2), (60, 32, 3)):
         for opts in ({"objective": "jct"}, {"objective": "weighted_completion", "max_jobs_per_gpu": 3}):
-            out.append((f"generated-{num_jobs}x{num_gpus}", lambda n=num_jobs, g=num_gpus, s=seed: generated(n, g, s),
+            out.append((f"generated-{num_jobs}x{num_gpus}",
+                        lambda n=num_jobs, g=num_gpus, s=seed: generated(n, g, s),
                         opts, faults if seed != 1 else {}))
     return out
 
@@ -120,7 +122,7 @@ def sim_config(extra: dict[str, Any], seed: int = 0) -> Any:
 
 
 def capture(max_round_jobs: int = 40) -> list[tuple[str, dict[str, Any], Any]]:
-    """Run every source once and keep its rounds of at most ``max_round_jobs`` jobs: (source, options, problem)."""
+    """Run every source once; keep its rounds of at most ``max_round_jobs`` jobs, with source and options."""
     from dltsched.engine.app.api import load_instance_file, load_predictors, optimizing_policy
     from dltsched.engine.sim.simulator import simulate
 
@@ -157,7 +159,10 @@ def features(problem: Any) -> dict[str, bool]:
             "unplaceable": bool(problem.unplaceable)}
 
 
-def choose(captured: list[tuple[str, dict[str, Any], Any]], count: int) -> list[tuple[str, dict[str, Any], Any]]:
+Captured = list[tuple[str, dict[str, Any], Any]]
+
+
+def choose(captured: Captured, count: int) -> Captured:
     """``count`` distinct rounds, spread over the sources and the features they exercise."""
     distinct: dict[str, tuple[str, dict[str, Any], Any]] = {}
     for name, opts, problem in captured:
@@ -206,7 +211,7 @@ def plan_record(problem: Any, backend: str) -> dict[str, Any]:
 
     try:
         result = solve_problem(problem, backend)
-    except ValueError as err:  # a backend that refuses the round (decomposed on makespan): the test expects it
+    except ValueError as err:  # a backend refusing the round (decomposed on makespan): the test expects it
         return {"error": str(err)}
     plan = result.plan
     report = check_plan(problem, plan)
@@ -250,7 +255,8 @@ def simulation_cases() -> list[dict[str, Any]]:
     """The simulations whose metrics are recorded: every policy on every example; three on Philly."""
     from dltsched.engine.app.registry import policy_names
 
-    cases = [{"instance": f"examples/{p.name}", "policy": name} for p in examples() for name in policy_names()]
+    cases = [{"instance": f"examples/{p.name}", "policy": name}
+             for p in examples() for name in policy_names()]
     cases += [{"instance": "philly", "policy": name} for name in ("optimizing", "tiresias", "fifo")]
     return cases
 
@@ -259,7 +265,8 @@ def is_slow(case: dict[str, Any]) -> bool:
     """Whether the test replays ``case`` only in the slow run: all but every policy on the tiny examples and
     the baselines on the default example (a second or less each)."""
     name = case["instance"].removeprefix("examples/")
-    return not (name.startswith("tiny-") or (name == "default.json" and not case["policy"].startswith("optimizing")))
+    baseline = not case["policy"].startswith("optimizing")
+    return not (name.startswith("tiny-") or (name == "default.json" and baseline))
 
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
@@ -284,7 +291,8 @@ def record_simulations() -> None:
         print(f"  {case['instance']} {case['policy']}: avg JCT {metrics['avg_jct_s']:.1f} s "
               f"({time.perf_counter() - began:.1f} s)", file=sys.stderr)
         out.append({**case, "metrics": metrics})
-    data = {"format": FORMAT, "deterministic_metrics": list(DETERMINISTIC_METRICS), "seed": 0, "philly": PHILLY,
+    data = {"format": FORMAT, "deterministic_metrics": list(DETERMINISTIC_METRICS), "seed": 0,
+            "philly": PHILLY,
             "cases": out}
     OUT.mkdir(parents=True, exist_ok=True)
     SIMULATIONS_FILE.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
@@ -295,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=("rounds", "simulations"), help="record one file only")
     parser.add_argument("--rounds", type=int, default=NUM_ROUNDS, help="how many rounds to record")
-    parser.add_argument("--cache", type=Path, help="keep the captured rounds in this file (reused when it exists)")
+    parser.add_argument("--cache", type=Path,
+                        help="keep the captured rounds in this file (reused when it exists)")
     args = parser.parse_args(argv)
     if args.only in (None, "rounds"):
         record_rounds(args.rounds, args.cache)

@@ -156,7 +156,8 @@ def work_bound_s(jobs: Sequence[Job], times_s: dict[str, dict[str, float]],
     work = [jobs[k].num_gpus * times_s[jobs[k].id][t] for k, t in cols]
     capacity = [-float(gpus_by_type[t]) for t in types]
     rows = [where[t] for _, t in cols] + list(range(len(types)))
-    a_ub = coo_array((work + capacity, (rows, list(range(n)) + [n] * len(types))), shape=(len(types), n + 1)).tocsr()
+    columns = list(range(n)) + [n] * len(types)
+    a_ub = coo_array((work + capacity, (rows, columns)), shape=(len(types), n + 1)).tocsr()
     res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(len(types)), A_eq=a_eq, b_eq=np.ones(len(jobs)),
                   bounds=[(0, None)] * (n + 1), method="highs")
     if res.status != 0:

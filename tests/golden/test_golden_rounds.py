@@ -3,17 +3,19 @@
 ``data/rounds.json.gz`` holds round problems captured from real runs of the optimizing policy (shipped
 examples, a Philly window, generated instances; running jobs, co-location, freezing, down GPUs, every
 objective) and each backend's plan, recorded by ``scripts/record_golden.py``. The problems are solved in
-deterministic mode with ``relative_gap=0`` and a generous time limit, so the exact backends prove their optimum.
+deterministic mode with ``relative_gap=0`` and a generous time limit: the exact backends prove their optimum.
 
 What "the same plan" means, per backend:
 
 * ``greedy``: a deterministic heuristic, so the assignments (job -> GPUs, freeze level) must be identical.
 * ``cpsat``, ``milp`` and the backends compared with its plans (:data:`RECORDED_AS`: ``pyomo``,
-  ``highs``): the assignments are compared first; when they differ, the solver picked another optimum among ties, which is accepted only if the new plan is proven optimal too, passes the checker and
-  its objective equals the recorded optimum to 1e-9 relative.
-* ``decomposed``: refuses ``makespan`` rounds (recorded as an error, expected again); otherwise deterministic, but its LP relaxation may have several optima (a different but equally good
-  vertex after the model's rows are reordered): identical assignments, or the same status and the
-  objective to 1e-9 relative.
+  ``highs``): the assignments are compared first; when they differ, the solver picked another optimum
+  among ties, which is accepted only if the new plan is proven optimal too, passes the checker and its
+  objective equals the recorded optimum to 1e-9 relative.
+* ``decomposed``: refuses ``makespan`` rounds (recorded as an error, expected again); otherwise
+  deterministic, but its LP relaxation may have several optima (a different but equally good vertex after
+  the model's rows are reordered): identical assignments, or the same status and the objective to 1e-9
+  relative.
 
 Every re-solved plan goes through the independent checker. The normal run re-solves a sample of
 :data:`FAST_SAMPLE` rounds per backend; the whole set is marked ``slow``.

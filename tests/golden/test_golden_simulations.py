@@ -1,10 +1,11 @@
-"""Golden simulations: every policy on the shipped instances, and the optimizing policy with two baselines on a
-Philly window, give the recorded metrics (``data/simulations.json``, recorded by ``scripts/record_golden.py``).
+"""Golden simulations: every policy on the shipped instances, and the optimizing policy with two baselines
+on a Philly window, give the recorded metrics (``data/simulations.json``, by ``scripts/record_golden.py``).
 
 Seed 0 and deterministic solves (the default: CP-SAT under a deterministic work budget), so a run repeats bit
 for bit. The fields compared (the file's ``deterministic_metrics``) are the schedule's: job counts, JCT
-statistics, makespan and its bound, queueing, utilisation, preemptions, OOMs, faults, fairness and the number of
-rounds, each to 1e-9 relative. Wall-clock fields (decision times, the run's wall time) are not compared.
+statistics, makespan and its bound, queueing, utilisation, preemptions, OOMs, faults, fairness and the
+number of rounds, each to 1e-9 relative. Wall-clock fields (decision times, the run's wall time) are not
+compared.
 
 Quick cases run in the normal run; the rest, and every Philly case (marked ``data``), are marked ``slow``.
 """
@@ -51,7 +52,8 @@ def test_golden_simulations_cover_every_policy_and_instance() -> None:
     data = golden()
     examples = {p.name for p in (ROOT / "instances" / "examples").glob("*.json")}
     for name in examples:
-        assert {c["policy"] for c in data["cases"] if c["instance"] == f"examples/{name}"} == set(policy_names())
+        ran = {c["policy"] for c in data["cases"] if c["instance"] == f"examples/{name}"}
+        assert ran == set(policy_names())
     assert {c["policy"] for c in data["cases"] if c["instance"] == "philly"} >= {"optimizing", "tiresias"}
     assert any(not c["slow"] for c in data["cases"]), "no quick case left for the normal run"
 

@@ -183,7 +183,7 @@ async def _load(port: int, body: bytes, requests: int, slow: int, read_timeout_s
 
 
 async def _at_concurrency(port: int, body: bytes, requests: int, concurrency: int) -> dict[str, Any]:
-    """``requests`` requests with at most ``concurrency`` in flight: answers with a plan, wall time, requests/s."""
+    """``requests`` requests, at most ``concurrency`` in flight: answers with a plan, wall time, requests/s."""
     import httpx
 
     gate = asyncio.Semaphore(concurrency)
@@ -199,7 +199,8 @@ async def _at_concurrency(port: int, body: bytes, requests: int, concurrency: in
         wall = time.perf_counter() - started
     ok = [answer for status, _, answer in results if status == 200 and answer and "assignments" in answer]
     return {"concurrency": concurrency, "requests": requests, "answered_with_plan": len(ok),
-            "partial": sum(1 for a in ok if a.get("partial")), "fallback": sum(1 for a in ok if a.get("fallback")),
+            "partial": sum(1 for a in ok if a.get("partial")),
+            "fallback": sum(1 for a in ok if a.get("fallback")),
             "wall_s": round(wall, 3), "requests_per_s": round(requests / wall, 4)}
 
 
@@ -245,12 +246,15 @@ def _deadline_figures(port: int, sizes: list[tuple[int, int]]) -> list[dict[str,
               help="Also time 0.01 s requests of 200 and 1,000 jobs and 5,000-job CP-SAT requests (1 s, 30 s).")
 @click.option("--time-limit", "time_limit_s", type=click.FloatRange(0, 30, min_open=True), default=None,
               help="time_limit_s of the concurrent requests (default: the server's, 1 s).")
-@click.option("--throughput", "throughput_requests", type=click.IntRange(0, 200), default=0, show_default=True,
-              help="Also send this many requests one at a time, then two at a time, and report the throughput "
-                   "ratio (the server then solves at most two at once; give a --time-limit the solves finish in).")
+@click.option("--throughput", "throughput_requests", type=click.IntRange(0, 200), default=0,
+              show_default=True,
+              help="Also send this many requests one at a time, then two at a time, and report the "
+                   "throughput ratio (the server then solves at most two at once; give a --time-limit the "
+                   "solves finish in).")
 @click.option("--json", "as_json", is_flag=True)
 def bench_service(num_requests: int, num_jobs: int, num_gpus: int, num_slow: int, read_timeout_s: float,
-                  deadline_figures: bool, time_limit_s: float | None, throughput_requests: int, as_json: bool) -> None:
+                  deadline_figures: bool, time_limit_s: float | None, throughput_requests: int,
+                  as_json: bool) -> None:
     """The service under concurrent requests and slow-loris connections (127.0.0.1 only)."""
     import httpx
 

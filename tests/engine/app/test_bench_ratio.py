@@ -9,7 +9,8 @@ import pytest
 from dltsched.engine.app.cli.main import main
 
 
-def test_each_policy_gets_its_wall_time_ratio_to_tiresias(capsys: pytest.CaptureFixture[str], repo_root) -> None:
+def test_each_policy_gets_its_wall_time_ratio_to_tiresias(capsys: pytest.CaptureFixture[str],
+                                                          repo_root) -> None:
     inst = str(repo_root / "instances" / "examples" / "tiny-6jobs-4gpus.json")
     assert main(["bench", "simulate", "--instance", inst, "--policy", "tiresias", "--policy", "fifo",
                  "--policy", "sjf", "--seed", "0", "--seed", "1", "--predictors", "analytic", "--json"]) == 0
@@ -22,5 +23,6 @@ def test_each_policy_gets_its_wall_time_ratio_to_tiresias(capsys: pytest.Capture
 
 def test_no_ratio_without_tiresias_in_the_run(capsys: pytest.CaptureFixture[str], repo_root) -> None:
     inst = str(repo_root / "instances" / "examples" / "tiny-6jobs-4gpus.json")
-    assert main(["bench", "simulate", "--instance", inst, "--policy", "fifo", "--predictors", "analytic"]) == 0
+    assert main(["bench", "simulate", "--instance", inst, "--policy", "fifo",
+                 "--predictors", "analytic"]) == 0
     assert "tiresias's in the same run" not in capsys.readouterr().out

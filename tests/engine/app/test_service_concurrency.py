@@ -80,7 +80,8 @@ def test_two_solves_run_at_once_and_the_event_loop_stays_free(monkeypatch: pytes
                                      max_time_limit_s=30.0))
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
-            futures = [pool.submit(httpx.post, f"{url}/v1/schedule", json=_body(s), timeout=120) for s in (0, 1)]
+            futures = [pool.submit(httpx.post, f"{url}/v1/schedule", json=_body(s), timeout=120)
+                       for s in (0, 1)]
             _wait_for(lambda: len(events) == 2, "both solves to start")
             assert httpx.get(f"{url}/v1/health", timeout=10).status_code == 200  # the loop answers meanwhile
             assert "dltsched_solves_in_progress 2.0" in httpx.get(f"{url}/metrics", timeout=10).text
@@ -102,7 +103,7 @@ def test_two_solves_run_at_once_and_the_event_loop_stays_free(monkeypatch: pytes
 
 @pytest.mark.timeout(120)
 def test_one_slot_solves_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With ``max_concurrent_solves=1`` the second solve starts only after the first ended (the bound holds)."""
+    """With ``max_concurrent_solves=1`` the second solve starts only after the first ended."""
     events: list[str] = []
     lock = threading.Lock()
     real = service.solve_in_worker
@@ -119,8 +120,9 @@ def test_one_slot_solves_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     url, stop = _serve(ServiceConfig(solve=ConfiguredSolver.of(backend="greedy"), max_concurrent_solves=1))
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
-            futures = [pool.submit(httpx.post, f"{url}/v1/schedule", json=_body(s) | {"config": {"backend": "greedy"}},
-                                   timeout=120) for s in (0, 1)]
+            futures = [pool.submit(httpx.post, f"{url}/v1/schedule",
+                                   json=_body(s) | {"config": {"backend": "greedy"}}, timeout=120)
+                       for s in (0, 1)]
             statuses = [f.result().status_code for f in futures]
     finally:
         stop()
@@ -138,7 +140,8 @@ def test_bench_service_throughput_reports_one_and_two_at_a_time() -> None:
     from dltsched.engine.app.cli.main import cli
 
     result = CliRunner().invoke(cli, ["bench", "service", "--requests", "1", "--jobs", "20", "--gpus", "16",
-                                      "--slow", "0", "--no-deadline-figures", "--throughput", "4", "--time-limit", "20",
+                                      "--slow", "0", "--no-deadline-figures", "--throughput", "4",
+                                      "--time-limit", "20",
                                       "--json"])
     assert result.exit_code == 0, result.output
     figures = json.loads(result.output)["throughput"]
