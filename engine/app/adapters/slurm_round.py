@@ -261,7 +261,6 @@ def decide(
         )
         for j in fitting
     ]
-    measured = job_measurements(snap, {s.job.id for s in states}, run_types)
     down = {first[n.name] + i for n in nodes for i in range(n.num_gpus) if not n.usable}
     all_measured = measured_predictors(base, job_measurements(snap, active, run_types))
     node_types = {n.name: types[n.name] for n in nodes}
@@ -279,6 +278,7 @@ def decide(
             dict(reservation.per_node),
             reservation.start_s - snap.time_s,
         )
+    measured = job_measurements(snap, {s.job.id for s in states}, run_types)  # the jobs the solve decides
     down |= {
         first[name] + i
         for name, idx in snap.foreign.items()
