@@ -29,6 +29,7 @@ import pytest
 
 from dltsched.engine.app.adapters.slurm import JobSpec, format_comment, parse_squeue_json
 from dltsched.engine.app.adapters.slurm_job import read_progress_folder
+from dltsched.engine.domain.errors import ValidationError
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -172,7 +173,8 @@ class Watcher:
         while not self.stop.is_set():
             try:
                 jobs = parse_squeue_json(_slurm("squeue", "--json", "-p", PARTITION, "-t", "RUNNING"))
-            except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired, ValidationError):
+                time.sleep(0.5)  # slurmctld away or restarting ("Failed while looking for jobs"): ask again
                 continue
             held: dict[tuple[str, int], str] = {}
             for j in jobs:

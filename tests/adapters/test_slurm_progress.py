@@ -239,5 +239,5 @@ def test_measured_speed_and_progress_reach_the_round(tmp_path: Path, monkeypatch
     assert remaining == {"1": 600.0, "3": 800.0}
     assert seen["measured"].jobs["1"].step_time_s == {"*": 0.2, "v100": 0.5}
     assert seen["measured"].jobs["3"].step_time_s == {"*": 0.2}
-    measured = slurm_round._measurements(daemon.snapshot()[0], {"1"}, {})
+    measured = slurm_round.job_measurements(daemon.snapshot()[0], {"1"}, {})
     assert measured.jobs["1"].step_time_s == {"*": 0.2}  # no GPU type known: the comment's alone

@@ -91,3 +91,16 @@ def test_a_job_slurm_cannot_place_now_takes_no_gpus_from_others() -> None:
     placed, plan = decide(_snap(5.0), RoundConfig(time_limit_s=2.0))
     assert "wide" not in {a.job_id for a in plan.assignments}
     assert {"short", "long"} <= set(placed) and "wide" not in placed
+
+
+def test_a_starving_job_whose_gpus_are_free_starts_there() -> None:
+    """Both nodes idle: the starving wide job starts at once on the node kept for it, the others are solved
+    around it (also when it is the only job of the round)."""
+    snap = _snap(100.0)
+    idle = Snapshot(NOW, snap.nodes, {}, snap.queued, snap.specs, snap.num_gpus, snap.submit_time, {})
+    config = RoundConfig(time_limit_s=2.0, starvation_factor=2.0)
+    placed, _ = decide(idle, config)
+    assert len(placed["wide"].gpus) == 4 and {"short", "long"} <= set(placed)
+    assert all(p.node != placed["wide"].node for j, p in placed.items() if j != "wide")
+    alone = Snapshot(NOW, snap.nodes, {}, ("wide",), snap.specs, snap.num_gpus, snap.submit_time, {})
+    assert set(decide(alone, config)[0]) == {"wide"}

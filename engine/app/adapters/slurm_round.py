@@ -116,7 +116,7 @@ def domain_job(job_id: str, spec: JobSpec, num_gpus: int, submit_s: float, types
         )
 
 
-def _measurements(snap: Snapshot, active: set[str], run_types: Mapping[str, str] | None = None) -> Any:
+def job_measurements(snap: Snapshot, active: set[str], run_types: Mapping[str, str] | None = None) -> Any:
     """The jobs' own step times: the comment's ``step_s`` (on its ``gpu_type``, else every type), and a
     running job's measured speed on the GPU type it runs on (``run_types``), which wins over the comment
     there."""
@@ -216,7 +216,7 @@ def decide(
         )
     base = api.load_predictors(config.predictors)
     active = {j for j in snap.queued if j in jobs} | {j for j, p in snap.running.items() if j in jobs}
-    preds = measured_predictors(base, _measurements(snap, active))
+    preds = measured_predictors(base, job_measurements(snap, active))
     held: set[int] = set()
     run_types: dict[str, str] = {}
     states = []
@@ -262,9 +262,8 @@ def decide(
         )
         for j in fitting
     ]
-    measured = _measurements(snap, {s.job.id for s in states}, run_types)
     down = {first[n.name] + i for n in nodes for i in range(n.num_gpus) if not n.usable}
-    all_measured = measured_predictors(base, _measurements(snap, active, run_types))
+    all_measured = measured_predictors(base, job_measurements(snap, active, run_types))
     node_types = {n.name: types[n.name] for n in nodes}
     reservation, run_s = _reservation(snap, config, jobs, all_measured, run_types, node_types)
     kept: set[int] = set()
@@ -280,6 +279,7 @@ def decide(
             dict(reservation.per_node),
             reservation.start_s - snap.time_s,
         )
+    measured = job_measurements(snap, {s.job.id for s in states}, run_types)  # the jobs the solve decides
     down |= {
         first[name] + i
         for name, idx in snap.foreign.items()
