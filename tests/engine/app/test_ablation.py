@@ -154,3 +154,6 @@ def test_experiment_settings_are_checked(tmp_path: Path) -> None:
     exp.write_text('name = "bad"\npolicies = ["optimizing"]\n[variants.x]\npolicy = "nope"\n[workload]\ntrace = "philly"\n')
     with pytest.raises(ValidationError, match="variants.x.policy"):
         load_experiment(exp)
+    exp.write_text('name = "bad"\npolicies = ["fifo"]\nprofile_every_type = true\n[workload]\ntrace = "philly"\n')
+    with pytest.raises(ValidationError, match="profile_every_type.*profile_on_arrival_s"):
+        load_experiment(exp)
