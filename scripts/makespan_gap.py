@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     policy = variant.policy if variant else "optimizing"
     options = dict(variant.options if variant else s.options.get("optimizing", {}))
     options |= {k: _value(v) for k, v in (o.split("=", 1) for o in a.option)}
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
     truth = make_truth(s.workload.data_dir, exp.truth_dirs(), s.truth_sharing)
     for seed in a.seeds if a.seeds is not None else s.seeds:
         inst = load_workload(exp, seed)
