@@ -7,8 +7,9 @@ no queueing. ``rho <= 1`` is fair; we report the mean and the maximum.
 Every makespan comes with a lower bound and the gap to it (``makespan / bound - 1``): the bound is the larger
 of the work bound (total work over capacity: on one GPU type, each job's GPUs x its time alone, summed, over
 the GPUs; on several, the least time in which each type's GPUs can do the work, each job's work divisible over
-the types at its speed there, :func:`work_bound_s`) and the latest ``arrival + ideal`` (the longest job alone on
-its fastest GPUs), both counted from the first arrival.
+the types at its speed there, :func:`work_bound_s`), the latest ``arrival + ideal`` (the longest job alone on
+its fastest GPUs) and the gang chain (jobs too large to share a GPU type run one after another on it,
+:func:`gang_bound_s`), all counted from the first arrival.
 It holds for every schedule in which GPUs run one job at a time at no more than the job's isolated speed;
 freezing (fewer useful iterations per step, faster steps) and co-location whose speeds sum above 1 can beat
 it, so a negative gap is possible and says so.
@@ -124,7 +125,7 @@ class SimulationResult:
 
 
 def makespan_lower_bound_s(instance: Instance, times_s: dict[str, dict[str, float]]) -> float:
-    """max(work bound, latest arrival + fastest time alone), from the first arrival (module docstring); NaN
+    """max(work bound, latest arrival + fastest time alone, gang chain), from the first arrival; NaN
     when no job has a time. ``times_s``: job id -> GPU type -> its run time alone on its GPUs of that type."""
     jobs = [j for j in instance.jobs if times_s.get(j.id)]
     if not jobs:
