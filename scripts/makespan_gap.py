@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", nargs="*", type=int)
     p.add_argument("--option", action="append", default=[])
     p.add_argument("--detail", action="store_true")
+    p.add_argument("--placed-type-only", action="store_true",
+                   help="profile jobs only on the GPU type they run on, whatever the file says")
     a = p.parse_args(argv)
     from dltsched.engine.app.cli.simulate import make_truth, simulation_setup
     from dltsched.engine.app.registry import make_policy, predictors
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             preds = exact_parts(predictors(exp.predictor_set(), s.workload.data_dir), truth, a.exact)
         bare = preds
         preds, config = simulation_setup(preds, seed=seed, memory=s.memory, profile_s=s.profile_on_arrival_s,
-                                         profile_all_types=s.profile_every_type)
+                                         profile_all_types=s.profile_every_type and not a.placed_type_only)
         t0 = time.monotonic()
         res = simulate(inst, make_policy(policy, predictors=preds, **options), truth=truth, config=config)
         d = res.to_dict(records=True)
