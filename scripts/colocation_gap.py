@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     exp = load_experiment(a.experiment)
     s = exp.spec
     truth = make_truth(s.workload.data_dir, exp.truth_dirs(), s.truth_sharing)
-    options = dict(s.options.get("optimizing", {})) | {k: _value(v) for k, v in (o.split("=", 1) for o in a.option)}
+    options = dict(s.options.get("optimizing", {}))
+    options |= {k: _value(v) for k, v in (o.split("=", 1) for o in a.option)}
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
     changes: dict[str, list[float]] = {"avg_jct_s": [], "makespan_s": []}
     for seed in a.seeds:
@@ -52,10 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         out = {}
         for label, extra in (("full", {}), ("nocoloc", {"max_jobs_per_gpu": 1})):
             preds = exact_parts(predictors(exp.predictor_set(), s.workload.data_dir), truth, a.exact)
-            preds, config = simulation_setup(preds, seed=seed, memory=s.memory, profile_s=s.profile_on_arrival_s)
+            preds, config = simulation_setup(preds, seed=seed, memory=s.memory,
+                                             profile_s=s.profile_on_arrival_s)
             t0 = time.monotonic()
-            res = simulate(inst, make_policy("optimizing", predictors=preds, **(options | extra)), truth=truth,
-                           config=config).to_dict()
+            policy = make_policy("optimizing", predictors=preds, **(options | extra))
+            res = simulate(inst, policy, truth=truth, config=config).to_dict()
             out[label] = res
             print(f"seed {seed} {label}: avg JCT {res['avg_jct_s'] / 3600:.3f} h, makespan "
                   f"{res['makespan_s'] / 3600:.3f} h, {time.monotonic() - t0:.0f} s", file=sys.stderr)
@@ -64,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     from dltsched.engine.app.ablation import _ci95
 
     line = {m: f"{100 * statistics.fmean(v):+.1f} ± {100 * _ci95(v):.1f}%" for m, v in changes.items()}
-    print(f"{a.label or ','.join(a.exact) or 'crossfit'} {a.option}: co-location off: avg JCT {line['avg_jct_s']}, "
-          f"makespan {line['makespan_s']}")
+    label = a.label or ",".join(a.exact) or "crossfit"
+    print(f"{label} {a.option}: co-location off: avg JCT {line['avg_jct_s']}, makespan {line['makespan_s']}")
     return 0
 
 

@@ -183,7 +183,16 @@ class Experiment(_Strict):
     truth_sharing: Literal["timeslice", "mps"] | None = None
     arrivals: Literal["trace", "batch"] = "trace"
     profile_on_arrival_s: float | None = Field(None, ge=0, le=1e6)
+    #: with ``profile_on_arrival_s``: also measure every job on one GPU of each type (Gavel, Sia)
+    profile_every_type: bool = False
     outputs: Outputs = Outputs()
+
+    @pydantic.field_validator("profile_every_type")
+    @classmethod
+    def _every_type(cls, value: bool, info: pydantic.ValidationInfo) -> bool:
+        if value and info.data.get("profile_on_arrival_s") is None:
+            raise ValueError("needs profile_on_arrival_s, the seconds of profiling per GPU type")
+        return value
 
     @pydantic.field_validator("policies")
     @classmethod
@@ -404,7 +413,7 @@ def describe(exp: LoadedExperiment, out_dir: str | Path | None = None) -> dict[s
     return {"name": s.name, "file": str(exp.path), "sha256": exp.sha256, "workload": workload,
             "policies": s.labels(), "seeds": list(s.seeds), "predictors": s.predictors, "memory": s.memory,
             "truth": list(s.truth), "truth_sharing": s.truth_sharing, "arrivals": s.arrivals,
-            "profile_on_arrival_s": s.profile_on_arrival_s,
+            "profile_on_arrival_s": s.profile_on_arrival_s, "profile_every_type": s.profile_every_type,
             "prediction_error": s.prediction_error, "options": s.options,
             "runs": [{"policy": p, "seed": seed} for p, seed in exp.runs()],
             "outputs": {"dir": str(out), "files": files}}
@@ -542,7 +551,8 @@ def _run_one(exp: LoadedExperiment, inst: Any, entry: tuple[str, dict[str, Any],
         from dltsched.engine.app.ablation import type_blind
 
         preds = type_blind(preds, [inst.cluster.gpu_type_of(g) for g in range(inst.cluster.num_gpus)])
-    preds, config = simulation_setup(preds, seed=seed, memory=s.memory, profile_s=s.profile_on_arrival_s)
+    preds, config = simulation_setup(preds, seed=seed, memory=s.memory, profile_s=s.profile_on_arrival_s,
+                                     profile_all_types=s.profile_every_type)
     opts = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
     return simulate(inst, make_policy(policy, predictors=preds, **opts), truth=truth, config=config)
 

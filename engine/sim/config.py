@@ -73,10 +73,13 @@ class SimulationConfig:
 class ProfilingConfig:
     """Profiling on arrival: after ``profile_s`` seconds of progress on a GPU type a job's isolated step time,
     peak memory and GPU utilisation there are measured (log-normal noise of sigma ``noise``), and so are the
-    speeds of a co-located group after ``profile_s`` seconds together."""
+    speeds of a co-located group after ``profile_s`` seconds together. ``all_types``: besides, every job is
+    measured alone on each GPU type of the cluster at its GPU count, ``profile_s`` per type one after another
+    from its arrival, on GPUs set aside for profiling (as Gavel and Sia profile jobs on each type)."""
 
     profile_s: float = 300.0
     noise: float = 0.03
+    all_types: bool = False
 
     def __post_init__(self) -> None:
         if not (isinstance(self.profile_s, int | float) and math.isfinite(self.profile_s)

@@ -7,8 +7,9 @@ no queueing. ``rho <= 1`` is fair; we report the mean and the maximum.
 Every makespan comes with a lower bound and the gap to it (``makespan / bound - 1``): the bound is the larger
 of the work bound (total work over capacity: on one GPU type, each job's GPUs x its time alone, summed, over
 the GPUs; on several, the least time in which each type's GPUs can do the work, each job's work divisible over
-the types at its speed there, :func:`work_bound_s`) and the latest ``arrival + ideal`` (the longest job alone
-on its fastest GPUs), both counted from the first arrival.
+the types at its speed there, :func:`work_bound_s`), the latest ``arrival + ideal`` (the longest job alone on
+its fastest GPUs) and the gang chain (jobs too large to share a GPU type run one after another on it,
+:func:`gang_bound_s`), all counted from the first arrival.
 It holds for every schedule in which GPUs run one job at a time at no more than the job's isolated speed;
 freezing (fewer useful iterations per step, faster steps) and co-location whose speeds sum above 1 can beat
 it, so a negative gap is possible and says so.
@@ -16,6 +17,7 @@ it, so a negative gap is possible and says so.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -125,14 +127,49 @@ class SimulationResult:
 
 
 def makespan_lower_bound_s(instance: Instance, times_s: dict[str, dict[str, float]]) -> float:
-    """max(work bound, latest arrival + fastest time alone), from the first arrival (module docstring); NaN
+    """max(work bound, latest arrival + fastest time alone, gang chain), from the first arrival; NaN
     when no job has a time. ``times_s``: job id -> GPU type -> its run time alone on its GPUs of that type."""
     jobs = [j for j in instance.jobs if times_s.get(j.id)]
     if not jobs:
         return float("nan")
     first = min(j.arrival_time_s for j in instance.jobs)
     longest = max(j.arrival_time_s - first + min(times_s[j.id].values()) for j in jobs)
-    return float(max(work_bound_s(jobs, times_s, instance.cluster.gpus_by_type()), longest))
+    by_type = instance.cluster.gpus_by_type()
+    return float(max(work_bound_s(jobs, times_s, by_type), longest, gang_bound_s(jobs, times_s, by_type)))
+
+
+def gang_bound_s(jobs: Sequence[Job], times_s: dict[str, dict[str, float]],
+                 gpus_by_type: dict[str, int]) -> float:
+    """Jobs too large to share a GPU type run one after another on it. On a type with ``G`` GPUs, jobs of
+    more than ``G / 2`` GPUs cannot overlap, nor can one more job of more than ``G`` minus the smallest of
+    them. Such a job ``j`` may move to another type, where it runs no faster than ``e_j`` (its time alone on
+    its fastest other type): within a makespan ``T`` it does at least the share ``(e_j - T) / (e_j - d_j)``
+    of its work on this type, ``d_j`` its time here. The bound is the least ``T`` for which these shares of
+    the ``d_j``, run one after another, fit in ``T``."""
+    best = 0.0
+    for gtype, total in gpus_by_type.items():
+        here = [j for j in jobs if gtype in times_s[j.id]]
+        large = [j for j in here if 2 * j.num_gpus > total]
+        if not large:
+            continue
+        smallest = min(j.num_gpus for j in large)
+        others = [j for j in here if 2 * j.num_gpus <= total and j.num_gpus > total - smallest]
+        if others:  # at most one of these fits beside no large job: the one that adds the most
+            large.append(max(others, key=lambda j: times_s[j.id][gtype]))
+        chain = [(times_s[j.id][gtype], min((t for u, t in times_s[j.id].items() if u != gtype),
+                                            default=math.inf)) for j in large]
+
+        def needed(span: float, chain: list[tuple[float, float]] = chain) -> float:
+            """Time the chain must spend on this type within ``span``."""
+            return sum(d if math.isinf(e) else d * min(1.0, max(0.0, (e - span) / (e - d)))
+                       for d, e in chain if e > d)
+
+        low, high = 0.0, sum(d for d, e in chain if e > d)
+        for _ in range(60):  # needed() falls as the span grows: bisect where it meets the span
+            mid = (low + high) / 2
+            low, high = (mid, high) if needed(mid) > mid else (low, mid)
+        best = max(best, low)
+    return best
 
 
 def work_bound_s(jobs: Sequence[Job], times_s: dict[str, dict[str, float]],

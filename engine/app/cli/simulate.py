@@ -206,20 +206,20 @@ def make_truth(data_dir: str | None, truth_dirs: tuple[str, ...] = (), sharing: 
 def simulation_setup(preds: Any, *, seed: int = 0, memory: str = "oom", faults: Any = None,
                      lengths: str = "known", length_error: float = 0.5, profile_s: float | None = None,
                      profile_noise: float = 0.03, freeze_penalty_scale: float | None = None,
-                     max_wall_s: float | None = None) -> tuple[Any, Any]:
+                     max_wall_s: float | None = None, profile_all_types: bool = False) -> tuple[Any, Any]:
     """The policies' predictor bundle and the simulation settings for these options.
 
-    ``lengths``: what policies are told of job lengths (:mod:`dltsched.engine.sim.lengths`). ``profile_s``:
-    profile each job on arrival for that many seconds per GPU type (:mod:`dltsched.engine.sim.profiling`; the
-    bundle is wrapped to use the profiles). ``freeze_penalty_scale``: policies predict frozen penalties this
-    many times the ground truth's (a mismatch sweep; ``None``: the bundle's own freezing predictor)."""
+    ``lengths``: what policies are told of job lengths (:mod:`dltsched.engine.sim.lengths`). ``profile_s``: profile
+    each job on arrival for that many seconds per GPU type (:mod:`dltsched.engine.sim.profiling`; the bundle is
+    wrapped to use the profiles; ``profile_all_types``: on one GPU of every type besides). ``freeze_penalty_scale``: policies predict frozen penalties this many times the
+    ground truth's (a mismatch sweep; ``None``: the bundle's own freezing predictor)."""
     from dltsched.engine.sim.config import ProfilingConfig
 
     profiling = None
     if profile_s is not None:
         from dltsched.engine.domain.profiled import profiled
 
-        profiling = ProfilingConfig(profile_s, profile_noise)
+        profiling = ProfilingConfig(profile_s, profile_noise, profile_all_types)
         preds = profiled(preds)
     if freeze_penalty_scale is not None:
         from dataclasses import replace

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dltsched.engine.app.ablation import ablation_variants, paired_changes, type_blind
+from dltsched.engine.app.ablation import ablation_variants, exact_parts, paired_changes, type_blind
 from dltsched.engine.app.cli.main import main
 from dltsched.engine.app.experiments import load_experiment
 from dltsched.engine.domain.errors import ValidationError
@@ -47,6 +47,39 @@ def test_type_blind_predicts_every_type_alike() -> None:
     inner = analytic_predictors().step_time
     both = math.sqrt(inner.step_time_s(job, "v100") * inner.step_time_s(job, "k80"))
     assert preds.step_time.step_time_s(job, "v100") == pytest.approx(both)
+
+
+def test_exact_parts_take_only_the_named_part_from_the_truth(tmp_path: Path) -> None:
+    from dltsched.engine.sim.profile_truth import ProfileTruth
+
+    (tmp_path / "steptime.csv").write_text(STEPTIME)
+    (tmp_path / "colocate_info.csv").write_text(PAIRS)
+    truth = ProfileTruth([tmp_path], "mps")
+    preds = analytic_predictors()
+    bert, lstm = Job("a", "bert_base", 32, 10.0), Job("b", "lstm_lm", 20, 10.0)
+    speeds = exact_parts(preds, truth, ["speeds"])
+    assert speeds.colocation.colocated_speeds([bert, lstm], "h200") == pytest.approx((0.9, 0.95))  # measured pair
+    assert speeds.step_time.step_time_s(bert, "h200") == preds.step_time.step_time_s(bert, "h200")
+    assert speeds.colocation.group_memory_mib([bert, lstm], "h200") == preds.colocation.group_memory_mib(
+        [bert, lstm], "h200")
+    step = exact_parts(preds, truth, ["step"])
+    assert step.step_time.step_time_s(bert, "h200") == pytest.approx(0.17)
+    assert step.step_time.memory_mib(bert, "h200") == preds.step_time.memory_mib(bert, "h200")
+    assert step.colocation.colocated_speeds([bert, lstm], "h200") == preds.colocation.colocated_speeds(
+        [bert, lstm], "h200")
+    mem = exact_parts(preds, truth, ["mem"])
+    assert mem.step_time.memory_mib(bert, "h200") == pytest.approx(7900)
+    assert exact_parts(preds, truth, []) is preds
+    with pytest.raises(ValueError, match="speed"):
+        exact_parts(preds, truth, ["speed"])
+
+
+def test_the_heldout_calibration_has_no_row_of_the_finetune_models() -> None:
+    exp = load_experiment(Path(__file__).parents[3] / "instances/experiments/colocation-finetune-h200mps-heldout.toml")
+    bundle = json.loads(Path(exp.predictor_set().split("@", 1)[1].rsplit(":", 1)[0]).read_text())
+    fitted = json.dumps({k: v for k, v in bundle["gpus"]["h200"].items() if k != "figures"})
+    assert "mps" in bundle["gpus"]["h200"]["sharing_modes"] and "resnet50" in fitted
+    assert not any(m in fitted for m in ("bert_base", "gpt2", "transformer", "lstm_lm"))
 
 
 def test_paired_changes_are_per_seed() -> None:
@@ -127,4 +160,7 @@ def test_experiment_settings_are_checked(tmp_path: Path) -> None:
     exp.write_text('name = "bad"\npolicies = ["optimizing"]\n[variants.x]\npolicy = '
                    '"nope"\n[workload]\ntrace = "philly"\n')
     with pytest.raises(ValidationError, match="variants.x.policy"):
+        load_experiment(exp)
+    exp.write_text('name = "bad"\npolicies = ["fifo"]\nprofile_every_type = true\n[workload]\ntrace = "philly"\n')
+    with pytest.raises(ValidationError, match="profile_every_type.*profile_on_arrival_s"):
         load_experiment(exp)

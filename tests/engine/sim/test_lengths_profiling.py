@@ -130,6 +130,28 @@ def test_profiling_measures_running_jobs_with_noise(analytic, small_instance):
     assert ProfileBook.from_list(rows).to_list() == rows
 
 
+def test_profiling_every_type_measures_each_job_on_every_type(analytic, small_instance):
+    inst = small_instance(5, num_jobs=25)
+    types = sorted(inst.cluster.gpus_by_type())
+    assert len(types) > 1, "the test needs a cluster of several GPU types"
+    cfg = ProfilingConfig(profile_s=60.0, noise=0.05, all_types=True)
+    run = Simulator(inst, make_policy("fifo", predictors=profiled(analytic)), TRUTH,
+                    SimulationConfig(seed=3, profiling=cfg)).start()
+    run.run()
+    isolated = [r for r in run.profiles.to_list() if r[0] == "isolated"]
+    jobs = {j.id: j for j in inst.jobs}
+    types_of: dict[str, set[str]] = {}
+    for r in isolated:
+        types_of.setdefault(r[1], set()).add(r[2])
+    assert any(measured == set(types) for measured in types_of.values())  # a job measured on every type
+    ratios = [r[5] / TRUTH.step_time_s(jobs[r[1]], r[2], r[3], r[4]) for r in isolated]
+    assert all(0.7 < x < 1.4 for x in ratios) and len(set(ratios)) > 1  # noisy, near the truth
+    plain = Simulator(inst, make_policy("fifo", predictors=profiled(analytic)), TRUTH,
+                      SimulationConfig(seed=3, profiling=replace(cfg, all_types=False))).start()
+    plain.run()
+    assert len(plain.profiles) < len(run.profiles)
+
+
 class Crash(Exception):
     pass
 

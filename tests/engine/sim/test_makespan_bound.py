@@ -7,7 +7,7 @@ import math
 import pytest
 
 from dltsched.engine.domain.model import Cluster, Instance, Job, Node
-from dltsched.engine.sim.metrics import makespan_lower_bound_s, work_bound_s
+from dltsched.engine.sim.metrics import gang_bound_s, makespan_lower_bound_s, work_bound_s
 from dltsched.engine.sim.simulator import SimulationConfig, simulate
 from dltsched.engine.sim.truth import MeasuredTruth
 
@@ -21,6 +21,24 @@ def test_work_bound_divides_work_over_types_at_their_speeds() -> None:
     assert work_bound_s(jobs, times, {"fast": 1, "slow": 1}) == pytest.approx(4 / 3 * 3600.0)
     assert work_bound_s(jobs, {k: {"fast": v["fast"]} for k, v in times.items()},
                         {"fast": 2}) == pytest.approx(3600)
+
+
+def test_gangs_too_large_to_share_a_type_run_one_after_another() -> None:
+    # a V100 type of 4 GPUs, a K80 type of 2. Job 1 (4 GPUs, 10 h) fits only the V100s; job 2 (2 GPUs) takes
+    # 10 h on V100s, 100 h on K80s and cannot run beside job 1 on the V100s. Best: job 2 does 10% of its work
+    # on K80s while job 1 runs, the rest (9 h) on V100s after it: 19 h. The bound finds T with
+    # 10 + 10 (100 - T) / 90 = T -> T = 19 h; the work LP says 100/7 = 14.3 h.
+    jobs = [Job("j1", "resnet18", 32, 1.0, num_gpus=4), Job("j2", "resnet18", 32, 1.0, num_gpus=2)]
+    times = {"j1": {"v100": 10 * 3600.0}, "j2": {"v100": 10 * 3600.0, "k80": 100 * 3600.0}}
+    gpus = {"v100": 4, "k80": 2}
+    assert gang_bound_s(jobs, times, gpus) == pytest.approx(19 * 3600.0, rel=1e-6)
+    assert work_bound_s(jobs, times, gpus) == pytest.approx(100 / 7 * 3600.0, rel=1e-6)
+    cluster = Cluster((Node("a", "v100", 4), Node("b", "k80", 2)))
+    inst = Instance("g", cluster, tuple(jobs))
+    assert makespan_lower_bound_s(inst, times) == pytest.approx(19 * 3600.0, rel=1e-6)
+    # jobs small enough to run side by side add nothing
+    small = [Job("s1", "resnet18", 32, 1.0, num_gpus=2), Job("s2", "resnet18", 32, 1.0, num_gpus=2)]
+    assert gang_bound_s(small, {"s1": {"v100": 3600.0}, "s2": {"v100": 3600.0}}, {"v100": 4}) == 0.0
 
 
 def test_bound_is_the_larger_of_work_and_the_longest_job() -> None:
