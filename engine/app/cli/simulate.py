@@ -209,10 +209,11 @@ def simulation_setup(preds: Any, *, seed: int = 0, memory: str = "oom", faults: 
                      max_wall_s: float | None = None, profile_all_types: bool = False) -> tuple[Any, Any]:
     """The policies' predictor bundle and the simulation settings for these options.
 
-    ``lengths``: what policies are told of job lengths (:mod:`dltsched.engine.sim.lengths`). ``profile_s``: profile
-    each job on arrival for that many seconds per GPU type (:mod:`dltsched.engine.sim.profiling`; the bundle is
-    wrapped to use the profiles; ``profile_all_types``: on one GPU of every type besides). ``freeze_penalty_scale``: policies predict frozen penalties this many times the
-    ground truth's (a mismatch sweep; ``None``: the bundle's own freezing predictor)."""
+    ``lengths``: what policies are told of job lengths (:mod:`dltsched.engine.sim.lengths`). ``profile_s``:
+    profile each job on arrival for that many seconds per GPU type (:mod:`dltsched.engine.sim.profiling`; the
+    bundle is wrapped to use the profiles; ``profile_all_types``: on one GPU of every type besides).
+    ``freeze_penalty_scale``: policies predict frozen penalties this many times the ground truth's (a mismatch
+    sweep; ``None``: the bundle's own freezing predictor)."""
     from dltsched.engine.sim.config import ProfilingConfig
 
     profiling = None
