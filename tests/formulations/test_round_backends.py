@@ -8,8 +8,8 @@ from dltsched.engine.domain.model import Assignment, Plan
 from dltsched.formulations import RoundOptions, check_plan, solve_problem
 from dltsched.formulations.backends import BackendOutcome
 from dltsched.formulations.candidates import build_candidates, objective_of
-from dltsched.formulations.solve import finish, starting_selection
 from dltsched.formulations.result import Termination
+from dltsched.formulations.solve import finish, starting_selection
 from dltsched.formulations.testing import Tables, checked, job, make_round
 
 

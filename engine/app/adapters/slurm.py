@@ -688,8 +688,8 @@ def slurm(
     slurm_conf: str | None,
 ) -> None:
     """Schedule a Slurm partition's held GPU jobs with dltsched, round by round."""
-    from dltsched.formulations.pipeline import ConfiguredSolver
     from dltsched.engine.app.registry import check_predictors, with_calibration
+    from dltsched.formulations.pipeline import ConfiguredSolver
 
     ConfiguredSolver.of(
         backend=backend, objective=objective, time_limit_s=solver_s
