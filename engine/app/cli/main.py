@@ -159,6 +159,7 @@ class BackendName(click.ParamType):
             self.fail(getattr(err, "problem", str(err)), param, ctx)
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        """The backend names of the registry, as ``--help`` shows them."""
         from dltsched.engine.app.vocabulary import backend_names
 
         return f"[{'|'.join(backend_names())}]"

@@ -23,7 +23,7 @@ SHARED_MIB = 600.0
 GPU = "h200"
 
 
-def _write(folder, sharing: str, noise: float, seed: int) -> None:
+def write_profiles(folder, sharing: str, noise: float, seed: int) -> None:
     from dltsched.predictors.profiling.dataset import write_dataset
 
     rng = random.Random(seed)
@@ -62,8 +62,8 @@ def _write(folder, sharing: str, noise: float, seed: int) -> None:
 def synthetic_dir(tmp_path_factory):
     """``h200/`` (time-sliced, 3% noise) with ``h200/mps/`` (exact, slower partners: a different regime)."""
     root = tmp_path_factory.mktemp("profiles") / "h200"
-    _write(root, "timeslice", 0.03, 0)
-    _write(root / "mps", "mps", 0.0, 1)
+    write_profiles(root, "timeslice", 0.03, 0)
+    write_profiles(root / "mps", "mps", 0.0, 1)
     # the MPS regime slows partners less: rewrite its speeds as faster ones
     raw = json.loads((root / "mps" / "groups.json").read_text())
     for g in raw["groups"]:

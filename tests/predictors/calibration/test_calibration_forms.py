@@ -170,7 +170,7 @@ def test_a_gpu_bound_by_its_host_is_calibrated_in_that_form_end_to_end(tmp_path,
 
     host_bound = {**TRUE_STEP, "overlap_power": 1.0, "host_ops": 1.0, "dispatch_us": 30.0}
     monkeypatch.setattr(conftest, "TRUE_STEP", host_bound)
-    conftest._write(tmp_path / "h200", "timeslice", 0.02, 5)
+    conftest.write_profiles(tmp_path / "h200", "timeslice", 0.02, 5)
     out = tmp_path / "cal.json"
     assert main(["calibrate", str(tmp_path / "h200"), "--out", str(out), "--no-figures"]) == 0
     raw = json.loads(out.read_text())["gpus"][GPU]
