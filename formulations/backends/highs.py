@@ -25,9 +25,6 @@ from dltsched.formulations.backends.base import (
 )
 from dltsched.formulations.model import RoundModel
 
-#: a MIP start's value for the makespan column: HiGHS repairs it when it completes the start
-UNSET_MAKESPAN = 1e30
-
 
 @register
 class Highs(Backend):
@@ -53,6 +50,8 @@ class Highs(Backend):
         engine.passModel(highs_lp(model))
         if params.hint:
             engine.setSolution(mip_start(model, params.hint))
+            if start_needs_presolve_off(model):
+                engine.setOptionValue("presolve", "off")
         options = model.options
         build_s = time.perf_counter() - start
         engine.setOptionValue("time_limit", remaining_s(params, build_s))
@@ -108,15 +107,30 @@ def highs_lp(model: RoundModel) -> Any:
 
 
 def mip_start(model: RoundModel, hint: tuple[int, ...]) -> Any:
-    """A ``highspy.HighsSolution`` with the hinted candidates at 1, the others at 0 (``M`` left to HiGHS)."""
+    """A ``highspy.HighsSolution`` with the hinted candidates at 1, the others at 0, and ``M`` at the
+    latest completion they give (a complete, feasible start)."""
     import highspy
     import numpy as np
 
     chosen = np.zeros(model.num_columns)
     chosen[list(hint)] = 1.0
-    if model.makespan_column is not None:
-        chosen[model.makespan_column] = UNSET_MAKESPAN
+    if model.makespan_column is not None:  # the start's own makespan: a start HiGHS must repair it may drop
+        chosen[model.makespan_column] = start_makespan_s(model, hint)
     solution = highspy.HighsSolution()
     solution.col_value = chosen
     solution.value_valid = True
     return solution
+
+
+def start_makespan_s(model: RoundModel, hint: tuple[int, ...]) -> float:
+    """The least ``M`` the makespan rows allow when exactly the ``hint`` candidates are chosen."""
+    chosen = set(hint)
+    return max((row.wait_s + sum(f - row.wait_s for c, f in zip(row.cols, row.finish_s, strict=True)
+                                 if c in chosen) for row in model.makespan_rows), default=0.0)
+
+
+def start_needs_presolve_off(model: RoundModel) -> bool:
+    """Whether a MIP start must go with HiGHS's presolve off: with the makespan column, HiGHS (1.16) given
+    a start and presolving may report a better optimum than the solution it returns (the start itself), so
+    the round would keep a worse plan than the one HiGHS proved; without presolve it returns what it found."""
+    return model.makespan_column is not None

@@ -28,7 +28,7 @@ from dltsched.formulations.backends.base import (
     remaining_s,
     termination,
 )
-from dltsched.formulations.backends.highs import mip_start
+from dltsched.formulations.backends.highs import mip_start, start_needs_presolve_off
 from dltsched.formulations.model import RoundModel
 
 
@@ -97,15 +97,18 @@ def _solve_highs(m: Any, model: RoundModel, params: SolveParams, build_s: float)
     start = time.perf_counter()
     opt = Highs()
     opt.set_instance(m)
+    extra: dict[str, str] = {}
     if params.hint:
         _set_start(opt, m, model, params.hint)
+        if start_needs_presolve_off(model):
+            extra["presolve"] = "off"
     build_s += time.perf_counter() - start
     options = model.options
     threads = 1 if options.deterministic else options.num_workers
     for attempt in range(2):
         results = opt.solve(m, time_limit=remaining_s(params, build_s), rel_gap=options.relative_gap,
                             threads=threads, load_solutions=False, raise_exception_on_nonoptimal_result=False,
-                            solver_options={"mip_abs_gap": 1e-9})
+                            solver_options={"mip_abs_gap": 1e-9, **extra})
         if attempt or results.termination_condition.name != "unknown":
             break
         # HiGHS keeps one task scheduler per process, sized by the first solve that runs in it; a later solve

@@ -88,6 +88,19 @@ def test_golden_file_covers_every_backend_and_path() -> None:
     assert {r["source"] for r in data["rounds"]} >= {"philly", "medium-200jobs-64gpus", "generated-60x32"}
 
 
+#: makespan rounds on which the recorded ``milp`` plan was the MIP start HiGHS returned with its presolve on,
+#: worse than the optimum it reported (its own bound); the HiGHS backends now reach CP-SAT's recorded optimum
+MILP_RECORDED_SHORT = {"r105-default", "r112-medium-200jobs-64gpus"}
+
+
+def test_the_milp_recording_was_short_of_its_own_bound_on_those_rounds_only() -> None:
+    short = {r["id"] for r in golden()["rounds"] if "objective" in r["plans"]["milp"]
+             and r["plans"]["milp"].get("bound") is not None
+             and not close(r["plans"]["milp"]["objective"], r["plans"]["milp"]["bound"])
+             and r["plans"]["milp"]["status"] == "optimal"}
+    assert short == MILP_RECORDED_SHORT
+
+
 @pytest.mark.parametrize(("index", "backend"), _cases())
 def test_golden_round(index: int, backend: str) -> None:
     record = golden()["rounds"][index]
@@ -97,6 +110,8 @@ def test_golden_round(index: int, backend: str) -> None:
         with pytest.raises(ValueError, match="not decomposed"):
             solve_problem(problem, backend)
         return
+    if RECORDED_AS.get(backend, backend) == "milp" and record["id"] in MILP_RECORDED_SHORT:
+        expected = record["plans"]["cpsat"]  # the recording kept a worse plan than HiGHS proved (see above)
     result = solve_problem(problem, backend)
     plan = result.plan
     report = check_plan(problem, plan)
