@@ -17,13 +17,14 @@ bonuses; ``makespan`` = the latest predicted completion, plus penalties, minus b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections import defaultdict
 from dataclasses import dataclass
 
 from dltsched.engine.domain.errors import InvalidPlanError
 from dltsched.engine.domain.model import Objective, Plan
 from dltsched.formulations.interference import simulate_stages
-from dltsched.formulations.problem import RoundProblem
+from dltsched.formulations.problem import JobOption, RoundProblem
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +119,7 @@ def _sharing_violations(problem: RoundProblem, plan: Plan, on_gpu: dict[int, lis
                 out.append(f"GPU {g}: jobs {names} are not an allowed co-location group on {type_of[g]}")
                 continue
             overhead = group.overhead_mib
-        memory = overhead + sum(problem.option(j, type_of[g],
-                                               level_of[j]).memory_mib  # type: ignore[union-attr]
-                                for j in members)
+        memory = overhead + sum(_option(problem, j, type_of[g], level_of[j]).memory_mib for j in members)
         limit = next(n.memory_mib for n in problem.nodes if n.gpu_type == type_of[g])
         if memory > limit * (1 + 1e-9):
             out.append(f"GPU {g}: jobs {names} need {memory:.0f} MiB, {limit:.0f} MiB available")
@@ -141,8 +140,7 @@ def _objective(problem: RoundProblem, plan: Plan) -> float:
         level = dict(placed)
         gpu_type = type_of[gpus[0]]
         cross = len({node_of[g] for g in gpus}) > 1
-        rates = [problem.option(j, gpu_type, level[j]).rate(cross)
-                 for j in members]  # type: ignore[union-attr]
+        rates = [_option(problem, j, gpu_type, level[j]).rate(cross) for j in members]
         speeds = _speeds(problem, members, gpu_type)
         group = problem.group(members, gpu_type) if len(members) > 1 else None
         credited = problem.value_speeds(group) if group is not None else speeds(tuple(range(len(members))))
@@ -165,7 +163,17 @@ def _objective(problem: RoundProblem, plan: Plan) -> float:
     return max(finish, default=0.0) + penalty - bonus
 
 
-def _speeds(problem: RoundProblem, members: tuple[int, ...], gpu_type: str):  # noqa: ANN202
+def _option(problem: RoundProblem, job: int, gpu_type: str, level: int) -> JobOption:
+    """The job's option at ``level`` on ``gpu_type``; the feasibility checks ran first, so it exists."""
+    option = problem.option(job, gpu_type, level)
+    if option is None:
+        raise InvalidPlanError(f"job '{problem.jobs[job].id}' has no option at freeze level {level} on "
+                               f"{gpu_type}")
+    return option
+
+
+def _speeds(problem: RoundProblem, members: tuple[int, ...],
+            gpu_type: str) -> Callable[[tuple[int, ...]], list[float]]:
     def speeds(active: tuple[int, ...]) -> list[float]:
         if len(active) == 1:
             return [1.0]

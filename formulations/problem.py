@@ -78,7 +78,7 @@ class RoundOptions:
 
     def __post_init__(self) -> None:
         try:  # a name from a round file, the service or the API becomes the enum here, once
-            object.__setattr__(self, "objective", Objective(self.objective))
+            object.__setattr__(self, "objective", Objective.named(self.objective))
         except ValueError:
             raise ValidationError("options.objective", f"'{self.objective}' not understood; one of "
                                   f"{', '.join(OBJECTIVES)}") from None

@@ -39,6 +39,20 @@ class Objective(StrEnum):
         member.minimize = sense is Sense.MINIMIZE
         return member
 
+    @classmethod
+    def named(cls, name: str) -> Objective:
+        """The member called ``name`` (``Objective(name)``, in words type checkers follow).
+
+        Raises
+        ------
+        ValueError
+            When no objective has that name.
+        """
+        for member in cls:
+            if member.value == name:
+                return member
+        raise ValueError(f"'{name}' is not an objective")
+
     EFFECTIVE_PROGRESS = "effective_progress", Sense.MAXIMIZE
     JCT = "jct", Sense.MAXIMIZE
     WEIGHTED_COMPLETION = "weighted_completion", Sense.MINIMIZE

@@ -1,4 +1,5 @@
-"""The round model and the backends pass mypy's ``--strict`` with every import resolved.
+"""The formulations package (the round model, the backends, the pipeline, the checker) passes mypy's
+``--strict`` with every import resolved.
 
 ``mypy engine formulations`` (``make test``) names the modules ``formulations.*``: their imports of
 ``dltsched.*`` do not resolve there and count as ``Any``. This test checks them under their import names
@@ -17,11 +18,11 @@ import pytest
 mypy_api = pytest.importorskip("mypy.api")
 
 ROOT = Path(__file__).resolve().parents[2]
-#: the modules held to --strict: the one round model, every backend, and the round's solve entry points
-MODULES = ("dltsched.formulations.model", "dltsched.formulations.solve", "dltsched.formulations.decompose")
+#: the packages held to --strict, every module of them
+PACKAGES = ("dltsched.formulations",)
 
 
-def test_model_and_backends_pass_mypy_strict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_formulations_pass_mypy_strict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     package = tmp_path / "src" / "dltsched"
     package.mkdir(parents=True)
     for folder in ("engine", "formulations", "predictors", "instances"):
@@ -29,11 +30,11 @@ def test_model_and_backends_pass_mypy_strict(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("MYPYPATH", str(tmp_path / "src"))
     monkeypatch.chdir(tmp_path)
     args = ["--config-file", str(ROOT / "pyproject.toml"), "--strict", "--follow-imports=silent",
-            "--no-incremental", "--cache-dir", os.devnull, "-p", "dltsched.formulations.backends"]
-    for module in MODULES:
-        args += ["-m", module]
+            "--no-incremental", "--cache-dir", os.devnull]
+    for package in PACKAGES:
+        args += ["-p", package]
     out, err, status = mypy_api.run(args)
     assert status == 0, out + err
     checked = int(out.rsplit(" in ", 1)[1].split()[0])  # "Success: no issues found in N source files"
-    backends = len(list((ROOT / "formulations" / "backends").glob("*.py")))
-    assert out.startswith("Success") and checked == backends + len(MODULES), out
+    modules = len(list((ROOT / "formulations").rglob("*.py")))
+    assert out.startswith("Success") and checked == modules, out
