@@ -43,6 +43,16 @@ class Objective(StrEnum):
     def named(cls, name: str) -> Objective:
         """The member called ``name`` (``Objective(name)``, in words type checkers follow).
 
+        Parameters
+        ----------
+        name
+            An objective's name, e.g. ``"jct"``.
+
+        Returns
+        -------
+        Objective
+            The member with that value.
+
         Raises
         ------
         ValueError
