@@ -36,7 +36,8 @@ def _key(job: Job) -> tuple[str, str, int, bool]:
 
 
 class CalibratedStepTime:
-    """``StepTimePredictor``: the calibration for covered GPU types, ``base`` for the rest (module docstring)."""
+    """``StepTimePredictor``: the calibration for covered GPU types, ``base`` for the rest (module
+    docstring)."""
 
     def __init__(self, base: Any, bundle: CalibrationBundle) -> None:
         self.base, self.bundle = base, bundle
@@ -64,7 +65,8 @@ class CalibratedStepTime:
                                                    num_nodes=num_nodes))
             return float(self.base.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level,
                                                num_nodes=num_nodes, scope=scope))
-        memo_key = (job.model, job.dataset, job.batch_size, job.amp, job.optimizer, job.num_gpus, gpu_type, num_gpus,
+        memo_key = (job.model, job.dataset, job.batch_size, job.amp, job.optimizer, job.num_gpus, gpu_type,
+                    num_gpus,
                     freeze_level, num_nodes, scope)
         hit = self._memo.get(memo_key)
         if hit is None:
@@ -89,7 +91,8 @@ class CalibratedStepTime:
 
 
 class CalibratedColocation:
-    """``ColocationPredictor``: the calibrated group models of ``sharing`` for covered GPU types, ``base`` else."""
+    """``ColocationPredictor``: the calibrated group models of ``sharing`` for covered GPU types, ``base``
+    else."""
 
     def __init__(self, base: Any, bundle: CalibrationBundle, sharing: str = "timeslice") -> None:
         self.base, self.bundle, self.sharing = base, bundle, sharing
@@ -134,11 +137,13 @@ class CalibratedColocation:
 
 def calibrated_predictors(base: Any, bundle: CalibrationBundle | str | os.PathLike[str],
                           sharing: str = "timeslice") -> Any:
-    """``base`` (a ``Predictors`` bundle) with ``bundle`` (or the path of one) on top; see the module docstring."""
+    """``base`` (a ``Predictors`` bundle) with ``bundle`` (or the path of one) on top; see the module
+    docstring."""
     from dltsched.engine.domain.predictors import Predictors
 
     cal = bundle if isinstance(bundle, CalibrationBundle) else CalibrationBundle.load(bundle)
-    return Predictors(CalibratedStepTime(base.step_time, cal), CalibratedColocation(base.colocation, cal, sharing),
+    return Predictors(CalibratedStepTime(base.step_time, cal),
+                      CalibratedColocation(base.colocation, cal, sharing),
                       base.freezing)
 
 
