@@ -53,6 +53,8 @@ class NodeIn(_Strict):
 
 
 class ClusterIn(_Strict):
+    """The cluster of a request: its nodes and the GPUs that are down."""
+
     nodes: list[NodeIn] = Field(min_length=1, max_length=MAX_GPUS)
     down_gpus: list[int] = Field(default_factory=list, max_length=MAX_GPUS,
                                  description="GPUs on failed nodes (global indices).")
@@ -174,6 +176,9 @@ class ConfigIn(_Strict):
 
 
 class ScheduleRequest(_Strict):
+    """One round to schedule: the time, the cluster, the jobs, measured co-located groups and the
+    solver settings."""
+
     time_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
     cluster: ClusterIn
     jobs: list[JobIn] = Field(default_factory=list, max_length=MAX_JOBS)
@@ -228,6 +233,8 @@ REQUEST_EXAMPLES: dict[str, dict[str, Any]] = {
 
 
 class AssignmentOut(BaseModel):
+    """Where one job runs this round: its GPUs (global indices), their type and nodes, its freeze level."""
+
     job_id: str
     gpus: list[int]
     gpu_type: str
@@ -236,11 +243,16 @@ class AssignmentOut(BaseModel):
 
 
 class ColocationGroupOut(BaseModel):
+    """Jobs sharing one GPU (global index) this round."""
+
     gpu: int
     job_ids: list[str]
 
 
 class ScheduleResponse(BaseModel):
+    """The plan of a round: solve status, backend and timing, the assignments and co-location groups,
+    and where each job's numbers came from."""
+
     status: str = Field(description="optimal | feasible | timeout | heuristic | fallback | infeasible")
     backend: str
     fallback: bool = Field(description="The plan is the fallback policy's (solver failed or out of time).")
@@ -269,6 +281,8 @@ class ScheduleResponse(BaseModel):
 
 
 class FieldError(BaseModel):
+    """One invalid field of a request (its path) and what is wrong with it."""
+
     field: str
     message: str
 
@@ -284,6 +298,7 @@ class Problem(BaseModel):
 
 
 def to_cluster(data: ClusterIn) -> Cluster:
+    """The domain cluster of ``data``; an invalid node raises :class:`ValidationError` at its path."""
     nodes = []
     for i, n in enumerate(data.nodes):
         try:
@@ -405,6 +420,8 @@ def to_measurements(req: ScheduleRequest) -> Measurements | None:
 
 def to_response(plan: Plan, state: ClusterState, wall_time_s: float, *, partial: bool = False,
                 time_limit_s: float | None = None, fallback_reason: str | None = None) -> ScheduleResponse:
+    """The answer of ``plan`` for ``state`` (``wall_time_s``: seconds the request took; ``partial``,
+    ``time_limit_s`` and ``fallback_reason`` as :class:`ScheduleResponse` describes them)."""
     cluster = state.cluster
     placed = {a.job_id for a in plan.assignments}
     return ScheduleResponse(

@@ -158,11 +158,12 @@ class Admission:
         return max(1, min(300, math.ceil(rounds * self.config.solve.time_limit_s)))
 
     async def run(self, req: ScheduleRequest) -> ScheduleResponse:
+        """The answer to ``req``, solved once a solver slot is free; raises :class:`Overloaded` (429) when
+        the queue is full, (503) when no slot frees within ``max_queue_wait_s``."""
         if self.waiting >= self.config.max_queue and self.slots.available_tokens == 0:
             self.metrics.rejected.labels("queue_full").inc()
             raise Overloaded(429, f"{self.waiting} requests already waiting (queue limit "
-                                  f"{self.config.max_queue}); "
-                             "retry later", self.retry_after_s())
+                                  f"{self.config.max_queue}); retry later", self.retry_after_s())
         self.waiting += 1
         self.metrics.queue_depth.set(self.waiting)
         try:
@@ -170,9 +171,8 @@ class Admission:
                 await self.slots.acquire()
         except TimeoutError:
             self.metrics.rejected.labels("queue_wait").inc()
-            raise Overloaded(503, f"no solver slot free within {self.config.max_queue_wait_s:g} s; retry "
-                                  "later",
-                             self.retry_after_s()) from None
+            raise Overloaded(503, f"no solver slot free within {self.config.max_queue_wait_s:g} s; "
+                                  "retry later", self.retry_after_s()) from None
         finally:
             self.waiting -= 1
             self.metrics.queue_depth.set(self.waiting)
