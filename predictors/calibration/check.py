@@ -70,6 +70,8 @@ class CalibratedGroupPredictor:
         self.bundle, self.base, self.sharing = bundle, base, dict(sharing or {})
 
     def predict(self, groups: Sequence[Any], data: Any) -> list[Any]:
+        """Predictions for ``groups``: the bundle's group models where the GPU type and sharing mode
+        are calibrated, the base predictor's for the rest."""
         from dltsched.predictors.colocation.metrics import GroupPrediction
 
         out = []

@@ -41,9 +41,12 @@ class Candidate:
 
     @property
     def label(self) -> str:
+        """``model:batch_size``, as the plan and the profiling command name the job."""
         return f"{self.model}:{self.batch_size}"
 
     def bins(self) -> set[tuple[str, Any]]:
+        """The coverage bins the job falls in: family, dominant kernel class, GPU busy share, memory and
+        step time."""
         return {("family", self.family), ("class", self.dominant), ("busy", _bin(self.busy, _BUSY_BINS)),
                 ("memory", _bin(math.log2(max(self.memory_mib, 1.0)), (10.0, 11.5, 13.0))),
                 ("step", _bin(math.log10(self.step_s), (-2.5, -1.7, -1.0)))}
@@ -180,6 +183,7 @@ def plan_profile(gpu: str, budget_s: float, *, models: Sequence[str] = (), jobs:
 
 
 def plan_text(plan: dict[str, Any]) -> str:
+    """A profiling ``plan`` as text: one line per job alone and per group, then the command to run it."""
     lines = [f"profiling plan for {plan['gpu']} ({plan['sharing']}): {len(plan['jobs'])} jobs alone, "
              f"{len(plan['groups'])} groups, about {plan['estimated_s']:.0f} s of {plan['budget_s']:.0f} s"]
     for j in plan["jobs"]:

@@ -58,6 +58,7 @@ class CalibratedStepTime:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *, freeze_level: int = 0,
                     num_nodes: int = 1, scope: str = "iteration") -> float:
+        """Seconds per step: the calibration's for a covered GPU type, the base predictor's else."""
         cal = self.bundle.for_gpu(gpu_type)
         if cal is None:
             if scope == "iteration":
@@ -79,6 +80,7 @@ class CalibratedStepTime:
         return hit
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        """GPU memory (MiB): the calibration's for a covered GPU type, the base predictor's else."""
         cal = self.bundle.for_gpu(gpu_type)
         if cal is None:
             return float(self.base.memory_mib(job, gpu_type, freeze_level=freeze_level))
@@ -114,14 +116,18 @@ class CalibratedColocation:
         return got
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        """Each job's speed in the group relative to alone: the calibrated group model's for a group the
+        calibration covers, the base predictor's else."""
         got = self._group(jobs, gpu_type)
         return tuple(self.base.colocated_speeds(jobs, gpu_type)) if got is None else tuple(got["speeds"])
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        """The group's GPU memory (MiB): calibrated for a group the calibration covers, the base's else."""
         got = self._group(jobs, gpu_type)
         return float(self.base.group_memory_mib(jobs, gpu_type)) if got is None else float(got["memory_mib"])
 
     def group_util_pct(self, jobs: Sequence[Job], gpu_type: str) -> float | None:
+        """The group's GPU utilisation (percent) for a group the calibration covers; ``None`` else."""
         got = self._group(jobs, gpu_type)
         return None if got is None else float(got["gpu_util"])
 
