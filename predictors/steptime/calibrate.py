@@ -367,6 +367,7 @@ class Evaluation:
     rows: tuple[dict[str, Any], ...]
 
     def summary(self) -> dict[str, Any]:
+        """The headline figures: row count, mean and 90th-percentile absolute percentage error."""
         return {"n": self.n, "mape": self.mape, "p90_ape": self.p90_ape}
 
 

@@ -45,6 +45,8 @@ def kernel_family(gpu_id: str) -> str:
 
 
 def workload_key(m: Measurement, model_id: str, dataset: str) -> str:
+    """The key of measurement ``m``'s workload (its setup, model ``model_id``, ``dataset`` and AMP)
+    in the kernel step model's fitted terms."""
     return kernelstep.workload_key(m.source, model_id, dataset, m.amp)
 
 

@@ -90,6 +90,8 @@ class KernelGpu:
     l2_mib: float = 6.0
 
     def peak_flops(self, math_mode: str) -> float:
+        """Peak FLOP/s in ``math_mode`` (``fp32``, ``tf32`` or ``fp16``; a GPU without the tensor mode
+        falls back to FP32); another mode raises :class:`ValidationError`."""
         if math_mode not in MATH_MODES:
             raise ValidationError("math", f"{math_mode!r} not understood; one of {', '.join(MATH_MODES)}")
         tflops = {"fp32": self.fp32_tflops, "tf32": self.tf32_tflops or self.fp32_tflops,
@@ -281,6 +283,7 @@ class TreeEnsemble:
     value: np.ndarray
 
     def predict(self, x: np.ndarray) -> np.ndarray:
+        """The ensemble's prediction for each row of the feature matrix ``x``."""
         n = x.shape[0]
         out = np.full(n, self.init)
         rows = np.arange(n)
@@ -298,12 +301,14 @@ class TreeEnsemble:
         return out
 
     def to_json(self) -> dict[str, Any]:
+        """The ensemble as the kernel model file stores it."""
         return {"init": self.init, "rate": self.rate, "feature": self.feature.tolist(),
                 "threshold": self.threshold.tolist(), "left": self.left.tolist(),
                 "right": self.right.tolist(), "value": np.round(self.value, 6).tolist()}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> TreeEnsemble:
+        """The ensemble of a kernel model file's entry ``raw`` (the inverse of :meth:`to_json`)."""
         return cls(float(raw["init"]), float(raw["rate"]), np.asarray(raw["feature"], dtype=np.int64),
                    np.asarray(raw["threshold"], dtype=float), np.asarray(raw["left"], dtype=np.int64),
                    np.asarray(raw["right"], dtype=np.int64), np.asarray(raw["value"], dtype=float))
@@ -372,6 +377,7 @@ class KernelModel:
         return out
 
     def to_json(self) -> dict[str, Any]:
+        """The model as the kernel model file stores it, with its format version and fit settings."""
         return {"format_version": KERNEL_FORMAT_VERSION, "fitted_on": list(self.fitted_on),
                 "features": {k: list(self.class_features.get(k, FEATURES)) for k in self.ensembles},
                 "floor_s": self.floor_s, "min_roofline_ratio": MIN_ROOFLINE_RATIO,
@@ -380,6 +386,8 @@ class KernelModel:
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> KernelModel:
+        """The model of a kernel model file's content ``raw``; another format version raises
+        :class:`ValidationError` (refit it)."""
         if raw.get("format_version") != KERNEL_FORMAT_VERSION:
             raise ValidationError("kernel_model", f"format_version {raw.get('format_version')}; expected "
                                                   f"{KERNEL_FORMAT_VERSION}: rerun 'dltsched predict "
@@ -397,6 +405,7 @@ def lower_bound_s(kernel: Kernel, gpu: KernelGpu, math_mode: str = "fp32") -> fl
 
 
 def kernel_model_path() -> Path:
+    """Path of the packaged kernel model file."""
     return Path(str(resources.files("dltsched.predictors.steptime").joinpath(KERNEL_MODEL_FILE)))
 
 

@@ -97,6 +97,7 @@ class MemoryFitError(DltschedError, ValueError):
 
 
 def factors_path() -> Path:
+    """Path of the packaged step-time factors file."""
     return Path(str(resources.files("dltsched.predictors.steptime").joinpath(FACTORS_FILE)))
 
 
@@ -130,6 +131,7 @@ class StepBreakdown:
     input_s: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
+        """The breakdown's fields by name (seconds; ``memory_mib`` in MiB)."""
         return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
 
 
@@ -166,6 +168,7 @@ def learned_root(gpu_id: str) -> str:
 
 
 def check_scope(scope: str) -> str:
+    """``scope`` if it is one of :data:`SCOPES`; else raises :class:`ValidationError`."""
     if scope not in SCOPES:
         raise ValidationError("scope", f"{scope!r} not understood; one of {', '.join(SCOPES)}")
     return scope
@@ -664,5 +667,6 @@ class DeletePopStepTime:
         return (weights + grads_and_state + acts) / _MIB + self.workspace_mib
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        """GPU memory of ``job`` on one GPU of ``gpu_type`` at ``freeze_level`` (MiB)."""
         _model, _dataset, agg, _gpu_spec = self._resolve(job, gpu_type, freeze_level)
         return self._memory_mib(job, agg, freeze_level)

@@ -68,6 +68,10 @@ _CONVERSIONS = {"to", "type", "float", "type_as", "long", "bool", "half"}
 
 @dataclass(frozen=True, slots=True)
 class Label:
+    """One measured configuration of the NeuSight data: GPU, model, training or inference, sequence
+    length, batch and layer count, its end-to-end seconds, the kernels of layer 0 and outside the layers,
+    and the traced per-op seconds of both."""
+
     gpu: str
     model: str
     train: bool
@@ -275,6 +279,8 @@ def predict_label(label: Label, model: KernelModel, gpu: KernelGpu, floor: bool 
 
 
 def roofline_label(label: Label, gpu: KernelGpu) -> float:
+    """Roofline seconds of ``label`` on ``gpu``: the kernels outside the layers plus ``num_layer`` times
+    those of layer 0, each at the slower of its compute and memory bounds."""
     def total(ks: Sequence[Kernel]) -> float:
         return sum(max(roofline_s(k, gpu)) for k in ks)
 
