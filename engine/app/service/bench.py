@@ -268,8 +268,7 @@ def bench_service(num_requests: int, num_jobs: int, num_gpus: int, num_slow: int
     port = _free_port()
     queue = max(64, num_requests)
     command = [sys.executable, "-m", "dltsched.engine.app.cli.main", "-q", "serve", "--host", HOST, "--port",
-               str(port),
-               "--read-timeout", str(read_timeout_s), "--max-queue", str(queue)]
+               str(port), "--read-timeout", str(read_timeout_s), "--max-queue", str(queue)]
     if throughput_requests:
         command += ["--max-concurrent", "2"]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

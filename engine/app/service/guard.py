@@ -49,8 +49,7 @@ def problem_response(status: int, title: str, detail: str, errors: list[dict[str
                      headers: dict[str, str] | None = None) -> JSONResponse:
     """An RFC 9457 problem-details response (``type``, ``title``, ``status``, ``detail``, ``errors``)."""
     body = {"type": f"https://dltsched.dev/problems/{status}", "title": title, "status": status,
-            "detail": detail,
-            "errors": errors or []}
+            "detail": detail, "errors": errors or []}
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
@@ -255,8 +254,7 @@ class ServiceMetrics:
                                 "HTTP requests answered, by path, method and status",
                                 ["path", "method", "status"], registry=r)
         self.latency = Histogram("dltsched_http_request_duration_seconds",
-                                 "Time to answer a request, by path",
-                                 ["path"], registry=r,
+                                 "Time to answer a request, by path", ["path"], registry=r,
                                  buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
         self.plans = Counter("dltsched_schedule_plans", "Plans answered, by status and backend",
                              ["status", "backend"], registry=r)
@@ -267,8 +265,7 @@ class ServiceMetrics:
                                "Plans cut short by the request's time limit (best so far or fallback)",
                                registry=r)
         self.gap = Histogram("dltsched_schedule_gap", "Relative optimality gap of exact-solver plans",
-                             registry=r,
-                             buckets=(0.0, 0.001, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0))
+                             registry=r, buckets=(0.0, 0.001, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0))
         self.queue_depth = Gauge("dltsched_queue_depth",
                                  "Schedule requests waiting for a solver slot", registry=r)
         self.solving = Gauge("dltsched_solves_in_progress", "Schedule requests being solved now", registry=r)
@@ -359,8 +356,7 @@ def install_error_handlers(app: FastAPI) -> None:
         title = {400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large"}
         errors = [{"field": "body", "message": str(exc.detail)}] if exc.status_code in (400, 413) else []
         return problem_response(exc.status_code, title.get(exc.status_code, "HTTP error"), str(exc.detail),
-                                errors,
-                                dict(exc.headers or {}))
+                                errors, dict(exc.headers or {}))
 
     @app.exception_handler(LimitExceeded)
     async def too_many(_: Request, exc: LimitExceeded) -> JSONResponse:

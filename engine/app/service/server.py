@@ -309,8 +309,7 @@ def make_server(config: ServiceConfig, host: str = "127.0.0.1", port: int = 8000
     return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, http=protocol,
                                          timeout_keep_alive=max(1, math.ceil(config.keep_alive_s)),
                                          limit_concurrency=config.max_connections,
-                                         timeout_graceful_shutdown=5,
-                                         **secure))
+                                         timeout_graceful_shutdown=5, **secure))
 
 
 @click.command("serve")
