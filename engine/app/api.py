@@ -437,8 +437,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     return {
         "status": plan.status, "backend": plan.backend, "fallback": plan.fallback, "message": plan.message,
         "objective": finite_or_none(plan.objective), "bound": finite_or_none(plan.bound),
-        "gap": finite_or_none(plan.gap),
-        "solve_time_s": plan.solve_time_s, "build_time_s": plan.build_time_s,
+        "gap": finite_or_none(plan.gap), "solve_time_s": plan.solve_time_s, "build_time_s": plan.build_time_s,
         "assignments": [{"job_id": a.job_id, "gpus": list(a.gpus), "freeze_level": a.freeze_level}
                         for a in plan.assignments],
         "colocation_groups": [{"gpu": g, "job_ids": list(js)} for g, js in plan.colocation_groups().items()

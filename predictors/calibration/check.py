@@ -41,8 +41,7 @@ def steptime_rows(bundle: CalibrationBundle, measurements: Sequence[Any]) -> dic
             predicted = priced.step_time_s(job, m.gpu, m.num_gpus, scope=m.scope)
             row = {"model": m.model, "dataset": m.dataset, "gpu": m.gpu, "batch_size": m.batch_size,
                    "num_gpus": m.num_gpus, "amp": m.amp, "measured_s": m.step_time_s,
-                   "predicted_s": predicted,
-                   "ape": abs(predicted - m.step_time_s) / m.step_time_s * 100.0,
+                   "predicted_s": predicted, "ape": abs(predicted - m.step_time_s) / m.step_time_s * 100.0,
                    "source": priced.step_time_source(job, m.gpu)}
         rows.append(row)
     if not rows:
@@ -86,8 +85,7 @@ class CalibratedGroupPredictor:
                 if gpu == g.gpu and prof.step_time_s:
                     key = _key(spec)
                     given[key] = IsolatedRow(key[0], key[1], key[2], prof.step_time_s, "compute", key[3],
-                                             None,
-                                             prof.memory_mib, prof.gpu_util)
+                                             None, prof.memory_mib, prof.gpu_util)
             got = replace(cal, profiles={**cal.profiles, **given}).group([_key(s) for s in g.jobs], mode)
             assert got is not None  # the mode was checked above
             out.append(GroupPrediction(tuple(got["speeds"]), got["memory_mib"], got["gpu_util"]))

@@ -67,8 +67,7 @@ class CalibratedStepTime:
             return float(self.base.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level,
                                                num_nodes=num_nodes, scope=scope))
         memo_key = (job.model, job.dataset, job.batch_size, job.amp, job.optimizer, job.num_gpus, gpu_type,
-                    num_gpus,
-                    freeze_level, num_nodes, scope)
+                    num_gpus, freeze_level, num_nodes, scope)
         hit = self._memo.get(memo_key)
         if hit is None:
             inner = "fwd_bwd" if scope == "fwd_bwd" else "compute"
