@@ -135,8 +135,7 @@ def _design(rows: Sequence[Measurement], efficiency: dict[str, dict[str, float]]
     load_keys = tuple(sorted({w for w in loads if w is not None}))
     return _Design(np.array(work), np.array(kernels), np.array([m.kernel_time for m in rows]),
                    np.array([m.batch_size for m in rows], float), np.array([m.step_time_s for m in rows]),
-                   gpus,
-                   np.array([gpus.index(g) for g in gpu_ids]), cell_keys,
+                   gpus, np.array([gpus.index(g) for g in gpu_ids]), cell_keys,
                    np.array([cell_keys.index(c) if c else 0 for c in cells]), load_keys,
                    np.array([load_keys.index(w) if w else 0 for w in loads]),
                    _group_support(rows, np.array(work), gpus, gpu_ids))

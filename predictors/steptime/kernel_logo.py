@@ -151,8 +151,7 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
             setup = [t.step_time_s for t in train if t.source == m.source] or [t.step_time_s for t in train]
             out_rows.append({"gpu": m.gpu, "held_out": held, "model": m.model, "dataset": m.dataset,
                              "batch_size": m.batch_size, "scope": m.scope, "source": m.source,
-                             "measured_s": y,
-                             "predicted_s": pred, **{f"{k}_s": v for k, v in terms.items()},
+                             "measured_s": y, "predicted_s": pred, **{f"{k}_s": v for k, v in terms.items()},
                              "roofline_s": roofline_s(m), "constant_s": float(np.median(setup)),
                              "per_model_mean_s": mean})
         if new_jobs:
@@ -189,8 +188,7 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
     per_gpu = {g: summary([r for r in out_rows if r["held_out"] == g])
                for g in sorted({r["held_out"] for r in out_rows})}
     out = {"all": summary(out_rows), "transfer": summarize(records), "per_source": per_source,
-           "per_gpu": per_gpu,
-           "params": params_by_gpu, "rows": out_rows}
+           "per_gpu": per_gpu, "params": params_by_gpu, "rows": out_rows}
     if new_jobs:
         out["transfer_new_jobs"] = summarize(new_records)
     return out

@@ -107,8 +107,7 @@ TF32_ARCHITECTURES = frozenset({"ampere", "ada", "hopper", "blackwell"})
 L2_MIB = {"k80": 1.5, "m40": 3, "p100": 4, "p4": 2, "gtx1080ti": 2.75, "titanxp": 3, "v100": 6,
           "v100-32gb": 6,
           "v100-pcie": 6, "v100-pcie-32gb": 6, "t4": 4, "rtx2080ti": 5.5, "rtx6000": 6, "rtx3090": 6,
-          "a10": 6,
-          "a40": 6, "rtx4090": 72, "l4": 48, "a100-40gb": 40, "a100-80gb": 40, "a100-pcie-40gb": 40,
+          "a10": 6, "a40": 6, "rtx4090": 72, "l4": 48, "a100-40gb": 40, "a100-80gb": 40, "a100-pcie-40gb": 40,
           "a100-pcie-80gb": 40, "h100": 50, "h100-pcie": 50, "h200": 50}
 DEFAULT_L2_MIB = 6.0
 
@@ -393,8 +392,7 @@ class KernelModel:
                                                   f"{KERNEL_FORMAT_VERSION}: rerun 'dltsched predict "
                                                   "fit-kernels'")
         return cls({k: TreeEnsemble.from_json(v) for k, v in raw["ensembles"].items()},
-                   tuple(raw["fitted_on"]),
-                   {k: float(v) for k, v in raw["floor_s"].items()},
+                   tuple(raw["fitted_on"]), {k: float(v) for k, v in raw["floor_s"].items()},
                    {k: tuple(v) for k, v in raw["features"].items()})
 
 
@@ -531,8 +529,7 @@ def fit(samples: Sequence[KernelSample], gpus: dict[str, KernelGpu],
 
 
 def _score(table: dict[str, dict[str, Any]], cls: str, held: str, model: KernelModel,
-           by_id: dict[str, KernelGpu],
-           test: Sequence[KernelSample], train: Sequence[KernelSample]) -> None:
+           by_id: dict[str, KernelGpu], test: Sequence[KernelSample], train: Sequence[KernelSample]) -> None:
     y = np.array([s.latency_s for s in test])
     pred = model.predict_s([s.kernel for s in test], by_id[held])
     roof = np.array([max(roofline_s(s.kernel, by_id[held])) for s in test])

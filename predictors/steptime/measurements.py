@@ -102,8 +102,7 @@ def gavel_measurements(data_dir: str | os.PathLike[str] | None = None, *,
             data_dir=data_dir).isolated.items():
         if consolidated and scale <= max_scale and steps_per_s > 0:
             out.append(Measurement(jt.model, gpu, jt.batch_size, scale, scale / steps_per_s, False,
-                                   jt.dataset,
-                                   GAVEL_OPTIMIZERS.get(jt.model, "momentum"), "gavel"))
+                                   jt.dataset, GAVEL_OPTIMIZERS.get(jt.model, "momentum"), "gavel"))
     return sorted(out, key=lambda m: (m.gpu, m.model, m.batch_size, m.num_gpus))
 
 

@@ -63,8 +63,7 @@ KERNEL_KIND = {"conv": "conv", "gemm": "gemm", "rnn": "lstm"}
 OVERLAP_POWER = 3.0
 #: kernels one optimizer step launches per trainable parameter tensor (PyTorch per-tensor loops)
 OPTIMIZER_KERNELS = {"sgd": 1, "momentum": 2, "nesterov": 2, "adagrad": 3, "rmsprop": 4, "adam": 5,
-                     "adamw": 6,
-                     "adadelta": 5, "lamb": 8}
+                     "adamw": 6, "adadelta": 5, "lamb": 8}
 COMM_FEATURES = ("ring", "shared_bus")
 #: host machine speeds per setup and GPU type
 HOST_SPEEDS = ("per_step", "per_sample")

@@ -53,8 +53,7 @@ LABEL_GPUS = {"NVIDIA_A100-PCIE-40GB": "a100-pcie-40gb", "Tesla_P100-PCIE-16GB":
               "Tesla_T4": "t4", "Tesla_V100-PCIE-32GB": "v100-pcie-32gb"}
 #: label model name -> zoo model id
 LABEL_MODELS = {"bert_large": "bert_large", "gpt2_large": "gpt2_large", "gpt3_xl": "gpt3_xl",
-                "gpt3_27": "gpt3_2.7b",
-                "opt_13": "opt_1.3b", "switchxl4": "switch_xl"}
+                "gpt3_27": "gpt3_2.7b", "opt_13": "opt_1.3b", "switchxl4": "switch_xl"}
 _LAYER = re.compile(r"\.(layer|h|layers|block)\.0'")
 _ANY_LAYER = re.compile(r"\.(layer|h|layers|block)\.\d+'")
 _ELEMENTWISE_FUNCS = {"add": "add", "sub": "add", "mul": "mul", "truediv": "div", "pow": "pow",
@@ -228,8 +227,7 @@ def read_labels(data_dir: str | os.PathLike[str] | None = None, *, train: bool |
             out.append(Label(gpu, LABEL_MODELS.get(m.group(1), m.group(1)), is_train, int(m.group(3)),
                              int(m.group(4)),
                              int(raw["num_layer"]), float(raw["e2e_latency"]) * 1e-3, tuple(layer),
-                             tuple(other),
-                             (traced[0], traced[1])))
+                             tuple(other), (traced[0], traced[1])))
     return out
 
 

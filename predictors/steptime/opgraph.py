@@ -43,8 +43,7 @@ HEAD_DIM = 64.0
 _SOFTMAX_LIKE = frozenset({"softmax", "_softmax", "log_softmax", "_log_softmax", "cross_entropy_loss",
                            "logsumexp", "nll_loss", "nll_loss_nd"})
 _HEAVY = frozenset({"gelu", "tanh", "sigmoid", "silu", "pow", "exp", "log", "erf", "mish", "softplus",
-                    "hardswish",
-                    "elu", "div", "sqrt", "rsqrt"})
+                    "hardswish", "elu", "div", "sqrt", "rsqrt"})
 _GEMM_CLASSES = frozenset({"bmm", "linear", "conv"})
 #: include the kernel data's per-call floor in each kernel of a step (False: kernel bodies only; the
 #: host's per-launch cost is the step model's dispatch term)
@@ -137,8 +136,7 @@ def op_kernels(row: list, batch: float, elem: float = 4.0) -> OpKernels:  # noqa
             binary = r > 1.5 * w
             name = op if op in _HEAVY else ("add" if binary else "addu")
             name = {"sigmoid": "tanh", "silu": "gelu", "exp": "tanh", "log": "tanh", "erf": "gelu",
-                    "mish": "gelu",
-                    "softplus": "tanh", "hardswish": "gelu", "elu": "tanh", "sqrt": "powu",
+                    "mish": "gelu", "softplus": "tanh", "hardswish": "gelu", "elu": "tanh", "sqrt": "powu",
                     "rsqrt": "powu"}.get(name, name)
             fw.append((_vector("elementwise", name, elements), 1.0))
             bw.append((_vector("elementwise", "mul", elements), 1.0))
