@@ -21,8 +21,7 @@ GPU = kn.KernelGpu("test", 80, 15.0, 900.0, tf32_tflops=60.0, fp16_tflops=120.0)
 
 def _row(op: str, cls: str, fwd: float, read: float, written: float, params: float) -> list:
     values = {"op": op, "op_class": cls, "layer": 0, "fwd_flops": fwd, "bwd_flops": 2 * fwd,
-              "bytes_read": read,
-              "bytes_written": written, "activation_bytes": read, "param_bytes": params}
+              "bytes_read": read, "bytes_written": written, "activation_bytes": read, "param_bytes": params}
     return [values[c] for c in COLUMNS]
 
 
@@ -69,8 +68,7 @@ def test_kernel_model_is_never_below_the_roofline():
 def test_fit_recovers_synthetic_host_terms():
     rng = np.random.default_rng(0)
     truth = {"kernel": 1.3, "optimizer": 1.5, "dispatch_us": 8.0, "fixed_s": {"a": 0.004},
-             "fixed_default_s": 0.004,
-             "input": {"a:w1": (0.01, 2e-4), "a:w2": (0.0, 0.0)}, "scale": {}}
+             "fixed_default_s": 0.004, "input": {"a:w1": (0.01, 2e-4), "a:w2": (0.0, 0.0)}, "scale": {}}
     rows = []
     for _ in range(120):
         work = {"kernel_s": float(rng.uniform(0.005, 0.5)), "optimizer_s": float(rng.uniform(0, 0.002)),
@@ -87,8 +85,7 @@ def test_fit_recovers_synthetic_host_terms():
 def test_fit_learns_per_gpu_scales_and_unseen_gpus_get_none():
     rng = np.random.default_rng(1)
     base = {"kernel": 1.0, "optimizer": 1.5, "dispatch_us": 8.0, "fixed_s": {"a": 0.002},
-            "fixed_default_s": 0.002,
-            "input": {}, "scale": {}}
+            "fixed_default_s": 0.002, "input": {}, "scale": {}}
     truth = base | {"gpu_scale": {"slow": 1.6, "fast": 0.8}}
     rows = []
     for _ in range(150):

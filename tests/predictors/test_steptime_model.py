@@ -144,8 +144,7 @@ def test_cpu_dispatch_runs_at_the_per_step_speed_of_the_host():
     base = DeletePopStepTime(gpu_model="groups")
     host = {"per_step_s": 0.0, "per_sample_s": 0.0}
     factors = {**base.factors, "sources": ["a"], "host_overhead": {"a:ppo/lunarlander": host},
-               "step_overhead_s": 0.0,
-               "host_speed": {"a": {"v100": {"per_step": 2.0, "per_sample": 1.0}}}}
+               "step_overhead_s": 0.0, "host_speed": {"a": {"v100": {"per_step": 2.0, "per_sample": 1.0}}}}
     job = _job("ppo", batch=1)
     average_host = DeletePopStepTime(factors={**factors, "host_speed": {}})
     slow, average = (DeletePopStepTime(factors=factors).step_time_s(job, "v100"),

@@ -41,8 +41,7 @@ def _write(folder, sharing: str, noise: float, seed: int) -> None:
                          "step_time_s": step, "amp": 0, "optimizer": "sgd", "peak_memory_mib": gmem - 1400.0,
                          "gpu_util": util, "gmem_used_mib": gmem, "scope": "compute", "n": 30,
                          "step_time_ci95_low_s": step * 0.99, "step_time_ci95_high_s": step * 1.01,
-                         "stop": "precision",
-                         "gmem_util": 100.0 * gmem / 143771.0, "gmem_mib": gmem})
+                         "stop": "precision", "gmem_util": 100.0 * gmem / 143771.0, "gmem_mib": gmem})
     groups = []
     names = [j[0] for j in JOBS]
     combos = ([(a, b) for i, a in enumerate(names) for b in names[i:]][::4]
@@ -56,8 +55,7 @@ def _write(folder, sharing: str, noise: float, seed: int) -> None:
         gmem = grp.group_memory_mib(SHARED_MIB, ms)
         groups.append({"group": "+".join(combo), "jobs": jobs, "gpu": GPU, "sharing": sharing,
                        "gpu_util": grp.group_util_pct(1.0, ms), "gmem_util": 100.0 * gmem / 143771.0,
-                       "gmem": gmem,
-                       "gmem_source": "nvml"})
+                       "gmem": gmem, "gmem_source": "nvml"})
     record = {"command": f"dltsched profile --sharing {sharing} --out x", "gpu": GPU, "sharing": sharing,
               "scope": "compute", "tf32_cudnn": "True", "tf32_matmul": "False", "device_name": "NVIDIA H200"}
     write_dataset(folder, isolated, groups, record)

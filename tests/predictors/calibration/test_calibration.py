@@ -139,8 +139,7 @@ def test_a_model_profiled_at_another_batch_size_lends_its_scale(fitted):
     unseen = ("transformer", "multi30k", 64, False)  # profiled at batch 32 only
     scale = fitted.model_scale["transformer"]
     assert set(fitted.model_scale) == {"resnet18", "vgg16", "mobilenet_v2", "lstm_lm", "neumf", "dcgan",
-                                       "pointnet",
-                                       "transformer"}
+                                       "pointnet", "transformer"}
     assert fitted.predicted_step_s(unseen) == pytest.approx(
         fitted.predicted_step_s(unseen, model_scale=False) * scale)
     never = ("bert_base", "squad", 32, False)
