@@ -1,5 +1,5 @@
-"""A bundle checked on measurements it was not fitted on: ``eval-steptime`` and ``eval-colocation
---calibration``.
+"""A bundle checked on measurements it was not fitted on: ``eval-steptime`` and
+``eval-colocation --calibration``.
 
 Step time: each row of a covered GPU type is priced by the bundle at the row's scope (its own profile in the
 bundle where there is one: ``source`` says ``measured``), every other row by the default predictor, as
