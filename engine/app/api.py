@@ -23,10 +23,12 @@ Blox's policy interfaces are in :mod:`dltsched.engine.app.adapters.gavel` and ``
     from dltsched.engine.domain.model import MEASURED_ONLY, Cluster, ClusterState, Job, JobState
 
     cluster = Cluster.homogeneous("v100", num_nodes=2, gpus_per_node=4)
-    jobs = [JobState(Job("a", MEASURED_ONLY, 64, 10_000), 10_000), JobState(Job("b", "resnet50", 32, 5_000), 5_000)]
-    seen = Measurements({"a": JobMeasurement(step_time_s={"v100": 0.21}),         # no zoo model: numbers only
-                         "b": JobMeasurement(samples_per_s={"v100": 410.0})},    # zoo model: predicted where missing
-                        unknown_memory="trust")                                  # no memory filtering
+    jobs = [JobState(Job("a", MEASURED_ONLY, 64, 10_000), 10_000),
+            JobState(Job("b", "resnet50", 32, 5_000), 5_000)]
+    seen = Measurements({"a": JobMeasurement(step_time_s={"v100": 0.21}),   # no zoo model: numbers only
+                         "b": JobMeasurement(
+                             samples_per_s={"v100": 410.0})},             # zoo model: predicted where missing
+                        unknown_memory="trust")                           # no memory filtering
     plan = solve_round(ClusterState(0.0, cluster, tuple(jobs)), RoundOptions(objective="jct", round_s=360.0),
                        backend="cpsat", measurements=seen)
     plan.by_job()["a"].gpus, plan.provenance["a"]  # {'step_time': 'measured', 'memory': 'trusted', ...}
@@ -145,8 +147,8 @@ ROUND_SERVICES = _AppRoundServices()
 
 #: the warning of :func:`SolveConfig`
 SOLVE_CONFIG_DEPRECATED = ("SolveConfig is deprecated and will be removed in 0.3.0; use "
-                           "ConfiguredSolver.of(**fields) or ConfiguredSolver(RoundOptions(...), backend=...) "
-                           "from dltsched.engine")
+                           "ConfiguredSolver.of(**fields) or ConfiguredSolver(RoundOptions(...), "
+                           "backend=...) from dltsched.engine")
 
 
 def SolveConfig(**settings: Any) -> ConfiguredSolver:  # noqa: N802 (the former class's name)
@@ -235,7 +237,8 @@ def solve_round(state: ClusterState, options: RoundOptions | ConfiguredSolver | 
     return solver.solve(state, warm_start=warm_start, predictors=predictors, measurements=measurements)
 
 
-def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *, status: str, message: str = "") -> Plan:
+def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *,
+                  status: str, message: str = "") -> Plan:
     """The plan of baseline ``policy`` for ``state``, timed and marked with ``status`` (a
     :class:`~dltsched.engine.domain.model.PlanStatus` or its name, made the enum here)."""
     from dltsched.engine.domain.model import PlanStatus
@@ -244,7 +247,8 @@ def baseline_plan(state: ClusterState, policy: str, preds: Predictors, *, status
     start = time.perf_counter()
     plan: Plan = make_policy(policy, predictors=preds).schedule(state).resolved(state)
     return replace(plan, status=marked, solve_time_s=time.perf_counter() - start,
-                   backend=str(BackendChoice.baseline(policy)), fallback=marked is PlanStatus.FALLBACK, message=message)
+                   backend=str(BackendChoice.baseline(policy)), fallback=marked is PlanStatus.FALLBACK,
+                   message=message)
 
 
 def make_named_policy(name: str, preds: Predictors, config: ConfiguredSolver | None = None) -> Policy:
@@ -273,7 +277,8 @@ def make_named_policy(name: str, preds: Predictors, config: ConfiguredSolver | N
     choice = parse_policy(name)  # the one parser of policy names (vocabulary)
     if choice.project:
         cfg = config or _ConfiguredSolver()
-        settings: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "predictors"}
+        settings: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in fields(cfg)
+                                    if f.name != "predictors"}
         settings |= choice.options()  # the predictors are ``preds``
         return optimizing_policy(preds, name=choice.name, **settings)
     policy = make_policy(choice.policy, predictors=preds, **choice.options())
@@ -326,12 +331,14 @@ def optimizing_policy(predictors: Predictors | None = None, **options: Any) -> O
 
 def without_colocation(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
     """Ablation: :func:`optimizing_policy` with one job per GPU (no co-location)."""
-    return optimizing_policy(predictors, **({"name": "optimizing-nocoloc"} | options | {"max_jobs_per_gpu": 1}))
+    return optimizing_policy(predictors,
+                             **({"name": "optimizing-nocoloc"} | options | {"max_jobs_per_gpu": 1}))
 
 
 def without_freezing(predictors: Predictors | None = None, **options: Any) -> OptimizingPolicy:
     """Ablation: :func:`optimizing_policy` with freezing disabled (freeze level 0 only)."""
-    return optimizing_policy(predictors, **({"name": "optimizing-nofreeze"} | options | {"freeze_levels": (0,)}))
+    return optimizing_policy(predictors,
+                             **({"name": "optimizing-nofreeze"} | options | {"freeze_levels": (0,)}))
 
 
 def simulate_instance(instance: Instance | str | Path, policy: str | Policy = "sjf", *, seed: int = 0,
@@ -375,7 +382,8 @@ def simulate_instance(instance: Instance | str | Path, policy: str | Policy = "s
     pol = make_named_policy(policy, preds, config) if isinstance(policy, str) else policy
     if memory not in ("reject", "oom"):
         raise ValidationError("memory", f"'{memory}' not understood; one of reject, oom")
-    return simulate(inst, pol, truth=truth, config=SimulationConfig(seed=seed, memory=memory))  # type: ignore[arg-type]
+    return simulate(inst, pol, truth=truth,
+                    config=SimulationConfig(seed=seed, memory=memory))  # type: ignore[arg-type]
 
 
 def initial_state(instance: Instance, time_s: float | None = None) -> ClusterState:
@@ -386,7 +394,8 @@ def initial_state(instance: Instance, time_s: float | None = None) -> ClusterSta
     instance
         The instance whose jobs and cluster make the round.
     time_s
-        The round's time; default: the last arrival, so every job has arrived. Jobs arriving later are left out.
+        The round's time; default: the last arrival, so every job has arrived. Jobs arriving later are left
+        out.
 
     Returns
     -------
@@ -427,8 +436,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     """
     return {
         "status": plan.status, "backend": plan.backend, "fallback": plan.fallback, "message": plan.message,
-        "objective": finite_or_none(plan.objective), "bound": finite_or_none(plan.bound), "gap": finite_or_none(plan.gap),
-        "solve_time_s": plan.solve_time_s, "build_time_s": plan.build_time_s,
+        "objective": finite_or_none(plan.objective), "bound": finite_or_none(plan.bound),
+        "gap": finite_or_none(plan.gap), "solve_time_s": plan.solve_time_s, "build_time_s": plan.build_time_s,
         "assignments": [{"job_id": a.job_id, "gpus": list(a.gpus), "freeze_level": a.freeze_level}
                         for a in plan.assignments],
         "colocation_groups": [{"gpu": g, "job_ids": list(js)} for g, js in plan.colocation_groups().items()

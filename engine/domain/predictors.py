@@ -433,7 +433,8 @@ class _MemoFreezing:
         self.inner, self._memo = inner, memo
 
     def num_freeze_levels(self, job: Job) -> int:
-        return self._memo.get(("levels", job), lambda: self.inner.num_freeze_levels(job))  # type: ignore[no-any-return]
+        return self._memo.get(  # type: ignore[no-any-return]
+            ("levels", job), lambda: self.inner.num_freeze_levels(job))
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
         return self.inner.frozen_penalty(job, freeze_level, start_progress)  # depends on progress: not kept

@@ -162,6 +162,7 @@ class CalibrationBundle:
         return bool(self.raw.get("shippable", True))
 
     def covered(self) -> tuple[str, ...]:
+        """The GPU types the bundle calibrates, sorted."""
         return tuple(sorted(self.gpus))
 
     def fitted_on(self, path: str | os.PathLike[str]) -> bool:

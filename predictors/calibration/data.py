@@ -46,6 +46,7 @@ class IsolatedRow:
 
     @property
     def key(self) -> tuple[str, str, int, bool]:
+        """The job this row measured: ``(model, dataset, batch_size, amp)``."""
         return self.model, self.dataset, self.batch_size, self.amp
 
 
@@ -61,6 +62,7 @@ class GroupRow:
 
     @property
     def models(self) -> frozenset[str]:
+        """The models of the group's members."""
         return frozenset(m[0] for m in self.members)
 
 

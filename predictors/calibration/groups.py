@@ -85,6 +85,8 @@ def fit_speed(groups: Sequence[tuple[Sequence[Member], Sequence[float]]],
 
 
 def group_memory_mib(shared_mib: float, members: Sequence[Member]) -> float:
+    """Memory of a co-located group (MiB): the members' memories alone, less ``shared_mib`` per
+    member after the first."""
     return sum(m.memory_mib for m in members) - (len(members) - 1) * shared_mib
 
 
@@ -96,6 +98,8 @@ def fit_shared_memory(groups: Sequence[tuple[Sequence[Member], float]]) -> float
 
 
 def group_util_pct(gamma: float, members: Sequence[Member]) -> float:
+    """GPU utilisation of a co-located group (percent): one minus the product of the members' idle
+    fractions (each capped at 99 % busy) to the power ``gamma``."""
     idle = math.prod(1.0 - min(max(m.util_pct, 0.0), 99.0) / 100.0 for m in members)
     return 100.0 * (1.0 - idle**gamma)
 

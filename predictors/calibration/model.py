@@ -37,11 +37,13 @@ class SharingFit:
     groups: int = 0
 
     def to_json(self) -> dict[str, Any]:
+        """The fit as the bundle file stores it."""
         return {"speed": self.speed, "shared_memory_mib": self.shared_memory_mib,
                 "util_gamma": self.util_gamma, "groups": self.groups}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> SharingFit:
+        """The fit of a bundle file's entry ``raw`` (the inverse of :meth:`to_json`)."""
         return cls({k: float(raw["speed"][k]) for k in grp.SPEED_TERMS}, float(raw["shared_memory_mib"]),
                    float(raw["util_gamma"]), int(raw.get("groups", 0)))
 
@@ -63,6 +65,8 @@ class GpuCalibration:
     # -- one job ---------------------------------------------------------------------------------------------
     def features(self, key: JobKey, scope: str = "compute", freeze_level: int = 0,
                  optimizer: str = "sgd") -> dict[str, float]:
+        """The features of job ``key`` on this GPU type that the step, memory and utilisation models
+        read (``scope``, ``freeze_level`` and ``optimizer`` as the job runs)."""
         model, dataset, batch, amp = key
         return iso.job_features(model, dataset, batch, amp, self.gpu, self.tf32, scope, freeze_level,
                                 optimizer)
@@ -84,6 +88,8 @@ class GpuCalibration:
         return self.predicted_step_s(key, scope, freeze_level, optimizer), "calibrated"
 
     def memory_mib(self, key: JobKey, freeze_level: int = 0, optimizer: str = "sgd") -> tuple[float, str]:
+        """GPU memory of job ``key`` (MiB) and its source: the profile where the job was measured
+        (unfrozen, same optimizer), else the calibrated model."""
         row = self.profiles.get(key)
         if row is not None and row.gmem_mib is not None and freeze_level == 0 and optimizer == row.optimizer:
             return row.gmem_mib, "measured"
@@ -98,6 +104,8 @@ class GpuCalibration:
         return min(1.0, iso.gpu_seconds(self.busy_step or self.step, f) / step)
 
     def util_pct(self, key: JobKey) -> tuple[float, str]:
+        """GPU utilisation of job ``key`` alone (percent) and its source: the profile where it was
+        measured, else the calibrated model."""
         row = self.profiles.get(key)
         if row is not None and row.gpu_util is not None:
             return row.gpu_util, "measured"
@@ -106,10 +114,12 @@ class GpuCalibration:
         return iso.util_pct(self.util, iso.gpu_seconds(self.step, f), f["launches"], step), "calibrated"
 
     def member(self, key: JobKey) -> grp.Member:
+        """Job ``key`` as a member of a co-located group: its busy share, memory and utilisation alone."""
         return grp.Member(self.busy(key), self.memory_mib(key)[0], self.util_pct(key)[0])
 
     # -- a group ---------------------------------------------------------------------------------------------
     def sharing_fit(self, sharing: str) -> SharingFit | None:
+        """The group models of sharing mode ``sharing``, or ``None`` where the bundle has none."""
         return self.sharing.get(sharing)
 
     def group(self, keys: Sequence[JobKey], sharing: str = "timeslice") -> dict[str, Any] | None:
@@ -125,6 +135,7 @@ class GpuCalibration:
 
     # -- JSON ------------------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
+        """This GPU type's entry of the bundle file."""
         return {"step_time": self.step, "memory": self.memory, "utilisation": self.util,
                 "tf32": sorted(self.tf32),
                 "model_scale": dict(sorted(self.model_scale.items())),
@@ -138,6 +149,8 @@ class GpuCalibration:
 
     @classmethod
     def from_json(cls, gpu: str, raw: dict[str, Any]) -> GpuCalibration:
+        """The calibration of GPU type ``gpu`` from its bundle file entry ``raw`` (the inverse of
+        :meth:`to_json`)."""
         profiles = {}
         for p in raw.get("profiles", []):
             row = IsolatedRow(p["model"], p["dataset"], int(p["batch_size"]), float(p["step_time_s"]),

@@ -9,8 +9,8 @@ of chosen jobs (about two fifths), each pair covering a new combination of its m
 with low/high) and memory bins, spread over models; then triples with what is left.
 
 Costs: each measurement spawns and builds its model (:data:`BUILD_S`), warms up, and times a window of at
-least ``steps`` steps and the profiler's minimum window, at most ``max_window_s`` (a noisy short job may run to
-the cap: the estimate assumes half of it for jobs under 10 ms).
+least ``steps`` steps and the profiler's minimum window, at most ``max_window_s`` (a noisy short job may run
+to the cap: the estimate assumes half of it for jobs under 10 ms).
 """
 
 from __future__ import annotations
@@ -41,9 +41,12 @@ class Candidate:
 
     @property
     def label(self) -> str:
+        """``model:batch_size``, as the plan and the profiling command name the job."""
         return f"{self.model}:{self.batch_size}"
 
     def bins(self) -> set[tuple[str, Any]]:
+        """The coverage bins the job falls in: family, dominant kernel class, GPU busy share, memory and
+        step time."""
         return {("family", self.family), ("class", self.dominant), ("busy", _bin(self.busy, _BUSY_BINS)),
                 ("memory", _bin(math.log2(max(self.memory_mib, 1.0)), (10.0, 11.5, 13.0))),
                 ("step", _bin(math.log10(self.step_s), (-2.5, -1.7, -1.0)))}
@@ -68,7 +71,8 @@ def describe(model: str, batch: int, gpu: str) -> Candidate:
     shares["launch"] = max(0.0, 1.0 - gpu_s / step)
     dominant = max(_SHARE_NAMES, key=lambda k: shares[k])
     memory = iso.memory_mib(iso.default_memory_params(), f)
-    return Candidate(mid, batch, model_catalog().get(mid).family, step, min(1.0, gpu_s / step), memory, dominant)
+    return Candidate(mid, batch, model_catalog().get(mid).family, step,
+                     min(1.0, gpu_s / step), memory, dominant)
 
 
 def measurement_s(step_s: Sequence[float], steps: int, max_window_s: float, warmup: int = 5) -> float:
@@ -132,7 +136,8 @@ def plan_profile(gpu: str, budget_s: float, *, models: Sequence[str] = (), jobs:
         from dltsched.predictors.profiling.colocate import parse_group
 
         by_label = {c.label: c for c in cands}
-        picked_groups = [tuple(by_label.get(j.label) or describe(j.model, j.batch_size, gpu) for j in parse_group(t))
+        picked_groups = [tuple(by_label.get(j.label) or describe(j.model, j.batch_size, gpu)
+                               for j in parse_group(t))
                          for t in groups]
     else:
         capacity = gpu_spec(gpu).memory_mib
@@ -145,9 +150,11 @@ def plan_profile(gpu: str, budget_s: float, *, models: Sequence[str] = (), jobs:
                     for b in chosen[i:]:
                         for c in (chosen[chosen.index(b):] if size == 3 else [None]):
                             members = tuple(m for m in (a, b, c) if m is not None)
-                            if sum(m.memory_mib for m in members) > 0.9 * capacity or members in picked_groups:
+                            if (sum(m.memory_mib for m in members) > 0.9 * capacity
+                                    or members in picked_groups):
                                 continue
-                            key = (size, *sorted((m.busy >= 0.5, _bin(math.log2(max(m.memory_mib, 1)), (11.5,)))
+                            key = (size, *sorted((m.busy >= 0.5,
+                                                  _bin(math.log2(max(m.memory_mib, 1)), (11.5,)))
                                                  for m in members))
                             gain = (key not in pair_cover) + 0.5 * (len({m.model for m in members}) == size)
                             gain -= 0.1 * sum(uses.get(m.label, 0) for m in members)
@@ -156,7 +163,8 @@ def plan_profile(gpu: str, budget_s: float, *, models: Sequence[str] = (), jobs:
                 if not options:
                     break
                 _, _, members, key, cost = max(options, key=lambda o: (o[0], o[1], [m.label for m in o[2]]))
-                if spent + cost > share * budget_s or (size == 3 and len([g for g in picked_groups if len(g) == 3]) >= 4):
+                if spent + cost > share * budget_s or (
+                        size == 3 and len([g for g in picked_groups if len(g) == 3]) >= 4):
                     break
                 picked_groups.append(members)
                 pair_cover.add(key)
@@ -168,12 +176,14 @@ def plan_profile(gpu: str, budget_s: float, *, models: Sequence[str] = (), jobs:
                f"--sharing {sharing}", f"--steps {steps}", f"--budget {budget_s:g}", "--out DIR"]
     return {"gpu": gpu, "budget_s": budget_s, "estimated_s": spent, "sharing": sharing,
             "jobs": [{"job": c.label, "family": c.family, "dominant": c.dominant, "busy": c.busy,
-                      "memory_mib": c.memory_mib, "step_s": c.step_s, "covers": reasons[c.label]} for c in chosen],
+                      "memory_mib": c.memory_mib, "step_s": c.step_s,
+                      "covers": reasons[c.label]} for c in chosen],
             "groups": ["+".join(m.label for m in g) for g in picked_groups],
             "command": " ".join(command)}
 
 
 def plan_text(plan: dict[str, Any]) -> str:
+    """A profiling ``plan`` as text: one line per job alone and per group, then the command to run it."""
     lines = [f"profiling plan for {plan['gpu']} ({plan['sharing']}): {len(plan['jobs'])} jobs alone, "
              f"{len(plan['groups'])} groups, about {plan['estimated_s']:.0f} s of {plan['budget_s']:.0f} s"]
     for j in plan["jobs"]:

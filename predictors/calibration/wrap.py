@@ -36,7 +36,8 @@ def _key(job: Job) -> tuple[str, str, int, bool]:
 
 
 class CalibratedStepTime:
-    """``StepTimePredictor``: the calibration for covered GPU types, ``base`` for the rest (module docstring)."""
+    """``StepTimePredictor``: the calibration for covered GPU types, ``base`` for the rest (module
+    docstring)."""
 
     def __init__(self, base: Any, bundle: CalibrationBundle) -> None:
         self.base, self.bundle = base, bundle
@@ -57,6 +58,7 @@ class CalibratedStepTime:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *, freeze_level: int = 0,
                     num_nodes: int = 1, scope: str = "iteration") -> float:
+        """Seconds per step: the calibration's for a covered GPU type, the base predictor's else."""
         cal = self.bundle.for_gpu(gpu_type)
         if cal is None:
             if scope == "iteration":
@@ -64,8 +66,8 @@ class CalibratedStepTime:
                                                    num_nodes=num_nodes))
             return float(self.base.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level,
                                                num_nodes=num_nodes, scope=scope))
-        memo_key = (job.model, job.dataset, job.batch_size, job.amp, job.optimizer, job.num_gpus, gpu_type, num_gpus,
-                    freeze_level, num_nodes, scope)
+        memo_key = (job.model, job.dataset, job.batch_size, job.amp, job.optimizer, job.num_gpus, gpu_type,
+                    num_gpus, freeze_level, num_nodes, scope)
         hit = self._memo.get(memo_key)
         if hit is None:
             inner = "fwd_bwd" if scope == "fwd_bwd" else "compute"
@@ -77,6 +79,7 @@ class CalibratedStepTime:
         return hit
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        """GPU memory (MiB): the calibration's for a covered GPU type, the base predictor's else."""
         cal = self.bundle.for_gpu(gpu_type)
         if cal is None:
             return float(self.base.memory_mib(job, gpu_type, freeze_level=freeze_level))
@@ -89,7 +92,8 @@ class CalibratedStepTime:
 
 
 class CalibratedColocation:
-    """``ColocationPredictor``: the calibrated group models of ``sharing`` for covered GPU types, ``base`` else."""
+    """``ColocationPredictor``: the calibrated group models of ``sharing`` for covered GPU types, ``base``
+    else."""
 
     def __init__(self, base: Any, bundle: CalibrationBundle, sharing: str = "timeslice") -> None:
         self.base, self.bundle, self.sharing = base, bundle, sharing
@@ -111,14 +115,18 @@ class CalibratedColocation:
         return got
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        """Each job's speed in the group relative to alone: the calibrated group model's for a group the
+        calibration covers, the base predictor's else."""
         got = self._group(jobs, gpu_type)
         return tuple(self.base.colocated_speeds(jobs, gpu_type)) if got is None else tuple(got["speeds"])
 
     def group_memory_mib(self, jobs: Sequence[Job], gpu_type: str) -> float:
+        """The group's GPU memory (MiB): calibrated for a group the calibration covers, the base's else."""
         got = self._group(jobs, gpu_type)
         return float(self.base.group_memory_mib(jobs, gpu_type)) if got is None else float(got["memory_mib"])
 
     def group_util_pct(self, jobs: Sequence[Job], gpu_type: str) -> float | None:
+        """The group's GPU utilisation (percent) for a group the calibration covers; ``None`` else."""
         got = self._group(jobs, gpu_type)
         return None if got is None else float(got["gpu_util"])
 
@@ -134,11 +142,13 @@ class CalibratedColocation:
 
 def calibrated_predictors(base: Any, bundle: CalibrationBundle | str | os.PathLike[str],
                           sharing: str = "timeslice") -> Any:
-    """``base`` (a ``Predictors`` bundle) with ``bundle`` (or the path of one) on top; see the module docstring."""
+    """``base`` (a ``Predictors`` bundle) with ``bundle`` (or the path of one) on top; see the module
+    docstring."""
     from dltsched.engine.domain.predictors import Predictors
 
     cal = bundle if isinstance(bundle, CalibrationBundle) else CalibrationBundle.load(bundle)
-    return Predictors(CalibratedStepTime(base.step_time, cal), CalibratedColocation(base.colocation, cal, sharing),
+    return Predictors(CalibratedStepTime(base.step_time, cal),
+                      CalibratedColocation(base.colocation, cal, sharing),
                       base.freezing)
 
 

@@ -28,7 +28,8 @@ GROUP_OF = {"conv": "conv", "matmul": "gemm", "attention": "gemm", "rnn": "rnn"}
 #: roofline classification: inverse efficiencies a typical operator reaches (compute, memory)
 REFERENCE_INVERSE_EFFICIENCY = (1.4, 1.25)
 _MEMORY_BWD_FACTOR = 2.0  # backward reads the saved input and the output gradient, writes the input gradient
-#: share of a recurrent layer's weights re-read at every time step (hidden-to-hidden matrices, input size ~ hidden)
+#: share of a recurrent layer's weights re-read at every time step (hidden-to-hidden matrices, input size ~
+# hidden)
 RECURRENT_WEIGHT_SHARE = 0.5
 _COL = {c: i for i, c in enumerate(COLUMNS)}
 
@@ -41,7 +42,8 @@ class Aggregates:
     """
 
     num_layers: int
-    ops: tuple[tuple[str, int, float, float, float, float], ...]  # (class, layer, fwd, bwd FLOPs, act, param B)
+    # (class, layer, fwd, bwd FLOPs, act, param B)
+    ops: tuple[tuple[str, int, float, float, float, float], ...]
     activation_bytes: tuple[float, ...]  # suffix of activations stored for backward
     param_bytes: tuple[float, ...]  # suffix of trainable parameter bytes
     param_tensors: tuple[int, ...]  # suffix of trainable parameter tensors (weight and bias per op)

@@ -134,8 +134,8 @@ def _design(rows: Sequence[Measurement], efficiency: dict[str, dict[str, float]]
     cell_keys = tuple(sorted({c for c in cells if c is not None}))
     load_keys = tuple(sorted({w for w in loads if w is not None}))
     return _Design(np.array(work), np.array(kernels), np.array([m.kernel_time for m in rows]),
-                   np.array([m.batch_size for m in rows], float), np.array([m.step_time_s for m in rows]), gpus,
-                   np.array([gpus.index(g) for g in gpu_ids]), cell_keys,
+                   np.array([m.batch_size for m in rows], float), np.array([m.step_time_s for m in rows]),
+                   gpus, np.array([gpus.index(g) for g in gpu_ids]), cell_keys,
                    np.array([cell_keys.index(c) if c else 0 for c in cells]), load_keys,
                    np.array([load_keys.index(w) if w else 0 for w in loads]),
                    _group_support(rows, np.array(work), gpus, gpu_ids))
@@ -189,7 +189,8 @@ def _single_workload_efficiency(d: _Design, theta: dict[str, float]) -> dict[str
     several = [g for g in COMPUTE_GROUPS if len(workloads[g]) >= 2]
     if not several:
         return {}
-    shared = theta["gemm"] if "gemm" in several else float(np.exp(np.mean(np.log([theta[g] for g in several]))))
+    shared = (theta["gemm"] if "gemm" in several
+              else float(np.exp(np.mean(np.log([theta[g] for g in several])))))
     return {g: {"workload": next(iter(loads)), "shared": round(float(shared), 5)}
             for g, loads in workloads.items() if len(loads) == 1}
 
@@ -217,7 +218,8 @@ def _predict(d: _Design, p: _Params, x: np.ndarray) -> np.ndarray:
     compute = d.work[:, :_N_COMPUTE] * theta[:_N_COMPUTE] * mult[:, :_N_COMPUTE]
     recurrent = d.work[:, -1] * theta[_N_COMPUTE] * dram
     rnn = (compute[:, -1] ** RECURRENT_POWER + recurrent**RECURRENT_POWER) ** (1.0 / RECURRENT_POWER)
-    memory = (d.work[:, _N_COMPUTE] * theta[_N_COMPUTE] + d.work[:, _N_COMPUTE + 1] * theta[_N_COMPUTE + 1]) * dram
+    memory = (d.work[:, _N_COMPUTE] * theta[_N_COMPUTE]
+              + d.work[:, _N_COMPUTE + 1] * theta[_N_COMPUTE + 1]) * dram
     gpu_s = compute[:, :-1].sum(axis=1) + rnn + memory
     per_step, per_sample = p.get(x, "per_step")[d.cell], p.get(x, "per_sample")[d.cell]
     dispatch_s = d.kernels * p.get(x, "dispatch")[0] * 1e-6 * per_step
@@ -327,9 +329,11 @@ def _irls(x: np.ndarray, target: np.ndarray, scale: np.ndarray, prior: np.ndarra
 
 
 def _fit_comm(factors: dict[str, Any], rows: Sequence[Measurement]) -> dict[str, Any]:
-    """Stage 2: communication coefficients from multi-GPU rows, compute factors fixed (global, then per GPU)."""
+    """Stage 2: communication coefficients from multi-GPU rows, compute factors fixed (global, then per
+    GPU)."""
     predictor = DeletePopStepTime(factors=factors)
-    single = np.array([replace(predictor, host_source=m.source).step_time_s(job_of(m), m.gpu, 1) for m in rows])
+    single = np.array([replace(predictor, host_source=m.source).step_time_s(job_of(m), m.gpu, 1)
+                       for m in rows])
     x = np.stack([_comm_row(m, predictor.hop_latency_s) for m in rows])
     y = np.array([m.step_time_s for m in rows])
     prior = np.array([DEFAULT_COMM_COEFFICIENTS[k] for k in COMM_FEATURES])
@@ -362,6 +366,7 @@ class Evaluation:
     rows: tuple[dict[str, Any], ...]
 
     def summary(self) -> dict[str, Any]:
+        """The headline figures: row count, mean and 90th-percentile absolute percentage error."""
         return {"n": self.n, "mape": self.mape, "p90_ape": self.p90_ape}
 
 
@@ -372,7 +377,8 @@ def evaluate(predictor: DeletePopStepTime, measurements: Sequence[Measurement]) 
     """
     rows, errors = [], []
     for m in measurements:
-        step = replace(predictor, host_source=m.source or None).breakdown(job_of(m), m.gpu, m.num_gpus, scope=m.scope)
+        step = replace(predictor, host_source=m.source or None).breakdown(job_of(m),
+                                                                          m.gpu, m.num_gpus, scope=m.scope)
         pred = step.compute_s + step.memory_s if m.kernel_time else step.step_time_s
         ape = abs(pred - m.step_time_s) / m.step_time_s * 100.0
         errors.append(ape)
@@ -399,7 +405,8 @@ def oracle_scale(measured_s: Sequence[float], predicted_s: Sequence[float]) -> f
 def leave_one_gpu_out(train: Sequence[Measurement], test: Sequence[Measurement],
                       kernel_efficiency: dict[str, dict[str, float]] | None = None,
                       base: DeletePopStepTime | None = None, new_jobs: bool = False) -> dict[str, Any]:
-    """For each GPU of ``test``: fit on ``train`` without any row of that GPU, evaluate on ``test`` rows of it.
+    """For each GPU of ``test``: fit on ``train`` without any row of that GPU, evaluate on ``test`` rows of
+    it.
 
     Every row of the held-out GPU leaves ``train`` (step times of every source and kernel sums);
     its DeepBench kernel efficiencies (operator microbenchmarks) stay. Per GPU, ``oracle_scale``
@@ -474,8 +481,8 @@ def profile_key(m: Measurement) -> tuple[Any, ...]:
 
 
 def roofline_s(m: Measurement) -> float:
-    """The plain roofline step of a measured row: the graph's kernels (forward, backward) at its GPU's spec-sheet
-    peak and bandwidth, nothing fitted (:func:`opgraph.roofline_step_s`)."""
+    """The plain roofline step of a measured row: the graph's kernels (forward, backward) at its GPU's
+    spec-sheet peak and bandwidth, nothing fitted (:func:`opgraph.roofline_step_s`)."""
     from dltsched.predictors.steptime.opgraph import roofline_step_s
 
     job = job_of(m)
@@ -508,7 +515,8 @@ def transfer_records(predictor: DeletePopStepTime, held: Sequence[Measurement], 
             profile = [(*parts(p, o), o.step_time_s) for o in by_profile[profile_key(src)]]
             rules = rule_predictions(src.step_time_s, parts(p, src), parts(p, m),
                                      (roofline_s(src), roofline_s(m)),
-                                     (gpu_spec_checked(src.gpu).fp32_tflops, gpu_spec_checked(m.gpu).fp32_tflops),
+                                     (gpu_spec_checked(src.gpu).fp32_tflops,
+                                      gpu_spec_checked(m.gpu).fp32_tflops),
                                      profile)
             out.append({"source": m.source, "held_out": held_out, "from_gpu": learned_root(
                 gpu_spec_checked(src.gpu).id), "model": m.model, "batch_size": m.batch_size,

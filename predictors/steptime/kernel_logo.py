@@ -45,6 +45,8 @@ def kernel_family(gpu_id: str) -> str:
 
 
 def workload_key(m: Measurement, model_id: str, dataset: str) -> str:
+    """The key of measurement ``m``'s workload (its setup, model ``model_id``, ``dataset`` and AMP)
+    in the kernel step model's fitted terms."""
     return kernelstep.workload_key(m.source, model_id, dataset, m.amp)
 
 
@@ -64,7 +66,8 @@ ROOFLINE = KernelModel({})
 
 def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, KernelModel] | None = None,
                       train_extra: Sequence[Measurement] = (),
-                      progress: Callable[[str], None] | None = None, new_jobs: bool = False) -> dict[str, Any]:
+                      progress: Callable[[str], None] | None = None,
+                      new_jobs: bool = False) -> dict[str, Any]:
     """Per held-out GPU and over all rows: MAPE of the kernel step model and of the simple rules.
 
     ``kernel_models``: GPU family (:func:`kernel_family`) -> kernel model fitted without it;
@@ -95,7 +98,8 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
     def root(m: Measurement) -> str:
         return learned_root(gpu_spec_checked(m.gpu).id)
 
-    def parts(params: dict[str, Any], m: Measurement, km: KernelModel, source: str, wkey: str) -> tuple[float, float]:
+    def parts(params: dict[str, Any], m: Measurement,
+              km: KernelModel, source: str, wkey: str) -> tuple[float, float]:
         r = row(m, km)
         terms = kernelstep.predict_terms(params, r[0], source, wkey, r[3], r[4], r[6])
         return terms["dispatch"] + terms["fixed"] + terms["input"], terms["gpu"]
@@ -111,7 +115,8 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
                        if profile_key(o) == profile_key(t)]
             rules = rule_predictions(t.step_time_s, parts(params, t, km, source, wkey),
                                      parts(params, m, km, source, wkey), (roofline_s(t), roofline_s(m)),
-                                     (gpu_spec_checked(t.gpu).fp32_tflops, gpu_spec_checked(m.gpu).fp32_tflops),
+                                     (gpu_spec_checked(t.gpu).fp32_tflops,
+                                      gpu_spec_checked(m.gpu).fp32_tflops),
                                      profile)
             out.append({"source": m.source, "held_out": held, "from_gpu": root(t), "model": m.model,
                         "batch_size": m.batch_size, "measured_s": y, "profile_s": t.step_time_s, **rules})
@@ -145,8 +150,8 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
             records.extend(transfers(params, km, m, train, held))
             setup = [t.step_time_s for t in train if t.source == m.source] or [t.step_time_s for t in train]
             out_rows.append({"gpu": m.gpu, "held_out": held, "model": m.model, "dataset": m.dataset,
-                             "batch_size": m.batch_size, "scope": m.scope, "source": m.source, "measured_s": y,
-                             "predicted_s": pred, **{f"{k}_s": v for k, v in terms.items()},
+                             "batch_size": m.batch_size, "scope": m.scope, "source": m.source,
+                             "measured_s": y, "predicted_s": pred, **{f"{k}_s": v for k, v in terms.items()},
                              "roofline_s": roofline_s(m), "constant_s": float(np.median(setup)),
                              "per_model_mean_s": mean})
         if new_jobs:
@@ -174,13 +179,16 @@ def leave_one_gpu_out(rows: Sequence[Measurement], kernel_models: dict[str, Kern
     def summary(sub: list[dict[str, Any]]) -> dict[str, Any]:
         return {"n": len(sub), "mape": mape("predicted_s", sub), "oracle_mape": oracle(sub),
                 "roofline_mape": mape("roofline_s", sub),
-                "constant_mape": mape("constant_s", sub), "per_model_mean_mape": mape("per_model_mean_s", sub),
+                "constant_mape": mape("constant_s", sub),
+                "per_model_mean_mape": mape("per_model_mean_s", sub),
                 "per_model_mean_n": int(sum(np.isfinite(r["per_model_mean_s"]) for r in sub))}
 
-    per_source = {s: summary([r for r in out_rows if r["source"] == s]) for s in sorted({r["source"] for r in out_rows})}
-    per_gpu = {g: summary([r for r in out_rows if r["held_out"] == g]) for g in sorted({r["held_out"] for r in out_rows})}
-    out = {"all": summary(out_rows), "transfer": summarize(records), "per_source": per_source, "per_gpu": per_gpu,
-           "params": params_by_gpu, "rows": out_rows}
+    per_source = {s: summary([r for r in out_rows if r["source"] == s])
+                  for s in sorted({r["source"] for r in out_rows})}
+    per_gpu = {g: summary([r for r in out_rows if r["held_out"] == g])
+               for g in sorted({r["held_out"] for r in out_rows})}
+    out = {"all": summary(out_rows), "transfer": summarize(records), "per_source": per_source,
+           "per_gpu": per_gpu, "params": params_by_gpu, "rows": out_rows}
     if new_jobs:
         out["transfer_new_jobs"] = summarize(new_records)
     return out

@@ -78,7 +78,8 @@ def gpu_family(gpu_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KernelGpu:
-    """What the kernel model needs of a GPU: SMs, FP32 / TF32 / FP16 tensor peaks (TFLOPS) and DRAM bandwidth (GB/s)."""
+    """What the kernel model needs of a GPU: SMs, FP32 / TF32 / FP16 tensor peaks (TFLOPS) and DRAM bandwidth
+    (GB/s)."""
 
     id: str
     sm_count: int
@@ -89,6 +90,8 @@ class KernelGpu:
     l2_mib: float = 6.0
 
     def peak_flops(self, math_mode: str) -> float:
+        """Peak FLOP/s in ``math_mode`` (``fp32``, ``tf32`` or ``fp16``; a GPU without the tensor mode
+        falls back to FP32); another mode raises :class:`ValidationError`."""
         if math_mode not in MATH_MODES:
             raise ValidationError("math", f"{math_mode!r} not understood; one of {', '.join(MATH_MODES)}")
         tflops = {"fp32": self.fp32_tflops, "tf32": self.tf32_tflops or self.fp32_tflops,
@@ -101,9 +104,10 @@ TF32_ARCHITECTURES = frozenset({"ampere", "ada", "hopper", "blackwell"})
 
 
 #: L2 cache (MiB) of catalog GPUs (vendor whitepapers); others get :data:`DEFAULT_L2_MIB`
-L2_MIB = {"k80": 1.5, "m40": 3, "p100": 4, "p4": 2, "gtx1080ti": 2.75, "titanxp": 3, "v100": 6, "v100-32gb": 6,
-          "v100-pcie": 6, "v100-pcie-32gb": 6, "t4": 4, "rtx2080ti": 5.5, "rtx6000": 6, "rtx3090": 6, "a10": 6,
-          "a40": 6, "rtx4090": 72, "l4": 48, "a100-40gb": 40, "a100-80gb": 40, "a100-pcie-40gb": 40,
+L2_MIB = {"k80": 1.5, "m40": 3, "p100": 4, "p4": 2, "gtx1080ti": 2.75, "titanxp": 3, "v100": 6,
+          "v100-32gb": 6,
+          "v100-pcie": 6, "v100-pcie-32gb": 6, "t4": 4, "rtx2080ti": 5.5, "rtx6000": 6, "rtx3090": 6,
+          "a10": 6, "a40": 6, "rtx4090": 72, "l4": 48, "a100-40gb": 40, "a100-80gb": 40, "a100-pcie-40gb": 40,
           "a100-pcie-80gb": 40, "h100": 50, "h100-pcie": 50, "h200": 50}
 DEFAULT_L2_MIB = 6.0
 
@@ -118,7 +122,8 @@ def kernel_gpu(gpu: Any) -> KernelGpu:
 @dataclass(frozen=True, slots=True)
 class Kernel:
     """One kernel: op class, op name (element-wise kind), FLOPs, DRAM bytes and its GEMM view
-    (``batch`` independent ``m x n`` outputs with reduction depth ``k``; element-wise ops: ``m`` rows of ``n``)."""
+    (``batch`` independent ``m x n`` outputs with reduction depth ``k``; element-wise ops: ``m`` rows of
+    ``n``)."""
 
     op_class: str
     op: str
@@ -134,7 +139,8 @@ def gemm_kernel(op_class: str, b: float, m: float, n: float, k: float, elem_byte
     """Batched GEMM ``b x (m x k) @ (k x n)``."""
     shared_weight = op_class == "linear"
     w = k * n * (1 if shared_weight else b)
-    return Kernel(op_class, op_class, 2.0 * b * m * n * k, elem_bytes * (b * m * k + w + b * m * n), b, m, n, k)
+    return Kernel(op_class, op_class, 2.0 * b * m * n * k,
+                  elem_bytes * (b * m * k + w + b * m * n), b, m, n, k)
 
 
 def conv_kernel(b: float, cin: float, cout: float, ksize: float, size: float, stride: float, pad: float,
@@ -205,10 +211,12 @@ MIN_ABOVE_FLOOR = 0.05
 def _arrays(kernels: Sequence[Kernel]) -> dict[str, np.ndarray]:
     cols = np.array([(kn.flops, kn.bytes, kn.batch, kn.m, kn.n, kn.k, kn.op in BINARY_OPS, kn.op in HEAVY_OPS,
                       kn.op_class in GEMM_CLASSES) for kn in kernels], dtype=float).reshape(len(kernels), 9)
-    return dict(zip(("flops", "bytes", "batch", "m", "n", "k", "binary", "heavy", "gemm"), cols.T, strict=True))
+    return dict(zip(("flops", "bytes", "batch", "m", "n",
+                     "k", "binary", "heavy", "gemm"), cols.T, strict=True))
 
 
-def _roofline_arrays(a: dict[str, np.ndarray], gpu: KernelGpu, math_mode: str) -> tuple[np.ndarray, np.ndarray]:
+def _roofline_arrays(a: dict[str, np.ndarray], gpu: KernelGpu,
+                     math_mode: str) -> tuple[np.ndarray, np.ndarray]:
     peak = np.where(a["gemm"] > 0, gpu.peak_flops(math_mode), gpu.peak_flops("fp32"))
     return a["flops"] / peak, a["bytes"] / (gpu.memory_bandwidth_gbs * 1e9)
 
@@ -241,18 +249,20 @@ def _features(a: dict[str, np.ndarray], gpu: KernelGpu, math_mode: str) -> np.nd
                             np.log10(np.maximum(tc, 1e-15) / np.maximum(tm, 1e-15)), np.log10(waves), tail,
                             np.log10(a["m"]), np.log10(a["n"]), np.log10(a["k"]), np.log10(a["batch"]),
                             a["binary"], a["heavy"],
-                            # L2 fit only for vector kernels: GEMMs tile through shared memory (leave-one-GPU-out
+                            # L2 fit only for vector kernels: GEMMs tile through shared memory
+                            # (leave-one-GPU-out
                             # linear 28.3 -> 25.7%, bmm 25.1 -> 24.5% without it)
                             np.where(a["gemm"] > 0, 0.0, np.log10(a["bytes"] / (gpu.l2_mib * 1048576.0))),
                             np.log10(np.maximum(a["flops"], 1.0)),
                             *(np.full(len(tc), v) for v in (
                                 math.log10(gpu.l2_mib / gpu.sm_count),
-                                math.log10(gpu.memory_bandwidth_gbs / gpu.sm_count), math.log10(gpu.sm_count))),
+                                math.log10(gpu.memory_bandwidth_gbs / gpu.sm_count),
+                                math.log10(gpu.sm_count))),
                             np.log10(waves64), tail64, np.log10(a["k"] / TILE),
                             _fill(a["m"], TILE) * _fill(a["n"], TILE), _fill(a["m"], 64) * _fill(a["n"], 64),
                             np.log10(2.0 * TILE * TILE * a["k"] / (peak_per_sm)),
-                            np.log10(4.0 * (TILE * TILE + 2.0 * TILE * a["k"]) / (gpu.memory_bandwidth_gbs * 1e9
-                                                                                   / gpu.sm_count))])
+                            np.log10(4.0 * (TILE * TILE + 2.0 * TILE * a["k"])
+                                     / (gpu.memory_bandwidth_gbs * 1e9 / gpu.sm_count))])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -272,6 +282,7 @@ class TreeEnsemble:
     value: np.ndarray
 
     def predict(self, x: np.ndarray) -> np.ndarray:
+        """The ensemble's prediction for each row of the feature matrix ``x``."""
         n = x.shape[0]
         out = np.full(n, self.init)
         rows = np.arange(n)
@@ -289,12 +300,14 @@ class TreeEnsemble:
         return out
 
     def to_json(self) -> dict[str, Any]:
+        """The ensemble as the kernel model file stores it."""
         return {"init": self.init, "rate": self.rate, "feature": self.feature.tolist(),
                 "threshold": self.threshold.tolist(), "left": self.left.tolist(),
                 "right": self.right.tolist(), "value": np.round(self.value, 6).tolist()}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> TreeEnsemble:
+        """The ensemble of a kernel model file's entry ``raw`` (the inverse of :meth:`to_json`)."""
         return cls(float(raw["init"]), float(raw["rate"]), np.asarray(raw["feature"], dtype=np.int64),
                    np.asarray(raw["threshold"], dtype=float), np.asarray(raw["left"], dtype=np.int64),
                    np.asarray(raw["right"], dtype=np.int64), np.asarray(raw["value"], dtype=float))
@@ -326,7 +339,8 @@ def fit_ensemble(x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None 
     feature = pad(lambda t: np.where(t["is_leaf"], -2, t["feature_idx"]), -2).astype(np.int64)
     init = float(np.asarray(gbm._baseline_prediction).ravel()[0])  # noqa: SLF001
     return TreeEnsemble(init, 1.0, feature, pad(lambda t: t["num_threshold"], 0.0),
-                        pad(lambda t: t["left"], 0).astype(np.int64), pad(lambda t: t["right"], 0).astype(np.int64),
+                        pad(lambda t: t["left"], 0).astype(np.int64),
+                        pad(lambda t: t["right"], 0).astype(np.int64),
                         pad(lambda t: t["value"], 0.0))
 
 
@@ -362,6 +376,7 @@ class KernelModel:
         return out
 
     def to_json(self) -> dict[str, Any]:
+        """The model as the kernel model file stores it, with its format version and fit settings."""
         return {"format_version": KERNEL_FORMAT_VERSION, "fitted_on": list(self.fitted_on),
                 "features": {k: list(self.class_features.get(k, FEATURES)) for k in self.ensembles},
                 "floor_s": self.floor_s, "min_roofline_ratio": MIN_ROOFLINE_RATIO,
@@ -370,11 +385,14 @@ class KernelModel:
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> KernelModel:
+        """The model of a kernel model file's content ``raw``; another format version raises
+        :class:`ValidationError` (refit it)."""
         if raw.get("format_version") != KERNEL_FORMAT_VERSION:
             raise ValidationError("kernel_model", f"format_version {raw.get('format_version')}; expected "
-                                                  f"{KERNEL_FORMAT_VERSION}: rerun 'dltsched predict fit-kernels'")
-        return cls({k: TreeEnsemble.from_json(v) for k, v in raw["ensembles"].items()}, tuple(raw["fitted_on"]),
-                   {k: float(v) for k, v in raw["floor_s"].items()},
+                                                  f"{KERNEL_FORMAT_VERSION}: rerun 'dltsched predict "
+                                                  "fit-kernels'")
+        return cls({k: TreeEnsemble.from_json(v) for k, v in raw["ensembles"].items()},
+                   tuple(raw["fitted_on"]), {k: float(v) for k, v in raw["floor_s"].items()},
                    {k: tuple(v) for k, v in raw["features"].items()})
 
 
@@ -385,6 +403,7 @@ def lower_bound_s(kernel: Kernel, gpu: KernelGpu, math_mode: str = "fp32") -> fl
 
 
 def kernel_model_path() -> Path:
+    """Path of the packaged kernel model file."""
     return Path(str(resources.files("dltsched.predictors.steptime").joinpath(KERNEL_MODEL_FILE)))
 
 
@@ -448,7 +467,8 @@ def neusight_kernels(data_dir: str | os.PathLike[str] | None = None,
                     for row in csv.DictReader(fh):
                         latency = float(row["Latency"])
                         if latency > 0:
-                            out.append(KernelSample(gpus[row["Device"]].id, _kernel_of(op, row), latency * 1e-3))
+                            out.append(KernelSample(gpus[row["Device"]].id,
+                                                    _kernel_of(op, row), latency * 1e-3))
     return out
 
 
@@ -478,7 +498,8 @@ def fit(samples: Sequence[KernelSample], gpus: dict[str, KernelGpu],
         max_per_gpu: int = MAX_TRAIN_PER_GPU, extra: Sequence[KernelSample] = (),
         extra_weight: float = 1.0) -> KernelModel:
     """One tree ensemble per op class on ``log((measured - floor) / roofline)`` over the class's
-    :data:`CLASS_FEATURES`; the model's floor per class is the lowest of the GPUs' floors (:data:`FLOOR_STATISTIC`).
+    :data:`CLASS_FEATURES`; the model's floor per class is the lowest of the GPUs' floors
+    (:data:`FLOOR_STATISTIC`).
 
     ``extra`` (kernels measured inside whole models: :func:`neusight.trace_kernel_samples`) join every
     class's rows after the subsampling, each weighing ``extra_weight`` rows, with their own floor."""
@@ -507,8 +528,8 @@ def fit(samples: Sequence[KernelSample], gpus: dict[str, KernelGpu],
                        {cls: CLASS_FEATURES[cls] for cls in ensembles})
 
 
-def _score(table: dict[str, dict[str, Any]], cls: str, held: str, model: KernelModel, by_id: dict[str, KernelGpu],
-           test: Sequence[KernelSample], train: Sequence[KernelSample]) -> None:
+def _score(table: dict[str, dict[str, Any]], cls: str, held: str, model: KernelModel,
+           by_id: dict[str, KernelGpu], test: Sequence[KernelSample], train: Sequence[KernelSample]) -> None:
     y = np.array([s.latency_s for s in test])
     pred = model.predict_s([s.kernel for s in test], by_id[held])
     roof = np.array([max(roofline_s(s.kernel, by_id[held])) for s in test])
@@ -516,8 +537,10 @@ def _score(table: dict[str, dict[str, Any]], cls: str, held: str, model: KernelM
     entry = table.setdefault(cls, {"per_gpu": {}, "apes": [], "roof_apes": [], "eff_apes": []})
     apes, roof_apes = np.abs(pred - y) / y * 100.0, np.abs(roof - y) / y * 100.0
     eff_apes = np.abs(roof / eff - y) / y * 100.0
-    entry["per_gpu"][held] = {"n": len(test), "mape": float(apes.mean()), "roofline_mape": float(roof_apes.mean()),
-                              "efficiency_mape": float(eff_apes.mean()), "median_ratio": float(np.median(pred / y))}
+    entry["per_gpu"][held] = {"n": len(test), "mape": float(apes.mean()),
+                              "roofline_mape": float(roof_apes.mean()),
+                              "efficiency_mape": float(eff_apes.mean()),
+                              "median_ratio": float(np.median(pred / y))}
     entry["apes"].extend(apes)
     entry["roof_apes"].extend(roof_apes)
     entry["eff_apes"].extend(eff_apes)
@@ -537,17 +560,20 @@ def leave_one_gpu_out(samples: Sequence[KernelSample], gpus: dict[str, KernelGpu
     table: dict[str, dict[str, Any]] = {}
     for family in sorted({gpu_family(s.gpu) for s in samples}):
         train = [s for s in samples if gpu_family(s.gpu) != family]
-        model = fit(train, by_id, extra=[s for s in extra if gpu_family(s.gpu) != family], extra_weight=extra_weight)
+        model = fit(train, by_id, extra=[s for s in extra if gpu_family(s.gpu) != family],
+                    extra_weight=extra_weight)
         for held in sorted({s.gpu for s in samples if gpu_family(s.gpu) == family}):
             if models is not None:
                 models[held] = model
             for cls in OP_CLASSES:
                 test = [s for s in samples if s.gpu == held and s.kernel.op_class == cls]
                 if test:
-                    _score(table, cls, held, model, by_id, test, [s for s in train if s.kernel.op_class == cls])
+                    _score(table, cls, held, model, by_id, test,
+                           [s for s in train if s.kernel.op_class == cls])
     out = {}
     for cls, e in table.items():
         out[cls] = {"n": len(e["apes"]), "mape": float(np.mean(e["apes"])),
-                    "p90_ape": float(np.percentile(e["apes"], 90)), "roofline_mape": float(np.mean(e["roof_apes"])),
+                    "p90_ape": float(np.percentile(e["apes"], 90)),
+                    "roofline_mape": float(np.mean(e["roof_apes"])),
                     "efficiency_mape": float(np.mean(e["eff_apes"])), "per_gpu": e["per_gpu"]}
     return out

@@ -53,8 +53,8 @@ _SCALE_WEIGHT = 0.1  # on log(per-workload scale of GPU time)
 _GPU_SCALE_SHRINK = 5.0  # pseudo-rows at scale 1 in each per-GPU scale
 _INPUT_WEIGHT = 0.02  # on input terms (units of 10 ms and 0.1 ms per sample)
 #: kernels one optimizer step launches per trainable parameter tensor (PyTorch's per-tensor loops)
-OPTIMIZER_KERNELS = {"sgd": 1, "momentum": 2, "nesterov": 2, "adagrad": 3, "rmsprop": 4, "adam": 5, "adamw": 6,
-                     "adadelta": 5, "lamb": 8}
+OPTIMIZER_KERNELS = {"sgd": 1, "momentum": 2, "nesterov": 2, "adagrad": 3, "rmsprop": 4, "adam": 5,
+                     "adamw": 6, "adadelta": 5, "lamb": 8}
 
 
 def workload_key(source: str, model_id: str, dataset: str, amp: bool) -> str:
@@ -162,8 +162,8 @@ def fit(rows: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
     gpu_scale = {g: float(math.exp(log_left[gl == i].sum() / ((gl == i).sum() + _GPU_SCALE_SHRINK)))
                  for i, g in enumerate(gpu_keys)}
     fixed = {s: float(x[3 + i] ** 2) for i, s in enumerate(sources)}
-    return {"version": KERNEL_STEP_VERSION, "kernel": float(math.exp(x[0])), "optimizer": float(math.exp(x[1])),
-            "dispatch_us": float(math.exp(x[2])), "fixed_s": fixed,
+    return {"version": KERNEL_STEP_VERSION, "kernel": float(math.exp(x[0])),
+            "optimizer": float(math.exp(x[1])), "dispatch_us": float(math.exp(x[2])), "fixed_s": fixed,
             "fixed_default_s": float(np.median(list(fixed.values()))) if fixed else 0.0,
             "input": {w: (float(x[3 + n_s + i] ** 2 * 1e-2), float(x[3 + n_s + n_w + i] ** 2 * 1e-4))
                       for i, w in enumerate(workloads)},

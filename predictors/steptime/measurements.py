@@ -42,10 +42,12 @@ ZEUS_WORKLOADS: dict[tuple[str, str], tuple[str, str, int]] = {
     ("sentiment140", "bert_base_uncased"): ("bert_base", "sentiment140", 425_000),
 }
 #: Gavel job model -> optimizer of its training script (SGD with momentum unless listed)
-GAVEL_OPTIMIZERS = {"transformer": "adam", "recoder": "adam", "a3c": "adam", "cyclegan": "adam", "lstm_lm": "sgd"}
+GAVEL_OPTIMIZERS = {"transformer": "adam", "recoder": "adam", "a3c": "adam",
+                    "cyclegan": "adam", "lstm_lm": "sgd"}
 ZEUS_GPUS = {"a40": "a40", "p100": "p100", "rtx6000": "rtx6000", "v100": "v100"}
 #: Orion training-iteration profile (V100) -> (model id, dataset id, batch size)
-ORION_WORKLOADS = {"resnet50_32_fb1": ("resnet50", "imagenet", 32), "resnet101_32_fb1": ("resnet101", "imagenet", 32),
+ORION_WORKLOADS = {"resnet50_32_fb1": ("resnet50", "imagenet", 32),
+                   "resnet101_32_fb1": ("resnet101", "imagenet", 32),
                    "mobilenetv2_32_fb1": ("mobilenet_v2", "imagenet", 32),
                    "mobilenetv2_64_fb1": ("mobilenet_v2", "imagenet", 64),
                    "mobilenetv2_96_fb1": ("mobilenet_v2", "imagenet", 96)}
@@ -90,15 +92,17 @@ class Measurement:
             raise ValidationError("step_time_s", f"{self.step_time_s!r} not understood; must be > 0 seconds")
 
 
-def gavel_measurements(data_dir: str | os.PathLike[str] | None = None, *, max_scale: int = 1) -> list[Measurement]:
+def gavel_measurements(data_dir: str | os.PathLike[str] | None = None, *,
+                       max_scale: int = 1) -> list[Measurement]:
     """Gavel's isolated throughputs (consolidated placements, scale <= ``max_scale``)."""
     from dltsched.instances.readers.gavel_throughputs import read_gavel_throughputs
 
     out = []
-    for (gpu, jt, scale, consolidated), steps_per_s in read_gavel_throughputs(data_dir=data_dir).isolated.items():
+    for (gpu, jt, scale, consolidated), steps_per_s in read_gavel_throughputs(
+            data_dir=data_dir).isolated.items():
         if consolidated and scale <= max_scale and steps_per_s > 0:
-            out.append(Measurement(jt.model, gpu, jt.batch_size, scale, scale / steps_per_s, False, jt.dataset,
-                                   GAVEL_OPTIMIZERS.get(jt.model, "momentum"), "gavel"))
+            out.append(Measurement(jt.model, gpu, jt.batch_size, scale, scale / steps_per_s, False,
+                                   jt.dataset, GAVEL_OPTIMIZERS.get(jt.model, "momentum"), "gavel"))
     return sorted(out, key=lambda m: (m.gpu, m.model, m.batch_size, m.num_gpus))
 
 
@@ -129,7 +133,8 @@ def orion_measurements(data_dir: str | os.PathLike[str] | None = None) -> list[M
     for name, (model, dataset, batch) in ORION_WORKLOADS.items():
         with data_file("orion", "model_kernels", name, data_dir=data_dir).open() as fh:
             total_ns = sum(float(row["Duration"]) for row in csv.DictReader(fh))
-        out.append(Measurement(model, "v100", batch, 1, total_ns * 1e-9, False, dataset, "sgd", "orion", True))
+        out.append(Measurement(model, "v100", batch, 1, total_ns * 1e-9, False,
+                               dataset, "sgd", "orion", True))
     return out
 
 
@@ -144,7 +149,8 @@ def _deepbench_tflops(path: Path) -> dict[str, list[float]]:
     with path.open() as fh:
         for row in csv.reader(fh):
             if row and row[0]:  # a section title (its header may sit on the same or the next row)
-                kind = next((k for prefix, k in DEEPBENCH_SECTIONS.items() if row[0].startswith(prefix)), None)
+                kind = next((k for prefix, k in DEEPBENCH_SECTIONS.items() if row[0].startswith(prefix)),
+                            None)
                 col = None
             if kind and col is None:
                 col = next((i for i, h in enumerate(row) if "TERAFLOPS" in h.upper()), None)
@@ -157,7 +163,8 @@ def _deepbench_tflops(path: Path) -> dict[str, list[float]]:
     return out
 
 
-def deepbench_kernel_efficiency(data_dir: str | os.PathLike[str] | None = None) -> dict[str, dict[str, float]]:
+def deepbench_kernel_efficiency(
+        data_dir: str | os.PathLike[str] | None = None) -> dict[str, dict[str, float]]:
     """Achieved / peak FP32 throughput per catalog GPU id and kernel kind (median over DeepBench shapes)."""
     from dltsched.engine.domain.catalog import gpu_spec
 
@@ -175,7 +182,8 @@ def deepbench_kernel_efficiency(data_dir: str | os.PathLike[str] | None = None) 
 def write_csv(rows: Iterable[Measurement], path: str | os.PathLike[str]) -> int:
     """Write measurements in the evaluator's CSV format; returns the number of rows."""
     rows = list(rows)
-    fields = ("model", "gpu", "batch_size", "num_gpus", "step_time_s", "amp", "dataset", "optimizer", "source")
+    fields = ("model", "gpu", "batch_size", "num_gpus", "step_time_s", "amp",
+              "dataset", "optimizer", "source")
     with Path(path).open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
@@ -206,8 +214,8 @@ def _check_names(row: dict[str, str], where: str) -> None:
 
 
 def profile_record(path: str | os.PathLike[str]) -> dict[str, object] | None:
-    """The ``measurement.json`` beside ``path`` when it is the record of the ``dltsched profile`` run that wrote
-    ``path`` (it lists the file, or its command is a profile command), else ``None``."""
+    """The ``measurement.json`` beside ``path`` when it is the record of the ``dltsched profile`` run that
+    wrote ``path`` (it lists the file, or its command is a profile command), else ``None``."""
     import json
 
     record_path = Path(path).with_name("measurement.json")

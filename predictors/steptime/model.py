@@ -62,8 +62,8 @@ KERNEL_KIND = {"conv": "conv", "gemm": "gemm", "rnn": "lstm"}
 #: exponent of the smooth maximum of GPU time and CPU dispatch time
 OVERLAP_POWER = 3.0
 #: kernels one optimizer step launches per trainable parameter tensor (PyTorch per-tensor loops)
-OPTIMIZER_KERNELS = {"sgd": 1, "momentum": 2, "nesterov": 2, "adagrad": 3, "rmsprop": 4, "adam": 5, "adamw": 6,
-                     "adadelta": 5, "lamb": 8}
+OPTIMIZER_KERNELS = {"sgd": 1, "momentum": 2, "nesterov": 2, "adagrad": 3, "rmsprop": 4, "adam": 5,
+                     "adamw": 6, "adadelta": 5, "lamb": 8}
 COMM_FEATURES = ("ring", "shared_bus")
 #: host machine speeds per setup and GPU type
 HOST_SPEEDS = ("per_step", "per_sample")
@@ -96,6 +96,7 @@ class MemoryFitError(DltschedError, ValueError):
 
 
 def factors_path() -> Path:
+    """Path of the packaged step-time factors file."""
     return Path(str(resources.files("dltsched.predictors.steptime").joinpath(FACTORS_FILE)))
 
 
@@ -129,11 +130,13 @@ class StepBreakdown:
     input_s: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
+        """The breakdown's fields by name (seconds; ``memory_mib`` in MiB)."""
         return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
 
 
 def gpu_spec_checked(name: str) -> GpuType:
-    """The catalog spec of GPU type ``name``; an unknown name raises :class:`ValidationError` at ``gpu_type``."""
+    """The catalog spec of GPU type ``name``; an unknown name raises :class:`ValidationError` at
+    ``gpu_type``."""
     from dltsched.engine.domain.catalog import gpu_spec
 
     try:
@@ -164,19 +167,22 @@ def learned_root(gpu_id: str) -> str:
 
 
 def check_scope(scope: str) -> str:
+    """``scope`` if it is one of :data:`SCOPES`; else raises :class:`ValidationError`."""
     if scope not in SCOPES:
         raise ValidationError("scope", f"{scope!r} not understood; one of {', '.join(SCOPES)}")
     return scope
 
 
-def compute_peaks(job: Job, gpu: GpuType, tf32_matmul: bool = False, tf32_conv: bool = False) -> dict[str, float]:
+def compute_peaks(job: Job, gpu: GpuType, tf32_matmul: bool = False,
+                  tf32_conv: bool = False) -> dict[str, float]:
     """Peak FLOP/s per compute group: FP16 tensor cores with AMP; otherwise FP32, except TF32 tensor
     cores on Ampere and later for convolutions with ``tf32_conv`` (cuDNN's default) and for GEMMs and
     recurrent layers with ``tf32_matmul`` (PyTorch's default before 1.12). Both are off by default:
     calibrating with TF32 convolutions made leave-one-GPU-out worse (Zeus's A40 shows no speed-up)."""
     if job.amp:
         return dict.fromkeys(COMPUTE_GROUPS, gpu.fp16_tensor_tflops * 1e12)
-    tf32 = max(gpu.fp32_tflops, gpu.fp16_tensor_tflops / 2.0) if gpu.architecture in TF32_ARCHITECTURES else 0.0
+    tf32 = (max(gpu.fp32_tflops, gpu.fp16_tensor_tflops / 2.0) if gpu.architecture in TF32_ARCHITECTURES
+            else 0.0)
     on = {"conv": tf32_conv, "gemm": tf32_matmul, "rnn": tf32_matmul}
     return {g: (tf32 if tf32 and on[g] else gpu.fp32_tflops) * 1e12 for g in COMPUTE_GROUPS}
 
@@ -222,7 +228,8 @@ def host_key(source: str, model: str, dataset: str) -> str:
 def workload_kernels(model: str, dataset: str) -> float:
     """Kernels of one training step of a workload's graph (forward, backward, one SGD update per
     parameter tensor): the feature of :func:`host_model`, known before the workload ever runs."""
-    table = work_table(model, dataset, (1.0,) * len(COMPUTE_GROUPS), 1.0, 1.0)  # kernels do not depend on peaks
+    # kernels do not depend on peaks
+    table = work_table(model, dataset, (1.0,) * len(COMPUTE_GROUPS), 1.0, 1.0)
     return float(table.kernels[0] + aggregates(model, dataset).param_tensors[0])
 
 
@@ -287,7 +294,8 @@ def host_model(factors: dict[str, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
-def comm_features(grad_bytes: float, num_gpus: int, link_gbs: float, hop_latency_s: float) -> dict[str, float]:
+def comm_features(grad_bytes: float, num_gpus: int,
+                  link_gbs: float, hop_latency_s: float) -> dict[str, float]:
     """All-reduce work terms of one step: ring (dedicated links) and shared bus (PCIe switch, host).
 
     ``ring`` is the bandwidth-optimal ring time ``2 (n-1)/n * bytes / link`` plus hop latencies;
@@ -296,7 +304,8 @@ def comm_features(grad_bytes: float, num_gpus: int, link_gbs: float, hop_latency
     if num_gpus <= 1:
         return dict.fromkeys(COMM_FEATURES, 0.0)
     link_bytes_per_s = link_gbs * 1e9
-    ring = 2.0 * (num_gpus - 1) / num_gpus * grad_bytes / link_bytes_per_s + 2.0 * (num_gpus - 1) * hop_latency_s
+    ring = (2.0 * (num_gpus - 1) / num_gpus * grad_bytes / link_bytes_per_s
+            + 2.0 * (num_gpus - 1) * hop_latency_s)
     return {"ring": ring, "shared_bus": (num_gpus - 1) * grad_bytes / link_bytes_per_s}
 
 
@@ -374,10 +383,12 @@ class DeletePopStepTime:
         theta, mult = f["inverse_efficiency"], gpu_eff.get(learned_id(gpu.id, gpu_eff), {})
         single = f.get("single_workload_groups", {}).get(learned_id(gpu.id, gpu_eff), {})
         if single:  # a group fitted on one workload alone holds for it; others get the GPU's common scale
-            mult = {**mult, **{g: v["shared"] for g, v in single.items() if v["workload"] != f"{model}/{dataset}"}}
+            mult = {**mult, **{g: v["shared"] for g,
+                               v in single.items() if v["workload"] != f"{model}/{dataset}"}}
         alone = f.get("single_workload_efficiency", {})
         if alone:  # the same for a group that one workload alone informs on every GPU: others get GEMM's
-            theta = {**theta, **{g: v["shared"] for g, v in alone.items() if v["workload"] != f"{model}/{dataset}"}}
+            theta = {**theta, **{g: v["shared"] for g,
+                                 v in alone.items() if v["workload"] != f"{model}/{dataset}"}}
         dram = mult.get("memory", 1.0)
         out = {g: work[g] * theta[g] * mult.get(g, 1.0) for g in COMPUTE_GROUPS}
         out["rnn"] = recurrent_time(out["rnn"], work["recurrent"] * theta["memory"] * dram)
@@ -390,7 +401,8 @@ class DeletePopStepTime:
         then the factors' ``sources``); None for a workload never measured."""
         order = [self.host_source] if self.host_source else []
         host = self.factors.get("host_overhead", {})
-        return next((s for s in (*order, *self.factors.get("sources", ())) if host_key(s, model, dataset) in host), None)
+        return next((s for s in (*order, *self.factors.get("sources", ()))
+                     if host_key(s, model, dataset) in host), None)
 
     def default_setup(self) -> str | None:
         """The setup whose machines run a workload never measured: ``host_source``, else the factors'
@@ -430,19 +442,22 @@ class DeletePopStepTime:
         fixed = float(f["step_overhead_s"]) * speed["per_step"]
         if scope != "iteration":
             return dispatch, fixed, 0.0
-        return dispatch, fixed, speed["per_step"] * per_step_s + speed["per_sample"] * per_sample_s * batch_size
+        return dispatch, fixed, (speed["per_step"] * per_step_s
+                                 + speed["per_sample"] * per_sample_s * batch_size)
 
     def gpu_model_for(self, gpu_type: str) -> str:
         """``"groups"`` or ``"kernels"``: what times the GPU work on ``gpu_type`` (``gpu_model="auto"``:
         groups where the factors were fitted on the GPU's step times or carry no ``kernel_step`` block,
         e.g. a cross-fitted fold's; kernels elsewhere)."""
         if self.gpu_model not in GPU_MODELS:
-            raise ValidationError("gpu_model", f"{self.gpu_model!r} not understood; one of {', '.join(GPU_MODELS)}")
+            raise ValidationError("gpu_model", f"{self.gpu_model!r} not understood; one of "
+                                               f"{', '.join(GPU_MODELS)}")
         if self.gpu_model != "auto":
             return self.gpu_model
         fitted = self.factors.get("gpu_efficiency", {})
         gpu_id = gpu_spec_checked(gpu_type).id
-        return "groups" if learned_id(gpu_id, fitted) in fitted or "kernel_step" not in self.factors else "kernels"
+        return ("groups" if learned_id(gpu_id, fitted) in fitted or "kernel_step" not in self.factors
+                else "kernels")
 
     def calibration_basis(self, gpu_type: str) -> str:
         """What the predictions for ``gpu_type`` rest on: its own step-time measurements, the kernel
@@ -451,13 +466,15 @@ class DeletePopStepTime:
         gpu, f = gpu_spec_checked(gpu_type), self.factors
         learned = learned_id(gpu.id, f.get("gpu_efficiency", {}))
         shared = f" (shared with {learned})" if learned != gpu.id else ""
-        setups = sorted(label.split(":")[0] for label in f.get("fitted_on", ()) if label.endswith(f":{learned}"))
+        setups = sorted(label.split(":")[0] for label in f.get("fitted_on", ())
+                        if label.endswith(f":{learned}"))
         if learned in f.get("gpu_efficiency", {}):
             return f"fitted on its step-time measurements ({', '.join(setups)}){shared}"
         if self.gpu_model_for(gpu.id) == "kernels":
             from dltsched.predictors.steptime.kernels import gpu_family, load_kernel_model
 
-            fitted_families = {gpu_family(learned_root(g)) for g in load_kernel_model(self.kernel_model).fitted_on}
+            fitted_families = {gpu_family(learned_root(g))
+                               for g in load_kernel_model(self.kernel_model).fitted_on}
             if gpu_family(learned_root(gpu.id)) in fitted_families:
                 return "kernel model fitted on its measured kernels (NeuSight)"
             return "kernel model from its spec sheet"
@@ -465,7 +482,8 @@ class DeletePopStepTime:
             return "spec sheet scaled by its DeepBench kernel efficiencies"
         return "spec sheet only"
 
-    def comm_s(self, agg: Aggregates, gpu: GpuType, num_gpus: int, num_nodes: int, freeze_level: int) -> float:
+    def comm_s(self, agg: Aggregates, gpu: GpuType, num_gpus: int,
+               num_nodes: int, freeze_level: int) -> float:
         """Exposed all-reduce time of the trainable gradients (fitted share of ring + shared-bus terms)."""
         if num_gpus <= 1:
             return 0.0
@@ -500,14 +518,16 @@ class DeletePopStepTime:
         overhead = combine(compute + memory, dispatch) - compute - memory + fixed + pipeline
         comm = 0.0 if scope == "fwd_bwd" else self.comm_s(agg, gpu, n, num_nodes, freeze_level)
         mem = self._checked_memory(job, agg, gpu, freeze_level, check_memory)
-        return StepBreakdown(compute + memory + comm + overhead, compute, memory, comm, overhead, mem, fixed, pipeline)
+        return StepBreakdown(compute + memory + comm + overhead, compute, memory, comm,
+                             overhead, mem, fixed, pipeline)
 
-    def _checked_memory(self, job: Job, agg: Aggregates, gpu: GpuType, freeze_level: int, check: bool) -> float:
+    def _checked_memory(self, job: Job, agg: Aggregates, gpu: GpuType,
+                        freeze_level: int, check: bool) -> float:
         mem = self._memory_mib(job, agg, freeze_level)
         if check and mem > gpu.memory_mib:
             raise MemoryFitError(f"job '{job.id}': {job.model} at batch size {job.batch_size} needs "
-                                 f"{mem:.0f} MiB > {gpu.memory_mib:.0f} MiB on {gpu.id}; use a smaller batch size, "
-                                 "--amp, a higher freeze level or a larger GPU")
+                                 f"{mem:.0f} MiB > {gpu.memory_mib:.0f} MiB on {gpu.id}; use a smaller batch "
+                                 "size, --amp, a higher freeze level or a larger GPU")
         return mem
 
     def kernel_step_params(self) -> dict[str, Any]:
@@ -524,8 +544,10 @@ class DeletePopStepTime:
         from dltsched.predictors.steptime.kernelstep import kernel_work, predict_terms, workload_key
 
         params = self.kernel_step_params()
-        tf32 = frozenset(({"conv"} if self.tf32_conv else set()) | ({"linear", "bmm"} if self.tf32_matmul else set()))
-        work = kernel_work(job, model, dataset, gpu, freeze_level, scope, load_kernel_model(self.kernel_model), tf32)
+        tf32 = frozenset(({"conv"} if self.tf32_conv else set())
+                         | ({"linear", "bmm"} if self.tf32_matmul else set()))
+        work = kernel_work(job, model, dataset, gpu, freeze_level, scope,
+                           load_kernel_model(self.kernel_model), tf32)
         source = self.kernel_source(params, model, dataset, job.amp)
         terms = predict_terms(params, work, source,
                               workload_key(source, model, dataset, job.amp),
@@ -604,7 +626,8 @@ class DeletePopStepTime:
             if not isinstance(batch, int) or batch < 1 or not (isinstance(seconds, (int, float))
                                                                and math.isfinite(seconds) and seconds > 0):
                 raise ValidationError("measured", f"{gpu}:{batch}:{seconds} not understood; "
-                                                  "need GPU:BATCH:SECONDS with BATCH >= 1 and finite SECONDS > 0")
+                                                  "need GPU:BATCH:SECONDS with BATCH >= 1 and finite SECONDS "
+                                                  "> 0")
         if weight is None:
             target_id = gpu_spec_checked(gpu_type).id
             here = [(g, b, t) for g, b, t in measured if gpu_spec_checked(g).id == target_id]
@@ -643,5 +666,6 @@ class DeletePopStepTime:
         return (weights + grads_and_state + acts) / _MIB + self.workspace_mib
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
+        """GPU memory of ``job`` on one GPU of ``gpu_type`` at ``freeze_level`` (MiB)."""
         _model, _dataset, agg, _gpu_spec = self._resolve(job, gpu_type, freeze_level)
         return self._memory_mib(job, agg, freeze_level)

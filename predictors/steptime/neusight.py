@@ -52,11 +52,12 @@ from dltsched.predictors.steptime.kernels import (
 LABEL_GPUS = {"NVIDIA_A100-PCIE-40GB": "a100-pcie-40gb", "Tesla_P100-PCIE-16GB": "p100", "Tesla_P4": "p4",
               "Tesla_T4": "t4", "Tesla_V100-PCIE-32GB": "v100-pcie-32gb"}
 #: label model name -> zoo model id
-LABEL_MODELS = {"bert_large": "bert_large", "gpt2_large": "gpt2_large", "gpt3_xl": "gpt3_xl", "gpt3_27": "gpt3_2.7b",
-                "opt_13": "opt_1.3b", "switchxl4": "switch_xl"}
+LABEL_MODELS = {"bert_large": "bert_large", "gpt2_large": "gpt2_large", "gpt3_xl": "gpt3_xl",
+                "gpt3_27": "gpt3_2.7b", "opt_13": "opt_1.3b", "switchxl4": "switch_xl"}
 _LAYER = re.compile(r"\.(layer|h|layers|block)\.0'")
 _ANY_LAYER = re.compile(r"\.(layer|h|layers|block)\.\d+'")
-_ELEMENTWISE_FUNCS = {"add": "add", "sub": "add", "mul": "mul", "truediv": "div", "pow": "pow", "gelu": "gelu",
+_ELEMENTWISE_FUNCS = {"add": "add", "sub": "add", "mul": "mul", "truediv": "div", "pow": "pow",
+                      "gelu": "gelu",
                       "tanh": "tanh", "where": "add", "relu": "relu", "dropout": "mul", "masked_fill": "mul",
                       "contiguous": "addu", "to": "addu", "type": "addu", "cumsum": "addu", "float": "addu"}
 _FREE_BACKWARD = {"add", "sub", "contiguous", "to", "type", "where", "cumsum", "float", "masked_fill"}
@@ -66,6 +67,10 @@ _CONVERSIONS = {"to", "type", "float", "type_as", "long", "bool", "half"}
 
 @dataclass(frozen=True, slots=True)
 class Label:
+    """One measured configuration of the NeuSight data: GPU, model, training or inference, sequence
+    length, batch and layer count, its end-to-end seconds, the kernels of layer 0 and outside the layers,
+    and the traced per-op seconds of both."""
+
     gpu: str
     model: str
     train: bool
@@ -124,7 +129,8 @@ def op_kernels(row: dict[str, str], train: bool, dtypes: dict[str, str] | None =
         if "layernorm" in kind:
             rows = _numel(out) / out[-1]
             return [vector_kernel("layernorm", "ln", rows, out[-1])] + (
-                [vector_kernel("layernorm", "ln", rows, out[-1]), vector_kernel("elementwise", "mul", rows, out[-1])]
+                [vector_kernel("layernorm", "ln", rows, out[-1]),
+                 vector_kernel("elementwise", "mul", rows, out[-1])]
                 if train else [])
         if "dropout" in kind:
             if not train:
@@ -152,7 +158,8 @@ def op_kernels(row: dict[str, str], train: bool, dtypes: dict[str, str] | None =
         batch = _numel(a[:-2])
         m, k, n = a[-2], a[-1], b[-1]
         fw = [gemm_kernel("bmm", batch, m, n, k)]
-        return fw + ([gemm_kernel("bmm", batch, m, k, n), gemm_kernel("bmm", batch, k, n, m)] if train else [])
+        return fw + ([gemm_kernel("bmm", batch, m, k, n),
+                      gemm_kernel("bmm", batch, k, n, m)] if train else [])
     if fn == "softmax" and out:
         rows = _numel(out) / out[-1]
         return [vector_kernel("softmax", "softmax", rows, out[-1])] + (
@@ -174,7 +181,8 @@ def op_kernels(row: dict[str, str], train: bool, dtypes: dict[str, str] | None =
             kind += "u"
         rows = _numel(out) / out[-1]
         fw = [vector_kernel("elementwise", kind, rows, out[-1])]
-        return fw + ([vector_kernel("elementwise", "mul", rows, out[-1])] if train and fn not in _FREE_BACKWARD else [])
+        return fw + ([vector_kernel("elementwise", "mul", rows, out[-1])]
+                     if train and fn not in _FREE_BACKWARD else [])
     return []
 
 
@@ -213,15 +221,18 @@ def read_labels(data_dir: str | os.PathLike[str] | None = None, *, train: bool |
                         continue  # another layer traced in full: counted through num_layer
                     ks = op_kernels(row, is_train, dtypes)
                     (layer if in_layer else other).extend(ks)
-                    fw_bw = float(row["fw_latency"] or 0) + (float(row["bw_latency"] or 0) if is_train else 0.0)
+                    fw_bw = (float(row["fw_latency"] or 0)
+                             + (float(row["bw_latency"] or 0) if is_train else 0.0))
                     traced[0 if in_layer else 1] += fw_bw * 1e-3
-            out.append(Label(gpu, LABEL_MODELS.get(m.group(1), m.group(1)), is_train, int(m.group(3)), int(m.group(4)),
-                             int(raw["num_layer"]), float(raw["e2e_latency"]) * 1e-3, tuple(layer), tuple(other),
-                             (traced[0], traced[1])))
+            out.append(Label(gpu, LABEL_MODELS.get(m.group(1), m.group(1)), is_train, int(m.group(3)),
+                             int(m.group(4)),
+                             int(raw["num_layer"]), float(raw["e2e_latency"]) * 1e-3, tuple(layer),
+                             tuple(other), (traced[0], traced[1])))
     return out
 
 
-#: per-call cost of the traces' per-op timings: ops that launch nothing (size, getitem, view) measure 0.010-0.011 ms
+#: per-call cost of the traces' per-op timings: ops that launch nothing (size, getitem, view) measure
+# 0.010-0.011 ms
 TRACE_FLOOR_S = 1.0e-5
 #: traced ops shorter than this are left out of :func:`trace_kernel_samples` (mostly the per-call cost)
 TRACE_MIN_S = 5.0e-5
@@ -266,6 +277,8 @@ def predict_label(label: Label, model: KernelModel, gpu: KernelGpu, floor: bool 
 
 
 def roofline_label(label: Label, gpu: KernelGpu) -> float:
+    """Roofline seconds of ``label`` on ``gpu``: the kernels outside the layers plus ``num_layer`` times
+    those of layer 0, each at the slower of its compute and memory bounds."""
     def total(ks: Sequence[Kernel]) -> float:
         return sum(max(roofline_s(k, gpu)) for k in ks)
 
@@ -283,7 +296,8 @@ def evaluate_labels(labels: Sequence[Label], models: dict[str, KernelModel],
         body = predict_label(lb, models[lb.gpu], gpus[lb.gpu], floor=False)
         roof = roofline_label(lb, gpus[lb.gpu])
         traced = lb.traced_s[1] + lb.num_layer * lb.traced_s[0]
-        rows.append({"gpu": lb.gpu, "model": lb.model, "train": lb.train, "seq_len": lb.seq_len, "batch": lb.batch,
+        rows.append({"gpu": lb.gpu, "model": lb.model, "train": lb.train, "seq_len": lb.seq_len,
+                     "batch": lb.batch,
                      "measured_s": lb.e2e_s, "predicted_s": pred, "body_s": body, "roofline_s": roof,
                      "traced_sum_s": traced, "ape": abs(pred - lb.e2e_s) / lb.e2e_s * 100.0,
                      "body_ape": abs(body - lb.e2e_s) / lb.e2e_s * 100.0,
@@ -297,10 +311,12 @@ def evaluate_labels(labels: Sequence[Label], models: dict[str, KernelModel],
                 "traced_sum_mape": float(np.mean([r["traced_ape"] for r in sub]))}
 
     out: dict[str, Any] = {"all": summary(rows)}
-    for name, sub in (("train", [r for r in rows if r["train"]]), ("inference", [r for r in rows if not r["train"]])):
+    for name, sub in (("train", [r for r in rows if r["train"]]),
+                      ("inference", [r for r in rows if not r["train"]])):
         if sub:
             out[name] = summary(sub)
-    out["per_gpu"] = {g: summary([r for r in rows if r["gpu"] == g]) for g in sorted({r["gpu"] for r in rows})}
+    out["per_gpu"] = {g: summary([r for r in rows if r["gpu"] == g])
+                      for g in sorted({r["gpu"] for r in rows})}
     out["rows"] = rows
     return out
 

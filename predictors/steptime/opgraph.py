@@ -42,8 +42,8 @@ VECTOR_COLS = 1024.0
 HEAD_DIM = 64.0
 _SOFTMAX_LIKE = frozenset({"softmax", "_softmax", "log_softmax", "_log_softmax", "cross_entropy_loss",
                            "logsumexp", "nll_loss", "nll_loss_nd"})
-_HEAVY = frozenset({"gelu", "tanh", "sigmoid", "silu", "pow", "exp", "log", "erf", "mish", "softplus", "hardswish",
-                    "elu", "div", "sqrt", "rsqrt"})
+_HEAVY = frozenset({"gelu", "tanh", "sigmoid", "silu", "pow", "exp", "log", "erf", "mish", "softplus",
+                    "hardswish", "elu", "div", "sqrt", "rsqrt"})
 _GEMM_CLASSES = frozenset({"bmm", "linear", "conv"})
 #: include the kernel data's per-call floor in each kernel of a step (False: kernel bodies only; the
 #: host's per-launch cost is the step model's dispatch term)
@@ -86,14 +86,16 @@ def op_kernels(row: list, batch: float, elem: float = 4.0) -> OpKernels:  # noqa
         kind = "conv" if cls == "conv" else "linear"
         m = batch * tokens
         fw.append((_gemm(kind, 1, m, width_out, depth, elem), 1.0))
-        bw += [(_gemm(kind, 1, m, depth, width_out, elem), 1.0), (_gemm(kind, 1, depth, width_out, m, elem), 1.0)]
+        bw += [(_gemm(kind, 1, m, depth, width_out, elem), 1.0),
+               (_gemm(kind, 1, depth, width_out, m, elem), 1.0)]
         del width_in
     elif cls == "matmul" and f > 0 and w > 0 and r > 0:
         k = f / 2.0 / (w / 4.0)
         mn = 2.0 * w * k / r  # m = n
         groups = max(w / 4.0 / mn**2, 1.0 / batch)
         fw.append((_gemm("bmm", batch * groups, mn, mn, k, elem), 1.0))
-        bw += [(_gemm("bmm", batch * groups, mn, k, mn, elem), 1.0), (_gemm("bmm", batch * groups, k, mn, mn, elem),
+        bw += [(_gemm("bmm", batch * groups, mn, k, mn, elem), 1.0),
+               (_gemm("bmm", batch * groups, k, mn, mn, elem),
                                                                        1.0)]
     elif cls == "attention" and f > 0 and r > 0:
         seq = (f / 4.0) / (r / 12.0)
@@ -101,7 +103,8 @@ def op_kernels(row: list, batch: float, elem: float = 4.0) -> OpKernels:  # noqa
         heads = max(width / HEAD_DIM, 1.0)
         hd = width / heads
         g = batch * heads
-        fw += [(_gemm("bmm", g, seq, seq, hd, elem), 1.0), (_vector("softmax", "softmax", g * seq * seq), 1.0),
+        fw += [(_gemm("bmm", g, seq, seq, hd, elem), 1.0),
+               (_vector("softmax", "softmax", g * seq * seq), 1.0),
                (_gemm("bmm", g, seq, hd, seq, elem), 1.0)]
         bw += [(_gemm("bmm", g, seq, hd, seq, elem), 2.0), (_gemm("bmm", g, seq, seq, hd, elem), 2.0),
                (_vector("elementwise", "mul", g * seq * seq), 2.0)]
@@ -114,7 +117,8 @@ def op_kernels(row: list, batch: float, elem: float = 4.0) -> OpKernels:  # noqa
         fw += [(_gemm("linear", 1, tokens, gates, hidden, elem), 1.0),
                (_gemm("linear", 1, batch, gates, hidden, elem), steps),
                (_vector("elementwise", "tanh", batch * gates), steps)]
-        bw += [(_gemm("linear", 1, tokens, hidden, gates, elem), 1.0), (_gemm("linear", 1, hidden, gates, tokens, elem), 2.0),
+        bw += [(_gemm("linear", 1, tokens, hidden, gates, elem), 1.0),
+               (_gemm("linear", 1, hidden, gates, tokens, elem), 2.0),
                (_gemm("linear", 1, batch, hidden, gates, elem), steps),
                (_vector("elementwise", "mul", batch * gates), steps)]
     else:
@@ -123,15 +127,16 @@ def op_kernels(row: list, batch: float, elem: float = 4.0) -> OpKernels:  # noqa
             return OpKernels(layer, (), ())
         if cls == "norm":
             fw.append((_vector("layernorm", "ln", elements), 1.0))
-            bw += [(_vector("layernorm", "ln", elements), 1.0), (_vector("elementwise", "mul", elements), 1.0)]
+            bw += [(_vector("layernorm", "ln", elements), 1.0),
+                   (_vector("elementwise", "mul", elements), 1.0)]
         elif op in _SOFTMAX_LIKE:
             fw.append((_vector("softmax", "softmax", elements), 1.0))
             bw.append((_vector("elementwise", "mul", elements), 1.0))
         else:
             binary = r > 1.5 * w
             name = op if op in _HEAVY else ("add" if binary else "addu")
-            name = {"sigmoid": "tanh", "silu": "gelu", "exp": "tanh", "log": "tanh", "erf": "gelu", "mish": "gelu",
-                    "softplus": "tanh", "hardswish": "gelu", "elu": "tanh", "sqrt": "powu",
+            name = {"sigmoid": "tanh", "silu": "gelu", "exp": "tanh", "log": "tanh", "erf": "gelu",
+                    "mish": "gelu", "softplus": "tanh", "hardswish": "gelu", "elu": "tanh", "sqrt": "powu",
                     "rsqrt": "powu"}.get(name, name)
             fw.append((_vector("elementwise", name, elements), 1.0))
             bw.append((_vector("elementwise", "mul", elements), 1.0))
@@ -210,7 +215,8 @@ def _kernel_times(model: KernelModel, model_id: str, dataset: str, gpu: KernelGp
         times[other] = model.predict_s([kernels[i] for i in other], gpu, "fp32", floor=STEP_FLOOR)
     per_shape = np.zeros((2, len(BATCH_GRID), len(shapes)))
     idx = np.asarray(where, dtype=float).reshape(-1, 4)
-    np.add.at(per_shape, (idx[:, 2].astype(int), idx[:, 0].astype(int), idx[:, 1].astype(int)), times * idx[:, 3])
+    np.add.at(per_shape, (idx[:, 2].astype(int), idx[:, 0].astype(int), idx[:, 1].astype(int)),
+              times * idx[:, 3])
     launches_layer = launches @ per_layer
     return KernelTimes(per_shape[0] @ per_layer, per_shape[1] @ per_layer, float(launches_layer[0].sum()),
                        launches_layer[1])

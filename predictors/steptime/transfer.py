@@ -34,8 +34,8 @@ import numpy as np
 #: bounds of the scale the measured step puts on the predicted GPU part
 C_MIN, C_MAX = 0.25, 4.0
 #: the rules :func:`rule_predictions` reports, the predictor's own first
-RULES = ("blend", "profile_blend", "split", "profile", "split_roofline", "ratio", "none", "same", "peak_flops",
-         "roofline")
+RULES = ("blend", "profile_blend", "split", "profile", "split_roofline", "ratio", "none", "same",
+         "peak_flops", "roofline")
 
 
 def split_transfer(measured_s: float, host_a: float, gpu_a: float, host_b: float, gpu_b: float) -> float:
@@ -84,8 +84,8 @@ def rule_predictions(measured_s: float, pred_a: tuple[float, float], pred_b: tup
     fitted = fit_transfer(profile, hb, gb) if profile else split
     measured_gpu = measured_s - ha
     split_roofline = hb + measured_gpu * roofline[1] / roofline[0] if measured_gpu >= C_MIN * ga else split
-    return {"split": split, "profile": fitted, "blend": blend(split, hb + gb), "split_roofline": split_roofline,
-            "profile_blend": blend(fitted, hb + gb),
+    return {"split": split, "profile": fitted, "blend": blend(split, hb + gb),
+            "split_roofline": split_roofline, "profile_blend": blend(fitted, hb + gb),
             "ratio": measured_s * (hb + gb) / (ha + ga), "none": hb + gb, "same": measured_s,
             "peak_flops": measured_s * peak_tflops[0] / peak_tflops[1],
             "roofline": measured_s * roofline[1] / roofline[0]}

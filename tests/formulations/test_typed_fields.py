@@ -17,7 +17,8 @@ def _round():
     # two one-GPU jobs (one running on GPU 0) and a two-GPU job on 2 nodes of 2 V100s: every kind but cross
     tables = Tables(step_s={"a": [1.0], "b": [1.0], "c": [2.0]})
     return make_round(tables, [("v100", 2), ("v100", 2)], [job("a"), job("b"), job("c", num_gpus=2)],
-                      running={"a": (0,)}, options=RoundOptions(max_jobs_per_gpu=1, time_limit_s=5.0, relative_gap=0.0))
+                      running={"a": (0,)}, options=RoundOptions(max_jobs_per_gpu=1,
+                                                                time_limit_s=5.0, relative_gap=0.0))
 
 
 def test_candidate_kinds_are_the_enum():

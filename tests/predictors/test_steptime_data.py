@@ -44,8 +44,8 @@ def test_orion_rows_are_gpu_time_of_v100_steps(data_dir, fitted):
     rows = {(m.model, m.batch_size): m for m in ms.orion_measurements(data_dir)}
     assert all(m.gpu == "v100" and m.kernel_time for m in rows.values())
     assert rows[("resnet50", 32)].step_time_s == pytest.approx(0.0953, abs=5e-4)
-    assert [rows[("mobilenet_v2", b)].step_time_s for b in (32, 64, 96)] == pytest.approx([0.0405, 0.0749, 0.1096],
-                                                                                          abs=5e-4)
+    assert [rows[("mobilenet_v2", b)].step_time_s for b in (32, 64, 96)] == pytest.approx(
+        [0.0405, 0.0749, 0.1096], abs=5e-4)
     # evaluated against the GPU time alone (compute + memory), not the whole step; measured 4.0%
     assert cal.evaluate(fitted, list(rows.values())).mape < 6.0
 
@@ -125,7 +125,8 @@ def test_csv_round_trip(data_dir, tmp_path):
     assert [(m.model, m.gpu, m.batch_size) for m in back] == [(m.model, m.gpu, m.batch_size) for m in rows]
 
 
-def test_calibrate_steptime_reproduces_the_packaged_factors_and_keeps_the_kernel_step_block(data_dir, tmp_path):
+def test_calibrate_steptime_reproduces_the_packaged_factors_and_keeps_the_kernel_step_block(
+        data_dir, tmp_path):
     import json
 
     from click.testing import CliRunner
@@ -137,7 +138,8 @@ def test_calibrate_steptime_reproduces_the_packaged_factors_and_keeps_the_kernel
     run = CliRunner().invoke(cli, [*base, "--output", str(tmp_path / "f.json")])
     assert run.exit_code == 0, run.output
     assert json.loads(run.output)["kernel_step"] == "kept"
-    # the packaged factors are what the shipped data fits (kernel_step carried, fitted apart): the same keys and
+    # the packaged factors are what the shipped data fits (kernel_step carried, fitted apart): the same keys
+    # and
     # strings, numbers equal to a relative 1e-3 (the least-squares fits differ in the fifth digit between BLAS
     # builds and processors)
     _assert_same_factors(json.loads((tmp_path / "f.json").read_text()), load_factors())
@@ -145,7 +147,8 @@ def test_calibrate_steptime_reproduces_the_packaged_factors_and_keeps_the_kernel
 
 def _assert_same_factors(got, want, path="factors"):
     if isinstance(want, dict):
-        assert isinstance(got, dict) and set(got) == set(want), f"{path}: keys {sorted(got)} != {sorted(want)}"
+        assert isinstance(got, dict) and set(got) == set(want), (
+            f"{path}: keys {sorted(got)} != {sorted(want)}")
         for key in want:
             _assert_same_factors(got[key], want[key], f"{path}.{key}")
     elif isinstance(want, list):

@@ -12,7 +12,8 @@ from dltsched.predictors.steptime import calibrate as cal
 from dltsched.predictors.steptime.measurements import Measurement
 from dltsched.predictors.steptime.model import GPU_TERMS, comm_features, load_factors
 
-_MODELS = (("resnet50", "imagenet"), ("lstm_lm", "wikitext2"), ("transformer", "multi30k"), ("resnet18", "cifar10"))
+_MODELS = (("resnet50", "imagenet"), ("lstm_lm", "wikitext2"),
+           ("transformer", "multi30k"), ("resnet18", "cifar10"))
 _GPUS = ("k80", "p100", "v100")
 
 
@@ -56,7 +57,9 @@ def test_leave_one_gpu_out_never_sees_the_held_out_gpu():
     # the K80 runs every GPU work term 3x slower than its spec sheet says (CPU dispatch unchanged);
     # four other GPUs follow their spec sheets, so the global fit stays with them
     factors = _no_host_factors()
-    k80_slowed = DeletePopStepTime(gpu_model="groups", factors={**factors, "gpu_efficiency": {"k80": dict.fromkeys(GPU_TERMS, 3.0)}})
+    k80_slowed = DeletePopStepTime(gpu_model="groups",
+                                   factors={**factors,
+                                            "gpu_efficiency": {"k80": dict.fromkeys(GPU_TERMS, 3.0)}})
     rows = _synthetic(k80_slowed, gpus=(*_GPUS, "t4", "a100-40gb"))
     full = cal.evaluate(DeletePopStepTime(gpu_model="groups", factors=cal.fit(rows)), rows)
     loo = cal.leave_one_gpu_out(rows, rows)
@@ -64,7 +67,8 @@ def test_leave_one_gpu_out_never_sees_the_held_out_gpu():
     k80 = loo["per_gpu"]["k80"]
     assert full.mape < 5.0 and k80["mape"] > 40.0
     assert max(loo["per_gpu"][g]["mape"] for g in ("p100", "v100", "t4", "a100-40gb")) < 10.0
-    # the K80's error is its overall speed alone: one factor (about 3, as GPU work dominates) removes most of it
+    # the K80's error is its overall speed alone: one factor (about 3, as GPU work dominates) removes most of
+    # it
     assert 2.5 < k80["oracle_scale"] < 3.3 and k80["oracle_mape"] < 0.25 * k80["mape"]
     assert loo["oracle_mape"] < loo["mape"]
 
@@ -113,7 +117,8 @@ def test_host_speeds_of_each_setup_have_geometric_mean_one():
     for source in ("a", "b"):
         for m in _synthetic(truth):
             slow = 2.0 if (source, m.gpu) == ("b", "v100") else 1.0
-            rows.append(replace(m, source=source, step_time_s=m.step_time_s + 0.02 + slow * 4e-4 * m.batch_size))
+            rows.append(replace(m, source=source,
+                                step_time_s=m.step_time_s + 0.02 + slow * 4e-4 * m.batch_size))
     fitted = cal.fit(rows)
     speeds = fitted["host_speed"]
     for source in ("a", "b"):
@@ -129,9 +134,11 @@ def test_evaluation_uses_each_rows_own_setup():
     base = DeletePopStepTime(gpu_model="groups")
     host = {"per_step_s": 0.0, "per_sample_s": 0.001}
     factors = {**base.factors, "sources": ["a", "b"], "host_speed": {},
-               "host_overhead": {"a:resnet18/cifar10": host, "b:resnet18/cifar10": {**host, "per_step_s": 0.5}}}
+               "host_overhead": {"a:resnet18/cifar10": host,
+                                 "b:resnet18/cifar10": {**host, "per_step_s": 0.5}}}
     m = Measurement("resnet18", "v100", 32, 1, 0.1, dataset="cifar10", source="a")
-    rows = cal.evaluate(DeletePopStepTime(gpu_model="groups", factors=factors), [m, replace(m, source="b")]).rows
+    rows = cal.evaluate(DeletePopStepTime(gpu_model="groups", factors=factors),
+                        [m, replace(m, source="b")]).rows
     assert rows[1]["predicted_s"] - rows[0]["predicted_s"] == pytest.approx(0.5)
 
 

@@ -34,7 +34,8 @@ def test_tree_export_matches_sklearn():
 def test_never_faster_than_roofline():
     kernels = _gemms()
     x = kn.features(kernels, GPU)
-    fast = kn.fit_ensemble(x, np.full(len(kernels), -2.0), max_iter=5)  # a model that wants 7x faster than physics
+    # a model that wants 7x faster than physics
+    fast = kn.fit_ensemble(x, np.full(len(kernels), -2.0), max_iter=5)
     model = kn.KernelModel({"bmm": fast})
     roof = np.array([max(kn.roofline_s(k, GPU)) for k in kernels])
     assert np.all(model.predict_s(kernels, GPU) >= roof * (1 - 1e-12))
@@ -45,7 +46,8 @@ def test_never_faster_than_roofline():
 def test_convolutions_bounded_at_winograd_count_and_floor_is_additive():
     convs = [kn.conv_kernel(b, 64, 128, 3, 56, 1, 1) for b in (1, 4, 16, 64)]
     x = kn.features(convs, GPU)[:, [kn.FEATURES.index(f) for f in kn.CLASS_FEATURES["conv"]]]
-    fast = kn.KernelModel({"conv": kn.fit_ensemble(x, np.full(len(convs), -3.0), max_iter=5, min_samples_leaf=1)},
+    fast = kn.KernelModel({"conv": kn.fit_ensemble(x, np.full(len(convs), -3.0),
+                                                   max_iter=5, min_samples_leaf=1)},
                           class_features={"conv": kn.CLASS_FEATURES["conv"]}, floor_s={"conv": 2e-5})
     body = fast.predict_s(convs, GPU, floor=False)
     bound = np.array([kn.lower_bound_s(k, GPU) for k in convs])
@@ -97,7 +99,8 @@ def test_math_modes_change_only_gemm_like_peaks():
 def test_catalog_gpu_gets_tf32_on_ampere_only():
     assert kn.kernel_gpu(gpu_spec("a100")).tf32_tflops == pytest.approx(156.0)
     assert kn.kernel_gpu(gpu_spec("v100")).tf32_tflops == 0.0
-    assert kn.kernel_gpu(gpu_spec("v100")).peak_flops("tf32") == kn.kernel_gpu(gpu_spec("v100")).peak_flops("fp32")
+    assert (kn.kernel_gpu(gpu_spec("v100")).peak_flops("tf32")
+            == kn.kernel_gpu(gpu_spec("v100")).peak_flops("fp32"))
 
 
 def test_conv_counts_implicit_gemm():
@@ -108,7 +111,8 @@ def test_conv_counts_implicit_gemm():
 
 def test_shipped_kernel_model_bounded_on_unseen_gpus():
     model = kn.load_kernel_model()
-    kernels = [*_gemms(50), kn.conv_kernel(32, 64, 64, 3, 56, 1, 1), kn.vector_kernel("layernorm", "ln", 4096, 1024)]
+    kernels = [*_gemms(50), kn.conv_kernel(32, 64, 64, 3, 56, 1, 1),
+               kn.vector_kernel("layernorm", "ln", 4096, 1024)]
     for gpu in ("h100", "l4", "a10"):
         g = kn.kernel_gpu(gpu_spec(gpu))
         pred = model.predict_s(kernels, g, floor=False)
@@ -150,7 +154,8 @@ def test_neusight_labels_read(data_dir):
 def test_trace_no_op_copies_and_inference_dropout_launch_nothing():
     def call(fn, ins, out, contiguous="[True]", node="x", dtype="torch.float32"):
         return {"op": "call_method", "target": fn, "input_shapes": ins, "output_shape": out, "meta": "{}",
-                "Name": fn, "_input_nodes": f"{{{node}: None}}", "input_contiguous": contiguous, "dtype": dtype}
+                "Name": fn, "_input_nodes": f"{{{node}: None}}", "input_contiguous": contiguous,
+                "dtype": dtype}
 
     shape, out = "[[4, 20, 1024, 1024]]", "(4, 20, 1024, 1024)"
     same = {"x": "torch.float32"}

@@ -1,4 +1,5 @@
-"""Kernel step model: GEMM views recovered from graph rows, batch-grid tables, host-term fit, predictor path."""
+"""Kernel step model: GEMM views recovered from graph rows, batch-grid tables, host-term fit, predictor
+path."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ GPU = kn.KernelGpu("test", 80, 15.0, 900.0, tf32_tflops=60.0, fp16_tflops=120.0)
 
 
 def _row(op: str, cls: str, fwd: float, read: float, written: float, params: float) -> list:
-    values = {"op": op, "op_class": cls, "layer": 0, "fwd_flops": fwd, "bwd_flops": 2 * fwd, "bytes_read": read,
-              "bytes_written": written, "activation_bytes": read, "param_bytes": params}
+    values = {"op": op, "op_class": cls, "layer": 0, "fwd_flops": fwd, "bwd_flops": 2 * fwd,
+              "bytes_read": read, "bytes_written": written, "activation_bytes": read, "param_bytes": params}
     return [values[c] for c in COLUMNS]
 
 
@@ -66,8 +67,8 @@ def test_kernel_model_is_never_below_the_roofline():
 
 def test_fit_recovers_synthetic_host_terms():
     rng = np.random.default_rng(0)
-    truth = {"kernel": 1.3, "optimizer": 1.5, "dispatch_us": 8.0, "fixed_s": {"a": 0.004}, "fixed_default_s": 0.004,
-             "input": {"a:w1": (0.01, 2e-4), "a:w2": (0.0, 0.0)}, "scale": {}}
+    truth = {"kernel": 1.3, "optimizer": 1.5, "dispatch_us": 8.0, "fixed_s": {"a": 0.004},
+             "fixed_default_s": 0.004, "input": {"a:w1": (0.01, 2e-4), "a:w2": (0.0, 0.0)}, "scale": {}}
     rows = []
     for _ in range(120):
         work = {"kernel_s": float(rng.uniform(0.005, 0.5)), "optimizer_s": float(rng.uniform(0, 0.002)),
@@ -83,8 +84,8 @@ def test_fit_recovers_synthetic_host_terms():
 
 def test_fit_learns_per_gpu_scales_and_unseen_gpus_get_none():
     rng = np.random.default_rng(1)
-    base = {"kernel": 1.0, "optimizer": 1.5, "dispatch_us": 8.0, "fixed_s": {"a": 0.002}, "fixed_default_s": 0.002,
-            "input": {}, "scale": {}}
+    base = {"kernel": 1.0, "optimizer": 1.5, "dispatch_us": 8.0, "fixed_s": {"a": 0.002},
+            "fixed_default_s": 0.002, "input": {}, "scale": {}}
     truth = base | {"gpu_scale": {"slow": 1.6, "fast": 0.8}}
     rows = []
     for _ in range(150):
@@ -142,12 +143,14 @@ def test_cli_fit_kernel_step_then_predict_with_it(capsys, tmp_path):
     rows = tmp_path / "rows.csv"
     lines = ["model,gpu,batch_size,num_gpus,step_time_s,scope,source"]
     for gpu, speed in (("v100", 1.0), ("p100", 1.6), ("k80", 4.0)):
-        lines += [f"resnet50,{gpu},{b},1,{speed * (0.01 + 0.0015 * b):.5f},iteration,lab" for b in (16, 32, 64)]
+        lines += [f"resnet50,{gpu},{b},1,{speed * (0.01 + 0.0015 * b):.5f},iteration,lab"
+                  for b in (16, 32, 64)]
     rows.write_text("\n".join(lines) + "\n")
     out = tmp_path / "factors.json"
     assert main(["predict", "fit-kernel-step", str(rows), "--output", str(out), "--json"]) == 0
     fitted = json.loads(out.read_text())["kernel_step"]
-    assert fitted["fitted_on"] == ["lab:k80", "lab:p100", "lab:v100"] and "lab:resnet50/imagenet:0" in fitted["scale"]
+    assert (fitted["fitted_on"] == ["lab:k80", "lab:p100", "lab:v100"]
+            and "lab:resnet50/imagenet:0" in fitted["scale"])
     capsys.readouterr()
     code = main(["predict", "step-time", "--model", "resnet50", "--gpu", "v100", "--batch-size", "32",
                  "--gpu-model", "kernels", "--json"])

@@ -27,7 +27,8 @@ def test_implements_protocols():
 def test_breakdown_sums_and_grows_with_batch():
     p = DeletePopStepTime()
     small, large = p.breakdown(_job(batch=16), "v100"), p.breakdown(_job(batch=64), "v100")
-    assert small.step_time_s == pytest.approx(small.compute_s + small.memory_s + small.comm_s + small.overhead_s)
+    assert small.step_time_s == pytest.approx(small.compute_s + small.memory_s + small.comm_s
+                                              + small.overhead_s)
     assert large.step_time_s > small.step_time_s and large.memory_mib > small.memory_mib
 
 
@@ -66,9 +67,10 @@ def test_clear_errors():
 
 
 def test_prediction_needs_no_torch():
-    code = ("import sys; from dltsched.predictors import default_predictors; from dltsched.engine.domain.model import Job;"
-            "p = default_predictors(); p.step_time.step_time_s(Job(id='a', model='gpt2', batch_size=4, "
-            "total_iterations=1.0), 'a100'); print('torch' in sys.modules)")
+    code = ("import sys; from dltsched.predictors import default_predictors; from "
+            "dltsched.engine.domain.model import Job;p = default_predictors(); "
+            "p.step_time.step_time_s(Job(id='a', model='gpt2', batch_size=4, total_iterations=1.0), 'a100'); "
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -92,9 +94,11 @@ def test_benchmark_ten_thousand_predictions(benchmark):
 def test_host_term_adds_to_its_workload_only_scaled_by_its_setups_host_speeds():
     base = DeletePopStepTime(gpu_model="groups")
     host = {"per_step_s": 0.1, "per_sample_s": 0.001}
-    speeds = {"a": {"v100": {"per_step": 2.0, "per_sample": 3.0}}, "b": {"v100": {"per_step": 0.5, "per_sample": 0.5}}}
+    speeds = {"a": {"v100": {"per_step": 2.0, "per_sample": 3.0}},
+              "b": {"v100": {"per_step": 0.5, "per_sample": 0.5}}}
     factors = {**base.factors, "sources": ["a", "b"], "host_speed": speeds, "dispatch_us": 0.0,
-               "host_overhead": {"a:resnet50/imagenet": host, "b:resnet50/imagenet": host, "b:vgg16/cifar10": host}}
+               "host_overhead": {"a:resnet50/imagenet": host,
+                                 "b:resnet50/imagenet": host, "b:vgg16/cifar10": host}}
     with_host = DeletePopStepTime(factors=factors, gpu_model="groups")
     no_host = DeletePopStepTime(factors={**factors, "host_overhead": {}}, gpu_model="groups")
 
@@ -104,7 +108,8 @@ def test_host_term_adds_to_its_workload_only_scaled_by_its_setups_host_speeds():
     # batch 64: 0.1 s per step and 0.064 s of samples, each at its own speed; setup "a" comes first
     assert gain(with_host, _job(batch=64)) == pytest.approx(0.1 * 2.0 + 0.064 * 3.0)
     assert gain(replace(with_host, host_source="b"), _job(batch=64)) == pytest.approx(0.164 * 0.5)
-    assert gain(with_host, _job(batch=64), "h100") == pytest.approx(0.164)  # no host speed: the average machine
+    # no host speed: the average machine
+    assert gain(with_host, _job(batch=64), "h100") == pytest.approx(0.164)
     assert gain(with_host, _job("vgg16", batch=64)) == pytest.approx(0.164 * 0.5)  # only "b" measured it
     # never measured: the terms learned across setup "a"'s workloads (one: its median), at "a"'s speeds
     assert gain(with_host, _job("resnet101", batch=64)) == pytest.approx(0.1 * 2.0 + 0.064 * 3.0)
@@ -115,7 +120,8 @@ def test_host_model_learns_per_step_cost_over_kernels_robustly_and_predicts_unse
     from dltsched.predictors.steptime.model import host_model, workload_kernels
 
     base = DeletePopStepTime(gpu_model="groups")
-    loads = [("resnet18", "cifar10"), ("resnet50", "imagenet"), ("transformer", "multi30k"), ("lstm_lm", "wikitext2")]
+    loads = [("resnet18", "cifar10"), ("resnet50", "imagenet"),
+             ("transformer", "multi30k"), ("lstm_lm", "wikitext2")]
     host = {f"s:{m}/{d}": {"per_step_s": 0.004 + 60e-6 * workload_kernels(m, d), "per_sample_s": 1e-5}
             for m, d in loads}
     host["s:a3c/pong"] = {"per_step_s": 0.5, "per_sample_s": 0.0}  # an RL environment on the CPU: an outlier
@@ -137,11 +143,12 @@ def test_cpu_dispatch_runs_at_the_per_step_speed_of_the_host():
     # PPO at batch 1 is bound by kernel launches: a host twice as slow per step doubles its step
     base = DeletePopStepTime(gpu_model="groups")
     host = {"per_step_s": 0.0, "per_sample_s": 0.0}
-    factors = {**base.factors, "sources": ["a"], "host_overhead": {"a:ppo/lunarlander": host}, "step_overhead_s": 0.0,
-               "host_speed": {"a": {"v100": {"per_step": 2.0, "per_sample": 1.0}}}}
+    factors = {**base.factors, "sources": ["a"], "host_overhead": {"a:ppo/lunarlander": host},
+               "step_overhead_s": 0.0, "host_speed": {"a": {"v100": {"per_step": 2.0, "per_sample": 1.0}}}}
     job = _job("ppo", batch=1)
     average_host = DeletePopStepTime(factors={**factors, "host_speed": {}})
-    slow, average = DeletePopStepTime(factors=factors).step_time_s(job, "v100"), average_host.step_time_s(job, "v100")
+    slow, average = (DeletePopStepTime(factors=factors).step_time_s(job, "v100"),
+                     average_host.step_time_s(job, "v100"))
     assert slow == pytest.approx(2.0 * average, rel=0.05)
 
 

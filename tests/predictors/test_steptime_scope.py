@@ -59,7 +59,8 @@ def test_tf32_math_modes_on_ampere_only():
 
 
 def test_fixed_host_cost_is_reported_in_every_scope():
-    p = DeletePopStepTime(factors={**DeletePopStepTime().factors, "step_overhead_s": 0.01}, gpu_model="groups")
+    p = DeletePopStepTime(factors={**DeletePopStepTime().factors, "step_overhead_s": 0.01},
+                          gpu_model="groups")
     for scope in ("iteration", "compute", "fwd_bwd"):
         b = p.breakdown(_job("resnet50", 1), "a100", scope=scope)
         assert b.host_s == pytest.approx(0.01, rel=0.5) and b.step_time_s > b.host_s
@@ -80,7 +81,8 @@ def test_csv_reader_reads_scope_and_seq_len(tmp_path):
 
 @pytest.mark.parametrize(("text", "match"), [
     ("model,gpu,batch_size\nresnet50,v100,1\n", "missing columns"),
-    ("model,gpu,batch_size,num_gpus,step_time_s\nresnett50,v100,32,1,0.1\n", r"rows.csv:2.model.*did you mean"),
+    ("model,gpu,batch_size,num_gpus,step_time_s\nresnett50,v100,32,1,0.1\n",
+     r"rows.csv:2.model.*did you mean"),
     ("model,gpu,batch_size,num_gpus,step_time_s\nresnet50,v1000,32,1,0.1\n", r"rows.csv:2.gpu.*did you mean"),
     ("model,gpu,batch_size,num_gpus,step_time_s,scope\nresnet50,v100,32,1,0.1,epoch\n", r"rows.csv:2.scope"),
     ("model,gpu,batch_size,num_gpus,step_time_s\nresnet50,v100,x,1,0.1\n", r"rows.csv:2"),

@@ -28,7 +28,8 @@ def test_fit_transfer_fits_one_gpu_scale_over_batch_sizes():
     truth = [(h, g, h + 0.5 * g) for h, g in ((0.01, 0.1), (0.012, 0.4), (0.015, 1.2))]
     assert tr.fit_transfer(truth, 0.02, 0.3) == pytest.approx(0.02 + 0.5 * 0.3)
     # one measurement: the split rule
-    assert tr.fit_transfer(truth[:1], 0.02, 0.3) == pytest.approx(tr.split_transfer(truth[0][2], 0.01, 0.1, 0.02, 0.3))
+    assert tr.fit_transfer(truth[:1], 0.02, 0.3) == pytest.approx(
+        tr.split_transfer(truth[0][2], 0.01, 0.1, 0.02, 0.3))
     assert tr.blend(4.0, 1.0) == pytest.approx(2.0) and tr.blend(4.0, 1.0, 1.0) == pytest.approx(4.0)
 
 
@@ -61,10 +62,12 @@ def test_fit_names_the_groups_one_workload_alone_informs():
     assert "conv" not in single  # resnet18 and resnet50 both inform it
     # the common scale is that of the groups several workloads inform
     assert single["rnn"]["shared"] == pytest.approx(factors["gpu_efficiency"]["k80"]["conv"], rel=1e-3)
-    # on every GPU together too: lstm_lm alone informs the recurrent efficiency; the others share what several inform
+    # on every GPU together too: lstm_lm alone informs the recurrent efficiency; the others share what several
+    # inform
     alone = factors["single_workload_efficiency"]
     assert alone["rnn"]["workload"] == "lstm_lm/wikitext2" and "conv" not in alone
-    # GEMM's efficiency where several workloads inform it; here lstm_lm alone does (its output layer), so conv's
+    # GEMM's efficiency where several workloads inform it; here lstm_lm alone does (its output layer), so
+    # conv's
     theta = factors["inverse_efficiency"]
     assert alone["gemm"]["workload"] == "lstm_lm/wikitext2"
     assert alone["rnn"]["shared"] == alone["gemm"]["shared"] == pytest.approx(theta["conv"], rel=1e-4)

@@ -139,7 +139,8 @@ def bench_simulate(ctx: click.Context, instance_path: str | None, workload: str 
                     click.echo(f"seed {seed} {bundle} {name}: {run['simulate_s']:.1f} s", err=True)
     rows: list[dict[str, Any]] = []
     for (bundle, name), runs in per_policy.items():
-        row: dict[str, Any] = {"policy": runs[0]["policy"], **bundle_fields(bundle), "seeds": list(seeds), **info,
+        row: dict[str, Any] = {"policy": runs[0]["policy"], **bundle_fields(bundle), "seeds": list(seeds),
+                               **info,
                                "truth": runs[0]["truth"], "truth_sources": list(runs[0]["truth_sources"]),
                                **({"truth": truth.record()} if truth_dirs else {}),
                                "num_jobs_finished": min(r["num_jobs_finished"] for r in runs),

@@ -108,8 +108,8 @@ def solve(path: Path, backend: str, solver: str | None, time_limit_s: float, obj
 
     choice = parse_backend(backend, "--backend")
     if solver is not None and choice.name not in ("pyomo", "milp"):
-        raise ValidationError("--solver", f"'{solver[:60]}' is for --backend pyomo (or milp) only; leave it out or "
-                              "add --backend pyomo")
+        raise ValidationError("--solver", f"'{solver[:60]}' is for --backend pyomo (or milp) only; leave it "
+                              "out or add --backend pyomo")
     options = RoundOptions(objective=objective, max_jobs_per_gpu=max_jobs_per_gpu, time_limit_s=time_limit_s)
     predictors_name = check_predictors(with_calibration(predictors_name, calibration))
     began = time.perf_counter()

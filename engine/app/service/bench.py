@@ -43,7 +43,8 @@ def _request(num_jobs: int, num_gpus: int, seed: int, config: dict[str, Any] | N
     from dltsched.engine.app.service.models import state_to_request
     from dltsched.instances.generator import GeneratorSpec, generate_instance
 
-    instance = generate_instance(GeneratorSpec(num_jobs=num_jobs, num_gpus=num_gpus, gpus_per_node=8, seed=seed))
+    instance = generate_instance(GeneratorSpec(num_jobs=num_jobs,
+                                               num_gpus=num_gpus, gpus_per_node=8, seed=seed))
     return state_to_request(initial_state(instance), config)
 
 
@@ -183,7 +184,8 @@ async def _load(port: int, body: bytes, requests: int, slow: int, read_timeout_s
 
 
 async def _at_concurrency(port: int, body: bytes, requests: int, concurrency: int) -> dict[str, Any]:
-    """``requests`` requests, at most ``concurrency`` in flight: answers with a plan, wall time, requests/s."""
+    """``requests`` requests, at most ``concurrency`` in flight: answers with a plan, wall time,
+    requests/s."""
     import httpx
 
     gate = asyncio.Semaphore(concurrency)
@@ -218,7 +220,8 @@ def _deadline_figures(port: int, sizes: list[tuple[int, int]]) -> list[dict[str,
     import httpx
 
     out = []
-    for num_jobs, num_gpus, limit in [(j, g, 0.01) for j, g in sizes] + [(5000, 8192, None), (5000, 8192, 30.0)]:
+    for num_jobs, num_gpus, limit in ([(j, g, 0.01) for j, g in sizes]
+                                      + [(5000, 8192, None), (5000, 8192, 30.0)]):
         config: dict[str, Any] = {"backend": "cpsat"} | ({"time_limit_s": limit} if limit else {})
         body = json.dumps(_request(num_jobs, num_gpus, seed=11, config=config)).encode()
         start = time.perf_counter()
@@ -226,8 +229,10 @@ def _deadline_figures(port: int, sizes: list[tuple[int, int]]) -> list[dict[str,
                        headers={"content-type": "application/json"}, timeout=300)
         wall = time.perf_counter() - start
         answer = r.json()
-        out.append({"jobs": num_jobs, "gpus": num_gpus, "backend": "cpsat", "time_limit_s": answer.get("time_limit_s"),
-                    "status_code": r.status_code, "wall_s": round(wall, 3), "plan_status": answer.get("status"),
+        out.append({"jobs": num_jobs, "gpus": num_gpus, "backend": "cpsat",
+                    "time_limit_s": answer.get("time_limit_s"),
+                    "status_code": r.status_code, "wall_s": round(wall, 3),
+                    "plan_status": answer.get("status"),
                     "partial": answer.get("partial"), "fallback_reason": answer.get("fallback_reason")})
     return out
 
@@ -240,10 +245,12 @@ def _deadline_figures(port: int, sizes: list[tuple[int, int]]) -> list[dict[str,
 @click.option("--gpus", "num_gpus", type=click.IntRange(1, 8192), default=256, show_default=True)
 @click.option("--slow", "num_slow", type=click.IntRange(0, 500), default=100, show_default=True,
               help="Slow-loris connections opened beside them.")
-@click.option("--read-timeout", "read_timeout_s", type=click.FloatRange(0.5, 60), default=10.0, show_default=True,
+@click.option("--read-timeout", "read_timeout_s", type=click.FloatRange(0.5, 60), default=10.0,
+              show_default=True,
               help="The server's request read timeout.")
 @click.option("--deadline-figures/--no-deadline-figures", default=True, show_default=True,
-              help="Also time 0.01 s requests of 200 and 1,000 jobs and 5,000-job CP-SAT requests (1 s, 30 s).")
+              help="Also time 0.01 s requests of 200 and 1,000 jobs and 5,000-job CP-SAT requests (1 s, 30 "
+                   "s).")
 @click.option("--time-limit", "time_limit_s", type=click.FloatRange(0, 30, min_open=True), default=None,
               help="time_limit_s of the concurrent requests (default: the server's, 1 s).")
 @click.option("--throughput", "throughput_requests", type=click.IntRange(0, 200), default=0,
@@ -260,8 +267,8 @@ def bench_service(num_requests: int, num_jobs: int, num_gpus: int, num_slow: int
 
     port = _free_port()
     queue = max(64, num_requests)
-    command = [sys.executable, "-m", "dltsched.engine.app.cli.main", "-q", "serve", "--host", HOST, "--port", str(port),
-               "--read-timeout", str(read_timeout_s), "--max-queue", str(queue)]
+    command = [sys.executable, "-m", "dltsched.engine.app.cli.main", "-q", "serve", "--host", HOST, "--port",
+               str(port), "--read-timeout", str(read_timeout_s), "--max-queue", str(queue)]
     if throughput_requests:
         command += ["--max-concurrent", "2"]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -275,7 +282,8 @@ def bench_service(num_requests: int, num_jobs: int, num_gpus: int, num_slow: int
             except httpx.TransportError:
                 pass
             if server.poll() is not None or time.monotonic() > deadline:
-                raise click.ClickException(f"the service did not start: {server.stderr.read().decode()[-500:]}"
+                raise click.ClickException(f"the service did not start: "
+                                           f"{server.stderr.read().decode()[-500:]}"
                                            if server.stderr else "the service did not start")
             time.sleep(0.2)
         config = {"time_limit_s": time_limit_s} if time_limit_s else None

@@ -48,12 +48,13 @@ _TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application
 def problem_response(status: int, title: str, detail: str, errors: list[dict[str, str]] | None = None,
                      headers: dict[str, str] | None = None) -> JSONResponse:
     """An RFC 9457 problem-details response (``type``, ``title``, ``status``, ``detail``, ``errors``)."""
-    body = {"type": f"https://dltsched.dev/problems/{status}", "title": title, "status": status, "detail": detail,
-            "errors": errors or []}
+    body = {"type": f"https://dltsched.dev/problems/{status}", "title": title, "status": status,
+            "detail": detail, "errors": errors or []}
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
-def guarded_protocol(read_timeout_s: float, on_timeout: Callable[[], None] | None = None) -> type[H11Protocol]:
+def guarded_protocol(read_timeout_s: float,
+                     on_timeout: Callable[[], None] | None = None) -> type[H11Protocol]:
     """uvicorn's h11 protocol class, closing requests not fully read within ``read_timeout_s`` (and calling
     ``on_timeout`` for each, e.g. to count them)."""
     if not read_timeout_s > 0:
@@ -115,15 +116,16 @@ def is_loopback(host: str) -> bool:
 def check_bind(host: str, token: str | None, insecure: bool) -> None:
     """Raise when the service would listen beyond loopback with no token and no ``insecure``."""
     if not is_loopback(host) and not token and not insecure:
-        raise ValidationError("--host", f"'{host}' listens beyond loopback without authentication; give --token "
-                              "(or DLTSCHED_TOKEN), or --insecure to serve it open")
+        raise ValidationError("--host", f"'{host}' listens beyond loopback without authentication; give "
+                              "--token (or DLTSCHED_TOKEN), or --insecure to serve it open")
 
 
 class BearerAuth:
     """ASGI middleware: 401 unless ``Authorization: Bearer <token>`` (constant-time compare). Paths in
     ``open_paths`` (health, docs, schema) and under ``open_prefixes`` (docs assets) stay open."""
 
-    def __init__(self, app: ASGIApp, token: str, open_paths: frozenset[str], open_prefixes: tuple[str, ...]) -> None:
+    def __init__(self, app: ASGIApp, token: str, open_paths: frozenset[str],
+                 open_prefixes: tuple[str, ...]) -> None:
         self.app = app
         self.expected = f"Bearer {token}".encode()
         self.open_paths = open_paths
@@ -140,7 +142,8 @@ class BearerAuth:
                 given = value
         if not hmac.compare_digest(given, self.expected):
             detail = "missing or wrong bearer token; send 'Authorization: Bearer <token>'"
-            await problem_response(401, "Unauthorized", detail, [{"field": "Authorization", "message": detail}],
+            await problem_response(401, "Unauthorized", detail,
+                                   [{"field": "Authorization", "message": detail}],
                                    {"WWW-Authenticate": 'Bearer realm="dltsched"'})(scope, receive, send)
             return
         await self.app(scope, receive, send)
@@ -161,7 +164,8 @@ class BodyLimit:
         if declared is not None:
             if not declared.isdigit() or len(declared) > 18:
                 await problem_response(400, "Bad Request", "Content-Length is not a number",
-                                       [{"field": "Content-Length", "message": "not a number"}])(scope, receive, send)
+                                       [{"field": "Content-Length", "message": "not a number"}])(
+                    scope, receive, send)
                 return
             if int(declared) > self.max_bytes:
                 errors = [{"field": "body", "message": self._detail()}]
@@ -204,9 +208,11 @@ class StrictJsonBody:
                 messages.append(message)
                 if message["type"] != "http.request" or not message.get("more_body", False):
                     break
-        except HTTPException as exc:  # BodyLimit's 413 while streaming: answered here, outside the app's handlers
+        # BodyLimit's 413 while streaming: answered here, outside the app's handlers
+        except HTTPException as exc:
             detail = str(exc.detail)
-            await problem_response(exc.status_code, "Payload Too Large" if exc.status_code == 413 else "Bad Request",
+            await problem_response(exc.status_code,
+                                   "Payload Too Large" if exc.status_code == 413 else "Bad Request",
                                    detail, [{"field": "body", "message": detail}])(scope, receive, send)
             return
         problem = _field_problem(b"".join(m.get("body", b"") for m in messages))
@@ -244,10 +250,11 @@ class ServiceMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("dltsched_http_requests", "HTTP requests answered, by path, method and status",
+        self.requests = Counter("dltsched_http_requests",
+                                "HTTP requests answered, by path, method and status",
                                 ["path", "method", "status"], registry=r)
-        self.latency = Histogram("dltsched_http_request_duration_seconds", "Time to answer a request, by path",
-                                 ["path"], registry=r,
+        self.latency = Histogram("dltsched_http_request_duration_seconds",
+                                 "Time to answer a request, by path", ["path"], registry=r,
                                  buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
         self.plans = Counter("dltsched_schedule_plans", "Plans answered, by status and backend",
                              ["status", "backend"], registry=r)
@@ -255,15 +262,17 @@ class ServiceMetrics:
                                  "Plans answered by the fallback policy, by reason (deadline, solver_failed, "
                                  "checker, worker_died)", ["reason"], registry=r)
         self.partial = Counter("dltsched_schedule_partial",
-                               "Plans cut short by the request's time limit (best so far or fallback)", registry=r)
-        self.gap = Histogram("dltsched_schedule_gap", "Relative optimality gap of exact-solver plans", registry=r,
-                             buckets=(0.0, 0.001, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0))
-        self.queue_depth = Gauge("dltsched_queue_depth", "Schedule requests waiting for a solver slot", registry=r)
+                               "Plans cut short by the request's time limit (best so far or fallback)",
+                               registry=r)
+        self.gap = Histogram("dltsched_schedule_gap", "Relative optimality gap of exact-solver plans",
+                             registry=r, buckets=(0.0, 0.001, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0))
+        self.queue_depth = Gauge("dltsched_queue_depth",
+                                 "Schedule requests waiting for a solver slot", registry=r)
         self.solving = Gauge("dltsched_solves_in_progress", "Schedule requests being solved now", registry=r)
         self.rejected = Counter("dltsched_schedule_rejected", "Schedule requests refused, by reason",
                                 ["reason"], registry=r)
-        self.read_timeouts = Counter("dltsched_http_read_timeouts", "Connections closed because a request did "
-                                     "not arrive within the read timeout (slow clients)", registry=r)
+        self.read_timeouts = Counter("dltsched_http_read_timeouts", "Connections closed because a request "
+                                     "did not arrive within the read timeout (slow clients)", registry=r)
 
 
 class Metrics:
@@ -335,7 +344,8 @@ def install_error_handlers(app: FastAPI) -> None:
         bad_json = [e for e in exc.errors() if e.get("type") == "json_invalid"]
         if bad_json:
             where = bad_json[0].get("loc", ("body", "?"))[-1]
-            detail = f"the body is not valid JSON ({bad_json[0].get('ctx', {}).get('error', 'decode error')} at {where})"
+            detail = (f"the body is not valid JSON ("
+                      f"{bad_json[0].get('ctx', {}).get('error', 'decode error')} at {where})")
             return problem_response(400, "Malformed JSON", detail, [{"field": "body", "message": detail}])
         errors = [{"field": field_path(e.get("loc", ())), "message": _message(e)} for e in exc.errors()]
         return problem_response(422, "Invalid request", f"{len(errors)} invalid field(s): "
@@ -345,8 +355,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
         title = {400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large"}
         errors = [{"field": "body", "message": str(exc.detail)}] if exc.status_code in (400, 413) else []
-        return problem_response(exc.status_code, title.get(exc.status_code, "HTTP error"), str(exc.detail), errors,
-                                dict(exc.headers or {}))
+        return problem_response(exc.status_code, title.get(exc.status_code, "HTTP error"), str(exc.detail),
+                                errors, dict(exc.headers or {}))
 
     @app.exception_handler(LimitExceeded)
     async def too_many(_: Request, exc: LimitExceeded) -> JSONResponse:
@@ -356,7 +366,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Overloaded)
     async def overloaded(_: Request, exc: Overloaded) -> JSONResponse:
         title = "Too Many Requests" if exc.status == 429 else "Service Unavailable"
-        return problem_response(exc.status, title, exc.message, headers={"Retry-After": str(exc.retry_after_s)})
+        return problem_response(exc.status, title, exc.message,
+                                headers={"Retry-After": str(exc.retry_after_s)})
 
     @app.exception_handler(DltschedError)
     async def domain_error(_: Request, exc: DltschedError) -> JSONResponse:
@@ -366,7 +377,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ClientDisconnect)
     async def gone(_: Request, exc: ClientDisconnect) -> JSONResponse:
-        return problem_response(400, "Bad Request", "the client closed the connection before sending the body")
+        return problem_response(400, "Bad Request",
+                                "the client closed the connection before sending the body")
 
     @app.exception_handler(Exception)
     async def internal(_: Request, exc: Exception) -> JSONResponse:  # a bug of ours: logged, never silent

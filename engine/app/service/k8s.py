@@ -43,14 +43,15 @@ K8S_PATHS = frozenset({"/v1/k8s/filter", "/v1/k8s/prioritize", "/v1/k8s/bind", "
 
 class VerifiedPeers:
     """Open TLS connections: (host, port) -> their ``SSLObject``. Filled by the protocol class of
-    :func:`recording_peers`; :meth:`subject` reads the client certificate the server verified (under TLS 1.3 it
-    arrives after the connection is made, so it is read at request time)."""
+    :func:`recording_peers`; :meth:`subject` reads the client certificate the server verified (under TLS 1.3
+    it arrives after the connection is made, so it is read at request time)."""
 
     def __init__(self) -> None:
         self.peers: dict[tuple[str, int], Any] = {}
 
     def subject(self, client: Any) -> str | None:
-        """The verified client certificate's subject (``CN=...``) of the connection ``client``, else ``None``."""
+        """The verified client certificate's subject (``CN=...``) of the connection ``client``, else
+        ``None``."""
         ssl_object = self.peers.get(tuple(client)) if client else None  # type: ignore[arg-type]
         try:
             cert = ssl_object.getpeercert() if ssl_object is not None else None
@@ -62,7 +63,8 @@ class VerifiedPeers:
 
 
 def recording_peers(protocol: type, peers: VerifiedPeers) -> type:
-    """``protocol`` (uvicorn's h11 protocol class) that records each TLS connection for :class:`VerifiedPeers`."""
+    """``protocol`` (uvicorn's h11 protocol class) that records each TLS connection for
+    :class:`VerifiedPeers`."""
 
     class PeerRecordingProtocol(protocol):  # type: ignore[valid-type,misc]
         def connection_made(self, transport: Any) -> None:
@@ -132,7 +134,8 @@ class K8sRoutes:
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.serving.client_cert and self.serving.peers.subject(scope.get("client")) is None:
             detail = "a TLS client certificate signed by the server's client CA is required on /v1/k8s/*"
-            await problem_response(401, "Unauthorized", detail, [{"field": "client certificate", "message": detail}]
+            await problem_response(401, "Unauthorized", detail,
+                                   [{"field": "client certificate", "message": detail}]
                                    )(scope, receive, send)
             return
         body = await self._body(scope, receive, send)
@@ -150,12 +153,14 @@ class K8sRoutes:
         await self.k8s(scope, replay, send)
 
     async def _body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
-        """The whole body, or ``None`` after answering 413 (over ``max_body_bytes`` or ``max_json_values``)."""
+        """The whole body, or ``None`` after answering 413 (over ``max_body_bytes`` or
+        ``max_json_values``)."""
         limit = self.serving.max_body_bytes
         declared = dict(scope.get("headers") or []).get(b"content-length")
         chunks, size = [], 0
         if declared is not None and declared.isdigit() and len(declared) < 19 and int(declared) > limit:
-            await self._too_large(scope, receive, send, f"request body of {int(declared)} bytes; at most {limit} on "
+            await self._too_large(scope, receive, send,
+                                  f"request body of {int(declared)} bytes; at most {limit} on "
                                   "/v1/k8s/* (max_body_bytes)")
             return None
         while True:

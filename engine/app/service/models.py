@@ -53,6 +53,8 @@ class NodeIn(_Strict):
 
 
 class ClusterIn(_Strict):
+    """The cluster of a request: its nodes and the GPUs that are down."""
+
     nodes: list[NodeIn] = Field(min_length=1, max_length=MAX_GPUS)
     down_gpus: list[int] = Field(default_factory=list, max_length=MAX_GPUS,
                                  description="GPUs on failed nodes (global indices).")
@@ -65,14 +67,15 @@ class MeasuredIn(_Strict):
     """What the caller measured of a job, per GPU type (catalog id or alias; ``"*"``: every type)."""
 
     step_time_s: dict[_GPU_KEY, Annotated[float, Field(ge=MIN_STEP_TIME_S, le=1e6)]] = Field(
-        default_factory=dict, max_length=64, description="Isolated seconds per iteration on num_gpus GPUs of the type "
-        "(at least a microsecond).")
+        default_factory=dict, max_length=64, description="Isolated seconds per iteration on num_gpus GPUs of "
+        "the type (at least a microsecond).")
     samples_per_s: dict[_GPU_KEY, Annotated[float, Field(gt=0, le=1e12)]] = Field(
         default_factory=dict, max_length=64, description="Isolated samples/s (instead of step_time_s).")
     memory_mib: dict[_GPU_KEY, Annotated[float, Field(gt=0, le=1e9)]] = Field(
         default_factory=dict, max_length=64, description="Peak memory of one worker, MiB.")
     utilization: dict[_GPU_KEY, Annotated[float, Field(gt=0, le=1)]] = Field(
-        default_factory=dict, max_length=64, description="GPU busy fraction alone (prices unmeasured co-location).")
+        default_factory=dict, max_length=64, description="GPU busy fraction alone (prices unmeasured "
+                                                         "co-location).")
 
 
 class GroupIn(_Strict):
@@ -83,7 +86,8 @@ class GroupIn(_Strict):
     speeds: list[Annotated[float, Field(gt=0, le=1.5)]] | None = Field(
         default=None, description="Each job's co-located / isolated throughput, in job_ids order.")
     step_time_s: list[Annotated[float, Field(ge=MIN_STEP_TIME_S, le=1e6)]] | None = Field(
-        default=None, description="Or each job's seconds per iteration while co-located (at least a microsecond).")
+        default=None, description="Or each job's seconds per iteration while co-located (at least a "
+                                  "microsecond).")
     memory_mib: float | None = Field(default=None, gt=0, le=1e9)
 
 
@@ -92,16 +96,18 @@ class JobIn(_Strict):
 
     id: str = _ID
     model: str | None = Field(default=None, min_length=1, max_length=128, pattern=_PRINTABLE,
-                              description="Model-zoo id or alias, e.g. resnet50; leave out for a job described by "
-                              "its measurements alone (then measured.step_time_s or samples_per_s is needed).")
-    measured: MeasuredIn | None = Field(default=None, description="The caller's measurements; predictions fill "
-                                        "only what is missing.")
+                              description="Model-zoo id or alias, e.g. resnet50; leave out for a job "
+                              "described by its measurements alone (then measured.step_time_s or "
+                              "samples_per_s is needed).")
+    measured: MeasuredIn | None = Field(default=None, description="The caller's measurements; predictions "
+                                        "fill only what is missing.")
     batch_size: int = Field(ge=1, le=1_000_000)
     num_gpus: int = Field(default=1, ge=1, le=MAX_GPUS)
     remaining_iterations: float = Field(gt=0, le=1e12)
     total_iterations: float | None = Field(default=None, gt=0, le=1e12,
                                            description="Defaults to remaining_iterations.")
-    attained_service_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S, description="GPU-seconds received so far.")
+    attained_service_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S,
+                                      description="GPU-seconds received so far.")
     current_gpus: list[int] = Field(default_factory=list, max_length=MAX_GPUS,
                                     description="Global GPU indices it runs on now.")
     current_freeze_level: int = Field(default=0, ge=0, le=1000)
@@ -122,37 +128,42 @@ class ConfigIn(_Strict):
     capped by the server's limit."""
 
     backend: str | None = Field(default=None, max_length=64,
-                                description="auto | cpsat | milp | greedy | greedy:<policy>; default: the server's")
+                                description="auto | cpsat | milp | greedy | greedy:<policy>; default: the "
+                                            "server's")
     objective: Literal["effective_progress", "jct", "weighted_completion", "makespan"] | None = Field(
         default=None, description=f"Default: the server's ({DEFAULT_OBJECTIVE} unless configured otherwise).")
     max_jobs_per_gpu: int | None = Field(default=None, ge=1, le=3)
-    freeze_levels: int | list[int] | None = Field(default=None, description="A count of levels (1..64) or the "
-                                                  "allowed levels (at most 64, each 0..1000).")
+    freeze_levels: int | list[int] | None = Field(default=None, description="A count of levels (1..64) or "
+                                                  "the allowed levels (at most 64, each 0..1000).")
     round_s: float | None = Field(default=None, gt=0, le=1e7, description="Round length, seconds.")
-    num_workers: int | None = Field(default=None, ge=1, le=64, description="Solver threads (with deterministic: "
-                                    "false).")
-    deterministic: bool | None = Field(default=None, description="Reproducible solves (one worker, work budget).")
-    allow_cross_node: bool | None = Field(default=None, description="May a job larger than one node span nodes.")
+    num_workers: int | None = Field(default=None, ge=1, le=64, description="Solver threads (with "
+                                    "deterministic: false).")
+    deterministic: bool | None = Field(default=None,
+                                       description="Reproducible solves (one worker, work budget).")
+    allow_cross_node: bool | None = Field(default=None,
+                                          description="May a job larger than one node span nodes.")
     migration_penalty: float | None = Field(default=None, ge=0, le=1e6)
     starvation_weight: float | None = Field(default=None, ge=0, le=1e6)
     max_partners: int | None = Field(default=None, ge=1, le=64)
     max_nodes_per_unit: int | None = Field(default=None, ge=1, le=1024)
     relative_gap: float | None = Field(default=None, ge=0, le=1)
-    length_weight: float | None = Field(default=None, ge=0, le=4, description="effective_progress only: weigh "
-                                        "each job by its predicted remaining time to this power, longest first "
-                                        "(makespan); 0: off.")
-    stage_horizon_s: float | None = Field(default=None, ge=0, le=1e7, description="effective_progress and jct: "
-                                          "credit a co-located job with its mean speed until it completes or this "
-                                          "many seconds pass (multi-stage values); 0: first-stage speeds.")
-    value_reference_s: float | None = Field(default=None, gt=0, le=1e10, description="jct: the remaining time "
-                                            "a job's progress is scaled against, seconds; default: the round's median.")
+    length_weight: float | None = Field(default=None, ge=0, le=4, description="effective_progress only: "
+                                        "weigh each job by its predicted remaining time to this power, "
+                                        "longest first (makespan); 0: off.")
+    stage_horizon_s: float | None = Field(default=None, ge=0, le=1e7, description="effective_progress and "
+                                          "jct: credit a co-located job with its mean speed until it "
+                                          "completes or this many seconds pass (multi-stage values); 0: "
+                                          "first-stage speeds.")
+    value_reference_s: float | None = Field(default=None, gt=0, le=1e10, description="jct: the remaining "
+                                            "time a job's progress is scaled against, seconds; default: the "
+                                            "round's median.")
     unknown_memory: Literal["predict", "trust"] = Field(
         default="predict", description="A job's unmeasured memory: predicted (options that do not fit are "
         "dropped) or trusted (not checked). Jobs without a model are always trusted.")
     time_limit_s: float | None = Field(default=None, gt=0, le=3600,
-                                       description="Bounds the whole request, building included; capped by the "
-                                       "server's limit. Past it the answer is the best plan so far or a greedy one "
-                                       "(partial: true).")
+                                       description="Bounds the whole request, building included; capped by "
+                                       "the server's limit. Past it the answer is the best plan so far or a "
+                                       "greedy one (partial: true).")
 
     @field_validator("freeze_levels")
     @classmethod
@@ -165,6 +176,9 @@ class ConfigIn(_Strict):
 
 
 class ScheduleRequest(_Strict):
+    """One round to schedule: the time, the cluster, the jobs, measured co-located groups and the
+    solver settings."""
+
     time_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
     cluster: ClusterIn
     jobs: list[JobIn] = Field(default_factory=list, max_length=MAX_JOBS)
@@ -183,8 +197,8 @@ REQUEST_EXAMPLES: dict[str, dict[str, Any]] = {
             "jobs": [
                 {"id": "resnet-a", "model": "resnet50", "batch_size": 64, "remaining_iterations": 20000,
                  "total_iterations": 50000, "current_gpus": [0]},
-                {"id": "lm-b", "model": "lstm_lm", "batch_size": 20, "num_gpus": 2, "remaining_iterations": 8000,
-                 "freeze_allowed": True, "accuracy_budget": 0.02},
+                {"id": "lm-b", "model": "lstm_lm", "batch_size": 20, "num_gpus": 2,
+                 "remaining_iterations": 8000, "freeze_allowed": True, "accuracy_budget": 0.02},
                 {"id": "rl-c", "model": "a3c", "batch_size": 4, "remaining_iterations": 1000},
             ],
             "config": {"backend": "auto", "time_limit_s": 2.0},
@@ -218,6 +232,8 @@ REQUEST_EXAMPLES: dict[str, dict[str, Any]] = {
 
 
 class AssignmentOut(BaseModel):
+    """Where one job runs this round: its GPUs (global indices), their type and nodes, its freeze level."""
+
     job_id: str
     gpus: list[int]
     gpu_type: str
@@ -226,11 +242,16 @@ class AssignmentOut(BaseModel):
 
 
 class ColocationGroupOut(BaseModel):
+    """Jobs sharing one GPU (global index) this round."""
+
     gpu: int
     job_ids: list[str]
 
 
 class ScheduleResponse(BaseModel):
+    """The plan of a round: solve status, backend and timing, the assignments and co-location groups,
+    and where each job's numbers came from."""
+
     status: str = Field(description="optimal | feasible | timeout | heuristic | fallback | infeasible")
     backend: str
     fallback: bool = Field(description="The plan is the fallback policy's (solver failed or out of time).")
@@ -250,14 +271,17 @@ class ScheduleResponse(BaseModel):
     colocation_groups: list[ColocationGroupOut]
     queued: list[str] = Field(description="Active jobs the plan leaves waiting.")
     colocation_fallbacks: list[str] = Field(
-        default_factory=list, description="Co-located jobs priced on a predicted profile (no profile of the job "
-        "on that GPU type): the co-location predictor's fallback, never silent.")
+        default_factory=list, description="Co-located jobs priced on a predicted profile (no profile of the "
+        "job on that GPU type): the co-location predictor's fallback, never silent.")
     provenance: dict[str, dict[str, str]] = Field(
-        default_factory=dict, description="Per job, where its numbers came from (step_time, memory, colocation: "
-        "measured | predicted | scaled | trusted | utilization | time-sliced | alone); with measurements only.")
+        default_factory=dict, description="Per job, where its numbers came from (step_time, memory, "
+        "colocation: measured | predicted | scaled | trusted | utilization | time-sliced | alone); with "
+        "measurements only.")
 
 
 class FieldError(BaseModel):
+    """One invalid field of a request (its path) and what is wrong with it."""
+
     field: str
     message: str
 
@@ -273,6 +297,7 @@ class Problem(BaseModel):
 
 
 def to_cluster(data: ClusterIn) -> Cluster:
+    """The domain cluster of ``data``; an invalid node raises :class:`ValidationError` at its path."""
     nodes = []
     for i, n in enumerate(data.nodes):
         try:
@@ -297,7 +322,8 @@ def to_job_state(i: int, data: JobIn, cluster: Cluster) -> JobState:
                               f"total_iterations={total}; send remaining <= total")
     try:
         job = Job(data.id, data.model or MEASURED_ONLY, data.batch_size, total, num_gpus=data.num_gpus,
-                  arrival_time_s=data.arrival_time_s, amp=data.amp, optimizer=data.optimizer, weight=data.weight,
+                  arrival_time_s=data.arrival_time_s, amp=data.amp, optimizer=data.optimizer,
+                  weight=data.weight,
                   freeze_allowed=data.freeze_allowed, accuracy_budget=data.accuracy_budget,
                   gpu_types=tuple(data.gpu_types))
         assignment = _assignment(data, cluster)
@@ -314,7 +340,8 @@ def _assignment(data: JobIn, cluster: Cluster) -> Assignment | None:
         return None
     gpus = tuple(data.current_gpus)
     if any(not 0 <= g < cluster.num_gpus for g in gpus):
-        raise ValidationError("current_gpus", f"{list(gpus)} outside the cluster's GPUs 0..{cluster.num_gpus - 1}")
+        raise ValidationError("current_gpus", f"{list(gpus)} outside the cluster's GPUs "
+                                              f"0..{cluster.num_gpus - 1}")
     if len(set(gpus)) != len(gpus):
         raise ValidationError("current_gpus", f"{list(gpus)} names a GPU twice")
     if len(gpus) != data.num_gpus:
@@ -338,21 +365,23 @@ def to_state(req: ScheduleRequest) -> ClusterState:
             raise ValidationError(f"jobs[{i}].id", f"duplicate job id '{job.id}' (also jobs[{seen[job.id]}])")
         seen[job.id] = i
         if hit := sorted(down.intersection(job.current_gpus)):
-            raise ValidationError(f"jobs[{i}].current_gpus", f"runs on down GPU(s) {hit}; a failed GPU's jobs stop "
-                                  "with it: send the job queued (no current_gpus)")
+            raise ValidationError(f"jobs[{i}].current_gpus", f"runs on down GPU(s) {hit}; a failed GPU's "
+                                  "jobs stop with it: send the job queued (no current_gpus)")
         states.append(to_job_state(i, job, cluster))
     return ClusterState(req.time_s, cluster, tuple(states), frozenset(req.cluster.down_gpus))
 
 
 #: ``ConfigIn`` fields that are ``RoundOptions`` fields of the same name
 ROUND_SETTINGS = ("objective", "max_jobs_per_gpu", "freeze_levels", "round_s", "num_workers", "deterministic",
-                  "allow_cross_node", "migration_penalty", "starvation_weight", "max_partners", "max_nodes_per_unit",
+                  "allow_cross_node", "migration_penalty", "starvation_weight", "max_partners",
+                  "max_nodes_per_unit",
                   "relative_gap", "value_reference_s", "length_weight", "stage_horizon_s")
 
 
 def to_config(data: ConfigIn, default: ConfiguredSolver, max_time_limit_s: float) -> ConfiguredSolver:
     """The request's solver: its round settings over the server's, the time limit capped."""
-    settings: dict[str, Any] = {name: getattr(data, name) for name in ROUND_SETTINGS if getattr(data, name) is not None}
+    settings: dict[str, Any] = {name: getattr(data, name) for name in ROUND_SETTINGS
+                                if getattr(data, name) is not None}
     if isinstance(settings.get("freeze_levels"), list):
         settings["freeze_levels"] = tuple(settings["freeze_levels"])
     settings["time_limit_s"] = min(data.time_limit_s or default.time_limit_s, max_time_limit_s)
@@ -365,10 +394,12 @@ def to_config(data: ConfigIn, default: ConfiguredSolver, max_time_limit_s: float
 
 
 def to_measurements(req: ScheduleRequest) -> Measurements | None:
-    """The request's measurements (per-job ``measured``, ``measured_groups``), checked; ``None`` when it has none."""
+    """The request's measurements (per-job ``measured``, ``measured_groups``), checked; ``None`` when it has
+    none."""
     jobs = {j.id: JobMeasurement(j.measured.step_time_s, j.measured.samples_per_s, j.measured.memory_mib,
                                  j.measured.utilization) for j in req.jobs if j.measured is not None}
-    groups = tuple(GroupMeasurement(tuple(g.job_ids), g.gpu_type, None if g.speeds is None else tuple(g.speeds),
+    groups = tuple(GroupMeasurement(tuple(g.job_ids), g.gpu_type,
+                                    None if g.speeds is None else tuple(g.speeds),
                                     None if g.step_time_s is None else tuple(g.step_time_s), g.memory_mib)
                    for g in req.measured_groups)
     if not jobs and not groups and req.config.unknown_memory == "predict" and all(j.model for j in req.jobs):
@@ -388,15 +419,19 @@ def to_measurements(req: ScheduleRequest) -> Measurements | None:
 
 def to_response(plan: Plan, state: ClusterState, wall_time_s: float, *, partial: bool = False,
                 time_limit_s: float | None = None, fallback_reason: str | None = None) -> ScheduleResponse:
+    """The answer of ``plan`` for ``state`` (``wall_time_s``: seconds the request took; ``partial``,
+    ``time_limit_s`` and ``fallback_reason`` as :class:`ScheduleResponse` describes them)."""
     cluster = state.cluster
     placed = {a.job_id for a in plan.assignments}
     return ScheduleResponse(
         status=plan.status, backend=plan.backend, fallback=plan.fallback, partial=partial,
-        fallback_reason=(fallback_reason or "solver_failed") if plan.fallback else None, time_limit_s=time_limit_s,
-        message=plan.message,
-        objective=finite_or_none(plan.objective), bound=finite_or_none(plan.bound), gap=finite_or_none(plan.gap),
+        fallback_reason=(fallback_reason or "solver_failed") if plan.fallback else None,
+        time_limit_s=time_limit_s, message=plan.message,
+        objective=finite_or_none(plan.objective), bound=finite_or_none(plan.bound),
+        gap=finite_or_none(plan.gap),
         solve_time_s=plan.solve_time_s, build_time_s=plan.build_time_s, wall_time_s=wall_time_s,
-        assignments=[AssignmentOut(job_id=a.job_id, gpus=list(a.gpus), gpu_type=cluster.gpu_type_of(a.gpus[0]),
+        assignments=[AssignmentOut(job_id=a.job_id, gpus=list(a.gpus),
+                                   gpu_type=cluster.gpu_type_of(a.gpus[0]),
                                    nodes=sorted({cluster.nodes[cluster.gpu_node[g]].id for g in a.gpus}),
                                    freeze_level=a.freeze_level) for a in plan.assignments],
         colocation_groups=[ColocationGroupOut(gpu=g, job_ids=list(js))
@@ -414,18 +449,22 @@ def state_to_request(state: ClusterState, config: dict[str, object] | None = Non
     for s in state.jobs:
         job = s.job
         item: dict[str, object] = {
-            "id": job.id, "model": None if job.model == MEASURED_ONLY else job.model, "batch_size": job.batch_size, "num_gpus": job.num_gpus,
+            "id": job.id, "model": None if job.model == MEASURED_ONLY else job.model,
+            "batch_size": job.batch_size, "num_gpus": job.num_gpus,
             "remaining_iterations": s.remaining_iterations, "total_iterations": job.total_iterations,
             "attained_service_s": s.attained_service_s, "arrival_time_s": job.arrival_time_s,
-            "queued_since_s": s.queued_since_s, "weight": job.weight, "amp": job.amp, "optimizer": job.optimizer,
+            "queued_since_s": s.queued_since_s, "weight": job.weight, "amp": job.amp,
+            "optimizer": job.optimizer,
             "freeze_allowed": job.freeze_allowed, "accuracy_budget": job.accuracy_budget,
             "gpu_types": list(job.gpu_types), "num_preemptions": s.num_preemptions}
         if s.assignment is not None:
-            item |= {"current_gpus": list(s.assignment.gpus), "current_freeze_level": s.assignment.freeze_level}
+            item |= {"current_gpus": list(s.assignment.gpus),
+                     "current_freeze_level": s.assignment.freeze_level}
         jobs.append(item)
     nodes = [{"id": n.id, "gpu_type": n.gpu_type, "num_gpus": n.num_gpus, "network_gbps": n.network_gbps}
              for n in cluster.nodes]
-    body: dict[str, object] = {"time_s": state.time_s, "cluster": {"nodes": nodes, "down_gpus": sorted(state.down_gpus)},
+    body: dict[str, object] = {"time_s": state.time_s,
+                               "cluster": {"nodes": nodes, "down_gpus": sorted(state.down_gpus)},
                                "jobs": jobs}
     if config:
         body["config"] = config

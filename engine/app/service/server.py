@@ -12,11 +12,11 @@ magnitude has bounds, named in the message), 429 queue full and 503 queue wait t
 ``Retry-After``).
 
 A request's ``time_limit_s`` (capped by the server's) bounds the whole solve, round and model building
-included, from when a solver slot takes the request (the wait before is bounded by ``max_queue_wait_s``): each solve runs in a forked worker process that is killed at the deadline (see
-``service_worker``), and the answer is then the fallback policy's plan, with ``fallback`` and
-``partial`` true. A solver stopped by its limit with a plan it could not prove optimal answers that plan
-(the best so far), ``partial`` true. At most ``max_concurrent_solves`` requests solve at once; up to
-``max_queue`` more wait, at most ``max_queue_wait_s``.
+included, from when a solver slot takes the request (the wait before is bounded by ``max_queue_wait_s``): each
+solve runs in a forked worker process that is killed at the deadline (see ``service_worker``), and the answer
+is then the fallback policy's plan, with ``fallback`` and ``partial`` true. A solver stopped by its limit with
+a plan it could not prove optimal answers that plan (the best so far), ``partial`` true. At most
+``max_concurrent_solves`` requests solve at once; up to ``max_queue`` more wait, at most ``max_queue_wait_s``.
 """
 
 from __future__ import annotations
@@ -82,7 +82,8 @@ class ServiceConfig:
     it; ``keep_alive_s``: an idle kept-alive connection is closed after it; ``max_connections``: uvicorn
     answers 503 beyond it. ``max_worker_memory_mib``: address-space limit of one solver process."""
 
-    solve: ConfiguredSolver = field(default_factory=lambda: ConfiguredSolver.of(backend="auto", time_limit_s=1.0))
+    solve: ConfiguredSolver = field(
+        default_factory=lambda: ConfiguredSolver.of(backend="auto", time_limit_s=1.0))
     max_jobs: int = 5000
     max_nodes: int = 1024
     max_gpus: int = 8192
@@ -118,12 +119,14 @@ def check_limits(req: ScheduleRequest, config: ServiceConfig) -> None:
     if len(req.jobs) > config.max_jobs:
         raise LimitExceeded("jobs", f"{len(req.jobs)} jobs; at most {config.max_jobs} per request")
     if len(req.cluster.nodes) > config.max_nodes:
-        raise LimitExceeded("cluster.nodes", f"{len(req.cluster.nodes)} nodes; at most {config.max_nodes} per request")
+        raise LimitExceeded("cluster.nodes", f"{len(req.cluster.nodes)} nodes; at most {config.max_nodes} "
+                                             "per request")
     if num_gpus > config.max_gpus:
         raise LimitExceeded("cluster.nodes", f"{num_gpus} GPUs; at most {config.max_gpus} per request")
 
 
-def solve_request(req: ScheduleRequest, config: ServiceConfig, started: float | None = None) -> ScheduleResponse:
+def solve_request(req: ScheduleRequest, config: ServiceConfig,
+                  started: float | None = None) -> ScheduleResponse:
     """Validate, solve by the request's deadline and answer one request (blocks: run it in a worker thread).
 
     ``started`` (``time.monotonic()``) is when the deadline's clock began; default now."""
@@ -149,15 +152,18 @@ class Admission:
         self.waiting = 0
 
     def retry_after_s(self) -> int:
-        """Seconds until a slot is likely free: the queue ahead, solved ``max_concurrent_solves`` at a time."""
+        """Seconds until a slot is likely free: the queue ahead, solved ``max_concurrent_solves`` at a
+        time."""
         rounds = 1 + self.waiting / self.config.max_concurrent_solves
         return max(1, min(300, math.ceil(rounds * self.config.solve.time_limit_s)))
 
     async def run(self, req: ScheduleRequest) -> ScheduleResponse:
+        """The answer to ``req``, solved once a solver slot is free; raises :class:`Overloaded` (429) when
+        the queue is full, (503) when no slot frees within ``max_queue_wait_s``."""
         if self.waiting >= self.config.max_queue and self.slots.available_tokens == 0:
             self.metrics.rejected.labels("queue_full").inc()
-            raise Overloaded(429, f"{self.waiting} requests already waiting (queue limit {self.config.max_queue}); "
-                             "retry later", self.retry_after_s())
+            raise Overloaded(429, f"{self.waiting} requests already waiting (queue limit "
+                                  f"{self.config.max_queue}); retry later", self.retry_after_s())
         self.waiting += 1
         self.metrics.queue_depth.set(self.waiting)
         try:
@@ -165,8 +171,8 @@ class Admission:
                 await self.slots.acquire()
         except TimeoutError:
             self.metrics.rejected.labels("queue_wait").inc()
-            raise Overloaded(503, f"no solver slot free within {self.config.max_queue_wait_s:g} s; retry later",
-                             self.retry_after_s()) from None
+            raise Overloaded(503, f"no solver slot free within {self.config.max_queue_wait_s:g} s; "
+                                  "retry later", self.retry_after_s()) from None
         finally:
             self.waiting -= 1
             self.metrics.queue_depth.set(self.waiting)
@@ -196,7 +202,8 @@ def swagger_ui_static() -> Path:
     reads from version 5 on; earlier bundles show "Unable to render this definition"."""
     spec = importlib.util.find_spec("swagger_ui")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("the HTTP service's /docs page needs swagger-ui-py: pip install 'dltsched[service]'")
+        raise ImportError("the HTTP service's /docs page needs swagger-ui-py: pip install "
+                          "'dltsched[service]'")
     return Path(next(iter(spec.submodule_search_locations))) / "static"
 
 
@@ -213,24 +220,29 @@ def create_app(config: ServiceConfig | None = None, k8s: K8sServing | None = Non
     install_error_handlers(app)
     problems: dict[int | str, dict[str, Any]] = {
         code: {"model": Problem, "description": text, "content": {PROBLEM_JSON: {}}}
-        for code, text in ((400, "Malformed JSON"), (401, "Missing or wrong bearer token (when the server has one)"),
+        for code, text in ((400, "Malformed JSON"),
+                           (401, "Missing or wrong bearer token (when the server has one)"),
                            (408, "Request not received within the read timeout"),
                            (413, "Body, jobs, nodes or GPUs over the limits"),
                            (422, "Invalid fields (errors name each one, with the allowed range)"),
-                           (429, "Queue full; see Retry-After"), (503, "No solver slot in time; see Retry-After"))}
+                           (429, "Queue full; see Retry-After"),
+                           (503, "No solver slot in time; see Retry-After"))}
 
     @app.get("/v1/health")
     async def health() -> dict[str, Any]:
         """Liveness, and the limits this server enforces."""
-        return {"status": "ok", "max_jobs": cfg.max_jobs, "max_nodes": cfg.max_nodes, "max_gpus": cfg.max_gpus,
+        return {"status": "ok", "max_jobs": cfg.max_jobs, "max_nodes": cfg.max_nodes,
+                "max_gpus": cfg.max_gpus,
                 "max_body_bytes": cfg.max_body_bytes, "default_backend": cfg.solve.backend,
                 "default_time_limit_s": cfg.solve.time_limit_s, "max_time_limit_s": cfg.max_time_limit_s,
                 "max_concurrent_solves": cfg.max_concurrent_solves, "max_queue": cfg.max_queue,
                 "auth": cfg.token is not None}
 
     @app.post("/v1/schedule", response_model=ScheduleResponse, responses=problems)
-    async def schedule(req: Annotated[ScheduleRequest, Body(openapi_examples=REQUEST_EXAMPLES)]) -> ScheduleResponse:
-        """Place jobs for one round: GPUs, co-location groups and freeze levels, with solve status and timing."""
+    async def schedule(req: Annotated[ScheduleRequest,
+                                      Body(openapi_examples=REQUEST_EXAMPLES)]) -> ScheduleResponse:
+        """Place jobs for one round: GPUs, co-location groups and freeze levels, with solve status and
+        timing."""
         check_limits(req, cfg)
         response = await admission.run(req)
         record(metrics, response)
@@ -247,7 +259,8 @@ def create_app(config: ServiceConfig | None = None, k8s: K8sServing | None = Non
                                    swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
                                    swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
                                    swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
-                                   swagger_ui_parameters={"validatorUrl": None})  # no call to a remote validator
+                                   # no call to a remote validator
+                                   swagger_ui_parameters={"validatorUrl": None})
 
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_static()), name="docs-assets")
     app.add_middleware(StrictJsonBody)  # inside BodyLimit: it buffers only bodies within the size limit
@@ -295,8 +308,8 @@ def make_server(config: ServiceConfig, host: str = "127.0.0.1", port: int = 8000
             secure |= {"ssl_ca_certs": tls.client_ca, "ssl_cert_reqs": ssl.CERT_OPTIONAL}
     return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, http=protocol,
                                          timeout_keep_alive=max(1, math.ceil(config.keep_alive_s)),
-                                         limit_concurrency=config.max_connections, timeout_graceful_shutdown=5,
-                                         **secure))
+                                         limit_concurrency=config.max_connections,
+                                         timeout_graceful_shutdown=5, **secure))
 
 
 @click.command("serve")
@@ -305,7 +318,8 @@ def make_server(config: ServiceConfig, host: str = "127.0.0.1", port: int = 8000
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option("--backend", type=BackendName(), default="auto", show_default=True,
               help="Default backend: auto | cpsat | milp | greedy | greedy:<policy>.")
-@click.option("--time-limit", "time_limit_s", type=click.FloatRange(min=0, min_open=True, max=3600), default=1.0,
+@click.option("--time-limit", "time_limit_s", type=click.FloatRange(min=0, min_open=True, max=3600),
+              default=1.0,
               show_default=True, help="Default time limit of a request (building and solving), in seconds.")
 @click.option("--max-jobs", type=click.IntRange(min=1), default=5000, show_default=True)
 @click.option("--max-gpus", type=click.IntRange(min=1), default=8192, show_default=True)
@@ -320,17 +334,20 @@ def make_server(config: ServiceConfig, host: str = "127.0.0.1", port: int = 8000
               help="Requests solved at once (default: the number of CPUs).")
 @click.option("--max-queue", type=click.IntRange(min=0), default=64, show_default=True,
               help="Requests waiting for a solver; more get 429 with Retry-After.")
-@click.option("--read-timeout", "read_timeout_s", type=click.FloatRange(min=0, min_open=True, max=3600), default=10.0,
+@click.option("--read-timeout", "read_timeout_s", type=click.FloatRange(min=0, min_open=True, max=3600),
+              default=10.0,
               show_default=True, help="Seconds a request's headers and body may take to arrive.")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Serve HTTPS with this certificate (PEM); needs --tls-key.")
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="The certificate's key (PEM).")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="The certificate's key (PEM).")
 @click.option("--tls-client-ca", type=click.Path(exists=True, dir_okay=False), default=None,
               help="CA of client certificates: /v1/k8s/* then need one (kube-scheduler's extender tlsConfig) "
                    "instead of the token.")
 @click.option("--k8s", "k8s_watch", is_flag=True,
               help="Kubernetes extender: watch nodes and pods through the API server and bind through it.")
-@click.option("--kubeconfig", default=None, help="With --k8s outside a cluster: the kubeconfig (default ~/.kube/config).")
+@click.option("--kubeconfig", default=None, help="With --k8s outside a cluster: the kubeconfig (default "
+                                                 "~/.kube/config).")
 @click.option("--k8s-context", default=None, help="With --k8s: the kubeconfig context.")
 @click.option("--k8s-api-server", default=None,
               help="With --k8s: this API server URL, without credentials (kubectl proxy, tests).")
@@ -360,11 +377,13 @@ def serve(ctx: click.Context, host: str, port: int, backend: str, time_limit_s: 
     if (tls_cert is None) != (tls_key is None):
         raise ValidationError("--tls-cert", "give --tls-cert and --tls-key together")
     if tls_client_ca and not tls_cert:
-        raise ValidationError("--tls-client-ca", "client certificates need HTTPS; give --tls-cert and --tls-key")
+        raise ValidationError("--tls-client-ca", "client certificates need HTTPS; give --tls-cert and "
+                                                 "--tls-key")
     predictor_set = check_predictors(with_calibration(predictor_set, calibration))
     solve = ConfiguredSolver.of(backend=backend, time_limit_s=time_limit_s, predictors=predictor_set)
     extra = {"max_concurrent_solves": max_concurrent} if max_concurrent else {}
-    config = ServiceConfig(solve=solve, max_jobs=max_jobs, max_gpus=max_gpus, token=token, max_queue=max_queue,
+    config = ServiceConfig(solve=solve, max_jobs=max_jobs, max_gpus=max_gpus, token=token,
+                           max_queue=max_queue,
                            read_timeout_s=read_timeout_s, max_time_limit_s=max(30.0, time_limit_s), **extra)
     quiet = bool((ctx.obj or {}).get("quiet"))
     from dltsched.engine.app.adapters.k8s import ExtenderLimits, ExtenderSettings, K8sExtender

@@ -6,9 +6,10 @@ one core) and cannot be interrupted from outside a thread, so each solve runs in
 a fork server that has the predictors loaded. The process decides through the one round pipeline
 (:func:`dltsched.formulations.pipeline.decide_round`, which builds before it solves): the solver's time limit
 is a share of what is left of the deadline after the building time expected for the round's size
-(:data:`BUILD_S_PER_JOB`), and the process is killed when the deadline passes. The caller then answers with the fallback policy's plan,
-marked ``fallback`` and ``partial``. Killing the process also returns its memory, so one request costs
-at most ``time_limit_s`` of one core and the memory of one solve (``max_worker_memory_mib``).
+(:data:`BUILD_S_PER_JOB`), and the process is killed when the deadline passes. The caller then answers with
+the fallback policy's plan, marked ``fallback`` and ``partial``. Killing the process also returns its memory,
+so one request costs at most ``time_limit_s`` of one core and the memory of one solve
+(``max_worker_memory_mib``).
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ def solve_until(state: ClusterState, config: ConfiguredSolver, deadline: float,
                 measurements: Measurements | None = None) -> Outcome:
     """Decide the round of ``state`` by ``deadline`` (``time.monotonic()``), in this process.
 
-    The one round pipeline (:meth:`ConfiguredSolver.solve`, i.e. :func:`dltsched.formulations.pipeline.decide_round`:
-    build, solve, check, fall back), the caller's ``measurements`` first, with the solver's time limit set to
+    The one round pipeline (:meth:`ConfiguredSolver.solve`, i.e.
+    :func:`dltsched.formulations.pipeline.decide_round`: build, solve, check, fall back), the caller's
+    ``measurements`` first, with the solver's time limit set to
     :data:`SOLVE_SHARE` of what is left of the deadline after the expected building time
     (:data:`BUILD_S_PER_JOB`; past the deadline the process is killed and the server answers with the
     fallback plan). A solver failure or a plan the checker
@@ -64,12 +66,14 @@ def solve_until(state: ClusterState, config: ConfiguredSolver, deadline: float,
 
     left = deadline - time.monotonic()
     if left <= 0:
-        return fallback(state, config, "deadline", f"time limit {config.time_limit_s:g} s reached before solving",
+        return fallback(state, config, "deadline",
+                        f"time limit {config.time_limit_s:g} s reached before solving",
                         measurements)
     share = SOLVE_SHARE * (left - BUILD_S_PER_JOB * len(state.jobs))
     solver = config.with_options(time_limit_s=max(1e-3, min(config.time_limit_s, share)))
     plan = solver.solve(state, measurements=measurements)
-    if plan.fallback and plan.backend == str(BackendChoice.baseline(config.fallback_policy)):  # fallback's plan
+    # the fallback's plan
+    if plan.fallback and plan.backend == str(BackendChoice.baseline(config.fallback_policy)):
         return Outcome(plan, False, "checker" if "failed the checker" in plan.message else "solver_failed")
     partial = plan.status in STOPPED_BY_LIMIT or (plan.fallback and plan.status == "fallback")
     return Outcome(plan, partial, "deadline" if plan.fallback else "")
@@ -78,12 +82,14 @@ def solve_until(state: ClusterState, config: ConfiguredSolver, deadline: float,
 def fallback(state: ClusterState, config: ConfiguredSolver, reason: str, message: str,
              measurements: Measurements | None = None) -> Outcome:
     """The fallback policy's plan, marked ``fallback`` (and ``partial`` when the deadline caused it)."""
-    return Outcome(config.fallback_plan(state, message, measurements=measurements), reason == "deadline", reason)
+    return Outcome(config.fallback_plan(state, message, measurements=measurements),
+                   reason == "deadline", reason)
 
 
 def _child(conn: Connection, state: ClusterState, config: ConfiguredSolver, deadline: float,
            memory_mib: int | None, measurements: Measurements | None = None) -> None:
-    """Entry point of a worker process: solve, send ``("ok", Outcome)`` or ``("invalid", (path, problem))``."""
+    """Entry point of a worker process: solve, send ``("ok", Outcome)`` or ``("invalid", (path,
+    problem))``."""
     if memory_mib:
         limit = memory_mib * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -131,14 +137,16 @@ def solve_in_worker(state: ClusterState, config: ConfiguredSolver, deadline: flo
     try:
         proc.start()
     except OSError as err:  # no process to be had (fork server gone, out of PIDs): the fallback answers
-        log.warning("could not start a solver worker (%s); answering with the %s plan", err, config.fallback_policy)
+        log.warning("could not start a solver worker (%s); answering with the %s "
+                    "plan", err, config.fallback_policy)
         parent.close()
         child.close()
         return fallback(state, config, "worker_died", f"no solver worker could start ({type(err).__name__})",
                         measurements)
     child.close()
     try:
-        backup = fallback(state, config, "deadline", "", measurements)  # made while the worker solves: ready at the deadline
+        # made while the worker solves: ready at the deadline
+        backup = fallback(state, config, "deadline", "", measurements)
         ready = parent.poll(max(0.0, deadline - time.monotonic()))
         message = parent.recv() if ready else None
     except (EOFError, OSError):
@@ -149,8 +157,8 @@ def solve_in_worker(state: ClusterState, config: ConfiguredSolver, deadline: flo
         proc.join()
         parent.close()
     if message is None:
-        return Outcome(replace(backup.plan, message=f"time limit {config.time_limit_s:g} s reached before the "
-                               f"{config.backend_for(len(state.jobs))} solve finished"), True, "deadline")
+        return Outcome(replace(backup.plan, message=f"time limit {config.time_limit_s:g} s reached before "
+                               f"the {config.backend_for(len(state.jobs))} solve finished"), True, "deadline")
     kind, payload = message
     if kind == "ok":
         return payload  # type: ignore[no-any-return]

@@ -115,8 +115,8 @@ class OptimizingPolicy:
                                   "per 128 GPUs, at least 300 s)")
         missing = [m for m in ROUND_SOLVER_MEMBERS if not hasattr(self.solver, m)]
         if missing:
-            raise ValidationError("solver", f"{type(self.solver).__name__} lacks {', '.join(missing)}; a round "
-                                  f"solver declares {', '.join(ROUND_SOLVER_MEMBERS)} (RoundSolver)")
+            raise ValidationError("solver", f"{type(self.solver).__name__} lacks {', '.join(missing)}; a "
+                                  f"round solver declares {', '.join(ROUND_SOLVER_MEMBERS)} (RoundSolver)")
         if self.predictors is None:
             self.predictors = available_predictors()
         self.cache = PredictionCache(self.predictors)

@@ -1,6 +1,6 @@
 """Every entry point takes the same policy and backend names and refuses the same bad ones, in one line: the
-``simulate`` and ``batch`` commands (exit 2), experiment files and the embedding API (``ValidationError``), the
-service (422)."""
+``simulate`` and ``batch`` commands (exit 2), experiment files and the embedding API (``ValidationError``),
+the service (422)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def test_simulate_and_the_api_take_the_same_policy_names(name, capsys):
     [row] = json.loads(capsys.readouterr().out)["rows"]
     result = simulate_instance(TINY, name, predictors="analytic")
     canonical = parse_policy(name).name
-    assert row["policy"] == result.policy == canonical and row["num_jobs_finished"] == result.num_jobs_finished == 4
+    assert (row["policy"] == result.policy == canonical
+            and row["num_jobs_finished"] == result.num_jobs_finished == 4)
 
 
 @pytest.mark.parametrize(("name", "needle"), BAD_POLICIES)
@@ -59,7 +60,8 @@ def test_every_entry_point_refuses_a_bad_policy_alike(name, needle, tmp_path, ca
 
 @pytest.mark.parametrize(("backend", "status", "expected"), [
     ("AUTO", 200, "cpsat"), ("greedy:SJF", 200, "greedy:sjf"), ("milp", 200, "milp"),
-    ("cpsta", 422, "did you mean cpsat"), ("greedy:sfj", 422, "did you mean sjf"), ("milp:sjf", 422, "greedy:sjf"),
+    ("cpsta", 422, "did you mean cpsat"), ("greedy:sfj", 422, "did you mean sjf"),
+    ("milp:sjf", 422, "greedy:sjf"),
 ])
 def test_service_takes_and_refuses_the_same_backend_names(backend, status, expected):
     from fastapi.testclient import TestClient

@@ -206,7 +206,8 @@ def test_a_solver_without_the_round_solver_members_is_refused_naming_them(analyt
         def solve(self, state, **kw):
             return Plan()
 
-    with pytest.raises(ValidationError, match=r"solver.*lacks options, with_options, marks_colocation_fallbacks"):
+    with pytest.raises(ValidationError, match=r"solver.*lacks options, with_options, "
+                                              r"marks_colocation_fallbacks"):
         OptimizingPolicy(OnlySolves(), analytic)
 
 

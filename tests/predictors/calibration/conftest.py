@@ -1,4 +1,5 @@
-"""A synthetic profile dataset written in ``dltsched profile``'s own format, from known calibration parameters."""
+"""A synthetic profile dataset written in ``dltsched profile``'s own format, from known calibration
+parameters."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ JOBS = (("resnet18", "cifar10", 64), ("vgg16", "cifar10", 64), ("mobilenet_v2", 
         ("lstm_lm", "wikitext2", 20), ("neumf", "movielens", 1024), ("dcgan", "lsun", 64),
         ("pointnet", "shapenet", 32), ("transformer", "multi30k", 32))
 #: the "true" parameters the synthetic GPU follows
-TRUE_STEP = {"s_conv": 1.4, "s_gemm": 1.1, "s_vector": 0.7, "s_optimizer": 1.6, "dispatch_us": 11.0, "fixed_s": 0.0012}
+TRUE_STEP = {"s_conv": 1.4, "s_gemm": 1.1, "s_vector": 0.7, "s_optimizer": 1.6,
+             "dispatch_us": 11.0, "fixed_s": 0.0012}
 TRUE_MEMORY = {"context_mib": 1500.0, "weights": 1.0, "activations": 1.2}
 TRUE_SPEED = {"t_both": 0.55, "t_partner": 0.35, "t_any": 0.05}
 SHARED_MIB = 600.0
@@ -38,11 +40,12 @@ def write_profiles(folder, sharing: str, noise: float, seed: int) -> None:
         isolated.append({"model": model, "dataset": dataset, "gpu": GPU, "batch_size": batch, "num_gpus": 1,
                          "step_time_s": step, "amp": 0, "optimizer": "sgd", "peak_memory_mib": gmem - 1400.0,
                          "gpu_util": util, "gmem_used_mib": gmem, "scope": "compute", "n": 30,
-                         "step_time_ci95_low_s": step * 0.99, "step_time_ci95_high_s": step * 1.01, "stop": "precision",
-                         "gmem_util": 100.0 * gmem / 143771.0, "gmem_mib": gmem})
+                         "step_time_ci95_low_s": step * 0.99, "step_time_ci95_high_s": step * 1.01,
+                         "stop": "precision", "gmem_util": 100.0 * gmem / 143771.0, "gmem_mib": gmem})
     groups = []
     names = [j[0] for j in JOBS]
-    combos = [(a, b) for i, a in enumerate(names) for b in names[i:]][::4] + [tuple(names[:3]), tuple(names[3:6])]
+    combos = ([(a, b) for i, a in enumerate(names) for b in names[i:]][::4]
+              + [tuple(names[:3]), tuple(names[3:6])])
     for combo in combos:
         ms = [members[m] for m in combo]
         speeds = [s * math.exp(rng.gauss(0.0, noise)) for s in grp.speeds(TRUE_SPEED, ms)]
@@ -51,8 +54,8 @@ def write_profiles(folder, sharing: str, noise: float, seed: int) -> None:
                 for m, s in zip(combo, speeds, strict=True)]
         gmem = grp.group_memory_mib(SHARED_MIB, ms)
         groups.append({"group": "+".join(combo), "jobs": jobs, "gpu": GPU, "sharing": sharing,
-                       "gpu_util": grp.group_util_pct(1.0, ms), "gmem_util": 100.0 * gmem / 143771.0, "gmem": gmem,
-                       "gmem_source": "nvml"})
+                       "gpu_util": grp.group_util_pct(1.0, ms), "gmem_util": 100.0 * gmem / 143771.0,
+                       "gmem": gmem, "gmem_source": "nvml"})
     record = {"command": f"dltsched profile --sharing {sharing} --out x", "gpu": GPU, "sharing": sharing,
               "scope": "compute", "tf32_cudnn": "True", "tf32_matmul": "False", "device_name": "NVIDIA H200"}
     write_dataset(folder, isolated, groups, record)

@@ -88,7 +88,8 @@ def test_calibrate_cli_writes_a_bundle_that_round_trips(synthetic_dir, tmp_path,
     assert {s["path"] for s in raw["data"]} == {str(synthetic_dir), str(synthetic_dir / "mps")}
     fig = raw["gpus"]["h200"]["figures"]["timeslice"]
     step = fig["isolated_lomo"]["step_time_s"]
-    assert step["n"] == 8 and step["calibrated_mape"] < step["default_mape"]  # the synthetic GPU is not the default
+    # the synthetic GPU is not the default
+    assert step["n"] == 8 and step["calibrated_mape"] < step["default_mape"]
     assert fig["groups_logo"]["memory_mib"]["calibrated_mape"] < 1.0  # exact memories: exact groups
 
 
@@ -107,8 +108,10 @@ def test_bundle_prices_covered_gpus_only(synthetic_dir, tmp_path):
     assert cal.step_time.step_time_s(job, "h200") == pytest.approx(resnet["step_time_s"])
     assert cal.step_time.memory_mib(job, "h200") == pytest.approx(resnet["gmem_mib"])
     assert cal.step_time.step_time_s(job, "v100") == base.step_time.step_time_s(job, "v100")
-    assert cal.colocation.colocated_speeds([job, other], "v100") == base.colocation.colocated_speeds([job, other], "v100")
-    assert cal.colocation.colocated_speeds([job, other], "h200") != base.colocation.colocated_speeds([job, other], "h200")
+    assert (cal.colocation.colocated_speeds([job, other], "v100")
+            == base.colocation.colocated_speeds([job, other], "v100"))
+    assert (cal.colocation.colocated_speeds([job, other], "h200")
+            != base.colocation.colocated_speeds([job, other], "h200"))
     assert cal.colocation.colocation_sources([job, other], "h200") == ("measured", "measured")
     fields = bundle_fields(name)
     assert fields["calibration"].startswith("cal.json#") and "h200" in fields["calibration"]
@@ -135,9 +138,10 @@ def test_calibrate_refuses_a_folder_without_profiles(tmp_path, capsys):
 def test_a_model_profiled_at_another_batch_size_lends_its_scale(fitted):
     unseen = ("transformer", "multi30k", 64, False)  # profiled at batch 32 only
     scale = fitted.model_scale["transformer"]
-    assert set(fitted.model_scale) == {"resnet18", "vgg16", "mobilenet_v2", "lstm_lm", "neumf", "dcgan", "pointnet",
-                                       "transformer"}
-    assert fitted.predicted_step_s(unseen) == pytest.approx(fitted.predicted_step_s(unseen, model_scale=False) * scale)
+    assert set(fitted.model_scale) == {"resnet18", "vgg16", "mobilenet_v2", "lstm_lm", "neumf", "dcgan",
+                                       "pointnet", "transformer"}
+    assert fitted.predicted_step_s(unseen) == pytest.approx(
+        fitted.predicted_step_s(unseen, model_scale=False) * scale)
     never = ("bert_base", "squad", 32, False)
     assert "bert_base" not in fitted.model_scale and fitted.step_s(never)[1] == "calibrated"
 
@@ -148,7 +152,8 @@ def test_steptime_csv_calibrates_jobs_alone_with_leave_one_job_out(tmp_path):
     from dltsched.predictors.calibration.isolated import job_features, step_seconds
 
     rows = ["model,gpu,batch_size,num_gpus,step_time_s,dataset,scope"]
-    for model, dataset, batches, bias in (("resnet18", "cifar10", (32, 64, 128), 1.3), ("vgg16", "cifar10", (32, 64), 0.8),
+    for model, dataset, batches, bias in (("resnet18", "cifar10", (32, 64, 128), 1.3),
+                                          ("vgg16", "cifar10", (32, 64), 0.8),
                                           ("lstm_lm", "wikitext2", (20, 40), 1.0)):
         for b in batches:
             f = job_features(model, dataset, b, False, "v100", frozenset(), "compute")
@@ -190,13 +195,15 @@ def test_experiment_files_take_a_calibration_relative_to_the_file(synthetic_dir,
     repo = Path(__file__).resolve().parents[3]
     shutil.copy(repo / "instances" / "examples" / "tiny-6jobs-4gpus.json", tmp_path / "tiny.json")
     assert main(["calibrate", str(synthetic_dir), "--out", str(tmp_path / "cal.json"), "--no-figures"]) == 0
-    (tmp_path / "exp.toml").write_text('name = "cal"\npolicies = ["fifo"]\nseeds = [0]\ncalibration = "cal.json"\n'
-                                       '[workload]\ninstance = "tiny.json"\n[outputs]\nfigures = []\n')
+    (tmp_path / "exp.toml").write_text('name = "cal"\npolicies = ["fifo"]\nseeds = [0]\ncalibration = '
+                                       '"cal.json"\n[workload]\ninstance = "tiny.json"\n[outputs]\nfigures = '
+                                       '[]\n')
     assert main(["experiment", "run", str(tmp_path / "exp.toml"), "-o", str(tmp_path / "out")]) == 0
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["predictors"]["name"] == f"default@{tmp_path / 'cal.json'}"
     assert results["predictors"]["calibration"].startswith("cal.json#")
-    (tmp_path / "exp.toml").write_text((tmp_path / "exp.toml").read_text().replace("cal.json", "missing.json"))
+    (tmp_path / "exp.toml").write_text(
+        (tmp_path / "exp.toml").read_text().replace("cal.json", "missing.json"))
     assert main(["experiment", "run", str(tmp_path / "exp.toml"), "-o", str(tmp_path / "out2")]) == 2
 
 
@@ -205,7 +212,8 @@ def test_the_sharing_mode_is_chosen_with_the_calibration(synthetic_dir, tmp_path
 
     out = tmp_path / "cal.json"
     assert main(["calibrate", str(synthetic_dir), "--out", str(out), "--no-figures"]) == 0
-    jobs = [Job(id=m, model=m, batch_size=64, total_iterations=1.0, dataset="cifar10") for m in ("resnet18", "vgg16")]
+    jobs = [Job(id=m, model=m, batch_size=64, total_iterations=1.0, dataset="cifar10")
+            for m in ("resnet18", "vgg16")]
     ts = predictors(check_predictors(f"default@{out}")).colocation.colocated_speeds(jobs, "h200")
     mps = predictors(check_predictors(f"default@{out}:mps")).colocation.colocated_speeds(jobs, "h200")
     assert all(m > t for m, t in zip(mps, ts, strict=True))
@@ -228,13 +236,16 @@ def test_eval_commands_price_covered_gpus_with_the_bundle(synthetic_dir, tmp_pat
     assert main(["predict", "eval-steptime", str(synthetic_dir / "steptime.csv"), "--calibration", str(out),
                  "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
-    assert got["in_sample"] and {r["source"] for r in got["rows"]} == {"measured"} and got["calibrated_n"] == 0
+    assert (got["in_sample"] and {r["source"] for r in got["rows"]} == {"measured"}
+            and got["calibrated_n"] == 0)
     # new jobs on the covered GPU and one on another GPU
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     (fresh / "steps.csv").write_text("model,gpu,batch_size,num_gpus,step_time_s,dataset,scope\n"
-                                     "resnet18,h200,256,1,0.02,cifar10,compute\nvgg16,v100,64,1,0.05,cifar10,compute\n")
-    assert main(["predict", "eval-steptime", str(fresh / "steps.csv"), "--calibration", str(out), "--json"]) == 0
+                                     "resnet18,h200,256,1,0.02,cifar10,compute\n"
+                                     "vgg16,v100,64,1,0.05,cifar10,compute\n")
+    assert main(["predict", "eval-steptime", str(fresh / "steps.csv"),
+                 "--calibration", str(out), "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert not got["in_sample"] and [r["source"] for r in got["rows"]] == ["calibrated", "default"]
     assert got["calibrated_n"] == 1
@@ -247,10 +258,11 @@ def test_eval_commands_price_covered_gpus_with_the_bundle(synthetic_dir, tmp_pat
 
 def test_calibrate_one_sharing_mode(synthetic_dir, tmp_path, capsys):
     out = tmp_path / "ts.json"
-    assert main(["calibrate", str(synthetic_dir), "--sharing", "timeslice", "--out", str(out), "--no-figures"]) == 0
+    assert main(["calibrate", str(synthetic_dir), "--sharing", "timeslice",
+                 "--out", str(out), "--no-figures"]) == 0
     raw = json.loads(out.read_text())
-    assert raw["gpus"]["h200"]["sharing_modes"] == ["timeslice"] and list(raw["gpus"]["h200"]["colocation"]) == [
-        "timeslice"]
+    assert (raw["gpus"]["h200"]["sharing_modes"] == ["timeslice"]
+            and list(raw["gpus"]["h200"]["colocation"]) == ["timeslice"])
     assert main(["calibrate", str(synthetic_dir / "mps"), "--sharing", "timeslice", "--out", str(out)]) == 2
     assert "no timeslice datasets" in capsys.readouterr().err
 
@@ -271,4 +283,5 @@ def test_a_folder_of_csvs_alone_reads_like_groups_json(synthetic_dir, tmp_path):
                                                                             for s in g.speeds])
     (csvs / "steptime.csv").unlink()  # Lucid's layout: single_data.csv with a gpu column
     lucid = read_folder(csvs)
-    assert [r.step_time_s for r in lucid.isolated] == pytest.approx([r.step_time_s for r in from_json.isolated])
+    assert [r.step_time_s for r in lucid.isolated] == pytest.approx(
+        [r.step_time_s for r in from_json.isolated])
