@@ -3,13 +3,14 @@
 :data:`ABLATIONS` are the variants an experiment file's ``ablation = true`` adds beside the full policy
 (``optimizing`` with the experiment's ``[options.optimizing]``):
 
-| label | what is off |
-|---|---|
-| ``no-colocation`` | co-location (one job per GPU) |
-| ``no-freezing`` | layer freezing (freeze level 0 only) |
-| ``first-stage`` / ``multi-stage`` | multi-stage values (the other setting of ``stage_horizon_s`` than the full policy's) |
-| ``type-blind`` | heterogeneity-aware types: every GPU type is predicted at the mean over the cluster's types |
-| ``no-ordering`` | the ordering objective: ``effective_progress`` without length weights (throughput only) |
+- ``no-colocation``: co-location is off (one job per GPU)
+- ``no-freezing``: layer freezing is off (freeze level 0 only)
+- ``first-stage`` / ``multi-stage``: multi-stage values are off (the other setting of ``stage_horizon_s``
+  than the full policy's)
+- ``type-blind``: heterogeneity-aware types are off: every GPU type is predicted at the mean over the
+  cluster's types
+- ``no-ordering``: the ordering objective is off: ``effective_progress`` without length weights (throughput
+  only)
 
 :func:`paired_changes` turns the runs into the table: per variant, the change of average JCT and makespan
 against the full policy on the same seed (same workload draw, same truth), mean and 95% t-interval over seeds.
@@ -33,7 +34,8 @@ MULTI_STAGE_HORIZON_S = 3600.0
 
 
 def ablation_variants(full_options: Mapping[str, Any]) -> dict[str, tuple[str, dict[str, Any], bool]]:
-    """label -> (policy, options, type_blind) of each ablation variant of ``optimizing`` with ``full_options``."""
+    """label -> (policy, options, type_blind) of each ablation variant of ``optimizing`` with
+    ``full_options``."""
     base = dict(full_options)
     horizon = float(base.get("stage_horizon_s", 0.0))
     stage = ("first-stage", 0.0) if horizon > 0 else ("multi-stage", MULTI_STAGE_HORIZON_S)
@@ -56,7 +58,8 @@ class _TypeBlindStepTime:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *, freeze_level: int = 0,
                     num_nodes: int = 1) -> float:
-        logs = [math.log(self.inner.step_time_s(job, t, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes))
+        logs = [math.log(self.inner.step_time_s(job, t, num_gpus, freeze_level=freeze_level,
+                                                num_nodes=num_nodes))
                 for t in self.gpu_types]
         return math.exp(sum(logs) / len(logs))
 
@@ -66,7 +69,8 @@ class _TypeBlindStepTime:
 
 def type_blind(predictors: Predictors, gpu_types: Sequence[str]) -> Predictors:
     """``predictors`` with step times blind to the GPU type (memory stays per type)."""
-    return replace(predictors, step_time=_TypeBlindStepTime(predictors.step_time, tuple(dict.fromkeys(gpu_types))))
+    return replace(predictors,
+                   step_time=_TypeBlindStepTime(predictors.step_time, tuple(dict.fromkeys(gpu_types))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +85,8 @@ class _MixedStepTime:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int | None = None, *, freeze_level: int = 0,
                     num_nodes: int = 1) -> float:
-        return float(self.times.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes))
+        return float(self.times.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level,
+                                            num_nodes=num_nodes))
 
     def memory_mib(self, job: Job, gpu_type: str, *, freeze_level: int = 0) -> float:
         return float(self.memory.memory_mib(job, gpu_type, freeze_level=freeze_level))
@@ -109,9 +114,9 @@ EXACT_PARTS = ("step", "mem", "speeds")
 
 
 def exact_parts(predictors: Predictors, truth: Any, parts: Sequence[str]) -> Predictors:
-    """``predictors`` with the ``parts`` named (``step``: step times alone, ``mem``: memory alone and of groups,
-    ``speeds``: co-located speeds) answered by ``truth`` itself: where the gap between a bundle and exact
-    predictions comes from (never a prediction result)."""
+    """``predictors`` with the ``parts`` named (``step``: step times alone, ``mem``: memory alone and of
+    groups, ``speeds``: co-located speeds) answered by ``truth`` itself: where the gap between a bundle and
+    exact predictions comes from (never a prediction result)."""
     from dltsched.engine.sim.exact import exact_predictors
 
     unknown = sorted(set(parts) - set(EXACT_PARTS))
@@ -139,8 +144,8 @@ def _ci95(values: Sequence[float]) -> float:
 
 def paired_changes(runs: Sequence[Mapping[str, Any]], labels: Sequence[str], reference: str = FULL,
                    metrics: Sequence[str] = ("avg_jct_s", "makespan_s")) -> list[dict[str, Any]]:
-    """Per label: each metric's relative change against ``reference`` on the same seed (``+0.12``: 12% higher),
-    mean and 95% t half-width over the seeds both ran."""
+    """Per label: each metric's relative change against ``reference`` on the same seed (``+0.12``: 12%
+    higher), mean and 95% t half-width over the seeds both ran."""
     by = {(r["policy"], r["seed"]): r for r in runs}
     rows = []
     for label in labels:
@@ -156,7 +161,8 @@ def paired_changes(runs: Sequence[Mapping[str, Any]], labels: Sequence[str], ref
     return rows
 
 
-__all__ = ["ABLATION_TABLE", "EXACT_PARTS", "FULL", "ablation_variants", "exact_parts", "paired_changes", "type_blind"]
+__all__ = ["ABLATION_TABLE", "EXACT_PARTS", "FULL", "ablation_variants", "exact_parts", "paired_changes",
+           "type_blind"]
 
 #: the columns :func:`paired_changes` gives
 ABLATION_TABLE = ("policy", "seeds", "avg_jct_s_change", "avg_jct_s_change_ci95", "makespan_s_change",

@@ -129,6 +129,37 @@ class SlurmCommands:
 
 @dataclass
 class DaemonOptions:
+    """How :class:`SlurmDaemon` runs: the options of ``dltsched slurm``.
+
+    Parameters
+    ----------
+    partition
+        The partition whose held jobs dltsched decides.
+    state_file
+        Where the daemon keeps the jobs it released and is preempting, across restarts.
+    events_file
+        A file to which one JSON line per action taken is appended; ``None``: none.
+    poll_s
+        Seconds between rounds.
+    preempt
+        Requeue (held) running jobs the plan stops or moves; they restart from their checkpoint.
+    preempt_grace_s
+        Seconds between the signal to a preempted job and its requeue, for it to checkpoint.
+    preempt_signal
+        The signal sent to a job before it is preempted (``scancel --signal``).
+    dry_run
+        Print the Slurm commands instead of running them (and keep no state).
+    time_limit
+        Slurm's ``TimeLimit`` set on each job the daemon starts (``2:00:00``); ``None``: the job's own.
+    start_timeout_s
+        Seconds after its release within which Slurm must start a job; later, it is held and re-planned.
+    progress_file
+        The jobs' progress records (a folder of :mod:`.slurm_job` records, or a file of
+        ``{"<job id>": iterations done}``); ``None``: none.
+    round
+        How each round is solved.
+    """
+
     partition: str = "dltsched"
     state_file: Path = Path("dltsched-slurm-state.json")
     events_file: Path | None = None
@@ -462,6 +493,18 @@ class SlurmDaemon:
         return actions
 
     def apply(self, action: Action) -> None:
+        """Carry out ``action``: run its Slurm commands and record it in the state and events files.
+
+        A job about to start is recorded as released, and a job about to be signalled as preempting, before
+        the commands run, so that a crash in between is recovered. A command Slurm refuses (the job finished
+        or vanished meanwhile) is logged and forgotten; the next round reads Slurm's state again. With
+        ``dry_run`` the commands are printed instead.
+
+        Parameters
+        ----------
+        action
+            The change to apply.
+        """
         if self.options.dry_run:
             for cmd in action.commands(self.options.time_limit, self.options.preempt_signal):
                 click.echo(" ".join(cmd))

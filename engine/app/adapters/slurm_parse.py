@@ -114,6 +114,30 @@ def format_comment(spec: JobSpec) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SlurmNode:
+    """A node as Slurm reports it (``sinfo --json``).
+
+    Parameters
+    ----------
+    name
+        The node's Slurm name.
+    gpu_type
+        The GPU type its gres names (``gpu:a100:4``), as Slurm spells it; ``None`` where the gres names none.
+    num_gpus
+        The GPUs its gres configures.
+    usable
+        Whether jobs may start on it (not down, drained, failing, ...).
+    partitions
+        The partitions it belongs to.
+    used_gpus
+        The GPU indices jobs hold on it now.
+    state
+        Slurm's states of the node, joined by ``+`` (``IDLE``, ``MIXED+DRAIN``, ...).
+    features
+        Its active features (its configured ones where Slurm reports no active ones).
+    full
+        No CPU or no memory is left for another job.
+    """
+
     name: str
     gpu_type: str | None
     num_gpus: int
@@ -128,6 +152,46 @@ class SlurmNode:
 
 @dataclass(frozen=True, slots=True)
 class SlurmJob:
+    """A job as Slurm reports it (``squeue --json``).
+
+    Parameters
+    ----------
+    job_id
+        Slurm's job id.
+    state
+        Its base state (``PENDING``, ``RUNNING``, ...).
+    partition
+        The partition it was submitted to.
+    comment
+        Its comment (``--comment``), where a job may describe itself to dltsched.
+    num_gpus
+        The GPUs it asks for, over all its nodes.
+    held
+        Whether it is pending and held (Slurm's hold flag, a ``JobHeld...`` reason or priority 0).
+    submit_time
+        When it was submitted, in seconds since the Unix epoch.
+    start_time
+        When it started (or is expected to), in seconds since the Unix epoch; 0: unknown.
+    end_time
+        When it ended (or is expected to), in seconds since the Unix epoch; 0: unknown.
+    restart_count
+        How many times Slurm has requeued and restarted it.
+    gpus
+        Node -> the GPU indices Slurm gave the job there (running jobs; ``()`` where Slurm does not say).
+    reason
+        Slurm's reason it is pending (``JobHeldUser``, ``Resources``, ...); "" for none.
+    node_count
+        The nodes it asks for (a gang job: ``num_gpus // node_count`` GPUs on each).
+    gpu_type
+        The GPU type of a typed gres request (``--gres=gpu:a100:2``), as Slurm spells it.
+    constraint
+        The ``--constraint`` feature expression ("" for none).
+    flags
+        Slurm's state flags beside the base state (``COMPLETING``, ``REQUEUED``, ...).
+    exclusive
+        The job asked for whole nodes (``--exclusive``): no other job may share them.
+    """
+
     job_id: str
     state: str
     partition: str

@@ -65,7 +65,8 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class RoundConfig:
-    """How the daemon solves a round (passed to :meth:`~dltsched.formulations.pipeline.ConfiguredSolver.of`)."""
+    """How the daemon solves a round (passed to
+    :meth:`~dltsched.formulations.pipeline.ConfiguredSolver.of`)."""
 
     backend: str = "cpsat"
     objective: str = "jct"
@@ -424,6 +425,20 @@ def _reservation(
 
 
 def cluster_index(cluster: Any, node: str) -> int:
+    """The position of the node named ``node`` in ``cluster.nodes``.
+
+    Parameters
+    ----------
+    cluster
+        The round's cluster.
+    node
+        The node's id (its Slurm name).
+
+    Returns
+    -------
+    int
+        The index of the first node of ``cluster.nodes`` whose ``id`` is ``node``.
+    """
     return next(i for i, n in enumerate(cluster.nodes) if n.id == node)
 
 

@@ -58,7 +58,8 @@ def test_exact_parts_take_only_the_named_part_from_the_truth(tmp_path: Path) -> 
     preds = analytic_predictors()
     bert, lstm = Job("a", "bert_base", 32, 10.0), Job("b", "lstm_lm", 20, 10.0)
     speeds = exact_parts(preds, truth, ["speeds"])
-    assert speeds.colocation.colocated_speeds([bert, lstm], "h200") == pytest.approx((0.9, 0.95))  # measured pair
+    # measured pair
+    assert speeds.colocation.colocated_speeds([bert, lstm], "h200") == pytest.approx((0.9, 0.95))
     assert speeds.step_time.step_time_s(bert, "h200") == preds.step_time.step_time_s(bert, "h200")
     assert speeds.colocation.group_memory_mib([bert, lstm], "h200") == preds.colocation.group_memory_mib(
         [bert, lstm], "h200")
@@ -75,7 +76,8 @@ def test_exact_parts_take_only_the_named_part_from_the_truth(tmp_path: Path) -> 
 
 
 def test_the_heldout_calibration_has_no_row_of_the_finetune_models() -> None:
-    exp = load_experiment(Path(__file__).parents[3] / "instances/experiments/colocation-finetune-h200mps-heldout.toml")
+    exp = load_experiment(Path(__file__).parents[3]
+                          / "instances/experiments/colocation-finetune-h200mps-heldout.toml")
     bundle = json.loads(Path(exp.predictor_set().split("@", 1)[1].rsplit(":", 1)[0]).read_text())
     fitted = json.dumps({k: v for k, v in bundle["gpus"]["h200"].items() if k != "figures"})
     assert "mps" in bundle["gpus"]["h200"]["sharing_modes"] and "resnet50" in fitted
@@ -161,6 +163,7 @@ def test_experiment_settings_are_checked(tmp_path: Path) -> None:
                    '"nope"\n[workload]\ntrace = "philly"\n')
     with pytest.raises(ValidationError, match="variants.x.policy"):
         load_experiment(exp)
-    exp.write_text('name = "bad"\npolicies = ["fifo"]\nprofile_every_type = true\n[workload]\ntrace = "philly"\n')
+    exp.write_text('name = "bad"\npolicies = ["fifo"]\nprofile_every_type = true\n'
+                   '[workload]\ntrace = "philly"\n')
     with pytest.raises(ValidationError, match="profile_every_type.*profile_on_arrival_s"):
         load_experiment(exp)
