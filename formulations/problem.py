@@ -31,12 +31,13 @@ class RoundOptions:
     placed jobs of weight x co-located speed x effective rate / reference rate; ``jct`` = the same with each
     job's term scaled by ``T_ref / T_j``, its predicted remaining time ``T_j`` relative to the round's median
     ``T_ref`` (``value_reference_s`` when given: a caller deciding some of its jobs passes the median over
-    all of them, so that a job is worth the same whichever of its jobs the round holds): the rate at which the sum of the jobs' log remaining times falls, i.e. shortest remaining
-    time first generalised to co-location, GPU types and freezing (for low average completion time);
-    ``weighted_completion`` and ``makespan`` are minimised over predicted multi-stage completion times.
-    ``length_weight`` ``w`` (``effective_progress`` only; default 0: off) scales each job's term by
-    ``(T_j / T_ref) ** w``, longest remaining time first (LPT), the makespan-oriented configuration: for a batch
-    of jobs the makespan is set by the long ones, which the unweighted sum starts in no particular order.
+    all of them, so that a job is worth the same whichever of its jobs the round holds): the rate at which
+    the sum of the jobs' log remaining times falls, i.e. shortest remaining time first generalised to
+    co-location, GPU types and freezing (for low average completion time); ``weighted_completion`` and
+    ``makespan`` are minimised over predicted multi-stage completion times. ``length_weight`` ``w``
+    (``effective_progress`` only; default 0: off) scales each job's term by ``(T_j / T_ref) ** w``, longest
+    remaining time first (LPT), the makespan-oriented configuration: for a batch of jobs the makespan is set
+    by the long ones, which the unweighted sum starts in no particular order.
 
     ``freeze_levels`` is either the allowed levels or a count ``n`` (levels spread evenly over the
     model's blocks). ``migration_penalty`` is charged per running job that moves or is preempted, as a
@@ -47,16 +48,16 @@ class RoundOptions:
     ``max_partners`` bounds the co-location partners enumerated per job (keeps groups O(jobs));
     ``max_nodes_per_unit`` bounds the nodes offered to a multi-GPU unit per type (see candidates).
 
-    ``stage_horizon_s`` (``effective_progress`` and ``jct``): a co-located member's speed in its term is its mean
-    speed until it completes or this many seconds pass (multi-stage values,
-    :func:`~dltsched.formulations.interference.horizon_speeds`: survivors are credited with the speed-up they get
-    as partners finish); 0 (the default) keeps the first-stage speeds. The measured reason for the default is in
-    the ablation documentation.
+    ``stage_horizon_s`` (``effective_progress`` and ``jct``): a co-located member's speed in its term is its
+    mean speed until it completes or this many seconds pass (multi-stage values,
+    :func:`~dltsched.formulations.interference.horizon_speeds`: survivors are credited with the speed-up they
+    get as partners finish); 0 (the default) keeps the first-stage speeds. The measured reason for the default
+    is in the ablation documentation.
 
     ``deterministic`` (the default) makes a solve reproducible bit for bit: CP-SAT runs one worker under a
     deterministic work budget derived from ``time_limit_s`` instead of a wall-clock limit, HiGHS one thread
-    (see :mod:`dltsched.formulations.backends.cpsat`); ``False`` gives ``num_workers`` workers and a wall-clock
-    limit (faster on a large round, but two runs may return different plans).
+    (see :mod:`dltsched.formulations.backends.cpsat`); ``False`` gives ``num_workers`` workers and a
+    wall-clock limit (faster on a large round, but two runs may return different plans).
     """
 
     objective: Objective = DEFAULT_OBJECTIVE
@@ -83,15 +84,18 @@ class RoundOptions:
             raise ValidationError("options.objective", f"'{self.objective}' not understood; one of "
                                   f"{', '.join(OBJECTIVES)}") from None
         if self.max_jobs_per_gpu not in (1, 2, 3):
-            raise ValidationError("options.max_jobs_per_gpu", f"{self.max_jobs_per_gpu!r} not understood; must be 1, 2 or 3")
+            raise ValidationError("options.max_jobs_per_gpu",
+                                  f"{self.max_jobs_per_gpu!r} not understood; must be 1, 2 or 3")
         levels = self.freeze_levels
         if isinstance(levels, list | tuple):
             levels = tuple(int(v) for v in levels)
             if not levels or min(levels) < 0:
-                raise ValidationError("options.freeze_levels", f"{levels} not understood; non-empty levels >= 0")
+                raise ValidationError("options.freeze_levels",
+                                      f"{levels} not understood; non-empty levels >= 0")
             object.__setattr__(self, "freeze_levels", tuple(sorted(set(levels) | {0})))
         elif not isinstance(levels, int) or levels < 1:
-            raise ValidationError("options.freeze_levels", f"{levels!r} not understood; a count >= 1 or a tuple of levels")
+            raise ValidationError("options.freeze_levels",
+                                  f"{levels!r} not understood; a count >= 1 or a tuple of levels")
         for name in ("time_limit_s", "round_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
@@ -103,23 +107,31 @@ class RoundOptions:
         reference = self.value_reference_s
         if reference is not None and (isinstance(reference, bool) or not isinstance(reference, int | float)
                                       or not math.isfinite(reference) or reference <= 0):
-            raise ValidationError("options.value_reference_s", f"{reference!r} not understood; a time > 0 s or none "
+            raise ValidationError("options.value_reference_s",
+                                  f"{reference!r} not understood; a time > 0 s or none "
                                   "(the median over the round's jobs)")
         weight = self.length_weight
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 4:
-            raise ValidationError("options.length_weight", f"{weight!r} not understood; a number in [0, 4] (0: off)")
+            raise ValidationError("options.length_weight",
+                                  f"{weight!r} not understood; a number in [0, 4] (0: off)")
         if weight and self.objective is not Objective.EFFECTIVE_PROGRESS:
-            raise ValidationError("options.length_weight", f"{weight!r} applies to objective effective_progress "
-                                  f"only, not {self.objective}; set objective=effective_progress or length_weight=0")
+            raise ValidationError("options.length_weight",
+                                  f"{weight!r} applies to objective effective_progress "
+                                  f"only, not {self.objective}; "
+                                  "set objective=effective_progress or length_weight=0")
         horizon = self.stage_horizon_s
-        if isinstance(horizon, bool) or not isinstance(horizon, int | float) or math.isnan(horizon) or horizon < 0:
-            raise ValidationError("options.stage_horizon_s", f"{horizon!r} not understood; seconds >= 0 (0: first-stage "
+        if (isinstance(horizon, bool) or not isinstance(horizon, int | float) or math.isnan(horizon)
+                or horizon < 0):
+            raise ValidationError("options.stage_horizon_s",
+                                  f"{horizon!r} not understood; seconds >= 0 (0: first-stage "
                                   "speeds; inf: each job's whole remaining run)")
         if not isinstance(self.deterministic, bool):
-            raise ValidationError("options.deterministic", f"{self.deterministic!r} not understood; true or false")
+            raise ValidationError("options.deterministic",
+                                  f"{self.deterministic!r} not understood; true or false")
         for name in ("max_partners", "num_workers", "max_nodes_per_unit"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValidationError(f"options.{name}", f"{getattr(self, name)!r} not understood; must be >= 1")
+                raise ValidationError(f"options.{name}",
+                                      f"{getattr(self, name)!r} not understood; must be >= 1")
 
     @property
     def minimize(self) -> bool:
@@ -283,17 +295,20 @@ class RoundProblem:
                 raise ValidationError(f"jobs[{j}].id", f"duplicate job id '{job.id}'")
             ids.add(job.id)
             if any(not 0 <= g < num_gpus for g in job.current_gpus):
-                raise ValidationError(f"jobs[{j}].current_gpus", f"{job.current_gpus} outside 0..{num_gpus - 1}")
+                raise ValidationError(f"jobs[{j}].current_gpus",
+                                      f"{job.current_gpus} outside 0..{num_gpus - 1}")
             for k, opt in enumerate(job.options):
                 if opt.gpu_type not in types:
-                    raise ValidationError(f"jobs[{j}].options[{k}].gpu_type", f"'{opt.gpu_type}' is not in the cluster")
+                    raise ValidationError(f"jobs[{j}].options[{k}].gpu_type",
+                                          f"'{opt.gpu_type}' is not in the cluster")
                 index[(j, opt.gpu_type, opt.freeze_level)] = opt
         groups: dict[tuple[tuple[int, ...], str], ColocGroup] = {}
         for i, group in enumerate(self.groups):
             if len(group.speeds) != len(group.jobs) or any(not 0 <= j < len(self.jobs) for j in group.jobs):
                 raise ValidationError(f"groups[{i}]", "jobs and speeds must have one entry per known job")
             if list(group.jobs) != sorted(set(group.jobs)) or len(group.jobs) < 2:
-                raise ValidationError(f"groups[{i}].jobs", f"{group.jobs} must be >= 2 sorted distinct job indices")
+                raise ValidationError(f"groups[{i}].jobs",
+                                      f"{group.jobs} must be >= 2 sorted distinct job indices")
             groups[(group.jobs, group.gpu_type)] = group
         object.__setattr__(self, "_option_index", index)
         object.__setattr__(self, "_group_index", groups)
@@ -411,7 +426,8 @@ class RoundProblem:
                 for j in data["jobs"])
             return RoundProblem(
                 options=RoundOptions(**data["options"]),
-                nodes=tuple(GpuNode(**{**n, "down_gpus": tuple(n.get("down_gpus", ()))}) for n in data["nodes"]),
+                nodes=tuple(GpuNode(**{**n, "down_gpus": tuple(n.get("down_gpus", ()))})
+                            for n in data["nodes"]),
                 jobs=jobs,
                 groups=tuple(ColocGroup(**{**g, "jobs": tuple(g["jobs"]), "speeds": tuple(g["speeds"])})
                              for g in data["groups"]),
@@ -419,7 +435,8 @@ class RoundProblem:
                 unplaceable=tuple(Unplaceable(**u) for u in data["unplaceable"]),
             )
         except (KeyError, TypeError) as err:
-            raise ValidationError("round", f"malformed round JSON ({err}); write it with RoundProblem.save") from None
+            raise ValidationError("round",
+                                  f"malformed round JSON ({err}); write it with RoundProblem.save") from None
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
@@ -466,7 +483,8 @@ def _plain(value: Any) -> Any:
 
 def __getattr__(name: str) -> Any:
     if name == "MINIMIZE":  # the set of minimised objectives, before Objective knew its sense
-        warnings.warn("dltsched.formulations.problem.MINIMIZE is deprecated and will be removed in 0.3.0; use "
-                      "Objective.minimize (dltsched.engine.domain.model.Objective)", DeprecationWarning, stacklevel=2)
+        warnings.warn("dltsched.formulations.problem.MINIMIZE is deprecated and will be removed in 0.3.0; "
+                      "use Objective.minimize (dltsched.engine.domain.model.Objective)", DeprecationWarning,
+                      stacklevel=2)
         return frozenset(o for o in Objective if o.minimize)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
