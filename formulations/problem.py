@@ -160,6 +160,8 @@ class GpuNode:
 
     @property
     def gpus(self) -> range:
+        """Global indices of the node's GPUs, ``first_gpu`` to ``first_gpu + num_gpus - 1`` (down ones
+        included)."""
         return range(self.first_gpu, self.first_gpu + self.num_gpus)
 
     @property
@@ -184,6 +186,19 @@ class NodeTypes:
 
     @staticmethod
     def of(nodes: tuple[GpuNode, ...]) -> NodeTypes:
+        """Summarise ``nodes`` per GPU type.
+
+        Parameters
+        ----------
+        nodes
+            The GPU classes of a round, in the round's order (their positions are the indices kept).
+
+        Returns
+        -------
+        NodeTypes
+            Per type: the node indices, the usable GPUs of the largest node and in all, and the memory of
+            one GPU in MiB (the first node's of that type).
+        """
         of_type: dict[str, list[int]] = {}
         largest: dict[str, int] = {}
         total: dict[str, int] = {}
@@ -239,6 +254,7 @@ class RoundJob:
 
     @property
     def running(self) -> bool:
+        """Whether the job holds GPUs now (``current_gpus`` not empty); a queued job does not."""
         return bool(self.current_gpus)
 
 
@@ -322,6 +338,7 @@ class RoundProblem:
 
     @property
     def num_gpus(self) -> int:
+        """GPUs of the cluster in all, down ones included (one past the highest global GPU index)."""
         return sum(n.num_gpus for n in self.nodes)
 
     def value_scale(self, job: int) -> float:
@@ -377,12 +394,45 @@ class RoundProblem:
         return sum(self.migration_cost(j) for j, job in enumerate(self.jobs) if job.running)
 
     def option(self, job: int, gpu_type: str, freeze_level: int) -> JobOption | None:
+        """The coefficients of job ``job`` on ``gpu_type`` at ``freeze_level``.
+
+        Parameters
+        ----------
+        job
+            Position of the job in ``jobs``.
+        gpu_type
+            GPU type name.
+        freeze_level
+            Leading layer blocks frozen (0: none).
+
+        Returns
+        -------
+        JobOption or None
+            The option, or ``None`` when the job has none there (it does not fit, or the level is not
+            offered).
+        """
         return self._option_index.get((job, gpu_type, freeze_level))
 
     def group(self, jobs: tuple[int, ...], gpu_type: str) -> ColocGroup | None:
+        """The co-location group of ``jobs`` on one GPU of ``gpu_type``.
+
+        Parameters
+        ----------
+        jobs
+            Positions of the members in ``jobs``, in any order.
+        gpu_type
+            GPU type name.
+
+        Returns
+        -------
+        ColocGroup or None
+            The group (allowed or kept only for multi-stage times), or ``None`` when the round has no
+            speeds for these jobs together there.
+        """
         return self._group_index.get((tuple(sorted(jobs)), gpu_type))
 
     def gpu_types(self) -> tuple[str, ...]:
+        """The GPU types of the cluster, each once, in the order their first node appears."""
         return tuple(dict.fromkeys(n.gpu_type for n in self.nodes))
 
     def max_node_gpus(self, gpu_type: str) -> int:
@@ -407,9 +457,12 @@ class RoundProblem:
         return self._types.memory_mib[gpu_type]
 
     def job_index(self) -> dict[str, int]:
+        """Job id -> position of the job in ``jobs``."""
         return {job.id: j for j, job in enumerate(self.jobs)}
 
     def to_dict(self) -> dict[str, Any]:
+        """The round as plain JSON-ready data (lists, dicts, numbers, strings) tagged with ``FORMAT``;
+        :meth:`from_dict` reads it back."""
         data = {"format": FORMAT}
         data.update({name: _plain(getattr(self, name))
                      for name in ("time_s", "options", "nodes", "jobs", "groups", "unplaceable")})
@@ -417,6 +470,23 @@ class RoundProblem:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> RoundProblem:
+        """Rebuild a round from the data :meth:`to_dict` wrote, validating it.
+
+        Parameters
+        ----------
+        data
+            The round's data, with ``format`` equal to ``FORMAT``.
+
+        Returns
+        -------
+        RoundProblem
+            The round.
+
+        Raises
+        ------
+        ValidationError
+            When the format is another, a field is missing or of the wrong shape, or a value is invalid.
+        """
         if data.get("format") != FORMAT:
             raise ValidationError("format", f"{data.get('format')!r} not understood; expected '{FORMAT}'")
         try:
@@ -439,13 +509,36 @@ class RoundProblem:
                                   f"malformed round JSON ({err}); write it with RoundProblem.save") from None
 
     def to_json(self) -> str:
+        """The round as JSON text (:meth:`to_dict`, indented)."""
         return json.dumps(self.to_dict(), indent=1)
 
     def save(self, path: str | Path) -> None:
+        """Write the round as JSON to ``path`` (replacing the file); :meth:`load` reads it back."""
         Path(path).write_text(self.to_json())
 
     @staticmethod
     def load(path: str | Path) -> RoundProblem:
+        """Read a round :meth:`save` wrote.
+
+        Parameters
+        ----------
+        path
+            The round file.
+
+        Returns
+        -------
+        RoundProblem
+            The round.
+
+        Raises
+        ------
+        ValidationError
+            When the file holds JSON that is not a valid round.
+        OSError
+            When the file cannot be read.
+        json.JSONDecodeError
+            When the file is not JSON.
+        """
         return RoundProblem.from_dict(json.loads(Path(path).read_text()))
 
 

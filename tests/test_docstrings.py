@@ -28,8 +28,7 @@ PACKAGES = ("engine", "formulations", "predictors", "instances")
 #: (strict xfail: remove a module once it passes)
 UNDOCUMENTED = {
     "engine/app/adapters/slurm.py", "engine/app/adapters/slurm_parse.py",
-    "engine/app/adapters/slurm_round.py", "engine/sim/profile_truth.py", "engine/sim/truth.py",
-    "formulations/problem.py",
+    "engine/app/adapters/slurm_round.py",
 }
 #: the packages whose docstrings also have numpydoc's sections
 NUMPYDOC = ("engine/domain", "engine/policies", "instances")

@@ -206,6 +206,18 @@ class ProfileTruth:
         return own + tuple(getattr(self.base, "sources", ()))
 
     def covers(self, gpu_type: str) -> bool:
+        """Whether the datasets measured ``gpu_type`` (case-insensitive), so that this truth answers for it.
+
+        Parameters
+        ----------
+        gpu_type
+            GPU type name, e.g. ``"h200"``.
+
+        Returns
+        -------
+        bool
+            ``True`` when the measurements answer for ``gpu_type``; ``False`` when ``base`` does.
+        """
         return gpu_type.lower() in self._correction
 
     def record(self) -> dict[str, Any]:
@@ -232,6 +244,7 @@ class ProfileTruth:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1,
                     freeze_level: int = 0) -> float:
+        """Seconds per iteration: measured, scaled from a measured run, or corrected (module docstring)."""
         gpu = gpu_type.lower()
         if not self.covers(gpu):
             return self.base.step_time_s(job, gpu_type, num_gpus, num_nodes, freeze_level)
@@ -257,6 +270,7 @@ class ProfileTruth:
         return alone.step_time_s * modelled / fallback.step_time_s(anchor, gpu, 1)
 
     def memory_mib(self, job: Job, gpu_type: str, freeze_level: int = 0) -> float:
+        """Peak memory of ``job`` on one GPU in MiB: measured and scaled, else the fallback model's."""
         gpu = gpu_type.lower()
         if not self.covers(gpu):
             return self.base.memory_mib(job, gpu_type, freeze_level)
@@ -269,6 +283,7 @@ class ProfileTruth:
         return float(alone.memory_mib * modelled / fallback.memory_mib(replace_batch(job, batch), gpu))
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float) -> float:
+        """Share of progress lost to freezing (0..1): ``base``'s penalty, which no profile measures."""
         return self.base.frozen_penalty(job, freeze_level, start_progress)  # type: ignore[attr-defined,no-any-return]
 
     # -- co-location --------------------------------------------------------------------------------
@@ -312,6 +327,7 @@ class ProfileTruth:
         return None if best is None else best[1]
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        """Speed of each of ``jobs`` sharing one GPU, relative to alone: measured, pairwise or modelled."""
         gpu = gpu_type.lower()
         if not self.covers(gpu):
             return self.base.colocated_speeds(jobs, gpu_type)

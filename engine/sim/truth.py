@@ -195,6 +195,7 @@ class MeasuredTruth:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1,
                     freeze_level: int = 0) -> float:
+        """Seconds per iteration: Gavel's measurement, anchored to one, or the fallback model."""
         key = ("step", job.model, job.dataset, job.batch_size, job.amp, job.optimizer, gpu_type, num_gpus,
                num_nodes, freeze_level)
         hit = self._cache.get(key)
@@ -262,6 +263,7 @@ class MeasuredTruth:
         return min(batches, key=lambda b: (abs(math.log(b / batch)), b))
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        """Speed of each of ``jobs`` sharing one GPU, relative to alone, composed from pairwise slowdowns."""
         if len(jobs) == 1:
             return (1.0,)
         out = []
@@ -278,7 +280,9 @@ class MeasuredTruth:
     # -- memory and accuracy ------------------------------------------------------------------------
 
     def memory_mib(self, job: Job, gpu_type: str, freeze_level: int = 0) -> float:
+        """Memory of ``job`` on one GPU in MiB, from the analytic memory model."""
         return self.fallback.memory_mib(job, gpu_type, freeze_level=freeze_level)
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float) -> float:
+        """Share of progress lost to freezing (0..1), from ``freezing``; 0 at level 0."""
         return self.freezing.frozen_penalty(job, freeze_level, start_progress) if freeze_level else 0.0
