@@ -17,8 +17,8 @@ bonuses; ``makespan`` = the latest predicted completion, plus penalties, minus b
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dltsched.engine.domain.errors import InvalidPlanError

@@ -127,4 +127,5 @@ def _speeds_on(speeds: Callable[[int, tuple[int, ...]], Sequence[float]], gpu: i
 
 
 def _cost(residents: Sequence[Resident], speeds: SpeedFn) -> float:
-    return simulate_stages([r.remaining for r in residents], [r.rate for r in residents], speeds).interference_cost_s
+    return simulate_stages([r.remaining for r in residents], [r.rate for r in residents],
+                           speeds).interference_cost_s

@@ -31,12 +31,13 @@ class RoundOptions:
     placed jobs of weight x co-located speed x effective rate / reference rate; ``jct`` = the same with each
     job's term scaled by ``T_ref / T_j``, its predicted remaining time ``T_j`` relative to the round's median
     ``T_ref`` (``value_reference_s`` when given: a caller deciding some of its jobs passes the median over
-    all of them, so that a job is worth the same whichever of its jobs the round holds): the rate at which the sum of the jobs' log remaining times falls, i.e. shortest remaining
-    time first generalised to co-location, GPU types and freezing (for low average completion time);
-    ``weighted_completion`` and ``makespan`` are minimised over predicted multi-stage completion times.
-    ``length_weight`` ``w`` (``effective_progress`` only; default 0: off) scales each job's term by
-    ``(T_j / T_ref) ** w``, longest remaining time first (LPT), the makespan-oriented configuration: for a batch
-    of jobs the makespan is set by the long ones, which the unweighted sum starts in no particular order.
+    all of them, so that a job is worth the same whichever of its jobs the round holds): the rate at which
+    the sum of the jobs' log remaining times falls, i.e. shortest remaining time first generalised to
+    co-location, GPU types and freezing (for low average completion time); ``weighted_completion`` and
+    ``makespan`` are minimised over predicted multi-stage completion times. ``length_weight`` ``w``
+    (``effective_progress`` only; default 0: off) scales each job's term by ``(T_j / T_ref) ** w``, longest
+    remaining time first (LPT), the makespan-oriented configuration: for a batch of jobs the makespan is set
+    by the long ones, which the unweighted sum starts in no particular order.
 
     ``freeze_levels`` is either the allowed levels or a count ``n`` (levels spread evenly over the
     model's blocks). ``migration_penalty`` is charged per running job that moves or is preempted, as a
@@ -47,16 +48,16 @@ class RoundOptions:
     ``max_partners`` bounds the co-location partners enumerated per job (keeps groups O(jobs));
     ``max_nodes_per_unit`` bounds the nodes offered to a multi-GPU unit per type (see candidates).
 
-    ``stage_horizon_s`` (``effective_progress`` and ``jct``): a co-located member's speed in its term is its mean
-    speed until it completes or this many seconds pass (multi-stage values,
-    :func:`~dltsched.formulations.interference.horizon_speeds`: survivors are credited with the speed-up they get
-    as partners finish); 0 (the default) keeps the first-stage speeds. The measured reason for the default is in
-    the ablation documentation.
+    ``stage_horizon_s`` (``effective_progress`` and ``jct``): a co-located member's speed in its term is its
+    mean speed until it completes or this many seconds pass (multi-stage values,
+    :func:`~dltsched.formulations.interference.horizon_speeds`: survivors are credited with the speed-up they
+    get as partners finish); 0 (the default) keeps the first-stage speeds. The measured reason for the default
+    is in the ablation documentation.
 
     ``deterministic`` (the default) makes a solve reproducible bit for bit: CP-SAT runs one worker under a
     deterministic work budget derived from ``time_limit_s`` instead of a wall-clock limit, HiGHS one thread
-    (see :mod:`dltsched.formulations.backends.cpsat`); ``False`` gives ``num_workers`` workers and a wall-clock
-    limit (faster on a large round, but two runs may return different plans).
+    (see :mod:`dltsched.formulations.backends.cpsat`); ``False`` gives ``num_workers`` workers and a
+    wall-clock limit (faster on a large round, but two runs may return different plans).
     """
 
     objective: Objective = DEFAULT_OBJECTIVE
@@ -83,15 +84,18 @@ class RoundOptions:
             raise ValidationError("options.objective", f"'{self.objective}' not understood; one of "
                                   f"{', '.join(OBJECTIVES)}") from None
         if self.max_jobs_per_gpu not in (1, 2, 3):
-            raise ValidationError("options.max_jobs_per_gpu", f"{self.max_jobs_per_gpu!r} not understood; must be 1, 2 or 3")
+            raise ValidationError("options.max_jobs_per_gpu",
+                                  f"{self.max_jobs_per_gpu!r} not understood; must be 1, 2 or 3")
         levels = self.freeze_levels
         if isinstance(levels, list | tuple):
             levels = tuple(int(v) for v in levels)
             if not levels or min(levels) < 0:
-                raise ValidationError("options.freeze_levels", f"{levels} not understood; non-empty levels >= 0")
+                raise ValidationError("options.freeze_levels",
+                                      f"{levels} not understood; non-empty levels >= 0")
             object.__setattr__(self, "freeze_levels", tuple(sorted(set(levels) | {0})))
         elif not isinstance(levels, int) or levels < 1:
-            raise ValidationError("options.freeze_levels", f"{levels!r} not understood; a count >= 1 or a tuple of levels")
+            raise ValidationError("options.freeze_levels",
+                                  f"{levels!r} not understood; a count >= 1 or a tuple of levels")
         for name in ("time_limit_s", "round_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
@@ -103,23 +107,31 @@ class RoundOptions:
         reference = self.value_reference_s
         if reference is not None and (isinstance(reference, bool) or not isinstance(reference, int | float)
                                       or not math.isfinite(reference) or reference <= 0):
-            raise ValidationError("options.value_reference_s", f"{reference!r} not understood; a time > 0 s or none "
+            raise ValidationError("options.value_reference_s",
+                                  f"{reference!r} not understood; a time > 0 s or none "
                                   "(the median over the round's jobs)")
         weight = self.length_weight
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 4:
-            raise ValidationError("options.length_weight", f"{weight!r} not understood; a number in [0, 4] (0: off)")
+            raise ValidationError("options.length_weight",
+                                  f"{weight!r} not understood; a number in [0, 4] (0: off)")
         if weight and self.objective is not Objective.EFFECTIVE_PROGRESS:
-            raise ValidationError("options.length_weight", f"{weight!r} applies to objective effective_progress "
-                                  f"only, not {self.objective}; set objective=effective_progress or length_weight=0")
+            raise ValidationError("options.length_weight",
+                                  f"{weight!r} applies to objective effective_progress "
+                                  f"only, not {self.objective}; "
+                                  "set objective=effective_progress or length_weight=0")
         horizon = self.stage_horizon_s
-        if isinstance(horizon, bool) or not isinstance(horizon, int | float) or math.isnan(horizon) or horizon < 0:
-            raise ValidationError("options.stage_horizon_s", f"{horizon!r} not understood; seconds >= 0 (0: first-stage "
+        if (isinstance(horizon, bool) or not isinstance(horizon, int | float) or math.isnan(horizon)
+                or horizon < 0):
+            raise ValidationError("options.stage_horizon_s",
+                                  f"{horizon!r} not understood; seconds >= 0 (0: first-stage "
                                   "speeds; inf: each job's whole remaining run)")
         if not isinstance(self.deterministic, bool):
-            raise ValidationError("options.deterministic", f"{self.deterministic!r} not understood; true or false")
+            raise ValidationError("options.deterministic",
+                                  f"{self.deterministic!r} not understood; true or false")
         for name in ("max_partners", "num_workers", "max_nodes_per_unit"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValidationError(f"options.{name}", f"{getattr(self, name)!r} not understood; must be >= 1")
+                raise ValidationError(f"options.{name}",
+                                      f"{getattr(self, name)!r} not understood; must be >= 1")
 
     @property
     def minimize(self) -> bool:
@@ -148,6 +160,8 @@ class GpuNode:
 
     @property
     def gpus(self) -> range:
+        """Global indices of the node's GPUs, ``first_gpu`` to ``first_gpu + num_gpus - 1`` (down ones
+        included)."""
         return range(self.first_gpu, self.first_gpu + self.num_gpus)
 
     @property
@@ -172,6 +186,19 @@ class NodeTypes:
 
     @staticmethod
     def of(nodes: tuple[GpuNode, ...]) -> NodeTypes:
+        """Summarise ``nodes`` per GPU type.
+
+        Parameters
+        ----------
+        nodes
+            The GPU classes of a round, in the round's order (their positions are the indices kept).
+
+        Returns
+        -------
+        NodeTypes
+            Per type: the node indices, the usable GPUs of the largest node and in all, and the memory of
+            one GPU in MiB (the first node's of that type).
+        """
         of_type: dict[str, list[int]] = {}
         largest: dict[str, int] = {}
         total: dict[str, int] = {}
@@ -227,6 +254,7 @@ class RoundJob:
 
     @property
     def running(self) -> bool:
+        """Whether the job holds GPUs now (``current_gpus`` not empty); a queued job does not."""
         return bool(self.current_gpus)
 
 
@@ -283,17 +311,20 @@ class RoundProblem:
                 raise ValidationError(f"jobs[{j}].id", f"duplicate job id '{job.id}'")
             ids.add(job.id)
             if any(not 0 <= g < num_gpus for g in job.current_gpus):
-                raise ValidationError(f"jobs[{j}].current_gpus", f"{job.current_gpus} outside 0..{num_gpus - 1}")
+                raise ValidationError(f"jobs[{j}].current_gpus",
+                                      f"{job.current_gpus} outside 0..{num_gpus - 1}")
             for k, opt in enumerate(job.options):
                 if opt.gpu_type not in types:
-                    raise ValidationError(f"jobs[{j}].options[{k}].gpu_type", f"'{opt.gpu_type}' is not in the cluster")
+                    raise ValidationError(f"jobs[{j}].options[{k}].gpu_type",
+                                          f"'{opt.gpu_type}' is not in the cluster")
                 index[(j, opt.gpu_type, opt.freeze_level)] = opt
         groups: dict[tuple[tuple[int, ...], str], ColocGroup] = {}
         for i, group in enumerate(self.groups):
             if len(group.speeds) != len(group.jobs) or any(not 0 <= j < len(self.jobs) for j in group.jobs):
                 raise ValidationError(f"groups[{i}]", "jobs and speeds must have one entry per known job")
             if list(group.jobs) != sorted(set(group.jobs)) or len(group.jobs) < 2:
-                raise ValidationError(f"groups[{i}].jobs", f"{group.jobs} must be >= 2 sorted distinct job indices")
+                raise ValidationError(f"groups[{i}].jobs",
+                                      f"{group.jobs} must be >= 2 sorted distinct job indices")
             groups[(group.jobs, group.gpu_type)] = group
         object.__setattr__(self, "_option_index", index)
         object.__setattr__(self, "_group_index", groups)
@@ -307,6 +338,7 @@ class RoundProblem:
 
     @property
     def num_gpus(self) -> int:
+        """GPUs of the cluster in all, down ones included (one past the highest global GPU index)."""
         return sum(n.num_gpus for n in self.nodes)
 
     def value_scale(self, job: int) -> float:
@@ -362,12 +394,45 @@ class RoundProblem:
         return sum(self.migration_cost(j) for j, job in enumerate(self.jobs) if job.running)
 
     def option(self, job: int, gpu_type: str, freeze_level: int) -> JobOption | None:
+        """The coefficients of job ``job`` on ``gpu_type`` at ``freeze_level``.
+
+        Parameters
+        ----------
+        job
+            Position of the job in ``jobs``.
+        gpu_type
+            GPU type name.
+        freeze_level
+            Leading layer blocks frozen (0: none).
+
+        Returns
+        -------
+        JobOption or None
+            The option, or ``None`` when the job has none there (it does not fit, or the level is not
+            offered).
+        """
         return self._option_index.get((job, gpu_type, freeze_level))
 
     def group(self, jobs: tuple[int, ...], gpu_type: str) -> ColocGroup | None:
+        """The co-location group of ``jobs`` on one GPU of ``gpu_type``.
+
+        Parameters
+        ----------
+        jobs
+            Positions of the members in ``jobs``, in any order.
+        gpu_type
+            GPU type name.
+
+        Returns
+        -------
+        ColocGroup or None
+            The group (allowed or kept only for multi-stage times), or ``None`` when the round has no
+            speeds for these jobs together there.
+        """
         return self._group_index.get((tuple(sorted(jobs)), gpu_type))
 
     def gpu_types(self) -> tuple[str, ...]:
+        """The GPU types of the cluster, each once, in the order their first node appears."""
         return tuple(dict.fromkeys(n.gpu_type for n in self.nodes))
 
     def max_node_gpus(self, gpu_type: str) -> int:
@@ -392,9 +457,12 @@ class RoundProblem:
         return self._types.memory_mib[gpu_type]
 
     def job_index(self) -> dict[str, int]:
+        """Job id -> position of the job in ``jobs``."""
         return {job.id: j for j, job in enumerate(self.jobs)}
 
     def to_dict(self) -> dict[str, Any]:
+        """The round as plain JSON-ready data (lists, dicts, numbers, strings) tagged with ``FORMAT``;
+        :meth:`from_dict` reads it back."""
         data = {"format": FORMAT}
         data.update({name: _plain(getattr(self, name))
                      for name in ("time_s", "options", "nodes", "jobs", "groups", "unplaceable")})
@@ -402,6 +470,23 @@ class RoundProblem:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> RoundProblem:
+        """Rebuild a round from the data :meth:`to_dict` wrote, validating it.
+
+        Parameters
+        ----------
+        data
+            The round's data, with ``format`` equal to ``FORMAT``.
+
+        Returns
+        -------
+        RoundProblem
+            The round.
+
+        Raises
+        ------
+        ValidationError
+            When the format is another, a field is missing or of the wrong shape, or a value is invalid.
+        """
         if data.get("format") != FORMAT:
             raise ValidationError("format", f"{data.get('format')!r} not understood; expected '{FORMAT}'")
         try:
@@ -411,7 +496,8 @@ class RoundProblem:
                 for j in data["jobs"])
             return RoundProblem(
                 options=RoundOptions(**data["options"]),
-                nodes=tuple(GpuNode(**{**n, "down_gpus": tuple(n.get("down_gpus", ()))}) for n in data["nodes"]),
+                nodes=tuple(GpuNode(**{**n, "down_gpus": tuple(n.get("down_gpus", ()))})
+                            for n in data["nodes"]),
                 jobs=jobs,
                 groups=tuple(ColocGroup(**{**g, "jobs": tuple(g["jobs"]), "speeds": tuple(g["speeds"])})
                              for g in data["groups"]),
@@ -419,16 +505,40 @@ class RoundProblem:
                 unplaceable=tuple(Unplaceable(**u) for u in data["unplaceable"]),
             )
         except (KeyError, TypeError) as err:
-            raise ValidationError("round", f"malformed round JSON ({err}); write it with RoundProblem.save") from None
+            raise ValidationError("round",
+                                  f"malformed round JSON ({err}); write it with RoundProblem.save") from None
 
     def to_json(self) -> str:
+        """The round as JSON text (:meth:`to_dict`, indented)."""
         return json.dumps(self.to_dict(), indent=1)
 
     def save(self, path: str | Path) -> None:
+        """Write the round as JSON to ``path`` (replacing the file); :meth:`load` reads it back."""
         Path(path).write_text(self.to_json())
 
     @staticmethod
     def load(path: str | Path) -> RoundProblem:
+        """Read a round :meth:`save` wrote.
+
+        Parameters
+        ----------
+        path
+            The round file.
+
+        Returns
+        -------
+        RoundProblem
+            The round.
+
+        Raises
+        ------
+        ValidationError
+            When the file holds JSON that is not a valid round.
+        OSError
+            When the file cannot be read.
+        json.JSONDecodeError
+            When the file is not JSON.
+        """
         return RoundProblem.from_dict(json.loads(Path(path).read_text()))
 
 
@@ -466,7 +576,8 @@ def _plain(value: Any) -> Any:
 
 def __getattr__(name: str) -> Any:
     if name == "MINIMIZE":  # the set of minimised objectives, before Objective knew its sense
-        warnings.warn("dltsched.formulations.problem.MINIMIZE is deprecated and will be removed in 0.3.0; use "
-                      "Objective.minimize (dltsched.engine.domain.model.Objective)", DeprecationWarning, stacklevel=2)
+        warnings.warn("dltsched.formulations.problem.MINIMIZE is deprecated and will be removed in 0.3.0; "
+                      "use Objective.minimize (dltsched.engine.domain.model.Objective)", DeprecationWarning,
+                      stacklevel=2)
         return frozenset(o for o in Objective if o.minimize)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

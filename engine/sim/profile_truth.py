@@ -1,4 +1,5 @@
-"""Ground truth from ``dltsched profile --out`` datasets: a cluster of a modern GPU simulated on its measurements.
+"""Ground truth from ``dltsched profile --out`` datasets: a cluster of a modern GPU simulated on its
+measurements.
 
 :class:`ProfileTruth` reads one or more profile datasets (``steptime.csv``, ``colocate_info.csv``,
 ``colocate3_info.csv``, ``measurement.json``; layout in :mod:`dltsched.predictors.profiling.dataset`) and
@@ -24,8 +25,8 @@ older GPUs runs each type on its own truth.
   compose them as :class:`~dltsched.engine.sim.truth.MeasuredTruth` does. :meth:`ProfileTruth.record` says
   how many group look-ups each source answered, so a result shows how much of its truth was modelled.
 
-Cross-fitting: the default predictor bundles are fitted on none of these measurements, so a simulation with this
-truth and those bundles prices every job out of sample. A calibration fitted on the same dataset is not.
+Cross-fitting: the default predictor bundles are fitted on none of these measurements, so a simulation with
+this truth and those bundles prices every job out of sample. A calibration fitted on the same dataset is not.
 """
 
 from __future__ import annotations
@@ -86,13 +87,15 @@ def _sharing_of(folder: Path) -> str:
 
 @dataclass(slots=True)
 class ProfileTruth:
-    """Measured truth for the GPU types of profile datasets, ``base`` for the others (see module docstring)."""
+    """Measured truth for the GPU types of profile datasets, ``base`` for the others (see module
+    docstring)."""
 
     dirs: Sequence[str | Path]
     sharing: Sharing | None = None
     base: GroundTruth = field(default_factory=MeasuredTruth)
     _alone: dict[tuple[str, str, int], _Alone] = field(default_factory=dict)  # (gpu, model, batch)
-    _groups: dict[tuple[str, tuple[str, ...]], list[_Group]] = field(default_factory=dict)  # (gpu, sorted models)
+    # (gpu, sorted models)
+    _groups: dict[tuple[str, tuple[str, ...]], list[_Group]] = field(default_factory=dict)
     _slope: dict[str, float] = field(default_factory=dict)
     _correction: dict[str, float] = field(default_factory=dict)
     _used: Counter[str] = field(default_factory=Counter)
@@ -103,7 +106,8 @@ class ProfileTruth:
     def __post_init__(self) -> None:
         folders = [Path(d) for d in self.dirs]
         if not folders:
-            raise ValidationError("--truth", "no dataset given; pass a folder written by `dltsched profile --out`")
+            raise ValidationError("--truth", "no dataset given; pass a folder written by "
+                                  "`dltsched profile --out`")
         alone: dict[tuple[str, str, int], list[tuple[float, float | None, float | None]]] = {}
         groups: list[tuple[str, str, _Group]] = []
         for folder in folders:
@@ -133,16 +137,19 @@ class ProfileTruth:
         modes = sorted({mode for _, mode, _ in groups})
         if self.sharing is None:
             if len(modes) > 1:
-                raise ValidationError("--truth-sharing", f"the datasets measured groups in {' and '.join(modes)}; "
+                raise ValidationError("--truth-sharing",
+                                      f"the datasets measured groups in {' and '.join(modes)}; "
                                       "choose one with --truth-sharing timeslice|mps")
             self.sharing = modes[0] if modes else "timeslice"  # type: ignore[assignment]
         if self.sharing not in SHARING_MODES:
-            raise ValidationError("--truth-sharing", f"{self.sharing!r} not understood; one of timeslice, mps")
+            raise ValidationError("--truth-sharing",
+                                  f"{self.sharing!r} not understood; one of timeslice, mps")
         for gpu, mode, group in groups:
             if mode == self.sharing:
                 self._groups.setdefault((gpu, tuple(sorted(m for m, _ in group.members))), []).append(group)
         if not self._alone:
-            raise ValidationError("--truth", f"{', '.join(map(str, folders))}: no isolated step time measured")
+            raise ValidationError("--truth",
+                                  f"{', '.join(map(str, folders))}: no isolated step time measured")
         for gpu in self.gpu_types:
             self._fit(gpu)
 
@@ -153,7 +160,8 @@ class ProfileTruth:
         ratios = [a.step_time_s / fallback.step_time_s(Job("x", model, batch, 1.0), gpu, 1)
                   for (g, model, batch), a in self._alone.items() if g == gpu]
         self._correction[gpu] = statistics.median(ratios) if ratios else 1.0
-        points: list[list[tuple[float, float]]] = []  # per measured group: (partners' utilisation, 1/speed - 1)
+        # per measured group: (partners' utilisation, 1/speed - 1)
+        points: list[list[tuple[float, float]]] = []
         for (g, _), found in self._groups.items():
             if g != gpu:
                 continue
@@ -163,7 +171,8 @@ class ProfileTruth:
                                for i, s in enumerate(group.speeds)])
         self._slope[gpu] = _slope([p for group in points for p in group])
         if points:
-            self._fit_error[gpu] = statistics.fmean(_error(self._slope[gpu], p) for group in points for p in group)
+            self._fit_error[gpu] = statistics.fmean(_error(self._slope[gpu], p)
+                                                    for group in points for p in group)
         if len(points) > 1:  # each group predicted by the slope fitted on the others
             self._loo_error[gpu] = statistics.fmean(
                 _error(_slope([p for k, other in enumerate(points) if k != i for p in other]), p)
@@ -192,10 +201,23 @@ class ProfileTruth:
     @property
     def sources(self) -> tuple[str, ...]:
         """``profile:<folder name>[:<sharing>]`` for each dataset, then the sources of ``base``."""
-        own = tuple(f"profile:{Path(d).name}" + (f":{self.sharing}" if self.sharing else "") for d in self.dirs)
+        own = tuple(f"profile:{Path(d).name}" + (f":{self.sharing}" if self.sharing else "")
+                    for d in self.dirs)
         return own + tuple(getattr(self.base, "sources", ()))
 
     def covers(self, gpu_type: str) -> bool:
+        """Whether the datasets measured ``gpu_type`` (case-insensitive), so that this truth answers for it.
+
+        Parameters
+        ----------
+        gpu_type
+            GPU type name, e.g. ``"h200"``.
+
+        Returns
+        -------
+        bool
+            ``True`` when the measurements answer for ``gpu_type``; ``False`` when ``base`` does.
+        """
         return gpu_type.lower() in self._correction
 
     def record(self) -> dict[str, Any]:
@@ -207,7 +229,8 @@ class ProfileTruth:
                 "groups_measured": sum(len(v) for v in self._groups.values()),
                 "utilization_slope": {g: round(s, 4) for g, s in self._slope.items()},
                 "utilization_model_fit_mape": {g: round(e, 4) for g, e in self._fit_error.items()},
-                "utilization_model_leave_one_group_out_mape": {g: round(e, 4) for g, e in self._loo_error.items()},
+                "utilization_model_leave_one_group_out_mape": {g: round(e, 4)
+                                                               for g, e in self._loo_error.items()},
                 "step_correction": {g: round(c, 4) for g, c in self._correction.items()},
                 "lookups": dict(sorted(self._used.items()))}
 
@@ -221,10 +244,12 @@ class ProfileTruth:
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1,
                     freeze_level: int = 0) -> float:
+        """Seconds per iteration: measured, scaled from a measured run, or corrected (module docstring)."""
         gpu = gpu_type.lower()
         if not self.covers(gpu):
             return self.base.step_time_s(job, gpu_type, num_gpus, num_nodes, freeze_level)
-        key = ("step", job.model, job.dataset, job.batch_size, job.amp, gpu, num_gpus, num_nodes, freeze_level)
+        key = ("step", job.model, job.dataset, job.batch_size, job.amp, gpu, num_gpus, num_nodes,
+               freeze_level)
         hit = self._cache.get(key)
         if hit is None:
             hit = self._step(job, gpu, num_gpus, num_nodes, freeze_level)
@@ -245,6 +270,7 @@ class ProfileTruth:
         return alone.step_time_s * modelled / fallback.step_time_s(anchor, gpu, 1)
 
     def memory_mib(self, job: Job, gpu_type: str, freeze_level: int = 0) -> float:
+        """Peak memory of ``job`` on one GPU in MiB: measured and scaled, else the fallback model's."""
         gpu = gpu_type.lower()
         if not self.covers(gpu):
             return self.base.memory_mib(job, gpu_type, freeze_level)
@@ -257,6 +283,7 @@ class ProfileTruth:
         return float(alone.memory_mib * modelled / fallback.memory_mib(replace_batch(job, batch), gpu))
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float) -> float:
+        """Share of progress lost to freezing (0..1): ``base``'s penalty, which no profile measures."""
         return self.base.frozen_penalty(job, freeze_level, start_progress)  # type: ignore[attr-defined,no-any-return]
 
     # -- co-location --------------------------------------------------------------------------------
@@ -300,6 +327,7 @@ class ProfileTruth:
         return None if best is None else best[1]
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        """Speed of each of ``jobs`` sharing one GPU, relative to alone: measured, pairwise or modelled."""
         gpu = gpu_type.lower()
         if not self.covers(gpu):
             return self.base.colocated_speeds(jobs, gpu_type)
@@ -318,7 +346,8 @@ class ProfileTruth:
             pair: dict[tuple[int, int], float] = {}
             for i in range(n):
                 for k in range(n):
-                    measured_pair = self._measured_group([members[i], members[k]], gpu) if i != k and n > 2 else None
+                    measured_pair = (self._measured_group([members[i], members[k]], gpu)
+                                     if i != k and n > 2 else None)
                     if measured_pair is not None:
                         pair[(i, k)] = measured_pair[0]
             if n > 2 and len(pair) == n * (n - 1):

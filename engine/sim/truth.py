@@ -21,15 +21,16 @@
   other jobs' GPU demand from the fallback model (compute-time share of the step), ``overhead`` = 0.05
   for time-slicing. Groups of three compose pairwise slowdowns: ``1/speed_i - 1 = sum_j (1/s_ij - 1)``.
 * **Memory.** The analytic memory model.
-* **Frozen penalty.** :class:`~dltsched.predictors.freezing.published.PublishedFreezing`: ``a f**1.5 (1 - s)**2``
-  with constants per model family calibrated on FreezeOut, Egeria and AutoFreeze (numbers and sources in that
-  module). A penalty ``p`` costs that fraction of each iteration's progress: useful rate x (1 - p).
+* **Frozen penalty.** :class:`~dltsched.predictors.freezing.published.PublishedFreezing`:
+  ``a f**1.5 (1 - s)**2`` with constants per model family calibrated on FreezeOut, Egeria and AutoFreeze
+  (numbers and sources in that module). A penalty ``p`` costs that fraction of each iteration's progress:
+  useful rate x (1 - p).
 
 Gavel's table comes from the data folder when it has one, else from the copy the package carries, so the
-truth is measured on a bare install too; Lucid's pairs only ever come from a data folder. :attr:`MeasuredTruth.kind`
-(``measured`` or ``analytic``) and :attr:`MeasuredTruth.sources` name what a run used, and every simulation
-result carries them. Without any measurement (``use_measurements=False``, or the table unreadable) everything
-uses the fallback model; the unplanned case logs one warning per process.
+truth is measured on a bare install too; Lucid's pairs only ever come from a data folder.
+:attr:`MeasuredTruth.kind` (``measured`` or ``analytic``) and :attr:`MeasuredTruth.sources` name what a
+run used, and every simulation result carries them. Without any measurement (``use_measurements=False``, or
+the table unreadable) everything uses the fallback model; the unplanned case logs one warning per process.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ class MeasuredTruth:
     freezing: FreezingPredictor = field(default_factory=_published_freezing)
     timeslice_overhead: float = 0.05
     #: (gpu, model, dataset, scale, consolidated) -> sorted [(batch, step_time_s)]
-    _isolated: dict[tuple[str, str, str | None, int, bool], list[tuple[int, float]]] = field(default_factory=dict)
+    _isolated: dict[tuple[str, str, str | None, int, bool],
+                    list[tuple[int, float]]] = field(default_factory=dict)
     #: (gpu, model a, batch a, model b, batch b) -> (speed a, speed b), normalized
     _pairs: dict[tuple[str, str, int, str, int], tuple[float, float]] = field(default_factory=dict)
     _pair_batches: dict[tuple[str, str], list[int]] = field(default_factory=dict)
@@ -170,7 +172,8 @@ class MeasuredTruth:
         t = t0 + (t1 - t0) * (job.batch_size - b0) / (b1 - b0)
         return max(t, 0.25 * min(t0, t1))
 
-    def _anchor(self, job: Job, gpu_type: str, num_gpus: int, consolidated: bool) -> tuple[float, str, int] | None:
+    def _anchor(self, job: Job, gpu_type: str, num_gpus: int,
+                consolidated: bool) -> tuple[float, str, int] | None:
         """The nearest measurement of the job's model and batch: (step time, GPU type, GPU count); the
         same type at the closest measured count (consolidated) first, then the other types."""
         scales = (1, 2, 4, 8)
@@ -184,12 +187,15 @@ class MeasuredTruth:
                     return m, other, count
         return None
 
-    def _fallback_step(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int, freeze_level: int) -> float:
-        base = self.fallback.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level, num_nodes=num_nodes)
+    def _fallback_step(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int,
+                       freeze_level: int) -> float:
+        base = self.fallback.step_time_s(job, gpu_type, num_gpus, freeze_level=freeze_level,
+                                         num_nodes=num_nodes)
         return base * _noise(job.model, gpu_type)
 
     def step_time_s(self, job: Job, gpu_type: str, num_gpus: int, num_nodes: int = 1,
                     freeze_level: int = 0) -> float:
+        """Seconds per iteration: Gavel's measurement, anchored to one, or the fallback model."""
         key = ("step", job.model, job.dataset, job.batch_size, job.amp, job.optimizer, gpu_type, num_gpus,
                num_nodes, freeze_level)
         hit = self._cache.get(key)
@@ -204,7 +210,8 @@ class MeasuredTruth:
         if not self._isolated or job.amp:
             return fallback
         consolidated = num_nodes <= 1
-        measured = self._measured(job, gpu_type, num_gpus, consolidated) if gpu_type in _MEASURED_GPUS else None
+        measured = (self._measured(job, gpu_type, num_gpus, consolidated)
+                    if gpu_type in _MEASURED_GPUS else None)
         if measured is None:
             # the same model measured at another GPU count or on another type: scale by the fallback's ratio
             anchor = self._anchor(job, gpu_type, num_gpus, consolidated)
@@ -256,6 +263,7 @@ class MeasuredTruth:
         return min(batches, key=lambda b: (abs(math.log(b / batch)), b))
 
     def colocated_speeds(self, jobs: Sequence[Job], gpu_type: str) -> tuple[float, ...]:
+        """Speed of each of ``jobs`` sharing one GPU, relative to alone, composed from pairwise slowdowns."""
         if len(jobs) == 1:
             return (1.0,)
         out = []
@@ -272,7 +280,9 @@ class MeasuredTruth:
     # -- memory and accuracy ------------------------------------------------------------------------
 
     def memory_mib(self, job: Job, gpu_type: str, freeze_level: int = 0) -> float:
+        """Memory of ``job`` on one GPU in MiB, from the analytic memory model."""
         return self.fallback.memory_mib(job, gpu_type, freeze_level=freeze_level)
 
     def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float) -> float:
+        """Share of progress lost to freezing (0..1), from ``freezing``; 0 at level 0."""
         return self.freezing.frozen_penalty(job, freeze_level, start_progress) if freeze_level else 0.0
