@@ -270,15 +270,15 @@ class GroundTruth(Protocol):
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        num_gpus : int
+        num_gpus
             Its GPUs.
-        num_nodes : int
+        num_nodes
             The nodes they span.
-        freeze_level : int
+        freeze_level
             Leading layers frozen.
 
         Returns
@@ -293,9 +293,9 @@ class GroundTruth(Protocol):
 
         Parameters
         ----------
-        jobs : Sequence of Job
+        jobs
             The jobs sharing.
-        gpu_type : str
+        gpu_type
             The GPU type.
 
         Returns
@@ -310,11 +310,11 @@ class GroundTruth(Protocol):
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        gpu_type : str
+        gpu_type
             The GPU type.
-        freeze_level : int
+        freeze_level
             Leading layers frozen.
 
         Returns
@@ -329,11 +329,11 @@ class GroundTruth(Protocol):
 
         Parameters
         ----------
-        job : Job
+        job
             The job.
-        freeze_level : int
+        freeze_level
             Leading layers frozen.
-        start_progress : float
+        start_progress
             The finished fraction when freezing starts.
 
         Returns
