@@ -12,21 +12,12 @@ groups), ``speeds`` (co-located speeds). Policy options can be overridden to tes
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from typing import Any
 
-from dltsched.engine.app.ablation import exact_parts
+from dltsched.engine.app.ablation import exact_parts, option_value
 from dltsched.engine.app.experiments import load_experiment, load_workload
-
-
-def _value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     s = exp.spec
     truth = make_truth(s.workload.data_dir, exp.truth_dirs(), s.truth_sharing)
     options = dict(s.options.get("optimizing", {}))
-    options |= {k: _value(v) for k, v in (o.split("=", 1) for o in a.option)}
+    options |= {k: option_value(v) for k, v in (o.split("=", 1) for o in a.option)}
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
     changes: dict[str, list[float]] = {"avg_jct_s": [], "makespan_s": []}
     for seed in a.seeds:

@@ -11,19 +11,10 @@ the jobs that finished last with their true and predicted run times::
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from typing import Any
 
-from dltsched.engine.app.ablation import EXACT_PARTS, exact_parts
+from dltsched.engine.app.ablation import EXACT_PARTS, exact_parts, option_value
 from dltsched.engine.app.experiments import load_experiment, load_workload
-
-
-def _value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     variant = s.variants.get("makespan")
     policy = variant.policy if variant else "optimizing"
     options = dict(variant.options if variant else s.options.get("optimizing", {}))
-    options |= {k: _value(v) for k, v in (o.split("=", 1) for o in a.option)}
+    options |= {k: option_value(v) for k, v in (o.split("=", 1) for o in a.option)}
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
     truth = make_truth(s.workload.data_dir, exp.truth_dirs(), s.truth_sharing)
     for seed in a.seeds if a.seeds is not None else s.seeds:

@@ -18,6 +18,7 @@ against the full policy on the same seed (same workload draw, same truth), mean 
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -132,6 +133,15 @@ def exact_parts(predictors: Predictors, truth: Any, parts: Sequence[str]) -> Pre
     coloc = _MixedColocation(pick("speeds", predictors.colocation, ex.colocation),
                              pick("mem", predictors.colocation, ex.colocation))
     return replace(predictors, step_time=step, colocation=coloc)
+
+
+def option_value(text: str) -> Any:
+    """A ``KEY=VALUE`` option's value as the command line gives it: JSON where it parses (numbers, booleans,
+    lists), else the text itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _ci95(values: Sequence[float]) -> float:

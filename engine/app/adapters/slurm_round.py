@@ -90,31 +90,17 @@ def domain_job(job_id: str, spec: JobSpec, num_gpus: int, submit_s: float, types
     from dltsched.engine.domain.errors import ValidationError
     from dltsched.engine.domain.model import MEASURED_ONLY, Job
 
+    def job(model: str) -> Job:
+        return Job(job_id, model, spec.batch_size, spec.iterations, num_gpus=num_gpus,
+                   arrival_time_s=submit_s, weight=spec.weight, gpu_types=tuple(types))
+
     try:
-        return Job(
-            job_id,
-            spec.model,
-            spec.batch_size,
-            spec.iterations,
-            num_gpus=num_gpus,
-            arrival_time_s=submit_s,
-            weight=spec.weight,
-            gpu_types=tuple(types),
-        )
+        return job(spec.model)
     except ValidationError as err:
         if err.path != "model" or spec.step_time_s is None:
             raise
         # a model the catalogue does not know, with the job's own step time: priced by that alone
-        return Job(
-            job_id,
-            MEASURED_ONLY,
-            spec.batch_size,
-            spec.iterations,
-            num_gpus=num_gpus,
-            arrival_time_s=submit_s,
-            weight=spec.weight,
-            gpu_types=tuple(types),
-        )
+        return job(MEASURED_ONLY)
 
 
 def job_measurements(snap: Snapshot, active: set[str], run_types: Mapping[str, str] | None = None) -> Any:
