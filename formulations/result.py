@@ -11,6 +11,7 @@ the GPUs down now keep out are in ``infeasible_jobs`` too (``while_down``) but l
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -81,3 +82,18 @@ class RoundResult:
             "assignments": [{"job_id": a.job_id, "gpus": list(a.gpus), "freeze_level": a.freeze_level}
                             for a in plan.assignments],
         }
+
+
+def relative_gap(objective: float, bound: float, minimize: bool) -> float:
+    """``(bound - objective) / max(|objective|, |bound|)`` in the objective's sense, at least 0 (0 when both
+    are 0).
+
+    Never better than the truth: a bound or objective that is not finite (a solver stopped without a
+    bound) gives ``inf``, not the 0 that ``max(0.0, inf / inf)`` would (``NaN`` compares false), and the
+    gap is not clamped to 1 (a bound of the other sign can be more than 100% away).
+    """
+    if not (math.isfinite(objective) and math.isfinite(bound)):
+        return math.inf
+    diff = (objective - bound) if minimize else (bound - objective)
+    scale = max(abs(objective), abs(bound))
+    return 0.0 if scale < 1e-12 else max(0.0, diff / scale)

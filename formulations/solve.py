@@ -20,7 +20,7 @@ from dltsched.formulations.candidates import CandidateSet, build_candidates, obj
 from dltsched.formulations.mapping import to_plan
 from dltsched.formulations.model import RoundModel
 from dltsched.formulations.problem import RoundProblem
-from dltsched.formulations.result import RoundResult, SolutionStatus, Termination
+from dltsched.formulations.result import RoundResult, SolutionStatus, Termination, relative_gap
 
 #: below this share of the time limit left after building, the solver is not started: the start is the plan
 MIN_SOLVE_SHARE = 0.05
@@ -163,21 +163,6 @@ def finish(cset: CandidateSet, outcome: BackendOutcome, backend: str, prepare_s:
                    fallback=fallback, message=message)
     stages = {**(stages or {}), "mapping_s": time.perf_counter() - began}
     return RoundResult(plan, outcome.termination, solution, problem.unplaceable, len(cset.candidates), stages)
-
-
-def relative_gap(objective: float, bound: float, minimize: bool) -> float:
-    """``(bound - objective) / max(|objective|, |bound|)`` in the objective's sense, at least 0 (0 when both
-    are 0).
-
-    Never better than the truth: a bound or objective that is not finite (a solver stopped without a
-    bound) gives ``inf``, not the 0 that ``max(0.0, inf / inf)`` would (``NaN`` compares false), and the
-    gap is not clamped to 1 (a bound of the other sign can be more than 100% away).
-    """
-    if not (math.isfinite(objective) and math.isfinite(bound)):
-        return math.inf
-    diff = (objective - bound) if minimize else (bound - objective)
-    scale = max(abs(objective), abs(bound))
-    return 0.0 if scale < 1e-12 else max(0.0, diff / scale)
 
 
 def _status(termination: str, fallback: bool, backend: str) -> tuple[PlanStatus, SolutionStatus]:

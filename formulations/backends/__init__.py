@@ -76,8 +76,7 @@ def hint_from_plan(cset: CandidateSet, plan: Plan) -> list[int]:
 
 
 # the built-in backends register themselves on import (their solvers load on first use)
-from dltsched.formulations.backends import cpsat, highs, milp, greedy  # noqa: E402, F401, I001
-from dltsched.formulations import decompose  # noqa: E402, F401
+from dltsched.formulations.backends import cpsat, highs, milp, greedy, decomposed  # noqa: E402, F401, I001
 
 #: backend name (aliases included) -> backend: every name the registry accepts
 BACKENDS = REGISTRY

@@ -18,85 +18,21 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from dltsched.engine.domain.errors import ValidationError
-
-SHARING_MODES = ("timeslice", "mps")
-
-
-@dataclass(frozen=True, slots=True)
-class IsolatedRow:
-    """One job measured alone: step time (s) of ``scope``, torch's peak allocation and NVML's whole-GPU used
-    memory (MiB), NVML utilisation (%); ``None`` where not measured; the optimizer it trained with."""
-
-    model: str
-    dataset: str
-    batch_size: int
-    step_time_s: float
-    scope: str = "compute"
-    amp: bool = False
-    peak_memory_mib: float | None = None
-    gmem_mib: float | None = None
-    gpu_util: float | None = None
-    optimizer: str = "sgd"
-
-    @property
-    def key(self) -> tuple[str, str, int, bool]:
-        """The job this row measured: ``(model, dataset, batch_size, amp)``."""
-        return self.model, self.dataset, self.batch_size, self.amp
-
-
-@dataclass(frozen=True, slots=True)
-class GroupRow:
-    """One co-located group: each member's key and normalized speed, the group's NVML memory and
-    utilisation."""
-
-    members: tuple[tuple[str, str, int, bool], ...]
-    speeds: tuple[float, ...]
-    gmem_mib: float | None = None
-    gpu_util: float | None = None
-
-    @property
-    def models(self) -> frozenset[str]:
-        """The models of the group's members."""
-        return frozenset(m[0] for m in self.members)
-
-
-@dataclass(frozen=True, slots=True)
-class ProfileData:
-    """What one GPU type taught under one sharing mode, from one or more dataset folders."""
-
-    gpu: str
-    sharing: str
-    isolated: tuple[IsolatedRow, ...]
-    groups: tuple[GroupRow, ...]
-    tf32: frozenset[str] = frozenset()
-    sources: tuple[dict[str, Any], ...] = field(default_factory=tuple)
-
-    def isolated_by_key(self) -> dict[tuple[str, str, int, bool], IsolatedRow]:
-        """The isolated rows by job key (the mean step time where a job was measured more than once)."""
-        seen: dict[tuple[str, str, int, bool], list[IsolatedRow]] = {}
-        for row in self.isolated:
-            seen.setdefault(row.key, []).append(row)
-        return {k: v[0] if len(v) == 1 else mean_row(v) for k, v in seen.items()}
-
-
-def mean_row(rows: Sequence[IsolatedRow]) -> IsolatedRow:
-    """One row of a job measured several times: the mean of each measured value."""
-
-    def mean(values: Iterable[float | None]) -> float | None:
-        got = [v for v in values if v is not None]
-        return sum(got) / len(got) if got else None
-
-    first = rows[0]
-    return IsolatedRow(first.model, first.dataset, first.batch_size,
-                       float(mean(r.step_time_s for r in rows) or first.step_time_s), first.scope, first.amp,
-                       mean(r.peak_memory_mib for r in rows), mean(r.gmem_mib for r in rows),
-                       mean(r.gpu_util for r in rows), first.optimizer)
+from dltsched.predictors.calibration.layouts import gavel_file, is_lucid_folder, read_gavel, read_lucid
+from dltsched.predictors.calibration.rows import (
+    SHARING_MODES,
+    GroupRow,
+    IsolatedRow,
+    ProfileData,
+    canonical_job,
+    files_digest,
+    mean_row,
+)
 
 
 def _number(value: Any) -> float | None:
@@ -107,24 +43,6 @@ def _number(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
-
-
-def _canonical(model: str, dataset: str | None) -> tuple[str, str]:
-    from dltsched.predictors.zoo.graphs import resolve
-
-    try:
-        return resolve(model, dataset or None)
-    except (KeyError, ValueError) as err:
-        raise ValidationError("model", f"'{model}' ({dataset}) is not a zoo model: {err}") from None
-
-
-def files_digest(folder: Path) -> str:
-    """Short SHA-256 of a dataset folder's CSV and JSON files (names and contents)."""
-    digest = hashlib.sha256()
-    for name in sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix in (".csv", ".json")):
-        digest.update(name.encode())
-        digest.update((folder / name).read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def dataset_folders(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
@@ -161,12 +79,6 @@ def _tf32(record: dict[str, Any]) -> frozenset[str]:
 
     conv = {"conv"} if on("tf32_cudnn") else set()
     return frozenset(conv | ({"linear", "bmm"} if on("tf32_matmul") else set()))
-
-
-def canonical_job(model: str, dataset: str | None, batch: Any, amp: Any) -> tuple[str, str, int, bool]:
-    """A job's key as calibration keeps it: the zoo's model and dataset ids, the batch size, AMP."""
-    mid, ds = _canonical(str(model), dataset)
-    return mid, ds, int(float(batch)), str(amp).strip().lower() in ("1", "true", "1.0")
 
 
 _Read = tuple[list[IsolatedRow], list[GroupRow], str | None, str | None]
@@ -241,7 +153,6 @@ def read_folder(folder: str | os.PathLike[str], gpu_hint: str | None = None) -> 
     """One dataset folder (see the module docstring; a folder in Lucid's own layout is measured on
     ``gpu_hint``: :func:`~.layouts.read_lucid`)."""
     from dltsched.engine.domain.catalog import gpu_catalog
-    from dltsched.predictors.calibration.layouts import is_lucid_folder, read_lucid
 
     path = Path(folder)
     if is_lucid_folder(path):
@@ -278,7 +189,7 @@ def read_steptime_csv(path: str | os.PathLike[str]) -> list[ProfileData]:
     for m in read_csv(path):
         if m.num_gpus != 1 or m.gpu == "cpu" or m.kernel_time:
             continue
-        mid, ds = _canonical(m.model, m.dataset)
+        mid, ds, _, _ = canonical_job(m.model, m.dataset, m.batch_size, m.amp)
         by_gpu.setdefault(m.gpu, []).append(IsolatedRow(mid, ds, m.batch_size, m.step_time_s, m.scope, m.amp,
                                                          optimizer=(m.optimizer or "sgd").lower()))
     source = {"path": str(path), "files_sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]}
@@ -291,7 +202,6 @@ def read_datasets(paths: Sequence[str | os.PathLike[str]], gpu: str | None = Non
     throughput files or folders and Lucid-layout folders: :mod:`.layouts`, the latter measured on ``gpu``),
     merged per (GPU, sharing mode)."""
     from dltsched.engine.domain.catalog import gpu_catalog
-    from dltsched.predictors.calibration.layouts import gavel_file, read_gavel
 
     merged: dict[tuple[str, str], ProfileData] = {}
     found: list[ProfileData] = []
@@ -313,3 +223,7 @@ def read_datasets(paths: Sequence[str | os.PathLike[str]], gpu: str | None = Non
                                old.tf32 | data.tf32, old.sources + data.sources)
         merged[key] = data
     return [merged[k] for k in sorted(merged)]
+
+
+__all__ = ["SHARING_MODES", "GroupRow", "IsolatedRow", "ProfileData", "canonical_job", "dataset_folders",
+           "files_digest", "mean_row", "read_datasets", "read_folder", "read_steptime_csv"]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dltsched.engine.domain.errors import ValidationError
-from dltsched.predictors.calibration.data import (
+from dltsched.predictors.calibration.rows import (
     GroupRow,
     IsolatedRow,
     ProfileData,
