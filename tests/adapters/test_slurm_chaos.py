@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -23,6 +22,7 @@ from .test_slurm_live import (  # noqa: F401  (sandbox: the fixture)
     PARTITION,
     Watcher,
     _check_progress,
+    _daemon,
     _events,
     _progress_dir,
     _slurm,
@@ -54,27 +54,8 @@ def _restart(pidfile: str, down_s: float) -> None:
 
 
 def _daemon_with(tmp: Path, *extra: str) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "dltsched.engine.app.cli.main",
-        "-v",
-        "slurm",
-        "--partition",
-        PARTITION,
-        "--poll",
-        "1",
-        "--solver-time-limit",
-        "2",
-        "--state-file",
-        str(tmp / "state.json"),
-        "--events",
-        str(tmp / "events.jsonl"),
-        "--progress-file",
-        str(_progress_dir(tmp)),
-        *extra,
-    ]
-    return subprocess.Popen(cmd, stdout=(tmp / "daemon.out").open("ab"), stderr=subprocess.STDOUT)
+    """The live tests' daemon with ``extra`` arguments, returned at once (no wait for its first round)."""
+    return _daemon(tmp, wait_ready=False, extra=extra)
 
 
 @pytest.mark.usefixtures("sandbox")
