@@ -38,9 +38,10 @@ FORMAT = "dltsched-calibration/1"
 FITTED = {
     "step_time": "compute-scope step = gpu + host + fixed_s, gpu = sum over op classes (conv, gemm, vector) "
                  "of scale x the kernel model's kernel seconds + optimizer scale x optimizer passes; host in"
-                 " one of two forms, chosen by leave-one-model-out over the fit's own rows: 'overlap' "
-                 "(smooth max of gpu and dispatch_us x kernel launches, overlap_power 3) or 'host_ops' "
-                 "(dispatch_us x the framework's ops, added: overlap_power 1, host_ops 1); each parameter "
+                 " one of three forms, chosen by leave-one-model-out over the fit's own rows: 'overlap' "
+                 "(smooth max of gpu and dispatch_us x kernel launches, overlap_power 3), 'host_ops' "
+                 "(dispatch_us x the framework's ops, added: overlap_power 1, host_ops 1) or "
+                 "'ops_and_launches' (host_ops plus launch_us x kernel launches); each parameter "
                  "pulled towards the uncalibrated kernel step model's value; per GPU, the isolated runs of "
                  "every sharing mode pooled",
     "memory": "NVML used memory of the GPU alone = context_mib + weights x (weights, gradients, optimizer "

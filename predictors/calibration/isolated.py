@@ -20,11 +20,14 @@ class the data barely exercise keeps the default. How the host's work meets the 
 - ``host_ops``: each framework op costs the host a fixed time the step waits for, ``n`` = the ops the
   framework dispatches (every op forward, one autograd op backward per op of a trainable layer, the
   optimizer's per-tensor ops; a cuDNN recurrent layer is one op however many kernels it launches), ``p = 1``
-  (a sum: eager training of small kernels is bound by the host).
+  (a sum: eager training of small kernels is bound by the host);
+- ``ops_and_launches``: ``host_ops`` plus ``launch_us`` per kernel launch (the driver's host time to enqueue
+  a kernel, which a library such as cuDNN pays for every kernel it launches inside one framework op: a
+  recurrent layer launches its kernels once per time step), pulled towards :data:`LAUNCH_US_PRIOR`.
 
-:func:`fit_step` fits both and keeps the one with the lower leave-one-model-out error over the rows it is
-given (:data:`MIN_MODELS_TO_CHOOSE` models or more; ``overlap`` otherwise), so a held-out model never takes
-part in choosing the form that prices it. Scope ``fwd_bwd`` is ``gpu`` without the optimizer; the input
+:func:`fit_step` fits every form and keeps the one with the lowest leave-one-model-out error over the rows
+it is given (:data:`MIN_MODELS_TO_CHOOSE` models or more; ``overlap`` otherwise), so a held-out model never
+takes part in choosing the form that prices it. Scope ``fwd_bwd`` is ``gpu`` without the optimizer; the input
 terms are fitted only where rows of scope ``iteration`` were measured (profiles of synthetic inputs have
 none).
 
@@ -61,9 +64,14 @@ CLASS_GROUPS: dict[str, frozenset[str]] = {"conv": frozenset({"conv"}), "gemm": 
                                            "vector": frozenset({"elementwise", "layernorm", "softmax"})}
 STEP_PARAMS = (*(f"s_{g}" for g in CLASS_GROUPS), "s_optimizer", "dispatch_us", "fixed_s")
 #: the forms of host work against GPU work that :func:`fit_step` chooses between (module docstring):
-#: name -> (overlap power, feature counted by ``dispatch_us``); a fit stores ``overlap_power`` and
-#: ``host_ops`` (1 where the form counts framework ops)
-STEP_FORMS: dict[str, tuple[float, str]] = {"overlap": (3.0, "launches"), "host_ops": (1.0, "host_ops")}
+#: name -> (overlap power, feature counted by ``dispatch_us``, whether ``launch_us`` per launch is added);
+#: a fit stores ``overlap_power``, ``host_ops`` (1 where the form counts framework ops) and ``launch_us``
+STEP_FORMS: dict[str, tuple[float, str, bool]] = {"overlap": (3.0, "launches", False),
+                                                   "host_ops": (1.0, "host_ops", False),
+                                                   "ops_and_launches": (1.0, "host_ops", True)}
+#: host time (us) of one kernel launch that ``launch_us`` is pulled towards: the CUDA driver's enqueue of a
+#: kernel takes a few microseconds of CPU time, whoever launches it
+LAUNCH_US_PRIOR = 3.0
 #: fewest models in a fit for :func:`fit_step` to choose the form by leave-one-model-out
 MIN_MODELS_TO_CHOOSE = 4
 #: weight of the pull of each fitted log-parameter towards the uncalibrated model's value
@@ -164,7 +172,8 @@ def default_step_params() -> dict[str, float]:
     p = load_factors()["kernel_step"]
     out = {f"s_{g}": float(p["kernel"]) for g in CLASS_GROUPS}
     out |= {"s_optimizer": float(p["optimizer"]), "dispatch_us": float(p["dispatch_us"]),
-            "fixed_s": float(p["fixed_default_s"]), "overlap_power": _OVERLAP_POWER, "host_ops": 0.0}
+            "fixed_s": float(p["fixed_default_s"]), "overlap_power": _OVERLAP_POWER, "host_ops": 0.0,
+            "launch_us": 0.0}
     return out
 
 
@@ -174,12 +183,19 @@ def gpu_seconds(params: dict[str, float], f: dict[str, float], scope: str = "com
     return gpu + (0.0 if scope == "fwd_bwd" else params["s_optimizer"] * f["optimizer_s"])
 
 
+def host_seconds(params: dict[str, float], f: dict[str, float]) -> float:
+    """Host seconds of one step in the fit's form: ``dispatch_us`` per framework op (``host_ops`` forms) or
+    per kernel launch (``overlap``), plus ``launch_us`` per kernel launch where the form has it."""
+    per = f["host_ops" if params.get("host_ops") else "launches"]
+    return 1e-6 * (params["dispatch_us"] * per + params.get("launch_us", 0.0) * f["launches"])
+
+
 def step_seconds(params: dict[str, float], f: dict[str, float], batch: int, scope: str = "compute") -> float:
     """Calibrated step time of one worker (see the module docstring)."""
     gpu = gpu_seconds(params, f, scope)
     if scope == "fwd_bwd":
         return gpu
-    dispatch = params["dispatch_us"] * 1e-6 * f["host_ops" if params.get("host_ops") else "launches"]
+    dispatch = host_seconds(params, f)
     power = params.get("overlap_power", _OVERLAP_POWER)
     busy = (gpu**power + dispatch**power) ** (1.0 / power)
     step = busy + params["fixed_s"]
@@ -221,7 +237,8 @@ def _step_array(p: dict[str, float], c: dict[str, np.ndarray]) -> np.ndarray:
     """:func:`step_seconds` of every row of :func:`_columns` at once."""
     kernels = sum(p[f"s_{g}"] * c[f"K_{g}"] for g in CLASS_GROUPS)
     gpu = kernels + np.where(c["fwd_bwd"], 0.0, p["s_optimizer"] * c["optimizer_s"])
-    dispatch = p["dispatch_us"] * 1e-6 * c["host_ops" if p.get("host_ops") else "launches"]
+    dispatch = 1e-6 * (p["dispatch_us"] * c["host_ops" if p.get("host_ops") else "launches"]
+                       + p.get("launch_us", 0.0) * c["launches"])
     power = p.get("overlap_power", _OVERLAP_POWER)
     busy = (gpu**power + dispatch**power) ** (1.0 / power) + p["fixed_s"]
     pipeline = p.get("input_s", 0.0) + p.get("per_sample_s", 0.0) * c["batch"]
@@ -231,15 +248,16 @@ def _step_array(p: dict[str, float], c: dict[str, np.ndarray]) -> np.ndarray:
 
 def fit_step_form(rows: Sequence[Row], form: str) -> dict[str, float]:
     """The step-time parameters of one overlap form fitted on ``rows`` (module docstring)."""
-    prior = default_step_params()
-    power, feature = STEP_FORMS[form]
-    names = list(STEP_PARAMS)
+    prior = {**default_step_params(), "launch_us": LAUNCH_US_PRIOR}
+    power, feature, launches = STEP_FORMS[form]
+    names = [*STEP_PARAMS, *(["launch_us"] if launches else [])]
     iteration = any(r.scope == "iteration" for r in rows)
     x0 = np.log([prior[n] for n in names])
     cols = _columns(rows)
 
     def unpack(x: np.ndarray) -> dict[str, float]:
-        out = {n: float(math.exp(v)) for n, v in zip(names, x[:len(names)], strict=True)}
+        out = {"launch_us": 0.0}
+        out |= {n: float(math.exp(v)) for n, v in zip(names, x[:len(names)], strict=True)}
         out["overlap_power"], out["host_ops"] = power, float(feature == "host_ops")
         if iteration:
             out["input_s"] = float(x[len(names)] ** 2 * 1e-2)
