@@ -45,6 +45,20 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def step_rel_sd(raw: dict[str, Any], step_s: float) -> float | None:
+    """Relative standard deviation of a profile's timed steps: from its ``step_times_s`` (``groups.json``), or
+    from the steps timed ``n`` and the 95% interval ``step_time_ci95_low_s`` .. ``step_time_ci95_high_s``
+    (``steptime.csv``); ``None`` where the profile gives neither."""
+    steps = [float(v) for v in raw.get("step_times_s") or () if _number(v)]
+    if len(steps) >= 2:
+        mean = sum(steps) / len(steps)
+        return (sum((v - mean) ** 2 for v in steps) / (len(steps) - 1)) ** 0.5 / mean
+    n, low, high = (_number(raw.get(k)) for k in ("n", "step_time_ci95_low_s", "step_time_ci95_high_s"))
+    if n and n >= 2 and low is not None and high is not None and high >= low and step_s > 0:
+        return (high - low) / 2.0 / 1.96 * math.sqrt(n) / step_s
+    return None
+
+
 def dataset_folders(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
     """Every folder under ``paths`` that holds a profile dataset (``steptime.csv`` or ``groups.json``)."""
     out: list[Path] = []
@@ -92,9 +106,10 @@ def _from_groups_json(folder: Path, scope: str) -> _Read:
             continue
         gpu = gpu or r["gpu"]
         mid, ds, batch, amp = canonical_job(r["model"], r.get("dataset"), r["batch_size"], r.get("amp", 0))
-        isolated.append(IsolatedRow(mid, ds, batch, float(r["step_time_s"]), r.get("scope") or scope, amp,
+        step = float(r["step_time_s"])
+        isolated.append(IsolatedRow(mid, ds, batch, step, r.get("scope") or scope, amp,
                                     _number(r.get("peak_memory_mib")), _number(r.get("gmem_mib")),
-                                    _number(r.get("gpu_util"))))
+                                    _number(r.get("gpu_util")), step_time_rel_sd=step_rel_sd(r, step)))
     for g in raw.get("groups", []):
         if g.get("gpu") in (None, "", "cpu"):
             continue
@@ -116,10 +131,11 @@ def _from_csvs(folder: Path, scope: str) -> _Read:
                 gpu = gpu or r["gpu"].strip()
                 mid, ds, batch, amp = canonical_job(r["model"], r.get("dataset"), r["batch_size"],
                                                     r.get("amp", 0))
-                isolated.append(IsolatedRow(mid, ds, batch, float(r["step_time_s"]),
-                                            (r.get("scope") or scope).strip(), amp,
+                step = float(r["step_time_s"])
+                isolated.append(IsolatedRow(mid, ds, batch, step, (r.get("scope") or scope).strip(), amp,
                                             _number(r.get("peak_memory_mib")),
-                                            _number(r.get("gmem_used_mib")), _number(r.get("gpu_util"))))
+                                            _number(r.get("gmem_used_mib")), _number(r.get("gpu_util")),
+                                            step_time_rel_sd=step_rel_sd(r, step)))
     elif (folder / "single_data.csv").is_file():
         with (folder / "single_data.csv").open(newline="") as fh:
             for r in csv.DictReader(fh):

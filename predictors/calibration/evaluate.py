@@ -20,7 +20,10 @@ counted in ``per_model_fallbacks``), for jobs alone ``per_family_mean`` and ``ro
 (:data:`ISOLATED_METHODS`), and for groups ``util_share`` (speed ``min(1, 100 / sum of measured
 utilisation)``, memory the sum of the measured memories alone, utilisation ``min(100, sum)``; these rules are
 handed every member's measurement, the held-out one's too). Utilisation alone also gets each method's mean
-absolute error in points and median APE: one reading of 1% decides its MAPE.
+absolute error in points and median APE: one reading of 1% decides its MAPE. Step time alone also gets each
+method's MAPE weighted by how well the profile pinned the step (``weighted_mape``: weight
+``1 / (SPREAD_FLOOR ** 2 + s ** 2)``, ``s`` the relative standard deviation of the job's timed steps; jobs of
+a few milliseconds vary most), beside the plain MAPE, where the profiles give their steps.
 """
 
 from __future__ import annotations
@@ -33,6 +36,15 @@ from typing import Any
 from dltsched.predictors.calibration.data import GroupRow, IsolatedRow, ProfileData
 from dltsched.predictors.calibration.model import GpuCalibration, JobKey, fit_gpu
 
+#: the spread (relative) that every row's error has whatever its measurement: a weight never exceeds
+#: ``1 / SPREAD_FLOOR ** 2``, so a job timed very tightly does not decide the weighted figure alone
+SPREAD_FLOOR = 0.10
+
+
+def spread_weight(rel_sd: float | None) -> float | None:
+    """Weight of a measurement whose timed steps spread by ``rel_sd`` (module docstring)."""
+    return None if rel_sd is None else 1.0 / (SPREAD_FLOOR**2 + rel_sd**2)
+
 
 def _ape(pred: float, got: float) -> float:
     return 100.0 * abs(pred - got) / abs(got)
@@ -44,6 +56,10 @@ def _summary(rows: Sequence[dict[str, Any]], methods: Sequence[str],
     for m in methods:
         apes = [_ape(r[m], r["measured"]) for r in rows if r.get(m) is not None and r["measured"]]
         out[f"{m}_mape"] = statistics.fmean(apes) if apes else None
+        weighted = [(_ape(r[m], r["measured"]), r["weight"]) for r in rows
+                    if r.get(m) is not None and r["measured"] and r.get("weight")]
+        if weighted and len(weighted) == len(apes):
+            out[f"{m}_weighted_mape"] = sum(a * w for a, w in weighted) / sum(w for _, w in weighted)
         if what_is_util:
             aes = [abs(r[m] - r["measured"]) for r in rows if r.get(m) is not None]
             out[f"{m}_mean_abs_points"] = statistics.fmean(aes) if aes else None
@@ -94,6 +110,7 @@ def _isolated_rows(cal: GpuCalibration, rows: Sequence[IsolatedRow],
         same = [t for t in train if t.model == r.model]
         base = {"model": r.model, "batch_size": r.batch_size}
         out.append({**base, "what": "step_time_s", "measured": r.step_time_s,
+                    "weight": spread_weight(r.step_time_rel_sd),
                     "calibrated": cal.predicted_step_s(r.key, r.scope, optimizer=r.optimizer),
                     "default": b.step_time_s,
                     "constant": statistics.median(t.step_time_s for t in train),
@@ -281,4 +298,4 @@ def _cross_validate(datasets: Sequence[ProfileData], with_rows: bool) -> dict[st
     return out
 
 
-__all__ = ["GROUP_METHODS", "ISOLATED_METHODS", "METHODS", "cross_validate"]
+__all__ = ["GROUP_METHODS", "ISOLATED_METHODS", "METHODS", "SPREAD_FLOOR", "cross_validate", "spread_weight"]

@@ -17,7 +17,8 @@ SHARING_MODES = ("timeslice", "mps")
 @dataclass(frozen=True, slots=True)
 class IsolatedRow:
     """One job measured alone: step time (s) of ``scope``, torch's peak allocation and NVML's whole-GPU used
-    memory (MiB), NVML utilisation (%); ``None`` where not measured; the optimizer it trained with."""
+    memory (MiB), NVML utilisation (%); ``None`` where not measured; the optimizer it trained with; the
+    relative standard deviation of its timed steps (``None`` where the profile does not give them)."""
 
     model: str
     dataset: str
@@ -29,6 +30,7 @@ class IsolatedRow:
     gmem_mib: float | None = None
     gpu_util: float | None = None
     optimizer: str = "sgd"
+    step_time_rel_sd: float | None = None
 
     @property
     def key(self) -> tuple[str, str, int, bool]:
@@ -79,10 +81,20 @@ def mean_row(rows: Sequence[IsolatedRow]) -> IsolatedRow:
         return sum(got) / len(got) if got else None
 
     first = rows[0]
-    return IsolatedRow(first.model, first.dataset, first.batch_size,
-                       float(mean(r.step_time_s for r in rows) or first.step_time_s), first.scope, first.amp,
+    step = float(mean(r.step_time_s for r in rows) or first.step_time_s)
+    return IsolatedRow(first.model, first.dataset, first.batch_size, step, first.scope, first.amp,
                        mean(r.peak_memory_mib for r in rows), mean(r.gmem_mib for r in rows),
-                       mean(r.gpu_util for r in rows), first.optimizer)
+                       mean(r.gpu_util for r in rows), first.optimizer, _pooled_rel_sd(rows, step))
+
+
+def _pooled_rel_sd(rows: Sequence[IsolatedRow], step: float) -> float | None:
+    """Relative spread of a job measured in several runs: its steps' spread within a run (root mean square)
+    and the spread of the runs' step times about their mean, together."""
+    within = [r.step_time_rel_sd for r in rows if r.step_time_rel_sd is not None]
+    if not within and len(rows) < 2:
+        return None
+    between = sum((r.step_time_s / step - 1.0) ** 2 for r in rows) / max(len(rows) - 1, 1)
+    return (sum(w * w for w in within) / max(len(within), 1) + between) ** 0.5
 
 
 def _canonical(model: str, dataset: str | None) -> tuple[str, str]:

@@ -49,6 +49,9 @@ def _print(bundle: dict[str, Any], out: str) -> None:
                 if got:
                     cells = "  ".join(f"{_pct(got.get(f'{m}_mape')):>14}" for m in methods)
                     click.echo(f"    {label:<44} n={got['n']:<3} {cells}")
+                if got and any(f"{m}_weighted_mape" in got for m in methods):
+                    cells = "  ".join(f"{_pct(got.get(f'{m}_weighted_mape')):>14}" for m in methods)
+                    click.echo(f"    {'  weighted by measurement spread':<44} n={got['n']:<3} {cells}")
                 if what == "gpu_util" and part == "isolated_lomo" and got:
                     cells = "  ".join(f"{_points(got.get(f'{m}_mean_abs_points')):>14}" for m in methods)
                     click.echo(f"    {'  mean absolute error (points)':<44} n={got['n']:<3} {cells}")

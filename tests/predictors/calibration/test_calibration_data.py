@@ -58,3 +58,29 @@ def test_calibrate_reads_gavels_tables_and_lucids_folder(data_dir):
     (lucid,) = read_datasets([data_dir / "lucid"], gpu="v100-32gb")
     assert len(lucid.isolated) == 66 and len(lucid.groups) == 1081
     assert lucid.sources[0]["shippable"] is False
+
+
+def test_step_time_of_jobs_never_profiled_weighted_by_measurement_spread(figures):
+    """Every H200 profile keeps its timed steps, so the figure weighted by their spread sits beside the
+    plain one, for the calibration and every rule alike."""
+    step = figures["isolated_lomo"]["step_time_s"]
+    for m in ("calibrated", "default", "constant", "roofline"):
+        assert step[f"{m}_weighted_mape"] is not None
+    assert step["calibrated_weighted_mape"] < min(step[f"{r}_weighted_mape"] for r in ("default", "roofline"))
+
+
+def test_the_h200s_recurrent_models_are_priced_with_their_kernel_launches(data_dir):
+    """deepspeech2's cuDNN recurrent layers launch about 12,000 kernels in 98 framework ops: fitted without
+    it, the form with a per-launch host cost predicts it within 15%; the per-op form alone misses by 20%+."""
+    from dltsched.predictors.calibration import isolated as iso
+    from dltsched.predictors.calibration.data import read_datasets
+    from dltsched.predictors.calibration.model import _rows
+
+    (data,) = [d for d in read_datasets([data_dir / "h200"]) if d.sharing == "timeslice"]
+    rows = _rows(data.gpu, data.tf32, data.isolated)
+    held = [r for r in rows if r.model == "deepspeech2"]
+    train = [r for r in rows if r.model != "deepspeech2"]
+    err = {f: abs(iso.step_seconds(iso.fit_step_form(train, f), held[0].features, held[0].batch)
+                  / held[0].step_time_s - 1.0) for f in ("host_ops", "ops_and_launches")}
+    assert err["ops_and_launches"] < 0.15 and err["host_ops"] > 0.2
+
