@@ -215,6 +215,32 @@ class Row:
     step_time_s: float
     gmem_mib: float | None = None
     gpu_util: float | None = None
+    step_rel_sd: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepFitOptions:
+    """How :func:`fit_step_form` fits: the pull of each log-parameter towards the uncalibrated value, the
+    per-launch host time ``launch_us`` is pulled towards, residuals as relative errors or logs of the ratio,
+    and (``spread_floor``) each row weighted by ``spread_floor / sqrt(spread_floor ** 2 + s ** 2)``, ``s``
+    the relative spread of its timed steps (weight 1 where unknown)."""
+
+    prior_weight: float = PRIOR_WEIGHT
+    launch_prior_us: float = LAUNCH_US_PRIOR
+    log_space: bool = False
+    spread_floor: float | None = None
+
+    def weights(self, rows: Sequence[Row]) -> np.ndarray:
+        """Each row's weight in the fit."""
+        if self.spread_floor is None:
+            return np.ones(len(rows))
+        f = self.spread_floor
+        return np.array([1.0 if r.step_rel_sd is None else f / math.sqrt(f * f + r.step_rel_sd**2)
+                         for r in rows])
+
+
+#: the fit :func:`fit_step` makes of every form
+DEFAULT_FIT = StepFitOptions()
 
 
 def _robust(residuals: Any, x0: np.ndarray) -> np.ndarray:
@@ -246,9 +272,11 @@ def _step_array(p: dict[str, float], c: dict[str, np.ndarray]) -> np.ndarray:
     return np.where(c["fwd_bwd"], gpu, busy)
 
 
-def fit_step_form(rows: Sequence[Row], form: str) -> dict[str, float]:
-    """The step-time parameters of one overlap form fitted on ``rows`` (module docstring)."""
-    prior = {**default_step_params(), "launch_us": LAUNCH_US_PRIOR}
+def fit_step_form(rows: Sequence[Row], form: str, options: StepFitOptions | None = None) -> dict[str, float]:
+    """The step-time parameters of one overlap form fitted on ``rows`` (module docstring), as ``options`` say
+    (the defaults: relative errors, unweighted, :data:`PRIOR_WEIGHT`, :data:`LAUNCH_US_PRIOR`)."""
+    opt = options or DEFAULT_FIT
+    prior = {**default_step_params(), "launch_us": opt.launch_prior_us}
     power, feature, launches = STEP_FORMS[form]
     names = [*STEP_PARAMS, *(["launch_us"] if launches else [])]
     iteration = any(r.scope == "iteration" for r in rows)
@@ -264,9 +292,12 @@ def fit_step_form(rows: Sequence[Row], form: str) -> dict[str, float]:
             out["per_sample_s"] = float(x[len(names) + 1] ** 2 * 1e-4)
         return out
 
+    weights = opt.weights(rows)
+
     def residuals(x: np.ndarray) -> np.ndarray:
-        rel = _step_array(unpack(x), cols) / cols["step"] - 1.0
-        reg = PRIOR_WEIGHT * (x[:len(names)] - x0)
+        ratio = _step_array(unpack(x), cols) / cols["step"]
+        rel = weights * (np.log(np.maximum(ratio, 1e-9)) if opt.log_space else ratio - 1.0)
+        reg = opt.prior_weight * (x[:len(names)] - x0)
         extra = 0.02 * x[len(names):] if iteration else np.zeros(0)
         return np.concatenate([rel, reg, extra])
 
@@ -274,12 +305,12 @@ def fit_step_form(rows: Sequence[Row], form: str) -> dict[str, float]:
     return unpack(_robust(residuals, start))
 
 
-def lomo_step_mape(rows: Sequence[Row], form: str) -> float:
+def lomo_step_mape(rows: Sequence[Row], form: str, options: StepFitOptions | None = None) -> float:
     """Leave-one-model-out MAPE (%) of the form ``form`` (:data:`STEP_FORMS`) over ``rows``: each model
     predicted by a fit on the others."""
     apes = []
     for model in sorted({r.model for r in rows}):
-        params = fit_step_form([r for r in rows if r.model != model], form)
+        params = fit_step_form([r for r in rows if r.model != model], form, options)
         held = [r for r in rows if r.model == model]
         apes += list(np.abs(_step_array(params, _columns(held)) / _columns(held)["step"] - 1.0))
     return 100.0 * float(np.mean(apes))

@@ -1,0 +1,78 @@
+"""Leave-one-model-out step-time figures of each host form, and nested over the forms and over every
+variant searched (predictors/calibration/stepforms.py), on profile datasets of one GPU.
+
+    python scripts/steptime_forms.py "$DLTSCHED_DATA"/h200 [--search] [--json]
+
+Every fit uses the isolated runs of every dataset found (as `dltsched calibrate` does); the rows scored are
+those of the `--sharing` datasets (time-slicing by default: the calibrate report's rows). MAPE plain and
+weighted by each profile's spread of timed steps (docs/calibration.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from dltsched.predictors.calibration import stepforms
+from dltsched.predictors.calibration.data import read_datasets
+from dltsched.predictors.calibration.evaluate import spread_weight
+from dltsched.predictors.calibration.model import _rows
+
+
+def _figures(apes: dict[str, list[float]], weights: dict[str, list[float | None]]) -> dict[str, float | None]:
+    flat = [a for v in apes.values() for a in v]
+    pairs = [(a, w) for m in apes for a, w in zip(apes[m], weights[m], strict=True)]
+    weighted = (sum(a * w for a, w in pairs if w) / sum(w for _, w in pairs if w)
+                if all(w for _, w in pairs) else None)
+    return {"mape": statistics.fmean(flat), "weighted_mape": weighted, "n": len(flat)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dirs", nargs="+")
+    parser.add_argument("--sharing", default="timeslice")
+    parser.add_argument("--search", action="store_true",
+                        help="also nested over every variant searched (slow)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    datasets = read_datasets(args.dirs)
+    gpu = datasets[0].gpu
+    tf32 = frozenset().union(*(d.tf32 for d in datasets))
+    rows = _rows(gpu, tf32, [r for d in datasets for r in d.isolated])
+    scored_isolated = [r for d in datasets if d.sharing == args.sharing for r in d.isolated]
+    scored = _rows(gpu, tf32, scored_isolated)
+    weights: dict[str, list[float | None]] = {}
+    for r in scored:
+        weights.setdefault(r.model, []).append(spread_weight(r.step_rel_sd))
+    out: dict[str, object] = {"gpu": gpu, "rows_fitted": len(rows), "rows_scored": len(scored),
+                              "models": len({r.model for r in rows})}
+    out["lomo_per_form"] = {f: _figures(stepforms.lomo_apes(rows, (f, opt), scored), weights)
+                            for f, opt in stepforms.default_variants()}
+    sets = {"forms": stepforms.default_variants()}
+    if args.search:
+        sets["searched"] = stepforms.searched_variants()
+    for name, variants in sets.items():
+        start = time.perf_counter()
+        apes, picks = stepforms.nested_lomo_apes(rows, variants, scored)
+        out[f"nested_over_{name}"] = {**_figures(apes, weights), "variants": len(variants),
+                                      "per_model_mape": {m: statistics.fmean(v) for m, v in apes.items()},
+                                      "picks": {m: stepforms.describe(v) for m, v in picks.items()},
+                                      "seconds": time.perf_counter() - start}
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return
+    print(f"{gpu}: {out['models']} models, {len(rows)} rows fitted, {len(scored)} scored ({args.sharing})")
+    for f, got in out["lomo_per_form"].items():  # type: ignore[union-attr]
+        print(f"  LOMO, form {f:<18} MAPE {got['mape']:5.1f}%  weighted {got['weighted_mape'] or 0:5.1f}%")
+    for name in sets:
+        got = out[f"nested_over_{name}"]
+        print(f"  nested LOMO over {got['variants']:>2} {name:<9}  MAPE {got['mape']:5.1f}%  "  # type: ignore[index]
+              f"weighted {got['weighted_mape'] or 0:5.1f}%")  # type: ignore[index]
+        for m, pick in got["picks"].items():  # type: ignore[index]
+            print(f"    {m:<14} {got['per_model_mape'][m]:5.1f}%  chose {pick}")  # type: ignore[index]
+
+
+if __name__ == "__main__":
+    main()
