@@ -29,6 +29,8 @@ def test_eval_steptime_reads_the_profilers_own_file(data_dir, capsys):
 def test_leave_one_model_out_beats_the_default_and_the_rules(figures):
     step = figures["isolated_lomo"]["step_time_s"]
     assert step["n"] == 16 and step["calibrated_mape"] < step["default_mape"]
+    # the three step forms, chosen inside each fold: 11.5% on the time-sliced folder (14.3% with two forms)
+    assert step["calibrated_mape"] < 12.0
     for part in ("groups_lomo", "groups_logo"):
         speed = figures[part]["speed"]
         assert speed["calibrated_mape"] < min(speed["default_mape"], speed["constant_mape"],
