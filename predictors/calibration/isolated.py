@@ -12,7 +12,7 @@ passes at the spec bandwidth (TF32 where the record says). Each scale is a corre
 kernels on this GPU (conv: convolutions; gemm: linear and batched matmul; vector: element-wise, norms,
 softmax), fitted with the host time and the fixed per-step cost by robust least squares on relative errors,
 each pulled towards the uncalibrated kernel step model's value (:data:`PRIOR_WEIGHT` on its log), so an op
-class the data barely exercise keeps the default. How the host's work meets the GPU's is one of two forms
+class the data barely exercise keeps the default. How the host's work meets the GPU's is one of three forms
 (:data:`STEP_FORMS`):
 
 - ``overlap`` (the uncalibrated model's): the host enqueues kernels while the GPU runs, ``n`` = kernel
@@ -27,7 +27,8 @@ class the data barely exercise keeps the default. How the host's work meets the 
 
 :func:`fit_step` fits every form and keeps the one with the lowest leave-one-model-out error over the rows
 it is given (:data:`MIN_MODELS_TO_CHOOSE` models or more; ``overlap`` otherwise), so a held-out model never
-takes part in choosing the form that prices it. Scope ``fwd_bwd`` is ``gpu`` without the optimizer; the input
+takes part in choosing the form that prices it (:mod:`.stepforms`: that choice nested, and over every fit
+variant of :class:`StepFitOptions` tried). Scope ``fwd_bwd`` is ``gpu`` without the optimizer; the input
 terms are fitted only where rows of scope ``iteration`` were measured (profiles of synthetic inputs have
 none).
 
