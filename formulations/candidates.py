@@ -7,16 +7,19 @@ the same ``num_gpus`` GPUs) on one GPU type at one location:
 - ``node``: a multi-GPU unit inside node ``where`` (gang in one node whenever one fits);
 - ``cross``: a multi-GPU unit larger than every node of the type, spread over nodes;
 - ``stay``: a unit on the current GPUs of running slot ``where`` (its members from the slot
-  do not migrate).
+  do not migrate);
+- ``class``: a multi-GPU unit on some node of aggregated node class ``where`` (interchangeable empty nodes,
+  :mod:`~dltsched.formulations.aggregate`): it stands for the unit's ``node`` candidates on those nodes.
 
 A multi-GPU unit is offered at most ``max_nodes_per_unit`` nodes per type: its members' current
 nodes, the node with the most GPUs free of running jobs, and nodes that can host it without
 preemption, spread over units deterministically (a restriction of the candidate set; rounds with
-few nodes see every node). Memory is a per-GPU filter, not a shared resource, so each (unit, type,
-location) keeps only its best memory-feasible freeze levels. Objectives are handled in maximisation form:
-a candidate's ``gain`` is its score plus the migration penalty its staying members save; see
-:func:`objective_of`. Capacity is then exact with per-node counts for multi-GPU units and per-type
-counts for everything (one-GPU units fit in any free GPU).
+few nodes see every node); the offered nodes of an aggregated class become one candidate on the class.
+Memory is a per-GPU filter, not a shared resource, so each (unit, type, location) keeps only its best
+memory-feasible freeze levels. Objectives are handled in maximisation form: a candidate's ``gain`` is its
+score plus the migration penalty its staying members save; see :func:`objective_of`. Capacity is then exact
+with per-node counts for multi-GPU units, per-class counts for aggregated classes and per-type counts for
+everything (one-GPU units fit in any free GPU).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from enum import StrEnum
 from itertools import product
 
 from dltsched.engine.domain.model import Objective
+from dltsched.formulations.aggregate import NodeClass, class_of, empty_node_classes
 from dltsched.formulations.interference import simulate_stages
 from dltsched.formulations.problem import JobOption, RoundProblem
 
@@ -39,11 +43,13 @@ class CandidateKind(StrEnum):
     NODE = "node"
     CROSS = "cross"
     STAY = "stay"
+    CLASS = "class"
 
 
 #: the members the inner loops use, bound once (looking a member up on its enum class is slow)
 _MAKESPAN, _WEIGHTED_COMPLETION = Objective.MAKESPAN, Objective.WEIGHTED_COMPLETION
 _TYPE, _NODE, _CROSS, _STAY = CandidateKind.TYPE, CandidateKind.NODE, CandidateKind.CROSS, CandidateKind.STAY
+_CLASS = CandidateKind.CLASS
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +78,10 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True)
 class CandidateSet:
-    """All candidates of a round plus the data the backends need to state constraints."""
+    """All candidates of a round plus the data the backends need to state constraints; ``classes``: the
+    aggregated node classes that ``class`` candidates name (``None``: those of
+    :func:`~dltsched.formulations.aggregate.empty_node_classes`, a function of the round; see
+    :func:`node_classes_of`)."""
 
     problem: RoundProblem
     candidates: tuple[Candidate, ...]
@@ -80,6 +89,12 @@ class CandidateSet:
     slot_conflicts: tuple[tuple[int, int], ...]
     by_job: tuple[tuple[int, ...], ...]
     unplaced_completion_s: tuple[float, ...]
+    classes: tuple[NodeClass, ...] | None = None
+
+
+def node_classes_of(cset: CandidateSet) -> tuple[NodeClass, ...]:
+    """The aggregated node classes the ``class`` candidates of ``cset`` name (by index)."""
+    return empty_node_classes(cset.problem) if cset.classes is None else cset.classes
 
 
 def unplaced_completion_s(problem: RoundProblem) -> tuple[float, ...]:
@@ -110,6 +125,8 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
     asks = [(jobs, gpu_type) for jobs, group_type in units
             for gpu_type in ((group_type,) if group_type else job_types[jobs[0]])]
     found = iter(best_freeze_levels(problem, asks, waiting))
+    classes = empty_node_classes(problem)
+    aggregated = class_of(classes)
     for u, (jobs, group_type) in enumerate(units):
         types = (group_type,) if group_type else job_types[jobs[0]]
         mine = sorted({p for j in jobs for p in slots_of_job.get(j, ())}) if slots_of_job else []
@@ -117,8 +134,13 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
             best = next(found)
             if best is None:
                 continue
-            nodes = _offered_nodes(problem, jobs, gpu_type, free_now, u, fitting)
-            out.extend(_unit_candidates(problem, jobs, gpu_type, slots, nodes, mine, best))
+            size = problem.jobs[jobs[0]].num_gpus
+            places: list[tuple[CandidateKind, int]] = []
+            if 1 < size <= problem.max_node_gpus(gpu_type):
+                nodes = _offered_nodes(problem, jobs, gpu_type, free_now, u, fitting)
+                places = list(dict.fromkeys((_CLASS, aggregated[n]) if n in aggregated else (_NODE, n)
+                                            for n in nodes))
+            out.extend(_unit_candidates(problem, jobs, gpu_type, slots, places, mine, best))
     by_job: list[list[int]] = [[] for _ in problem.jobs]
     for c, cand in enumerate(out):
         for j in cand.jobs:
@@ -129,7 +151,8 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
             on_gpu[g].append(p)
     conflicts = tuple(sorted({(a, b) for held in on_gpu.values()
                               for i, a in enumerate(held) for b in held[i + 1:]}))
-    return CandidateSet(problem, tuple(out), slots, conflicts, tuple(tuple(b) for b in by_job), waiting)
+    return CandidateSet(problem, tuple(out), slots, conflicts, tuple(tuple(b) for b in by_job), waiting,
+                        classes)
 
 
 def find_slots(problem: RoundProblem) -> tuple[Slot, ...]:
@@ -198,9 +221,11 @@ def _offered_nodes(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, 
 
 
 def _unit_candidates(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, slots: Sequence[Slot],
-                     nodes: Sequence[int], mine: Sequence[int], best: _Best) -> list[Candidate]:
-    """The candidates of one unit on one type at its ``best`` freeze levels; ``mine``: the slots (ascending)
-    holding any of its jobs now."""
+                     places: Sequence[tuple[CandidateKind, int]], mine: Sequence[int],
+                     best: _Best) -> list[Candidate]:
+    """The candidates of one unit on one type at its ``best`` freeze levels; ``places``: the offered nodes
+    (``node``) and aggregated classes (``class``) of a multi-GPU unit; ``mine``: the slots (ascending) holding
+    any of its jobs now."""
     size = problem.jobs[jobs[0]].num_gpus
     cross = size > problem.max_node_gpus(gpu_type)
     freeze, score, completion = best
@@ -215,7 +240,7 @@ def _unit_candidates(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str
     elif cross:
         out.append(make(_CROSS, -1, 0.0))
     else:
-        out += [make(_NODE, n, 0.0) for n in nodes]
+        out += [make(kind, where, 0.0) for kind, where in places]
     for p in mine:
         slot = slots[p]
         stayers = running & set(slot.members)
