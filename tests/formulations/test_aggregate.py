@@ -30,8 +30,7 @@ def test_divides_chain() -> None:
     assert divides_chain([2, 16], 8)  # 16 never uses one 8-GPU node
     assert divides_chain([2, 6], 12)  # 2 | 6 | 12
     assert not divides_chain([3], 8)
-    assert not divides_chain([4, 6], 12)  # 4 does not divide 6: on two nodes 6 + 4 + 6 + 4 = 20 < 24 fits
-    # only as 6 + 6 and 4 + 4 + ..., so first fit may not pack it
+    assert not divides_chain([4, 6], 12)  # 4 does not divide 6: not aggregated
 
 
 def test_only_empty_fully_usable_nodes_of_dividing_sizes_form_classes() -> None:
