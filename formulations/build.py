@@ -331,6 +331,22 @@ def _group_on(members: tuple[int, ...], gpu_type: str, memory: _JobMemory, allow
     return group
 
 
+def _pair_prices(a: int, b: int, gpu_type: str, memory: _JobMemory) -> tuple[tuple[float, ...], float]:
+    """The speeds and memory overhead of the pair ``(a, b)`` on ``gpu_type``: :func:`_group_on` for two jobs,
+    without building the group (the round's hottest loop)."""
+    prices = memory.prices
+    if prices is not None:
+        specs = memory.specs
+        hit = prices.entries.get((gpu_type, memory.ids[a], memory.ids[b]))
+        if hit is not None and hit[2] == memory.memory_version and hit[1] == (memory.versions[a],
+                                                                              memory.versions[b]):
+            held = hit[0]
+            if held[0] is specs[a] and held[1] is specs[b]:
+                return hit[3], hit[4]
+    group = _group_on((a, b), gpu_type, memory, True)
+    return group.speeds, group.overhead_mib
+
+
 def _priced(members: tuple[int, ...], gpu_type: str, memory: _JobMemory, allowed: bool) -> ColocGroup:
     group = [memory.specs[m] for m in members]
     colocation = memory.predictors.colocation
@@ -357,12 +373,10 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
         for gpu_type in types[a]:  # the types the two share, in a's option order
             if gpu_type not in type_sets[b]:
                 continue
-            group = _group_on((a, b), gpu_type, asked, True)
-            speeds = group.speeds
+            speeds, overhead = _pair_prices(a, b, gpu_type, asked)
             total = speeds[0] + speeds[1]
-            fits = least[a][gpu_type] + least[b][gpu_type] + group.overhead_mib <= memory[gpu_type]
-            if total > 1.0 and fits:
-                found[((a, b), gpu_type)] = group
+            if total > 1.0 and least[a][gpu_type] + least[b][gpu_type] + overhead <= memory[gpu_type]:
+                found[((a, b), gpu_type)] = ColocGroup((a, b), gpu_type, speeds, overhead, True)
                 best = max(best, total)
         if best:
             partners[a].append((best, b))
