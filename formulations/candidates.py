@@ -127,20 +127,30 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
     found = iter(best_freeze_levels(problem, asks, waiting))
     classes = empty_node_classes(problem)
     aggregated = class_of(classes)
+    largest = {t: problem.max_node_gpus(t) for t in problem.gpu_types()}
+    round_jobs = problem.jobs
     for u, (jobs, group_type) in enumerate(units):
         types = (group_type,) if group_type else job_types[jobs[0]]
-        mine = sorted({p for j in jobs for p in slots_of_job.get(j, ())}) if slots_of_job else []
+        size = round_jobs[jobs[0]].num_gpus
+        mine = sorted({p for j in jobs for p in slots_of_job.get(j, ())}) \
+            if any(j in slots_of_job for j in jobs) else ()
         for gpu_type in types:
             best = next(found)
             if best is None:
                 continue
-            size = problem.jobs[jobs[0]].num_gpus
-            places: list[tuple[CandidateKind, int]] = []
-            if 1 < size <= problem.max_node_gpus(gpu_type):
+            freeze, score, completion = best
+            if size == 1:
+                out.append(Candidate(jobs, freeze, gpu_type, _TYPE, -1, size, score + 0.0, completion))
+            elif size > largest[gpu_type]:
+                out.append(Candidate(jobs, freeze, gpu_type, _CROSS, -1, size, score + 0.0, completion))
+            else:
                 nodes = _offered_nodes(problem, jobs, gpu_type, free_now, u, fitting)
-                places = list(dict.fromkeys((_CLASS, aggregated[n]) if n in aggregated else (_NODE, n)
-                                            for n in nodes))
-            out.extend(_unit_candidates(problem, jobs, gpu_type, slots, places, mine, best))
+                places = dict.fromkeys((_CLASS, aggregated[n]) if n in aggregated else (_NODE, n)
+                                       for n in nodes) if aggregated else ((_NODE, n) for n in nodes)
+                out += [Candidate(jobs, freeze, gpu_type, kind, where, size, score + 0.0, completion)
+                        for kind, where in places]
+            if mine:
+                out += _stays(problem, jobs, gpu_type, size, slots, mine, best)
     by_job: list[list[int]] = [[] for _ in problem.jobs]
     for c, cand in enumerate(out):
         for j in cand.jobs:
@@ -220,32 +230,19 @@ def _offered_nodes(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, 
     return sorted(chosen)
 
 
-def _unit_candidates(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, slots: Sequence[Slot],
-                     places: Sequence[tuple[CandidateKind, int]], mine: Sequence[int],
-                     best: _Best) -> list[Candidate]:
-    """The candidates of one unit on one type at its ``best`` freeze levels; ``places``: the offered nodes
-    (``node``) and aggregated classes (``class``) of a multi-GPU unit; ``mine``: the slots (ascending) holding
-    any of its jobs now."""
-    size = problem.jobs[jobs[0]].num_gpus
-    cross = size > problem.max_node_gpus(gpu_type)
+def _stays(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, size: int, slots: Sequence[Slot],
+           mine: Sequence[int], best: _Best) -> list[Candidate]:
+    """The ``stay`` candidates of one unit on one type at its ``best`` freeze levels; ``mine``: the slots
+    (ascending) holding any of its jobs now (the unit's staying members save their migration penalty)."""
     freeze, score, completion = best
     running = {j for j in jobs if problem.jobs[j].running}
-
-    def make(kind: CandidateKind, where: int, saved: float) -> Candidate:
-        return Candidate(jobs, freeze, gpu_type, kind, where, size, score + saved, completion)
-
     out = []
-    if size == 1:
-        out.append(make(_TYPE, -1, 0.0))
-    elif cross:
-        out.append(make(_CROSS, -1, 0.0))
-    else:
-        out += [make(kind, where, 0.0) for kind, where in places]
     for p in mine:
         slot = slots[p]
         stayers = running & set(slot.members)
         if stayers and slot.gpu_type == gpu_type and len(slot.gpus) == size:
-            out.append(make(_STAY, p, sum(problem.migration_cost(j) for j in stayers)))
+            saved = sum(problem.migration_cost(j) for j in stayers)
+            out.append(Candidate(jobs, freeze, gpu_type, _STAY, p, size, score + saved, completion))
     return out
 
 
