@@ -365,7 +365,7 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
             options: RoundOptions) -> tuple[ColocGroup, ...]:
     memory = {n.gpu_type: n.memory_mib for n in nodes}
     asked = _JobMemory(jobs, specs, predictors)
-    found: dict[tuple[tuple[int, ...], str], ColocGroup] = {}
+    found: dict[tuple[tuple[int, ...], str], tuple[tuple[float, ...], float]] = {}  # speeds, overhead
     partners: dict[int, list[tuple[float, int]]] = defaultdict(list)
     types, type_sets, least = asked.types, asked.type_sets, asked.least_mib
     for a, b in _pair_candidates(jobs, options.max_partners):
@@ -376,14 +376,14 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
             speeds, overhead = _pair_prices(a, b, gpu_type, asked)
             total = speeds[0] + speeds[1]
             if total > 1.0 and least[a][gpu_type] + least[b][gpu_type] + overhead <= memory[gpu_type]:
-                found[((a, b), gpu_type)] = ColocGroup((a, b), gpu_type, speeds, overhead, True)
+                found[((a, b), gpu_type)] = (speeds, overhead)
                 best = max(best, total)
         if best:
             partners[a].append((best, b))
             partners[b].append((best, a))
     keep = {j: {b for _, b in sorted(p, key=lambda t: (-t[0], t[1]))[: options.max_partners]}
             for j, p in partners.items()}
-    allowed = {key: g for key, g in found.items()
+    allowed = {key: ColocGroup(key[0], key[1], *prices, True) for key, prices in found.items()
                if key[0][1] in keep[key[0][0]] or key[0][0] in keep[key[0][1]]}
     if options.max_jobs_per_gpu == 3:
         _add_triples(allowed, keep, asked, memory)
