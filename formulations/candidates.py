@@ -251,15 +251,16 @@ _Best = tuple[tuple[int, ...], float, tuple[float, ...]]
 
 
 def best_freeze_levels(problem: RoundProblem, asks: Sequence[tuple[tuple[int, ...], str]],
-                       waiting: Sequence[float]) -> list[_Best | None]:
+                       waiting: Sequence[float], *, bulk: bool = True) -> list[_Best | None]:
     """:func:`_best_freeze` of every (unit, GPU type) in ``asks``, in their order (``None``: no
     memory-feasible levels). For the maximised objectives, one-job and two-job units are decided together in
     numpy with the same floating-point operations, in the same order, as :func:`_best_progress` (the same
     levels and scores to the bit; the first best combination in product order); larger groups and the
-    minimised objectives take :func:`_best_freeze` one by one."""
+    minimised objectives take :func:`_best_freeze` one by one (every unit with ``bulk=False``: the reference
+    the numpy path is tested against)."""
     largest = {t: problem.max_node_gpus(t) for t in problem.gpu_types()}
     out: list[_Best | None] = [None] * len(asks)
-    if problem.options.minimize:
+    if problem.options.minimize or not bulk:
         for i, (jobs, gpu_type) in enumerate(asks):
             cross = problem.jobs[jobs[0]].num_gpus > largest[gpu_type]
             out[i] = _best_freeze(problem, jobs, gpu_type, cross, waiting)
