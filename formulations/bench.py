@@ -132,8 +132,8 @@ def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, rep
     memoised across a backend's repeats, as the optimizing policy keeps them across rounds (its first round
     pays them: ``first_round_total_s``). A tiny round solved first loads the backend's solver, as in a
     running scheduler; each round runs with the cyclic garbage collector paused, as in the round pipeline
-    (:mod:`~dltsched.formulations.gcpause`). ``milp_solver``: the ``milp`` backend's solver (``highspy``: HiGHS without Pyomo; its
-    rows are named ``milp:highspy``)."""
+    (:mod:`~dltsched.formulations.gcpause`). ``milp_solver``: the ``milp`` backend's solver (``highspy``:
+    HiGHS without Pyomo; its rows are named ``milp:highspy``)."""
     from dltsched.engine.domain.predictors import memoized
     from dltsched.formulations.checker import check_plan
     from dltsched.formulations.solve import solve_problem

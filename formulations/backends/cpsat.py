@@ -135,13 +135,18 @@ def _scale(model: RoundModel) -> float:
 _LOWEST, _HIGHEST = -(2**63), 2**63 - 1
 
 
+def _listed(values: Sequence[int]) -> str:
+    """Repeated scalars in the text format's list syntax (shorter to write and parse than one per field)."""
+    return f"[{', '.join(map(str, values))}]"
+
+
 def _linear(cols: Sequence[int], coefs: Sequence[int], lower: int, upper: int) -> str:
-    return (f"constraints {{ linear {{ vars: {' vars: '.join(map(str, cols))} "
-            f"coeffs: {' coeffs: '.join(map(str, coefs))} domain: {lower} domain: {upper} }} }}")
+    return (f"constraints {{ linear {{ vars: {_listed(cols)} coeffs: {_listed(coefs)} "
+            f"domain: [{lower}, {upper}] }} }}")
 
 
 def _at_most_one(cols: Sequence[int]) -> str:
-    return f"constraints {{ at_most_one {{ literals: {' literals: '.join(map(str, cols))} }} }}"
+    return f"constraints {{ at_most_one {{ literals: {_listed(cols)} }} }}"
 
 
 def model_text(model: RoundModel, hint: Sequence[int] = ()) -> str:
@@ -151,7 +156,7 @@ def model_text(model: RoundModel, hint: Sequence[int] = ()) -> str:
     the makespan column, the last one). ``hint``: candidates set to 1 in a complete solution hint."""
     num = model.num_candidates
     scale = _scale(model)
-    lines = ["variables { domain: 0 domain: 1 }\n" * num]
+    lines = ["variables { domain: [0, 1] }\n" * num]
     for row in model.rows:
         if row.at_most_one:
             lines.append(_at_most_one(row.cols))
@@ -161,7 +166,7 @@ def model_text(model: RoundModel, hint: Sequence[int] = ()) -> str:
     coefs = [-round(model.gains[c] * scale) for c in cols]  # maximise: CP-SAT minimises -gain
     makespan = model.makespan_column
     if makespan is not None:
-        lines.insert(1, f"variables {{ domain: 0 domain: {round(model.makespan_upper_s * scale) + 1} }}\n")
+        lines.insert(1, f"variables {{ domain: [0, {round(model.makespan_upper_s * scale) + 1}] }}\n")
         for job_row in model.makespan_rows:  # M + sum saved_c x_c >= wait_j, each time rounded on its own
             wait = round(job_row.wait_s * scale)
             saved = [wait - round(t * scale) for t in job_row.finish_s]
@@ -169,10 +174,9 @@ def model_text(model: RoundModel, hint: Sequence[int] = ()) -> str:
         cols.append(makespan)
         coefs.append(1)
     if cols:
-        lines.append(f"objective {{ vars: {' vars: '.join(map(str, cols))} scaling_factor: -1 "
-                     f"coeffs: {' coeffs: '.join(map(str, coefs))} }}")
+        lines.append(f"objective {{ vars: {_listed(cols)} scaling_factor: -1 coeffs: {_listed(coefs)} }}")
     if hint:
         chosen = set(hint)
-        lines.append(f"solution_hint {{ vars: {' vars: '.join(map(str, range(num)))} "
-                     f"values: {' values: '.join('1' if c in chosen else '0' for c in range(num))} }}")
+        lines.append(f"solution_hint {{ vars: {_listed(range(num))} "
+                     f"values: {_listed([1 if c in chosen else 0 for c in range(num)])} }}")
     return "\n".join(lines)
