@@ -12,12 +12,12 @@ that; a round stopped by it is not reproducible and says so in its message. ``de
 ``num_workers`` workers under a wall-clock limit. How these figures were chosen: ``docs/backends.md``.
 
 Search settings (:data:`SEARCH_PARAMETERS`, every solve): the full LP relaxation with cuts at the root
-(``linearization_level=2``), no probing in presolve and no merging of large at-most-one/linear overlaps
-(``find_big_linear_overlap``). On these set-packing models with knapsack rows the LP bound is nearly tight;
-the overlap merge rewrote the rows into a weaker relaxation and probing cost more than it found. Measured on
-the 1,000-job / 1,024-GPU round of ``bench solve`` (gap limit 1%): CP-SAT's defaults spent 1.76
-deterministic units and stopped 0.50% below the proven optimum; these settings spend 0.06 units and stop
-0.09% below it (``docs/round-speed.md``).
+(``linearization_level=2``), no probing in presolve, no merging of large at-most-one/linear overlaps
+(``find_big_linear_overlap``) and one presolve pass. On these set-packing models with knapsack rows the LP
+bound is nearly tight; the overlap merge rewrote the rows into a weaker relaxation and probing cost more than
+it found. Measured on the 1,000-job / 1,024-GPU round of ``bench solve`` (gap limit 1%): CP-SAT's defaults
+spent 1.76 deterministic units and stopped 0.50% below the proven optimum; these settings spend 0.06 units
+and stop 0.09% below it (``docs/round-speed.md``).
 
 The hint (the round's starting selection) is handed to CP-SAT as a solution hint when
 :attr:`CpSat.use_hint` is set; the registered backend leaves it unset, as it searches better without one
@@ -54,7 +54,7 @@ GAP_MARGIN = 0.9
 WALL_CAP_FACTOR = 10.0
 #: CP-SAT parameters set on every solve (see the module docstring); a subclass may change them
 SEARCH_PARAMETERS: dict[str, int | bool] = {"linearization_level": 2, "cp_model_probing_level": 0,
-                                           "find_big_linear_overlap": False}
+                                           "find_big_linear_overlap": False, "max_presolve_iterations": 1}
 #: the least wall-clock time a solve is given (a round whose building took its whole limit)
 _LEAST_S = 0.01
 
