@@ -20,7 +20,7 @@ longest first under the makespan configuration ``effective_progress`` with a ``l
 arrival order), and the next solve sees everything. A decision point that triggers no solve does the same.
 
 Batched arrivals. A solve triggered by ``new_waiting`` waits while the jobs no solve has seen waiting are
-fewer than ``arrival_share`` (7%) of the active jobs and the last solve is less than ``round_interval_s``
+fewer than ``arrival_share`` (5%) of the active jobs and the last solve is less than ``round_interval_s``
 ago: they start greedily on free GPUs meanwhile (as between solves; ``batched_arrivals`` counts these
 decision points), and the solve comes when enough of them wait or at the periodic round. A lone arrival
 changes a round of many jobs little; solving each one cost the policy most of its time on busy windows
@@ -71,7 +71,7 @@ AUTO_INTERVAL_S = 300.0
 SHORTCUTS_ABOVE_GPUS = 256
 #: batched arrivals (see :class:`OptimizingPolicy`): a solve for new waiting jobs alone waits, up to
 #: ``round_interval_s`` after the last solve, until they are at least this share of the active jobs
-ARRIVAL_SHARE = 0.07
+ARRIVAL_SHARE = 0.05
 #: what the policy asks of its solver (:class:`~dltsched.engine.domain.protocols.RoundSolver`)
 ROUND_SOLVER_MEMBERS = ("objective", "options", "with_options", "marks_colocation_fallbacks", "solve")
 

@@ -410,8 +410,8 @@ def _batch_tables() -> Tables:
 
 
 def test_a_lone_arrival_waits_for_more_or_the_periodic_round_and_starts_greedily_meanwhile(backend):
-    # after w0's solve at 0 s, one new arrival among 21 active jobs is under 7% of them (1 < 1.47): w1 starts
-    # greedily on a free GPU without a solve; two at once (w2, w3: 2 >= 1.54 of 22) are solved; w4, arriving
+    # after w0's solve at 0 s, one new arrival among 21 active jobs is under 5% of them (1 < 1.05): w1 starts
+    # greedily on a free GPU without a solve; two at once (w2, w3: 2 >= 1.1 of 22) are solved; w4, arriving
     # 1,800 s (round_interval_s) after the last solve, is solved however few it is
     policy = optimizing_policy(_batch_tables().bundle(), time_limit_s=1.0, max_jobs_per_gpu=1,
                                backend=backend)
