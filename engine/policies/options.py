@@ -135,6 +135,10 @@ class _Solver(PolicyOptions):
     shortcuts_above_gpus: int = Field(256, ge=0, le=1_000_000,
                                       description="clusters above this many GPUs start "
                                       "arrivals without a solve, solve roomy rounds and let movers wait")
+    arrival_share: float = Field(0.05, ge=0, le=1,
+                                 description="a solve for new waiting jobs alone waits (up to "
+                                 "round_interval_s after the last) until they are this share of the active "
+                                 "jobs (0: at once)")
     deterministic: bool = Field(True,
                                 description="reproducible solves (one worker, deterministic time budget)")
 

@@ -347,7 +347,8 @@ def test_auto_cadence_scales_with_the_cluster(backend):
     busy = tuple(JobState(Job(f"r{g}", "resnet18", 32, 1e6), 1e6 - g, assignment=Assignment(f"r{g}", (g,)))
                  for g in range(512))
     tables = Tables(step_s={k: [1.0] for k in (*(f"r{g}" for g in range(512)), "w1", "w2")})
-    policy = optimizing_policy(tables.bundle(), time_limit_s=0.2, max_jobs_per_gpu=1, backend=backend)
+    policy = optimizing_policy(tables.bundle(), time_limit_s=0.2, max_jobs_per_gpu=1, backend=backend,
+                               arrival_share=0.0)  # every arrival solved: the cadence alone decides
     w1, w2 = (JobState(Job(k, "resnet18", 32, 1e6), 1e6) for k in ("w1", "w2"))
     policy.schedule(ClusterState(0.0, cluster, (*busy, w1)))
     assert len(policy.solve_log) == 1 and policy.solve_log[0]["jobs"] <= 256
@@ -393,3 +394,47 @@ def test_length_weight_starts_the_longest_job_first_and_finishes_the_batch_by_it
     assert res.makespan_s == pytest.approx(7200.0, rel=0.01)
     with pytest.raises(ValidationError, match="length_weight"):
         optimizing_policy(analytic, length_weight=1.0)  # the default objective is jct
+
+
+def _batch_state(time_s: float, waiting: tuple[str, ...]) -> ClusterState:
+    """32 v100s in four nodes; r0..r19 run alone on GPUs 0..19 (none could move faster); ``waiting`` wait."""
+    cluster = Cluster(tuple(Node(f"n{i}", "v100", 8) for i in range(4)))
+    running = tuple(JobState(Job(f"r{g}", "resnet18", 32, 1e5), 1e5, assignment=Assignment(f"r{g}", (g,)))
+                    for g in range(20))
+    return ClusterState(time_s, cluster, (*running, *(JobState(Job(k, "resnet18", 32, 1e5), 1e5)
+                                                      for k in waiting)))
+
+
+def _batch_tables() -> Tables:
+    return Tables(step_s={k: [1.0] for k in (*(f"r{g}" for g in range(20)), "w0", "w1", "w2", "w3", "w4")})
+
+
+def test_a_lone_arrival_waits_for_more_or_the_periodic_round_and_starts_greedily_meanwhile(backend):
+    # after w0's solve at 0 s, one new arrival among 21 active jobs is under 5% of them (1 < 1.05): w1 starts
+    # greedily on a free GPU without a solve; two at once (w2, w3: 2 >= 1.1 of 22) are solved; w4, arriving
+    # 1,800 s (round_interval_s) after the last solve, is solved however few it is
+    policy = optimizing_policy(_batch_tables().bundle(), time_limit_s=1.0, max_jobs_per_gpu=1,
+                               backend=backend)
+    policy.schedule(_batch_state(0.0, ("w0",)))
+    assert [e["trigger"] for e in policy.solve_log] == ["new_waiting"]
+    plan = policy.schedule(_batch_state(400.0, ("w1",)))
+    assert plan.incremental and [a.job_id for a in plan.assignments] == ["w1"]
+    assert len(policy.solve_log) == 1 and policy.batched_arrivals == 1
+    policy.schedule(_batch_state(800.0, ("w2", "w3")))
+    assert len(policy.solve_log) == 2 and policy.batched_arrivals == 1
+    policy.schedule(_batch_state(2600.0, ("w4",)))
+    assert [e["trigger"] for e in policy.solve_log] == ["new_waiting"] * 3 and policy.batched_arrivals == 1
+
+
+def test_without_batching_every_arrival_is_solved_at_once(backend):
+    policy = optimizing_policy(_batch_tables().bundle(), time_limit_s=1.0, max_jobs_per_gpu=1,
+                               backend=backend, arrival_share=0.0)
+    policy.schedule(_batch_state(0.0, ("w0",)))
+    policy.schedule(_batch_state(400.0, ("w1",)))
+    assert len(policy.solve_log) == 2 and policy.batched_arrivals == 0
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, "half", True])
+def test_bad_arrival_share_names_the_field(analytic, share):
+    with pytest.raises(ValidationError, match="arrival_share"):
+        optimizing_policy(analytic, arrival_share=share)
