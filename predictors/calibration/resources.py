@@ -80,7 +80,11 @@ def default_memory_params() -> dict[str, float]:
 
 
 def memory_mib(params: dict[str, float], f: dict[str, float]) -> float:
-    """Calibrated NVML memory (MiB) of a job alone with features ``f`` (module docstring)."""
+    """Calibrated NVML memory (MiB) of a job alone with features ``f`` (module docstring; a bundle written
+    before the traced reserve holds ``weights`` and ``activations`` scales of the graph's bytes instead)."""
+    if "weights" in params:
+        return (params["context_mib"] + params["weights"] * f["weights_mib"]
+                + params["activations"] * f["activations_mib"])
     return (params["context_mib"] + params.get("scale", 1.0) * f["reserved_mib"]
             + params.get("rnn", 0.0) * f["rnn_reserve_mib"])
 

@@ -235,7 +235,7 @@ def build_memory_trace(models: tuple[str, ...] = (), workers: int = 2, path: Pat
 
 def add_batches(models: tuple[str, ...], batches: tuple[int, ...], path: Path | None = None) -> str:
     """Trace ``models`` (already in the shipped file) at ``batches`` too and merge the points into their
-    records (``batch`` lists each record's batch sizes)."""
+    records (``batch`` lists each record's batch sizes); a batch size a model cannot train at is left out."""
     path = path or trace_path()
     merged = json.loads(path.read_text())["models"]
     for model in models:
@@ -244,8 +244,13 @@ def add_batches(models: tuple[str, ...], batches: tuple[int, ...], path: Path | 
                                                           for i in range(len(rec["peak_bytes"]))),
                               strict=True))
             for b in batches:
-                if b not in points:
-                    points[b] = {k: float(f"{v:.6g}") for k, v in trace_step(model, dataset, b).items()}
+                if b in points:
+                    continue
+                try:
+                    traced = trace_step(model, dataset, b)
+                except ValueError:  # a batch the model cannot train at (batch norm over one sample)
+                    continue
+                points[b] = {k: float(f"{v:.6g}") for k, v in traced.items()}
             order = sorted(points)
             merged[model][dataset] = {"batch": order, **{k: [points[b][k] for b in order]
                                                          for k in points[order[0]]}}

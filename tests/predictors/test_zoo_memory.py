@@ -103,3 +103,12 @@ def test_memory_of_models_never_profiled_on_h200(data_dir):
     assert len(held_rows) == 16 and not math.isnan(mape)
     assert mape <= 6.0
     assert mape < 100.0 * statistics.fmean(default) and mape < 100.0 * statistics.fmean(constant)
+
+
+def test_a_bundle_of_the_earlier_memory_form_keeps_its_meaning():
+    from dltsched.predictors.calibration import resources
+
+    f = {"weights_mib": 100.0, "activations_mib": 1000.0, "reserved_mib": 5000.0, "rnn_reserve_mib": 0.0}
+    old = {"context_mib": 1500.0, "weights": 1.0, "activations": 1.5}
+    assert resources.memory_mib(old, f) == pytest.approx(1500.0 + 100.0 + 1500.0)
+    assert resources.memory_mib({"context_mib": 1500.0, "scale": 1.0, "rnn": 0.0}, f) == pytest.approx(6500.0)
