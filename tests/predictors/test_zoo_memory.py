@@ -35,8 +35,11 @@ def test_allocator_rounds_splits_merges_and_reserves_segments():
 
 def test_shipped_trace_interpolates_between_traced_batches():
     assert has_trace("resnet18", "cifar10") and not has_trace("resnet18", "no-such-dataset")
-    lo, hi = (traced_bytes("resnet18", "cifar10", b) for b in BATCHES[1:3])
-    mid = traced_bytes("resnet18", "cifar10", (BATCHES[1] + BATCHES[2]) / 2)
+    from dltsched.predictors.zoo.memory import _read
+
+    b0, b1 = _read()["resnet18"]["cifar10"].get("batch", BATCHES)[-3:-1]  # two neighbouring traced points
+    lo, hi = (traced_bytes("resnet18", "cifar10", b) for b in (b0, b1))
+    mid = traced_bytes("resnet18", "cifar10", (b0 + b1) / 2)
     assert mid["peak_bytes"] == pytest.approx((lo["peak_bytes"] + hi["peak_bytes"]) / 2)
     for got in (lo, mid, hi):
         assert got["static_bytes"] <= got["peak_bytes"] <= got["reserved_bytes"]
