@@ -32,20 +32,7 @@ variant of :class:`StepFitOptions` tried). Scope ``fwd_bwd`` is ``gpu`` without 
 terms are fitted only where rows of scope ``iteration`` were measured (profiles of synthetic inputs have
 none).
 
-**Memory** (NVML's used memory of the whole GPU while the job runs alone: what packing needs)::
-
-    memory_mib = context_mib + a * weights_and_state_mib + b * activations_mib
-
-fitted by the same robust fit on relative errors, pulled towards ``a = b = 1`` and the default's workspace.
-
-**Utilisation** (NVML's GPU utilisation alone, %)::
-
-    util = 100 * min(1, ((gpu + launch_busy_s * launches) / step) ** gamma)
-
-with ``step`` the measured step time where there is one, else the calibrated prediction; fitted by robust
-least squares on errors in percentage points (not relative ones: NVML reads anywhere from 1% to 96% for
-jobs whose steps take a few milliseconds, and a relative error against a 1% reading outweighs every other
-row), pulled towards ``gamma = 1``.
+**Memory** and **utilisation** alone: :mod:`.resources`.
 """
 
 from __future__ import annotations
@@ -122,7 +109,7 @@ def job_features(model: str, dataset: str, batch: int, amp: bool, gpu: str,
         return hit
     from dataclasses import replace
 
-    from dltsched.predictors.steptime.aggregates import aggregates
+    from dltsched.predictors.calibration.resources import memory_features
     from dltsched.predictors.steptime.kernels import kernel_gpu, load_kernel_model
     from dltsched.predictors.steptime.kernelstep import kernel_work
     from dltsched.predictors.steptime.model import gpu_spec_checked
@@ -137,11 +124,7 @@ def job_features(model: str, dataset: str, batch: int, amp: bool, gpu: str,
         masked: Any = _masked(group)
         kt = kernel_times(masked, model, dataset, kernel_gpu(spec), bool(amp), tf32)
         out[f"K_{group}"] = step_kernel_s(kt, batch, freeze_level)
-    agg = aggregates(model, dataset)
-    trainable = agg.param_bytes[freeze_level]
-    out["weights_mib"] = (agg.param_bytes_total * (1.5 if amp else 1.0)
-                          + trainable * (1.0 + job.bytes_per_param / 4.0)) / _MIB
-    out["activations_mib"] = agg.activation_bytes[freeze_level] * batch * (0.6 if amp else 1.0) / _MIB
+    out |= memory_features(model, dataset, batch, amp, freeze_level, job.bytes_per_param)
     if len(_FEATURE_MEMO) > 100_000:
         _FEATURE_MEMO.clear()
     _FEATURE_MEMO[key] = out
@@ -339,68 +322,14 @@ def fit_step(rows: Sequence[Row]) -> dict[str, float]:
     return dict(out)
 
 
-MEMORY_PARAMS = ("context_mib", "weights", "activations")
+#: the memory and utilisation models live in :mod:`.resources`; their names stay importable from here
+_RESOURCES = ("MEMORY_PARAMS", "UTIL_PARAMS", "default_memory_params", "fit_memory", "fit_util", "memory_mib",
+              "util_pct")
 
 
-def default_memory_params() -> dict[str, float]:
-    """The uncalibrated memory model: weights and activations as predicted, the default workspace."""
-    from dltsched.predictors.steptime.model import DeletePopStepTime
+def __getattr__(name: str) -> Any:
+    if name in _RESOURCES:
+        from dltsched.predictors.calibration import resources
 
-    return {"context_mib": DeletePopStepTime().workspace_mib, "weights": 1.0, "activations": 1.0}
-
-
-def memory_mib(params: dict[str, float], f: dict[str, float]) -> float:
-    """Calibrated NVML memory (MiB) of a job alone with features ``f`` (module docstring)."""
-    return (params["context_mib"] + params["weights"] * f["weights_mib"]
-            + params["activations"] * f["activations_mib"])
-
-
-def fit_memory(rows: Sequence[Row]) -> dict[str, float]:
-    """The memory parameters fitted on the rows with a measured NVML memory (defaults without any)."""
-    got = [r for r in rows if r.gmem_mib]
-    prior = default_memory_params()
-    if not got:
-        return prior
-    x0 = np.log([prior[n] for n in MEMORY_PARAMS])
-
-    cols = _columns(got)
-    measured = np.array([float(r.gmem_mib or 1.0) for r in got])
-
-    def residuals(x: np.ndarray) -> np.ndarray:
-        c, a, b = np.exp(x)
-        rel = (c + a * cols["weights_mib"] + b * cols["activations_mib"]) / measured - 1.0
-        return np.concatenate([rel, 0.1 * (x - x0)])
-
-    return {n: float(v) for n, v in zip(MEMORY_PARAMS, np.exp(_robust(residuals, x0)), strict=True)}
-
-
-UTIL_PARAMS = ("launch_busy_us", "gamma")
-
-
-def util_pct(params: dict[str, float], busy_s: float, launches: float, step_s: float) -> float:
-    """Calibrated NVML utilisation (%) of a job alone whose GPU work takes ``busy_s`` of ``step_s``."""
-    x = (busy_s + params["launch_busy_us"] * 1e-6 * launches) / max(step_s, 1e-12)
-    return 100.0 * min(1.0, max(x, 1e-6) ** params["gamma"])
-
-
-def fit_util(rows: Sequence[Row], step_params: dict[str, float]) -> dict[str, float]:
-    """The utilisation parameters fitted on rows with a measured utilisation (the step model's GPU seconds;
-    errors in percentage points, module docstring)."""
-    got = [r for r in rows if r.gpu_util is not None and r.scope != "fwd_bwd"]
-    prior = {"launch_busy_us": 2.0, "gamma": 1.0}
-    if not got:
-        return prior
-    x0 = np.log([prior[n] for n in UTIL_PARAMS])
-
-    busy = np.array([gpu_seconds(step_params, r.features, r.scope) for r in got])
-    launches = np.array([r.features["launches"] for r in got])
-    step = np.array([r.step_time_s for r in got])
-    measured = np.array([float(r.gpu_util or 0.0) for r in got])
-
-    def residuals(x: np.ndarray) -> np.ndarray:
-        launch_us, gamma = np.exp(x)
-        share = np.maximum((busy + launch_us * 1e-6 * launches) / step, 1e-6)
-        points = np.minimum(1.0, share**gamma) - measured / 100.0
-        return np.concatenate([points, 0.1 * (x - x0)])
-
-    return {n: float(v) for n, v in zip(UTIL_PARAMS, np.exp(_robust(residuals, x0)), strict=True)}
+        return getattr(resources, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -42,7 +42,7 @@ def test_step_fit_recovers_the_synthetic_gpu(fitted):
 
 def test_memory_fit_is_exact_without_noise(fitted):
     assert fitted.memory["context_mib"] == pytest.approx(TRUE_MEMORY["context_mib"], rel=0.05)
-    assert fitted.memory["activations"] == pytest.approx(TRUE_MEMORY["activations"], rel=0.05)
+    assert fitted.memory["scale"] == pytest.approx(TRUE_MEMORY["scale"], rel=0.05)
 
 
 def test_group_models_per_sharing_mode(fitted):
