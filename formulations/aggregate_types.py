@@ -1,0 +1,381 @@
+"""The round aggregated over interchangeable nodes: the type level of the ``decomposed`` backend.
+
+**Node classes.** Nodes of one GPU type with the same usable GPUs, none down and nobody running there are
+interchangeable: a plan that uses one can use any other. Such nodes form one class; every other node is a
+class of its own.
+
+**Columns.** Candidates that differ only in which node of a class they use become one column (the same unit,
+freeze levels and type, hence the same gain), carrying the list of its candidates; a one-GPU unit already has
+one candidate per type, a unit kept where it runs (a ``stay``) keeps its own column. The model has one column
+per (unit, type, class) instead of one per (unit, node).
+
+**Rows**, those of the round model (:mod:`~dltsched.formulations.model`) summed over each class: each job at
+most once; usable GPUs per class (where its columns could exceed them) and per type; a slot kept by at most
+one unit, overlapping slots not both kept.
+
+**Bound.** Every plan of the round (every solution of its LP relaxation, even) gives a solution of this
+model's relaxation with the same objective (sum its candidates' values per column), so the aggregated LP
+optimum bounds the round's optimum. The two relaxations are *equal* when every class's nodes are all offered
+to each unit using the class (a round where a unit sees every node, or whose classes are single nodes):
+spread each column's value evenly over the class's nodes and every node carries ``1/size`` of its class's
+load. With a unit offered only some nodes of a large class
+(:attr:`~dltsched.formulations.problem.RoundOptions.max_nodes_per_unit`) it can be higher, never lower: the
+gap measured against it is a true gap, at worst pessimistic.
+
+The matrix is assembled with NumPy from one pass over the candidates; the LP is solved by HiGHS (highspy)
+with a time limit.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dltsched.formulations.candidates import Candidate, CandidateKind, CandidateSet
+
+__all__ = ["AggregatedRound", "NodeClass", "Relaxation", "aggregate", "node_classes", "solve_relaxation"]
+
+_NODE, _STAY = CandidateKind.NODE, CandidateKind.STAY
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClass:
+    """Interchangeable nodes of one GPU type (see the module docstring): their indices (ascending) and the
+    usable GPUs of each."""
+
+    gpu_type: str
+    nodes: tuple[int, ...]
+    gpus_each: int
+
+    @property
+    def capacity(self) -> int:
+        """Usable GPUs of the class in all."""
+        return len(self.nodes) * self.gpus_each
+
+
+def node_classes(cset: CandidateSet) -> tuple[tuple[NodeClass, ...], tuple[int, ...]]:
+    """The node classes of a round, in the order of their first node, and the class of every node.
+
+    A node is *busy* when a running job holds one of its GPUs or one of its GPUs is down; busy nodes are
+    classes of their own, the others are grouped by (GPU type, usable GPUs).
+    """
+    problem = cset.problem
+    node_of = problem.node_of
+    busy = {node_of[g] for job in problem.jobs for g in job.current_gpus}
+    busy.update(n for n, node in enumerate(problem.nodes) if node.down_gpus)
+    members: dict[tuple[str, int] | int, list[int]] = {}
+    for n, node in enumerate(problem.nodes):
+        key: tuple[str, int] | int = n if n in busy else (node.gpu_type, node.usable_gpus)
+        members.setdefault(key, []).append(n)
+    classes = tuple(NodeClass(problem.nodes[ns[0]].gpu_type, tuple(ns), problem.nodes[ns[0]].usable_gpus)
+                    for ns in members.values())
+    class_of = [0] * len(problem.nodes)
+    for k, cls in enumerate(classes):
+        for n in cls.nodes:
+            class_of[n] = k
+    return classes, tuple(class_of)
+
+
+@dataclass(frozen=True, slots=True)
+class AggregatedRound:
+    """A round's aggregated model (see the module docstring).
+
+    Attributes
+    ----------
+    cset
+        The round's candidates.
+    classes
+        The node classes.
+    class_of
+        The class of every node.
+    members
+        Per column, its candidates (ascending); candidate order within a column is node order.
+    column_of
+        Per candidate, its column.
+    gains
+        Per column, the gain of its candidates (maximisation form).
+    sizes
+        Per column, the GPUs it uses.
+    types
+        Per column, the index of its GPU type in ``cset.problem.gpu_types()``.
+    matrix
+        The rows over the columns (SciPy CSC).
+    upper
+        The rows' right-hand sides (every row is ``<=``).
+    """
+
+    cset: CandidateSet
+    classes: tuple[NodeClass, ...]
+    class_of: tuple[int, ...]
+    members: tuple[tuple[int, ...], ...]
+    column_of: np.ndarray
+    gains: np.ndarray
+    sizes: np.ndarray
+    types: np.ndarray
+    matrix: Any
+    upper: np.ndarray
+
+    @property
+    def num_columns(self) -> int:
+        """Columns of the aggregated model."""
+        return len(self.members)
+
+    @property
+    def merged(self) -> bool:
+        """Whether any class holds more than one node (else the model is the round's own relaxation)."""
+        return any(len(c.nodes) > 1 for c in self.classes)
+
+
+def aggregate(cset: CandidateSet) -> AggregatedRound:
+    """Aggregate a round's candidates over its node classes (see the module docstring)."""
+    from scipy.sparse import coo_matrix
+
+    problem = cset.problem
+    classes, class_of = node_classes(cset)
+    types = problem.gpu_types()
+    type_index = {t: i for i, t in enumerate(types)}
+    num_jobs = len(problem.jobs)
+    column_of = np.empty(len(cset.candidates), dtype=np.int64)
+    keys: dict[tuple[Any, ...], int] = {}
+    members: list[list[int]] = []
+    first: list[Candidate] = []
+    for c, cand in enumerate(cset.candidates):
+        kind = cand.kind
+        key = (cand.jobs, cand.gpu_type, class_of[cand.where] if kind is _NODE else cand.where, kind,
+               cand.freeze)
+        col = keys.get(key)
+        if col is None:
+            col = keys[key] = len(members)
+            members.append([c])
+            first.append(cand)
+        else:
+            members[col].append(c)
+        column_of[c] = col
+    num_cols = len(members)
+    gains = np.fromiter((cand.gain for cand in first), dtype=float, count=num_cols)
+    sizes = np.fromiter((cand.num_gpus for cand in first), dtype=float, count=num_cols)
+    col_types = np.fromiter((type_index[cand.gpu_type] for cand in first), dtype=np.int64, count=num_cols)
+    # 1. each job at most once
+    job_rows = [j for cand in first for j in cand.jobs]
+    job_cols = np.repeat(np.arange(num_cols), [len(cand.jobs) for cand in first])
+    parts_r: list[np.ndarray] = [np.array(job_rows, dtype=np.int64)]
+    parts_c: list[np.ndarray] = [job_cols]
+    parts_v: list[np.ndarray] = [np.ones(len(job_rows))]
+    upper: list[float] = [1.0] * num_jobs
+    # 2. usable GPUs per class (where its columns could exceed them) and per type
+    load_cls: list[int] = []
+    load_col: list[int] = []
+    load_gpus: list[float] = []
+    stays_of_slot: dict[int, list[int]] = {}
+    for col, cand in enumerate(first):
+        if cand.kind is _NODE:
+            load_cls.append(class_of[cand.where])
+            load_col.append(col)
+            load_gpus.append(cand.num_gpus)
+        elif cand.kind is _STAY:
+            stays_of_slot.setdefault(cand.where, []).append(col)
+            for n, k in cset.slots[cand.where].node_gpus:
+                load_cls.append(class_of[n])
+                load_col.append(col)
+                load_gpus.append(k)
+    if load_cls:
+        cls_arr, col_arr, gpu_arr = np.array(load_cls), np.array(load_col), np.array(load_gpus, dtype=float)
+        capacity = np.array([c.capacity for c in classes], dtype=float)
+        binding = np.flatnonzero(np.bincount(cls_arr, weights=gpu_arr, minlength=len(classes)) > capacity)
+        row_of_class = np.full(len(classes), -1)
+        row_of_class[binding] = len(upper) + np.arange(len(binding))
+        upper += capacity[binding].tolist()
+        keep = row_of_class[cls_arr] >= 0
+        parts_r.append(row_of_class[cls_arr[keep]])
+        parts_c.append(col_arr[keep])
+        parts_v.append(gpu_arr[keep])
+    type_total = [0.0] * len(types)
+    for node in problem.nodes:
+        type_total[type_index[node.gpu_type]] += node.usable_gpus
+    parts_r.append(len(upper) + col_types)
+    parts_c.append(np.arange(num_cols))
+    parts_v.append(sizes)
+    upper += type_total
+    # 3. a slot kept by at most one unit; overlapping slots not both kept
+    packs = [stays for stays in stays_of_slot.values() if len(stays) > 1]
+    for p, q in cset.slot_conflicts:
+        both = [*stays_of_slot.get(p, ()), *stays_of_slot.get(q, ())]
+        if both:
+            packs.append(both)
+    for stays in packs:
+        parts_r.append(np.full(len(stays), len(upper)))
+        parts_c.append(np.array(stays))
+        parts_v.append(np.ones(len(stays)))
+        upper.append(1.0)
+    matrix = coo_matrix((np.concatenate(parts_v), (np.concatenate(parts_r), np.concatenate(parts_c))),
+                        shape=(len(upper), num_cols)).tocsc()
+    return AggregatedRound(cset, classes, class_of, tuple(tuple(m) for m in members), column_of, gains,
+                           sizes, col_types, matrix, np.array(upper))
+
+
+@dataclass(frozen=True, slots=True)
+class Relaxation:
+    """The aggregated LP's answer.
+
+    Attributes
+    ----------
+    bound
+        A bound (maximisation form) on every plan of the round: the least dual bound met on the way (the LP
+        optimum when ``optimal``); ``None`` when none was proven in time.
+    value
+        The restricted LP's optimum (maximisation form) at the end.
+    values
+        Per column, its value in the restricted LP (0 for columns never added).
+    optimal
+        Whether no column could improve the restricted LP: ``value`` is the LP optimum.
+    seconds
+        Wall-clock seconds in all.
+    rounds
+        Restricted LPs solved.
+    active
+        Columns in the restricted LP at the end.
+    """
+
+    bound: float | None
+    value: float
+    values: np.ndarray
+    optimal: bool
+    seconds: float
+    rounds: int
+    active: int
+
+
+#: columns per job in the first restricted LP (its best by gain per GPU), beside the seed's
+FIRST_COLUMNS_PER_JOB = 2
+#: reduced costs below this are taken as 0 (HiGHS's own dual tolerance is 1e-7)
+REDUCED_COST_TOL = 1e-7
+
+
+def solve_relaxation(agg: AggregatedRound, time_limit_s: float, *, seed: np.ndarray | None = None,
+                     threads: int = 1, stop_gap: float = 0.0) -> Relaxation:
+    """Solve the aggregated model's LP relaxation (``0 <= y <= 1``) by column generation with HiGHS.
+
+    The restricted LP starts from each job's best columns by gain per GPU and the ``seed`` columns (e.g. a
+    greedy plan's); each round prices every column with the restricted LP's row duals (one sparse product)
+    and adds each job's best column of positive reduced cost, and HiGHS goes on from its last basis. Every
+    round gives a valid bound, whatever the columns left out: the restricted duals, each job's dual raised
+    by the largest reduced cost among its columns (so that every column is priced out). It ends when no
+    column prices out (the bound is the LP optimum), when the restricted LP's optimum is within ``stop_gap``
+    of the bound (relative), or at ``time_limit_s``.
+
+    Parameters
+    ----------
+    agg
+        The aggregated round.
+    time_limit_s
+        Wall-clock limit.
+    seed
+        Columns to start with.
+    threads
+        HiGHS threads.
+    stop_gap
+        Relative gap between the restricted LP's optimum and the bound at which to stop (0: at the optimum).
+
+    Returns
+    -------
+    Relaxation
+        The bound, the restricted LP's values and how it ended.
+    """
+    import highspy
+
+    began = time.perf_counter()
+    num = agg.num_columns
+    if num == 0:
+        return Relaxation(0.0, 0.0, np.zeros(0), True, 0.0, 0, 0)
+    matrix = agg.matrix
+    num_jobs = len(agg.cset.problem.jobs)
+    gains = agg.gains
+    # the job of each (column, member) entry: the job rows come first
+    entries = matrix.indices < num_jobs
+    entry_col = np.repeat(np.arange(num), np.diff(matrix.indptr))[entries]
+    entry_job = matrix.indices[entries]
+    density = gains / agg.sizes
+    active = np.zeros(num, dtype=bool)
+    # each job alone, its best columns by gain per GPU and its best on every GPU type
+    order = np.lexsort((-density[entry_col], entry_job))
+    ranked_job = entry_job[order]
+    starts = np.searchsorted(ranked_job, np.arange(num_jobs))
+    rank = np.arange(len(order)) - starts[ranked_job]
+    active[entry_col[order[rank < FIRST_COLUMNS_PER_JOB]]] = True
+    key = entry_job * len(agg.cset.problem.gpu_types()) + agg.types[entry_col]
+    order = np.lexsort((-density[entry_col], key))
+    leading = np.ones(len(order), dtype=bool)
+    leading[1:] = key[order][1:] != key[order][:-1]
+    active[entry_col[order[leading]]] = True
+    active[np.bincount(entry_col, minlength=num) == 1] = True  # every job alone
+    if seed is not None:
+        active[seed] = True
+    # the core class: highspy's Python wrapper enables its callbacks on construction, which writes HiGHS's
+    # banner to standard output before any option can silence it (and would break a --json output)
+    engine = highspy._Highs()  # type: ignore[attr-defined]
+    engine.setOptionValue("output_flag", False)
+    engine.setOptionValue("threads", threads)
+    engine.setOptionValue("random_seed", 0)
+    rows = len(agg.upper)
+    engine.addRows(rows, np.full(rows, -highspy.kHighsInf), agg.upper, 0, np.zeros(0, dtype=np.int32),
+                   np.zeros(0, dtype=np.int32), np.zeros(0))
+    added = np.zeros(0, dtype=np.int64)  # the restricted LP's columns, in HiGHS's order
+
+    def add(cols: np.ndarray) -> None:
+        nonlocal added
+        sub = matrix[:, cols]
+        engine.addCols(len(cols), -gains[cols], np.zeros(len(cols)), np.ones(len(cols)), sub.nnz,
+                       sub.indptr[:-1].astype(np.int32), sub.indices.astype(np.int32), sub.data)
+        added = np.concatenate([added, cols])
+
+    add(np.flatnonzero(active))
+    best: float | None = None
+    value = 0.0
+    values = np.zeros(num)
+    rounds = 0
+    optimal = False
+    while True:
+        left = time_limit_s - (time.perf_counter() - began)
+        if left <= 0:
+            break
+        engine.setOptionValue("time_limit", left)
+        engine.run()
+        rounds += 1
+        if engine.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            break
+        solution = engine.getSolution()
+        value = -engine.getInfo().objective_function_value
+        values = np.zeros(num)
+        values[added] = solution.col_value
+        duals = np.maximum(0.0, -np.asarray(solution.row_dual))
+        reduced = gains - matrix.T @ duals
+        positive = np.maximum(reduced, 0.0)
+        dual_value = float(agg.upper @ duals)
+        # every column priced out by raising each job's dual: by its columns' largest reduced cost, or by its
+        # inactive columns' only, the active ones paying through their upper bounds (both bounds are valid)
+        per_job = np.zeros(num_jobs)
+        np.maximum.at(per_job, entry_job, positive[entry_col])
+        outside = np.zeros(num_jobs)
+        np.maximum.at(outside, entry_job, np.where(active, 0.0, positive)[entry_col])
+        bound = min(dual_value + float(per_job.sum()),
+                    dual_value + float(positive[active].sum()) + float(outside.sum()))
+        best = bound if best is None else min(best, bound)
+        candidates = np.flatnonzero((reduced > REDUCED_COST_TOL) & ~active)
+        if not len(candidates):
+            optimal = True
+            break
+        if best - value <= stop_gap * max(abs(best), abs(value)):
+            break
+        # each job's best column of positive reduced cost
+        mine = np.isin(entry_col, candidates)
+        col, job = entry_col[mine], entry_job[mine]
+        pick = np.lexsort((-reduced[col], job))
+        first = np.ones(len(pick), dtype=bool)
+        first[1:] = job[pick][1:] != job[pick][:-1]
+        new = np.unique(col[pick][first])
+        active[new] = True
+        add(new)
+    return Relaxation(best, value, values, optimal, time.perf_counter() - began, rounds, int(active.sum()))
