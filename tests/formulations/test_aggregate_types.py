@@ -1,5 +1,5 @@
-"""The round aggregated over interchangeable nodes: node classes, the aggregated LP's bound (equal to the round's
-own relaxation where nodes are interchangeable, never below it), column generation's bounds, and the
+"""The round aggregated over interchangeable nodes: node classes, the aggregated LP's bound (equal to the
+round's own relaxation where nodes are interchangeable, never below it), column generation's bounds, and the
 decomposed plan against the undecomposed optimum, every plan through the checker."""
 
 from __future__ import annotations
