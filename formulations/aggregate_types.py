@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from dltsched.formulations.candidates import Candidate, CandidateKind, CandidateSet
+from dltsched.formulations.candidates import CandidateKind, CandidateSet
 
 __all__ = ["AggregatedRound", "NodeClass", "Relaxation", "aggregate", "node_classes", "solve_relaxation"]
 
@@ -138,49 +138,58 @@ def aggregate(cset: CandidateSet) -> AggregatedRound:
     types = problem.gpu_types()
     type_index = {t: i for i, t in enumerate(types)}
     num_jobs = len(problem.jobs)
-    column_of = np.empty(len(cset.candidates), dtype=np.int64)
+    col_of: list[int] = []
     keys: dict[tuple[Any, ...], int] = {}
     members: list[list[int]] = []
-    first: list[Candidate] = []
-    for c, cand in enumerate(cset.candidates):
-        kind = cand.kind
-        key = (cand.jobs, cand.gpu_type, class_of[cand.where] if kind is _NODE else cand.where, kind,
-               cand.freeze)
-        col = keys.get(key)
-        if col is None:
-            col = keys[key] = len(members)
-            members.append([c])
-            first.append(cand)
-        else:
-            members[col].append(c)
-        column_of[c] = col
-    num_cols = len(members)
-    gains = np.fromiter((cand.gain for cand in first), dtype=float, count=num_cols)
-    sizes = np.fromiter((cand.num_gpus for cand in first), dtype=float, count=num_cols)
-    col_types = np.fromiter((type_index[cand.gpu_type] for cand in first), dtype=np.int64, count=num_cols)
-    # 1. each job at most once
-    job_rows = [j for cand in first for j in cand.jobs]
-    job_cols = np.repeat(np.arange(num_cols), [len(cand.jobs) for cand in first])
-    parts_r: list[np.ndarray] = [np.array(job_rows, dtype=np.int64)]
-    parts_c: list[np.ndarray] = [job_cols]
-    parts_v: list[np.ndarray] = [np.ones(len(job_rows))]
-    upper: list[float] = [1.0] * num_jobs
-    # 2. usable GPUs per class (where its columns could exceed them) and per type
-    load_cls: list[int] = []
+    gain_list: list[float] = []
+    size_list: list[int] = []
+    type_list: list[int] = []
+    job_rows: list[int] = []  # 1. each job at most once: the members of each column
+    job_cols: list[int] = []
+    load_cls: list[int] = []  # 2. the GPUs each column takes of each class
     load_col: list[int] = []
     load_gpus: list[float] = []
     stays_of_slot: dict[int, list[int]] = {}
-    for col, cand in enumerate(first):
-        if cand.kind is _NODE:
-            load_cls.append(class_of[cand.where])
+    slots = cset.slots
+    for c, cand in enumerate(cset.candidates):
+        kind = cand.kind
+        col = len(members)
+        if kind is _NODE:  # only a unit's nodes merge: on one class they are the same column
+            cls = class_of[cand.where]
+            key = (cand.jobs, cand.gpu_type, cls, cand.freeze)
+            found = keys.get(key)
+            if found is not None:
+                members[found].append(c)
+                col_of.append(found)
+                continue
+            keys[key] = col
+            load_cls.append(cls)
             load_col.append(col)
             load_gpus.append(cand.num_gpus)
-        elif cand.kind is _STAY:
+        elif kind is _STAY:
             stays_of_slot.setdefault(cand.where, []).append(col)
-            for n, k in cset.slots[cand.where].node_gpus:
+            for n, k in slots[cand.where].node_gpus:
                 load_cls.append(class_of[n])
                 load_col.append(col)
                 load_gpus.append(k)
+        col_of.append(col)
+        members.append([c])
+        gain_list.append(cand.gain)
+        size_list.append(cand.num_gpus)
+        type_list.append(type_index[cand.gpu_type])
+        for j in cand.jobs:
+            job_rows.append(j)
+            job_cols.append(col)
+    column_of = np.array(col_of, dtype=np.int64)
+    num_cols = len(members)
+    gains = np.array(gain_list, dtype=float)
+    sizes = np.array(size_list, dtype=float)
+    col_types = np.array(type_list, dtype=np.int64)
+    parts_r: list[np.ndarray] = [np.array(job_rows, dtype=np.int64)]
+    parts_c: list[np.ndarray] = [np.array(job_cols, dtype=np.int64)]
+    parts_v: list[np.ndarray] = [np.ones(len(job_rows))]
+    upper: list[float] = [1.0] * num_jobs
+    # 2. usable GPUs per class (where its columns could exceed them) and per type
     if load_cls:
         cls_arr, col_arr, gpu_arr = np.array(load_cls), np.array(load_col), np.array(load_gpus, dtype=float)
         capacity = np.array([c.capacity for c in classes], dtype=float)

@@ -25,11 +25,11 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from dltsched.formulations.aggregate_types import aggregate, solve_relaxation
+from dltsched.formulations.aggregate_types import AggregatedRound, aggregate, solve_relaxation
 from dltsched.formulations.backends.base import (
     Backend,
     BackendOutcome,
@@ -65,6 +65,7 @@ class Decomposition:
     rounds: int = 0
     optimal: bool = True
     merged: bool = False
+    aggregated: AggregatedRound | None = field(default=None, repr=False, compare=False)
 
     def describe(self) -> str:
         """One line: the aggregation and how far the LP went."""
@@ -122,7 +123,44 @@ def type_level(cset: CandidateSet | RoundModel, *, time_limit_s: float = float("
     by_value = tuple(c for col in used[np.lexsort((used, -values[used]))] for c in agg.members[col])
     return Decomposition(relax.bound, job_type, by_value, time.perf_counter() - began, len(agg.classes),
                          len(problem.nodes), agg.num_columns, relax.active, relax.rounds, relax.optimal,
-                         agg.merged)
+                         agg.merged, agg)
+
+
+def round_greedily(cset: CandidateSet, level: Decomposition) -> list[int]:
+    """The LP rounded: :func:`~dltsched.formulations.backends.greedy.greedy_selection` with the LP's
+    candidates first (``level.by_value``), the same selection computed on fewer candidates. The LP's
+    candidates are taken first on their own; of the rest only those that could still be taken go to the
+    second pass (none of their jobs placed, no more GPUs than their type has left: both only shrink as the
+    greedy goes on)."""
+    agg = level.aggregated
+    if agg is None:
+        return list(greedy_selection(cset, first=level.by_value))
+    first = list(dict.fromkeys(level.by_value))
+    ascending = sorted(first)
+    rank = {c: i for i, c in enumerate(ascending)}
+    picked = greedy_selection(restrict(cset, ascending), first=[rank[c] for c in first])
+    taken = [ascending[i] for i in picked]
+    problem = cset.problem
+    num_jobs = len(problem.jobs)
+    used = np.zeros(num_jobs, dtype=bool)
+    left = np.zeros(len(problem.gpu_types()))
+    for node in problem.nodes:
+        left[problem.gpu_types().index(node.gpu_type)] += node.usable_gpus
+    for c in taken:
+        used[list(cset.candidates[c].jobs)] = True
+        col = agg.column_of[c]
+        left[agg.types[col]] -= agg.sizes[col]
+    matrix = agg.matrix
+    entries = matrix.indices < num_jobs
+    entry_col = np.repeat(np.arange(agg.num_columns), np.diff(matrix.indptr))[entries]
+    blocked = np.bincount(entry_col, weights=used[matrix.indices[entries]], minlength=agg.num_columns) > 0
+    open_col = ~blocked & (agg.sizes <= left[agg.types]) & (agg.gains >= 0)
+    eligible = open_col[agg.column_of]
+    eligible[first] = False
+    eligible[taken] = True
+    keep = np.flatnonzero(eligible).tolist()
+    local = {c: i for i, c in enumerate(keep)}
+    return [keep[i] for i in greedy_selection(restrict(cset, keep), first=[local[c] for c in taken])]
 
 
 def restrict(cset: CandidateSet, keep: Sequence[int]) -> CandidateSet:
@@ -164,7 +202,7 @@ class Decomposed(Backend):
         sign = -1.0 if minimize else 1.0
         bound = None if level.bound is None else to_reported(cset, level.bound)
         # the LP rounded: its candidates by value first
-        selected = greedy_selection(cset, first=level.by_value)
+        selected = round_greedily(cset, level)
         if params.hint and sign * objective_of(cset, params.hint) > sign * objective_of(cset, selected):
             selected = list(params.hint)
         parts: dict[str, CandidateSet] = {}

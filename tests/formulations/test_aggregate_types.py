@@ -13,11 +13,13 @@ from scipy.sparse import coo_matrix
 
 from dltsched.engine.domain.predictors import memoized
 from dltsched.formulations.aggregate_types import aggregate, node_classes, solve_relaxation
-from dltsched.formulations.backends.decomposed import type_level
+from dltsched.formulations.backends.decomposed import round_greedily, type_level
+from dltsched.formulations.backends.greedy import greedy_selection
 from dltsched.formulations.bench import synthetic_state
 from dltsched.formulations.build import build_round
-from dltsched.formulations.candidates import build_candidates
+from dltsched.formulations.candidates import build_candidates, objective_of
 from dltsched.formulations.checker import check_plan
+from dltsched.formulations.mapping import to_plan
 from dltsched.formulations.model import RoundModel
 from dltsched.formulations.problem import RoundOptions
 from dltsched.formulations.solve import solve_problem
@@ -140,3 +142,16 @@ def test_type_level_reports_its_aggregation(asked):
     assert level.active <= level.columns and level.rounds >= 1
     assert set(level.job_type) <= set(problem.gpu_types()) | {None}
     assert "3 node classes of 12 nodes" in level.describe()
+
+
+@pytest.mark.parametrize("seed", [2, 6])
+def test_rounding_on_fewer_candidates_is_the_plain_greedy_rounding(asked, seed):
+    # the decomposed backend's rounding skips candidates the greedy would refuse anyway: same selection
+    problem = build_round(synthetic_state(220, 128, seed=seed), asked, RoundOptions())
+    cset = build_candidates(problem)
+    level = type_level(cset)
+    fast = round_greedily(cset, level)
+    assert fast == greedy_selection(cset, first=level.by_value)
+    assert len(fast) > 0 and len(fast) < len(level.by_value) + len(problem.jobs)
+    plan = to_plan(cset, fast, status="heuristic", objective=objective_of(cset, fast))
+    assert check_plan(problem, plan).feasible
