@@ -11,7 +11,8 @@ per (unit, type, class) instead of one per (unit, node).
 
 **Rows**, those of the round model (:mod:`~dltsched.formulations.model`) summed over each class: each job at
 most once; usable GPUs per class (where its columns could exceed them) and per type; a slot kept by at most
-one unit, overlapping slots not both kept.
+one unit (left out where one job is in every unit that keeps it: its own row says as much), overlapping
+slots not both kept.
 
 **Bound.** Every plan of the round (every solution of its LP relaxation, even) gives a solution of this
 model's relaxation with the same objective (sum its candidates' values per column), so the aggregated LP
@@ -208,8 +209,11 @@ def aggregate(cset: CandidateSet) -> AggregatedRound:
     parts_c.append(np.arange(num_cols))
     parts_v.append(sizes)
     upper += type_total
-    # 3. a slot kept by at most one unit; overlapping slots not both kept
-    packs = [stays for stays in stays_of_slot.values() if len(stays) > 1]
+    # 3. a slot kept by at most one unit (implied by row 1 where one job is in every unit that keeps it, as
+    # in a slot of one running job); overlapping slots not both kept
+    candidates = cset.candidates
+    packs = [stays for stays in stays_of_slot.values() if len(stays) > 1
+             and not set.intersection(*(set(candidates[members[col][0]].jobs) for col in stays))]
     for p, q in cset.slot_conflicts:
         both = [*stays_of_slot.get(p, ()), *stays_of_slot.get(q, ())]
         if both:
