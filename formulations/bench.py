@@ -16,6 +16,7 @@ from typing import Any
 from dltsched.engine.domain.model import Assignment, Cluster, ClusterState, Job, JobState, Node
 from dltsched.engine.domain.predictors import Predictors
 from dltsched.formulations.build import build_round
+from dltsched.formulations.gcpause import gc_paused
 from dltsched.formulations.problem import RoundOptions, RoundProblem
 
 GPU_TYPES = ("v100", "a100-40gb", "h100")
@@ -130,7 +131,8 @@ def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, rep
     from the snapshot to the checked plan (:data:`STAGES`); each plan must pass the checker. Predictions are
     memoised across a backend's repeats, as the optimizing policy keeps them across rounds (its first round
     pays them: ``first_round_total_s``). A tiny round solved first loads the backend's solver, as in a
-    running scheduler. ``milp_solver``: the ``milp`` backend's solver (``highspy``: HiGHS without Pyomo; its
+    running scheduler; each round runs with the cyclic garbage collector paused, as in the round pipeline
+    (:mod:`~dltsched.formulations.gcpause`). ``milp_solver``: the ``milp`` backend's solver (``highspy``: HiGHS without Pyomo; its
     rows are named ``milp:highspy``)."""
     from dltsched.engine.domain.predictors import memoized
     from dltsched.formulations.checker import check_plan
@@ -145,14 +147,15 @@ def bench_size(size: str, backends: tuple[str, ...], predictors: Predictors, rep
         asked = memoized(predictors)  # each backend's first round pays its predictions
         per_stage: dict[str, list[float]] = {stage: [] for stage in STAGES}
         for _ in range(repeats):
-            began = time.perf_counter()
-            problem: RoundProblem = build_round(state, asked, options)
-            built = time.perf_counter()
-            result = solve_problem(problem, backend, time_limit_s=time_limit_s, started_s=began,
-                                   solver=milp_solver if backend == "milp" else None)
-            solved = time.perf_counter()
-            report = check_plan(problem, result.plan)
-            done = time.perf_counter()
+            with gc_paused():  # as the round pipeline decides a round
+                began = time.perf_counter()
+                problem: RoundProblem = build_round(state, asked, options)
+                built = time.perf_counter()
+                result = solve_problem(problem, backend, time_limit_s=time_limit_s, started_s=began,
+                                       solver=milp_solver if backend == "milp" else None)
+                solved = time.perf_counter()
+                report = check_plan(problem, result.plan)
+                done = time.perf_counter()
             if not report.feasible:
                 raise RuntimeError(f"{backend} plan for {size} fails the checker: {report.violations[:3]}")
             figures = {"round_build_s": built - began, **result.stages, "check_s": done - solved,

@@ -238,12 +238,23 @@ class _JobMemory:
     def __init__(self, jobs: list[RoundJob], specs: list[Job], predictors: Predictors) -> None:
         self.jobs, self.specs, self.predictors = jobs, specs, predictors
         self._own: dict[tuple[int, str], float] = {}
-        self._least: dict[tuple[int, str], float] = {}
+        #: per job and GPU type, the least memory over its options
+        self.least_mib: list[dict[str, float]] = []
+        for job in jobs:
+            least: dict[str, float] = {}
+            for o in job.options:
+                if o.gpu_type not in least or o.memory_mib < least[o.gpu_type]:
+                    least[o.gpu_type] = o.memory_mib
+            self.least_mib.append(least)
         self.prices = GroupPrices.of(predictors)
+        #: per job, its GPU types in option order and as a set
+        self.types = [tuple(dict.fromkeys(o.gpu_type for o in job.options)) for job in jobs]
+        self.type_sets = [frozenset(t) for t in self.types]
         if self.prices is not None:
             book = current_profiles()
             self.versions = [0] * len(specs) if book is None else [book.version(j.id) for j in specs]
             self.memory_version = memory_observations_version()
+            self.ids = [id(spec) for spec in specs]
 
     def own(self, m: int, gpu_type: str) -> float:
         key = (m, gpu_type)
@@ -252,10 +263,7 @@ class _JobMemory:
         return self._own[key]
 
     def least(self, m: int, gpu_type: str) -> float:
-        key = (m, gpu_type)
-        if key not in self._least:
-            self._least[key] = min(o.memory_mib for o in self.jobs[m].options if o.gpu_type == gpu_type)
-        return self._least[key]
+        return self.least_mib[m][gpu_type]
 
 
 class GroupPrices:
@@ -303,12 +311,17 @@ def _group_on(members: tuple[int, ...], gpu_type: str, memory: _JobMemory, allow
     prices = memory.prices
     if prices is None:
         return _priced(members, gpu_type, memory, allowed)
-    specs = memory.specs
-    key = (gpu_type, *(id(specs[m]) for m in members))
-    versions = tuple(memory.versions[m] for m in members)
+    specs, ids, versions_of = memory.specs, memory.ids, memory.versions
+    if len(members) == 2:  # the common case, spelled out
+        a, b = members
+        key: tuple[object, ...] = (gpu_type, ids[a], ids[b])
+        versions: tuple[int, ...] = (versions_of[a], versions_of[b])
+    else:
+        key = (gpu_type, *(ids[m] for m in members))
+        versions = tuple(versions_of[m] for m in members)
     hit = prices.entries.get(key)
     if hit is not None and hit[1] == versions and hit[2] == memory.memory_version \
-            and all(a is specs[m] for a, m in zip(hit[0], members, strict=True)):
+            and all(h is specs[m] for h, m in zip(hit[0], members, strict=True)):
         return ColocGroup(members, gpu_type, hit[3], hit[4], allowed)
     group = _priced(members, gpu_type, memory, allowed)
     if len(prices.entries) >= GroupPrices.MAX_ENTRIES:
@@ -316,6 +329,22 @@ def _group_on(members: tuple[int, ...], gpu_type: str, memory: _JobMemory, allow
     prices.entries[key] = (tuple(specs[m] for m in members), versions, memory.memory_version, group.speeds,
                            group.overhead_mib)
     return group
+
+
+def _pair_prices(a: int, b: int, gpu_type: str, memory: _JobMemory) -> tuple[tuple[float, ...], float]:
+    """The speeds and memory overhead of the pair ``(a, b)`` on ``gpu_type``: :func:`_group_on` for two jobs,
+    without building the group (the round's hottest loop)."""
+    prices = memory.prices
+    if prices is not None:
+        specs = memory.specs
+        hit = prices.entries.get((gpu_type, memory.ids[a], memory.ids[b]))
+        if hit is not None and hit[2] == memory.memory_version and hit[1] == (memory.versions[a],
+                                                                              memory.versions[b]):
+            held = hit[0]
+            if held[0] is specs[a] and held[1] is specs[b]:
+                return hit[3], hit[4]
+    group = _group_on((a, b), gpu_type, memory, True)
+    return group.speeds, group.overhead_mib
 
 
 def _priced(members: tuple[int, ...], gpu_type: str, memory: _JobMemory, allowed: bool) -> ColocGroup:
@@ -338,13 +367,17 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
     asked = _JobMemory(jobs, specs, predictors)
     found: dict[tuple[tuple[int, ...], str], ColocGroup] = {}
     partners: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    types, type_sets, least = asked.types, asked.type_sets, asked.least_mib
     for a, b in _pair_candidates(jobs, options.max_partners):
         best = 0.0
-        for gpu_type in _common_types(jobs[a], jobs[b]):
-            group = _group_on((a, b), gpu_type, asked, True)
-            if sum(group.speeds) > 1.0 and _fits(group, asked, memory[gpu_type]):
-                found[((a, b), gpu_type)] = group
-                best = max(best, sum(group.speeds))
+        for gpu_type in types[a]:  # the types the two share, in a's option order
+            if gpu_type not in type_sets[b]:
+                continue
+            speeds, overhead = _pair_prices(a, b, gpu_type, asked)
+            total = speeds[0] + speeds[1]
+            if total > 1.0 and least[a][gpu_type] + least[b][gpu_type] + overhead <= memory[gpu_type]:
+                found[((a, b), gpu_type)] = ColocGroup((a, b), gpu_type, speeds, overhead, True)
+                best = max(best, total)
         if best:
             partners[a].append((best, b))
             partners[b].append((best, a))

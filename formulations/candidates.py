@@ -7,16 +7,19 @@ the same ``num_gpus`` GPUs) on one GPU type at one location:
 - ``node``: a multi-GPU unit inside node ``where`` (gang in one node whenever one fits);
 - ``cross``: a multi-GPU unit larger than every node of the type, spread over nodes;
 - ``stay``: a unit on the current GPUs of running slot ``where`` (its members from the slot
-  do not migrate).
+  do not migrate);
+- ``class``: a multi-GPU unit on some node of aggregated node class ``where`` (interchangeable empty nodes,
+  :mod:`~dltsched.formulations.aggregate`): it stands for the unit's ``node`` candidates on those nodes.
 
 A multi-GPU unit is offered at most ``max_nodes_per_unit`` nodes per type: its members' current
 nodes, the node with the most GPUs free of running jobs, and nodes that can host it without
 preemption, spread over units deterministically (a restriction of the candidate set; rounds with
-few nodes see every node). Memory is a per-GPU filter, not a shared resource, so each (unit, type,
-location) keeps only its best memory-feasible freeze levels. Objectives are handled in maximisation form:
-a candidate's ``gain`` is its score plus the migration penalty its staying members save; see
-:func:`objective_of`. Capacity is then exact with per-node counts for multi-GPU units and per-type
-counts for everything (one-GPU units fit in any free GPU).
+few nodes see every node); the offered nodes of an aggregated class become one candidate on the class.
+Memory is a per-GPU filter, not a shared resource, so each (unit, type, location) keeps only its best
+memory-feasible freeze levels. Objectives are handled in maximisation form: a candidate's ``gain`` is its
+score plus the migration penalty its staying members save; see :func:`objective_of`. Capacity is then exact
+with per-node counts for multi-GPU units, per-class counts for aggregated classes and per-type counts for
+everything (one-GPU units fit in any free GPU).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from enum import StrEnum
 from itertools import product
 
 from dltsched.engine.domain.model import Objective
+from dltsched.formulations.aggregate import NodeClass, class_of, empty_node_classes
 from dltsched.formulations.interference import simulate_stages
 from dltsched.formulations.problem import JobOption, RoundProblem
 
@@ -39,11 +43,13 @@ class CandidateKind(StrEnum):
     NODE = "node"
     CROSS = "cross"
     STAY = "stay"
+    CLASS = "class"
 
 
 #: the members the inner loops use, bound once (looking a member up on its enum class is slow)
 _MAKESPAN, _WEIGHTED_COMPLETION = Objective.MAKESPAN, Objective.WEIGHTED_COMPLETION
 _TYPE, _NODE, _CROSS, _STAY = CandidateKind.TYPE, CandidateKind.NODE, CandidateKind.CROSS, CandidateKind.STAY
+_CLASS = CandidateKind.CLASS
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +78,10 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True)
 class CandidateSet:
-    """All candidates of a round plus the data the backends need to state constraints."""
+    """All candidates of a round plus the data the backends need to state constraints; ``classes``: the
+    aggregated node classes that ``class`` candidates name (``None``: those of
+    :func:`~dltsched.formulations.aggregate.empty_node_classes`, a function of the round; see
+    :func:`node_classes_of`)."""
 
     problem: RoundProblem
     candidates: tuple[Candidate, ...]
@@ -80,6 +89,12 @@ class CandidateSet:
     slot_conflicts: tuple[tuple[int, int], ...]
     by_job: tuple[tuple[int, ...], ...]
     unplaced_completion_s: tuple[float, ...]
+    classes: tuple[NodeClass, ...] | None = None
+
+
+def node_classes_of(cset: CandidateSet) -> tuple[NodeClass, ...]:
+    """The aggregated node classes the ``class`` candidates of ``cset`` name (by index)."""
+    return empty_node_classes(cset.problem) if cset.classes is None else cset.classes
 
 
 def unplaced_completion_s(problem: RoundProblem) -> tuple[float, ...]:
@@ -106,13 +121,26 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
             slots_of_job[j].append(p)
     out: list[Candidate] = []
     fitting: dict[tuple[str, int], _Fitting] = {}  # per (GPU type, gang size), the same for every unit
+    job_types = [tuple(dict.fromkeys(o.gpu_type for o in job.options)) for job in problem.jobs]
+    asks = [(jobs, gpu_type) for jobs, group_type in units
+            for gpu_type in ((group_type,) if group_type else job_types[jobs[0]])]
+    found = iter(best_freeze_levels(problem, asks, waiting))
+    classes = empty_node_classes(problem)
+    aggregated = class_of(classes)
     for u, (jobs, group_type) in enumerate(units):
-        types = [group_type] if group_type else list(dict.fromkeys(o.gpu_type
-                                                                   for o in problem.jobs[jobs[0]].options))
-        mine = sorted({p for j in jobs for p in slots_of_job.get(j, ())})
+        types = (group_type,) if group_type else job_types[jobs[0]]
+        mine = sorted({p for j in jobs for p in slots_of_job.get(j, ())}) if slots_of_job else []
         for gpu_type in types:
-            nodes = _offered_nodes(problem, jobs, gpu_type, free_now, u, fitting)
-            out.extend(_unit_candidates(problem, jobs, gpu_type, slots, waiting, nodes, mine))
+            best = next(found)
+            if best is None:
+                continue
+            size = problem.jobs[jobs[0]].num_gpus
+            places: list[tuple[CandidateKind, int]] = []
+            if 1 < size <= problem.max_node_gpus(gpu_type):
+                nodes = _offered_nodes(problem, jobs, gpu_type, free_now, u, fitting)
+                places = list(dict.fromkeys((_CLASS, aggregated[n]) if n in aggregated else (_NODE, n)
+                                            for n in nodes))
+            out.extend(_unit_candidates(problem, jobs, gpu_type, slots, places, mine, best))
     by_job: list[list[int]] = [[] for _ in problem.jobs]
     for c, cand in enumerate(out):
         for j in cand.jobs:
@@ -123,7 +151,8 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
             on_gpu[g].append(p)
     conflicts = tuple(sorted({(a, b) for held in on_gpu.values()
                               for i, a in enumerate(held) for b in held[i + 1:]}))
-    return CandidateSet(problem, tuple(out), slots, conflicts, tuple(tuple(b) for b in by_job), waiting)
+    return CandidateSet(problem, tuple(out), slots, conflicts, tuple(tuple(b) for b in by_job), waiting,
+                        classes)
 
 
 def find_slots(problem: RoundProblem) -> tuple[Slot, ...]:
@@ -192,14 +221,13 @@ def _offered_nodes(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, 
 
 
 def _unit_candidates(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, slots: Sequence[Slot],
-                     waiting: Sequence[float], nodes: Sequence[int], mine: Sequence[int]) -> list[Candidate]:
-    """The candidates of one unit on one type; ``mine``: the slots (ascending) holding any of its jobs now."""
+                     places: Sequence[tuple[CandidateKind, int]], mine: Sequence[int],
+                     best: _Best) -> list[Candidate]:
+    """The candidates of one unit on one type at its ``best`` freeze levels; ``places``: the offered nodes
+    (``node``) and aggregated classes (``class``) of a multi-GPU unit; ``mine``: the slots (ascending) holding
+    any of its jobs now."""
     size = problem.jobs[jobs[0]].num_gpus
-    largest = problem.max_node_gpus(gpu_type)
-    cross = size > largest
-    best = _best_freeze(problem, jobs, gpu_type, cross, waiting)
-    if best is None:
-        return []
+    cross = size > problem.max_node_gpus(gpu_type)
     freeze, score, completion = best
     running = {j for j in jobs if problem.jobs[j].running}
 
@@ -212,7 +240,7 @@ def _unit_candidates(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str
     elif cross:
         out.append(make(_CROSS, -1, 0.0))
     else:
-        out += [make(_NODE, n, 0.0) for n in nodes]
+        out += [make(kind, where, 0.0) for kind, where in places]
     for p in mine:
         slot = slots[p]
         stayers = running & set(slot.members)
@@ -221,8 +249,132 @@ def _unit_candidates(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str
     return out
 
 
+#: a unit's best freeze levels on a type: (levels, score, completion per member; empty when maximising)
+_Best = tuple[tuple[int, ...], float, tuple[float, ...]]
+
+
+def best_freeze_levels(problem: RoundProblem, asks: Sequence[tuple[tuple[int, ...], str]],
+                       waiting: Sequence[float]) -> list[_Best | None]:
+    """:func:`_best_freeze` of every (unit, GPU type) in ``asks``, in their order (``None``: no
+    memory-feasible levels). For the maximised objectives, one-job and two-job units are decided together in
+    numpy with the same floating-point operations, in the same order, as :func:`_best_progress` (the same
+    levels and scores to the bit; the first best combination in product order); larger groups and the
+    minimised objectives take :func:`_best_freeze` one by one."""
+    largest = {t: problem.max_node_gpus(t) for t in problem.gpu_types()}
+    out: list[_Best | None] = [None] * len(asks)
+    if problem.options.minimize:
+        for i, (jobs, gpu_type) in enumerate(asks):
+            cross = problem.jobs[jobs[0]].num_gpus > largest[gpu_type]
+            out[i] = _best_freeze(problem, jobs, gpu_type, cross, waiting)
+        return out
+    table = _OptionTable(problem, largest)
+    singles = [i for i, (jobs, _) in enumerate(asks) if len(jobs) == 1]
+    pairs = [i for i, (jobs, _) in enumerate(asks) if len(jobs) == 2]
+    for i, (jobs, gpu_type) in enumerate(asks):
+        if len(jobs) > 2:
+            cross = problem.jobs[jobs[0]].num_gpus > largest[gpu_type]
+            out[i] = _best_freeze(problem, jobs, gpu_type, cross, waiting)
+    for chosen in (singles, pairs):
+        if chosen:
+            for i, best in zip(chosen, table.best([asks[i] for i in chosen]), strict=True):
+                out[i] = best
+    return out
+
+
+class _OptionTable:
+    """Every job's options per GPU type as padded numpy rows (rate at the unit's cross-node setting, memory,
+    level), and per job the factors of its progress term; :meth:`best` decides units of one size at once."""
+
+    def __init__(self, problem: RoundProblem, largest: dict[str, int]) -> None:
+        import numpy as np
+
+        self.problem = problem
+        self.row: dict[tuple[int, str], int] = {}
+        rates: list[list[float]] = []
+        memory: list[list[float]] = []
+        levels: list[list[int]] = []
+        for j, job in enumerate(problem.jobs):
+            of_type: dict[str, int] = {}
+            for o in job.options:
+                r = of_type.get(o.gpu_type)
+                if r is None:
+                    r = of_type[o.gpu_type] = len(rates)
+                    self.row[(j, o.gpu_type)] = r
+                    rates.append([])
+                    memory.append([])
+                    levels.append([])
+                rates[r].append(o.rate(job.num_gpus > largest[o.gpu_type]))
+                memory[r].append(o.memory_mib)
+                levels[r].append(o.freeze_level)
+        width = max((len(r) for r in rates), default=1)
+        self.width = width
+        self.rate = np.zeros((len(rates) + 1, width))  # the last row: no option (a job without the type)
+        self.memory = np.full((len(rates) + 1, width), np.inf)
+        self.level = np.zeros((len(rates) + 1, width), dtype=np.int64)
+        for r, (rate, mem, level) in enumerate(zip(rates, memory, levels, strict=True)):
+            self.rate[r, :len(rate)] = rate
+            self.memory[r, :len(mem)] = mem
+            self.level[r, :len(level)] = level
+        self.missing = len(rates)
+        self.weight = np.array([job.weight for job in problem.jobs])
+        self.reference = np.array([job.reference_rate for job in problem.jobs])
+        self.scale = np.array([problem.value_scale(j) for j in range(len(problem.jobs))])
+        self.bonus = np.array([starvation_bonus(problem, j) for j in range(len(problem.jobs))])
+
+    def best(self, asks: Sequence[tuple[tuple[int, ...], str]]) -> list[_Best | None]:
+        """The best levels of units of one size (one or two jobs), as :func:`_best_progress` finds them."""
+        import numpy as np
+
+        problem = self.problem
+        size = len(asks[0][0])
+        members = np.array([jobs for jobs, _ in asks], dtype=np.int64).reshape(len(asks), size)
+        rows = np.array([[self.row.get((j, t), self.missing) for j in jobs] for jobs, t in asks],
+                        dtype=np.int64).reshape(len(asks), size)
+        capacity = np.array([problem.memory_mib_of(t) for _, t in asks])
+        if size == 1:
+            speeds = np.ones((len(asks), 1))
+            overhead = np.zeros(len(asks))
+        else:
+            groups = [problem.group(jobs, t) for jobs, t in asks]
+            speeds = np.array([problem.value_speeds(g) if g else (1.0,) * size for g in groups])
+            overhead = np.array([g.overhead_mib if g else 0.0 for g in groups])
+        # per member and option: weight x speed x rate / reference rate x value scale, left to right
+        terms = ((self.weight[members] * speeds)[:, :, None] * self.rate[rows]) \
+            / self.reference[members][:, :, None] * self.scale[members][:, :, None]
+        memory = self.memory[rows]
+        bonus = self.bonus[members[:, 0]]
+        if size == 1:
+            score = terms[:, 0, :] + bonus[:, None]
+            need = memory[:, 0, :] + overhead[:, None]
+        else:
+            bonus = bonus + self.bonus[members[:, 1]]
+            score = ((terms[:, 0, :, None] + terms[:, 1, None, :]) + bonus[:, None, None]).reshape(
+                len(asks), -1)
+            need = ((memory[:, 0, :, None] + memory[:, 1, None, :]) + overhead[:, None, None]).reshape(
+                len(asks), -1)
+        feasible = ~(need > capacity[:, None])
+        score = np.where(feasible, score, -np.inf)
+        pick = np.argmax(score, axis=1)
+        fits = feasible[np.arange(len(asks)), pick]
+        value = score[np.arange(len(asks)), pick].tolist()
+        width = self.width
+        first = (pick // width if size == 2 else pick).tolist()
+        second = (pick % width).tolist()
+        level = self.level
+        out: list[_Best | None] = []
+        for u, ok in enumerate(fits.tolist()):
+            if not ok:
+                out.append(None)
+            elif size == 1:
+                out.append(((int(level[rows[u, 0], first[u]]),), value[u], ()))
+            else:
+                out.append(((int(level[rows[u, 0], first[u]]), int(level[rows[u, 1], second[u]])), value[u],
+                            ()))
+        return out
+
+
 def _best_freeze(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, cross: bool,
-                 waiting: Sequence[float]) -> tuple[tuple[int, ...], float, tuple[float, ...]] | None:
+                 waiting: Sequence[float]) -> _Best | None:
     """Best memory-feasible freeze levels of a unit: (levels, score, completion per member)."""
     group = problem.group(jobs, gpu_type) if len(jobs) > 1 else None
     memory_mib = problem.memory_mib_of(gpu_type)

@@ -63,6 +63,7 @@ def _violations(problem: RoundProblem, plan: Plan) -> list[str]:
     index = problem.job_index()
     node_of, type_of = _gpu_layout(problem)
     down_gpus = problem.down_gpus()
+    num_gpus = problem.num_gpus
     out: list[str] = []
     on_gpu: dict[int, list[int]] = defaultdict(list)
     for a in plan.assignments:
@@ -71,8 +72,8 @@ def _violations(problem: RoundProblem, plan: Plan) -> list[str]:
             continue
         j = index[a.job_id]
         job = problem.jobs[j]
-        if any(not 0 <= g < problem.num_gpus for g in a.gpus):
-            out.append(f"job '{a.job_id}': GPUs {a.gpus} outside 0..{problem.num_gpus - 1}")
+        if any(not 0 <= g < num_gpus for g in a.gpus):
+            out.append(f"job '{a.job_id}': GPUs {a.gpus} outside 0..{num_gpus - 1}")
             continue
         if len(a.gpus) != job.num_gpus:
             out.append(f"job '{a.job_id}': {len(a.gpus)} GPUs given, gang needs {job.num_gpus}")

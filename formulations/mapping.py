@@ -1,6 +1,8 @@
 """Turn chosen candidates (counts per GPU class) into concrete GPU indices, deterministically.
 
-Kept slots keep their GPUs; down GPUs are never given out; multi-GPU units take free GPUs of their node, then
+Kept slots keep their GPUs; down GPUs are never given out; multi-GPU units take free GPUs of their node,
+then units on an aggregated node class take the first node of the class with room, largest first
+(first-fit decreasing, which the class's sizes make exact: :mod:`~dltsched.formulations.aggregate`), then
 cross-node units and one-GPU units take the remaining free GPUs of their type, lowest index first. A unit
 holding a running job that the model moves avoids landing on exactly that job's current GPUs when it can.
 """
@@ -11,10 +13,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from dltsched.engine.domain.model import Assignment, Plan
-from dltsched.formulations.candidates import Candidate, CandidateKind, CandidateSet
+from dltsched.formulations.aggregate import place_in_class
+from dltsched.formulations.candidates import Candidate, CandidateKind, CandidateSet, node_classes_of
 from dltsched.formulations.problem import RoundProblem
 
-_ORDER = {CandidateKind.STAY: 0, CandidateKind.NODE: 1, CandidateKind.CROSS: 2, CandidateKind.TYPE: 3}
+_ORDER = {CandidateKind.STAY: 0, CandidateKind.NODE: 1, CandidateKind.CLASS: 2, CandidateKind.CROSS: 3,
+          CandidateKind.TYPE: 4}
 
 
 def to_plan(cset: CandidateSet, selected: Sequence[int], **fields: object) -> Plan:
@@ -26,10 +30,16 @@ def to_plan(cset: CandidateSet, selected: Sequence[int], **fields: object) -> Pl
     taken = {g for c in chosen if c.kind == "stay" for g in cset.slots[c.where].gpus}
     unusable = taken | problem.down_gpus()
     free = [[g for g in node.gpus if g not in unusable] for node in problem.nodes]  # per node, ascending
+    classes = node_classes_of(cset) if any(c.kind == CandidateKind.CLASS for c in chosen) else ()
     assignments: list[Assignment] = []
     for cand in chosen:
         if cand.kind == CandidateKind.STAY:
             gpus = cset.slots[cand.where].gpus
+        elif cand.kind == CandidateKind.CLASS:
+            node = place_in_class(classes[cand.where], free, cand.num_gpus)
+            gpus = _pick(free[node][: cand.num_gpus + 1], cand.num_gpus, _avoid(cset, cand))
+            for g in gpus:
+                free[node_of[g]].remove(g)
         else:
             gpus = _pick(_pool(problem, free, cand), cand.num_gpus, _avoid(cset, cand))
             for g in gpus:

@@ -6,8 +6,9 @@ Columns: candidate ``c`` is column ``c`` (0 or 1); with the ``makespan`` objecti
 Rows, in this order:
 
 1. at most one candidate per job;
-2. usable GPUs per node (multi-GPU units and kept slots, where the candidates could exceed them) and per
-   GPU type (every candidate; a row the candidates cannot exceed is marked ``redundant``);
+2. usable GPUs per node (multi-GPU units and kept slots, where the candidates could exceed them), per
+   aggregated node class (its ``class`` candidates, where they could exceed its GPUs) and per GPU type
+   (every candidate; a row the candidates cannot exceed is marked ``redundant``);
 3. a slot kept by at most one unit; overlapping slots not both kept;
 4. with ``makespan``: ``M + sum_c (wait_j - finish_jc) x_c >= wait_j`` per job ``j`` (a job left out
    finishes at ``wait_j``: one round later, then alone), kept apart as :class:`MakespanRow` so that a
@@ -23,7 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
 
-from dltsched.formulations.candidates import CandidateSet
+from dltsched.formulations.candidates import CandidateSet, node_classes_of
 from dltsched.formulations.problem import RoundOptions
 
 
@@ -127,6 +128,10 @@ class RoundModel:
         for n, terms in per_node.items():
             if sum(k for _, k in terms) > node_limit[n]:
                 rows.append(_capacity(terms, node_limit[n], redundant=False))
+        classes = node_classes_of(cset)
+        for k, terms in class_capacity_rows(cset).items():
+            if sum(g for _, g in terms) > classes[k].capacity:
+                rows.append(_capacity(terms, classes[k].capacity, redundant=False))
         for gpu_type, terms in per_type.items():
             limit = type_limit[gpu_type]
             rows.append(_capacity(terms, limit, redundant=sum(k for _, k in terms) <= limit))
@@ -195,6 +200,15 @@ def capacity_rows(
             for n, k in cset.slots[cand.where].node_gpus:
                 per_node[n].append((c, k))
     return per_node, per_type
+
+
+def class_capacity_rows(cset: CandidateSet) -> dict[int, list[tuple[int, int]]]:
+    """Aggregated node class -> [(candidate, GPUs)] of its ``class`` candidates: a class's capacity row."""
+    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for c, cand in enumerate(cset.candidates):
+        if cand.kind == "class":
+            out[cand.where].append((c, cand.num_gpus))
+    return out
 
 
 def stays_by_slot(cset: CandidateSet) -> dict[int, list[int]]:

@@ -42,6 +42,7 @@ from dltsched.engine.domain.predictors import Predictors
 from dltsched.engine.domain.protocols import RoundServices, round_services
 from dltsched.formulations.build import GroupPrices, best_alone, build_round, node_classes, reference_rate
 from dltsched.formulations.checker import check_plan
+from dltsched.formulations.gcpause import gc_paused
 from dltsched.formulations.interference import simulate_stages
 from dltsched.formulations.problem import (
     JCT_MIN_REMAINING_S,
@@ -100,10 +101,11 @@ def decide_round(state: ClusterState, predictors: Predictors, options: RoundOpti
     """
     began = time.perf_counter()  # options.time_limit_s bounds the whole round, building included
     try:
-        problem = build_round(state, predictors, options)
-        result = solve_problem(problem, backend, time_limit_s=options.time_limit_s, warm_start=warm_start,
-                               started_s=began)
-        report = check_plan(problem, result.plan)
+        with gc_paused():  # a round's many short-lived objects would trigger full collections
+            problem = build_round(state, predictors, options)
+            result = solve_problem(problem, backend, time_limit_s=options.time_limit_s,
+                                   warm_start=warm_start, started_s=began)
+            report = check_plan(problem, result.plan)
     except ValidationError:
         raise
     except Exception as err:  # a solver crash must not take the scheduler down

@@ -46,11 +46,15 @@ def __getattr__(name: str) -> Any:
 
 def hint_from_plan(cset: CandidateSet, plan: Plan) -> list[int]:
     """Candidates matching a previous plan's placements (freeze levels may differ); others ignored."""
+    from dltsched.formulations.aggregate import class_of
+    from dltsched.formulations.candidates import node_classes_of
+
     problem = cset.problem
     index = problem.job_index()
     node_of = problem.node_of
     lookup = {(c.jobs, c.gpu_type, c.kind, c.where): i for i, c in enumerate(cset.candidates)}
     slot_of = {s.gpus: p for p, s in enumerate(cset.slots)}
+    aggregated = class_of(node_classes_of(cset))
     units: dict[tuple[int, ...], list[int]] = defaultdict(list)
     for a in plan.assignments:
         if a.job_id in index and all(0 <= g < problem.num_gpus for g in a.gpus):
@@ -66,7 +70,10 @@ def hint_from_plan(cset: CandidateSet, plan: Plan) -> list[int]:
         if len(gpus) == 1:
             keys.append((jobs, gpu_type, "type", -1))
         elif len(nodes) == 1:
-            keys.append((jobs, gpu_type, "node", nodes.pop()))
+            node = nodes.pop()
+            keys.append((jobs, gpu_type, "node", node))
+            if node in aggregated:
+                keys.append((jobs, gpu_type, "class", aggregated[node]))
         else:
             keys.append((jobs, gpu_type, "cross", -1))
         found = next((lookup[k] for k in keys if k in lookup), None)

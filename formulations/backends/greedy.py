@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 
 from dltsched.formulations.backends.base import Backend, BackendOutcome, SolveParams, register
-from dltsched.formulations.candidates import CandidateSet
+from dltsched.formulations.candidates import CandidateSet, node_classes_of
 from dltsched.formulations.model import RoundModel, capacity_limits
 from dltsched.formulations.result import Termination
 
@@ -32,6 +32,7 @@ def greedy_selection(cset: CandidateSet, first: Sequence[int] = ()) -> list[int]
     problem = cset.problem
     makespan = problem.options.objective == "makespan"
     node_left, type_left = capacity_limits(cset)
+    class_left = [cls.capacity for cls in node_classes_of(cset)]
     used_jobs: set[int] = set()
     kept: set[int] = set()
     clashes: dict[int, set[int]] = {}  # slot -> the slots it overlaps
@@ -62,6 +63,10 @@ def greedy_selection(cset: CandidateSet, first: Sequence[int] = ()) -> list[int]
             if node_left[cand.where] < cand.num_gpus:
                 continue
             node_left[cand.where] -= cand.num_gpus
+        elif cand.kind == "class":
+            if class_left[cand.where] < cand.num_gpus:
+                continue
+            class_left[cand.where] -= cand.num_gpus
         type_left[cand.gpu_type] -= cand.num_gpus
         used_jobs.update(cand.jobs)
         selected.append(c)
