@@ -6,8 +6,9 @@ class of its own.
 
 **Columns.** Candidates that differ only in which node of a class they use become one column (the same unit,
 freeze levels and type, hence the same gain), carrying the list of its candidates; a one-GPU unit already has
-one candidate per type, a unit kept where it runs (a ``stay``) keeps its own column. The model has one column
-per (unit, type, class) instead of one per (unit, node).
+one candidate per type, a unit kept where it runs (a ``stay``) keeps its own column, and a candidate on an
+aggregated class of the round (:mod:`~dltsched.formulations.aggregate`, whose classes lie within these) is the
+column of its class. The model has one column per (unit, type, class) instead of one per (unit, node).
 
 **Rows**, those of the round model (:mod:`~dltsched.formulations.model`) summed over each class: each job at
 most once; usable GPUs per class (where its columns could exceed them) and per type; a slot kept by at most
@@ -35,33 +36,21 @@ from typing import Any
 
 import numpy as np
 
-from dltsched.formulations.candidates import CandidateKind, CandidateSet
+from dltsched.formulations.aggregate import NodeClass
+from dltsched.formulations.candidates import CandidateKind, CandidateSet, node_classes_of
 
-__all__ = ["AggregatedRound", "NodeClass", "Relaxation", "aggregate", "node_classes", "solve_relaxation"]
+__all__ = ["AggregatedRound", "Relaxation", "aggregate", "node_classes", "solve_relaxation"]
 
-_NODE, _STAY = CandidateKind.NODE, CandidateKind.STAY
-
-
-@dataclass(frozen=True, slots=True)
-class NodeClass:
-    """Interchangeable nodes of one GPU type (see the module docstring): their indices (ascending) and the
-    usable GPUs of each."""
-
-    gpu_type: str
-    nodes: tuple[int, ...]
-    gpus_each: int
-
-    @property
-    def capacity(self) -> int:
-        """Usable GPUs of the class in all."""
-        return len(self.nodes) * self.gpus_each
+_NODE, _STAY, _CLASS = CandidateKind.NODE, CandidateKind.STAY, CandidateKind.CLASS
 
 
 def node_classes(cset: CandidateSet) -> tuple[tuple[NodeClass, ...], tuple[int, ...]]:
     """The node classes of a round, in the order of their first node, and the class of every node.
 
     A node is *busy* when a running job holds one of its GPUs or one of its GPUs is down; busy nodes are
-    classes of their own, the others are grouped by (GPU type, usable GPUs).
+    classes of their own, the others are grouped by (GPU type, GPUs). Every class of
+    :func:`~dltsched.formulations.aggregate.empty_node_classes` (those the candidates may name) lies within
+    one of these; these also group empty nodes whose gang sizes do not divide (a relaxation, not a placement).
     """
     problem = cset.problem
     node_of = problem.node_of
@@ -152,11 +141,12 @@ def aggregate(cset: CandidateSet) -> AggregatedRound:
     load_gpus: list[float] = []
     stays_of_slot: dict[int, list[int]] = {}
     slots = cset.slots
+    theirs = node_classes_of(cset)  # the classes ``class`` candidates name: sets of empty nodes, within ours
     for c, cand in enumerate(cset.candidates):
         kind = cand.kind
         col = len(members)
-        if kind is _NODE:  # only a unit's nodes merge: on one class they are the same column
-            cls = class_of[cand.where]
+        if kind is _NODE or kind is _CLASS:  # a unit's nodes of one class are one column
+            cls = class_of[cand.where if kind is _NODE else theirs[cand.where].nodes[0]]
             key = (cand.jobs, cand.gpu_type, cls, cand.freeze)
             found = keys.get(key)
             if found is not None:

@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -167,8 +167,7 @@ def restrict(cset: CandidateSet, keep: Sequence[int]) -> CandidateSet:
     """``cset`` with only the candidates ``keep`` (ascending); slots and their conflicts stay."""
     local = {c: i for i, c in enumerate(keep)}
     by_job = tuple(tuple(local[c] for c in cands if c in local) for cands in cset.by_job)
-    return CandidateSet(cset.problem, tuple(cset.candidates[c] for c in keep), cset.slots,
-                        cset.slot_conflicts, by_job, cset.unplaced_completion_s)
+    return replace(cset, candidates=tuple(cset.candidates[c] for c in keep), by_job=by_job)
 
 
 @register
