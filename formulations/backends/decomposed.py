@@ -100,7 +100,8 @@ def type_level(cset: CandidateSet | RoundModel, *, time_limit_s: float = float("
     problem = cset.problem
     agg = aggregate(cset)
     seed_cols = agg.column_of[np.asarray(seed, dtype=np.int64)] if len(seed) else None
-    relax = solve_relaxation(agg, time_limit_s, seed=seed_cols, stop_gap=stop_gap)
+    left = time_limit_s - (time.perf_counter() - began)  # the aggregation counts against the limit
+    relax = solve_relaxation(agg, left, seed=seed_cols, stop_gap=stop_gap)
     types = problem.gpu_types()
     values = relax.values
     matrix = agg.matrix
@@ -196,7 +197,7 @@ class Decomposed(Backend):
             raise ValueError(f"solver: '{params.solver}' not understood for backend decomposed; leave it out")
         began = time.perf_counter()
         minimize = problem.options.minimize
-        level = type_level(model, time_limit_s=max(0.01, params.time_limit_s - params.spent_s),
+        level = type_level(model, time_limit_s=max(0.0, params.time_limit_s - params.spent_s),
                            seed=params.hint, stop_gap=LP_GAP_SHARE * problem.options.relative_gap)
         sign = -1.0 if minimize else 1.0
         bound = None if level.bound is None else to_reported(cset, level.bound)

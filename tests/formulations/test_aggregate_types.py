@@ -13,6 +13,7 @@ from scipy.sparse import coo_matrix
 
 from dltsched.engine.domain.predictors import memoized
 from dltsched.formulations.aggregate_types import aggregate, node_classes, solve_relaxation
+from dltsched.formulations.backends import SolveParams, get_backend
 from dltsched.formulations.backends.decomposed import round_greedily, type_level
 from dltsched.formulations.backends.greedy import greedy_selection
 from dltsched.formulations.bench import synthetic_state
@@ -154,4 +155,16 @@ def test_rounding_on_fewer_candidates_is_the_plain_greedy_rounding(asked, seed):
     assert fast == greedy_selection(cset, first=level.by_value)
     assert len(fast) > 0 and len(fast) < len(level.by_value) + len(problem.jobs)
     plan = to_plan(cset, fast, status="heuristic", objective=objective_of(cset, fast))
+    assert check_plan(problem, plan).feasible
+
+
+def test_out_of_time_the_type_level_claims_no_bound_and_the_plan_is_still_checked(asked):
+    problem = build_round(synthetic_state(60, 64, seed=8), asked, RoundOptions(relative_gap=0.01))
+    cset = build_candidates(problem)
+    relax = solve_relaxation(aggregate(cset), time_limit_s=0.0)
+    assert relax.bound is None and relax.rounds == 0 and not relax.optimal
+    outcome = get_backend("decomposed").solve(RoundModel(cset), SolveParams(time_limit_s=1e-9))
+    assert outcome.bound is None and outcome.termination == "time_limit"
+    assert "no bound proven in time" in outcome.message
+    plan = to_plan(cset, outcome.selected, status="heuristic", objective=objective_of(cset, outcome.selected))
     assert check_plan(problem, plan).feasible
