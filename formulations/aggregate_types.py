@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -81,8 +82,9 @@ class AggregatedRound:
         The node classes.
     class_of
         The class of every node.
-    members
-        Per column, its candidates (ascending); candidate order within a column is node order.
+    order, starts
+        The candidates by column: column ``k``'s are ``order[starts[k]:starts[k + 1]]``, ascending (see
+        :meth:`members`).
     column_of
         Per candidate, its column.
     gains
@@ -100,7 +102,8 @@ class AggregatedRound:
     cset: CandidateSet
     classes: tuple[NodeClass, ...]
     class_of: tuple[int, ...]
-    members: tuple[tuple[int, ...], ...]
+    order: np.ndarray
+    starts: np.ndarray
     column_of: np.ndarray
     gains: np.ndarray
     sizes: np.ndarray
@@ -111,7 +114,11 @@ class AggregatedRound:
     @property
     def num_columns(self) -> int:
         """Columns of the aggregated model."""
-        return len(self.members)
+        return len(self.starts) - 1
+
+    def members(self, column: int) -> tuple[int, ...]:
+        """The candidates of ``column``, ascending."""
+        return tuple(self.order[self.starts[column]:self.starts[column + 1]].tolist())
 
     @property
     def merged(self) -> bool:
@@ -128,58 +135,61 @@ def aggregate(cset: CandidateSet) -> AggregatedRound:
     types = problem.gpu_types()
     type_index = {t: i for i, t in enumerate(types)}
     num_jobs = len(problem.jobs)
-    col_of: list[int] = []
-    keys: dict[tuple[Any, ...], int] = {}
-    members: list[list[int]] = []
-    gain_list: list[float] = []
-    size_list: list[int] = []
-    type_list: list[int] = []
-    job_rows: list[int] = []  # 1. each job at most once: the members of each column
-    job_cols: list[int] = []
-    load_cls: list[int] = []  # 2. the GPUs each column takes of each class
-    load_col: list[int] = []
-    load_gpus: list[float] = []
-    stays_of_slot: dict[int, list[int]] = {}
-    slots = cset.slots
+    cands = cset.candidates
+    count = len(cands)
+    codes = {_NODE: 0, _CLASS: 1, _STAY: 2}
+    kind = np.fromiter((codes.get(c.kind, 3) for c in cands), dtype=np.int64, count=count)
+    where = np.fromiter((c.where for c in cands), dtype=np.int64, count=count)
+    type_of = np.fromiter((type_index[c.gpu_type] for c in cands), dtype=np.int64, count=count)
+    class_arr = np.asarray(class_of, dtype=np.int64)
     theirs = node_classes_of(cset)  # the classes ``class`` candidates name: sets of empty nodes, within ours
-    for c, cand in enumerate(cset.candidates):
-        kind = cand.kind
-        col = len(members)
-        if kind is _NODE or kind is _CLASS:  # a unit's nodes of one class are one column
-            cls = class_of[cand.where if kind is _NODE else theirs[cand.where].nodes[0]]
-            key = (cand.jobs, cand.gpu_type, cls, cand.freeze)
-            found = keys.get(key)
-            if found is not None:
-                members[found].append(c)
-                col_of.append(found)
-                continue
-            keys[key] = col
-            load_cls.append(cls)
-            load_col.append(col)
-            load_gpus.append(cand.num_gpus)
-        elif kind is _STAY:
-            stays_of_slot.setdefault(cand.where, []).append(col)
-            for n, k in slots[cand.where].node_gpus:
-                load_cls.append(class_of[n])
-                load_col.append(col)
-                load_gpus.append(k)
-        col_of.append(col)
-        members.append([c])
-        gain_list.append(cand.gain)
-        size_list.append(cand.num_gpus)
-        type_list.append(type_index[cand.gpu_type])
-        for j in cand.jobs:
-            job_rows.append(j)
-            job_cols.append(col)
-    column_of = np.array(col_of, dtype=np.int64)
-    num_cols = len(members)
-    gains = np.array(gain_list, dtype=float)
-    sizes = np.array(size_list, dtype=float)
-    col_types = np.array(type_list, dtype=np.int64)
-    parts_r: list[np.ndarray] = [np.array(job_rows, dtype=np.int64)]
-    parts_c: list[np.ndarray] = [np.array(job_cols, dtype=np.int64)]
+    their_first = np.array([cls.nodes[0] for cls in theirs] or [0], dtype=np.int64)
+    cls = np.full(count, -1, dtype=np.int64)
+    on_node, on_class = kind == 0, kind == 1
+    cls[on_node] = class_arr[where[on_node]]
+    cls[on_class] = class_arr[their_first[where[on_class]]]
+    # a unit's candidates on the nodes of one class are one column: the same unit (its members and freeze
+    # levels are the same objects in all its candidates: a unit whose are not keeps a column per node,
+    # which changes nothing but the model's size), type and class
+    label = np.arange(count)
+    merge = np.flatnonzero(cls >= 0)
+    if len(merge):
+        ids = np.array([(id(cands[c].jobs), id(cands[c].freeze)) for c in merge.tolist()], dtype=np.uint64)
+        keys = np.column_stack([ids, type_of[merge].astype(np.uint64), cls[merge].astype(np.uint64)])
+        _, first_at, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        label[merge] = merge[first_at][inverse.ravel()]
+    reps, column_of = np.unique(label, return_inverse=True)  # representatives in candidate order
+    column_of = column_of.ravel().astype(np.int64)
+    num_cols = len(reps)
+    order = np.argsort(column_of, kind="stable")
+    starts = np.searchsorted(column_of[order], np.arange(num_cols + 1))
+    first = [cands[r] for r in reps.tolist()]
+    gains = np.fromiter((c.gain for c in first), dtype=float, count=num_cols)
+    sizes = np.fromiter((c.num_gpus for c in first), dtype=float, count=num_cols)
+    col_types = type_of[reps]
+    # 1. each job at most once: the members of each column
+    lengths = np.fromiter((len(c.jobs) for c in first), dtype=np.int64, count=num_cols)
+    job_rows = np.fromiter(chain.from_iterable(c.jobs for c in first), dtype=np.int64,
+                           count=int(lengths.sum()))
+    parts_r: list[np.ndarray] = [job_rows]
+    parts_c: list[np.ndarray] = [np.repeat(np.arange(num_cols), lengths)]
     parts_v: list[np.ndarray] = [np.ones(len(job_rows))]
     upper: list[float] = [1.0] * num_jobs
+    # the GPUs each column takes of each class: a unit on a node or class, a kept slot on its nodes
+    col_cls = cls[reps]
+    placed = np.flatnonzero(col_cls >= 0)
+    load_cls: list[int] = col_cls[placed].tolist()
+    load_col: list[int] = placed.tolist()
+    load_gpus: list[float] = sizes[placed].tolist()
+    stays_of_slot: dict[int, list[int]] = {}
+    slots = cset.slots
+    for col in np.flatnonzero(kind[reps] == 2).tolist():
+        slot = first[col].where
+        stays_of_slot.setdefault(slot, []).append(col)
+        for n, k in slots[slot].node_gpus:
+            load_cls.append(class_of[n])
+            load_col.append(col)
+            load_gpus.append(k)
     # 2. usable GPUs per class (where its columns could exceed them) and per type
     if load_cls:
         cls_arr, col_arr, gpu_arr = np.array(load_cls), np.array(load_col), np.array(load_gpus, dtype=float)
@@ -201,9 +211,8 @@ def aggregate(cset: CandidateSet) -> AggregatedRound:
     upper += type_total
     # 3. a slot kept by at most one unit (implied by row 1 where one job is in every unit that keeps it, as
     # in a slot of one running job); overlapping slots not both kept
-    candidates = cset.candidates
     packs = [stays for stays in stays_of_slot.values() if len(stays) > 1
-             and not set.intersection(*(set(candidates[members[col][0]].jobs) for col in stays))]
+             and not set.intersection(*(set(first[col].jobs) for col in stays))]
     for p, q in cset.slot_conflicts:
         both = [*stays_of_slot.get(p, ()), *stays_of_slot.get(q, ())]
         if both:
@@ -215,8 +224,8 @@ def aggregate(cset: CandidateSet) -> AggregatedRound:
         upper.append(1.0)
     matrix = coo_matrix((np.concatenate(parts_v), (np.concatenate(parts_r), np.concatenate(parts_c))),
                         shape=(len(upper), num_cols)).tocsc()
-    return AggregatedRound(cset, classes, class_of, tuple(tuple(m) for m in members), column_of, gains,
-                           sizes, col_types, matrix, np.array(upper))
+    return AggregatedRound(cset, classes, class_of, order, starts, column_of, gains, sizes, col_types, matrix,
+                           np.array(upper))
 
 
 @dataclass(frozen=True, slots=True)

@@ -121,7 +121,7 @@ def type_level(cset: CandidateSet | RoundModel, *, time_limit_s: float = float("
         types[int(np.argmax(mass[j]))] if has_mass[j] else
         (types[int(np.argmax(alone[j]))] if np.isfinite(alone[j]).any() else None) for j in range(num_jobs))
     used = np.flatnonzero(values > 1e-9)
-    by_value = tuple(c for col in used[np.lexsort((used, -values[used]))] for c in agg.members[col])
+    by_value = tuple(c for col in used[np.lexsort((used, -values[used]))].tolist() for c in agg.members(col))
     return Decomposition(relax.bound, job_type, by_value, time.perf_counter() - began, len(agg.classes),
                          len(problem.nodes), agg.num_columns, relax.active, relax.rounds, relax.optimal,
                          agg.merged, agg)
