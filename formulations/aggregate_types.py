@@ -1,6 +1,6 @@
 """The round aggregated over interchangeable nodes: the type level of the ``decomposed`` backend.
 
-**Node classes.** Nodes of one GPU type with the same usable GPUs, none down and nobody running there are
+**Node classes.** Nodes of one GPU type with the same GPUs, none down and nobody running there are
 interchangeable: a plan that uses one can use any other. Such nodes form one class; every other node is a
 class of its own.
 
@@ -24,8 +24,8 @@ load. With a unit offered only some nodes of a large class
 (:attr:`~dltsched.formulations.problem.RoundOptions.max_nodes_per_unit`) it can be higher, never lower: the
 gap measured against it is a true gap, at worst pessimistic.
 
-The matrix is assembled with NumPy from one pass over the candidates; the LP is solved by HiGHS (highspy)
-with a time limit.
+The matrix is assembled with NumPy (one pass per candidate attribute); the LP is solved by column generation
+with HiGHS (:func:`solve_relaxation`), every round of which gives a valid bound, within a time limit.
 """
 
 from __future__ import annotations
