@@ -97,6 +97,9 @@ class AggregatedRound:
         The rows over the columns (SciPy CSC).
     upper
         The rows' right-hand sides (every row is ``<=``).
+    merged
+        Whether a candidate on one node lies in a class of several (its node's row is then summed into its
+        class's): else the model's relaxation is the round's own (the round's aggregated classes are its own).
     """
 
     cset: CandidateSet
@@ -110,6 +113,7 @@ class AggregatedRound:
     types: np.ndarray
     matrix: Any
     upper: np.ndarray
+    merged: bool
 
     @property
     def num_columns(self) -> int:
@@ -120,10 +124,6 @@ class AggregatedRound:
         """The candidates of ``column``, ascending."""
         return tuple(self.order[self.starts[column]:self.starts[column + 1]].tolist())
 
-    @property
-    def merged(self) -> bool:
-        """Whether any class holds more than one node (else the model is the round's own relaxation)."""
-        return any(len(c.nodes) > 1 for c in self.classes)
 
 
 def aggregate(cset: CandidateSet) -> AggregatedRound:
@@ -224,8 +224,10 @@ def aggregate(cset: CandidateSet) -> AggregatedRound:
         upper.append(1.0)
     matrix = coo_matrix((np.concatenate(parts_v), (np.concatenate(parts_r), np.concatenate(parts_c))),
                         shape=(len(upper), num_cols)).tocsc()
+    sizes_of_class = np.array([len(k.nodes) for k in classes], dtype=np.int64)
+    merged = bool(np.any(sizes_of_class[cls[on_node]] > 1))
     return AggregatedRound(cset, classes, class_of, order, starts, column_of, gains, sizes, col_types, matrix,
-                           np.array(upper))
+                           np.array(upper), merged)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ decomposed plan against the undecomposed optimum, every plan through the checker
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 
 import numpy as np
@@ -82,7 +83,9 @@ def test_interchangeable_nodes_aggregate_without_loosening_the_relaxation(asked,
     problem = build_round(synthetic_state(90, 96, seed=seed, running_fraction=0.0), asked, RoundOptions())
     cset = build_candidates(problem)
     agg = aggregate(cset)
-    assert agg.merged and len(agg.classes) == 3
+    assert len(agg.classes) == 3
+    # the round aggregates these classes itself (its ``class`` candidates): the model is the round's own
+    assert not agg.merged
     assert agg.num_columns <= len(cset.candidates)  # the round may aggregate these classes itself
     whole = full_lp(cset)
     assert aggregated_lp(agg) == pytest.approx(whole, rel=1e-7)
@@ -139,7 +142,7 @@ def test_decomposed_plan_is_within_one_percent_of_the_undecomposed_optimum(asked
 def test_type_level_reports_its_aggregation(asked):
     problem = build_round(synthetic_state(90, 96, seed=1, running_fraction=0.0), asked, RoundOptions())
     level = type_level(build_candidates(problem))
-    assert level.optimal and level.merged and level.classes == 3 and level.nodes == 12
+    assert level.optimal and not level.merged and level.classes == 3 and level.nodes == 12
     assert level.active <= level.columns and level.rounds >= 1
     assert set(level.job_type) <= set(problem.gpu_types()) | {None}
     assert "3 node classes of 12 nodes" in level.describe()
@@ -168,3 +171,24 @@ def test_out_of_time_the_type_level_claims_no_bound_and_the_plan_is_still_checke
     assert "no bound proven in time" in outcome.message
     plan = to_plan(cset, outcome.selected, status="heuristic", objective=objective_of(cset, outcome.selected))
     assert check_plan(problem, plan).feasible
+
+
+def test_classes_the_round_does_not_aggregate_merge_here_and_keep_the_relaxation(asked):
+    # a 3-GPU gang does not divide 8-GPU nodes: the round keeps a candidate per node, the aggregated model
+    # merges each type's 4 empty nodes into a class (every unit is offered all 4), and its LP is still the
+    # round's own relaxation
+    state = synthetic_state(90, 96, seed=2, running_fraction=0.0)
+    first = state.jobs[0]
+    jobs = (dataclasses.replace(first, job=dataclasses.replace(first.job, num_gpus=3)), *state.jobs[1:])
+    problem = build_round(dataclasses.replace(state, jobs=jobs), asked, RoundOptions())
+    cset = build_candidates(problem)
+    assert not any(c.kind == "class" for c in cset.candidates)
+    agg = aggregate(cset)
+    assert agg.merged and len(agg.classes) == 3 and agg.num_columns < len(cset.candidates)
+    whole = full_lp(cset)
+    assert aggregated_lp(agg) == pytest.approx(whole, rel=1e-7)
+    relax = solve_relaxation(agg, 60.0)
+    assert relax.optimal and relax.bound == pytest.approx(whole, rel=1e-7)
+    result = solve_problem(problem, "decomposed")
+    assert check_plan(problem, result.plan).feasible
+    assert "aggregated, at least the round's" in result.plan.message
