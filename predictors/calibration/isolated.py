@@ -273,6 +273,17 @@ def _step_array(p: dict[str, float], c: dict[str, np.ndarray]) -> np.ndarray:
     return np.where(c["fwd_bwd"], gpu, busy)
 
 
+def per_sample_identified(rows: Sequence[Row]) -> bool:
+    """Whether ``rows`` pin a per-sample input cost: some model timed as whole iterations at two batch sizes
+    or more. Across models alone it is confounded with every per-model difference the kernel model misses
+    (one batch size per model, a fitted per-sample cost priced other batch sizes up to 20 times too slow)."""
+    batches: dict[str, set[int]] = {}
+    for r in rows:
+        if r.scope == "iteration":
+            batches.setdefault(r.model, set()).add(r.batch)
+    return any(len(b) > 1 for b in batches.values())
+
+
 def fit_step_form(rows: Sequence[Row], form: str, options: StepFitOptions | None = None) -> dict[str, float]:
     """The step-time parameters of one overlap form fitted on ``rows`` (module docstring), as ``options`` say
     (the defaults: relative errors, unweighted, :data:`PRIOR_WEIGHT`, :data:`LAUNCH_US_PRIOR`)."""
@@ -281,6 +292,7 @@ def fit_step_form(rows: Sequence[Row], form: str, options: StepFitOptions | None
     power, feature, launches = STEP_FORMS[form]
     names = [*STEP_PARAMS, *(["launch_us"] if launches else [])]
     iteration = any(r.scope == "iteration" for r in rows)
+    per_sample = iteration and per_sample_identified(rows)
     x0 = np.log([prior[n] for n in names])
     cols = _columns(rows)
 
@@ -290,7 +302,7 @@ def fit_step_form(rows: Sequence[Row], form: str, options: StepFitOptions | None
         out["overlap_power"], out["host_ops"] = power, float(feature == "host_ops")
         if iteration:
             out["input_s"] = float(x[len(names)] ** 2 * 1e-2)
-            out["per_sample_s"] = float(x[len(names) + 1] ** 2 * 1e-4)
+            out["per_sample_s"] = float(x[len(names) + 1] ** 2 * 1e-4) if per_sample else 0.0
         return out
 
     weights = opt.weights(rows)
