@@ -217,6 +217,7 @@ class Row:
     gmem_mib: float | None = None
     gpu_util: float | None = None
     step_rel_sd: float | None = None
+    amp: bool = False
 
 
 @dataclass(frozen=True, slots=True)
