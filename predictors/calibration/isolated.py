@@ -73,6 +73,8 @@ STEP_FORMS: dict[str, tuple[float, str, bool]] = {"overlap": (3.0, "launches", F
 #: host time (us) of one kernel launch that ``launch_us`` is pulled towards: the CUDA driver's enqueue of a
 #: kernel takes a few microseconds of CPU time, whoever launches it
 LAUNCH_US_PRIOR = 3.0
+#: whether a mixed-precision job's features count the casts of its weights (:func:`amp_casts`)
+AMP_CASTS = True
 #: fewest models in a fit for :func:`fit_step` to choose the form by leave-one-model-out
 MIN_MODELS_TO_CHOOSE = 4
 #: weight of the pull of each fitted log-parameter towards the uncalibrated model's value
@@ -131,8 +133,9 @@ def job_features(model: str, dataset: str, batch: int, amp: bool, gpu: str,
     spec = gpu_spec_checked(gpu)
     job = replace(_job(model, dataset, batch, amp), optimizer=optimizer)
     work = kernel_work(job, model, dataset, spec, freeze_level, scope, load_kernel_model(), tf32)
-    out = {"optimizer_s": work["optimizer_s"], "launches": work["launches"],
-           "host_ops": host_ops(model, dataset, freeze_level, scope, optimizer)}
+    casts = amp_casts(model, dataset, freeze_level) if amp and AMP_CASTS else 0.0
+    out = {"optimizer_s": work["optimizer_s"], "launches": work["launches"] + casts,
+           "host_ops": host_ops(model, dataset, freeze_level, scope, optimizer) + casts}
     for group in CLASS_GROUPS:
         masked: Any = _masked(group)
         kt = kernel_times(masked, model, dataset, kernel_gpu(spec), bool(amp), tf32)
@@ -146,6 +149,15 @@ def job_features(model: str, dataset: str, batch: int, amp: bool, gpu: str,
         _FEATURE_MEMO.clear()
     _FEATURE_MEMO[key] = out
     return out
+
+
+def amp_casts(model: str, dataset: str, freeze_level: int = 0) -> float:
+    """Ops (each one kernel) that mixed precision adds to a step: every weight tensor cast to half
+    precision forward, and the cast's backward for each trainable one."""
+    from dltsched.predictors.steptime.aggregates import aggregates
+
+    tensors = aggregates(model, dataset).param_tensors
+    return float(tensors[0] + tensors[freeze_level])
 
 
 def host_ops(model: str, dataset: str, freeze_level: int = 0, scope: str = "compute",
