@@ -116,3 +116,11 @@ def test_a_per_sample_input_cost_is_fitted_only_where_a_model_was_timed_at_two_b
     assert not iso.per_sample_identified(list(one.values())) and iso.per_sample_identified(rows)
     assert iso.fit_step_form(list(one.values()), "host_ops")["per_sample_s"] == 0.0
     assert iso.fit_step_form(rows, "host_ops")["per_sample_s"] > 0.0
+
+
+def test_mixed_precision_counts_the_casts_of_the_weights():
+    model, dataset, batch = FEW[0]
+    fp32, amp = (iso.job_features(model, dataset, batch, a, GPU, frozenset({"conv"})) for a in (False, True))
+    casts = iso.amp_casts(model, dataset)
+    assert casts > 0 and casts == iso.amp_casts(model, dataset, 0) >= iso.amp_casts(model, dataset, 3)
+    assert amp["host_ops"] - fp32["host_ops"] == casts and amp["launches"] - fp32["launches"] == casts
