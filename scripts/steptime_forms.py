@@ -36,13 +36,13 @@ def _figures(apes: dict[str, list[float]], weights: dict[str, list[float | None]
     return {"mape": statistics.fmean(flat), "weighted_mape": weighted, "n": len(flat)}
 
 
-def batches(paths: list[str], gpu: str | None, as_json: bool) -> None:
+def batches(paths: list[str], gpu: str | None, as_json: bool, reference: str) -> None:
     out = []
     for path in paths:
         for data in read_datasets([path], gpu):
             rows = _rows(data.gpu, data.tf32, data.isolated)
             start = time.perf_counter()
-            figures = stepforms.batch_size_figures(stepforms.batch_size_evaluation(rows))
+            figures = stepforms.batch_size_figures(stepforms.batch_size_evaluation(rows, reference=reference))
             out.append({"data": path, "gpu": data.gpu, "rows": len(rows), "figures": figures,
                         "seconds": time.perf_counter() - start})
     if as_json:
@@ -71,10 +71,12 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--batches", action="store_true",
                         help="batch sizes and precisions never profiled, per GPU of each dataset")
+    parser.add_argument("--reference", choices=stepforms.REFERENCES, default="smallest",
+                        help="--batches: the batch size of each model profiled in the one-job schemes")
     parser.add_argument("--gpu", help="the GPU of a dataset that does not record its own (Lucid)")
     args = parser.parse_args()
     if args.batches:
-        batches(args.dirs, args.gpu, args.json)
+        batches(args.dirs, args.gpu, args.json, args.reference)
         return
     datasets = read_datasets(args.dirs)
     gpu = datasets[0].gpu

@@ -114,11 +114,20 @@ def describe(variant: Variant) -> str:
 BATCH_SCHEMES = ("lomo", "lomo_one_job", "profiled_one_job")
 
 
-def _reference(rows: Sequence[Row]) -> dict[str, Row]:
-    """Each model's profiled job in the one-job schemes: full precision first, then its smallest batch."""
+#: which batch size of a model the one-job schemes profile (:func:`batch_size_evaluation`)
+REFERENCES = ("smallest", "middle", "largest")
+
+
+def _reference(rows: Sequence[Row], reference: str = "smallest") -> dict[str, Row]:
+    """Each model's profiled job in the one-job schemes: at full precision where it has one, its smallest,
+    middle (the lower of two) or largest batch size."""
     out: dict[str, Row] = {}
-    for r in sorted(rows, key=lambda r: (r.amp, r.batch, r.step_time_s)):
-        out.setdefault(r.model, r)
+    for model in sorted({r.model for r in rows}):
+        own = [r for r in rows if r.model == model]
+        amp = min(r.amp for r in own)
+        sizes = sorted({r.batch for r in own if r.amp == amp})
+        batch = sizes[{"smallest": 0, "middle": (len(sizes) - 1) // 2, "largest": -1}[reference]]
+        out[model] = min((r for r in own if r.amp == amp and r.batch == batch), key=lambda r: r.step_time_s)
     return out
 
 
@@ -144,12 +153,14 @@ def _score(out: dict[str, list[dict[str, float | str]]], scheme: str, held: Sequ
 
 
 def batch_size_evaluation(rows: Sequence[Row], variants: Sequence[Variant] | None = None,
-                          model_scale_shrink: float = 1.0) -> dict[str, list[dict[str, float | str]]]:
+                          model_scale_shrink: float = 1.0,
+                          reference: str = "smallest") -> dict[str, list[dict[str, float | str]]]:
     """Step time of every job of the models profiled at several batch sizes or precisions, per scheme:
 
     - ``lomo``: the model never profiled; fitted on every row of the other models;
-    - ``lomo_one_job``: the model never profiled; fitted on one job of each other model (full precision, its
-      smallest batch: a profile dataset of one batch size per model, as a GPU's first profile is);
+    - ``lomo_one_job``: the model never profiled; fitted on one job of each other model (full precision, at
+      its ``reference`` batch size of :data:`REFERENCES`: a profile dataset of one batch size per model, as a
+      GPU's first profile is);
     - ``profiled_one_job``: that one job of every model profiled, the model included, and its other jobs
       predicted: ``calibrated`` times the model's scale from its profiled job (as the calibration prices a
       model it has profiles of, ``model_scale_shrink`` pseudo-profiles at 1), ``calibrated_no_model_scale``,
@@ -163,7 +174,7 @@ def batch_size_evaluation(rows: Sequence[Row], variants: Sequence[Variant] | Non
     variants = list(variants or default_variants())
     models = sorted({r.model for r in rows})
     several = [m for m in models if len({(r.batch, r.amp) for r in rows if r.model == m}) > 1]
-    ref = _reference(rows)
+    ref = _reference(rows, reference)
     one = [ref[m] for m in models]
     default = default_step_params()
     out: dict[str, list[dict[str, float | str]]] = {}
@@ -219,6 +230,6 @@ def batch_size_figures(scored: dict[str, list[dict[str, float | str]]]) -> dict[
     return out
 
 
-__all__ = ["BATCH_SCHEMES", "Variant", "batch_size_evaluation", "batch_size_figures", "choose",
+__all__ = ["BATCH_SCHEMES", "REFERENCES", "Variant", "batch_size_evaluation", "batch_size_figures", "choose",
            "default_variants", "describe", "lomo_apes", "lomo_mape", "nested_lomo_apes",
            "searched_variants"]

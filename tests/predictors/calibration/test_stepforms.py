@@ -124,3 +124,11 @@ def test_mixed_precision_counts_the_casts_of_the_weights():
     casts = iso.amp_casts(model, dataset)
     assert casts > 0 and casts == iso.amp_casts(model, dataset, 0) >= iso.amp_casts(model, dataset, 3)
     assert amp["host_ops"] - fp32["host_ops"] == casts and amp["launches"] - fp32["launches"] == casts
+
+
+def test_the_profiled_job_is_the_chosen_batch_size_at_full_precision():
+    rows = _sizes_rows(HOST_BOUND, amp_model=FEW[1][0])
+    for reference, factor in (("smallest", 1), ("middle", 1), ("largest", 2)):
+        picked = stepforms._reference(rows, reference)
+        assert sorted(picked) == sorted(m for m, _, _ in FEW)
+        assert all(picked[m].batch == factor * b and not picked[m].amp for m, _, b in FEW)
