@@ -30,7 +30,9 @@ it is given (:data:`MIN_MODELS_TO_CHOOSE` models or more; ``overlap`` otherwise)
 takes part in choosing the form that prices it (:mod:`.stepforms`: that choice nested, and over every fit
 variant of :class:`StepFitOptions` tried). Scope ``fwd_bwd`` is ``gpu`` without the optimizer; the input
 terms are fitted only where rows of scope ``iteration`` were measured (profiles of synthetic inputs have
-none).
+none), the per-sample one only where some model was timed at two batch sizes or more
+(:func:`per_sample_identified`). A mixed-precision job's host ops and launches count the casts of its weights
+(:func:`amp_casts`).
 
 **Memory** (NVML's used memory of the whole GPU while the job runs alone: what packing needs)::
 
