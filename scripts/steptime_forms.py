@@ -2,6 +2,13 @@
 variant searched (predictors/calibration/stepforms.py), on profile datasets of one GPU.
 
     python scripts/steptime_forms.py "$DLTSCHED_DATA"/h200 [--search] [--json]
+    python scripts/steptime_forms.py --batches "$DLTSCHED_DATA"/gavel zeus.csv [--json]
+    python scripts/steptime_forms.py --batches "$DLTSCHED_DATA"/lucid --gpu v100-32gb
+
+``--batches``: per GPU of each dataset, the step time of the models profiled at several batch sizes or
+precisions, never profiled (fitted on the other models: all their jobs, or one job each) or profiled at one
+job (its smallest batch at full precision), beside the uncalibrated default and simple rules
+(predictors/calibration/stepforms.py, ``batch_size_evaluation``).
 
 Every fit uses the isolated runs of every dataset found (as `dltsched calibrate` does); the rows scored are
 those of the `--sharing` datasets (time-slicing by default: the calibrate report's rows). MAPE plain and
@@ -29,6 +36,32 @@ def _figures(apes: dict[str, list[float]], weights: dict[str, list[float | None]
     return {"mape": statistics.fmean(flat), "weighted_mape": weighted, "n": len(flat)}
 
 
+def batches(paths: list[str], gpu: str | None, as_json: bool, reference: str) -> None:
+    out = []
+    for path in paths:
+        for data in read_datasets([path], gpu):
+            rows = _rows(data.gpu, data.tf32, data.isolated)
+            start = time.perf_counter()
+            figures = stepforms.batch_size_figures(stepforms.batch_size_evaluation(rows, reference=reference))
+            out.append({"data": path, "gpu": data.gpu, "rows": len(rows), "figures": figures,
+                        "seconds": time.perf_counter() - start})
+    if as_json:
+        print(json.dumps(out, indent=1))
+        return
+    for got in out:
+        print(f"{got['data']} {got['gpu']}: {got['rows']} jobs alone")
+        if not got["figures"]:
+            print("  no model profiled at two batch sizes or precisions")
+        for scheme, fig in got["figures"].items():
+            methods = [k[:-5] for k in fig if k.endswith("_mape")]
+            print(f"  {scheme:<17} {fig['n']:>3} rows, {fig['models']} models  "
+                  + "  ".join(f"{m} {fig[m + '_mape']:.1f}%" for m in methods))
+            for b, per in fig["per_bin"].items():
+                cells = "  ".join(f"{m} {per[m + '_mape']:.1f}%" for m in methods)
+                print(f"    {b:<16} {per['n']:>3} rows  {cells}"
+                      + f"  calibrated/measured median {per['calibrated_median_ratio']:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dirs", nargs="+")
@@ -36,7 +69,15 @@ def main() -> None:
     parser.add_argument("--search", action="store_true",
                         help="also nested over every variant searched (slow)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--batches", action="store_true",
+                        help="batch sizes and precisions never profiled, per GPU of each dataset")
+    parser.add_argument("--reference", choices=stepforms.REFERENCES, default="smallest",
+                        help="--batches: the batch size of each model profiled in the one-job schemes")
+    parser.add_argument("--gpu", help="the GPU of a dataset that does not record its own (Lucid)")
     args = parser.parse_args()
+    if args.batches:
+        batches(args.dirs, args.gpu, args.json, args.reference)
+        return
     datasets = read_datasets(args.dirs)
     gpu = datasets[0].gpu
     tf32 = frozenset().union(*(d.tf32 for d in datasets))

@@ -30,7 +30,9 @@ it is given (:data:`MIN_MODELS_TO_CHOOSE` models or more; ``overlap`` otherwise)
 takes part in choosing the form that prices it (:mod:`.stepforms`: that choice nested, and over every fit
 variant of :class:`StepFitOptions` tried). Scope ``fwd_bwd`` is ``gpu`` without the optimizer; the input
 terms are fitted only where rows of scope ``iteration`` were measured (profiles of synthetic inputs have
-none).
+none), the per-sample one only where some model was timed at two batch sizes or more
+(:func:`per_sample_identified`). A mixed-precision job's host ops and launches count the casts of its weights
+(:func:`amp_casts`).
 
 **Memory** and **utilisation** alone: :mod:`.resources`.
 """
@@ -60,6 +62,8 @@ STEP_FORMS: dict[str, tuple[float, str, bool]] = {"overlap": (3.0, "launches", F
 #: host time (us) of one kernel launch that ``launch_us`` is pulled towards: the CUDA driver's enqueue of a
 #: kernel takes a few microseconds of CPU time, whoever launches it
 LAUNCH_US_PRIOR = 3.0
+#: whether a mixed-precision job's features count the casts of its weights (:func:`amp_casts`)
+AMP_CASTS = True
 #: fewest models in a fit for :func:`fit_step` to choose the form by leave-one-model-out
 MIN_MODELS_TO_CHOOSE = 4
 #: weight of the pull of each fitted log-parameter towards the uncalibrated model's value
@@ -118,8 +122,9 @@ def job_features(model: str, dataset: str, batch: int, amp: bool, gpu: str,
     spec = gpu_spec_checked(gpu)
     job = replace(_job(model, dataset, batch, amp), optimizer=optimizer)
     work = kernel_work(job, model, dataset, spec, freeze_level, scope, load_kernel_model(), tf32)
-    out = {"optimizer_s": work["optimizer_s"], "launches": work["launches"],
-           "host_ops": host_ops(model, dataset, freeze_level, scope, optimizer)}
+    casts = amp_casts(model, dataset, freeze_level) if amp and AMP_CASTS else 0.0
+    out = {"optimizer_s": work["optimizer_s"], "launches": work["launches"] + casts,
+           "host_ops": host_ops(model, dataset, freeze_level, scope, optimizer) + casts}
     for group in CLASS_GROUPS:
         masked: Any = _masked(group)
         kt = kernel_times(masked, model, dataset, kernel_gpu(spec), bool(amp), tf32)
@@ -129,6 +134,15 @@ def job_features(model: str, dataset: str, batch: int, amp: bool, gpu: str,
         _FEATURE_MEMO.clear()
     _FEATURE_MEMO[key] = out
     return out
+
+
+def amp_casts(model: str, dataset: str, freeze_level: int = 0) -> float:
+    """Ops (each one kernel) that mixed precision adds to a step: every weight tensor cast to half
+    precision forward, and the cast's backward for each trainable one."""
+    from dltsched.predictors.steptime.aggregates import aggregates
+
+    tensors = aggregates(model, dataset).param_tensors
+    return float(tensors[0] + tensors[freeze_level])
 
 
 def host_ops(model: str, dataset: str, freeze_level: int = 0, scope: str = "compute",
@@ -200,6 +214,7 @@ class Row:
     gmem_mib: float | None = None
     gpu_util: float | None = None
     step_rel_sd: float | None = None
+    amp: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +271,17 @@ def _step_array(p: dict[str, float], c: dict[str, np.ndarray]) -> np.ndarray:
     return np.where(c["fwd_bwd"], gpu, busy)
 
 
+def per_sample_identified(rows: Sequence[Row]) -> bool:
+    """Whether ``rows`` pin a per-sample input cost: some model timed as whole iterations at two batch sizes
+    or more. Across models alone it is confounded with every per-model difference the kernel model misses
+    (one batch size per model, a fitted per-sample cost priced other batch sizes up to 20 times too slow)."""
+    batches: dict[str, set[int]] = {}
+    for r in rows:
+        if r.scope == "iteration":
+            batches.setdefault(r.model, set()).add(r.batch)
+    return any(len(b) > 1 for b in batches.values())
+
+
 def fit_step_form(rows: Sequence[Row], form: str, options: StepFitOptions | None = None) -> dict[str, float]:
     """The step-time parameters of one overlap form fitted on ``rows`` (module docstring), as ``options`` say
     (the defaults: relative errors, unweighted, :data:`PRIOR_WEIGHT`, :data:`LAUNCH_US_PRIOR`)."""
@@ -264,6 +290,7 @@ def fit_step_form(rows: Sequence[Row], form: str, options: StepFitOptions | None
     power, feature, launches = STEP_FORMS[form]
     names = [*STEP_PARAMS, *(["launch_us"] if launches else [])]
     iteration = any(r.scope == "iteration" for r in rows)
+    per_sample = iteration and per_sample_identified(rows)
     x0 = np.log([prior[n] for n in names])
     cols = _columns(rows)
 
@@ -273,7 +300,7 @@ def fit_step_form(rows: Sequence[Row], form: str, options: StepFitOptions | None
         out["overlap_power"], out["host_ops"] = power, float(feature == "host_ops")
         if iteration:
             out["input_s"] = float(x[len(names)] ** 2 * 1e-2)
-            out["per_sample_s"] = float(x[len(names) + 1] ** 2 * 1e-4)
+            out["per_sample_s"] = float(x[len(names) + 1] ** 2 * 1e-4) if per_sample else 0.0
         return out
 
     weights = opt.weights(rows)

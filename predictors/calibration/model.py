@@ -170,7 +170,7 @@ def _rows(cal_gpu: str, tf32: frozenset[str], isolated: Iterable[IsolatedRow]) -
     return [iso.Row(r.model, r.batch_size, r.scope,
                     iso.job_features(r.model, r.dataset, r.batch_size, r.amp, cal_gpu, tf32, r.scope,
                                      optimizer=r.optimizer),
-                    r.step_time_s, r.gmem_mib, r.gpu_util, r.step_time_rel_sd) for r in isolated]
+                    r.step_time_s, r.gmem_mib, r.gpu_util, r.step_time_rel_sd, bool(r.amp)) for r in isolated]
 
 
 def _model_scales(step: dict[str, float], rows: Sequence[iso.Row]) -> dict[str, float]:

@@ -12,6 +12,7 @@ while the forms were developed, and the nested figure over them is what the sear
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from itertools import product
@@ -20,11 +21,13 @@ import numpy as np
 
 from dltsched.predictors.calibration.isolated import (
     DEFAULT_FIT,
+    MIN_MODELS_TO_CHOOSE,
     STEP_FORMS,
     Row,
     StepFitOptions,
     _columns,
     _step_array,
+    default_step_params,
     fit_step_form,
 )
 
@@ -105,5 +108,128 @@ def describe(variant: Variant) -> str:
     return ", ".join(parts)
 
 
-__all__ = ["Variant", "choose", "default_variants", "describe", "lomo_apes", "lomo_mape", "nested_lomo_apes",
+# -- batch sizes and precisions never profiled ------------------------------------------------------------
+
+#: the schemes of :func:`batch_size_evaluation`
+BATCH_SCHEMES = ("lomo", "lomo_one_job", "profiled_one_job")
+
+
+#: which batch size of a model the one-job schemes profile (:func:`batch_size_evaluation`)
+REFERENCES = ("smallest", "middle", "largest")
+
+
+def _reference(rows: Sequence[Row], reference: str = "smallest") -> dict[str, Row]:
+    """Each model's profiled job in the one-job schemes: at full precision where it has one, its smallest,
+    middle (the lower of two) or largest batch size."""
+    out: dict[str, Row] = {}
+    for model in sorted({r.model for r in rows}):
+        own = [r for r in rows if r.model == model]
+        amp = min(r.amp for r in own)
+        sizes = sorted({r.batch for r in own if r.amp == amp})
+        batch = sizes[{"smallest": 0, "middle": (len(sizes) - 1) // 2, "largest": -1}[reference]]
+        out[model] = min((r for r in own if r.amp == amp and r.batch == batch), key=lambda r: r.step_time_s)
+    return out
+
+
+def _bin(r: Row, ref: Row, every: Sequence[Row]) -> str:
+    """Where a scored row sits among ``every`` row of its model: the other precision than the profiled
+    job's, or the smallest or largest batch size of its precision, or between."""
+    if r.amp != ref.amp:
+        return "other_precision"
+    sizes = sorted({h.batch for h in every if h.amp == r.amp})
+    if r.batch == sizes[0]:
+        return "smallest_batch"
+    return "largest_batch" if r.batch == sizes[-1] else "middle_batch"
+
+
+def _score(out: dict[str, list[dict[str, float | str]]], scheme: str, held: Sequence[Row], ref: Row,
+           predicted: dict[str, np.ndarray], every: Sequence[Row]) -> None:
+    step = np.array([r.step_time_s for r in held])
+    for i, r in enumerate(held):
+        row: dict[str, float | str] = {"model": r.model, "batch": r.batch, "amp": float(r.amp),
+                                       "bin": _bin(r, ref, every), "measured": float(step[i])}
+        row |= {m: float(v[i]) for m, v in predicted.items()}
+        out.setdefault(scheme, []).append(row)
+
+
+def batch_size_evaluation(rows: Sequence[Row], variants: Sequence[Variant] | None = None,
+                          model_scale_shrink: float = 1.0,
+                          reference: str = "smallest") -> dict[str, list[dict[str, float | str]]]:
+    """Step time of every job of the models profiled at several batch sizes or precisions, per scheme:
+
+    - ``lomo``: the model never profiled; fitted on every row of the other models;
+    - ``lomo_one_job``: the model never profiled; fitted on one job of each other model (full precision, at
+      its ``reference`` batch size of :data:`REFERENCES`: a profile dataset of one batch size per model, as a
+      GPU's first profile is);
+    - ``profiled_one_job``: that one job of every model profiled, the model included, and its other jobs
+      predicted: ``calibrated`` times the model's scale from its profiled job (as the calibration prices a
+      model it has profiles of, ``model_scale_shrink`` pseudo-profiles at 1), ``calibrated_no_model_scale``,
+      and the rules ``same_step`` (the profiled step) and ``linear_in_batch`` (the profiled step times the
+      ratio of batch sizes).
+
+    The variant is chosen among ``variants`` (default: the forms, as the calibration chooses) by
+    leave-one-model-out over the training rows alone (nested). Beside it on the same rows: ``default`` (the
+    uncalibrated kernel step model's parameters, no input-pipeline term) and ``constant`` (the training
+    rows' median). Each scored row names its bin (:func:`_bin`)."""
+    variants = list(variants or default_variants())
+    models = sorted({r.model for r in rows})
+    several = [m for m in models if len({(r.batch, r.amp) for r in rows if r.model == m}) > 1]
+    ref = _reference(rows, reference)
+    one = [ref[m] for m in models]
+    default = default_step_params()
+    out: dict[str, list[dict[str, float | str]]] = {}
+
+    def fitted(train: Sequence[Row]) -> dict[str, float]:
+        enough = len({r.model for r in train}) >= MIN_MODELS_TO_CHOOSE
+        pick = choose(train, variants) if enough else variants[0]
+        return fit_step_form(train, *pick)
+
+    for m in several:
+        held = [r for r in rows if r.model == m]
+        cols = _columns(held)
+        for scheme, pool in (("lomo", rows), ("lomo_one_job", one)):
+            train = [r for r in pool if r.model != m]
+            _score(out, scheme, held, ref[m], {"calibrated": _step_array(fitted(train), cols),
+                                               "default": _step_array(default, cols),
+                                               "constant": np.full(len(held), statistics.median(
+                                                   r.step_time_s for r in train))}, held)
+    params = fitted(one)
+    for m in several:
+        r0 = ref[m]
+        held = [r for r in rows if r.model == m and r is not r0]
+        cols = _columns(held)
+        plain = _step_array(params, cols)
+        own = float(_step_array(params, _columns([r0]))[0])
+        scale = math.exp(math.log(r0.step_time_s / own) / (1.0 + model_scale_shrink))
+        batch = np.array([r.batch / r0.batch for r in held], dtype=float)
+        _score(out, "profiled_one_job", held, r0,
+               {"calibrated": plain * scale, "calibrated_no_model_scale": plain,
+                "default": _step_array(default, cols), "same_step": np.full(len(held), r0.step_time_s),
+                "linear_in_batch": r0.step_time_s * batch}, [r0, *held])
+    return out
+
+
+def batch_size_figures(scored: dict[str, list[dict[str, float | str]]]) -> dict[str, dict[str, object]]:
+    """Per scheme: each method's MAPE over every scored row and per bin, and the calibrated prediction's
+    median ratio to the measurement per bin (below 1: too fast)."""
+    out: dict[str, dict[str, object]] = {}
+    for scheme, got in scored.items():
+        methods = [k for k in got[0] if k not in ("model", "batch", "amp", "bin", "measured")]
+        bins = sorted({str(r["bin"]) for r in got})
+
+        def mape(sub: list[dict[str, float | str]], m: str) -> float:
+            return statistics.fmean(100.0 * abs(float(r[m]) / float(r["measured"]) - 1.0) for r in sub)
+
+        fig: dict[str, object] = {"n": len(got), "models": len({r["model"] for r in got})}
+        fig |= {f"{m}_mape": mape(got, m) for m in methods}
+        fig["per_bin"] = {b: {"n": len(sub), **{f"{m}_mape": mape(sub, m) for m in methods},
+                              "calibrated_median_ratio": statistics.median(
+                                  float(r["calibrated"]) / float(r["measured"]) for r in sub)}
+                          for b in bins for sub in [[r for r in got if r["bin"] == b]]}
+        out[scheme] = fig
+    return out
+
+
+__all__ = ["BATCH_SCHEMES", "REFERENCES", "Variant", "batch_size_evaluation", "batch_size_figures", "choose",
+           "default_variants", "describe", "lomo_apes", "lomo_mape", "nested_lomo_apes",
            "searched_variants"]

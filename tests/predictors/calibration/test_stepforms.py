@@ -83,3 +83,52 @@ def test_the_searched_variants_hold_every_form_once_per_setting_and_describe_the
     assert all(v in variants for v in stepforms.default_variants())
     text = stepforms.describe(("ops_and_launches", iso.StepFitOptions(log_space=True, spread_floor=0.03)))
     assert "log" in text and "launch prior 3 us" in text and "weighted" in text
+
+
+def _sizes_rows(params, amp_model=None):
+    """Each of five models at its batch size and at twice it (and one model in mixed precision too)."""
+    out = []
+    for model, dataset, batch in FEW:
+        for b, amp in [(batch, False), (2 * batch, False), *([(batch, True)] if model == amp_model else [])]:
+            f = iso.job_features(model, dataset, b, amp, GPU, frozenset({"conv"}))
+            out.append(iso.Row(model, b, "compute", f, iso.step_seconds(params, f, b), amp=amp))
+    return out
+
+
+def test_batch_sizes_never_profiled_follow_a_gpu_the_form_describes():
+    rows = _sizes_rows(HOST_BOUND, amp_model=FEW[1][0])
+    scored = stepforms.batch_size_evaluation(rows, [("host_ops", iso.DEFAULT_FIT)])
+    assert set(scored) == set(stepforms.BATCH_SCHEMES)
+    assert len(scored["lomo"]) == len(rows) and len(scored["profiled_one_job"]) == len(rows) - len(FEW)
+    assert {r["bin"] for r in scored["profiled_one_job"]} == {"largest_batch", "other_precision"}
+    figures = stepforms.batch_size_figures(scored)
+    for scheme in stepforms.BATCH_SCHEMES:
+        rule = "same_step" if scheme == "profiled_one_job" else "constant"
+        assert figures[scheme]["calibrated_mape"] < 10.0 < figures[scheme][f"{rule}_mape"]
+    one = figures["profiled_one_job"]["per_bin"]["largest_batch"]
+    assert one["calibrated_median_ratio"] == pytest.approx(1.0, abs=0.1)
+
+
+def test_a_per_sample_input_cost_is_fitted_only_where_a_model_was_timed_at_two_batch_sizes():
+    rows = [iso.Row(r.model, r.batch, "iteration", r.features, r.step_time_s + 1e-5 * r.batch)
+            for r in _sizes_rows(HOST_BOUND)]
+    one = {r.model: r for r in reversed(rows)}
+    assert not iso.per_sample_identified(list(one.values())) and iso.per_sample_identified(rows)
+    assert iso.fit_step_form(list(one.values()), "host_ops")["per_sample_s"] == 0.0
+    assert iso.fit_step_form(rows, "host_ops")["per_sample_s"] > 0.0
+
+
+def test_mixed_precision_counts_the_casts_of_the_weights():
+    model, dataset, batch = FEW[0]
+    fp32, amp = (iso.job_features(model, dataset, batch, a, GPU, frozenset({"conv"})) for a in (False, True))
+    casts = iso.amp_casts(model, dataset)
+    assert casts > 0 and casts == iso.amp_casts(model, dataset, 0) >= iso.amp_casts(model, dataset, 3)
+    assert amp["host_ops"] - fp32["host_ops"] == casts and amp["launches"] - fp32["launches"] == casts
+
+
+def test_the_profiled_job_is_the_chosen_batch_size_at_full_precision():
+    rows = _sizes_rows(HOST_BOUND, amp_model=FEW[1][0])
+    for reference, factor in (("smallest", 1), ("middle", 1), ("largest", 2)):
+        picked = stepforms._reference(rows, reference)
+        assert sorted(picked) == sorted(m for m, _, _ in FEW)
+        assert all(picked[m].batch == factor * b and not picked[m].amp for m, _, b in FEW)
