@@ -27,7 +27,7 @@ relative error against a 1% reading outweighs every other row), pulled towards `
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -89,23 +89,65 @@ def memory_mib(params: dict[str, float], f: dict[str, float]) -> float:
             + params.get("rnn", 0.0) * f["rnn_reserve_mib"])
 
 
-def fit_memory(rows: Sequence[Any]) -> dict[str, float]:
-    """The memory parameters fitted on the rows with a measured NVML memory (defaults without any)."""
+#: the memory forms compared on the profiles, each by the parameters it fits (the others keep their
+#: uncalibrated value): ``graph`` scales the operator graph's weights and saved activations (no trace);
+#: the ``trace`` forms fit the context and, or not, a scale of the traced reserve and the recurrent term
+MEMORY_FORMS: dict[str, tuple[str, ...]] = {
+    "graph": ("context_mib", "weights", "activations"),
+    "trace": ("context_mib", "scale", "rnn"),
+    "trace_no_rnn": ("context_mib", "scale"),
+    "trace_no_scale": ("context_mib", "rnn"),
+    "trace_context_only": ("context_mib",),
+    "trace_uncalibrated": (),
+}
+#: the form every calibration fits (chosen on the H200 profiles; docs/memory.md gives the nested figure)
+MEMORY_FORM = "trace"
+
+
+def _fit_graph(got: Sequence[Any]) -> dict[str, float]:
+    """The earlier form: log-scales of the context, the graph's weights and its activations, pulled
+    towards the uncalibrated values."""
+    from dltsched.predictors.calibration.isolated import _robust as robust_fit
+
+    prior = {"context_mib": default_memory_params()["context_mib"], "weights": 1.0, "activations": 1.0}
+    names = MEMORY_FORMS["graph"]
+    x0 = np.log([prior[n] for n in names])
+    w = np.array([r.features["weights_mib"] for r in got])
+    a = np.array([r.features["activations_mib"] for r in got])
+    measured = np.array([float(r.gmem_mib) for r in got])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        c, sw, sa = np.exp(x)
+        return np.concatenate([(c + sw * w + sa * a) / measured - 1.0, 0.1 * (x - x0)])
+
+    return {n: float(v) for n, v in zip(names, np.exp(robust_fit(residuals, x0)), strict=True)}
+
+
+def fit_memory(rows: Sequence[Any], form: str = MEMORY_FORM) -> dict[str, float]:
+    """The memory parameters of ``form`` (:data:`MEMORY_FORMS`) fitted on the rows with a measured NVML
+    memory (defaults without any)."""
     from dltsched.predictors.calibration.isolated import _robust as robust_fit
 
     got = [r for r in rows if r.gmem_mib]
     prior = default_memory_params()
-    if not got:
+    free = MEMORY_FORMS[form]
+    if form == "graph":
+        return _fit_graph(got) if got else {**prior, "weights": 1.0, "activations": 1.0}
+    if not got or not free:
         return prior
     reserved = np.array([r.features["reserved_mib"] for r in got])
     rnn = np.array([r.features["rnn_reserve_mib"] for r in got])
     measured = np.array([float(r.gmem_mib) for r in got])
     # unknowns scaled to order one: context in GiB, log scale, rnn share
-    x0 = np.array([prior["context_mib"] / 1024.0, 0.0, 0.0])
-    weights = np.array([MEMORY_PRIOR_WEIGHT[n] for n in MEMORY_PARAMS])
+    to_x: dict[str, Callable[[float], float]] = {"context_mib": lambda v: v / 1024.0,
+                                                 "scale": lambda v: float(np.log(v)), "rnn": lambda v: v}
+    from_x: dict[str, Callable[[float], float]] = {"context_mib": lambda x: x * 1024.0,
+                                                   "scale": lambda x: float(np.exp(x)), "rnn": lambda x: x}
+    x0 = np.array([to_x[n](prior[n]) for n in free])
+    weights = np.array([MEMORY_PRIOR_WEIGHT[n] for n in free])
 
     def unpack(x: np.ndarray) -> dict[str, float]:
-        return {"context_mib": float(x[0] * 1024.0), "scale": float(np.exp(x[1])), "rnn": float(x[2])}
+        return prior | {n: float(from_x[n](v)) for n, v in zip(free, x, strict=True)}
 
     def residuals(x: np.ndarray) -> np.ndarray:
         p = unpack(x)
@@ -113,6 +155,47 @@ def fit_memory(rows: Sequence[Any]) -> dict[str, float]:
         return np.concatenate([pred / measured - 1.0, weights * (x - x0)])
 
     return unpack(robust_fit(residuals, x0))
+
+
+def memory_lomo_apes(rows: Sequence[Any], form: str,
+                     scored: Sequence[Any] | None = None) -> dict[str, list[float]]:
+    """Per model, the absolute percentage errors of its rows in ``scored`` (default: ``rows``) with a
+    measured memory, predicted by ``form`` fitted on the rows of every other model."""
+    scored = rows if scored is None else scored
+    out: dict[str, list[float]] = {}
+    for model in sorted({r.model for r in scored if r.gmem_mib}):
+        params = fit_memory([r for r in rows if r.model != model], form)
+        out[model] = [100.0 * abs(memory_mib(params, r.features) / r.gmem_mib - 1.0)
+                      for r in scored if r.model == model and r.gmem_mib]
+    return out
+
+
+def _mean(apes: dict[str, list[float]]) -> float:
+    flat = [a for v in apes.values() for a in v]
+    return sum(flat) / len(flat) if flat else float("inf")
+
+
+def choose_memory_form(rows: Sequence[Any], forms: Sequence[str] = tuple(MEMORY_FORMS)) -> str:
+    """The form with the lowest leave-one-model-out memory MAPE over ``rows`` (the first of equals)."""
+    return min(forms, key=lambda f: _mean(memory_lomo_apes(rows, f)))
+
+
+def memory_nested_lomo_apes(rows: Sequence[Any], forms: Sequence[str] = tuple(MEMORY_FORMS),
+                            scored: Sequence[Any] | None = None
+                            ) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Per held-out model of ``scored`` (default: ``rows``), the absolute percentage errors of its rows when
+    the form is chosen by leave-one-model-out on the other models' rows alone (:func:`choose_memory_form`)
+    and fitted on them; and the form each outer fold chose. The honest figure of a choice among forms."""
+    scored = rows if scored is None else scored
+    apes: dict[str, list[float]] = {}
+    picks: dict[str, str] = {}
+    for model in sorted({r.model for r in scored if r.gmem_mib}):
+        train = [r for r in rows if r.model != model]
+        picks[model] = choose_memory_form(train, forms)
+        params = fit_memory(train, picks[model])
+        apes[model] = [100.0 * abs(memory_mib(params, r.features) / r.gmem_mib - 1.0)
+                       for r in scored if r.model == model and r.gmem_mib]
+    return apes, picks
 
 
 UTIL_PARAMS = ("launch_busy_us", "gamma")

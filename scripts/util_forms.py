@@ -1,0 +1,123 @@
+"""Leave-one-model-out utilisation figures of each utilisation form, and the nested figure of choosing
+among them, on profile datasets of one GPU.
+
+    python scripts/util_forms.py "$DLTSCHED_DATA"/h200 [--json]
+
+Forms (``gpu`` the calibrated GPU seconds of the step, ``step`` the calibrated step time, both from the step
+model fitted in the same fold; ``n`` the kernel launches):
+
+- ``current``: the calibration's form, 100 min(1, ((gpu + b n) / step) ** gamma) (resources.fit_util);
+- ``ratio``: 100 min(1, k gpu / max(step, gpu)), one factor k;
+- ``ratio_launch``: 100 min(1, k (gpu + b n) / max(step, gpu + b n)), a factor and a busy time per launch.
+
+Each is fitted on errors in percentage points. Nested: for each held-out model the form is chosen by
+leave-one-model-out (mean points) on the other models, fitted on them and scores the held-out model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dltsched.predictors.calibration import isolated as iso
+from dltsched.predictors.calibration import resources
+from dltsched.predictors.calibration.data import read_datasets
+from dltsched.predictors.calibration.model import _rows
+
+FORMS = ("current", "ratio", "ratio_launch")
+
+
+def _inputs(step: dict[str, float], rows: Sequence[Any]) -> tuple[np.ndarray, ...]:
+    gpu = np.array([iso.gpu_seconds(step, r.features, r.scope) for r in rows])
+    pred = np.array([iso.step_seconds(step, r.features, r.batch, r.scope) for r in rows])
+    launches = np.array([r.features["launches"] for r in rows])
+    return gpu, pred, launches
+
+
+def _predict(form: str, p: dict[str, float], step: dict[str, float], rows: Sequence[Any]) -> np.ndarray:
+    gpu, pred, launches = _inputs(step, rows)
+    if form == "current":
+        return np.array([resources.util_pct(p, g, n, s) for g, n, s in zip(gpu, launches, pred, strict=True)])
+    busy = gpu + p.get("launch_us", 0.0) * 1e-6 * launches
+    return 100.0 * np.minimum(1.0, p["k"] * busy / np.maximum(pred, busy))
+
+
+def _fit(form: str, step: dict[str, float], rows: Sequence[Any]) -> dict[str, float]:
+    got = [r for r in rows if r.gpu_util is not None and r.scope != "fwd_bwd"]
+    if form == "current":
+        return resources.fit_util(got, step)
+    names = ("k", "launch_us") if form == "ratio_launch" else ("k",)
+    prior = {"k": 1.0, "launch_us": 2.0}
+    x0 = np.log([prior[n] for n in names])
+    measured = np.array([float(r.gpu_util) for r in got])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        p = {n: float(v) for n, v in zip(names, np.exp(x), strict=True)}
+        return np.concatenate([(_predict(form, p, step, got) - measured) / 100.0, 0.1 * (x - x0)])
+
+    return {n: float(v) for n, v in zip(names, np.exp(iso._robust(residuals, x0)), strict=True)}
+
+
+def _errors(form: str, step: dict[str, float], train: Sequence[Any], held: Sequence[Any]) -> list[tuple]:
+    p = _fit(form, step, train)
+    pred = _predict(form, p, step, held)
+    return [(r.model, float(q), float(r.gpu_util)) for r, q in zip(held, pred, strict=True)]
+
+
+def _scored(rows: Sequence[Any]) -> list[Any]:
+    return [r for r in rows if r.gpu_util and r.scope != "fwd_bwd"]
+
+
+def _summary(errs: Sequence[tuple]) -> dict[str, float]:
+    ape = [100.0 * abs(q / m - 1.0) for _, q, m in errs]
+    low = [100.0 * abs(q / m - 1.0) for _, q, m in errs if m >= 5.0]
+    return {"mape": statistics.fmean(ape), "points": statistics.fmean(abs(q - m) for _, q, m in errs),
+            "median_ape": statistics.median(ape), "mape_readings_from_5pct": statistics.fmean(low),
+            "n": len(errs)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dirs", nargs="+")
+    parser.add_argument("--sharing", default="timeslice")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    datasets = read_datasets(args.dirs)
+    rows = [r for d in datasets for r in _rows(d.gpu, d.tf32, d.isolated)]
+    scored = _scored([r for d in datasets if d.sharing == args.sharing
+                      for r in _rows(d.gpu, d.tf32, d.isolated)])
+    plain: dict[str, list[tuple]] = {f: [] for f in FORMS}
+    nested: list[tuple] = []
+    picks: dict[str, str] = {}
+    for model in sorted({r.model for r in scored}):
+        train = [r for r in rows if r.model != model]
+        held = [r for r in scored if r.model == model]
+        step = iso.fit_step(train)
+        for f in FORMS:
+            plain[f] += _errors(f, step, train, held)
+        # inner choice on the training models alone (the step model of this outer fold)
+        inner = {f: statistics.fmean(abs(q - m) for im in sorted({r.model for r in _scored(train)})
+                                     for _, q, m in _errors(f, step, [r for r in train if r.model != im],
+                                                            [r for r in _scored(train) if r.model == im]))
+                 for f in FORMS}
+        picks[model] = min(FORMS, key=inner.__getitem__)
+        nested += _errors(picks[model], step, train, held)
+    per_form = {f: _summary(e) for f, e in plain.items()}
+    out = {"lomo_per_form": per_form, "nested": _summary(nested), "picks": picks}
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return
+    for name, got in [*per_form.items(), ("nested", _summary(nested))]:
+        print(f"  {name:<14} MAPE {got['mape']:6.1f}%  points {got['points']:5.1f}  "
+              f"median {got['median_ape']:5.1f}%  "
+              f"MAPE of readings >= 5% {got['mape_readings_from_5pct']:5.1f}%  (n={got['n']})")
+    print("  picks:", picks)
+
+
+if __name__ == "__main__":
+    main()
