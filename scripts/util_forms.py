@@ -6,8 +6,10 @@ among them, on profile datasets of one GPU.
 Forms (``gpu`` the calibrated GPU seconds of the step, ``step`` the calibrated step time, both from the step
 model fitted in the same fold; ``n`` the kernel launches):
 
-- ``current``: the calibration's form, 100 min(1, ((gpu + b n) / step) ** gamma) (resources.fit_util);
-- ``ratio``: 100 min(1, k gpu / max(step, gpu)), one factor k;
+- ``power``: the form of older bundles, 100 min(1, ((gpu + b n) / step) ** gamma) (resources.fit_util,
+  form "power");
+- ``ratio``: 100 min(1, k gpu / max(step, gpu)), one factor k: the form the calibration ships
+  (resources.fit_util, form "ratio");
 - ``ratio_launch``: 100 min(1, k (gpu + b n) / max(step, gpu + b n)), a factor and a busy time per launch.
 
 Each is fitted on errors in percentage points. Nested: for each held-out model the form is chosen by
@@ -29,7 +31,7 @@ from dltsched.predictors.calibration import resources
 from dltsched.predictors.calibration.data import read_datasets
 from dltsched.predictors.calibration.model import _rows
 
-FORMS = ("current", "ratio", "ratio_launch")
+FORMS = ("power", "ratio", "ratio_launch")
 
 
 def _inputs(step: dict[str, float], rows: Sequence[Any]) -> tuple[np.ndarray, ...]:
@@ -41,7 +43,7 @@ def _inputs(step: dict[str, float], rows: Sequence[Any]) -> tuple[np.ndarray, ..
 
 def _predict(form: str, p: dict[str, float], step: dict[str, float], rows: Sequence[Any]) -> np.ndarray:
     gpu, pred, launches = _inputs(step, rows)
-    if form == "current":
+    if form in resources.UTIL_FORMS:
         return np.array([resources.util_pct(p, g, n, s) for g, n, s in zip(gpu, launches, pred, strict=True)])
     busy = gpu + p.get("launch_us", 0.0) * 1e-6 * launches
     return 100.0 * np.minimum(1.0, p["k"] * busy / np.maximum(pred, busy))
@@ -49,9 +51,9 @@ def _predict(form: str, p: dict[str, float], step: dict[str, float], rows: Seque
 
 def _fit(form: str, step: dict[str, float], rows: Sequence[Any]) -> dict[str, float]:
     got = [r for r in rows if r.gpu_util is not None and r.scope != "fwd_bwd"]
-    if form == "current":
-        return resources.fit_util(got, step)
-    names = ("k", "launch_us") if form == "ratio_launch" else ("k",)
+    if form in resources.UTIL_FORMS:
+        return resources.fit_util(got, step, form=form)
+    names = ("k", "launch_us")
     prior = {"k": 1.0, "launch_us": 2.0}
     x0 = np.log([prior[n] for n in names])
     measured = np.array([float(r.gpu_util) for r in got])

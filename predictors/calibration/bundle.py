@@ -46,8 +46,11 @@ FITTED = {
                  "every sharing mode pooled",
     "memory": "NVML used memory of the GPU alone = context_mib + weights x (weights, gradients, optimizer "
               "state) + activations x (activations at the batch size)",
-    "utilisation": "NVML utilisation alone = 100 min(1, ((GPU seconds + launch_busy_us x launches) / step) ^"
-                   " gamma), fitted on errors in percentage points",
+    "utilisation": "NVML utilisation alone = 100 min(1, k x GPU seconds / max(step, GPU seconds)) (the "
+                   "'ratio' form; GPU seconds and step as the step model predicts them), one factor k "
+                   "fitted on errors in percentage points; a GPU entry without utilisation_form carries "
+                   "the older 'power' form, 100 min(1, ((GPU seconds + launch_busy_us x launches) / step) "
+                   "^ gamma)",
     "colocation": "per sharing mode: 1 / speed_i - 1 = sum over partners j of (t_both b_i b_j + t_partner "
                   "b_j + t_any), b = GPU seconds (as the 'overlap' step form fits them: busy_step_time) / "
                   "step alone; group memory = sum alone - (k - 1) shared_memory_mib; group utilisation = 100"

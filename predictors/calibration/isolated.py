@@ -350,8 +350,8 @@ def fit_step(rows: Sequence[Row]) -> dict[str, float]:
 
 
 #: the memory and utilisation models live in :mod:`.resources`; their names stay importable from here
-_RESOURCES = ("MEMORY_PARAMS", "UTIL_PARAMS", "default_memory_params", "fit_memory", "fit_util", "memory_mib",
-              "util_pct")
+_RESOURCES = ("MEMORY_PARAMS", "UTIL_FORM", "UTIL_FORMS", "UTIL_PARAMS", "default_memory_params",
+              "fit_memory", "fit_util", "memory_mib", "util_form", "util_pct")
 
 
 def __getattr__(name: str) -> Any:

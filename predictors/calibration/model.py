@@ -137,6 +137,7 @@ class GpuCalibration:
     def to_json(self) -> dict[str, Any]:
         """This GPU type's entry of the bundle file."""
         return {"step_time": self.step, "memory": self.memory, "utilisation": self.util,
+                "utilisation_form": iso.util_form(self.util),
                 "tf32": sorted(self.tf32),
                 "model_scale": dict(sorted(self.model_scale.items())),
                 **({"busy_step_time": self.busy_step} if self.busy_step else {}),
@@ -157,9 +158,16 @@ class GpuCalibration:
                               p.get("scope", "compute"), bool(p.get("amp", False)), p.get("peak_memory_mib"),
                               p.get("gmem_mib"), p.get("gpu_util"), str(p.get("optimizer", "sgd")))
             profiles[row.key] = row
+        util = {k: float(v) for k, v in raw["utilisation"].items()}
+        # a bundle without the field was written with the power form and reads as written
+        form = raw.get("utilisation_form", "power")
+        if form not in iso.UTIL_FORMS or set(util) != set(iso.UTIL_FORMS[form]):
+            forms = {f: list(n) for f, n in iso.UTIL_FORMS.items()}
+            raise ValueError(f"utilisation_form {form!r} of GPU {gpu} with parameters {sorted(util)}: "
+                             f"use one of {forms}")
         return cls(gpu, {k: float(v) for k, v in raw["step_time"].items()},
                    {k: float(v) for k, v in raw["memory"].items()},
-                   {k: float(v) for k, v in raw["utilisation"].items()},
+                   util,
                    {m: SharingFit.from_json(v) for m, v in raw.get("colocation", {}).items()},
                    frozenset(raw.get("tf32", ())), profiles,
                    {k: float(v) for k, v in raw.get("model_scale", {}).items()},

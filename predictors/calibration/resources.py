@@ -15,14 +15,18 @@ and the libraries' workspaces; ``rnn_reserve_mib`` the reserve cuDNN's recurrent
 to the operator graph's weights and saved activations. The fit is robust least squares on relative
 errors, each parameter pulled towards the uncalibrated value (``scale = 1``, ``rnn = 0``).
 
-**Utilisation** (NVML's GPU utilisation alone, %)::
+**Utilisation** (NVML's GPU utilisation alone, %), the ``ratio`` form the calibration fits::
+
+    util = 100 * min(1, k * gpu / max(step, gpu))
+
+with ``gpu`` the calibrated GPU seconds of the step and ``step`` the calibrated step time (the fit and the
+prediction both use the step model's prediction), one factor ``k`` fitted by robust least squares on errors
+in percentage points (not relative ones: NVML reads anywhere from 1% to 96% for jobs whose steps take a few
+milliseconds, and a relative error against a 1% reading outweighs every other row), pulled towards
+``k = 1``. Bundles written before it carry the ``power`` form (no ``utilisation_form`` field) and read as
+they were written::
 
     util = 100 * min(1, ((gpu + launch_busy_s * launches) / step) ** gamma)
-
-with ``gpu`` the calibrated GPU seconds of the step and ``step`` the measured step time where there is one,
-else the calibrated prediction; fitted by robust least squares on errors in percentage points (not
-relative ones: NVML reads anywhere from 1% to 96% for jobs whose steps take a few milliseconds, and a
-relative error against a 1% reading outweighs every other row), pulled towards ``gamma = 1``.
 """
 
 from __future__ import annotations
@@ -198,36 +202,59 @@ def memory_nested_lomo_apes(rows: Sequence[Any], forms: Sequence[str] = tuple(ME
     return apes, picks
 
 
-UTIL_PARAMS = ("launch_busy_us", "gamma")
+#: the utilisation forms and their parameters; ``ratio`` is what the calibration fits, ``power`` the form
+#: of bundles written before it (read as written)
+UTIL_FORMS: dict[str, tuple[str, ...]] = {"ratio": ("k",), "power": ("launch_busy_us", "gamma")}
+UTIL_FORM = "ratio"
+UTIL_PARAMS = UTIL_FORMS[UTIL_FORM]
+
+
+def util_form(params: dict[str, float]) -> str:
+    """The utilisation form whose parameters ``params`` are (``ratio`` where it has ``k``, else ``power``)."""
+    return "ratio" if "k" in params else "power"
 
 
 def util_pct(params: dict[str, float], busy_s: float, launches: float, step_s: float) -> float:
-    """Calibrated NVML utilisation (%) of a job alone whose GPU work takes ``busy_s`` of ``step_s``."""
+    """Calibrated NVML utilisation (%) of a job alone whose GPU work takes ``busy_s`` of ``step_s`` (the form
+    that ``params`` belong to: :func:`util_form`)."""
+    if util_form(params) == "ratio":
+        return 100.0 * min(1.0, params["k"] * busy_s / max(step_s, busy_s, 1e-12))
     x = (busy_s + params["launch_busy_us"] * 1e-6 * launches) / max(step_s, 1e-12)
     return 100.0 * min(1.0, max(x, 1e-6) ** params["gamma"])
 
 
-def fit_util(rows: Sequence[Any], step_params: dict[str, float]) -> dict[str, float]:
-    """The utilisation parameters fitted on rows with a measured utilisation (the step model's GPU seconds;
-    errors in percentage points, module docstring)."""
+def fit_util(rows: Sequence[Any], step_params: dict[str, float], form: str = UTIL_FORM) -> dict[str, float]:
+    """The utilisation parameters of ``form`` fitted on rows with a measured utilisation (the step model's
+    GPU seconds; errors in percentage points, module docstring). ``ratio`` divides by the step model's
+    step time (what a job never measured gets), ``power`` by the measured one (as it was fitted before)."""
     from dltsched.predictors.calibration.isolated import _robust as robust_fit
-    from dltsched.predictors.calibration.isolated import gpu_seconds
+    from dltsched.predictors.calibration.isolated import gpu_seconds, step_seconds
 
+    if form not in UTIL_FORMS:
+        raise ValueError(f"utilisation form {form!r}: use one of {sorted(UTIL_FORMS)}")
+    names = UTIL_FORMS[form]
     got = [r for r in rows if r.gpu_util is not None and r.scope != "fwd_bwd"]
-    prior = {"launch_busy_us": 2.0, "gamma": 1.0}
+    prior = {"launch_busy_us": 2.0, "gamma": 1.0, "k": 1.0}
     if not got:
-        return prior
-    x0 = np.log([prior[n] for n in UTIL_PARAMS])
+        return {n: prior[n] for n in names}
+    x0 = np.log([prior[n] for n in names])
 
     busy = np.array([gpu_seconds(step_params, r.features, r.scope) for r in got])
     launches = np.array([r.features["launches"] for r in got])
-    step = np.array([r.step_time_s for r in got])
     measured = np.array([float(r.gpu_util or 0.0) for r in got])
+    if form == "ratio":
+        step = np.array([step_seconds(step_params, r.features, r.batch, r.scope) for r in got])
 
-    def residuals(x: np.ndarray) -> np.ndarray:
-        launch_us, gamma = np.exp(x)
-        share = np.maximum((busy + launch_us * 1e-6 * launches) / step, 1e-6)
-        points = np.minimum(1.0, share**gamma) - measured / 100.0
-        return np.concatenate([points, 0.1 * (x - x0)])
+        def residuals(x: np.ndarray) -> np.ndarray:
+            points = np.minimum(1.0, np.exp(x[0]) * busy / np.maximum(np.maximum(step, busy), 1e-12))
+            return np.concatenate([points - measured / 100.0, 0.1 * (x - x0)])
+    else:
+        step = np.array([r.step_time_s for r in got])
 
-    return {n: float(v) for n, v in zip(UTIL_PARAMS, np.exp(robust_fit(residuals, x0)), strict=True)}
+        def residuals(x: np.ndarray) -> np.ndarray:
+            launch_us, gamma = np.exp(x)
+            share = np.maximum((busy + launch_us * 1e-6 * launches) / step, 1e-6)
+            points = np.minimum(1.0, share**gamma) - measured / 100.0
+            return np.concatenate([points, 0.1 * (x - x0)])
+
+    return {n: float(v) for n, v in zip(names, np.exp(robust_fit(residuals, x0)), strict=True)}

@@ -45,6 +45,8 @@ def _print(bundle: dict[str, Any], out: str) -> None:
             click.echo(f"  {mode}: MAPE, cross-validated ({fig['models']} models)  "
                        + "  ".join(f"{m:>14}" for m in methods))
             for part, what, label in _ROWS:
+                if what == "gpu_util" and part == "isolated_lomo":
+                    label = f"{label} ({entry.get('utilisation_form', 'power')} form)"
                 got = fig.get(part, {}).get(what)
                 if got:
                     cells = "  ".join(f"{_pct(got.get(f'{m}_mape')):>14}" for m in methods)
@@ -55,6 +57,8 @@ def _print(bundle: dict[str, Any], out: str) -> None:
                 if what == "gpu_util" and part == "isolated_lomo" and got:
                     cells = "  ".join(f"{_points(got.get(f'{m}_mean_abs_points')):>14}" for m in methods)
                     click.echo(f"    {'  mean absolute error (points)':<44} n={got['n']:<3} {cells}")
+                    cells = "  ".join(f"{_pct(got.get(f'{m}_median_ape')):>14}" for m in methods)
+                    click.echo(f"    {'  median APE':<44} n={got['n']:<3} {cells}")
 
 
 @click.command("calibrate")

@@ -100,6 +100,50 @@ def test_a_one_percent_reading_does_not_drag_every_utilisation_down():
     assert max(abs(g - u) for g, u in zip(got, truth[1:], strict=True)) < 10.0  # points
 
 
+def test_utilisation_is_fitted_in_the_ratio_form_and_its_factor_recovered():
+    rows = _rows(TRUE_STEP, noise=0.0)
+
+    def ratio(r, k):
+        gpu = iso.gpu_seconds(TRUE_STEP, r.features)
+        return 100.0 * min(1.0, k * gpu / max(iso.step_seconds(TRUE_STEP, r.features, r.batch), gpu))
+
+    measured = [iso.Row(r.model, r.batch, r.scope, r.features, r.step_time_s, None, ratio(r, 0.8))
+                for r in rows]
+    params = iso.fit_util(measured, TRUE_STEP)
+    assert iso.UTIL_FORM == "ratio" and set(params) == {"k"} and iso.util_form(params) == "ratio"
+    assert params["k"] == pytest.approx(0.8, abs=0.03)
+    for r in rows:
+        got = iso.util_pct(params, iso.gpu_seconds(TRUE_STEP, r.features), r.features["launches"],
+                           iso.step_seconds(TRUE_STEP, r.features, r.batch))
+        assert got == pytest.approx(ratio(r, 0.8), abs=2.0)  # points
+    assert set(iso.fit_util(measured, TRUE_STEP, form="power")) == {"launch_busy_us", "gamma"}
+    with pytest.raises(ValueError, match="utilisation form"):
+        iso.fit_util(measured, TRUE_STEP, form="linear")
+
+
+def test_a_bundle_records_its_utilisation_form_and_an_old_one_reads_as_written(synthetic_dir):
+    from dltsched.predictors.calibration.model import GpuCalibration
+
+    entry = fit_gpu(read_datasets([synthetic_dir])).to_json()
+    assert entry["utilisation_form"] == "ratio" and set(entry["utilisation"]) == {"k"}
+    key = ("resnet18", "cifar10", 96, False)  # never profiled: the calibrated model answers
+    new = GpuCalibration.from_json(GPU, json.loads(json.dumps(entry)))
+    assert new.util_pct(key)[1] == "calibrated"
+    # a bundle written before the field: power parameters, no utilisation_form
+    old_entry = {k: v for k, v in entry.items() if k != "utilisation_form"}
+    old_entry["utilisation"] = {"launch_busy_us": 3.0, "gamma": 0.5}
+    old = GpuCalibration.from_json(GPU, old_entry)
+    f = old.features(key)
+    busy, step = iso.gpu_seconds(old.step, f), old.step_s(key)[0]
+    power = 100.0 * min(1.0, ((busy + 3e-6 * f["launches"]) / step) ** 0.5)
+    assert old.util_pct(key) == (pytest.approx(power), "calibrated")
+    assert "utilisation_form" not in old_entry and old.to_json()["utilisation_form"] == "power"
+    assert new.util_pct(key)[0] == pytest.approx(100.0 * min(1.0, new.util["k"] * busy / max(step, busy)))
+    assert abs(power - new.util_pct(key)[0]) > 1.0  # the two forms differ here, so the test tells them apart
+    with pytest.raises(ValueError, match="utilisation_form"):
+        GpuCalibration.from_json(GPU, {**old_entry, "utilisation_form": "ratio"})
+
+
 def _gavel_file(path):
     """A small Gavel throughput table: three job types alone on K80 and P100, pairs on K80 in both orders."""
     alone = {"ResNet-18 (batch size 64)": 20.0, "LM (batch size 20)": 50.0, "A3C": 10.0}
