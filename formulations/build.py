@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Hashable
 from dataclasses import replace
 from itertools import combinations
 
@@ -252,9 +253,10 @@ class _JobMemory:
         self.type_sets = [frozenset(t) for t in self.types]
         if self.prices is not None:
             book = current_profiles()
-            self.versions = [0] * len(specs) if book is None else [book.version(j.id) for j in specs]
+            versions = [0] * len(specs) if book is None else [book.version(j.id) for j in specs]
             self.memory_version = memory_observations_version()
-            self.ids = [id(spec) for spec in specs]
+            #: per job, the number its prices are kept under (:meth:`GroupPrices.kind`)
+            self.kinds = self.prices.kinds_of(specs, versions)
 
     def own(self, m: int, gpu_type: str) -> float:
         key = (m, gpu_type)
@@ -271,9 +273,13 @@ class GroupPrices:
 
     Memoized predictors (:func:`~dltsched.engine.domain.predictors.memoized`) answer the same for the same
     job objects; a round asks about the same pairs again and again, and asking the predictors costs more
-    than the rest of building. An entry holds its member jobs and is used only for the same job objects,
-    the same profile versions of its members and the same version of the run's memory measurements, so that
-    it is exactly what asking again would give (the invalidation rule). Part of the pipeline's pricing API
+    than the rest of building. A group's prices are kept under its GPU type and its members' kinds
+    (:meth:`kind`): what a job is (model, batch size, precision, optimizer, dataset, GPU count and fraction,
+    freezing, GPU types, hyper-parameters), not which job it is, while no profile of the job was measured in
+    the run; a job with a measured profile is its own kind, per profile version. An entry holds the version of
+    the run's memory measurements it was priced at and is used only at that version, so that it is exactly
+    what asking again would give (the invalidation rule): the predictors answer from what a job is, never
+    from its id, its amount of work, weight, deadline or arrival. Part of the pipeline's pricing API
     (:mod:`dltsched.formulations.pipeline`); :func:`build_round` keeps and reads it.
     """
 
@@ -281,8 +287,58 @@ class GroupPrices:
     MAX_ENTRIES = 500_000
 
     def __init__(self) -> None:
-        self.entries: dict[tuple[object, ...], tuple[tuple[Job, ...], tuple[int, ...], int,
-                                                     tuple[float, ...], float]] = {}
+        #: (GPU type, member kinds...) -> (memory version, speeds, memory overhead MiB)
+        self.entries: dict[tuple[object, ...], tuple[int, tuple[float, ...], float]] = {}
+        self._kinds: dict[Hashable, int] = {}
+
+    def kind(self, job: Job, profile_version: int = 0) -> int:
+        """The number ``job``'s prices are kept under: equal for two jobs the predictors cannot tell apart.
+
+        Parameters
+        ----------
+        job
+            The job.
+        profile_version
+            How many profiles of the job were measured in the run (0: none; the job's kind is then what it
+            is; else the job itself at that version).
+
+        Returns
+        -------
+        int
+            The kind, numbered in order of first use.
+        """
+        key: Hashable = (job.model, job.batch_size, job.num_gpus, job.amp, job.optimizer, job.dataset,
+                         job.freeze_allowed, job.accuracy_budget, job.gpu_types, job.gpu_fraction,
+                         job.hyperparameters) if profile_version == 0 else (job, profile_version)
+        found = self._kinds.get(key)
+        if found is None:
+            found = self._kinds[key] = len(self._kinds)
+        return found
+
+    def kinds_of(self, jobs: list[Job], profile_versions: list[int]) -> list[int]:
+        """:meth:`kind` of each of a round's jobs; when ``MAX_ENTRIES`` kinds are numbered, every kind and
+        entry is dropped first (between rounds only, so that a round's numbers stay unambiguous).
+
+        Parameters
+        ----------
+        jobs
+            The round's jobs.
+        profile_versions
+            Each job's profile version in the run.
+
+        Returns
+        -------
+        list of int
+            The kinds, in the order of ``jobs``.
+        """
+        if len(self._kinds) >= self.MAX_ENTRIES:
+            self._kinds.clear()
+            self.entries.clear()
+        return [self.kind(job, v) for job, v in zip(jobs, profile_versions, strict=True)]
+
+    def clear(self) -> None:
+        """Drop every entry (the kinds stay numbered)."""
+        self.entries.clear()
 
     @staticmethod
     def of(predictors: Predictors) -> GroupPrices | None:
@@ -311,23 +367,18 @@ def _group_on(members: tuple[int, ...], gpu_type: str, memory: _JobMemory, allow
     prices = memory.prices
     if prices is None:
         return _priced(members, gpu_type, memory, allowed)
-    specs, ids, versions_of = memory.specs, memory.ids, memory.versions
+    kinds = memory.kinds
     if len(members) == 2:  # the common case, spelled out
-        a, b = members
-        key: tuple[object, ...] = (gpu_type, ids[a], ids[b])
-        versions: tuple[int, ...] = (versions_of[a], versions_of[b])
+        key: tuple[object, ...] = (gpu_type, kinds[members[0]], kinds[members[1]])
     else:
-        key = (gpu_type, *(ids[m] for m in members))
-        versions = tuple(versions_of[m] for m in members)
+        key = (gpu_type, *(kinds[m] for m in members))
     hit = prices.entries.get(key)
-    if hit is not None and hit[1] == versions and hit[2] == memory.memory_version \
-            and all(h is specs[m] for h, m in zip(hit[0], members, strict=True)):
-        return ColocGroup(members, gpu_type, hit[3], hit[4], allowed)
+    if hit is not None and hit[0] == memory.memory_version:
+        return ColocGroup(members, gpu_type, hit[1], hit[2], allowed)
     group = _priced(members, gpu_type, memory, allowed)
     if len(prices.entries) >= GroupPrices.MAX_ENTRIES:
-        prices.entries.clear()
-    prices.entries[key] = (tuple(specs[m] for m in members), versions, memory.memory_version, group.speeds,
-                           group.overhead_mib)
+        prices.clear()
+    prices.entries[key] = (memory.memory_version, group.speeds, group.overhead_mib)
     return group
 
 
@@ -336,13 +387,9 @@ def _pair_prices(a: int, b: int, gpu_type: str, memory: _JobMemory) -> tuple[tup
     without building the group (the round's hottest loop)."""
     prices = memory.prices
     if prices is not None:
-        specs = memory.specs
-        hit = prices.entries.get((gpu_type, memory.ids[a], memory.ids[b]))
-        if hit is not None and hit[2] == memory.memory_version and hit[1] == (memory.versions[a],
-                                                                              memory.versions[b]):
-            held = hit[0]
-            if held[0] is specs[a] and held[1] is specs[b]:
-                return hit[3], hit[4]
+        hit = prices.entries.get((gpu_type, memory.kinds[a], memory.kinds[b]))
+        if hit is not None and hit[0] == memory.memory_version:
+            return hit[1], hit[2]
     group = _group_on((a, b), gpu_type, memory, True)
     return group.speeds, group.overhead_mib
 
