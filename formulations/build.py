@@ -57,8 +57,18 @@ def build_round(state: ClusterState, predictors: Predictors,
     unplaceable: list[Unplaceable] = []
     types = NodeTypes.of(nodes)
     all_up = NodeTypes.of(tuple(replace(n, down_gpus=()) for n in nodes)) if state.down_gpus else types
+    kept = GroupPrices.of(predictors)
+    offers = None if kept is None else kept.offers(types, options)
+    versions = None if offers is None else current_profiles()
     for js in state.jobs:
-        job, reason = _round_job(js, state.time_s, types, predictors, options)
+        if offers is None or js.job.freeze_allowed:  # a frozen option's penalty depends on the progress
+            job, reason = _round_job(js, state.time_s, types, predictors, options)
+        else:
+            version = 0 if versions is None else versions.version(js.job.id)
+            hit = offers.get(id(js.job))
+            if hit is None or hit[0] is not js.job or hit[1] != version:
+                hit = offers[id(js.job)] = (js.job, version, *_job_options(js, types, predictors, options))
+            job, reason = _as_round_job(js, state.time_s, hit[2], hit[3])
         if job is None:
             while_down = all_up is not types \
                 and _round_job(js, state.time_s, all_up, predictors, options)[0] is not None
@@ -176,6 +186,13 @@ def freeze_levels(job: Job, predictors: Predictors, options: RoundOptions) -> tu
 
 def _round_job(js: JobState, time_s: float, summary: NodeTypes, predictors: Predictors,
                options: RoundOptions) -> tuple[RoundJob | None, str]:
+    return _as_round_job(js, time_s, *_job_options(js, summary, predictors, options))
+
+
+def _job_options(js: JobState, summary: NodeTypes, predictors: Predictors,
+                 options: RoundOptions) -> tuple[tuple[JobOption, ...], str]:
+    """The options a round offers ``js`` and, when none, why; the options depend on the job's progress only
+    through the frozen penalty (none without freezing)."""
     job = js.job
     size = _gang_size(job)
     types = job.gpu_types or tuple(summary.total)
@@ -212,14 +229,20 @@ def _round_job(js: JobState, time_s: float, summary: NodeTypes, predictors: Pred
                                   cross))
         if not fitting:
             reasons.append(f"memory above {memory_limit:.0f} MiB of {gpu_type} at every allowed freeze level")
+    return tuple(opts), "; ".join(reasons) or "no allowed GPU type"
+
+
+def _as_round_job(js: JobState, time_s: float, opts: tuple[JobOption, ...], reason: str
+                  ) -> tuple[RoundJob | None, str]:
     if not opts:
-        return None, "; ".join(reasons) or "no allowed GPU type"
+        return None, reason
+    job = js.job
     unfrozen = [o for o in opts if o.freeze_level == 0] or opts
     reference = max(o.rate(o.cross_step_time_s is not None) for o in unfrozen)
     current = js.assignment
     return RoundJob(
-        id=job.id, num_gpus=size, weight=job.weight, remaining_iterations=js.remaining_iterations,
-        reference_rate=reference, options=tuple(opts),
+        id=job.id, num_gpus=_gang_size(job), weight=job.weight, remaining_iterations=js.remaining_iterations,
+        reference_rate=reference, options=opts,
         age_s=max(0.0, time_s - js.queued_since_s) if current is None else 0.0,
         current_gpus=tuple(sorted(current.gpus)) if current else (),
         current_freeze=current.freeze_level if current else 0,
@@ -268,6 +291,10 @@ class _JobMemory:
         return self.least_mib[m][gpu_type]
 
 
+#: options kept for one job: the job, its profile version, its options, why none
+_Offer = tuple[Job, int, tuple[JobOption, ...], str]
+
+
 class GroupPrices:
     """Co-location prices (speeds, memory overhead) of groups, kept across rounds on memoized predictors.
 
@@ -290,6 +317,8 @@ class GroupPrices:
         #: (GPU type, member kinds...) -> (memory version, speeds, memory overhead MiB)
         self.entries: dict[tuple[object, ...], tuple[int, tuple[float, ...], float]] = {}
         self._kinds: dict[Hashable, int] = {}
+        self._offers: dict[int, _Offer] = {}
+        self._offer_context: tuple[object, ...] | None = None
 
     def kind(self, job: Job, profile_version: int = 0) -> int:
         """The number ``job``'s prices are kept under: equal for two jobs the predictors cannot tell apart.
@@ -335,6 +364,30 @@ class GroupPrices:
             self._kinds.clear()
             self.entries.clear()
         return [self.kind(job, v) for job, v in zip(jobs, profile_versions, strict=True)]
+
+    def offers(self, types: NodeTypes, options: RoundOptions) -> dict[int, _Offer]:
+        """The options offered to jobs without freezing, kept per job object: (the job, its profile version,
+        its options, why none) by ``id(job)``; valid for the same GPU classes, round settings and version of
+        the run's memory measurements, dropped when any of these changes.
+
+        Parameters
+        ----------
+        types
+            The round's GPU classes per type.
+        options
+            The round settings.
+
+        Returns
+        -------
+        dict
+            The kept options, to read and fill.
+        """
+        context = (tuple(types.largest.items()), tuple(types.total.items()), tuple(types.memory_mib.items()),
+                   options, memory_observations_version())
+        if context != self._offer_context or len(self._offers) >= self.MAX_ENTRIES:
+            self._offers.clear()
+            self._offer_context = context
+        return self._offers
 
     def clear(self) -> None:
         """Drop every entry (the kinds stay numbered)."""

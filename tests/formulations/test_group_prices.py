@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from dltsched.engine.domain.model import ClusterState
 from dltsched.engine.domain.predictors import MemoryObservations, memoized, observing_memory
 from dltsched.engine.domain.profiles import IsolatedProfile, ProfileBook, observing_profiles
 from dltsched.formulations.bench import synthetic_state
 from dltsched.formulations.build import GroupPrices, build_round
-from dltsched.formulations.problem import RoundOptions
+from dltsched.formulations.problem import NodeTypes, RoundOptions
 from dltsched.predictors import analytic_predictors
 
 
@@ -71,7 +72,8 @@ def test_new_jobs_of_kinds_already_priced_are_not_asked_again_and_get_the_same_r
     kept = dict(prices.entries)
     # every job replaced by a new job object of the same kind (another id, another amount of work)
     renamed = replace(state, jobs=tuple(
-        replace(js, job=replace(js.job, id=f"{js.job.id}-again", total_iterations=js.job.total_iterations + 1))
+        replace(js, job=replace(js.job, id=f"{js.job.id}-again",
+                                total_iterations=js.job.total_iterations + 1))
         for js in state.jobs))
     again = build_round(renamed, asked, options)
     assert prices.entries == kept  # every price found under the members' kinds
@@ -95,3 +97,57 @@ def test_a_measured_profile_makes_the_job_its_own_kind_and_the_round_is_priced_a
         after = build_round(state, asked, options)
         assert after.groups == build_round(state, raw, options).groups
     assert len(prices.entries) > before  # the measured job's pairs priced under its new kind
+
+
+def _unfrozen(state: ClusterState) -> ClusterState:
+    return replace(state, jobs=tuple(replace(js, job=replace(js.job, freeze_allowed=False))
+                                     for js in state.jobs))
+
+
+def test_kept_options_give_the_same_round_and_are_dropped_when_what_they_depend_on_changes() -> None:
+    raw = analytic_predictors()
+    asked = memoized(raw)
+    options = RoundOptions(max_jobs_per_gpu=2)
+    state = _unfrozen(synthetic_state(30, 32, seed=9))
+    first = build_round(state, asked, options)
+    prices = GroupPrices.of(asked)
+    assert prices is not None
+    offers = prices.offers(NodeTypes.of(first.nodes), options)
+    assert set(offers) == {id(js.job) for js in state.jobs}  # every job's options kept
+    later = replace(state, time_s=state.time_s + 900.0)
+    assert build_round(later, asked, options) == build_round(later, raw, options)
+    # a GPU down changes the GPU classes: the kept options are dropped and priced again on the new classes
+    down = replace(state, down_gpus=frozenset({0}))
+    assert build_round(down, asked, options) == build_round(down, raw, options)
+    assert prices.offers(NodeTypes.of(build_round(down, raw, options).nodes), options) is offers
+    assert set(offers) == {id(js.job) for js in state.jobs}
+    # other round settings: dropped
+    other = RoundOptions(max_jobs_per_gpu=2, allow_cross_node=not options.allow_cross_node)
+    prices.offers(NodeTypes.of(first.nodes), other)
+    assert not offers
+    # a measured peak above the prediction: dropped, and the round's memory follows the measurement
+    job = state.jobs[0].job
+    build_round(state, asked, options)
+    with observing_memory(MemoryObservations()) as seen:
+        seen.record(job, "v100", 0, asked.step_time.memory_mib(job, "v100") + 500.0)
+        again = build_round(state, asked, options)
+        assert again == build_round(state, memoized(raw), options)  # nothing kept in a fresh memo
+    assert again.jobs[0].options[0].memory_mib == first.jobs[0].options[0].memory_mib + 500.0
+    # a profile measured in the run: the job's options are priced again
+    book = ProfileBook()
+    with observing_profiles(book):
+        build_round(state, asked, options)
+        assert offers[id(job)][1] == 0
+        assert book.record_isolated(job, "v100", IsolatedProfile(1, 1, 0.5, 1000.0, 0.9))
+        assert build_round(state, asked, options) == build_round(state, raw, options)
+        assert offers[id(job)][1] == 1
+
+
+def test_jobs_that_may_freeze_are_not_kept() -> None:
+    asked = memoized(analytic_predictors())
+    options = RoundOptions(max_jobs_per_gpu=2)
+    state = synthetic_state(20, 16, seed=2)  # every job may freeze: its penalty moves with its progress
+    build_round(state, asked, options)
+    prices = GroupPrices.of(asked)
+    assert prices is not None and not prices.offers(NodeTypes.of(build_round(state, asked, options).nodes),
+                                                    options)
