@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Hashable
 from dataclasses import replace
 from itertools import combinations
 
@@ -56,8 +57,18 @@ def build_round(state: ClusterState, predictors: Predictors,
     unplaceable: list[Unplaceable] = []
     types = NodeTypes.of(nodes)
     all_up = NodeTypes.of(tuple(replace(n, down_gpus=()) for n in nodes)) if state.down_gpus else types
+    kept = GroupPrices.of(predictors)
+    offers = None if kept is None else kept.offers(types, options)
+    versions = None if offers is None else current_profiles()
     for js in state.jobs:
-        job, reason = _round_job(js, state.time_s, types, predictors, options)
+        if offers is None or js.job.freeze_allowed:  # a frozen option's penalty depends on the progress
+            job, reason = _round_job(js, state.time_s, types, predictors, options)
+        else:
+            version = 0 if versions is None else versions.version(js.job.id)
+            hit = offers.get(id(js.job))
+            if hit is None or hit[0] is not js.job or hit[1] != version:
+                hit = offers[id(js.job)] = (js.job, version, *_job_options(js, types, predictors, options))
+            job, reason = _as_round_job(js, state.time_s, hit[2], hit[3])
         if job is None:
             while_down = all_up is not types \
                 and _round_job(js, state.time_s, all_up, predictors, options)[0] is not None
@@ -175,6 +186,13 @@ def freeze_levels(job: Job, predictors: Predictors, options: RoundOptions) -> tu
 
 def _round_job(js: JobState, time_s: float, summary: NodeTypes, predictors: Predictors,
                options: RoundOptions) -> tuple[RoundJob | None, str]:
+    return _as_round_job(js, time_s, *_job_options(js, summary, predictors, options))
+
+
+def _job_options(js: JobState, summary: NodeTypes, predictors: Predictors,
+                 options: RoundOptions) -> tuple[tuple[JobOption, ...], str]:
+    """The options a round offers ``js`` and, when none, why; the options depend on the job's progress only
+    through the frozen penalty (none without freezing)."""
     job = js.job
     size = _gang_size(job)
     types = job.gpu_types or tuple(summary.total)
@@ -211,14 +229,20 @@ def _round_job(js: JobState, time_s: float, summary: NodeTypes, predictors: Pred
                                   cross))
         if not fitting:
             reasons.append(f"memory above {memory_limit:.0f} MiB of {gpu_type} at every allowed freeze level")
+    return tuple(opts), "; ".join(reasons) or "no allowed GPU type"
+
+
+def _as_round_job(js: JobState, time_s: float, opts: tuple[JobOption, ...], reason: str
+                  ) -> tuple[RoundJob | None, str]:
     if not opts:
-        return None, "; ".join(reasons) or "no allowed GPU type"
+        return None, reason
+    job = js.job
     unfrozen = [o for o in opts if o.freeze_level == 0] or opts
     reference = max(o.rate(o.cross_step_time_s is not None) for o in unfrozen)
     current = js.assignment
     return RoundJob(
-        id=job.id, num_gpus=size, weight=job.weight, remaining_iterations=js.remaining_iterations,
-        reference_rate=reference, options=tuple(opts),
+        id=job.id, num_gpus=_gang_size(job), weight=job.weight, remaining_iterations=js.remaining_iterations,
+        reference_rate=reference, options=opts,
         age_s=max(0.0, time_s - js.queued_since_s) if current is None else 0.0,
         current_gpus=tuple(sorted(current.gpus)) if current else (),
         current_freeze=current.freeze_level if current else 0,
@@ -252,9 +276,10 @@ class _JobMemory:
         self.type_sets = [frozenset(t) for t in self.types]
         if self.prices is not None:
             book = current_profiles()
-            self.versions = [0] * len(specs) if book is None else [book.version(j.id) for j in specs]
+            versions = [0] * len(specs) if book is None else [book.version(j.id) for j in specs]
             self.memory_version = memory_observations_version()
-            self.ids = [id(spec) for spec in specs]
+            #: per job, the number its prices are kept under (:meth:`GroupPrices.kind`)
+            self.kinds = self.prices.kinds_of(specs, versions)
 
     def own(self, m: int, gpu_type: str) -> float:
         key = (m, gpu_type)
@@ -266,14 +291,22 @@ class _JobMemory:
         return self.least_mib[m][gpu_type]
 
 
+#: options kept for one job: the job, its profile version, its options, why none
+_Offer = tuple[Job, int, tuple[JobOption, ...], str]
+
+
 class GroupPrices:
     """Co-location prices (speeds, memory overhead) of groups, kept across rounds on memoized predictors.
 
     Memoized predictors (:func:`~dltsched.engine.domain.predictors.memoized`) answer the same for the same
     job objects; a round asks about the same pairs again and again, and asking the predictors costs more
-    than the rest of building. An entry holds its member jobs and is used only for the same job objects,
-    the same profile versions of its members and the same version of the run's memory measurements, so that
-    it is exactly what asking again would give (the invalidation rule). Part of the pipeline's pricing API
+    than the rest of building. A group's prices are kept under its GPU type and its members' kinds
+    (:meth:`kind`): what a job is (model, batch size, precision, optimizer, dataset, GPU count and fraction,
+    freezing, GPU types, hyper-parameters), not which job it is, while no profile of the job was measured in
+    the run; a job with a measured profile is its own kind, per profile version. An entry holds the version of
+    the run's memory measurements it was priced at and is used only at that version, so that it is exactly
+    what asking again would give (the invalidation rule): the predictors answer from what a job is, never
+    from its id, its amount of work, weight, deadline or arrival. Part of the pipeline's pricing API
     (:mod:`dltsched.formulations.pipeline`); :func:`build_round` keeps and reads it.
     """
 
@@ -281,8 +314,84 @@ class GroupPrices:
     MAX_ENTRIES = 500_000
 
     def __init__(self) -> None:
-        self.entries: dict[tuple[object, ...], tuple[tuple[Job, ...], tuple[int, ...], int,
-                                                     tuple[float, ...], float]] = {}
+        #: (GPU type, member kinds...) -> (memory version, speeds, memory overhead MiB)
+        self.entries: dict[tuple[object, ...], tuple[int, tuple[float, ...], float]] = {}
+        self._kinds: dict[Hashable, int] = {}
+        self._offers: dict[int, _Offer] = {}
+        self._offer_context: tuple[object, ...] | None = None
+
+    def kind(self, job: Job, profile_version: int = 0) -> int:
+        """The number ``job``'s prices are kept under: equal for two jobs the predictors cannot tell apart.
+
+        Parameters
+        ----------
+        job
+            The job.
+        profile_version
+            How many profiles of the job were measured in the run (0: none; the job's kind is then what it
+            is; else the job itself at that version).
+
+        Returns
+        -------
+        int
+            The kind, numbered in order of first use.
+        """
+        key: Hashable = (job.model, job.batch_size, job.num_gpus, job.amp, job.optimizer, job.dataset,
+                         job.freeze_allowed, job.accuracy_budget, job.gpu_types, job.gpu_fraction,
+                         job.hyperparameters) if profile_version == 0 else (job, profile_version)
+        found = self._kinds.get(key)
+        if found is None:
+            found = self._kinds[key] = len(self._kinds)
+        return found
+
+    def kinds_of(self, jobs: list[Job], profile_versions: list[int]) -> list[int]:
+        """:meth:`kind` of each of a round's jobs; when ``MAX_ENTRIES`` kinds are numbered, every kind and
+        entry is dropped first (between rounds only, so that a round's numbers stay unambiguous).
+
+        Parameters
+        ----------
+        jobs
+            The round's jobs.
+        profile_versions
+            Each job's profile version in the run.
+
+        Returns
+        -------
+        list of int
+            The kinds, in the order of ``jobs``.
+        """
+        if len(self._kinds) >= self.MAX_ENTRIES:
+            self._kinds.clear()
+            self.entries.clear()
+        return [self.kind(job, v) for job, v in zip(jobs, profile_versions, strict=True)]
+
+    def offers(self, types: NodeTypes, options: RoundOptions) -> dict[int, _Offer]:
+        """The options offered to jobs without freezing, kept per job object: (the job, its profile version,
+        its options, why none) by ``id(job)``; valid for the same GPU classes, round settings and version of
+        the run's memory measurements, dropped when any of these changes.
+
+        Parameters
+        ----------
+        types
+            The round's GPU classes per type.
+        options
+            The round settings.
+
+        Returns
+        -------
+        dict
+            The kept options, to read and fill.
+        """
+        context = (tuple(types.largest.items()), tuple(types.total.items()), tuple(types.memory_mib.items()),
+                   options, memory_observations_version())
+        if context != self._offer_context or len(self._offers) >= self.MAX_ENTRIES:
+            self._offers.clear()
+            self._offer_context = context
+        return self._offers
+
+    def clear(self) -> None:
+        """Drop every entry (the kinds stay numbered)."""
+        self.entries.clear()
 
     @staticmethod
     def of(predictors: Predictors) -> GroupPrices | None:
@@ -311,23 +420,18 @@ def _group_on(members: tuple[int, ...], gpu_type: str, memory: _JobMemory, allow
     prices = memory.prices
     if prices is None:
         return _priced(members, gpu_type, memory, allowed)
-    specs, ids, versions_of = memory.specs, memory.ids, memory.versions
+    kinds = memory.kinds
     if len(members) == 2:  # the common case, spelled out
-        a, b = members
-        key: tuple[object, ...] = (gpu_type, ids[a], ids[b])
-        versions: tuple[int, ...] = (versions_of[a], versions_of[b])
+        key: tuple[object, ...] = (gpu_type, kinds[members[0]], kinds[members[1]])
     else:
-        key = (gpu_type, *(ids[m] for m in members))
-        versions = tuple(versions_of[m] for m in members)
+        key = (gpu_type, *(kinds[m] for m in members))
     hit = prices.entries.get(key)
-    if hit is not None and hit[1] == versions and hit[2] == memory.memory_version \
-            and all(h is specs[m] for h, m in zip(hit[0], members, strict=True)):
-        return ColocGroup(members, gpu_type, hit[3], hit[4], allowed)
+    if hit is not None and hit[0] == memory.memory_version:
+        return ColocGroup(members, gpu_type, hit[1], hit[2], allowed)
     group = _priced(members, gpu_type, memory, allowed)
     if len(prices.entries) >= GroupPrices.MAX_ENTRIES:
-        prices.entries.clear()
-    prices.entries[key] = (tuple(specs[m] for m in members), versions, memory.memory_version, group.speeds,
-                           group.overhead_mib)
+        prices.clear()
+    prices.entries[key] = (memory.memory_version, group.speeds, group.overhead_mib)
     return group
 
 
@@ -336,13 +440,9 @@ def _pair_prices(a: int, b: int, gpu_type: str, memory: _JobMemory) -> tuple[tup
     without building the group (the round's hottest loop)."""
     prices = memory.prices
     if prices is not None:
-        specs = memory.specs
-        hit = prices.entries.get((gpu_type, memory.ids[a], memory.ids[b]))
-        if hit is not None and hit[2] == memory.memory_version and hit[1] == (memory.versions[a],
-                                                                              memory.versions[b]):
-            held = hit[0]
-            if held[0] is specs[a] and held[1] is specs[b]:
-                return hit[3], hit[4]
+        hit = prices.entries.get((gpu_type, memory.kinds[a], memory.kinds[b]))
+        if hit is not None and hit[0] == memory.memory_version:
+            return hit[1], hit[2]
     group = _group_on((a, b), gpu_type, memory, True)
     return group.speeds, group.overhead_mib
 
