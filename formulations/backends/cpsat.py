@@ -17,7 +17,9 @@ Search settings (:data:`SEARCH_PARAMETERS`, every solve): the full LP relaxation
 bound is nearly tight; the overlap merge rewrote the rows into a weaker relaxation and probing cost more than
 it found. Measured on the 1,000-job / 1,024-GPU round of ``bench solve`` (gap limit 1%): CP-SAT's defaults
 spent 1.76 deterministic units and stopped 0.50% below the proven optimum; these settings spend 0.06 units
-and stop 0.09% below it (``docs/round-speed.md``).
+and stop 0.09% below it (``docs/round-speed.md``). Rounds of fewer than :data:`FULL_LP_FROM_JOBS` jobs (the
+optimizing policy's working sets) keep CP-SAT's own linearization level: there the full LP bought no speed and,
+on held-out Philly windows, moved the average JCT by more than 1% (``docs/speed.md``).
 
 The hint (the round's starting selection) is handed to CP-SAT as a solution hint when
 :attr:`CpSat.use_hint` is set; the registered backend leaves it unset, as it searches better without one
@@ -55,6 +57,8 @@ WALL_CAP_FACTOR = 10.0
 #: CP-SAT parameters set on every solve (see the module docstring); a subclass may change them
 SEARCH_PARAMETERS: dict[str, int | bool] = {"linearization_level": 2, "cp_model_probing_level": 0,
                                            "find_big_linear_overlap": False, "max_presolve_iterations": 1}
+#: rounds of fewer jobs than this keep CP-SAT's own ``linearization_level`` (see the module docstring)
+FULL_LP_FROM_JOBS = 512
 #: the least wall-clock time a solve is given (a round whose building took its whole limit)
 _LEAST_S = 0.01
 
@@ -99,8 +103,10 @@ class CpSat(Backend):
             engine.parameters.max_time_in_seconds = remaining_s(params, build_s, _LEAST_S)
             engine.parameters.num_workers = options.num_workers
         engine.parameters.relative_gap_limit = options.relative_gap * GAP_MARGIN
+        small = len(model.cset.problem.jobs) < FULL_LP_FROM_JOBS
         for name, value in self.search_parameters.items():
-            setattr(engine.parameters, name, value)
+            if not (small and name == "linearization_level"):
+                setattr(engine.parameters, name, value)
         status = engine.solve(proto)
         solve_s = engine.wall_time
         capped = (options.deterministic and status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
