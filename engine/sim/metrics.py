@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -112,7 +112,8 @@ class SimulationResult:
 
     def to_dict(self, *, records: bool = False, utilization: bool = False) -> dict[str, object]:
         """JSON-ready dict; ``records`` adds per-job records and placement intervals."""
-        out = asdict(self)
+        # the per-job tuples are left out of the deep copy (a long trace holds hundreds of thousands of them)
+        out = asdict(replace(self, records=(), utilization=(), placements=()))
         if records:
             out["records"] = [asdict(r) | {"jct_s": r.jct_s} for r in self.records]
             out["placements"] = [asdict(p) | {"gpus": list(p.gpus)} for p in self.placements]
