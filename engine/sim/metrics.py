@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -112,7 +112,8 @@ class SimulationResult:
 
     def to_dict(self, *, records: bool = False, utilization: bool = False) -> dict[str, object]:
         """JSON-ready dict; ``records`` adds per-job records and placement intervals."""
-        out = asdict(self)
+        # the per-job tuples are left out of the deep copy (a long trace holds hundreds of thousands of them)
+        out = asdict(replace(self, records=(), utilization=(), placements=()))
         if records:
             out["records"] = [asdict(r) | {"jct_s": r.jct_s} for r in self.records]
             out["placements"] = [asdict(p) | {"gpus": list(p.gpus)} for p in self.placements]
@@ -176,26 +177,43 @@ def work_bound_s(jobs: Sequence[Job], times_s: dict[str, dict[str, float]],
                  gpus_by_type: dict[str, int]) -> float:
     """Least time in which the GPUs of each type can do all the work, each job's work divisible over types at
     its speed on each (an LP: min T with sum_t x_jt = 1 and sum_j x_jt n_j d_jt <= G_t T). On one GPU type it
-    is total work / capacity."""
+    is total work / capacity.
+
+    Jobs whose work vectors over the types are proportional (the same model and gang on the same types: the
+    whole of a long trace falls into a few hundred such classes) are one row of the LP with their summed
+    work: any split of the class's work over the types is open to each of its jobs alone, so the optimum is
+    the same."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_array
 
     types = sorted({t for j in jobs for t in times_s[j.id]})
     if len(types) == 1:
         return sum(j.num_gpus * times_s[j.id][types[0]] for j in jobs) / gpus_by_type[types[0]]
-    cols = [(k, t) for k, j in enumerate(jobs) for t in types if t in times_s[j.id]]
-    n = len(cols)
+    where = {t: i for i, t in enumerate(types)}
+    work = np.zeros((len(jobs), len(types)))  # a job's GPUs x its time alone per type; 0: not on that type
+    for k, j in enumerate(jobs):
+        row = work[k]
+        for t, d in times_s[j.id].items():
+            row[where[t]] = j.num_gpus * d
+    first = work[np.arange(len(jobs)), np.argmax(work > 0, axis=1)]
+    if (first > 0).all():  # one row per class of proportional work vectors (bitwise equal ratios)
+        _, of_class = np.unique(work / first[:, None], axis=0, return_inverse=True)
+        of_class = of_class.reshape(-1)
+        summed = np.zeros((int(of_class.max()) + 1, len(types)))
+        np.add.at(summed, of_class, work)
+        work = summed
+    rows_at, cols_at = np.nonzero(work > 0)
+    n = len(rows_at)
     cost = np.zeros(n + 1)
     cost[n] = 1.0
     # sparse rows (a dense matrix of the full Philly trace would take 151 GiB)
-    where = {t: i for i, t in enumerate(types)}
-    a_eq = coo_array((np.ones(n), ([k for k, _ in cols], range(n))), shape=(len(jobs), n + 1)).tocsr()
-    work = [jobs[k].num_gpus * times_s[jobs[k].id][t] for k, t in cols]
+    a_eq = coo_array((np.ones(n), (rows_at, np.arange(n))), shape=(len(work), n + 1)).tocsr()
     capacity = [-float(gpus_by_type[t]) for t in types]
-    rows = [where[t] for _, t in cols] + list(range(len(types)))
-    columns = list(range(n)) + [n] * len(types)
-    a_ub = coo_array((work + capacity, (rows, columns)), shape=(len(types), n + 1)).tocsr()
-    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(len(types)), A_eq=a_eq, b_eq=np.ones(len(jobs)),
+    rows = np.concatenate((cols_at, np.arange(len(types))))
+    columns = np.concatenate((np.arange(n), np.full(len(types), n)))
+    a_ub = coo_array((np.concatenate((work[rows_at, cols_at], capacity)), (rows, columns)),
+                     shape=(len(types), n + 1)).tocsr()
+    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(len(types)), A_eq=a_eq, b_eq=np.ones(len(work)),
                   bounds=[(0, None)] * (n + 1), method="highs")
     if res.status != 0:
         return sum(j.num_gpus * min(times_s[j.id].values()) for j in jobs) / sum(gpus_by_type.values())

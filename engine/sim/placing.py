@@ -76,6 +76,11 @@ class PlacingRun(SnapshotRun):
 
     def _apply(self, plan: Plan, down: frozenset[int] = frozenset()) -> None:
         """Preempt or move running jobs the plan changes, then start jobs that fit in memory."""
+        if plan.incremental and not plan.assignments:  # nothing changes (most rounds between decisions)
+            self._learned_this_round = self._oom_this_round = False
+            if self._dirty_gpus:
+                self._update_rates([])
+            return
         wanted, changed_ids = self._validate(plan, down)
         if plan.incremental:  # listed running jobs move; the others keep their GPUs
             moving = [a for job_id in changed_ids

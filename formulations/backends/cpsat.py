@@ -7,8 +7,11 @@ Determinism (``RoundOptions.deterministic``, the default): CP-SAT with several w
 wall-clock limit, returns whatever the search had found when the clock ran out, so two runs of the same
 round can differ. Deterministic solves use one worker and stop on CP-SAT's *deterministic time* (a count of
 work, the same on every run): ``time_limit_s`` seconds buy :data:`DETERMINISTIC_TIME_PER_S` units each. A
-wall-clock cap of :data:`WALL_CAP_FACTOR` x ``time_limit_s`` only guards against a machine far slower than
-that; a round stopped by it is not reproducible and says so in its message. ``deterministic=False`` gives
+wall-clock cap of :data:`WALL_CAP_FACTOR` x ``time_limit_s``, at least :data:`WALL_CAP_LEAST_S`, only guards
+against a machine far slower than that. The cap is the solve's own: the wall seconds spent building the
+round are not taken from it (a loaded machine stretches them, and a cap they shortened stopped solves that
+another run of the same simulation finished). A round stopped by it is not reproducible and says so in its
+message. ``deterministic=False`` gives
 ``num_workers`` workers under a wall-clock limit. How these figures were chosen: ``docs/backends.md``.
 
 Search settings (:data:`SEARCH_PARAMETERS`, every solve): the full LP relaxation with cuts at the root
@@ -52,6 +55,8 @@ DETERMINISTIC_TIME_PER_S = 0.2
 #: CP-SAT's own gap limit as a fraction of the requested one: CP-SAT measures its gap on the integer-scaled
 #: objective, the gap reported (and promised) is on the real objective re-computed from the chosen candidates
 GAP_MARGIN = 0.9
+#: in deterministic mode, the wall-clock cap is at least this many seconds
+WALL_CAP_LEAST_S = 60.0
 #: in deterministic mode, the wall-clock cap is this many times ``time_limit_s``
 WALL_CAP_FACTOR = 10.0
 #: CP-SAT parameters set on every solve (see the module docstring); a subclass may change them
@@ -97,8 +102,8 @@ class CpSat(Backend):
         if options.deterministic:
             engine.parameters.num_workers = 1
             engine.parameters.max_deterministic_time = det_budget
-            cap = float(params.time_limit_s) * WALL_CAP_FACTOR
-            engine.parameters.max_time_in_seconds = max(_LEAST_S, cap - params.spent_s - build_s)
+            engine.parameters.max_time_in_seconds = max(WALL_CAP_LEAST_S,
+                                                        float(params.time_limit_s) * WALL_CAP_FACTOR)
         else:
             engine.parameters.max_time_in_seconds = remaining_s(params, build_s, _LEAST_S)
             engine.parameters.num_workers = options.num_workers

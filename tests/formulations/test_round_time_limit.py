@@ -42,3 +42,15 @@ def test_a_deterministic_cpsat_round_keeps_its_work_budget_after_slow_building()
     result = solve_problem(problem, "cpsat", started_s=time.perf_counter() - 0.5)
     assert result.plan.status in ("optimal", "feasible", "timeout") and not result.plan.fallback
     checked(problem, result)
+
+
+def test_a_deterministic_cpsat_round_is_the_same_however_long_building_took():
+    # a loaded machine stretches the wall seconds of building; the solve's wall-clock cap is its own, so a
+    # round whose building "took" 30 s of its 1 s decides as one built at once
+    problem = build_round(synthetic_state(120, 96, seed=5), predictors("analytic"),
+                          RoundOptions(time_limit_s=1.0))
+    fresh = solve_problem(problem, "cpsat")
+    slow = solve_problem(problem, "cpsat", started_s=time.perf_counter() - 30.0)
+    assert "not reproducible" not in slow.plan.message
+    assert slow.plan.assignments == fresh.plan.assignments and slow.plan.status == fresh.plan.status
+    checked(problem, slow)

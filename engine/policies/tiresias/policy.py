@@ -37,6 +37,9 @@ from dltsched.engine.policies.tiresias.index import AttainedServiceIndex
 from dltsched.engine.policies.tiresias.queues import RunningLine
 from dltsched.predictors import available_predictors
 
+#: the plan of a round that changes nothing (plans are immutable: one serves every such round)
+_KEEP = Plan(incremental=True)
+
 
 @dataclass(frozen=True, slots=True)
 class LastRound:
@@ -224,10 +227,10 @@ class TiresiasPolicy:
             self._memory_seen = seen  # the GPU types jobs fit on may have changed, so index and judge afresh
             self._index, self._seen = None, None
         if self._unchanged(state):
-            return Plan(incremental=True)
+            return _KEEP
         if not state.queued():
             self._seen = None
-            return Plan(incremental=True)
+            return _KEEP
         pool = GpuPool.current(state)
         exclusive = state.gpus_exclusive()
         quick = self._starts_without_contention(state, pool, exclusive)

@@ -23,6 +23,21 @@ def test_work_bound_divides_work_over_types_at_their_speeds() -> None:
                         {"fast": 2}) == pytest.approx(3600)
 
 
+def test_proportional_jobs_share_a_row_without_moving_the_bound() -> None:
+    # a and b do the same work per type up to a factor 3 (one class of the LP); c is faster on the slow
+    # type. One row per job, worked out: a+b is 4 h fast / 8 h slow, c is 6 h fast / 3 h slow, one GPU of
+    # each. Moving a share x of a+b to the slow GPU beside all of c: fast 4(1 - x), slow 8x + 3; equal at
+    # x = 1/12, T = 11/3 h. Merging a and b into one row gives the same split, so the same bound.
+    jobs = [Job("a", "resnet18", 32, 1.0), Job("b", "resnet18", 32, 1.0), Job("c", "resnet18", 32, 1.0)]
+    times = {"a": {"fast": 3600.0, "slow": 2 * 3600.0}, "b": {"fast": 3 * 3600.0, "slow": 6 * 3600.0},
+             "c": {"fast": 6 * 3600.0, "slow": 3 * 3600.0}}
+    assert work_bound_s(jobs, times, {"fast": 1, "slow": 1}) == pytest.approx(11 / 3 * 3600.0, rel=1e-9)
+    # a job only on one type stays its own row: c alone on the fast type adds its 6 h there
+    only = times | {"c": {"fast": 6 * 3600.0}}
+    # fast 4(1 - x) + 6, slow 8x: equal at x = 5/6, T = 20/3 h
+    assert work_bound_s(jobs, only, {"fast": 1, "slow": 1}) == pytest.approx(20 / 3 * 3600.0, rel=1e-9)
+
+
 def test_gangs_too_large_to_share_a_type_run_one_after_another() -> None:
     # a V100 type of 4 GPUs, a K80 type of 2. Job 1 (4 GPUs, 10 h) fits only the V100s; job 2 (2 GPUs) takes
     # 10 h on V100s, 100 h on K80s and cannot run beside job 1 on the V100s. Best: job 2 does 10% of its work
