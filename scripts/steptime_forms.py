@@ -25,7 +25,7 @@ import time
 from dltsched.predictors.calibration import stepforms
 from dltsched.predictors.calibration.data import read_datasets
 from dltsched.predictors.calibration.evaluate import spread_weight
-from dltsched.predictors.calibration.model import _rows
+from dltsched.predictors.calibration.model import fit_rows
 
 
 def _figures(apes: dict[str, list[float]], weights: dict[str, list[float | None]]) -> dict[str, float | None]:
@@ -40,7 +40,7 @@ def batches(paths: list[str], gpu: str | None, as_json: bool, reference: str) ->
     out = []
     for path in paths:
         for data in read_datasets([path], gpu):
-            rows = _rows(data.gpu, data.tf32, data.isolated)
+            rows = fit_rows(data.gpu, data.tf32, data.isolated)
             start = time.perf_counter()
             figures = stepforms.batch_size_figures(stepforms.batch_size_evaluation(rows, reference=reference))
             out.append({"data": path, "gpu": data.gpu, "rows": len(rows), "figures": figures,
@@ -81,9 +81,9 @@ def main() -> None:
     datasets = read_datasets(args.dirs)
     gpu = datasets[0].gpu
     tf32 = frozenset().union(*(d.tf32 for d in datasets))
-    rows = _rows(gpu, tf32, [r for d in datasets for r in d.isolated])
+    rows = fit_rows(gpu, tf32, [r for d in datasets for r in d.isolated])
     scored_isolated = [r for d in datasets if d.sharing == args.sharing for r in d.isolated]
-    scored = _rows(gpu, tf32, scored_isolated)
+    scored = fit_rows(gpu, tf32, scored_isolated)
     weights: dict[str, list[float | None]] = {}
     for r in scored:
         weights.setdefault(r.model, []).append(spread_weight(r.step_rel_sd))

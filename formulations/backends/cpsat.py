@@ -21,8 +21,8 @@ bound is nearly tight; the overlap merge rewrote the rows into a weaker relaxati
 it found. Measured on the 1,000-job / 1,024-GPU round of ``bench solve`` (gap limit 1%): CP-SAT's defaults
 spent 1.76 deterministic units and stopped 0.50% below the proven optimum; these settings spend 0.06 units
 and stop 0.09% below it (``docs/round-speed.md``). Rounds of fewer than :data:`FULL_LP_FROM_JOBS` jobs (the
-optimizing policy's working sets) keep CP-SAT's own linearization level: there the full LP bought no speed and,
-on held-out Philly windows, moved the average JCT by more than 1% (``docs/speed.md``).
+optimizing policy's working sets) keep CP-SAT's own linearization level: there the full LP bought no speed
+and, on held-out Philly windows, moved the average JCT by more than 1% (``docs/speed.md``).
 
 The hint (the round's starting selection) is handed to CP-SAT as a solution hint when
 :attr:`CpSat.use_hint` is set; the registered backend leaves it unset, as it searches better without one

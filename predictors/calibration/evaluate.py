@@ -50,8 +50,11 @@ def _ape(pred: float, got: float) -> float:
     return 100.0 * abs(pred - got) / abs(got)
 
 
-def _summary(rows: Sequence[dict[str, Any]], methods: Sequence[str],
-             what_is_util: bool = False) -> dict[str, Any]:
+def summary(rows: Sequence[dict[str, Any]], methods: Sequence[str],
+            what_is_util: bool = False) -> dict[str, Any]:
+    """One report row: ``n`` and, for each method, its MAPE over the rows (``<method>_mape``), the MAPE
+    weighted by each row's ``weight`` where rows carry one, and for utilisation the mean error in points and
+    the median error."""
     out: dict[str, Any] = {"n": len(rows)}
     for m in methods:
         apes = [_ape(r[m], r["measured"]) for r in rows if r.get(m) is not None and r["measured"]]
@@ -242,7 +245,7 @@ def _by_what(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str
                 r["per_model_mean"] = r["constant"]
             if "per_family_mean" in r and r["per_family_mean"] is None:
                 r["per_family_mean"] = r["constant"]
-        out[what] = {**_summary(sub, [m for m in methods if any(r.get(m) is not None for r in sub)],
+        out[what] = {**summary(sub, [m for m in methods if any(r.get(m) is not None for r in sub)],
                                 what == "gpu_util"), "per_model_fallbacks": fallback}
     return out
 

@@ -174,7 +174,9 @@ class GpuCalibration:
                    {k: float(v) for k, v in raw.get("busy_step_time", {}).items()})
 
 
-def _rows(cal_gpu: str, tf32: frozenset[str], isolated: Iterable[IsolatedRow]) -> list[iso.Row]:
+def fit_rows(cal_gpu: str, tf32: frozenset[str], isolated: Iterable[IsolatedRow]) -> list[iso.Row]:
+    """The fitting rows of measured jobs alone on one GPU: each job's features under the kernel model
+    (``cal_gpu``, the op classes run in TF32) beside its measured step, memory, utilisation and spread."""
     return [iso.Row(r.model, r.batch_size, r.scope,
                     iso.job_features(r.model, r.dataset, r.batch_size, r.amp, cal_gpu, tf32, r.scope,
                                      optimizer=r.optimizer),
@@ -200,7 +202,7 @@ def fit_gpu(datasets: Sequence[ProfileData], *, without_models: frozenset[str] =
     skip = set(without_groups)
     isolated = [r for d in datasets for r in d.isolated
                 if r.model not in without_models and r.key not in without_jobs]
-    rows = _rows(gpu, tf32, isolated)
+    rows = fit_rows(gpu, tf32, isolated)
     step = iso.fit_step(rows)
     busy_step = iso.fit_step_form(rows, "overlap") if step.get("host_ops") else {}
     scales = _model_scales(step, rows)

@@ -118,7 +118,7 @@ BATCH_SCHEMES = ("lomo", "lomo_one_job", "profiled_one_job")
 REFERENCES = ("smallest", "middle", "largest")
 
 
-def _reference(rows: Sequence[Row], reference: str = "smallest") -> dict[str, Row]:
+def reference_rows(rows: Sequence[Row], reference: str = "smallest") -> dict[str, Row]:
     """Each model's profiled job in the one-job schemes: at full precision where it has one, its smallest,
     middle (the lower of two) or largest batch size."""
     out: dict[str, Row] = {}
@@ -174,7 +174,7 @@ def batch_size_evaluation(rows: Sequence[Row], variants: Sequence[Variant] | Non
     variants = list(variants or default_variants())
     models = sorted({r.model for r in rows})
     several = [m for m in models if len({(r.batch, r.amp) for r in rows if r.model == m}) > 1]
-    ref = _reference(rows, reference)
+    ref = reference_rows(rows, reference)
     one = [ref[m] for m in models]
     default = default_step_params()
     out: dict[str, list[dict[str, float | str]]] = {}

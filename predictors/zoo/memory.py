@@ -27,7 +27,8 @@ def trace_path() -> Path:
 
 
 @cache
-def _read() -> dict[str, Any]:
+def read_traces() -> dict[str, Any]:
+    """The shipped memory traces, by model and dataset (empty when the file is missing); read once."""
     path = trace_path()
     if not path.is_file():
         return {}
@@ -39,14 +40,14 @@ def _read() -> dict[str, Any]:
 
 def has_trace(model: str, dataset: str) -> bool:
     """Whether the shipped file traces canonical ``model`` on ``dataset``."""
-    return dataset in _read().get(model, {})
+    return dataset in read_traces().get(model, {})
 
 
 def traced_bytes(model: str, dataset: str, batch: float) -> dict[str, float]:
     """The traced bytes of one step of canonical ``model`` on ``dataset`` at ``batch`` (:data:`FIELDS`),
     piecewise linear in the batch size through the traced points (never below the static bytes); a
     ``KeyError`` where the file has no trace of them (see :func:`has_trace`)."""
-    rec = _read()[model][dataset]
+    rec = read_traces()[model][dataset]
     batches = rec.get("batch", BATCHES)
     i = max(0, min(len(batches) - 2, bisect.bisect_right(batches, batch) - 1))
     (b0, b1), out = batches[i:i + 2], {}

@@ -35,9 +35,10 @@ def test_allocator_rounds_splits_merges_and_reserves_segments():
 
 def test_shipped_trace_interpolates_between_traced_batches():
     assert has_trace("resnet18", "cifar10") and not has_trace("resnet18", "no-such-dataset")
-    from dltsched.predictors.zoo.memory import _read
+    from dltsched.predictors.zoo.memory import read_traces
 
-    b0, b1 = _read()["resnet18"]["cifar10"].get("batch", BATCHES)[-3:-1]  # two neighbouring traced points
+    # two neighbouring traced points
+    b0, b1 = read_traces()["resnet18"]["cifar10"].get("batch", BATCHES)[-3:-1]
     lo, hi = (traced_bytes("resnet18", "cifar10", b) for b in (b0, b1))
     mid = traced_bytes("resnet18", "cifar10", (b0 + b1) / 2)
     assert mid["peak_bytes"] == pytest.approx((lo["peak_bytes"] + hi["peak_bytes"]) / 2)
@@ -88,12 +89,12 @@ def test_memory_of_models_never_profiled_on_h200(data_dir):
 
     from dltsched.predictors.calibration import resources
     from dltsched.predictors.calibration.data import read_datasets
-    from dltsched.predictors.calibration.model import _rows
+    from dltsched.predictors.calibration.model import fit_rows
 
     datasets = read_datasets([data_dir / "h200"])
-    rows = [r for d in datasets for r in _rows(d.gpu, d.tf32, d.isolated)]
+    rows = [r for d in datasets for r in fit_rows(d.gpu, d.tf32, d.isolated)]
     timeslice = next(d for d in datasets if d.sharing == "timeslice")
-    held_rows = _rows(timeslice.gpu, timeslice.tf32, timeslice.isolated)
+    held_rows = fit_rows(timeslice.gpu, timeslice.tf32, timeslice.isolated)
     ape, constant = [], []
     for held in held_rows:
         train = [r for r in rows if r.model != held.model]

@@ -11,10 +11,10 @@ pytestmark = [pytest.mark.data, pytest.mark.slow]
 def test_one_job_per_model_prices_the_other_batch_sizes(data_dir):
     from dltsched.predictors.calibration import stepforms
     from dltsched.predictors.calibration.data import read_datasets
-    from dltsched.predictors.calibration.model import _rows
+    from dltsched.predictors.calibration.model import fit_rows
 
     data = next(d for d in read_datasets([data_dir / "gavel"]) if d.gpu == "k80")
-    figures = stepforms.batch_size_figures(stepforms.batch_size_evaluation(_rows(data.gpu, data.tf32,
+    figures = stepforms.batch_size_figures(stepforms.batch_size_evaluation(fit_rows(data.gpu, data.tf32,
                                                                                  data.isolated)))
     profiled = figures["profiled_one_job"]
     # 17.7%: the profiled step 61.9%, linear in the batch 113.7%, the default 39.5%

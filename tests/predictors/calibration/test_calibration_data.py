@@ -76,10 +76,10 @@ def test_the_h200s_recurrent_models_are_priced_with_their_kernel_launches(data_d
     it, the form with a per-launch host cost predicts it within 15%; the per-op form alone misses by 20%+."""
     from dltsched.predictors.calibration import isolated as iso
     from dltsched.predictors.calibration.data import read_datasets
-    from dltsched.predictors.calibration.model import _rows
+    from dltsched.predictors.calibration.model import fit_rows
 
     (data,) = [d for d in read_datasets([data_dir / "h200"]) if d.sharing == "timeslice"]
-    rows = _rows(data.gpu, data.tf32, data.isolated)
+    rows = fit_rows(data.gpu, data.tf32, data.isolated)
     held = [r for r in rows if r.model == "deepspeech2"]
     train = [r for r in rows if r.model != "deepspeech2"]
     err = {f: abs(iso.step_seconds(iso.fit_step_form(train, f), held[0].features, held[0].batch)

@@ -129,6 +129,6 @@ def test_mixed_precision_counts_the_casts_of_the_weights():
 def test_the_profiled_job_is_the_chosen_batch_size_at_full_precision():
     rows = _sizes_rows(HOST_BOUND, amp_model=FEW[1][0])
     for reference, factor in (("smallest", 1), ("middle", 1), ("largest", 2)):
-        picked = stepforms._reference(rows, reference)
+        picked = stepforms.reference_rows(rows, reference)
         assert sorted(picked) == sorted(m for m, _, _ in FEW)
         assert all(picked[m].batch == factor * b and not picked[m].amp for m, _, b in FEW)

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from dltsched.predictors.calibration.data import read_datasets, step_rel_sd
-from dltsched.predictors.calibration.evaluate import SPREAD_FLOOR, _summary, spread_weight
+from dltsched.predictors.calibration.evaluate import SPREAD_FLOOR, spread_weight, summary
 from dltsched.predictors.calibration.rows import IsolatedRow, mean_row
 
 
@@ -41,12 +41,12 @@ def test_noisy_measurements_weigh_less_and_the_plain_figure_stays():
     assert spread_weight(0.0) > spread_weight(0.1)
     rows = [{"measured": 1.0, "calibrated": 1.1, "weight": spread_weight(0.0)},   # 10% off, tight
             {"measured": 1.0, "calibrated": 1.5, "weight": spread_weight(0.3)}]   # 50% off, noisy
-    out = _summary(rows, ["calibrated"])
+    out = summary(rows, ["calibrated"])
     assert out["calibrated_mape"] == pytest.approx(30.0)
     assert 10.0 < out["calibrated_weighted_mape"] < 30.0
     # a profile without its steps gives no weighted figure rather than a partial one
     rows[1]["weight"] = None
-    assert "calibrated_weighted_mape" not in _summary(rows, ["calibrated"])
+    assert "calibrated_weighted_mape" not in summary(rows, ["calibrated"])
 
 
 def test_a_profilers_csv_with_n_and_interval_carries_its_spread(tmp_path):
