@@ -17,7 +17,7 @@ import statistics
 
 from dltsched.predictors.calibration import resources
 from dltsched.predictors.calibration.data import read_datasets
-from dltsched.predictors.calibration.model import fit_rows
+from dltsched.predictors.calibration.model import fitted_and_scored_rows
 
 
 def _mape(apes: dict[str, list[float]]) -> float:
@@ -32,8 +32,7 @@ def main() -> None:
     args = parser.parse_args()
     datasets = read_datasets(args.dirs)
     gpu = datasets[0].gpu
-    rows = [r for d in datasets for r in fit_rows(d.gpu, d.tf32, d.isolated)]
-    scored = [r for d in datasets if d.sharing == args.sharing for r in fit_rows(d.gpu, d.tf32, d.isolated)]
+    rows, scored = fitted_and_scored_rows(datasets, args.sharing)
     out: dict[str, object] = {"gpu": gpu, "rows_fitted": sum(1 for r in rows if r.gmem_mib),
                               "rows_scored": sum(1 for r in scored if r.gmem_mib),
                               "shipped_form": resources.MEMORY_FORM}

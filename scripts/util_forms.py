@@ -29,7 +29,7 @@ import numpy as np
 from dltsched.predictors.calibration import isolated as iso
 from dltsched.predictors.calibration import resources
 from dltsched.predictors.calibration.data import read_datasets
-from dltsched.predictors.calibration.model import fit_rows
+from dltsched.predictors.calibration.model import fitted_and_scored_rows
 
 FORMS = ("power", "ratio", "ratio_launch")
 
@@ -90,9 +90,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     datasets = read_datasets(args.dirs)
-    rows = [r for d in datasets for r in fit_rows(d.gpu, d.tf32, d.isolated)]
-    scored = _scored([r for d in datasets if d.sharing == args.sharing
-                      for r in fit_rows(d.gpu, d.tf32, d.isolated)])
+    rows, scored_all = fitted_and_scored_rows(datasets, args.sharing)
+    scored = _scored(scored_all)
     plain: dict[str, list[tuple]] = {f: [] for f in FORMS}
     nested: list[tuple] = []
     picks: dict[str, str] = {}

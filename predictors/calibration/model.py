@@ -183,6 +183,15 @@ def fit_rows(cal_gpu: str, tf32: frozenset[str], isolated: Iterable[IsolatedRow]
                     r.step_time_s, r.gmem_mib, r.gpu_util, r.step_time_rel_sd, bool(r.amp)) for r in isolated]
 
 
+def fitted_and_scored_rows(datasets: Iterable[Any], sharing: str) -> tuple[list[iso.Row], list[iso.Row]]:
+    """The rows a calibration fits on (the jobs alone of every dataset, each on its own GPU) and the rows its
+    report scores (those of the datasets measured under ``sharing``)."""
+    datasets = list(datasets)
+    fitted = [r for d in datasets for r in fit_rows(d.gpu, d.tf32, d.isolated)]
+    scored = [r for d in datasets if d.sharing == sharing for r in fit_rows(d.gpu, d.tf32, d.isolated)]
+    return fitted, scored
+
+
 def _model_scales(step: dict[str, float], rows: Sequence[iso.Row]) -> dict[str, float]:
     logs: dict[str, list[float]] = {}
     for r in rows:
