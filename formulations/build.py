@@ -198,6 +198,8 @@ def _job_options(js: JobState, summary: NodeTypes, predictors: Predictors,
     types = job.gpu_types or tuple(summary.total)
     opts: list[JobOption] = []
     reasons: list[str] = []
+    levels: tuple[int, ...] | None = None
+    penalties: dict[int, float] = {}
     for gpu_type in types:
         if gpu_type not in summary.total:
             reasons.append(f"no {gpu_type} GPUs in the cluster")
@@ -212,8 +214,13 @@ def _job_options(js: JobState, summary: NodeTypes, predictors: Predictors,
             continue
         memory_limit = summary.memory_mib[gpu_type]
         fitting = 0
-        for level in freeze_levels(job, predictors, options):
-            penalty = predictors.freezing.frozen_penalty(job, level, js.progress) if level else 0.0
+        if levels is None:
+            levels = freeze_levels(job, predictors, options)
+        for level in levels:
+            penalty = penalties.get(level)
+            if penalty is None:  # asked once per level: it does not depend on the GPU type
+                penalty = penalties[level] = \
+                    predictors.freezing.frozen_penalty(job, level, js.progress) if level else 0.0
             if penalty > job.accuracy_budget + 1e-12:
                 continue
             memory = predictors.step_time.memory_mib(job, gpu_type, freeze_level=level)
@@ -466,28 +473,45 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
     memory = {n.gpu_type: n.memory_mib for n in nodes}
     asked = _JobMemory(jobs, specs, predictors)
     found: dict[tuple[tuple[int, ...], str], tuple[tuple[float, ...], float]] = {}  # speeds, overhead
-    partners: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    partners: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (-speed, partner)
     types, type_sets, least = asked.types, asked.type_sets, asked.least_mib
+    # the kept prices read inline (the round's hottest loop); a miss asks through _pair_prices
+    entries = asked.prices.entries if asked.prices is not None else None
+    kinds = asked.kinds if entries is not None else None
+    version = asked.memory_version if entries is not None else None
     for a, b in _pair_candidates(jobs, options.max_partners):
         best = 0.0
+        shared = type_sets[b]
+        least_a, least_b = least[a], least[b]
+        ka = kb = 0
+        if kinds is not None:
+            ka, kb = kinds[a], kinds[b]
         for gpu_type in types[a]:  # the types the two share, in a's option order
-            if gpu_type not in type_sets[b]:
+            if gpu_type not in shared:
                 continue
-            speeds, overhead = _pair_prices(a, b, gpu_type, asked)
+            hit = None if entries is None else entries.get((gpu_type, ka, kb))
+            if hit is not None and hit[0] == version:
+                speeds, overhead = hit[1], hit[2]
+            else:
+                speeds, overhead = _pair_prices(a, b, gpu_type, asked)
             total = speeds[0] + speeds[1]
-            if total > 1.0 and least[a][gpu_type] + least[b][gpu_type] + overhead <= memory[gpu_type]:
+            if total > 1.0 and least_a[gpu_type] + least_b[gpu_type] + overhead <= memory[gpu_type]:
                 found[((a, b), gpu_type)] = (speeds, overhead)
-                best = max(best, total)
+                if total > best:
+                    best = total
         if best:
-            partners[a].append((best, b))
-            partners[b].append((best, a))
-    keep = {j: {b for _, b in sorted(p, key=lambda t: (-t[0], t[1]))[: options.max_partners]}
-            for j, p in partners.items()}
+            partners[a].append((-best, b))
+            partners[b].append((-best, a))
+    # per job, its best partners: highest total speed first, ties to the lower index
+    keep = {j: {b for _, b in sorted(p)[: options.max_partners]} for j, p in partners.items()}
     allowed = {key: ColocGroup(key[0], key[1], *prices, True) for key, prices in found.items()
                if key[0][1] in keep[key[0][0]] or key[0][0] in keep[key[0][1]]}
     if options.max_jobs_per_gpu == 3:
         _add_triples(allowed, keep, asked, memory)
     _add_current_groups(allowed, asked, options.max_jobs_per_gpu)
+    n = len(jobs)
+    if all(len(k[0]) == 2 for k in allowed):  # pairs only: sort by one number per pair (same order, faster)
+        return tuple(allowed[k] for k in sorted(allowed, key=lambda k: (k[0][0] * n + k[0][1], k[1])))
     return tuple(allowed[k] for k in sorted(allowed))
 
 
