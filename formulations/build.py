@@ -520,19 +520,26 @@ def _pair_candidates(jobs: list[RoundJob], partners: int) -> set[tuple[int, int]
     by_size: dict[int, list[int]] = defaultdict(list)
     for j, job in enumerate(jobs):
         by_size[job.num_gpus].append(j)
-    pairs: set[tuple[int, int]] = set()
+    import numpy as np
+
     window = partners + 1
+    codes = []
+    total = len(jobs)
     for members in by_size.values():
-        order = sorted(members, key=lambda j: (jobs[j].reference_rate, jobs[j].id))
+        order = np.array(sorted(members, key=lambda j: (jobs[j].reference_rate, jobs[j].id)), dtype=np.int64)
         n = len(order)
-        for p, a in enumerate(order):
-            near = range(p + 1, min(n, p + window + 1))
-            far = range(max(0, n - 1 - p - window), min(n, n - p + window))
-            for q in {*near, *far}:
-                if q != p:
-                    b = order[q]
-                    pairs.add((min(a, b), max(a, b)))
-    return pairs
+        p = np.arange(n)[:, None]
+        near = p + np.arange(1, window + 1)[None, :]  # the next ``window`` in speed order
+        far = (n - 1 - p) + np.arange(-window, window + 1)[None, :]  # around the mirror image
+        for q in (near, far):
+            qs = np.broadcast_to(p, q.shape)
+            keep = (q >= 0) & (q < n) & (q != qs)
+            a, b = order[qs[keep]], order[q[keep]]
+            codes.append(np.minimum(a, b) * total + np.maximum(a, b))
+    if not codes:
+        return set()
+    unique = np.unique(np.concatenate(codes))
+    return set(zip((unique // total).tolist(), (unique % total).tolist(), strict=True))
 
 
 def _add_triples(allowed: dict[tuple[tuple[int, ...], str], ColocGroup], keep: dict[int, set[int]],
