@@ -235,12 +235,14 @@ def _stays(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, size: in
     """The ``stay`` candidates of one unit on one type at its ``best`` freeze levels; ``mine``: the slots
     (ascending) holding any of its jobs now (the unit's staying members save their migration penalty)."""
     freeze, score, completion = best
-    running = {j for j in jobs if problem.jobs[j].running}
+    running: set[int] | None = None
     out = []
     for p in mine:
         slot = slots[p]
         if slot.gpu_type != gpu_type or len(slot.gpus) != size:
             continue
+        if running is None:
+            running = {j for j in jobs if problem.jobs[j].running}
         stayers = running & set(slot.members)
         if stayers:
             saved = sum(problem.migration_cost(j) for j in stayers)

@@ -436,7 +436,9 @@ class RoundProblem:
             The group (allowed or kept only for multi-stage times), or ``None`` when the round has no
             speeds for these jobs together there.
         """
-        return self._group_index.get((tuple(sorted(jobs)), gpu_type))
+        # members already in order (the usual case): one look-up
+        found = self._group_index.get((jobs, gpu_type)) if isinstance(jobs, tuple) else None
+        return found if found is not None else self._group_index.get((tuple(sorted(jobs)), gpu_type))
 
     def gpu_types(self) -> tuple[str, ...]:
         """The GPU types of the cluster, each once, in the order their first node appears."""
