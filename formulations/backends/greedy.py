@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from operator import attrgetter
 
 import numpy as np
 
@@ -44,8 +45,8 @@ def greedy_selection(cset: CandidateSet, first: Sequence[int] = ()) -> list[int]
     selected: list[int] = []
     # by gain per GPU, descending, ties in candidate order (numpy: the same quotients, a stable sort)
     cands = cset.candidates
-    per_gpu = -np.fromiter((c.gain for c in cands), dtype=np.float64, count=len(cands)) \
-        / np.fromiter((c.num_gpus for c in cands), dtype=np.float64, count=len(cands))
+    per_gpu = -np.fromiter(map(attrgetter("gain"), cands), dtype=np.float64, count=len(cands)) \
+        / np.fromiter(map(attrgetter("num_gpus"), cands), dtype=np.float64, count=len(cands))
     if first:
         per_gpu[list(set(first))] = np.nan  # dropped below
     ranked = np.argsort(per_gpu, kind="stable")
