@@ -472,7 +472,9 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
             options: RoundOptions) -> tuple[ColocGroup, ...]:
     memory = {n.gpu_type: n.memory_mib for n in nodes}
     asked = _JobMemory(jobs, specs, predictors)
-    found: dict[tuple[tuple[int, ...], str], tuple[tuple[float, ...], float]] = {}  # speeds, overhead
+    # per pair with a fitting type: each such type, its speeds and memory overhead
+    found: dict[tuple[int, int], list[tuple[str, tuple[float, ...], float]]] = {}
+    fitting: list[tuple[str, tuple[float, ...], float]] = []
     partners: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (-speed, partner)
     types, type_sets, least = asked.types, asked.type_sets, asked.least_mib
     # the kept prices read inline (the round's hottest loop); a miss asks through _pair_prices
@@ -496,16 +498,23 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
                 speeds, overhead = _pair_prices(a, b, gpu_type, asked)
             total = speeds[0] + speeds[1]
             if total > 1.0 and least_a[gpu_type] + least_b[gpu_type] + overhead <= memory[gpu_type]:
-                found[((a, b), gpu_type)] = (speeds, overhead)
+                fitting.append((gpu_type, speeds, overhead))
                 if total > best:
                     best = total
         if best:
+            found[(a, b)] = fitting
+            fitting = []
             partners[a].append((-best, b))
             partners[b].append((-best, a))
+        elif fitting:
+            fitting = []
     # per job, its best partners: highest total speed first, ties to the lower index
     keep = {j: {b for _, b in sorted(p)[: options.max_partners]} for j, p in partners.items()}
-    allowed = {key: ColocGroup(key[0], key[1], *prices, True) for key, prices in found.items()
-               if key[0][1] in keep[key[0][0]] or key[0][0] in keep[key[0][1]]}
+    allowed: dict[tuple[tuple[int, ...], str], ColocGroup] = {}
+    for pair, fits in found.items():
+        if pair[1] in keep[pair[0]] or pair[0] in keep[pair[1]]:
+            for gpu_type, speeds, overhead in fits:
+                allowed[(pair, gpu_type)] = ColocGroup(pair, gpu_type, speeds, overhead, True)
     if options.max_jobs_per_gpu == 3:
         _add_triples(allowed, keep, asked, memory)
     _add_current_groups(allowed, asked, options.max_jobs_per_gpu)
