@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -138,9 +139,10 @@ def aggregate(cset: CandidateSet) -> AggregatedRound:
     cands = cset.candidates
     count = len(cands)
     codes = {_NODE: 0, _CLASS: 1, _STAY: 2}
-    kind = np.fromiter((codes.get(c.kind, 3) for c in cands), dtype=np.int64, count=count)
-    where = np.fromiter((c.where for c in cands), dtype=np.int64, count=count)
-    type_of = np.fromiter((type_index[c.gpu_type] for c in cands), dtype=np.int64, count=count)
+    kind = np.fromiter(map(codes.get, map(attrgetter("kind"), cands), repeat(3)), dtype=np.int64, count=count)
+    where = np.fromiter(map(attrgetter("where"), cands), dtype=np.int64, count=count)
+    type_of = np.fromiter(map(type_index.__getitem__, map(attrgetter("gpu_type"), cands)), dtype=np.int64,
+                          count=count)
     class_arr = np.asarray(class_of, dtype=np.int64)
     theirs = node_classes_of(cset)  # the classes ``class`` candidates name: sets of empty nodes, within ours
     their_first = np.array([cls.nodes[0] for cls in theirs] or [0], dtype=np.int64)
@@ -164,11 +166,11 @@ def aggregate(cset: CandidateSet) -> AggregatedRound:
     order = np.argsort(column_of, kind="stable")
     starts = np.searchsorted(column_of[order], np.arange(num_cols + 1))
     first = [cands[r] for r in reps.tolist()]
-    gains = np.fromiter((c.gain for c in first), dtype=float, count=num_cols)
-    sizes = np.fromiter((c.num_gpus for c in first), dtype=float, count=num_cols)
+    gains = np.fromiter(map(attrgetter("gain"), first), dtype=float, count=num_cols)
+    sizes = np.fromiter(map(attrgetter("num_gpus"), first), dtype=float, count=num_cols)
     col_types = type_of[reps]
     # 1. each job at most once: the members of each column
-    lengths = np.fromiter((len(c.jobs) for c in first), dtype=np.int64, count=num_cols)
+    lengths = np.fromiter(map(len, map(attrgetter("jobs"), first)), dtype=np.int64, count=num_cols)
     job_rows = np.fromiter(chain.from_iterable(c.jobs for c in first), dtype=np.int64,
                            count=int(lengths.sum()))
     parts_r: list[np.ndarray] = [job_rows]

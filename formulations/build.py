@@ -198,6 +198,8 @@ def _job_options(js: JobState, summary: NodeTypes, predictors: Predictors,
     types = job.gpu_types or tuple(summary.total)
     opts: list[JobOption] = []
     reasons: list[str] = []
+    levels: tuple[int, ...] | None = None
+    penalties: dict[int, float] = {}
     for gpu_type in types:
         if gpu_type not in summary.total:
             reasons.append(f"no {gpu_type} GPUs in the cluster")
@@ -212,8 +214,13 @@ def _job_options(js: JobState, summary: NodeTypes, predictors: Predictors,
             continue
         memory_limit = summary.memory_mib[gpu_type]
         fitting = 0
-        for level in freeze_levels(job, predictors, options):
-            penalty = predictors.freezing.frozen_penalty(job, level, js.progress) if level else 0.0
+        if levels is None:
+            levels = freeze_levels(job, predictors, options)
+        for level in levels:
+            penalty = penalties.get(level)
+            if penalty is None:  # asked once per level: it does not depend on the GPU type
+                penalty = penalties[level] = \
+                    predictors.freezing.frozen_penalty(job, level, js.progress) if level else 0.0
             if penalty > job.accuracy_budget + 1e-12:
                 continue
             memory = predictors.step_time.memory_mib(job, gpu_type, freeze_level=level)
@@ -465,29 +472,55 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
             options: RoundOptions) -> tuple[ColocGroup, ...]:
     memory = {n.gpu_type: n.memory_mib for n in nodes}
     asked = _JobMemory(jobs, specs, predictors)
-    found: dict[tuple[tuple[int, ...], str], tuple[tuple[float, ...], float]] = {}  # speeds, overhead
-    partners: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    # per pair with a fitting type: each such type, its speeds and memory overhead
+    found: dict[tuple[int, int], list[tuple[str, tuple[float, ...], float]]] = {}
+    fitting: list[tuple[str, tuple[float, ...], float]] = []
+    partners: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (-speed, partner)
     types, type_sets, least = asked.types, asked.type_sets, asked.least_mib
+    # the kept prices read inline (the round's hottest loop); a miss asks through _pair_prices
+    entries = asked.prices.entries if asked.prices is not None else None
+    kinds = asked.kinds if entries is not None else None
+    version = asked.memory_version if entries is not None else None
     for a, b in _pair_candidates(jobs, options.max_partners):
         best = 0.0
+        shared = type_sets[b]
+        least_a, least_b = least[a], least[b]
+        ka = kb = 0
+        if kinds is not None:
+            ka, kb = kinds[a], kinds[b]
         for gpu_type in types[a]:  # the types the two share, in a's option order
-            if gpu_type not in type_sets[b]:
+            if gpu_type not in shared:
                 continue
-            speeds, overhead = _pair_prices(a, b, gpu_type, asked)
+            hit = None if entries is None else entries.get((gpu_type, ka, kb))
+            if hit is not None and hit[0] == version:
+                speeds, overhead = hit[1], hit[2]
+            else:
+                speeds, overhead = _pair_prices(a, b, gpu_type, asked)
             total = speeds[0] + speeds[1]
-            if total > 1.0 and least[a][gpu_type] + least[b][gpu_type] + overhead <= memory[gpu_type]:
-                found[((a, b), gpu_type)] = (speeds, overhead)
-                best = max(best, total)
+            if total > 1.0 and least_a[gpu_type] + least_b[gpu_type] + overhead <= memory[gpu_type]:
+                fitting.append((gpu_type, speeds, overhead))
+                if total > best:
+                    best = total
         if best:
-            partners[a].append((best, b))
-            partners[b].append((best, a))
-    keep = {j: {b for _, b in sorted(p, key=lambda t: (-t[0], t[1]))[: options.max_partners]}
-            for j, p in partners.items()}
-    allowed = {key: ColocGroup(key[0], key[1], *prices, True) for key, prices in found.items()
-               if key[0][1] in keep[key[0][0]] or key[0][0] in keep[key[0][1]]}
+            found[(a, b)] = fitting
+            fitting = []
+            partners[a].append((-best, b))
+            partners[b].append((-best, a))
+        elif fitting:
+            fitting = []
+    # per job, its best partners: highest total speed first, ties to the lower index
+    keep = {j: {b for _, b in sorted(p)[: options.max_partners]} for j, p in partners.items()}
+    allowed: dict[tuple[tuple[int, ...], str], ColocGroup] = {}
+    for pair, fits in found.items():
+        if pair[1] in keep[pair[0]] or pair[0] in keep[pair[1]]:
+            for gpu_type, speeds, overhead in fits:
+                allowed[(pair, gpu_type)] = ColocGroup(pair, gpu_type, speeds, overhead, True)
     if options.max_jobs_per_gpu == 3:
         _add_triples(allowed, keep, asked, memory)
     _add_current_groups(allowed, asked, options.max_jobs_per_gpu)
+    n = len(jobs)
+    if all(len(k[0]) == 2 for k in allowed):  # pairs only: sort by one number per pair (same order, faster)
+        return tuple(allowed[k] for k in sorted(allowed, key=lambda k: (k[0][0] * n + k[0][1], k[1])))
     return tuple(allowed[k] for k in sorted(allowed))
 
 
@@ -496,19 +529,26 @@ def _pair_candidates(jobs: list[RoundJob], partners: int) -> set[tuple[int, int]
     by_size: dict[int, list[int]] = defaultdict(list)
     for j, job in enumerate(jobs):
         by_size[job.num_gpus].append(j)
-    pairs: set[tuple[int, int]] = set()
+    import numpy as np
+
     window = partners + 1
+    codes = []
+    total = len(jobs)
     for members in by_size.values():
-        order = sorted(members, key=lambda j: (jobs[j].reference_rate, jobs[j].id))
+        order = np.array(sorted(members, key=lambda j: (jobs[j].reference_rate, jobs[j].id)), dtype=np.int64)
         n = len(order)
-        for p, a in enumerate(order):
-            near = range(p + 1, min(n, p + window + 1))
-            far = range(max(0, n - 1 - p - window), min(n, n - p + window))
-            for q in {*near, *far}:
-                if q != p:
-                    b = order[q]
-                    pairs.add((min(a, b), max(a, b)))
-    return pairs
+        p = np.arange(n)[:, None]
+        near = p + np.arange(1, window + 1)[None, :]  # the next ``window`` in speed order
+        far = (n - 1 - p) + np.arange(-window, window + 1)[None, :]  # around the mirror image
+        for q in (near, far):
+            qs = np.broadcast_to(p, q.shape)
+            keep = (q >= 0) & (q < n) & (q != qs)
+            a, b = order[qs[keep]], order[q[keep]]
+            codes.append(np.minimum(a, b) * total + np.maximum(a, b))
+    if not codes:
+        return set()
+    unique = np.unique(np.concatenate(codes))
+    return set(zip((unique // total).tolist(), (unique % total).tolist(), strict=True))
 
 
 def _add_triples(allowed: dict[tuple[tuple[int, ...], str], ColocGroup], keep: dict[int, set[int]],

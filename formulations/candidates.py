@@ -235,12 +235,16 @@ def _stays(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, size: in
     """The ``stay`` candidates of one unit on one type at its ``best`` freeze levels; ``mine``: the slots
     (ascending) holding any of its jobs now (the unit's staying members save their migration penalty)."""
     freeze, score, completion = best
-    running = {j for j in jobs if problem.jobs[j].running}
+    running: set[int] | None = None
     out = []
     for p in mine:
         slot = slots[p]
+        if slot.gpu_type != gpu_type or len(slot.gpus) != size:
+            continue
+        if running is None:
+            running = {j for j in jobs if problem.jobs[j].running}
         stayers = running & set(slot.members)
-        if stayers and slot.gpu_type == gpu_type and len(slot.gpus) == size:
+        if stayers:
             saved = sum(problem.migration_cost(j) for j in stayers)
             out.append(Candidate(jobs, freeze, gpu_type, _STAY, p, size, score + saved, completion))
     return out
@@ -359,15 +363,15 @@ class _OptionTable:
         first = (pick // width if size == 2 else pick).tolist()
         second = (pick % width).tolist()
         level = self.level
+        first_level = level[rows[:, 0], first].tolist()
         out: list[_Best | None] = []
+        if size == 1:
+            for u, ok in enumerate(fits.tolist()):
+                out.append(((first_level[u],), value[u], ()) if ok else None)
+            return out
+        second_level = level[rows[:, 1], second].tolist()
         for u, ok in enumerate(fits.tolist()):
-            if not ok:
-                out.append(None)
-            elif size == 1:
-                out.append(((int(level[rows[u, 0], first[u]]),), value[u], ()))
-            else:
-                out.append(((int(level[rows[u, 0], first[u]]), int(level[rows[u, 1], second[u]])), value[u],
-                            ()))
+            out.append(((first_level[u], second_level[u]), value[u], ()) if ok else None)
         return out
 
 

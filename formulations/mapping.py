@@ -32,6 +32,7 @@ def to_plan(cset: CandidateSet, selected: Sequence[int], **fields: object) -> Pl
     free = [[g for g in node.gpus if g not in unusable] for node in problem.nodes]  # per node, ascending
     classes = node_classes_of(cset) if any(c.kind == CandidateKind.CLASS for c in chosen) else ()
     assignments: list[Assignment] = []
+    first: dict[str, int] = {}
     for cand in chosen:
         if cand.kind == CandidateKind.STAY:
             gpus = cset.slots[cand.where].gpus
@@ -41,7 +42,7 @@ def to_plan(cset: CandidateSet, selected: Sequence[int], **fields: object) -> Pl
             for g in gpus:
                 free[node_of[g]].remove(g)
         else:
-            gpus = _pick(_pool(problem, free, cand), cand.num_gpus, _avoid(cset, cand))
+            gpus = _pick(_pool(problem, free, cand, first), cand.num_gpus, _avoid(cset, cand))
             for g in gpus:
                 free[node_of[g]].remove(g)
         assignments += [Assignment(problem.jobs[j].id, tuple(gpus), f)
@@ -51,14 +52,22 @@ def to_plan(cset: CandidateSet, selected: Sequence[int], **fields: object) -> Pl
     return replace(plan, **fields)  # type: ignore[arg-type]
 
 
-def _pool(problem: RoundProblem, free: list[list[int]], cand: Candidate) -> list[int]:
+def _pool(problem: RoundProblem, free: list[list[int]], cand: Candidate,
+          first: dict[str, int] | None = None) -> list[int]:
     """The lowest free GPUs where ``cand`` may go (its node, or every node of its type in index order, hence
-    ascending), one more than it needs where there are (all that :func:`_pick` looks at)."""
+    ascending), one more than it needs where there are (all that :func:`_pick` looks at); ``first``: per
+    type, where its first node with free GPUs may be (kept across calls while ``free`` only shrinks)."""
     if cand.kind == CandidateKind.NODE:
         return free[cand.where][: cand.num_gpus + 1]
     pool: list[int] = []
-    for n in problem.nodes_of_type(cand.gpu_type):
-        pool.extend(free[n])
+    nodes = problem.nodes_of_type(cand.gpu_type)
+    skip = 0 if first is None else first.get(cand.gpu_type, 0)
+    while skip < len(nodes) and not free[nodes[skip]]:  # nodes already full add nothing (free only shrinks)
+        skip += 1
+    if first is not None:
+        first[cand.gpu_type] = skip
+    for i in range(skip, len(nodes)):
+        pool.extend(free[nodes[i]])
         if len(pool) > cand.num_gpus:
             break
     return pool

@@ -298,6 +298,7 @@ class RoundProblem:
     _down: frozenset[int] = field(init=False, repr=False, compare=False)
     _value_speeds: dict[tuple[tuple[int, ...], str], tuple[float, ...]] = field(init=False, repr=False,
                                                                                  compare=False)
+    _gpu_types: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -319,7 +320,12 @@ class RoundProblem:
                                           f"'{opt.gpu_type}' is not in the cluster")
                 index[(j, opt.gpu_type, opt.freeze_level)] = opt
         groups: dict[tuple[tuple[int, ...], str], ColocGroup] = {}
+        num_jobs = len(self.jobs)
         for i, group in enumerate(self.groups):
+            members = group.jobs
+            if len(members) == 2 and len(group.speeds) == 2 and 0 <= members[0] < members[1] < num_jobs:
+                groups[(members, group.gpu_type)] = group  # a valid pair (the common case), checked at once
+                continue
             if len(group.speeds) != len(group.jobs) or any(not 0 <= j < len(self.jobs) for j in group.jobs):
                 raise ValidationError(f"groups[{i}]", "jobs and speeds must have one entry per known job")
             if list(group.jobs) != sorted(set(group.jobs)) or len(group.jobs) < 2:
@@ -335,6 +341,7 @@ class RoundProblem:
         object.__setattr__(self, "_types", NodeTypes.of(self.nodes))
         object.__setattr__(self, "_down", frozenset(g for n in self.nodes for g in n.down_gpus))
         object.__setattr__(self, "_value_speeds", {})
+        object.__setattr__(self, "_gpu_types", tuple(dict.fromkeys(n.gpu_type for n in self.nodes)))
 
     @property
     def num_gpus(self) -> int:
@@ -429,11 +436,13 @@ class RoundProblem:
             The group (allowed or kept only for multi-stage times), or ``None`` when the round has no
             speeds for these jobs together there.
         """
-        return self._group_index.get((tuple(sorted(jobs)), gpu_type))
+        # members already in order (the usual case): one look-up
+        found = self._group_index.get((jobs, gpu_type)) if isinstance(jobs, tuple) else None
+        return found if found is not None else self._group_index.get((tuple(sorted(jobs)), gpu_type))
 
     def gpu_types(self) -> tuple[str, ...]:
         """The GPU types of the cluster, each once, in the order their first node appears."""
-        return tuple(dict.fromkeys(n.gpu_type for n in self.nodes))
+        return self._gpu_types
 
     def max_node_gpus(self, gpu_type: str) -> int:
         """Usable GPUs of the largest node of ``gpu_type`` (0: none up)."""

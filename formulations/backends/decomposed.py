@@ -144,9 +144,10 @@ def round_greedily(cset: CandidateSet, level: Decomposition) -> list[int]:
     problem = cset.problem
     num_jobs = len(problem.jobs)
     used = np.zeros(num_jobs, dtype=bool)
-    left = np.zeros(len(problem.gpu_types()))
+    type_index = {t: i for i, t in enumerate(problem.gpu_types())}
+    left = np.zeros(len(type_index))
     for node in problem.nodes:
-        left[problem.gpu_types().index(node.gpu_type)] += node.usable_gpus
+        left[type_index[node.gpu_type]] += node.usable_gpus
     for c in taken:
         used[list(cset.candidates[c].jobs)] = True
         col = agg.column_of[c]

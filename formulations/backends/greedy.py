@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from operator import attrgetter
+
+import numpy as np
 
 from dltsched.formulations.backends.base import Backend, BackendOutcome, SolveParams, register
 from dltsched.formulations.candidates import CandidateSet, node_classes_of
@@ -40,8 +43,14 @@ def greedy_selection(cset: CandidateSet, first: Sequence[int] = ()) -> list[int]
         clashes.setdefault(p, set()).add(q)
         clashes.setdefault(q, set()).add(p)
     selected: list[int] = []
-    rest = sorted(set(range(len(cset.candidates))) - set(first),
-                  key=lambda c: (-cset.candidates[c].gain / cset.candidates[c].num_gpus, c))
+    # by gain per GPU, descending, ties in candidate order (numpy: the same quotients, a stable sort)
+    cands = cset.candidates
+    per_gpu = -np.fromiter(map(attrgetter("gain"), cands), dtype=np.float64, count=len(cands)) \
+        / np.fromiter(map(attrgetter("num_gpus"), cands), dtype=np.float64, count=len(cands))
+    if first:
+        per_gpu[list(set(first))] = np.nan  # dropped below
+    ranked = np.argsort(per_gpu, kind="stable")
+    rest = ranked[:len(cands) - len(set(first))].tolist() if first else ranked.tolist()
     order = [*dict.fromkeys(first), *rest]
     for c in order:
         cand = cset.candidates[c]
