@@ -62,7 +62,7 @@ def _fit(form: str, step: dict[str, float], rows: Sequence[Any]) -> dict[str, fl
         p = {n: float(v) for n, v in zip(names, np.exp(x), strict=True)}
         return np.concatenate([(_predict(form, p, step, got) - measured) / 100.0, 0.1 * (x - x0)])
 
-    return {n: float(v) for n, v in zip(names, np.exp(iso._robust(residuals, x0)), strict=True)}
+    return {n: float(v) for n, v in zip(names, np.exp(iso.robust_fit(residuals, x0)), strict=True)}
 
 
 def _errors(form: str, step: dict[str, float], train: Sequence[Any], held: Sequence[Any]) -> list[tuple]:

@@ -28,6 +28,7 @@ from typing import Any
 
 import dltsched.predictors.calibration.groups as grp
 import dltsched.predictors.calibration.isolated as iso
+import dltsched.predictors.calibration.resources as res
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.predictors.calibration.data import ProfileData, read_datasets
 from dltsched.predictors.calibration.model import GpuCalibration, fit_gpu
@@ -107,7 +108,7 @@ def calibrate(paths: Sequence[str | os.PathLike[str]], *, figures: bool = True,
     return {"format": FORMAT, "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
             "dltsched": {"version": _version(), "commit": _commit()}, "fitted": FITTED,
             "shippable": not restricted, **({"restricted_by": restricted} if restricted else {}),
-            "defaults": {"step_time": iso.default_step_params(), "memory": iso.default_memory_params(),
+            "defaults": {"step_time": iso.default_step_params(), "memory": res.default_memory_params(),
                          "colocation_speed": grp.DEFAULT_SPEED},
             "data": sources, "gpus": gpus}
 

@@ -113,7 +113,6 @@ def job_features(model: str, dataset: str, batch: int, amp: bool, gpu: str,
         return hit
     from dataclasses import replace
 
-    from dltsched.predictors.calibration.resources import memory_features
     from dltsched.predictors.steptime.kernels import kernel_gpu, load_kernel_model
     from dltsched.predictors.steptime.kernelstep import kernel_work
     from dltsched.predictors.steptime.model import gpu_spec_checked
@@ -134,6 +133,41 @@ def job_features(model: str, dataset: str, batch: int, amp: bool, gpu: str,
         _FEATURE_MEMO.clear()
     _FEATURE_MEMO[key] = out
     return out
+
+
+#: AMP: an FP16 copy of the weights beside the FP32 master, activations mostly in FP16
+AMP_WEIGHTS, AMP_ACTIVATIONS = 1.5, 0.6
+
+
+def memory_features(model: str, dataset: str, batch: int, amp: bool, freeze_level: int,
+                    bytes_per_param: float) -> dict[str, float]:
+    """The memory features of one job (MiB): ``reserved_mib`` (the caching allocator's reserve for the
+    step, or the graph's weights and saved activations where the model has no trace), ``rnn_reserve_mib``,
+    ``traced`` (1 where traced), and the graph's ``weights_mib`` (weights, gradients and optimizer state)
+    and ``activations_mib``."""
+    from dltsched.predictors.steptime.aggregates import aggregates
+    from dltsched.predictors.zoo.memory import has_trace, traced_bytes
+
+    agg = aggregates(model, dataset)
+    trainable = agg.param_bytes[freeze_level]
+    state = trainable * bytes_per_param / 4.0
+    out = {"weights_mib": (agg.param_bytes_total * (AMP_WEIGHTS if amp else 1.0) + trainable + state) / _MIB,
+           "activations_mib": agg.activation_bytes[freeze_level] * batch * (AMP_ACTIVATIONS if amp else 1.0)
+           / _MIB}
+    if not has_trace(model, dataset):
+        return out | {"reserved_mib": out["weights_mib"] + out["activations_mib"], "rnn_reserve_mib": 0.0,
+                      "traced": 0.0}
+    t = traced_bytes(model, dataset, batch)
+    # frozen layers keep no gradients and save no activations; optimizer state per trainable parameter
+    frozen = (agg.param_bytes[0] - trainable
+              + (agg.activation_bytes[0] - agg.activation_bytes[freeze_level]) * batch)
+    reserved = max(t["static_bytes"], t["reserved_bytes"] - frozen) + state
+    if amp:
+        reserved = (t["static_bytes"] * AMP_WEIGHTS
+                    + (reserved - t["static_bytes"]) * AMP_ACTIVATIONS)
+    return out | {"reserved_mib": reserved / _MIB, "rnn_reserve_mib": t["rnn_reserve_bytes"] / _MIB,
+                  "traced": 1.0}
+
 
 
 def amp_casts(model: str, dataset: str, freeze_level: int = 0) -> float:
@@ -242,7 +276,9 @@ class StepFitOptions:
 DEFAULT_FIT = StepFitOptions()
 
 
-def _robust(residuals: Any, x0: np.ndarray) -> np.ndarray:
+def robust_fit(residuals: Any, x0: np.ndarray) -> np.ndarray:
+    """The parameters minimising ``residuals`` from ``x0``: least squares with a soft-L1 loss (scale
+    :data:`LOSS_SCALE`), so a few rows far off weigh less than their squares."""
     from scipy.optimize import least_squares
 
     return np.asarray(least_squares(residuals, x0, loss="soft_l1", f_scale=LOSS_SCALE, max_nfev=2000).x)
@@ -313,7 +349,7 @@ def fit_step_form(rows: Sequence[Row], form: str, options: StepFitOptions | None
         return np.concatenate([rel, reg, extra])
 
     start = np.concatenate([x0, [0.3, 0.3]]) if iteration else x0
-    return unpack(_robust(residuals, start))
+    return unpack(robust_fit(residuals, start))
 
 
 def lomo_step_mape(rows: Sequence[Row], form: str, options: StepFitOptions | None = None) -> float:
@@ -347,16 +383,3 @@ def fit_step(rows: Sequence[Row]) -> dict[str, float]:
         _STEP_MEMO.clear()
     _STEP_MEMO[key] = out
     return dict(out)
-
-
-#: the memory and utilisation models live in :mod:`.resources`; their names stay importable from here
-_RESOURCES = ("MEMORY_PARAMS", "UTIL_FORM", "UTIL_FORMS", "UTIL_PARAMS", "default_memory_params",
-              "fit_memory", "fit_util", "memory_mib", "util_form", "util_pct")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RESOURCES:
-        from dltsched.predictors.calibration import resources
-
-        return getattr(resources, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

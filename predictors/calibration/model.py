@@ -20,6 +20,7 @@ from typing import Any
 
 import dltsched.predictors.calibration.groups as grp
 import dltsched.predictors.calibration.isolated as iso
+import dltsched.predictors.calibration.resources as res
 from dltsched.predictors.calibration.data import GroupRow, IsolatedRow, ProfileData, mean_row
 
 JobKey = tuple[str, str, int, bool]
@@ -94,7 +95,7 @@ class GpuCalibration:
         if row is not None and row.gmem_mib is not None and freeze_level == 0 and optimizer == row.optimizer:
             return row.gmem_mib, "measured"
         f = self.features(key, "compute", freeze_level, optimizer)
-        return iso.memory_mib(self.memory, f), "calibrated"
+        return res.memory_mib(self.memory, f), "calibrated"
 
     def busy(self, key: JobKey) -> float:
         """Share of the job's step alone that its GPU work takes (0..1): GPU seconds as the overlapped step
@@ -111,7 +112,7 @@ class GpuCalibration:
             return row.gpu_util, "measured"
         f = self.features(key)
         step, _ = self.step_s(key)
-        return iso.util_pct(self.util, iso.gpu_seconds(self.step, f), f["launches"], step), "calibrated"
+        return res.util_pct(self.util, iso.gpu_seconds(self.step, f), f["launches"], step), "calibrated"
 
     def member(self, key: JobKey) -> grp.Member:
         """Job ``key`` as a member of a co-located group: its busy share, memory and utilisation alone."""
@@ -137,7 +138,7 @@ class GpuCalibration:
     def to_json(self) -> dict[str, Any]:
         """This GPU type's entry of the bundle file."""
         return {"step_time": self.step, "memory": self.memory, "utilisation": self.util,
-                "utilisation_form": iso.util_form(self.util),
+                "utilisation_form": res.util_form(self.util),
                 "tf32": sorted(self.tf32),
                 "model_scale": dict(sorted(self.model_scale.items())),
                 **({"busy_step_time": self.busy_step} if self.busy_step else {}),
@@ -161,8 +162,8 @@ class GpuCalibration:
         util = {k: float(v) for k, v in raw["utilisation"].items()}
         # a bundle without the field was written with the power form and reads as written
         form = raw.get("utilisation_form", "power")
-        if form not in iso.UTIL_FORMS or set(util) != set(iso.UTIL_FORMS[form]):
-            forms = {f: list(n) for f, n in iso.UTIL_FORMS.items()}
+        if form not in res.UTIL_FORMS or set(util) != set(res.UTIL_FORMS[form]):
+            forms = {f: list(n) for f, n in res.UTIL_FORMS.items()}
             raise ValueError(f"utilisation_form {form!r} of GPU {gpu} with parameters {sorted(util)}: "
                              f"use one of {forms}")
         return cls(gpu, {k: float(v) for k, v in raw["step_time"].items()},
@@ -215,8 +216,8 @@ def fit_gpu(datasets: Sequence[ProfileData], *, without_models: frozenset[str] =
     step = iso.fit_step(rows)
     busy_step = iso.fit_step_form(rows, "overlap") if step.get("host_ops") else {}
     scales = _model_scales(step, rows)
-    memory = iso.fit_memory(rows)
-    util = iso.fit_util(rows, step)
+    memory = res.fit_memory(rows)
+    util = res.fit_util(rows, step)
     profiles: dict[JobKey, list[IsolatedRow]] = {}
     for r in isolated:
         profiles.setdefault(r.key, []).append(r)

@@ -59,6 +59,7 @@ def _bin(value: float, edges: Sequence[float]) -> int:
 def describe(model: str, batch: int, gpu: str) -> Candidate:
     """A zoo job as :class:`Candidate` on ``gpu`` from the uncalibrated kernel step model and memory model."""
     import dltsched.predictors.calibration.isolated as iso
+    import dltsched.predictors.calibration.resources as res
     from dltsched.engine.domain.catalog import model_catalog
     from dltsched.predictors.zoo.graphs import resolve
 
@@ -70,7 +71,7 @@ def describe(model: str, batch: int, gpu: str) -> Candidate:
     shares = {g: params[f"s_{g}"] * f[f"K_{g}"] / step for g in ("conv", "gemm", "vector")}
     shares["launch"] = max(0.0, 1.0 - gpu_s / step)
     dominant = max(_SHARE_NAMES, key=lambda k: shares[k])
-    memory = iso.memory_mib(iso.default_memory_params(), f)
+    memory = res.memory_mib(res.default_memory_params(), f)
     return Candidate(mid, batch, model_catalog().get(mid).family, step,
                      min(1.0, gpu_s / step), memory, dominant)
 

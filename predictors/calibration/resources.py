@@ -36,40 +36,7 @@ from typing import Any
 
 import numpy as np
 
-_MIB = 1024.0 * 1024.0
-#: AMP: an FP16 copy of the weights beside the FP32 master, activations mostly in FP16
-AMP_WEIGHTS, AMP_ACTIVATIONS = 1.5, 0.6
-
-
-def memory_features(model: str, dataset: str, batch: int, amp: bool, freeze_level: int,
-                    bytes_per_param: float) -> dict[str, float]:
-    """The memory features of one job (MiB): ``reserved_mib`` (the caching allocator's reserve for the
-    step, or the graph's weights and saved activations where the model has no trace), ``rnn_reserve_mib``,
-    ``traced`` (1 where traced), and the graph's ``weights_mib`` (weights, gradients and optimizer state)
-    and ``activations_mib``."""
-    from dltsched.predictors.steptime.aggregates import aggregates
-    from dltsched.predictors.zoo.memory import has_trace, traced_bytes
-
-    agg = aggregates(model, dataset)
-    trainable = agg.param_bytes[freeze_level]
-    state = trainable * bytes_per_param / 4.0
-    out = {"weights_mib": (agg.param_bytes_total * (AMP_WEIGHTS if amp else 1.0) + trainable + state) / _MIB,
-           "activations_mib": agg.activation_bytes[freeze_level] * batch * (AMP_ACTIVATIONS if amp else 1.0)
-           / _MIB}
-    if not has_trace(model, dataset):
-        return out | {"reserved_mib": out["weights_mib"] + out["activations_mib"], "rnn_reserve_mib": 0.0,
-                      "traced": 0.0}
-    t = traced_bytes(model, dataset, batch)
-    # frozen layers keep no gradients and save no activations; optimizer state per trainable parameter
-    frozen = (agg.param_bytes[0] - trainable
-              + (agg.activation_bytes[0] - agg.activation_bytes[freeze_level]) * batch)
-    reserved = max(t["static_bytes"], t["reserved_bytes"] - frozen) + state
-    if amp:
-        reserved = (t["static_bytes"] * AMP_WEIGHTS
-                    + (reserved - t["static_bytes"]) * AMP_ACTIVATIONS)
-    return out | {"reserved_mib": reserved / _MIB, "rnn_reserve_mib": t["rnn_reserve_bytes"] / _MIB,
-                  "traced": 1.0}
-
+from dltsched.predictors.calibration.isolated import gpu_seconds, robust_fit, step_seconds
 
 MEMORY_PARAMS = ("context_mib", "scale", "rnn")
 #: each parameter's pull towards the uncalibrated value, against relative errors of the rows
@@ -111,8 +78,6 @@ MEMORY_FORM = "trace"
 def _fit_graph(got: Sequence[Any]) -> dict[str, float]:
     """The earlier form: log-scales of the context, the graph's weights and its activations, pulled
     towards the uncalibrated values."""
-    from dltsched.predictors.calibration.isolated import _robust as robust_fit
-
     prior = {"context_mib": default_memory_params()["context_mib"], "weights": 1.0, "activations": 1.0}
     names = MEMORY_FORMS["graph"]
     x0 = np.log([prior[n] for n in names])
@@ -130,8 +95,6 @@ def _fit_graph(got: Sequence[Any]) -> dict[str, float]:
 def fit_memory(rows: Sequence[Any], form: str = MEMORY_FORM) -> dict[str, float]:
     """The memory parameters of ``form`` (:data:`MEMORY_FORMS`) fitted on the rows with a measured NVML
     memory (defaults without any)."""
-    from dltsched.predictors.calibration.isolated import _robust as robust_fit
-
     got = [r for r in rows if r.gmem_mib]
     prior = default_memory_params()
     free = MEMORY_FORMS[form]
@@ -227,9 +190,6 @@ def fit_util(rows: Sequence[Any], step_params: dict[str, float], form: str = UTI
     """The utilisation parameters of ``form`` fitted on rows with a measured utilisation (the step model's
     GPU seconds; errors in percentage points, module docstring). ``ratio`` divides by the step model's
     step time (what a job never measured gets), ``power`` by the measured one (as it was fitted before)."""
-    from dltsched.predictors.calibration.isolated import _robust as robust_fit
-    from dltsched.predictors.calibration.isolated import gpu_seconds, step_seconds
-
     if form not in UTIL_FORMS:
         raise ValueError(f"utilisation form {form!r}: use one of {sorted(UTIL_FORMS)}")
     names = UTIL_FORMS[form]

@@ -11,6 +11,7 @@ import pytest
 
 from dltsched.predictors.calibration import groups as grp
 from dltsched.predictors.calibration import isolated as iso
+from dltsched.predictors.calibration import resources as res
 
 #: (model, dataset, batch): a mix of conv, GEMM and launch-bound jobs
 JOBS = (("resnet18", "cifar10", 64), ("vgg16", "cifar10", 64), ("mobilenet_v2", "cifar10", 128),
@@ -33,7 +34,7 @@ def write_profiles(folder, sharing: str, noise: float, seed: int) -> None:
     for model, dataset, batch in JOBS:
         f = iso.job_features(model, dataset, batch, False, GPU, frozenset({"conv"}))
         step = iso.step_seconds(TRUE_STEP, f, batch) * math.exp(rng.gauss(0.0, noise))
-        gmem = iso.memory_mib(TRUE_MEMORY, f)
+        gmem = res.memory_mib(TRUE_MEMORY, f)
         busy = min(1.0, iso.gpu_seconds(TRUE_STEP, f) / step)
         util = 100.0 * busy
         members[model] = grp.Member(busy, gmem, util)

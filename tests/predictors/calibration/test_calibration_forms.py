@@ -14,6 +14,7 @@ import pytest
 from dltsched.engine.app.cli.main import main
 from dltsched.engine.domain.errors import ValidationError
 from dltsched.predictors.calibration import isolated as iso
+from dltsched.predictors.calibration import resources as res
 from dltsched.predictors.calibration.data import read_datasets
 from dltsched.predictors.calibration.model import fit_gpu
 
@@ -94,8 +95,8 @@ def test_a_one_percent_reading_does_not_drag_every_utilisation_down():
     truth = [100.0 * min(1.0, iso.gpu_seconds(TRUE_STEP, r.features) / r.step_time_s) for r in rows]
     noisy = [iso.Row(r.model, r.batch, r.scope, r.features, r.step_time_s, None, 1.0 if i == 0 else u)
              for i, (r, u) in enumerate(zip(rows, truth, strict=True))]
-    params = iso.fit_util(noisy, TRUE_STEP)
-    got = [iso.util_pct(params, iso.gpu_seconds(TRUE_STEP, r.features), r.features["launches"], r.step_time_s)
+    params = res.fit_util(noisy, TRUE_STEP)
+    got = [res.util_pct(params, iso.gpu_seconds(TRUE_STEP, r.features), r.features["launches"], r.step_time_s)
            for r in rows[1:]]
     assert max(abs(g - u) for g, u in zip(got, truth[1:], strict=True)) < 10.0  # points
 
@@ -109,16 +110,16 @@ def test_utilisation_is_fitted_in_the_ratio_form_and_its_factor_recovered():
 
     measured = [iso.Row(r.model, r.batch, r.scope, r.features, r.step_time_s, None, ratio(r, 0.8))
                 for r in rows]
-    params = iso.fit_util(measured, TRUE_STEP)
-    assert iso.UTIL_FORM == "ratio" and set(params) == {"k"} and iso.util_form(params) == "ratio"
+    params = res.fit_util(measured, TRUE_STEP)
+    assert res.UTIL_FORM == "ratio" and set(params) == {"k"} and res.util_form(params) == "ratio"
     assert params["k"] == pytest.approx(0.8, abs=0.03)
     for r in rows:
-        got = iso.util_pct(params, iso.gpu_seconds(TRUE_STEP, r.features), r.features["launches"],
+        got = res.util_pct(params, iso.gpu_seconds(TRUE_STEP, r.features), r.features["launches"],
                            iso.step_seconds(TRUE_STEP, r.features, r.batch))
         assert got == pytest.approx(ratio(r, 0.8), abs=2.0)  # points
-    assert set(iso.fit_util(measured, TRUE_STEP, form="power")) == {"launch_busy_us", "gamma"}
+    assert set(res.fit_util(measured, TRUE_STEP, form="power")) == {"launch_busy_us", "gamma"}
     with pytest.raises(ValueError, match="utilisation form"):
-        iso.fit_util(measured, TRUE_STEP, form="linear")
+        res.fit_util(measured, TRUE_STEP, form="linear")
 
 
 def test_a_bundle_records_its_utilisation_form_and_an_old_one_reads_as_written(synthetic_dir):
