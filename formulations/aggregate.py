@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 from dltsched.formulations.problem import RoundProblem
 
-__all__ = ["NodeClass", "class_of", "divides_chain", "empty_node_classes", "place_in_class"]
+__all__ = ["NodeClass", "class_of", "divides_chain", "empty_node_classes", "empty_nodes_by_shape",
+           "place_in_class"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,29 @@ def divides_chain(sizes: Iterable[int], node_gpus: int) -> bool:
     return all(b % a == 0 for a, b in zip(chain, chain[1:], strict=False))
 
 
+def empty_nodes_by_shape(problem: RoundProblem) -> dict[tuple[str, int], list[int]]:
+    """The empty, fully usable nodes of ``problem`` (nobody running there, no GPU down), grouped by (GPU type,
+    GPUs): the nodes a plan may use interchangeably.
+
+    Parameters
+    ----------
+    problem
+        The round.
+
+    Returns
+    -------
+    dict[tuple[str, int], list[int]]
+        The nodes of each shape, ascending; the shapes in the order of their first node.
+    """
+    node_of = problem.node_of
+    busy = {node_of[g] for job in problem.jobs for g in job.current_gpus}
+    members: dict[tuple[str, int], list[int]] = {}
+    for n, node in enumerate(problem.nodes):
+        if n not in busy and not node.down_gpus:
+            members.setdefault((node.gpu_type, node.num_gpus), []).append(n)
+    return members
+
+
 def empty_node_classes(problem: RoundProblem) -> tuple[NodeClass, ...]:
     """The aggregated node classes of ``problem`` (see the module docstring), in the order of their first
     node.
@@ -90,12 +114,7 @@ def empty_node_classes(problem: RoundProblem) -> tuple[NodeClass, ...]:
         Classes of at least two empty, fully usable nodes of one type and size whose gang sizes divide the
         node size; a candidate of kind ``class`` names its class by its index here.
     """
-    node_of = problem.node_of
-    busy = {node_of[g] for job in problem.jobs for g in job.current_gpus}
-    members: dict[tuple[str, int], list[int]] = {}
-    for n, node in enumerate(problem.nodes):
-        if n not in busy and not node.down_gpus:
-            members.setdefault((node.gpu_type, node.num_gpus), []).append(n)
+    members = empty_nodes_by_shape(problem)
     sizes: dict[str, set[int]] = {}
     for job in problem.jobs:
         if job.num_gpus > 1:

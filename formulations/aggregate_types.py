@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from dltsched.formulations.aggregate import NodeClass
+from dltsched.formulations.aggregate import NodeClass, empty_nodes_by_shape
 from dltsched.formulations.candidates import CandidateKind, CandidateSet, node_classes_of
 
 __all__ = ["AggregatedRound", "Relaxation", "aggregate", "node_classes", "solve_relaxation"]
@@ -55,13 +55,10 @@ def node_classes(cset: CandidateSet) -> tuple[tuple[NodeClass, ...], tuple[int, 
     one of these; these also group empty nodes whose gang sizes do not divide (a relaxation, not a placement).
     """
     problem = cset.problem
-    node_of = problem.node_of
-    busy = {node_of[g] for job in problem.jobs for g in job.current_gpus}
-    busy.update(n for n, node in enumerate(problem.nodes) if node.down_gpus)
+    shape_of = {n: shape for shape, ns in empty_nodes_by_shape(problem).items() for n in ns}
     members: dict[tuple[str, int] | int, list[int]] = {}
-    for n, node in enumerate(problem.nodes):
-        key: tuple[str, int] | int = n if n in busy else (node.gpu_type, node.usable_gpus)
-        members.setdefault(key, []).append(n)
+    for n in range(len(problem.nodes)):
+        members.setdefault(shape_of.get(n, n), []).append(n)
     classes = tuple(NodeClass(problem.nodes[ns[0]].gpu_type, tuple(ns), problem.nodes[ns[0]].usable_gpus)
                     for ns in members.values())
     class_of = [0] * len(problem.nodes)
