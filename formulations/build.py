@@ -442,18 +442,6 @@ def _group_on(members: tuple[int, ...], gpu_type: str, memory: _JobMemory, allow
     return group
 
 
-def _pair_prices(a: int, b: int, gpu_type: str, memory: _JobMemory) -> tuple[tuple[float, ...], float]:
-    """The speeds and memory overhead of the pair ``(a, b)`` on ``gpu_type``: :func:`_group_on` for two jobs,
-    without building the group (the round's hottest loop)."""
-    prices = memory.prices
-    if prices is not None:
-        hit = prices.entries.get((gpu_type, memory.kinds[a], memory.kinds[b]))
-        if hit is not None and hit[0] == memory.memory_version:
-            return hit[1], hit[2]
-    group = _group_on((a, b), gpu_type, memory, True)
-    return group.speeds, group.overhead_mib
-
-
 def _priced(members: tuple[int, ...], gpu_type: str, memory: _JobMemory, allowed: bool) -> ColocGroup:
     group = [memory.specs[m] for m in members]
     colocation = memory.predictors.colocation
@@ -477,7 +465,7 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
     fitting: list[tuple[str, tuple[float, ...], float]] = []
     partners: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (-speed, partner)
     types, type_sets, least = asked.types, asked.type_sets, asked.least_mib
-    # the kept prices read inline (the round's hottest loop); a miss asks through _pair_prices
+    # the kept prices read inline (the round's hottest loop); a miss prices the pair through _group_on
     entries = asked.prices.entries if asked.prices is not None else None
     kinds = asked.kinds if entries is not None else None
     version = asked.memory_version if entries is not None else None
@@ -495,7 +483,8 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
             if hit is not None and hit[0] == version:
                 speeds, overhead = hit[1], hit[2]
             else:
-                speeds, overhead = _pair_prices(a, b, gpu_type, asked)
+                group = _group_on((a, b), gpu_type, asked, True)
+                speeds, overhead = group.speeds, group.overhead_mib
             total = speeds[0] + speeds[1]
             if total > 1.0 and least_a[gpu_type] + least_b[gpu_type] + overhead <= memory[gpu_type]:
                 fitting.append((gpu_type, speeds, overhead))
