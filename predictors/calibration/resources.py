@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+import dltsched.predictors.calibration.nested as nested
 from dltsched.predictors.calibration.isolated import gpu_seconds, robust_fit, step_seconds
 
 MEMORY_PARAMS = ("context_mib", "scale", "rnn")
@@ -124,27 +125,25 @@ def fit_memory(rows: Sequence[Any], form: str = MEMORY_FORM) -> dict[str, float]
     return unpack(robust_fit(residuals, x0))
 
 
+def _memory_apes(params: dict[str, float], rows: Sequence[Any]) -> list[float]:
+    """The absolute percentage errors of the rows with a measured memory."""
+    return [100.0 * abs(memory_mib(params, r.features) / r.gmem_mib - 1.0) for r in rows if r.gmem_mib]
+
+
+def _measured(rows: Sequence[Any], scored: Sequence[Any] | None) -> list[Any]:
+    return [r for r in (rows if scored is None else scored) if r.gmem_mib]
+
+
 def memory_lomo_apes(rows: Sequence[Any], form: str,
                      scored: Sequence[Any] | None = None) -> dict[str, list[float]]:
     """Per model, the absolute percentage errors of its rows in ``scored`` (default: ``rows``) with a
     measured memory, predicted by ``form`` fitted on the rows of every other model."""
-    scored = rows if scored is None else scored
-    out: dict[str, list[float]] = {}
-    for model in sorted({r.model for r in scored if r.gmem_mib}):
-        params = fit_memory([r for r in rows if r.model != model], form)
-        out[model] = [100.0 * abs(memory_mib(params, r.features) / r.gmem_mib - 1.0)
-                      for r in scored if r.model == model and r.gmem_mib]
-    return out
-
-
-def _mean(apes: dict[str, list[float]]) -> float:
-    flat = [a for v in apes.values() for a in v]
-    return sum(flat) / len(flat) if flat else float("inf")
+    return nested.lomo_apes(rows, form, fit_memory, _memory_apes, _measured(rows, scored))
 
 
 def choose_memory_form(rows: Sequence[Any], forms: Sequence[str] = tuple(MEMORY_FORMS)) -> str:
     """The form with the lowest leave-one-model-out memory MAPE over ``rows`` (the first of equals)."""
-    return min(forms, key=lambda f: _mean(memory_lomo_apes(rows, f)))
+    return nested.choose(rows, forms, fit_memory, _memory_apes)
 
 
 def memory_nested_lomo_apes(rows: Sequence[Any], forms: Sequence[str] = tuple(MEMORY_FORMS),
@@ -153,16 +152,7 @@ def memory_nested_lomo_apes(rows: Sequence[Any], forms: Sequence[str] = tuple(ME
     """Per held-out model of ``scored`` (default: ``rows``), the absolute percentage errors of its rows when
     the form is chosen by leave-one-model-out on the other models' rows alone (:func:`choose_memory_form`)
     and fitted on them; and the form each outer fold chose. The honest figure of a choice among forms."""
-    scored = rows if scored is None else scored
-    apes: dict[str, list[float]] = {}
-    picks: dict[str, str] = {}
-    for model in sorted({r.model for r in scored if r.gmem_mib}):
-        train = [r for r in rows if r.model != model]
-        picks[model] = choose_memory_form(train, forms)
-        params = fit_memory(train, picks[model])
-        apes[model] = [100.0 * abs(memory_mib(params, r.features) / r.gmem_mib - 1.0)
-                       for r in scored if r.model == model and r.gmem_mib]
-    return apes, picks
+    return nested.nested_lomo_apes(rows, forms, fit_memory, _memory_apes, _measured(rows, scored))
 
 
 #: the utilisation forms and their parameters; ``ratio`` is what the calibration fits, ``power`` the form

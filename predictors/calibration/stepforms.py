@@ -19,6 +19,7 @@ from itertools import product
 
 import numpy as np
 
+import dltsched.predictors.calibration.nested as nested
 from dltsched.predictors.calibration.isolated import (
     DEFAULT_FIT,
     MIN_MODELS_TO_CHOOSE,
@@ -56,17 +57,15 @@ def _apes(params: dict[str, float], rows: Sequence[Row]) -> list[float]:
     return [float(a) for a in 100.0 * np.abs(_step_array(params, cols) / cols["step"] - 1.0)]
 
 
+def _fit(rows: Sequence[Row], variant: Variant) -> dict[str, float]:
+    return fit_step_form(rows, variant[0], variant[1])
+
+
 def lomo_apes(rows: Sequence[Row], variant: Variant,
               scored: Sequence[Row] | None = None) -> dict[str, list[float]]:
     """Per model, the absolute percentage errors of its rows in ``scored`` (default: ``rows``) predicted by
     ``variant`` fitted on the rows of every other model."""
-    scored = rows if scored is None else scored
-    out: dict[str, list[float]] = {}
-    for model in sorted({r.model for r in scored}):
-        held = [r for r in scored if r.model == model]
-        params = fit_step_form([r for r in rows if r.model != model], variant[0], variant[1])
-        out[model] = _apes(params, held)
-    return out
+    return nested.lomo_apes(rows, variant, _fit, _apes, scored)
 
 
 def lomo_mape(rows: Sequence[Row], variant: Variant, scored: Sequence[Row] | None = None) -> float:
@@ -76,10 +75,10 @@ def lomo_mape(rows: Sequence[Row], variant: Variant, scored: Sequence[Row] | Non
 
 def choose(rows: Sequence[Row], variants: Sequence[Variant]) -> Variant:
     """The variant with the lowest leave-one-model-out MAPE over ``rows`` (the first of equals)."""
-    return min(variants, key=lambda v: lomo_mape(rows, v))
+    return nested.choose(rows, variants, _fit, _apes)
 
 
-Apes = dict[str, list[float]]
+Apes = nested.Apes
 
 
 def nested_lomo_apes(rows: Sequence[Row], variants: Sequence[Variant],
@@ -87,14 +86,7 @@ def nested_lomo_apes(rows: Sequence[Row], variants: Sequence[Variant],
     """Per model of ``scored`` (default: ``rows``), the absolute percentage errors of its rows when the
     variant is chosen (:func:`choose`) and fitted on the other models' rows alone; and the variant each
     outer fold chose (module docstring)."""
-    scored = rows if scored is None else scored
-    apes: Apes = {}
-    picks: dict[str, Variant] = {}
-    for model in sorted({r.model for r in scored}):
-        train = [r for r in rows if r.model != model]
-        picks[model] = choose(train, variants)
-        apes[model] = _apes(fit_step_form(train, *picks[model]), [r for r in scored if r.model == model])
-    return apes, picks
+    return nested.nested_lomo_apes(rows, variants, _fit, _apes, scored)
 
 
 def describe(variant: Variant) -> str:
