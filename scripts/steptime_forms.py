@@ -12,20 +12,33 @@ job (its smallest batch at full precision), beside the uncalibrated default and 
 
 Every fit uses the isolated runs of every dataset found (as `dltsched calibrate` does); the rows scored are
 those of the `--sharing` datasets (time-slicing by default: the calibrate report's rows). MAPE plain and
-weighted by each profile's spread of timed steps (docs/calibration.md).
+weighted by each profile's spread of timed steps (docs/calibration.md), the median APE and a 90% interval of
+the MAPE over the models held out (bootstrap); beside them on the same rows the uncalibrated kernel step
+model (`default`) and the training rows' median step (`constant`). Nested figures under both rules of
+choosing a variant (`best`, `kept`: stepforms.rules).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import time
 
 from dltsched.predictors.calibration import stepforms
 from dltsched.predictors.calibration.data import read_datasets
 from dltsched.predictors.calibration.evaluate import spread_weight
+from dltsched.predictors.calibration.isolated import _columns, _step_array, default_step_params
 from dltsched.predictors.calibration.model import fit_rows
+
+
+def _interval(apes: dict[str, list[float]], draws: int = 2000) -> tuple[float, float]:
+    """90% interval of the MAPE when the held-out models are drawn again (bootstrap over models, seeded)."""
+    rng = random.Random(0)
+    per = list(apes.values())
+    means = sorted(statistics.fmean(a for v in rng.choices(per, k=len(per)) for a in v) for _ in range(draws))
+    return means[int(0.05 * draws)], means[int(0.95 * draws) - 1]
 
 
 def _figures(apes: dict[str, list[float]], weights: dict[str, list[float | None]]) -> dict[str, float | None]:
@@ -33,7 +46,23 @@ def _figures(apes: dict[str, list[float]], weights: dict[str, list[float | None]
     pairs = [(a, w) for m in apes for a, w in zip(apes[m], weights[m], strict=True)]
     weighted = (sum(a * w for a, w in pairs if w) / sum(w for _, w in pairs if w)
                 if all(w for _, w in pairs) else None)
-    return {"mape": statistics.fmean(flat), "weighted_mape": weighted, "n": len(flat)}
+    low, high = _interval(apes)
+    return {"mape": statistics.fmean(flat), "median_ape": statistics.median(flat), "weighted_mape": weighted,
+            "mape_90_low": low, "mape_90_high": high, "n": len(flat)}
+
+
+def _rules_apes(rows: list, scored: list) -> dict[str, dict[str, list[float]]]:
+    """Per held-out model, the uncalibrated kernel step model's errors (``default``: its parameters on the
+    same features, nothing fitted) and the training rows' median step's (``constant``)."""
+    default = default_step_params()
+    out: dict[str, dict[str, list[float]]] = {"default": {}, "constant": {}}
+    for model in sorted({r.model for r in scored}):
+        held = [r for r in scored if r.model == model]
+        cols = _columns(held)
+        constant = statistics.median(r.step_time_s for r in rows if r.model != model)
+        out["default"][model] = [float(a) for a in 100.0 * abs(_step_array(default, cols) / cols["step"] - 1)]
+        out["constant"][model] = [100.0 * abs(constant / r.step_time_s - 1) for r in held]
+    return out
 
 
 def batches(paths: list[str], gpu: str | None, as_json: bool, reference: str) -> None:
@@ -91,28 +120,39 @@ def main() -> None:
                               "models": len({r.model for r in rows})}
     out["lomo_per_form"] = {f: _figures(stepforms.lomo_apes(rows, (f, opt), scored), weights)
                             for f, opt in stepforms.default_variants()}
+    out["rules_same_rows"] = {m: _figures(apes, weights) for m, apes in _rules_apes(rows, scored).items()}
     sets = {"forms": stepforms.default_variants()}
     if args.search:
         sets["searched"] = stepforms.searched_variants()
     for name, variants in sets.items():
         start = time.perf_counter()
-        apes, picks = stepforms.nested_lomo_apes(rows, variants, scored)
-        out[f"nested_over_{name}"] = {**_figures(apes, weights), "variants": len(variants),
-                                      "per_model_mape": {m: statistics.fmean(v) for m, v in apes.items()},
-                                      "picks": {m: stepforms.describe(v) for m, v in picks.items()},
-                                      "seconds": time.perf_counter() - start}
+        by_rule = stepforms.nested_lomo_apes_by_rule(rows, variants, scored)
+        for rule, (apes, picks) in by_rule.items():
+            out[f"nested_over_{name}_{rule}"] = {
+                **_figures(apes, weights), "variants": len(variants), "rule": rule,
+                "per_model_mape": {m: statistics.fmean(v) for m, v in apes.items()},
+                "picks": {m: stepforms.describe(v) for m, v in picks.items()},
+                "seconds": time.perf_counter() - start}
     if args.json:
         print(json.dumps(out, indent=1))
         return
-    print(f"{gpu}: {out['models']} models, {len(rows)} rows fitted, {len(scored)} scored ({args.sharing})")
+    print(f"{gpu}: {out['models']} models, {len(rows)} rows fitted, {len(scored)} scored ({args.sharing}); "
+          "MAPE (median APE, 90% interval over the models held out) and weighted MAPE")
+
+    def line(label: str, got: dict) -> str:
+        return (f"  {label:<44} MAPE {got['mape']:5.1f}% (median {got['median_ape']:4.1f}%, "
+                f"{got['mape_90_low']:.1f}-{got['mape_90_high']:.1f}%)  "
+                f"weighted {got['weighted_mape'] or 0:5.1f}%")
+
     for f, got in out["lomo_per_form"].items():  # type: ignore[union-attr]
-        print(f"  LOMO, form {f:<18} MAPE {got['mape']:5.1f}%  weighted {got['weighted_mape'] or 0:5.1f}%")
-    for name in sets:
-        got = out[f"nested_over_{name}"]
-        print(f"  nested LOMO over {got['variants']:>2} {name:<9}  MAPE {got['mape']:5.1f}%  "  # type: ignore[index]
-              f"weighted {got['weighted_mape'] or 0:5.1f}%")  # type: ignore[index]
-        for m, pick in got["picks"].items():  # type: ignore[index]
-            print(f"    {m:<14} {got['per_model_mape'][m]:5.1f}%  chose {pick}")  # type: ignore[index]
+        print(line(f"LOMO, form {f}", got))
+    for m, got in out["rules_same_rows"].items():  # type: ignore[union-attr]
+        print(line(f"same rows, {m}", got))
+    for key, got in out.items():
+        if key.startswith("nested_over_"):
+            print(line(f"nested over {got['variants']} {key[12:].replace('_', ', rule ')}", got))
+            for m, pick in got["picks"].items():
+                print(f"    {m:<14} {got['per_model_mape'][m]:5.1f}%  chose {pick}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ held out (outer fold); the variant is chosen by leave-one-model-out over the oth
 folds), fitted on them and made to predict the held-out model. :func:`~.isolated.fit_step` makes that
 choice among :data:`~.isolated.STEP_FORMS` at their default options, so the calibration's own
 leave-one-model-out figure is nested over the forms; :func:`searched_variants` are all the variants tried
-while the forms were developed, and the nested figure over them is what the search itself is worth.
+while the forms were developed, and the nested figure over them is what the search itself is worth, under
+either rule of choosing (:func:`rules`): the lowest leave-one-model-out error, or what the calibration fits
+kept unless another variant beats it by more than one standard error (:func:`~.nested.kept_within_se`).
 """
 
 from __future__ import annotations
@@ -87,6 +89,36 @@ def nested_lomo_apes(rows: Sequence[Row], variants: Sequence[Variant],
     variant is chosen (:func:`choose`) and fitted on the other models' rows alone; and the variant each
     outer fold chose (module docstring)."""
     return nested.nested_lomo_apes(rows, variants, _fit, _apes, scored)
+
+
+def kept_unless_beaten(variants: Sequence[Variant], k: float = 1.0) -> nested.Rule:
+    """The rule that takes what the calibration fits (the form of :func:`default_variants` with the lowest
+    leave-one-model-out error, as :func:`~.isolated.fit_step` chooses it; the first variant where none is
+    among ``variants``) unless another of ``variants`` beats it by more than ``k`` standard errors of their
+    paired per-model difference (:func:`~.nested.kept_within_se`)."""
+    defaults = [i for i, v in enumerate(variants) if v in default_variants()] or [0]
+
+    def rule(table: Sequence[Apes]) -> int:
+        kept = min(defaults, key=lambda i: nested.mean_ape(table[i]))
+        order = [kept, *(i for i in range(len(table)) if i != kept)]
+        return order[nested.kept_within_se([table[i] for i in order], k)]
+
+    return rule
+
+
+def rules(variants: Sequence[Variant]) -> dict[str, nested.Rule]:
+    """The two rules of choosing a variant that the figures compare: ``best`` (the lowest leave-one-model-out
+    error) and ``kept`` (:func:`kept_unless_beaten`)."""
+    return {"best": nested.best, "kept": kept_unless_beaten(variants)}
+
+
+Picks = dict[str, Variant]
+
+
+def nested_lomo_apes_by_rule(rows: Sequence[Row], variants: Sequence[Variant],
+                             scored: Sequence[Row] | None = None) -> dict[str, tuple[Apes, Picks]]:
+    """:func:`nested_lomo_apes` under each of :func:`rules` (the inner errors computed once per fold)."""
+    return nested.nested_lomo_apes_by_rule(rows, variants, _fit, _apes, scored, rules(variants))
 
 
 def describe(variant: Variant) -> str:
@@ -223,5 +255,5 @@ def batch_size_figures(scored: dict[str, list[dict[str, float | str]]]) -> dict[
 
 
 __all__ = ["BATCH_SCHEMES", "REFERENCES", "Variant", "batch_size_evaluation", "batch_size_figures", "choose",
-           "default_variants", "describe", "lomo_apes", "lomo_mape", "nested_lomo_apes",
-           "searched_variants"]
+           "default_variants", "describe", "kept_unless_beaten", "lomo_apes", "lomo_mape", "nested_lomo_apes",
+           "nested_lomo_apes_by_rule", "rules", "searched_variants"]

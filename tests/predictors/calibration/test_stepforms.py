@@ -132,3 +132,34 @@ def test_the_profiled_job_is_the_chosen_batch_size_at_full_precision():
         picked = stepforms.reference_rows(rows, reference)
         assert sorted(picked) == sorted(m for m, _, _ in FEW)
         assert all(picked[m].batch == factor * b and not picked[m].amp for m, _, b in FEW)
+
+
+def test_the_first_choice_is_kept_unless_another_beats_it_beyond_one_standard_error():
+    from dltsched.predictors.calibration import nested
+
+    first = {"a": [10.0], "b": [10.0], "c": [10.0], "d": [10.0]}
+    # lower on average (8.5 against 10) by differences that scatter: 5, -2, 5, -2 (mean 1.5, std. error 2.0)
+    noisy = {"a": [5.0], "b": [12.0], "c": [5.0], "d": [12.0]}
+    # lower on every model by about as much: 2, 1, 1.5, 1.5 (mean 1.5, standard error 0.2)
+    steady = {"a": [8.0], "b": [9.0], "c": [8.5], "d": [8.5]}
+    assert nested.best([first, noisy]) == 1 and nested.kept_within_se([first, noisy]) == 0
+    assert nested.best([first, steady]) == 1 and nested.kept_within_se([first, steady]) == 1
+    assert nested.kept_within_se([steady, first, noisy]) == 0  # the first is the best
+    assert nested.kept_within_se([first, noisy], k=0.5) == 1  # half a standard error: 1.5 > 1.0
+
+
+def test_nested_under_both_rules_matches_each_rule_alone():
+    rows = _rows(HOST_BOUND, jobs=JOBS)
+    variants = [("host_ops", iso.DEFAULT_FIT), ("host_ops", iso.StepFitOptions(prior_weight=1.0)),
+                ("overlap", iso.DEFAULT_FIT)]
+    both = stepforms.nested_lomo_apes_by_rule(rows, variants, scored=rows[:3])
+    assert set(both) == {"best", "kept"}
+    assert both["best"] == stepforms.nested_lomo_apes(rows, variants, scored=rows[:3])
+    # "kept" starts from the calibration's own choice (the best of the forms at the default options, 0 or 2)
+    # and leaves it only for the best variant of all
+    table = [stepforms.lomo_apes(rows, v) for v in variants]
+    calibration = min((0, 2), key=lambda i: stepforms.lomo_mape(rows, variants[i]))
+    overall = min(range(3), key=lambda i: stepforms.lomo_mape(rows, variants[i]))
+    assert stepforms.kept_unless_beaten(variants)(table) in {calibration, overall}
+    assert stepforms.kept_unless_beaten(variants, k=1e9)(table) == calibration
+    assert stepforms.kept_unless_beaten(variants, k=-1.0)(table) == overall
