@@ -1,9 +1,12 @@
 """Leave-one-model-out step-time figures of each host form, and nested over the forms and over every
 variant searched (predictors/calibration/stepforms.py), on profile datasets of one GPU.
 
-    python scripts/steptime_forms.py "$DLTSCHED_DATA"/h200 [--search] [--json]
+    python scripts/steptime_forms.py "$DLTSCHED_DATA"/h200 [--search] [--subsets K...] [--json]
     python scripts/steptime_forms.py --batches "$DLTSCHED_DATA"/gavel zeus.csv [--json]
     python scripts/steptime_forms.py --batches "$DLTSCHED_DATA"/lucid --gpu v100-32gb
+
+``--subsets K...``: calibrations on K models drawn at random (``--draws`` of them, seeded), scored on the
+models left out, for each rule of choosing the form and each form alone: what a rule is worth with few models.
 
 ``--batches``: per GPU of each dataset, the step time of the models profiled at several batch sizes or
 precisions, never profiled (fitted on the other models: all their jobs, or one job each) or profiled at one
@@ -29,7 +32,7 @@ import time
 from dltsched.predictors.calibration import stepforms
 from dltsched.predictors.calibration.data import read_datasets
 from dltsched.predictors.calibration.evaluate import spread_weight
-from dltsched.predictors.calibration.isolated import _columns, _step_array, default_step_params
+from dltsched.predictors.calibration.isolated import _columns, _step_array, default_step_params, fit_step_form
 from dltsched.predictors.calibration.model import fit_rows
 
 
@@ -91,6 +94,33 @@ def batches(paths: list[str], gpu: str | None, as_json: bool, reference: str) ->
                       + f"  calibrated/measured median {per['calibrated_median_ratio']:.2f}")
 
 
+def subsets(rows: list, scored: list, size: int, draws: int) -> dict[str, object]:
+    """Calibrations on ``size`` models drawn at random (seeded), each scored on the models it left out: the
+    form each rule of :func:`stepforms.rules` takes over the forms, and each form alone (the mean over the
+    draws of the MAPE of the models left out)."""
+    variants = stepforms.default_variants()
+    rules = stepforms.rules(variants)
+    rng = random.Random(0)
+    models = sorted({r.model for r in scored})
+    got: dict[str, list[float]] = {}
+    differ = 0
+    for _ in range(draws):
+        drawn = set(rng.sample(models, size))
+        train = [r for r in rows if r.model in drawn]
+        cols = _columns([r for r in scored if r.model not in drawn])
+        table = [stepforms.lomo_apes(train, v) for v in variants]
+        errs = [statistics.fmean(float(a) for a in 100.0 * abs(
+            _step_array(fit_step_form(train, *v), cols) / cols["step"] - 1.0)) for v in variants]
+        picks = {name: rule(table) for name, rule in rules.items()}
+        differ += picks["best"] != picks["kept"]
+        for name, i in picks.items():
+            got.setdefault(f"rule {name}", []).append(errs[i])
+        for (form, _), err in zip(variants, errs, strict=True):
+            got.setdefault(f"form {form}", []).append(err)
+    return {"models_drawn": size, "draws": draws, "rules_differ": differ,
+            **{k: statistics.fmean(v) for k, v in got.items()}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dirs", nargs="+")
@@ -103,6 +133,9 @@ def main() -> None:
     parser.add_argument("--reference", choices=stepforms.REFERENCES, default="smallest",
                         help="--batches: the batch size of each model profiled in the one-job schemes")
     parser.add_argument("--gpu", help="the GPU of a dataset that does not record its own (Lucid)")
+    parser.add_argument("--subsets", type=int, nargs="+", metavar="K",
+                        help="also calibrations on K models drawn at random, scored on the others")
+    parser.add_argument("--draws", type=int, default=30, help="--subsets: draws per K")
     args = parser.parse_args()
     if args.batches:
         batches(args.dirs, args.gpu, args.json, args.reference)
@@ -133,6 +166,8 @@ def main() -> None:
                 "per_model_mape": {m: statistics.fmean(v) for m, v in apes.items()},
                 "picks": {m: stepforms.describe(v) for m, v in picks.items()},
                 "seconds": time.perf_counter() - start}
+    for size in args.subsets or ():
+        out[f"subsets_{size}"] = subsets(rows, scored, size, args.draws)
     if args.json:
         print(json.dumps(out, indent=1))
         return
@@ -153,6 +188,11 @@ def main() -> None:
             print(line(f"nested over {got['variants']} {key[12:].replace('_', ', rule ')}", got))
             for m, pick in got["picks"].items():
                 print(f"    {m:<14} {got['per_model_mape'][m]:5.1f}%  chose {pick}")
+    for key, got in out.items():
+        if key.startswith("subsets_"):
+            cells = "  ".join(f"{k} {v:.1f}%" for k, v in got.items() if k.startswith(("rule", "form")))
+            print(f"  calibrated on {got['models_drawn']} models drawn ({got['draws']} draws; rules differ "
+                  f"in {got['rules_differ']}), MAPE of the others: {cells}")
 
 
 if __name__ == "__main__":

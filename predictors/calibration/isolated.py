@@ -25,10 +25,12 @@ class the data barely exercise keeps the default. How the host's work meets the 
   a kernel, which a library such as cuDNN pays for every kernel it launches inside one framework op: a
   recurrent layer launches its kernels once per time step), pulled towards :data:`LAUNCH_US_PRIOR`.
 
-:func:`fit_step` fits every form and keeps the one with the lowest leave-one-model-out error over the rows
-it is given (:data:`MIN_MODELS_TO_CHOOSE` models or more; ``overlap`` otherwise), so a held-out model never
-takes part in choosing the form that prices it (:mod:`.stepforms`: that choice nested, and over every fit
-variant of :class:`StepFitOptions` tried). Scope ``fwd_bwd`` is ``gpu`` without the optimizer; the input
+:func:`fit_step` fits every form and keeps :data:`KEPT_FORM` unless another form's leave-one-model-out error
+over the rows it is given is lower by more than one standard error of their paired per-model difference
+(:func:`~.nested.kept_within_se`; then the lowest), with :data:`MIN_MODELS_TO_CHOOSE` models or more
+(``overlap`` otherwise), so a held-out model never takes part in choosing the form that prices it, and a few
+models whose errors differ by chance do not switch it (:mod:`.stepforms`: that choice nested, and over every
+fit variant of :class:`StepFitOptions` tried). Scope ``fwd_bwd`` is ``gpu`` without the optimizer; the input
 terms are fitted only where rows of scope ``iteration`` were measured (profiles of synthetic inputs have
 none), the per-sample one only where some model was timed at two batch sizes or more
 (:func:`per_sample_identified`). A mixed-precision job's host ops and launches count the casts of its weights
@@ -62,6 +64,9 @@ STEP_FORMS: dict[str, tuple[float, str, bool]] = {"overlap": (3.0, "launches", F
 #: host time (us) of one kernel launch that ``launch_us`` is pulled towards: the CUDA driver's enqueue of a
 #: kernel takes a few microseconds of CPU time, whoever launches it
 LAUNCH_US_PRIOR = 3.0
+#: the form :func:`fit_step` keeps unless the rows say otherwise beyond noise: the one that prices both host
+#: costs a step can wait for (the framework's ops and a library's launches inside one op)
+KEPT_FORM = "ops_and_launches"
 #: whether a mixed-precision job's features count the casts of its weights (:func:`amp_casts`)
 AMP_CASTS = True
 #: fewest models in a fit for :func:`fit_step` to choose the form by leave-one-model-out
@@ -352,33 +357,47 @@ def fit_step_form(rows: Sequence[Row], form: str, options: StepFitOptions | None
     return unpack(robust_fit(residuals, start))
 
 
+def lomo_step_apes(rows: Sequence[Row], form: str, options: StepFitOptions | None = None
+                   ) -> dict[str, list[float]]:
+    """Per model of ``rows``, the absolute percentage errors of its rows predicted in the form ``form``
+    (:data:`STEP_FORMS`) fitted on every other model's rows."""
+    out = {}
+    for model in sorted({r.model for r in rows}):
+        params = fit_step_form([r for r in rows if r.model != model], form, options)
+        cols = _columns([r for r in rows if r.model == model])
+        out[model] = [float(a) for a in 100.0 * np.abs(_step_array(params, cols) / cols["step"] - 1.0)]
+    return out
+
+
 def lomo_step_mape(rows: Sequence[Row], form: str, options: StepFitOptions | None = None) -> float:
     """Leave-one-model-out MAPE (%) of the form ``form`` (:data:`STEP_FORMS`) over ``rows``: each model
     predicted by a fit on the others."""
-    apes = []
-    for model in sorted({r.model for r in rows}):
-        params = fit_step_form([r for r in rows if r.model != model], form, options)
-        held = [r for r in rows if r.model == model]
-        apes += list(np.abs(_step_array(params, _columns(held)) / _columns(held)["step"] - 1.0))
-    return 100.0 * float(np.mean(apes))
+    return float(np.mean([a for v in lomo_step_apes(rows, form, options).values() for a in v]))
+
+
+def choose_step_form(rows: Sequence[Row]) -> str:
+    """The form :func:`fit_step` fits on ``rows`` (module docstring)."""
+    from dltsched.predictors.calibration.nested import kept_within_se
+
+    if len({r.model for r in rows}) < MIN_MODELS_TO_CHOOSE:
+        return "overlap"
+    forms = [KEPT_FORM, *(f for f in STEP_FORMS if f != KEPT_FORM)]
+    return forms[kept_within_se([lomo_step_apes(rows, f) for f in forms])]
 
 
 _STEP_MEMO: dict[tuple[Any, ...], dict[str, float]] = {}
 
 
 def fit_step(rows: Sequence[Row]) -> dict[str, float]:
-    """The step-time parameters fitted on ``rows`` in the overlap form chosen by leave-one-model-out over
-    ``rows`` (module docstring); the defaults where there are none."""
+    """The step-time parameters fitted on ``rows`` in the form :func:`choose_step_form` takes (module
+    docstring); the defaults where there are none."""
     if not rows:
         return default_step_params()
     key = tuple((r.model, r.batch, r.scope, r.step_time_s, tuple(sorted(r.features.items()))) for r in rows)
     hit = _STEP_MEMO.get(key)
     if hit is not None:
         return dict(hit)
-    form = "overlap"
-    if len({r.model for r in rows}) >= MIN_MODELS_TO_CHOOSE:
-        form = min(STEP_FORMS, key=lambda f: lomo_step_mape(rows, f))
-    out = fit_step_form(rows, form)
+    out = fit_step_form(rows, choose_step_form(rows))
     if len(_STEP_MEMO) > 1_000:
         _STEP_MEMO.clear()
     _STEP_MEMO[key] = out

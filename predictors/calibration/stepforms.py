@@ -24,6 +24,7 @@ import numpy as np
 import dltsched.predictors.calibration.nested as nested
 from dltsched.predictors.calibration.isolated import (
     DEFAULT_FIT,
+    KEPT_FORM,
     MIN_MODELS_TO_CHOOSE,
     STEP_FORMS,
     Row,
@@ -75,9 +76,10 @@ def lomo_mape(rows: Sequence[Row], variant: Variant, scored: Sequence[Row] | Non
     return statistics.fmean(a for apes in lomo_apes(rows, variant, scored).values() for a in apes)
 
 
-def choose(rows: Sequence[Row], variants: Sequence[Variant]) -> Variant:
-    """The variant with the lowest leave-one-model-out MAPE over ``rows`` (the first of equals)."""
-    return nested.choose(rows, variants, _fit, _apes)
+def choose(rows: Sequence[Row], variants: Sequence[Variant], rule: nested.Rule = nested.best) -> Variant:
+    """The variant ``rule`` takes from the leave-one-model-out errors over ``rows`` (default: the lowest MAPE,
+    the first of equals)."""
+    return nested.choose(rows, variants, _fit, _apes, rule)
 
 
 Apes = nested.Apes
@@ -92,16 +94,21 @@ def nested_lomo_apes(rows: Sequence[Row], variants: Sequence[Variant],
 
 
 def kept_unless_beaten(variants: Sequence[Variant], k: float = 1.0) -> nested.Rule:
-    """The rule that takes what the calibration fits (the form of :func:`default_variants` with the lowest
-    leave-one-model-out error, as :func:`~.isolated.fit_step` chooses it; the first variant where none is
-    among ``variants``) unless another of ``variants`` beats it by more than ``k`` standard errors of their
-    paired per-model difference (:func:`~.nested.kept_within_se`)."""
-    defaults = [i for i, v in enumerate(variants) if v in default_variants()] or [0]
+    """The rule that takes what the calibration fits (the form of :func:`default_variants` that
+    :func:`~.isolated.choose_step_form` takes; the first variant where none is among ``variants``) unless
+    another of ``variants`` beats it by more than ``k`` standard errors of their paired per-model difference
+    (:func:`~.nested.kept_within_se`). Over :func:`default_variants` alone it is the calibration's choice."""
+    forms = {v[0]: i for i, v in enumerate(variants) if v in default_variants()}
+    # the calibration's order: the form it keeps first (isolated.choose_step_form)
+    order = [forms[f] for f in dict.fromkeys([KEPT_FORM, *STEP_FORMS]) if f in forms] or [0]
 
     def rule(table: Sequence[Apes]) -> int:
-        kept = min(defaults, key=lambda i: nested.mean_ape(table[i]))
-        order = [kept, *(i for i in range(len(table)) if i != kept)]
-        return order[nested.kept_within_se([table[i] for i in order], k)]
+        if len(table[0]) < MIN_MODELS_TO_CHOOSE:
+            kept = forms.get("overlap", 0)
+        else:
+            kept = order[nested.kept_within_se([table[i] for i in order])]
+        rest = [kept, *(i for i in range(len(table)) if i != kept)]
+        return rest[nested.kept_within_se([table[i] for i in rest], k)]
 
     return rule
 
@@ -191,10 +198,10 @@ def batch_size_evaluation(rows: Sequence[Row], variants: Sequence[Variant] | Non
       and the rules ``same_step`` (the profiled step) and ``linear_in_batch`` (the profiled step times the
       ratio of batch sizes).
 
-    The variant is chosen among ``variants`` (default: the forms, as the calibration chooses) by
-    leave-one-model-out over the training rows alone (nested). Beside it on the same rows: ``default`` (the
-    uncalibrated kernel step model's parameters, no input-pipeline term) and ``constant`` (the training
-    rows' median). Each scored row names its bin (:func:`_bin`)."""
+    The variant is chosen among ``variants`` (default: the forms) as the calibration chooses
+    (:func:`kept_unless_beaten`), by leave-one-model-out over the training rows alone (nested). Beside it on
+    the same rows: ``default`` (the uncalibrated kernel step model's parameters, no input-pipeline term) and
+    ``constant`` (the training rows' median). Each scored row names its bin (:func:`_bin`)."""
     variants = list(variants or default_variants())
     models = sorted({r.model for r in rows})
     several = [m for m in models if len({(r.batch, r.amp) for r in rows if r.model == m}) > 1]
@@ -205,7 +212,7 @@ def batch_size_evaluation(rows: Sequence[Row], variants: Sequence[Variant] | Non
 
     def fitted(train: Sequence[Row]) -> dict[str, float]:
         enough = len({r.model for r in train}) >= MIN_MODELS_TO_CHOOSE
-        pick = choose(train, variants) if enough else variants[0]
+        pick = choose(train, variants, kept_unless_beaten(variants)) if enough else variants[0]
         return fit_step_form(train, *pick)
 
     for m in several:

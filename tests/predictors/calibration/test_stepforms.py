@@ -163,3 +163,16 @@ def test_nested_under_both_rules_matches_each_rule_alone():
     assert stepforms.kept_unless_beaten(variants)(table) in {calibration, overall}
     assert stepforms.kept_unless_beaten(variants, k=1e9)(table) == calibration
     assert stepforms.kept_unless_beaten(variants, k=-1.0)(table) == overall
+
+
+def test_the_calibration_keeps_its_form_unless_another_is_better_beyond_one_standard_error(monkeypatch):
+    rows = _rows(HOST_BOUND)  # five models: enough to choose
+    kept = {m: [10.0] for m in "abcde"}
+    tables = {"ops_and_launches": kept, "overlap": {m: [20.0] for m in "abcde"},
+              # lower on average by 1.6 points, by differences that scatter (standard error 2.8)
+              "host_ops": {"a": [2.0], "b": [16.0], "c": [4.0], "d": [14.0], "e": [6.0]}}
+    monkeypatch.setattr(iso, "lomo_step_apes", lambda rows, form, options=None: tables[form])
+    assert iso.KEPT_FORM == "ops_and_launches" and iso.choose_step_form(rows) == "ops_and_launches"
+    tables["host_ops"] = {m: [8.0 + 0.1 * i] for i, m in enumerate("abcde")}  # lower on every model
+    assert iso.choose_step_form(rows) == "host_ops"
+    assert iso.choose_step_form(rows[:3]) == "overlap"  # too few models to choose: the default's form
