@@ -167,6 +167,8 @@ def main() -> None:
                 "picks": {m: stepforms.describe(v) for m, v in picks.items()},
                 "seconds": time.perf_counter() - start}
     for size in args.subsets or ():
+        if not 2 <= size < len({r.model for r in scored}):
+            parser.error(f"--subsets {size}: draw from 2 to {len({r.model for r in scored}) - 1} models")
         out[f"subsets_{size}"] = subsets(rows, scored, size, args.draws)
     if args.json:
         print(json.dumps(out, indent=1))

@@ -27,8 +27,8 @@ class the data barely exercise keeps the default. How the host's work meets the 
 
 :func:`fit_step` fits every form and keeps :data:`KEPT_FORM` unless another form's leave-one-model-out error
 over the rows it is given is lower by more than one standard error of their paired per-model difference
-(:func:`~.nested.kept_within_se`; then the lowest), with :data:`MIN_MODELS_TO_CHOOSE` models or more
-(``overlap`` otherwise), so a held-out model never takes part in choosing the form that prices it, and a few
+(:func:`~.nested.kept_within_se`; then the lowest), with :data:`MIN_MODELS_TO_CHOOSE` models or more (fewer
+keep it without a choice), so a held-out model never takes part in choosing the form that prices it, and a few
 models whose errors differ by chance do not switch it (:mod:`.stepforms`: that choice nested, and over every
 fit variant of :class:`StepFitOptions` tried). Scope ``fwd_bwd`` is ``gpu`` without the optimizer; the input
 terms are fitted only where rows of scope ``iteration`` were measured (profiles of synthetic inputs have
@@ -380,7 +380,7 @@ def choose_step_form(rows: Sequence[Row]) -> str:
     from dltsched.predictors.calibration.nested import kept_within_se
 
     if len({r.model for r in rows}) < MIN_MODELS_TO_CHOOSE:
-        return "overlap"
+        return KEPT_FORM
     forms = [KEPT_FORM, *(f for f in STEP_FORMS if f != KEPT_FORM)]
     return forms[kept_within_se([lomo_step_apes(rows, f) for f in forms])]
 

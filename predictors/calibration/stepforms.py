@@ -104,7 +104,7 @@ def kept_unless_beaten(variants: Sequence[Variant], k: float = 1.0) -> nested.Ru
 
     def rule(table: Sequence[Apes]) -> int:
         if len(table[0]) < MIN_MODELS_TO_CHOOSE:
-            kept = forms.get("overlap", 0)
+            kept = forms.get(KEPT_FORM, 0)
         else:
             kept = order[nested.kept_within_se([table[i] for i in order])]
         rest = [kept, *(i for i in range(len(table)) if i != kept)]
@@ -212,7 +212,8 @@ def batch_size_evaluation(rows: Sequence[Row], variants: Sequence[Variant] | Non
 
     def fitted(train: Sequence[Row]) -> dict[str, float]:
         enough = len({r.model for r in train}) >= MIN_MODELS_TO_CHOOSE
-        pick = choose(train, variants, kept_unless_beaten(variants)) if enough else variants[0]
+        kept = next((v for v in variants if v == (KEPT_FORM, DEFAULT_FIT)), variants[0])
+        pick = choose(train, variants, kept_unless_beaten(variants)) if enough else kept
         return fit_step_form(train, *pick)
 
     for m in several:

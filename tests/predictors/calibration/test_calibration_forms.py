@@ -79,9 +79,11 @@ def test_kernel_launches_of_recurrent_layers_cost_host_time_when_the_data_say_so
     assert err["ops_and_launches"] < 0.1 < err["host_ops"]
 
 
-def test_too_few_models_keep_the_overlapped_form():
-    rows = _rows({**TRUE_STEP, "overlap_power": 1.0, "host_ops": 1.0, "dispatch_us": 30.0}, jobs=JOBS[:3])
-    assert iso.fit_step(rows)["host_ops"] == 0.0 and len(rows) < iso.MIN_MODELS_TO_CHOOSE
+def test_too_few_models_to_choose_keep_the_kept_form():
+    rows = _rows({**TRUE_STEP, "overlap_power": 3.0, "host_ops": 0.0, "dispatch_us": 11.0}, jobs=JOBS[:3])
+    fitted = iso.fit_step(rows)  # rows of the overlapped form, too few to leave the kept one for it
+    assert len(rows) < iso.MIN_MODELS_TO_CHOOSE and iso.KEPT_FORM == "ops_and_launches"
+    assert (fitted["overlap_power"], fitted["host_ops"]) == (1.0, 1.0) and fitted["launch_us"] > 0.0
 
 
 def _truth(form: str) -> dict[str, float]:

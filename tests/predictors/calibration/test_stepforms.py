@@ -175,4 +175,4 @@ def test_the_calibration_keeps_its_form_unless_another_is_better_beyond_one_stan
     assert iso.KEPT_FORM == "ops_and_launches" and iso.choose_step_form(rows) == "ops_and_launches"
     tables["host_ops"] = {m: [8.0 + 0.1 * i] for i, m in enumerate("abcde")}  # lower on every model
     assert iso.choose_step_form(rows) == "host_ops"
-    assert iso.choose_step_form(rows[:3]) == "overlap"  # too few models to choose: the default's form
+    assert iso.choose_step_form(rows[:3]) == "ops_and_launches"  # too few models to leave it
