@@ -24,8 +24,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
 
-from dltsched.formulations.candidates import CandidateSet, node_classes_of
+from dltsched.formulations.candidates import CandidateKind, CandidateSet, node_classes_of
 from dltsched.formulations.problem import RoundOptions
+
+#: the kinds compared by identity in the loops over candidates
+_NODE, _STAY, _CLASS = CandidateKind.NODE, CandidateKind.STAY, CandidateKind.CLASS
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,19 +125,23 @@ class RoundModel:
     def rows(self) -> tuple[Row, ...]:
         """Rows 1 to 3 of the module docstring (redundant ones included), in that order."""
         cset = self.cset
-        rows = [_packing(cands) for cands in cset.by_job if len(cands) > 1]
+        rows = [Row(cands, (1.0,) * len(cands), None, 1.0, True) for cands in cset.by_job if len(cands) > 1]
         per_node, per_type = capacity_rows(cset)
         node_limit, type_limit = capacity_limits(cset)
         for n, terms in per_node.items():
-            if sum(k for _, k in terms) > node_limit[n]:
-                rows.append(_capacity(terms, node_limit[n], redundant=False))
-        classes = node_classes_of(cset)
-        for k, terms in class_capacity_rows(cset).items():
-            if sum(g for _, g in terms) > classes[k].capacity:
-                rows.append(_capacity(terms, classes[k].capacity, redundant=False))
+            cols, used = zip(*terms, strict=True)
+            if sum(used) > node_limit[n]:
+                rows.append(Row(cols, tuple(map(float, used)), None, float(node_limit[n])))
+        class_rows = class_capacity_rows(cset)
+        classes = node_classes_of(cset) if class_rows else ()
+        for k, terms in class_rows.items():
+            cols, used = zip(*terms, strict=True)
+            if sum(used) > classes[k].capacity:
+                rows.append(Row(cols, tuple(map(float, used)), None, float(classes[k].capacity)))
         for gpu_type, terms in per_type.items():
             limit = type_limit[gpu_type]
-            rows.append(_capacity(terms, limit, redundant=sum(k for _, k in terms) <= limit))
+            cols, used = zip(*terms, strict=True)
+            rows.append(Row(cols, tuple(map(float, used)), None, float(limit), redundant=sum(used) <= limit))
         stays = stays_by_slot(cset)
         rows += [_packing(tuple(cands)) for cands in stays.values() if len(cands) > 1]
         for p, q in cset.slot_conflicts:
@@ -192,12 +199,15 @@ def capacity_rows(
     """(node -> [(candidate, GPUs used on it)], type -> [(candidate, GPUs)]): the capacity constraints."""
     per_node: dict[int, list[tuple[int, int]]] = defaultdict(list)
     per_type: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    slots = cset.slots
     for c, cand in enumerate(cset.candidates):
-        per_type[cand.gpu_type].append((c, cand.num_gpus))
-        if cand.kind == "node":
-            per_node[cand.where].append((c, cand.num_gpus))
-        elif cand.kind == "stay":
-            for n, k in cset.slots[cand.where].node_gpus:
+        term = (c, cand.num_gpus)
+        per_type[cand.gpu_type].append(term)
+        kind = cand.kind
+        if kind == _NODE:
+            per_node[cand.where].append(term)
+        elif kind == _STAY:
+            for n, k in slots[cand.where].node_gpus:
                 per_node[n].append((c, k))
     return per_node, per_type
 
@@ -206,7 +216,7 @@ def class_capacity_rows(cset: CandidateSet) -> dict[int, list[tuple[int, int]]]:
     """Aggregated node class -> [(candidate, GPUs)] of its ``class`` candidates: a class's capacity row."""
     out: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for c, cand in enumerate(cset.candidates):
-        if cand.kind == "class":
+        if cand.kind == _CLASS:
             out[cand.where].append((c, cand.num_gpus))
     return out
 
@@ -215,6 +225,6 @@ def stays_by_slot(cset: CandidateSet) -> dict[int, list[int]]:
     """Slot -> the candidates that keep it."""
     out: dict[int, list[int]] = defaultdict(list)
     for c, cand in enumerate(cset.candidates):
-        if cand.kind == "stay":
+        if cand.kind == _STAY:
             out[cand.where].append(c)
     return out
