@@ -21,7 +21,8 @@ backend that never reads them (the greedy heuristic) never pays for them.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from dltsched.formulations.candidates import CandidateKind, CandidateSet, node_classes_of
@@ -167,6 +168,46 @@ class RoundModel:
         cset = self.cset
         return max([*cset.unplaced_completion_s, *(t for c in cset.candidates for t in c.completion_s)],
                    default=0.0)
+
+    @cached_property
+    def dominated(self) -> frozenset[int]:
+        """Co-location candidates that a candidate of one of their members alone replaces at no loss: the
+        same GPU type and location (kind and place, not ``stay``) and a gain at least as high. The member's
+        candidate is in a subset of the group's rows with the same coefficients (its job's row, the same
+        GPUs of the same node, class and type), so every selection with the group stays feasible, and no
+        worse, with the member instead: an optimum without them exists. Empty with the ``makespan``
+        objective, where a member's completion counts on its own."""
+        if self.makespan_column is not None:
+            return frozenset()
+        cands = self.cset.candidates
+        best: dict[tuple[int, str, str, int], float] = {}
+        for cand in cands:
+            if len(cand.jobs) == 1 and cand.kind != _STAY:
+                key = (cand.jobs[0], cand.gpu_type, cand.kind, cand.where)
+                found = best.get(key)
+                if found is None or cand.gain > found:
+                    best[key] = cand.gain
+        out = []
+        for c, cand in enumerate(cands):
+            if len(cand.jobs) > 1 and cand.kind != _STAY:
+                for j in cand.jobs:
+                    found = best.get((j, cand.gpu_type, cand.kind, cand.where))
+                    if found is not None and found >= cand.gain:
+                        out.append(c)
+                        break
+        return frozenset(out)
+
+    def restricted(self, columns: Sequence[int]) -> RoundModel:
+        """The model of the candidates ``columns`` only (ascending): column ``i`` of it is ``columns[i]``
+        here; its rows are those of the smaller candidate set (a capacity row they cannot exceed is left
+        out or marked redundant)."""
+        cset = self.cset
+        cands = tuple(cset.candidates[c] for c in columns)
+        by_job: list[list[int]] = [[] for _ in cset.by_job]
+        for c, cand in enumerate(cands):
+            for j in cand.jobs:
+                by_job[j].append(c)
+        return RoundModel(replace(cset, candidates=cands, by_job=tuple(map(tuple, by_job))))
 
     def linear_rows(self, redundant: bool = False) -> list[Row]:
         """Every row, the makespan rows as plain rows; ``redundant``: keep the rows that cannot bind."""

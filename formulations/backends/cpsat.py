@@ -80,6 +80,8 @@ class CpSat(Backend):
     work_limited = True
     #: hand the hint to CP-SAT as a solution hint
     use_hint = False
+    #: leave the model's dominated candidates (:attr:`RoundModel.dominated`) out of the written model
+    leave_out_dominated = True
     #: CP-SAT parameters set on every solve (default :data:`SEARCH_PARAMETERS`)
     search_parameters: ClassVar[dict[str, int | bool]] = SEARCH_PARAMETERS
 
@@ -97,6 +99,10 @@ class CpSat(Backend):
             raise ValueError(f"solver: '{params.solver}' not understood for backend cpsat; leave it out")
         start = time.perf_counter()
         scale = _scale(model)
+        full, columns = model, None
+        if self.leave_out_dominated and not self.use_hint and model.dominated:
+            columns = [c for c in range(model.num_candidates) if c not in model.dominated]
+            model = model.restricted(columns)
         proto = model_proto(model, params.hint if self.use_hint else (), scale=scale)
         build_s = time.perf_counter() - start
         parameters = cmh.SatParameters()
@@ -111,7 +117,7 @@ class CpSat(Backend):
             parameters.max_time_in_seconds = remaining_s(params, build_s, _LEAST_S)
             parameters.num_workers = options.num_workers
         parameters.relative_gap_limit = options.relative_gap * GAP_MARGIN
-        small = len(model.cset.problem.jobs) < FULL_LP_FROM_JOBS
+        small = len(full.cset.problem.jobs) < FULL_LP_FROM_JOBS
         for name, value in self.search_parameters.items():
             if not (small and name == "linearization_level"):
                 setattr(parameters, name, value)
@@ -131,6 +137,8 @@ class CpSat(Backend):
         if status in (cmh.OPTIMAL, cmh.FEASIBLE):
             values = response.solution
             selected = tuple(c for c, v in zip(range(model.num_candidates), values, strict=False) if v)
+            if columns is not None:
+                selected = tuple(columns[c] for c in selected)
             ended = termination(stop, response.objective_value, response.best_objective_bound, tolerance=0.5,
                                 relative=0.0)
             bound = response.best_objective_bound / scale

@@ -60,3 +60,52 @@ def test_the_written_model_solves_to_the_checked_optimum(objective: str) -> None
     assert result.plan.status == "optimal"
     assert checked(problem, result) == pytest.approx(result.plan.objective)
     assert solve_problem(problem, "cpsat").plan.assignments == result.plan.assignments
+
+
+def test_dominated_groups_are_those_a_member_alone_beats_on_the_same_place() -> None:
+    # a (weight 3) alone on the GPU type is worth 3; with b at speeds 0.7 / 0.5 the pair is worth
+    # 3 * 0.7 + 0.5 = 2.6 < 3: the pair is dominated by a alone. c and d (weight 1 each) at 0.8 / 0.8 are
+    # worth 1.6 together, more than either alone: their pair stays
+    tables = Tables(step_s={n: [1.0] for n in "abcd"},
+                    speeds={("a", "b"): [0.7, 0.5], ("c", "d"): [0.8, 0.8]})
+    problem = make_round(tables, [("v100", 1)], [job("a", weight=3.0), job("b"), job("c"), job("d")],
+                         options=RoundOptions(relative_gap=0.0, max_partners=3))
+    model = RoundModel(build_candidates(problem))
+    jobs = {model.cset.candidates[c].jobs for c in model.dominated}
+    assert (0, 1) in jobs and (2, 3) not in jobs
+    assert all(len(j) > 1 for j in jobs)
+    # every dominated candidate has a member's own candidate on the same type and place at no lower gain
+    for c in model.dominated:
+        group = model.cset.candidates[c]
+        place = (group.gpu_type, group.kind, group.where)
+        assert any(o.jobs == (j,) and (o.gpu_type, o.kind, o.where) == place and o.gain >= group.gain
+                   for j in group.jobs for o in model.cset.candidates)
+    assert not RoundModel(build_candidates(make_round(tables, [("v100", 1)], [job("a", weight=3.0), job("b")],
+                                                      options=RoundOptions(objective="makespan")))).dominated
+
+
+@pytest.mark.parametrize("objective", ["jct", "effective_progress", "weighted_completion"])
+def test_leaving_out_dominated_candidates_keeps_the_optimum(objective: str) -> None:
+    from dltsched.formulations.backends.base import SolveParams
+    from dltsched.formulations.backends.cpsat import CpSat
+    from dltsched.formulations.candidates import objective_of
+
+    class Whole(CpSat):
+        leave_out_dominated = False
+
+    names = [f"j{i}" for i in range(8)]
+    tables = Tables(step_s={n: [1.0 + (i % 3) / 4] for i, n in enumerate(names)},
+                    speeds={(a, b): [0.9 - (i % 4) / 10, 0.3 + (i % 3) / 10]
+                            for i, (a, b) in enumerate(zip(names, names[1:], strict=False))})
+    problem = make_round(tables, [("v100", 2), ("k80", 2)],
+                         [job(n, weight=1.0 + (i % 4)) for i, n in enumerate(names)],
+                         options=RoundOptions(objective=objective, relative_gap=0.0, max_partners=4))
+    model = RoundModel(build_candidates(problem))
+    assert model.dominated  # the case is one where the rule applies
+    left_out = CpSat().solve(model, SolveParams(30.0))
+    whole = Whole().solve(RoundModel(model.cset), SolveParams(30.0))
+    assert left_out.selected is not None and whole.selected is not None
+    assert not set(left_out.selected) & model.dominated
+    best = objective_of(model.cset, whole.selected)
+    assert objective_of(model.cset, left_out.selected) == pytest.approx(best)
+    assert checked(problem, solve_problem(problem, "cpsat")) == pytest.approx(best)
