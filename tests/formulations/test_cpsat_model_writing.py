@@ -62,26 +62,37 @@ def test_the_written_model_solves_to_the_checked_optimum(objective: str) -> None
     assert solve_problem(problem, "cpsat").plan.assignments == result.plan.assignments
 
 
-def test_dominated_groups_are_those_a_member_alone_beats_on_the_same_place() -> None:
-    # a (weight 3) alone on the GPU type is worth 3; with b at speeds 0.7 / 0.5 the pair is worth
-    # 3 * 0.7 + 0.5 = 2.6 < 3: the pair is dominated by a alone. c and d (weight 1 each) at 0.8 / 0.8 are
-    # worth 1.6 together, more than either alone: their pair stays
+def _pairs(num_gpus: int, objective: str = "jct") -> RoundProblem:
+    # a (weight 3) alone is worth 3; with b at speeds 0.7 / 0.5 the pair is worth 3 * 0.7 + 0.5 = 2.6 < 3:
+    # a alone beats the pair on the same place. c and d (weight 1 each) at 0.8 / 0.8 are worth 1.6
+    # together, more than either alone: their pair is worth offering (a with c or d, at the default speeds
+    # 0.6 / 0.6, is worth 2.4 < 3)
     tables = Tables(step_s={n: [1.0] for n in "abcd"},
                     speeds={("a", "b"): [0.7, 0.5], ("c", "d"): [0.8, 0.8]})
-    problem = make_round(tables, [("v100", 1)], [job("a", weight=3.0), job("b"), job("c"), job("d")],
-                         options=RoundOptions(relative_gap=0.0, max_partners=3))
-    model = RoundModel(build_candidates(problem))
-    jobs = {model.cset.candidates[c].jobs for c in model.dominated}
-    assert (0, 1) in jobs and (2, 3) not in jobs
-    assert all(len(j) > 1 for j in jobs)
+    jobs = [job("a", num_gpus, weight=3.0), job("b", num_gpus), job("c", num_gpus), job("d", num_gpus)]
+    return make_round(tables, [("v100", 2 * num_gpus)], jobs,
+                      options=RoundOptions(objective=objective, relative_gap=0.0, max_partners=3))
+
+
+def test_a_one_gpu_group_no_better_than_a_member_alone_is_not_offered() -> None:
+    problem = _pairs(1)
+    assert problem.group((0, 1), "v100") is not None and problem.group((2, 3), "v100") is not None
+    units = {c.jobs for c in build_candidates(problem).candidates}
+    assert (0, 1) not in units and (2, 3) in units
+    # with the makespan objective a member's completion counts on its own: the group is offered
+    assert (0, 1) in {c.jobs for c in build_candidates(_pairs(1, "makespan")).candidates}
+
+
+def test_dominated_groups_are_those_a_member_alone_beats_on_the_same_node() -> None:
+    model = RoundModel(build_candidates(_pairs(2)))  # two-GPU jobs: node candidates, left to the model
+    assert {model.cset.candidates[c].jobs for c in model.dominated} == {(0, 1), (0, 2), (0, 3)}
     # every dominated candidate has a member's own candidate on the same type and place at no lower gain
     for c in model.dominated:
         group = model.cset.candidates[c]
         place = (group.gpu_type, group.kind, group.where)
         assert any(o.jobs == (j,) and (o.gpu_type, o.kind, o.where) == place and o.gain >= group.gain
                    for j in group.jobs for o in model.cset.candidates)
-    assert not RoundModel(build_candidates(make_round(tables, [("v100", 1)], [job("a", weight=3.0), job("b")],
-                                                      options=RoundOptions(objective="makespan")))).dominated
+    assert not RoundModel(build_candidates(_pairs(2, "makespan"))).dominated
 
 
 @pytest.mark.parametrize("objective", ["jct", "effective_progress", "weighted_completion"])
@@ -93,12 +104,12 @@ def test_leaving_out_dominated_candidates_keeps_the_optimum(objective: str) -> N
     class Whole(CpSat):
         leave_out_dominated = False
 
-    names = [f"j{i}" for i in range(8)]
+    names = [f"j{i}" for i in range(8)]  # two-GPU jobs, some pairs worth less than a member alone
     tables = Tables(step_s={n: [1.0 + (i % 3) / 4] for i, n in enumerate(names)},
                     speeds={(a, b): [0.9 - (i % 4) / 10, 0.3 + (i % 3) / 10]
                             for i, (a, b) in enumerate(zip(names, names[1:], strict=False))})
-    problem = make_round(tables, [("v100", 2), ("k80", 2)],
-                         [job(n, weight=1.0 + (i % 4)) for i, n in enumerate(names)],
+    problem = make_round(tables, [("v100", 4), ("v100", 4), ("k80", 4)],
+                         [job(n, 2, weight=1.0 + (i % 4)) for i, n in enumerate(names)],
                          options=RoundOptions(objective=objective, relative_gap=0.0, max_partners=4))
     model = RoundModel(build_candidates(problem))
     assert model.dominated  # the case is one where the rule applies
