@@ -17,12 +17,13 @@ preemption, spread over units deterministically (a restriction of the candidate 
 few nodes see every node); the offered nodes of an aggregated class become one candidate on the class.
 Memory is a per-GPU filter, not a shared resource, so each (unit, type, location) keeps only its best
 memory-feasible freeze levels. A co-location unit is not offered on a type as a one-GPU (``type``) or
-``cross`` candidate where one of its members alone scores at least as much there (except with the ``makespan``
-objective, where each member's completion counts on its own): the member's candidate uses the same GPUs
-and a subset of the unit's rows, so an optimum without the unit's exists (``node`` and ``class``
+``cross`` candidate where one of its members alone scores at least as much there (except with the
+``makespan`` objective, where each member's completion counts on its own): the member's candidate uses the
+same GPUs and a subset of the unit's rows, so an optimum without the unit's exists (``node`` and ``class``
 candidates dominated the same way are left out of the CP-SAT model:
-:attr:`~dltsched.formulations.model.RoundModel.dominated`). Objectives are handled in maximisation form: a candidate's ``gain`` is its
-score plus the migration penalty its staying members save; see :func:`objective_of`. Capacity is then exact
+:attr:`~dltsched.formulations.model.RoundModel.dominated`). Objectives are handled in maximisation form: a
+candidate's ``gain`` is its score plus the migration penalty its staying members save; see
+:func:`objective_of`. Capacity is then exact
 with per-node counts for multi-GPU units, per-class counts for aggregated classes and per-type counts for
 everything (one-GPU units fit in any free GPU).
 """

@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
+from operator import attrgetter
 
 from dltsched.formulations.candidates import CandidateKind, CandidateSet, node_classes_of
 from dltsched.formulations.problem import RoundOptions
@@ -120,7 +121,7 @@ class RoundModel:
     @cached_property
     def gains(self) -> tuple[float, ...]:
         """The objective coefficient of each candidate (maximised; ``M``, if any, has -1)."""
-        return tuple(c.gain for c in self.cset.candidates)
+        return tuple(map(attrgetter("gain"), self.cset.candidates))
 
     @cached_property
     def rows(self) -> tuple[Row, ...]:
@@ -181,20 +182,25 @@ class RoundModel:
             return frozenset()
         cands = self.cset.candidates
         best: dict[tuple[int, str, str, int], float] = {}
-        for cand in cands:
-            if len(cand.jobs) == 1 and cand.kind != _STAY:
-                key = (cand.jobs[0], cand.gpu_type, cand.kind, cand.where)
-                found = best.get(key)
-                if found is None or cand.gain > found:
-                    best[key] = cand.gain
-        out = []
+        groups = []
         for c, cand in enumerate(cands):
-            if len(cand.jobs) > 1 and cand.kind != _STAY:
-                for j in cand.jobs:
-                    found = best.get((j, cand.gpu_type, cand.kind, cand.where))
-                    if found is not None and found >= cand.gain:
-                        out.append(c)
-                        break
+            if cand.kind == _STAY:
+                continue
+            if len(cand.jobs) > 1:
+                groups.append(c)
+                continue
+            key = (cand.jobs[0], cand.gpu_type, cand.kind, cand.where)
+            found = best.get(key)
+            if found is None or cand.gain > found:
+                best[key] = cand.gain
+        out = []
+        for c in groups:
+            cand = cands[c]
+            for j in cand.jobs:
+                found = best.get((j, cand.gpu_type, cand.kind, cand.where))
+                if found is not None and found >= cand.gain:
+                    out.append(c)
+                    break
         return frozenset(out)
 
     def restricted(self, columns: Sequence[int]) -> RoundModel:
