@@ -143,21 +143,30 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
     for u, (jobs, group_type) in enumerate(units):
         types = (group_type,) if group_type else job_types[jobs[0]]
         size = round_jobs[jobs[0]].num_gpus
-        if len(jobs) == 1:
+        single = len(jobs) == 1
+        if single:
             mine = slots_of_job.get(jobs[0], ())
         else:
-            mine = sorted({p for j in jobs for p in slots_of_job.get(j, ())}) \
-                if any(j in slots_of_job for j in jobs) else ()
+            held = [slots_of_job[j] for j in jobs if j in slots_of_job]
+            mine = (held[0] if len(held) == 1 else sorted({p for ps in held for p in ps})) if held else ()
         for gpu_type in types:
             best = next(found)
             if best is None:
                 continue
             freeze, score, completion = best
             if size == 1 or size > largest[gpu_type]:
-                if alone is not None and len(jobs) == 1:
+                if alone is None:
+                    offered = True
+                elif single:
                     alone[(jobs[0], gpu_type)] = score
-                if alone is None or len(jobs) == 1 or all(alone.get((j, gpu_type), -math.inf) < score
-                                                          for j in jobs):
+                    offered = True
+                else:
+                    offered = True
+                    for j in jobs:
+                        if alone.get((j, gpu_type), -math.inf) >= score:
+                            offered = False
+                            break
+                if offered:
                     kind = _TYPE if size == 1 else _CROSS
                     out.append(Candidate(jobs, freeze, gpu_type, kind, -1, size, score + 0.0, completion))
             else:
@@ -168,8 +177,10 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
                         for kind, where in places]
             if mine:
                 shape = (gpu_type, size)
-                if any(slot_shape[p] == shape for p in mine):
-                    out += _stays(problem, jobs, gpu_type, size, slots, mine, best)
+                for p in mine:
+                    if slot_shape[p] == shape:
+                        out += _stays(problem, jobs, gpu_type, size, slots, mine, best)
+                        break
     by_job: list[list[int]] = [[] for _ in problem.jobs]
     for c, cand in enumerate(out):
         for j in cand.jobs:
