@@ -16,16 +16,14 @@ nodes, the node with the most GPUs free of running jobs, and nodes that can host
 preemption, spread over units deterministically (a restriction of the candidate set; rounds with
 few nodes see every node); the offered nodes of an aggregated class become one candidate on the class.
 Memory is a per-GPU filter, not a shared resource, so each (unit, type, location) keeps only its best
-memory-feasible freeze levels. A co-location unit is not offered on a type as a one-GPU (``type``) or
-``cross`` candidate where one of its members alone scores at least as much there (except with the
-``makespan`` objective, where each member's completion counts on its own): the member's candidate uses the
-same GPUs and a subset of the unit's rows, so an optimum without the unit's exists (``node`` and ``class``
-candidates dominated the same way are left out of the CP-SAT model:
-:attr:`~dltsched.formulations.model.RoundModel.dominated`). Objectives are handled in maximisation form: a
-candidate's ``gain`` is its score plus the migration penalty its staying members save; see
-:func:`objective_of`. Capacity is then exact
-with per-node counts for multi-GPU units, per-class counts for aggregated classes and per-type counts for
-everything (one-GPU units fit in any free GPU).
+memory-feasible freeze levels. A co-location unit is not offered at a place (GPU type, kind and location, a
+kept slot included) where one of its members alone is worth at least as much (except with the ``makespan``
+objective, where each member's completion counts on its own): the member's candidate there uses the same
+GPUs and a subset of the unit's rows, so an optimum without the unit's exists (about half the candidates
+of the optimizing policy's rounds). Objectives are handled in maximisation form: a candidate's ``gain`` is
+its score plus the migration penalty its staying members save; see :func:`objective_of`. Capacity is then
+exact with per-node counts for multi-GPU units, per-class counts for aggregated classes and per-type counts
+for everything (one-GPU units fit in any free GPU).
 """
 
 from __future__ import annotations
@@ -138,8 +136,9 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
     round_jobs = problem.jobs
     # a slot's (GPU type, GPUs): a unit stays only in slots of its type and size
     slot_shape = [(slot.gpu_type, len(slot.gpus)) for slot in slots]
-    # (job, GPU type) -> the score of the job alone there, for the rule on dominated groups
-    alone: dict[tuple[int, str], float] | None = None if problem.options.objective is _MAKESPAN else {}
+    # (job, GPU type, kind, place) -> the gain of the job alone there, for the rule on dominated groups
+    alone: dict[tuple[int, str, str, int], float] | None = \
+        None if problem.options.objective is _MAKESPAN else {}
     for u, (jobs, group_type) in enumerate(units):
         types = (group_type,) if group_type else job_types[jobs[0]]
         size = round_jobs[jobs[0]].num_gpus
@@ -155,32 +154,34 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
                 continue
             freeze, score, completion = best
             if size == 1 or size > largest[gpu_type]:
-                if alone is None:
-                    offered = True
-                elif single:
-                    alone[(jobs[0], gpu_type)] = score
-                    offered = True
-                else:
-                    offered = True
-                    for j in jobs:
-                        if alone.get((j, gpu_type), -math.inf) >= score:
-                            offered = False
-                            break
-                if offered:
-                    kind = _TYPE if size == 1 else _CROSS
-                    out.append(Candidate(jobs, freeze, gpu_type, kind, -1, size, score + 0.0, completion))
+                kind = _TYPE if size == 1 else _CROSS
+                made = [Candidate(jobs, freeze, gpu_type, kind, -1, size, score + 0.0, completion)]
             else:
                 nodes = _offered_nodes(problem, jobs, gpu_type, free_now, u, fitting)
                 places = dict.fromkeys((_CLASS, aggregated[n]) if n in aggregated else (_NODE, n)
                                        for n in nodes) if aggregated else ((_NODE, n) for n in nodes)
-                out += [Candidate(jobs, freeze, gpu_type, kind, where, size, score + 0.0, completion)
+                made = [Candidate(jobs, freeze, gpu_type, kind, where, size, score + 0.0, completion)
                         for kind, where in places]
             if mine:
                 shape = (gpu_type, size)
                 for p in mine:
                     if slot_shape[p] == shape:
-                        out += _stays(problem, jobs, gpu_type, size, slots, mine, best)
+                        made += _stays(problem, jobs, gpu_type, size, slots, mine, best)
                         break
+            if alone is None:
+                out += made
+            elif single:
+                j = jobs[0]
+                for cand in made:
+                    alone[(j, gpu_type, cand.kind, cand.where)] = cand.gain
+                out += made
+            else:  # not offered where a member alone is worth as much (see the module docstring)
+                for cand in made:
+                    for j in jobs:
+                        if alone.get((j, gpu_type, cand.kind, cand.where), -math.inf) >= cand.gain:
+                            break
+                    else:
+                        out.append(cand)
     by_job: list[list[int]] = [[] for _ in problem.jobs]
     for c, cand in enumerate(out):
         for j in cand.jobs:

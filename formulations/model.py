@@ -173,19 +173,18 @@ class RoundModel:
     @cached_property
     def dominated(self) -> frozenset[int]:
         """Co-location candidates that a candidate of one of their members alone replaces at no loss: the
-        same GPU type and location (kind and place, not ``stay``) and a gain at least as high. The member's
-        candidate is in a subset of the group's rows with the same coefficients (its job's row, the same
-        GPUs of the same node, class and type), so every selection with the group stays feasible, and no
-        worse, with the member instead: an optimum without them exists. Empty with the ``makespan``
-        objective, where a member's completion counts on its own."""
+        same GPU type and place (kind and location, a kept slot included) and a gain at least as high. The
+        member's candidate is in a subset of the group's rows with the same coefficients (its job's row, the
+        same GPUs of the same node, class, slot and type), so every selection with the group stays feasible,
+        and no worse, with the member instead: an optimum without them exists. Empty with the ``makespan``
+        objective, where a member's completion counts on its own. The round's own candidates
+        (:func:`~dltsched.formulations.candidates.build_candidates`) hold none; a set from elsewhere may."""
         if self.makespan_column is not None:
             return frozenset()
         cands = self.cset.candidates
         best: dict[tuple[int, str, str, int], float] = {}
         groups = []
         for c, cand in enumerate(cands):
-            if cand.kind == _STAY:
-                continue
             if len(cand.jobs) > 1:
                 groups.append(c)
                 continue

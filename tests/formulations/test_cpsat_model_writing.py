@@ -7,7 +7,7 @@ import pytest
 
 from dltsched.formulations import RoundOptions, solve_problem
 from dltsched.formulations.backends.cpsat import _booleans, model_proto, model_text
-from dltsched.formulations.candidates import build_candidates
+from dltsched.formulations.candidates import Candidate, build_candidates
 from dltsched.formulations.model import RoundModel
 from dltsched.formulations.problem import RoundProblem
 from dltsched.formulations.testing import Tables, checked, job, make_round
@@ -62,41 +62,57 @@ def test_the_written_model_solves_to_the_checked_optimum(objective: str) -> None
     assert solve_problem(problem, "cpsat").plan.assignments == result.plan.assignments
 
 
-def _pairs(num_gpus: int, objective: str = "jct") -> RoundProblem:
+def _pairs(num_gpus: int, objective: str = "jct", running: bool = False) -> RoundProblem:
     # a (weight 3) alone is worth 3; with b at speeds 0.7 / 0.5 the pair is worth 3 * 0.7 + 0.5 = 2.6 < 3:
     # a alone beats the pair on the same place. c and d (weight 1 each) at 0.8 / 0.8 are worth 1.6
     # together, more than either alone: their pair is worth offering (a with c or d, at the default speeds
-    # 0.6 / 0.6, is worth 2.4 < 3)
+    # 0.6 / 0.6, is worth 2.4 < 3). ``running``: a runs on the first GPUs (a slot where a or a group stays)
     tables = Tables(step_s={n: [1.0] for n in "abcd"},
                     speeds={("a", "b"): [0.7, 0.5], ("c", "d"): [0.8, 0.8]})
     jobs = [job("a", num_gpus, weight=3.0), job("b", num_gpus), job("c", num_gpus), job("d", num_gpus)]
     return make_round(tables, [("v100", 2 * num_gpus)], jobs,
+                      running={"a": tuple(range(num_gpus))} if running else None,
                       options=RoundOptions(objective=objective, relative_gap=0.0, max_partners=3))
 
 
-def test_a_one_gpu_group_no_better_than_a_member_alone_is_not_offered() -> None:
-    problem = _pairs(1)
+def _dominated(cset: object) -> list[Candidate]:
+    """Group candidates with a member's own candidate at the same type, kind and place, of no lower gain."""
+    cands = cset.candidates  # type: ignore[attr-defined]
+    own = {(c.jobs[0], c.gpu_type, c.kind, c.where): c.gain for c in cands if len(c.jobs) == 1}
+    return [c for c in cands if len(c.jobs) > 1 and any(
+        own.get((j, c.gpu_type, c.kind, c.where), -1e300) >= c.gain for j in c.jobs)]
+
+
+@pytest.mark.parametrize("num_gpus", [1, 2])
+@pytest.mark.parametrize("running", [False, True])
+def test_a_group_no_better_than_a_member_alone_on_the_same_place_is_not_offered(num_gpus: int,
+                                                                                running: bool) -> None:
+    problem = _pairs(num_gpus, running=running)
     assert problem.group((0, 1), "v100") is not None and problem.group((2, 3), "v100") is not None
-    units = {c.jobs for c in build_candidates(problem).candidates}
-    assert (0, 1) not in units and (2, 3) in units
+    cset = build_candidates(problem)
+    units = {c.jobs for c in cset.candidates}
+    assert (0, 1) not in units and (2, 3) in units and not _dominated(cset)
+    if running:  # a stays alone; b, c, d may join it there only in groups worth more than a alone
+        assert any(c.kind == "stay" and c.jobs == (0,) for c in cset.candidates)
     # with the makespan objective a member's completion counts on its own: the group is offered
-    assert (0, 1) in {c.jobs for c in build_candidates(_pairs(1, "makespan")).candidates}
+    makespan = build_candidates(_pairs(num_gpus, "makespan", running))
+    assert (0, 1) in {c.jobs for c in makespan.candidates} and _dominated(makespan)
 
 
-def test_dominated_groups_are_those_a_member_alone_beats_on_the_same_node() -> None:
-    model = RoundModel(build_candidates(_pairs(2)))  # two-GPU jobs: node candidates, left to the model
-    assert {model.cset.candidates[c].jobs for c in model.dominated} == {(0, 1), (0, 2), (0, 3)}
-    # every dominated candidate has a member's own candidate on the same type and place at no lower gain
-    for c in model.dominated:
-        group = model.cset.candidates[c]
-        place = (group.gpu_type, group.kind, group.where)
-        assert any(o.jobs == (j,) and (o.gpu_type, o.kind, o.where) == place and o.gain >= group.gain
-                   for j in group.jobs for o in model.cset.candidates)
-    assert not RoundModel(build_candidates(_pairs(2, "makespan"))).dominated
+@pytest.mark.parametrize("num_gpus", [1, 2])
+@pytest.mark.parametrize("running", [False, True])
+@pytest.mark.parametrize("objective", ["jct", "weighted_completion"])
+def test_the_groups_left_out_keep_the_oracle_optimum(num_gpus: int, running: bool, objective: str) -> None:
+    from dltsched.formulations.oracle import brute_force
+
+    problem = _pairs(num_gpus, objective, running)
+    best, _ = brute_force(problem)
+    assert checked(problem, solve_problem(problem, "cpsat")) == pytest.approx(best)
 
 
-@pytest.mark.parametrize("objective", ["jct", "effective_progress", "weighted_completion"])
-def test_leaving_out_dominated_candidates_keeps_the_optimum(objective: str) -> None:
+def test_the_model_leaves_out_dominated_candidates_and_keeps_the_optimum() -> None:
+    from dataclasses import replace
+
     from dltsched.formulations.backends.base import SolveParams
     from dltsched.formulations.backends.cpsat import CpSat
     from dltsched.formulations.candidates import objective_of
@@ -104,19 +120,22 @@ def test_leaving_out_dominated_candidates_keeps_the_optimum(objective: str) -> N
     class Whole(CpSat):
         leave_out_dominated = False
 
-    names = [f"j{i}" for i in range(8)]  # two-GPU jobs, some pairs worth less than a member alone
-    tables = Tables(step_s={n: [1.0 + (i % 3) / 4] for i, n in enumerate(names)},
-                    speeds={(a, b): [0.9 - (i % 4) / 10, 0.3 + (i % 3) / 10]
-                            for i, (a, b) in enumerate(zip(names, names[1:], strict=False))})
-    problem = make_round(tables, [("v100", 4), ("v100", 4), ("k80", 4)],
-                         [job(n, 2, weight=1.0 + (i % 4)) for i, n in enumerate(names)],
-                         options=RoundOptions(objective=objective, relative_gap=0.0, max_partners=4))
-    model = RoundModel(build_candidates(problem))
-    assert model.dominated  # the case is one where the rule applies
+    cset = build_candidates(_pairs(2, running=True))
+    # a group of a and b at a's own places, worth a little less than a alone there: dominated, each of them
+    extra = [replace(c, jobs=(0, 1), freeze=(0, 0), gain=c.gain - 0.1) for c in cset.candidates
+             if c.jobs == (0,)]
+    assert {c.kind for c in extra} == {"node", "stay"}
+    cands = (*cset.candidates, *extra)
+    by_job = tuple(tuple(i for i, c in enumerate(cands) if j in c.jobs) for j in range(len(cset.by_job)))
+    model = RoundModel(replace(cset, candidates=cands, by_job=by_job))
+    added = set(range(len(cset.candidates), len(cands)))
+    assert model.dominated == added
     left_out = CpSat().solve(model, SolveParams(30.0))
     whole = Whole().solve(RoundModel(model.cset), SolveParams(30.0))
     assert left_out.selected is not None and whole.selected is not None
-    assert not set(left_out.selected) & model.dominated
+    assert not set(left_out.selected) & added
     best = objective_of(model.cset, whole.selected)
     assert objective_of(model.cset, left_out.selected) == pytest.approx(best)
-    assert checked(problem, solve_problem(problem, "cpsat")) == pytest.approx(best)
+    # under makespan a member's completion counts on its own: nothing is dominated
+    makespan = build_candidates(_pairs(2, "makespan", running=True))
+    assert not RoundModel(makespan).dominated
