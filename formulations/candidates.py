@@ -155,7 +155,9 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
             freeze, score, completion = best
             if size == 1 or size > largest[gpu_type]:
                 kind = _TYPE if size == 1 else _CROSS
-                made = [Candidate(jobs, freeze, gpu_type, kind, -1, size, score + 0.0, completion)]
+                made = [] if alone is not None and not single and any(
+                    alone.get((j, gpu_type, kind, -1), -math.inf) >= score for j in jobs) else \
+                    [Candidate(jobs, freeze, gpu_type, kind, -1, size, score + 0.0, completion)]
             else:
                 nodes = _offered_nodes(problem, jobs, gpu_type, free_now, u, fitting)
                 places = dict.fromkeys((_CLASS, aggregated[n]) if n in aggregated else (_NODE, n)

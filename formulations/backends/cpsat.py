@@ -163,27 +163,27 @@ _LOWEST, _HIGHEST = -(2**63), 2**63 - 1
 
 #: 2**k Boolean variables per k, parsed once: a model's variables are merged from them (parsing one
 #: ``variables`` entry per candidate cost as much as the rest of a small round's model)
-_BOOLEANS: list[CpModelProto] = []
+_BOOLEAN_COPIES: list[CpModelProto] = []
 
 
-def _booleans(num: int) -> CpModelProto:
+def boolean_variables(num: int) -> CpModelProto:
     """A fresh ``CpModelProto`` holding ``num`` Boolean variables (domain [0, 1]) and nothing else."""
     from ortools.sat.python import cp_model_helper as cmh
 
-    if not _BOOLEANS:
+    if not _BOOLEAN_COPIES:
         one = cmh.CpModelProto()
         one.parse_text_format("variables { domain: [0, 1] }")
-        _BOOLEANS.append(one)
+        _BOOLEAN_COPIES.append(one)
     proto = cmh.CpModelProto()
     k = 0
     while num:
-        while len(_BOOLEANS) <= k:
+        while len(_BOOLEAN_COPIES) <= k:
             twice = cmh.CpModelProto()
-            twice.copy_from(_BOOLEANS[-1])
-            twice.merge_from(_BOOLEANS[-1])
-            _BOOLEANS.append(twice)
+            twice.copy_from(_BOOLEAN_COPIES[-1])
+            twice.merge_from(_BOOLEAN_COPIES[-1])
+            _BOOLEAN_COPIES.append(twice)
         if num & 1:
-            proto.merge_from(_BOOLEANS[k])
+            proto.merge_from(_BOOLEAN_COPIES[k])
         num >>= 1
         k += 1
     return proto
@@ -193,7 +193,7 @@ def model_proto(model: RoundModel, hint: Sequence[int] = (), *, scale: float | N
     """The CP-SAT model of ``model`` (a ``CpModelProto``): what :func:`model_text` writes, its variables
     merged from parsed copies and the rest parsed from text by CP-SAT in C++."""
     makespan = model.makespan_column
-    proto = _booleans(model.num_candidates)
+    proto = boolean_variables(model.num_candidates)
     if makespan is not None:  # the makespan column comes after the candidates' columns
         upper = round(model.makespan_upper_s * (_scale(model) if scale is None else scale)) + 1
         proto.merge_text_format(f"variables {{ domain: [0, {upper}] }}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dltsched.formulations import RoundOptions, solve_problem
-from dltsched.formulations.backends.cpsat import _booleans, model_proto, model_text
+from dltsched.formulations.backends.cpsat import boolean_variables, model_proto, model_text
 from dltsched.formulations.candidates import Candidate, build_candidates
 from dltsched.formulations.model import RoundModel
 from dltsched.formulations.problem import RoundProblem
@@ -47,10 +47,10 @@ def test_the_written_model_is_the_text_model(objective: str, hinted: bool) -> No
 
 @pytest.mark.parametrize("num", [0, 1, 2, 7, 64, 1000, 1025])
 def test_booleans_are_fresh_and_counted(num: int) -> None:
-    first, second = _booleans(num), _booleans(num)
+    first, second = boolean_variables(num), boolean_variables(num)
     assert len(first.variables) == num and all(list(v.domain) == [0, 1] for v in first.variables)
     first.parse_text_format("variables { domain: [0, 5] }")  # changing one leaves the next untouched
-    assert len(second.variables) == num and len(_booleans(num).variables) == num
+    assert len(second.variables) == num and len(boolean_variables(num).variables) == num
 
 
 @pytest.mark.parametrize("objective", ["jct", "makespan"])
