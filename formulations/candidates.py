@@ -16,14 +16,19 @@ nodes, the node with the most GPUs free of running jobs, and nodes that can host
 preemption, spread over units deterministically (a restriction of the candidate set; rounds with
 few nodes see every node); the offered nodes of an aggregated class become one candidate on the class.
 Memory is a per-GPU filter, not a shared resource, so each (unit, type, location) keeps only its best
-memory-feasible freeze levels. Objectives are handled in maximisation form: a candidate's ``gain`` is its
-score plus the migration penalty its staying members save; see :func:`objective_of`. Capacity is then exact
-with per-node counts for multi-GPU units, per-class counts for aggregated classes and per-type counts for
-everything (one-GPU units fit in any free GPU).
+memory-feasible freeze levels. A co-location unit is not offered at a place (GPU type, kind and location, a
+kept slot included) where one of its members alone is worth at least as much (except with the ``makespan``
+objective, where each member's completion counts on its own): the member's candidate there uses the same
+GPUs and a subset of the unit's rows, so an optimum without the unit's exists (about half the candidates
+of the optimizing policy's rounds). Objectives are handled in maximisation form: a candidate's ``gain`` is
+its score plus the migration penalty its staying members save; see :func:`objective_of`. Capacity is then
+exact with per-node counts for multi-GPU units, per-class counts for aggregated classes and per-type counts
+for everything (one-GPU units fit in any free GPU).
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -129,28 +134,56 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
     aggregated = class_of(classes)
     largest = {t: problem.max_node_gpus(t) for t in problem.gpu_types()}
     round_jobs = problem.jobs
+    # a slot's (GPU type, GPUs): a unit stays only in slots of its type and size
+    slot_shape = [(slot.gpu_type, len(slot.gpus)) for slot in slots]
+    # (job, GPU type, kind, place) -> the gain of the job alone there, for the rule on dominated groups
+    alone: dict[tuple[int, str, str, int], float] | None = \
+        None if problem.options.objective is _MAKESPAN else {}
     for u, (jobs, group_type) in enumerate(units):
         types = (group_type,) if group_type else job_types[jobs[0]]
         size = round_jobs[jobs[0]].num_gpus
-        mine = sorted({p for j in jobs for p in slots_of_job.get(j, ())}) \
-            if any(j in slots_of_job for j in jobs) else ()
+        single = len(jobs) == 1
+        if single:
+            mine = slots_of_job.get(jobs[0], ())
+        else:
+            held = [slots_of_job[j] for j in jobs if j in slots_of_job]
+            mine = (held[0] if len(held) == 1 else sorted({p for ps in held for p in ps})) if held else ()
         for gpu_type in types:
             best = next(found)
             if best is None:
                 continue
             freeze, score, completion = best
-            if size == 1:
-                out.append(Candidate(jobs, freeze, gpu_type, _TYPE, -1, size, score + 0.0, completion))
-            elif size > largest[gpu_type]:
-                out.append(Candidate(jobs, freeze, gpu_type, _CROSS, -1, size, score + 0.0, completion))
+            if size == 1 or size > largest[gpu_type]:
+                kind = _TYPE if size == 1 else _CROSS
+                made = [] if alone is not None and not single and any(
+                    alone.get((j, gpu_type, kind, -1), -math.inf) >= score for j in jobs) else \
+                    [Candidate(jobs, freeze, gpu_type, kind, -1, size, score + 0.0, completion)]
             else:
                 nodes = _offered_nodes(problem, jobs, gpu_type, free_now, u, fitting)
                 places = dict.fromkeys((_CLASS, aggregated[n]) if n in aggregated else (_NODE, n)
                                        for n in nodes) if aggregated else ((_NODE, n) for n in nodes)
-                out += [Candidate(jobs, freeze, gpu_type, kind, where, size, score + 0.0, completion)
+                made = [Candidate(jobs, freeze, gpu_type, kind, where, size, score + 0.0, completion)
                         for kind, where in places]
             if mine:
-                out += _stays(problem, jobs, gpu_type, size, slots, mine, best)
+                shape = (gpu_type, size)
+                for p in mine:
+                    if slot_shape[p] == shape:
+                        made += _stays(problem, jobs, gpu_type, size, slots, mine, best)
+                        break
+            if alone is None:
+                out += made
+            elif single:
+                j = jobs[0]
+                for cand in made:
+                    alone[(j, gpu_type, cand.kind, cand.where)] = cand.gain
+                out += made
+            else:  # not offered where a member alone is worth as much (see the module docstring)
+                for cand in made:
+                    for j in jobs:
+                        if alone.get((j, gpu_type, cand.kind, cand.where), -math.inf) >= cand.gain:
+                            break
+                    else:
+                        out.append(cand)
     by_job: list[list[int]] = [[] for _ in problem.jobs]
     for c, cand in enumerate(out):
         for j in cand.jobs:

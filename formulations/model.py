@@ -21,11 +21,16 @@ backend that never reads them (the greedy heuristic) never pays for them.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from functools import cached_property
+from operator import attrgetter
 
-from dltsched.formulations.candidates import CandidateSet, node_classes_of
+from dltsched.formulations.candidates import CandidateKind, CandidateSet, node_classes_of
 from dltsched.formulations.problem import RoundOptions
+
+#: the kinds compared by identity in the loops over candidates
+_NODE, _STAY, _CLASS = CandidateKind.NODE, CandidateKind.STAY, CandidateKind.CLASS
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,25 +121,29 @@ class RoundModel:
     @cached_property
     def gains(self) -> tuple[float, ...]:
         """The objective coefficient of each candidate (maximised; ``M``, if any, has -1)."""
-        return tuple(c.gain for c in self.cset.candidates)
+        return tuple(map(attrgetter("gain"), self.cset.candidates))
 
     @cached_property
     def rows(self) -> tuple[Row, ...]:
         """Rows 1 to 3 of the module docstring (redundant ones included), in that order."""
         cset = self.cset
-        rows = [_packing(cands) for cands in cset.by_job if len(cands) > 1]
+        rows = [Row(cands, (1.0,) * len(cands), None, 1.0, True) for cands in cset.by_job if len(cands) > 1]
         per_node, per_type = capacity_rows(cset)
         node_limit, type_limit = capacity_limits(cset)
         for n, terms in per_node.items():
-            if sum(k for _, k in terms) > node_limit[n]:
-                rows.append(_capacity(terms, node_limit[n], redundant=False))
-        classes = node_classes_of(cset)
-        for k, terms in class_capacity_rows(cset).items():
-            if sum(g for _, g in terms) > classes[k].capacity:
-                rows.append(_capacity(terms, classes[k].capacity, redundant=False))
+            cols, used = zip(*terms, strict=True)
+            if sum(used) > node_limit[n]:
+                rows.append(Row(cols, tuple(map(float, used)), None, float(node_limit[n])))
+        class_rows = class_capacity_rows(cset)
+        classes = node_classes_of(cset) if class_rows else ()
+        for k, terms in class_rows.items():
+            cols, used = zip(*terms, strict=True)
+            if sum(used) > classes[k].capacity:
+                rows.append(Row(cols, tuple(map(float, used)), None, float(classes[k].capacity)))
         for gpu_type, terms in per_type.items():
             limit = type_limit[gpu_type]
-            rows.append(_capacity(terms, limit, redundant=sum(k for _, k in terms) <= limit))
+            cols, used = zip(*terms, strict=True)
+            rows.append(Row(cols, tuple(map(float, used)), None, float(limit), redundant=sum(used) <= limit))
         stays = stays_by_slot(cset)
         rows += [_packing(tuple(cands)) for cands in stays.values() if len(cands) > 1]
         for p, q in cset.slot_conflicts:
@@ -160,6 +169,50 @@ class RoundModel:
         cset = self.cset
         return max([*cset.unplaced_completion_s, *(t for c in cset.candidates for t in c.completion_s)],
                    default=0.0)
+
+    @cached_property
+    def dominated(self) -> frozenset[int]:
+        """Co-location candidates that a candidate of one of their members alone replaces at no loss: the
+        same GPU type and place (kind and location, a kept slot included) and a gain at least as high. The
+        member's candidate is in a subset of the group's rows with the same coefficients (its job's row, the
+        same GPUs of the same node, class, slot and type), so every selection with the group stays feasible,
+        and no worse, with the member instead: an optimum without them exists. Empty with the ``makespan``
+        objective, where a member's completion counts on its own. The round's own candidates
+        (:func:`~dltsched.formulations.candidates.build_candidates`) hold none; a set from elsewhere may."""
+        if self.makespan_column is not None:
+            return frozenset()
+        cands = self.cset.candidates
+        best: dict[tuple[int, str, str, int], float] = {}
+        groups = []
+        for c, cand in enumerate(cands):
+            if len(cand.jobs) > 1:
+                groups.append(c)
+                continue
+            key = (cand.jobs[0], cand.gpu_type, cand.kind, cand.where)
+            found = best.get(key)
+            if found is None or cand.gain > found:
+                best[key] = cand.gain
+        out = []
+        for c in groups:
+            cand = cands[c]
+            for j in cand.jobs:
+                found = best.get((j, cand.gpu_type, cand.kind, cand.where))
+                if found is not None and found >= cand.gain:
+                    out.append(c)
+                    break
+        return frozenset(out)
+
+    def restricted(self, columns: Sequence[int]) -> RoundModel:
+        """The model of the candidates ``columns`` only (ascending): column ``i`` of it is ``columns[i]``
+        here; its rows are those of the smaller candidate set (a capacity row they cannot exceed is left
+        out or marked redundant)."""
+        cset = self.cset
+        cands = tuple(cset.candidates[c] for c in columns)
+        by_job: list[list[int]] = [[] for _ in cset.by_job]
+        for c, cand in enumerate(cands):
+            for j in cand.jobs:
+                by_job[j].append(c)
+        return RoundModel(replace(cset, candidates=cands, by_job=tuple(map(tuple, by_job))))
 
     def linear_rows(self, redundant: bool = False) -> list[Row]:
         """Every row, the makespan rows as plain rows; ``redundant``: keep the rows that cannot bind."""
@@ -192,12 +245,15 @@ def capacity_rows(
     """(node -> [(candidate, GPUs used on it)], type -> [(candidate, GPUs)]): the capacity constraints."""
     per_node: dict[int, list[tuple[int, int]]] = defaultdict(list)
     per_type: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    slots = cset.slots
     for c, cand in enumerate(cset.candidates):
-        per_type[cand.gpu_type].append((c, cand.num_gpus))
-        if cand.kind == "node":
-            per_node[cand.where].append((c, cand.num_gpus))
-        elif cand.kind == "stay":
-            for n, k in cset.slots[cand.where].node_gpus:
+        term = (c, cand.num_gpus)
+        per_type[cand.gpu_type].append(term)
+        kind = cand.kind
+        if kind == _NODE:
+            per_node[cand.where].append(term)
+        elif kind == _STAY:
+            for n, k in slots[cand.where].node_gpus:
                 per_node[n].append((c, k))
     return per_node, per_type
 
@@ -206,7 +262,7 @@ def class_capacity_rows(cset: CandidateSet) -> dict[int, list[tuple[int, int]]]:
     """Aggregated node class -> [(candidate, GPUs)] of its ``class`` candidates: a class's capacity row."""
     out: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for c, cand in enumerate(cset.candidates):
-        if cand.kind == "class":
+        if cand.kind == _CLASS:
             out[cand.where].append((c, cand.num_gpus))
     return out
 
@@ -215,6 +271,6 @@ def stays_by_slot(cset: CandidateSet) -> dict[int, list[int]]:
     """Slot -> the candidates that keep it."""
     out: dict[int, list[int]] = defaultdict(list)
     for c, cand in enumerate(cset.candidates):
-        if cand.kind == "stay":
+        if cand.kind == _STAY:
             out[cand.where].append(c)
     return out

@@ -35,7 +35,7 @@ from __future__ import annotations
 import importlib.util
 import time
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from dltsched.formulations.backends.base import (
     Backend,
@@ -48,6 +48,9 @@ from dltsched.formulations.backends.base import (
     termination,
 )
 from dltsched.formulations.model import RoundModel
+
+if TYPE_CHECKING:
+    from ortools.sat.python.cp_model_helper import CpModelProto
 
 _TARGET = 1e7
 #: deterministic-time units CP-SAT may spend per second of ``time_limit_s`` in deterministic mode
@@ -77,6 +80,8 @@ class CpSat(Backend):
     work_limited = True
     #: hand the hint to CP-SAT as a solution hint
     use_hint = False
+    #: leave the model's dominated candidates (:attr:`RoundModel.dominated`) out of the written model
+    leave_out_dominated = True
     #: CP-SAT parameters set on every solve (default :data:`SEARCH_PARAMETERS`)
     search_parameters: ClassVar[dict[str, int | bool]] = SEARCH_PARAMETERS
 
@@ -88,47 +93,58 @@ class CpSat(Backend):
         """Solve with CP-SAT (``params.solver`` must be ``None`` or ``"cpsat"``). The wall-clock limit
         (non-deterministic) or cap (deterministic) is what is left of the round's after ``params.spent_s``
         and the model's building; the deterministic budget is whole."""
-        from ortools.sat.python import cp_model
+        from ortools.sat.python import cp_model_helper as cmh
 
         if params.solver not in (None, "cpsat", "cp-sat"):
             raise ValueError(f"solver: '{params.solver}' not understood for backend cpsat; leave it out")
         start = time.perf_counter()
-        proto = cp_model.CpModel()
-        proto.proto.parse_text_format(model_text(model, params.hint if self.use_hint else ()))
+        scale = _scale(model)
+        full, columns = model, None
+        if self.leave_out_dominated and not self.use_hint and model.dominated:
+            columns = [c for c in range(model.num_candidates) if c not in model.dominated]
+            model = model.restricted(columns)
+        proto = model_proto(model, params.hint if self.use_hint else (), scale=scale)
         build_s = time.perf_counter() - start
-        engine = cp_model.CpSolver()
+        parameters = cmh.SatParameters()
         options = model.options
         det_budget = float(params.time_limit_s) * DETERMINISTIC_TIME_PER_S
         if options.deterministic:
-            engine.parameters.num_workers = 1
-            engine.parameters.max_deterministic_time = det_budget
-            engine.parameters.max_time_in_seconds = max(WALL_CAP_LEAST_S,
-                                                        float(params.time_limit_s) * WALL_CAP_FACTOR)
+            parameters.num_workers = 1
+            parameters.max_deterministic_time = det_budget
+            parameters.max_time_in_seconds = max(WALL_CAP_LEAST_S,
+                                                 float(params.time_limit_s) * WALL_CAP_FACTOR)
         else:
-            engine.parameters.max_time_in_seconds = remaining_s(params, build_s, _LEAST_S)
-            engine.parameters.num_workers = options.num_workers
-        engine.parameters.relative_gap_limit = options.relative_gap * GAP_MARGIN
-        small = len(model.cset.problem.jobs) < FULL_LP_FROM_JOBS
+            parameters.max_time_in_seconds = remaining_s(params, build_s, _LEAST_S)
+            parameters.num_workers = options.num_workers
+        parameters.relative_gap_limit = options.relative_gap * GAP_MARGIN
+        small = len(full.cset.problem.jobs) < FULL_LP_FROM_JOBS
         for name, value in self.search_parameters.items():
             if not (small and name == "linearization_level"):
-                setattr(engine.parameters, name, value)
-        status = engine.solve(proto)
-        solve_s = engine.wall_time
-        capped = (options.deterministic and status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
-                  and engine.deterministic_time < det_budget)
+                setattr(parameters, name, value)
+        # the solver's own wrapper, as ``CpSolver.solve`` calls it, without the Python model object around
+        # the proto (whose construction costs as much as a small round's whole model)
+        wrapper = cmh.SolveWrapper()
+        wrapper.set_parameters(parameters)
+        response = wrapper.solve(proto)  # type: ignore[no-untyped-call]
+        status = response.status
+        solve_s = response.wall_time
+        capped = (options.deterministic and status not in (cmh.OPTIMAL, cmh.INFEASIBLE)
+                  and response.deterministic_time < det_budget)
         note = ("stopped by the wall-clock cap, not the deterministic budget: not reproducible" if capped
                 else "")
-        stop = {cp_model.OPTIMAL: Stop.CONVERGED, cp_model.FEASIBLE: Stop.TIME_LIMIT, cp_model.UNKNOWN:
-                Stop.TIME_LIMIT, cp_model.INFEASIBLE: Stop.INFEASIBLE}.get(status, Stop.OTHER)
-        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            values = engine.response_proto.solution
+        stop = {cmh.OPTIMAL: Stop.CONVERGED, cmh.FEASIBLE: Stop.TIME_LIMIT, cmh.UNKNOWN: Stop.TIME_LIMIT,
+                cmh.INFEASIBLE: Stop.INFEASIBLE}.get(status, Stop.OTHER)
+        if status in (cmh.OPTIMAL, cmh.FEASIBLE):
+            values = response.solution
             selected = tuple(c for c, v in zip(range(model.num_candidates), values, strict=False) if v)
-            ended = termination(stop, engine.objective_value, engine.best_objective_bound, tolerance=0.5,
+            if columns is not None:
+                selected = tuple(columns[c] for c in selected)
+            ended = termination(stop, response.objective_value, response.best_objective_bound, tolerance=0.5,
                                 relative=0.0)
-            bound = engine.best_objective_bound / _scale(model)
+            bound = response.best_objective_bound / scale
             return BackendOutcome(selected, ended, bound, build_s, solve_s, note)
         return BackendOutcome(None, termination(stop), None, build_s, solve_s,
-                              "; ".join(filter(None, (engine.status_name(status), note))))
+                              "; ".join(filter(None, (cmh.CpSolverStatus(status).name, note))))
 
 
 #: the former module-level entry point, kept for a release
@@ -137,7 +153,7 @@ solve = legacy_solve("cpsat")
 
 def _scale(model: RoundModel) -> float:
     cset = model.cset
-    largest = max((abs(g) for g in model.gains), default=0.0)
+    largest = max(map(abs, model.gains), default=0.0)
     if model.makespan_column is not None and cset.unplaced_completion_s:
         largest = max(largest, *cset.unplaced_completion_s)
     return _TARGET / max(largest, 1e-12)
@@ -145,10 +161,49 @@ def _scale(model: RoundModel) -> float:
 
 _LOWEST, _HIGHEST = -(2**63), 2**63 - 1
 
+#: 2**k Boolean variables per k, parsed once: a model's variables are merged from them (parsing one
+#: ``variables`` entry per candidate cost as much as the rest of a small round's model)
+_BOOLEAN_COPIES: list[CpModelProto] = []
+
+
+def boolean_variables(num: int) -> CpModelProto:
+    """A fresh ``CpModelProto`` holding ``num`` Boolean variables (domain [0, 1]) and nothing else."""
+    from ortools.sat.python import cp_model_helper as cmh
+
+    if not _BOOLEAN_COPIES:
+        one = cmh.CpModelProto()
+        one.parse_text_format("variables { domain: [0, 1] }")
+        _BOOLEAN_COPIES.append(one)
+    proto = cmh.CpModelProto()
+    k = 0
+    while num:
+        while len(_BOOLEAN_COPIES) <= k:
+            twice = cmh.CpModelProto()
+            twice.copy_from(_BOOLEAN_COPIES[-1])
+            twice.merge_from(_BOOLEAN_COPIES[-1])
+            _BOOLEAN_COPIES.append(twice)
+        if num & 1:
+            proto.merge_from(_BOOLEAN_COPIES[k])
+        num >>= 1
+        k += 1
+    return proto
+
+
+def model_proto(model: RoundModel, hint: Sequence[int] = (), *, scale: float | None = None) -> CpModelProto:
+    """The CP-SAT model of ``model`` (a ``CpModelProto``): what :func:`model_text` writes, its variables
+    merged from parsed copies and the rest parsed from text by CP-SAT in C++."""
+    makespan = model.makespan_column
+    proto = boolean_variables(model.num_candidates)
+    if makespan is not None:  # the makespan column comes after the candidates' columns
+        upper = round(model.makespan_upper_s * (_scale(model) if scale is None else scale)) + 1
+        proto.merge_text_format(f"variables {{ domain: [0, {upper}] }}")
+    proto.merge_text_format(_constraints_text(model, hint, scale))
+    return proto
+
 
 def _listed(values: Sequence[int]) -> str:
-    """Repeated scalars in the text format's list syntax (shorter to write and parse than one per field)."""
-    return f"[{', '.join(map(str, values))}]"
+    """Integers in the text format's list syntax (shorter to write and parse than one field per value)."""
+    return str(values if type(values) is list else list(values))
 
 
 def _linear(cols: Sequence[int], coefs: Sequence[int], lower: int, upper: int) -> str:
@@ -165,19 +220,27 @@ def model_text(model: RoundModel, hint: Sequence[int] = ()) -> str:
     included) in one pass and parsed by CP-SAT in C++ (a Python call per variable and term costs several
     times more on large rounds). Coefficients are integer-scaled; the objective maximises the gains (minus
     the makespan column, the last one). ``hint``: candidates set to 1 in a complete solution hint."""
+    lines = ["variables { domain: [0, 1] }\n" * model.num_candidates]
+    if model.makespan_column is not None:
+        lines.append(f"variables {{ domain: [0, {round(model.makespan_upper_s * _scale(model)) + 1}] }}\n")
+    lines.append(_constraints_text(model, hint))
+    return "".join(lines)
+
+
+def _constraints_text(model: RoundModel, hint: Sequence[int] = (), scale: float | None = None) -> str:
+    """Everything of :func:`model_text` but the variables."""
     num = model.num_candidates
-    scale = _scale(model)
-    lines = ["variables { domain: [0, 1] }\n" * num]
+    scale = _scale(model) if scale is None else scale
+    lines = []
     for row in model.rows:
         if row.at_most_one:
             lines.append(_at_most_one(row.cols))
         else:
-            lines.append(_linear(row.cols, [round(k) for k in row.coefs], _LOWEST, round(row.upper or 0)))
+            lines.append(_linear(row.cols, list(map(round, row.coefs)), _LOWEST, round(row.upper or 0)))
     cols = [c for c, gain in enumerate(model.gains) if gain]
     coefs = [-round(model.gains[c] * scale) for c in cols]  # maximise: CP-SAT minimises -gain
     makespan = model.makespan_column
     if makespan is not None:
-        lines.insert(1, f"variables {{ domain: [0, {round(model.makespan_upper_s * scale) + 1}] }}\n")
         for job_row in model.makespan_rows:  # M + sum saved_c x_c >= wait_j, each time rounded on its own
             wait = round(job_row.wait_s * scale)
             saved = [wait - round(t * scale) for t in job_row.finish_s]
