@@ -41,15 +41,11 @@ import numpy as np
 
 import dltsched.predictors.calibration.nested as nested
 from dltsched.predictors.calibration.isolated import gpu_seconds, robust_fit, step_seconds
+from dltsched.predictors.zoo.memory import DEFAULT_CONTEXT_MIB
 
 MEMORY_PARAMS = ("context_mib", "scale", "rnn")
 #: each parameter's pull towards the uncalibrated value, against relative errors of the rows
 MEMORY_PRIOR_WEIGHT = {"context_mib": 0.05, "scale": 0.3, "rnn": 0.3}
-#: memory (MiB) a training process holds before its first tensor on a recent stack (CUDA 12-13, cuDNN 9,
-#: PyTorch 2): the context with the cuBLAS and cuDNN handles loaded and cuBLAS's workspaces. About 1.4-1.5
-#: GiB on the H200 profiles; Lucid's V100 measurements imply more (about 2 GiB)
-DEFAULT_CONTEXT_MIB = 1536.0
-
 
 def default_memory_params() -> dict[str, float]:
     """The uncalibrated memory model: the traced reserve as it is and the default context."""
