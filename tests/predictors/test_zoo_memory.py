@@ -84,8 +84,8 @@ def test_shipped_trace_matches_a_fresh_one():
 @pytest.mark.data
 def test_memory_of_models_never_profiled_on_h200(data_dir):
     """Leave-one-model-out on the H200 jobs alone: the traced reserve with a fitted context is within 5%
-    MAPE, better than the engine's uncalibrated memory model (graph + workspace) and the constant on the
-    same rows."""
+    MAPE, better than the graph form of the engine's memory model (weights, gradients and saved activations
+    plus a workspace) and the constant on the same rows."""
     import statistics
 
     from dltsched.engine.domain.model import Job
@@ -104,7 +104,7 @@ def test_memory_of_models_never_profiled_on_h200(data_dir):
         params = resources.fit_memory(train)
         ape.append(abs(resources.memory_mib(params, held.features) / held.gmem_mib - 1.0))
         constant.append(abs(statistics.median(r.gmem_mib for r in train) / held.gmem_mib - 1.0))
-    engine = DeletePopStepTime()
+    engine = DeletePopStepTime(traced_memory=False)
     default = [abs(engine.memory_mib(Job(id="j", model=r.model, dataset=r.dataset, batch_size=r.batch_size,
                                          total_iterations=1.0), timeslice.gpu) / r.gmem_mib - 1.0)
                for r in timeslice.isolated]
@@ -121,3 +121,22 @@ def test_a_bundle_of_the_earlier_memory_form_keeps_its_meaning():
     old = {"context_mib": 1500.0, "weights": 1.0, "activations": 1.5}
     assert resources.memory_mib(old, f) == pytest.approx(1500.0 + 100.0 + 1500.0)
     assert resources.memory_mib({"context_mib": 1500.0, "scale": 1.0, "rnn": 0.0}, f) == pytest.approx(6500.0)
+
+
+def test_engine_memory_is_the_traced_reserve_plus_the_context():
+    """The engine's memory model prices a traced zoo model as its caching-allocator reserve plus the default
+    context; freezing layers, Adam's state and the graph form move it the way they should."""
+    from dataclasses import replace
+
+    from dltsched.engine.domain.model import Job
+    from dltsched.predictors.steptime.model import DeletePopStepTime
+    from dltsched.predictors.zoo.memory import DEFAULT_CONTEXT_MIB, reserve_mib
+
+    job = Job(id="j", model="resnet50", dataset="imagenet", batch_size=64, total_iterations=1.0)
+    engine = DeletePopStepTime()
+    got = engine.memory_mib(job, "h200")
+    assert got == pytest.approx(reserve_mib("resnet50", "imagenet", 64) + DEFAULT_CONTEXT_MIB)
+    assert engine.memory_mib(job, "h200", freeze_level=2) < got
+    assert engine.memory_mib(replace(job, optimizer="adam"), "h200") > got
+    graph = DeletePopStepTime(traced_memory=False).memory_mib(job, "h200")
+    assert graph != pytest.approx(got, rel=0.05)
