@@ -19,6 +19,14 @@ would, the trace takes the CUDA one, for FP32 on a recent GPU:
   layer, :data:`RNN_WORKSPACE_GATES` hidden-size values per direction, step and sample (on an H200 it
   brings DeepSpeech2's traced peak to within 0.1% of ``max_memory_allocated``).
 
+- a convolution whose input channels are not a multiple of :data:`CONV_CHANNEL_ALIGN` (the stem of an image
+  or spectrogram model: 1 or 3 channels) holds a workspace of its lowered (im2col) input while it runs
+  forward and while it computes its weight gradient: such inputs do not fit the implicit-GEMM kernels,
+  and the H200 profiles read that much more reserve (DeepSpeech2 +1.5 GiB against its 41x11 stem's
+  1.7 GiB lowered input, ResNet-50 +0.43 GiB against its 7x7 stem's 0.45 GiB) and nothing of it at the
+  peak allocation (both run when little else is allocated). A hypothesis the two rows suggest, not a
+  documented cuDNN rule.
+
 Each (model, dataset) is traced at the batch sizes :data:`BATCHES`; a predictor interpolates linearly
 (:func:`dltsched.predictors.zoo.memory.traced_bytes`). ``conv_col_bytes`` is the largest lowered
 (im2col) input of a convolution in the step, a measure of the workspace a convolution may ask for.
@@ -51,6 +59,8 @@ RNN_RESERVE_UNITS = {"LSTM": 6, "GRU": 5, "RNN_TANH": 2, "RNN_RELU": 2}
 #: hidden-size values per direction, time step and sample of the workspace cuDNN's recurrent kernels hold
 #: while a layer runs forward or backward (the gates' input projections of every step)
 RNN_WORKSPACE_GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+#: input channels a convolution needs a multiple of to run without a lowered-input workspace
+CONV_CHANNEL_ALIGN = 4
 #: training steps traced: the allocator's reserve settles after the first two
 STEPS = 3
 
@@ -89,16 +99,35 @@ class _Tracker(TorchDispatchMode):
         x, w, transposed = args[0], args[1], args[6]
         kernel = math.prod(w.shape[2:])
         pixels = (x.numel() // x.shape[1]) if transposed else (out.numel() // out.shape[1])
-        self.conv_col = max(self.conv_col, pixels * w.shape[1] * kernel * x.element_size())
+        col = pixels * w.shape[1] * kernel * x.element_size()
+        self.conv_col = max(self.conv_col, col)
+        if not transposed and x.shape[1] % CONV_CHANNEL_ALIGN:
+            self._workspace(col)
+
+    def _workspace(self, nbytes: int) -> None:
+        """A buffer held while one kernel runs: allocated now, freed before the next op."""
+        key = ("workspace", self.allocator.allocated)
+        self.allocator.malloc(key, nbytes)
+        self.peak = max(self.peak, self.allocator.allocated)
+        self.allocator.free(key)
+
+    def _convolution_backward(self, args: Any) -> None:
+        grad_out, x, w, transposed, mask = args[0], args[1], args[2], args[7], args[10]
+        if transposed or not mask[1] or not x.shape[1] % CONV_CHANNEL_ALIGN:
+            return
+        pixels = grad_out.numel() // grad_out.shape[1]
+        self._workspace(pixels * w.shape[1] * math.prod(w.shape[2:]) * x.element_size())
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         self.sweep()  # what the autograd engine released before this op
         out = func(*args, **(kwargs or {}))
-        if func is torch.ops.aten.convolution.default:
-            self._convolution(args, out)
         for t in tree_leaves(out):
             self.add(t)
         self.peak = max(self.peak, self.allocator.allocated)
+        if func is torch.ops.aten.convolution.default:  # the output first, then the kernel's workspace
+            self._convolution(args, out)
+        elif func is torch.ops.aten.convolution_backward.default:
+            self._convolution_backward(args)
         return out
 
 

@@ -71,6 +71,32 @@ def test_trace_of_a_linear_layer_counts_weights_gradients_and_saved_input():
     assert small["reserved_bytes"] >= small["peak_bytes"]
 
 
+def test_trace_of_a_three_channel_stem_holds_its_lowered_input(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    import dltsched.predictors.zoo.memtrace as memtrace
+    from dltsched.predictors.zoo.nets_base import Built
+
+    class Stem(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 7, padding=3, bias=False)
+
+        def forward(self, x):
+            return self.conv(x).square().mean()
+
+    with torch.device("meta"):
+        built = Built(Stem(), lambda b: (torch.empty(b, 3, 128, 128),), ("conv",))
+    with_workspace = memtrace.trace_built(built, 32)
+    monkeypatch.setattr(memtrace, "CONV_CHANNEL_ALIGN", 1)  # every channel count aligned: no workspace
+    without = memtrace.trace_built(built, 32)
+    lowered = 32 * 128 * 128 * 3 * 49 * 4  # output pixels x (channels x kernel) x 4 bytes: 294 MiB
+    assert with_workspace["conv_col_bytes"] == without["conv_col_bytes"] == lowered
+    assert with_workspace["reserved_bytes"] - without["reserved_bytes"] >= lowered
+    assert with_workspace["static_bytes"] == without["static_bytes"]
+
+
 def test_shipped_trace_matches_a_fresh_one():
     pytest.importorskip("torch")
     from dltsched.predictors.zoo.memtrace import trace_step
