@@ -237,14 +237,17 @@ def trace_step(model: str, dataset: str, batch: int) -> dict[str, float]:
     return trace_built(built, batch)
 
 
-def trace_model(model: str) -> dict[str, dict[str, list[float]]]:
-    """Every dataset of ``model`` traced at :data:`BATCHES`: dataset -> field -> one value per batch."""
+def trace_model(model: str, batches: dict[str, list[int]] | None = None) -> dict[str, dict[str, list[Any]]]:
+    """Every dataset of ``model`` traced at its batch sizes in ``batches`` (default :data:`BATCHES`):
+    dataset -> field -> one value per batch (and ``batch`` where they are not :data:`BATCHES`)."""
     from dltsched.engine.domain.catalog import model_catalog
 
-    out: dict[str, dict[str, list[float]]] = {}
+    out: dict[str, dict[str, list[Any]]] = {}
     for dataset in model_catalog().get(model).datasets:
-        rows = [trace_step(model, dataset, b) for b in BATCHES]
-        out[dataset] = {k: [float(f"{r[k]:.6g}") for r in rows] for k in rows[0]}
+        sizes = list((batches or {}).get(dataset, BATCHES))
+        rows = [trace_step(model, dataset, b) for b in sizes]
+        rec: dict[str, list[Any]] = {k: [float(f"{r[k]:.6g}") for r in rows] for k in rows[0]}
+        out[dataset] = rec if sizes == list(BATCHES) else {"batch": sizes, **rec}
     return out
 
 
@@ -255,20 +258,23 @@ def _write(path: Path, models: dict[str, Any]) -> None:
 
 
 def build_memory_trace(models: tuple[str, ...] = (), workers: int = 2, path: Path | None = None) -> str:
-    """Trace ``models`` (default: every model with a builder) into the shipped file, keeping the other models
-    already there; the file is rewritten as each model is done."""
+    """Trace ``models`` (default: every model with a builder) into the shipped file, each record at the batch
+    sizes it already lists (:data:`BATCHES` for a new one), keeping the other models already there; the file
+    is rewritten as each model is done."""
     from concurrent.futures import ProcessPoolExecutor
 
     path = path or trace_path()
     todo = models or tuple(BUILDERS)
     merged = json.loads(path.read_text())["models"] if path.is_file() else {}
+    sizes = [{d: [int(b) for b in rec["batch"]] for d, rec in merged.get(m, {}).items() if "batch" in rec}
+             for m in todo]
     if workers <= 1:
-        for model in todo:
-            merged[model] = trace_model(model)
+        for model, batches in zip(todo, sizes, strict=True):
+            merged[model] = trace_model(model, batches)
             _write(path, merged)
         return str(path)
     with ProcessPoolExecutor(workers) as pool:
-        for model, traced in zip(todo, pool.map(trace_model, todo), strict=True):
+        for model, traced in zip(todo, pool.map(trace_model, todo, sizes), strict=True):
             merged[model] = traced
             _write(path, merged)
     return str(path)
