@@ -150,8 +150,9 @@ def test_a_bundle_of_the_earlier_memory_form_keeps_its_meaning():
 
 
 def test_engine_memory_is_the_traced_reserve_plus_the_context():
-    """The engine's memory model prices a traced zoo model as its caching-allocator reserve plus the default
-    context; freezing layers, Adam's state and the graph form move it the way they should."""
+    """With ``traced_memory`` the engine's memory model prices a traced zoo model as its caching-allocator
+    reserve plus the default context; freezing layers, Adam's state and the graph form move it the way they
+    should."""
     from dataclasses import replace
 
     from dltsched.engine.domain.model import Job
@@ -159,10 +160,10 @@ def test_engine_memory_is_the_traced_reserve_plus_the_context():
     from dltsched.predictors.zoo.memory import DEFAULT_CONTEXT_MIB, reserve_mib
 
     job = Job(id="j", model="resnet50", dataset="imagenet", batch_size=64, total_iterations=1.0)
-    engine = DeletePopStepTime()
+    engine = DeletePopStepTime(traced_memory=True)
     got = engine.memory_mib(job, "h200")
     assert got == pytest.approx(reserve_mib("resnet50", "imagenet", 64) + DEFAULT_CONTEXT_MIB)
     assert engine.memory_mib(job, "h200", freeze_level=2) < got
     assert engine.memory_mib(replace(job, optimizer="adam"), "h200") > got
-    graph = DeletePopStepTime(traced_memory=False).memory_mib(job, "h200")
+    graph = DeletePopStepTime().memory_mib(job, "h200")  # the default: the graph form
     assert graph != pytest.approx(got, rel=0.05)
