@@ -2,11 +2,15 @@
 (predictors/calibration/resources.py, MEMORY_FORMS), on profile datasets of one GPU.
 
     python scripts/memory_forms.py "$DLTSCHED_DATA"/h200 [--json]
+    python scripts/memory_forms.py "$DLTSCHED_DATA"/lucid --gpu v100-32gb
 
 Every fit uses the isolated runs of every dataset found (as `dltsched calibrate` does); the rows scored are
 those of the `--sharing` datasets (time-slicing by default: the calibrate report's rows). Nested: for each
 held-out model the form is chosen by leave-one-model-out on the other models alone, fitted on them, and
 scores the held-out model; the plain per-form figures are optimistic for whichever form one picks on them.
+The calibration fits one form whatever the data (resources.MEMORY_FORM), so its own leave-one-model-out
+figure is the one an unseen job gets from it; the nested figure is what choosing among the forms on the
+data would give.
 """
 
 from __future__ import annotations
@@ -28,9 +32,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dirs", nargs="+")
     parser.add_argument("--sharing", default="timeslice")
+    parser.add_argument("--gpu", default=None, help="the GPU of Lucid-layout datasets, e.g. v100-32gb")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    datasets = read_datasets(args.dirs)
+    datasets = read_datasets(args.dirs, args.gpu)
     gpu = datasets[0].gpu
     rows, scored = fitted_and_scored_rows(datasets, args.sharing)
     out: dict[str, object] = {"gpu": gpu, "rows_fitted": sum(1 for r in rows if r.gmem_mib),

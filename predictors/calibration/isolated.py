@@ -140,18 +140,14 @@ def job_features(model: str, dataset: str, batch: int, amp: bool, gpu: str,
     return out
 
 
-#: AMP: an FP16 copy of the weights beside the FP32 master, activations mostly in FP16
-AMP_WEIGHTS, AMP_ACTIVATIONS = 1.5, 0.6
-
-
 def memory_features(model: str, dataset: str, batch: int, amp: bool, freeze_level: int,
                     bytes_per_param: float) -> dict[str, float]:
     """The memory features of one job (MiB): ``reserved_mib`` (the caching allocator's reserve for the
-    step, or the graph's weights and saved activations where the model has no trace), ``rnn_reserve_mib``,
-    ``traced`` (1 where traced), and the graph's ``weights_mib`` (weights, gradients and optimizer state)
-    and ``activations_mib``."""
+    step, :func:`~dltsched.predictors.zoo.memory.reserve_mib`, or the graph's weights and saved activations
+    where the model has no trace), ``rnn_reserve_mib``, ``traced`` (1 where traced), and the graph's
+    ``weights_mib`` (weights, gradients and optimizer state) and ``activations_mib``."""
     from dltsched.predictors.steptime.aggregates import aggregates
-    from dltsched.predictors.zoo.memory import has_trace, traced_bytes
+    from dltsched.predictors.zoo.memory import AMP_ACTIVATIONS, AMP_WEIGHTS, reserve_mib, traced_bytes
 
     agg = aggregates(model, dataset)
     trainable = agg.param_bytes[freeze_level]
@@ -159,20 +155,12 @@ def memory_features(model: str, dataset: str, batch: int, amp: bool, freeze_leve
     out = {"weights_mib": (agg.param_bytes_total * (AMP_WEIGHTS if amp else 1.0) + trainable + state) / _MIB,
            "activations_mib": agg.activation_bytes[freeze_level] * batch * (AMP_ACTIVATIONS if amp else 1.0)
            / _MIB}
-    if not has_trace(model, dataset):
+    reserved = reserve_mib(model, dataset, batch, amp, freeze_level, bytes_per_param)
+    if reserved is None:
         return out | {"reserved_mib": out["weights_mib"] + out["activations_mib"], "rnn_reserve_mib": 0.0,
                       "traced": 0.0}
-    t = traced_bytes(model, dataset, batch)
-    # frozen layers keep no gradients and save no activations; optimizer state per trainable parameter
-    frozen = (agg.param_bytes[0] - trainable
-              + (agg.activation_bytes[0] - agg.activation_bytes[freeze_level]) * batch)
-    reserved = max(t["static_bytes"], t["reserved_bytes"] - frozen) + state
-    if amp:
-        reserved = (t["static_bytes"] * AMP_WEIGHTS
-                    + (reserved - t["static_bytes"]) * AMP_ACTIVATIONS)
-    return out | {"reserved_mib": reserved / _MIB, "rnn_reserve_mib": t["rnn_reserve_bytes"] / _MIB,
-                  "traced": 1.0}
-
+    rnn = traced_bytes(model, dataset, batch)["rnn_reserve_bytes"] / _MIB
+    return out | {"reserved_mib": reserved, "rnn_reserve_mib": rnn, "traced": 1.0}
 
 
 def amp_casts(model: str, dataset: str, freeze_level: int = 0) -> float:

@@ -2,18 +2,21 @@
 
 **Memory** is NVML's used memory of the whole GPU while the job runs alone (what packing needs)::
 
-    memory_mib = context_mib + scale * reserved_mib + rnn * rnn_reserve_mib
+    memory_mib = context_mib + reserved_mib
 
 ``reserved_mib`` is what PyTorch's caching allocator reserves for the training step: the step traced on the
 meta device and its allocations replayed through a model of the allocator
 (:mod:`dltsched.predictors.zoo.memtrace`), so weights, gradients, the tensors saved for backward, the
-transient tensors at the peak and the allocator's segment rounding and fragmentation are counted, not
-fitted. Optimizer state is added per trainable parameter (SGD without momentum none, momentum one copy,
-Adam two); a frozen layer drops its gradients and saved activations. ``context_mib`` is the CUDA context
-and the libraries' workspaces; ``rnn_reserve_mib`` the reserve cuDNN's recurrent kernels keep for backward
-(its size per hidden unit is an estimate, so the calibration may scale it). Models without a trace fall back
-to the operator graph's weights and saved activations. The fit is robust least squares on relative
-errors, each parameter pulled towards the uncalibrated value (``scale = 1``, ``rnn = 0``).
+transient tensors at the peak, cuDNN's recurrent reserve and workspace, and the allocator's segment rounding
+and fragmentation are counted, not fitted. Optimizer state is added per trainable parameter (SGD without
+momentum none, momentum one copy, Adam two); a frozen layer drops its gradients and saved activations.
+``context_mib`` is what every process pays whatever it trains: the CUDA context, the cuBLAS and cuDNN
+handles, their kernels and cuBLAS's workspace. It depends on the GPU, the driver and the libraries, not on
+the job, so it is the one parameter a calibration fits (:data:`MEMORY_FORM`), by robust least squares on
+relative errors, pulled towards :data:`DEFAULT_CONTEXT_MIB`. Models without a trace fall back to the
+operator graph's weights and saved activations. Bundles may also carry a ``scale`` of the reserve and an
+``rnn`` share of cuDNN's recurrent reserve (the forms :data:`MEMORY_FORMS` compares; earlier bundles fitted
+them) and are read as written.
 
 **Utilisation** (NVML's GPU utilisation alone, %), the ``ratio`` form the calibration fits::
 
@@ -38,17 +41,15 @@ import numpy as np
 
 import dltsched.predictors.calibration.nested as nested
 from dltsched.predictors.calibration.isolated import gpu_seconds, robust_fit, step_seconds
+from dltsched.predictors.zoo.memory import DEFAULT_CONTEXT_MIB
 
 MEMORY_PARAMS = ("context_mib", "scale", "rnn")
 #: each parameter's pull towards the uncalibrated value, against relative errors of the rows
 MEMORY_PRIOR_WEIGHT = {"context_mib": 0.05, "scale": 0.3, "rnn": 0.3}
 
-
 def default_memory_params() -> dict[str, float]:
     """The uncalibrated memory model: the traced reserve as it is and the default context."""
-    from dltsched.predictors.steptime.model import DeletePopStepTime
-
-    return {"context_mib": DeletePopStepTime().workspace_mib, "scale": 1.0, "rnn": 0.0}
+    return {"context_mib": DEFAULT_CONTEXT_MIB, "scale": 1.0, "rnn": 0.0}
 
 
 def memory_mib(params: dict[str, float], f: dict[str, float]) -> float:
@@ -72,8 +73,9 @@ MEMORY_FORMS: dict[str, tuple[str, ...]] = {
     "trace_context_only": ("context_mib",),
     "trace_uncalibrated": (),
 }
-#: the form every calibration fits (chosen on the H200 profiles; docs/memory.md gives the nested figure)
-MEMORY_FORM = "trace"
+#: the form every calibration fits: the context alone, the traced reserve taken as it is (module docstring;
+#: docs/memory.md gives its figures beside the nested figure of choosing among the forms)
+MEMORY_FORM = "trace_context_only"
 
 
 def _fit_graph(got: Sequence[Any]) -> dict[str, float]:

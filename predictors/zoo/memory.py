@@ -3,7 +3,9 @@
 ``dltsched.predictors.zoo.memtrace`` (needs torch) writes the file: for every (model, dataset), the bytes
 of one SGD training step traced on the meta device at the batch sizes :data:`BATCHES` and any others its
 record lists under ``batch`` (the module docstring of ``memtrace`` says what is counted).
-:func:`traced_bytes` interpolates them piecewise linearly in the batch size.
+:func:`traced_bytes` interpolates them piecewise linearly in the batch size; :func:`reserve_mib` is a job's
+reserve (frozen layers, optimizer state, AMP), to which a process adds its context
+(:data:`DEFAULT_CONTEXT_MIB` uncalibrated).
 """
 
 from __future__ import annotations
@@ -59,3 +61,35 @@ def traced_bytes(model: str, dataset: str, batch: float) -> dict[str, float]:
     for name in ("rnn_reserve_bytes", "conv_col_bytes"):
         out[name] = max(0.0, out[name])
     return out
+
+
+#: the default context (MiB) of a training process on a recent stack (CUDA 12-13, cuDNN 9, PyTorch 2): the
+#: CUDA context with the cuBLAS and cuDNN handles loaded and cuBLAS's workspaces, before the first tensor.
+#: About 1.4-1.5 GiB on the H200 profiles; Lucid's V100 measurements imply more (about 2 GiB)
+DEFAULT_CONTEXT_MIB = 1536.0
+#: AMP: an FP16 copy of the weights beside the FP32 master, activations mostly in FP16
+AMP_WEIGHTS, AMP_ACTIVATIONS = 1.5, 0.6
+_MIB = 1024.0 * 1024.0
+
+
+def reserve_mib(model: str, dataset: str, batch: float, amp: bool = False, freeze_level: int = 0,
+                bytes_per_param: float = 0.0) -> float | None:
+    """What the caching allocator reserves for one training step of canonical ``model`` on ``dataset``
+    (MiB; ``None`` where the shipped file has no trace of it): the traced reserve of an SGD step, less the
+    gradients and saved activations of the layers frozen below ``freeze_level``, plus ``bytes_per_param``
+    of optimizer state per trainable parameter (4 bytes: one FP32 copy, as momentum keeps); AMP keeps an FP16
+    copy of the weights and its activations mostly in FP16."""
+    if not has_trace(model, dataset):
+        return None
+    from dltsched.predictors.steptime.aggregates import aggregates
+
+    agg = aggregates(model, dataset)
+    trainable = agg.param_bytes[freeze_level]
+    state = trainable * bytes_per_param / 4.0
+    t = traced_bytes(model, dataset, batch)
+    frozen = (agg.param_bytes[0] - trainable
+              + (agg.activation_bytes[0] - agg.activation_bytes[freeze_level]) * batch)
+    reserved = max(t["static_bytes"], t["reserved_bytes"] - frozen) + state
+    if amp:
+        reserved = t["static_bytes"] * AMP_WEIGHTS + (reserved - t["static_bytes"]) * AMP_ACTIVATIONS
+    return reserved / _MIB

@@ -20,7 +20,7 @@ JOBS = (("resnet18", "cifar10", 64), ("vgg16", "cifar10", 64), ("mobilenet_v2", 
 #: the "true" parameters the synthetic GPU follows
 TRUE_STEP = {"s_conv": 1.4, "s_gemm": 1.1, "s_vector": 0.7, "s_optimizer": 1.6,
              "dispatch_us": 11.0, "fixed_s": 0.0012}
-TRUE_MEMORY = {"context_mib": 1500.0, "scale": 1.1, "rnn": 0.0}
+TRUE_MEMORY = {"context_mib": 1200.0, "scale": 1.0, "rnn": 0.0}
 TRUE_SPEED = {"t_both": 0.55, "t_partner": 0.35, "t_any": 0.05}
 SHARED_MIB = 600.0
 GPU = "h200"

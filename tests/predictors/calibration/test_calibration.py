@@ -41,8 +41,9 @@ def test_step_fit_recovers_the_synthetic_gpu(fitted):
 
 
 def test_memory_fit_is_exact_without_noise(fitted):
-    assert fitted.memory["context_mib"] == pytest.approx(TRUE_MEMORY["context_mib"], rel=0.05)
-    assert fitted.memory["scale"] == pytest.approx(TRUE_MEMORY["scale"], rel=0.05)
+    # the shipped form fits the context alone (away from its 1.5 GiB prior) and takes the reserve as traced
+    assert fitted.memory["context_mib"] == pytest.approx(TRUE_MEMORY["context_mib"], rel=0.02)
+    assert fitted.memory["scale"] == TRUE_MEMORY["scale"] == 1.0
 
 
 def test_group_models_per_sharing_mode(fitted):

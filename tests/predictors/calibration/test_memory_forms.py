@@ -10,7 +10,7 @@ from dltsched.predictors.calibration import resources
 
 
 def _rows(rnn_share: float, noise: float = 0.01, seed: int = 0) -> list[SimpleNamespace]:
-    """Eight models, two rows each, measured as 1.5 GiB + reserve + rnn_share x recurrent reserve."""
+    """Eight models, two rows each, measured as 1 GiB + reserve + rnn_share x recurrent reserve."""
     rng = random.Random(seed)
     out = []
     for i in range(8):
@@ -19,7 +19,7 @@ def _rows(rnn_share: float, noise: float = 0.01, seed: int = 0) -> list[SimpleNa
             rnn = 3000.0 * batch if i % 2 else 0.0
             f = {"reserved_mib": reserved, "rnn_reserve_mib": rnn, "weights_mib": 0.3 * reserved,
                  "activations_mib": 0.5 * reserved + rnn, "traced": 1.0}
-            gmem = (1536.0 + reserved + rnn_share * rnn) * (1.0 + rng.gauss(0.0, noise))
+            gmem = (1024.0 + reserved + rnn_share * rnn) * (1.0 + rng.gauss(0.0, noise))
             out.append(SimpleNamespace(model=f"m{i}", features=f, gmem_mib=gmem))
     return out
 
@@ -41,7 +41,9 @@ def test_nested_choice_finds_the_recurrent_term_when_it_is_there():
     rows = _rows(0.5)
     apes, picks = resources.memory_nested_lomo_apes(rows)
     assert set(picks) == {f"m{i}" for i in range(8)}
-    assert all("rnn" in resources.MEMORY_FORMS[f] for f in picks.values()), picks
+    # every form chosen prices the recurrent reserve: a share of it, or the graph's activations (which hold
+    # it in these rows) scaled
+    assert all("rnn" in resources.MEMORY_FORMS[f] or f == "graph" for f in picks.values()), picks
     without_rnn = _mape(resources.memory_lomo_apes(rows, "trace_context_only"))
     assert _mape(apes) < 3.0 < without_rnn
 
