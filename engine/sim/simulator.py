@@ -45,10 +45,13 @@ What policies see beyond predictions is a setting: job lengths known, unknown or
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -147,7 +150,7 @@ class SimulationRun(PlacingRun):
         SimulationResult
             Per-job records and the run's metrics.
         """
-        with observing_memory(self.memory_seen):
+        with observing_memory(self.memory_seen), _setup_frozen():
             if self.cfg.profiling is None:
                 return self._run()
             with observing_profiles(self.profiles):
@@ -386,6 +389,30 @@ class SimulationRun(PlacingRun):
         if self.sim.on_round is not None:
             self.sim.on_round(self.time, len(self.finished))
 
+
+
+@contextmanager
+def _setup_frozen() -> Iterator[None]:
+    """Objects alive when a run starts (the instance, the predictors and their tables) are left out of the
+    cyclic garbage collector's passes until it ends (:func:`gc.freeze`): a long run's full collections
+    otherwise scan them again and again. Nothing is freed later than it would be by reference counting;
+    cycles among them wait for the end of the run. Nested or concurrent runs: the outermost restores."""
+    global _frozen_depth
+    with _frozen_lock:
+        if _frozen_depth == 0:
+            gc.freeze()
+        _frozen_depth += 1
+    try:
+        yield
+    finally:
+        with _frozen_lock:
+            _frozen_depth -= 1
+            if _frozen_depth == 0:
+                gc.unfreeze()
+
+
+_frozen_lock = threading.Lock()
+_frozen_depth = 0
 
 
 def simulate(instance: Instance, policy: Policy, *, truth: GroundTruth | None = None,
