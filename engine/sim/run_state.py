@@ -198,6 +198,7 @@ class RunState:
         self.profiles = ProfileBook()  # measured by profiling on arrival (``cfg.profiling``), else empty
         self.last_round = -math.inf
         self.ideal_s: dict[str, float] = {}
+        self._ideal_memo: dict[str, tuple[Job, float]] = {}  # active jobs' ideal run time, by job object
         self.intervals: list[PlacementInterval] = []
         self.rounds = 0
         self.node_failures = 0

@@ -141,6 +141,7 @@ class SimulationRun(PlacingRun):
     #: node failures in a row without durable progress, and that progress (the fault-churn guard)
     _churn: int
     _durable: tuple[int, int, float]
+    _ideal_memo: dict[str, tuple[Job, float]]
 
     def run(self) -> SimulationResult:
         """Run to the end (observing memory, and profiles when the configuration asks for profiling).
@@ -304,7 +305,16 @@ class SimulationRun(PlacingRun):
                 for t in (job.gpu_types or by_type) if by_type.get(t, 0) >= job.num_gpus}
 
     def _ideal_s(self, job: Job) -> float:
-        """Run time alone on the job's GPUs of the fastest allowed type (Themis' fair baseline)."""
+        """Run time alone on the job's GPUs of the fastest allowed type (Themis' fair baseline); asked at
+        arrival and again at completion, computed once per job object (kept until the job finishes)."""
+        hit = self._ideal_memo.get(job.id)
+        if hit is not None and hit[0] is job:
+            return hit[1]
+        value = self._ideal_uncached(job)
+        self._ideal_memo[job.id] = (job, value)
+        return value
+
+    def _ideal_uncached(self, job: Job) -> float:
         by_type = self.cluster.gpus_by_type()
         types = [t for t in (job.gpu_types or by_type) if by_type.get(t, 0) >= job.num_gpus]
         nodes = max(1, math.ceil(job.num_gpus / self._gpus_per_node))
@@ -343,7 +353,9 @@ class SimulationRun(PlacingRun):
             self._release(a)
             del self.active[a.job.id]
             assert a.first_start is not None
-            self.ideal_s[a.job.id] = self._ideal_s(a.job)
+            hit = self._ideal_memo.pop(a.job.id, None)  # asked at its arrival
+            ideal = hit[1] if hit is not None and hit[0] is a.job else self._ideal_uncached(a.job)
+            self.ideal_s[a.job.id] = ideal
             self.finished.append(JobRecord(a.job.id, a.job.arrival_time_s, a.first_start, self.time,
                                            a.job.num_gpus, a.preemptions, a.attained_s, a.job.weight))
         if done:
