@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 from typing import Any
@@ -173,9 +173,9 @@ class RunState:
         #: per node, the GPUs that hold no job and are up, and the job ids on each of its GPUs; nodes in
         #: ``_stale_nodes`` are recomputed at the next snapshot, which reuses the tuples of the others
         self._free: list[tuple[int, ...]] = [()] * len(self.cluster.nodes)
-        self._occupancy: list[tuple[str, ...]] = [()] * self.cluster.num_gpus
+        self._occupancy: list[tuple[tuple[str, ...], ...]] = [()] * len(self.cluster.nodes)
         self._stale_nodes: set[int] = set(range(len(self.cluster.nodes)))
-        self._node_views: tuple[tuple[tuple[int, ...], ...], tuple[tuple[str, ...], ...]] = ((), ())
+        self._node_views: tuple[tuple[tuple[int, ...], ...], Sequence[tuple[str, ...]]] = ((), ())
         self._oom_this_round = False
         self._learned_this_round = False  # a crash out of memory this round measured something new
         #: the running jobs and their assignments by id, kept in step with ``running``; once a snapshot has
@@ -198,6 +198,7 @@ class RunState:
         self.profiles = ProfileBook()  # measured by profiling on arrival (``cfg.profiling``), else empty
         self.last_round = -math.inf
         self.ideal_s: dict[str, float] = {}
+        self._ideal_memo: dict[str, tuple[Job, float]] = {}  # active jobs' ideal run time, by job object
         self.intervals: list[PlacementInterval] = []
         self.rounds = 0
         self.node_failures = 0

@@ -45,10 +45,13 @@ What policies see beyond predictions is a setting: job lengths known, unknown or
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -138,6 +141,7 @@ class SimulationRun(PlacingRun):
     #: node failures in a row without durable progress, and that progress (the fault-churn guard)
     _churn: int
     _durable: tuple[int, int, float]
+    _ideal_memo: dict[str, tuple[Job, float]]
 
     def run(self) -> SimulationResult:
         """Run to the end (observing memory, and profiles when the configuration asks for profiling).
@@ -147,7 +151,7 @@ class SimulationRun(PlacingRun):
         SimulationResult
             Per-job records and the run's metrics.
         """
-        with observing_memory(self.memory_seen):
+        with observing_memory(self.memory_seen), _setup_frozen():
             if self.cfg.profiling is None:
                 return self._run()
             with observing_profiles(self.profiles):
@@ -301,7 +305,16 @@ class SimulationRun(PlacingRun):
                 for t in (job.gpu_types or by_type) if by_type.get(t, 0) >= job.num_gpus}
 
     def _ideal_s(self, job: Job) -> float:
-        """Run time alone on the job's GPUs of the fastest allowed type (Themis' fair baseline)."""
+        """Run time alone on the job's GPUs of the fastest allowed type (Themis' fair baseline); asked at
+        arrival and again at completion, computed once per job object (kept until the job finishes)."""
+        hit = self._ideal_memo.get(job.id)
+        if hit is not None and hit[0] is job:
+            return hit[1]
+        value = self._ideal_uncached(job)
+        self._ideal_memo[job.id] = (job, value)
+        return value
+
+    def _ideal_uncached(self, job: Job) -> float:
         by_type = self.cluster.gpus_by_type()
         types = [t for t in (job.gpu_types or by_type) if by_type.get(t, 0) >= job.num_gpus]
         nodes = max(1, math.ceil(job.num_gpus / self._gpus_per_node))
@@ -340,7 +353,9 @@ class SimulationRun(PlacingRun):
             self._release(a)
             del self.active[a.job.id]
             assert a.first_start is not None
-            self.ideal_s[a.job.id] = self._ideal_s(a.job)
+            hit = self._ideal_memo.pop(a.job.id, None)  # asked at its arrival
+            ideal = hit[1] if hit is not None and hit[0] is a.job else self._ideal_uncached(a.job)
+            self.ideal_s[a.job.id] = ideal
             self.finished.append(JobRecord(a.job.id, a.job.arrival_time_s, a.first_start, self.time,
                                            a.job.num_gpus, a.preemptions, a.attained_s, a.job.weight))
         if done:
@@ -386,6 +401,30 @@ class SimulationRun(PlacingRun):
         if self.sim.on_round is not None:
             self.sim.on_round(self.time, len(self.finished))
 
+
+
+@contextmanager
+def _setup_frozen() -> Iterator[None]:
+    """Objects alive when a run starts (the instance, the predictors and their tables) are left out of the
+    cyclic garbage collector's passes until it ends (:func:`gc.freeze`): a long run's full collections
+    otherwise scan them again and again. Nothing is freed later than it would be by reference counting;
+    cycles among them wait for the end of the run. Nested or concurrent runs: the outermost restores."""
+    global _frozen_depth
+    with _frozen_lock:
+        if _frozen_depth == 0:
+            gc.freeze()
+        _frozen_depth += 1
+    try:
+        yield
+    finally:
+        with _frozen_lock:
+            _frozen_depth -= 1
+            if _frozen_depth == 0:
+                gc.unfreeze()
+
+
+_frozen_lock = threading.Lock()
+_frozen_depth = 0
 
 
 def simulate(instance: Instance, policy: Policy, *, truth: GroundTruth | None = None,

@@ -2,13 +2,15 @@
 
 The running jobs' states are built lazily (a policy that only reads the queue never pays for snapshotting
 the running jobs), the per-node free GPUs and per-GPU occupancy are recomputed for the nodes that changed
-only, and the running jobs' and placements' dicts are shared with the snapshot until they next change
-(copy on write).
+only (the occupancy is read through per-node tuples, so a snapshot costs O(nodes), not O(GPUs)), and the
+running jobs' and placements' dicts are shared with the snapshot until they next change (copy on write).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import chain
+from operator import eq
 from types import MappingProxyType
 from typing import overload
 
@@ -95,6 +97,47 @@ class _Jobs(Sequence[JobState]):
     def __bool__(self) -> bool:
         return len(self) > 0
 
+class _Occupancy(Sequence[tuple[str, ...]]):
+    """Per GPU, the ids of the running jobs on it, read through per-node tuples: a snapshot costs O(nodes),
+    not O(GPUs), and a node's tuple is rebuilt only when its GPUs' jobs change."""
+
+    __slots__ = ("_by_node", "_gpu_node", "_first", "_flat")
+
+    def __init__(self, by_node: tuple[tuple[tuple[str, ...], ...], ...], gpu_node: tuple[int, ...],
+                 first: tuple[int, ...]) -> None:
+        self._by_node = by_node
+        self._gpu_node = gpu_node
+        self._first = first
+        self._flat: tuple[tuple[str, ...], ...] | None = None
+
+    def __len__(self) -> int:
+        return len(self._gpu_node)
+
+    @overload
+    def __getitem__(self, g: int) -> tuple[str, ...]: ...
+
+    @overload
+    def __getitem__(self, g: slice) -> tuple[tuple[str, ...], ...]: ...
+
+    def __getitem__(self, g: int | slice) -> tuple[str, ...] | tuple[tuple[str, ...], ...]:
+        if isinstance(g, slice):
+            if self._flat is None:
+                self._flat = tuple(chain.from_iterable(self._by_node))
+            return self._flat[g]
+        node = self._gpu_node[g]
+        return self._by_node[node][g % len(self._gpu_node) - self._first[node]]
+
+    def __iter__(self) -> Iterator[tuple[str, ...]]:
+        return chain.from_iterable(self._by_node)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _Occupancy | tuple | list):
+            return len(self) == len(other) and all(map(eq, self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 class SnapshotRun(ProgressRun):
     """:class:`~dltsched.engine.sim.progress.ProgressRun` plus the snapshots policies see (see module
     docstring)."""
@@ -106,16 +149,18 @@ class SnapshotRun(ProgressRun):
     _shared: tuple[Mapping[str, Job], Mapping[str, Assignment]] | None
 
     def _gpu_views(self, down: frozenset[int]) -> tuple[tuple[tuple[int, ...], ...],
-                                                        tuple[tuple[str, ...], ...]]:
+                                                        Sequence[tuple[str, ...]]]:
         """Per node the free GPUs, and per GPU its jobs, recomputed for the stale nodes only."""
         if self._stale_nodes:
             on = self.gpu_jobs
             for i in self._stale_nodes:
                 gpus = self.cluster.node_gpus(i)
                 self._free[i] = tuple(g for g in gpus if not on[g] and g not in down)
-                self._occupancy[gpus.start:gpus.stop] = map(tuple, on[gpus.start:gpus.stop])
+                self._occupancy[i] = tuple(map(tuple, on[gpus.start:gpus.stop]))
             self._stale_nodes.clear()
-            self._node_views = (tuple(self._free), tuple(self._occupancy))
+            cluster = self.cluster
+            self._node_views = (tuple(self._free), _Occupancy(tuple(self._occupancy), cluster.gpu_node,
+                                                              cluster.node_first_gpu))
         return self._node_views
 
     def _unshare(self) -> None:

@@ -14,7 +14,9 @@ for the cache's life, so a kept answer is what asking again would give:
   (:func:`~dltsched.engine.domain.profiles.current_profiles`);
 - a job's reference rate: the job, under the node types and the memory version of the last ask (a change of
   either drops every rate);
-- whether a running job sits on its fastest type: the job, its GPUs and the memory version.
+- whether a running job sits on its fastest type: the job, its GPUs and the memory version;
+- the waiting jobs by predicted remaining time: the queue (a simulator hands the same tuple while it does not
+  change), each job's key per job state, under the cluster and the memory version.
 
 A memo that grows past :attr:`PredictionCache.MAX_ENTRIES` entries is emptied.
 """
@@ -66,6 +68,10 @@ class PredictionCache:
         self._rates_version: tuple[int, int] | None = None
         self._best: dict[tuple[Any, ...], JobOption | None] = {}
         self._fastest: dict[tuple[str, tuple[int, ...], int], bool] = {}
+        #: the last queue ordered by :meth:`queue_order`; each queued state's key (the state kept beside it)
+        self._order: tuple[object, tuple[int, int, bool], tuple[JobState, ...]] | None = None
+        self._order_keys: dict[int, tuple[JobState, tuple[float, float, str]]] = {}
+        self._order_version: tuple[int, int] | None = None
 
     def node_types(self, state: ClusterState) -> NodeTypes:
         """The GPU classes of ``state`` per type (:func:`~dltsched.formulations.pipeline.node_types`).
@@ -164,6 +170,44 @@ class PredictionCache:
             now = state.cluster.gpu_type_of(assignment.gpus[0])
             hit = self._fastest[key] = bool(types) and now == types[0]
         return hit
+
+    def queue_order(self, state: ClusterState, *, longest_first: bool) -> tuple[JobState, ...]:
+        """The waiting jobs by predicted remaining time (:meth:`remaining_s`), shortest first (longest first
+        with ``longest_first``), ties by arrival and id: what sorting them with that key gives, without
+        predicting a job again while its state, the cluster and the memory version are the same.
+
+        Parameters
+        ----------
+        state
+            The cluster snapshot.
+        longest_first
+            Longest predicted remaining time first.
+
+        Returns
+        -------
+        tuple of JobState
+            The waiting jobs in that order.
+        """
+        queued = state.queued()
+        version = (id(state.cluster), memory_observations_version())
+        seen = self._order
+        if seen is not None and seen[0] is queued and seen[1] == (*version, longest_first):
+            return seen[2]
+        if version != self._order_version or len(self._order_keys) > 4 * len(queued) + 1024:
+            self._order_keys, self._order_version = {}, version
+        keys = self._order_keys
+        sign = -1.0 if longest_first else 1.0
+        decorated = []
+        for s in queued:
+            hit = keys.get(id(s))
+            if hit is None or hit[0] is not s:
+                hit = keys[id(s)] = (s, (self.remaining_s(s, state), s.job.arrival_time_s, s.job.id))
+            key = hit[1]
+            decorated.append(((sign * key[0], key[1], key[2]), s))
+        decorated.sort(key=lambda entry: entry[0])
+        order = tuple(s for _, s in decorated)
+        self._order = (queued, (*version, longest_first), order)
+        return order
 
     def remaining_s(self, js: JobState, state: ClusterState) -> float:
         """Predicted time for ``js`` to finish alone: on its current GPU type when running, else its fastest.

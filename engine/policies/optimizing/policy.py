@@ -307,13 +307,11 @@ class OptimizingPolicy:
     def _between_solves_order(self, state: ClusterState) -> Sequence[JobState]:
         """Waiting jobs by urgency: shortest predicted remaining time first under ``jct``, longest first under
         ``effective_progress`` with a ``length_weight`` (the makespan configuration), else arrival order."""
-        queued = state.queued()
-        remaining_s = self.cache.remaining_s
         if self.solver.objective != "jct":
             if self.solver.options.length_weight > 0:
-                return sorted(queued, key=lambda s: (-remaining_s(s, state), s.job.arrival_time_s, s.job.id))
-            return queued
-        return sorted(queued, key=lambda s: (remaining_s(s, state), s.job.arrival_time_s, s.job.id))
+                return self.cache.queue_order(state, longest_first=True)
+            return state.queued()
+        return self.cache.queue_order(state, longest_first=False)
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to decide as this one would (JSON-ready; the caches are rebuilt).

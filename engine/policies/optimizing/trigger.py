@@ -245,8 +245,10 @@ class WorkingSet:
         self.declined = {k: (gpus, seen) for k, (gpus, seen) in self.declined.items()
                          if k in now and now[k].gpus == gpus and not idle.grew_since(seen)}
         self.movers = set()
-        # movers first; only placements are read, not the running jobs' progress
-        for ids in _sharing_ids(now):
+        # movers first; only placements are read, not the running jobs' progress; on exclusive GPUs every
+        # job is a group of its own
+        exclusive = state.gpus_exclusive()
+        for ids in ([k] for k in now) if exclusive else _sharing_ids(now):
             if len(ids) == 1 and self.cache.on_fastest(specs[ids[0]], now[ids[0]], state):
                 continue
             if not all(k in self.declined for k in ids) \
@@ -302,7 +304,8 @@ class WorkingSet:
             return state, ()
         assert cap is not None
         running = state.running()
-        groups = [(not any(s.job.id in self.movers for s in g), g) for g in sharing_groups(running)]
+        shared = [[s] for s in running] if state.gpus_exclusive() else sharing_groups(running)
+        groups = [(not any(s.job.id in self.movers for s in g), g) for g in shared]
         queued = urgency(state)
         take_queued = min(len(queued), max(cap - len(running), cap // 2))
         groups.sort(key=lambda entry: (entry[0], -max(self.cache.remaining_s(s, state) for s in entry[1])))
@@ -381,8 +384,8 @@ class WorkingSet:
         job, assignment = state.running_jobs_by_id()[job_id], placements[job_id]
         types = self.cache.estimates.candidate_types(job, state.cluster)
         now = state.cluster.gpu_type_of(assignment.gpus[0])
-        shared = any(k != job_id and not set(a.gpus).isdisjoint(assignment.gpus)
-                     for k, a in placements.items())
+        on = state.jobs_on_gpus()
+        shared = any(k != job_id for g in assignment.gpus for k in on[g])
         better = types[: types.index(now) + shared] if now in types else types
         return {t: self.idle_seen.get(t, 0) for t in better}
 

@@ -186,10 +186,12 @@ class AttainedServiceIndex:
 
         for job_id, arrival in look.items():
             resolve(job_id, arrival)
-        if self.running.keys() != placements.keys():  # jobs finished or lost their node since
+        differ = self.running.keys() != placements.keys()
+        if differ:  # jobs finished or lost their node since
             for job_id in self.running.keys() - placements.keys():
                 resolve(job_id, self.running[job_id].key[1])
-        if self.running.keys() != placements.keys() or len(self.waiting) != len(queue):
+            differ = self.running.keys() != placements.keys()
+        if differ or len(self.waiting) != len(queue):
             return False
         self.touched, self.time_s = {}, now
         if queue:
