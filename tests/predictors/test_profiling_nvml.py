@@ -228,6 +228,15 @@ def test_dataset_records_the_window_and_readers_read_old_and_new(tmp_path: Path,
     assert dict(zip((j.model for j in sample.jobs), sample.speeds, strict=True)) == {"resnet18": 0.6,
                                                                                   "lstm_lm": 0.7}
     assert len(data.isolated) == 2
+    from dltsched.predictors.calibration.data import read_folder
+
+    for reader in ("groups.json", "csv"):  # calibration reads groups.json, or the CSVs without it
+        if reader == "csv":
+            (tmp_path / "groups.json").unlink()
+        profile = read_folder(tmp_path)
+        assert (profile.gpu, profile.sharing) == ("h200", "timeslice"), reader
+        assert sorted(r.step_time_s for r in profile.isolated) == pytest.approx([0.010, 0.020]), reader
+        assert len(profile.groups) == 1, reader
 
 
 def test_rows_without_a_utilisation_window_write_nan(tmp_path: Path) -> None:
