@@ -4,7 +4,10 @@ Each worker builds its model, runs ``warmup`` steps and reports ready; once ever
 round is ready the parent sets their start events (the barrier), each times steps until its
 :class:`~.precision.StoppingRule` says the median is known well enough (the steady window), reports, and keeps
 training until the parent says stop, so that every job's window overlaps the others' whole windows. The parent
-samples NVML utilisation while the windows run. A group of one job is an isolated run. Workers live in a
+samples NVML utilisation from the start of the windows and, since NVML averages over a sample period of up to
+a second, keeps the jobs training after their timed windows until the utilisation window lasts at least
+``util_window_s`` (1 s) and holds one whole NVML sample period (:meth:`.nvml.UtilSampler.hold`).
+A group of one job is an isolated run. Workers live in a
 :class:`WorkerPool` reused across rounds, so that spawning (and importing torch) is paid once per pool, not
 per round.
 """
@@ -183,9 +186,11 @@ class WorkerPool:
                 out[index] = value
         return out
 
-    def measure(self, jobs: tuple[ProfiledJob, ...], *, warmup: int, steps: int | StoppingRule) -> GroupRun:
+    def measure(self, jobs: tuple[ProfiledJob, ...], *, warmup: int, steps: int | StoppingRule,
+                util_window_s: float = 1.0) -> GroupRun:
         """Run ``jobs`` at the same time (one per worker) and return their runs and NVML summary; ``steps``: a
-        fixed count of timed steps, or the rule that ends each job's window."""
+        fixed count of timed steps, or the rule that ends each job's window; ``util_window_s``: the shortest
+        utilisation window (the jobs train on past their timed windows until it is reached)."""
         rule = steps if isinstance(steps, StoppingRule) else StoppingRule(min_steps=steps, precision=None)
         workers, errors = range(len(jobs)), dict[int, str]()
         for i, job in enumerate(jobs):
@@ -196,7 +201,10 @@ class WorkerPool:
         with UtilSampler() as sampler:
             for i in workers:
                 self._go[i].set()
+            sampler.start()
             runs = self._await(workers, "result", errors) if not errors else {}
+            if not errors:
+                sampler.hold(util_window_s, max_window_s=max(3.0, 3 * util_window_s))
         for i in workers:
             self._go[i].set()
             self._stop[i].set()

@@ -18,7 +18,12 @@ Files (CSV cells ``nan`` = not measured, JSON ``null``):
   ``MEASUREMENT.md``: GPU, driver, CUDA, torch, date, host, command.
 
 ``speedN`` = isolated step time / co-located step time (medians). ``gpu_util`` = mean NVML GPU
-utilisation (%) over the steady window; ``gmem`` (MiB) = NVML's peak used memory of the whole GPU
+utilisation (%) over the utilisation window (the timed windows, extended to at least a second while the jobs
+train on); ``util_source`` = ``nvml_samples`` (NVML's timestamped samples whose whole period lies in the
+window) or ``polled`` (the mean of polled rates, where the GPU does not give samples), ``util_samples`` =
+the readings it rests on, ``util_window_s`` = the seconds they cover (``steptime.csv``, ``single_data.csv``
+and the group files; files written before these columns existed read as before, without them);
+``gmem`` (MiB) = NVML's peak used memory of the whole GPU
 (``gmem_source`` ``nvml``), else the sum of the workers' ``torch.cuda.max_memory_allocated``
 (``torch``, a lower bound: no CUDA contexts or allocator slack); ``gmem_util`` = ``gmem`` / total (%).
 """
@@ -33,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 _LUCID_JOB = ("model", "dataset", "gpu_num", "batchsize", "amp", "speed")
-_GROUP_TAIL = ("gpu_util", "gmem_util", "gmem", "gpu", "sharing", "gmem_source")
+_UTIL = ("util_source", "util_samples", "util_window_s")
+_GROUP_TAIL = ("gpu_util", "gmem_util", "gmem", "gpu", "sharing", "gmem_source", *_UTIL)
 
 
 def cell(value: Any) -> Any:
@@ -52,17 +58,17 @@ def write_steptime(path: Path, isolated: Sequence[dict[str, Any]]) -> None:
     """Write the ``isolated`` rows to ``path`` as the step-time CSV (one row a measurement; s, MiB)."""
     keys = ("model", "dataset", "gpu", "batch_size", "num_gpus", "step_time_s", "amp", "optimizer",
             "peak_memory_mib", "gpu_util", "gmem_used_mib", "scope", "n", "step_time_ci95_low_s",
-            "step_time_ci95_high_s", "stop")
+            "step_time_ci95_high_s", "stop", *_UTIL)
     _write_csv(path, keys, [[r.get(k) for k in keys] for r in isolated])
 
 
 def write_lucid_single(path: Path, isolated: Sequence[dict[str, Any]]) -> None:
     """Write the ``isolated`` rows to ``path`` in Lucid's single-job layout (speed in samples/s, memory in
     MiB)."""
-    header = ("model", "dataset", "batchsize", "amp", "speed", "gpu_util", "gmem_util", "gmem", "gpu")
+    header = ("model", "dataset", "batchsize", "amp", "speed", "gpu_util", "gmem_util", "gmem", "gpu", *_UTIL)
     _write_csv(path, header, [[r["model"], r["dataset"], r["batch_size"], r["amp"],
                                r["batch_size"] / r["step_time_s"], r["gpu_util"], r["gmem_util"],
-                               r["gmem_mib"], r["gpu"]] for r in isolated])
+                               r["gmem_mib"], r["gpu"], *(r.get(k) for k in _UTIL)] for r in isolated])
 
 
 def write_lucid_groups(path: Path, groups: Sequence[dict[str, Any]], size: int) -> None:
@@ -71,7 +77,7 @@ def write_lucid_groups(path: Path, groups: Sequence[dict[str, Any]], size: int) 
     rows = []
     for n, group in enumerate(groups):
         jobs = [[j["model"], j["dataset"], 1, j["batch_size"], j["amp"], j["speed"]] for j in group["jobs"]]
-        rows.append([n, *(v for job in jobs for v in job), *(group[k] for k in _GROUP_TAIL)])
+        rows.append([n, *(v for job in jobs for v in job), *(group.get(k) for k in _GROUP_TAIL)])
     _write_csv(path, header, rows)
 
 

@@ -85,12 +85,18 @@ def _window(run: Any) -> dict[str, Any]:
             "step_time_ci95_high_s": ci.high_s if finite else None, "stop": run.stop}
 
 
+def _util(nv: dict[str, Any]) -> dict[str, Any]:
+    """Where the utilisation reading comes from: ``util_source`` (``nvml_samples`` or ``polled``), the
+    readings it rests on (``util_samples``) and the seconds they cover (``util_window_s``)."""
+    return {k: nv.get(k) for k in ("util_source", "util_samples", "util_window_s")}
+
+
 def _isolated_row(group: GroupRun, gpu: str) -> dict[str, Any]:
     run, nv = group.runs[0], group.nvml
     return {"model": run.model, "dataset": run.dataset, "gpu": gpu, "batch_size": run.job.batch_size,
             "num_gpus": 1, "step_time_s": run.step_time_s, "amp": 0, "optimizer": "sgd",
             "peak_memory_mib": run.peak_memory_mib, "gpu_util": nv["gpu_util"],
-            "gmem_used_mib": nv["gmem_used_mib"], "scope": PROFILE_SCOPE, **_window(run),
+            "gmem_used_mib": nv["gmem_used_mib"], "scope": PROFILE_SCOPE, **_window(run), **_util(nv),
             "gmem_util": nv["gmem_util"],
             "gmem_mib": run.peak_memory_mib if nv["gmem_used_mib"] is None else nv["gmem_used_mib"],
             "step_times_s": list(run.step_times_s)}
@@ -109,13 +115,13 @@ def _group_row(group: GroupRun, isolated: dict[ProfiledJob, dict[str, Any]], gpu
     torch_sum = None if None in peaks else sum(p for p in peaks if p is not None)
     nvml_used = group.nvml["gmem_used_mib"]
     return {"group": "+".join(r.job.label for r in group.runs), "jobs": jobs, "gpu": gpu, "sharing": sharing,
-            "gpu_util": group.nvml["gpu_util"], "gmem_util": group.nvml["gmem_util"],
+            "gpu_util": group.nvml["gpu_util"], **_util(group.nvml), "gmem_util": group.nvml["gmem_util"],
             "gmem": nvml_used if nvml_used is not None else torch_sum, "torch_peak_sum_mib": torch_sum,
             "gmem_source": "nvml" if nvml_used is not None else "torch" if torch_sum is not None else None}
 
 
 def _record(first: GroupRun, gpu: str, sharing: str, smoke: bool, rule: StoppingRule, warmup: int,
-            command: str | None) -> dict[str, Any]:
+            command: str | None, util_window_s: float = 1.0) -> dict[str, Any]:
     run = first.runs[0]
     return {"date_utc": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(),
             "platform": platform.platform(), "command": command or typed_command(),
@@ -123,19 +129,21 @@ def _record(first: GroupRun, gpu: str, sharing: str, smoke: bool, rule: Stopping
             "device_name": run.device_name, "gpu": gpu, **gpu_info(), **run.versions, "sharing": sharing,
             "scope": PROFILE_SCOPE, "steps": rule.min_steps, "precision": rule.precision,
             "min_window_s": rule.min_window_s, "max_window_s": rule.max_window_s, "warmup": warmup,
-            "smoke": smoke, "nvml": first.nvml["gpu_util"] is not None}
+            "smoke": smoke, "nvml": first.nvml["gpu_util"] is not None, "util_min_window_s": util_window_s}
 
 
 def run_profile(jobs: tuple[ProfiledJob, ...], groups: list[tuple[ProfiledJob, ...]], *, out_dir: str | Path,
                 sharing: str = "timeslice", steps: int = 20, warmup: int = 5, smoke: bool = False,
                 timeout_s: float = 600.0, budget_s: float | None = None, precision: float | None = 0.02,
                 max_window_s: float = 30.0, min_window_s: float = 0.5,
-                command: str | None = None) -> dict[str, Any]:
+                command: str | None = None, util_window_s: float = 1.0) -> dict[str, Any]:
     """Profile ``jobs`` and every job of ``groups`` alone, then each group co-located; write the dataset.
 
     Each job's window is at least ``steps`` timed steps and ``min_window_s`` seconds, then runs until its
     median step time is within ``precision`` at 95% (``None``: exactly ``steps``) or ``max_window_s``
-    seconds (:class:`~.precision.StoppingRule`). ``command``: the command line to record (default: this
+    seconds (:class:`~.precision.StoppingRule`). Utilisation rests on a window of at least ``util_window_s``
+    seconds holding one whole NVML sample period: the jobs train on past their timed windows until then
+    (:meth:`.nvml.UtilSampler.hold`). ``command``: the command line to record (default: this
     process's arguments after ``dltsched``).
 
     The dataset is rewritten after every measurement, so a run stopped part-way leaves what it
@@ -154,7 +162,8 @@ def run_profile(jobs: tuple[ProfiledJob, ...], groups: list[tuple[ProfiledJob, .
     rule = StoppingRule(min_steps=steps, precision=precision, min_window_s=min_window_s,
                         max_window_s=max_window_s, max_steps=max(steps, MAX_STEPS))
     session = ProfileSession(Path(out_dir), sharing, smoke, rule, warmup,
-                             None if budget_s is None else time.monotonic() + budget_s, command)
+                             None if budget_s is None else time.monotonic() + budget_s, command,
+                             util_window_s)
     with WorkerPool(1, kind, timeout_s) as pool:
         for job in every:
             if (run := session.measure(pool, (job,))) is not None:
@@ -185,11 +194,11 @@ class ProfileSession:
     """What one ``run_profile`` call has measured so far, written out after every measurement."""
 
     def __init__(self, out_dir: Path, sharing: str, smoke: bool, steps: int | StoppingRule, warmup: int,
-                 deadline: float | None, command: str | None = None) -> None:
+                 deadline: float | None, command: str | None = None, util_window_s: float = 1.0) -> None:
         self.rule = steps if isinstance(steps,
                                         StoppingRule) else StoppingRule(min_steps=steps, precision=None)
         self.out_dir, self.sharing, self.smoke, self.warmup = out_dir, sharing, smoke, warmup
-        self.deadline, self.command = deadline, command
+        self.deadline, self.command, self.util_window_s = deadline, command, util_window_s
         self.isolated: dict[ProfiledJob, dict[str, Any]] = {}
         self.groups: list[dict[str, Any]] = []
         self.failed: list[dict[str, str]] = []
@@ -224,7 +233,7 @@ class ProfileSession:
             self.stopped = f"budget spent before {label}"
             return None
         try:
-            return pool.measure(group, warmup=self.warmup, steps=self.rule)
+            return pool.measure(group, warmup=self.warmup, steps=self.rule, util_window_s=self.util_window_s)
         except WorkerTimeout as err:
             self.stopped = f"{label}: {err}"
         except DltschedError as err:
@@ -243,7 +252,7 @@ class ProfileSession:
         if self.first is None:
             return {}
         return {**_record(self.first, self.gpu or "", self.sharing, self.smoke, self.rule, self.warmup,
-                          self.command),
+                          self.command, self.util_window_s),
                 "failed": self.failed, "stopped": self.stopped}
 
     def write(self) -> list[str]:

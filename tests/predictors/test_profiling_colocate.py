@@ -75,6 +75,7 @@ def test_measurement_record(smoke_dataset):
     record = json.loads((smoke_dataset / "measurement.json").read_text())
     assert record["device"] == "cpu" and record["smoke"] is True and record["torch"]
     assert {"date_utc", "host", "command", "driver", "cuda", "gpu", "nvml"} <= set(record)
+    assert record["util_min_window_s"] == 1.0
     assert "| torch |" in (smoke_dataset / "MEASUREMENT.md").read_text()
 
 
@@ -130,6 +131,10 @@ def test_colocated_pair_on_gpu(tmp_path):
     assert code == 0 and record["device"] == "cuda" and record["cuda"]
     groups = json.loads((tmp_path / "groups.json").read_text())["groups"]
     assert groups[0]["gmem"] > 0 and all(0 < j["speed"] < 1.5 for j in groups[0]["jobs"])
+    # utilisation rests on a window of a second or more (NVML's samples inside it, or the polled mean)
+    rows = [*json.loads((tmp_path / "groups.json").read_text())["isolated"], *groups]
+    assert all(r["util_source"] in ("nvml_samples", "polled") and r["util_samples"] >= 1 for r in rows)
+    assert all(r["util_window_s"] >= (0.16 if r["util_source"] == "nvml_samples" else 1.0) for r in rows)
 
 
 def test_unknown_model_is_one_clear_line(capsys, tmp_path):
@@ -144,7 +149,8 @@ class _FailingPool:
     def __init__(self, fail=(), hang=()):
         self.fail, self.hang, self.asked = set(fail), set(hang), []
 
-    def measure(self, jobs, *, warmup, steps):
+    def measure(self, jobs, *, warmup, steps, util_window_s):
+        assert util_window_s == 1.0  # the session asks for a utilisation window of a second
         from dltsched.engine.domain.errors import DltschedError
         from dltsched.predictors.profiling.colocate import WorkerTimeout
 
@@ -200,6 +206,8 @@ def test_steptime_csv_carries_scope_n_and_interval(smoke_dataset):
         rows = list(csv.DictReader(fh))
     assert {r["scope"] for r in rows} == {"compute"} and {r["n"] for r in rows} == {"3"}
     assert {r["stop"] for r in rows} == {"steps"}  # smoke: a fixed window
+    # no NVML on a CPU smoke run: the utilisation-window columns are there, unmeasured
+    assert {(r["util_source"], r["util_samples"], r["util_window_s"]) for r in rows} == {("nan",) * 3}
     assert {m.scope for m in read_csv(smoke_dataset / "steptime.csv")} == {"compute"}
 
 
