@@ -130,7 +130,7 @@ class _Solver(PolicyOptions):
                                 description="backend auto: exact solver up to this size")
     min_interval_s: float | Literal["auto"] = Field(
         "auto", description="batch events closer than this to the last solve, seconds >= 0 "
-                            "(auto: 300 s per 128 GPUs, at least 300 s)")
+                            "(auto: 600 s up to shortcuts_above_gpus GPUs, 300 s per 128 GPUs above)")
     max_round_jobs: int | None = Field(256, ge=2, le=1_000_000, description="jobs one solve decides at most")
     shortcuts_above_gpus: int = Field(256, ge=0, le=1_000_000,
                                       description="clusters above this many GPUs start "
@@ -139,6 +139,10 @@ class _Solver(PolicyOptions):
                                  description="a solve for new waiting jobs alone waits (up to "
                                  "round_interval_s after the last) until they are this share of the active "
                                  "jobs (0: at once)")
+    refreeze_step: float = Field(0.02, ge=0, le=1,
+                                 description="up to shortcuts_above_gpus GPUs, a running job alone on its "
+                                 "GPUs is priced again for its best freeze level there once it has run this "
+                                 "share of its work (0: every decision point; 1: only solves change levels)")
     deterministic: bool = Field(True,
                                 description="reproducible solves (one worker, deterministic time budget)")
 

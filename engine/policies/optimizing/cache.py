@@ -16,7 +16,9 @@ for the cache's life, so a kept answer is what asking again would give:
   the job's progress); the node types of one GPU type it is priced on are kept per node types object;
 - a job's reference rate: the job, under the node types and the memory version of the last ask (a change of
   either drops every rate);
-- whether a running job sits on its fastest type: the job, its GPUs and the memory version.
+- whether a running job sits on its fastest type: the job, its GPUs and the memory version;
+- a waiting job's predicted remaining time: the job, its remaining iterations, the cluster object and the
+  memory version.
 
 A memo that grows past :attr:`PredictionCache.MAX_ENTRIES` entries is emptied.
 """
@@ -69,6 +71,8 @@ class PredictionCache:
         self._best: dict[tuple[Any, ...], JobOption | None] = {}
         self._fastest: dict[tuple[str, tuple[int, ...], int], bool] = {}
         self._one_type: tuple[int, dict[str, NodeTypes]] | None = None
+        self._waiting_left: dict[tuple[str, float], float] = {}
+        self._waiting_version: tuple[int, int] | None = None
 
     def best_in_place(self, js: JobState, types: NodeTypes, gpu_type: str,
                       options: RoundOptions) -> JobOption | None:
@@ -220,5 +224,13 @@ class PredictionCache:
         if js.assignment is not None:
             now = state.cluster.gpu_type_of(js.assignment.gpus[0])
             return js.remaining_iterations * est.step_time_s(js.job, now)
-        types = est.candidate_types(js.job, state.cluster)
-        return js.remaining_iterations * est.step_time_s(js.job, types[0]) if types else math.inf
+        version = (id(state.cluster), memory_observations_version())
+        if self._waiting_version != version or len(self._waiting_left) > self.MAX_ENTRIES:
+            self._waiting_left, self._waiting_version = {}, version
+        key = (js.job.id, js.remaining_iterations)
+        left = self._waiting_left.get(key)
+        if left is None:
+            types = est.candidate_types(js.job, state.cluster)
+            left = self._waiting_left[key] = \
+                js.remaining_iterations * est.step_time_s(js.job, types[0]) if types else math.inf
+        return left

@@ -13,11 +13,12 @@ Which decision points solve, and which jobs a solving round holds, is the workin
 (:mod:`dltsched.engine.policies.optimizing.trigger`); what the policy predicts and prices between solves
 is kept by its prediction cache (:mod:`dltsched.engine.policies.optimizing.cache`).
 
-Events closer than ``min_interval_s`` (``auto``, the default: 300 s up to 128 GPUs, 300 s per 128 GPUs
-above) to the last solve are batched: running jobs stay, new arrivals start as settled starts (below) when
-they can, else greedily on free GPUs (shortest predicted remaining time first under the ``jct`` objective,
-longest first under the makespan configuration ``effective_progress`` with a ``length_weight``, else in
-arrival order), and the next solve sees everything. A decision point that triggers no solve does the same.
+Events closer than ``min_interval_s`` (``auto``, the default: 600 s up to ``shortcuts_above_gpus`` GPUs,
+300 s per 128 GPUs above) to the last solve are batched: running jobs stay, new arrivals start as settled
+starts (below) when they can, else greedily on free GPUs (shortest predicted remaining time first under the
+``jct`` objective, longest first under the makespan configuration ``effective_progress`` with a
+``length_weight``, else in arrival order), and the next solve sees everything. A decision point that
+triggers no solve does the same.
 
 Batched arrivals. A solve triggered by ``new_waiting`` waits while the jobs no solve has seen waiting are
 fewer than ``arrival_share`` (5%) of the active jobs and the last solve is less than ``round_interval_s``
@@ -41,8 +42,9 @@ is large enough. Placing such a job takes only idle GPUs, and no objective value
 
 Freeze levels between solves. Up to ``shortcuts_above_gpus`` GPUs, a running job that may freeze and holds
 its GPUs alone runs at its best freeze level where it is: at each decision point without a solve, and for the
-running jobs a solving round leaves out, the policy prices it again once its progress has grown by
-``refreeze_step`` (2%) since it was last priced there, and changes its level in place (a freeze change keeps
+running jobs a solving round leaves out, the policy prices it again once it has run ``refreeze_step`` (2%) of
+its work since it was last priced there (at its predicted unfrozen speed: no job's progress is read before
+then), and changes its level in place (a freeze change keeps
 the job's GPUs: no restart) when another level of its GPU type progresses faster
 (:meth:`~dltsched.engine.policies.optimizing.cache.PredictionCache.best_in_place`). That is the level a solve
 keeping it there would choose: its frozen penalty falls as it progresses, so later levels pay off later, and
@@ -81,14 +83,17 @@ log = logging.getLogger("dltsched.engine.policies.optimizing")
 #: about as much on a large cluster, whose events come faster, as on a small one
 AUTO_INTERVAL_GPUS = 128
 AUTO_INTERVAL_S = 300.0
+#: the ``auto`` cadence up to ``shortcuts_above_gpus`` GPUs: a solve at most every this many seconds (running
+#: jobs alone take their best freeze levels between solves, which the solves at the shorter cadence did)
+SMALL_CLUSTER_INTERVAL_S = 600.0
 #: clusters above this many GPUs use the speed shortcuts (settled starts, roomy rounds, movers waiting for
 #: the periodic round): they trade schedule quality for speed
 SHORTCUTS_ABOVE_GPUS = 256
 #: batched arrivals (see :class:`OptimizingPolicy`): a solve for new waiting jobs alone waits, up to
 #: ``round_interval_s`` after the last solve, until they are at least this share of the active jobs
 ARRIVAL_SHARE = 0.05
-#: freeze levels between solves (see :class:`OptimizingPolicy`): a running job is priced again once its
-#: progress has grown by this fraction since it was last priced where it runs
+#: freeze levels between solves (see :class:`OptimizingPolicy`): a running job is priced again once it has run
+#: this share of its work (at its predicted speed) since it was last priced where it runs
 REFREEZE_STEP = 0.02
 #: what the policy asks of its solver (:class:`~dltsched.engine.domain.protocols.RoundSolver`)
 ROUND_SOLVER_MEMBERS = ("objective", "options", "with_options", "marks_colocation_fallbacks", "solve")
@@ -106,7 +111,8 @@ class OptimizingPolicy:
     predictors
         Price the rounds and the greedy starts between them (default: the packaged ones).
     min_interval_s
-        Seconds between solves at least; ``auto``: 300 s per 128 GPUs, at least 300 s.
+        Seconds between solves at least; ``auto``: 600 s up to ``shortcuts_above_gpus`` GPUs, 300 s per 128
+        GPUs above.
     round_interval_s
         The periodic round's interval (``None``: none).
     max_round_jobs
@@ -119,9 +125,9 @@ class OptimizingPolicy:
         Batched arrivals: a solve for new waiting jobs waits until they are this share of the active jobs,
         or the periodic round (:data:`ARRIVAL_SHARE`; 0: every arrival is solved at once).
     refreeze_step
-        Freeze levels between solves: a running job's progress since it was last priced where it runs before
-        it is priced again (:data:`REFREEZE_STEP`; 0: at every decision point; 1: never, only solves change
-        freeze levels).
+        Freeze levels between solves: the share of a running job's work it runs (at its predicted speed) after
+        it was last priced where it runs before it is priced again (:data:`REFREEZE_STEP`; 0: at every
+        decision point; 1: never, only solves change freeze levels).
 
     Raises
     ------
@@ -149,15 +155,15 @@ class OptimizingPolicy:
         gap = self.min_interval_s
         if gap != "auto" and (isinstance(gap, bool) or not isinstance(gap, int | float)
                               or not 0 <= gap < math.inf):
-            raise ValidationError("min_interval_s", f"{gap!r} not understood; seconds >= 0, or auto (300 s "
-                                  "per 128 GPUs, at least 300 s)")
+            raise ValidationError("min_interval_s", f"{gap!r} not understood; seconds >= 0, or auto (600 s "
+                                  "up to shortcuts_above_gpus GPUs, 300 s per 128 GPUs above)")
         share = self.arrival_share
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
             raise ValidationError("arrival_share", f"{share!r} not understood; a share of the active jobs in "
                                   "[0, 1] (0: every arrival is solved at once)")
         step = self.refreeze_step
         if isinstance(step, bool) or not isinstance(step, int | float) or not 0 <= step <= 1:
-            raise ValidationError("refreeze_step", f"{step!r} not understood; a share of a job's progress in "
+            raise ValidationError("refreeze_step", f"{step!r} not understood; a share of a job's work in "
                                   "[0, 1] (0: at every decision point; 1: only solves change freeze levels)")
         missing = [m for m in ROUND_SOLVER_MEMBERS if not hasattr(self.solver, m)]
         if missing:
@@ -175,7 +181,7 @@ class OptimizingPolicy:
         self.batched_arrivals = 0
         #: running jobs whose freeze level changed in place between solves (or while a round left them out)
         self.refrozen = 0
-        #: per running job that may freeze, where and at what progress it was last priced (its GPUs, level)
+        #: per running job that may freeze, where it was last priced (its GPUs, level) and when it is next
         self._freeze_priced: dict[str, tuple[tuple[int, ...], int, float]] = {}
 
     @property
@@ -285,28 +291,27 @@ class OptimizingPolicy:
             return plan
         placements = state.placements_by_id()
         on = state.jobs_on_gpus()
-        priced, step = self._freeze_priced, self.refreeze_step
+        priced, now = self._freeze_priced, state.time_s
         progress: Any = None
         changes: dict[str, Assignment] = {}
         for k in freezing:
             a = placements[k]
             last = priced.get(k)
-            if last is not None and last[0] == a.gpus and last[1] == a.freeze_level:
-                if progress is None:
-                    progress = state.running_states()
-                if progress[k].progress - last[2] < step:
-                    continue
+            if last is not None and last[0] == a.gpus and last[1] == a.freeze_level and now < last[2]:
+                continue
             if any(len(on[g]) > 1 for g in a.gpus):
                 continue  # a co-located job's level is weighed with its partners': left to the solves
             if progress is None:
                 progress = state.running_states()
-            js = progress[k]
             gpu_type = state.cluster.gpu_type_of(a.gpus[0])
             types = self.cache.node_types(state)
-            best = self.cache.best_in_place(js, types, gpu_type, self.solver.options) \
+            best = self.cache.best_in_place(progress[k], types, gpu_type, self.solver.options) \
                 if gpu_type in types.total else None
             level = a.freeze_level if best is None else best.freeze_level
-            priced[k] = (a.gpus, level, js.progress)
+            job = specs[k]  # priced again once it has run refreeze_step of its work at its predicted speed
+            priced[k] = (a.gpus, level,
+                         now + self.refreeze_step * job.total_iterations * self.cache.estimates.step_time_s(
+                             job, gpu_type))
             if level != a.freeze_level:
                 changes[k] = Assignment(k, a.gpus, level)
         if len(priced) > 2 * len(specs) + 64:  # forget finished jobs
@@ -384,9 +389,11 @@ class OptimizingPolicy:
         return state.cluster.num_gpus > self.shortcuts_above_gpus
 
     def _min_interval(self, state: ClusterState) -> float:
-        """``min_interval_s``; ``auto``: :data:`AUTO_INTERVAL_S` per :data:`AUTO_INTERVAL_GPUS` GPUs, at
-        least that."""
+        """``min_interval_s``; ``auto``: :data:`SMALL_CLUSTER_INTERVAL_S` up to ``shortcuts_above_gpus`` GPUs,
+        else :data:`AUTO_INTERVAL_S` per :data:`AUTO_INTERVAL_GPUS` GPUs, at least that."""
         if self.min_interval_s == "auto":
+            if not self._at_scale(state):
+                return SMALL_CLUSTER_INTERVAL_S
             return AUTO_INTERVAL_S * max(1.0, state.cluster.num_gpus / AUTO_INTERVAL_GPUS)
         return float(self.min_interval_s)
 
@@ -407,12 +414,12 @@ class OptimizingPolicy:
         Returns
         -------
         dict
-            The working set's state (:meth:`WorkingSet.state_dict`) and where and at what progress each
-            running job that may freeze was last priced (``freeze_priced``).
+            The working set's state (:meth:`WorkingSet.state_dict`) and, per running job that may freeze,
+            where it was last priced and when it is priced next (``freeze_priced``).
         """
         return self.working_set.state_dict() | {"freeze_priced": {
-            k: {"gpus": list(gpus), "level": level, "progress": p}
-            for k, (gpus, level, p) in sorted(self._freeze_priced.items())}}
+            k: {"gpus": list(gpus), "level": level, "next_s": t}
+            for k, (gpus, level, t) in sorted(self._freeze_priced.items())}}
 
     def load_state_dict(self, data: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`'s output.
@@ -423,5 +430,5 @@ class OptimizingPolicy:
             What :meth:`state_dict` gave.
         """
         self.working_set.load_state_dict(data)
-        self._freeze_priced = {k: (tuple(int(g) for g in d["gpus"]), int(d["level"]), float(d["progress"]))
+        self._freeze_priced = {k: (tuple(int(g) for g in d["gpus"]), int(d["level"]), float(d["next_s"]))
                                for k, d in data.get("freeze_priced", {}).items()}
