@@ -130,7 +130,7 @@ class _Solver(PolicyOptions):
                                 description="backend auto: exact solver up to this size")
     min_interval_s: float | Literal["auto"] = Field(
         "auto", description="batch events closer than this to the last solve, seconds >= 0 "
-                            "(auto: 600 s up to shortcuts_above_gpus GPUs, 300 s per 128 GPUs above)")
+                            "(auto: 300 s per 128 GPUs, at least 300 s)")
     max_round_jobs: int | None = Field(256, ge=2, le=1_000_000, description="jobs one solve decides at most")
     shortcuts_above_gpus: int = Field(256, ge=0, le=1_000_000,
                                       description="clusters above this many GPUs start "

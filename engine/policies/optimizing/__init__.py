@@ -20,13 +20,12 @@ from dltsched.engine.policies.optimizing.policy import (
     AUTO_INTERVAL_GPUS,
     AUTO_INTERVAL_S,
     SHORTCUTS_ABOVE_GPUS,
-    SMALL_CLUSTER_INTERVAL_S,
     OptimizingPolicy,
 )
 from dltsched.engine.policies.optimizing.trigger import Idle, WorkingSet, sharing_groups
 
-__all__ = ["AUTO_INTERVAL_GPUS", "AUTO_INTERVAL_S", "SHORTCUTS_ABOVE_GPUS", "SMALL_CLUSTER_INTERVAL_S",
-           "Idle", "OptimizingPolicy", "PredictionCache", "WorkingSet", "sharing_groups"]
+__all__ = ["AUTO_INTERVAL_GPUS", "AUTO_INTERVAL_S", "SHORTCUTS_ABOVE_GPUS", "Idle", "OptimizingPolicy",
+           "PredictionCache", "WorkingSet", "sharing_groups"]
 
 
 def __getattr__(name: str) -> Any:

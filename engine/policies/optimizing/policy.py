@@ -13,8 +13,8 @@ Which decision points solve, and which jobs a solving round holds, is the workin
 (:mod:`dltsched.engine.policies.optimizing.trigger`); what the policy predicts and prices between solves
 is kept by its prediction cache (:mod:`dltsched.engine.policies.optimizing.cache`).
 
-Events closer than ``min_interval_s`` (``auto``, the default: 600 s up to ``shortcuts_above_gpus`` GPUs,
-300 s per 128 GPUs above) to the last solve are batched: running jobs stay, new arrivals start as settled
+Events closer than ``min_interval_s`` (``auto``, the default: 300 s up to 128 GPUs, 300 s per 128 GPUs
+above) to the last solve are batched: running jobs stay, new arrivals start as settled
 starts (below) when they can, else greedily on free GPUs (shortest predicted remaining time first under the
 ``jct`` objective, longest first under the makespan configuration ``effective_progress`` with a
 ``length_weight``, else in arrival order), and the next solve sees everything. A decision point that
@@ -83,9 +83,6 @@ log = logging.getLogger("dltsched.engine.policies.optimizing")
 #: about as much on a large cluster, whose events come faster, as on a small one
 AUTO_INTERVAL_GPUS = 128
 AUTO_INTERVAL_S = 300.0
-#: the ``auto`` cadence up to ``shortcuts_above_gpus`` GPUs: a solve at most every this many seconds (running
-#: jobs alone take their best freeze levels between solves, which the solves at the shorter cadence did)
-SMALL_CLUSTER_INTERVAL_S = 600.0
 #: clusters above this many GPUs use the speed shortcuts (settled starts, roomy rounds, movers waiting for
 #: the periodic round): they trade schedule quality for speed
 SHORTCUTS_ABOVE_GPUS = 256
@@ -111,8 +108,7 @@ class OptimizingPolicy:
     predictors
         Price the rounds and the greedy starts between them (default: the packaged ones).
     min_interval_s
-        Seconds between solves at least; ``auto``: 600 s up to ``shortcuts_above_gpus`` GPUs, 300 s per 128
-        GPUs above.
+        Seconds between solves at least; ``auto``: 300 s per 128 GPUs, at least 300 s.
     round_interval_s
         The periodic round's interval (``None``: none).
     max_round_jobs
@@ -155,8 +151,8 @@ class OptimizingPolicy:
         gap = self.min_interval_s
         if gap != "auto" and (isinstance(gap, bool) or not isinstance(gap, int | float)
                               or not 0 <= gap < math.inf):
-            raise ValidationError("min_interval_s", f"{gap!r} not understood; seconds >= 0, or auto (600 s "
-                                  "up to shortcuts_above_gpus GPUs, 300 s per 128 GPUs above)")
+            raise ValidationError("min_interval_s", f"{gap!r} not understood; seconds >= 0, or auto (300 s "
+                                  "per 128 GPUs, at least 300 s)")
         share = self.arrival_share
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
             raise ValidationError("arrival_share", f"{share!r} not understood; a share of the active jobs in "
@@ -389,11 +385,9 @@ class OptimizingPolicy:
         return state.cluster.num_gpus > self.shortcuts_above_gpus
 
     def _min_interval(self, state: ClusterState) -> float:
-        """``min_interval_s``; ``auto``: :data:`SMALL_CLUSTER_INTERVAL_S` up to ``shortcuts_above_gpus`` GPUs,
-        else :data:`AUTO_INTERVAL_S` per :data:`AUTO_INTERVAL_GPUS` GPUs, at least that."""
+        """``min_interval_s``; ``auto``: :data:`AUTO_INTERVAL_S` per :data:`AUTO_INTERVAL_GPUS` GPUs, at
+        least that."""
         if self.min_interval_s == "auto":
-            if not self._at_scale(state):
-                return SMALL_CLUSTER_INTERVAL_S
             return AUTO_INTERVAL_S * max(1.0, state.cluster.num_gpus / AUTO_INTERVAL_GPUS)
         return float(self.min_interval_s)
 

@@ -340,26 +340,6 @@ def test_a_mover_waits_for_the_periodic_round(backend):
     assert policy.solve_log[-1]["trigger"] == "movers" and plan.by_job()["j"].gpus == (1,)
 
 
-def test_auto_cadence_is_600_s_up_to_the_shortcuts_size(backend):
-    # 64 v100s, one busy, g waits (a 64-GPU gang): after w1's solve at 0 s, w2 and w3 arriving at 500 s wait
-    # for the cadence (they start greedily), w4 and w5 at 700 s are solved (above 256 GPUs: see below)
-    cluster = Cluster(tuple(Node(f"n{i}", "v100", 8) for i in range(8)))
-    tables = Tables(step_s={k: [1.0] for k in ("r", "g", "w1", "w2", "w3", "w4", "w5")})
-    r = JobState(Job("r", "resnet18", 32, 1e5), 1e5, assignment=Assignment("r", (0,)))
-    g = JobState(Job("g", "resnet18", 32, 1e7, num_gpus=64), 1e7)  # waits: a solve has seen it, no settling
-
-    def at(time_s: float, *waiting: str) -> ClusterState:
-        return ClusterState(time_s, cluster, (r, g, *(JobState(Job(k, "resnet18", 32, 1e5), 1e5)
-                                                      for k in waiting)))
-
-    policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, max_jobs_per_gpu=1, backend=backend,
-                               arrival_share=0.0)
-    policy.schedule(at(0.0, "w1"))
-    assert {a.job_id for a in policy.schedule(at(500.0, "w2", "w3")).assignments} == {"w2", "w3"}
-    policy.schedule(at(700.0, "w4", "w5"))
-    assert [e["time_s"] for e in policy.solve_log] == [0.0, 700.0]
-
-
 def test_auto_cadence_scales_with_the_cluster(backend):
     # 512 busy v100 GPUs (64 nodes of 8): auto gives a solve at most every 300 x 512 / 128 = 1,200 s; an
     # arrival 600 s after a solve waits for the next at 1,200 s (rounds stay within max_round_jobs, 256)
@@ -409,7 +389,7 @@ def test_on_a_small_cluster_an_arrival_is_solved_while_another_job_waits(backend
     w = JobState(Job("w", "resnet18", 32, 1e4), 1e4)
     policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, max_jobs_per_gpu=1, backend=backend)
     assert "g" not in policy.schedule(ClusterState(0.0, cluster, (x, g))).by_job()
-    policy.schedule(ClusterState(700.0, cluster, (x, g, w)))  # past the auto cadence's 600 s
+    policy.schedule(ClusterState(400.0, cluster, (x, g, w)))
     assert policy.settled_starts == 0 and [e["trigger"] for e in policy.solve_log] == ["new_waiting"] * 2
 
 
@@ -521,7 +501,7 @@ def test_a_lone_arrival_waits_for_more_or_the_periodic_round_and_starts_greedily
     # greedily on a free GPU without a solve; two at once (w2, w3: 2 >= 1.15 of 23) are solved; w4, arriving
     # 1,800 s (round_interval_s) after the last solve, is solved however few it is
     policy = optimizing_policy(_batch_tables().bundle(), time_limit_s=1.0, max_jobs_per_gpu=1,
-                               backend=backend, min_interval_s=300)
+                               backend=backend)
     policy.schedule(_batch_state(0.0, ("w0",)))
     assert [e["trigger"] for e in policy.solve_log] == ["new_waiting"]
     plan = policy.schedule(_batch_state(400.0, ("w1",)))
@@ -535,7 +515,7 @@ def test_a_lone_arrival_waits_for_more_or_the_periodic_round_and_starts_greedily
 
 def test_without_batching_every_arrival_is_solved_at_once(backend):
     policy = optimizing_policy(_batch_tables().bundle(), time_limit_s=1.0, max_jobs_per_gpu=1,
-                               backend=backend, arrival_share=0.0, min_interval_s=300)
+                               backend=backend, arrival_share=0.0)
     policy.schedule(_batch_state(0.0, ("w0",)))
     policy.schedule(_batch_state(400.0, ("w1",)))
     assert len(policy.solve_log) == 2 and policy.batched_arrivals == 0
