@@ -139,6 +139,10 @@ class _Solver(PolicyOptions):
                                  description="a solve for new waiting jobs alone waits (up to "
                                  "round_interval_s after the last) until they are this share of the active "
                                  "jobs (0: at once)")
+    refreeze_step: float = Field(0.02, ge=0, le=1,
+                                 description="up to shortcuts_above_gpus GPUs, a running job alone on its "
+                                 "GPUs is priced again for its best freeze level there once it has run this "
+                                 "share of its work (0: every decision point; 1: only solves change levels)")
     deterministic: bool = Field(True,
                                 description="reproducible solves (one worker, deterministic time budget)")
 

@@ -39,7 +39,10 @@ HELD_OUT = (Window("w1", 1_000_000, 500, 64, 41), Window("w2", 2_500_000, 700, 1
             Window("w5", 7_500_000, 800, 192, 45))
 #: the window the speed work was tuned on (not held out)
 TUNING = Window("tuning", 9_000_000, 500, 64, 31)
-WINDOWS = {w.name: w for w in (*HELD_OUT, TUNING)}
+#: the other windows choices are made on (not held out; see docs/speed.md): a burst, a larger cluster
+TUNING_MORE = (Window("t2", 8_200_000, 400, 128, 52), Window("t3", 8_600_000, 600, 192, 54),
+               Window("t4", 3_000_000, 700, 128, 56), Window("t5", 6_500_000, 900, 256, 57))
+WINDOWS = {w.name: w for w in (*HELD_OUT, TUNING, *TUNING_MORE)}
 
 
 def run_window(window: Window, policies: tuple[str, ...], *, bundle: str, data_dir: str | None,
@@ -91,26 +94,33 @@ def run_window(window: Window, policies: tuple[str, ...], *, bundle: str, data_d
 @click.option("--max-jobs", type=click.IntRange(1, 100_000), default=None,
               help="At most this many jobs of each window (a quick look; the figures are those "
                    "of whole windows).")
+@click.option("--option", "options", multiple=True,
+              help="KEY=VALUE option of the optimizing policy, repeatable (e.g. arrival_share=0): compares a "
+                   "setting with the references on the same windows.")
 @click.option("--data-dir", type=click.Path(file_okay=False))
 @click.option("--predictors", "bundle", default=None,
               help="Predictor bundle (default: crossfit when a data folder is found, else default).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def bench_windows(ctx: click.Context, names: tuple[str, ...], references: tuple[str, ...],
-                  max_jobs: int | None, data_dir: str | None, bundle: str | None, as_json: bool) -> None:
+                  max_jobs: int | None, options: tuple[str, ...], data_dir: str | None, bundle: str | None,
+                  as_json: bool) -> None:
     """The optimizing policy on held-out Philly windows beside reference policies run in the same process:
     per window the simulation seconds of each, the optimizing/reference ratios, rounds, solves, milliseconds
     per round, seconds inside the solver (``solver_s``) and average JCT."""
+    from dltsched.engine.app.cli.simulate import parse_options
     from dltsched.engine.app.registry import check_predictors, default_bench_predictors
+    from dltsched.engine.app.vocabulary import options_by_name
 
     chosen = [WINDOWS[n] for n in names] if names else list(HELD_OUT)
     if max_jobs is not None:
         chosen = [replace(w, jobs=min(w.jobs, max_jobs)) for w in chosen]
     bundle = check_predictors(bundle) if bundle else default_bench_predictors(data_dir)
     policies = ("optimizing", *dict.fromkeys(r for r in references if r != "optimizing"))
+    chosen_options = options_by_name(["optimizing"], parse_options(options), "--option")
     rows = []
     for window in chosen:
-        row = run_window(window, policies, bundle=bundle, data_dir=data_dir, options={})
+        row = run_window(window, policies, bundle=bundle, data_dir=data_dir, options=chosen_options)
         rows.append(row)
         if not (ctx.obj or {}).get("quiet") and not as_json:
             ratios = ", ".join(f"/{r} {row[f'optimizing_over_{r}']:.1f}x" for r in policies[1:])

@@ -10,13 +10,17 @@ for the cache's life, so a kept answer is what asking again would give:
 
 - node types: the cluster object and its down GPUs;
 - a job's best option alone: the job, its remaining iterations, the node types, the run's memory-measurement
-  version (:func:`~dltsched.engine.domain.predictors.memory_observations_version`) and its profile count
-  (:func:`~dltsched.engine.domain.profiles.current_profiles`);
+  version (:func:`~dltsched.engine.domain.predictors.memory_observations_version`), its profile count
+  (:func:`~dltsched.engine.domain.profiles.current_profiles`) and the round settings;
+- a running job's best option where it runs (:meth:`PredictionCache.best_in_place`): not kept (it moves with
+  the job's progress); the node types of one GPU type it is priced on are kept per node types object;
 - a job's reference rate: the job, under the node types and the memory version of the last ask (a change of
   either drops every rate);
 - whether a running job sits on its fastest type: the job, its GPUs and the memory version;
 - the waiting jobs by predicted remaining time: the queue (a simulator hands the same tuple while it does not
-  change), each job's key per job state, under the cluster and the memory version.
+  change), each job's key per job state, under the cluster and the memory version;
+- a waiting job's predicted remaining time: the job, its remaining iterations, the cluster object and the
+  memory version.
 
 A memo that grows past :attr:`PredictionCache.MAX_ENTRIES` entries is emptied.
 """
@@ -72,6 +76,41 @@ class PredictionCache:
         self._order: tuple[object, tuple[int, int, bool], tuple[JobState, ...]] | None = None
         self._order_keys: dict[int, tuple[JobState, tuple[float, float, str]]] = {}
         self._order_version: tuple[int, int] | None = None
+        self._one_type: tuple[int, dict[str, NodeTypes]] | None = None
+        self._waiting_left: dict[tuple[str, float], float] = {}
+        self._waiting_version: tuple[int, int] | None = None
+
+    def best_in_place(self, js: JobState, types: NodeTypes, gpu_type: str,
+                      options: RoundOptions) -> JobOption | None:
+        """The option at which ``js`` progresses fastest alone on GPUs of ``gpu_type``: its best freeze level
+        there (:func:`~dltsched.formulations.pipeline.best_alone` on that type's nodes alone).
+
+        Parameters
+        ----------
+        js
+            The job (its progress prices its frozen levels).
+        types
+            The node types (:meth:`node_types`).
+        gpu_type
+            The GPU type it runs on.
+        options
+            The round settings the option must meet.
+
+        Returns
+        -------
+        JobOption or None
+            The option; ``None``: no option of the type fits.
+        """
+        if self._one_type is None or self._one_type[0] != id(types):
+            self._one_type = (id(types), {})
+        per_type = self._one_type[1]
+        one = per_type.get(gpu_type)
+        if one is None:
+            one = per_type[gpu_type] = NodeTypes({gpu_type: types.nodes[gpu_type]},
+                                                 {gpu_type: types.largest[gpu_type]},
+                                                 {gpu_type: types.total[gpu_type]},
+                                                 {gpu_type: types.memory_mib[gpu_type]})
+        return best_alone(js, 0.0, one, self.predictors, options)
 
     def node_types(self, state: ClusterState) -> NodeTypes:
         """The GPU classes of ``state`` per type (:func:`~dltsched.formulations.pipeline.node_types`).
@@ -112,7 +151,8 @@ class PredictionCache:
         JobOption or None
             The option; ``None``: no option fits.
         """
-        key = (js.job.id, js.remaining_iterations, id(types), memory_observations_version(), _profiles())
+        key = (js.job.id, js.remaining_iterations, id(types), memory_observations_version(), _profiles(),
+               options.freeze_levels)
         if key not in self._best:
             if len(self._best) > self.MAX_ENTRIES:
                 self._best.clear()
@@ -228,5 +268,13 @@ class PredictionCache:
         if js.assignment is not None:
             now = state.cluster.gpu_type_of(js.assignment.gpus[0])
             return js.remaining_iterations * est.step_time_s(js.job, now)
-        types = est.candidate_types(js.job, state.cluster)
-        return js.remaining_iterations * est.step_time_s(js.job, types[0]) if types else math.inf
+        version = (id(state.cluster), memory_observations_version())
+        if self._waiting_version != version or len(self._waiting_left) > self.MAX_ENTRIES:
+            self._waiting_left, self._waiting_version = {}, version
+        key = (js.job.id, js.remaining_iterations)
+        left = self._waiting_left.get(key)
+        if left is None:
+            types = est.candidate_types(js.job, state.cluster)
+            left = self._waiting_left[key] = \
+                js.remaining_iterations * est.step_time_s(js.job, types[0]) if types else math.inf
+        return left

@@ -14,10 +14,11 @@ Which decision points solve, and which jobs a solving round holds, is the workin
 is kept by its prediction cache (:mod:`dltsched.engine.policies.optimizing.cache`).
 
 Events closer than ``min_interval_s`` (``auto``, the default: 300 s up to 128 GPUs, 300 s per 128 GPUs
-above) to the last solve are batched: running jobs stay, new arrivals start as settled starts (below) when
-they can, else greedily on free GPUs (shortest predicted remaining time first under the ``jct`` objective,
-longest first under the makespan configuration ``effective_progress`` with a ``length_weight``, else in
-arrival order), and the next solve sees everything. A decision point that triggers no solve does the same.
+above) to the last solve are batched: running jobs stay, new arrivals start as settled
+starts (below) when they can, else greedily on free GPUs (shortest predicted remaining time first under the
+``jct`` objective, longest first under the makespan configuration ``effective_progress`` with a
+``length_weight``, else in arrival order), and the next solve sees everything. A decision point that
+triggers no solve does the same.
 
 Batched arrivals. A solve triggered by ``new_waiting`` waits while the jobs no solve has seen waiting are
 fewer than ``arrival_share`` (5%) of the active jobs and the last solve is less than ``round_interval_s``
@@ -26,13 +27,29 @@ decision points), and the solve comes when enough of them wait or at the periodi
 changes a round of many jobs little; solving each one cost the policy most of its time on busy windows
 (``docs/speed.md``: up to 40% fewer solves on the Philly windows measured there, average JCT within 1%).
 
-Settled starts. On a large cluster, a solve triggered by ``new_waiting`` alone (no movers) is skipped when
-every waiting job can start alone on idle GPUs at its best unfrozen option - the GPU type on which it
-progresses fastest at freeze level 0 (:func:`~dltsched.formulations.pipeline.best_alone`), in one node when
-a node of the type is large enough - all at once, most urgent first: they start there (``settled_starts``
-counts these decision points). Placing such a job takes only idle GPUs, and no plan values its type higher;
-what a solve could still change is its freeze level, which the next solve revisits. Freezing is left to the
-solves, which weigh it against the other jobs.
+Settled starts. A solve triggered by ``new_waiting`` alone (no movers) is skipped when the waiting jobs can
+start alone on idle GPUs at their best options, all at once, most urgent first: they start there
+(``settled_starts`` counts these decision points). A job's best option is the one at which it progresses
+fastest alone (:func:`~dltsched.formulations.pipeline.best_alone`), placed in one node when a node of its type
+is large enough. Placing such a job takes only idle GPUs, and no objective values its placement higher.
+
+- Up to ``shortcuts_above_gpus`` GPUs, exactly: only when every waiting job is one no solve has seen (nothing
+  else waits, so nobody else could want those GPUs), at its best option over the freeze levels the rounds
+  offer - the option a solve gives it.
+- On a larger cluster, at its best unfrozen option (freeze level 0), skipping waiting jobs a solve has seen
+  (that solve let them wait): what a solve could still change is the freeze level, which the next solve
+  revisits. Freezing is left to the solves, which weigh it against the other jobs.
+
+Freeze levels between solves. Up to ``shortcuts_above_gpus`` GPUs, a running job that may freeze and holds
+its GPUs alone runs at its best freeze level where it is: at each decision point without a solve, and for the
+running jobs a solving round leaves out, the policy prices it again once it has run ``refreeze_step`` (2%) of
+its work since it was last priced there (at its predicted unfrozen speed: no job's progress is read before
+then), and changes its level in place (a freeze change keeps
+the job's GPUs: no restart) when another level of its GPU type progresses faster
+(:meth:`~dltsched.engine.policies.optimizing.cache.PredictionCache.best_in_place`). That is the level a solve
+keeping it there would choose: its frozen penalty falls as it progresses, so later levels pay off later, and
+a job's term in every objective grows with its rate. Before, only solves moved a job's level, so how often
+jobs froze followed how often the policy solved (``refrozen`` counts the changes).
 """
 
 from __future__ import annotations
@@ -72,6 +89,9 @@ SHORTCUTS_ABOVE_GPUS = 256
 #: batched arrivals (see :class:`OptimizingPolicy`): a solve for new waiting jobs alone waits, up to
 #: ``round_interval_s`` after the last solve, until they are at least this share of the active jobs
 ARRIVAL_SHARE = 0.05
+#: freeze levels between solves (see :class:`OptimizingPolicy`): a running job is priced again once it has run
+#: this share of its work (at its predicted speed) since it was last priced where it runs
+REFREEZE_STEP = 0.02
 #: what the policy asks of its solver (:class:`~dltsched.engine.domain.protocols.RoundSolver`)
 ROUND_SOLVER_MEMBERS = ("objective", "options", "with_options", "marks_colocation_fallbacks", "solve")
 
@@ -100,11 +120,16 @@ class OptimizingPolicy:
     arrival_share
         Batched arrivals: a solve for new waiting jobs waits until they are this share of the active jobs,
         or the periodic round (:data:`ARRIVAL_SHARE`; 0: every arrival is solved at once).
+    refreeze_step
+        Freeze levels between solves: the share of a running job's work it runs (at its predicted speed) after
+        it was last priced where it runs before it is priced again (:data:`REFREEZE_STEP`; 0: at every
+        decision point; 1: never, only solves change freeze levels).
 
     Raises
     ------
     ValidationError
-        When ``max_round_jobs``, ``min_interval_s`` or ``arrival_share`` is not understood, or ``solver``
+        When ``max_round_jobs``, ``min_interval_s``, ``arrival_share`` or ``refreeze_step`` is not understood,
+        or ``solver``
         lacks a member of :class:`~dltsched.engine.domain.protocols.RoundSolver`.
     """
 
@@ -116,6 +141,7 @@ class OptimizingPolicy:
     name: str = "optimizing"
     shortcuts_above_gpus: int = SHORTCUTS_ABOVE_GPUS
     arrival_share: float = ARRIVAL_SHARE
+    refreeze_step: float = REFREEZE_STEP
 
     def __post_init__(self) -> None:
         cap = self.max_round_jobs
@@ -131,6 +157,10 @@ class OptimizingPolicy:
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
             raise ValidationError("arrival_share", f"{share!r} not understood; a share of the active jobs in "
                                   "[0, 1] (0: every arrival is solved at once)")
+        step = self.refreeze_step
+        if isinstance(step, bool) or not isinstance(step, int | float) or not 0 <= step <= 1:
+            raise ValidationError("refreeze_step", f"{step!r} not understood; a share of a job's work in "
+                                  "[0, 1] (0: at every decision point; 1: only solves change freeze levels)")
         missing = [m for m in ROUND_SOLVER_MEMBERS if not hasattr(self.solver, m)]
         if missing:
             raise ValidationError("solver", f"{type(self.solver).__name__} lacks {', '.join(missing)}; a "
@@ -145,6 +175,10 @@ class OptimizingPolicy:
         self.settled_starts = 0
         #: decision points whose new waiting jobs waited for more arrivals (or the periodic round), unsolved
         self.batched_arrivals = 0
+        #: running jobs whose freeze level changed in place between solves (or while a round left them out)
+        self.refrozen = 0
+        #: per running job that may freeze, where it was last priced (its GPUs, level) and when it is next
+        self._freeze_priced: dict[str, tuple[tuple[int, ...], int, float]] = {}
 
     @property
     def skipped_solves(self) -> int:
@@ -167,20 +201,20 @@ class OptimizingPolicy:
         if not state.jobs:
             return Plan()
         work = self.working_set
-        if state.time_s - work.last_solve_s < self._min_interval(state):
-            return self._start_greedily(state)
         at_scale = self._at_scale(state)
+        if state.time_s - work.last_solve_s < self._min_interval(state):
+            return self._start_greedily(state, at_scale)
         trigger = work.trigger(state, round_interval_s=self.round_interval_s, at_scale=at_scale)
         if trigger is None:  # nothing new waits, nobody could move, nothing changed
-            return self._start_greedily(state)
-        if trigger == "new_waiting" and at_scale:
-            plan, settled = self._settled_starts(state)
+            return self._start_greedily(state, at_scale)
+        if trigger == "new_waiting" and (at_scale or not work.movers):
+            plan, settled = self._settled_starts(state, at_scale)
             if settled:  # every new waiting job starts at its best option: no solve can do better for it
                 self.settled_starts += 1
-                return plan
+                return plan if at_scale else self._refreeze(state, plan)
         if trigger == "new_waiting" and self._batched(state):
             self.batched_arrivals += 1
-            return self._start_greedily(state)
+            return self._start_greedily(state, at_scale)
         round_state, kept = work.select(state, max_round_jobs=self.max_round_jobs, at_scale=at_scale,
                                         urgency=self._between_solves_order)
         warm = round_state.current_plan() if any(s.assignment is not None for s in round_state.jobs) else None
@@ -189,6 +223,8 @@ class OptimizingPolicy:
         self.triggers[trigger] = self.triggers.get(trigger, 0) + 1
         if kept:
             plan = replace(plan, assignments=plan.assignments + kept)
+            if not at_scale:
+                plan = self._refreeze(state, plan, only={a.job_id for a in kept})
         if kept or not self.solver.marks_colocation_fallbacks:
             fallbacks = colocation_fallbacks(self.cache.predictors.colocation, plan, state)
         else:  # the solver marked them on this very plan: not priced twice
@@ -228,26 +264,77 @@ class OptimizingPolicy:
                                                     at_scale=at_scale, urgency=self._between_solves_order)
         return round_state, kept, trigger
 
-    def _start_greedily(self, state: ClusterState) -> Plan:
-        """Running jobs stay; waiting jobs start on free GPUs, most urgent first, at freeze level 0 (see the
-        module docstring). Between solves nothing weighs one job's best option against the next job's, so
-        they do not start at their best options alone here."""
+    def _start_greedily(self, state: ClusterState, at_scale: bool) -> Plan:
+        """Running jobs stay (up to ``shortcuts_above_gpus`` GPUs at their best freeze levels, see the module
+        docstring); waiting jobs start on free GPUs, most urgent first, at freeze level 0. Between solves
+        nothing weighs one job's best option against the next job's, so they do not start at their best
+        options alone here."""
         if not state.queued() or not any(state.free_gpus_by_node()):
-            return Plan(incremental=True)
-        return place_exclusive(state, self._between_solves_order(state), self.cache.estimates, blocking=False)
+            plan = Plan(incremental=True)
+        else:
+            plan = place_exclusive(state, self._between_solves_order(state), self.cache.estimates,
+                                   blocking=False)
+        return plan if at_scale else self._refreeze(state, plan)
 
-    def _settled_starts(self, state: ClusterState) -> tuple[Plan, bool]:
-        """Waiting jobs, most urgent first, alone on idle GPUs at their best unfrozen option (the fastest GPU
-        type a round offers them at freeze level 0; in one node when one of the type is large enough). A job
-        a solve has seen waiting is skipped (that solve let it wait); the first job no solve has seen that
-        cannot start so ends the attempt (later ones might take the GPUs a solve would give it). Returns the
-        starts and whether every waiting job no solve has seen started so."""
-        # unfrozen only: freezing is left to the solves, which weigh it against the other jobs
-        options = replace(self.solver.options, freeze_levels=1)
+    def _refreeze(self, state: ClusterState, plan: Plan, only: set[str] | None = None) -> Plan:
+        """``plan`` with the running jobs that hold their GPUs alone at their best freeze levels there (see
+        the module docstring); ``only``: these jobs alone (a round's left-out jobs, which ``plan`` keeps)."""
+        if self.refreeze_step >= 1:
+            return plan
+        specs = state.running_jobs_by_id()
+        freezing = [k for k, job in specs.items() if job.freeze_allowed and (only is None or k in only)]
+        if not freezing:
+            return plan
+        placements = state.placements_by_id()
+        on = state.jobs_on_gpus()
+        priced, now = self._freeze_priced, state.time_s
+        progress: Any = None
+        changes: dict[str, Assignment] = {}
+        for k in freezing:
+            a = placements[k]
+            last = priced.get(k)
+            if last is not None and last[0] == a.gpus and last[1] == a.freeze_level and now < last[2]:
+                continue
+            if any(len(on[g]) > 1 for g in a.gpus):
+                continue  # a co-located job's level is weighed with its partners': left to the solves
+            if progress is None:
+                progress = state.running_states()
+            gpu_type = state.cluster.gpu_type_of(a.gpus[0])
+            types = self.cache.node_types(state)
+            best = self.cache.best_in_place(progress[k], types, gpu_type, self.solver.options) \
+                if gpu_type in types.total else None
+            level = a.freeze_level if best is None else best.freeze_level
+            job = specs[k]  # priced again once it has run refreeze_step of its work at its predicted speed
+            priced[k] = (a.gpus, level,
+                         now + self.refreeze_step * job.total_iterations * self.cache.estimates.step_time_s(
+                             job, gpu_type))
+            if level != a.freeze_level:
+                changes[k] = Assignment(k, a.gpus, level)
+        if len(priced) > 2 * len(specs) + 64:  # forget finished jobs
+            self._freeze_priced = {k: v for k, v in priced.items() if k in specs}
+        if not changes:
+            return plan
+        self.refrozen += len(changes)
+        if only is None:
+            return replace(plan, assignments=plan.assignments + tuple(changes.values()))
+        return replace(plan, assignments=tuple(changes.get(a.job_id, a) for a in plan.assignments))
+
+    def _settled_starts(self, state: ClusterState, at_scale: bool) -> tuple[Plan, bool]:
+        """Waiting jobs, most urgent first, alone on idle GPUs at their best options (in one node when one
+        of the type is large enough; see the module docstring). Up to ``shortcuts_above_gpus`` GPUs, only
+        when no solve has seen any of them, at the freeze levels the rounds offer; on a larger cluster
+        unfrozen, and a job a solve has seen waiting is skipped (that solve let it wait). The first job no
+        solve has seen that cannot start so ends the attempt (later ones might take the GPUs a solve would
+        give it). Returns the starts and whether every waiting job no solve has seen started so."""
+        seen_waiting = self.working_set.seen_waiting
+        options = self.solver.options
+        if at_scale:  # unfrozen only: freezing is left to the solves, which weigh it against the other jobs
+            options = replace(options, freeze_levels=1)
+        elif any(s.job.id in seen_waiting for s in state.queued()):
+            return Plan(incremental=True), False
         cache = self.cache
         types = cache.node_types(state)
         pool = GpuPool.current(state)
-        seen_waiting = self.working_set.seen_waiting
         placed: list[Assignment] = []
         for s in self._between_solves_order(state):
             gpus = None
@@ -319,9 +406,12 @@ class OptimizingPolicy:
         Returns
         -------
         dict
-            The working set's state (:meth:`WorkingSet.state_dict`).
+            The working set's state (:meth:`WorkingSet.state_dict`) and, per running job that may freeze,
+            where it was last priced and when it is priced next (``freeze_priced``).
         """
-        return self.working_set.state_dict()
+        return self.working_set.state_dict() | {"freeze_priced": {
+            k: {"gpus": list(gpus), "level": level, "next_s": t}
+            for k, (gpus, level, t) in sorted(self._freeze_priced.items())}}
 
     def load_state_dict(self, data: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`'s output.
@@ -332,3 +422,5 @@ class OptimizingPolicy:
             What :meth:`state_dict` gave.
         """
         self.working_set.load_state_dict(data)
+        self._freeze_priced = {k: (tuple(int(g) for g in d["gpus"]), int(d["level"]), float(d["next_s"]))
+                               for k, d in data.get("freeze_priced", {}).items()}

@@ -366,12 +366,96 @@ def test_bad_cadence_or_round_size_names_the_field(analytic, key, value):
         optimizing_policy(analytic, **{key: value})
 
 
-def test_small_clusters_take_no_speed_shortcuts(backend):
-    """At or below ``shortcuts_above_gpus`` GPUs (256 by default) an arrival is decided by a solve."""
+def test_on_a_small_cluster_a_lone_arrival_starts_where_a_solve_would_put_it(backend):
+    """At or below ``shortcuts_above_gpus`` GPUs (256 by default), an arrival that idle GPUs hold alone at its
+    best option while nothing else waits starts there without a solve, at the freeze level a solve gives it
+    (level 2: 0.85 / 0.7 beats unfrozen 1 / 1)."""
     state = _arrival_state((0, 1, 2))
     policy = optimizing_policy(_arrival_tables().bundle(), time_limit_s=1.0, backend=backend)
-    policy.schedule(state)
-    assert policy.settled_starts == 0 and [e["trigger"] for e in policy.solve_log] == ["new_waiting"]
+    plan = policy.schedule(state)
+    assert plan.incremental and plan.assignments == (Assignment("w", (3,), 2),)
+    assert not policy.solve_log and policy.settled_starts == 1
+    solved = policy.solver.solve(state).by_job()["w"]
+    assert solved.freeze_level == 2 and state.cluster.gpu_type_of(solved.gpus[0]) == "v100"
+
+
+def test_on_a_small_cluster_an_arrival_is_solved_while_another_job_waits(backend):
+    # g, a 4-GPU gang, cannot start (three v100s idle, one job per GPU, x worth more): a solve lets it wait.
+    # w then arrives and idle GPUs hold it at its best option, but g waits too: a solve decides them both
+    cluster = Cluster((Node("v0", "v100", 4), Node("p0", "p100", 2)))
+    tables = Tables(step_s={"x": [1.0], "g": [1.0], "w": [1.0]}, type_factor={"p100": 1.5})
+    x = JobState(Job("x", "resnet18", 32, 1e4), 1e3, assignment=Assignment("x", (0,)))
+    g = JobState(Job("g", "resnet18", 32, 1e4, num_gpus=4), 1e4)
+    w = JobState(Job("w", "resnet18", 32, 1e4), 1e4)
+    policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, max_jobs_per_gpu=1, backend=backend)
+    assert "g" not in policy.schedule(ClusterState(0.0, cluster, (x, g))).by_job()
+    policy.schedule(ClusterState(400.0, cluster, (x, g, w)))
+    assert policy.settled_starts == 0 and [e["trigger"] for e in policy.solve_log] == ["new_waiting"] * 2
+
+
+class _LaterFreezing(Tables):
+    """Tables whose frozen penalties fall with progress, ``penalty`` x (1 - progress); ``asked`` counts
+    them."""
+
+    asked = 0
+
+    def frozen_penalty(self, job: Job, freeze_level: int, start_progress: float = 0.0) -> float:
+        self.asked += 1
+        return super().frozen_penalty(job, freeze_level) * (1.0 - start_progress)
+
+
+@pytest.mark.parametrize("step", [0.02, 1.0], ids=["between-solves", "only-solves"])
+def test_a_running_job_alone_takes_its_best_freeze_level_in_place_between_solves(backend, step):
+    # f runs alone on GPU 0 at level 0; levels 1-3 are 1.25x faster at penalties of 0.4, 0.6, 0.8 x
+    # (1 - progress): level 1's rate is 0.6 / 0.8 = 0.75 < 1 at the start, 0.88 / 0.8 = 1.1 > 1 at 70%
+    # progress (levels 2 and 3: 1.025 and 0.95). At 400 s (no solve: nothing waits) f goes to level 1 on its
+    # GPU, unless only solves change levels
+    cluster = Cluster((Node("v0", "v100", 2),))
+    tables = _LaterFreezing(step_s={"f": [1.0, 0.8, 0.8, 0.8]}, penalty={"f": [0.0, 0.4, 0.6, 0.8]})
+    job = Job("f", "resnet18", 32, 1e4, freeze_allowed=True, accuracy_budget=0.5)
+    policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, backend=backend, refreeze_step=step)
+
+    def at(time_s: float, left: float, level: int) -> ClusterState:
+        return ClusterState(time_s, cluster, (JobState(job, left, assignment=Assignment("f", (0,), level)),))
+
+    assert policy.schedule(at(0.0, 1e4, 0)).assignments == ()
+    assert policy.schedule(at(200.0, 9.9e3, 0)) == Plan(incremental=True) and policy.refrozen == 0
+    plan = policy.schedule(at(400.0, 3e3, 0))
+    assert not policy.solve_log
+    if step < 1:
+        assert plan == Plan((Assignment("f", (0,), 1),), incremental=True) and policy.refrozen == 1
+        # priced at level 1 at 400 s: not again before it has run 2% of its work (200 s at its predicted 1 s
+        # per iteration), also after a resume; a fresh policy prices it
+        for p in (policy, resumed := optimizing_policy(tables.bundle(), time_limit_s=1.0, backend=backend)):
+            p.load_state_dict(policy.state_dict())
+            asked = tables.asked
+            assert p.schedule(at(500.0, 2.9e3, 1)) == Plan(incremental=True) and tables.asked == asked
+        fresh = optimizing_policy(tables.bundle(), time_limit_s=1.0, backend=backend)
+        fresh.working_set.load_state_dict(policy.working_set.state_dict())
+        assert fresh.schedule(at(500.0, 2.9e3, 1)) == Plan(incremental=True) and tables.asked > asked
+        assert resumed.refrozen == fresh.refrozen == 0
+    else:
+        assert plan == Plan(incremental=True) and policy.refrozen == 0
+
+
+def test_a_co_located_job_keeps_its_freeze_level_between_solves(backend):
+    # f shares GPU 0 with s: its level is weighed with its partner's, which only a solve does
+    cluster = Cluster((Node("v0", "v100", 1),))
+    tables = _LaterFreezing(step_s={"f": [1.0, 0.8, 0.8, 0.8], "s": [1.0]},
+                            penalty={"f": [0.0, 0.4, 0.6, 0.8]})
+    f = JobState(Job("f", "resnet18", 32, 1e4, freeze_allowed=True, accuracy_budget=0.5), 3e3,
+                 assignment=Assignment("f", (0,)))
+    s = JobState(Job("s", "resnet18", 32, 1e4), 1e4, assignment=Assignment("s", (0,)))
+    policy = optimizing_policy(tables.bundle(), time_limit_s=1.0, backend=backend)
+    policy.working_set.last_solve_s = 0.0  # as after a solve: the next decision point is between solves
+    assert policy.schedule(ClusterState(100.0, cluster, (f, s))) == Plan(incremental=True)
+    assert policy.refrozen == 0
+
+
+@pytest.mark.parametrize("step", [-0.1, 1.5, "often", True])
+def test_bad_refreeze_step_names_the_field(analytic, step):
+    with pytest.raises(ValidationError, match="refreeze_step"):
+        optimizing_policy(analytic, refreeze_step=step)
 
 
 def test_length_weight_starts_the_longest_job_first_and_finishes_the_batch_by_its_length(analytic):
@@ -397,21 +481,24 @@ def test_length_weight_starts_the_longest_job_first_and_finishes_the_batch_by_it
 
 
 def _batch_state(time_s: float, waiting: tuple[str, ...]) -> ClusterState:
-    """32 v100s in four nodes; r0..r19 run alone on GPUs 0..19 (none could move faster); ``waiting`` wait."""
+    """32 v100s in four nodes; r0..r19 run alone on GPUs 0..19 (none could move faster); g, a 16-GPU gang of
+    10^7 iterations, waits (never worth starting); ``waiting`` wait too (so an arrival is never settled)."""
     cluster = Cluster(tuple(Node(f"n{i}", "v100", 8) for i in range(4)))
     running = tuple(JobState(Job(f"r{g}", "resnet18", 32, 1e5), 1e5, assignment=Assignment(f"r{g}", (g,)))
                     for g in range(20))
-    return ClusterState(time_s, cluster, (*running, *(JobState(Job(k, "resnet18", 32, 1e5), 1e5)
-                                                      for k in waiting)))
+    gang = JobState(Job("g", "resnet18", 32, 1e7, num_gpus=16), 1e7)
+    return ClusterState(time_s, cluster, (*running, gang, *(JobState(Job(k, "resnet18", 32, 1e5), 1e5)
+                                                            for k in waiting)))
 
 
 def _batch_tables() -> Tables:
-    return Tables(step_s={k: [1.0] for k in (*(f"r{g}" for g in range(20)), "w0", "w1", "w2", "w3", "w4")})
+    return Tables(step_s={k: [1.0] for k in (*(f"r{g}" for g in range(20)), "g",
+                                             *(f"w{i}" for i in range(5)))})
 
 
 def test_a_lone_arrival_waits_for_more_or_the_periodic_round_and_starts_greedily_meanwhile(backend):
-    # after w0's solve at 0 s, one new arrival among 21 active jobs is under 5% of them (1 < 1.05): w1 starts
-    # greedily on a free GPU without a solve; two at once (w2, w3: 2 >= 1.1 of 22) are solved; w4, arriving
+    # after w0's solve at 0 s, one new arrival among 22 active jobs is under 5% of them (1 < 1.1): w1 starts
+    # greedily on a free GPU without a solve; two at once (w2, w3: 2 >= 1.15 of 23) are solved; w4, arriving
     # 1,800 s (round_interval_s) after the last solve, is solved however few it is
     policy = optimizing_policy(_batch_tables().bundle(), time_limit_s=1.0, max_jobs_per_gpu=1,
                                backend=backend)
