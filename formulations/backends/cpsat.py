@@ -22,10 +22,7 @@ it found. Measured on the 1,000-job / 1,024-GPU round of ``bench solve`` (gap li
 spent 1.76 deterministic units and stopped 0.50% below the proven optimum; these settings spend 0.06 units
 and stop 0.09% below it (``docs/round-speed.md``). Rounds of fewer than :data:`FULL_LP_FROM_JOBS` jobs (the
 optimizing policy's working sets) keep CP-SAT's own linearization level: there the full LP bought no speed
-and, on held-out Philly windows, moved the average JCT by more than 1% (``docs/speed.md``). They are solved
-without presolve (:data:`SMALL_ROUND_PARAMETERS`): with dominated candidates already left out, presolving such
-a round cost more than it saved (12-31% of the optimizing policy's CPU on the tuning windows, average JCT
-within 1%; ``docs/speed.md``).
+and, on held-out Philly windows, moved the average JCT by more than 1% (``docs/speed.md``).
 
 The hint (the round's starting selection) is handed to CP-SAT as a solution hint when
 :attr:`CpSat.use_hint` is set; the registered backend leaves it unset, as it searches better without one
@@ -68,11 +65,8 @@ WALL_CAP_FACTOR = 10.0
 #: CP-SAT parameters set on every solve (see the module docstring); a subclass may change them
 SEARCH_PARAMETERS: dict[str, int | bool] = {"linearization_level": 2, "cp_model_probing_level": 0,
                                            "find_big_linear_overlap": False, "max_presolve_iterations": 1}
-#: rounds of fewer jobs than this keep CP-SAT's own ``linearization_level`` and take
-#: :data:`SMALL_ROUND_PARAMETERS` (see the module docstring)
+#: rounds of fewer jobs than this keep CP-SAT's own ``linearization_level`` (see the module docstring)
 FULL_LP_FROM_JOBS = 512
-#: CP-SAT parameters set on the solves of rounds of fewer than :data:`FULL_LP_FROM_JOBS` jobs
-SMALL_ROUND_PARAMETERS: dict[str, int | bool] = {"cp_model_presolve": False}
 #: the least wall-clock time a solve is given (a round whose building took its whole limit)
 _LEAST_S = 0.01
 
@@ -90,32 +84,10 @@ class CpSat(Backend):
     leave_out_dominated = True
     #: CP-SAT parameters set on every solve (default :data:`SEARCH_PARAMETERS`)
     search_parameters: ClassVar[dict[str, int | bool]] = SEARCH_PARAMETERS
-    #: CP-SAT parameters set on the solves of small rounds (default :data:`SMALL_ROUND_PARAMETERS`)
-    small_round_parameters: ClassVar[dict[str, int | bool]] = SMALL_ROUND_PARAMETERS
 
     def available(self) -> bool:
         """Whether OR-Tools is installed."""
         return importlib.util.find_spec("ortools") is not None
-
-    def search_settings(self, num_jobs: int) -> dict[str, int | bool]:
-        """The CP-SAT search parameters a round of ``num_jobs`` jobs is solved with (the module docstring).
-
-        Parameters
-        ----------
-        num_jobs
-            The round's jobs.
-
-        Returns
-        -------
-        dict
-            Parameter name -> value: :attr:`search_parameters`; below :data:`FULL_LP_FROM_JOBS` jobs without
-            ``linearization_level`` and with :attr:`small_round_parameters`.
-        """
-        if num_jobs >= FULL_LP_FROM_JOBS:
-            return dict(self.search_parameters)
-        settings = {k: v for k, v in self.search_parameters.items() if k != "linearization_level"}
-        settings.update(self.small_round_parameters)
-        return settings
 
     def solve(self, model: RoundModel, params: SolveParams) -> BackendOutcome:
         """Solve with CP-SAT (``params.solver`` must be ``None`` or ``"cpsat"``). The wall-clock limit
@@ -145,8 +117,10 @@ class CpSat(Backend):
             parameters.max_time_in_seconds = remaining_s(params, build_s, _LEAST_S)
             parameters.num_workers = options.num_workers
         parameters.relative_gap_limit = options.relative_gap * GAP_MARGIN
-        for name, value in self.search_settings(len(full.cset.problem.jobs)).items():
-            setattr(parameters, name, value)
+        small = len(full.cset.problem.jobs) < FULL_LP_FROM_JOBS
+        for name, value in self.search_parameters.items():
+            if not (small and name == "linearization_level"):
+                setattr(parameters, name, value)
         # the solver's own wrapper, as ``CpSolver.solve`` calls it, without the Python model object around
         # the proto (whose construction costs as much as a small round's whole model)
         wrapper = cmh.SolveWrapper()
