@@ -18,9 +18,8 @@ for the cache's life, so a kept answer is what asking again would give:
   either drops every rate);
 - whether a running job sits on its fastest type: the job, its GPUs and the memory version;
 - the waiting jobs by predicted remaining time: the queue (a simulator hands the same tuple while it does not
-  change), each job's key per job state, under the cluster and the memory version;
-- a waiting job's predicted remaining time: the job, its remaining iterations, the cluster object and the
-  memory version.
+  change), and each waiting job's predicted remaining time per job and remaining iterations, under the
+  cluster object and the memory version.
 
 A memo that grows past :attr:`PredictionCache.MAX_ENTRIES` entries is emptied.
 """
@@ -72,13 +71,12 @@ class PredictionCache:
         self._rates_version: tuple[int, int] | None = None
         self._best: dict[tuple[Any, ...], JobOption | None] = {}
         self._fastest: dict[tuple[str, tuple[int, ...], int], bool] = {}
-        #: the last queue ordered by :meth:`queue_order`; each queued state's key (the state kept beside it)
+        #: the last queue ordered by :meth:`queue_order`; each waiting job's predicted remaining time, by job
+        #: and remaining iterations
         self._order: tuple[object, tuple[int, int, bool], tuple[JobState, ...]] | None = None
-        self._order_keys: dict[int, tuple[JobState, tuple[float, float, str]]] = {}
+        self._waiting_left: dict[tuple[str, float], float] = {}
         self._order_version: tuple[int, int] | None = None
         self._one_type: tuple[int, dict[str, NodeTypes]] | None = None
-        self._waiting_left: dict[tuple[str, float], float] = {}
-        self._waiting_version: tuple[int, int] | None = None
 
     def best_in_place(self, js: JobState, types: NodeTypes, gpu_type: str,
                       options: RoundOptions) -> JobOption | None:
@@ -214,7 +212,8 @@ class PredictionCache:
     def queue_order(self, state: ClusterState, *, longest_first: bool) -> tuple[JobState, ...]:
         """The waiting jobs by predicted remaining time (:meth:`remaining_s`), shortest first (longest first
         with ``longest_first``), ties by arrival and id: what sorting them with that key gives, without
-        predicting a job again while its state, the cluster and the memory version are the same.
+        predicting a job again while its remaining iterations, the cluster and the memory version are the
+        same.
 
         Parameters
         ----------
@@ -233,17 +232,17 @@ class PredictionCache:
         seen = self._order
         if seen is not None and seen[0] is queued and seen[1] == (*version, longest_first):
             return seen[2]
-        if version != self._order_version or len(self._order_keys) > 4 * len(queued) + 1024:
-            self._order_keys, self._order_version = {}, version
-        keys = self._order_keys
+        if version != self._order_version or len(self._waiting_left) > 4 * len(queued) + 1024:
+            self._waiting_left, self._order_version = {}, version
+        left = self._waiting_left
         sign = -1.0 if longest_first else 1.0
         decorated = []
         for s in queued:
-            hit = keys.get(id(s))
-            if hit is None or hit[0] is not s:
-                hit = keys[id(s)] = (s, (self.remaining_s(s, state), s.job.arrival_time_s, s.job.id))
-            key = hit[1]
-            decorated.append(((sign * key[0], key[1], key[2]), s))
+            key = (s.job.id, s.remaining_iterations)
+            seconds = left.get(key)
+            if seconds is None:
+                seconds = left[key] = self.remaining_s(s, state)
+            decorated.append(((sign * seconds, s.job.arrival_time_s, s.job.id), s))
         decorated.sort(key=lambda entry: entry[0])
         order = tuple(s for _, s in decorated)
         self._order = (queued, (*version, longest_first), order)
@@ -268,13 +267,5 @@ class PredictionCache:
         if js.assignment is not None:
             now = state.cluster.gpu_type_of(js.assignment.gpus[0])
             return js.remaining_iterations * est.step_time_s(js.job, now)
-        version = (id(state.cluster), memory_observations_version())
-        if self._waiting_version != version or len(self._waiting_left) > self.MAX_ENTRIES:
-            self._waiting_left, self._waiting_version = {}, version
-        key = (js.job.id, js.remaining_iterations)
-        left = self._waiting_left.get(key)
-        if left is None:
-            types = est.candidate_types(js.job, state.cluster)
-            left = self._waiting_left[key] = \
-                js.remaining_iterations * est.step_time_s(js.job, types[0]) if types else math.inf
-        return left
+        types = est.candidate_types(js.job, state.cluster)
+        return js.remaining_iterations * est.step_time_s(js.job, types[0]) if types else math.inf

@@ -44,8 +44,8 @@ Freeze levels between solves. Up to ``shortcuts_above_gpus`` GPUs, a running job
 its GPUs alone runs at its best freeze level where it is: at each decision point without a solve, and for the
 running jobs a solving round leaves out, the policy prices it again once it has run ``refreeze_step`` (2%) of
 its work since it was last priced there (at its predicted unfrozen speed: no job's progress is read before
-then), and changes its level in place (a freeze change keeps
-the job's GPUs: no restart) when another level of its GPU type progresses faster
+then), and changes its level in place (a freeze change keeps the job's GPUs: no restart) when another level
+of its GPU type progresses faster
 (:meth:`~dltsched.engine.policies.optimizing.cache.PredictionCache.best_in_place`). That is the level a solve
 keeping it there would choose: its frozen penalty falls as it progresses, so later levels pay off later, and
 a job's term in every objective grows with its rate. Before, only solves moved a job's level, so how often
@@ -289,6 +289,7 @@ class OptimizingPolicy:
         on = state.jobs_on_gpus()
         priced, now = self._freeze_priced, state.time_s
         progress: Any = None
+        types: Any = None
         changes: dict[str, Assignment] = {}
         for k in freezing:
             a = placements[k]
@@ -298,9 +299,8 @@ class OptimizingPolicy:
             if any(len(on[g]) > 1 for g in a.gpus):
                 continue  # a co-located job's level is weighed with its partners': left to the solves
             if progress is None:
-                progress = state.running_states()
+                progress, types = state.running_states(), self.cache.node_types(state)
             gpu_type = state.cluster.gpu_type_of(a.gpus[0])
-            types = self.cache.node_types(state)
             best = self.cache.best_in_place(progress[k], types, gpu_type, self.solver.options) \
                 if gpu_type in types.total else None
             level = a.freeze_level if best is None else best.freeze_level
