@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from itertools import product
@@ -97,6 +97,27 @@ class CandidateSet:
     classes: tuple[NodeClass, ...] | None = None
 
 
+def member_alone_as_good(alone: Mapping[tuple[int, str, str, int], float], cand: Candidate) -> bool:
+    """Whether one of the co-location candidate ``cand``'s members alone, at the same GPU type and place
+    (kind and location), is worth at least as much: ``alone`` maps (job, GPU type, kind, location) to the
+    best gain of that job's own candidate there (the rule on dominated groups, see the module docstring).
+
+    Parameters
+    ----------
+    alone
+        The gains of one-job candidates by (job, GPU type, kind, location).
+    cand
+        The co-location candidate.
+
+    Returns
+    -------
+    bool
+        True when a member's own candidate there gains at least as much.
+    """
+    gpu_type, kind, where, gain = cand.gpu_type, cand.kind, cand.where, cand.gain
+    return any(alone.get((j, gpu_type, kind, where), -math.inf) >= gain for j in cand.jobs)
+
+
 def node_classes_of(cset: CandidateSet) -> tuple[NodeClass, ...]:
     """The aggregated node classes the ``class`` candidates of ``cset`` name (by index)."""
     return empty_node_classes(cset.problem) if cset.classes is None else cset.classes
@@ -155,9 +176,7 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
             freeze, score, completion = best
             if size == 1 or size > largest[gpu_type]:
                 kind = _TYPE if size == 1 else _CROSS
-                made = [] if alone is not None and not single and any(
-                    alone.get((j, gpu_type, kind, -1), -math.inf) >= score for j in jobs) else \
-                    [Candidate(jobs, freeze, gpu_type, kind, -1, size, score + 0.0, completion)]
+                made = [Candidate(jobs, freeze, gpu_type, kind, -1, size, score + 0.0, completion)]
             else:
                 nodes = _offered_nodes(problem, jobs, gpu_type, free_now, u, fitting)
                 places = dict.fromkeys((_CLASS, aggregated[n]) if n in aggregated else (_NODE, n)
@@ -178,12 +197,7 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
                     alone[(j, gpu_type, cand.kind, cand.where)] = cand.gain
                 out += made
             else:  # not offered where a member alone is worth as much (see the module docstring)
-                for cand in made:
-                    for j in jobs:
-                        if alone.get((j, gpu_type, cand.kind, cand.where), -math.inf) >= cand.gain:
-                            break
-                    else:
-                        out.append(cand)
+                out += [cand for cand in made if not member_alone_as_good(alone, cand)]
     by_job: list[list[int]] = [[] for _ in problem.jobs]
     for c, cand in enumerate(out):
         for j in cand.jobs:

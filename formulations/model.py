@@ -26,7 +26,12 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from operator import attrgetter
 
-from dltsched.formulations.candidates import CandidateKind, CandidateSet, node_classes_of
+from dltsched.formulations.candidates import (
+    CandidateKind,
+    CandidateSet,
+    member_alone_as_good,
+    node_classes_of,
+)
 from dltsched.formulations.problem import RoundOptions
 
 #: the kinds compared by identity in the loops over candidates
@@ -192,15 +197,7 @@ class RoundModel:
             found = best.get(key)
             if found is None or cand.gain > found:
                 best[key] = cand.gain
-        out = []
-        for c in groups:
-            cand = cands[c]
-            for j in cand.jobs:
-                found = best.get((j, cand.gpu_type, cand.kind, cand.where))
-                if found is not None and found >= cand.gain:
-                    out.append(c)
-                    break
-        return frozenset(out)
+        return frozenset(c for c in groups if member_alone_as_good(best, cands[c]))
 
     def restricted(self, columns: Sequence[int]) -> RoundModel:
         """The model of the candidates ``columns`` only (ascending): column ``i`` of it is ``columns[i]``
