@@ -15,11 +15,19 @@ model fitted in the same fold; ``n`` the kernel launches):
 - ``ratio_long``: ``ratio`` fitted only on rows whose timed window (30 steps where the profile does not say)
   lasts 0.75 s or more.
 
-Beside them on the same rows: the uncalibrated default (the engine's busy share of its step) and the constant
-(the median of the other models' readings). Every figure is also given on the rows whose timed window lasts
-0.75 s or more: NVML averages utilisation over up to a second, so a window of a few tens of milliseconds
-reads mostly what the GPU did before it. Jobs measured alone in two datasets (the ``mps`` folder repeats six
-of them) give the repeat-measurement spread of the readings themselves.
+Beside them on the same rows: the uncalibrated default (the engine's busy share of its step), the constant
+(the median of the other models' readings) and the family mean (the mean reading of the other models of the
+same family, the constant where there is none). A per-model mean does not exist for a model never profiled:
+with one job per model it is the constant. Every figure is also given on the rows whose utilisation window
+lasts 0.75 s and 2 s or more (the window the profile records, ``util_window_s``, else its 30 timed steps):
+NVML averages utilisation over up to a second, so a window of a few tens of milliseconds reads mostly what the
+GPU did before it.
+
+Several datasets may hold the same job (``../shared/data/h200`` and a later profile of the same jobs, say):
+each job is scored once, its utilisation from its readings on the most NVML samples
+(:func:`dltsched.predictors.calibration.rows.with_best_utilisation`, as ``dltsched calibrate`` reads them).
+Every pair of readings of the same job in two folders gives the repeat-measurement spread of the readings
+themselves, by the shorter window of the two and by whether both rest on NVML's timestamped samples.
 
 Each is fitted on errors in percentage points. Nested: for each held-out model the form is chosen by
 leave-one-model-out (mean points) on the other models, fitted on them and scores the held-out model.
@@ -28,6 +36,7 @@ leave-one-model-out (mean points) on the other models, fitted on them and scores
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 from collections.abc import Sequence
@@ -37,17 +46,22 @@ import numpy as np
 
 from dltsched.predictors.calibration import isolated as iso
 from dltsched.predictors.calibration import resources
-from dltsched.predictors.calibration.data import read_datasets
+from dltsched.predictors.calibration.data import dataset_folders, read_datasets, read_folder
 from dltsched.predictors.calibration.model import fitted_and_scored_rows
 
 FORMS = ("power", "ratio", "ratio_launch", "busy", "ratio_long")
 #: timed steps of a profile that does not say (the profiler's minimum) and the window (s) from which NVML's
-#: utilisation is read over the timed steps alone (it averages over up to a second)
-STEPS, LONG_WINDOW_S = 30, 0.75
+#: utilisation is read over the timed steps alone (it averages over up to a second); the longer windows
+STEPS, LONG_WINDOW_S, LONGER_WINDOW_S = 30, 0.75, 2.0
+
+
+def _window_s(r: Any) -> float:
+    """The seconds a reading's utilisation window covered: as recorded, else its 30 timed steps."""
+    return r.util_window_s if r.util_window_s is not None else STEPS * r.step_time_s
 
 
 def _long(r: Any) -> bool:
-    return STEPS * r.step_time_s >= LONG_WINDOW_S
+    return _window_s(r) >= LONG_WINDOW_S
 
 
 def _inputs(step: dict[str, float], rows: Sequence[Any]) -> tuple[np.ndarray, ...]:
@@ -88,7 +102,7 @@ def _fit(form: str, step: dict[str, float], rows: Sequence[Any]) -> dict[str, fl
 def _errors(form: str, step: dict[str, float], train: Sequence[Any], held: Sequence[Any]) -> list[tuple]:
     p = _fit(form, step, train)
     pred = _predict(form, p, step, held)
-    return [(r.model, float(q), float(r.gpu_util), _long(r)) for r, q in zip(held, pred, strict=True)]
+    return [(r.model, float(q), float(r.gpu_util), _window_s(r)) for r, q in zip(held, pred, strict=True)]
 
 
 def _scored(rows: Sequence[Any]) -> list[Any]:
@@ -98,47 +112,85 @@ def _scored(rows: Sequence[Any]) -> list[Any]:
 def _summary(errs: Sequence[tuple]) -> dict[str, float]:
     ape = [100.0 * abs(q / m - 1.0) for _, q, m, _ in errs]
     low = [100.0 * abs(q / m - 1.0) for _, q, m, _ in errs if m >= 5.0]
-    long = [100.0 * abs(q / m - 1.0) for _, q, m, lg in errs if lg]
+    long = [100.0 * abs(q / m - 1.0) for _, q, m, w in errs if w >= LONG_WINDOW_S]
+    longer = [100.0 * abs(q / m - 1.0) for _, q, m, w in errs if w >= LONGER_WINDOW_S]
     return {"mape": statistics.fmean(ape), "points": statistics.fmean(abs(q - m) for _, q, m, _ in errs),
-            "median_ape": statistics.median(ape), "mape_readings_from_5pct": statistics.fmean(low),
+            "median_ape": statistics.median(ape), "max_ape": max(ape),
+            "mape_readings_from_5pct": statistics.fmean(low) if low else float("nan"),
             "mape_long_windows": statistics.fmean(long) if long else float("nan"), "n_long": len(long),
-            "n": len(errs)}
+            "mape_windows_from_2s": statistics.fmean(longer) if longer else float("nan"),
+            "n_windows_from_2s": len(longer), "n": len(errs)}
 
 
 def _baselines(datasets: Sequence[Any], rows: Sequence[Any], scored: Sequence[Any]) -> dict[str, list[tuple]]:
-    """The uncalibrated default (the engine's busy share of its step) and the constant (the median of the
-    other models' readings) on the same held-out rows."""
+    """The uncalibrated default (the engine's busy share of its step), the constant (the median of the other
+    models' readings) and the family mean (module docstring) on the same held-out rows."""
+    from dltsched.engine.domain.catalog import model_catalog
     from dltsched.engine.domain.model import Job
     from dltsched.predictors.steptime import DeletePopStepTime
 
     engine, gpu = DeletePopStepTime(), datasets[0].gpu
     dataset = {(r.model, r.batch_size): r.dataset for d in datasets for r in d.isolated}
-    out: dict[str, list[tuple]] = {"default": [], "constant": []}
+    out: dict[str, list[tuple]] = {"default": [], "constant": [], "family_mean": []}
     for r in scored:
         job = Job(id="u", model=r.model, dataset=dataset[r.model, r.batch], batch_size=r.batch,
                   total_iterations=1.0)
         b = engine.breakdown(job, gpu, scope=r.scope)
         default = 100.0 * min(1.0, (b.compute_s + b.memory_s) / b.step_time_s)
-        constant = statistics.median(t.gpu_util for t in _scored(rows) if t.model != r.model)
-        out["default"].append((r.model, default, float(r.gpu_util), _long(r)))
-        out["constant"].append((r.model, constant, float(r.gpu_util), _long(r)))
+        others = [t for t in _scored(rows) if t.model != r.model]
+        constant = statistics.median(t.gpu_util for t in others)
+        family = model_catalog().get(r.model).family
+        same = [t.gpu_util for t in others if model_catalog().get(t.model).family == family]
+        for name, value in (("default", default), ("constant", constant),
+                            ("family_mean", statistics.fmean(same) if same else constant)):
+            out[name].append((r.model, value, float(r.gpu_util), _window_s(r)))
     return out
 
 
-def _repeats(datasets: Sequence[Any]) -> list[tuple[str, float, float, float]]:
-    """Jobs measured alone in more than one dataset (runs of separate sessions): model, window (s) of the
-    first run and the two readings."""
-    seen: dict[tuple, Any] = {}
+def _repeats(dirs: Sequence[str], sharing: str) -> list[dict[str, Any]]:
+    """Every pair of readings of the same job alone in two folders under ``dirs`` (runs of separate
+    sessions), each folder read as it is: model, the two readings, their windows (s) and whether both rest on
+    NVML's timestamped samples."""
+    seen: dict[tuple, list[Any]] = {}
+    for folder in dataset_folders(dirs):
+        data = read_folder(folder)
+        for r in data.isolated:
+            if r.gpu_util is not None and r.scope != "fwd_bwd":
+                seen.setdefault((data.gpu, r.key), []).append(r)
     out = []
-    for d in datasets:
-        for r in d.isolated:
-            if r.gpu_util is None:
-                continue
-            if r.key in seen:
-                first = seen[r.key]
-                out.append((r.model, STEPS * first.step_time_s, float(first.gpu_util), float(r.gpu_util)))
-            else:
-                seen[r.key] = r
+    for (_, key), got in sorted(seen.items()):
+        for a, b in itertools.combinations(got, 2):
+            out.append({"model": key[0], "first": float(a.gpu_util), "second": float(b.gpu_util),
+                        "window_s": min(_window_s(a), _window_s(b)),
+                        "windows_s": [_window_s(a), _window_s(b)],
+                        "sampled": bool(a.util_samples and b.util_samples)})
+    return out
+
+
+#: window bins of repeat readings (s)
+REPEAT_BINS = (("< 0.75 s", 0.0, LONG_WINDOW_S), ("0.75-2 s", LONG_WINDOW_S, LONGER_WINDOW_S),
+               (">= 2 s", LONGER_WINDOW_S, float("inf")))
+
+
+def _bin(window_s: float) -> str:
+    return next(label for label, low, high in REPEAT_BINS if low <= window_s < high)
+
+
+def _repeat_spread(pairs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The relative difference of repeat readings (either way, so symmetric) by the window bins of the two
+    readings, the pairs of NVML-sampled readings apart from the others."""
+    out = []
+    labels = [f"{a} and {b}" for i, (a, _, _) in enumerate(REPEAT_BINS) for b, _, _ in REPEAT_BINS[i:]]
+    for sampled in (True, False):
+        for label in labels:
+            got = [p for p in pairs if p["sampled"] == sampled
+                   and " and ".join(_bin(w) for w in sorted(p["windows_s"])) == label]
+            apes = [100.0 * abs(x / y - 1.0) for p in got
+                    for x, y in ((p["first"], p["second"]), (p["second"], p["first"]))]
+            if apes:
+                out.append({"sampled": sampled, "windows": label, "pairs": len(got),
+                            "jobs": len({p["model"] for p in got}), "mape_either_way": statistics.fmean(apes),
+                            "median": statistics.median(apes), "max": max(apes)})
     return out
 
 
@@ -168,33 +220,39 @@ def main() -> None:
         picks[model] = min(FORMS, key=inner.__getitem__)
         nested += _errors(picks[model], step, train, held)
     per_form = {f: _summary(e) for f, e in plain.items()}
-    rules = {f: _summary(e) for f, e in _baselines(datasets, rows, scored).items()}
-    repeats = _repeats(datasets)
+    rule_errs = _baselines(datasets, rows, scored)
+    rules = {f: _summary(e) for f, e in rule_errs.items()}
+    repeats = _repeats(args.dirs, args.sharing)
+    spread = _repeat_spread(repeats)
+    per_model = {name: {m: {"predicted": q, "measured": g, "window_s": w} for m, q, g, w in errs}
+                 for name, errs in (*plain.items(), ("nested", nested), *rule_errs.items())}
     shipped = {r[0]: 100.0 * abs(r[1] / r[2] - 1.0) for r in plain[resources.UTIL_FORM]}
     out = {"lomo_per_form": per_form, "nested": _summary(nested), "picks": picks, "rules": rules,
-           "shipped_ape_per_model": shipped,
-           "repeats": [{"model": m, "window_s": w, "first": a, "second": b} for m, w, a, b in repeats]}
+           "shipped_ape_per_model": shipped, "per_model": per_model, "repeats": repeats,
+           "repeat_spread": spread}
     if args.json:
         print(json.dumps(out, indent=1))
         return
     for name, got in [*per_form.items(), ("nested", _summary(nested)), *rules.items()]:
         print(f"  {name:<14} MAPE {got['mape']:6.1f}%  points {got['points']:5.1f}  "
-              f"median {got['median_ape']:5.1f}%  "
-              f"MAPE of readings >= 5% {got['mape_readings_from_5pct']:5.1f}%  (n={got['n']}); "
-              f"windows >= {LONG_WINDOW_S} s {got['mape_long_windows']:5.1f}% (n={got['n_long']})")
+              f"median {got['median_ape']:5.1f}%  max {got['max_ape']:5.1f}%  "
+              f"readings >= 5% {got['mape_readings_from_5pct']:5.1f}%  (n={got['n']}); "
+              f"windows >= {LONG_WINDOW_S} s {got['mape_long_windows']:5.1f}% (n={got['n_long']}), "
+              f">= {LONGER_WINDOW_S:.0f} s {got['mape_windows_from_2s']:5.1f}% "
+              f"(n={got['n_windows_from_2s']})")
     print("  picks:", picks)
     worst = max(shipped, key=shipped.__getitem__)
     print(f"  {resources.UTIL_FORM}: {worst} alone adds {shipped[worst] / len(shipped):.1f} points to the "
           f"MAPE (its error {shipped[worst]:.0f}%)")
-    for m, w, a, b in repeats:
-        print(f"  repeat {m:<14} window {w:5.2f} s  readings {a:5.1f}% and {b:5.1f}%  "
-              f"({100.0 * abs(a / b - 1.0):.0f}% / {100.0 * abs(b / a - 1.0):.0f}% apart)")
-    long_label = f"windows >= {LONG_WINDOW_S} s"
-    for label, keep in (("all", lambda w: True), (long_label, lambda w: w >= LONG_WINDOW_S)):
-        apes = [100.0 * abs(x / y - 1.0) for _, w, a, b in repeats if keep(w) for x, y in ((a, b), (b, a))]
-        if apes:
-            print(f"  repeat readings, {label}: MAPE either way {statistics.fmean(apes):.1f}% "
-                  f"(median {statistics.median(apes):.1f}%, {len(apes) // 2} jobs)")
+    for m in sorted(per_model[resources.UTIL_FORM]):
+        got = {name: per_model[name][m]["predicted"] for name in (resources.UTIL_FORM, "default", "constant")}
+        row = per_model[resources.UTIL_FORM][m]
+        print(f"  {m:<14} window {row['window_s']:5.2f} s  measured {row['measured']:5.1f}%  "
+              + "  ".join(f"{name} {v:5.1f}%" for name, v in got.items()))
+    for s in spread:
+        print(f"  repeat readings, {'NVML samples' if s['sampled'] else 'other'}, windows {s['windows']}: "
+              f"{s['mape_either_way']:.1f}% either way (median {s['median']:.1f}%, max {s['max']:.1f}%; "
+              f"{s['pairs']} pairs of {s['jobs']} jobs)")
 
 
 if __name__ == "__main__":

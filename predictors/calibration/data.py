@@ -32,6 +32,7 @@ from dltsched.predictors.calibration.rows import (
     canonical_job,
     files_digest,
     mean_row,
+    with_best_utilisation,
 )
 
 
@@ -57,6 +58,15 @@ def step_rel_sd(raw: dict[str, Any], step_s: float) -> float | None:
     if n and n >= 2 and low is not None and high is not None and high >= low and step_s > 0:
         return (high - low) / 2.0 / 1.96 * math.sqrt(n) / step_s
     return None
+
+
+def util_window(raw: dict[str, Any]) -> tuple[int | None, float | None]:
+    """The NVML samples a profile's utilisation rests on (``None`` unless ``util_source`` is ``nvml_samples``:
+    a polled reading counts polls, not samples) and the seconds its window covered (``None`` where the
+    profile does not say)."""
+    samples = _number(raw.get("util_samples"))
+    from_samples = str(raw.get("util_source") or "").strip() == "nvml_samples"
+    return (int(samples) if from_samples and samples else None), _number(raw.get("util_window_s"))
 
 
 def dataset_folders(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
@@ -109,7 +119,8 @@ def _from_groups_json(folder: Path, scope: str) -> _Read:
         step = float(r["step_time_s"])
         isolated.append(IsolatedRow(mid, ds, batch, step, r.get("scope") or scope, amp,
                                     _number(r.get("peak_memory_mib")), _number(r.get("gmem_mib")),
-                                    _number(r.get("gpu_util")), step_time_rel_sd=step_rel_sd(r, step)))
+                                    _number(r.get("gpu_util")), step_time_rel_sd=step_rel_sd(r, step),
+                                    util_samples=util_window(r)[0], util_window_s=util_window(r)[1]))
     for g in raw.get("groups", []):
         if g.get("gpu") in (None, "", "cpu"):
             continue
@@ -135,7 +146,8 @@ def _from_csvs(folder: Path, scope: str) -> _Read:
                 isolated.append(IsolatedRow(mid, ds, batch, step, (r.get("scope") or scope).strip(), amp,
                                             _number(r.get("peak_memory_mib")),
                                             _number(r.get("gmem_used_mib")), _number(r.get("gpu_util")),
-                                            step_time_rel_sd=step_rel_sd(r, step)))
+                                            step_time_rel_sd=step_rel_sd(r, step),
+                                            util_samples=util_window(r)[0], util_window_s=util_window(r)[1]))
     elif (folder / "single_data.csv").is_file():
         with (folder / "single_data.csv").open(newline="") as fh:
             for r in csv.DictReader(fh):
@@ -147,7 +159,9 @@ def _from_csvs(folder: Path, scope: str) -> _Read:
                 speed = _number(r.get("speed"))
                 if speed and speed > 0:
                     isolated.append(IsolatedRow(mid, ds, batch, batch / speed, scope, amp, None,
-                                                _number(r.get("gmem")), _number(r.get("gpu_util"))))
+                                                _number(r.get("gmem")), _number(r.get("gpu_util")),
+                                                util_samples=util_window(r)[0],
+                                                util_window_s=util_window(r)[1]))
     for name in ("colocate_info.csv", "colocate3_info.csv"):
         if not (folder / name).is_file():
             continue
@@ -216,7 +230,9 @@ def read_steptime_csv(path: str | os.PathLike[str]) -> list[ProfileData]:
 def read_datasets(paths: Sequence[str | os.PathLike[str]], gpu: str | None = None) -> list[ProfileData]:
     """Every dataset under ``paths`` (folders; ``eval-steptime`` CSV files: :func:`read_steptime_csv`; Gavel's
     throughput files or folders and Lucid-layout folders: :mod:`.layouts`, the latter measured on ``gpu``),
-    merged per (GPU, sharing mode)."""
+    merged per (GPU, sharing mode). A job measured alone more than once keeps every run's step time and
+    memory, and its utilisation from the reading on the most NVML samples
+    (:func:`~.rows.with_best_utilisation`)."""
     from dltsched.engine.domain.catalog import gpu_catalog
 
     merged: dict[tuple[str, str], ProfileData] = {}
@@ -238,8 +254,10 @@ def read_datasets(paths: Sequence[str | os.PathLike[str]], gpu: str | None = Non
             data = ProfileData(data.gpu, data.sharing, old.isolated + data.isolated, old.groups + data.groups,
                                old.tf32 | data.tf32, old.sources + data.sources)
         merged[key] = data
-    return [merged[k] for k in sorted(merged)]
+    return [ProfileData(d.gpu, d.sharing, with_best_utilisation(d.isolated), d.groups, d.tf32, d.sources)
+            for d in (merged[k] for k in sorted(merged))]
 
 
 __all__ = ["SHARING_MODES", "GroupRow", "IsolatedRow", "ProfileData", "canonical_job", "dataset_folders",
-           "files_digest", "mean_row", "read_datasets", "read_folder", "read_steptime_csv"]
+           "files_digest", "mean_row", "read_datasets", "read_folder", "read_steptime_csv", "util_window",
+           "with_best_utilisation"]

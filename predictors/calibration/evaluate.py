@@ -1,10 +1,12 @@
 """Cross-validated figures of a GPU's calibration, beside the uncalibrated default and simple rules, on the
 same rows.
 
-- **Leave-one-model-out** (``lomo``): for each model, calibrate on every row without it (its isolated runs
-  and every group holding it), then predict its isolated runs (step time, memory, utilisation: the job was
-  never profiled) and its speed in each group that holds it (its own profile predicted, its partners'
-  measured); each group's memory and utilisation are scored once per model of the group.
+- **Leave-one-model-out** (``lomo``): for each model, calibrate on every row without it (its isolated runs and
+  every group holding it), then predict its jobs alone (step time, memory, utilisation: the job was never
+  profiled; a job measured alone in several runs is one row, its runs merged as
+  :meth:`~.rows.ProfileData.isolated_by_key` merges them) and its speed in each group that holds it (its own
+  profile predicted, its partners' measured); each group's memory and utilisation are scored once per model of
+  the group.
 - **Leave-one-group-out** (``logo``): for each group, calibrate without it and predict it, every member's
   profile measured (a pair never measured, of jobs profiled alone); with more than :data:`MAX_GROUP_FOLDS`
   groups (Gavel's hundreds of pairs), the groups are held out in that many folds.
@@ -217,7 +219,7 @@ def _lojo_rows(datasets: Sequence[ProfileData], data: ProfileData) -> list[dict[
         for r in d.isolated:
             keys.setdefault(r.model, set()).add(r.key)
     out: list[dict[str, Any]] = []
-    for r in data.isolated:
+    for r in data.isolated_by_key().values():
         if len(keys[r.model]) < 2:
             continue
         fold = fit_gpu(datasets, without_jobs=frozenset({r.key}), with_groups=False)
@@ -274,7 +276,8 @@ def _cross_validate(datasets: Sequence[ProfileData], with_rows: bool) -> dict[st
         for m in models:
             cal = folds[m]
             train_iso = [r for d in datasets for r in d.isolated if r.model != m]
-            iso_rows += _isolated_rows(cal, [r for r in data.isolated if r.model == m], train_iso)
+            iso_rows += _isolated_rows(cal, [r for r in data.isolated_by_key().values() if r.model == m],
+                                       train_iso)
             held = [g for g in data.groups if m in g.models]
             if not held:
                 continue

@@ -231,7 +231,8 @@ def step_seconds(params: dict[str, float], f: dict[str, float], batch: int, scop
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One measured job alone, with its features."""
+    """One measured job alone, with its features (and the seconds its utilisation window covered, where
+    the profile records them)."""
 
     model: str
     batch: int
@@ -242,6 +243,7 @@ class Row:
     gpu_util: float | None = None
     step_rel_sd: float | None = None
     amp: bool = False
+    util_window_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

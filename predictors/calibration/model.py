@@ -21,7 +21,13 @@ from typing import Any
 import dltsched.predictors.calibration.groups as grp
 import dltsched.predictors.calibration.isolated as iso
 import dltsched.predictors.calibration.resources as res
-from dltsched.predictors.calibration.data import GroupRow, IsolatedRow, ProfileData, mean_row
+from dltsched.predictors.calibration.data import (
+    GroupRow,
+    IsolatedRow,
+    ProfileData,
+    mean_row,
+    with_best_utilisation,
+)
 
 JobKey = tuple[str, str, int, bool]
 #: pseudo-profiles at scale 1 in each model's scale
@@ -181,15 +187,27 @@ def fit_rows(cal_gpu: str, tf32: frozenset[str], isolated: Iterable[IsolatedRow]
     return [iso.Row(r.model, r.batch_size, r.scope,
                     iso.job_features(r.model, r.dataset, r.batch_size, r.amp, cal_gpu, tf32, r.scope,
                                      optimizer=r.optimizer),
-                    r.step_time_s, r.gmem_mib, r.gpu_util, r.step_time_rel_sd, bool(r.amp)) for r in isolated]
+                    r.step_time_s, r.gmem_mib, r.gpu_util, r.step_time_rel_sd, bool(r.amp), r.util_window_s)
+            for r in isolated]
 
 
 def fitted_and_scored_rows(datasets: Iterable[Any], sharing: str) -> tuple[list[iso.Row], list[iso.Row]]:
-    """The rows a calibration fits on (the jobs alone of every dataset, each on its own GPU) and the rows its
-    report scores (those of the datasets measured under ``sharing``)."""
+    """The rows a calibration fits on (the jobs alone of every dataset, each on its own GPU, one row per run;
+    a job's utilisation from its best readings on its GPU, whatever the sharing mode they were taken under:
+    :func:`with_best_utilisation`) and the rows its report scores (one per job of the datasets measured
+    under ``sharing``, its runs merged: :meth:`ProfileData.isolated_by_key`)."""
     datasets = list(datasets)
-    fitted = [r for d in datasets for r in fit_rows(d.gpu, d.tf32, d.isolated)]
-    scored = [r for d in datasets if d.sharing == sharing for r in fit_rows(d.gpu, d.tf32, d.isolated)]
+    best: dict[int, IsolatedRow] = {}
+    for gpu in {d.gpu for d in datasets}:
+        raw = [r for d in datasets if d.gpu == gpu for r in d.isolated]
+        best.update((id(r), b) for r, b in zip(raw, with_best_utilisation(raw), strict=True))
+
+    def rows(d: Any) -> list[iso.Row]:
+        return fit_rows(d.gpu, d.tf32, [best[id(r)] for r in d.isolated])
+
+    fitted = [r for d in datasets for r in rows(d)]
+    scored = [r for d in datasets if d.sharing == sharing
+              for r in fit_rows(d.gpu, d.tf32, d.isolated_by_key().values())]
     return fitted, scored
 
 
@@ -210,8 +228,8 @@ def fit_gpu(datasets: Sequence[ProfileData], *, without_models: frozenset[str] =
     gpu = datasets[0].gpu
     tf32 = frozenset().union(*(d.tf32 for d in datasets))
     skip = set(without_groups)
-    isolated = [r for d in datasets for r in d.isolated
-                if r.model not in without_models and r.key not in without_jobs]
+    isolated = list(with_best_utilisation([r for d in datasets for r in d.isolated
+                                           if r.model not in without_models and r.key not in without_jobs]))
     rows = fit_rows(gpu, tf32, isolated)
     step = iso.fit_step(rows)
     busy_step = iso.fit_step_form(rows, "overlap") if step.get("host_ops") else {}

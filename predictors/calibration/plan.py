@@ -9,8 +9,9 @@ of chosen jobs (about two fifths), each pair covering a new combination of its m
 with low/high) and memory bins, spread over models; then triples with what is left.
 
 Costs: each measurement spawns and builds its model (:data:`BUILD_S`), warms up, and times a window of at
-least ``steps`` steps and the profiler's minimum window, at most ``max_window_s`` (a noisy short job may run
-to the cap: the estimate assumes half of it for jobs under 10 ms).
+least ``steps`` steps and the profiler's utilisation window (``UTIL_WINDOW_S`` of
+:mod:`dltsched.predictors.profiling.colocate`), at most ``max_window_s`` (a noisy short job may run to the
+cap: the estimate assumes half of it for jobs under 10 ms).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from dltsched.predictors.profiling.colocate import UTIL_WINDOW_S
 
 #: seconds to spawn a measurement's worker task and build its model
 BUILD_S = 4.0
@@ -79,7 +82,7 @@ def describe(model: str, batch: int, gpu: str) -> Candidate:
 def measurement_s(step_s: Sequence[float], steps: int, max_window_s: float, warmup: int = 5) -> float:
     """Estimated seconds of one measurement of jobs with these step times side by side (slowest decides)."""
     def window(t: float) -> float:
-        base = max(steps * t, MIN_WINDOW_S)
+        base = max(steps * t, MIN_WINDOW_S, UTIL_WINDOW_S)
         return min(max_window_s, max(base, max_window_s / 2.0 if t < 0.01 else base))
 
     return BUILD_S + max(warmup * t + window(t) for t in step_s)

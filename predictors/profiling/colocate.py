@@ -1,15 +1,17 @@
 """Co-located measurement: 1-3 worker processes train zoo models on one device at the same time.
 
-Each worker builds its model, runs ``warmup`` steps and reports ready; once every worker of the
-round is ready the parent sets their start events (the barrier), each times steps until its
-:class:`~.precision.StoppingRule` says the median is known well enough (the steady window), reports, and keeps
-training until the parent says stop, so that every job's window overlaps the others' whole windows. The parent
-samples NVML utilisation from the start of the windows and, since NVML averages over a sample period of up to
-a second, keeps the jobs training after their timed windows until the utilisation window lasts at least
-``util_window_s`` (1 s) and holds one whole NVML sample period (:meth:`.nvml.UtilSampler.hold`).
-A group of one job is an isolated run. Workers live in a
-:class:`WorkerPool` reused across rounds, so that spawning (and importing torch) is paid once per pool, not
-per round.
+Each worker builds its model, runs ``warmup`` steps and reports ready; once every worker of the round is ready
+the parent sets their start events (the barrier), each times steps until its :class:`~.precision.StoppingRule`
+says the median is known well enough (the steady window) and the parent says the utilisation window is long
+enough, reports, and keeps training until the parent says stop, so that every job's window overlaps the
+others' whole windows. The parent samples NVML utilisation from the start of the windows; since NVML averages
+over a sample period of 1/6 s to 1 s and a reading over a few periods does not repeat (the same H200 job read
+69% and 56% over 0.8-1 s, within about 4.5% over 2.4-10 s), the timed windows of short-step jobs run on until
+the utilisation window lasts at least ``util_window_s`` (:data:`UTIL_WINDOW_S`) and holds ``util_samples``
+(:data:`UTIL_SAMPLES`) whole NVML sample periods (:meth:`.nvml.UtilSampler.hold`), never past the rule's
+``max_window_s`` (``--max-window``). The utilisation is thus read while the jobs time their steps, as their
+step times are. A group of one job is an isolated run. Workers live in a :class:`WorkerPool` reused across
+rounds, so that spawning (and importing torch) is paid once per pool, not per round.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from typing import Any
 from dltsched.engine.domain.errors import DltschedError, ValidationError
 from dltsched.predictors.profiling.nvml import UtilSampler
 from dltsched.predictors.profiling.precision import StepInterval, StoppingRule, median_interval
+
+#: the shortest utilisation window (s) and the fewest whole NVML sample periods it holds, by default
+UTIL_WINDOW_S, UTIL_SAMPLES = 3.0, 15
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -94,8 +99,9 @@ def _versions(torch: Any) -> dict[str, str | None]:
 
 
 def _measure(index: int, job: ProfiledJob, device: Any, warmup: int, rule: StoppingRule, go: Any, stop: Any,
-             results: Any) -> None:
-    """One task: build, warm up, report ready, wait for go, time the window, train on until stop."""
+             results: Any, enough: Any = None) -> None:
+    """One task: build, warm up, report ready, wait for go, time the window (past the rule's stop until
+    ``enough`` is set, where given), train on until stop."""
     import torch
 
     from dltsched.predictors.profiling.harness import build_training, peak_memory_mib
@@ -109,7 +115,8 @@ def _measure(index: int, job: ProfiledJob, device: Any, warmup: int, rule: Stopp
         torch.cuda.reset_peak_memory_stats()
     results.put((index, "ready", None))
     go.wait()
-    times, elapsed_s = time_window(training.timed_step_s, rule)
+    keep_open = None if enough is None else (lambda: not enough.is_set())
+    times, elapsed_s = time_window(training.timed_step_s, rule, keep_open=keep_open)
     name = torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu"
     results.put((index, "result",
                  JobRun(job, training.model, training.dataset, tuple(times), peak_memory_mib(device),
@@ -118,7 +125,8 @@ def _measure(index: int, job: ProfiledJob, device: Any, warmup: int, rule: Stopp
         training.step()
 
 
-def _worker(index: int, device_kind: str, tasks: Any, go: Any, stop: Any, results: Any) -> None:
+def _worker(index: int, device_kind: str, tasks: Any, go: Any, stop: Any, results: Any,
+            enough: Any = None) -> None:
     """Worker process body: runs ``(job, warmup, rule)`` tasks until ``None``; errors go to ``results``."""
     import torch
 
@@ -128,7 +136,7 @@ def _worker(index: int, device_kind: str, tasks: Any, go: Any, stop: Any, result
     while (task := tasks.get()) is not None:
         job, warmup, rule = task
         try:
-            _measure(index, job, device, warmup, rule, go, stop, results)
+            _measure(index, job, device, warmup, rule, go, stop, results, enough)
             results.put((index, "done", None))
         except BaseException as err:  # noqa: BLE001 - any failure goes back to the parent
             results.put((index, "error", f"{job.label}: {type(err).__name__}: {err}"))
@@ -153,9 +161,10 @@ class WorkerPool:
         self._tasks = [ctx.Queue() for _ in range(size)]
         self._go = [ctx.Event() for _ in range(size)]
         self._stop = [ctx.Event() for _ in range(size)]
+        self._enough = [ctx.Event() for _ in range(size)]
         self._procs = [ctx.Process(target=_worker, daemon=True,
                                    args=(i, device_kind, self._tasks[i], self._go[i], self._stop[i],
-                                         self._results))
+                                         self._results, self._enough[i]))
                        for i in range(size)]
 
     def __enter__(self) -> WorkerPool:
@@ -187,24 +196,29 @@ class WorkerPool:
         return out
 
     def measure(self, jobs: tuple[ProfiledJob, ...], *, warmup: int, steps: int | StoppingRule,
-                util_window_s: float = 1.0) -> GroupRun:
+                util_window_s: float = UTIL_WINDOW_S, util_samples: int = UTIL_SAMPLES) -> GroupRun:
         """Run ``jobs`` at the same time (one per worker) and return their runs and NVML summary; ``steps``: a
-        fixed count of timed steps, or the rule that ends each job's window; ``util_window_s``: the shortest
-        utilisation window (the jobs train on past their timed windows until it is reached)."""
+        fixed count of timed steps, or the rule that ends each job's window; ``util_window_s`` and
+        ``util_samples``: the shortest utilisation window and the fewest NVML sample periods in it (the jobs
+        time on past the rule's stop until both are reached, at most the rule's ``max_window_s``)."""
         rule = steps if isinstance(steps, StoppingRule) else StoppingRule(min_steps=steps, precision=None)
         workers, errors = range(len(jobs)), dict[int, str]()
         for i, job in enumerate(jobs):
             self._go[i].clear()
             self._stop[i].clear()
+            self._enough[i].clear()
             self._tasks[i].put((job, warmup, rule))
         self._await(workers, "ready", errors)
         with UtilSampler() as sampler:
             for i in workers:
                 self._go[i].set()
             sampler.start()
-            runs = self._await(workers, "result", errors) if not errors else {}
             if not errors:
-                sampler.hold(util_window_s, max_window_s=max(3.0, 3 * util_window_s))
+                sampler.hold(min(util_window_s, rule.max_window_s), min_samples=util_samples,
+                             max_window_s=rule.max_window_s)
+            for i in workers:
+                self._enough[i].set()
+            runs = self._await(workers, "result", errors) if not errors else {}
         for i in workers:
             self._go[i].set()
             self._stop[i].set()

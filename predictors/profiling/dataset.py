@@ -17,15 +17,15 @@ Files (CSV cells ``nan`` = not measured, JSON ``null``):
 - ``groups.json``: every isolated and group row with all step times; ``measurement.json`` and
   ``MEASUREMENT.md``: GPU, driver, CUDA, torch, date, host, command.
 
-``speedN`` = isolated step time / co-located step time (medians). ``gpu_util`` = mean NVML GPU
-utilisation (%) over the utilisation window (the timed windows, extended to at least a second while the jobs
-train on); ``util_source`` = ``nvml_samples`` (NVML's timestamped samples whose whole period lies in the
-window) or ``polled`` (the mean of polled rates, where the GPU does not give samples), ``util_samples`` =
-the readings it rests on, ``util_window_s`` = the seconds they cover (``steptime.csv``, ``single_data.csv``
-and the group files; files written before these columns existed read as before, without them);
-``gmem`` (MiB) = NVML's peak used memory of the whole GPU
-(``gmem_source`` ``nvml``), else the sum of the workers' ``torch.cuda.max_memory_allocated``
-(``torch``, a lower bound: no CUDA contexts or allocator slack); ``gmem_util`` = ``gmem`` / total (%).
+``speedN`` = isolated step time / co-located step time (medians). ``gpu_util`` = mean NVML GPU utilisation (%)
+over the utilisation window (the timed windows, which time on until it lasts at least 3 s and holds 15 NVML
+sample periods, at most ``--max-window``: :mod:`.colocate`); ``util_source`` = ``nvml_samples`` (NVML's
+timestamped samples whose whole period lies in the window) or ``polled`` (the mean of polled rates, where the
+GPU does not give samples), ``util_samples`` = the readings it rests on, ``util_window_s`` = the seconds they
+cover (``steptime.csv``, ``single_data.csv`` and the group files; files written before these columns existed
+read as before, without them); ``gmem`` (MiB) = NVML's peak used memory of the whole GPU (``gmem_source``
+``nvml``), else the sum of the workers' ``torch.cuda.max_memory_allocated`` (``torch``, a lower bound: no CUDA
+contexts or allocator slack); ``gmem_util`` = ``gmem`` / total (%).
 """
 
 from __future__ import annotations

@@ -89,6 +89,10 @@ class StoppingRule:
             return False
         return median_interval(times_s).half_width_rel <= self.precision
 
+    def capped(self, times_s: Sequence[float], elapsed_s: float) -> bool:
+        """Whether the window has reached a cap (``max_steps`` steps or ``max_window_s`` seconds)."""
+        return len(times_s) >= self.max_steps or elapsed_s >= self.max_window_s
+
     def stop_reason(self, times_s: Sequence[float], elapsed_s: float) -> str:
         """Why a finished window stopped: ``steps`` (fixed count), ``precision``, ``time_cap`` or
         ``step_cap``."""
@@ -100,17 +104,21 @@ class StoppingRule:
         return "step_cap" if len(times_s) >= self.max_steps else "time_cap"
 
 
-def time_window(step: Callable[[], float], rule: StoppingRule,
-                clock: Callable[[], float] | None = None) -> tuple[list[float], float]:
+def time_window(step: Callable[[], float], rule: StoppingRule, clock: Callable[[], float] | None = None,
+                keep_open: Callable[[], bool] | None = None) -> tuple[list[float], float]:
     """Call ``step()`` (returns one step's seconds) until ``rule`` says stop; the times and the window's
-    wall seconds. ``clock``: a ``time.perf_counter``-like function (tests pass a fake)."""
+    wall seconds. ``keep_open()``: while it says ``True``, the window times on past the rule's stop (the
+    utilisation window is not long enough yet), never past the rule's caps. ``clock``: a
+    ``time.perf_counter``-like function (tests pass a fake)."""
     import time
 
     now = clock or time.perf_counter
     start = now()
     times: list[float] = []
+    ruled = False  # the rule has said stop once: from then on only keep_open and the caps decide
     while True:
         times.append(float(step()))
         elapsed = now() - start
-        if rule.done(times, elapsed):
+        ruled = ruled or rule.done(times, elapsed)
+        if ruled and (keep_open is None or rule.capped(times, elapsed) or not keep_open()):
             return times, elapsed

@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from dltsched.engine.domain.errors import DltschedError, ValidationError
-from dltsched.predictors.profiling.colocate import GroupRun, ProfiledJob, WorkerPool, WorkerTimeout
+from dltsched.predictors.profiling.colocate import (
+    UTIL_SAMPLES,
+    UTIL_WINDOW_S,
+    GroupRun,
+    ProfiledJob,
+    WorkerPool,
+    WorkerTimeout,
+)
 from dltsched.predictors.profiling.dataset import write_dataset
 from dltsched.predictors.profiling.mps import mps_control_binary, mps_daemon
 from dltsched.predictors.profiling.nvml import gpu_info
@@ -121,7 +128,8 @@ def _group_row(group: GroupRun, isolated: dict[ProfiledJob, dict[str, Any]], gpu
 
 
 def _record(first: GroupRun, gpu: str, sharing: str, smoke: bool, rule: StoppingRule, warmup: int,
-            command: str | None, util_window_s: float = 1.0) -> dict[str, Any]:
+            command: str | None, util_window_s: float = UTIL_WINDOW_S,
+            util_samples: int = UTIL_SAMPLES) -> dict[str, Any]:
     run = first.runs[0]
     return {"date_utc": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(),
             "platform": platform.platform(), "command": command or typed_command(),
@@ -129,22 +137,24 @@ def _record(first: GroupRun, gpu: str, sharing: str, smoke: bool, rule: Stopping
             "device_name": run.device_name, "gpu": gpu, **gpu_info(), **run.versions, "sharing": sharing,
             "scope": PROFILE_SCOPE, "steps": rule.min_steps, "precision": rule.precision,
             "min_window_s": rule.min_window_s, "max_window_s": rule.max_window_s, "warmup": warmup,
-            "smoke": smoke, "nvml": first.nvml["gpu_util"] is not None, "util_min_window_s": util_window_s}
+            "smoke": smoke, "nvml": first.nvml["gpu_util"] is not None,
+            "util_min_window_s": min(util_window_s, rule.max_window_s), "util_min_samples": util_samples}
 
 
 def run_profile(jobs: tuple[ProfiledJob, ...], groups: list[tuple[ProfiledJob, ...]], *, out_dir: str | Path,
                 sharing: str = "timeslice", steps: int = 20, warmup: int = 5, smoke: bool = False,
                 timeout_s: float = 600.0, budget_s: float | None = None, precision: float | None = 0.02,
                 max_window_s: float = 30.0, min_window_s: float = 0.5,
-                command: str | None = None, util_window_s: float = 1.0) -> dict[str, Any]:
+                command: str | None = None, util_window_s: float = UTIL_WINDOW_S,
+                util_samples: int = UTIL_SAMPLES) -> dict[str, Any]:
     """Profile ``jobs`` and every job of ``groups`` alone, then each group co-located; write the dataset.
 
     Each job's window is at least ``steps`` timed steps and ``min_window_s`` seconds, then runs until its
     median step time is within ``precision`` at 95% (``None``: exactly ``steps``) or ``max_window_s``
     seconds (:class:`~.precision.StoppingRule`). Utilisation rests on a window of at least ``util_window_s``
-    seconds holding one whole NVML sample period: the jobs train on past their timed windows until then
-    (:meth:`.nvml.UtilSampler.hold`). ``command``: the command line to record (default: this
-    process's arguments after ``dltsched``).
+    seconds holding ``util_samples`` whole NVML sample periods: the jobs time their steps on past the rule's
+    stop until then, never past ``max_window_s`` (:meth:`.colocate.WorkerPool.measure`). ``command``: the
+    command line to record (default: this process's arguments after ``dltsched``).
 
     The dataset is rewritten after every measurement, so a run stopped part-way leaves what it
     measured. A measurement whose worker fails (out of memory, say) is recorded under ``failed`` and
@@ -163,7 +173,7 @@ def run_profile(jobs: tuple[ProfiledJob, ...], groups: list[tuple[ProfiledJob, .
                         max_window_s=max_window_s, max_steps=max(steps, MAX_STEPS))
     session = ProfileSession(Path(out_dir), sharing, smoke, rule, warmup,
                              None if budget_s is None else time.monotonic() + budget_s, command,
-                             util_window_s)
+                             util_window_s, util_samples)
     with WorkerPool(1, kind, timeout_s) as pool:
         for job in every:
             if (run := session.measure(pool, (job,))) is not None:
@@ -194,11 +204,13 @@ class ProfileSession:
     """What one ``run_profile`` call has measured so far, written out after every measurement."""
 
     def __init__(self, out_dir: Path, sharing: str, smoke: bool, steps: int | StoppingRule, warmup: int,
-                 deadline: float | None, command: str | None = None, util_window_s: float = 1.0) -> None:
+                 deadline: float | None, command: str | None = None, util_window_s: float = UTIL_WINDOW_S,
+                 util_samples: int = UTIL_SAMPLES) -> None:
         self.rule = steps if isinstance(steps,
                                         StoppingRule) else StoppingRule(min_steps=steps, precision=None)
         self.out_dir, self.sharing, self.smoke, self.warmup = out_dir, sharing, smoke, warmup
         self.deadline, self.command, self.util_window_s = deadline, command, util_window_s
+        self.util_samples = util_samples
         self.isolated: dict[ProfiledJob, dict[str, Any]] = {}
         self.groups: list[dict[str, Any]] = []
         self.failed: list[dict[str, str]] = []
@@ -233,7 +245,8 @@ class ProfileSession:
             self.stopped = f"budget spent before {label}"
             return None
         try:
-            return pool.measure(group, warmup=self.warmup, steps=self.rule, util_window_s=self.util_window_s)
+            return pool.measure(group, warmup=self.warmup, steps=self.rule, util_window_s=self.util_window_s,
+                                util_samples=self.util_samples)
         except WorkerTimeout as err:
             self.stopped = f"{label}: {err}"
         except DltschedError as err:
@@ -252,7 +265,7 @@ class ProfileSession:
         if self.first is None:
             return {}
         return {**_record(self.first, self.gpu or "", self.sharing, self.smoke, self.rule, self.warmup,
-                          self.command, self.util_window_s),
+                          self.command, self.util_window_s, self.util_samples),
                 "failed": self.failed, "stopped": self.stopped}
 
     def write(self) -> list[str]:

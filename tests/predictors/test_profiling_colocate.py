@@ -75,7 +75,8 @@ def test_measurement_record(smoke_dataset):
     record = json.loads((smoke_dataset / "measurement.json").read_text())
     assert record["device"] == "cpu" and record["smoke"] is True and record["torch"]
     assert {"date_utc", "host", "command", "driver", "cuda", "gpu", "nvml"} <= set(record)
-    assert record["util_min_window_s"] == 1.0
+    # the utilisation window's minimum, 3 s and 15 NVML samples (the timed windows run on until then)
+    assert record["util_min_window_s"] == 3.0 and record["util_min_samples"] == 15
     assert "| torch |" in (smoke_dataset / "MEASUREMENT.md").read_text()
 
 
@@ -149,8 +150,9 @@ class _FailingPool:
     def __init__(self, fail=(), hang=()):
         self.fail, self.hang, self.asked = set(fail), set(hang), []
 
-    def measure(self, jobs, *, warmup, steps, util_window_s):
-        assert util_window_s == 1.0  # the session asks for a utilisation window of a second
+    def measure(self, jobs, *, warmup, steps, util_window_s, util_samples):
+        # the session asks for a utilisation window of 3 s and 15 NVML samples
+        assert (util_window_s, util_samples) == (3.0, 15)
         from dltsched.engine.domain.errors import DltschedError
         from dltsched.predictors.profiling.colocate import WorkerTimeout
 

@@ -246,3 +246,28 @@ def test_rows_without_a_utilisation_window_write_nan(tmp_path: Path) -> None:
         row = next(csv.DictReader(fh))
     assert (row["util_source"], row["util_samples"], row["util_window_s"]) == ("nan", "nan", "nan")
     assert json.loads((tmp_path / "groups.json").read_text())["groups"][0]["gpu_util"] == 95.0
+
+
+# ---- the utilisation window lengthens the timed window of a short-step job (a real worker, on the CPU) ----
+
+def test_a_short_jobs_timed_window_runs_on_until_the_utilisation_window_is_long_enough(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    from dltsched.predictors.profiling.colocate import ProfiledJob, WorkerPool
+    from dltsched.predictors.profiling.precision import StoppingRule
+
+    period_us = 100_000  # a fake GPU that gives a utilisation sample every 0.1 s of the host's clock
+    start = nv.now_us() - 1_000_000
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(
+        lambda last: [(t, 60) for t in range(start, nv.now_us() + 1, period_us)]))
+    rule = StoppingRule(min_steps=3, precision=None, max_window_s=5.0)  # alone: three steps of a few ms
+    with WorkerPool(1, "cpu", timeout_s=120.0) as pool:
+        run = pool.measure((ProfiledJob("neumf", 8),), warmup=1, steps=rule, util_window_s=0.8,
+                           util_samples=10)
+    (job,) = run.runs
+    timed_s = sum(job.step_times_s)
+    assert len(job.step_times_s) > 3 and timed_s >= 0.5  # timed on well past the rule's three steps
+    assert run.nvml["util_source"] == "nvml_samples" and run.nvml["gpu_util"] == pytest.approx(60.0)
+    assert run.nvml["util_samples"] >= 10 and run.nvml["util_window_s"] >= 0.8
+    # the samples lie inside the timed window (plus the moment the result takes to come back)
+    assert run.nvml["util_window_s"] <= timed_s + 0.3

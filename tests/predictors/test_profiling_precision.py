@@ -73,6 +73,26 @@ def test_without_precision_the_window_is_exactly_min_steps():
     assert len(times) == 7 and rule.stop_reason(times, elapsed) == "steps"
 
 
+def test_a_window_held_open_times_on_until_released_never_past_the_cap():
+    # a 4 ms job the rule alone stops after 30 steps (0.12 s); the utilisation window wants 3 s
+    rule = StoppingRule(min_steps=30, precision=0.02, min_window_s=0.0, max_window_s=8.0)
+    step, clock = _fake(0.004, 0.01)
+    alone, _ = time_window(step, rule, clock)
+    assert len(alone) == 30
+    step, clock = _fake(0.004, 0.01)
+    held, elapsed = time_window(step, rule, clock, keep_open=lambda: clock() < 3.0)
+    assert 3.0 <= elapsed < 3.0 + 0.005  # released at 3 s, not at the rule's next check ten steps later
+    assert len(held) == pytest.approx(750, abs=5) and rule.stop_reason(held, elapsed) == "precision"
+    # held open for ever: the rule's time cap (--max-window) still ends it
+    step, clock = _fake(0.004, 0.01)
+    capped, elapsed = time_window(step, rule, clock, keep_open=lambda: True)
+    assert 8.0 <= elapsed < 8.005 and rule.stop_reason(capped, elapsed) == "time_cap"
+    # a job slower than the wanted window is not held at all: the rule has not stopped it yet
+    step, clock = _fake(0.2, 0.01)
+    slow, elapsed = time_window(step, rule, clock, keep_open=lambda: clock() < 3.0)
+    assert len(slow) == 30 and elapsed == pytest.approx(6.0, rel=0.02)
+
+
 @pytest.mark.parametrize("kwargs", [{"min_steps": 0}, {"precision": 1.5}, {"max_window_s": 0.0}])
 def test_bad_rules_are_refused(kwargs):
     with pytest.raises(ValueError):
