@@ -86,3 +86,21 @@ def test_the_shipped_h200_profiles_read_with_long_windows() -> None:
     assert all(r.util_samples is not None and r.util_samples >= 12 and r.util_window_s >= 2.4
                for k, r in jobs.items() if k[0] in short)
     assert all(r.gpu_util is not None and 1.0 < r.gpu_util <= 100.0 for r in jobs.values())
+
+
+@pytest.mark.data
+def test_beside_the_shared_folder_each_job_takes_its_long_window_reading(data_dir: Path) -> None:
+    from dltsched.predictors.calibration.model import fit_gpu
+
+    datasets = read_datasets([data_dir / "h200", SHIPPED])
+    timeslice = next(d for d in datasets if d.sharing == "timeslice")
+    jobs = {k[0]: (k, r) for k, r in timeslice.isolated_by_key().items()}
+    assert len(jobs) == 16
+    key, dcgan = jobs["dcgan"]
+    # read 44.5% over 0.1 s on 2026-11-26; 59.2% over 4 s (21 samples) on 2026-11-27
+    assert dcgan.gpu_util == pytest.approx(59.19, abs=0.01) and dcgan.util_samples == 21
+    runs = [r.step_time_s for r in timeslice.isolated if r.key == key]
+    assert len(runs) == 5 and dcgan.step_time_s == pytest.approx(sum(runs) / 5)  # both days' runs
+    cal = fit_gpu(datasets, with_groups=False)
+    util, source = cal.util_pct(key)
+    assert source == "measured" and util == pytest.approx(59.19, abs=0.01)
