@@ -194,7 +194,9 @@ class UtilSampler:
     def hold(self, min_window_s: float = 1.0, min_samples: int = 1, max_window_s: float = 3.0,
              sleep: Callable[[float], None] = time.sleep) -> None:
         """Keep the window open until it lasts ``min_window_s`` and (where NVML gives samples) holds
-        ``min_samples`` whole sample periods, at most ``max_window_s``. Call it while the jobs still run."""
+        ``min_samples`` whole sample periods, at most ``max_window_s``; where no sample has come inside the
+        window by twice ``min_window_s``, NVML is not sampling and the window closes (the polled fallback).
+        Call it while the jobs still run."""
         if self._lib is None or self.start_us is None:
             return
         while True:
@@ -203,7 +205,9 @@ class UtilSampler:
                 return
             if elapsed_s >= min_window_s:
                 self._fetch_samples()
-                if not self._samples_ok or len(self.in_window()[0]) >= min_samples:
+                kept = len(self.in_window()[0])
+                silent = not kept and elapsed_s >= 2 * min_window_s
+                if not self._samples_ok or kept >= min_samples or silent:
                     return
             sleep(self.period_s)
 

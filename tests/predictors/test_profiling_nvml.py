@@ -158,13 +158,31 @@ def test_hold_waits_for_a_slow_gpus_first_whole_period(monkeypatch: pytest.Monke
     assert 1.5 <= held_s < 1.6 and sampler.summary()["util_samples"] == 1
 
 
-def test_hold_gives_up_at_the_cap_and_stops_at_the_minimum_without_samples(
+def test_hold_gives_up_at_the_cap_or_without_samples_and_waits_for_a_slow_gpu(
         monkeypatch: pytest.MonkeyPatch) -> None:
     clock = _Clock()
     sampler = _sampler(monkeypatch, _fake_pynvml(lambda last: []), clock)  # supported, never a sample
     with sampler:
+        sampler.hold(1.0, max_window_s=1.5, sleep=clock.sleep)
+        assert 1.5 <= (clock.us - T0) / 1e6 < 1.6  # the cap comes first
+    clock = _Clock()
+    sampler = _sampler(monkeypatch, _fake_pynvml(lambda last: []), clock)
+    with sampler:
         sampler.hold(1.0, max_window_s=3.0, sleep=clock.sleep)
-        assert 3.0 <= (clock.us - T0) / 1e6 < 3.1
+        assert 2.0 <= (clock.us - T0) / 1e6 < 2.1  # no sample by twice the minimum: NVML is not sampling
+    # asked for 15 samples over 3 s of a 30 s cap: with none by 6 s, NVML is not sampling
+    clock = _Clock()
+    sampler = _sampler(monkeypatch, _fake_pynvml(lambda last: []), clock)
+    with sampler:
+        sampler.hold(3.0, min_samples=15, max_window_s=30.0, sleep=clock.sleep)
+        assert 6.0 <= (clock.us - T0) / 1e6 < 6.1
+    # a slow GPU (one sample a second) that does sample is waited for up to its 15th whole period
+    clock = _Clock()
+    slow = lambda last: [(t, 50) for t in range(T0 - 500_000, clock.us + 1, 1_000_000)]  # noqa: E731
+    sampler = _sampler(monkeypatch, _fake_pynvml(slow), clock)
+    with sampler:
+        sampler.hold(3.0, min_samples=15, max_window_s=30.0, sleep=clock.sleep)
+        assert 15.5 <= (clock.us - T0) / 1e6 < 15.6 and sampler.summary()["util_samples"] == 15
     clock = _Clock()
 
     def unsupported(last: int) -> list[tuple[int, int]]:
