@@ -12,7 +12,7 @@ from dltsched.predictors.calibration.model import fitted_and_scored_rows
 from dltsched.predictors.calibration.rows import IsolatedRow, mean_row, with_best_utilisation
 from dltsched.predictors.profiling.dataset import write_dataset
 
-SHIPPED = Path(__file__).resolve().parents[3] / "instances" / "data" / "profiles" / "h200-2026-11-27"
+SHIPPED = Path(__file__).resolve().parents[3] / "instances" / "data" / "profiles" / "h200_2026_11_27"
 
 
 def _row(util: float | None, samples: int | None, step: float = 0.004, model: str = "dcgan") -> IsolatedRow:
