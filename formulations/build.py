@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import replace
 from itertools import combinations
 
@@ -462,41 +462,19 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
     asked = _JobMemory(jobs, specs, predictors)
     # per pair with a fitting type: each such type, its speeds and memory overhead
     found: dict[tuple[int, int], list[tuple[str, tuple[float, ...], float]]] = {}
-    fitting: list[tuple[str, tuple[float, ...], float]] = []
     partners: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (-speed, partner)
-    types, type_sets, least = asked.types, asked.type_sets, asked.least_mib
-    # the kept prices read inline (the round's hottest loop); a miss prices the pair through _group_on
-    entries = asked.prices.entries if asked.prices is not None else None
-    kinds = asked.kinds if entries is not None else None
-    version = asked.memory_version if entries is not None else None
-    for a, b in _pair_candidates(jobs, options.max_partners):
-        best = 0.0
-        shared = type_sets[b]
-        least_a, least_b = least[a], least[b]
-        ka = kb = 0
-        if kinds is not None:
-            ka, kb = kinds[a], kinds[b]
-        for gpu_type in types[a]:  # the types the two share, in a's option order
-            if gpu_type not in shared:
-                continue
-            hit = None if entries is None else entries.get((gpu_type, ka, kb))
-            if hit is not None and hit[0] == version:
-                speeds, overhead = hit[1], hit[2]
-            else:
-                group = _group_on((a, b), gpu_type, asked, True)
-                speeds, overhead = group.speeds, group.overhead_mib
-            total = speeds[0] + speeds[1]
-            if total > 1.0 and least_a[gpu_type] + least_b[gpu_type] + overhead <= memory[gpu_type]:
-                fitting.append((gpu_type, speeds, overhead))
-                if total > best:
-                    best = total
-        if best:
-            found[(a, b)] = fitting
-            fitting = []
-            partners[a].append((-best, b))
-            partners[b].append((-best, a))
-        elif fitting:
-            fitting = []
+    # prices by (GPU type, member kinds): the kept ones, or the round's own (each job its own kind)
+    if asked.prices is not None:
+        entries, kinds, version = asked.prices.entries, asked.kinds, asked.memory_version
+    else:
+        entries, kinds, version = {}, list(range(len(jobs))), 0
+    # pairs with a type never priced wait, and their prices are asked for all together
+    waiting: list[tuple[int, int]] = []
+    _scan_pairs(_pair_candidates(jobs, options.max_partners), asked, entries, kinds, version, memory, found,
+                partners, waiting)
+    if waiting:
+        _price_pairs(waiting, asked, entries, kinds, version)
+        _scan_pairs(waiting, asked, entries, kinds, version, memory, found, partners, None)
     # per job, its best partners: highest total speed first, ties to the lower index
     keep = {j: {b for _, b in sorted(p)[: options.max_partners]} for j, p in partners.items()}
     allowed: dict[tuple[tuple[int, ...], str], ColocGroup] = {}
@@ -511,6 +489,112 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
     if all(len(k[0]) == 2 for k in allowed):  # pairs only: sort by one number per pair (same order, faster)
         return tuple(allowed[k] for k in sorted(allowed, key=lambda k: (k[0][0] * n + k[0][1], k[1])))
     return tuple(allowed[k] for k in sorted(allowed))
+
+
+#: prices by (GPU type, member kinds): (memory version, speeds, memory overhead MiB)
+_Entries = dict[tuple[object, ...], tuple[int, tuple[float, ...], float]]
+
+
+def _scan_pairs(pairs: Iterable[tuple[int, int]], asked: _JobMemory, entries: _Entries, kinds: list[int],
+                version: int, memory: dict[str, float], found: dict[tuple[int, int], list[tuple[str, tuple[
+                    float, ...], float]]], partners: dict[int, list[tuple[float, int]]],
+                waiting: list[tuple[int, int]] | None) -> None:
+    """Each pair's fitting types and best summed speed (into ``found`` and ``partners``) from the prices in
+    ``entries``; a pair with a type not priced goes to ``waiting`` (``None``: it is priced here, one by one).
+    The round's hottest loop."""
+    fitting: list[tuple[str, tuple[float, ...], float]] = []
+    types, type_sets, least = asked.types, asked.type_sets, asked.least_mib
+    for a, b in pairs:
+        best = 0.0
+        shared = type_sets[b]
+        least_a, least_b = least[a], least[b]
+        ka, kb = kinds[a], kinds[b]
+        for gpu_type in types[a]:  # the types the two share, in a's option order
+            if gpu_type not in shared:
+                continue
+            hit = entries.get((gpu_type, ka, kb))
+            if hit is not None and hit[0] == version:
+                speeds, overhead = hit[1], hit[2]
+            elif waiting is not None:
+                waiting.append((a, b))
+                fitting = []
+                break
+            else:  # dropped by the kept prices' bound meanwhile
+                group = _group_on((a, b), gpu_type, asked, True)
+                speeds, overhead = group.speeds, group.overhead_mib
+            total = speeds[0] + speeds[1]
+            if total > 1.0 and least_a[gpu_type] + least_b[gpu_type] + overhead <= memory[gpu_type]:
+                fitting.append((gpu_type, speeds, overhead))
+                if total > best:
+                    best = total
+        else:
+            if best:
+                found[(a, b)] = fitting
+                fitting = []
+                partners[a].append((-best, b))
+                partners[b].append((-best, a))
+            elif fitting:
+                fitting = []
+
+
+def _price_pairs(pairs: list[tuple[int, int]], asked: _JobMemory, entries: _Entries, kinds: list[int],
+                 version: int) -> None:
+    """Price every (pair, shared GPU type) of ``pairs`` missing from ``entries`` and keep it there: one call
+    of the co-location predictor's ``colocated_many`` for all of them where it has one (the same answers as
+    asking ``colocated_speeds`` and ``group_memory_mib`` group by group), else one by one. When the predictor
+    says its pairs are symmetric in member order (``order_symmetric()``), a pair priced the other way round
+    (kept, or asked in this call) is not asked: its speeds swapped are the answer, and the memory overhead is
+    the same (the group's memory less the members' own, summed in either order: the same float)."""
+    wanted: dict[tuple[object, ...], tuple[tuple[int, int], str]] = {}
+    mirrored: dict[tuple[object, ...], tuple[object, ...]] = {}  # key -> the same pair the other way round
+    symmetric = getattr(asked.predictors.colocation, "order_symmetric", None)
+    symmetric = bool(symmetric is not None and symmetric())
+    types, type_sets = asked.types, asked.type_sets
+    for a, b in pairs:
+        ka, kb = kinds[a], kinds[b]
+        for gpu_type in types[a]:
+            if gpu_type in type_sets[b]:
+                key: tuple[object, ...] = (gpu_type, ka, kb)
+                if key in wanted or key in mirrored:
+                    continue
+                hit = entries.get(key)
+                if hit is not None and hit[0] == version:
+                    continue
+                if symmetric and ka != kb:
+                    back: tuple[object, ...] = (gpu_type, kb, ka)
+                    hit = entries.get(back)
+                    if back in wanted or (hit is not None and hit[0] == version):
+                        mirrored[key] = back
+                        continue
+                wanted[key] = ((a, b), gpu_type)
+    kept = asked.prices is not None
+    priced = dict(zip(wanted, _pair_prices(list(wanted.values()), asked), strict=True))
+    for key, back in mirrored.items():
+        speeds, overhead = priced[back] if back in priced else entries[back][1:]
+        priced[key] = ((speeds[1], speeds[0]), overhead)
+    for key, (speeds, overhead) in priced.items():
+        if kept and len(entries) >= GroupPrices.MAX_ENTRIES:
+            entries.clear()
+        entries[key] = (version, speeds, overhead)
+
+
+def _pair_prices(groups: list[tuple[tuple[int, ...], str]], asked: _JobMemory
+                 ) -> list[tuple[tuple[float, ...], float]]:
+    """Speeds and memory overhead (MiB) of each (members, GPU type), as :func:`_priced` gives them."""
+    colocation = asked.predictors.colocation
+    many = getattr(colocation, "colocated_many", None)
+    if many is None:
+        out = []
+        for members, gpu_type in groups:
+            group = _priced(members, gpu_type, asked, True)
+            out.append((group.speeds, group.overhead_mib))
+        return out
+    answers = many([([asked.specs[m] for m in members], gpu_type) for members, gpu_type in groups])
+    out = []
+    for (members, gpu_type), (speeds, memory_mib) in zip(groups, answers, strict=True):
+        own = sum(asked.own(m, gpu_type) for m in members)
+        out.append((tuple(float(s) for s in speeds), max(0.0, memory_mib - own)))
+    return out
 
 
 def _pair_candidates(jobs: list[RoundJob], partners: int) -> set[tuple[int, int]]:
