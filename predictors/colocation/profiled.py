@@ -415,7 +415,13 @@ class ProfileColocation:
         jobs, grows, profs, gpus = self._rows(groups, isolated, memo, few)
         prows = self._pair_rows(groups, gpus, profs, isolated,
                                 memo) if self.pair_speed_trees is not None else None
-        eggat = self._eggat_log_speeds(groups, gpus, profs, isolated, memo)
+        if few and len(groups) > 1 and self.eggat is not None and self.eggat_weight > 0:
+            # the network group by group: its products over several groups differ in the last bits
+            each = [self._eggat_log_speeds([g], [gpu], [ps], isolated, memo)
+                    for g, gpu, ps in zip(groups, gpus, profs, strict=True)]
+            eggat = np.concatenate([e for e in each if e is not None])
+        else:
+            eggat = self._eggat_log_speeds(groups, gpus, profs, isolated, memo)
         if few or len(groups) < NUMPY_FROM:
             return self._estimate_few(jobs, grows, prows, profs, eggat)
         log_speed = self.alpha * jobs[:,
