@@ -301,7 +301,12 @@ class CrossFitColocation:
                        ) -> list[tuple[tuple[float, ...], float]]:
         """Per (jobs, GPU type): :meth:`colocated_speeds` and :meth:`group_memory_mib`, each fold asked once
         for all the groups it answers (``colocated_many`` where the fold's predictor has it)."""
-        members = [[self.for_model(j.model) for j in jobs] for jobs, _ in groups]
+        by_name: dict[str, Any] = {}  # each model's fold, looked up once
+        for jobs, _ in groups:
+            for j in jobs:
+                if j.model not in by_name:
+                    by_name[j.model] = self.for_model(j.model)
+        members = [[by_name[j.model] for j in jobs] for jobs, _ in groups]
         asked: dict[int, tuple[Any, list[int]]] = {}
         for i, tables in enumerate(members):
             for t in {id(t): t for t in tables}.values():

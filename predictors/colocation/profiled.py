@@ -605,9 +605,21 @@ class ProfileColocation:
         """:meth:`estimate` of each (jobs, GPU type), the same estimates as asking one group at a time; the
         pairs not yet remembered are estimated together first, in their members' canonical order, in one walk
         of the trees (:meth:`_estimate_few`: each row's numbers do not depend on the other rows)."""
-        if current_profiles() is None:
-            self._remember_pairs(groups)
-        return [self.estimate(jobs, gpu_type) for jobs, gpu_type in groups]
+        if current_profiles() is not None:
+            return [self.estimate(jobs, gpu_type) for jobs, gpu_type in groups]
+        out: list[ColocationEstimate | None] = []
+        missing: list[int] = []
+        remembered = self._by_fields  # read by the members' fields, as estimate() reads them
+        for jobs, gpu_type in groups:
+            found = remembered.get((gpu_type, *[(j.model, j.batch_size, j.amp, j.dataset) for j in jobs]))
+            if found is None:
+                missing.append(len(out))
+            out.append(found)
+        if missing:
+            self._remember_pairs([groups[i] for i in missing])
+            for i in missing:
+                out[i] = self.estimate(*groups[i])
+        return out  # type: ignore[return-value]
 
     def colocated_many(self, groups: Sequence[tuple[Sequence[Job], str]]
                        ) -> list[tuple[tuple[float, ...], float]]:
@@ -629,17 +641,13 @@ class ProfileColocation:
         return current_profiles() is None
 
     def _remember_pairs(self, groups: Sequence[tuple[Sequence[Job], str]]) -> None:
-        """Estimate and remember, in one call, every pair of ``groups`` not remembered yet by its members'
-        fields nor in canonical order (what :meth:`_remembered` would estimate one at a time)."""
+        """Estimate and remember, in one call, every pair of ``groups`` not remembered yet in its members'
+        canonical order (what :meth:`_remembered` would estimate one at a time)."""
         wanted: dict[tuple[str, tuple[JobSpec, ...]], None] = {}
         for jobs, gpu_type in groups:
             if len(jobs) != 2:
                 continue
-            a, b = jobs
-            if (gpu_type, (a.model, a.batch_size, a.amp, a.dataset),
-                    (b.model, b.batch_size, b.amp, b.dataset)) in self._by_fields:
-                continue
-            specs = (_spec(a), _spec(b))
+            specs = (_spec(jobs[0]), _spec(jobs[1]))
             if _order_key(specs[1]) < _order_key(specs[0]):
                 specs = (specs[1], specs[0])
             key = (gpu_type, specs)
