@@ -443,12 +443,16 @@ def _group_on(members: tuple[int, ...], gpu_type: str, memory: _JobMemory, allow
 
 
 def _priced(members: tuple[int, ...], gpu_type: str, memory: _JobMemory, allowed: bool) -> ColocGroup:
+    return ColocGroup(members, gpu_type, *_price(members, gpu_type, memory), allowed)
+
+
+def _price(members: tuple[int, ...], gpu_type: str, memory: _JobMemory) -> tuple[tuple[float, ...], float]:
+    """A group's speeds and memory overhead (MiB: its memory beyond its members' own), asked alone."""
     group = [memory.specs[m] for m in members]
     colocation = memory.predictors.colocation
     speeds = tuple(float(s) for s in colocation.colocated_speeds(group, gpu_type))
     own = sum(memory.own(m, gpu_type) for m in members)
-    overhead = max(0.0, colocation.group_memory_mib(group, gpu_type) - own)
-    return ColocGroup(members, gpu_type, speeds, overhead, allowed)
+    return speeds, max(0.0, colocation.group_memory_mib(group, gpu_type) - own)
 
 
 def _fits(group: ColocGroup, memory: _JobMemory, memory_mib: float) -> bool:
@@ -580,15 +584,11 @@ def _price_pairs(pairs: list[tuple[int, int]], asked: _JobMemory, entries: _Entr
 
 def _pair_prices(groups: list[tuple[tuple[int, ...], str]], asked: _JobMemory
                  ) -> list[tuple[tuple[float, ...], float]]:
-    """Speeds and memory overhead (MiB) of each (members, GPU type), as :func:`_priced` gives them."""
+    """Speeds and memory overhead (MiB) of each (members, GPU type), as :func:`_price` gives them."""
     colocation = asked.predictors.colocation
     many = getattr(colocation, "colocated_many", None)
     if many is None:
-        out = []
-        for members, gpu_type in groups:
-            group = _priced(members, gpu_type, asked, True)
-            out.append((group.speeds, group.overhead_mib))
-        return out
+        return [_price(members, gpu_type, asked) for members, gpu_type in groups]
     answers = many([([asked.specs[m] for m in members], gpu_type) for members, gpu_type in groups])
     out = []
     for (members, gpu_type), (speeds, memory_mib) in zip(groups, answers, strict=True):
