@@ -300,6 +300,10 @@ class _JobMemory:
 
 #: options kept for one job: the job, its profile version, its options, why none
 _Offer = tuple[Job, int, tuple[JobOption, ...], str]
+#: a pair's fitting GPU types, each with its speeds and memory overhead (MiB)
+_Fits = list[tuple[str, tuple[float, ...], float]]
+#: (signature, signature) -> the pair's fitting types and best summed speed (GroupPrices.pair_verdicts)
+_Verdicts = dict[tuple[int, int], tuple[_Fits, float]]
 
 
 class GroupPrices:
@@ -326,6 +330,13 @@ class GroupPrices:
         self._kinds: dict[Hashable, int] = {}
         self._offers: dict[int, _Offer] = {}
         self._offer_context: tuple[object, ...] | None = None
+        #: a round job's pricing signature (its kind, GPU types in option order, least memory per type) ->
+        #: its number
+        self._signatures: dict[tuple[object, ...], int] = {}
+        #: (signature, signature) -> what the round's scan concluded of the pair: its fitting types with
+        #: their prices and its best summed speed (:meth:`pair_verdicts`)
+        self._verdicts: _Verdicts = {}
+        self._verdict_context: tuple[object, ...] | None = None
 
     def kind(self, job: Job, profile_version: int = 0) -> int:
         """The number ``job``'s prices are kept under: equal for two jobs the predictors cannot tell apart.
@@ -369,8 +380,65 @@ class GroupPrices:
         """
         if len(self._kinds) >= self.MAX_ENTRIES:
             self._kinds.clear()
-            self.entries.clear()
+            self.clear()
         return [self.kind(job, v) for job, v in zip(jobs, profile_versions, strict=True)]
+
+    def signatures(self, kinds: list[int], types: list[tuple[str, ...]],
+                   least_mib: list[dict[str, float]]) -> list[int]:
+        """Each round job's pricing signature, numbered: its kind, its GPU types in option order and its
+        least memory on each; two jobs of one signature pair up with any job alike in a round's scan.
+
+        Parameters
+        ----------
+        kinds
+            Each job's kind (:meth:`kinds_of`).
+        types
+            Each job's GPU types in its options' order.
+        least_mib
+            Each job's least memory over its options per GPU type, MiB.
+
+        Returns
+        -------
+        list of int
+            The signatures, in the order of the jobs.
+        """
+        numbers = self._signatures
+        if len(numbers) >= self.MAX_ENTRIES:
+            numbers.clear()
+            self._verdicts.clear()
+        out = []
+        for kind, own, least in zip(kinds, types, least_mib, strict=True):
+            key = (kind, own, *[least[t] for t in own])
+            found = numbers.get(key)
+            if found is None:
+                found = numbers[key] = len(numbers)
+            out.append(found)
+        return out
+
+    def pair_verdicts(self, memory_version: int, memory_mib: dict[str, float]) -> _Verdicts:
+        """What a round's scan concluded of pairs of signatures (:meth:`signatures`): the pair's fitting GPU
+        types with their speeds and memory overhead, and its best summed speed (0: none fits). Valid for the
+        same version of the run's memory measurements and the same GPU memory per type, dropped when either
+        changes: a pair's verdict reads nothing else (its prices are its members' kinds', its memory test
+        their least memory and the GPU's).
+
+        Parameters
+        ----------
+        memory_version
+            The version of the run's memory measurements.
+        memory_mib
+            The round's GPU memory per type, MiB.
+
+        Returns
+        -------
+        dict
+            The verdicts, to read and fill.
+        """
+        context = (memory_version, tuple(sorted(memory_mib.items())))
+        if context != self._verdict_context or len(self._verdicts) >= self.MAX_ENTRIES:
+            self._verdicts.clear()
+            self._verdict_context = context
+        return self._verdicts
 
     def offers(self, types: NodeTypes, options: RoundOptions) -> dict[int, _Offer]:
         """The options offered to jobs without freezing, kept per job object: (the job, its profile version,
@@ -397,8 +465,10 @@ class GroupPrices:
         return self._offers
 
     def clear(self) -> None:
-        """Drop every entry (the kinds stay numbered)."""
+        """Drop every entry and pair verdict (the kinds stay numbered)."""
         self.entries.clear()
+        self._signatures.clear()
+        self._verdicts.clear()
 
     @staticmethod
     def of(predictors: Predictors) -> GroupPrices | None:
@@ -468,17 +538,21 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
     found: dict[tuple[int, int], list[tuple[str, tuple[float, ...], float]]] = {}
     partners: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (-speed, partner)
     # prices by (GPU type, member kinds): the kept ones, or the round's own (each job its own kind)
+    verdicts, signatures = None, None
     if asked.prices is not None:
         entries, kinds, version = asked.prices.entries, asked.kinds, asked.memory_version
+        verdicts = asked.prices.pair_verdicts(version, memory)
+        signatures = asked.prices.signatures(kinds, asked.types, asked.least_mib)
     else:
         entries, kinds, version = {}, list(range(len(jobs))), 0
     # pairs with a type never priced wait, and their prices are asked for all together
     waiting: list[tuple[int, int]] = []
     _scan_pairs(_pair_candidates(jobs, options.max_partners), asked, entries, kinds, version, memory, found,
-                partners, waiting)
+                partners, waiting, verdicts, signatures)
     if waiting:
         _price_pairs(waiting, asked, entries, kinds, version)
-        _scan_pairs(waiting, asked, entries, kinds, version, memory, found, partners, None)
+        _scan_pairs(waiting, asked, entries, kinds, version, memory, found, partners, None, verdicts,
+                    signatures)
     # per job, its best partners: highest total speed first, ties to the lower index
     keep = {j: {b for _, b in sorted(p)[: options.max_partners]} for j, p in partners.items()}
     allowed: dict[tuple[tuple[int, ...], str], ColocGroup] = {}
@@ -490,7 +564,8 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
         _add_triples(allowed, keep, asked, memory)
     _add_current_groups(allowed, asked, options.max_jobs_per_gpu)
     n = len(jobs)
-    if all(len(k[0]) == 2 for k in allowed):  # pairs only: sort by one number per pair (same order, faster)
+    if options.max_jobs_per_gpu == 2 or all(len(k[0]) == 2 for k in allowed):
+        # pairs only: sort by one number per pair (same order, faster)
         return tuple(allowed[k] for k in sorted(allowed, key=lambda k: (k[0][0] * n + k[0][1], k[1])))
     return tuple(allowed[k] for k in sorted(allowed))
 
@@ -502,13 +577,25 @@ _Entries = dict[tuple[object, ...], tuple[int, tuple[float, ...], float]]
 def _scan_pairs(pairs: Iterable[tuple[int, int]], asked: _JobMemory, entries: _Entries, kinds: list[int],
                 version: int, memory: dict[str, float], found: dict[tuple[int, int], list[tuple[str, tuple[
                     float, ...], float]]], partners: dict[int, list[tuple[float, int]]],
-                waiting: list[tuple[int, int]] | None) -> None:
+                waiting: list[tuple[int, int]] | None, verdicts: _Verdicts | None = None,
+                signatures: list[int] | None = None) -> None:
     """Each pair's fitting types and best summed speed (into ``found`` and ``partners``) from the prices in
     ``entries``; a pair with a type not priced goes to ``waiting`` (``None``: it is priced here, one by one).
-    The round's hottest loop."""
+    With ``verdicts``, a pair of job signatures already judged is not judged again, and each pair judged is
+    kept there (:meth:`GroupPrices.pair_verdicts`). The round's hottest loop."""
     fitting: list[tuple[str, tuple[float, ...], float]] = []
     types, type_sets, least = asked.types, asked.type_sets, asked.least_mib
+    signature: tuple[int, int] | None = None
     for a, b in pairs:
+        if verdicts is not None:
+            signature = (signatures[a], signatures[b])  # type: ignore[index]
+            verdict = verdicts.get(signature)
+            if verdict is not None:
+                if verdict[1]:
+                    found[(a, b)] = verdict[0]
+                    partners[a].append((-verdict[1], b))
+                    partners[b].append((-verdict[1], a))
+                continue
         best = 0.0
         shared = type_sets[b]
         least_a, least_b = least[a], least[b]
@@ -534,11 +621,16 @@ def _scan_pairs(pairs: Iterable[tuple[int, int]], asked: _JobMemory, entries: _E
         else:
             if best:
                 found[(a, b)] = fitting
+                if signature is not None:
+                    verdicts[signature] = (fitting, best)  # type: ignore[index]
                 fitting = []
                 partners[a].append((-best, b))
                 partners[b].append((-best, a))
-            elif fitting:
-                fitting = []
+            else:
+                if signature is not None:
+                    verdicts[signature] = ([], 0.0)  # type: ignore[index]
+                if fitting:
+                    fitting = []
 
 
 def _price_pairs(pairs: list[tuple[int, int]], asked: _JobMemory, entries: _Entries, kinds: list[int],
