@@ -80,3 +80,41 @@ def test_a_pair_priced_the_other_way_round_is_not_asked_again() -> None:
     before = plain.asked
     assert build_round(flipped, one_by_one, options).groups == again.groups
     assert plain.asked > before
+
+
+def test_kept_pair_verdicts_give_the_round_judged_afresh_as_jobs_progress() -> None:
+    """Jobs that may freeze change their options as they progress (the frozen penalty falls): a pair's kept
+    verdict is read only while both members' kinds, GPU types and least memory are what it was judged on."""
+    options = RoundOptions(max_jobs_per_gpu=2, freeze_levels=4)
+    state = synthetic_state(60, 48, seed=9)
+    asked = memoized(default_predictors())
+    prices = None
+    for step in range(4):
+        moved = replace(state, time_s=state.time_s + 900.0 * step, jobs=tuple(
+            replace(js, remaining_iterations=js.remaining_iterations * (1.0 - 0.3 * step)) for js in state.jobs))
+        kept = build_round(moved, asked, options)
+        prices = GroupPrices.of(asked)
+        assert prices is not None
+        verdicts = len(prices.pair_verdicts(0, {n.gpu_type: n.memory_mib for n in kept.nodes}))
+        assert kept.groups == build_round(moved, default_predictors(), options).groups
+        if step == 0:
+            first = verdicts
+            assert first > 0
+    assert prices is not None and verdicts > first  # progress changed options: new signatures were judged
+
+
+def test_a_signature_is_the_kind_the_types_in_order_and_the_least_memory() -> None:
+    prices = GroupPrices()
+    base = prices.signatures([0, 0], [("v100", "k80"), ("v100", "k80")],
+                             [{"v100": 100.0, "k80": 90.0}, {"v100": 100.0, "k80": 90.0}])
+    assert base[0] == base[1]
+    assert prices.signatures([1], [("v100", "k80")], [{"v100": 100.0, "k80": 90.0}]) != base[:1]
+    assert prices.signatures([0], [("k80", "v100")], [{"v100": 100.0, "k80": 90.0}]) != base[:1]
+    assert prices.signatures([0], [("v100", "k80")], [{"v100": 100.0, "k80": 95.0}]) != base[:1]
+    verdicts = prices.pair_verdicts(0, {"v100": 16e3})
+    verdicts[(0, 0)] = ([], 0.0)
+    assert prices.pair_verdicts(0, {"v100": 16e3}) == {(0, 0): ([], 0.0)}
+    assert prices.pair_verdicts(1, {"v100": 16e3}) == {}  # a new memory measurement drops them
+    verdicts = prices.pair_verdicts(1, {"v100": 16e3})
+    verdicts[(0, 0)] = ([], 0.0)
+    assert prices.pair_verdicts(1, {"v100": 32e3}) == {}  # so does another GPU memory
