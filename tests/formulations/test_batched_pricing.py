@@ -90,8 +90,9 @@ def test_kept_pair_verdicts_give_the_round_judged_afresh_as_jobs_progress() -> N
     asked = memoized(default_predictors())
     prices = None
     for step in range(4):
+        left = 1.0 - 0.3 * step
         moved = replace(state, time_s=state.time_s + 900.0 * step, jobs=tuple(
-            replace(js, remaining_iterations=js.remaining_iterations * (1.0 - 0.3 * step)) for js in state.jobs))
+            replace(js, remaining_iterations=js.remaining_iterations * left) for js in state.jobs))
         kept = build_round(moved, asked, options)
         prices = GroupPrices.of(asked)
         assert prices is not None
