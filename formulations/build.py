@@ -331,10 +331,9 @@ class GroupPrices:
         self._offers: dict[int, _Offer] = {}
         self._offer_context: tuple[object, ...] | None = None
         #: a round job's pricing signature (its kind, GPU types in option order, least memory per type) ->
-        #: its number
+        #: its number; (signature, signature) -> what a round's scan concluded of the pair: its fitting types
+        #: with their prices and its best summed speed (:meth:`pair_verdicts`)
         self._signatures: dict[tuple[object, ...], int] = {}
-        #: (signature, signature) -> what the round's scan concluded of the pair: its fitting types with
-        #: their prices and its best summed speed (:meth:`pair_verdicts`)
         self._verdicts: _Verdicts = {}
         self._verdict_context: tuple[object, ...] | None = None
 
@@ -383,10 +382,16 @@ class GroupPrices:
             self.clear()
         return [self.kind(job, v) for job, v in zip(jobs, profile_versions, strict=True)]
 
-    def signatures(self, kinds: list[int], types: list[tuple[str, ...]],
-                   least_mib: list[dict[str, float]]) -> list[int]:
-        """Each round job's pricing signature, numbered: its kind, its GPU types in option order and its
-        least memory on each; two jobs of one signature pair up with any job alike in a round's scan.
+    def pair_verdicts(self, kinds: list[int], types: list[tuple[str, ...]], least_mib: list[dict[str, float]],
+                      memory_version: int, memory_mib: dict[str, float]) -> tuple[list[int], _Verdicts]:
+        """Each round job's pricing signature, and what earlier scans concluded of pairs of signatures.
+
+        A job's signature is its kind, its GPU types in option order and its least memory on each: two jobs of
+        one signature pair up alike with any job in a round's scan. A pair's verdict is its fitting GPU types
+        with their speeds and memory overhead, and its best summed speed (0: none fits); it reads nothing
+        else but the GPU memory per type and the version of the run's memory measurements, and the verdicts
+        are dropped when either changes. The numbers and the verdicts returned belong together (a
+        concurrent round that drops them starts new ones).
 
         Parameters
         ----------
@@ -396,34 +401,6 @@ class GroupPrices:
             Each job's GPU types in its options' order.
         least_mib
             Each job's least memory over its options per GPU type, MiB.
-
-        Returns
-        -------
-        list of int
-            The signatures, in the order of the jobs.
-        """
-        numbers = self._signatures
-        if len(numbers) >= self.MAX_ENTRIES:
-            numbers.clear()
-            self._verdicts.clear()
-        out = []
-        for kind, own, least in zip(kinds, types, least_mib, strict=True):
-            key = (kind, own, *[least[t] for t in own])
-            found = numbers.get(key)
-            if found is None:
-                found = numbers[key] = len(numbers)
-            out.append(found)
-        return out
-
-    def pair_verdicts(self, memory_version: int, memory_mib: dict[str, float]) -> _Verdicts:
-        """What a round's scan concluded of pairs of signatures (:meth:`signatures`): the pair's fitting GPU
-        types with their speeds and memory overhead, and its best summed speed (0: none fits). Valid for the
-        same version of the run's memory measurements and the same GPU memory per type, dropped when either
-        changes: a pair's verdict reads nothing else (its prices are its members' kinds', its memory test
-        their least memory and the GPU's).
-
-        Parameters
-        ----------
         memory_version
             The version of the run's memory measurements.
         memory_mib
@@ -431,14 +408,24 @@ class GroupPrices:
 
         Returns
         -------
-        dict
-            The verdicts, to read and fill.
+        tuple
+            The signatures, in the order of the jobs, and the verdicts by pair of signatures, to read and
+            fill.
         """
         context = (memory_version, tuple(sorted(memory_mib.items())))
         if context != self._verdict_context or len(self._verdicts) >= self.MAX_ENTRIES:
-            self._verdicts.clear()
-            self._verdict_context = context
-        return self._verdicts
+            self._verdicts, self._verdict_context = {}, context
+        if len(self._signatures) >= self.MAX_ENTRIES:
+            self._signatures, self._verdicts = {}, {}
+        numbers, verdicts = self._signatures, self._verdicts
+        out = []
+        for kind, own, least in zip(kinds, types, least_mib, strict=True):
+            key = (kind, own, *[least[t] for t in own])
+            found = numbers.get(key)
+            if found is None:
+                found = numbers[key] = len(numbers)
+            out.append(found)
+        return out, verdicts
 
     def offers(self, types: NodeTypes, options: RoundOptions) -> dict[int, _Offer]:
         """The options offered to jobs without freezing, kept per job object: (the job, its profile version,
@@ -467,8 +454,7 @@ class GroupPrices:
     def clear(self) -> None:
         """Drop every entry and pair verdict (the kinds stay numbered)."""
         self.entries.clear()
-        self._signatures.clear()
-        self._verdicts.clear()
+        self._signatures, self._verdicts = {}, {}
 
     @staticmethod
     def of(predictors: Predictors) -> GroupPrices | None:
@@ -541,8 +527,8 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
     verdicts, signatures = None, None
     if asked.prices is not None:
         entries, kinds, version = asked.prices.entries, asked.kinds, asked.memory_version
-        verdicts = asked.prices.pair_verdicts(version, memory)
-        signatures = asked.prices.signatures(kinds, asked.types, asked.least_mib)
+        signatures, verdicts = asked.prices.pair_verdicts(kinds, asked.types, asked.least_mib, version,
+                                                          memory)
     else:
         entries, kinds, version = {}, list(range(len(jobs))), 0
     # pairs with a type never priced wait, and their prices are asked for all together

@@ -96,7 +96,7 @@ def test_kept_pair_verdicts_give_the_round_judged_afresh_as_jobs_progress() -> N
         kept = build_round(moved, asked, options)
         prices = GroupPrices.of(asked)
         assert prices is not None
-        verdicts = len(prices.pair_verdicts(0, {n.gpu_type: n.memory_mib for n in kept.nodes}))
+        verdicts = len(prices.pair_verdicts([], [], [], 0, {n.gpu_type: n.memory_mib for n in kept.nodes})[1])
         assert kept.groups == build_round(moved, default_predictors(), options).groups
         if step == 0:
             first = verdicts
@@ -106,16 +106,22 @@ def test_kept_pair_verdicts_give_the_round_judged_afresh_as_jobs_progress() -> N
 
 def test_a_signature_is_the_kind_the_types_in_order_and_the_least_memory() -> None:
     prices = GroupPrices()
-    base = prices.signatures([0, 0], [("v100", "k80"), ("v100", "k80")],
-                             [{"v100": 100.0, "k80": 90.0}, {"v100": 100.0, "k80": 90.0}])
+    memory = {"v100": 16e3}
+
+    def numbers(kinds: list[int], types: list[tuple[str, ...]], least: list[dict[str, float]]) -> list[int]:
+        return prices.pair_verdicts(kinds, types, least, 0, memory)[0]
+
+    base = numbers([0, 0], [("v100", "k80"), ("v100", "k80")],
+                   [{"v100": 100.0, "k80": 90.0}, {"v100": 100.0, "k80": 90.0}])
     assert base[0] == base[1]
-    assert prices.signatures([1], [("v100", "k80")], [{"v100": 100.0, "k80": 90.0}]) != base[:1]
-    assert prices.signatures([0], [("k80", "v100")], [{"v100": 100.0, "k80": 90.0}]) != base[:1]
-    assert prices.signatures([0], [("v100", "k80")], [{"v100": 100.0, "k80": 95.0}]) != base[:1]
-    verdicts = prices.pair_verdicts(0, {"v100": 16e3})
+    assert numbers([1], [("v100", "k80")], [{"v100": 100.0, "k80": 90.0}]) != base[:1]
+    assert numbers([0], [("k80", "v100")], [{"v100": 100.0, "k80": 90.0}]) != base[:1]
+    assert numbers([0], [("v100", "k80")], [{"v100": 100.0, "k80": 95.0}]) != base[:1]
+    assert numbers([0], [("v100", "k80")], [{"v100": 100.0, "k80": 90.0}]) == base[:1]
+    verdicts = prices.pair_verdicts([], [], [], 0, memory)[1]
     verdicts[(0, 0)] = ([], 0.0)
-    assert prices.pair_verdicts(0, {"v100": 16e3}) == {(0, 0): ([], 0.0)}
-    assert prices.pair_verdicts(1, {"v100": 16e3}) == {}  # a new memory measurement drops them
-    verdicts = prices.pair_verdicts(1, {"v100": 16e3})
-    verdicts[(0, 0)] = ([], 0.0)
-    assert prices.pair_verdicts(1, {"v100": 32e3}) == {}  # so does another GPU memory
+    assert prices.pair_verdicts([], [], [], 0, memory)[1] == {(0, 0): ([], 0.0)}
+    assert prices.pair_verdicts([], [], [], 1, memory)[1] == {}  # a new memory measurement drops them
+    prices.pair_verdicts([], [], [], 1, memory)[1][(0, 0)] = ([], 0.0)
+    assert prices.pair_verdicts([], [], [], 1, {"v100": 32e3})[1] == {}  # so does another GPU memory
+    assert verdicts == {(0, 0): ([], 0.0)}  # a dict handed out before is left as it was
