@@ -48,27 +48,16 @@ def _same_bits(a: Answers, b: Answers) -> None:
 
 
 @pytest.mark.parametrize("eggat", [False, True])
-def test_profile_predictor_many_equals_one_by_one(eggat: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_profile_predictor_many_equals_one_by_one(eggat: bool) -> None:
     groups = _groups()
     alone = _one_by_one(shipped_profile_predictor(eggat=eggat), groups)
     model = shipped_profile_predictor(eggat=eggat)
-    calls: list[int] = []
-    inner = ProfileColocation._estimate_flat
-
-    def counted(self: ProfileColocation, found: list, *args: object, **kw: object) -> object:
-        calls.append(len(found))
-        return inner(self, found, *args, **kw)
-
-    monkeypatch.setattr(ProfileColocation, "_estimate_flat", counted)
     together = model.colocated_many(groups)
     _same_bits(together, alone)
-    # every new pair in one call (in canonical order: the 3 x 36 pairs of 9 jobs and the twins), then the
-    # triple (its sub-pairs are among the pairs; the same triple in another order is not estimated again)
-    assert calls == [3 * 36 + 1, 1]
-    # asked again, nothing is estimated
-    calls.clear()
-    _same_bits(model.colocated_many(groups), alone)
-    assert calls == []
+    # every group is remembered: asked again, one by one or together, the very same answers come back
+    for (jobs, gpu), (speeds, _) in zip(groups, together, strict=True):
+        assert model.colocated_speeds(jobs, gpu) is speeds
+    assert all(a[0] is b[0] for a, b in zip(model.colocated_many(groups), together, strict=True))
 
 
 def test_profile_predictor_pairs_are_symmetric_in_member_order() -> None:
