@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import replace
 from itertools import combinations
 
@@ -300,6 +300,10 @@ class _JobMemory:
 
 #: options kept for one job: the job, its profile version, its options, why none
 _Offer = tuple[Job, int, tuple[JobOption, ...], str]
+#: a pair's fitting GPU types, each with its speeds and memory overhead (MiB)
+_Fits = list[tuple[str, tuple[float, ...], float]]
+#: (signature, signature) -> the pair's fitting types and best summed speed (GroupPrices.pair_verdicts)
+_Verdicts = dict[tuple[int, int], tuple[_Fits, float]]
 
 
 class GroupPrices:
@@ -326,6 +330,12 @@ class GroupPrices:
         self._kinds: dict[Hashable, int] = {}
         self._offers: dict[int, _Offer] = {}
         self._offer_context: tuple[object, ...] | None = None
+        #: a round job's pricing signature (its kind, GPU types in option order, least memory per type) ->
+        #: its number; (signature, signature) -> what a round's scan concluded of the pair: its fitting types
+        #: with their prices and its best summed speed (:meth:`pair_verdicts`)
+        self._signatures: dict[tuple[object, ...], int] = {}
+        self._verdicts: _Verdicts = {}
+        self._verdict_context: tuple[object, ...] | None = None
 
     def kind(self, job: Job, profile_version: int = 0) -> int:
         """The number ``job``'s prices are kept under: equal for two jobs the predictors cannot tell apart.
@@ -369,8 +379,53 @@ class GroupPrices:
         """
         if len(self._kinds) >= self.MAX_ENTRIES:
             self._kinds.clear()
-            self.entries.clear()
+            self.clear()
         return [self.kind(job, v) for job, v in zip(jobs, profile_versions, strict=True)]
+
+    def pair_verdicts(self, kinds: list[int], types: list[tuple[str, ...]], least_mib: list[dict[str, float]],
+                      memory_version: int, memory_mib: dict[str, float]) -> tuple[list[int], _Verdicts]:
+        """Each round job's pricing signature, and what earlier scans concluded of pairs of signatures.
+
+        A job's signature is its kind, its GPU types in option order and its least memory on each: two jobs of
+        one signature pair up alike with any job in a round's scan. A pair's verdict is its fitting GPU types
+        with their speeds and memory overhead, and its best summed speed (0: none fits); it reads nothing
+        else but the GPU memory per type and the version of the run's memory measurements, and the verdicts
+        are dropped when either changes. The numbers and the verdicts returned belong together (a
+        concurrent round that drops them starts new ones).
+
+        Parameters
+        ----------
+        kinds
+            Each job's kind (:meth:`kinds_of`).
+        types
+            Each job's GPU types in its options' order.
+        least_mib
+            Each job's least memory over its options per GPU type, MiB.
+        memory_version
+            The version of the run's memory measurements.
+        memory_mib
+            The round's GPU memory per type, MiB.
+
+        Returns
+        -------
+        tuple
+            The signatures, in the order of the jobs, and the verdicts by pair of signatures, to read and
+            fill.
+        """
+        context = (memory_version, tuple(sorted(memory_mib.items())))
+        if context != self._verdict_context or len(self._verdicts) >= self.MAX_ENTRIES:
+            self._verdicts, self._verdict_context = {}, context
+        if len(self._signatures) >= self.MAX_ENTRIES:
+            self._signatures, self._verdicts = {}, {}
+        numbers, verdicts = self._signatures, self._verdicts
+        out = []
+        for kind, own, least in zip(kinds, types, least_mib, strict=True):
+            key = (kind, own, *[least[t] for t in own])
+            found = numbers.get(key)
+            if found is None:
+                found = numbers[key] = len(numbers)
+            out.append(found)
+        return out, verdicts
 
     def offers(self, types: NodeTypes, options: RoundOptions) -> dict[int, _Offer]:
         """The options offered to jobs without freezing, kept per job object: (the job, its profile version,
@@ -397,8 +452,9 @@ class GroupPrices:
         return self._offers
 
     def clear(self) -> None:
-        """Drop every entry (the kinds stay numbered)."""
+        """Drop every entry and pair verdict (the kinds stay numbered)."""
         self.entries.clear()
+        self._signatures, self._verdicts = {}, {}
 
     @staticmethod
     def of(predictors: Predictors) -> GroupPrices | None:
@@ -443,12 +499,16 @@ def _group_on(members: tuple[int, ...], gpu_type: str, memory: _JobMemory, allow
 
 
 def _priced(members: tuple[int, ...], gpu_type: str, memory: _JobMemory, allowed: bool) -> ColocGroup:
+    return ColocGroup(members, gpu_type, *_price(members, gpu_type, memory), allowed)
+
+
+def _price(members: tuple[int, ...], gpu_type: str, memory: _JobMemory) -> tuple[tuple[float, ...], float]:
+    """A group's speeds and memory overhead (MiB: its memory beyond its members' own), asked alone."""
     group = [memory.specs[m] for m in members]
     colocation = memory.predictors.colocation
     speeds = tuple(float(s) for s in colocation.colocated_speeds(group, gpu_type))
     own = sum(memory.own(m, gpu_type) for m in members)
-    overhead = max(0.0, colocation.group_memory_mib(group, gpu_type) - own)
-    return ColocGroup(members, gpu_type, speeds, overhead, allowed)
+    return speeds, max(0.0, colocation.group_memory_mib(group, gpu_type) - own)
 
 
 def _fits(group: ColocGroup, memory: _JobMemory, memory_mib: float) -> bool:
@@ -462,41 +522,23 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
     asked = _JobMemory(jobs, specs, predictors)
     # per pair with a fitting type: each such type, its speeds and memory overhead
     found: dict[tuple[int, int], list[tuple[str, tuple[float, ...], float]]] = {}
-    fitting: list[tuple[str, tuple[float, ...], float]] = []
     partners: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (-speed, partner)
-    types, type_sets, least = asked.types, asked.type_sets, asked.least_mib
-    # the kept prices read inline (the round's hottest loop); a miss prices the pair through _group_on
-    entries = asked.prices.entries if asked.prices is not None else None
-    kinds = asked.kinds if entries is not None else None
-    version = asked.memory_version if entries is not None else None
-    for a, b in _pair_candidates(jobs, options.max_partners):
-        best = 0.0
-        shared = type_sets[b]
-        least_a, least_b = least[a], least[b]
-        ka = kb = 0
-        if kinds is not None:
-            ka, kb = kinds[a], kinds[b]
-        for gpu_type in types[a]:  # the types the two share, in a's option order
-            if gpu_type not in shared:
-                continue
-            hit = None if entries is None else entries.get((gpu_type, ka, kb))
-            if hit is not None and hit[0] == version:
-                speeds, overhead = hit[1], hit[2]
-            else:
-                group = _group_on((a, b), gpu_type, asked, True)
-                speeds, overhead = group.speeds, group.overhead_mib
-            total = speeds[0] + speeds[1]
-            if total > 1.0 and least_a[gpu_type] + least_b[gpu_type] + overhead <= memory[gpu_type]:
-                fitting.append((gpu_type, speeds, overhead))
-                if total > best:
-                    best = total
-        if best:
-            found[(a, b)] = fitting
-            fitting = []
-            partners[a].append((-best, b))
-            partners[b].append((-best, a))
-        elif fitting:
-            fitting = []
+    # prices by (GPU type, member kinds): the kept ones, or the round's own (each job its own kind)
+    verdicts, signatures = None, None
+    if asked.prices is not None:
+        entries, kinds, version = asked.prices.entries, asked.kinds, asked.memory_version
+        signatures, verdicts = asked.prices.pair_verdicts(kinds, asked.types, asked.least_mib, version,
+                                                          memory)
+    else:
+        entries, kinds, version = {}, list(range(len(jobs))), 0
+    # pairs with a type never priced wait, and their prices are asked for all together
+    waiting: list[tuple[int, int]] = []
+    _scan_pairs(_pair_candidates(jobs, options.max_partners), asked, entries, kinds, version, memory, found,
+                partners, waiting, verdicts, signatures)
+    if waiting:
+        _price_pairs(waiting, asked, entries, kinds, version)
+        _scan_pairs(waiting, asked, entries, kinds, version, memory, found, partners, None, verdicts,
+                    signatures)
     # per job, its best partners: highest total speed first, ties to the lower index
     keep = {j: {b for _, b in sorted(p)[: options.max_partners]} for j, p in partners.items()}
     allowed: dict[tuple[tuple[int, ...], str], ColocGroup] = {}
@@ -508,9 +550,129 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
         _add_triples(allowed, keep, asked, memory)
     _add_current_groups(allowed, asked, options.max_jobs_per_gpu)
     n = len(jobs)
-    if all(len(k[0]) == 2 for k in allowed):  # pairs only: sort by one number per pair (same order, faster)
+    if options.max_jobs_per_gpu == 2 or all(len(k[0]) == 2 for k in allowed):
+        # pairs only: sort by one number per pair (same order, faster)
         return tuple(allowed[k] for k in sorted(allowed, key=lambda k: (k[0][0] * n + k[0][1], k[1])))
     return tuple(allowed[k] for k in sorted(allowed))
+
+
+#: prices by (GPU type, member kinds): (memory version, speeds, memory overhead MiB)
+_Entries = dict[tuple[object, ...], tuple[int, tuple[float, ...], float]]
+
+
+def _scan_pairs(pairs: Iterable[tuple[int, int]], asked: _JobMemory, entries: _Entries, kinds: list[int],
+                version: int, memory: dict[str, float], found: dict[tuple[int, int], list[tuple[str, tuple[
+                    float, ...], float]]], partners: dict[int, list[tuple[float, int]]],
+                waiting: list[tuple[int, int]] | None, verdicts: _Verdicts | None = None,
+                signatures: list[int] | None = None) -> None:
+    """Each pair's fitting types and best summed speed (into ``found`` and ``partners``) from the prices in
+    ``entries``; a pair with a type not priced goes to ``waiting`` (``None``: it is priced here, one by one).
+    With ``verdicts``, a pair of job signatures already judged is not judged again, and each pair judged is
+    kept there (:meth:`GroupPrices.pair_verdicts`). The round's hottest loop."""
+    fitting: list[tuple[str, tuple[float, ...], float]] = []
+    types, type_sets, least = asked.types, asked.type_sets, asked.least_mib
+    signature: tuple[int, int] | None = None
+    for a, b in pairs:
+        if verdicts is not None:
+            signature = (signatures[a], signatures[b])  # type: ignore[index]
+            verdict = verdicts.get(signature)
+            if verdict is not None:
+                if verdict[1]:
+                    found[(a, b)] = verdict[0]
+                    partners[a].append((-verdict[1], b))
+                    partners[b].append((-verdict[1], a))
+                continue
+        best = 0.0
+        shared = type_sets[b]
+        least_a, least_b = least[a], least[b]
+        ka, kb = kinds[a], kinds[b]
+        for gpu_type in types[a]:  # the types the two share, in a's option order
+            if gpu_type not in shared:
+                continue
+            hit = entries.get((gpu_type, ka, kb))
+            if hit is not None and hit[0] == version:
+                speeds, overhead = hit[1], hit[2]
+            elif waiting is not None:
+                waiting.append((a, b))
+                fitting = []
+                break
+            else:  # dropped by the kept prices' bound meanwhile
+                group = _group_on((a, b), gpu_type, asked, True)
+                speeds, overhead = group.speeds, group.overhead_mib
+            total = speeds[0] + speeds[1]
+            if total > 1.0 and least_a[gpu_type] + least_b[gpu_type] + overhead <= memory[gpu_type]:
+                fitting.append((gpu_type, speeds, overhead))
+                if total > best:
+                    best = total
+        else:
+            if best:
+                found[(a, b)] = fitting
+                if signature is not None:
+                    verdicts[signature] = (fitting, best)  # type: ignore[index]
+                fitting = []
+                partners[a].append((-best, b))
+                partners[b].append((-best, a))
+            else:
+                if signature is not None:
+                    verdicts[signature] = ([], 0.0)  # type: ignore[index]
+                if fitting:
+                    fitting = []
+
+
+def _price_pairs(pairs: list[tuple[int, int]], asked: _JobMemory, entries: _Entries, kinds: list[int],
+                 version: int) -> None:
+    """Price every (pair, shared GPU type) of ``pairs`` missing from ``entries`` and keep it there: one call
+    of the co-location predictor's ``colocated_many`` for all of them where it has one (the same answers as
+    asking ``colocated_speeds`` and ``group_memory_mib`` group by group), else one by one. When the predictor
+    says its pairs are symmetric in member order (``order_symmetric()``), a pair priced the other way round
+    (kept, or asked in this call) is not asked: its speeds swapped are the answer, and the memory overhead is
+    the same (the group's memory less the members' own, summed in either order: the same float)."""
+    wanted: dict[tuple[object, ...], tuple[tuple[int, int], str]] = {}
+    mirrored: dict[tuple[object, ...], tuple[object, ...]] = {}  # key -> the same pair the other way round
+    symmetric = getattr(asked.predictors.colocation, "order_symmetric", None)
+    symmetric = bool(symmetric is not None and symmetric())
+    types, type_sets = asked.types, asked.type_sets
+    for a, b in pairs:
+        ka, kb = kinds[a], kinds[b]
+        for gpu_type in types[a]:
+            if gpu_type in type_sets[b]:
+                key: tuple[object, ...] = (gpu_type, ka, kb)
+                if key in wanted or key in mirrored:
+                    continue
+                hit = entries.get(key)
+                if hit is not None and hit[0] == version:
+                    continue
+                if symmetric and ka != kb:
+                    back: tuple[object, ...] = (gpu_type, kb, ka)
+                    hit = entries.get(back)
+                    if back in wanted or (hit is not None and hit[0] == version):
+                        mirrored[key] = back
+                        continue
+                wanted[key] = ((a, b), gpu_type)
+    kept = asked.prices is not None
+    priced = dict(zip(wanted, _pair_prices(list(wanted.values()), asked), strict=True))
+    for key, back in mirrored.items():
+        speeds, overhead = priced[back] if back in priced else entries[back][1:]
+        priced[key] = ((speeds[1], speeds[0]), overhead)
+    for key, (speeds, overhead) in priced.items():
+        if kept and len(entries) >= GroupPrices.MAX_ENTRIES:
+            entries.clear()
+        entries[key] = (version, speeds, overhead)
+
+
+def _pair_prices(groups: list[tuple[tuple[int, ...], str]], asked: _JobMemory
+                 ) -> list[tuple[tuple[float, ...], float]]:
+    """Speeds and memory overhead (MiB) of each (members, GPU type), as :func:`_price` gives them."""
+    colocation = asked.predictors.colocation
+    many = getattr(colocation, "colocated_many", None)
+    if many is None:
+        return [_price(members, gpu_type, asked) for members, gpu_type in groups]
+    answers = many([([asked.specs[m] for m in members], gpu_type) for members, gpu_type in groups])
+    out = []
+    for (members, gpu_type), (speeds, memory_mib) in zip(groups, answers, strict=True):
+        own = sum(asked.own(m, gpu_type) for m in members)
+        out.append((tuple(float(s) for s in speeds), max(0.0, memory_mib - own)))
+    return out
 
 
 def _pair_candidates(jobs: list[RoundJob], partners: int) -> set[tuple[int, int]]:

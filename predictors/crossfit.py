@@ -291,6 +291,43 @@ class CrossFitColocation:
         tables = {id(t): t for t in (self.for_model(j.model) for j in jobs)}
         return max(float(t.group_memory_mib(jobs, gpu_type)) for t in tables.values())
 
+    def order_symmetric(self) -> bool:
+        """Whether a pair's answers the other way round are the same numbers, the speeds swapped: when every
+        fold's predictor says so (each member's speed comes from its own fold; the memory is the largest)."""
+        tables = {id(t): t for t in (*self._by_model.values(), self._fallback)}
+        return all(bool(getattr(t, "order_symmetric", None) and t.order_symmetric()) for t in tables.values())
+
+    def colocated_many(self, groups: Sequence[tuple[Sequence[Job], str]]
+                       ) -> list[tuple[tuple[float, ...], float]]:
+        """Per (jobs, GPU type): :meth:`colocated_speeds` and :meth:`group_memory_mib`, each fold asked once
+        for all the groups it answers (``colocated_many`` where the fold's predictor has it)."""
+        by_name: dict[str, Any] = {}  # each model's fold, looked up once
+        for jobs, _ in groups:
+            for j in jobs:
+                if j.model not in by_name:
+                    by_name[j.model] = self.for_model(j.model)
+        members = [[by_name[j.model] for j in jobs] for jobs, _ in groups]
+        asked: dict[int, tuple[Any, list[int]]] = {}
+        for i, tables in enumerate(members):
+            for t in {id(t): t for t in tables}.values():
+                asked.setdefault(id(t), (t, []))[1].append(i)
+        answers: dict[tuple[int, int], tuple[tuple[float, ...], float]] = {}
+        for table, which in asked.values():
+            many = getattr(table, "colocated_many", None)
+            if many is not None:
+                got = many([groups[i] for i in which])
+            else:
+                got = [(tuple(table.colocated_speeds(tuple(groups[i][0]), groups[i][1])),
+                        table.group_memory_mib(groups[i][0], groups[i][1])) for i in which]
+            for i, answer in zip(which, got, strict=True):
+                answers[(id(table), i)] = answer
+        out = []
+        for i, tables in enumerate(members):
+            speeds = tuple(answers[(id(t), i)][0][k] for k, t in enumerate(tables))
+            memory = max(float(answers[(id(t), i)][1]) for t in {id(t): t for t in tables}.values())
+            out.append((speeds, memory))
+        return out
+
 
 @dataclass(slots=True)
 class CrossFit:

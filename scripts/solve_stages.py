@@ -60,6 +60,7 @@ def main() -> None:
 
     stages = [(pipeline, "decide_round", "round"), (pipeline, "build_round", "build"),
               (build, "_groups", "build.groups"), (build, "_priced", "build.groups.pricing"),
+              (build, "_price_pairs", "build.groups.pricing"),
               (solve, "build_candidates", "candidates"), (solve, "starting_selection", "start"),
               (cpsat.CpSat, "solve", "cpsat"), (cp_model_helper.SolveWrapper, "solve", "cpsat.search"),
               (solve, "finish", "mapping"), (pipeline, "check_plan", "check")]

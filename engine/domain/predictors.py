@@ -369,6 +369,9 @@ def memory_observations_version() -> int:
     return 0 if observations is None else observations.changes
 
 
+_MISSING = object()
+
+
 class _Memo:
     """Results by key, at most ``max_entries``; when full, the older half is dropped (insertion order)."""
 
@@ -384,11 +387,19 @@ class _Memo:
         except KeyError:
             pass
         value = compute()
+        self.put(key, value)
+        return value
+
+    def peek(self, key: Hashable) -> Any:
+        """The value kept under ``key``, or ``_MISSING``."""
+        return self._values.get(key, _MISSING)
+
+    def put(self, key: Hashable, value: Any) -> None:
+        """Keep ``value`` under ``key`` (dropping the older half first when full)."""
         if len(self._values) >= self._max:
             for old in list(self._values)[: self._max // 2]:
                 del self._values[old]
         self._values[key] = value
-        return value
 
 
 class _MemoStepTime:
@@ -426,6 +437,42 @@ class _MemoColocation:
         group = tuple(jobs)
         return self._memo.get(("group_memory", group, gpu_type),  # type: ignore[no-any-return]
                               lambda: self.inner.group_memory_mib(group, gpu_type))
+
+    def order_symmetric(self) -> bool:
+        """The inner predictor's ``order_symmetric`` (``False`` when it has none)."""
+        symmetric = getattr(self.inner, "order_symmetric", None)
+        return bool(symmetric is not None and symmetric())
+
+    def colocated_many(self, groups: Sequence[tuple[Sequence[Job], str]]
+                       ) -> list[tuple[tuple[float, ...], float]]:
+        """Per (jobs, GPU type): :meth:`colocated_speeds` and :meth:`group_memory_mib`, the groups not kept
+        asked of the inner predictor in one call when it has ``colocated_many``."""
+        memo = self._memo
+        out: list[Any] = []
+        missing: list[tuple[int, Any, Any]] = []
+        for i, (jobs, gpu_type) in enumerate(groups):
+            group = tuple(jobs)
+            speeds_key = ("speeds", group, gpu_type, tuple(profile_version(j.id) for j in group))
+            memory_key = ("group_memory", group, gpu_type)
+            speeds, memory = memo.peek(speeds_key), memo.peek(memory_key)
+            out.append((speeds, memory))
+            if speeds is _MISSING or memory is _MISSING:
+                missing.append((i, speeds_key, memory_key))
+        if missing:
+            asked = [(tuple(groups[i][0]), groups[i][1]) for i, _, _ in missing]
+            many = getattr(self.inner, "colocated_many", None)
+            answers = many(asked) if many is not None else [
+                (self.inner.colocated_speeds(g, t), self.inner.group_memory_mib(g, t)) for g, t in asked]
+            for (i, speeds_key, memory_key), (speeds, memory) in zip(missing, answers, strict=True):
+                kept_speeds, kept_memory = out[i]
+                if kept_speeds is _MISSING:
+                    kept_speeds = tuple(speeds)
+                    memo.put(speeds_key, kept_speeds)
+                if kept_memory is _MISSING:
+                    kept_memory = memory
+                    memo.put(memory_key, memory)
+                out[i] = (kept_speeds, kept_memory)
+        return out
 
 
 class _MemoFreezing:

@@ -298,15 +298,16 @@ class ProfileColocation:
         return found  # type: ignore[no-any-return]
 
     def _rows(self, groups: Sequence[Group], isolated: Mapping[tuple[str, JobSpec], IsolatedProfile],
-              memo: dict[Any, Any]) -> tuple[np.ndarray, np.ndarray, list[list[ResolvedProfile]], list[str]]:
+              memo: dict[Any, Any], few: bool = False
+              ) -> tuple[np.ndarray, np.ndarray, list[list[ResolvedProfile]], list[str]]:
         """Per-job rows, per-group rows (:mod:`.profile_rows`), the members' resolved profiles and the groups'
-        canonical GPU ids; fewer than :data:`NUMPY_FROM` groups (the engine asks one at a time) are built in
-        plain Python."""
+        canonical GPU ids; fewer than :data:`NUMPY_FROM` groups (the engine asks one at a time), or any number
+        with ``few``, are built in plain Python."""
         names: dict[str, str] = {}
         gpus = [names.get(g.gpu) or names.setdefault(g.gpu, resolve_gpu(g.gpu)) for g in groups]
         vectors = [[self.job_vector(gpu, j, isolated, memo) for j in g.jobs]
                    for g, gpu in zip(groups, gpus, strict=True)]
-        if len(groups) >= NUMPY_FROM:
+        if not few and len(groups) >= NUMPY_FROM:
             jobs, grows = feature_rows(vectors, gpus)
         else:
             job_list, group_list = feature_lists(vectors, gpus)
@@ -406,14 +407,22 @@ class ProfileColocation:
         return out
 
     def _estimate_flat(self, groups: Sequence[Group], isolated: Mapping[tuple[str, JobSpec], IsolatedProfile],
-                       memo: dict[Any, Any]) -> list[ColocationEstimate]:
+                       memo: dict[Any, Any], few: bool = False) -> list[ColocationEstimate]:
         """Every group's prediction from its own rows (see the module docstring); fewer than
-        :data:`NUMPY_FROM` groups (the engine asks one at a time) take :meth:`_estimate_few`."""
-        jobs, grows, profs, gpus = self._rows(groups, isolated, memo)
+        :data:`NUMPY_FROM` groups (the engine asks one at a time), or any number with ``few``, take
+        :meth:`_estimate_few` (each group's numbers then the same to the last bit as when it is asked
+        alone)."""
+        jobs, grows, profs, gpus = self._rows(groups, isolated, memo, few)
         prows = self._pair_rows(groups, gpus, profs, isolated,
                                 memo) if self.pair_speed_trees is not None else None
-        eggat = self._eggat_log_speeds(groups, gpus, profs, isolated, memo)
-        if len(groups) < NUMPY_FROM:
+        if few and len(groups) > 1 and self.eggat is not None and self.eggat_weight > 0:
+            # the network group by group: its products over several groups differ in the last bits
+            each = [self._eggat_log_speeds([g], [gpu], [ps], isolated, memo)
+                    for g, gpu, ps in zip(groups, gpus, profs, strict=True)]
+            eggat = np.concatenate([e for e in each if e is not None])
+        else:
+            eggat = self._eggat_log_speeds(groups, gpus, profs, isolated, memo)
+        if few or len(groups) < NUMPY_FROM:
             return self._estimate_few(jobs, grows, prows, profs, eggat)
         log_speed = self.alpha * jobs[:,
                                       -1] + (self.speed_trees.predict(jobs) if self.speed_trees is not None
@@ -591,6 +600,71 @@ class ProfileColocation:
             check_group(group, self.max_jobs)
             return self._estimate([group], ChainMap(measured, self.profiles), {})[0]  # type: ignore[arg-type]
         return self._remembered(gpu_type, specs)
+
+    def estimate_many(self, groups: Sequence[tuple[Sequence[Job], str]]) -> list[ColocationEstimate]:
+        """:meth:`estimate` of each (jobs, GPU type), the same estimates as asking one group at a time; the
+        pairs not yet remembered are estimated together first, in their members' canonical order, in one walk
+        of the trees (:meth:`_estimate_few`: each row's numbers do not depend on the other rows)."""
+        if current_profiles() is not None:
+            return [self.estimate(jobs, gpu_type) for jobs, gpu_type in groups]
+        out: list[ColocationEstimate | None] = []
+        missing: list[int] = []
+        remembered = self._by_fields  # read by the members' fields, as estimate() reads them
+        for jobs, gpu_type in groups:
+            found = remembered.get((gpu_type, *[(j.model, j.batch_size, j.amp, j.dataset) for j in jobs]))
+            if found is None:
+                missing.append(len(out))
+            out.append(found)
+        if missing:
+            self._remember_pairs([groups[i] for i in missing])
+            for i in missing:
+                out[i] = self.estimate(*groups[i])
+        return out  # type: ignore[return-value]
+
+    def colocated_many(self, groups: Sequence[tuple[Sequence[Job], str]]
+                       ) -> list[tuple[tuple[float, ...], float]]:
+        """Per (jobs, GPU type): the group's co-located speeds and its GPU memory in MiB, the answers of
+        :meth:`colocated_speeds` and :meth:`group_memory_mib` (estimated together, :meth:`estimate_many`)."""
+        return [(e.speeds, e.memory_mib) for e in self.estimate_many(groups)]
+
+    def order_symmetric(self) -> bool:
+        """Whether a pair's answers with its members the other way round are the same numbers, the speeds
+        swapped: while no profile is measured in the run, every pair is estimated in its members' canonical
+        order and its speeds put back in the caller's (:meth:`_remembered`); a pair with a member measured in
+        the run is estimated in the order asked.
+
+        Returns
+        -------
+        bool
+            ``True``: the answers of ``(b, a)`` are those of ``(a, b)`` with the speeds swapped.
+        """
+        return current_profiles() is None
+
+    def _remember_pairs(self, groups: Sequence[tuple[Sequence[Job], str]]) -> None:
+        """Estimate and remember, in one call, every pair of ``groups`` not remembered yet in its members'
+        canonical order (what :meth:`_remembered` would estimate one at a time)."""
+        wanted: dict[tuple[str, tuple[JobSpec, ...]], None] = {}
+        for jobs, gpu_type in groups:
+            if len(jobs) != 2:
+                continue
+            specs = (_spec(jobs[0]), _spec(jobs[1]))
+            if _order_key(specs[1]) < _order_key(specs[0]):
+                specs = (specs[1], specs[0])
+            key = (gpu_type, specs)
+            if key not in self._groups and key not in wanted:
+                try:
+                    check_group(Group(gpu_type, specs), self.max_jobs)
+                except ValidationError:
+                    continue  # left to estimate(), which raises it in its turn
+                wanted[key] = None
+        if len(wanted) < 2:
+            return
+        found = self._estimate_flat([Group(gpu, specs) for gpu, specs in wanted], self.profiles,
+                                    self._resolved, few=True)
+        for key, estimate in zip(wanted, found, strict=True):
+            if len(self._groups) >= MAX_REMEMBERED:
+                self._groups.clear()
+            self._groups[key] = estimate
 
     def _remembered(self, gpu_type: str, specs: tuple[JobSpec, ...]) -> ColocationEstimate:
         """One group from the remembered ones, else estimated and remembered; a larger group's sub-groups come
