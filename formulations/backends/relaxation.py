@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from dltsched.formulations.backends.greedy import greedy_selection
 from dltsched.formulations.model import RoundModel
 
 #: a column is ruled out only when it falls short of the incumbent by more than this share of it (floating
@@ -51,6 +50,8 @@ class Relaxation:
     def rounded(self, model: RoundModel, hint: Sequence[int] = ()) -> list[int]:
         """A feasible selection: the better of ``hint`` (a feasible selection, may be empty) and the
         candidates taken greedily in the order of their LP values (ties: gain), then by gain per GPU."""
+        from dltsched.formulations.backends.greedy import greedy_selection  # registers the greedy backend
+
         gains = np.asarray(model.gains)
         order = [c for c in np.lexsort((-gains, -self.values)).tolist() if self.values[c] > 1e-6]
         rounded: list[int] = greedy_selection(model.cset, first=order)
@@ -98,6 +99,9 @@ def lp_relaxation(model: RoundModel) -> Relaxation | None:
     engine.setOptionValue("output_flag", False)
     engine.setOptionValue("threads", 1)
     engine.setOptionValue("random_seed", 0)
+    # primal simplex from x = 0 (feasible: b >= 0), no presolve: half the time of HiGHS's defaults here
+    engine.setOptionValue("presolve", "off")
+    engine.setOptionValue("simplex_strategy", 4)
     engine.passModel(lp)
     engine.run()
     if engine.getModelStatus() != highspy.HighsModelStatus.kOptimal:
