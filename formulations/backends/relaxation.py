@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -80,8 +81,8 @@ def lp_relaxation(model: RoundModel) -> Relaxation | None:
     sizes = np.fromiter((len(r.cols) for r in rows), dtype=np.int32, count=len(rows))
     starts = np.zeros(len(rows) + 1, dtype=np.int32)
     np.cumsum(sizes, out=starts[1:])
-    index = np.fromiter((c for r in rows for c in r.cols), dtype=np.int32, count=int(starts[-1]))
-    value = np.fromiter((v for r in rows for v in r.coefs), dtype=np.float64, count=int(starts[-1]))
+    index = np.fromiter(chain.from_iterable(r.cols for r in rows), dtype=np.int32, count=int(starts[-1]))
+    value = np.fromiter(chain.from_iterable(r.coefs for r in rows), dtype=np.float64, count=int(starts[-1]))
     upper = np.fromiter((r.upper for r in rows), dtype=np.float64, count=len(rows))
     if any(r.lower is not None for r in rows) or (upper < 0).any() or (value < 0).any():
         return None
@@ -110,8 +111,7 @@ def lp_relaxation(model: RoundModel) -> Relaxation | None:
     duals = np.asarray(solution.row_dual, dtype=np.float64)
     best: tuple[float, np.ndarray] | None = None
     for y in (np.maximum(duals, 0.0), np.maximum(-duals, 0.0)):  # whichever sign convention HiGHS used
-        reduced = gains.copy()
-        np.subtract.at(reduced, index, np.repeat(y, sizes) * value)
+        reduced = gains - np.bincount(index, weights=np.repeat(y, sizes) * value, minlength=num)
         bound = float(y @ upper + np.maximum(reduced, 0.0).sum())
         if best is None or bound < best[0]:
             best = (bound, reduced)
