@@ -137,7 +137,8 @@ class CpSat(Backend):
         kept = relaxation.kept_columns(incumbent, selected)
         columns = [c for c in kept if c not in dominated or c in chosen]
         relaxed_s = time.perf_counter() - start
-        outcome = self._search(model, columns, selected, params, time.perf_counter(), full_lp=True)
+        searched = replace(params, spent_s=params.spent_s + relaxed_s)  # the LP's seconds leave the clock
+        outcome = self._search(model, columns, selected, searched, time.perf_counter(), full_lp=True)
         outcome = replace(outcome, solve_time_s=outcome.solve_time_s + relaxed_s)
         if outcome.selected is None:  # nothing in time: the rounded start, which the LP bound still bounds
             return replace(outcome, selected=tuple(sorted(selected)), bound=bound)
