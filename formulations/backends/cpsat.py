@@ -36,9 +36,10 @@ presolve derived on such restricted models, and the searches stalled). The plan'
 included (``docs/round-search.md``); on rounds of a thousand jobs the LP alone costs as much as CP-SAT's
 whole solve, hence the limit.
 
-The hint (the round's starting selection) is handed to CP-SAT as a solution hint when
+On the whole model, the hint (the round's starting selection) is handed to CP-SAT as a solution hint when
 :attr:`CpSat.use_hint` is set; the registered backend leaves it unset, as it searches better without one
-(``docs/backends.md``). ``solve_problem`` keeps its starting selection as the plan when CP-SAT returns
+(``docs/backends.md``). With the LP first, the start (that hint or the rounded LP solution) is the
+restricted search's hint. ``solve_problem`` keeps its starting selection as the plan when CP-SAT returns
 nothing in time.
 """
 
