@@ -77,6 +77,8 @@ def lp_relaxation(model: RoundModel) -> Relaxation | None:
     if model.makespan_column is not None:
         return None
     rows = [r for r in model.rows if not r.redundant]
+    if any(r.lower is not None or r.upper is None for r in rows):
+        return None
     num = model.num_candidates
     sizes = np.fromiter((len(r.cols) for r in rows), dtype=np.int32, count=len(rows))
     starts = np.zeros(len(rows) + 1, dtype=np.int32)
@@ -84,7 +86,7 @@ def lp_relaxation(model: RoundModel) -> Relaxation | None:
     index = np.fromiter(chain.from_iterable(r.cols for r in rows), dtype=np.int32, count=int(starts[-1]))
     value = np.fromiter(chain.from_iterable(r.coefs for r in rows), dtype=np.float64, count=int(starts[-1]))
     upper = np.fromiter((r.upper for r in rows), dtype=np.float64, count=len(rows))
-    if any(r.lower is not None for r in rows) or (upper < 0).any() or (value < 0).any():
+    if (upper < 0).any() or (value < 0).any():
         return None
     gains = np.asarray(model.gains, dtype=np.float64)
     lp = highspy.HighsLp()
@@ -109,14 +111,12 @@ def lp_relaxation(model: RoundModel) -> Relaxation | None:
         return None
     solution = engine.getSolution()
     duals = np.asarray(solution.row_dual, dtype=np.float64)
-    best: tuple[float, np.ndarray] | None = None
+    tried = []
     for y in (np.maximum(duals, 0.0), np.maximum(-duals, 0.0)):  # whichever sign convention HiGHS used
         reduced = gains - np.bincount(index, weights=np.repeat(y, sizes) * value, minlength=num)
-        bound = float(y @ upper + np.maximum(reduced, 0.0).sum())
-        if best is None or bound < best[0]:
-            best = (bound, reduced)
-    assert best is not None
-    return Relaxation(best[0], best[1], np.asarray(solution.col_value, dtype=np.float64))
+        tried.append((float(y @ upper + np.maximum(reduced, 0.0).sum()), reduced))
+    bound, reduced = min(tried, key=lambda pair: pair[0])
+    return Relaxation(bound, reduced, np.asarray(solution.col_value, dtype=np.float64))
 
 
 def _quiet_highs() -> Any:
