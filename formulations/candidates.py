@@ -55,6 +55,7 @@ class CandidateKind(StrEnum):
 _MAKESPAN, _WEIGHTED_COMPLETION = Objective.MAKESPAN, Objective.WEIGHTED_COMPLETION
 _TYPE, _NODE, _CROSS, _STAY = CandidateKind.TYPE, CandidateKind.NODE, CandidateKind.CROSS, CandidateKind.STAY
 _CLASS = CandidateKind.CLASS
+_NO_GAIN = -math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +151,11 @@ def member_alone_as_good(alone: Mapping[tuple[int, str, str, int], float], cand:
 def alone_as_good(alone: Mapping[tuple[int, str, str, int], float], jobs: tuple[int, ...], gpu_type: str,
                   kind: str, where: int, gain: float) -> bool:
     """:func:`member_alone_as_good` of a candidate given by its fields (asked before it is made)."""
-    return any(alone.get((j, gpu_type, kind, where), -math.inf) >= gain for j in jobs)
+    get = alone.get
+    for j in jobs:  # a loop, not any() over a generator: asked for every co-location candidate of a round
+        if get((j, gpu_type, kind, where), _NO_GAIN) >= gain:
+            return True
+    return False
 
 
 def node_classes_of(cset: CandidateSet) -> tuple[NodeClass, ...]:
