@@ -1,6 +1,6 @@
-"""What a round keeps between solves (each job's options and predictions) never goes stale: after any change of
-what it was derived from, the kept round equals a round built from scratch, and candidates made from it equal
-those of the fresh round."""
+"""What a round keeps between solves (each job's options and predictions) never goes stale: after any change
+of what it was derived from, the kept round equals a round built from scratch, and candidates made from it
+equal those of the fresh round."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_options_of_jobs_that_may_freeze_are_kept_per_progress_and_priced_again_
     _same(later, kept, raw, options)
     moved = next(js for js in later.jobs if js.job.id == running.job.id)
     assert offers[id(running.job)][2].last[0] == moved.progress != running.progress  # priced again
-    # the progress moved the frozen penalties: the kept options changed with it (else this test proves nothing)
+    # the progress moved the frozen penalties: the kept options changed with it (else this proves nothing)
     old = {j.id: j.options for j in first.jobs}
     assert any(j.options != old[j.id] for j in build_round(later, kept, options).jobs)
 
@@ -76,7 +76,8 @@ def test_a_job_replaced_under_the_same_id_is_priced_again() -> None:
     bigger = replace(js.job, batch_size=js.job.batch_size * 2)  # another job object, same id
     changed = replace(state, jobs=(replace(js, job=bigger), *state.jobs[1:]))
     _same(changed, kept, raw, options)
-    assert build_round(changed, kept, options).jobs[0].options != build_round(state, kept, options).jobs[0].options
+    assert build_round(changed, kept, options).jobs[0].options \
+        != build_round(state, kept, options).jobs[0].options
 
 
 class _Slower:
