@@ -122,7 +122,7 @@ def best_alone(js: JobState, time_s: float, types: NodeTypes, predictors: Predic
     js
         The job.
     time_s
-        The decision's time (a waiting job's age).
+        The decision's time (the option does not depend on it).
     types
         The round's GPU classes per type (:func:`~dltsched.formulations.pipeline.node_types`).
     predictors
@@ -140,12 +140,12 @@ def best_alone(js: JobState, time_s: float, types: NodeTypes, predictors: Predic
         The fastest option; ``None``: the round offers the job none.
     """
     if kept is None:
-        job, _ = _round_job(js, time_s, types, predictors, options)
+        opts, _ = _job_options(js, types, predictors, options)
     else:
-        job, _ = _as_round_job(js, time_s, *kept.options(js, types, predictors, options))
-    if job is None:
+        opts, _ = kept.options(js, types, predictors, options)
+    if not opts:
         return None
-    return max(job.options, key=lambda o: o.rate(o.cross_step_time_s is not None))
+    return max(opts, key=lambda o: o.rate(o.cross_step_time_s is not None))
 
 
 def reference_rate(js: JobState, types: NodeTypes, predictors: Predictors,
