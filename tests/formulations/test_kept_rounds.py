@@ -14,7 +14,6 @@ from dltsched.formulations.build import GroupPrices, KeptOptions, best_alone, bu
 from dltsched.formulations.candidates import (
     Candidate,
     CandidateKind,
-    _candidate,
     alone_as_good,
     build_candidates,
     member_alone_as_good,
@@ -157,10 +156,15 @@ def test_best_alone_from_kept_options_is_the_fresh_answer_as_the_job_progresses(
                 == best_alone(moved, 0.0, types, memoized(raw), options)
 
 
-def test_a_candidate_made_fast_is_the_constructors() -> None:
-    args = ((1, 2), (0, 3), "v100", CandidateKind.NODE, 3, 2, 1.25, (10.0, 20.0))
-    fast, slow = _candidate(*args), Candidate(*args)
-    assert type(fast) is Candidate and fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+def test_the_candidates_of_a_round_are_what_the_constructor_makes() -> None:
+    state = synthetic_state(30, 32, seed=1)
+    cset = build_candidates(build_round(state, analytic_predictors(), RoundOptions()))
+    kinds = set()
+    for c in cset.candidates:
+        made = Candidate(c.jobs, c.freeze, c.gpu_type, c.kind, c.where, c.num_gpus, c.gain, c.completion_s)
+        assert type(c) is Candidate and c == made and hash(c) == hash(made) and repr(c) == repr(made)
+        kinds.add(c.kind)
+    assert {CandidateKind.TYPE, CandidateKind.STAY} <= kinds
 
 
 def test_no_candidate_of_a_round_is_dominated_and_the_rule_is_one() -> None:
