@@ -381,9 +381,7 @@ class _OptionTable:
         import numpy as np
 
         self.problem = problem
-        row: dict[tuple[int, str], int] = {}
-        #: each GPU type's position, and per (job, type position) the job's row (``missing``: none)
-        self.type_index = {t: i for i, t in enumerate(problem.gpu_types())}
+        self.row: dict[tuple[int, str], int] = {}
         rates: list[list[float]] = []
         memory: list[list[float]] = []
         levels: list[list[int]] = []
@@ -393,7 +391,7 @@ class _OptionTable:
                 r = of_type.get(o.gpu_type)
                 if r is None:
                     r = of_type[o.gpu_type] = len(rates)
-                    row[(j, o.gpu_type)] = r
+                    self.row[(j, o.gpu_type)] = r
                     rates.append([])
                     memory.append([])
                     levels.append([])
@@ -410,10 +408,6 @@ class _OptionTable:
             self.memory[r, :len(mem)] = mem
             self.level[r, :len(level)] = level
         self.missing = len(rates)
-        self.row_of = np.full((len(problem.jobs), len(self.type_index)), self.missing, dtype=np.int64)
-        for (j, gpu_type), r in row.items():
-            self.row_of[j, self.type_index[gpu_type]] = r
-        self.capacity = np.array([problem.memory_mib_of(t) for t in self.type_index])
         self.weight = np.array([job.weight for job in problem.jobs])
         self.reference = np.array([job.reference_rate for job in problem.jobs])
         self.scale = np.array([problem.value_scale(j) for j in range(len(problem.jobs))])
@@ -426,10 +420,9 @@ class _OptionTable:
         problem = self.problem
         size = len(asks[0][0])
         members = np.array([jobs for jobs, _ in asks], dtype=np.int64).reshape(len(asks), size)
-        index = self.type_index
-        types = np.fromiter((index[t] for _, t in asks), dtype=np.int64, count=len(asks))
-        rows = self.row_of[members, types[:, None]]
-        capacity = self.capacity[types]
+        rows = np.array([[self.row.get((j, t), self.missing) for j in jobs] for jobs, t in asks],
+                        dtype=np.int64).reshape(len(asks), size)
+        capacity = np.array([problem.memory_mib_of(t) for _, t in asks])
         if size == 1:
             speeds = np.ones((len(asks), 1))
             overhead = np.zeros(len(asks))
