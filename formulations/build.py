@@ -66,8 +66,8 @@ def build_round(state: ClusterState, predictors: Predictors,
         else:
             version = 0 if versions is None else versions.version(js.job.id)
             hit = offers.get(id(js.job))
-            if hit is None or hit[0] is not js.job or hit[1] != version:
-                hit = offers[id(js.job)] = (js.job, version, KeptOptions())
+            if hit is None or hit[0] is not js.job or hit[1] != version or not hit[2].kept_for(predictors):
+                hit = offers[id(js.job)] = (js.job, version, KeptOptions(predictors))
             job, reason = _as_round_job(js, state.time_s, *hit[2].options(js, types, predictors, options))
         if job is None:
             while_down = all_up is not types \
@@ -203,25 +203,36 @@ class KeptOptions:
     frozen penalty (none without freezing), so they are kept per progress; the predictions are what the same
     predictors answer for the same job object and profile version under the same GPU classes, round
     settings and memory measurements (the caller keys a kept entry on all of these,
-    :meth:`GroupPrices.offers`); an entry asked with other step-time or freezing predictors starts over."""
+    :meth:`GroupPrices.offers`). An entry keeps the answers of the step-time and freezing predictors it is
+    made with; asked with others, it answers from scratch and keeps nothing (so that rounds decided side by
+    side with other predictors never mix their answers).
+
+    Parameters
+    ----------
+    predictors
+        The predictors whose answers it keeps.
+    """
 
     __slots__ = ("last", "predicted", "levels", "owner")
 
-    def __init__(self) -> None:
+    def __init__(self, predictors: Predictors) -> None:
         #: (progress, options, why none) of the last ask
         self.last: tuple[float, tuple[JobOption, ...], str] | None = None
         #: (GPU type, level) -> (memory MiB, step s or None when the memory does not fit, cross-node step s)
         self.predicted: dict[tuple[str, int], tuple[float, float | None, float | None]] = {}
         self.levels: tuple[int, ...] | None = None
-        self.owner: tuple[object, object] | None = None
+        self.owner = (predictors.step_time, predictors.freezing)
+
+    def kept_for(self, predictors: Predictors) -> bool:
+        """Whether this entry keeps the answers of ``predictors`` (the same step-time and freezing
+        predictors it was made with)."""
+        return self.owner[0] is predictors.step_time and self.owner[1] is predictors.freezing
 
     def options(self, js: JobState, types: NodeTypes, predictors: Predictors,
                 options: RoundOptions) -> tuple[tuple[JobOption, ...], str]:
         """:func:`_job_options` of ``js`` (the same values), from what is kept where it still holds."""
-        if self.owner is None or self.owner[0] is not predictors.step_time \
-                or self.owner[1] is not predictors.freezing:
-            self.last, self.predicted, self.levels = None, {}, None
-            self.owner = (predictors.step_time, predictors.freezing)
+        if not self.kept_for(predictors):
+            return _job_options(js, types, predictors, options)
         progress = js.progress if js.job.freeze_allowed else 0.0
         last = self.last
         if last is None or last[0] != progress:

@@ -106,6 +106,7 @@ def test_other_step_time_predictors_with_the_same_kept_prices_start_over() -> No
     uncached = Predictors(step_time=_Slower(raw.step_time), colocation=raw.colocation,  # type: ignore[arg-type]
                           freezing=raw.freezing)
     assert build_round(state, slower, options).jobs == build_round(state, uncached, options).jobs
+    _same(state, kept, raw, options)  # and back: the first predictors' answers, not the slower ones
 
 
 def test_a_simulated_run_of_rounds_keeps_nothing_stale() -> None:
@@ -148,7 +149,7 @@ def test_best_alone_from_kept_options_is_the_fresh_answer_as_the_job_progresses(
     options = RoundOptions()
     state = synthetic_state(20, 32, seed=3)
     types = NodeTypes.of(build_round(state, asked, options).nodes)
-    kept = {js.job.id: KeptOptions() for js in state.jobs}
+    kept = {js.job.id: KeptOptions(asked) for js in state.jobs}
     for share in (0.0, 0.3, 0.6, 0.9):
         for js in state.jobs:
             moved = JobState(js.job, js.job.total_iterations * (1.0 - share), assignment=js.assignment)

@@ -120,7 +120,7 @@ class PredictionCache:
         job, version = js.job, profile_version(js.job.id)
         entry = kept.get((job.id, gpu_type))
         if entry is None or entry[0] is not job or entry[1] != version:
-            entry = kept[(job.id, gpu_type)] = (job, version, KeptOptions())
+            entry = kept[(job.id, gpu_type)] = (job, version, KeptOptions(self.predictors))
         return best_alone(js, 0.0, one, self.predictors, options, kept=entry[2])
 
     def node_types(self, state: ClusterState) -> NodeTypes:
