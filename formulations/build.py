@@ -61,14 +61,14 @@ def build_round(state: ClusterState, predictors: Predictors,
     offers = None if kept is None else kept.offers(types, options)
     versions = None if offers is None else current_profiles()
     for js in state.jobs:
-        if offers is None or js.job.freeze_allowed:  # a frozen option's penalty depends on the progress
+        if offers is None:
             job, reason = _round_job(js, state.time_s, types, predictors, options)
         else:
             version = 0 if versions is None else versions.version(js.job.id)
             hit = offers.get(id(js.job))
-            if hit is None or hit[0] is not js.job or hit[1] != version:
-                hit = offers[id(js.job)] = (js.job, version, *_job_options(js, types, predictors, options))
-            job, reason = _as_round_job(js, state.time_s, hit[2], hit[3])
+            if hit is None or hit[0] is not js.job or hit[1] != version or not hit[2].kept_for(predictors):
+                hit = offers[id(js.job)] = (js.job, version, KeptOptions(predictors))
+            job, reason = _as_round_job(js, state.time_s, *hit[2].options(js, types, predictors, options))
         if job is None:
             while_down = all_up is not types \
                 and _round_job(js, state.time_s, all_up, predictors, options)[0] is not None
@@ -107,7 +107,7 @@ def node_classes(state: ClusterState) -> tuple[GpuNode, ...]:
 
 
 def best_alone(js: JobState, time_s: float, types: NodeTypes, predictors: Predictors,
-               options: RoundOptions) -> JobOption | None:
+               options: RoundOptions, *, kept: KeptOptions | None = None) -> JobOption | None:
     """The option (GPU type, freeze level) at which ``js`` progresses fastest running alone.
 
     As a round of ``options`` would offer it (memory, accuracy budget, gang size; the cross-node rate when
@@ -122,23 +122,30 @@ def best_alone(js: JobState, time_s: float, types: NodeTypes, predictors: Predic
     js
         The job.
     time_s
-        The decision's time (a waiting job's age).
+        The decision's time (the option does not depend on it).
     types
         The round's GPU classes per type (:func:`~dltsched.formulations.pipeline.node_types`).
     predictors
         The predictors that price the options.
     options
         The round settings the option must meet.
+    kept
+        What is kept of the job's options between asks (:class:`KeptOptions`; the same answer): the caller
+        keeps one per job object and profile version under the same ``types``, ``options`` and memory
+        measurements.
 
     Returns
     -------
     JobOption or None
         The fastest option; ``None``: the round offers the job none.
     """
-    job, _ = _round_job(js, time_s, types, predictors, options)
-    if job is None:
+    if kept is None:
+        opts, _ = _job_options(js, types, predictors, options)
+    else:
+        opts, _ = kept.options(js, types, predictors, options)
+    if not opts:
         return None
-    return max(job.options, key=lambda o: o.rate(o.cross_step_time_s is not None))
+    return max(opts, key=lambda o: o.rate(o.cross_step_time_s is not None))
 
 
 def reference_rate(js: JobState, types: NodeTypes, predictors: Predictors,
@@ -189,11 +196,57 @@ def _round_job(js: JobState, time_s: float, summary: NodeTypes, predictors: Pred
     return _as_round_job(js, time_s, *_job_options(js, summary, predictors, options))
 
 
+class KeptOptions:
+    """What a round derives about one job's options, kept between rounds: the options (and why none) at the
+    job's last progress, and per (GPU type, freeze level) the predicted memory, step time and cross-node step
+    time (asked as :func:`_job_options` asks them). The options depend on the job's progress only through the
+    frozen penalty (none without freezing), so they are kept per progress; the predictions are what the same
+    predictors answer for the same job object and profile version under the same GPU classes, round
+    settings and memory measurements (the caller keys a kept entry on all of these,
+    :meth:`GroupPrices.offers`). An entry keeps the answers of the step-time and freezing predictors it is
+    made with; asked with others, it answers from scratch and keeps nothing (so that rounds decided side by
+    side with other predictors never mix their answers).
+
+    Parameters
+    ----------
+    predictors
+        The predictors whose answers it keeps.
+    """
+
+    __slots__ = ("last", "predicted", "levels", "owner")
+
+    def __init__(self, predictors: Predictors) -> None:
+        #: (progress, options, why none) of the last ask
+        self.last: tuple[float, tuple[JobOption, ...], str] | None = None
+        #: (GPU type, level) -> (memory MiB, step s or None when the memory does not fit, cross-node step s)
+        self.predicted: dict[tuple[str, int], tuple[float, float | None, float | None]] = {}
+        self.levels: tuple[int, ...] | None = None
+        self.owner = (predictors.step_time, predictors.freezing)
+
+    def kept_for(self, predictors: Predictors) -> bool:
+        """Whether this entry keeps the answers of ``predictors`` (the same step-time and freezing
+        predictors it was made with)."""
+        return self.owner[0] is predictors.step_time and self.owner[1] is predictors.freezing
+
+    def options(self, js: JobState, types: NodeTypes, predictors: Predictors,
+                options: RoundOptions) -> tuple[tuple[JobOption, ...], str]:
+        """:func:`_job_options` of ``js`` (the same values), from what is kept where it still holds."""
+        if not self.kept_for(predictors):
+            return _job_options(js, types, predictors, options)
+        progress = js.progress if js.job.freeze_allowed else 0.0
+        last = self.last
+        if last is None or last[0] != progress:
+            last = self.last = (progress, *_job_options(js, types, predictors, options, self))
+        return last[1], last[2]
+
+
 def _job_options(js: JobState, summary: NodeTypes, predictors: Predictors,
-                 options: RoundOptions) -> tuple[tuple[JobOption, ...], str]:
+                 options: RoundOptions, kept: KeptOptions | None = None) -> tuple[tuple[JobOption, ...], str]:
     """The options a round offers ``js`` and, when none, why; the options depend on the job's progress only
-    through the frozen penalty (none without freezing)."""
+    through the frozen penalty (none without freezing). ``kept``: the job's predictions kept between rounds
+    (read and filled; the same values as asking)."""
     job = js.job
+    predicted = None if kept is None else kept.predicted
     size = _gang_size(job)
     types = job.gpu_types or tuple(summary.total)
     opts: list[JobOption] = []
@@ -215,7 +268,12 @@ def _job_options(js: JobState, summary: NodeTypes, predictors: Predictors,
         memory_limit = summary.memory_mib[gpu_type]
         fitting = 0
         if levels is None:
-            levels = freeze_levels(job, predictors, options)
+            if kept is not None and kept.levels is not None:
+                levels = kept.levels
+            else:
+                levels = freeze_levels(job, predictors, options)
+                if kept is not None:
+                    kept.levels = levels
         for level in levels:
             penalty = penalties.get(level)
             if penalty is None:  # asked once per level: it does not depend on the GPU type
@@ -223,15 +281,24 @@ def _job_options(js: JobState, summary: NodeTypes, predictors: Predictors,
                     predictors.freezing.frozen_penalty(job, level, js.progress) if level else 0.0
             if penalty > job.accuracy_budget + 1e-12:
                 continue
-            memory = predictors.step_time.memory_mib(job, gpu_type, freeze_level=level)
+            hit = None if predicted is None else predicted.get((gpu_type, level))
+            memory = predictors.step_time.memory_mib(job, gpu_type, freeze_level=level) if hit is None \
+                else hit[0]
             if memory > memory_limit:
+                if predicted is not None and hit is None:
+                    predicted[(gpu_type, level)] = (memory, None, None)
                 continue
             fitting += 1
-            step = predictors.step_time.step_time_s(job, gpu_type, size, freeze_level=level)
-            cross = None
-            if not single:
-                cross = predictors.step_time.step_time_s(job, gpu_type, size, freeze_level=level,
-                                                         num_nodes=math.ceil(size / largest))
+            if hit is not None and hit[1] is not None:
+                step, cross = hit[1], hit[2]
+            else:
+                step = predictors.step_time.step_time_s(job, gpu_type, size, freeze_level=level)
+                cross = None
+                if not single:
+                    cross = predictors.step_time.step_time_s(job, gpu_type, size, freeze_level=level,
+                                                             num_nodes=math.ceil(size / largest))
+                if predicted is not None:
+                    predicted[(gpu_type, level)] = (memory, step, cross)
             opts.append(JobOption(gpu_type, level, step if single else cross or step, memory, penalty,
                                   cross))
         if not fitting:
@@ -298,8 +365,8 @@ class _JobMemory:
         return self.least_mib[m][gpu_type]
 
 
-#: options kept for one job: the job, its profile version, its options, why none
-_Offer = tuple[Job, int, tuple[JobOption, ...], str]
+#: options kept for one job: the job, its profile version, what is kept of its options
+_Offer = tuple[Job, int, KeptOptions]
 #: a pair's fitting GPU types, each with its speeds and memory overhead (MiB)
 _Fits = list[tuple[str, tuple[float, ...], float]]
 #: (signature, signature) -> the pair's fitting types and best summed speed (GroupPrices.pair_verdicts)
@@ -428,9 +495,9 @@ class GroupPrices:
         return out, verdicts
 
     def offers(self, types: NodeTypes, options: RoundOptions) -> dict[int, _Offer]:
-        """The options offered to jobs without freezing, kept per job object: (the job, its profile version,
-        its options, why none) by ``id(job)``; valid for the same GPU classes, round settings and version of
-        the run's memory measurements, dropped when any of these changes.
+        """The options offered to jobs, kept per job object: (the job, its profile version, what is kept of
+        its options, :class:`KeptOptions`) by ``id(job)``; valid for the same GPU classes, round settings and
+        version of the run's memory measurements, dropped when any of these changes.
 
         Parameters
         ----------

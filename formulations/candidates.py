@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from itertools import product
 
@@ -55,6 +55,7 @@ class CandidateKind(StrEnum):
 _MAKESPAN, _WEIGHTED_COMPLETION = Objective.MAKESPAN, Objective.WEIGHTED_COMPLETION
 _TYPE, _NODE, _CROSS, _STAY = CandidateKind.TYPE, CandidateKind.NODE, CandidateKind.CROSS, CandidateKind.STAY
 _CLASS = CandidateKind.CLASS
+_NO_GAIN = -math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,36 @@ class Candidate:
     num_gpus: int
     gain: float
     completion_s: tuple[float, ...]
+
+
+def _candidate_maker() -> Callable[[tuple[int, ...], tuple[int, ...], str, CandidateKind, int, int, float,
+                                      tuple[float, ...]], Candidate]:
+    """A function that makes the same :class:`Candidate` as its constructor, with the same arguments, without
+    the frozen dataclass's ``object.__setattr__`` per field (a round makes thousands: 1.3 -> 0.5 us each)."""
+    names = ("jobs", "freeze", "gpu_type", "kind", "where", "num_gpus", "gain", "completion_s")
+    if tuple(f.name for f in fields(Candidate)) != names:  # pragma: no cover - kept in step with the class
+        raise AssertionError("Candidate's fields changed: update _candidate_maker")
+    new = object.__new__
+    s_jobs, s_freeze, s_type, s_kind, s_where, s_gpus, s_gain, s_completion = (
+        getattr(Candidate, name).__set__ for name in names)
+
+    def make(jobs: tuple[int, ...], freeze: tuple[int, ...], gpu_type: str, kind: CandidateKind, where: int,
+             num_gpus: int, gain: float, completion_s: tuple[float, ...]) -> Candidate:
+        cand: Candidate = new(Candidate)
+        s_jobs(cand, jobs)
+        s_freeze(cand, freeze)
+        s_type(cand, gpu_type)
+        s_kind(cand, kind)
+        s_where(cand, where)
+        s_gpus(cand, num_gpus)
+        s_gain(cand, gain)
+        s_completion(cand, completion_s)
+        return cand
+
+    return make
+
+
+_candidate = _candidate_maker()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +145,17 @@ def member_alone_as_good(alone: Mapping[tuple[int, str, str, int], float], cand:
     bool
         True when a member's own candidate there gains at least as much.
     """
-    gpu_type, kind, where, gain = cand.gpu_type, cand.kind, cand.where, cand.gain
-    return any(alone.get((j, gpu_type, kind, where), -math.inf) >= gain for j in cand.jobs)
+    return alone_as_good(alone, cand.jobs, cand.gpu_type, cand.kind, cand.where, cand.gain)
+
+
+def alone_as_good(alone: Mapping[tuple[int, str, str, int], float], jobs: tuple[int, ...], gpu_type: str,
+                  kind: str, where: int, gain: float) -> bool:
+    """:func:`member_alone_as_good` of a candidate given by its fields (asked before it is made)."""
+    get = alone.get
+    for j in jobs:  # a loop, not any() over a generator: asked for every co-location candidate of a round
+        if get((j, gpu_type, kind, where), _NO_GAIN) >= gain:
+            return True
+    return False
 
 
 def node_classes_of(cset: CandidateSet) -> tuple[NodeClass, ...]:
@@ -174,30 +214,33 @@ def build_candidates(problem: RoundProblem) -> CandidateSet:
             if best is None:
                 continue
             freeze, score, completion = best
+            gain = score + 0.0
+            # the unit's places on the type: (kind, location, gain)
+            places: list[tuple[CandidateKind, int, float]]
             if size == 1 or size > largest[gpu_type]:
-                kind = _TYPE if size == 1 else _CROSS
-                made = [Candidate(jobs, freeze, gpu_type, kind, -1, size, score + 0.0, completion)]
+                places = [(_TYPE if size == 1 else _CROSS, -1, gain)]
             else:
                 nodes = _offered_nodes(problem, jobs, gpu_type, free_now, u, fitting)
-                places = dict.fromkeys((_CLASS, aggregated[n]) if n in aggregated else (_NODE, n)
-                                       for n in nodes) if aggregated else ((_NODE, n) for n in nodes)
-                made = [Candidate(jobs, freeze, gpu_type, kind, where, size, score + 0.0, completion)
-                        for kind, where in places]
+                if aggregated:
+                    places = [(kind, where, gain) for kind, where in dict.fromkeys(
+                        (_CLASS, aggregated[n]) if n in aggregated else (_NODE, n) for n in nodes)]
+                else:
+                    places = [(_NODE, n, gain) for n in nodes]
             if mine:
                 shape = (gpu_type, size)
                 for p in mine:
                     if slot_shape[p] == shape:
-                        made += _stays(problem, jobs, gpu_type, size, slots, mine, best)
+                        places += _stays(problem, jobs, gpu_type, size, slots, mine, score)
                         break
-            if alone is None:
-                out += made
-            elif single:
-                j = jobs[0]
-                for cand in made:
-                    alone[(j, gpu_type, cand.kind, cand.where)] = cand.gain
-                out += made
-            else:  # not offered where a member alone is worth as much (see the module docstring)
-                out += [cand for cand in made if not member_alone_as_good(alone, cand)]
+            if alone is not None:
+                if single:
+                    j = jobs[0]
+                    for kind, where, value in places:
+                        alone[(j, gpu_type, kind, where)] = value
+                else:  # not offered where a member alone is worth as much (see the module docstring)
+                    places = [place for place in places if not alone_as_good(alone, jobs, gpu_type, *place)]
+            for kind, where, value in places:
+                out.append(_candidate(jobs, freeze, gpu_type, kind, where, size, value, completion))
     by_job: list[list[int]] = [[] for _ in problem.jobs]
     for c, cand in enumerate(out):
         for j in cand.jobs:
@@ -278,10 +321,10 @@ def _offered_nodes(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, 
 
 
 def _stays(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, size: int, slots: Sequence[Slot],
-           mine: Sequence[int], best: _Best) -> list[Candidate]:
-    """The ``stay`` candidates of one unit on one type at its ``best`` freeze levels; ``mine``: the slots
-    (ascending) holding any of its jobs now (the unit's staying members save their migration penalty)."""
-    freeze, score, completion = best
+           mine: Sequence[int], score: float) -> list[tuple[CandidateKind, int, float]]:
+    """The ``stay`` places (kind, slot, gain) of one unit on one type at its best freeze levels' ``score``;
+    ``mine``: the slots (ascending) holding any of its jobs now (the unit's staying members save their
+    migration penalty)."""
     running: set[int] | None = None
     out = []
     for p in mine:
@@ -293,7 +336,7 @@ def _stays(problem: RoundProblem, jobs: tuple[int, ...], gpu_type: str, size: in
         stayers = running & set(slot.members)
         if stayers:
             saved = sum(problem.migration_cost(j) for j in stayers)
-            out.append(Candidate(jobs, freeze, gpu_type, _STAY, p, size, score + saved, completion))
+            out.append((_STAY, p, score + saved))
     return out
 
 

@@ -22,6 +22,8 @@ Pricing, as a round prices a job, for a policy that decides without a solve:
   objective values a job's placement above it.
 - :func:`reference_rate`: the rate a round normalises a job's progress by.
 - :class:`GroupPrices`: the co-location prices of groups, kept across rounds on memoized predictors.
+- :class:`KeptOptions`: what a round derives about one job's options (its predicted memory and step times
+  per GPU type and freeze level, its options at its last progress), kept between rounds and asks.
 - :func:`colocation_fallbacks`: the jobs of a plan whose co-location rests on a predicted profile.
 
 A price depends on the job, the node types, the predictors and the run's measurements (memory peaks,
@@ -40,7 +42,14 @@ from dltsched.engine.domain.errors import ValidationError
 from dltsched.engine.domain.model import DEFAULT_OBJECTIVE, ClusterState, Plan
 from dltsched.engine.domain.predictors import Predictors
 from dltsched.engine.domain.protocols import RoundServices, round_services
-from dltsched.formulations.build import GroupPrices, best_alone, build_round, node_classes, reference_rate
+from dltsched.formulations.build import (
+    GroupPrices,
+    KeptOptions,
+    best_alone,
+    build_round,
+    node_classes,
+    reference_rate,
+)
 from dltsched.formulations.checker import check_plan
 from dltsched.formulations.gcpause import gc_paused
 from dltsched.formulations.interference import simulate_stages
@@ -54,9 +63,9 @@ from dltsched.formulations.problem import (
 from dltsched.formulations.solve import solve_problem
 
 __all__ = ["DEFAULT_OPTIONS", "JCT_MIN_REMAINING_S", "ROUND_FIELDS", "ConfiguredSolver", "GroupPrices",
-           "JobOption", "NodeTypes", "RoundOptions", "best_alone", "check_down_gpus", "colocation_fallbacks",
-           "decide_round", "median_remaining_s", "node_classes", "node_types", "reference_rate",
-           "simulate_stages"]
+           "JobOption", "KeptOptions", "NodeTypes", "RoundOptions", "best_alone", "check_down_gpus",
+           "colocation_fallbacks", "decide_round", "median_remaining_s", "node_classes", "node_types",
+           "reference_rate", "simulate_stages"]
 
 log = logging.getLogger(__name__)
 

@@ -141,13 +141,3 @@ def test_kept_options_give_the_same_round_and_are_dropped_when_what_they_depend_
         assert book.record_isolated(job, "v100", IsolatedProfile(1, 1, 0.5, 1000.0, 0.9))
         assert build_round(state, asked, options) == build_round(state, raw, options)
         assert offers[id(job)][1] == 1
-
-
-def test_jobs_that_may_freeze_are_not_kept() -> None:
-    asked = memoized(analytic_predictors())
-    options = RoundOptions(max_jobs_per_gpu=2)
-    state = synthetic_state(20, 16, seed=2)  # every job may freeze: its penalty moves with its progress
-    build_round(state, asked, options)
-    prices = GroupPrices.of(asked)
-    assert prices is not None and not prices.offers(NodeTypes.of(build_round(state, asked, options).nodes),
-                                                    options)

@@ -13,7 +13,10 @@ for the cache's life, so a kept answer is what asking again would give:
   version (:func:`~dltsched.engine.domain.predictors.memory_observations_version`), its profile count
   (:func:`~dltsched.engine.domain.profiles.current_profiles`) and the round settings;
 - a running job's best option where it runs (:meth:`PredictionCache.best_in_place`): not kept (it moves with
-  the job's progress); the node types of one GPU type it is priced on are kept per node types object;
+  the job's progress), but what it is priced from is (:class:`~dltsched.formulations.pipeline.KeptOptions`:
+  the job's options at its last progress, its predicted memory and step times per GPU type and freeze level),
+  per job object, profile version and GPU type, under the node types object, the round settings and the
+  memory version; the node types of one GPU type it is priced on are kept per node types object;
 - a job's reference rate: the job, under the node types and the memory version of the last ask (a change of
   either drops every rate);
 - whether a running job sits on its fastest type: the job, its GPUs and the memory version;
@@ -31,10 +34,11 @@ from typing import Any
 
 from dltsched.engine.domain.model import Assignment, ClusterState, Job, JobState
 from dltsched.engine.domain.predictors import Predictors, memoized, memory_observations_version
-from dltsched.engine.domain.profiles import current_profiles
+from dltsched.engine.domain.profiles import current_profiles, profile_version
 from dltsched.engine.policies.placement import Estimates
 from dltsched.formulations.pipeline import (
     JobOption,
+    KeptOptions,
     NodeTypes,
     RoundOptions,
     best_alone,
@@ -76,7 +80,10 @@ class PredictionCache:
         self._order: tuple[object, tuple[int, int, bool], tuple[JobState, ...]] | None = None
         self._waiting_left: dict[tuple[str, float], float] = {}
         self._order_version: tuple[int, int] | None = None
-        self._one_type: tuple[int, dict[str, NodeTypes]] | None = None
+        #: the node types of the last ask of :meth:`best_in_place`, its settings and memory version, its
+        #: one-type node types and, per (job id, GPU type), what is kept of the job's options there
+        self._one_type: tuple[NodeTypes, tuple[RoundOptions, int], dict[str, NodeTypes],
+                              dict[tuple[str, str], tuple[Job, int, KeptOptions]]] | None = None
 
     def best_in_place(self, js: JobState, types: NodeTypes, gpu_type: str,
                       options: RoundOptions) -> JobOption | None:
@@ -99,16 +106,22 @@ class PredictionCache:
         JobOption or None
             The option; ``None``: no option of the type fits.
         """
-        if self._one_type is None or self._one_type[0] != id(types):
-            self._one_type = (id(types), {})
-        per_type = self._one_type[1]
+        context = (options, memory_observations_version())
+        if self._one_type is None or self._one_type[0] is not types or self._one_type[1] != context \
+                or len(self._one_type[3]) > self.MAX_ENTRIES:
+            self._one_type = (types, context, {}, {})
+        per_type, kept = self._one_type[2], self._one_type[3]
         one = per_type.get(gpu_type)
         if one is None:
             one = per_type[gpu_type] = NodeTypes({gpu_type: types.nodes[gpu_type]},
                                                  {gpu_type: types.largest[gpu_type]},
                                                  {gpu_type: types.total[gpu_type]},
                                                  {gpu_type: types.memory_mib[gpu_type]})
-        return best_alone(js, 0.0, one, self.predictors, options)
+        job, version = js.job, profile_version(js.job.id)
+        entry = kept.get((job.id, gpu_type))
+        if entry is None or entry[0] is not job or entry[1] != version:
+            entry = kept[(job.id, gpu_type)] = (job, version, KeptOptions(self.predictors))
+        return best_alone(js, 0.0, one, self.predictors, options, kept=entry[2])
 
     def node_types(self, state: ClusterState) -> NodeTypes:
         """The GPU classes of ``state`` per type (:func:`~dltsched.formulations.pipeline.node_types`).
