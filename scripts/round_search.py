@@ -29,14 +29,12 @@ def main() -> None:
 
     from ortools.sat.python import cp_model_helper
 
-    from dltsched.engine.app.cli.simulate import load_instance_or_workload, simulation_setup
-    from dltsched.engine.app.registry import default_bench_predictors, make_policy, predictors
+    from dltsched.engine.app.cli.bench_windows import Window, window_instance, window_policy
+    from dltsched.engine.app.registry import default_bench_predictors
     from dltsched.engine.sim.simulator import simulate
-    from dltsched.engine.sim.truth import MeasuredTruth
     from dltsched.formulations.backends import SolveParams
     from dltsched.formulations.backends.cpsat import CpSat
     from dltsched.formulations.model import RoundModel
-    from dltsched.predictors.noise import with_prediction_error
 
     class Whole(CpSat):
         lp_first = False
@@ -51,12 +49,9 @@ def main() -> None:
     CpSat.solve = kept  # type: ignore[method-assign]
     CpSat.lp_first = False
     bundle = default_bench_predictors(None)
-    inst = load_instance_or_workload(None, "philly", data_dir=None, cluster=None, jobs=args.jobs,
-                                     seed=args.seed, gpus=args.gpus, start_s=args.start_s)
-    preds, config = simulation_setup(with_prediction_error(predictors(bundle, None), 0.0, args.seed),
-                                     seed=args.seed, memory="oom")
-    simulate(inst, make_policy("optimizing", predictors=preds), truth=MeasuredTruth(data_dir=None),
-             config=config)
+    window = Window("window", args.start_s, args.jobs, args.gpus, args.seed)
+    policy, truth, config = window_policy("optimizing", window, bundle=bundle, data_dir=None)
+    simulate(window_instance(window, None), policy, truth=truth, config=config)
     CpSat.solve = inner  # type: ignore[method-assign]
     CpSat.lp_first = True
 

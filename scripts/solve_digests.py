@@ -27,11 +27,9 @@ def _digest(value: object) -> str:
 def record(args: argparse.Namespace) -> dict[str, Any]:
     """Simulate the window and return the digests."""
     import dltsched.formulations.solve as solve
-    from dltsched.engine.app.cli.simulate import load_instance_or_workload, simulation_setup
-    from dltsched.engine.app.registry import default_bench_predictors, make_policy, predictors
+    from dltsched.engine.app.cli.bench_windows import Window, window_instance, window_policy
+    from dltsched.engine.app.registry import default_bench_predictors
     from dltsched.engine.sim.simulator import simulate
-    from dltsched.engine.sim.truth import MeasuredTruth
-    from dltsched.predictors.noise import with_prediction_error
 
     solves: list[dict[str, Any]] = []
     start: dict[str, list[int]] = {}
@@ -53,12 +51,9 @@ def record(args: argparse.Namespace) -> dict[str, Any]:
 
     solve.starting_selection, solve.to_plan = recorded_start, recorded_plan
     bundle = default_bench_predictors(None)
-    inst = load_instance_or_workload(None, "philly", data_dir=None, cluster=None, jobs=args.jobs,
-                                     seed=args.seed, gpus=args.gpus, start_s=args.start_s)
-    preds, config = simulation_setup(with_prediction_error(predictors(bundle, None), 0.0, args.seed),
-                                     seed=args.seed, memory="oom")
-    result = simulate(inst, make_policy("optimizing", predictors=preds), truth=MeasuredTruth(data_dir=None),
-                      config=config)
+    window = Window("window", args.start_s, args.jobs, args.gpus, args.seed)
+    policy, truth, config = window_policy("optimizing", window, bundle=bundle, data_dir=None)
+    result = simulate(window_instance(window, None), policy, truth=truth, config=config)
     return {"window": {k: getattr(args, k) for k in ("start_s", "jobs", "gpus", "seed")}, "bundle": bundle,
             "avg_jct_s": result.avg_jct_s, "solves": solves}
 

@@ -48,11 +48,9 @@ def main() -> None:
     import dltsched.formulations.build as build
     import dltsched.formulations.pipeline as pipeline
     import dltsched.formulations.solve as solve
-    from dltsched.engine.app.cli.simulate import load_instance_or_workload, simulation_setup
-    from dltsched.engine.app.registry import default_bench_predictors, make_policy, predictors
+    from dltsched.engine.app.cli.bench_windows import Window, window_instance, window_policy
+    from dltsched.engine.app.registry import default_bench_predictors, predictors
     from dltsched.engine.sim.simulator import simulate
-    from dltsched.engine.sim.truth import MeasuredTruth
-    from dltsched.predictors.noise import with_prediction_error
 
     spent: dict[str, float] = collections.defaultdict(float)
     calls: dict[str, int] = collections.defaultdict(int)
@@ -67,16 +65,14 @@ def main() -> None:
     for owner, name, label in stages:
         _timed(owner, name, label, spent, calls)
     bundle = default_bench_predictors(None)
-    inst = load_instance_or_workload(None, "philly", data_dir=None, cluster=None, jobs=args.jobs,
-                                     seed=args.seed, gpus=args.gpus, start_s=args.start_s)
+    window = Window("window", args.start_s, args.jobs, args.gpus, args.seed)
+    inst = window_instance(window, None)
     predictors(bundle, None)
     out: dict[str, Any] = {"window": vars(args), "bundle": bundle}
     for name in ("optimizing", "tiresias"):
-        preds, config = simulation_setup(with_prediction_error(predictors(bundle, None), 0.0, args.seed),
-                                         seed=args.seed, memory="oom")
-        policy = make_policy(name, predictors=preds)
+        policy, truth, config = window_policy(name, window, bundle=bundle, data_dir=None)
         began = time.process_time()
-        result = simulate(inst, policy, truth=MeasuredTruth(data_dir=None), config=config)
+        result = simulate(inst, policy, truth=truth, config=config)
         out[name] = {"cpu_s": round(time.process_time() - began, 3), "rounds": result.num_rounds,
                      "solves": len(getattr(policy, "solve_log", ())), "avg_jct_s": result.avg_jct_s}
         if name == "optimizing":

@@ -45,28 +45,44 @@ TUNING_MORE = (Window("t2", 8_200_000, 400, 128, 52), Window("t3", 8_600_000, 60
 WINDOWS = {w.name: w for w in (*HELD_OUT, TUNING, *TUNING_MORE)}
 
 
-def run_window(window: Window, policies: tuple[str, ...], *, bundle: str, data_dir: str | None,
-               options: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Simulate ``policies`` on ``window``; per policy its seconds, rounds, solves and metrics."""
-    from dltsched.engine.app.cli.simulate import load_instance_or_workload, simulation_setup
+def window_instance(window: Window, data_dir: str | None) -> Any:
+    """The Philly jobs of ``window`` on its cluster (an ``Instance``)."""
+    from dltsched.engine.app.cli.simulate import load_instance_or_workload
+
+    return load_instance_or_workload(None, "philly", data_dir=data_dir, cluster=None, jobs=window.jobs,
+                                     seed=window.seed, gpus=window.gpus, start_s=window.start_s)
+
+
+def window_policy(name: str, window: Window, *, bundle: str, data_dir: str | None,
+                  options: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
+    """What one simulation of a window runs with: ``(policy, truth, config)`` for
+    ``simulate(instance, policy, truth=truth, config=config)``. The policy sees the ``bundle``'s predictions
+    (no added error), the truth is the measured one, and memory is learned after an out-of-memory crash."""
+    from dltsched.engine.app.cli.simulate import simulation_setup
     from dltsched.engine.app.registry import make_policy, predictors
-    from dltsched.engine.sim.simulator import simulate
     from dltsched.engine.sim.truth import MeasuredTruth
     from dltsched.predictors.noise import with_prediction_error
 
+    preds, config = simulation_setup(with_prediction_error(predictors(bundle, data_dir), 0.0, window.seed),
+                                     seed=window.seed, memory="oom")
+    return make_policy(name, predictors=preds, **(options or {})), MeasuredTruth(data_dir=data_dir), config
+
+
+def run_window(window: Window, policies: tuple[str, ...], *, bundle: str, data_dir: str | None,
+               options: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Simulate ``policies`` on ``window``; per policy its seconds, rounds, solves and metrics."""
+    from dltsched.engine.app.registry import predictors
+    from dltsched.engine.sim.simulator import simulate
+
     began = time.perf_counter()
-    inst = load_instance_or_workload(None, "philly", data_dir=data_dir, cluster=None, jobs=window.jobs,
-                                     seed=window.seed, gpus=window.gpus, start_s=window.start_s)
+    inst = window_instance(window, data_dir)
     predictors(bundle, data_dir)  # loaded once, shared by every policy (cached)
     row: dict[str, Any] = {"window": window.name, "start_s": window.start_s, "num_jobs": len(inst.jobs),
                            "num_gpus": inst.cluster.num_gpus, "seed": window.seed, "bundle": bundle,
                            "load_s": time.perf_counter() - began}
     for name in policies:
-        preds, config = simulation_setup(with_prediction_error(predictors(bundle, data_dir), 0.0,
-                                                               window.seed),
-                                         seed=window.seed, memory="oom")
-        policy = make_policy(name, predictors=preds, **options.get(name, {}))
-        truth = MeasuredTruth(data_dir=data_dir)
+        policy, truth, config = window_policy(name, window, bundle=bundle, data_dir=data_dir,
+                                              options=options.get(name))
         t0, c0 = time.perf_counter(), time.process_time()
         result = simulate(inst, policy, truth=truth, config=config)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
