@@ -24,7 +24,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
+from itertools import chain
 from operator import attrgetter
+from typing import Any
 
 from dltsched.formulations.candidates import (
     CandidateKind,
@@ -217,6 +219,20 @@ class RoundModel:
         if self.makespan_column is not None:
             rows += [r.as_row(self.makespan_column) for r in self.makespan_rows]
         return rows
+
+
+def row_arrays(rows: Sequence[Row]) -> tuple[Any, Any, Any, Any]:
+    """``rows`` as a row-wise sparse matrix: ``(starts, sizes, index, value)``, NumPy arrays of the rows'
+    offsets (``len(rows) + 1``, int32), their numbers of terms (int32), the terms' columns (int32) and
+    coefficients (float64)."""
+    import numpy as np
+
+    sizes = np.fromiter((len(r.cols) for r in rows), dtype=np.int32, count=len(rows))
+    starts = np.zeros(len(rows) + 1, dtype=np.int32)
+    np.cumsum(sizes, out=starts[1:])
+    index = np.fromiter(chain.from_iterable(r.cols for r in rows), dtype=np.int32, count=int(starts[-1]))
+    value = np.fromiter(chain.from_iterable(r.coefs for r in rows), dtype=np.float64, count=int(starts[-1]))
+    return starts, sizes, index, value
 
 
 def _packing(cols: tuple[int, ...]) -> Row:

@@ -23,7 +23,7 @@ from dltsched.formulations.backends.base import (
     remaining_s,
     termination,
 )
-from dltsched.formulations.model import RoundModel
+from dltsched.formulations.model import RoundModel, row_arrays
 
 
 @register
@@ -97,9 +97,7 @@ def highs_lp(model: RoundModel) -> Any:
     lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
     lp.a_matrix_.num_col_ = width
     lp.a_matrix_.num_row_ = len(rows)
-    lp.a_matrix_.start_ = np.concatenate(([0], np.cumsum([len(r.cols) for r in rows]))).astype(np.int32)
-    lp.a_matrix_.index_ = np.fromiter((c for r in rows for c in r.cols), dtype=np.int32)
-    lp.a_matrix_.value_ = np.fromiter((v for r in rows for v in r.coefs), dtype=float)
+    lp.a_matrix_.start_, _, lp.a_matrix_.index_, lp.a_matrix_.value_ = row_arrays(rows)
     kinds = highspy.HighsVarType
     lp.integrality_ = [kinds.kInteger] * num + [kinds.kContinuous] * (width - num)
     lp.sense_ = highspy.ObjSense.kMaximize

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 import numpy as np
 
-from dltsched.formulations.model import RoundModel
+from dltsched.formulations.model import RoundModel, row_arrays
 
 #: a column is ruled out only when it falls short of the incumbent by more than this share of it (floating
 #: point in ``U`` and ``d``: their sums are exact to about 1e-13 of their size)
@@ -76,15 +75,11 @@ def lp_relaxation(model: RoundModel) -> Relaxation | None:
 
     if model.makespan_column is not None:
         return None
-    rows = [r for r in model.rows if not r.redundant]
+    rows = model.linear_rows()
     if any(r.lower is not None or r.upper is None for r in rows):
         return None
     num = model.num_candidates
-    sizes = np.fromiter((len(r.cols) for r in rows), dtype=np.int32, count=len(rows))
-    starts = np.zeros(len(rows) + 1, dtype=np.int32)
-    np.cumsum(sizes, out=starts[1:])
-    index = np.fromiter(chain.from_iterable(r.cols for r in rows), dtype=np.int32, count=int(starts[-1]))
-    value = np.fromiter(chain.from_iterable(r.coefs for r in rows), dtype=np.float64, count=int(starts[-1]))
+    starts, sizes, index, value = row_arrays(rows)
     upper = np.fromiter((r.upper for r in rows), dtype=np.float64, count=len(rows))
     if (upper < 0).any() or (value < 0).any():
         return None
