@@ -116,8 +116,9 @@ def test_a_simulated_run_of_rounds_keeps_nothing_stale() -> None:
     kept = memoized(raw)
     options = RoundOptions(max_jobs_per_gpu=2)
     rng = random.Random(11)
-    pool = list(synthetic_state(60, 32, seed=8).jobs)
-    state = replace(synthetic_state(60, 32, seed=8), jobs=tuple(pool[:30]))
+    start = synthetic_state(60, 32, seed=8)
+    pool = list(start.jobs)
+    state = replace(start, jobs=tuple(pool[:30]))
     waiting = pool[30:]
     for step in range(8):
         _same(state, kept, raw, options)
