@@ -17,7 +17,12 @@ from dataclasses import replace
 from itertools import combinations
 
 from dltsched.engine.domain.model import ClusterState, Job, JobState
-from dltsched.engine.domain.predictors import Predictors, memory_observations_version
+from dltsched.engine.domain.predictors import (
+    Predictors,
+    ask_colocated_many,
+    is_order_symmetric,
+    memory_observations_version,
+)
 from dltsched.engine.domain.profiles import current_profiles
 from dltsched.formulations.problem import (
     ColocGroup,
@@ -588,7 +593,7 @@ def _groups(jobs: list[RoundJob], specs: list[Job], nodes: tuple[GpuNode, ...], 
     memory = {n.gpu_type: n.memory_mib for n in nodes}
     asked = _JobMemory(jobs, specs, predictors)
     # per pair with a fitting type: each such type, its speeds and memory overhead
-    found: dict[tuple[int, int], list[tuple[str, tuple[float, ...], float]]] = {}
+    found: dict[tuple[int, int], _Fits] = {}
     partners: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (-speed, partner)
     # prices by (GPU type, member kinds): the kept ones, or the round's own (each job its own kind)
     verdicts, signatures = None, None
@@ -628,15 +633,15 @@ _Entries = dict[tuple[object, ...], tuple[int, tuple[float, ...], float]]
 
 
 def _scan_pairs(pairs: Iterable[tuple[int, int]], asked: _JobMemory, entries: _Entries, kinds: list[int],
-                version: int, memory: dict[str, float], found: dict[tuple[int, int], list[tuple[str, tuple[
-                    float, ...], float]]], partners: dict[int, list[tuple[float, int]]],
+                version: int, memory: dict[str, float], found: dict[tuple[int, int], _Fits],
+                partners: dict[int, list[tuple[float, int]]],
                 waiting: list[tuple[int, int]] | None, verdicts: _Verdicts | None = None,
                 signatures: list[int] | None = None) -> None:
     """Each pair's fitting types and best summed speed (into ``found`` and ``partners``) from the prices in
     ``entries``; a pair with a type not priced goes to ``waiting`` (``None``: it is priced here, one by one).
     With ``verdicts``, a pair of job signatures already judged is not judged again, and each pair judged is
     kept there (:meth:`GroupPrices.pair_verdicts`). The round's hottest loop."""
-    fitting: list[tuple[str, tuple[float, ...], float]] = []
+    fitting: _Fits = []
     types, type_sets, least = asked.types, asked.type_sets, asked.least_mib
     signature: tuple[int, int] | None = None
     for a, b in pairs:
@@ -696,8 +701,7 @@ def _price_pairs(pairs: list[tuple[int, int]], asked: _JobMemory, entries: _Entr
     the same (the group's memory less the members' own, summed in either order: the same float)."""
     wanted: dict[tuple[object, ...], tuple[tuple[int, int], str]] = {}
     mirrored: dict[tuple[object, ...], tuple[object, ...]] = {}  # key -> the same pair the other way round
-    symmetric = getattr(asked.predictors.colocation, "order_symmetric", None)
-    symmetric = bool(symmetric is not None and symmetric())
+    symmetric = is_order_symmetric(asked.predictors.colocation)
     types, type_sets = asked.types, asked.type_sets
     for a, b in pairs:
         ka, kb = kinds[a], kinds[b]
@@ -730,11 +734,8 @@ def _price_pairs(pairs: list[tuple[int, int]], asked: _JobMemory, entries: _Entr
 def _pair_prices(groups: list[tuple[tuple[int, ...], str]], asked: _JobMemory
                  ) -> list[tuple[tuple[float, ...], float]]:
     """Speeds and memory overhead (MiB) of each (members, GPU type), as :func:`_price` gives them."""
-    colocation = asked.predictors.colocation
-    many = getattr(colocation, "colocated_many", None)
-    if many is None:
-        return [_price(members, gpu_type, asked) for members, gpu_type in groups]
-    answers = many([([asked.specs[m] for m in members], gpu_type) for members, gpu_type in groups])
+    asking = [([asked.specs[m] for m in members], gpu_type) for members, gpu_type in groups]
+    answers = ask_colocated_many(asked.predictors.colocation, asking)
     out = []
     for (members, gpu_type), (speeds, memory_mib) in zip(groups, answers, strict=True):
         own = sum(asked.own(m, gpu_type) for m in members)

@@ -40,7 +40,7 @@ from typing import Any
 
 from dltsched.engine.domain.errors import write_atomically
 from dltsched.engine.domain.model import Job
-from dltsched.engine.domain.predictors import Predictors
+from dltsched.engine.domain.predictors import Predictors, ask_colocated_many, is_order_symmetric
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +295,7 @@ class CrossFitColocation:
         """Whether a pair's answers the other way round are the same numbers, the speeds swapped: when every
         fold's predictor says so (each member's speed comes from its own fold; the memory is the largest)."""
         tables = {id(t): t for t in (*self._by_model.values(), self._fallback)}
-        return all(bool(getattr(t, "order_symmetric", None) and t.order_symmetric()) for t in tables.values())
+        return all(is_order_symmetric(t) for t in tables.values())
 
     def colocated_many(self, groups: Sequence[tuple[Sequence[Job], str]]
                        ) -> list[tuple[tuple[float, ...], float]]:
@@ -313,12 +313,7 @@ class CrossFitColocation:
                 asked.setdefault(id(t), (t, []))[1].append(i)
         answers: dict[tuple[int, int], tuple[tuple[float, ...], float]] = {}
         for table, which in asked.values():
-            many = getattr(table, "colocated_many", None)
-            if many is not None:
-                got = many([groups[i] for i in which])
-            else:
-                got = [(tuple(table.colocated_speeds(tuple(groups[i][0]), groups[i][1])),
-                        table.group_memory_mib(groups[i][0], groups[i][1])) for i in which]
+            got = ask_colocated_many(table, [groups[i] for i in which])
             for i, answer in zip(which, got, strict=True):
                 answers[(id(table), i)] = answer
         out = []

@@ -420,6 +420,49 @@ class _MemoStepTime:
         return learned_memory_mib(predicted, job, gpu_type, freeze_level)  # measured peaks are never memoized
 
 
+def is_order_symmetric(colocation: object) -> bool:
+    """Whether a co-location predictor says that a pair's answers the other way round are the same numbers,
+    the speeds swapped (its optional ``order_symmetric()``; ``False`` when it has none).
+
+    Parameters
+    ----------
+    colocation
+        The co-location predictor.
+
+    Returns
+    -------
+    bool
+        What it says.
+    """
+    symmetric = getattr(colocation, "order_symmetric", None)
+    return bool(symmetric is not None and symmetric())
+
+
+def ask_colocated_many(colocation: Any, groups: Sequence[tuple[Sequence[Job], str]]
+                       ) -> list[tuple[tuple[float, ...], float]]:
+    """Per (jobs, GPU type): a co-location predictor's speeds and group memory (MiB), in one call of its
+    optional ``colocated_many`` where it has one, else asked group by group (``colocated_speeds``,
+    ``group_memory_mib``).
+
+    Parameters
+    ----------
+    colocation
+        The co-location predictor.
+    groups
+        The groups, each with the GPU type it is asked on.
+
+    Returns
+    -------
+    list of tuple
+        Per group, its speeds and its memory.
+    """
+    many = getattr(colocation, "colocated_many", None)
+    if many is not None:
+        return many(groups)  # type: ignore[no-any-return]
+    return [(tuple(colocation.colocated_speeds(jobs, gpu_type)), colocation.group_memory_mib(jobs, gpu_type))
+            for jobs, gpu_type in groups]
+
+
 class _MemoColocation:
     def __init__(self, inner: ColocationPredictor, memo: _Memo) -> None:
         self.inner, self._memo = inner, memo
@@ -440,8 +483,7 @@ class _MemoColocation:
 
     def order_symmetric(self) -> bool:
         """The inner predictor's ``order_symmetric`` (``False`` when it has none)."""
-        symmetric = getattr(self.inner, "order_symmetric", None)
-        return bool(symmetric is not None and symmetric())
+        return is_order_symmetric(self.inner)
 
     def colocated_many(self, groups: Sequence[tuple[Sequence[Job], str]]
                        ) -> list[tuple[tuple[float, ...], float]]:
@@ -460,9 +502,7 @@ class _MemoColocation:
                 missing.append((i, speeds_key, memory_key))
         if missing:
             asked = [(tuple(groups[i][0]), groups[i][1]) for i, _, _ in missing]
-            many = getattr(self.inner, "colocated_many", None)
-            answers = many(asked) if many is not None else [
-                (self.inner.colocated_speeds(g, t), self.inner.group_memory_mib(g, t)) for g, t in asked]
+            answers = ask_colocated_many(self.inner, asked)
             for (i, speeds_key, memory_key), (speeds, memory) in zip(missing, answers, strict=True):
                 kept_speeds, kept_memory = out[i]
                 if kept_speeds is _MISSING:
