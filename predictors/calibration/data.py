@@ -60,13 +60,15 @@ def step_rel_sd(raw: dict[str, Any], step_s: float) -> float | None:
     return None
 
 
-def util_window(raw: dict[str, Any]) -> tuple[int | None, float | None]:
-    """The NVML samples a profile's utilisation rests on (``None`` unless ``util_source`` is ``nvml_samples``:
-    a polled reading counts polls, not samples) and the seconds its window covered (``None`` where the
-    profile does not say)."""
+def util_window(raw: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`IsolatedRow` fields of a profile's utilisation window: ``util_samples``, the NVML samples
+    the reading rests on (``None`` unless ``util_source`` is ``nvml_samples``: a polled reading counts polls,
+    not samples), and ``util_window_s``, the seconds its window covered (``None`` where the profile does not
+    say)."""
     samples = _number(raw.get("util_samples"))
     from_samples = str(raw.get("util_source") or "").strip() == "nvml_samples"
-    return (int(samples) if from_samples and samples else None), _number(raw.get("util_window_s"))
+    return {"util_samples": int(samples) if from_samples and samples else None,
+            "util_window_s": _number(raw.get("util_window_s"))}
 
 
 def dataset_folders(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
@@ -120,7 +122,7 @@ def _from_groups_json(folder: Path, scope: str) -> _Read:
         isolated.append(IsolatedRow(mid, ds, batch, step, r.get("scope") or scope, amp,
                                     _number(r.get("peak_memory_mib")), _number(r.get("gmem_mib")),
                                     _number(r.get("gpu_util")), step_time_rel_sd=step_rel_sd(r, step),
-                                    util_samples=util_window(r)[0], util_window_s=util_window(r)[1]))
+                                    **util_window(r)))
     for g in raw.get("groups", []):
         if g.get("gpu") in (None, "", "cpu"):
             continue
@@ -147,7 +149,7 @@ def _from_csvs(folder: Path, scope: str) -> _Read:
                                             _number(r.get("peak_memory_mib")),
                                             _number(r.get("gmem_used_mib")), _number(r.get("gpu_util")),
                                             step_time_rel_sd=step_rel_sd(r, step),
-                                            util_samples=util_window(r)[0], util_window_s=util_window(r)[1]))
+                                            **util_window(r)))
     elif (folder / "single_data.csv").is_file():
         with (folder / "single_data.csv").open(newline="") as fh:
             for r in csv.DictReader(fh):
@@ -160,8 +162,7 @@ def _from_csvs(folder: Path, scope: str) -> _Read:
                 if speed and speed > 0:
                     isolated.append(IsolatedRow(mid, ds, batch, batch / speed, scope, amp, None,
                                                 _number(r.get("gmem")), _number(r.get("gpu_util")),
-                                                util_samples=util_window(r)[0],
-                                                util_window_s=util_window(r)[1]))
+                                                **util_window(r)))
     for name in ("colocate_info.csv", "colocate3_info.csv"):
         if not (folder / name).is_file():
             continue
