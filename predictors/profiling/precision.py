@@ -83,7 +83,7 @@ class StoppingRule:
         n = len(times_s)
         if n < self.min_steps:
             return n >= self.max_steps
-        if self.precision is None or n >= self.max_steps or elapsed_s >= self.max_window_s:
+        if self.precision is None or self.capped(times_s, elapsed_s):
             return True
         if elapsed_s < self.min_window_s or (n - self.min_steps) % self.check_every:
             return False
@@ -98,8 +98,7 @@ class StoppingRule:
         ``step_cap``."""
         if self.precision is None:
             return "steps"
-        if median_interval(times_s).half_width_rel <= self.precision and len(times_s) < self.max_steps \
-                and elapsed_s < self.max_window_s:
+        if median_interval(times_s).half_width_rel <= self.precision and not self.capped(times_s, elapsed_s):
             return "precision"
         return "step_cap" if len(times_s) >= self.max_steps else "time_cap"
 
