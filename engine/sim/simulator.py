@@ -406,13 +406,17 @@ class SimulationRun(PlacingRun):
 @contextmanager
 def _setup_frozen() -> Iterator[None]:
     """Objects alive when a run starts (the instance, the predictors and their tables) are left out of the
-    cyclic garbage collector's passes until it ends (:func:`gc.freeze`): a long run's full collections
-    otherwise scan them again and again. Nothing is freed later than it would be by reference counting;
-    cycles among them wait for the end of the run. Nested or concurrent runs: the outermost restores."""
+    cyclic garbage collector's passes until it ends (:func:`gc.freeze`), and so is every object that
+    survives one of the run's full collections (frozen right after it, :func:`_freeze_survivors`): a long
+    run's full collections otherwise scan the same long-lived objects (memoised predictions and prices,
+    finished jobs' records) again and again. What a full collection leaves is reachable, so nothing is frozen
+    as garbage; nothing is freed later than reference counting frees it; cycles among frozen objects that
+    become garbage wait for the end of the run. Nested or concurrent runs: the outermost restores."""
     global _frozen_depth
     with _frozen_lock:
         if _frozen_depth == 0:
             gc.freeze()
+            gc.callbacks.append(_freeze_survivors)
         _frozen_depth += 1
     try:
         yield
@@ -420,7 +424,15 @@ def _setup_frozen() -> Iterator[None]:
         with _frozen_lock:
             _frozen_depth -= 1
             if _frozen_depth == 0:
+                gc.callbacks.remove(_freeze_survivors)
                 gc.unfreeze()
+
+
+def _freeze_survivors(phase: str, info: dict[str, int]) -> None:
+    """A garbage-collector callback: after a full collection (generation 2), the objects it left, all
+    reachable, join the frozen ones."""
+    if phase == "stop" and info.get("generation") == 2:
+        gc.freeze()
 
 
 _frozen_lock = threading.Lock()

@@ -1,0 +1,69 @@
+"""A run leaves long-lived objects out of the garbage collector's full passes, and frees its garbage."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from dataclasses import dataclass, field
+
+from dltsched.engine.app.registry import make_policy
+from dltsched.engine.domain.model import Cluster, ClusterState, Instance, Job, Node, Plan
+from dltsched.engine.sim import simulator
+from dltsched.engine.sim.simulator import simulate
+from dltsched.engine.sim.truth import MeasuredTruth
+
+TRUTH = MeasuredTruth(use_measurements=False)
+
+
+class _Node:
+    """An object that can be part of a reference cycle (and be the target of a weak reference)."""
+
+    def __init__(self) -> None:
+        self.other: _Node | None = None
+
+
+@dataclass
+class Probe:
+    """Wraps a policy; at each round keeps one object, drops one cycle and runs a full collection, noting
+    whether the collector froze what survived and freed the cycle."""
+
+    inner: object
+    kept: list[object] = field(default_factory=list)
+    frozen_grew: list[bool] = field(default_factory=list)
+    cycles_freed: list[bool] = field(default_factory=list)
+    callback_registered: list[bool] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.inner.name  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def round_interval_s(self) -> float | None:
+        return self.inner.round_interval_s  # type: ignore[attr-defined,no-any-return]
+
+    def schedule(self, state: ClusterState) -> Plan:
+        self.kept.append([object() for _ in range(10)])
+        a, b = _Node(), _Node()
+        a.other, b.other = b, a
+        dead = weakref.ref(a)
+        del a, b
+        before = gc.get_freeze_count()
+        gc.collect()
+        self.cycles_freed.append(dead() is None)
+        self.frozen_grew.append(gc.get_freeze_count() > before)
+        self.callback_registered.append(simulator._freeze_survivors in gc.callbacks)
+        return self.inner.schedule(state)  # type: ignore[attr-defined,no-any-return]
+
+
+def test_survivors_of_a_full_collection_are_frozen_and_cycles_still_freed_then_all_restored() -> None:
+    inst = Instance("four", Cluster((Node("v0", "v100", 2),)),
+                    tuple(Job(f"j{i}", "resnet18", 32, 200, arrival_time_s=60.0 * i) for i in range(4)))
+    frozen_before, callbacks_before = gc.get_freeze_count(), list(gc.callbacks)
+    probe = Probe(make_policy("fifo"))
+    result = simulate(inst, probe, truth=TRUTH)
+    assert result.num_jobs_finished == len(inst.jobs)
+    assert probe.frozen_grew and all(probe.frozen_grew), "a full collection in a run froze nothing"
+    assert all(probe.cycles_freed), "a cycle dropped in a run outlived a full collection"
+    assert all(probe.callback_registered)
+    assert gc.callbacks == callbacks_before, "the run left its collector callback behind"
+    assert gc.get_freeze_count() == frozen_before == 0, "the run left objects frozen"
