@@ -49,14 +49,11 @@ class Relaxation:
 
     def rounded(self, model: RoundModel, hint: Sequence[int] = ()) -> list[int]:
         """A feasible selection: the better of ``hint`` (a feasible selection, may be empty) and the
-        candidates taken greedily in the order of the LP's share of their gain (LP value x gain: a job the
-        LP splits between two placements still comes before the small gains the LP takes whole), then by
-        gain per GPU."""
+        candidates taken greedily in the order of their LP values (ties: gain), then by gain per GPU."""
         from dltsched.formulations.backends.greedy import greedy_selection  # registers the greedy backend
 
         gains = np.asarray(model.gains)
-        share = gains * self.values
-        order = [c for c in np.argsort(-share, kind="stable").tolist() if self.values[c] > 1e-6]
+        order = [c for c in np.lexsort((-gains, -self.values)).tolist() if self.values[c] > 1e-6]
         rounded: list[int] = greedy_selection(model.cset, first=order)
         if hint and float(gains[list(hint)].sum()) >= float(gains[rounded].sum()):
             return list(hint)

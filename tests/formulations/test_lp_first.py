@@ -160,27 +160,3 @@ def test_the_restricted_search_has_the_full_lp(monkeypatch):
     assert relaxation.bound - _value(model, start) > model.options.relative_gap * relaxation.bound
     CpSat().solve(model, SolveParams(5.0, tuple(start)))
     assert seen == [2]
-
-
-def test_the_rounded_start_takes_a_job_the_lp_splits_before_small_gains_it_takes_whole():
-    # one node of 2 GPUs: a heavy 2-GPU job the LP takes at half, two light 1-GPU jobs it takes whole;
-    # rounding by LP value alone would seat the light ones first and leave no room for the heavy one, worth
-    # far more
-    tables = Tables(step_s={"big": [1.0], "s1": [1.0], "s2": [1.0]})
-    problem = make_round(tables, [("v100", 2)], [job("big", num_gpus=2, weight=50.0), job("s1"), job("s2")],
-                         options=RoundOptions(max_jobs_per_gpu=1))
-    model = RoundModel(build_candidates(problem))
-    relaxation = lp_relaxation(model)
-    assert relaxation is not None
-    ids = [problem.jobs[j].id for j in range(len(problem.jobs))]
-    alone = {ids[model.cset.candidates[c].jobs[0]]: c for c in range(model.num_candidates)
-             if len(model.cset.candidates[c].jobs) == 1}
-    assert set(alone) == {"big", "s1", "s2"}
-    values = relaxation.values.copy()
-    values[:] = 0.0
-    values[alone["big"]], values[alone["s1"]], values[alone["s2"]] = 0.5, 1.0, 1.0
-    split = replace(relaxation, values=values)
-    start = split.rounded(model)
-    assert is_feasible(model, start)
-    assert alone["big"] in start
-    assert _value(model, start) > model.gains[alone["s1"]] + model.gains[alone["s2"]]
