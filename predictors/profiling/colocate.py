@@ -9,7 +9,8 @@ over a sample period of 1/6 s to 1 s and a reading over a few periods does not r
 69% and 56% over 0.8-1 s, within about 4.5% over 2.4-10 s), the timed windows of short-step jobs run on until
 the utilisation window lasts at least ``util_window_s`` (:data:`UTIL_WINDOW_S`) and holds ``util_samples``
 (:data:`UTIL_SAMPLES`) whole NVML sample periods (:meth:`.nvml.UtilSampler.hold`), never past the rule's
-``max_window_s`` (``--max-window``). The utilisation is thus read while the jobs time their steps, as their
+``max_window_s`` (``--max-window``); without NVML (a CPU smoke run) there is no utilisation window and each
+job's window ends by its rule alone. The utilisation is thus read while the jobs time their steps, as their
 step times are. A group of one job is an isolated run. Workers live in a :class:`WorkerPool` reused across
 rounds, so that spawning (and importing torch) is paid once per pool, not per round.
 """
@@ -210,6 +211,9 @@ class WorkerPool:
             self._tasks[i].put((job, warmup, rule))
         self._await(workers, "ready", errors)
         with UtilSampler() as sampler:
+            if not sampler.sampling:  # no utilisation window to hold: each job's window ends by the rule
+                for i in workers:
+                    self._enough[i].set()
             for i in workers:
                 self._go[i].set()
             sampler.start()

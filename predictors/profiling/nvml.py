@@ -133,6 +133,12 @@ class UtilSampler:
             self._thread.start()
         return self
 
+    @property
+    def sampling(self) -> bool:
+        """Whether NVML is there to sample (on a CPU, or without the NVML library, there is no window to
+        hold open)."""
+        return self._lib is not None
+
     def start(self) -> None:
         """Mark the start of the window now (e.g. when the timed windows begin)."""
         self.start_us = self._clock()

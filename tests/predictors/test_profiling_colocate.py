@@ -68,7 +68,9 @@ def test_triples_and_groups_json(smoke_dataset):
     assert [len(g["jobs"]) for g in groups] == [2, 3]
     job = groups[1]["jobs"][0]
     assert job["speed"] == pytest.approx(job["isolated_step_time_s"] / job["step_time_s"])
-    assert len(job["step_times_s"]) == 3
+    # no NVML on a CPU: no utilisation window to hold, so every job's window is exactly the rule's 3 steps,
+    # however late the parent process gets to run
+    assert all(len(j["step_times_s"]) == 3 for g in groups for j in g["jobs"])
 
 
 def test_measurement_record(smoke_dataset):
