@@ -6,8 +6,8 @@ import gc
 import weakref
 from dataclasses import dataclass, field
 
-from dltsched.engine.app.registry import make_policy
 from dltsched.engine.domain.model import Cluster, ClusterState, Instance, Job, Node, Plan
+from dltsched.engine.policies.greedy import FifoPolicy
 from dltsched.engine.sim.simulator import simulate
 from dltsched.engine.sim.truth import MeasuredTruth
 
@@ -22,23 +22,14 @@ class _Node:
 
 
 @dataclass
-class Probe:
-    """Wraps a policy; at each round keeps one object, drops one cycle and runs a full collection, noting
+class Probe(FifoPolicy):
+    """FIFO that, at each round, keeps one object, drops one cycle and runs a full collection, noting
     whether the collector froze what survived and freed the cycle."""
 
-    inner: object
     kept: list[object] = field(default_factory=list)
     frozen_grew: list[bool] = field(default_factory=list)
     cycles_freed: list[bool] = field(default_factory=list)
     callbacks: list[int] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return self.inner.name  # type: ignore[attr-defined,no-any-return]
-
-    @property
-    def round_interval_s(self) -> float | None:
-        return self.inner.round_interval_s  # type: ignore[attr-defined,no-any-return]
 
     def schedule(self, state: ClusterState) -> Plan:
         self.kept.append([object() for _ in range(10)])
@@ -51,14 +42,14 @@ class Probe:
         self.cycles_freed.append(dead() is None)
         self.frozen_grew.append(gc.get_freeze_count() > before)
         self.callbacks.append(len(gc.callbacks))
-        return self.inner.schedule(state)  # type: ignore[attr-defined,no-any-return]
+        return super().schedule(state)
 
 
 def test_survivors_of_a_full_collection_are_frozen_and_cycles_still_freed_then_all_restored() -> None:
     inst = Instance("four", Cluster((Node("v0", "v100", 2),)),
                     tuple(Job(f"j{i}", "resnet18", 32, 200, arrival_time_s=60.0 * i) for i in range(4)))
     frozen_before, callbacks_before = gc.get_freeze_count(), list(gc.callbacks)
-    probe = Probe(make_policy("fifo"))
+    probe = Probe()
     result = simulate(inst, probe, truth=TRUTH)
     assert result.num_jobs_finished == len(inst.jobs)
     assert probe.frozen_grew and all(probe.frozen_grew), "a full collection in a run froze nothing"
