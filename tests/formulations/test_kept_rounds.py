@@ -36,6 +36,13 @@ def _same(state: ClusterState, kept: Predictors, raw: Predictors, options: Round
     assert build_candidates(problem).candidates == cset.candidates
 
 
+def _kept(jobs: int, seed: int) -> tuple[Predictors, Predictors, RoundOptions, ClusterState]:
+    """The raw analytic predictors, a memo over them that keeps a round's prices and options, the rounds'
+    options and a synthetic snapshot of ``jobs`` jobs on 32 GPUs."""
+    raw = analytic_predictors()
+    return raw, memoized(raw), RoundOptions(max_jobs_per_gpu=2), synthetic_state(jobs, 32, seed=seed)
+
+
 def _progressed(state: ClusterState, share: float) -> ClusterState:
     """Every running job has run ``share`` of its remaining work; the clock moved."""
     return replace(state, time_s=state.time_s + 600.0, jobs=tuple(
@@ -44,10 +51,7 @@ def _progressed(state: ClusterState, share: float) -> ClusterState:
 
 
 def test_options_of_jobs_that_may_freeze_are_kept_per_progress_and_priced_again_when_it_moves() -> None:
-    raw = analytic_predictors()
-    kept = memoized(raw)
-    options = RoundOptions(max_jobs_per_gpu=2)
-    state = synthetic_state(30, 32, seed=2)  # every job may freeze: its penalty moves with its progress
+    raw, kept, options, state = _kept(30, 2)  # every job may freeze: its penalty moves with its progress
     first = build_round(state, kept, options)
     prices = GroupPrices.of(kept)
     assert prices is not None
@@ -66,10 +70,7 @@ def test_options_of_jobs_that_may_freeze_are_kept_per_progress_and_priced_again_
 
 
 def test_a_job_replaced_under_the_same_id_is_priced_again() -> None:
-    raw = analytic_predictors()
-    kept = memoized(raw)
-    options = RoundOptions(max_jobs_per_gpu=2)
-    state = synthetic_state(24, 32, seed=4)
+    raw, kept, options, state = _kept(24, 4)
     build_round(state, kept, options)
     js = state.jobs[0]
     bigger = replace(js.job, batch_size=js.job.batch_size * 2)  # another job object, same id
@@ -95,10 +96,7 @@ class _Slower:
 
 
 def test_other_step_time_predictors_with_the_same_kept_prices_start_over() -> None:
-    raw = analytic_predictors()
-    kept = memoized(raw)
-    options = RoundOptions(max_jobs_per_gpu=2)
-    state = synthetic_state(24, 32, seed=6)
+    raw, kept, options, state = _kept(24, 6)
     build_round(state, kept, options)
     slower = Predictors(step_time=_Slower(kept.step_time), colocation=kept.colocation,  # type: ignore[arg-type]
                         freezing=kept.freezing)
