@@ -56,25 +56,43 @@ def test_default_writes_take_a_bounded_share_of_the_run(analytic: Any, tmp_path:
     assert saved.records == plain.records
 
 
-def test_cheap_writes_come_every_round_and_costly_ones_less(analytic: Any, small_instance: Any,
-                                                            tmp_path: Path, monkeypatch: Any) -> None:
-    inst = small_instance(3, num_jobs=15)
-    written: list[int] = []
-    monkeypatch.setattr(ckpt, "write_checkpoint", lambda _path, _fp, state: written.append(state["rounds"]))
-    monkeypatch.setattr(ckpt, "FIRST_WRITE_GUESS_S", 0.0)
-    store = CheckpointStore(tmp_path / "cheap.json", max_overhead=1.0)
-    result = Simulator(inst, make_policy("fifo", predictors=analytic), TRUTH, store=store).run()
-    assert written[0] == 1 and len(written) >= 0.9 * result.num_rounds  # a write that costs (almost) nothing
+class _Clock:
+    """The checkpoint module's clock, moved only by the test: each round takes one second, each write what
+    the test says; so the rule is checked on exact costs, whatever the machine's load."""
 
-    def slow(_path: Any, _fp: Any, state: dict[str, Any]) -> None:  # a disk where each write takes 20 ms
-        time.sleep(0.02)
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("write_s,every_round", [(0.001, True), (0.2, False)])
+def test_cheap_writes_come_every_round_and_costly_ones_less(write_s: float, every_round: bool, analytic: Any,
+                                                            small_instance: Any, tmp_path: Path,
+                                                            monkeypatch: Any) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(ckpt, "time", clock)
+    written: list[int] = []
+
+    def write(_path: Any, _fp: Any, state: dict[str, Any]) -> None:
+        clock.now += write_s
         written.append(state["rounds"])
 
-    written.clear()
-    monkeypatch.setattr(ckpt, "write_checkpoint", slow)
-    store = CheckpointStore(tmp_path / "costly.json")
-    result = Simulator(inst, make_policy("fifo", predictors=analytic), TRUTH, store=store).run()
-    assert len(written) < result.num_rounds / 4
+    def round_ends(_t: float, _finished: int) -> None:
+        clock.now += 1.0
+
+    monkeypatch.setattr(ckpt, "write_checkpoint", write)
+    store = CheckpointStore(tmp_path / "c.json")  # the default share, 3% of the run
+    result = Simulator(small_instance(3, num_jobs=15), make_policy("fifo", predictors=analytic), TRUTH,
+                       on_round=round_ends, store=store).run()
+    assert result.num_rounds >= 20
+    assert store.writes == len(written) and store.write_s == pytest.approx(write_s * len(written))
+    if every_round:  # 1 ms per 1 s round: every round after the first, once the first second has passed
+        assert written == list(range(2, result.num_rounds + 1))
+    else:  # 200 ms per write within 3%: one round in about seven
+        assert 1 <= len(written) < result.num_rounds / 4
+        assert store.write_s <= DEFAULT_MAX_OVERHEAD * clock.now
 
 
 def test_resume_from_a_time_based_checkpoint_is_the_same_run(analytic: Any, small_instance: Any,
