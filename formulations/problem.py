@@ -299,6 +299,7 @@ class RoundProblem:
     _value_speeds: dict[tuple[tuple[int, ...], str], tuple[float, ...]] = field(init=False, repr=False,
                                                                                  compare=False)
     _gpu_types: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _num_gpus: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -342,11 +343,12 @@ class RoundProblem:
         object.__setattr__(self, "_down", frozenset(g for n in self.nodes for g in n.down_gpus))
         object.__setattr__(self, "_value_speeds", {})
         object.__setattr__(self, "_gpu_types", tuple(dict.fromkeys(n.gpu_type for n in self.nodes)))
+        object.__setattr__(self, "_num_gpus", sum(n.num_gpus for n in self.nodes))
 
     @property
     def num_gpus(self) -> int:
         """GPUs of the cluster in all, down ones included (one past the highest global GPU index)."""
-        return sum(n.num_gpus for n in self.nodes)
+        return self._num_gpus
 
     def value_scale(self, job: int) -> float:
         """Factor on job ``job``'s progress term: 1, ``T_ref / T_j`` for the ``jct`` objective, or
