@@ -17,19 +17,22 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from dltsched.engine.app.cli.bench_windows import (
+    add_window_arguments,
+    window_instance,
+    window_of,
+    window_policy,
+)
+
 
 def main() -> None:
     """Run the window, solve its rounds both ways and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--start-s", type=float, required=True)
-    parser.add_argument("--jobs", type=int, required=True)
-    parser.add_argument("--gpus", type=int, required=True)
-    parser.add_argument("--seed", type=int, required=True)
+    add_window_arguments(parser)
     args = parser.parse_args()
 
     from ortools.sat.python import cp_model_helper
 
-    from dltsched.engine.app.cli.bench_windows import Window, window_instance, window_policy
     from dltsched.engine.app.registry import default_bench_predictors
     from dltsched.engine.sim.simulator import simulate
     from dltsched.formulations.backends import SolveParams
@@ -49,7 +52,7 @@ def main() -> None:
     CpSat.solve = kept  # type: ignore[method-assign]
     CpSat.lp_first = False
     bundle = default_bench_predictors(None)
-    window = Window("window", args.start_s, args.jobs, args.gpus, args.seed)
+    window = window_of(args)
     policy, truth, config = window_policy("optimizing", window, bundle=bundle, data_dir=None)
     simulate(window_instance(window, None), policy, truth=truth, config=config)
     CpSat.solve = inner  # type: ignore[method-assign]

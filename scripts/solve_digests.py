@@ -19,6 +19,13 @@ import hashlib
 import json
 from typing import Any
 
+from dltsched.engine.app.cli.bench_windows import (
+    add_window_arguments,
+    window_instance,
+    window_of,
+    window_policy,
+)
+
 
 def _digest(value: object) -> str:
     return hashlib.sha1(repr(value).encode()).hexdigest()[:16]
@@ -27,7 +34,6 @@ def _digest(value: object) -> str:
 def record(args: argparse.Namespace) -> dict[str, Any]:
     """Simulate the window and return the digests."""
     import dltsched.formulations.solve as solve
-    from dltsched.engine.app.cli.bench_windows import Window, window_instance, window_policy
     from dltsched.engine.app.registry import default_bench_predictors
     from dltsched.engine.sim.simulator import simulate
 
@@ -51,7 +57,7 @@ def record(args: argparse.Namespace) -> dict[str, Any]:
 
     solve.starting_selection, solve.to_plan = recorded_start, recorded_plan
     bundle = default_bench_predictors(None)
-    window = Window("window", args.start_s, args.jobs, args.gpus, args.seed)
+    window = window_of(args)
     policy, truth, config = window_policy("optimizing", window, bundle=bundle, data_dir=None)
     result = simulate(window_instance(window, None), policy, truth=truth, config=config)
     return {"window": {k: getattr(args, k) for k in ("start_s", "jobs", "gpus", "seed")}, "bundle": bundle,
@@ -73,10 +79,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     """Record or compare."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--start-s", type=float)
-    parser.add_argument("--jobs", type=int)
-    parser.add_argument("--gpus", type=int)
-    parser.add_argument("--seed", type=int)
+    add_window_arguments(parser, required=False)
     parser.add_argument("--out", help="write the digests here")
     parser.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two digest files")
     args = parser.parse_args()

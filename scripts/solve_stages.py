@@ -20,6 +20,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dltsched.engine.app.cli.bench_windows import (
+    add_window_arguments,
+    window_instance,
+    window_of,
+    window_policy,
+)
+
 
 def _timed(owner: Any, name: str, label: str, spent: dict[str, float], calls: dict[str, int]) -> None:
     inner: Callable[..., Any] = getattr(owner, name)
@@ -38,17 +45,13 @@ def _timed(owner: Any, name: str, label: str, spent: dict[str, float], calls: di
 def main() -> None:
     """Run the window and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--start-s", type=float, required=True)
-    parser.add_argument("--jobs", type=int, required=True)
-    parser.add_argument("--gpus", type=int, required=True)
-    parser.add_argument("--seed", type=int, required=True)
+    add_window_arguments(parser)
     args = parser.parse_args()
 
     import dltsched.formulations.backends.cpsat as cpsat
     import dltsched.formulations.build as build
     import dltsched.formulations.pipeline as pipeline
     import dltsched.formulations.solve as solve
-    from dltsched.engine.app.cli.bench_windows import Window, window_instance, window_policy
     from dltsched.engine.app.registry import default_bench_predictors, predictors
     from dltsched.engine.sim.simulator import simulate
 
@@ -65,7 +68,7 @@ def main() -> None:
     for owner, name, label in stages:
         _timed(owner, name, label, spent, calls)
     bundle = default_bench_predictors(None)
-    window = Window("window", args.start_s, args.jobs, args.gpus, args.seed)
+    window = window_of(args)
     inst = window_instance(window, None)
     predictors(bundle, None)
     out: dict[str, Any] = {"window": vars(args), "bundle": bundle}

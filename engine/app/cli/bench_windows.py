@@ -9,6 +9,7 @@ its simulation alone, its own imports included on its first window.
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -43,6 +44,20 @@ TUNING = Window("tuning", 9_000_000, 500, 64, 31)
 TUNING_MORE = (Window("t2", 8_200_000, 400, 128, 52), Window("t3", 8_600_000, 600, 192, 54),
                Window("t4", 3_000_000, 700, 128, 56), Window("t5", 6_500_000, 900, 256, 57))
 WINDOWS = {w.name: w for w in (*HELD_OUT, TUNING, *TUNING_MORE)}
+
+
+def add_window_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """Add the flags that give a window (``--start-s``, ``--jobs``, ``--gpus``, ``--seed``) to ``parser``,
+    for scripts that simulate one window of the trace; :func:`window_of` reads them back."""
+    parser.add_argument("--start-s", type=float, required=required)
+    parser.add_argument("--jobs", type=int, required=required)
+    parser.add_argument("--gpus", type=int, required=required)
+    parser.add_argument("--seed", type=int, required=required)
+
+
+def window_of(args: argparse.Namespace) -> Window:
+    """The window the flags of :func:`add_window_arguments` give."""
+    return Window("window", args.start_s, args.jobs, args.gpus, args.seed)
 
 
 def window_instance(window: Window, data_dir: str | None) -> Any:
