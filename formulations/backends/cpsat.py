@@ -24,17 +24,25 @@ and stop 0.09% below it (``docs/round-speed.md``). Rounds of fewer than :data:`F
 optimizing policy's working sets) keep CP-SAT's own linearization level: there the full LP bought no speed
 and, on held-out Philly windows, moved the average JCT by more than 1% (``docs/speed.md``).
 
-LP first (:attr:`CpSat.lp_first`, rounds of fewer than :data:`LP_FIRST_BELOW_JOBS` jobs, not with the
-makespan objective): the round's LP relaxation is solved with HiGHS
-(:mod:`~dltsched.formulations.backends.relaxation`), giving a proven bound ``U``, reduced costs and a start:
-the better of the round's starting selection and the LP solution rounded greedily. A start within the gap of
-``U`` is the plan, with no search. Otherwise every candidate that the reduced costs rule out of any selection
-as good as the start is left out (the optimum stays: exact), and CP-SAT searches the rest from the start
-with the full LP relaxation (at CP-SAT's own linearization level its LP left out the implications its
+LP first (:attr:`CpSat.lp_first`, not with the makespan objective): the round's LP relaxation is solved with
+HiGHS (:mod:`~dltsched.formulations.backends.relaxation`), giving a proven bound ``U``, reduced costs and a
+start: the better of the round's starting selection and the LP solution rounded greedily. A start within the
+gap of ``U`` is the plan, with no search. Otherwise every candidate that the reduced costs rule out of any
+selection as good as the start is left out (the optimum stays: exact), and CP-SAT searches the rest from the
+start with the full LP relaxation (at CP-SAT's own linearization level its LP left out the implications its
 presolve derived on such restricted models, and the searches stalled). The plan's bound is the smaller of
 ``U`` and CP-SAT's. On the optimizing policy's rounds this takes about 40% off the search CPU, the LP
-included (``docs/round-search.md``); on rounds of a thousand jobs the LP alone costs as much as CP-SAT's
-whole solve, hence the limit.
+included (``docs/round-search.md``).
+
+Rounds of :data:`DUAL_SIMPLEX_FROM_JOBS` jobs or more solve the LP with the dual simplex method (the primal
+one, right for the policy's rounds, took three times as long on a thousand jobs), and when the rounded LP is
+not within the gap, CP-SAT first searches the LP's *neighbourhood* (:meth:`Relaxation.neighbourhood
+<dltsched.formulations.backends.relaxation.Relaxation.neighbourhood>`: the candidates the LP or the start
+uses, and those whose reduced cost falls short by at most :data:`NEIGHBOURHOOD_SHARE` of the start's
+distance to ``U``), with :data:`NEIGHBOURHOOD_BUDGET` of the round's time. What it finds is the start of
+the rest; when it is within the gap of ``U`` it is the plan, proven by ``U``. Without the LP first, CP-SAT's
+root LP on rounds of a thousand jobs and some 20,000 candidates took 3-6 s whenever the cluster was a little
+short of GPUs (``docs/round-speed.md``).
 
 On the whole model, the hint (the round's starting selection) is handed to CP-SAT as a solution hint when
 :attr:`CpSat.use_hint` is set; the registered backend leaves it unset, as it searches better without one
@@ -46,6 +54,7 @@ nothing in time.
 from __future__ import annotations
 
 import importlib.util
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -82,8 +91,15 @@ SEARCH_PARAMETERS: dict[str, int | bool] = {"linearization_level": 2, "cp_model_
                                            "find_big_linear_overlap": False, "max_presolve_iterations": 1}
 #: rounds of fewer jobs than this keep CP-SAT's own ``linearization_level`` (see the module docstring)
 FULL_LP_FROM_JOBS = 512
-#: rounds of fewer jobs than this solve their LP relaxation first (see the module docstring)
-LP_FIRST_BELOW_JOBS = 512
+#: rounds of this many jobs or more solve their LP relaxation with the dual simplex method and, when its
+#: rounding is not within the gap, search its neighbourhood first (see the module docstring)
+DUAL_SIMPLEX_FROM_JOBS = 512
+#: the neighbourhood of a large round's LP: the candidates whose reduced cost is within this share of the
+#: rounding's distance to the bound (besides those the LP or the start uses)
+NEIGHBOURHOOD_SHARE = 0.02
+#: the share of the round's time limit (its deterministic budget, or the wall-clock time left) that the
+#: neighbourhood's search may spend
+NEIGHBOURHOOD_BUDGET = 0.5
 #: the least wall-clock time a solve is given (a round whose building took its whole limit)
 _LEAST_S = 0.01
 
@@ -117,9 +133,8 @@ class CpSat(Backend):
         if params.solver not in (None, "cpsat", "cp-sat"):
             raise ValueError(f"solver: '{params.solver}' not understood for backend cpsat; leave it out")
         start = time.perf_counter()
-        first = (self.lp_first and not self.use_hint
-                 and len(model.cset.problem.jobs) < LP_FIRST_BELOW_JOBS)
-        relaxation = lp_relaxation(model) if first else None
+        large = len(model.cset.problem.jobs) >= DUAL_SIMPLEX_FROM_JOBS
+        relaxation = lp_relaxation(model, dual=large) if self.lp_first and not self.use_hint else None
         if relaxation is None:
             columns = None
             if self.leave_out_dominated and not self.use_hint and model.dominated:
@@ -129,11 +144,24 @@ class CpSat(Backend):
         selected = relaxation.rounded(model, hint)
         incumbent = sum(model.gains[c] for c in selected)
         bound = relaxation.bound
-        if bound - incumbent <= model.options.relative_gap * GAP_MARGIN * abs(bound):
+        dominated = model.dominated if self.leave_out_dominated else frozenset()
+        proved = "proved by the LP relaxation"
+        if large and not self._within_gap(model, incumbent, bound):  # the LP's neighbourhood first
+            near = relaxation.neighbourhood(incumbent, selected, NEIGHBOURHOOD_SHARE)
+            starting = set(selected)
+            near = [c for c in near if c not in dominated or c in starting]
+            spent = replace(params, spent_s=params.spent_s + time.perf_counter() - start)
+            found = self._search(model, near, selected, _share_of(spent, NEIGHBOURHOOD_BUDGET),
+                                 time.perf_counter(), full_lp=True).selected
+            value = -math.inf if found is None else sum(model.gains[c] for c in found)
+            if found is not None and value > incumbent:
+                selected, incumbent = list(found), value
+                proved = (f"the LP relaxation's neighbourhood searched ({len(near)} candidates), "
+                          "proved by the LP bound")
+        if self._within_gap(model, incumbent, bound):
             ended = termination(Stop.CONVERGED, incumbent, bound, tolerance=0.0, relative=1e-9)
             return BackendOutcome(tuple(sorted(selected)), ended, bound, 0.0, time.perf_counter() - start,
-                                  "proved by the LP relaxation")
-        dominated = model.dominated if self.leave_out_dominated else frozenset()
+                                  proved)
         chosen = set(selected)
         kept = relaxation.kept_columns(incumbent, selected)
         columns = [c for c in kept if c not in dominated or c in chosen]
@@ -141,9 +169,14 @@ class CpSat(Backend):
         searched = replace(params, spent_s=params.spent_s + relaxed_s)  # the LP's seconds leave the clock
         outcome = self._search(model, columns, selected, searched, time.perf_counter(), full_lp=True)
         outcome = replace(outcome, solve_time_s=outcome.solve_time_s + relaxed_s)
-        if outcome.selected is None:  # nothing in time: the rounded start, which the LP bound still bounds
+        if outcome.selected is None:  # nothing in time: the start, which the LP bound still bounds
             return replace(outcome, selected=tuple(sorted(selected)), bound=bound)
         return replace(outcome, bound=bound if outcome.bound is None else min(bound, outcome.bound))
+
+    @staticmethod
+    def _within_gap(model: RoundModel, incumbent: float, bound: float) -> bool:
+        """Whether a selection worth ``incumbent`` is within the round's gap of the bound ``bound``."""
+        return bool(bound - incumbent <= model.options.relative_gap * GAP_MARGIN * abs(bound))
 
     def _search(self, model: RoundModel, columns: list[int] | None, hint: Sequence[int], params: SolveParams,
                 start: float, *, full_lp: bool = False) -> BackendOutcome:
@@ -199,6 +232,13 @@ class CpSat(Backend):
             return BackendOutcome(selected, ended, bound, build_s, solve_s, note)
         return BackendOutcome(None, termination(stop), None, build_s, solve_s,
                               "; ".join(filter(None, (cmh.CpSolverStatus(status).name, note))))
+
+
+def _share_of(params: SolveParams, share: float) -> SolveParams:
+    """``params`` with ``share`` of what is left of its time: of the wall-clock time left after ``spent_s``,
+    and so of the deterministic budget, which ``time_limit_s`` gives whole."""
+    left = max(0.0, float(params.time_limit_s) - params.spent_s)
+    return replace(params, time_limit_s=params.spent_s + share * left)
 
 
 def is_feasible(model: RoundModel, selected: Sequence[int]) -> bool:
@@ -318,3 +358,15 @@ def _constraints_text(model: RoundModel, hint: Sequence[int] = (), scale: float 
         lines.append(f"solution_hint {{ vars: {_listed(range(num))} "
                      f"values: {_listed([1 if c in chosen else 0 for c in range(num)])} }}")
     return "\n".join(lines)
+
+
+def __getattr__(name: str) -> object:
+    """The former name of :data:`DUAL_SIMPLEX_FROM_JOBS`, kept for a release."""
+    if name == "LP_FIRST_BELOW_JOBS":
+        import warnings
+
+        warnings.warn("LP_FIRST_BELOW_JOBS is deprecated: every round solves its LP relaxation first now; "
+                      "DUAL_SIMPLEX_FROM_JOBS says from how many jobs with the dual simplex method",
+                      DeprecationWarning, stacklevel=2)
+        return DUAL_SIMPLEX_FROM_JOBS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -118,18 +118,74 @@ def test_a_round_its_lp_proves_needs_no_search():
     checked(problem, result)
 
 
-def test_rounds_of_many_jobs_and_makespan_rounds_search_the_whole_model(monkeypatch):
-    import dltsched.formulations.backends.cpsat as cpsat
-
-    asked = []
-    monkeypatch.setattr(cpsat, "lp_relaxation", lambda model: asked.append(model) or lp_relaxation(model))
+def test_makespan_rounds_have_no_lp_first():
     model = _round(40, 48, 7)
-    monkeypatch.setattr(cpsat, "LP_FIRST_BELOW_JOBS", 40)
-    CpSat().solve(model, SolveParams(5.0))
-    assert asked == []
     makespan = RoundModel(replace(model.cset, problem=replace(
         model.cset.problem, options=replace(model.options, objective="makespan"))))
     assert lp_relaxation(makespan) is None
+    assert lp_relaxation(makespan, dual=True) is None
+
+
+@pytest.mark.parametrize("dual", [False, True])
+def test_the_dual_simplex_gives_the_same_lp_optimum(dual):
+    model = _round(60, 64, 3)
+    primal, other = lp_relaxation(model), lp_relaxation(model, dual=dual)
+    assert other.bound == pytest.approx(primal.bound, rel=1e-9)
+    assert is_feasible(model, other.rounded(model))
+
+
+def test_large_rounds_solve_the_dual_lp_then_search_its_neighbourhood(monkeypatch):
+    import dltsched.formulations.backends.cpsat as cpsat
+
+    asked, searched = [], []
+    monkeypatch.setattr(cpsat, "lp_relaxation", lambda model, dual=False:
+                        asked.append(dual) or lp_relaxation(model, dual=dual))
+    inner = CpSat._search
+    monkeypatch.setattr(CpSat, "_search", lambda self, model, columns, *a, **k:
+                        searched.append(columns) or inner(self, model, columns, *a, **k))
+    monkeypatch.setattr(cpsat, "DUAL_SIMPLEX_FROM_JOBS", 60)
+    model = _round(60, 32, 0)  # a round whose rounded LP start is not within the gap
+    relaxation = lp_relaxation(model, dual=True)
+    start = relaxation.rounded(model)
+    assert relaxation.bound - _value(model, start) > model.options.relative_gap * relaxation.bound
+    optimum = _optimum(model)
+    asked.clear()
+    searched.clear()
+    outcome = CpSat().solve(model, SolveParams(5.0))
+    assert asked == [True]
+    # the neighbourhood first: smaller than the model, holding the LP's support and the start
+    near = relaxation.neighbourhood(_value(model, start), start, cpsat.NEIGHBOURHOOD_SHARE)
+    assert searched[0] == [c for c in near if c not in model.dominated or c in start]
+    assert len(near) < model.num_candidates
+    assert is_feasible(model, outcome.selected)
+    assert _value(model, outcome.selected) >= optimum - model.options.relative_gap * abs(optimum)
+    assert outcome.bound >= optimum - 1e-6 * abs(optimum)
+    # rounds of fewer jobs: the primal simplex and no neighbourhood
+    asked.clear()
+    searched.clear()
+    monkeypatch.setattr(cpsat, "DUAL_SIMPLEX_FROM_JOBS", 61)
+    CpSat().solve(model, SolveParams(5.0))
+    assert asked == [False] and len(searched) <= 1
+
+
+def test_the_neighbourhood_grows_with_its_share():
+    model = _round(60, 32, 0)
+    relaxation = lp_relaxation(model)
+    start = relaxation.rounded(model)
+    value = _value(model, start)
+    none, some, every = (relaxation.neighbourhood(value, start, share) for share in (0.0, 0.02, 1e9))
+    support = {c for c, v in enumerate(relaxation.values) if v > 1e-6}
+    assert set(none) == support | set(start) | {c for c, d in enumerate(relaxation.reduced) if d >= 0}
+    assert set(none) <= set(some) <= set(every)
+    assert every == list(range(model.num_candidates))
+    assert len(some) < model.num_candidates
+
+
+def test_the_old_name_of_the_lp_first_limit_warns():
+    import dltsched.formulations.backends.cpsat as cpsat
+
+    with pytest.warns(DeprecationWarning, match="DUAL_SIMPLEX_FROM_JOBS"):
+        assert cpsat.LP_FIRST_BELOW_JOBS == cpsat.DUAL_SIMPLEX_FROM_JOBS
 
 
 def test_a_start_that_breaks_a_row_is_not_used():
