@@ -32,7 +32,8 @@ selection as good as the start is left out (the optimum stays: exact), and CP-SA
 start with the full LP relaxation (at CP-SAT's own linearization level its LP left out the implications its
 presolve derived on such restricted models, and the searches stalled). The plan's bound is the smaller of
 ``U`` and CP-SAT's. On the optimizing policy's rounds this takes about 40% off the search CPU, the LP
-included (``docs/round-search.md``).
+included (``docs/round-search.md``). The LP keeps to the solve's wall-clock limit (the deterministic mode's
+cap, or what is left of the round's limit); out of time, it gives nothing and CP-SAT searches the whole model.
 
 Rounds of :data:`DUAL_SIMPLEX_FROM_JOBS` jobs or more solve the LP with the dual simplex method (the primal
 one, right for the policy's rounds, took three times as long on a thousand jobs), and when the rounded LP is
@@ -134,7 +135,9 @@ class CpSat(Backend):
             raise ValueError(f"solver: '{params.solver}' not understood for backend cpsat; leave it out")
         start = time.perf_counter()
         large = len(model.cset.problem.jobs) >= DUAL_SIMPLEX_FROM_JOBS
-        relaxation = lp_relaxation(model, dual=large) if self.lp_first and not self.use_hint else None
+        relaxation = None
+        if self.lp_first and not self.use_hint:  # the LP within the solve's wall-clock limit or cap
+            relaxation = lp_relaxation(model, dual=large, time_limit_s=_wall_limit_s(model, params))
         if relaxation is None:
             columns = None
             if self.leave_out_dominated and not self.use_hint and model.dominated:
@@ -232,6 +235,14 @@ class CpSat(Backend):
             return BackendOutcome(selected, ended, bound, build_s, solve_s, note)
         return BackendOutcome(None, termination(stop), None, build_s, solve_s,
                               "; ".join(filter(None, (cmh.CpSolverStatus(status).name, note))))
+
+
+def _wall_limit_s(model: RoundModel, params: SolveParams) -> float:
+    """The wall-clock seconds a solve may take: the deterministic mode's cap, or what is left of the round's
+    limit (see the module docstring)."""
+    if model.options.deterministic:
+        return max(WALL_CAP_LEAST_S, float(params.time_limit_s) * WALL_CAP_FACTOR)
+    return float(remaining_s(params, 0.0, _LEAST_S))
 
 
 def _share_of(params: SolveParams, share: float) -> SolveParams:

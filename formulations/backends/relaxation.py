@@ -76,10 +76,12 @@ class Relaxation:
         return sorted({*kept, *selected})
 
 
-def lp_relaxation(model: RoundModel, *, dual: bool = False) -> Relaxation | None:
+def lp_relaxation(model: RoundModel, *, dual: bool = False, time_limit_s: float | None = None
+                  ) -> Relaxation | None:
     """Solve the LP relaxation of ``model`` (rows that cannot bind left out) with HiGHS on one thread, by the
-    primal simplex method or (``dual``) the dual one; ``None`` with the makespan objective (its rows are not
-    of the form above) or when HiGHS finds no optimum."""
+    primal simplex method or (``dual``) the dual one, within ``time_limit_s`` wall-clock seconds (``None``:
+    no limit); ``None`` with the makespan objective (its rows are not of the form above) or when HiGHS finds
+    no optimum in time."""
     import highspy
 
     if model.makespan_column is not None:
@@ -106,6 +108,8 @@ def lp_relaxation(model: RoundModel, *, dual: bool = False) -> Relaxation | None
     engine.setOptionValue("output_flag", False)
     engine.setOptionValue("threads", 1)
     engine.setOptionValue("random_seed", 0)
+    if time_limit_s is not None:
+        engine.setOptionValue("time_limit", max(0.0, float(time_limit_s)))
     # no presolve; primal simplex from x = 0 (feasible: b >= 0) on the policy's rounds: half the time of
     # HiGHS's defaults there; ``dual`` (rounds of a thousand jobs): a third of the primal method's time there
     engine.setOptionValue("presolve", "off")

@@ -138,8 +138,8 @@ def test_large_rounds_solve_the_dual_lp_then_search_its_neighbourhood(monkeypatc
     import dltsched.formulations.backends.cpsat as cpsat
 
     asked, searched = [], []
-    monkeypatch.setattr(cpsat, "lp_relaxation", lambda model, dual=False:
-                        asked.append(dual) or lp_relaxation(model, dual=dual))
+    monkeypatch.setattr(cpsat, "lp_relaxation", lambda model, dual=False, time_limit_s=None:
+                        asked.append(dual) or lp_relaxation(model, dual=dual, time_limit_s=time_limit_s))
     inner = CpSat._search
     monkeypatch.setattr(CpSat, "_search", lambda self, model, columns, *a, **k:
                         searched.append(columns) or inner(self, model, columns, *a, **k))
@@ -216,3 +216,31 @@ def test_the_restricted_search_has_the_full_lp(monkeypatch):
     assert relaxation.bound - _value(model, start) > model.options.relative_gap * relaxation.bound
     CpSat().solve(model, SolveParams(5.0, tuple(start)))
     assert seen == [2]
+
+
+def test_the_lp_keeps_to_the_solves_wall_clock_limit(monkeypatch):
+    import dltsched.formulations.backends.cpsat as cpsat
+
+    model = _round(60, 32, 0)
+    assert lp_relaxation(model, time_limit_s=0.0) is None  # out of time: no relaxation, no bound
+    assert lp_relaxation(model, time_limit_s=0.0, dual=True) is None
+    limits = []
+
+    def recorded(model, dual=False, time_limit_s=None):
+        limits.append(time_limit_s)
+        return lp_relaxation(model, dual=dual, time_limit_s=time_limit_s)
+
+    monkeypatch.setattr(cpsat, "lp_relaxation", recorded)
+    CpSat().solve(model, SolveParams(5.0))
+    assert limits == [max(cpsat.WALL_CAP_LEAST_S, 5.0 * cpsat.WALL_CAP_FACTOR)]  # deterministic: the cap
+    free = RoundModel(replace(model.cset, problem=replace(
+        model.cset.problem, options=replace(model.options, deterministic=False, num_workers=1))))
+    limits.clear()
+    outcome = CpSat().solve(free, SolveParams(5.0, spent_s=4.5))
+    assert len(limits) == 1 and 0.0 < limits[0] <= 0.5  # what is left of the round's limit
+    assert outcome.selected is None or is_feasible(free, outcome.selected)
+    # no time left: the LP gives up, and the search still answers within its least time
+    limits.clear()
+    outcome = CpSat().solve(free, SolveParams(1.0, spent_s=5.0))
+    assert limits[0] <= 0.011
+    assert outcome.selected is None or is_feasible(free, outcome.selected)
