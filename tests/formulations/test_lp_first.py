@@ -140,9 +140,9 @@ def test_large_rounds_solve_the_dual_lp_then_search_its_neighbourhood(monkeypatc
     asked, searched = [], []
     monkeypatch.setattr(cpsat, "lp_relaxation", lambda model, dual=False, time_limit_s=None:
                         asked.append(dual) or lp_relaxation(model, dual=dual, time_limit_s=time_limit_s))
-    inner = CpSat._search
-    monkeypatch.setattr(CpSat, "_search", lambda self, model, columns, *a, **k:
-                        searched.append(columns) or inner(self, model, columns, *a, **k))
+    inner = RoundModel.restricted  # every search over a subset of the candidates restricts the model first
+    monkeypatch.setattr(RoundModel, "restricted", lambda self, columns:
+                        searched.append(list(columns)) or inner(self, columns))
     monkeypatch.setattr(cpsat, "DUAL_SIMPLEX_FROM_JOBS", 60)
     model = _round(60, 32, 0)  # a round whose rounded LP start is not within the gap
     relaxation = lp_relaxation(model, dual=True)
