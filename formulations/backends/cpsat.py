@@ -55,7 +55,6 @@ nothing in time.
 from __future__ import annotations
 
 import importlib.util
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -156,8 +155,7 @@ class CpSat(Backend):
             spent = replace(params, spent_s=params.spent_s + time.perf_counter() - start)
             found = self._search(model, near, selected, _share_of(spent, NEIGHBOURHOOD_BUDGET),
                                  time.perf_counter(), full_lp=True).selected
-            value = -math.inf if found is None else sum(model.gains[c] for c in found)
-            if found is not None and value > incumbent:
+            if found is not None and (value := sum(model.gains[c] for c in found)) > incumbent:
                 selected, incumbent = list(found), value
                 proved = (f"the LP relaxation's neighbourhood searched ({len(near)} candidates), "
                           "proved by the LP bound")
@@ -198,13 +196,11 @@ class CpSat(Backend):
         parameters = cmh.SatParameters()
         options = model.options
         det_budget = float(params.time_limit_s) * DETERMINISTIC_TIME_PER_S
+        parameters.max_time_in_seconds = _wall_limit_s(model, params, build_s)
         if options.deterministic:
             parameters.num_workers = 1
             parameters.max_deterministic_time = det_budget
-            parameters.max_time_in_seconds = max(WALL_CAP_LEAST_S,
-                                                 float(params.time_limit_s) * WALL_CAP_FACTOR)
         else:
-            parameters.max_time_in_seconds = remaining_s(params, build_s, _LEAST_S)
             parameters.num_workers = options.num_workers
         parameters.relative_gap_limit = options.relative_gap * GAP_MARGIN
         small = len(full.cset.problem.jobs) < FULL_LP_FROM_JOBS and not full_lp
@@ -237,12 +233,12 @@ class CpSat(Backend):
                               "; ".join(filter(None, (cmh.CpSolverStatus(status).name, note))))
 
 
-def _wall_limit_s(model: RoundModel, params: SolveParams) -> float:
+def _wall_limit_s(model: RoundModel, params: SolveParams, build_s: float = 0.0) -> float:
     """The wall-clock seconds a solve may take: the deterministic mode's cap, or what is left of the round's
-    limit (see the module docstring)."""
+    limit after ``params.spent_s`` and ``build_s`` (see the module docstring)."""
     if model.options.deterministic:
-        return max(WALL_CAP_LEAST_S, float(params.time_limit_s) * WALL_CAP_FACTOR)
-    return float(remaining_s(params, 0.0, _LEAST_S))
+        return float(max(WALL_CAP_LEAST_S, float(params.time_limit_s) * WALL_CAP_FACTOR))
+    return float(remaining_s(params, build_s, _LEAST_S))
 
 
 def _share_of(params: SolveParams, share: float) -> SolveParams:
